@@ -1,0 +1,256 @@
+/*
+ * ftrt.h - the public API of ftrt, a fault-tolerant distributed training runtime.
+ *
+ * An mpirun-launched data-parallel job links to libftrt (or loads it through ctypes). World
+ * rank 0 becomes the coordinator (control plane, failure detection, checkpoint commit, report),
+ * world ranks 1..N are trainers (logical ranks 0..N-1), and the last S world ranks are hot
+ * spares that wait inside ftrt_init() and take a failed trainer's place without restarting the
+ * job. See README.md ("Design") for the protocol.
+ *
+ * Conventions (after liburing and NCCL):
+ *  - Every function returns int: 0 (or a count) on success, a negative code on failure:
+ *    either -errno for system errors, or one of the FTRT_E* codes below, which lie outside the
+ *    errno range. ftrt_strerror() and ftrt_err_name() name every code.
+ *  - The library never prints on the success path (only through FTRT_LOG) and never calls
+ *    exit() or abort(); a failure is returned to the caller.
+ *  - Handles are opaque. Configuration is a struct with a size field, filled in by
+ *    ftrt_config_init() so that ctypes callers need no macros.
+ *  - Unless stated otherwise, a context is used from one application thread at a time
+ *    (the thread that called ftrt_init()). ftrt_strerror()/ftrt_err_name() are thread-safe.
+ */
+#ifndef FTRT_H
+#define FTRT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(FTRT_BUILDING_LIBRARY)
+#define FTRT_API __attribute__((visibility("default")))
+#else
+#define FTRT_API
+#endif
+
+#define FTRT_VERSION_MAJOR 0
+#define FTRT_VERSION_MINOR 1
+#define FTRT_VERSION_PATCH 0
+
+/*
+ * Error codes. X(name, value, message). Values sit below -1000, outside the errno range, so a
+ * caller can tell them from -errno results.
+ */
+#define FTRT_ERROR_MAP(X)                                                                          \
+    X(FTRT_ERECOVER, -1001,                                                                        \
+      "a rank failed and the epoch changed: call ftrt_recover() and resume at the step it returns") \
+    X(FTRT_ENOSPARE, -1002,                                                                        \
+      "a trainer failed and no hot spare is left: the job must stop; relaunch it to resume from "   \
+      "the last committed checkpoint")                                                              \
+    X(FTRT_ECOORD, -1003, "the coordinator (world rank 0) is gone: the job cannot continue")       \
+    X(FTRT_EABORT, -1004, "the coordinator aborted the job (see its log for the reason)")          \
+    X(FTRT_ECONFIG, -1005, "invalid configuration (the log names the variable and value)")         \
+    X(FTRT_ECORRUPT, -1006, "checkpoint data failed its integrity check (CRC32C or format)")       \
+    X(FTRT_ENOCKPT, -1007, "no usable committed checkpoint was found")                             \
+    X(FTRT_EMISMATCH, -1008,                                                                       \
+      "registered regions differ from the checkpoint or from the other ranks (name, size or "      \
+      "number of trainers)")                                                                        \
+    X(FTRT_EPROTO, -1009, "control-plane protocol error (malformed or unexpected message)")        \
+    X(FTRT_EMPI, -1010, "an MPI call failed (run with FTRT_LOG=debug for the MPI error string)")  \
+    X(FTRT_EINVAL, -1011, "invalid argument")                                                      \
+    X(FTRT_ESTATE, -1012, "call not valid in this state or role")                                  \
+    X(FTRT_ETIMEDOUT, -1013, "timed out waiting on the control plane")
+
+enum ftrt_error {
+#define FTRT__ENUM(name, value, msg) name = value,
+    FTRT_ERROR_MAP(FTRT__ENUM)
+#undef FTRT__ENUM
+};
+
+/* Positive return of ftrt_init() for ranks that must not train (coordinator, unused spare). */
+#define FTRT_DONE 1
+
+/* Returns a static, human-readable message for any ftrt return code (0, FTRT_DONE, FTRT_E*,
+ * or -errno). Never NULL. Thread-safe. */
+FTRT_API const char *ftrt_strerror(int code);
+/* Returns the symbolic name ("FTRT_ERECOVER", "ENOSPC", "OK", ...) of a return code, or
+ * "UNKNOWN". Never NULL. Thread-safe. */
+FTRT_API const char *ftrt_err_name(int code);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Configuration                                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * Job configuration. Fill it with ftrt_config_init(), then override fields the application sets
+ * itself (command-line flags win over the environment, which wins over the defaults).
+ * String fields are NUL-terminated and copied by ftrt_init(); the caller keeps ownership.
+ */
+typedef struct ftrt_config {
+    uint32_t size;            /* sizeof(ftrt_config), set by ftrt_config_init() */
+    uint32_t version;         /* FTRT_VERSION_MAJOR at build time */
+    int spares;               /* FTRT_SPARES: hot spares; -1 = 1 if world >= 3, else 0 */
+    int heartbeat_ms;         /* FTRT_HEARTBEAT_MS: heartbeat period, ms (default 100) */
+    int heartbeat_timeout_ms; /* FTRT_HEARTBEAT_TIMEOUT_MS: silence before a rank is declared
+                                 failed, ms (default 1000) */
+    int init_timeout_ms;      /* FTRT_INIT_TIMEOUT_MS: wait for all ranks to connect, ms
+                                 (default 60000) */
+    int ckpt_keep;            /* FTRT_CKPT_KEEP: committed checkpoints kept (default 2, min 1) */
+    int log_level;            /* FTRT_LOG: 0 = error, 1 = warn (default), 2 = info, 3 = debug */
+    char ckpt_dir[1024];      /* FTRT_CKPT_DIR: checkpoint directory (default "ftrt-ckpt") */
+    char status_file[1024];   /* FTRT_STATUS_FILE: default "<ckpt_dir>/status.json" when empty */
+    char report_file[1024];   /* FTRT_REPORT: JSON report path; empty = no JSON report */
+    char fault_log[1024];     /* FTRT_FAULT_LOG: ground-truth fault log (JSON lines) written by a
+                                 fault injector; empty = none */
+    char coord_addr[256];     /* FTRT_COORD_ADDR: address the coordinator listens on; empty =
+                                 the host's first non-loopback IPv4 address (127.0.0.1 if none) */
+} ftrt_config;
+
+/*
+ * Fills *cfg with defaults, then applies FTRT_* environment variables.
+ *   cfg:  caller-owned struct; size: sizeof(ftrt_config) as the caller knows it (ABI check).
+ * Returns 0, FTRT_EINVAL (NULL cfg or size too small), or FTRT_ECONFIG when an environment
+ * variable holds a bad value (the log names it; the field keeps its default).
+ * Thread-safe (reads the environment only).
+ */
+FTRT_API int ftrt_config_init(ftrt_config *cfg, size_t size);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Lifecycle                                                                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct ftrt_ctx ftrt_ctx;
+
+/*
+ * Joins the job. Collective over MPI_COMM_WORLD at start. If MPI is not initialized, ftrt
+ * initializes it (MPI_THREAD_FUNNELED) and ftrt_finalize() finalizes it.
+ *   cfg:  configuration (NULL = ftrt_config_init() defaults); copied.
+ *   out:  receives the context, owned by the caller until ftrt_finalize().
+ * Returns:
+ *   0           a trainer: train as ftrt_rank() of ftrt_size(). A promoted hot spare also
+ *               returns 0, later in the job; it must register its regions and call
+ *               ftrt_restore(), which hands it the replaced rank's state and resume step.
+ *   FTRT_DONE   the coordinator, or a spare that was never needed, after the job ended
+ *               successfully: call ftrt_finalize() and exit 0 without training.
+ *   FTRT_ENOSPARE / FTRT_EABORT  (coordinator) the job failed; the report says why. *out is set:
+ *               call ftrt_finalize() and exit non-zero.
+ *   FTRT_ECONFIG bad configuration (e.g. world < 2); FTRT_EMPI; FTRT_ETIMEDOUT (a rank never
+ *               connected); FTRT_ECOORD (a non-coordinator lost the coordinator); -errno.
+ *               *out is NULL on these errors.
+ * Not thread-safe: call once per process, from the thread that will use the context.
+ */
+FTRT_API int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out);
+
+/*
+ * Leaves the job: a trainer reports its statistics to the coordinator and says goodbye; then
+ * the control plane is closed, memory is freed, and MPI is finalized if ftrt_init() initialized
+ * it. NULL is accepted. Returns 0 or -errno from closing files (the context is freed anyway).
+ */
+FTRT_API int ftrt_finalize(ftrt_ctx *ctx);
+
+/* Logical rank of this trainer in [0, ftrt_size()), or FTRT_ESTATE for non-trainers. */
+FTRT_API int ftrt_rank(const ftrt_ctx *ctx);
+/* Number of trainers N (the data-parallel world), or FTRT_ESTATE for a NULL ctx. */
+FTRT_API int ftrt_size(const ftrt_ctx *ctx);
+/* World rank of this process in MPI_COMM_WORLD. */
+FTRT_API int ftrt_world_rank(const ftrt_ctx *ctx);
+/* Current epoch (0 at start, +1 per membership change). */
+FTRT_API int ftrt_epoch(const ftrt_ctx *ctx);
+
+/* ------------------------------------------------------------------------------------------ */
+/* State regions and checkpoints                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Region flags. REPLICATED: identical on every trainer (parameters, optimizer state of data
+ * parallel training); recovered in memory from a survivor and, in checkpoints, written as 1/N
+ * slices by each trainer. SHARDED: different on each trainer; recovered from the newest
+ * committed checkpoint and only restorable to the same number of trainers. */
+#define FTRT_REGION_REPLICATED 0u
+#define FTRT_REGION_SHARDED 1u
+
+/*
+ * Registers `bytes` bytes of host memory at `ptr` as checkpointed and recovered state.
+ *   name:  1..63 bytes, unique per context; copied.
+ *   ptr:   stays owned by the caller and must stay valid and at the same address until
+ *          ftrt_finalize(); ftrt reads it in ftrt_checkpoint() and writes it in ftrt_restore()
+ *          and ftrt_recover() only.
+ *   flags: FTRT_REGION_REPLICATED or FTRT_REGION_SHARDED.
+ * Every trainer registers the same regions in the same order (sizes of SHARDED regions may
+ * differ). Returns the region index (>= 0), FTRT_EINVAL (bad name/ptr/flags, duplicate name),
+ * FTRT_ESTATE (not a trainer), or -ENOMEM.
+ */
+FTRT_API int ftrt_register(ftrt_ctx *ctx, const char *name, void *ptr, size_t bytes,
+                           unsigned flags);
+
+/*
+ * Loads the registered regions at start. Collective over trainers.
+ *  - A promoted hot spare receives the replaced rank's state from the most advanced survivor
+ *    (or from the checkpoint the recovery plan names) and gets the step to resume at.
+ *  - Otherwise, when <ckpt_dir>/LATEST exists, every trainer loads the newest committed
+ *    checkpoint whose shards all verify (CRC32C), falling back to older committed ones and
+ *    logging why each was skipped.
+ *   step: receives the step to resume at (the number of steps already done; 0 for a fresh
+ *         start).
+ * Returns 1 when state was restored, 0 when there is nothing to restore (fresh start),
+ * FTRT_ENOCKPT (checkpoints exist but none is usable), FTRT_EMISMATCH (regions differ from the
+ * checkpoint, or SHARDED regions with a different number of trainers), FTRT_ERECOVER (a rank
+ * failed meanwhile: call ftrt_recover()), FTRT_ESTATE, -errno.
+ */
+FTRT_API int ftrt_restore(ftrt_ctx *ctx, int64_t *step);
+
+/*
+ * Writes a checkpoint of every registered region taken after `step` steps were done, and
+ * returns once it is committed: each trainer writes <ckpt_dir>/step-<step>/rank-<r>.ftrt through
+ * io_uring and fdatasyncs it, the coordinator writes MANIFEST when every shard is durable and
+ * atomically replaces LATEST, and older checkpoints beyond FTRT_CKPT_KEEP are removed.
+ * Collective over trainers (all call with the same step).
+ * Returns 0 when committed; FTRT_ERECOVER (a rank failed: the checkpoint is abandoned, the
+ * previous committed one stays); -errno (ENOSPC, EIO, ...: this checkpoint failed, training can
+ * go on, the previous committed one stays); FTRT_ENOSPARE/FTRT_ECOORD/FTRT_EABORT.
+ */
+FTRT_API int ftrt_checkpoint(ftrt_ctx *ctx, int64_t step);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Training loop                                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef enum ftrt_dtype { FTRT_FLOAT32 = 0, FTRT_FLOAT64 = 1, FTRT_INT64 = 2 } ftrt_dtype;
+typedef enum ftrt_op { FTRT_SUM = 0, FTRT_MIN = 1, FTRT_MAX = 2 } ftrt_op;
+
+/*
+ * In-place allreduce of `count` elements of `dtype` at `buf` over the trainers. The reduction
+ * runs on ftrt-owned buffers with MPI_Iallreduce, polled together with the epoch flag, so a
+ * failure elsewhere returns FTRT_ERECOVER promptly and `buf` is left unchanged. For a fixed
+ * number of trainers the result is bitwise deterministic and identical on every trainer,
+ * whichever process holds each logical rank.
+ * Returns 0; FTRT_ERECOVER; FTRT_ENOSPARE/FTRT_ECOORD/FTRT_EABORT; FTRT_EINVAL; FTRT_EMPI;
+ * -ENOMEM; FTRT_ESTATE (not a trainer, or ftrt_recover() is owed).
+ */
+FTRT_API int ftrt_allreduce(ftrt_ctx *ctx, void *buf, size_t count, ftrt_dtype dtype,
+                            ftrt_op op);
+
+/*
+ * Records that step `step` (0-based) is complete on this trainer and that registered state now
+ * reflects `step + 1` steps done. Sent to the coordinator with the next heartbeat; used for
+ * progress, the resume step of a recovery and the report's timing. Cheap (no I/O, no locks).
+ * Returns 0 or FTRT_EINVAL (step decreasing by more than a recovery allows).
+ */
+FTRT_API int ftrt_step_done(ftrt_ctx *ctx, int64_t step);
+
+/*
+ * After FTRT_ERECOVER: reports this trainer's progress, waits for the coordinator's recovery
+ * plan, builds the new communicator (MPI_Comm_create_group over the survivors plus the spare,
+ * ordered by logical rank), sends replicated state from the most advanced survivor to the
+ * others (or reloads the plan's committed checkpoint when SHARDED regions exist), and returns.
+ *   step: receives the step to resume at.
+ * Returns 0; FTRT_ENOSPARE (no spare left: exit non-zero, a relaunch resumes from the last
+ * committed checkpoint); FTRT_ECOORD; FTRT_EABORT; FTRT_ERECOVER again (another failure during
+ * this recovery that the coordinator folded into a newer epoch: call again); FTRT_EMPI.
+ */
+FTRT_API int ftrt_recover(ftrt_ctx *ctx, int64_t *step);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FTRT_H */
