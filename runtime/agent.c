@@ -1,0 +1,193 @@
+/*
+ * agent.c - the per-rank control-plane agent thread (trainers and spares).
+ *
+ * It connects to the coordinator, says hello with the job secret, sends a heartbeat every
+ * heartbeat_ms carrying the rank's progress, and turns the coordinator's messages into shared
+ * state that the application thread polls (two atomics) or waits on (cp.cond). It never calls
+ * MPI. Losing the coordinator sets cp.fatal = FTRT_ECOORD.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/internal.h"
+#include "runtime/log.h"
+
+int ftrt__agent_send(struct ftrt_ctx *ctx, uint32_t type, const void *payload, uint32_t len)
+{
+    pthread_mutex_lock(&ctx->cp.send_lock);
+    int rc = ctx->cp.fd >= 0 ? ftrt__msg_send(ctx->cp.fd, type, payload, len) : -ENOTCONN;
+    pthread_mutex_unlock(&ctx->cp.send_lock);
+    return rc;
+}
+
+void ftrt__cp_wait(struct ftrt_ctx *ctx, int ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)ms * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&ctx->cp.cond, &ctx->cp.lock, &ts);
+}
+
+static void set_fatal(ftrt__cp *cp, int code)
+{
+    int zero = 0;
+    atomic_compare_exchange_strong(&cp->fatal, &zero, code);
+}
+
+/* Handles one message from the coordinator. Returns 0, or FTRT_EPROTO for a bad one. */
+static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *payload)
+{
+    ftrt__cp *cp = &ctx->cp;
+    ftrt__epoch_msg em;
+    ftrt__ckpt_msg cm;
+    pthread_mutex_lock(&cp->lock);
+    switch (h->type) {
+    case FTRT__MSG_WELCOME:
+        memcpy(&cp->welcome, payload, sizeof cp->welcome);
+        cp->welcomed = 1;
+        break;
+    case FTRT__MSG_FAILURE:
+        memcpy(&em, payload, sizeof em);
+        if (em.epoch > atomic_load(&cp->pending_epoch)) atomic_store(&cp->pending_epoch, em.epoch);
+        ftrt_log_info("epoch %d announced: a rank failed", em.epoch);
+        break;
+    case FTRT__MSG_PLAN: {
+        ftrt__plan *p = malloc(h->len);
+        if (!p) break;
+        memcpy(p, payload, h->len);
+        if (ftrt__plan_check(p, h->len)) {
+            free(p);
+            pthread_mutex_unlock(&cp->lock);
+            return FTRT_EPROTO;
+        }
+        free(cp->plan);
+        cp->plan = p;
+        cp->plan_len = h->len;
+        if (p->epoch > atomic_load(&cp->pending_epoch)) atomic_store(&cp->pending_epoch, p->epoch);
+        break;
+    }
+    case FTRT__MSG_COMMIT:
+        memcpy(&cm, payload, sizeof cm);
+        cp->commit_step = cm.step;
+        cp->commit_result = cm.result;
+        cp->commit_seen++;
+        break;
+    case FTRT__MSG_SHUTDOWN:
+        cp->shutdown = 1;
+        break;
+    case FTRT__MSG_ABORT:
+        memcpy(&em, payload, sizeof em);
+        ftrt_log_warn("the coordinator aborted the job: %s", ftrt_strerror(em.value));
+        set_fatal(cp, em.value < 0 ? em.value : FTRT_EABORT);
+        break;
+    default:
+        pthread_mutex_unlock(&cp->lock);
+        return FTRT_EPROTO;
+    }
+    pthread_cond_broadcast(&cp->cond);
+    pthread_mutex_unlock(&cp->lock);
+    return 0;
+}
+
+static void *agent_main(void *arg)
+{
+    struct ftrt_ctx *ctx = arg;
+    ftrt__cp *cp = &ctx->cp;
+    ftrt__rxbuf rx = {0};
+    double next_hb = 0;
+    for (;;) {
+        double now = ftrt__now();
+        if (now >= next_hb) {
+            ftrt__heartbeat hb = {.steps_done = atomic_load(&cp->steps_done),
+                                  .kept_s = atomic_load(&cp->kept_s),
+                                  .epoch = atomic_load(&cp->pending_epoch)};
+            if (ftrt__agent_send(ctx, FTRT__MSG_HEARTBEAT, &hb, sizeof hb) && !cp->stop) {
+                ftrt_log_warn("lost the coordinator (heartbeat send failed)");
+                break;
+            }
+            next_hb = now + ctx->cfg.heartbeat_ms / 1000.0;
+        }
+        struct pollfd pf[2] = {{.fd = cp->fd, .events = POLLIN}, {.fd = cp->wake[0], .events = POLLIN}};
+        int ms = (int)((next_hb - ftrt__now()) * 1000.0) + 1;
+        int n = poll(pf, 2, ms < 0 ? 0 : ms);
+        if (n < 0 && errno != EINTR) break;
+        if (pf[1].revents) break; /* asked to stop */
+        if (n <= 0 || !pf[0].revents) continue;
+        ssize_t got = ftrt__rx_fill(&rx, cp->fd);
+        if (got == -EAGAIN) continue;
+        if (got <= 0) {
+            pthread_mutex_lock(&cp->lock);
+            int benign = cp->stop || cp->shutdown;
+            pthread_mutex_unlock(&cp->lock);
+            if (!benign) ftrt_log_warn("lost the coordinator (connection closed)");
+            break;
+        }
+        ftrt__msghdr h;
+        const void *payload;
+        int r;
+        while ((r = ftrt__rx_next(&rx, &h, &payload)) == 1)
+            if (handle(ctx, &h, payload)) {
+                r = FTRT_EPROTO;
+                break;
+            }
+        if (r < 0) {
+            ftrt_log_error("malformed message from the coordinator; closing the control plane");
+            break;
+        }
+    }
+    ftrt__rx_free(&rx);
+    pthread_mutex_lock(&cp->lock);
+    if (!cp->stop && !cp->shutdown) set_fatal(cp, FTRT_ECOORD);
+    pthread_cond_broadcast(&cp->cond);
+    pthread_mutex_unlock(&cp->lock);
+    return NULL;
+}
+
+int ftrt__agent_start(struct ftrt_ctx *ctx, const char *addr, int port, uint64_t secret)
+{
+    ftrt__cp *cp = &ctx->cp;
+    int fd = ftrt__connect(addr, port, ctx->cfg.init_timeout_ms);
+    if (fd < 0) {
+        ftrt_log_error("cannot reach the coordinator at %s:%d: %s", addr, port, strerror(-fd));
+        return fd;
+    }
+    cp->fd = fd;
+    ftrt__hello hello = {.secret = secret, .world_rank = ctx->world_rank, .pid = (int32_t)getpid()};
+    memcpy(hello.host, ctx->host, sizeof hello.host);
+    int rc = ftrt__agent_send(ctx, FTRT__MSG_HELLO, &hello, sizeof hello);
+    if (rc) return rc;
+    if (pipe2(cp->wake, O_CLOEXEC)) return -errno;
+    rc = pthread_create(&cp->thread, NULL, agent_main, ctx);
+    if (rc) return -rc;
+    cp->thread_started = 1;
+    return 0;
+}
+
+void ftrt__agent_stop(struct ftrt_ctx *ctx)
+{
+    ftrt__cp *cp = &ctx->cp;
+    pthread_mutex_lock(&cp->lock);
+    cp->stop = 1;
+    pthread_mutex_unlock(&cp->lock);
+    if (cp->thread_started) {
+        char c = 1;
+        if (write(cp->wake[1], &c, 1) < 0) { /* the thread also ends on its own at EOF */ }
+        pthread_join(cp->thread, NULL);
+        cp->thread_started = 0;
+    }
+    if (cp->wake[0] >= 0) close(cp->wake[0]);
+    if (cp->wake[1] >= 0) close(cp->wake[1]);
+    cp->wake[0] = cp->wake[1] = -1;
+    pthread_mutex_lock(&cp->send_lock);
+    if (cp->fd >= 0) close(cp->fd);
+    cp->fd = -1;
+    pthread_mutex_unlock(&cp->send_lock);
+}

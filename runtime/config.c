@@ -1,0 +1,134 @@
+/*
+ * config.c - defaults and FTRT_* environment variables, read in one place.
+ *
+ * Precedence: application (fields set after ftrt_config_init) > environment > defaults.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "ftrt.h"
+#include "runtime/internal.h"
+#include "runtime/log.h"
+
+/* Parses env var `name` as an int in [lo, hi] into *out. Returns 0 (also when unset) or
+ * FTRT_ECONFIG after logging the bad value; *out is unchanged then. */
+static int env_int(const char *name, int lo, int hi, int *out)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return 0;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || *end || x < lo || x > hi) {
+        ftrt_log_error("%s=\"%s\" is not an integer in [%d, %d]; keeping %d", name, v, lo, hi,
+                       *out);
+        return FTRT_ECONFIG;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+static int env_str(const char *name, char *dst, size_t cap)
+{
+    const char *v = getenv(name);
+    if (!v) return 0;
+    if (strlen(v) >= cap) {
+        ftrt_log_error("%s is %zu bytes long; the limit is %zu", name, strlen(v), cap - 1);
+        return FTRT_ECONFIG;
+    }
+    memcpy(dst, v, strlen(v) + 1);
+    return 0;
+}
+
+int ftrt__parse_log_level(const char *v)
+{
+    static const char *names[] = {"error", "warn", "info", "debug"};
+    for (int i = 0; i < 4; i++)
+        if (!strcasecmp(v, names[i])) return i;
+    return -1;
+}
+
+static int env_log(int *out)
+{
+    const char *v = getenv("FTRT_LOG");
+    if (!v || !*v) return 0;
+    int lvl = ftrt__parse_log_level(v);
+    if (lvl < 0) {
+        ftrt_log_error("FTRT_LOG=\"%s\" is not one of error, warn, info, debug", v);
+        return FTRT_ECONFIG;
+    }
+    *out = lvl;
+    return 0;
+}
+
+int ftrt_config_init(ftrt_config *cfg, size_t size)
+{
+    if (!cfg || size < sizeof(ftrt_config)) return FTRT_EINVAL;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->size = sizeof *cfg;
+    cfg->version = FTRT_VERSION_MAJOR;
+    cfg->spares = -1;
+    cfg->heartbeat_ms = 100;
+    cfg->heartbeat_timeout_ms = 1000;
+    cfg->init_timeout_ms = 60000;
+    cfg->ckpt_keep = 2;
+    cfg->log_level = FTRT__LOG_WARN;
+    snprintf(cfg->ckpt_dir, sizeof cfg->ckpt_dir, "ftrt-ckpt");
+
+    int rc = 0, r;
+#define KEEP_FIRST(x) (r = (x), rc = rc ? rc : r)
+    KEEP_FIRST(env_log(&cfg->log_level));
+    KEEP_FIRST(env_int("FTRT_SPARES", 0, FTRT__MAX_WORLD, &cfg->spares));
+    KEEP_FIRST(env_int("FTRT_HEARTBEAT_MS", 1, 60000, &cfg->heartbeat_ms));
+    KEEP_FIRST(env_int("FTRT_HEARTBEAT_TIMEOUT_MS", 2, 3600000, &cfg->heartbeat_timeout_ms));
+    KEEP_FIRST(env_int("FTRT_INIT_TIMEOUT_MS", 100, 3600000, &cfg->init_timeout_ms));
+    KEEP_FIRST(env_int("FTRT_CKPT_KEEP", 1, 1000000, &cfg->ckpt_keep));
+    KEEP_FIRST(env_str("FTRT_CKPT_DIR", cfg->ckpt_dir, sizeof cfg->ckpt_dir));
+    KEEP_FIRST(env_str("FTRT_STATUS_FILE", cfg->status_file, sizeof cfg->status_file));
+    KEEP_FIRST(env_str("FTRT_REPORT", cfg->report_file, sizeof cfg->report_file));
+    KEEP_FIRST(env_str("FTRT_FAULT_LOG", cfg->fault_log, sizeof cfg->fault_log));
+    KEEP_FIRST(env_str("FTRT_COORD_ADDR", cfg->coord_addr, sizeof cfg->coord_addr));
+#undef KEEP_FIRST
+    return rc;
+}
+
+int ftrt__config_check(const ftrt_config *cfg, int world, int *spares_out)
+{
+    if (cfg->size < sizeof(ftrt_config) || cfg->version != FTRT_VERSION_MAJOR) {
+        ftrt_log_error("ftrt_config was not set up with ftrt_config_init() (size %u, version %u)",
+                       cfg->size, cfg->version);
+        return FTRT_ECONFIG;
+    }
+    if (world < 2) {
+        ftrt_log_error("the world has %d process(es); ftrt needs a coordinator (world rank 0) "
+                       "and at least one trainer: run with mpirun -np 2 or more", world);
+        return FTRT_ECONFIG;
+    }
+    if (world > FTRT__MAX_WORLD) {
+        ftrt_log_error("the world has %d processes; at most %d are supported", world,
+                       FTRT__MAX_WORLD);
+        return FTRT_ECONFIG;
+    }
+    int spares = cfg->spares < 0 ? (world >= 3 ? 1 : 0) : cfg->spares;
+    if (spares > world - 2) {
+        ftrt_log_error("FTRT_SPARES=%d leaves no trainer in a world of %d (1 coordinator + "
+                       "trainers + spares): use at most %d", spares, world, world - 2);
+        return FTRT_ECONFIG;
+    }
+    if (cfg->heartbeat_ms < 1 || cfg->heartbeat_timeout_ms <= cfg->heartbeat_ms) {
+        ftrt_log_error("heartbeat timeout (%d ms) must exceed the heartbeat period (%d ms)",
+                       cfg->heartbeat_timeout_ms, cfg->heartbeat_ms);
+        return FTRT_ECONFIG;
+    }
+    if (cfg->ckpt_keep < 1 || !cfg->ckpt_dir[0]) {
+        ftrt_log_error("checkpoint settings invalid: keep=%d dir=\"%s\"", cfg->ckpt_keep,
+                       cfg->ckpt_dir);
+        return FTRT_ECONFIG;
+    }
+    *spares_out = spares;
+    return 0;
+}

@@ -1,0 +1,395 @@
+/*
+ * context.c - ftrt_init/ftrt_finalize, roles, region registry, checkpoint and restore entry
+ * points, step bookkeeping.
+ *
+ * Start-up (ARCHITECTURE.md "Roles"): world rank 0 opens the control-plane socket and
+ * broadcasts {address, port, secret} with MPI_Bcast; every other rank connects, says hello and
+ * waits for its WELCOME. Trainers build the training communicator with MPI_Comm_create_group
+ * over world ranks 1..N; spares block in ftrt_init() until promoted or shut down; the
+ * coordinator runs its loop inside ftrt_init() (the "head process" pattern of FTI).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "runtime/internal.h"
+#include "runtime/log.h"
+
+typedef struct bootstrap {
+    char addr[64];
+    int32_t port;
+    int32_t rc;
+    uint64_t secret;
+} bootstrap;
+
+static int mkdir_p(const char *path)
+{
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(tmp, 0755) && errno != EEXIST) return -errno;
+            *p = '/';
+        }
+    if (mkdir(tmp, 0755) && errno != EEXIST) return -errno;
+    return 0;
+}
+
+static void ctx_free(ftrt_ctx *ctx)
+{
+    if (!ctx) return;
+    ftrt__agent_stop(ctx);
+    free(ctx->cp.plan);
+    free(ctx->plan);
+    free(ctx->regs);
+    free(ctx->step_s);
+    pthread_mutex_destroy(&ctx->cp.lock);
+    pthread_mutex_destroy(&ctx->cp.send_lock);
+    pthread_cond_destroy(&ctx->cp.cond);
+    free(ctx);
+}
+
+/* Waits for the WELCOME; returns 0 or the fatal code. */
+static int wait_welcome(ftrt_ctx *ctx)
+{
+    int rc = 0;
+    pthread_mutex_lock(&ctx->cp.lock);
+    while (!ctx->cp.welcomed && !(rc = atomic_load(&ctx->cp.fatal)) && !ctx->cp.shutdown)
+        ftrt__cp_wait(ctx, 100);
+    if (!rc && !ctx->cp.welcomed) rc = FTRT_EABORT;
+    pthread_mutex_unlock(&ctx->cp.lock);
+    return rc;
+}
+
+/* A spare waits here until it is promoted (returns 0) or the job ends (FTRT_DONE). */
+static int spare_wait(ftrt_ctx *ctx)
+{
+    pthread_mutex_lock(&ctx->cp.lock);
+    for (;;) {
+        if (ctx->cp.plan) break;
+        if (ctx->cp.shutdown || atomic_load(&ctx->cp.fatal)) {
+            pthread_mutex_unlock(&ctx->cp.lock);
+            return FTRT_DONE;
+        }
+        ftrt__cp_wait(ctx, 1000);
+    }
+    pthread_mutex_unlock(&ctx->cp.lock);
+    ftrt_log_warn("promoted from hot spare");
+    int rc = ftrt__apply_plan(ctx);
+    if (rc) return rc;
+    ctx->role = FTRT__ROLE_TRAINER;
+    ctx->promoted = 1;
+    return 0;
+}
+
+static int trainer_comm(ftrt_ctx *ctx)
+{
+    MPI_Group world, grp;
+    int range[1][3] = {{1, ctx->size, 1}};
+    MPI_Comm comm = MPI_COMM_NULL;
+    if (MPI_Comm_group(MPI_COMM_WORLD, &world) != MPI_SUCCESS) return FTRT_EMPI;
+    int rc = MPI_Group_range_incl(world, 1, range, &grp);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_create_group(MPI_COMM_WORLD, grp, 0, &comm);
+    MPI_Group_free(&world);
+    if (rc != MPI_SUCCESS) return FTRT_EMPI;
+    MPI_Group_free(&grp);
+    ftrt__plane_set(&ctx->plane, comm);
+    return 0;
+}
+
+static int init_ctx(ftrt_ctx *ctx, const ftrt_config *cfg)
+{
+    if (cfg)
+        ctx->cfg = *cfg;
+    else
+        ftrt_config_init(&ctx->cfg, sizeof ctx->cfg);
+    ftrt__log_level = ctx->cfg.log_level;
+    ctx->t_start = ftrt__now();
+    ctx->cp.fd = -1;
+    ctx->cp.wake[0] = ctx->cp.wake[1] = -1;
+    ctx->plane.comm = MPI_COMM_NULL;
+    pthread_mutex_init(&ctx->cp.lock, NULL);
+    pthread_mutex_init(&ctx->cp.send_lock, NULL);
+    pthread_cond_init(&ctx->cp.cond, NULL);
+    if (gethostname(ctx->host, sizeof ctx->host)) snprintf(ctx->host, sizeof ctx->host, "?");
+    ctx->host[sizeof ctx->host - 1] = 0;
+    if (ctx->cfg.status_file[0])
+        snprintf(ctx->status_file, sizeof ctx->status_file, "%s", ctx->cfg.status_file);
+    else
+        snprintf(ctx->status_file, sizeof ctx->status_file, "%s/status.json", ctx->cfg.ckpt_dir);
+    return 0;
+}
+
+int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
+{
+    if (!out) return FTRT_EINVAL;
+    *out = NULL;
+    ftrt_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return -ENOMEM;
+    init_ctx(ctx, cfg);
+
+    int inited = 0, provided;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+            ctx_free(ctx);
+            return FTRT_EMPI;
+        }
+        ctx->mpi_initialized_by_us = 1;
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &ctx->world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &ctx->world_size);
+    ftrt__log_rank = ctx->world_rank;
+
+    int rc = ftrt__config_check(&ctx->cfg, ctx->world_size, &ctx->nspares);
+    ctx->ntrainers_initial = ctx->world_size - 1 - ctx->nspares;
+
+    /* World rank 0 opens the control plane and broadcasts where it is (or its error). */
+    bootstrap b = {.rc = rc};
+    int listen_fd = -1;
+    if (ctx->world_rank == 0 && !rc) {
+        listen_fd = ftrt__listen(ctx->cfg.coord_addr, b.addr, sizeof b.addr, &b.port);
+        if (listen_fd < 0) b.rc = listen_fd;
+        else if ((b.rc = ftrt__random(&b.secret, sizeof b.secret)) != 0) close(listen_fd);
+        if (!b.rc) {
+            int mk = mkdir_p(ctx->cfg.ckpt_dir);
+            if (mk) ftrt_log_warn("cannot create the checkpoint directory %s: %s",
+                                  ctx->cfg.ckpt_dir, strerror(-mk));
+        }
+    }
+    if (MPI_Bcast(&b, sizeof b, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) b.rc = FTRT_EMPI;
+    if (b.rc) {
+        if (ctx->mpi_initialized_by_us) MPI_Finalize();
+        ctx_free(ctx);
+        return b.rc;
+    }
+    ftrt_log_info("world rank %d of %d: coordinator at %s:%d, %d trainers, %d spare(s)",
+                  ctx->world_rank, ctx->world_size, b.addr, b.port, ctx->ntrainers_initial,
+                  ctx->nspares);
+
+    if (ctx->world_rank == 0) {
+        ctx->role = FTRT__ROLE_COORD;
+        ctx->rank = -1;
+        ctx->size = ctx->ntrainers_initial;
+        *out = ctx;
+        int res = ftrt__coordinator_run(ctx, listen_fd, b.secret);
+        ctx->coord_result = res;
+        return res;
+    }
+
+    rc = ftrt__agent_start(ctx, b.addr, b.port, b.secret);
+    if (!rc) rc = wait_welcome(ctx);
+    if (rc) {
+        ftrt_log_error("cannot join the job: %s", ftrt_strerror(rc));
+        ctx_free(ctx);
+        return rc == FTRT_EABORT ? FTRT_EABORT : rc;
+    }
+    ctx->role = ctx->cp.welcome.role;
+    ctx->size = ctx->cp.welcome.ntrainers;
+    ctx->rank = ctx->cp.welcome.logical_rank;
+    *out = ctx;
+    if (ctx->role == FTRT__ROLE_SPARE) return spare_wait(ctx);
+    rc = trainer_comm(ctx);
+    ctx->t_mark = ftrt__now();
+    return rc;
+}
+
+int ftrt_finalize(ftrt_ctx *ctx)
+{
+    if (!ctx) return 0;
+    if (ctx->role == FTRT__ROLE_TRAINER && ctx->cp.fd >= 0 && !atomic_load(&ctx->cp.fatal)) {
+        ftrt__bye bye = {.steps_done = atomic_load(&ctx->cp.steps_done),
+                         .rework_steps = ctx->rework_steps, .kept_s = ctx->kept_s,
+                         .rework_s = ctx->rework_s, .lost_s = ctx->lost_s};
+        ftrt__agent_send(ctx, FTRT__MSG_BYE, &bye, sizeof bye);
+    }
+    ftrt__agent_stop(ctx);
+    int by_us = ctx->mpi_initialized_by_us;
+    if (by_us) MPI_Finalize();
+    if (by_us || ctx->plane.ngraveyard == 0) ftrt__plane_free(&ctx->plane);
+    ctx_free(ctx);
+    return 0;
+}
+
+int ftrt_rank(const ftrt_ctx *ctx)
+{
+    return ctx && ctx->role == FTRT__ROLE_TRAINER ? ctx->rank : FTRT_ESTATE;
+}
+int ftrt_size(const ftrt_ctx *ctx) { return ctx ? ctx->size : FTRT_ESTATE; }
+int ftrt_world_rank(const ftrt_ctx *ctx) { return ctx ? ctx->world_rank : FTRT_ESTATE; }
+int ftrt_epoch(const ftrt_ctx *ctx) { return ctx ? ctx->epoch : FTRT_ESTATE; }
+
+int ftrt_register(ftrt_ctx *ctx, const char *name, void *ptr, size_t bytes, unsigned flags)
+{
+    if (!ctx || !name || !*name || strlen(name) >= FTRT__NAME_MAX || (!ptr && bytes) ||
+        flags > FTRT_REGION_SHARDED) {
+        ftrt_log_error("ftrt_register: bad argument (name \"%s\", ptr %p, flags %u)",
+                       name ? name : "(null)", ptr, flags);
+        return FTRT_EINVAL;
+    }
+    if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
+    for (int i = 0; i < ctx->nregs; i++)
+        if (!strcmp(ctx->regs[i].name, name)) {
+            ftrt_log_error("ftrt_register: region \"%s\" is already registered", name);
+            return FTRT_EINVAL;
+        }
+    if (ctx->nregs == ctx->regs_cap) {
+        int ncap = ctx->regs_cap ? 2 * ctx->regs_cap : 8;
+        ftrt__region *n = realloc(ctx->regs, (size_t)ncap * sizeof *n);
+        if (!n) return -ENOMEM;
+        ctx->regs = n;
+        ctx->regs_cap = ncap;
+    }
+    ftrt__region *r = &ctx->regs[ctx->nregs];
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "%s", name);
+    r->ptr = ptr;
+    r->bytes = bytes;
+    r->flags = flags;
+    return ctx->nregs++;
+}
+
+int ftrt_step_done(ftrt_ctx *ctx, int64_t step)
+{
+    if (!ctx || step < 0 || ctx->role != FTRT__ROLE_TRAINER) return FTRT_EINVAL;
+    if (step >= ctx->step_cap) {
+        int64_t ncap = ctx->step_cap ? ctx->step_cap : 1024;
+        while (ncap <= step) ncap *= 2;
+        double *n = realloc(ctx->step_s, (size_t)ncap * sizeof *n);
+        if (!n) return -ENOMEM;
+        memset(n + ctx->step_cap, 0, (size_t)(ncap - ctx->step_cap) * sizeof *n);
+        ctx->step_s = n;
+        ctx->step_cap = ncap;
+    }
+    double now = ftrt__now();
+    double d = now - ctx->t_mark;
+    ctx->t_mark = now;
+    ctx->kept_s += d - ctx->step_s[step];
+    ctx->step_s[step] = d;
+    atomic_store(&ctx->cp.steps_done, step + 1);
+    atomic_store(&ctx->cp.kept_s, ctx->kept_s);
+    return 0;
+}
+
+void ftrt__ledger_resume(ftrt_ctx *ctx, int64_t resume_step)
+{
+    int64_t done = atomic_load(&ctx->cp.steps_done);
+    double now = ftrt__now();
+    for (int64_t s = resume_step; s < done && s < ctx->step_cap; s++)
+        if (ctx->step_s[s] > 0) {
+            ctx->rework_s += ctx->step_s[s];
+            ctx->kept_s -= ctx->step_s[s];
+            ctx->step_s[s] = 0;
+            ctx->rework_steps++;
+        }
+    if (ctx->t_mark > 0) ctx->lost_s += now - ctx->t_mark;
+    ctx->t_mark = now;
+    atomic_store(&ctx->cp.steps_done, resume_step);
+    atomic_store(&ctx->cp.kept_s, ctx->kept_s);
+}
+
+/* Waits for the coordinator's COMMIT of `step`. */
+static int wait_commit(ftrt_ctx *ctx, int64_t step, int seen_before)
+{
+    int rc;
+    pthread_mutex_lock(&ctx->cp.lock);
+    for (;;) {
+        if (ctx->cp.commit_seen != seen_before && ctx->cp.commit_step == step) {
+            rc = ctx->cp.commit_result;
+            break;
+        }
+        if ((rc = ftrt__interrupted(ctx)) != 0) break;
+        ftrt__cp_wait(ctx, 10);
+    }
+    pthread_mutex_unlock(&ctx->cp.lock);
+    return rc;
+}
+
+int ftrt_checkpoint(ftrt_ctx *ctx, int64_t step)
+{
+    if (!ctx || step < 0) return FTRT_EINVAL;
+    if (ctx->role != FTRT__ROLE_TRAINER || ctx->needs_recover) return FTRT_ESTATE;
+    int rc = ftrt__interrupted(ctx);
+    if (rc) return rc;
+    pthread_mutex_lock(&ctx->cp.lock);
+    int seen = ctx->cp.commit_seen;
+    pthread_mutex_unlock(&ctx->cp.lock);
+    int wr = ftrt__shard_write(ctx->cfg.ckpt_dir, step, ctx->rank, ctx->size, ctx->regs,
+                               ctx->nregs);
+    if (wr) ftrt_log_warn("checkpoint of step %lld: writing this rank's shard failed: %s",
+                          (long long)step, ftrt_strerror(wr));
+    ftrt__ckpt_msg m = {.step = step, .epoch = ctx->epoch, .result = wr};
+    rc = ftrt__agent_send(ctx, FTRT__MSG_SHARD_DONE, &m, sizeof m);
+    if (rc) return FTRT_ECOORD;
+    return wait_commit(ctx, step, seen);
+}
+
+/* Loads the newest committed checkpoint that every trainer can load. */
+static int restore_from_disk(ftrt_ctx *ctx, int64_t *step)
+{
+    int64_t cand[64];
+    int n = ftrt__ckpt_list(ctx->cfg.ckpt_dir, cand, 64);
+    if (n < 0) {
+        ftrt_log_error("cannot list checkpoints in %s: %s", ctx->cfg.ckpt_dir, ftrt_strerror(n));
+        return n;
+    }
+    /* Agree on the candidate list: every trainer must see the same newest step. */
+    int64_t probe[2] = {n ? cand[0] : -1, n ? -cand[0] : 1};
+    int rc = ftrt_allreduce(ctx, probe, 2, FTRT_INT64, FTRT_MIN);
+    if (rc) return rc;
+    if (probe[0] != -probe[1]) {
+        ftrt_log_error("trainers see different newest checkpoints (%lld vs %lld): is %s shared?",
+                       (long long)probe[0], (long long)-probe[1], ctx->cfg.ckpt_dir);
+        return FTRT_EMISMATCH;
+    }
+    if (n == 0) {
+        *step = 0;
+        return 0;
+    }
+    int last_err = FTRT_ENOCKPT;
+    for (int i = 0; i < n; i++) {
+        int lr = ftrt__ckpt_load(ctx->cfg.ckpt_dir, cand[i], ctx->rank, ctx->size, ctx->regs,
+                                 ctx->nregs);
+        int64_t ok[1] = {lr == 0 ? 1 : (lr == FTRT_EMISMATCH ? -1 : 0)};
+        rc = ftrt_allreduce(ctx, ok, 1, FTRT_INT64, FTRT_MIN);
+        if (rc) return rc;
+        if (ok[0] == 1) {
+            *step = cand[i];
+            ftrt_log_info("restored checkpoint step %lld", (long long)cand[i]);
+            return 1;
+        }
+        last_err = ok[0] < 0 ? FTRT_EMISMATCH : FTRT_ENOCKPT;
+        ftrt_log_warn("checkpoint step %lld is not usable on every trainer (%s here); %s",
+                      (long long)cand[i], lr ? ftrt_strerror(lr) : "fine",
+                      i + 1 < n ? "falling back to the next older one" : "none left");
+    }
+    return last_err;
+}
+
+int ftrt_restore(ftrt_ctx *ctx, int64_t *step)
+{
+    if (!ctx || !step) return FTRT_EINVAL;
+    if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
+    int rc;
+    if (ctx->promoted) {
+        rc = ftrt__transfer_state(ctx);
+        if (rc) return rc;
+        ctx->promoted = 0;
+        *step = ctx->plan->resume_step;
+        ftrt__ledger_resume(ctx, *step);
+        ftrt__epoch_msg m = {.epoch = ctx->epoch};
+        ftrt__agent_send(ctx, FTRT__MSG_RESUMED, &m, sizeof m);
+        return 1;
+    }
+    rc = restore_from_disk(ctx, step);
+    if (rc >= 0) {
+        ctx->t_mark = ftrt__now();
+        atomic_store(&ctx->cp.steps_done, *step);
+    }
+    return rc;
+}

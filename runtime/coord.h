@@ -1,0 +1,68 @@
+/*
+ * coord.h - the coordinator's state, shared by coordinator.c, status.c and report.c (internal).
+ * Only the coordinator's (world rank 0's) main thread touches it.
+ */
+#ifndef FTRT_COORD_H
+#define FTRT_COORD_H
+
+#include "runtime/internal.h"
+
+enum ftrt__phase { PH_INIT, PH_RUNNING, PH_COLLECT, PH_RESUMING, PH_ABORTING, PH_DONE };
+enum ftrt__failure_kind { FK_CONNECTION_LOST, FK_HEARTBEAT_TIMEOUT, FK_PROTOCOL };
+
+typedef struct ftrt__crank {
+    int fd;
+    ftrt__rxbuf rx;
+    int hello, pid, role, logical;
+    char host[FTRT__HOST_MAX];
+    double last_heard; /* monotonic */
+    int64_t steps_done;
+    double kept_s;
+    int promoting;      /* spare assigned in the current recovery */
+    int reported_epoch; /* REPORT received for this epoch */
+    int64_t report_steps;
+    int has_sharded;
+    int resumed_epoch;
+    int said_bye;
+    ftrt__bye bye;
+    int shard_epoch; /* SHARD_DONE received for (shard_step, shard_epoch) */
+    int64_t shard_step;
+    int shard_result;
+} ftrt__crank;
+
+typedef struct ftrt__incident {
+    int world_rank, logical_rank, pid, kind, epoch, spare_world_rank;
+    double t_detect, t_detect_wall, t_last_heard, t_resumed; /* monotonic, except _wall */
+    int64_t steps_at_failure; /* the most steps any rank had done (heartbeats/reports) */
+    int64_t resume_step, rework_steps;
+    int recovered;
+} ftrt__incident;
+
+typedef struct ftrt__coord {
+    struct ftrt_ctx *ctx;
+    ftrt__crank *r; /* indexed by world rank; r[0] is the coordinator itself */
+    int W, N;
+    int *members; /* logical rank -> world rank */
+    int epoch, phase, result;
+    ftrt__incident *inc;
+    int ninc;
+    int64_t last_committed;
+    int ncommitted, nckpt_failed;
+    double t_start, t_end, abort_deadline;
+    double status_written;
+    int status_dirty;
+} ftrt__coord;
+
+#include <json-c/json.h>
+/* Writes o as pretty JSON to path atomically (temp file in the same directory + rename).
+ * Returns 0 or -errno. */
+int ftrt__write_json_atomic(const char *path, json_object *o);
+/* Writes the status file atomically (temp + rename). Returns 0 or -errno (logged once). */
+int ftrt__status_write(ftrt__coord *c);
+/* Writes the JSON report (when configured) and prints the human summary on stdout.
+ * Returns 0 or -errno from writing the file. */
+int ftrt__report_write(ftrt__coord *c);
+const char *ftrt__role_name(int role);
+const char *ftrt__failure_kind_name(int kind);
+
+#endif

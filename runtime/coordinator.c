@@ -1,0 +1,565 @@
+/*
+ * coordinator.c - world rank 0: membership, failure detection, recovery plans, checkpoint
+ * commit and the end-of-job report.
+ *
+ * One thread, one poll() loop over every rank's TCP connection (no MPI inside the loop). A rank
+ * is declared failed on connection EOF/reset (the process died) or when nothing arrived from it
+ * for heartbeat_timeout_ms (frozen process or lost host); a failed rank that may still be alive
+ * on this host is fenced with SIGKILL so it can never rejoin a communicator or a checkpoint.
+ * A trainer failure starts an epoch change (ARCHITECTURE.md "Recovery"): FAILURE(E+1) to the
+ * survivors, their REPORTs, a PLAN with the resume step and the state source, RESUMED from every
+ * member; failures before the PLAN is sent are folded into a newer epoch, later ones abort.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "runtime/coord.h"
+#include "runtime/log.h"
+
+const char *ftrt__role_name(int role)
+{
+    switch (role) {
+    case FTRT__ROLE_COORD: return "coordinator";
+    case FTRT__ROLE_TRAINER: return "trainer";
+    case FTRT__ROLE_SPARE: return "spare";
+    default: return "failed";
+    }
+}
+
+const char *ftrt__failure_kind_name(int kind)
+{
+    switch (kind) {
+    case FK_CONNECTION_LOST: return "connection_lost";
+    case FK_HEARTBEAT_TIMEOUT: return "heartbeat_timeout";
+    default: return "protocol_error";
+    }
+}
+
+static void send_to(ftrt__coord *c, int w, uint32_t type, const void *p, uint32_t len)
+{
+    if (c->r[w].fd < 0) return;
+    int rc = ftrt__msg_send(c->r[w].fd, type, p, len);
+    if (rc) ftrt_log_debug("send to world rank %d failed: %s", w, ftrt_strerror(rc));
+}
+
+static void drop(ftrt__coord *c, int w)
+{
+    if (c->r[w].fd >= 0) close(c->r[w].fd);
+    c->r[w].fd = -1;
+    ftrt__rx_free(&c->r[w].rx);
+}
+
+static int live_spares(const ftrt__coord *c)
+{
+    int n = 0;
+    for (int w = 1; w < c->W; w++) n += c->r[w].role == FTRT__ROLE_SPARE;
+    return n;
+}
+
+/* Ends the job with `code`: members get ABORT, spares SHUTDOWN; ranks still connected at the
+ * deadline are fenced. */
+static void job_abort(ftrt__coord *c, int code, const char *why)
+{
+    if (c->phase == PH_ABORTING || c->phase == PH_DONE) return;
+    ftrt_log_error("aborting the job: %s (%s)", why, ftrt_err_name(code));
+    c->result = code;
+    c->phase = PH_ABORTING;
+    c->abort_deadline = ftrt__now() + 2.0 + 3.0 * c->ctx->cfg.heartbeat_timeout_ms / 1000.0;
+    ftrt__epoch_msg m = {.epoch = c->epoch, .value = code};
+    for (int w = 1; w < c->W; w++)
+        send_to(c, w, c->r[w].role == FTRT__ROLE_SPARE ? FTRT__MSG_SHUTDOWN : FTRT__MSG_ABORT, &m,
+                sizeof m);
+    c->status_dirty = 1;
+}
+
+static void fence(ftrt__coord *c, int w)
+{
+    ftrt__crank *r = &c->r[w];
+    if (r->pid > 0 && !strcmp(r->host, c->ctx->host)) {
+        ftrt_log_warn("fencing world rank %d (pid %d) with SIGKILL", w, r->pid);
+        kill(r->pid, SIGKILL);
+    }
+}
+
+static ftrt__incident *add_incident(ftrt__coord *c, int w, int kind)
+{
+    ftrt__incident *n = realloc(c->inc, (size_t)(c->ninc + 1) * sizeof *n);
+    if (!n) return NULL;
+    c->inc = n;
+    ftrt__incident *i = &c->inc[c->ninc++];
+    memset(i, 0, sizeof *i);
+    i->world_rank = w;
+    i->logical_rank = c->r[w].logical;
+    i->pid = c->r[w].pid;
+    i->kind = kind;
+    i->t_detect = ftrt__now();
+    i->t_detect_wall = ftrt__wallclock();
+    i->t_last_heard = c->r[w].last_heard;
+    i->spare_world_rank = -1;
+    i->resume_step = -1;
+    int64_t most = 0;
+    for (int x = 1; x < c->W; x++)
+        if (c->r[x].steps_done > most) most = c->r[x].steps_done;
+    i->steps_at_failure = most;
+    return i;
+}
+
+static void fail(ftrt__coord *c, int w, int kind)
+{
+    ftrt__crank *r = &c->r[w];
+    if (r->role == FTRT__ROLE_FAILED || r->role == FTRT__ROLE_COORD) return;
+    int old_role = r->role;
+    r->role = FTRT__ROLE_FAILED;
+    drop(c, w);
+    if (kind != FK_CONNECTION_LOST) fence(c, w);
+    c->status_dirty = 1;
+    if (c->phase == PH_INIT) {
+        job_abort(c, FTRT_EABORT, "a rank failed during initialization");
+        return;
+    }
+    if (old_role == FTRT__ROLE_SPARE) {
+        ftrt_log_warn("hot spare world rank %d failed (%s); %d spare(s) left", w,
+                      ftrt__failure_kind_name(kind), live_spares(c));
+        return;
+    }
+    ftrt__incident *inc = add_incident(c, w, kind);
+    ftrt_log_warn("trainer logical rank %d (world rank %d, pid %d) failed: %s", r->logical, w,
+                  r->pid, ftrt__failure_kind_name(kind));
+    if (c->phase == PH_ABORTING || c->phase == PH_DONE) return;
+    for (int l = 0; l < c->N; l++)
+        if (c->r[c->members[l]].said_bye) {
+            ftrt_log_warn("the job is finishing; no recovery for world rank %d", w);
+            return;
+        }
+    if (c->phase == PH_RESUMING) {
+        job_abort(c, FTRT_EABORT, "a member failed while the recovery plan was being applied");
+        return;
+    }
+    int spare = -1;
+    for (int x = 1; x < c->W && spare < 0; x++)
+        if (c->r[x].role == FTRT__ROLE_SPARE) spare = x;
+    if (spare < 0) {
+        job_abort(c, FTRT_ENOSPARE, "a trainer failed and no hot spare is left");
+        return;
+    }
+    int l = r->logical;
+    c->members[l] = spare;
+    c->r[spare].role = FTRT__ROLE_TRAINER;
+    c->r[spare].logical = l;
+    c->r[spare].promoting = 1;
+    if (inc) inc->spare_world_rank = spare;
+    c->epoch++;
+    c->phase = PH_COLLECT;
+    ftrt_log_warn("epoch %d: hot spare world rank %d takes logical rank %d", c->epoch, spare, l);
+    ftrt__epoch_msg m = {.epoch = c->epoch};
+    for (int k = 0; k < c->N; k++)
+        if (!c->r[c->members[k]].promoting) send_to(c, c->members[k], FTRT__MSG_FAILURE, &m, sizeof m);
+}
+
+static void send_plan(ftrt__coord *c)
+{
+    int64_t most = -1;
+    int source = 0, sharded = 0;
+    for (int l = 0; l < c->N; l++) {
+        ftrt__crank *r = &c->r[c->members[l]];
+        if (r->promoting) continue;
+        sharded |= r->has_sharded;
+        if (r->report_steps > most) {
+            most = r->report_steps;
+            source = l;
+        }
+    }
+    int64_t resume = most, ckpt = -1;
+    if (sharded) {
+        if (c->last_committed < 0) {
+            job_abort(c, FTRT_ENOCKPT, "sharded state needs a committed checkpoint and none exists");
+            return;
+        }
+        resume = ckpt = c->last_committed;
+    }
+    if (most < 0) { /* every survivor was itself promoted in this recovery: impossible */
+        job_abort(c, FTRT_EABORT, "no survivor holds the state");
+        return;
+    }
+    for (int i = 0; i < c->ninc; i++)
+        if (!c->inc[i].recovered && c->inc[i].resume_step < 0) {
+            c->inc[i].resume_step = resume;
+            int64_t before = c->inc[i].steps_at_failure > most ? c->inc[i].steps_at_failure : most;
+            c->inc[i].rework_steps = before > resume ? before - resume : 0;
+            c->inc[i].epoch = c->epoch;
+        }
+    size_t len = ftrt__plan_size(c->N);
+    ftrt__plan *p = calloc(1, len);
+    if (!p) {
+        job_abort(c, -ENOMEM, "out of memory building the recovery plan");
+        return;
+    }
+    p->resume_step = resume;
+    p->ckpt_step = ckpt;
+    p->epoch = c->epoch;
+    p->ntrainers = c->N;
+    p->source = source;
+    memcpy(p->members, c->members, (size_t)c->N * sizeof(int32_t));
+    for (int l = 0; l < c->N; l++) {
+        p->logical_rank = l;
+        send_to(c, c->members[l], FTRT__MSG_PLAN, p, (uint32_t)len);
+    }
+    free(p);
+    ftrt_log_info("epoch %d plan: resume at step %lld, state from logical rank %d%s", c->epoch,
+                  (long long)resume, source, ckpt >= 0 ? " (checkpoint)" : "");
+    c->phase = PH_RESUMING;
+    c->status_dirty = 1;
+}
+
+static void check_reports(ftrt__coord *c)
+{
+    if (c->phase != PH_COLLECT) return;
+    for (int l = 0; l < c->N; l++) {
+        ftrt__crank *r = &c->r[c->members[l]];
+        if (!r->promoting && r->reported_epoch != c->epoch) return;
+    }
+    send_plan(c);
+}
+
+static void check_resumed(ftrt__coord *c)
+{
+    if (c->phase != PH_RESUMING) return;
+    for (int l = 0; l < c->N; l++)
+        if (c->r[c->members[l]].resumed_epoch != c->epoch) return;
+    double now = ftrt__now();
+    for (int i = 0; i < c->ninc; i++)
+        if (!c->inc[i].recovered && c->inc[i].resume_step >= 0) {
+            c->inc[i].recovered = 1;
+            c->inc[i].t_resumed = now;
+        }
+    for (int l = 0; l < c->N; l++) c->r[c->members[l]].promoting = 0;
+    c->phase = PH_RUNNING;
+    c->status_dirty = 1;
+    ftrt_log_warn("epoch %d: every member is back in the training loop", c->epoch);
+}
+
+static void try_commit(ftrt__coord *c, int64_t step)
+{
+    int result = 0;
+    for (int l = 0; l < c->N; l++) {
+        ftrt__crank *r = &c->r[c->members[l]];
+        if (r->shard_epoch != c->epoch || r->shard_step != step) return;
+        if (r->shard_result && !result) result = r->shard_result;
+    }
+    if (!result) result = ftrt__ckpt_commit(c->ctx->cfg.ckpt_dir, step, c->N, c->ctx->cfg.ckpt_keep);
+    if (result) {
+        c->nckpt_failed++;
+        ftrt_log_warn("checkpoint of step %lld failed: %s; step %lld stays the last committed",
+                      (long long)step, ftrt_strerror(result), (long long)c->last_committed);
+    } else {
+        c->ncommitted++;
+        c->last_committed = step;
+        c->status_dirty = 1;
+    }
+    ftrt__ckpt_msg m = {.step = step, .epoch = c->epoch, .result = result};
+    for (int l = 0; l < c->N; l++) {
+        c->r[c->members[l]].shard_epoch = -1;
+        send_to(c, c->members[l], FTRT__MSG_COMMIT, &m, sizeof m);
+    }
+}
+
+/* Handles one message from identified world rank w. Returns 0 or FTRT_EPROTO. */
+static int handle(ftrt__coord *c, int w, const ftrt__msghdr *h, const void *payload)
+{
+    ftrt__crank *r = &c->r[w];
+    union {
+        ftrt__heartbeat hb;
+        ftrt__report rep;
+        ftrt__epoch_msg em;
+        ftrt__ckpt_msg cm;
+        ftrt__bye bye;
+    } u;
+    if (h->len > sizeof u) return FTRT_EPROTO;
+    memcpy(&u, payload, h->len);
+    switch (h->type) {
+    case FTRT__MSG_HEARTBEAT:
+        if (u.hb.steps_done != r->steps_done) c->status_dirty = 1;
+        r->steps_done = u.hb.steps_done;
+        r->kept_s = u.hb.kept_s;
+        return 0;
+    case FTRT__MSG_REPORT:
+        if (u.rep.epoch != c->epoch || r->role != FTRT__ROLE_TRAINER) return 0; /* stale */
+        r->reported_epoch = u.rep.epoch;
+        r->report_steps = u.rep.steps_done;
+        r->has_sharded = u.rep.has_sharded;
+        check_reports(c);
+        return 0;
+    case FTRT__MSG_RESUMED:
+        if (u.em.epoch != c->epoch) return 0;
+        r->resumed_epoch = u.em.epoch;
+        check_resumed(c);
+        return 0;
+    case FTRT__MSG_SHARD_DONE:
+        if (u.cm.epoch != c->epoch || c->phase != PH_RUNNING) return 0; /* abandoned */
+        r->shard_epoch = u.cm.epoch;
+        r->shard_step = u.cm.step;
+        r->shard_result = u.cm.result;
+        try_commit(c, u.cm.step);
+        return 0;
+    case FTRT__MSG_BYE:
+        r->said_bye = 1;
+        r->bye = u.bye;
+        r->kept_s = u.bye.kept_s;
+        r->steps_done = u.bye.steps_done;
+        c->status_dirty = 1;
+        return 0;
+    default: return FTRT_EPROTO;
+    }
+}
+
+/* Reads and handles everything available from world rank w. */
+static void service(ftrt__coord *c, int w)
+{
+    ftrt__crank *r = &c->r[w];
+    ssize_t got = ftrt__rx_fill(&r->rx, r->fd);
+    if (got == -EAGAIN) return;
+    if (got <= 0) {
+        if (r->said_bye || c->phase == PH_ABORTING) {
+            drop(c, w);
+            return;
+        }
+        fail(c, w, FK_CONNECTION_LOST);
+        return;
+    }
+    r->last_heard = ftrt__now();
+    ftrt__msghdr h;
+    const void *payload;
+    int rc;
+    while (r->fd >= 0 && (rc = ftrt__rx_next(&r->rx, &h, &payload)) == 1)
+        if (handle(c, w, &h, payload)) {
+            rc = FTRT_EPROTO;
+            break;
+        }
+    if (r->fd >= 0 && rc < 0) {
+        ftrt_log_error("malformed message from world rank %d", w);
+        fail(c, w, FK_PROTOCOL);
+    }
+}
+
+/* Pending connections that have not said a valid HELLO yet. */
+typedef struct pending {
+    int fd;
+    ftrt__rxbuf rx;
+    double since;
+} pending;
+
+static void identify(ftrt__coord *c, pending *p, uint64_t secret)
+{
+    ssize_t got = ftrt__rx_fill(&p->rx, p->fd);
+    if (got == -EAGAIN) return;
+    ftrt__msghdr h;
+    const void *payload;
+    ftrt__hello hello;
+    if (got > 0 && ftrt__rx_next(&p->rx, &h, &payload) == 0) return; /* need more bytes */
+    if (got > 0 && h.type == FTRT__MSG_HELLO && h.len == sizeof hello) {
+        memcpy(&hello, payload, sizeof hello);
+        hello.host[FTRT__HOST_MAX - 1] = 0;
+        int w = hello.world_rank;
+        if (hello.secret == secret && w > 0 && w < c->W && !c->r[w].hello) {
+            ftrt__crank *r = &c->r[w];
+            r->fd = p->fd;
+            r->rx = p->rx;
+            r->hello = 1;
+            r->pid = hello.pid;
+            memcpy(r->host, hello.host, sizeof r->host);
+            r->last_heard = ftrt__now();
+            p->fd = -1;
+            memset(&p->rx, 0, sizeof p->rx);
+            /* Bytes after the HELLO stay in r->rx for service(). */
+            return;
+        }
+    }
+    ftrt_log_warn("rejected a control-plane connection (bad hello, secret or world rank)");
+    close(p->fd);
+    ftrt__rx_free(&p->rx);
+    p->fd = -1;
+}
+
+static void start_job(ftrt__coord *c)
+{
+    for (int w = 1; w < c->W; w++) {
+        ftrt__crank *r = &c->r[w];
+        r->role = w <= c->N ? FTRT__ROLE_TRAINER : FTRT__ROLE_SPARE;
+        r->logical = w <= c->N ? w - 1 : -1;
+        ftrt__welcome m = {.role = r->role, .logical_rank = r->logical, .ntrainers = c->N};
+        send_to(c, w, FTRT__MSG_WELCOME, &m, sizeof m);
+    }
+    for (int l = 0; l < c->N; l++) c->members[l] = l + 1;
+    c->phase = PH_RUNNING;
+    c->status_dirty = 1;
+    ftrt_log_info("job started: %d trainers, %d spare(s)", c->N, c->W - 1 - c->N);
+}
+
+static int all_done(const ftrt__coord *c)
+{
+    for (int l = 0; l < c->N; l++) {
+        const ftrt__crank *r = &c->r[c->members[l]];
+        if (!r->said_bye && r->role != FTRT__ROLE_FAILED) return 0;
+    }
+    return 1;
+}
+
+static int any_connected(const ftrt__coord *c)
+{
+    for (int w = 1; w < c->W; w++)
+        if (c->r[w].fd >= 0 && c->r[w].role != FTRT__ROLE_SPARE) return 1;
+    return 0;
+}
+
+static void check_timeouts(ftrt__coord *c, double now)
+{
+    double limit = c->ctx->cfg.heartbeat_timeout_ms / 1000.0;
+    for (int w = 1; w < c->W; w++) {
+        ftrt__crank *r = &c->r[w];
+        if (r->fd >= 0 && r->hello && !r->said_bye && r->role != FTRT__ROLE_FAILED &&
+            now - r->last_heard > limit)
+            fail(c, w, FK_HEARTBEAT_TIMEOUT);
+    }
+}
+
+int ftrt__coordinator_run(struct ftrt_ctx *ctx, int listen_fd, uint64_t secret)
+{
+    ftrt__coord c = {.ctx = ctx, .W = ctx->world_size, .N = ctx->ntrainers_initial,
+                     .phase = PH_INIT, .last_committed = -1, .t_start = ctx->t_start};
+    c.r = calloc((size_t)c.W, sizeof *c.r);
+    c.members = calloc((size_t)c.N, sizeof *c.members);
+    pending *pend = calloc((size_t)c.W, sizeof *pend);
+    struct pollfd *pfd = calloc((size_t)(2 * c.W + 1), sizeof *pfd);
+    int *who = calloc((size_t)(2 * c.W + 1), sizeof *who);
+    if (!c.r || !c.members || !pend || !pfd || !who) {
+        free(c.r); free(c.members); free(pend); free(pfd); free(who);
+        close(listen_fd);
+        return -ENOMEM;
+    }
+    for (int w = 0; w < c.W; w++) {
+        c.r[w].fd = -1;
+        c.r[w].logical = -1;
+        c.r[w].shard_epoch = -1;
+        c.r[w].resumed_epoch = -1;
+        c.r[w].reported_epoch = -1;
+        pend[w].fd = -1;
+    }
+    c.r[0].role = FTRT__ROLE_COORD;
+    c.r[0].hello = 1;
+    c.r[0].pid = (int)getpid();
+    memcpy(c.r[0].host, ctx->host, sizeof c.r[0].host);
+    int64_t steps[1];
+    if (ftrt__ckpt_list(ctx->cfg.ckpt_dir, steps, 1) > 0) c.last_committed = steps[0];
+
+    double init_deadline = ftrt__now() + ctx->cfg.init_timeout_ms / 1000.0;
+    int tick = ctx->cfg.heartbeat_ms / 2;
+    if (tick > 50) tick = 50;
+    if (tick < 1) tick = 1;
+    int nhello = 0;
+    while (c.phase != PH_DONE) {
+        int n = 0;
+        if (c.phase == PH_INIT) {
+            pfd[n] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
+            who[n++] = -1;
+            for (int i = 0; i < c.W; i++)
+                if (pend[i].fd >= 0) {
+                    pfd[n] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
+                    who[n++] = -2 - i;
+                }
+        }
+        for (int w = 1; w < c.W; w++)
+            if (c.r[w].fd >= 0) {
+                pfd[n] = (struct pollfd){.fd = c.r[w].fd, .events = POLLIN};
+                who[n++] = w;
+            }
+        int np = poll(pfd, (nfds_t)n, tick);
+        if (np < 0 && errno != EINTR) {
+            job_abort(&c, -errno, "poll failed");
+            break;
+        }
+        for (int i = 0; np > 0 && i < n; i++) {
+            if (!pfd[i].revents) continue;
+            if (who[i] == -1) {
+                int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+                int slot = -1;
+                for (int k = 0; k < c.W && slot < 0; k++)
+                    if (pend[k].fd < 0) slot = k;
+                if (fd >= 0 && slot >= 0) {
+                    pend[slot].fd = fd;
+                    pend[slot].since = ftrt__now();
+                } else if (fd >= 0) {
+                    close(fd);
+                }
+            } else if (who[i] <= -2) {
+                identify(&c, &pend[-2 - who[i]], secret);
+            } else if (c.r[who[i]].fd >= 0) {
+                service(&c, who[i]);
+            }
+        }
+        double now = ftrt__now();
+        if (c.phase == PH_INIT) {
+            nhello = 0;
+            for (int w = 1; w < c.W; w++) nhello += c.r[w].hello;
+            if (nhello == c.W - 1) {
+                start_job(&c);
+                close(listen_fd);
+                listen_fd = -1;
+                for (int k = 0; k < c.W; k++)
+                    if (pend[k].fd >= 0) {
+                        close(pend[k].fd);
+                        ftrt__rx_free(&pend[k].rx);
+                        pend[k].fd = -1;
+                    }
+            } else if (now > init_deadline) {
+                ftrt_log_error("only %d of %d ranks connected within %d ms (FTRT_INIT_TIMEOUT_MS)",
+                               nhello, c.W - 1, ctx->cfg.init_timeout_ms);
+                job_abort(&c, FTRT_ETIMEDOUT, "ranks missing at start");
+            }
+        }
+        if (c.phase != PH_INIT && c.phase != PH_ABORTING) check_timeouts(&c, now);
+        if (c.phase == PH_RUNNING && all_done(&c)) {
+            ftrt__epoch_msg m = {.epoch = c.epoch, .value = 0};
+            for (int w = 1; w < c.W; w++)
+                if (c.r[w].role == FTRT__ROLE_SPARE) send_to(&c, w, FTRT__MSG_SHUTDOWN, &m, sizeof m);
+            c.phase = PH_DONE;
+            c.result = FTRT_DONE;
+        }
+        if (c.phase == PH_ABORTING && (!any_connected(&c) || now > c.abort_deadline)) {
+            for (int w = 1; w < c.W; w++)
+                if (c.r[w].fd >= 0 && c.r[w].role != FTRT__ROLE_SPARE) {
+                    ftrt_log_warn("world rank %d did not leave after the abort", w);
+                    fence(&c, w);
+                }
+            c.phase = PH_DONE;
+        }
+        if (c.status_dirty && (now - c.status_written > 0.25 || c.phase == PH_DONE)) {
+            ftrt__status_write(&c);
+            c.status_written = now;
+            c.status_dirty = 0;
+        }
+    }
+    c.t_end = ftrt__now();
+    c.phase = PH_DONE;
+    ftrt__status_write(&c);
+    ftrt__report_write(&c);
+    int result = c.result;
+    for (int w = 1; w < c.W; w++) drop(&c, w);
+    for (int k = 0; k < c.W; k++)
+        if (pend[k].fd >= 0) {
+            close(pend[k].fd);
+            ftrt__rx_free(&pend[k].rx);
+        }
+    if (listen_fd >= 0) close(listen_fd);
+    free(c.r);
+    free(c.members);
+    free(c.inc);
+    free(pend);
+    free(pfd);
+    free(who);
+    return result;
+}

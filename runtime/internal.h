@@ -1,0 +1,160 @@
+/*
+ * internal.h - the context and the interfaces between libftrt's subsystems (internal).
+ *
+ * Threads: the application thread owns everything in ftrt_ctx except `cp`, the control-plane
+ * state shared with the agent thread, which is guarded by cp.lock (atomics for the two flags
+ * the data plane polls). The agent thread never calls MPI.
+ */
+#ifndef FTRT_INTERNAL_H
+#define FTRT_INTERNAL_H
+
+#include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "checkpoint/ckpt.h"
+#include "ftrt.h"
+#include "runtime/proto.h"
+
+/* ---- time ---- */
+double ftrt__now(void);      /* CLOCK_MONOTONIC seconds */
+double ftrt__wallclock(void); /* CLOCK_REALTIME seconds since the epoch */
+
+/* ---- config ---- */
+/* Validates cfg for a world of `world` processes and resolves the number of spares. Returns 0
+ * or FTRT_ECONFIG (logged). */
+int ftrt__config_check(const ftrt_config *cfg, int world, int *spares_out);
+/* "error"|"warn"|"info"|"debug" -> 0..3, else -1. */
+int ftrt__parse_log_level(const char *v);
+
+/* ---- network helpers (net.c) ---- */
+/* Opens a listening TCP socket on addr (empty: first non-loopback IPv4, else 127.0.0.1), port
+ * chosen by the kernel. Writes the address actually used to addr_out[cap] and the port. Returns
+ * the fd or -errno. */
+int ftrt__listen(const char *addr, char *addr_out, size_t cap, int *port);
+/* Connects to addr:port with a timeout in ms. Returns the fd or -errno. */
+int ftrt__connect(const char *addr, int port, int timeout_ms);
+/* Fills buf with len random bytes (getrandom). Returns 0 or -errno. */
+int ftrt__random(void *buf, size_t len);
+
+/* ---- data plane (comm/mpi_plane.c) ---- */
+typedef struct ftrt__plane {
+    MPI_Comm comm;   /* MPI_COMM_NULL when none */
+    void *buf;       /* staging buffer for collectives (never reused once abandoned) */
+    size_t buf_cap;
+    void **graveyard; /* buffers of abandoned collectives, freed after MPI_Finalize */
+    int ngraveyard;
+} ftrt__plane;
+
+struct ftrt_ctx;
+/* Adopts comm (errors set to return). */
+void ftrt__plane_set(ftrt__plane *p, MPI_Comm comm);
+/* Abandons the current communicator and staging buffer (a collective may still be in flight on
+ * them after a failure): neither is touched again. Returns 0 or -ENOMEM. */
+int ftrt__plane_abandon(ftrt__plane *p);
+/* Frees staging and graveyard buffers; call only after MPI_Finalize or when no collective was
+ * ever abandoned. */
+void ftrt__plane_free(ftrt__plane *p);
+/* Polled broadcast of `bytes` at buf from `root` over the plane; returns 0, FTRT_ERECOVER or a
+ * fatal code (see ftrt__interrupted), FTRT_EMPI. */
+int ftrt__plane_bcast(struct ftrt_ctx *ctx, void *buf, size_t bytes, int root);
+
+/* ---- control-plane state shared with the agent thread ---- */
+typedef struct ftrt__cp {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    pthread_mutex_t send_lock; /* serializes writers of fd */
+    int fd;
+    int wake[2]; /* pipe: wakes the agent to stop */
+    pthread_t thread;
+    int thread_started;
+    _Atomic int pending_epoch; /* newest epoch the coordinator announced */
+    _Atomic int fatal;         /* 0 or FTRT_ENOSPARE/FTRT_ECOORD/FTRT_EABORT */
+    _Atomic int64_t steps_done; /* heartbeat payload, written by the app thread */
+    _Atomic double kept_s;
+    _Atomic int stop;
+    /* guarded by lock */
+    int welcomed;
+    ftrt__welcome welcome;
+    ftrt__plan *plan; /* newest PLAN received (malloc'd) */
+    size_t plan_len;
+    int64_t commit_step;
+    int commit_result;
+    int commit_seen;
+    int shutdown; /* SHUTDOWN received */
+} ftrt__cp;
+
+/* ---- the context ---- */
+struct ftrt_ctx {
+    ftrt_config cfg;
+    int world_rank, world_size;
+    int role; /* enum ftrt__role */
+    int rank, size, epoch;
+    int ntrainers_initial, nspares;
+    int mpi_initialized_by_us;
+    int promoted;   /* spare promoted and ftrt_restore() owes the state transfer */
+    int needs_recover;
+    ftrt__plan *plan; /* the plan being applied (app thread's copy) */
+    char status_file[1100];
+    char host[FTRT__HOST_MAX];
+
+    ftrt__region *regs;
+    int nregs, regs_cap;
+
+    ftrt__plane plane;
+    ftrt__cp cp;
+
+    /* step timing for the report */
+    double t_start;     /* ftrt_init entry */
+    double t_mark;      /* end of the previous step, or resume time */
+    double *step_s;     /* seconds of step i on this rank (0 when not done here) */
+    int64_t step_cap;
+    double kept_s, rework_s, lost_s;
+    int64_t rework_steps;
+
+    int coord_result; /* coordinator: the job's outcome */
+};
+
+/* Returns FTRT_ERECOVER when the epoch changed, the fatal code when the job is over, else 0.
+ * Cheap: two atomic loads. */
+static inline int ftrt__interrupted(struct ftrt_ctx *ctx)
+{
+    int f = atomic_load_explicit(&ctx->cp.fatal, memory_order_acquire);
+    if (f) return f;
+    if (atomic_load_explicit(&ctx->cp.pending_epoch, memory_order_acquire) != ctx->epoch)
+        return FTRT_ERECOVER;
+    return 0;
+}
+
+/* Waits for MPI request *req, polling it with the interrupt flags and yielding the CPU politely.
+ * Returns 0 when complete, else the interrupt code (the request is then abandoned). */
+int ftrt__wait(struct ftrt_ctx *ctx, MPI_Request *req);
+
+/* ---- agent (agent.c) ---- */
+/* Connects to the coordinator, sends HELLO and starts the agent thread. Returns 0 or -errno /
+ * FTRT_ETIMEDOUT. */
+int ftrt__agent_start(struct ftrt_ctx *ctx, const char *addr, int port, uint64_t secret);
+/* Sends a message on the control connection (thread-safe). Returns 0 or -errno. */
+int ftrt__agent_send(struct ftrt_ctx *ctx, uint32_t type, const void *payload, uint32_t len);
+/* Stops and joins the agent thread and closes the connection. Idempotent. */
+void ftrt__agent_stop(struct ftrt_ctx *ctx);
+/* Waits (cp.lock held by the caller) on cp.cond for at most ms milliseconds. */
+void ftrt__cp_wait(struct ftrt_ctx *ctx, int ms);
+
+/* ---- coordinator (coordinator.c) ---- */
+/* Runs the coordinator on world rank 0 until the job ends. listen_fd is owned and closed.
+ * Returns FTRT_DONE on success or the job's failure code. */
+int ftrt__coordinator_run(struct ftrt_ctx *ctx, int listen_fd, uint64_t secret);
+
+/* ---- recovery (recovery.c) ---- */
+/* Builds the communicator and applies ctx->cp.plan (logical rank, size, epoch). Called by
+ * survivors in ftrt_recover() and by a promoted spare in ftrt_init(). Returns 0 or FTRT_EMPI. */
+int ftrt__apply_plan(struct ftrt_ctx *ctx);
+/* State transfer of the plan: broadcast of replicated regions from the source, or a reload of
+ * the plan's checkpoint. Returns 0 or an error code. */
+int ftrt__transfer_state(struct ftrt_ctx *ctx);
+/* Step-time bookkeeping after resuming at step R (rework of steps >= R). */
+void ftrt__ledger_resume(struct ftrt_ctx *ctx, int64_t resume_step);
+
+#endif

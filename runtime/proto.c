@@ -1,0 +1,137 @@
+/* proto.c - control-plane message framing and validation; see proto.h. */
+#include "runtime/proto.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ftrt.h"
+
+size_t ftrt__plan_size(int n) { return sizeof(ftrt__plan) + (size_t)n * sizeof(int32_t); }
+
+static size_t fixed_size(uint32_t type)
+{
+    switch (type) {
+    case FTRT__MSG_HELLO: return sizeof(ftrt__hello);
+    case FTRT__MSG_WELCOME: return sizeof(ftrt__welcome);
+    case FTRT__MSG_HEARTBEAT: return sizeof(ftrt__heartbeat);
+    case FTRT__MSG_FAILURE:
+    case FTRT__MSG_RESUMED:
+    case FTRT__MSG_SHUTDOWN:
+    case FTRT__MSG_ABORT: return sizeof(ftrt__epoch_msg);
+    case FTRT__MSG_REPORT: return sizeof(ftrt__report);
+    case FTRT__MSG_SHARD_DONE:
+    case FTRT__MSG_COMMIT: return sizeof(ftrt__ckpt_msg);
+    case FTRT__MSG_BYE: return sizeof(ftrt__bye);
+    default: return 0;
+    }
+}
+
+int ftrt__msg_check(const ftrt__msghdr *h)
+{
+    if (h->magic != FTRT__MAGIC || h->type == 0 || h->type >= FTRT__MSG_TYPE_END ||
+        h->len > FTRT__MSG_MAX)
+        return FTRT_EPROTO;
+    if (h->type == FTRT__MSG_PLAN) {
+        if (h->len < sizeof(ftrt__plan) || (h->len - sizeof(ftrt__plan)) % sizeof(int32_t) ||
+            (h->len - sizeof(ftrt__plan)) / sizeof(int32_t) > FTRT__MAX_WORLD)
+            return FTRT_EPROTO;
+        return 0;
+    }
+    return h->len == fixed_size(h->type) ? 0 : FTRT_EPROTO;
+}
+
+int ftrt__plan_check(const ftrt__plan *p, size_t len)
+{
+    if (len < sizeof *p || p->ntrainers < 1 || p->ntrainers > FTRT__MAX_WORLD ||
+        len != ftrt__plan_size(p->ntrainers))
+        return FTRT_EPROTO;
+    if (p->source < 0 || p->source >= p->ntrainers || p->logical_rank < 0 ||
+        p->logical_rank >= p->ntrainers || p->resume_step < 0)
+        return FTRT_EPROTO;
+    for (int i = 0; i < p->ntrainers; i++) {
+        if (p->members[i] < 1 || p->members[i] >= FTRT__MAX_WORLD) return FTRT_EPROTO;
+        for (int j = 0; j < i; j++)
+            if (p->members[j] == p->members[i]) return FTRT_EPROTO;
+    }
+    return 0;
+}
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int ftrt__msg_send(int fd, uint32_t type, const void *payload, uint32_t len)
+{
+    uint8_t frame[sizeof(ftrt__msghdr) + 512];
+    ftrt__msghdr h = {FTRT__MAGIC, type, len};
+    if (len <= sizeof frame - sizeof h) { /* one send() for the common small message */
+        memcpy(frame, &h, sizeof h);
+        if (len) memcpy(frame + sizeof h, payload, len);
+        return write_all(fd, frame, sizeof h + len);
+    }
+    int rc = write_all(fd, &h, sizeof h);
+    return rc ? rc : write_all(fd, payload, len);
+}
+
+static void rx_compact(ftrt__rxbuf *rx)
+{
+    if (rx->consumed) {
+        memmove(rx->buf, rx->buf + rx->consumed, rx->used - rx->consumed);
+        rx->used -= rx->consumed;
+        rx->consumed = 0;
+    }
+}
+
+ssize_t ftrt__rx_fill(ftrt__rxbuf *rx, int fd)
+{
+    rx_compact(rx);
+    if (rx->cap - rx->used < 4096) {
+        size_t ncap = rx->cap ? rx->cap * 2 : 8192;
+        const size_t limit = 2 * (FTRT__MSG_MAX + sizeof(ftrt__msghdr));
+        if (ncap > limit) ncap = limit;
+        if (ncap <= rx->used) return -ENOBUFS;
+        uint8_t *nb = realloc(rx->buf, ncap);
+        if (!nb) return -ENOMEM;
+        rx->buf = nb;
+        rx->cap = ncap;
+    }
+    for (;;) {
+        ssize_t n = recv(fd, rx->buf + rx->used, rx->cap - rx->used, MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return (errno == EWOULDBLOCK) ? -EAGAIN : -errno;
+        rx->used += (size_t)n;
+        return n;
+    }
+}
+
+int ftrt__rx_next(ftrt__rxbuf *rx, ftrt__msghdr *h, const void **payload)
+{
+    rx_compact(rx);
+    if (rx->used < sizeof *h) return 0;
+    memcpy(h, rx->buf, sizeof *h);
+    if (ftrt__msg_check(h)) return FTRT_EPROTO;
+    if (rx->used < sizeof *h + h->len) return 0;
+    *payload = rx->buf + sizeof *h;
+    rx->consumed = sizeof *h + h->len;
+    return 1;
+}
+
+void ftrt__rx_free(ftrt__rxbuf *rx)
+{
+    free(rx->buf);
+    memset(rx, 0, sizeof *rx);
+}

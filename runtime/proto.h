@@ -1,0 +1,136 @@
+/*
+ * proto.h - control-plane wire protocol (internal).
+ *
+ * Every message is a 12-byte header {magic, type, payload length} followed by a fixed-layout
+ * payload. Fields are fixed-width and in host byte order: all ranks of one job share an
+ * architecture (mpirun launches one binary). Payloads larger than FTRT__MSG_MAX, unknown types,
+ * a wrong magic or a payload size that does not match its type are protocol errors: the
+ * connection is dropped.
+ */
+#ifndef FTRT_PROTO_H
+#define FTRT_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define FTRT__MAGIC 0x46545254u /* "FTRT" */
+#define FTRT__MSG_MAX 65536u
+#define FTRT__MAX_WORLD 4096
+#define FTRT__HOST_MAX 64
+
+enum ftrt__msg_type {
+    FTRT__MSG_HELLO = 1,      /* rank -> coord: join, with the job secret */
+    FTRT__MSG_WELCOME,        /* coord -> rank: role and logical rank */
+    FTRT__MSG_HEARTBEAT,      /* rank -> coord: liveness and progress */
+    FTRT__MSG_FAILURE,        /* coord -> trainers: epoch changed */
+    FTRT__MSG_REPORT,         /* trainer -> coord: progress for the recovery plan */
+    FTRT__MSG_PLAN,           /* coord -> members: new membership and resume step */
+    FTRT__MSG_RESUMED,        /* member -> coord: back in the training loop */
+    FTRT__MSG_SHARD_DONE,     /* trainer -> coord: shard durable (or failed) */
+    FTRT__MSG_COMMIT,         /* coord -> trainers: checkpoint committed (or failed) */
+    FTRT__MSG_BYE,            /* trainer -> coord: finished, with statistics */
+    FTRT__MSG_SHUTDOWN,       /* coord -> spares: job over */
+    FTRT__MSG_ABORT,          /* coord -> all: job failed, with the code */
+    FTRT__MSG_TYPE_END
+};
+
+enum ftrt__role { FTRT__ROLE_COORD = 0, FTRT__ROLE_TRAINER, FTRT__ROLE_SPARE, FTRT__ROLE_FAILED };
+
+typedef struct ftrt__msghdr {
+    uint32_t magic;
+    uint32_t type;
+    uint32_t len; /* payload bytes */
+} ftrt__msghdr;
+
+typedef struct ftrt__hello {
+    uint64_t secret;
+    int32_t world_rank;
+    int32_t pid;
+    char host[FTRT__HOST_MAX];
+} ftrt__hello;
+
+typedef struct ftrt__welcome {
+    int32_t role;
+    int32_t logical_rank;
+    int32_t ntrainers;
+    int32_t epoch;
+} ftrt__welcome;
+
+typedef struct ftrt__heartbeat {
+    int64_t steps_done;
+    double kept_s; /* seconds of this rank's steps that are kept so far */
+    int32_t epoch;
+    int32_t pad;
+} ftrt__heartbeat;
+
+typedef struct ftrt__epoch_msg { /* FAILURE, RESUMED, SHUTDOWN, ABORT (code in value) */
+    int32_t epoch;
+    int32_t value;
+} ftrt__epoch_msg;
+
+typedef struct ftrt__report {
+    int64_t steps_done;
+    int32_t epoch;
+    int32_t has_sharded;
+} ftrt__report;
+
+typedef struct ftrt__plan {
+    int64_t resume_step;
+    int64_t ckpt_step; /* >= 0: every member reloads this committed checkpoint */
+    int32_t epoch;
+    int32_t ntrainers;
+    int32_t source;       /* logical rank that broadcasts replicated state */
+    int32_t logical_rank; /* the recipient's */
+    int32_t members[];    /* ntrainers world ranks, index = logical rank */
+} ftrt__plan;
+
+typedef struct ftrt__ckpt_msg { /* SHARD_DONE and COMMIT */
+    int64_t step;
+    int32_t epoch;
+    int32_t result; /* 0 or a negative code */
+} ftrt__ckpt_msg;
+
+typedef struct ftrt__bye {
+    int64_t steps_done;
+    int64_t rework_steps;
+    double kept_s;
+    double rework_s;
+    double lost_s; /* partial steps abandoned at failures */
+} ftrt__bye;
+
+/* Checks a received header: magic, known type, payload within FTRT__MSG_MAX and of the size the
+ * type requires (PLAN: at least the fixed part and a whole number of members, at most
+ * FTRT__MAX_WORLD). Returns 0 or FTRT_EPROTO. Pure function, thread-safe. */
+int ftrt__msg_check(const ftrt__msghdr *h);
+
+/* Checks a received PLAN payload of len bytes: ntrainers matches len, source and logical_rank
+ * in range, member world ranks in [1, FTRT__MAX_WORLD) and distinct. Returns 0 or FTRT_EPROTO. */
+int ftrt__plan_check(const ftrt__plan *p, size_t len);
+
+/* Size of a PLAN payload carrying n members. */
+size_t ftrt__plan_size(int n);
+
+/* Sends one message (header + len payload bytes) on a blocking socket, retrying on EINTR and
+ * short writes, with MSG_NOSIGNAL. Returns 0 or -errno. The caller serializes senders. */
+int ftrt__msg_send(int fd, uint32_t type, const void *payload, uint32_t len);
+
+/* Incremental receiver for one connection: feed it bytes, take out whole messages. */
+typedef struct ftrt__rxbuf {
+    uint8_t *buf;
+    size_t used, cap;
+    size_t consumed; /* bytes of the message handed out last, dropped on the next call */
+} ftrt__rxbuf;
+
+/* Reads what is available on fd (non-blocking or after poll) into rx. Returns bytes read (> 0),
+ * 0 on EOF, -EAGAIN when nothing was there, or -errno. */
+ssize_t ftrt__rx_fill(ftrt__rxbuf *rx, int fd);
+
+/* Takes the next whole message out of rx: returns 1 and sets *h and *payload (valid until the
+ * next rx call), 0 when no whole message is buffered, or FTRT_EPROTO for a malformed one. */
+int ftrt__rx_next(ftrt__rxbuf *rx, ftrt__msghdr *h, const void **payload);
+
+/* Frees rx's buffer. */
+void ftrt__rx_free(ftrt__rxbuf *rx);
+
+#endif

@@ -1,0 +1,158 @@
+/*
+ * recovery.c - the trainer side of an epoch change (ARCHITECTURE.md "Recovery").
+ *
+ * ftrt_recover(): report progress for the new epoch, wait for the coordinator's PLAN (re-report
+ * if a newer epoch folds in another failure), abandon the old communicator and its buffers,
+ * build the new one with MPI_Comm_create_group over the plan's members ordered by logical rank
+ * (collective over that group only, so the dead process is never touched), then transfer state:
+ * replicated regions by broadcast from the most advanced survivor, or, when sharded regions
+ * exist, a reload of the plan's committed checkpoint. A promoted spare runs the same steps from
+ * ftrt_init() (communicator) and ftrt_restore() (state).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/internal.h"
+#include "runtime/log.h"
+
+int ftrt__apply_plan(ftrt_ctx *ctx)
+{
+    pthread_mutex_lock(&ctx->cp.lock);
+    ftrt__plan *p = malloc(ctx->cp.plan_len);
+    if (p) memcpy(p, ctx->cp.plan, ctx->cp.plan_len);
+    pthread_mutex_unlock(&ctx->cp.lock);
+    if (!p) return -ENOMEM;
+    free(ctx->plan);
+    ctx->plan = p;
+
+    if (ctx->plane.comm != MPI_COMM_NULL && ftrt__plane_abandon(&ctx->plane)) return -ENOMEM;
+    MPI_Group world, grp;
+    MPI_Comm comm = MPI_COMM_NULL;
+    if (MPI_Comm_group(MPI_COMM_WORLD, &world) != MPI_SUCCESS) return FTRT_EMPI;
+    int rc = MPI_Group_incl(world, p->ntrainers, p->members, &grp);
+    MPI_Group_free(&world);
+    if (rc != MPI_SUCCESS) return FTRT_EMPI;
+    rc = MPI_Comm_create_group(MPI_COMM_WORLD, grp, p->epoch, &comm);
+    MPI_Group_free(&grp);
+    if (rc != MPI_SUCCESS) {
+        char msg[MPI_MAX_ERROR_STRING];
+        int len = 0;
+        MPI_Error_string(rc, msg, &len);
+        ftrt_log_error("MPI_Comm_create_group for epoch %d failed: %s", p->epoch, msg);
+        return FTRT_EMPI;
+    }
+    ftrt__plane_set(&ctx->plane, comm);
+    ctx->rank = p->logical_rank;
+    ctx->size = p->ntrainers;
+    ctx->epoch = p->epoch;
+    ctx->needs_recover = 0;
+    return 0;
+}
+
+/* FNV-1a over the region table (names, sizes, flags): every member must agree on it. */
+static uint64_t regions_signature(const ftrt_ctx *ctx, int replicated_only)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < ctx->nregs; i++) {
+        const ftrt__region *r = &ctx->regs[i];
+        if (replicated_only && r->flags != FTRT_REGION_REPLICATED) continue;
+        uint64_t b = r->bytes;
+        const unsigned char *parts[3] = {(const unsigned char *)r->name,
+                                         (const unsigned char *)&b,
+                                         (const unsigned char *)&r->flags};
+        size_t lens[3] = {strlen(r->name), sizeof b, sizeof r->flags};
+        for (int k = 0; k < 3; k++)
+            for (size_t j = 0; j < lens[k]; j++) h = (h ^ parts[k][j]) * 1099511628211ull;
+    }
+    return h;
+}
+
+int ftrt__transfer_state(ftrt_ctx *ctx)
+{
+    const ftrt__plan *p = ctx->plan;
+    if (p->ckpt_step >= 0) {
+        int rc = ftrt__ckpt_load(ctx->cfg.ckpt_dir, p->ckpt_step, ctx->rank, ctx->size,
+                                 ctx->regs, ctx->nregs);
+        if (rc) ftrt_log_error("recovery: cannot reload checkpoint step %lld: %s",
+                               (long long)p->ckpt_step, ftrt_strerror(rc));
+        return rc;
+    }
+    /* Agree on the replicated region table, then broadcast each region from the source. */
+    uint64_t sig[2] = {regions_signature(ctx, 1), 0};
+    sig[1] = sig[0];
+    int rc = ftrt__plane_bcast(ctx, &sig[1], sizeof sig[1], p->source);
+    if (rc) return rc;
+    int64_t agree[1] = {sig[0] == sig[1] ? 1 : 0};
+    rc = ftrt_allreduce(ctx, agree, 1, FTRT_INT64, FTRT_MIN);
+    if (rc) return rc;
+    if (!agree[0]) {
+        ftrt_log_error("recovery: members registered different replicated regions");
+        return FTRT_EMISMATCH;
+    }
+    for (int i = 0; i < ctx->nregs; i++) {
+        ftrt__region *r = &ctx->regs[i];
+        if (r->flags != FTRT_REGION_REPLICATED) continue;
+        rc = ftrt__plane_bcast(ctx, r->ptr, r->bytes, p->source);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int has_sharded(const ftrt_ctx *ctx)
+{
+    for (int i = 0; i < ctx->nregs; i++)
+        if (ctx->regs[i].flags == FTRT_REGION_SHARDED) return 1;
+    return 0;
+}
+
+/* Reports progress for the announced epoch and waits for its PLAN. */
+static int await_plan(ftrt_ctx *ctx)
+{
+    int reported = -1, rc = 0;
+    pthread_mutex_lock(&ctx->cp.lock);
+    for (;;) {
+        if ((rc = atomic_load(&ctx->cp.fatal)) != 0) break;
+        int pending = atomic_load(&ctx->cp.pending_epoch);
+        if (ctx->cp.plan && ctx->cp.plan->epoch == pending && pending > ctx->epoch) break;
+        if (pending != reported) {
+            ftrt__report rep = {.steps_done = atomic_load(&ctx->cp.steps_done),
+                                .epoch = pending, .has_sharded = has_sharded(ctx)};
+            pthread_mutex_unlock(&ctx->cp.lock);
+            rc = ftrt__agent_send(ctx, FTRT__MSG_REPORT, &rep, sizeof rep);
+            pthread_mutex_lock(&ctx->cp.lock);
+            if (rc) {
+                rc = FTRT_ECOORD;
+                break;
+            }
+            reported = pending;
+        }
+        ftrt__cp_wait(ctx, 10);
+    }
+    pthread_mutex_unlock(&ctx->cp.lock);
+    return rc;
+}
+
+int ftrt_recover(ftrt_ctx *ctx, int64_t *step)
+{
+    if (!ctx || !step) return FTRT_EINVAL;
+    if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
+    int rc = atomic_load(&ctx->cp.fatal);
+    if (rc) return rc;
+    if (atomic_load(&ctx->cp.pending_epoch) == ctx->epoch) return FTRT_ESTATE;
+    ctx->needs_recover = 1;
+    double t0 = ftrt__now();
+    rc = await_plan(ctx);
+    if (rc) return rc;
+    rc = ftrt__apply_plan(ctx);
+    if (rc) return rc;
+    rc = ftrt__transfer_state(ctx);
+    if (rc) return rc;
+    *step = ctx->plan->resume_step;
+    ftrt__ledger_resume(ctx, *step);
+    ftrt__epoch_msg m = {.epoch = ctx->epoch};
+    ftrt__agent_send(ctx, FTRT__MSG_RESUMED, &m, sizeof m);
+    ftrt_log_info("recovered into epoch %d as logical rank %d in %.1f ms; resuming at step %lld",
+                  ctx->epoch, ctx->rank, (ftrt__now() - t0) * 1e3, (long long)*step);
+    return 0;
+}

@@ -1,0 +1,142 @@
+/*
+ * report.c - the end-of-job report: JSON (FTRT_REPORT / --report) and a short human summary on
+ * the coordinator's stdout.
+ *
+ * Every figure is measured: MTTD from the coordinator's clock (detection) and, when a fault
+ * injector wrote FTRT_FAULT_LOG, its injection time (wall clock, same host); otherwise the
+ * bound detection - last message heard. MTTR is detection -> the last member's RESUMED. Goodput
+ * is the rank-seconds of kept steps (each trainer times its own steps; a dead rank's figure
+ * comes from its last heartbeat) over allocated = (trainers + spares) x wall time.
+ * JSON schema (version 1): see README.md "Report".
+ */
+#include <errno.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/coord.h"
+#include "runtime/log.h"
+
+/* Latest injection time (unix seconds) for pid/world rank at or before t_detect_wall in the
+ * JSON-lines fault log, or -1. Lines that do not parse are skipped. */
+static double injected_at(const char *log, int pid, int w, double t_detect_wall)
+{
+    if (!log || !*log) return -1;
+    FILE *f = fopen(log, "r");
+    if (!f) return -1;
+    char line[4096];
+    double best = -1;
+    while (fgets(line, sizeof line, f)) {
+        json_object *o = json_tokener_parse(line), *v;
+        if (!o) continue;
+        double t = json_object_object_get_ex(o, "time", &v) ? json_object_get_double(v) : -1;
+        int p = json_object_object_get_ex(o, "pid", &v) ? json_object_get_int(v) : -1;
+        int wr = json_object_object_get_ex(o, "world_rank", &v) ? json_object_get_int(v) : -1;
+        if ((p == pid || (p < 0 && wr == w)) && t > 0 && t <= t_detect_wall + 1e-3 && t > best)
+            best = t;
+        json_object_put(o);
+    }
+    fclose(f);
+    return best;
+}
+
+int ftrt__report_write(ftrt__coord *c)
+{
+    const ftrt_config *cfg = &c->ctx->cfg;
+    double wall = c->t_end - c->t_start;
+    int nspares = c->W - 1 - c->N;
+    double allocated = (double)(c->N + nspares) * wall;
+    double kept = 0, rework_s = 0, lost_s = 0;
+    int64_t steps = 0;
+    for (int w = 1; w < c->W; w++) {
+        const ftrt__crank *r = &c->r[w];
+        kept += r->kept_s;
+        if (r->said_bye) {
+            rework_s += r->bye.rework_s;
+            lost_s += r->bye.lost_s;
+        }
+        if (r->steps_done > steps) steps = r->steps_done;
+    }
+    double goodput = allocated > 0 ? kept / allocated : 0;
+    int ok = c->result == FTRT_DONE;
+
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "schema", json_object_new_int(1));
+    json_object_object_add(o, "status", json_object_new_string(ok ? "finished" : "failed"));
+    json_object_object_add(o, "error", ok ? NULL : json_object_new_string(ftrt_err_name(c->result)));
+    json_object_object_add(o, "steps", json_object_new_int64(steps));
+    json_object_object_add(o, "wall_s", json_object_new_double(wall));
+    json_object_object_add(o, "trainers", json_object_new_int(c->N));
+    json_object_object_add(o, "spares", json_object_new_int(nspares));
+    json_object_object_add(o, "epoch", json_object_new_int(c->epoch));
+    json_object_object_add(o, "allocated_rank_s", json_object_new_double(allocated));
+    json_object_object_add(o, "kept_step_rank_s", json_object_new_double(kept));
+    json_object_object_add(o, "rework_rank_s", json_object_new_double(rework_s));
+    json_object_object_add(o, "lost_partial_step_rank_s", json_object_new_double(lost_s));
+    json_object_object_add(o, "goodput", json_object_new_double(goodput));
+    json_object *ck = json_object_new_object();
+    json_object_object_add(ck, "committed", json_object_new_int(c->ncommitted));
+    json_object_object_add(ck, "failed", json_object_new_int(c->nckpt_failed));
+    json_object_object_add(ck, "last_committed_step", json_object_new_int64(c->last_committed));
+    json_object_object_add(o, "checkpoints", ck);
+
+    printf("ftrt report: job %s%s%s after %lld steps, %d trainers + %d spare(s), wall %.3f s\n",
+           ok ? "finished" : "FAILED", ok ? "" : ": ", ok ? "" : ftrt_err_name(c->result),
+           (long long)steps, c->N, nspares, wall);
+    printf("  failures: %d\n", c->ninc);
+    json_object *fl = json_object_new_array();
+    int64_t rework_steps = 0;
+    for (int i = 0; i < c->ninc; i++) {
+        const ftrt__incident *x = &c->inc[i];
+        double inj = injected_at(cfg->fault_log, x->pid, x->world_rank, x->t_detect_wall);
+        double bound = x->t_detect - x->t_last_heard;
+        double mttd = inj > 0 ? x->t_detect_wall - inj : bound;
+        double mttr = x->recovered ? x->t_resumed - x->t_detect : -1;
+        rework_steps += x->rework_steps;
+        json_object *f = json_object_new_object();
+        json_object_object_add(f, "world_rank", json_object_new_int(x->world_rank));
+        json_object_object_add(f, "logical_rank", json_object_new_int(x->logical_rank));
+        json_object_object_add(f, "pid", json_object_new_int(x->pid));
+        json_object_object_add(f, "kind", json_object_new_string(ftrt__failure_kind_name(x->kind)));
+        json_object_object_add(f, "detected_at", json_object_new_double(x->t_detect_wall));
+        json_object_object_add(f, "mttd_s", json_object_new_double(mttd));
+        json_object_object_add(f, "mttd_source",
+                               json_object_new_string(inj > 0 ? "fault_log" : "bound"));
+        json_object_object_add(f, "mttd_bound_s", json_object_new_double(bound));
+        json_object_object_add(f, "recovered", json_object_new_boolean(x->recovered));
+        json_object_object_add(f, "mttr_s", x->recovered ? json_object_new_double(mttr) : NULL);
+        json_object_object_add(f, "spare_world_rank",
+                               x->spare_world_rank >= 0 ? json_object_new_int(x->spare_world_rank) : NULL);
+        json_object_object_add(f, "epoch", json_object_new_int(x->epoch));
+        json_object_object_add(f, "resume_step",
+                               x->resume_step >= 0 ? json_object_new_int64(x->resume_step) : NULL);
+        json_object_object_add(f, "rework_steps", json_object_new_int64(x->rework_steps));
+        json_object_array_add(fl, f);
+        printf("    #%d logical rank %d (world rank %d, pid %d): %s, MTTD %.1f ms (%s), ", i + 1,
+               x->logical_rank, x->world_rank, x->pid, ftrt__failure_kind_name(x->kind),
+               mttd * 1e3, inj > 0 ? "from the fault log" : "upper bound");
+        if (x->recovered)
+            printf("MTTR %.1f ms, hot spare world rank %d, resumed at step %lld, rework %lld steps\n",
+                   mttr * 1e3, x->spare_world_rank, (long long)x->resume_step,
+                   (long long)x->rework_steps);
+        else
+            printf("not recovered\n");
+    }
+    json_object_object_add(o, "failures", fl);
+    json_object_object_add(o, "rework_steps", json_object_new_int64(rework_steps));
+    printf("  rework: %lld steps, %.3f rank-s redone, %.3f rank-s of partial steps lost\n",
+           (long long)rework_steps, rework_s, lost_s);
+    printf("  checkpoints: %d committed, %d failed, last committed step %lld\n", c->ncommitted,
+           c->nckpt_failed, (long long)c->last_committed);
+    printf("  goodput: %.3f (%.2f rank-s of kept steps / %.2f rank-s allocated)\n", goodput, kept,
+           allocated);
+    fflush(stdout);
+
+    int rc = 0;
+    if (cfg->report_file[0]) {
+        rc = ftrt__write_json_atomic(cfg->report_file, o);
+        if (rc) ftrt_log_error("cannot write the report %s: %s", cfg->report_file, strerror(-rc));
+    }
+    json_object_put(o);
+    return rc;
+}

@@ -1,0 +1,89 @@
+/*
+ * status.c - the coordinator's status file (FTRT_STATUS_FILE, default <ckpt_dir>/status.json).
+ *
+ * Rewritten atomically (temp file + rename) on every membership change and, at most four times a
+ * second, when progress changes, so fault injectors and people can see who is who:
+ * {"schema":1, "job": "starting|running|recovering|failing|finished|failed", "epoch": E,
+ *  "updated": unix seconds, "trainers": N, "spares_left": k, "last_committed_step": S|-1,
+ *  "ranks": [{"world_rank", "pid", "host", "role", "logical_rank" (or null), "steps_done",
+ *             "last_step"}]}
+ */
+#include <errno.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/coord.h"
+#include "runtime/log.h"
+
+static const char *job_state(const ftrt__coord *c)
+{
+    switch (c->phase) {
+    case PH_INIT: return "starting";
+    case PH_RUNNING: return "running";
+    case PH_COLLECT:
+    case PH_RESUMING: return "recovering";
+    case PH_ABORTING: return "failing";
+    default: return c->result == FTRT_DONE ? "finished" : "failed";
+    }
+}
+
+int ftrt__write_json_atomic(const char *path, json_object *o)
+{
+    char tmp[1200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) return -errno;
+    const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY);
+    int ok = fputs(s, f) >= 0 && fputc('\n', f) != EOF;
+    ok = (fflush(f) == 0) && ok;
+    int e = errno;
+    if (fclose(f) != 0 && ok) {
+        ok = 0;
+        e = errno;
+    }
+    if (!ok || rename(tmp, path) != 0) {
+        if (ok) e = errno;
+        unlink(tmp);
+        return -e;
+    }
+    return 0;
+}
+
+int ftrt__status_write(ftrt__coord *c)
+{
+    static int warned;
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "schema", json_object_new_int(1));
+    json_object_object_add(o, "job", json_object_new_string(job_state(c)));
+    json_object_object_add(o, "epoch", json_object_new_int(c->epoch));
+    json_object_object_add(o, "updated", json_object_new_double(ftrt__wallclock()));
+    json_object_object_add(o, "trainers", json_object_new_int(c->N));
+    int spares = 0;
+    for (int w = 1; w < c->W; w++) spares += c->r[w].role == FTRT__ROLE_SPARE;
+    json_object_object_add(o, "spares_left", json_object_new_int(spares));
+    json_object_object_add(o, "last_committed_step", json_object_new_int64(c->last_committed));
+    json_object *ranks = json_object_new_array();
+    for (int w = 0; w < c->W; w++) {
+        const ftrt__crank *r = &c->r[w];
+        json_object *x = json_object_new_object();
+        json_object_object_add(x, "world_rank", json_object_new_int(w));
+        json_object_object_add(x, "pid", json_object_new_int(r->pid));
+        json_object_object_add(x, "host", json_object_new_string(r->host));
+        json_object_object_add(x, "role", json_object_new_string(ftrt__role_name(r->role)));
+        json_object_object_add(x, "logical_rank",
+                               r->logical >= 0 ? json_object_new_int(r->logical) : NULL);
+        json_object_object_add(x, "steps_done", json_object_new_int64(r->steps_done));
+        json_object_object_add(x, "last_step", json_object_new_int64(r->steps_done - 1));
+        json_object_array_add(ranks, x);
+    }
+    json_object_object_add(o, "ranks", ranks);
+    int rc = ftrt__write_json_atomic(c->ctx->status_file, o);
+    json_object_put(o);
+    if (rc && !warned) {
+        warned = 1;
+        ftrt_log_warn("cannot write the status file %s: %s", c->ctx->status_file, strerror(-rc));
+    }
+    return rc;
+}

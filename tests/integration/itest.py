@@ -1,0 +1,286 @@
+#!/usr/bin/env python3
+"""MPI integration tests for ftrt: real mpirun jobs of examples/train_mlp with real processes
+killed by signals. Python 3 standard library only.
+
+Usage: itest.py --bin BUILD/examples/train_mlp --work DIR <case>
+Cases:
+  reference   fault-free run; keeps DIR/reference.params for the other cases
+  kill        SIGKILL a trainer mid-run: the hot spare takes its place, the job finishes and the
+              final parameters are byte-identical to the reference
+  hang        SIGSTOP a trainer: declared failed by heartbeat timeout, fenced, replaced; result
+              byte-identical
+  relaunch    kill the whole job after a committed checkpoint, relaunch: it resumes from the
+              checkpoint and ends byte-identical
+  nospare     a trainer dies with no spare left: prompt non-zero exit with a clear error and a
+              committed checkpoint that a relaunch resumes from
+Exit 0 = pass, 1 = fail, 77 = skipped.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+STEPS = 200
+TRAIN_ARGS = ["--steps", str(STEPS), "--batch", "32", "--hidden", "64", "--seed", "7",
+              "--step-sleep-ms", "15", "--ckpt-every", "25"]
+
+
+class Fail(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Fail(msg)
+    print("  ok:", msg, flush=True)
+
+
+def mpirun_cmd(binary, np_, extra):
+    return ["mpirun", "--enable-recovery", "--oversubscribe", "--bind-to", "none",
+            "--mca", "mpi_yield_when_idle", "1", "-np", str(np_), binary] + TRAIN_ARGS + extra
+
+
+def env_for(spares=None, timeout_ms=None):
+    env = dict(os.environ)
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    if spares is not None:
+        env["FTRT_SPARES"] = str(spares)
+    if timeout_ms is not None:
+        env["FTRT_HEARTBEAT_TIMEOUT_MS"] = str(timeout_ms)
+    return env
+
+
+class Job:
+    def __init__(self, args, name, np_=6, spares=None, timeout_ms=None, fresh=True):
+        self.dir = os.path.join(args.work, name)
+        if fresh:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        os.makedirs(self.dir, exist_ok=True)
+        self.ckpt = os.path.join(self.dir, "ckpt")
+        self.params = os.path.join(self.dir, "final.params")
+        self.report = os.path.join(self.dir, "report.json")
+        self.status = os.path.join(self.ckpt, "status.json")
+        self.fault_log = os.path.join(self.dir, "faults.jsonl")
+        self.cmd = mpirun_cmd(args.bin, np_, ["--ckpt-dir", self.ckpt, "--params-out",
+                                              self.params, "--report", self.report])
+        self.env = env_for(spares, timeout_ms)
+        self.env["FTRT_FAULT_LOG"] = self.fault_log
+        self.out = None
+        self.proc = None
+
+    def start(self):
+        for p in (self.params, self.report, self.status):
+            if os.path.exists(p):
+                os.unlink(p)
+        self.log = open(os.path.join(self.dir, "job.log"), "w")
+        print("  $", " ".join(self.cmd), flush=True)
+        self.t0 = time.monotonic()
+        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        return self
+
+    def wait(self, timeout):
+        try:
+            self.out, _ = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.out, _ = self.proc.communicate()
+            self.log.write(self.out)
+            self.log.close()
+            raise Fail(f"job did not finish within {timeout} s; log in {self.log.name}")
+        self.elapsed = time.monotonic() - self.t0
+        self.log.write(self.out)
+        self.log.close()
+        return self.proc.returncode
+
+    def status_json(self):
+        try:
+            with open(self.status) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    def wait_status(self, pred, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise Fail("job ended before the expected state was reached")
+            st = self.status_json()
+            if st and pred(st):
+                return st
+            time.sleep(0.02)
+        raise Fail("timed out waiting for the status file to reach the expected state")
+
+    def inject(self, sig, rank, kind):
+        """Sends sig to a rank (a dict from the status file) and logs the ground truth."""
+        with open(self.fault_log, "a") as f:
+            f.write(json.dumps({"time": time.time(), "kind": kind, "pid": rank["pid"],
+                                "world_rank": rank["world_rank"]}) + "\n")
+        os.kill(rank["pid"], sig)
+        print(f"  injected {kind} into world rank {rank['world_rank']} (pid {rank['pid']})",
+              flush=True)
+
+
+def trainer(st, logical):
+    for r in st["ranks"]:
+        if r["role"] == "trainer" and r["logical_rank"] == logical:
+            return r
+    return None
+
+
+def same_bytes(a, b):
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        return fa.read() == fb.read()
+
+
+def load_report(job):
+    with open(job.report) as f:
+        return json.load(f)
+
+
+def ref_path(args):
+    return os.path.join(args.work, "reference.params")
+
+
+def need_reference(args):
+    if not os.path.exists(ref_path(args)):
+        case_reference(args)
+
+
+def case_reference(args):
+    job = Job(args, "reference").start()
+    rc = job.wait(180)
+    check(rc == 0, f"fault-free job exits 0 (got {rc})")
+    check("test accuracy:" in job.out, "rank 0 printed the test accuracy")
+    rep = load_report(job)
+    check(rep["status"] == "finished" and rep["steps"] == STEPS and not rep["failures"],
+          f"report: finished, {STEPS} steps, no failures")
+    check(rep["checkpoints"]["committed"] == STEPS // 25, "a checkpoint committed every 25 steps")
+    check(os.path.getsize(job.params) > 0, "final parameters written")
+    shutil.copyfile(job.params, ref_path(args))
+
+
+def expect_identical(job, args):
+    check(same_bytes(job.params, ref_path(args)),
+          "final parameters are byte-identical to the fault-free run")
+
+
+def case_kill(args):
+    need_reference(args)
+    job = Job(args, "kill").start()
+    st = job.wait_status(lambda s: s["job"] == "running" and trainer(s, 2)
+                         and trainer(s, 2)["steps_done"] >= 60)
+    victim = trainer(st, 2)
+    job.inject(signal.SIGKILL, victim, "sigkill")
+    rc = job.wait(180)
+    check(rc == 0, f"job survives the kill and exits 0 (got {rc})")
+    rep = load_report(job)
+    check(len(rep["failures"]) == 1, "one failure reported")
+    f = rep["failures"][0]
+    check(f["kind"] == "connection_lost" and f["recovered"], "detected by connection loss, recovered")
+    check(f["mttd_source"] == "fault_log" and 0 <= f["mttd_s"] < 1.0,
+          f"MTTD from the fault log, under 1 s ({f['mttd_s'] * 1e3:.1f} ms)")
+    check(f["mttr_s"] is not None and f["mttr_s"] < 10, f"MTTR {f['mttr_s'] * 1e3:.1f} ms")
+    st = job.status_json()
+    spare = [r for r in st["ranks"] if r["world_rank"] == f["spare_world_rank"]][0]
+    check(spare["role"] == "trainer" and spare["logical_rank"] == 2,
+          "the hot spare now holds logical rank 2")
+    check([r for r in st["ranks"] if r["pid"] == victim["pid"]][0]["role"] == "failed",
+          "the killed rank is marked failed")
+    expect_identical(job, args)
+
+
+def case_hang(args):
+    need_reference(args)
+    job = Job(args, "hang", timeout_ms=1000).start()
+    st = job.wait_status(lambda s: s["job"] == "running" and trainer(s, 1)
+                         and trainer(s, 1)["steps_done"] >= 60)
+    victim = trainer(st, 1)
+    job.inject(signal.SIGSTOP, victim, "sigstop")
+    rc = job.wait(180)
+    check(rc == 0, f"job survives the frozen trainer and exits 0 (got {rc})")
+    rep = load_report(job)
+    check(len(rep["failures"]) == 1, "one failure reported")
+    f = rep["failures"][0]
+    check(f["kind"] == "heartbeat_timeout" and f["recovered"], "detected by heartbeat timeout")
+    check(0.9 <= f["mttd_s"] < 3.0, f"MTTD {f['mttd_s']:.3f} s is about the 1 s timeout")
+    try:
+        os.kill(victim["pid"], 0)
+        alive = True
+    except ProcessLookupError:
+        alive = False
+    check(not alive, "the frozen rank was fenced (killed)")
+    expect_identical(job, args)
+
+
+def case_relaunch(args):
+    need_reference(args)
+    job = Job(args, "relaunch").start()
+    job.wait_status(lambda s: s["last_committed_step"] >= 75)
+    os.killpg(job.proc.pid, signal.SIGKILL)  # the whole job, mpirun included
+    for r in (job.status_json() or {"ranks": []})["ranks"]:
+        try:
+            os.kill(r["pid"], signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    job.wait(60)
+    time.sleep(0.5)
+    with open(os.path.join(job.ckpt, "LATEST")) as f:
+        latest = f.read().strip()
+    check(latest.startswith("step-") and int(latest[5:]) >= 75, f"LATEST names {latest}")
+    job2 = Job(args, "relaunch", fresh=False).start()
+    rc = job2.wait(180)
+    check(rc == 0, f"relaunched job exits 0 (got {rc})")
+    check(f"resumed at step {int(latest[5:])}" in job2.out or "resumed at step" in job2.out,
+          "the relaunched job resumed from the checkpoint")
+    expect_identical(job2, args)
+
+
+def case_nospare(args):
+    need_reference(args)
+    job = Job(args, "nospare", np_=5, spares=0).start()
+    st = job.wait_status(lambda s: s["last_committed_step"] >= 50 and trainer(s, 0))
+    victim = trainer(st, 0)
+    t_kill = time.monotonic()
+    job.inject(signal.SIGKILL, victim, "sigkill")
+    rc = job.wait(60)
+    took = time.monotonic() - t_kill
+    check(rc != 0, f"job exits non-zero (got {rc})")
+    check(took < 15, f"job exited promptly ({took:.1f} s after the kill)")
+    check("no hot spare is left" in job.out, "a clear error names the cause")
+    rep = load_report(job)
+    check(rep["status"] == "failed" and rep["error"] == "FTRT_ENOSPARE", "report says FTRT_ENOSPARE")
+    committed = rep["checkpoints"]["last_committed_step"]
+    check(committed >= 50, f"a committed checkpoint remains (step {committed})")
+    job2 = Job(args, "nospare", np_=5, spares=0, fresh=False).start()
+    rc = job2.wait(180)
+    check(rc == 0 and "resumed at step" in job2.out, "a relaunch resumes from it and finishes")
+    expect_identical(job2, args)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("case", choices=["reference", "kill", "hang", "relaunch", "nospare"])
+    args = ap.parse_args()
+    if shutil.which("mpirun") is None:
+        print("mpirun not found: skipping")
+        return 77
+    os.makedirs(args.work, exist_ok=True)
+    print(f"case {args.case}:", flush=True)
+    try:
+        globals()["case_" + args.case](args)
+    except Fail as e:
+        print("FAIL:", e, flush=True)
+        return 1
+    print("PASS", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
