@@ -1,0 +1,793 @@
+/*
+ * train_mlp.c - data-parallel training of a multilayer perceptron on the UCI handwritten
+ * digits, kept alive through rank failures by ftrt. The main example of the runtime.
+ *
+ *   mpirun --enable-recovery -np 6 ./train_mlp --steps 300 --ckpt-dir /tmp/ckpt
+ *   (world rank 0: coordinator; 1..4: trainers; 5: hot spare)
+ *
+ * Model: 64 -> H (ReLU) -> 10, softmax cross-entropy, momentum SGD. All parameters live in one
+ * float32 array laid out as W1[H][64], b1[H], W2[10][H], b2[10] (75 H + 10 floats); the
+ * momentum buffer is a second array of the same size. Both are registered with ftrt as
+ * REPLICATED regions, so a recovery or a restart restores them exactly.
+ *
+ * Determinism: logical rank r's minibatch at step s is a pure function of (seed, s, r); every
+ * rank computes the gradient sum over its minibatch in a fixed order in float32, ftrt's
+ * allreduce is bitwise deterministic for a fixed number of trainers, and the update is applied
+ * element by element. So a run that survives failures (or is restarted from a checkpoint) ends
+ * with bitwise the same parameters as an undisturbed run with the same flags and trainer count.
+ *
+ * The training loop follows the contract of include/ftrt.h: FTRT_ERECOVER from any collective
+ * call means "call ftrt_recover() and continue at the step it returns".
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "digits.h"
+#include "ftrt.h"
+
+#define IN DIGITS_FEATURES  /* 64 inputs */
+#define OUT DIGITS_CLASSES  /* 10 outputs */
+#define TEST_FRACTION 0.2   /* held-out share of the data set */
+#define SPLIT_SEED 0x6469676974735f31ull /* fixed: the split never depends on --seed */
+#define PROGRESS_EVERY 100  /* steps between progress lines */
+#define HIDDEN_MAX (1ull << 31)
+#define BATCH_MAX (1ull << 20)
+
+/* ------------------------------------------------------------------------------------------ */
+/* Command line                                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct options {
+    int64_t steps;       /* total optimizer steps */
+    size_t batch;        /* minibatch per logical rank */
+    size_t hidden;       /* hidden units H */
+    float lr;            /* learning rate */
+    float momentum;      /* SGD momentum mu */
+    uint64_t seed;       /* initial weights and minibatch sampling */
+    int64_t ckpt_every;  /* steps between checkpoints; 0 = never */
+    int64_t sleep_ms;    /* sleep after each step */
+    const char *ckpt_dir;   /* NULL = ftrt's default (FTRT_CKPT_DIR or "ftrt-ckpt") */
+    const char *report;     /* NULL = ftrt's default (FTRT_REPORT) */
+    const char *params_out; /* NULL = do not write */
+    const char *data;       /* data set path */
+} options;
+
+static void usage(FILE *f)
+{
+    fputs("usage: train_mlp [options]   (launched by mpirun; see README.md)\n"
+          "Data-parallel MLP training on the UCI handwritten digits, fault tolerant via ftrt.\n"
+          "\n"
+          "  --steps N          optimizer steps (default 300)\n"
+          "  --batch B          minibatch per trainer (default 32)\n"
+          "  --hidden H         hidden units (default 64); parameters = 75*H + 10 floats\n"
+          "  --lr X             learning rate (default 0.05)\n"
+          "  --momentum X       SGD momentum in [0, 1) (default 0.9)\n"
+          "  --seed S           seed of the initial weights and minibatches (default 1)\n"
+          "  --ckpt-every K     checkpoint every K steps, 0 = never (default 50)\n"
+          "  --ckpt-dir DIR     checkpoint directory (default ftrt-ckpt, or FTRT_CKPT_DIR)\n"
+          "  --params-out FILE  write the final parameters as raw little-endian float32\n"
+          "  --report FILE      JSON report of the job (written by the coordinator)\n"
+          "  --data PATH        digits CSV (gzip); default " DIGITS_DEFAULT_PATH "\n"
+          "  --step-sleep-ms M  sleep M ms after each step (default 0; for fault tests)\n"
+          "  --help             this text\n",
+          f);
+}
+
+static int bad_value(const char *flag, const char *want, const char *got)
+{
+    fprintf(stderr, "train_mlp: --%s: expected %s, got '%s'\n", flag, want, got);
+    return -1;
+}
+
+static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end != '\0' || errno != 0 || v < lo || v > hi) {
+        char want[96];
+        snprintf(want, sizeof want, "an integer in [%" PRId64 ", %" PRId64 "]", lo, hi);
+        return bad_value(flag, want, s);
+    }
+    *out = (int64_t)v;
+    return 0;
+}
+
+static int parse_size(const char *flag, const char *s, size_t lo, size_t hi, size_t *out)
+{
+    int64_t v;
+    if (parse_i64(flag, s, (int64_t)lo, (int64_t)hi, &v) < 0) return -1;
+    *out = (size_t)v;
+    return 0;
+}
+
+static int parse_u64(const char *flag, const char *s, uint64_t *out)
+{
+    const char *p = s;
+    while (*p == ' ' || *p == '\t') p++;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(p, &end, 0);
+    if (*p < '0' || *p > '9' || end == p || *end != '\0' || errno != 0)
+        return bad_value(flag, "an unsigned 64-bit integer (decimal or 0x hex)", s);
+    *out = (uint64_t)v;
+    return 0;
+}
+
+/* lo <= value < hi, or lo < value < hi when lo_open. */
+static int parse_float(const char *flag, const char *s, double lo, int lo_open, double hi,
+                       const char *want, float *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || errno != 0 || !isfinite(v) || v < lo || (lo_open && v == lo)
+        || v >= hi)
+        return bad_value(flag, want, s);
+    *out = (float)v;
+    return 0;
+}
+
+static int parse_path(const char *flag, const char *s, size_t cap, const char **out)
+{
+    if (s[0] == '\0' || strlen(s) >= cap) {
+        char want[64];
+        snprintf(want, sizeof want, "a path of 1..%zu bytes", cap - 1);
+        return bad_value(flag, want, s);
+    }
+    *out = s;
+    return 0;
+}
+
+enum {
+    OPT_STEPS = 256, OPT_BATCH, OPT_HIDDEN, OPT_LR, OPT_MOMENTUM, OPT_SEED, OPT_CKPT_EVERY,
+    OPT_CKPT_DIR, OPT_PARAMS_OUT, OPT_REPORT, OPT_DATA, OPT_SLEEP, OPT_HELP = 'h'
+};
+
+/* Returns 0 (run), 1 (--help printed: exit 0) or -1 (message printed: exit 2). */
+static int parse_options(int argc, char **argv, options *o)
+{
+    static const struct option longopts[] = {
+        {"steps", required_argument, NULL, OPT_STEPS},
+        {"batch", required_argument, NULL, OPT_BATCH},
+        {"hidden", required_argument, NULL, OPT_HIDDEN},
+        {"lr", required_argument, NULL, OPT_LR},
+        {"momentum", required_argument, NULL, OPT_MOMENTUM},
+        {"seed", required_argument, NULL, OPT_SEED},
+        {"ckpt-every", required_argument, NULL, OPT_CKPT_EVERY},
+        {"ckpt-dir", required_argument, NULL, OPT_CKPT_DIR},
+        {"params-out", required_argument, NULL, OPT_PARAMS_OUT},
+        {"report", required_argument, NULL, OPT_REPORT},
+        {"data", required_argument, NULL, OPT_DATA},
+        {"step-sleep-ms", required_argument, NULL, OPT_SLEEP},
+        {"help", no_argument, NULL, OPT_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    const size_t dir_cap = sizeof(((ftrt_config *)0)->ckpt_dir);
+    const size_t report_cap = sizeof(((ftrt_config *)0)->report_file);
+    *o = (options){.steps = 300, .batch = 32, .hidden = 64, .lr = 0.05f, .momentum = 0.9f,
+                   .seed = 1, .ckpt_every = 50, .data = DIGITS_DEFAULT_PATH};
+    int c, rc = 0;
+    while (rc == 0 && (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case OPT_STEPS: rc = parse_i64("steps", optarg, 0, INT64_MAX / 2, &o->steps); break;
+        case OPT_BATCH: rc = parse_size("batch", optarg, 1, BATCH_MAX, &o->batch); break;
+        case OPT_HIDDEN: rc = parse_size("hidden", optarg, 1, HIDDEN_MAX, &o->hidden); break;
+        case OPT_LR:
+            rc = parse_float("lr", optarg, 0.0, 1, 1e6, "a number in (0, 1e6)", &o->lr);
+            break;
+        case OPT_MOMENTUM:
+            rc = parse_float("momentum", optarg, 0.0, 0, 1.0, "a number in [0, 1)", &o->momentum);
+            break;
+        case OPT_SEED: rc = parse_u64("seed", optarg, &o->seed); break;
+        case OPT_CKPT_EVERY:
+            rc = parse_i64("ckpt-every", optarg, 0, INT64_MAX / 2, &o->ckpt_every);
+            break;
+        case OPT_CKPT_DIR: rc = parse_path("ckpt-dir", optarg, dir_cap, &o->ckpt_dir); break;
+        case OPT_REPORT: rc = parse_path("report", optarg, report_cap, &o->report); break;
+        case OPT_PARAMS_OUT: rc = parse_path("params-out", optarg, 4096, &o->params_out); break;
+        case OPT_DATA: rc = parse_path("data", optarg, 4096, &o->data); break;
+        case OPT_SLEEP: rc = parse_i64("step-sleep-ms", optarg, 0, 3600000, &o->sleep_ms); break;
+        case OPT_HELP: usage(stdout); return 1;
+        default: rc = -1; break; /* getopt_long printed the reason */
+        }
+    }
+    if (rc == 0 && optind < argc) {
+        fprintf(stderr, "train_mlp: unexpected argument '%s'\n", argv[optind]);
+        rc = -1;
+    }
+    if (rc < 0) fprintf(stderr, "Try 'train_mlp --help'.\n");
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Deterministic random numbers (splitmix64)                                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t splitmix64(uint64_t *state)
+{
+    return mix64(*state += 0x9e3779b97f4a7c15ull);
+}
+
+/* Uniform float in [-1, 1) with 24 random bits (exact in float32). */
+static float uniform_pm1(uint64_t *state)
+{
+    return (float)(splitmix64(state) >> 40) * 0x1p-23f - 1.0f;
+}
+
+/* The minibatch of logical rank `rank` at step `step`: `batch` indices drawn uniformly (with
+ * replacement) from [0, n_train) by a generator seeded with a hash of (seed, step, rank). */
+static void minibatch_indices(uint64_t seed, int64_t step, int rank, size_t n_train,
+                              uint32_t *idx, size_t batch)
+{
+    uint64_t s = mix64(seed ^ 0x6d696e6962617463ull);
+    s = mix64(s ^ (uint64_t)step);
+    s = mix64(s + 0x9e3779b97f4a7c15ull * ((uint64_t)(uint32_t)rank + 1));
+    for (size_t b = 0; b < batch; b++)
+        idx[b] = (uint32_t)(((splitmix64(&s) >> 32) * (uint64_t)n_train) >> 32);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The model                                                                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Number of floats in the parameter array for H hidden units: W1 + b1 + W2 + b2. */
+static size_t mlp_param_count(size_t hidden)
+{
+    return hidden * IN + hidden + OUT * hidden + OUT;
+}
+
+/* Views of one parameter-shaped array (parameters or gradients). */
+typedef struct mlp_view {
+    float *w1; /* [H][IN] */
+    float *b1; /* [H] */
+    float *w2; /* [OUT][H] */
+    float *b2; /* [OUT] */
+} mlp_view;
+
+static mlp_view mlp_view_of(float *base, size_t hidden)
+{
+    mlp_view v;
+    v.w1 = base;
+    v.b1 = v.w1 + hidden * IN;
+    v.w2 = v.b1 + hidden;
+    v.b2 = v.w2 + OUT * hidden;
+    return v;
+}
+
+/* Initial parameters from `seed`: W1 He-uniform (limit sqrt(6/64)), W2 Glorot-uniform (limit
+ * sqrt(6/(H+10))), biases zero. A pure function of (seed, hidden). */
+static void mlp_init(float *params, size_t hidden, uint64_t seed)
+{
+    mlp_view p = mlp_view_of(params, hidden);
+    uint64_t s = mix64(seed ^ 0x696e69745f6d6c70ull);
+    const float a1 = sqrtf(6.0f / (float)IN);
+    const float a2 = sqrtf(6.0f / (float)(hidden + OUT));
+    for (size_t i = 0; i < hidden * IN; i++) p.w1[i] = a1 * uniform_pm1(&s);
+    memset(p.b1, 0, hidden * sizeof *p.b1);
+    for (size_t i = 0; i < OUT * hidden; i++) p.w2[i] = a2 * uniform_pm1(&s);
+    memset(p.b2, 0, OUT * sizeof *p.b2);
+}
+
+/*
+ * Scratch space for a batch of up to `cap` samples. Activations are stored feature-major
+ * ([feature][sample]) so that the inner loops run over samples with one accumulator per
+ * sample: the compiler can vectorize them without reassociating any sum, which keeps every
+ * result bitwise independent of the vector width.
+ */
+typedef struct mlp_work {
+    size_t cap;    /* samples */
+    size_t hidden; /* H */
+    float *x;      /* [cap][IN]  inputs, sample-major */
+    float *xt;     /* [IN][cap]  inputs, feature-major */
+    float *h;      /* [H][cap]   hidden activations after ReLU */
+    float *zt;     /* [OUT][cap] logits, then d loss / d logits */
+    float *dh;     /* [cap]      d loss / d hidden pre-activation, one unit at a time */
+    uint8_t *y;    /* [cap]      labels */
+} mlp_work;
+
+static void mlp_work_free(mlp_work *w)
+{
+    free(w->x);
+    free(w->xt);
+    free(w->h);
+    free(w->zt);
+    free(w->dh);
+    free(w->y);
+    memset(w, 0, sizeof *w);
+}
+
+static int mlp_work_alloc(mlp_work *w, size_t cap, size_t hidden)
+{
+    memset(w, 0, sizeof *w);
+    w->cap = cap;
+    w->hidden = hidden;
+    w->x = malloc(cap * IN * sizeof *w->x);
+    w->xt = malloc(cap * IN * sizeof *w->xt);
+    w->h = malloc(hidden * cap * sizeof *w->h);
+    w->zt = malloc(OUT * cap * sizeof *w->zt);
+    w->dh = malloc(cap * sizeof *w->dh);
+    w->y = malloc(cap * sizeof *w->y);
+    if (!w->x || !w->xt || !w->h || !w->zt || !w->dh || !w->y) {
+        mlp_work_free(w);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+/* Copies nb samples into the work buffers: d's rows idx[0..nb) or, with idx NULL, rows
+ * first..first+nb. */
+static void mlp_load_batch(mlp_work *w, const digits *d, const uint32_t *idx, size_t first,
+                           size_t nb)
+{
+    for (size_t b = 0; b < nb; b++) {
+        size_t row = idx ? idx[b] : first + b;
+        const float *src = d->x + row * IN;
+        memcpy(w->x + b * IN, src, IN * sizeof *src);
+        for (size_t i = 0; i < IN; i++) w->xt[i * nb + b] = src[i];
+        w->y[b] = d->y[row];
+    }
+}
+
+/* Forward pass of the loaded batch: fills w->h and the logits w->zt. */
+static void mlp_forward(const float *params, mlp_work *w, size_t nb)
+{
+    const size_t hidden = w->hidden;
+    mlp_view p = mlp_view_of((float *)params, hidden);
+    for (size_t k = 0; k < OUT; k++)
+        for (size_t b = 0; b < nb; b++) w->zt[k * nb + b] = p.b2[k];
+    for (size_t j = 0; j < hidden; j++) {
+        const float *wj = p.w1 + j * IN;
+        float *hj = w->h + j * nb;
+        for (size_t b = 0; b < nb; b++) hj[b] = p.b1[j];
+        for (size_t i = 0; i < IN; i++) {
+            const float wi = wj[i];
+            const float *xi = w->xt + i * nb;
+            for (size_t b = 0; b < nb; b++) hj[b] += wi * xi[b];
+        }
+        for (size_t b = 0; b < nb; b++) hj[b] = hj[b] > 0.0f ? hj[b] : 0.0f;
+        for (size_t k = 0; k < OUT; k++) {
+            const float wk = p.w2[k * hidden + j];
+            float *zk = w->zt + k * nb;
+            for (size_t b = 0; b < nb; b++) zk[b] += wk * hj[b];
+        }
+    }
+}
+
+/* Softmax cross-entropy of the logits in w->zt against w->y. Replaces the logits with
+ * d loss / d logits (softmax - one-hot) and returns the loss summed over the batch. */
+static float mlp_softmax_xent(mlp_work *w, size_t nb)
+{
+    float loss = 0.0f;
+    for (size_t b = 0; b < nb; b++) {
+        const size_t y = w->y[b];
+        float z[OUT], m = w->zt[b];
+        for (size_t k = 0; k < OUT; k++) {
+            z[k] = w->zt[k * nb + b];
+            if (z[k] > m) m = z[k];
+        }
+        const float zy = z[y] - m;
+        float sum = 0.0f;
+        for (size_t k = 0; k < OUT; k++) {
+            z[k] = expf(z[k] - m);
+            sum += z[k];
+        }
+        loss += logf(sum) - zy; /* -log softmax_y, stable for any logits */
+        for (size_t k = 0; k < OUT; k++)
+            w->zt[k * nb + b] = z[k] / sum - (k == y ? 1.0f : 0.0f);
+    }
+    return loss;
+}
+
+/* Backward pass: writes into `grad` (parameter-shaped) the gradient of the summed loss, given
+ * w->h from mlp_forward() and d loss / d logits in w->zt. */
+static void mlp_backward(const float *params, mlp_work *w, size_t nb, float *grad)
+{
+    const size_t hidden = w->hidden;
+    mlp_view p = mlp_view_of((float *)params, hidden);
+    mlp_view g = mlp_view_of(grad, hidden);
+    for (size_t k = 0; k < OUT; k++) {
+        float s = 0.0f;
+        for (size_t b = 0; b < nb; b++) s += w->zt[k * nb + b];
+        g.b2[k] = s;
+    }
+    for (size_t j = 0; j < hidden; j++) {
+        const float *hj = w->h + j * nb;
+        for (size_t b = 0; b < nb; b++) w->dh[b] = 0.0f;
+        for (size_t k = 0; k < OUT; k++) {
+            const float *dzk = w->zt + k * nb;
+            float s = 0.0f;
+            for (size_t b = 0; b < nb; b++) s += dzk[b] * hj[b];
+            g.w2[k * hidden + j] = s;
+            const float wk = p.w2[k * hidden + j];
+            for (size_t b = 0; b < nb; b++) w->dh[b] += wk * dzk[b];
+        }
+        float sb = 0.0f;
+        for (size_t b = 0; b < nb; b++) {
+            if (!(hj[b] > 0.0f)) w->dh[b] = 0.0f;
+            sb += w->dh[b];
+        }
+        g.b1[j] = sb;
+        float *gj = g.w1 + j * IN;
+        for (size_t i = 0; i < IN; i++) gj[i] = 0.0f;
+        for (size_t b = 0; b < nb; b++) {
+            const float d = w->dh[b];
+            if (d == 0.0f) continue; /* inactive unit: adds nothing */
+            const float *xb = w->x + b * IN;
+            for (size_t i = 0; i < IN; i++) gj[i] += d * xb[i];
+        }
+    }
+}
+
+/* The gradient SUM over the minibatch idx[0..nb) of `train` into `grad` (parameter-shaped);
+ * returns the summed loss. nb <= w->cap. */
+static float mlp_grad_sum(const float *params, mlp_work *w, const digits *train,
+                          const uint32_t *idx, size_t nb, float *grad)
+{
+    mlp_load_batch(w, train, idx, 0, nb);
+    mlp_forward(params, w, nb);
+    float loss = mlp_softmax_xent(w, nb);
+    mlp_backward(params, w, nb, grad);
+    return loss;
+}
+
+/* Momentum SGD on n parameters with the mean gradient grad_sum / denom:
+ * v = mu * v + g; w -= lr * v. */
+static void sgd_momentum(float *params, float *mom, const float *grad_sum, size_t n,
+                         float denom, float lr, float mu)
+{
+    for (size_t i = 0; i < n; i++) {
+        const float g = grad_sum[i] / denom;
+        mom[i] = mu * mom[i] + g;
+        params[i] -= lr * mom[i];
+    }
+}
+
+/* Number of correctly classified images of `set` (argmax of the logits, lowest class on ties). */
+static size_t mlp_correct(const float *params, mlp_work *w, const digits *set)
+{
+    size_t correct = 0;
+    for (size_t first = 0; first < set->n; first += w->cap) {
+        size_t nb = set->n - first < w->cap ? set->n - first : w->cap;
+        mlp_load_batch(w, set, NULL, first, nb);
+        mlp_forward(params, w, nb);
+        for (size_t b = 0; b < nb; b++) {
+            size_t best = 0;
+            for (size_t k = 1; k < OUT; k++)
+                if (w->zt[k * nb + b] > w->zt[best * nb + b]) best = k;
+            correct += best == w->y[b];
+        }
+    }
+    return correct;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Output files                                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+/* FNV-1a 64 of the parameters' little-endian float32 bytes (the --params-out file's bytes). */
+static uint64_t params_fnv1a64(const float *p, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &p[i], sizeof u);
+        for (int k = 0; k < 4; k++) {
+            h ^= (u >> (8 * k)) & 0xffu;
+            h *= 0x100000001b3ull;
+        }
+    }
+    return h;
+}
+
+/* Writes the parameters as raw little-endian float32 to `path` through a temporary file in the
+ * same directory, fsynced and renamed over `path`. Returns 0 or -1 (message printed). */
+static int write_params(const char *path, const float *p, size_t n)
+{
+    size_t tlen = strlen(path) + 32;
+    char *tmp = malloc(tlen);
+    if (!tmp) {
+        fprintf(stderr, "train_mlp: --params-out: out of memory\n");
+        return -1;
+    }
+    snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        fprintf(stderr, "train_mlp: cannot create %s: %s\n", tmp, strerror(errno));
+        free(tmp);
+        return -1;
+    }
+    unsigned char buf[1 << 16];
+    size_t used = 0;
+    int ok = 1;
+    for (size_t i = 0; i < n && ok; i++) {
+        uint32_t u;
+        memcpy(&u, &p[i], sizeof u);
+        for (int k = 0; k < 4; k++) buf[used++] = (unsigned char)(u >> (8 * k));
+        if (used == sizeof buf || i + 1 == n) {
+            ok = fwrite(buf, 1, used, f) == used;
+            used = 0;
+        }
+    }
+    int e = errno;
+    if (ok && (fflush(f) != 0 || fsync(fileno(f)) != 0)) ok = 0, e = errno;
+    if (fclose(f) != 0 && ok) ok = 0, e = errno;
+    if (ok && rename(tmp, path) != 0) ok = 0, e = errno;
+    if (!ok) {
+        fprintf(stderr, "train_mlp: cannot write %s: %s\n", path, strerror(e));
+        remove(tmp);
+    }
+    free(tmp);
+    return ok ? 0 : -1;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Training under ftrt                                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Prints a fatal ftrt code in the documented form and where it came from; returns 1. */
+static int fatal(ftrt_ctx *ctx, const char *call, int64_t step, int rc)
+{
+    fprintf(stderr, "train_mlp: %s (%s)\n", ftrt_strerror(rc), ftrt_err_name(rc));
+    fprintf(stderr, "train_mlp: (from %s at step %" PRId64 ", logical rank %d, epoch %d)\n", call,
+            step, ftrt_rank(ctx), ftrt_epoch(ctx));
+    return 1;
+}
+
+/* After FTRT_ERECOVER: calls ftrt_recover() until the trainers are whole again. Returns 0
+ * with *step set to the step to resume at, or the fatal code (FTRT_ENOSPARE, ...). */
+static int recover_until_done(ftrt_ctx *ctx, int64_t *step)
+{
+    int rc;
+    do {
+        rc = ftrt_recover(ctx, step);
+    } while (rc == FTRT_ERECOVER);
+    if (rc != 0) return rc;
+    if (*step < 0) return FTRT_EPROTO;
+    if (ftrt_rank(ctx) == 0) {
+        printf("recovered (epoch %d): resuming at step %" PRId64 "\n", ftrt_epoch(ctx), *step);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+static float *alloc_floats(size_t n, const char *what, size_t hidden)
+{
+    float *p = NULL;
+    if (n <= SIZE_MAX / sizeof *p) p = malloc(n * sizeof *p);
+    if (!p)
+        fprintf(stderr,
+                "train_mlp: cannot allocate the %s: %zu floats (%.1f MiB, --hidden %zu): %s\n",
+                what, n, (double)n * sizeof *p / 1048576.0, hidden, strerror(ENOMEM));
+    return p;
+}
+
+static void sleep_ms(int64_t ms)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* Trains as a trainer of ctx; returns the process exit code (0, or 1 after a message). */
+static int run_trainer(ftrt_ctx *ctx, const options *o, const digits *train, const digits *test)
+{
+    const size_t hidden = o->hidden, n = mlp_param_count(hidden);
+    int code = 1, rc;
+    int64_t step = 0;
+    mlp_work w = {0};
+    uint32_t *idx = NULL;
+    float *params = alloc_floats(n, "parameters", hidden);
+    float *mom = params ? alloc_floats(n, "momentum buffer", hidden) : NULL;
+    float *grad = mom ? alloc_floats(n + 1, "gradient buffer", hidden) : NULL;
+    if (!grad) goto out;
+    idx = malloc(o->batch * sizeof *idx);
+    if (!idx || mlp_work_alloc(&w, o->batch, hidden) < 0) {
+        fprintf(stderr, "train_mlp: cannot allocate the activations (--batch %zu, --hidden %zu)\n",
+                o->batch, hidden);
+        goto out;
+    }
+    mlp_init(params, hidden, o->seed);
+    memset(mom, 0, n * sizeof *mom);
+
+    rc = ftrt_register(ctx, "params", params, n * sizeof *params, FTRT_REGION_REPLICATED);
+    if (rc < 0) {
+        code = fatal(ctx, "ftrt_register(params)", step, rc);
+        goto out;
+    }
+    rc = ftrt_register(ctx, "momentum", mom, n * sizeof *mom, FTRT_REGION_REPLICATED);
+    if (rc < 0) {
+        code = fatal(ctx, "ftrt_register(momentum)", step, rc);
+        goto out;
+    }
+
+    rc = ftrt_restore(ctx, &step);
+    if (rc == FTRT_ERECOVER) {
+        rc = recover_until_done(ctx, &step);
+        if (rc != 0) {
+            code = fatal(ctx, "ftrt_recover", step, rc);
+            goto out;
+        }
+    } else if (rc == 1) {
+        if (ftrt_rank(ctx) == 0) printf("resumed at step %" PRId64 "\n", step);
+    } else if (rc == 0) {
+        step = 0;
+    } else {
+        code = fatal(ctx, "ftrt_restore", step, rc < 0 ? rc : FTRT_EPROTO);
+        goto out;
+    }
+    if (step < 0) {
+        code = fatal(ctx, "ftrt_restore", step, FTRT_EPROTO);
+        goto out;
+    }
+
+    if (ftrt_rank(ctx) == 0) {
+        printf("train_mlp: %d trainers, hidden %zu (%zu parameters, %.1f MiB), batch %zu per "
+               "trainer, %" PRId64 " steps, lr %g, momentum %g, seed %" PRIu64 ", %zu train / "
+               "%zu test images\n",
+               ftrt_size(ctx), hidden, n, (double)n * sizeof(float) / 1048576.0, o->batch,
+               o->steps, (double)o->lr, (double)o->momentum, o->seed, train->n, test->n);
+        fflush(stdout);
+    }
+
+    float last_loss = NAN;
+    while (step < o->steps) {
+        const int rank = ftrt_rank(ctx), size = ftrt_size(ctx);
+        if (rank < 0 || size <= 0) {
+            code = fatal(ctx, "ftrt_rank/ftrt_size", step, rank < 0 ? rank : size);
+            goto out;
+        }
+        minibatch_indices(o->seed, step, rank, train->n, idx, o->batch);
+        grad[n] = mlp_grad_sum(params, &w, train, idx, o->batch, grad);
+
+        rc = ftrt_allreduce(ctx, grad, n + 1, FTRT_FLOAT32, FTRT_SUM);
+        if (rc == FTRT_ERECOVER) {
+            rc = recover_until_done(ctx, &step);
+            if (rc != 0) {
+                code = fatal(ctx, "ftrt_recover", step, rc);
+                goto out;
+            }
+            continue;
+        } else if (rc < 0) {
+            code = fatal(ctx, "ftrt_allreduce", step, rc);
+            goto out;
+        }
+
+        const float denom = (float)(o->batch * (size_t)size);
+        sgd_momentum(params, mom, grad, n, denom, o->lr, o->momentum);
+        last_loss = grad[n] / denom;
+        rc = ftrt_step_done(ctx, step);
+        if (rc < 0) {
+            code = fatal(ctx, "ftrt_step_done", step, rc);
+            goto out;
+        }
+        step++;
+        if (rank == 0 && (step % PROGRESS_EVERY == 0 || step == o->steps)) {
+            printf("step %" PRId64 "/%" PRId64 "  loss %.4f\n", step, o->steps, (double)last_loss);
+            fflush(stdout);
+        }
+
+        if (o->ckpt_every > 0 && step % o->ckpt_every == 0) {
+            rc = ftrt_checkpoint(ctx, step);
+            if (rc == FTRT_ERECOVER) {
+                rc = recover_until_done(ctx, &step);
+                if (rc != 0) {
+                    code = fatal(ctx, "ftrt_recover", step, rc);
+                    goto out;
+                }
+                continue;
+            } else if (rc < 0 && rc > -1000) {
+                /* -errno: this checkpoint failed (ENOSPC, EIO, ...); the previous committed
+                 * one stays, and training can go on. */
+                fprintf(stderr,
+                        "train_mlp: warning: logical rank %d: checkpoint at step %" PRId64
+                        " failed: %s (%s); training goes on, the previous committed checkpoint "
+                        "stays\n",
+                        rank, step, ftrt_strerror(rc), ftrt_err_name(rc));
+            } else if (rc < 0) {
+                code = fatal(ctx, "ftrt_checkpoint", step, rc);
+                goto out;
+            }
+        }
+        if (o->sleep_ms > 0) sleep_ms(o->sleep_ms);
+    }
+
+    code = 0;
+    if (ftrt_rank(ctx) == 0) {
+        size_t correct = mlp_correct(params, &w, test);
+        if (isnan(last_loss))
+            printf("final train loss: n/a (no step ran in this process)\n");
+        else
+            printf("final train loss: %.4f (last step, mean over %d trainers x %zu)\n",
+                   (double)last_loss, ftrt_size(ctx), o->batch);
+        printf("test accuracy: %.4f (%zu/%zu)\n", (double)correct / (double)test->n, correct,
+               test->n);
+        printf("params fnv1a64: %016" PRIx64 "\n", params_fnv1a64(params, n));
+        fflush(stdout);
+        if (o->params_out && write_params(o->params_out, params, n) < 0) code = 1;
+    }
+
+out:
+    mlp_work_free(&w);
+    free(idx);
+    free(grad);
+    free(mom);
+    free(params);
+    return code;
+}
+
+int main(int argc, char **argv)
+{
+    options opt;
+    int rc = parse_options(argc, argv, &opt);
+    if (rc != 0) return rc > 0 ? 0 : 2;
+
+    /* Load the data before joining the job, so that a missing file stops every process at
+     * once with the same message instead of stranding the others in ftrt_init(). */
+    digits all, train, test;
+    char err[1024];
+    rc = digits_load(opt.data, &all, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, "train_mlp: %s\n", err);
+        return 1;
+    }
+    rc = digits_split(&all, TEST_FRACTION, SPLIT_SEED, &train, &test);
+    digits_free(&all);
+    if (rc < 0) {
+        fprintf(stderr, "train_mlp: cannot split the data set: %s\n", strerror(-rc));
+        return 1;
+    }
+
+    ftrt_config cfg;
+    rc = ftrt_config_init(&cfg, sizeof cfg);
+    if (rc == FTRT_ECONFIG) {
+        fprintf(stderr, "train_mlp: warning: %s (%s); using the defaults for those variables\n",
+                ftrt_strerror(rc), ftrt_err_name(rc));
+    } else if (rc < 0) {
+        fprintf(stderr, "train_mlp: ftrt_config_init: %s (%s)\n", ftrt_strerror(rc),
+                ftrt_err_name(rc));
+        digits_free(&train);
+        digits_free(&test);
+        return 1;
+    }
+    if (opt.ckpt_dir) snprintf(cfg.ckpt_dir, sizeof cfg.ckpt_dir, "%s", opt.ckpt_dir);
+    if (opt.report) snprintf(cfg.report_file, sizeof cfg.report_file, "%s", opt.report);
+
+    ftrt_ctx *ctx = NULL;
+    rc = ftrt_init(&cfg, &ctx);
+    int code;
+    if (rc == FTRT_DONE) {
+        code = 0; /* the coordinator, or a spare that was never needed */
+    } else if (rc != 0) {
+        fprintf(stderr, "train_mlp: ftrt_init: %s (%s)\n", ftrt_strerror(rc), ftrt_err_name(rc));
+        code = 1;
+    } else {
+        code = run_trainer(ctx, &opt, &train, &test);
+    }
+    if (ctx) {
+        int frc = ftrt_finalize(ctx);
+        if (frc < 0)
+            fprintf(stderr, "train_mlp: warning: ftrt_finalize: %s (%s)\n", ftrt_strerror(frc),
+                    ftrt_err_name(frc));
+    }
+    digits_free(&train);
+    digits_free(&test);
+    return code;
+}
