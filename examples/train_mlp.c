@@ -638,7 +638,7 @@ static int run_trainer(ftrt_ctx *ctx, const options *o, const digits *train, con
         goto out;
     }
 
-    if (ftrt_rank(ctx) == 0) {
+    if (ftrt_rank(ctx) == 0 && ftrt_epoch(ctx) == 0) { /* not again from a promoted spare */
         printf("train_mlp: %d trainers, hidden %zu (%zu parameters, %.1f MiB), batch %zu per "
                "trainer, %" PRId64 " steps, lr %g, momentum %g, seed %" PRIu64 ", %zu train / "
                "%zu test images\n",
