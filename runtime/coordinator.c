@@ -163,27 +163,22 @@ static void fail(ftrt__coord *c, int w, int kind)
 
 static void send_plan(ftrt__coord *c)
 {
-    int64_t most = -1;
-    int source = 0, sharded = 0;
+    int64_t steps[FTRT__MAX_WORLD], resume, ckpt, most = 0;
+    int survivor[FTRT__MAX_WORLD], source, sharded = 0;
     for (int l = 0; l < c->N; l++) {
         ftrt__crank *r = &c->r[c->members[l]];
-        if (r->promoting) continue;
-        sharded |= r->has_sharded;
-        if (r->report_steps > most) {
-            most = r->report_steps;
-            source = l;
+        survivor[l] = !r->promoting;
+        steps[l] = r->report_steps;
+        if (survivor[l]) {
+            sharded |= r->has_sharded;
+            if (r->report_steps > most) most = r->report_steps;
         }
     }
-    int64_t resume = most, ckpt = -1;
-    if (sharded) {
-        if (c->last_committed < 0) {
-            job_abort(c, FTRT_ENOCKPT, "sharded state needs a committed checkpoint and none exists");
-            return;
-        }
-        resume = ckpt = c->last_committed;
-    }
-    if (most < 0) { /* every survivor was itself promoted in this recovery: impossible */
-        job_abort(c, FTRT_EABORT, "no survivor holds the state");
+    int rc = ftrt__plan_compute(steps, survivor, c->N, sharded, c->last_committed, &resume,
+                                &source, &ckpt);
+    if (rc) {
+        job_abort(c, rc, rc == FTRT_ENOCKPT ? "sharded state needs a committed checkpoint and "
+                                              "none exists" : "no survivor holds the state");
         return;
     }
     for (int i = 0; i < c->ninc; i++)

@@ -39,8 +39,12 @@ def check(cond, msg):
     print("  ok:", msg, flush=True)
 
 
-def mpirun_cmd(binary, np_, extra):
-    return ["mpirun", "--enable-recovery", "--oversubscribe", "--bind-to", "none",
+FTRT_RUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "ftrt-run")
+
+
+def mpirun_cmd(binary, np_, extra, status):
+    # ftrt-run turns the job's real outcome into the exit status (see tools/ftrt-run).
+    return [sys.executable, FTRT_RUN, "--status", status, "--", "mpirun", "--enable-recovery", "--oversubscribe", "--bind-to", "none",
             "--mca", "mpi_yield_when_idle", "1", "-np", str(np_), binary] + TRAIN_ARGS + extra
 
 
@@ -66,7 +70,7 @@ class Job:
         self.status = os.path.join(self.ckpt, "status.json")
         self.fault_log = os.path.join(self.dir, "faults.jsonl")
         self.cmd = mpirun_cmd(args.bin, np_, ["--ckpt-dir", self.ckpt, "--params-out",
-                                              self.params, "--report", self.report])
+                                              self.params, "--report", self.report], self.status)
         self.env = env_for(spares, timeout_ms)
         self.env["FTRT_FAULT_LOG"] = self.fault_log
         self.out = None

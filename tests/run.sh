@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Builds ftrt and runs the whole test suite through ctest:
+#   1. a -Werror build, every test (cmocka units and real mpirun jobs with killed ranks);
+#   2. an AddressSanitizer + UndefinedBehaviorSanitizer build, every test again;
+#   3. a ThreadSanitizer build of the tests where threads meet (the control-plane agent).
+# Installs missing Debian packages first when run as root. Usage: tests/run.sh [ctest args]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+bash scripts/ensure-deps.sh
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+jobs=$(nproc)
+
+echo "== build (-Werror) and test"
+cmake -S . -B build -DFTRT_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$jobs"
+(cd build && ctest --output-on-failure "$@")
+
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer build and test"
+cmake -S . -B build-asan -DFTRT_WERROR=ON -DCMAKE_BUILD_TYPE=Debug \
+  -DFTRT_SANITIZE=address,undefined >/dev/null
+cmake --build build-asan -j"$jobs"
+# Open MPI keeps some allocations until exit; leaks are checked in the unit tests only.
+(cd build-asan && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -L mpi "$@" &&
+   ctest --output-on-failure -L unit "$@")
+
+if [ -f tests/unit/test_agent.c ]; then
+  echo "== ThreadSanitizer build: tests where threads meet"
+  cmake -S . -B build-tsan -DFTRT_WERROR=ON -DCMAKE_BUILD_TYPE=Debug -DFTRT_SANITIZE=thread >/dev/null
+  cmake --build build-tsan -j"$jobs" --target test_agent
+  (cd build-tsan && ctest --output-on-failure -R unit.agent)
+fi
+echo "== all tests passed"
