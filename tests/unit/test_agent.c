@@ -1,0 +1,190 @@
+/*
+ * Unit tests: the control-plane agent thread against an in-process fake coordinator on a
+ * loopback socket. This is where the agent thread and the application thread meet, so the test
+ * suite also runs it under ThreadSanitizer.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "ftrt.h"
+#include "runtime/internal.h"
+
+typedef struct fixture {
+    struct ftrt_ctx *ctx;
+    int listen_fd, coord_fd;
+    ftrt__rxbuf rx;
+} fixture;
+
+/* Receives the next message of `type` on the fake coordinator side (skipping heartbeats unless
+ * asked for), within 5 s. Returns 1 and copies the payload, or 0 on timeout/EOF. */
+static int coord_recv(fixture *f, uint32_t type, void *out, size_t len)
+{
+    double deadline = ftrt__now() + 5;
+    while (ftrt__now() < deadline) {
+        ftrt__msghdr h;
+        const void *payload;
+        int r;
+        while ((r = ftrt__rx_next(&f->rx, &h, &payload)) == 1)
+            if (h.type == type) {
+                assert_int_equal(h.len, len);
+                memcpy(out, payload, len);
+                return 1;
+            }
+        assert_int_equal(r, 0);
+        struct pollfd p = {.fd = f->coord_fd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0 && ftrt__rx_fill(&f->rx, f->coord_fd) == 0) return 0;
+    }
+    return 0;
+}
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    struct ftrt_ctx *ctx = calloc(1, sizeof *ctx);
+    ftrt_config_init(&ctx->cfg, sizeof ctx->cfg);
+    ctx->cfg.heartbeat_ms = 10;
+    ctx->cfg.init_timeout_ms = 5000;
+    ctx->world_rank = 3;
+    snprintf(ctx->host, sizeof ctx->host, "testhost");
+    ctx->cp.fd = -1;
+    ctx->cp.wake[0] = ctx->cp.wake[1] = -1;
+    pthread_mutex_init(&ctx->cp.lock, NULL);
+    pthread_mutex_init(&ctx->cp.send_lock, NULL);
+    pthread_cond_init(&ctx->cp.cond, NULL);
+    char addr[64];
+    int port;
+    f->listen_fd = ftrt__listen("127.0.0.1", addr, sizeof addr, &port);
+    assert_true(f->listen_fd >= 0);
+    assert_int_equal(ftrt__agent_start(ctx, addr, port, 0x5ec2e7ull), 0);
+    f->coord_fd = accept(f->listen_fd, NULL, NULL);
+    assert_true(f->coord_fd >= 0);
+    f->ctx = ctx;
+    *state = f;
+    ftrt__hello hello;
+    assert_true(coord_recv(f, FTRT__MSG_HELLO, &hello, sizeof hello));
+    assert_int_equal(hello.secret, 0x5ec2e7ull);
+    assert_int_equal(hello.world_rank, 3);
+    assert_int_equal(hello.pid, getpid());
+    assert_string_equal(hello.host, "testhost");
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    ftrt__agent_stop(f->ctx);
+    if (f->coord_fd >= 0) close(f->coord_fd);
+    close(f->listen_fd);
+    ftrt__rx_free(&f->rx);
+    free(f->ctx->cp.plan);
+    pthread_mutex_destroy(&f->ctx->cp.lock);
+    pthread_mutex_destroy(&f->ctx->cp.send_lock);
+    pthread_cond_destroy(&f->ctx->cp.cond);
+    free(f->ctx);
+    free(f);
+    return 0;
+}
+
+/* Heartbeats carry the progress the application thread publishes. */
+static void heartbeats_carry_progress(void **state)
+{
+    fixture *f = *state;
+    atomic_store(&f->ctx->cp.steps_done, 42);
+    ftrt__heartbeat hb = {0};
+    double deadline = ftrt__now() + 5;
+    while (hb.steps_done != 42 && ftrt__now() < deadline)
+        assert_true(coord_recv(f, FTRT__MSG_HEARTBEAT, &hb, sizeof hb));
+    assert_int_equal(hb.steps_done, 42);
+}
+
+/* WELCOME, FAILURE and PLAN become shared state; the epoch flag interrupts the data plane. */
+static void failure_and_plan(void **state)
+{
+    fixture *f = *state;
+    struct ftrt_ctx *ctx = f->ctx;
+    ftrt__welcome w = {.role = FTRT__ROLE_TRAINER, .logical_rank = 2, .ntrainers = 4};
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_WELCOME, &w, sizeof w), 0);
+    pthread_mutex_lock(&ctx->cp.lock);
+    for (int i = 0; i < 500 && !ctx->cp.welcomed; i++) ftrt__cp_wait(ctx, 10);
+    assert_int_equal(ctx->cp.welcomed, 1);
+    assert_int_equal(ctx->cp.welcome.logical_rank, 2);
+    pthread_mutex_unlock(&ctx->cp.lock);
+
+    assert_int_equal(ftrt__interrupted(ctx), 0);
+    ftrt__epoch_msg fm = {.epoch = 1};
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_FAILURE, &fm, sizeof fm), 0);
+    for (int i = 0; i < 500 && ftrt__interrupted(ctx) == 0; i++) usleep(10000);
+    assert_int_equal(ftrt__interrupted(ctx), FTRT_ERECOVER);
+
+    size_t len = ftrt__plan_size(2);
+    ftrt__plan *p = calloc(1, len);
+    p->epoch = 1, p->ntrainers = 2, p->source = 0, p->logical_rank = 1, p->resume_step = 9;
+    p->members[0] = 1, p->members[1] = 4;
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_PLAN, p, (uint32_t)len), 0);
+    free(p);
+    pthread_mutex_lock(&ctx->cp.lock);
+    for (int i = 0; i < 500 && !ctx->cp.plan; i++) ftrt__cp_wait(ctx, 10);
+    assert_non_null(ctx->cp.plan);
+    assert_int_equal(ctx->cp.plan->resume_step, 9);
+    assert_int_equal(ctx->cp.plan->members[1], 4);
+    pthread_mutex_unlock(&ctx->cp.lock);
+    ctx->epoch = 1;
+    assert_int_equal(ftrt__interrupted(ctx), 0);
+}
+
+/* ABORT from the coordinator becomes the fatal code every ftrt call returns. */
+static void abort_is_fatal(void **state)
+{
+    fixture *f = *state;
+    ftrt__epoch_msg m = {.value = FTRT_ENOSPARE};
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_ABORT, &m, sizeof m), 0);
+    for (int i = 0; i < 500 && ftrt__interrupted(f->ctx) == 0; i++) usleep(10000);
+    assert_int_equal(ftrt__interrupted(f->ctx), FTRT_ENOSPARE);
+}
+
+/* Losing the coordinator, or a malformed message from it, ends the job for this rank. */
+static void coordinator_loss(void **state)
+{
+    fixture *f = *state;
+    close(f->coord_fd);
+    f->coord_fd = -1;
+    for (int i = 0; i < 500 && ftrt__interrupted(f->ctx) == 0; i++) usleep(10000);
+    assert_int_equal(ftrt__interrupted(f->ctx), FTRT_ECOORD);
+}
+
+static void malformed_plan(void **state)
+{
+    fixture *f = *state;
+    size_t len = ftrt__plan_size(2);
+    ftrt__plan *p = calloc(1, len);
+    p->epoch = 1, p->ntrainers = 2, p->members[0] = 4, p->members[1] = 4; /* duplicate */
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_PLAN, p, (uint32_t)len), 0);
+    free(p);
+    for (int i = 0; i < 500 && ftrt__interrupted(f->ctx) == 0; i++) usleep(10000);
+    assert_int_equal(ftrt__interrupted(f->ctx), FTRT_ECOORD);
+    pthread_mutex_lock(&f->ctx->cp.lock);
+    assert_null(f->ctx->cp.plan); /* the bad plan was never adopted */
+    pthread_mutex_unlock(&f->ctx->cp.lock);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(heartbeats_carry_progress, setup, teardown),
+        cmocka_unit_test_setup_teardown(failure_and_plan, setup, teardown),
+        cmocka_unit_test_setup_teardown(abort_is_fatal, setup, teardown),
+        cmocka_unit_test_setup_teardown(coordinator_loss, setup, teardown),
+        cmocka_unit_test_setup_teardown(malformed_plan, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
