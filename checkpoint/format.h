@@ -1,0 +1,162 @@
+/*
+ * format.h - the on-disk shard format, its encoder/decoder and the shared I/O helpers of the
+ * checkpoint module (internal to checkpoint/; the rest of libftrt uses ckpt.h).
+ *
+ * Shard file <dir>/step-<S>/rank-<r>.ftrt, all integers little-endian:
+ *
+ *   offset  size  header (FTRT__SHARD_HDR_BYTES = 40 bytes)
+ *        0     8  magic "FTRTSHRD"
+ *        8     4  u32 format version (FTRT__SHARD_VERSION = 1)
+ *       12     4  u32 header + table bytes = 40 + 112 * nregions
+ *       16     8  i64 step (>= 0)
+ *       24     4  u32 logical rank r (< nranks)
+ *       28     4  u32 nranks N (>= 1)
+ *       32     4  u32 nregions (<= FTRT__SHARD_MAX_REGIONS)
+ *       36     4  u32 header_crc32c: CRC32C of header + table with these 4 bytes zeroed
+ *
+ *   then nregions table entries (FTRT__SHARD_ENT_BYTES = 112 bytes each):
+ *        0    64  name, NUL-terminated, 1..63 bytes, unique in the table
+ *       64     4  u32 flags (FTRT_REGION_REPLICATED or FTRT_REGION_SHARDED)
+ *       68     4  u32 reserved (0)
+ *       72     8  u64 total_bytes B of the region
+ *       80     8  u64 slice_offset: REPLICATED: B*r/N; SHARDED: 0
+ *       88     8  u64 slice_bytes:  REPLICATED: B*(r+1)/N - B*r/N; SHARDED: B
+ *       96     8  u64 file_offset of the slice's data: 4096-aligned, after the table and after
+ *                 the previous entry's data (entries are laid out in table order)
+ *      104     4  u32 data_crc32c of the slice's bytes
+ *      108     4  u32 reserved (0)
+ *
+ * Data: the header + table are padded with zeros to 4096 bytes; each slice starts at its
+ * 4 KiB-aligned file_offset and is padded with zeros to the next 4 KiB boundary, so the file
+ * size is a multiple of 4096 (the writer never leaves holes).
+ */
+#ifndef FTRT_CKPT_FORMAT_H
+#define FTRT_CKPT_FORMAT_H
+
+#include <liburing.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "checkpoint/ckpt.h"
+
+#define FTRT__SHARD_MAGIC "FTRTSHRD"
+#define FTRT__SHARD_VERSION 1u
+#define FTRT__SHARD_HDR_BYTES 40u
+#define FTRT__SHARD_ENT_BYTES 112u
+#define FTRT__SHARD_MAX_REGIONS 4096u
+#define FTRT__SHARD_ALIGN 4096u
+/* Largest header + table: 40 + 112 * 4096 bytes. */
+#define FTRT__SHARD_MAX_TABLE                                                                  \
+    (FTRT__SHARD_HDR_BYTES + FTRT__SHARD_ENT_BYTES * FTRT__SHARD_MAX_REGIONS)
+/* Largest I/O request and staging chunk. */
+#define FTRT__IO_CHUNK (8u << 20)
+/* Requests kept in flight per file. */
+#define FTRT__IO_DEPTH 4u
+/* Sanity bound on the number of trainers a MANIFEST may name. */
+#define FTRT__MAX_RANKS (1 << 20)
+
+/* Decoded shard header. */
+typedef struct ftrt__shard_hdr {
+    uint32_t version;
+    uint32_t table_bytes; /* header + table */
+    int64_t step;
+    uint32_t rank;
+    uint32_t nranks;
+    uint32_t nregions;
+    uint32_t header_crc;
+} ftrt__shard_hdr;
+
+/* Decoded region table entry. */
+typedef struct ftrt__shard_ent {
+    char name[FTRT__NAME_MAX];
+    uint32_t flags;
+    uint64_t total_bytes;
+    uint64_t slice_offset;
+    uint64_t slice_bytes;
+    uint64_t file_offset;
+    uint32_t data_crc;
+} ftrt__shard_ent;
+
+/* Rounds x up to a multiple of 4096; x must be <= UINT64_MAX - 4095. */
+static inline uint64_t ftrt__align4k(uint64_t x)
+{
+    return (x + (FTRT__SHARD_ALIGN - 1)) & ~(uint64_t)(FTRT__SHARD_ALIGN - 1);
+}
+
+/* The slice [*off, *off + *len) of a REPLICATED region of `total` bytes that rank r of n
+ * stores: [B*r/n, B*(r+1)/n), computed without overflow (requires 0 <= r < n). */
+void ftrt__slice(uint64_t total, uint32_t r, uint32_t n, uint64_t *off, uint64_t *len);
+
+/* Encodes hdr and ents[0..hdr->nregions) into buf (hdr->table_bytes bytes), computing and
+ * storing header_crc (also written back to hdr->header_crc). hdr->table_bytes must be
+ * 40 + 112 * nregions. */
+void ftrt__shard_encode(void *buf, ftrt__shard_hdr *hdr, const ftrt__shard_ent *ents);
+
+/* Reads the header+table size from the first len bytes of a shard (len >= 40 needed) after
+ * checking the magic, version and size fields. Returns 0 with *table_bytes set, or
+ * FTRT_ECORRUPT with *why naming the problem. Robust against arbitrary bytes. */
+int ftrt__shard_peek(const void *buf, size_t len, uint32_t *table_bytes, const char **why);
+
+/* Decodes and validates the header + table in buf[0..len) of a shard whose file is file_size
+ * bytes long: magic, version, sizes, counts, header CRC, names (terminated, non-empty,
+ * unique), flags, slice geometry (REPLICATED slices must be exactly rank's 1/N share), data
+ * offsets (aligned, ordered, non-overlapping, within file_size, no overflow).
+ *   hdr:  receives the header.
+ *   ents: receives a malloc'd array of hdr->nregions entries (NULL when 0); caller frees.
+ *   why:  receives a static description of the first problem found (may be NULL).
+ * Returns 0, FTRT_ECORRUPT, or -ENOMEM. Robust against arbitrary bytes (fuzz entry point);
+ * never reads outside buf[0..len). Thread-safe. */
+int ftrt__shard_parse(const void *buf, size_t len, uint64_t file_size, ftrt__shard_hdr *hdr,
+                      ftrt__shard_ent **ents, const char **why);
+
+/* Bitwise software CRC32C (same result as ftrt__crc32c); for CPUs without the instruction
+ * and for tests. */
+uint32_t ftrt__crc32c_sw(uint32_t crc, const void *buf, size_t len);
+/* 1 when ftrt__crc32c uses a CRC instruction on this CPU, else 0. */
+int ftrt__crc32c_hw(void);
+
+/* ---- I/O helpers (shard.c) ---------------------------------------------------------------- */
+
+/* An io_uring, or the synchronous fallback (pread/pwrite/fdatasync) when the kernel refuses
+ * one (ENOSYS, EPERM in a sandbox, ...); the fallback is logged once at warn level. */
+typedef struct ftrt__io {
+    struct io_uring ring;
+    int have_ring;
+} ftrt__io;
+
+/* Test hook: when non-zero, ftrt__io_init() never sets up an io_uring (exercises the
+ * fallback). */
+extern int ftrt__io_force_sync;
+
+/* Sets up io; never fails (falls back to synchronous I/O). */
+void ftrt__io_init(ftrt__io *io);
+void ftrt__io_exit(ftrt__io *io);
+
+/* Reads exactly len bytes at file offset off into buf, up to FTRT__IO_DEPTH chunks in flight.
+ * Returns 0, -ENODATA when the file ends first, or -errno. */
+int ftrt__io_read(ftrt__io *io, int fd, void *buf, size_t len, uint64_t off);
+
+/* Opens <path> (a shard), checks its size and reads and validates its header + table.
+ *   size: receives the file size; hdr/ents: as ftrt__shard_parse().
+ * Returns an fd (>= 0; the caller closes it), -ENOENT (logged at warn), FTRT_ECORRUPT (logged
+ * at warn with the path and the problem), -ENOMEM, or -errno. */
+int ftrt__shard_open(ftrt__io *io, const char *path, uint64_t *size, ftrt__shard_hdr *hdr,
+                     ftrt__shard_ent **ents);
+
+/* ---- paths and files (commit.c) ---------------------------------------------------------- */
+
+/* snprintf into buf[cap]; returns 0 or -ENAMETOOLONG. */
+int ftrt__path(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Parses a canonical step directory name "step-<S>" (decimal, no sign, no leading zeros
+ * except "step-0", S <= INT64_MAX). Returns 1 with *step set, or 0. */
+int ftrt__parse_step_name(const char *name, int64_t *step);
+
+/* fsyncs the directory at path. Returns 0 or -errno. */
+int ftrt__fsync_dir(const char *path);
+
+/* Creates path and its missing parents (mode 0755). Returns 0 or -errno (-ENOTDIR when a
+ * component is not a directory). */
+int ftrt__mkdir_p(const char *path);
+
+#endif

@@ -1,0 +1,302 @@
+/*
+ * restore.c - loading a committed checkpoint into registered regions.
+ *
+ * The MANIFEST is parsed and validated first (json-c), then each needed shard is opened, its
+ * size and header CRC are checked against the MANIFEST, its region table is matched against
+ * the registered regions (by name; size and flags must agree), and the data is read through
+ * io_uring straight into region memory and verified with CRC32C. REPLICATED regions are
+ * gathered from every shard's slice, so they restore to any number of trainers; SHARDED
+ * regions come from the rank's own shard and need the checkpoint's number of trainers.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checkpoint/ckpt.h"
+#include "checkpoint/format.h"
+#include "ftrt.h"
+#include "runtime/log.h"
+
+#define MANIFEST_MAX (64u << 20)
+
+typedef struct manifest {
+    int64_t step;
+    int nranks;
+    uint64_t *bytes;   /* per rank: shard file size */
+    uint32_t *hcrc;    /* per rank: header_crc32c */
+} manifest;
+
+static int get_int(json_object *o, const char *key, int64_t lo, int64_t hi, int64_t *v)
+{
+    json_object *f;
+    if (!json_object_object_get_ex(o, key, &f) || !json_object_is_type(f, json_type_int))
+        return -1;
+    int64_t x = json_object_get_int64(f);
+    if (x < lo || x > hi) return -1;
+    *v = x;
+    return 0;
+}
+
+/* Validates the parsed MANIFEST; returns a description of the problem or NULL. */
+static const char *check_manifest(json_object *root, int64_t step, manifest *m)
+{
+    int64_t v;
+    json_object *shards;
+    if (!json_object_is_type(root, json_type_object)) return "not a JSON object";
+    if (get_int(root, "format", 1, 1, &v) < 0) return "missing or unsupported \"format\"";
+    if (get_int(root, "step", 0, INT64_MAX, &v) < 0) return "missing or bad \"step\"";
+    if (v != step) return "\"step\" differs from the directory's step";
+    if (get_int(root, "nranks", 1, FTRT__MAX_RANKS, &v) < 0) return "missing or bad \"nranks\"";
+    m->nranks = (int)v;
+    if (!json_object_object_get_ex(root, "shards", &shards) ||
+        !json_object_is_type(shards, json_type_array))
+        return "missing \"shards\" array";
+    if (json_object_array_length(shards) != (size_t)m->nranks)
+        return "\"shards\" length differs from \"nranks\"";
+    m->bytes = calloc((size_t)m->nranks, sizeof *m->bytes);
+    m->hcrc = calloc((size_t)m->nranks, sizeof *m->hcrc);
+    if (!m->bytes || !m->hcrc) return "out of memory";
+    for (int i = 0; i < m->nranks; i++) {
+        json_object *s = json_object_array_get_idx(shards, (size_t)i), *f;
+        int64_t r, bytes, crc;
+        char want[32];
+        if (!json_object_is_type(s, json_type_object)) return "a shard entry is not an object";
+        if (get_int(s, "rank", 0, m->nranks - 1, &r) < 0) return "a shard has a bad \"rank\"";
+        if (m->bytes[r] != 0) return "two shard entries name the same rank";
+        if (get_int(s, "bytes", FTRT__SHARD_HDR_BYTES, INT64_MAX, &bytes) < 0)
+            return "a shard has a bad \"bytes\"";
+        if (get_int(s, "header_crc32c", 0, UINT32_MAX, &crc) < 0)
+            return "a shard has a bad \"header_crc32c\"";
+        snprintf(want, sizeof want, "rank-%d.ftrt", (int)r);
+        if (!json_object_object_get_ex(s, "file", &f) ||
+            !json_object_is_type(f, json_type_string) ||
+            strcmp(json_object_get_string(f), want) != 0)
+            return "a shard's \"file\" is not rank-<rank>.ftrt";
+        m->bytes[r] = (uint64_t)bytes;
+        m->hcrc[r] = (uint32_t)crc;
+    }
+    return NULL;
+}
+
+static int read_manifest(const char *sdir, int64_t step, manifest *m)
+{
+    char path[4096];
+    struct stat st;
+    int rc = ftrt__path(path, sizeof path, "%s/MANIFEST", sdir);
+    if (rc < 0) return rc;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        rc = -errno;
+        ftrt_log_warn("checkpoint: cannot open %s: %s", path, strerror(-rc));
+        return rc;
+    }
+    char *buf = NULL;
+    const char *why = NULL;
+    if (fstat(fd, &st) < 0) {
+        rc = -errno;
+    } else if (!S_ISREG(st.st_mode) || st.st_size <= 0 || (uint64_t)st.st_size > MANIFEST_MAX) {
+        why = "empty, too large or not a regular file";
+    } else if (!(buf = malloc((size_t)st.st_size))) {
+        rc = -ENOMEM;
+    } else {
+        size_t len = (size_t)st.st_size, done = 0;
+        while (done < len) {
+            ssize_t n = pread(fd, buf + done, len - done, (off_t)done);
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) rc = -errno;
+            if (n <= 0) break;
+            done += (size_t)n;
+        }
+        if (rc == 0 && done < len) why = "shrank while being read";
+        if (rc == 0 && !why) {
+            json_tokener *tok = json_tokener_new();
+            json_object *root = tok ? json_tokener_parse_ex(tok, buf, (int)len) : NULL;
+            if (!tok) {
+                rc = -ENOMEM;
+            } else if (!root || json_tokener_get_error(tok) != json_tokener_success) {
+                why = "not valid JSON";
+            } else {
+                for (size_t i = json_tokener_get_parse_end(tok); i < len && !why; i++)
+                    if (buf[i] != ' ' && buf[i] != '\n' && buf[i] != '\t' && buf[i] != '\r')
+                        why = "trailing bytes after the JSON object";
+                if (!why) why = check_manifest(root, step, m);
+            }
+            json_object_put(root);
+            if (tok) json_tokener_free(tok);
+        }
+    }
+    free(buf);
+    close(fd);
+    if (rc == 0 && why) {
+        ftrt_log_warn("checkpoint: %s is corrupt: %s", path, why);
+        rc = FTRT_ECORRUPT;
+    } else if (rc < 0) {
+        ftrt_log_warn("checkpoint: cannot read %s: %s", path, strerror(-rc));
+    }
+    return rc;
+}
+
+static const ftrt__shard_ent *find_ent(const ftrt__shard_ent *e, uint32_t n, const char *name)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (strcmp(e[i].name, name) == 0) return &e[i];
+    return NULL;
+}
+
+/* Matches the registered regions against a shard's table: every one must be there with the
+ * same flags; sizes must agree for REPLICATED regions and, in this rank's own shard, for
+ * SHARDED ones (other ranks' SHARDED regions may have other sizes). */
+static int match_table(const char *path, const ftrt__shard_ent *e, uint32_t n,
+                       const ftrt__region *regs, int nregs, int own, int log_extra)
+{
+    for (int i = 0; i < nregs; i++) {
+        const ftrt__shard_ent *x = find_ent(e, n, regs[i].name);
+        if (!x) {
+            ftrt_log_warn("checkpoint %s has no region \"%s\"", path, regs[i].name);
+            return FTRT_EMISMATCH;
+        }
+        if (x->flags != regs[i].flags) {
+            ftrt_log_warn("checkpoint %s: region \"%s\" is %s there but registered %s", path,
+                          regs[i].name, x->flags == FTRT_REGION_SHARDED ? "SHARDED" : "REPLICATED",
+                          regs[i].flags == FTRT_REGION_SHARDED ? "SHARDED" : "REPLICATED");
+            return FTRT_EMISMATCH;
+        }
+        if ((own || x->flags == FTRT_REGION_REPLICATED) &&
+            x->total_bytes != (uint64_t)regs[i].bytes) {
+            ftrt_log_warn("checkpoint %s: region \"%s\" has %llu bytes there but %zu registered",
+                          path, regs[i].name, (unsigned long long)x->total_bytes, regs[i].bytes);
+            return FTRT_EMISMATCH;
+        }
+    }
+    if (log_extra)
+        for (uint32_t j = 0; j < n; j++) {
+            int found = 0;
+            for (int i = 0; i < nregs && !found; i++) found = strcmp(regs[i].name, e[j].name) == 0;
+            if (!found)
+                ftrt_log_info("checkpoint %s: region \"%s\" is not registered: ignored", path,
+                              e[j].name);
+        }
+    return 0;
+}
+
+/* Reads one slice into dst and verifies its CRC. */
+static int read_slice(ftrt__io *io, int fd, const char *path, const ftrt__shard_ent *x, void *dst)
+{
+    if (x->slice_bytes > SIZE_MAX) return -EFBIG;
+    int rc = ftrt__io_read(io, fd, dst, (size_t)x->slice_bytes, x->file_offset);
+    if (rc == -ENODATA) {
+        ftrt_log_warn("checkpoint shard %s is corrupt: region \"%s\" truncated", path, x->name);
+        return FTRT_ECORRUPT;
+    }
+    if (rc < 0) {
+        ftrt_log_warn("checkpoint shard %s: reading region \"%s\" failed: %s", path, x->name,
+                      strerror(-rc));
+        return rc;
+    }
+    uint32_t crc = ftrt__crc32c(0, dst, (size_t)x->slice_bytes);
+    if (crc != x->data_crc) {
+        ftrt_log_warn("checkpoint shard %s is corrupt: region \"%s\" data CRC32C 0x%08x, table "
+                      "says 0x%08x",
+                      path, x->name, crc, x->data_crc);
+        return FTRT_ECORRUPT;
+    }
+    return 0;
+}
+
+/* Verifies shard r of the checkpoint and loads what this rank needs from it. */
+static int load_shard(ftrt__io *io, const char *sdir, const manifest *m, int64_t step, int r,
+                      int rank, const ftrt__region *regs, int nregs, int first)
+{
+    char path[4096];
+    ftrt__shard_hdr h;
+    ftrt__shard_ent *e = NULL;
+    uint64_t size;
+    int rc = ftrt__path(path, sizeof path, "%s/rank-%d.ftrt", sdir, r);
+    if (rc < 0) return rc;
+    int fd = ftrt__shard_open(io, path, &size, &h, &e);
+    if (fd < 0) return fd;
+    if (size != m->bytes[r]) {
+        ftrt_log_warn("checkpoint shard %s is corrupt: %llu bytes, MANIFEST says %llu "
+                      "(truncated?)",
+                      path, (unsigned long long)size, (unsigned long long)m->bytes[r]);
+        rc = FTRT_ECORRUPT;
+    } else if (h.header_crc != m->hcrc[r]) {
+        ftrt_log_warn("checkpoint shard %s is corrupt: header CRC32C 0x%08x, MANIFEST says "
+                      "0x%08x (replaced after the commit?)",
+                      path, h.header_crc, m->hcrc[r]);
+        rc = FTRT_ECORRUPT;
+    } else if (h.step != step || h.rank != (uint32_t)r || h.nranks != (uint32_t)m->nranks) {
+        ftrt_log_warn("checkpoint shard %s is corrupt: header says step %lld rank %u of %u",
+                      path, (long long)h.step, h.rank, h.nranks);
+        rc = FTRT_ECORRUPT;
+    } else {
+        rc = match_table(path, e, h.nregions, regs, nregs, r == rank, first);
+    }
+    for (int i = 0; i < nregs && rc == 0; i++) {
+        const ftrt__shard_ent *x = find_ent(e, h.nregions, regs[i].name);
+        if (regs[i].flags == FTRT_REGION_SHARDED && r != rank) continue;
+        if (x->slice_bytes == 0) {
+            if (x->data_crc != 0) {
+                ftrt_log_warn("checkpoint shard %s is corrupt: empty region \"%s\" has a CRC",
+                              path, x->name);
+                rc = FTRT_ECORRUPT;
+            }
+            continue;
+        }
+        rc = read_slice(io, fd, path, x, (unsigned char *)regs[i].ptr + x->slice_offset);
+    }
+    free(e);
+    close(fd);
+    return rc;
+}
+
+int ftrt__ckpt_load(const char *dir, int64_t step, int rank, int nranks,
+                    const ftrt__region *regs, int nregs)
+{
+    char sdir[4096];
+    manifest m = {0};
+    int any_repl = 0, any_sharded = 0, rc;
+    if (!dir || step < 0 || nranks < 1 || rank < 0 || rank >= nranks || nregs < 0 ||
+        (nregs > 0 && !regs))
+        return -EINVAL;
+    for (int i = 0; i < nregs; i++) {
+        if (strnlen(regs[i].name, FTRT__NAME_MAX) >= FTRT__NAME_MAX ||
+            (regs[i].bytes > 0 && !regs[i].ptr))
+            return -EINVAL;
+        if (regs[i].flags == FTRT_REGION_SHARDED) any_sharded = 1;
+        else if (regs[i].flags == FTRT_REGION_REPLICATED) any_repl = 1;
+        else return -EINVAL;
+    }
+    if ((rc = ftrt__path(sdir, sizeof sdir, "%s/step-%lld", dir, (long long)step)) < 0) return rc;
+    if ((rc = read_manifest(sdir, step, &m)) < 0) goto out;
+    if (any_sharded && nranks != m.nranks) {
+        ftrt_log_warn("checkpoint %s was written by %d trainers and holds SHARDED regions: it "
+                      "cannot be restored to %d trainers",
+                      sdir, m.nranks, nranks);
+        rc = FTRT_EMISMATCH;
+        goto out;
+    }
+    ftrt__io io;
+    ftrt__io_init(&io);
+    /* REPLICATED regions need every shard; SHARDED ones only this rank's. With neither, this
+     * rank's shard (or shard 0) is still checked against the MANIFEST. */
+    int own = rank < m.nranks ? rank : 0, first = 1;
+    for (int r = 0; r < m.nranks && rc == 0; r++) {
+        if (!any_repl && r != own) continue;
+        rc = load_shard(&io, sdir, &m, step, r, rank, regs, nregs, first);
+        first = 0;
+    }
+    ftrt__io_exit(&io);
+    if (rc == 0)
+        ftrt_log_info("checkpoint: loaded step %lld (written by %d trainers) as rank %d of %d",
+                      (long long)step, m.nranks, rank, nranks);
+out:
+    free(m.bytes);
+    free(m.hcrc);
+    return rc;
+}
