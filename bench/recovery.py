@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""Recovery benchmark: runs the train_mlp job N times (1 coordinator + 4 trainers + 1 hot spare),
+SIGKILLs (or SIGSTOPs) trainer logical rank 2 at step 60 of each run, and prints MTTD (true, from
+the injection time), MTTR and rework per run, then median/min/max. Not a test: figures only.
+
+Usage: bench/recovery.py [--runs N] [--fault sigkill|sigstop] [--bin build/examples/train_mlp]
+"""
+import argparse
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "integration"))
+import itest  # noqa: E402
+
+
+def main():
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--fault", choices=["sigkill", "sigstop"], default="sigkill")
+    ap.add_argument("--bin", default=os.path.join(root, "build", "examples", "train_mlp"))
+    a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="ftrt-bench-")
+    args = argparse.Namespace(bin=a.bin, work=work)
+    sig = signal.SIGKILL if a.fault == "sigkill" else signal.SIGSTOP
+    rows = []
+    print(f"{'run':>3} {'kind':>18} {'MTTD ms':>9} {'bound ms':>9} {'MTTR ms':>9} {'rework':>6} {'goodput':>8}")
+    for i in range(a.runs):
+        job = itest.Job(args, f"run{i}").start()
+        st = job.wait_status(lambda s: s["job"] == "running" and itest.trainer(s, 2)
+                             and itest.trainer(s, 2)["steps_done"] >= 60)
+        job.inject(sig, itest.trainer(st, 2), a.fault)
+        rc = job.wait(300)
+        rep = itest.load_report(job)
+        if rc != 0 or len(rep["failures"]) != 1 or not rep["failures"][0]["recovered"]:
+            print(f"run {i}: job did not recover (rc {rc}); see {job.dir}")
+            return 1
+        f = rep["failures"][0]
+        rows.append((f["mttd_s"] * 1e3, f["mttd_bound_s"] * 1e3, f["mttr_s"] * 1e3))
+        print(f"{i:>3} {f['kind']:>18} {rows[-1][0]:9.2f} {rows[-1][1]:9.2f} {rows[-1][2]:9.2f} "
+              f"{f['rework_steps']:6d} {rep['goodput']:8.3f}", flush=True)
+    for name, k in (("MTTD", 0), ("MTTD bound", 1), ("MTTR", 2)):
+        v = [r[k] for r in rows]
+        print(f"{name:>10}: median {statistics.median(v):8.2f} ms  min {min(v):8.2f}  max {max(v):8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
