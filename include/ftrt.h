@@ -136,7 +136,8 @@ typedef struct ftrt_ctx ftrt_ctx;
  *   FTRT_ENOSPARE / FTRT_EABORT  (coordinator) the job failed; the report says why. *out is set:
  *               call ftrt_finalize() and exit non-zero.
  *   FTRT_ECONFIG bad configuration (e.g. world < 2); FTRT_EMPI; FTRT_ETIMEDOUT (a rank never
- *               connected); FTRT_ECOORD (a non-coordinator lost the coordinator); -errno.
+ *               connected); FTRT_ECOORD (a non-coordinator, or a waiting spare, lost the
+ *               coordinator); -errno.
  *               *out is NULL on these errors.
  * Not thread-safe: call once per process, from the thread that will use the context.
  */

@@ -71,9 +71,12 @@ static int spare_wait(ftrt_ctx *ctx)
     pthread_mutex_lock(&ctx->cp.lock);
     for (;;) {
         if (ctx->cp.plan) break;
-        if (ctx->cp.shutdown || atomic_load(&ctx->cp.fatal)) {
+        int fatal = atomic_load(&ctx->cp.fatal);
+        if (ctx->cp.shutdown || fatal) {
             pthread_mutex_unlock(&ctx->cp.lock);
-            return FTRT_DONE;
+            /* SHUTDOWN: the job is over (successfully or not, the coordinator reports which);
+             * a lost coordinator is an error this spare reports itself. */
+            return ctx->cp.shutdown ? FTRT_DONE : fatal;
         }
         ftrt__cp_wait(ctx, 1000);
     }
@@ -193,7 +196,15 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
     ctx->size = ctx->cp.welcome.ntrainers;
     ctx->rank = ctx->cp.welcome.logical_rank;
     *out = ctx;
-    if (ctx->role == FTRT__ROLE_SPARE) return spare_wait(ctx);
+    if (ctx->role == FTRT__ROLE_SPARE) {
+        rc = spare_wait(ctx);
+        if (rc < 0) {
+            ftrt_log_error("hot spare leaves the job: %s", ftrt_strerror(rc));
+            ctx_free(ctx);
+            *out = NULL;
+        }
+        return rc;
+    }
     rc = trainer_comm(ctx);
     ctx->t_mark = ftrt__now();
     return rc;
