@@ -70,6 +70,10 @@ enum ftrt_error {
 
 /* Positive return of ftrt_init() for ranks that must not train (coordinator, unused spare). */
 #define FTRT_DONE 1
+/* Positive return of ftrt_finalize(): a process of the world died during the job, so the
+ * caller, which initialized MPI itself, must exit without calling MPI_Finalize (Open MPI 4.1's
+ * MPI_Finalize can hang in its PMIx fence after a process died). */
+#define FTRT_SKIP_MPI_FINALIZE 2
 
 /* Returns a static, human-readable message for any ftrt return code (0, FTRT_DONE, FTRT_E*,
  * or -errno). Never NULL. Thread-safe. */
@@ -144,9 +148,14 @@ typedef struct ftrt_ctx ftrt_ctx;
 FTRT_API int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out);
 
 /*
- * Leaves the job: a trainer reports its statistics to the coordinator and says goodbye; then
- * the control plane is closed, memory is freed, and MPI is finalized if ftrt_init() initialized
- * it. NULL is accepted. Returns 0 or -errno from closing files (the context is freed anyway).
+ * Leaves the job: a trainer reports its statistics to the coordinator and waits (at most the
+ * heartbeat timeout + 1 s) for its farewell, which says whether any process of the world died
+ * during the job; then the control plane is closed and memory is freed. If ftrt_init()
+ * initialized MPI, MPI is finalized here, except after a process died: then MPI_Finalize is
+ * skipped, because Open MPI 4.1's MPI_Finalize can hang in its PMIx fence after a process died
+ * under `mpirun --enable-recovery`; the process simply exits. NULL is accepted.
+ * Returns 0, or FTRT_SKIP_MPI_FINALIZE when the caller initialized MPI itself and must not call
+ * MPI_Finalize. The context is freed in every case. Call from the thread that called ftrt_init().
  */
 FTRT_API int ftrt_finalize(ftrt_ctx *ctx);
 

@@ -81,7 +81,13 @@ static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *paylo
         cp->commit_seen++;
         break;
     case FTRT__MSG_SHUTDOWN:
-        cp->shutdown = 1;
+    case FTRT__MSG_FAREWELL:
+        memcpy(&em, payload, sizeof em);
+        cp->ranks_lost = em.value;
+        if (h->type == FTRT__MSG_SHUTDOWN)
+            cp->shutdown = 1;
+        else
+            cp->farewell = 1;
         break;
     case FTRT__MSG_ABORT:
         memcpy(&em, payload, sizeof em);

@@ -54,6 +54,13 @@ static void drop(ftrt__coord *c, int w)
     ftrt__rx_free(&c->r[w].rx);
 }
 
+static int ranks_lost(const ftrt__coord *c)
+{
+    int n = 0;
+    for (int w = 1; w < c->W; w++) n += c->r[w].role == FTRT__ROLE_FAILED;
+    return n;
+}
+
 static int live_spares(const ftrt__coord *c)
 {
     int n = 0;
@@ -71,9 +78,11 @@ static void job_abort(ftrt__coord *c, int code, const char *why)
     c->phase = PH_ABORTING;
     c->abort_deadline = ftrt__now() + 2.0 + 3.0 * c->ctx->cfg.heartbeat_timeout_ms / 1000.0;
     ftrt__epoch_msg m = {.epoch = c->epoch, .value = code};
-    for (int w = 1; w < c->W; w++)
-        send_to(c, w, c->r[w].role == FTRT__ROLE_SPARE ? FTRT__MSG_SHUTDOWN : FTRT__MSG_ABORT, &m,
-                sizeof m);
+    ftrt__epoch_msg s = {.epoch = c->epoch, .value = ranks_lost(c)};
+    for (int w = 1; w < c->W; w++) {
+        int spare = c->r[w].role == FTRT__ROLE_SPARE;
+        send_to(c, w, spare ? FTRT__MSG_SHUTDOWN : FTRT__MSG_ABORT, spare ? &s : &m, sizeof m);
+    }
     c->status_dirty = 1;
 }
 
@@ -307,6 +316,8 @@ static int handle(ftrt__coord *c, int w, const ftrt__msghdr *h, const void *payl
         r->kept_s = u.bye.kept_s;
         r->steps_done = u.bye.steps_done;
         c->status_dirty = 1;
+        u.em = (ftrt__epoch_msg){.epoch = c->epoch, .value = ranks_lost(c)};
+        send_to(c, w, FTRT__MSG_FAREWELL, &u.em, sizeof u.em);
         return 0;
     default: return FTRT_EPROTO;
     }
@@ -518,7 +529,7 @@ int ftrt__coordinator_run(struct ftrt_ctx *ctx, int listen_fd, uint64_t secret)
         }
         if (c.phase != PH_INIT && c.phase != PH_ABORTING) check_timeouts(&c, now);
         if (c.phase == PH_RUNNING && all_done(&c)) {
-            ftrt__epoch_msg m = {.epoch = c.epoch, .value = 0};
+            ftrt__epoch_msg m = {.epoch = c.epoch, .value = ranks_lost(&c)};
             for (int w = 1; w < c.W; w++)
                 if (c.r[w].role == FTRT__ROLE_SPARE) send_to(&c, w, FTRT__MSG_SHUTDOWN, &m, sizeof m);
             c.phase = PH_DONE;
@@ -543,6 +554,7 @@ int ftrt__coordinator_run(struct ftrt_ctx *ctx, int listen_fd, uint64_t secret)
     ftrt__status_write(&c);
     ftrt__report_write(&c);
     int result = c.result;
+    ctx->ranks_lost = ranks_lost(&c);
     for (int w = 1; w < c.W; w++) drop(&c, w);
     for (int k = 0; k < c.W; k++)
         if (pend[k].fd >= 0) {

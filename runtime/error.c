@@ -9,6 +9,8 @@ const char *ftrt_strerror(int code)
     switch (code) {
     case 0: return "success";
     case FTRT_DONE: return "this rank's role ended: finalize and exit without training";
+    case FTRT_SKIP_MPI_FINALIZE:
+        return "a process died during the job: exit without calling MPI_Finalize";
 #define FTRT__MSG(name, value, msg)                                                                \
     case name: return msg;
         FTRT_ERROR_MAP(FTRT__MSG)
@@ -28,6 +30,7 @@ const char *ftrt_err_name(int code)
     switch (code) {
     case 0: return "OK";
     case FTRT_DONE: return "FTRT_DONE";
+    case FTRT_SKIP_MPI_FINALIZE: return "FTRT_SKIP_MPI_FINALIZE";
 #define FTRT__NAME(name, value, msg)                                                               \
     case name: return #name;
         FTRT_ERROR_MAP(FTRT__NAME)

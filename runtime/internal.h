@@ -83,6 +83,8 @@ typedef struct ftrt__cp {
     int commit_result;
     int commit_seen;
     int shutdown; /* SHUTDOWN received */
+    int farewell; /* FAREWELL received (after our BYE) */
+    int ranks_lost; /* from SHUTDOWN/FAREWELL: processes of the world that died */
 } ftrt__cp;
 
 /* ---- the context ---- */
@@ -114,6 +116,7 @@ struct ftrt_ctx {
     int64_t rework_steps;
 
     int coord_result; /* coordinator: the job's outcome */
+    int ranks_lost;   /* coordinator: processes of the world that died */
 };
 
 /* Returns FTRT_ERECOVER when the epoch changed, the fatal code when the job is over, else 0.

@@ -32,6 +32,7 @@ enum ftrt__msg_type {
     FTRT__MSG_BYE,            /* trainer -> coord: finished, with statistics */
     FTRT__MSG_SHUTDOWN,       /* coord -> spares: job over */
     FTRT__MSG_ABORT,          /* coord -> all: job failed, with the code */
+    FTRT__MSG_FAREWELL,       /* coord -> trainer after BYE: ranks lost in the job */
     FTRT__MSG_TYPE_END
 };
 
@@ -64,7 +65,8 @@ typedef struct ftrt__heartbeat {
     int32_t pad;
 } ftrt__heartbeat;
 
-typedef struct ftrt__epoch_msg { /* FAILURE, RESUMED, SHUTDOWN, ABORT (code in value) */
+typedef struct ftrt__epoch_msg { /* FAILURE, RESUMED, ABORT (value: code), SHUTDOWN and
+                                   FAREWELL (value: number of ranks lost in the job) */
     int32_t epoch;
     int32_t value;
 } ftrt__epoch_msg;

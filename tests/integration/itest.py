@@ -7,6 +7,8 @@ Cases:
   reference   fault-free run; keeps DIR/reference.params for the other cases
   kill        SIGKILL a trainer mid-run: the hot spare takes its place, the job finishes and the
               final parameters are byte-identical to the reference
+  kill2       two trainers SIGKILLed one after the other (logical ranks 0 and 3) with two
+              spares: both replaced, result byte-identical
   hang        SIGSTOP a trainer: declared failed by heartbeat timeout, fenced, replaced; result
               byte-identical
   relaunch    kill the whole job after a committed checkpoint, relaunch: it resumes from the
@@ -221,6 +223,31 @@ def case_hang(args):
     expect_identical(job, args)
 
 
+def case_kill2(args):
+    """Two failures in sequence with two hot spares: logical rank 0 (the rank that writes the
+    output), then logical rank 3. Both are replaced; the result is byte-identical."""
+    need_reference(args)
+    job = Job(args, "kill2", np_=7, spares=2).start()
+    st = job.wait_status(lambda s: s["job"] == "running" and trainer(s, 0)
+                         and trainer(s, 0)["steps_done"] >= 50)
+    first = trainer(st, 0)
+    job.inject(signal.SIGKILL, first, "sigkill")
+    st = job.wait_status(lambda s: s["job"] == "running" and s["epoch"] == 1 and trainer(s, 3)
+                         and trainer(s, 3)["steps_done"] >= 120)
+    job.inject(signal.SIGKILL, trainer(st, 3), "sigkill")
+    rc = job.wait(180)
+    check(rc == 0, f"job survives two kills and exits 0 (got {rc})")
+    rep = load_report(job)
+    check(len(rep["failures"]) == 2 and all(f["recovered"] for f in rep["failures"]),
+          "two failures reported, both recovered")
+    check(rep["epoch"] == 2, "two epoch changes")
+    spares = {f["spare_world_rank"] for f in rep["failures"]}
+    check(spares == {5, 6}, f"each failure took a different hot spare ({sorted(spares)})")
+    check(all(f["mttd_source"] == "fault_log" and f["mttd_s"] < 1.0 for f in rep["failures"]),
+          "both detected within 1 s of the injection")
+    expect_identical(job, args)
+
+
 def case_relaunch(args):
     need_reference(args)
     job = Job(args, "relaunch").start()
@@ -270,7 +297,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("case", choices=["reference", "kill", "hang", "relaunch", "nospare"])
+    ap.add_argument("case", choices=["reference", "kill", "kill2", "hang", "relaunch", "nospare"])
     args = ap.parse_args()
     if shutil.which("mpirun") is None:
         print("mpirun not found: skipping")

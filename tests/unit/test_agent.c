@@ -142,6 +142,32 @@ static void failure_and_plan(void **state)
     assert_int_equal(ftrt__interrupted(ctx), 0);
 }
 
+/* FAREWELL (after BYE) and SHUTDOWN tell how many processes of the world died. */
+static void farewell_and_shutdown(void **state)
+{
+    fixture *f = *state;
+    ftrt__epoch_msg m = {.epoch = 2, .value = 3};
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_FAREWELL, &m, sizeof m), 0);
+    pthread_mutex_lock(&f->ctx->cp.lock);
+    for (int i = 0; i < 500 && !f->ctx->cp.farewell; i++) ftrt__cp_wait(f->ctx, 10);
+    assert_int_equal(f->ctx->cp.farewell, 1);
+    assert_int_equal(f->ctx->cp.ranks_lost, 3);
+    assert_int_equal(f->ctx->cp.shutdown, 0);
+    pthread_mutex_unlock(&f->ctx->cp.lock);
+    m.value = 0;
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_SHUTDOWN, &m, sizeof m), 0);
+    pthread_mutex_lock(&f->ctx->cp.lock);
+    for (int i = 0; i < 500 && !f->ctx->cp.shutdown; i++) ftrt__cp_wait(f->ctx, 10);
+    assert_int_equal(f->ctx->cp.shutdown, 1);
+    assert_int_equal(f->ctx->cp.ranks_lost, 0);
+    pthread_mutex_unlock(&f->ctx->cp.lock);
+    /* the coordinator closing after SHUTDOWN is not a failure */
+    close(f->coord_fd);
+    f->coord_fd = -1;
+    usleep(50000);
+    assert_int_equal(ftrt__interrupted(f->ctx), 0);
+}
+
 /* ABORT from the coordinator becomes the fatal code every ftrt call returns. */
 static void abort_is_fatal(void **state)
 {
@@ -182,6 +208,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(heartbeats_carry_progress, setup, teardown),
         cmocka_unit_test_setup_teardown(failure_and_plan, setup, teardown),
+        cmocka_unit_test_setup_teardown(farewell_and_shutdown, setup, teardown),
         cmocka_unit_test_setup_teardown(abort_is_fatal, setup, teardown),
         cmocka_unit_test_setup_teardown(coordinator_loss, setup, teardown),
         cmocka_unit_test_setup_teardown(malformed_plan, setup, teardown),

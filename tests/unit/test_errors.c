@@ -32,6 +32,8 @@ static void names_and_messages(void **state)
     assert_string_equal(ftrt_err_name(FTRT_ERECOVER), "FTRT_ERECOVER");
     assert_string_equal(ftrt_err_name(0), "OK");
     assert_string_equal(ftrt_err_name(FTRT_DONE), "FTRT_DONE");
+    assert_string_equal(ftrt_err_name(FTRT_SKIP_MPI_FINALIZE), "FTRT_SKIP_MPI_FINALIZE");
+    assert_true(strlen(ftrt_strerror(FTRT_SKIP_MPI_FINALIZE)) > 10);
 }
 
 static void errno_codes(void **state)
