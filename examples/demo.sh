@@ -18,7 +18,7 @@ export FTRT_FAULT_LOG=$run/faults.jsonl   # ground truth for the report's MTTD
 status=$run/ckpt/status.json
 steps=300 victim=2 kill_at=120
 
-echo "ftrt demo: 1 coordinator + 4 trainers + 1 hot spare, $steps steps; trainer $victim is killed at step $kill_at"
+echo "ftrt demo: 1 coordinator + 4 trainers + 1 hot spare, $steps steps; trainer $victim is killed once the status file shows $kill_at steps done"
 tools/ftrt-run --status "$status" -- mpirun --enable-recovery --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 -np 6 \
   build/examples/train_mlp --steps $steps --step-sleep-ms 10 --ckpt-every 50 \
   --ckpt-dir "$run/ckpt" --report "$run/report.json" --params-out "$run/final.params" "$@" &
@@ -44,7 +44,7 @@ while time.time() < deadline:
                 f.write(json.dumps({"time": time.time(), "kind": "sigkill", "pid": r["pid"],
                                     "world_rank": r["world_rank"]}) + "\n")
             os.kill(r["pid"], signal.SIGKILL)
-            print(f"demo: SIGKILL -> trainer logical rank {victim} (world rank {r['world_rank']}, pid {r['pid']}) at step {r['steps_done']}", flush=True)
+            print(f"demo: SIGKILL -> trainer logical rank {victim} (world rank {r['world_rank']}, pid {r['pid']}) (the status file, refreshed every 0.25 s, showed {r['steps_done']} steps done)", flush=True)
             sys.exit(0)
     time.sleep(0.02)
 sys.exit("demo: timed out waiting for the victim to reach the kill step")
