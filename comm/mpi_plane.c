@@ -51,7 +51,17 @@ void ftrt__plane_free(ftrt__plane *p)
     p->comm = MPI_COMM_NULL;
 }
 
+static int wait_polled(struct ftrt_ctx *ctx, MPI_Request *req);
+
 int ftrt__wait(struct ftrt_ctx *ctx, MPI_Request *req)
+{
+    ftrt__wait_begin(ctx);
+    int rc = wait_polled(ctx, req);
+    ftrt__wait_end(ctx);
+    return rc;
+}
+
+static int wait_polled(struct ftrt_ctx *ctx, MPI_Request *req)
 {
     /* Spin briefly (low latency when peers are ready), then yield, then sleep 50 us per poll
      * so oversubscribed ranks leave the CPU to the peers they wait on. */

@@ -56,6 +56,10 @@ typedef struct options {
     uint64_t seed;       /* initial weights and minibatch sampling */
     int64_t ckpt_every;  /* steps between checkpoints; 0 = never */
     int64_t sleep_ms;    /* sleep after each step */
+    int64_t hang_step;   /* fault injection: logical rank hang_rank spins in its own code... */
+    int64_t hang_rank;   /* ...from step hang_step on, in epoch 0 only (-1 = off) */
+    int64_t slow_rank;   /* straggler injection: this logical rank computes slow_ms longer */
+    int64_t slow_ms;
     const char *ckpt_dir;   /* NULL = ftrt's default (FTRT_CKPT_DIR or "ftrt-ckpt") */
     const char *report;     /* NULL = ftrt's default (FTRT_REPORT) */
     const char *params_out; /* NULL = do not write */
@@ -79,6 +83,11 @@ static void usage(FILE *f)
           "  --report FILE      JSON report of the job (written by the coordinator)\n"
           "  --data PATH        digits CSV (gzip); default " DIGITS_DEFAULT_PATH "\n"
           "  --step-sleep-ms M  sleep M ms after each step (default 0; for fault tests)\n"
+          "  --hang-rank R --hang-at-step S\n"
+          "                     fault injection: logical rank R gets stuck in its own code at step\n"
+          "                     S (first epoch only, so its replacement does not), default off\n"
+          "  --slow-rank R --slow-ms M\n"
+          "                     straggler injection: logical rank R computes M ms longer per step\n"
           "  --help             this text\n",
           f);
 }
@@ -151,7 +160,8 @@ static int parse_path(const char *flag, const char *s, size_t cap, const char **
 
 enum {
     OPT_STEPS = 256, OPT_BATCH, OPT_HIDDEN, OPT_LR, OPT_MOMENTUM, OPT_SEED, OPT_CKPT_EVERY,
-    OPT_CKPT_DIR, OPT_PARAMS_OUT, OPT_REPORT, OPT_DATA, OPT_SLEEP, OPT_HELP = 'h'
+    OPT_CKPT_DIR, OPT_PARAMS_OUT, OPT_REPORT, OPT_DATA, OPT_SLEEP, OPT_HANG_RANK, OPT_HANG_STEP,
+    OPT_SLOW_RANK, OPT_SLOW_MS, OPT_HELP = 'h'
 };
 
 /* Returns 0 (run), 1 (--help printed: exit 0) or -1 (message printed: exit 2). */
@@ -170,13 +180,18 @@ static int parse_options(int argc, char **argv, options *o)
         {"report", required_argument, NULL, OPT_REPORT},
         {"data", required_argument, NULL, OPT_DATA},
         {"step-sleep-ms", required_argument, NULL, OPT_SLEEP},
+        {"hang-rank", required_argument, NULL, OPT_HANG_RANK},
+        {"hang-at-step", required_argument, NULL, OPT_HANG_STEP},
+        {"slow-rank", required_argument, NULL, OPT_SLOW_RANK},
+        {"slow-ms", required_argument, NULL, OPT_SLOW_MS},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
     };
     const size_t dir_cap = sizeof(((ftrt_config *)0)->ckpt_dir);
     const size_t report_cap = sizeof(((ftrt_config *)0)->report_file);
     *o = (options){.steps = 300, .batch = 32, .hidden = 64, .lr = 0.05f, .momentum = 0.9f,
-                   .seed = 1, .ckpt_every = 50, .data = DIGITS_DEFAULT_PATH};
+                   .seed = 1, .ckpt_every = 50, .data = DIGITS_DEFAULT_PATH, .hang_step = -1,
+                   .hang_rank = -1, .slow_rank = -1};
     int c, rc = 0;
     while (rc == 0 && (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
@@ -198,6 +213,12 @@ static int parse_options(int argc, char **argv, options *o)
         case OPT_PARAMS_OUT: rc = parse_path("params-out", optarg, 4096, &o->params_out); break;
         case OPT_DATA: rc = parse_path("data", optarg, 4096, &o->data); break;
         case OPT_SLEEP: rc = parse_i64("step-sleep-ms", optarg, 0, 3600000, &o->sleep_ms); break;
+        case OPT_HANG_RANK: rc = parse_i64("hang-rank", optarg, 0, 1 << 20, &o->hang_rank); break;
+        case OPT_HANG_STEP:
+            rc = parse_i64("hang-at-step", optarg, 0, INT64_MAX / 2, &o->hang_step);
+            break;
+        case OPT_SLOW_RANK: rc = parse_i64("slow-rank", optarg, 0, 1 << 20, &o->slow_rank); break;
+        case OPT_SLOW_MS: rc = parse_i64("slow-ms", optarg, 0, 3600000, &o->slow_ms); break;
         case OPT_HELP: usage(stdout); return 1;
         default: rc = -1; break; /* getopt_long printed the reason */
         }
@@ -656,6 +677,12 @@ static int run_trainer(ftrt_ctx *ctx, const options *o, const digits *train, con
         }
         minibatch_indices(o->seed, step, rank, train->n, idx, o->batch);
         grad[n] = mlp_grad_sum(params, &w, train, idx, o->batch, grad);
+        if (rank == o->slow_rank && o->slow_ms > 0) sleep_ms(o->slow_ms);
+        if (rank == o->hang_rank && step == o->hang_step && ftrt_epoch(ctx) == 0) {
+            fprintf(stderr, "train_mlp: logical rank %d hangs at step %" PRId64
+                            " (--hang-rank/--hang-at-step)\n", rank, step);
+            for (;;) sleep_ms(100); /* stuck in application code; the detector fences us */
+        }
 
         rc = ftrt_allreduce(ctx, grad, n + 1, FTRT_FLOAT32, FTRT_SUM);
         if (rc == FTRT_ERECOVER) {

@@ -109,6 +109,14 @@ typedef struct ftrt_config {
                                  fault injector; empty = none */
     char coord_addr[256];     /* FTRT_COORD_ADDR: address the coordinator listens on; empty =
                                  the host's first non-loopback IPv4 address (127.0.0.1 if none) */
+    int progress_timeout_ms;  /* FTRT_PROGRESS_TIMEOUT_MS: a trainer whose collectives lag behind
+                                 another's without progress for this long is declared failed;
+                                 0 (default) = adaptive: max(5000, 10 x median step time), armed
+                                 once a step time has been measured */
+    double straggler_ratio;   /* FTRT_STRAGGLER_RATIO: compute time per step above this multiple
+                                 of the trainers' median is reported as a straggler (default 1.5) */
+    int debug_recovery_delay_ms; /* FTRT_DEBUG_RECOVERY_DELAY_MS: test knob: survivors sleep this
+                                 long after receiving a recovery plan (default 0) */
 } ftrt_config;
 
 /*

@@ -89,6 +89,8 @@ static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *paylo
         else
             cp->farewell = 1;
         break;
+    case FTRT__MSG_PING:
+        break;
     case FTRT__MSG_ABORT:
         memcpy(&em, payload, sizeof em);
         ftrt_log_warn("the coordinator aborted the job: %s", ftrt_strerror(em.value));
@@ -113,7 +115,9 @@ static void *agent_main(void *arg)
         double now = ftrt__now();
         if (now >= next_hb) {
             ftrt__heartbeat hb = {.steps_done = atomic_load(&cp->steps_done),
+                                  .waits = atomic_load(&cp->waits),
                                   .kept_s = atomic_load(&cp->kept_s),
+                                  .compute_s = atomic_load(&cp->compute_s),
                                   .epoch = atomic_load(&cp->pending_epoch)};
             if (ftrt__agent_send(ctx, FTRT__MSG_HEARTBEAT, &hb, sizeof hb) && !cp->stop) {
                 ftrt_log_warn("lost the coordinator (heartbeat send failed)");
@@ -126,7 +130,16 @@ static void *agent_main(void *arg)
         int n = poll(pf, 2, ms < 0 ? 0 : ms);
         if (n < 0 && errno != EINTR) break;
         if (pf[1].revents) break; /* asked to stop */
-        if (n <= 0 || !pf[0].revents) continue;
+        if (n <= 0 || !pf[0].revents) {
+            /* A coordinator that is alive sends something every heartbeat period; one that is
+             * frozen (or whose host is gone) is detected by silence, like any rank. */
+            if (ftrt__now() - cp->last_from_coord > ctx->cfg.heartbeat_timeout_ms / 1000.0) {
+                ftrt_log_error("no message from the coordinator for %d ms (FTRT_HEARTBEAT_TIMEOUT_MS)",
+                               ctx->cfg.heartbeat_timeout_ms);
+                break;
+            }
+            continue;
+        }
         ssize_t got = ftrt__rx_fill(&rx, cp->fd);
         if (got == -EAGAIN) continue;
         if (got <= 0) {
@@ -136,6 +149,7 @@ static void *agent_main(void *arg)
             if (!benign) ftrt_log_warn("lost the coordinator (connection closed)");
             break;
         }
+        cp->last_from_coord = ftrt__now();
         ftrt__msghdr h;
         const void *payload;
         int r;
@@ -171,6 +185,7 @@ int ftrt__agent_start(struct ftrt_ctx *ctx, const char *addr, int port, uint64_t
     int rc = ftrt__agent_send(ctx, FTRT__MSG_HELLO, &hello, sizeof hello);
     if (rc) return rc;
     if (pipe2(cp->wake, O_CLOEXEC)) return -errno;
+    cp->last_from_coord = ftrt__now();
     rc = pthread_create(&cp->thread, NULL, agent_main, ctx);
     if (rc) return -rc;
     cp->thread_started = 1;

@@ -32,6 +32,21 @@ static int env_int(const char *name, int lo, int hi, int *out)
     return 0;
 }
 
+static int env_double(const char *name, double lo, double hi, double *out)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return 0;
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || *end || !(x >= lo && x <= hi)) {
+        ftrt_log_error("%s=\"%s\" is not a number in [%g, %g]; keeping %g", name, v, lo, hi, *out);
+        return FTRT_ECONFIG;
+    }
+    *out = x;
+    return 0;
+}
+
 static int env_str(const char *name, char *dst, size_t cap)
 {
     const char *v = getenv(name);
@@ -76,6 +91,7 @@ int ftrt_config_init(ftrt_config *cfg, size_t size)
     cfg->heartbeat_timeout_ms = 1000;
     cfg->init_timeout_ms = 60000;
     cfg->ckpt_keep = 2;
+    cfg->straggler_ratio = 1.5;
     cfg->log_level = FTRT__LOG_WARN;
     snprintf(cfg->ckpt_dir, sizeof cfg->ckpt_dir, "ftrt-ckpt");
 
@@ -92,6 +108,9 @@ int ftrt_config_init(ftrt_config *cfg, size_t size)
     KEEP_FIRST(env_str("FTRT_REPORT", cfg->report_file, sizeof cfg->report_file));
     KEEP_FIRST(env_str("FTRT_FAULT_LOG", cfg->fault_log, sizeof cfg->fault_log));
     KEEP_FIRST(env_str("FTRT_COORD_ADDR", cfg->coord_addr, sizeof cfg->coord_addr));
+    KEEP_FIRST(env_int("FTRT_PROGRESS_TIMEOUT_MS", 0, 86400000, &cfg->progress_timeout_ms));
+    KEEP_FIRST(env_double("FTRT_STRAGGLER_RATIO", 1.0, 1000.0, &cfg->straggler_ratio));
+    KEEP_FIRST(env_int("FTRT_DEBUG_RECOVERY_DELAY_MS", 0, 600000, &cfg->debug_recovery_delay_ms));
 #undef KEEP_FIRST
     return rc;
 }
@@ -111,6 +130,11 @@ int ftrt__config_check(const ftrt_config *cfg, int world, int *spares_out)
     if (world > FTRT__MAX_WORLD) {
         ftrt_log_error("the world has %d processes; at most %d are supported", world,
                        FTRT__MAX_WORLD);
+        return FTRT_ECONFIG;
+    }
+    if (cfg->progress_timeout_ms < 0 || !(cfg->straggler_ratio >= 1.0)) {
+        ftrt_log_error("progress timeout (%d ms) must be >= 0 and the straggler ratio (%g) >= 1",
+                       cfg->progress_timeout_ms, cfg->straggler_ratio);
         return FTRT_ECONFIG;
     }
     int spares = cfg->spares < 0 ? (world >= 3 ? 1 : 0) : cfg->spares;

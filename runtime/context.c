@@ -86,6 +86,7 @@ static int spare_wait(ftrt_ctx *ctx)
     if (rc) return rc;
     ctx->role = FTRT__ROLE_TRAINER;
     ctx->promoted = 1;
+    ctx->t_wait_end = ftrt__now();
     return 0;
 }
 
@@ -175,6 +176,8 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
                   ctx->world_rank, ctx->world_size, b.addr, b.port, ctx->ntrainers_initial,
                   ctx->nspares);
 
+    snprintf(ctx->coord_addr, sizeof ctx->coord_addr, "%s", b.addr);
+    ctx->coord_port = b.port;
     if (ctx->world_rank == 0) {
         ctx->role = FTRT__ROLE_COORD;
         ctx->rank = -1;
@@ -206,7 +209,7 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
         return rc;
     }
     rc = trainer_comm(ctx);
-    ctx->t_mark = ftrt__now();
+    ctx->t_mark = ctx->t_wait_end = ftrt__now();
     return rc;
 }
 
@@ -322,6 +325,7 @@ void ftrt__ledger_resume(ftrt_ctx *ctx, int64_t resume_step)
         }
     if (ctx->t_mark > 0) ctx->lost_s += now - ctx->t_mark;
     ctx->t_mark = now;
+    atomic_store(&ctx->cp.waits, 0); /* the progress detector counts collectives per epoch */
     atomic_store(&ctx->cp.steps_done, resume_step);
     atomic_store(&ctx->cp.kept_s, ctx->kept_s);
 }

@@ -8,7 +8,7 @@
 #include "runtime/internal.h"
 
 enum ftrt__phase { PH_INIT, PH_RUNNING, PH_COLLECT, PH_RESUMING, PH_ABORTING, PH_DONE };
-enum ftrt__failure_kind { FK_CONNECTION_LOST, FK_HEARTBEAT_TIMEOUT, FK_PROTOCOL };
+enum ftrt__failure_kind { FK_CONNECTION_LOST, FK_HEARTBEAT_TIMEOUT, FK_PROTOCOL, FK_PROGRESS_STALL };
 
 typedef struct ftrt__crank {
     int fd;
@@ -17,7 +17,15 @@ typedef struct ftrt__crank {
     char host[FTRT__HOST_MAX];
     double last_heard; /* monotonic */
     int64_t steps_done;
+    int64_t waits;      /* collective waits entered (heartbeat) */
+    double compute_s;   /* time outside collective waits (heartbeat) */
+    double last_change; /* monotonic: when steps_done or waits last changed */
     double kept_s;
+    double win_t, win_compute; /* straggler window start: time, compute_s, steps_done */
+    int64_t win_steps;
+    double step_s;       /* step time measured over the last window (0 = unknown) */
+    double straggler_max; /* largest compute-per-step ratio to the median seen */
+    int64_t straggler_step;
     int promoting;      /* spare assigned in the current recovery */
     int reported_epoch; /* REPORT received for this epoch */
     int64_t report_steps;
@@ -32,6 +40,7 @@ typedef struct ftrt__crank {
 
 typedef struct ftrt__incident {
     int world_rank, logical_rank, pid, kind, epoch, spare_world_rank;
+    int was_spare; /* an unused hot spare: removed from the pool, nothing to recover */
     double t_detect, t_detect_wall, t_last_heard, t_resumed; /* monotonic, except _wall */
     int64_t steps_at_failure; /* the most steps any rank had done (heartbeats/reports) */
     int64_t resume_step, rework_steps;
@@ -51,7 +60,18 @@ typedef struct ftrt__coord {
     double t_start, t_end, abort_deadline;
     double status_written;
     int status_dirty;
+    double last_ping, last_window;
+    double median_step_s;      /* median over trainers of the last window's step time */
+    int rejected_connections;  /* bad hello, wrong secret, duplicate rank, no hello in time */
+    int protocol_errors;       /* malformed or oversized messages from identified ranks */
+    int stall_reports;         /* collective hangs with no rank behind (reported only) */
+    char listen_addr[64];
+    int listen_port;
 } ftrt__coord;
+
+/* The progress timeout in seconds: the configured one, or adaptive max(5 s, 10 x median step
+ * time); 0 when adaptive and no step time is known yet (detector not armed). */
+double ftrt__progress_timeout(int configured_ms, double median_step_s);
 
 #include <json-c/json.h>
 /* Writes o as pretty JSON to path atomically (temp file in the same directory + rename).

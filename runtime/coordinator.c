@@ -36,6 +36,7 @@ const char *ftrt__failure_kind_name(int kind)
     switch (kind) {
     case FK_CONNECTION_LOST: return "connection_lost";
     case FK_HEARTBEAT_TIMEOUT: return "heartbeat_timeout";
+    case FK_PROGRESS_STALL: return "progress_stall";
     default: return "protocol_error";
     }
 }
@@ -132,11 +133,15 @@ static void fail(ftrt__coord *c, int w, int kind)
         return;
     }
     if (old_role == FTRT__ROLE_SPARE) {
-        ftrt_log_warn("hot spare world rank %d failed (%s); %d spare(s) left", w,
-                      ftrt__failure_kind_name(kind), live_spares(c));
+        ftrt__incident *si = add_incident(c, w, kind);
+        if (si) si->was_spare = 1;
+        ftrt_log_warn("hot spare world rank %d failed (%s) and leaves the pool; %d spare(s) left",
+                      w, ftrt__failure_kind_name(kind), live_spares(c));
         return;
     }
     ftrt__incident *inc = add_incident(c, w, kind);
+    /* A stalled rank kept sending heartbeats: what is known is when it last made progress. */
+    if (inc && kind == FK_PROGRESS_STALL) inc->t_last_heard = r->last_change;
     ftrt_log_warn("trainer logical rank %d (world rank %d, pid %d) failed: %s", r->logical, w,
                   r->pid, ftrt__failure_kind_name(kind));
     if (c->phase == PH_ABORTING || c->phase == PH_DONE) return;
@@ -241,7 +246,13 @@ static void check_resumed(ftrt__coord *c)
             c->inc[i].recovered = 1;
             c->inc[i].t_resumed = now;
         }
-    for (int l = 0; l < c->N; l++) c->r[c->members[l]].promoting = 0;
+    for (int l = 0; l < c->N; l++) {
+        ftrt__crank *r = &c->r[c->members[l]];
+        r->promoting = 0;
+        r->waits = 0; /* members count collectives from the start of the epoch */
+        r->last_change = now;
+        r->win_t = 0;
+    }
     c->phase = PH_RUNNING;
     c->status_dirty = 1;
     ftrt_log_warn("epoch %d: every member is back in the training loop", c->epoch);
@@ -288,8 +299,11 @@ static int handle(ftrt__coord *c, int w, const ftrt__msghdr *h, const void *payl
     switch (h->type) {
     case FTRT__MSG_HEARTBEAT:
         if (u.hb.steps_done != r->steps_done) c->status_dirty = 1;
+        if (u.hb.steps_done != r->steps_done || u.hb.waits != r->waits) r->last_change = ftrt__now();
         r->steps_done = u.hb.steps_done;
+        r->waits = u.hb.waits;
         r->kept_s = u.hb.kept_s;
+        r->compute_s = u.hb.compute_s;
         return 0;
     case FTRT__MSG_REPORT:
         if (u.rep.epoch != c->epoch || r->role != FTRT__ROLE_TRAINER) return 0; /* stale */
@@ -347,6 +361,7 @@ static void service(ftrt__coord *c, int w)
             break;
         }
     if (r->fd >= 0 && rc < 0) {
+        c->protocol_errors++;
         ftrt_log_error("malformed message from world rank %d", w);
         fail(c, w, FK_PROTOCOL);
     }
@@ -385,7 +400,9 @@ static void identify(ftrt__coord *c, pending *p, uint64_t secret)
             return;
         }
     }
-    ftrt_log_warn("rejected a control-plane connection (bad hello, secret or world rank)");
+    c->rejected_connections++;
+    ftrt_log_warn("rejected a control-plane connection (bad hello, secret or world rank); %d so far",
+                  c->rejected_connections);
     close(p->fd);
     ftrt__rx_free(&p->rx);
     p->fd = -1;
@@ -400,7 +417,10 @@ static void start_job(ftrt__coord *c)
         ftrt__welcome m = {.role = r->role, .logical_rank = r->logical, .ntrainers = c->N};
         send_to(c, w, FTRT__MSG_WELCOME, &m, sizeof m);
     }
-    for (int l = 0; l < c->N; l++) c->members[l] = l + 1;
+    for (int l = 0; l < c->N; l++) {
+        c->members[l] = l + 1;
+        c->r[l + 1].last_change = ftrt__now();
+    }
     c->phase = PH_RUNNING;
     c->status_dirty = 1;
     ftrt_log_info("job started: %d trainers, %d spare(s)", c->N, c->W - 1 - c->N);
@@ -431,6 +451,114 @@ static void check_timeouts(ftrt__coord *c, double now)
             now - r->last_heard > limit)
             fail(c, w, FK_HEARTBEAT_TIMEOUT);
     }
+}
+
+double ftrt__progress_timeout(int configured_ms, double median_step_s)
+{
+    if (configured_ms > 0) return configured_ms / 1000.0;
+    if (!(median_step_s > 0)) return 0;
+    double t = 10.0 * median_step_s;
+    return t > 5.0 ? t : 5.0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int job_finishing(const ftrt__coord *c)
+{
+    for (int l = 0; l < c->N; l++)
+        if (c->r[c->members[l]].said_bye) return 1;
+    return 0;
+}
+
+/* Every second: each trainer's step time and compute time per step over the last window; the
+ * median step time arms the progress detector, and a trainer whose compute per step exceeds
+ * straggler_ratio x the median is reported as a straggler (never declared failed). */
+static void measure_window(ftrt__coord *c, double now)
+{
+    double steps_t[FTRT__MAX_WORLD], comp[FTRT__MAX_WORLD];
+    int ns = 0, nc = 0;
+    for (int l = 0; l < c->N; l++) {
+        ftrt__crank *r = &c->r[c->members[l]];
+        int64_t ds = r->steps_done - r->win_steps;
+        if (r->win_t > 0 && ds > 0 && !r->promoting) {
+            r->step_s = (now - r->win_t) / (double)ds;
+            steps_t[ns++] = r->step_s;
+            comp[nc++] = (r->compute_s - r->win_compute) / (double)ds;
+        }
+    }
+    if (ns > 0) {
+        qsort(steps_t, (size_t)ns, sizeof *steps_t, cmp_double);
+        c->median_step_s = steps_t[ns / 2];
+    }
+    if (nc >= 3) { /* a median of compute needs a few trainers to mean anything */
+        double sorted[FTRT__MAX_WORLD];
+        memcpy(sorted, comp, (size_t)nc * sizeof *comp);
+        qsort(sorted, (size_t)nc, sizeof *sorted, cmp_double);
+        double med = sorted[nc / 2];
+        int k = 0;
+        for (int l = 0; l < c->N && med > 0; l++) {
+            ftrt__crank *r = &c->r[c->members[l]];
+            int64_t ds = r->steps_done - r->win_steps;
+            if (!(r->win_t > 0 && ds > 0 && !r->promoting)) continue;
+            double ratio = comp[k++] / med;
+            if (ratio > c->ctx->cfg.straggler_ratio && ratio > r->straggler_max) {
+                if (r->straggler_max == 0)
+                    ftrt_log_warn("straggler: logical rank %d at step %lld computes %.2fx the "
+                                  "median per step", l, (long long)r->steps_done, ratio);
+                r->straggler_max = ratio;
+                r->straggler_step = r->steps_done;
+            }
+        }
+    }
+    for (int l = 0; l < c->N; l++) {
+        ftrt__crank *r = &c->r[c->members[l]];
+        r->win_t = now;
+        r->win_steps = r->steps_done;
+        r->win_compute = r->compute_s;
+    }
+}
+
+/* Stalled progress: a trainer whose collective count lags behind another trainer's, with
+ * neither its steps nor its collectives moving for the progress timeout, is stuck in its own
+ * code or in a collective the others finished; it is declared failed (and fenced). A hang
+ * with nobody behind (every trainer waiting in the same collective) is reported, not acted on. */
+static void check_progress(ftrt__coord *c, double now)
+{
+    if (c->phase != PH_RUNNING || job_finishing(c)) return;
+    double limit = ftrt__progress_timeout(c->ctx->cfg.progress_timeout_ms, c->median_step_s);
+    if (limit <= 0) return;
+    int64_t most = 0;
+    double newest = 0;
+    for (int l = 0; l < c->N; l++) {
+        const ftrt__crank *r = &c->r[c->members[l]];
+        if (r->waits > most) most = r->waits;
+        if (r->last_change > newest) newest = r->last_change;
+    }
+    for (int l = 0; l < c->N && c->phase == PH_RUNNING; l++) {
+        int w = c->members[l];
+        ftrt__crank *r = &c->r[w];
+        if (r->role == FTRT__ROLE_TRAINER && r->waits < most && now - r->last_change > limit) {
+            ftrt_log_error("logical rank %d made no progress for %.1f s while others waited in "
+                           "a later collective (FTRT_PROGRESS_TIMEOUT_MS)", l, now - r->last_change);
+            fail(c, w, FK_PROGRESS_STALL);
+        }
+    }
+    if (c->phase == PH_RUNNING && newest > 0 && now - newest > limit && c->stall_reports == 0) {
+        c->stall_reports++;
+        ftrt_log_warn("no trainer made progress for %.1f s and none is behind: a collective hang "
+                      "across the job", now - newest);
+    }
+}
+
+static void ping_all(ftrt__coord *c)
+{
+    ftrt__epoch_msg m = {.epoch = c->epoch};
+    for (int w = 1; w < c->W; w++)
+        if (c->r[w].fd >= 0) send_to(c, w, FTRT__MSG_PING, &m, sizeof m);
 }
 
 int ftrt__coordinator_run(struct ftrt_ctx *ctx, int listen_fd, uint64_t secret)
@@ -469,15 +597,15 @@ int ftrt__coordinator_run(struct ftrt_ctx *ctx, int listen_fd, uint64_t secret)
     int nhello = 0;
     while (c.phase != PH_DONE) {
         int n = 0;
-        if (c.phase == PH_INIT) {
-            pfd[n] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
-            who[n++] = -1;
-            for (int i = 0; i < c.W; i++)
-                if (pend[i].fd >= 0) {
-                    pfd[n] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
-                    who[n++] = -2 - i;
-                }
-        }
+        /* The listener stays open for the whole job: later connections can never join (every
+         * world rank has said hello), but they are read, rejected and counted. */
+        pfd[n] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
+        who[n++] = -1;
+        for (int i = 0; i < c.W; i++)
+            if (pend[i].fd >= 0) {
+                pfd[n] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
+                who[n++] = -2 - i;
+            }
         for (int w = 1; w < c.W; w++)
             if (c.r[w].fd >= 0) {
                 pfd[n] = (struct pollfd){.fd = c.r[w].fd, .events = POLLIN};
@@ -500,6 +628,7 @@ int ftrt__coordinator_run(struct ftrt_ctx *ctx, int listen_fd, uint64_t secret)
                     pend[slot].since = ftrt__now();
                 } else if (fd >= 0) {
                     close(fd);
+                    c.rejected_connections++;
                 }
             } else if (who[i] <= -2) {
                 identify(&c, &pend[-2 - who[i]], secret);
@@ -513,21 +642,29 @@ int ftrt__coordinator_run(struct ftrt_ctx *ctx, int listen_fd, uint64_t secret)
             for (int w = 1; w < c.W; w++) nhello += c.r[w].hello;
             if (nhello == c.W - 1) {
                 start_job(&c);
-                close(listen_fd);
-                listen_fd = -1;
-                for (int k = 0; k < c.W; k++)
-                    if (pend[k].fd >= 0) {
-                        close(pend[k].fd);
-                        ftrt__rx_free(&pend[k].rx);
-                        pend[k].fd = -1;
-                    }
             } else if (now > init_deadline) {
                 ftrt_log_error("only %d of %d ranks connected within %d ms (FTRT_INIT_TIMEOUT_MS)",
                                nhello, c.W - 1, ctx->cfg.init_timeout_ms);
                 job_abort(&c, FTRT_ETIMEDOUT, "ranks missing at start");
             }
         }
+        for (int k = 0; k < c.W; k++)
+            if (pend[k].fd >= 0 && now - pend[k].since > 5.0) { /* no valid hello in time */
+                close(pend[k].fd);
+                ftrt__rx_free(&pend[k].rx);
+                pend[k].fd = -1;
+                c.rejected_connections++;
+            }
+        if (now - c.last_ping >= ctx->cfg.heartbeat_ms / 1000.0) {
+            ping_all(&c);
+            c.last_ping = now;
+        }
         if (c.phase != PH_INIT && c.phase != PH_ABORTING) check_timeouts(&c, now);
+        if (c.phase == PH_RUNNING && now - c.last_window >= 1.0) {
+            measure_window(&c, now);
+            c.last_window = now;
+        }
+        check_progress(&c, now);
         if (c.phase == PH_RUNNING && all_done(&c)) {
             ftrt__epoch_msg m = {.epoch = c.epoch, .value = ranks_lost(&c)};
             for (int w = 1; w < c.W; w++)

@@ -73,6 +73,9 @@ typedef struct ftrt__cp {
     _Atomic int fatal;         /* 0 or FTRT_ENOSPARE/FTRT_ECOORD/FTRT_EABORT */
     _Atomic int64_t steps_done; /* heartbeat payload, written by the app thread */
     _Atomic double kept_s;
+    _Atomic int64_t waits;      /* heartbeat payload: collective waits entered */
+    _Atomic double compute_s;   /* heartbeat payload: time outside data-plane waits */
+    double last_from_coord;     /* agent thread only: monotonic time of the last message */
     _Atomic int stop;
     /* guarded by lock */
     int welcomed;
@@ -100,6 +103,8 @@ struct ftrt_ctx {
     ftrt__plan *plan; /* the plan being applied (app thread's copy) */
     char status_file[1100];
     char host[FTRT__HOST_MAX];
+    char coord_addr[64]; /* the control plane's address and port */
+    int coord_port;
 
     ftrt__region *regs;
     int nregs, regs_cap;
@@ -110,6 +115,7 @@ struct ftrt_ctx {
     /* step timing for the report */
     double t_start;     /* ftrt_init entry */
     double t_mark;      /* end of the previous step, or resume time */
+    double t_wait_end;  /* when the app thread last left a data-plane wait */
     double *step_s;     /* seconds of step i on this rank (0 when not done here) */
     int64_t step_cap;
     double kept_s, rework_s, lost_s;
@@ -129,6 +135,18 @@ static inline int ftrt__interrupted(struct ftrt_ctx *ctx)
         return FTRT_ERECOVER;
     return 0;
 }
+
+/* Progress bookkeeping around every data-plane wait of the application thread: counts the
+ * waits (the coordinator's progress detector compares the counts of the trainers) and
+ * accumulates the time spent outside them (straggler detection). */
+static inline void ftrt__wait_begin(struct ftrt_ctx *ctx)
+{
+    double now = ftrt__now();
+    if (ctx->t_wait_end > 0)
+        atomic_store(&ctx->cp.compute_s, atomic_load(&ctx->cp.compute_s) + (now - ctx->t_wait_end));
+    atomic_fetch_add(&ctx->cp.waits, 1);
+}
+static inline void ftrt__wait_end(struct ftrt_ctx *ctx) { ctx->t_wait_end = ftrt__now(); }
 
 /* Waits for MPI request *req, polling it with the interrupt flags and yielding the CPU politely.
  * Returns 0 when complete, else the interrupt code (the request is then abandoned). */

@@ -33,6 +33,7 @@ enum ftrt__msg_type {
     FTRT__MSG_SHUTDOWN,       /* coord -> spares: job over */
     FTRT__MSG_ABORT,          /* coord -> all: job failed, with the code */
     FTRT__MSG_FAREWELL,       /* coord -> trainer after BYE: ranks lost in the job */
+    FTRT__MSG_PING,           /* coord -> every rank, each heartbeat period: coordinator alive */
     FTRT__MSG_TYPE_END
 };
 
@@ -60,7 +61,9 @@ typedef struct ftrt__welcome {
 
 typedef struct ftrt__heartbeat {
     int64_t steps_done;
-    double kept_s; /* seconds of this rank's steps that are kept so far */
+    int64_t waits;    /* data-plane collective waits entered so far (progress detector) */
+    double kept_s;    /* seconds of this rank's steps that are kept so far */
+    double compute_s; /* seconds spent outside data-plane waits since init (stragglers) */
     int32_t epoch;
     int32_t pad;
 } ftrt__heartbeat;

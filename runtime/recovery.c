@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/internal.h"
 #include "runtime/log.h"
@@ -144,6 +145,11 @@ int ftrt_recover(ftrt_ctx *ctx, int64_t *step)
     double t0 = ftrt__now();
     rc = await_plan(ctx);
     if (rc) return rc;
+    if (ctx->cfg.debug_recovery_delay_ms > 0) { /* test knob: widen the recovery window */
+        struct timespec ts = {ctx->cfg.debug_recovery_delay_ms / 1000,
+                              (ctx->cfg.debug_recovery_delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     rc = ftrt__apply_plan(ctx);
     if (rc) return rc;
     rc = ftrt__transfer_state(ctx);

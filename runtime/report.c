@@ -98,6 +98,7 @@ int ftrt__report_write(ftrt__coord *c)
         json_object_object_add(f, "logical_rank", json_object_new_int(x->logical_rank));
         json_object_object_add(f, "pid", json_object_new_int(x->pid));
         json_object_object_add(f, "kind", json_object_new_string(ftrt__failure_kind_name(x->kind)));
+        json_object_object_add(f, "role", json_object_new_string(x->was_spare ? "spare" : "trainer"));
         json_object_object_add(f, "detected_at", json_object_new_double(x->t_detect_wall));
         json_object_object_add(f, "mttd_s", json_object_new_double(mttd));
         json_object_object_add(f, "mttd_source",
@@ -112,17 +113,46 @@ int ftrt__report_write(ftrt__coord *c)
                                x->resume_step >= 0 ? json_object_new_int64(x->resume_step) : NULL);
         json_object_object_add(f, "rework_steps", json_object_new_int64(x->rework_steps));
         json_object_array_add(fl, f);
-        printf("    #%d logical rank %d (world rank %d, pid %d): %s, MTTD %.1f ms (%s), ", i + 1,
-               x->logical_rank, x->world_rank, x->pid, ftrt__failure_kind_name(x->kind),
-               mttd * 1e3, inj > 0 ? "from the fault log" : "upper bound");
-        if (x->recovered)
-            printf("MTTR %.1f ms, hot spare world rank %d, resumed at step %lld, rework %lld steps\n",
-                   mttr * 1e3, x->spare_world_rank, (long long)x->resume_step,
+        const char *src = inj > 0 ? "from the fault log" : "upper bound";
+        if (x->was_spare)
+            printf("    #%d hot spare (world rank %d, pid %d): %s, MTTD %.1f ms (%s), removed from "
+                   "the pool\n", i + 1, x->world_rank, x->pid, ftrt__failure_kind_name(x->kind),
+                   mttd * 1e3, src);
+        else if (x->recovered)
+            printf("    #%d logical rank %d (world rank %d, pid %d): %s, MTTD %.1f ms (%s), MTTR "
+                   "%.1f ms, hot spare world rank %d, resumed at step %lld, rework %lld steps\n",
+                   i + 1, x->logical_rank, x->world_rank, x->pid, ftrt__failure_kind_name(x->kind),
+                   mttd * 1e3, src, mttr * 1e3, x->spare_world_rank, (long long)x->resume_step,
                    (long long)x->rework_steps);
         else
-            printf("not recovered\n");
+            printf("    #%d logical rank %d (world rank %d, pid %d): %s, MTTD %.1f ms (%s), not "
+                   "recovered\n", i + 1, x->logical_rank, x->world_rank, x->pid,
+                   ftrt__failure_kind_name(x->kind), mttd * 1e3, src);
     }
     json_object_object_add(o, "failures", fl);
+    json_object *sl = json_object_new_array();
+    for (int w = 1; w < c->W; w++) {
+        const ftrt__crank *r = &c->r[w];
+        if (r->straggler_max <= 0) continue;
+        json_object *s = json_object_new_object();
+        json_object_object_add(s, "world_rank", json_object_new_int(w));
+        json_object_object_add(s, "logical_rank", json_object_new_int(r->logical));
+        json_object_object_add(s, "step", json_object_new_int64(r->straggler_step));
+        json_object_object_add(s, "ratio_to_median", json_object_new_double(r->straggler_max));
+        json_object_array_add(sl, s);
+        printf("  straggler: logical rank %d (world rank %d) at step %lld: %.2fx the median "
+               "compute time per step\n", r->logical, w, (long long)r->straggler_step,
+               r->straggler_max);
+    }
+    json_object_object_add(o, "stragglers", sl);
+    json_object *cpo = json_object_new_object();
+    json_object_object_add(cpo, "rejected_connections", json_object_new_int(c->rejected_connections));
+    json_object_object_add(cpo, "protocol_errors", json_object_new_int(c->protocol_errors));
+    json_object_object_add(cpo, "collective_hang_reports", json_object_new_int(c->stall_reports));
+    json_object_object_add(o, "control_plane", cpo);
+    if (c->rejected_connections || c->protocol_errors)
+        printf("  control plane: %d connection(s) rejected, %d protocol error(s)\n",
+               c->rejected_connections, c->protocol_errors);
     json_object_object_add(o, "rework_steps", json_object_new_int64(rework_steps));
     printf("  rework: %lld steps, %.3f rank-s redone, %.3f rank-s of partial steps lost\n",
            (long long)rework_steps, rework_s, lost_s);

@@ -64,6 +64,10 @@ int ftrt__status_write(ftrt__coord *c)
     for (int w = 1; w < c->W; w++) spares += c->r[w].role == FTRT__ROLE_SPARE;
     json_object_object_add(o, "spares_left", json_object_new_int(spares));
     json_object_object_add(o, "last_committed_step", json_object_new_int64(c->last_committed));
+    char cp[96];
+    snprintf(cp, sizeof cp, "%s:%d", c->ctx->coord_addr, c->ctx->coord_port);
+    json_object_object_add(o, "control_plane", json_object_new_string(cp));
+    json_object_object_add(o, "rejected_connections", json_object_new_int(c->rejected_connections));
     json_object *ranks = json_object_new_array();
     for (int w = 0; w < c->W; w++) {
         const ftrt__crank *r = &c->r[w];
