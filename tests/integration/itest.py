@@ -13,6 +13,9 @@ Cases:
               byte-identical
   relaunch    kill the whole job after a committed checkpoint, relaunch: it resumes from the
               checkpoint and ends byte-identical
+  stall       a trainer stuck in its own code: progress detector, fenced, replaced
+  straggler   a slow trainer is reported as a straggler, never declared failed
+  intruder    bad-secret, garbage, oversized and silent connections are rejected and counted
   nospare     a trainer dies with no spare left: prompt non-zero exit with a clear error and a
               committed checkpoint that a relaunch resumes from
 Exit 0 = pass, 1 = fail, 77 = skipped.
@@ -249,6 +252,80 @@ def case_kill2(args):
     expect_identical(job, args)
 
 
+def case_stall(args):
+    """A trainer stuck in its own code (heartbeats still flowing) is declared failed by the
+    progress detector, fenced and replaced; the result is byte-identical."""
+    need_reference(args)
+    job = Job(args, "stall", timeout_ms=1000)
+    job.cmd += ["--hang-rank", "1", "--hang-at-step", "60"]
+    job.env["FTRT_PROGRESS_TIMEOUT_MS"] = "2000"
+    job.start()
+    rc = job.wait(180)
+    check(rc == 0, f"job survives the stalled trainer and exits 0 (got {rc})")
+    rep = load_report(job)
+    check(len(rep["failures"]) == 1, "one failure reported")
+    f = rep["failures"][0]
+    check(f["kind"] == "progress_stall" and f["recovered"] and f["logical_rank"] == 1,
+          "logical rank 1 declared failed for stalled progress, and recovered")
+    check(1.9 <= f["mttd_bound_s"] < 6.0,
+          f"detected {f['mttd_bound_s']:.2f} s after its last progress (timeout 2 s)")
+    expect_identical(job, args)
+
+
+def case_straggler(args):
+    """A slow trainer is reported as a straggler and never declared failed."""
+    need_reference(args)
+    job = Job(args, "straggler")
+    job.cmd += ["--slow-rank", "2", "--slow-ms", "30"]
+    job.start()
+    rc = job.wait(180)
+    check(rc == 0, f"job exits 0 (got {rc})")
+    rep = load_report(job)
+    check(not rep["failures"], "nobody declared failed")
+    s = [x for x in rep["stragglers"] if x["logical_rank"] == 2]
+    check(len(s) == 1 and s[0]["ratio_to_median"] > 1.5,
+          f"logical rank 2 reported as a straggler ({rep['stragglers']})")
+    check(all(x["logical_rank"] == 2 for x in rep["stragglers"]), "and only logical rank 2")
+    expect_identical(job, args)
+
+
+def case_intruder(args):
+    """Connections without the job secret, garbage and oversized messages are dropped and
+    counted and never change membership."""
+    import socket
+    import struct
+    need_reference(args)
+    job = Job(args, "intruder")
+    job.cmd += ["--step-sleep-ms", "40"]  # long enough for the silent connection to time out
+    job.start()
+    st = job.wait_status(lambda s: s["job"] == "running" and trainer(s, 0)
+                         and trainer(s, 0)["steps_done"] >= 30)
+    host, port = st["control_plane"].rsplit(":", 1)
+    magic = 0x46545254
+    hello = struct.pack("<Qii64s", 12345, 1, os.getpid(), b"intruder")   # wrong secret
+    attempts = [
+        struct.pack("<III", magic, 1, len(hello)) + hello,                 # bad secret, rank 1
+        b"GET / HTTP/1.0\r\n\r\n",                                     # garbage
+        struct.pack("<III", magic, 3, 1 << 30),                             # oversized heartbeat
+        b"",                                                                # silent connection
+    ]
+    socks = []
+    for payload in attempts:
+        s = socket.create_connection((host, int(port)), timeout=5)
+        if payload:
+            s.sendall(payload)
+        socks.append(s)
+    rc = job.wait(180)
+    for s in socks:
+        s.close()
+    check(rc == 0, f"job finishes undisturbed (got {rc})")
+    rep = load_report(job)
+    check(not rep["failures"] and rep["epoch"] == 0, "membership never changed")
+    n = rep["control_plane"]["rejected_connections"]
+    check(n >= 4, f"all four bad connections rejected and counted ({n})")
+    expect_identical(job, args)
+
+
 def case_relaunch(args):
     need_reference(args)
     job = Job(args, "relaunch").start()
@@ -298,7 +375,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("case", choices=["reference", "kill", "kill2", "hang", "relaunch", "nospare"])
+    ap.add_argument("case", choices=["reference", "kill", "kill2", "hang", "relaunch", "nospare", "stall",
+                                       "straggler", "intruder"])
     args = ap.parse_args()
     if shutil.which("mpirun") is None:
         print("mpirun not found: skipping")
