@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include "ftrt.h"
+#include "runtime/coord.h"
 #include "runtime/internal.h"
 
 static void most_advanced_survivor(void **state)
@@ -59,10 +60,22 @@ static void no_survivor(void **state)
                      FTRT_EABORT);
 }
 
+/* The progress detector's timeout: configured, or adaptive with a 5 s floor, or unarmed. */
+static void progress_timeout(void **state)
+{
+    (void)state;
+    assert_true(ftrt__progress_timeout(2000, 0.0) == 2.0);      /* configured wins */
+    assert_true(ftrt__progress_timeout(2000, 10.0) == 2.0);
+    assert_true(ftrt__progress_timeout(0, 0.0) == 0.0);         /* no step time yet: unarmed */
+    assert_true(ftrt__progress_timeout(0, 0.010) == 5.0);       /* floor */
+    assert_true(ftrt__progress_timeout(0, 2.0) == 20.0);        /* 10 x the median step */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(most_advanced_survivor), cmocka_unit_test(ties_pick_lowest_rank),
-        cmocka_unit_test(sharded_uses_checkpoint), cmocka_unit_test(no_survivor)};
+        cmocka_unit_test(sharded_uses_checkpoint), cmocka_unit_test(no_survivor),
+        cmocka_unit_test(progress_timeout)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
