@@ -19,17 +19,24 @@
 #include <string.h>
 #include <time.h>
 
+#include "comm/async.h"
 #include "runtime/internal.h"
 #include "runtime/log.h"
 
 void ftrt__plane_set(ftrt__plane *p, MPI_Comm comm)
 {
     p->comm = comm;
+    p->gen++; /* overlapped collectives duplicate each new communicator once (comm/async.c) */
     if (comm != MPI_COMM_NULL) MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
 }
 
 int ftrt__plane_abandon(ftrt__plane *p)
 {
+    /* Overlapped collectives of the old epoch fail promptly now; once every one is final
+     * (their started staging buffers in the engine's graveyard), nothing of the old epoch can
+     * write application memory. Then the listeners (the NCCL plane) retire theirs. */
+    ftrt__engine_quiesce(p->async);
+    for (ftrt__plane_hook *h = p->hooks; h; h = h->next) h->abandon(h->arg);
     if (p->buf) {
         void **g = realloc(p->graveyard, (size_t)(p->ngraveyard + 1) * sizeof *g);
         if (!g) return -ENOMEM;
@@ -42,8 +49,14 @@ int ftrt__plane_abandon(ftrt__plane *p)
     return 0;
 }
 
+void ftrt__plane_stop(ftrt__plane *p) { ftrt__engine_stop(p->async); }
+
 void ftrt__plane_free(ftrt__plane *p)
 {
+    /* Buffers of abandoned overlapped collectives are freed only once MPI is finalized. */
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    ftrt__engine_free(p->async, finalized);
     for (int i = 0; i < p->ngraveyard; i++) free(p->graveyard[i]);
     free(p->graveyard);
     free(p->buf);
@@ -57,7 +70,7 @@ int ftrt__wait(struct ftrt_ctx *ctx, MPI_Request *req)
 {
     ftrt__wait_begin(ctx);
     int rc = wait_polled(ctx, req);
-    ftrt__wait_end(ctx);
+    ftrt__wait_end(ctx, rc);
     return rc;
 }
 

@@ -60,7 +60,11 @@ extern "C" {
     X(FTRT_EMPI, -1010, "an MPI call failed (run with FTRT_LOG=debug for the MPI error string)")  \
     X(FTRT_EINVAL, -1011, "invalid argument")                                                      \
     X(FTRT_ESTATE, -1012, "call not valid in this state or role")                                  \
-    X(FTRT_ETIMEDOUT, -1013, "timed out waiting on the control plane")
+    X(FTRT_ETIMEDOUT, -1013, "timed out waiting on the control plane")                           \
+    X(FTRT_ENODEV, -1014, "no usable CUDA device (no GPU, or no driver: libcuda.so is missing)")   \
+    X(FTRT_ECUDA, -1015, "a CUDA runtime call failed (the log names the call and the error)")     \
+    X(FTRT_ENCCL, -1016,                                                                           \
+      "an NCCL call failed (the log has ncclGetLastError(); run with NCCL_DEBUG=WARN for more)")
 
 enum ftrt_error {
 #define FTRT__ENUM(name, value, msg) name = value,
@@ -117,6 +121,17 @@ typedef struct ftrt_config {
                                  of the trainers' median is reported as a straggler (default 1.5) */
     int debug_recovery_delay_ms; /* FTRT_DEBUG_RECOVERY_DELAY_MS: test knob: survivors sleep this
                                  long after receiving a recovery plan (default 0) */
+    double peak_flops;        /* FTRT_PEAK_FLOPS: peak FLOP/s of one rank, for eMFU (0 = unknown
+                                 unless ftrt_set_job_info() gives it) */
+    double mtbf_s;            /* FTRT_MTBF_S: expected mean time between failures, seconds, for
+                                 the checkpoint-interval advice (0 = use the observed one) */
+    char metrics_file[1024];  /* FTRT_METRICS_FILE: OpenMetrics text file rewritten every 2 s by
+                                 the coordinator (for a node exporter's textfile collector);
+                                 empty = none */
+    int progress;             /* FTRT_PROGRESS: live progress line on the coordinator's stderr:
+                                 -1 (default) = when stderr is a terminal, 0 = off, 1 = on */
+    int timeline_max;         /* FTRT_TIMELINE_MAX: ledger intervals kept per rank for the
+                                 report's timeline (default 200000; totals stay exact) */
 } ftrt_config;
 
 /*
@@ -136,7 +151,8 @@ typedef struct ftrt_ctx ftrt_ctx;
 
 /*
  * Joins the job. Collective over MPI_COMM_WORLD at start. If MPI is not initialized, ftrt
- * initializes it (MPI_THREAD_FUNNELED) and ftrt_finalize() finalizes it.
+ * initializes it (MPI_THREAD_MULTIPLE, so that overlapped collectives get a progress thread;
+ * see ftrt_allreduce_start()) and ftrt_finalize() finalizes it.
  *   cfg:  configuration (NULL = ftrt_config_init() defaults); copied.
  *   out:  receives the context, owned by the caller until ftrt_finalize().
  * Returns:
@@ -248,6 +264,145 @@ typedef enum ftrt_op { FTRT_SUM = 0, FTRT_MIN = 1, FTRT_MAX = 2 } ftrt_op;
 FTRT_API int ftrt_allreduce(ftrt_ctx *ctx, void *buf, size_t count, ftrt_dtype dtype,
                             ftrt_op op);
 
+/* ------------------------------------------------------------------------------------------ */
+/* Overlapped collectives                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * A request is one collective in flight: started by ftrt_allreduce_start() or by a bucketer
+ * (or the NCCL plane, ftrt_gpu.h), finished by ftrt_request_test() / ftrt_request_wait(),
+ * released by ftrt_request_free(). Owned by the caller; release every request before
+ * ftrt_finalize(). As with MPI requests, every trainer starts the same requests in the same
+ * order.
+ *
+ * Progress: when MPI runs at MPI_THREAD_MULTIPLE (ftrt_init() asks for it when it initializes
+ * MPI) a progress thread per context packs, starts, polls and unpacks the collectives while the
+ * application computes. It sleeps while nothing is in flight and polls every
+ * FTRT_PROGRESS_POLL_US microseconds (default 50) while something is. When the application
+ * initialized MPI below MPI_THREAD_MULTIPLE, or FTRT_ASYNC_PROGRESS=0, collectives progress only
+ * inside ftrt calls (start, test, wait, ready); a warning says so once.
+ *
+ * Failures: a request of an epoch that ended completes with FTRT_ERECOVER promptly and leaves
+ * the application's memory untouched; the staging buffer of its collective is never reused.
+ * ftrt_recover() returns only once every request of the old epoch is final, so nothing of the
+ * old epoch writes application memory afterwards.
+ *
+ * All request and bucketer functions: application thread only (the thread that called
+ * ftrt_init()).
+ */
+typedef struct ftrt_request ftrt_request;
+
+/*
+ * Starts an in-place allreduce of `count` elements of `dtype` at `buf` over the trainers and
+ * returns at once. The data is copied into an ftrt-owned staging buffer when the collective
+ * starts and the result copied back into buf when it completes: buf must stay valid and must not
+ * be read or written until ftrt_request_test() returns 1 or ftrt_request_wait() returns.
+ * For a fixed number of trainers the result is bitwise deterministic whichever process holds
+ * each logical rank (it runs on a duplicate of the logical-rank-ordered communicator, with the
+ * same counts); it may differ in the last bits from ftrt_allreduce() of the same data.
+ *   req: receives the request (NULL on error).
+ * Returns 0; FTRT_ERECOVER / FTRT_ENOSPARE / FTRT_ECOORD / FTRT_EABORT (nothing started);
+ * FTRT_EINVAL (NULL ctx or req, NULL buf with count > 0, bad dtype or op); FTRT_ESTATE (not a
+ * trainer, or ftrt_recover() is owed); FTRT_EMPI; -ENOMEM.
+ */
+FTRT_API int ftrt_allreduce_start(ftrt_ctx *ctx, void *buf, size_t count, ftrt_dtype dtype,
+                                  ftrt_op op, ftrt_request **req);
+
+/*
+ * Returns 1 once req completed (the result is in its buffer), 0 while it is in flight, or its
+ * error once it failed: FTRT_ERECOVER (the epoch changed; the buffer is unchanged: call
+ * ftrt_recover()), FTRT_ENOSPARE / FTRT_ECOORD / FTRT_EABORT, FTRT_EMPI, -ENOMEM, FTRT_ECUDA /
+ * FTRT_ENCCL (NCCL plane); FTRT_EINVAL for NULL. Never blocks. A final request keeps its answer.
+ */
+FTRT_API int ftrt_request_test(ftrt_request *req);
+
+/*
+ * Blocks until req is final and returns 0 or its error (the codes of ftrt_request_test()). The
+ * time spent here counts as exposed communication. After an epoch change it returns
+ * FTRT_ERECOVER promptly.
+ */
+FTRT_API int ftrt_request_wait(ftrt_request *req);
+
+/* Releases a final request. Returns 0 (also for NULL), or FTRT_ESTATE while req is still in
+ * flight (nothing is released: wait for it first). */
+FTRT_API int ftrt_request_free(ftrt_request *req);
+
+/*
+ * Gradient bucketing, after PyTorch DDP's Reducer (torch/csrc/distributed/c10d/reducer.cpp):
+ * the tensors of a model are assigned once to buckets of about bucket_bytes, walked in the
+ * order their gradients become ready (with reverse = 1, from the last tensor to the first, the
+ * order a backward pass produces them in, as DDP's bucket rebuild learns it); a bucket is closed
+ * once it holds at least its limit, the first one's limit being first_bucket_bytes so that
+ * communication starts early. Each bucket's allreduce starts as soon as its last tensor is
+ * ready and every earlier bucket has started.
+ */
+typedef struct ftrt_bucket_config {
+    uint32_t size;             /* sizeof(ftrt_bucket_config), set by ftrt_bucket_config_init() */
+    uint32_t version;          /* FTRT_VERSION_MAJOR at build time */
+    size_t bucket_bytes;       /* bucket limit, bytes (default 25 MiB, DDP's bucket_cap_mb) */
+    size_t first_bucket_bytes; /* limit of the first bucket (default 1 MiB, DDP's
+                                  _DEFAULT_FIRST_BUCKET_BYTES) */
+    int reverse;               /* 1 (default): gradients become ready from tensor n-1 down to 0;
+                                  0: from 0 up */
+    int average;               /* 1 (default): results are the mean over the trainers (the sum
+                                  multiplied by (dtype)(1.0 / N), as DDP averages gradients);
+                                  0: the sum. Not for FTRT_INT64. */
+} ftrt_bucket_config;
+
+/* Fills *cfg with the defaults above. size: sizeof(ftrt_bucket_config) as the caller knows it.
+ * Returns 0 or FTRT_EINVAL (NULL, or size too small). Thread-safe. */
+FTRT_API int ftrt_bucket_config_init(ftrt_bucket_config *cfg, size_t size);
+
+typedef struct ftrt_bucketer ftrt_bucketer;
+
+/*
+ * Creates a bucketer for `ntensors` gradient tensors of `dtype`, counts[i] elements each, in
+ * registration (forward) order. The assignment depends only on the counts, dtype and cfg, so it
+ * is the same on every trainer. Host memory; the NCCL plane has its own (ftrt_gpu.h).
+ *   cfg: NULL = defaults; copied.  out: receives the bucketer, owned by the caller.
+ * Returns 0; FTRT_EINVAL (NULL ctx/counts/out, ntensors < 1, bad dtype, a zero limit, average
+ * with FTRT_INT64, absurd counts); FTRT_ESTATE (not a trainer); -ENOMEM.
+ */
+FTRT_API int ftrt_bucketer_create(ftrt_ctx *ctx, const size_t *counts, int ntensors,
+                                  ftrt_dtype dtype, const ftrt_bucket_config *cfg,
+                                  ftrt_bucketer **out);
+
+/*
+ * Marks gradient `tensor` (0 <= tensor < ntensors) of this step ready at `ptr` (counts[tensor]
+ * elements). When this completes a bucket (and every earlier bucket has started) the bucket's
+ * allreduce starts; its result (the sum, or the mean) is written back into each tensor. ptr
+ * must stay valid and unmodified, and must not be read, until ftrt_bucketer_wait_all() returns.
+ * Returns 0; FTRT_EINVAL (bad index, NULL ptr, tensor already ready this step); or the first
+ * error of this step so far (FTRT_ERECOVER etc., as ftrt_bucketer_wait_all(): the application
+ * may cut its backward pass short and call ftrt_bucketer_reset() or ftrt_bucketer_wait_all()).
+ */
+FTRT_API int ftrt_bucketer_ready(ftrt_bucketer *b, int tensor, void *ptr);
+
+/*
+ * Ends the step: waits for every bucket's allreduce, then clears the readiness for the next
+ * step. Counted as one data-plane wait (exposed communication).
+ * Returns 0 (every tensor holds its result); FTRT_ESTATE (a tensor was not marked ready: the
+ * log names it; nothing was waited for or cleared) or ftrt_recover() is owed; FTRT_ERECOVER
+ * (a rank failed: some tensors may hold reduced and others local values; call ftrt_recover()
+ * and redo the step); FTRT_ENOSPARE / FTRT_ECOORD / FTRT_EABORT; FTRT_EMPI; -ENOMEM;
+ * FTRT_ECUDA / FTRT_ENCCL (NCCL plane); FTRT_EINVAL (NULL).
+ */
+FTRT_API int ftrt_bucketer_wait_all(ftrt_bucketer *b);
+
+/* Abandons this step: waits for the buckets already started (after an epoch change they fail
+ * promptly) and clears the readiness. Returns 0 or FTRT_EINVAL (NULL). */
+FTRT_API int ftrt_bucketer_reset(ftrt_bucketer *b);
+
+/* Number of buckets (>= 1), or FTRT_EINVAL for NULL. */
+FTRT_API int ftrt_bucketer_buckets(const ftrt_bucketer *b);
+
+/* The bucket of `tensor` (buckets are numbered in the order they start), or FTRT_EINVAL. */
+FTRT_API int ftrt_bucketer_bucket_of(const ftrt_bucketer *b, int tensor);
+
+/* Frees the bucketer. Returns 0 (also for NULL), or FTRT_ESTATE while a bucket of an unfinished
+ * step is in flight (call ftrt_bucketer_wait_all() or ftrt_bucketer_reset() first). */
+FTRT_API int ftrt_bucketer_free(ftrt_bucketer *b);
+
 /*
  * Records that step `step` (0-based) is complete on this trainer and that registered state now
  * reflects `step + 1` steps done. Sent to the coordinator with the next heartbeat; used for
@@ -255,6 +410,18 @@ FTRT_API int ftrt_allreduce(ftrt_ctx *ctx, void *buf, size_t count, ftrt_dtype d
  * Returns 0 or FTRT_EINVAL (step decreasing by more than a recovery allows).
  */
 FTRT_API int ftrt_step_done(ftrt_ctx *ctx, int64_t step);
+
+/*
+ * Tells the runtime about the job, for the goodput ledger and the progress line:
+ *   total_steps:    steps the job will run (for the ETA; 0 = unknown);
+ *   flops_per_step: model FLOPs one trainer performs per step (forward + backward + update;
+ *                   0 = unknown, then eMFU is not reported);
+ *   peak_flops:     peak FLOP/s of one rank (0 = keep FTRT_PEAK_FLOPS).
+ * Any trainer may call it, any number of times; the latest values are sent to the coordinator
+ * within a second. Returns 0 or FTRT_EINVAL (negative or NaN values). Thread-safe.
+ */
+FTRT_API int ftrt_set_job_info(ftrt_ctx *ctx, int64_t total_steps, double flops_per_step,
+                               double peak_flops);
 
 /*
  * After FTRT_ERECOVER: reports this trainer's progress, waits for the coordinator's recovery

@@ -54,11 +54,14 @@ static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *paylo
         memcpy(&cp->welcome, payload, sizeof cp->welcome);
         cp->welcomed = 1;
         break;
-    case FTRT__MSG_FAILURE:
-        memcpy(&em, payload, sizeof em);
-        if (em.epoch > atomic_load(&cp->pending_epoch)) atomic_store(&cp->pending_epoch, em.epoch);
-        ftrt_log_info("epoch %d announced: a rank failed", em.epoch);
+    case FTRT__MSG_FAILURE: {
+        ftrt__failure_msg fm;
+        memcpy(&fm, payload, sizeof fm);
+        atomic_store(&cp->t_fail_wall, fm.t_fail_wall); /* before the epoch: waits read both */
+        if (fm.epoch > atomic_load(&cp->pending_epoch)) atomic_store(&cp->pending_epoch, fm.epoch);
+        ftrt_log_info("epoch %d announced: a rank failed", fm.epoch);
         break;
+    }
     case FTRT__MSG_PLAN: {
         ftrt__plan *p = malloc(h->len);
         if (!p) break;
@@ -110,7 +113,7 @@ static void *agent_main(void *arg)
     struct ftrt_ctx *ctx = arg;
     ftrt__cp *cp = &ctx->cp;
     ftrt__rxbuf rx = {0};
-    double next_hb = 0;
+    double next_hb = 0, next_ledger = 0;
     for (;;) {
         double now = ftrt__now();
         if (now >= next_hb) {
@@ -124,6 +127,10 @@ static void *agent_main(void *arg)
                 break;
             }
             next_hb = now + ctx->cfg.heartbeat_ms / 1000.0;
+        }
+        if (now >= next_ledger) { /* the finished part of this rank's timeline */
+            ftrt__ledger_send(ctx, 0);
+            next_ledger = now + ctx->cfg.heartbeat_ms / 1000.0;
         }
         struct pollfd pf[2] = {{.fd = cp->fd, .events = POLLIN}, {.fd = cp->wake[0], .events = POLLIN}};
         int ms = (int)((next_hb - ftrt__now()) * 1000.0) + 1;

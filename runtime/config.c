@@ -92,6 +92,8 @@ int ftrt_config_init(ftrt_config *cfg, size_t size)
     cfg->init_timeout_ms = 60000;
     cfg->ckpt_keep = 2;
     cfg->straggler_ratio = 1.5;
+    cfg->progress = -1;
+    cfg->timeline_max = 200000;
     cfg->log_level = FTRT__LOG_WARN;
     snprintf(cfg->ckpt_dir, sizeof cfg->ckpt_dir, "ftrt-ckpt");
 
@@ -111,6 +113,11 @@ int ftrt_config_init(ftrt_config *cfg, size_t size)
     KEEP_FIRST(env_int("FTRT_PROGRESS_TIMEOUT_MS", 0, 86400000, &cfg->progress_timeout_ms));
     KEEP_FIRST(env_double("FTRT_STRAGGLER_RATIO", 1.0, 1000.0, &cfg->straggler_ratio));
     KEEP_FIRST(env_int("FTRT_DEBUG_RECOVERY_DELAY_MS", 0, 600000, &cfg->debug_recovery_delay_ms));
+    KEEP_FIRST(env_double("FTRT_PEAK_FLOPS", 0.0, 1e21, &cfg->peak_flops));
+    KEEP_FIRST(env_double("FTRT_MTBF_S", 0.0, 1e12, &cfg->mtbf_s));
+    KEEP_FIRST(env_str("FTRT_METRICS_FILE", cfg->metrics_file, sizeof cfg->metrics_file));
+    KEEP_FIRST(env_int("FTRT_PROGRESS", -1, 1, &cfg->progress));
+    KEEP_FIRST(env_int("FTRT_TIMELINE_MAX", 0, 100000000, &cfg->timeline_max));
 #undef KEEP_FIRST
     return rc;
 }

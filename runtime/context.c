@@ -18,6 +18,80 @@
 #include "runtime/internal.h"
 #include "runtime/log.h"
 
+/* ---- this rank's ledger ---- */
+
+void ftrt__ledger_mark(ftrt_ctx *ctx, int kind)
+{
+    pthread_mutex_lock(&ctx->ledger_lock);
+    ftrt__ledger_switch(&ctx->ledger, kind, ftrt__wallclock());
+    pthread_mutex_unlock(&ctx->ledger_lock);
+}
+
+int ftrt__compute_kind(const ftrt_ctx *ctx)
+{
+    return atomic_load(&ctx->cp.steps_done) < ctx->ledger.rework_until ? FTRT__IV_REWORK
+                                                                         : FTRT__IV_COMPUTE;
+}
+
+void ftrt__ledger_failure(ftrt_ctx *ctx)
+{
+    pthread_mutex_lock(&ctx->ledger_lock);
+    ftrt__ledger *l = &ctx->ledger;
+    if (l->kind != FTRT__IV_DETECT && l->kind != FTRT__IV_RECOVERY) {
+        ftrt__ledger_reclass_since_step(l, FTRT__IV_REWORK);
+        double now = ftrt__wallclock(), tf = atomic_load(&ctx->cp.t_fail_wall);
+        ftrt__ledger_split_open(l, tf > 0 && tf < now ? tf : now, FTRT__IV_DETECT);
+    }
+    pthread_mutex_unlock(&ctx->ledger_lock);
+}
+
+int ftrt__ledger_send(ftrt_ctx *ctx, int final)
+{
+    enum { CHUNK = 512 };
+    ftrt__ledger_msg *m = malloc(ftrt__ledger_msg_size(CHUNK));
+    if (!m) return -ENOMEM;
+    int rc = 0;
+    do {
+        pthread_mutex_lock(&ctx->ledger_lock);
+        const ftrt__ledger *l = &ctx->ledger;
+        /* Only finished steps' intervals are final (a failure may still turn the step in
+         * flight into rework), except on the last message. */
+        size_t upto = final ? l->n : (l->step_mark < l->n ? l->step_mark : l->n);
+        size_t n = upto > ctx->ledger_sent ? upto - ctx->ledger_sent : 0;
+        if (n > CHUNK) n = CHUNK;
+        memset(m, 0, sizeof *m);
+        m->t_open = l->t_open;
+        memcpy(m->totals, l->totals, sizeof m->totals);
+        m->flops_per_step = ctx->flops_per_step;
+        m->peak_flops = ctx->peak_flops;
+        m->total_steps = ctx->total_steps;
+        m->kept_steps = ctx->kept_steps;
+        m->kind_open = l->kind;
+        m->n = (int32_t)n;
+        memcpy(m->iv, l->iv + ctx->ledger_sent, n * sizeof *m->iv);
+        ctx->ledger_sent += n;
+        m->final = final && ctx->ledger_sent >= l->n;
+        pthread_mutex_unlock(&ctx->ledger_lock);
+        rc = ftrt__agent_send(ctx, FTRT__MSG_LEDGER, m, (uint32_t)ftrt__ledger_msg_size((int)n));
+        if (rc || !final || m->final) break;
+    } while (1);
+    free(m);
+    return rc;
+}
+
+int ftrt_set_job_info(ftrt_ctx *ctx, int64_t total_steps, double flops_per_step,
+                      double peak_flops)
+{
+    if (!ctx || total_steps < 0 || !(flops_per_step >= 0) || !(peak_flops >= 0))
+        return FTRT_EINVAL;
+    pthread_mutex_lock(&ctx->ledger_lock);
+    ctx->total_steps = total_steps;
+    ctx->flops_per_step = flops_per_step;
+    if (peak_flops > 0) ctx->peak_flops = peak_flops; /* else FTRT_PEAK_FLOPS, if set */
+    pthread_mutex_unlock(&ctx->ledger_lock);
+    return 0;
+}
+
 typedef struct bootstrap {
     char addr[64];
     int32_t port;
@@ -47,6 +121,8 @@ static void ctx_free(ftrt_ctx *ctx)
     free(ctx->plan);
     free(ctx->regs);
     free(ctx->step_s);
+    ftrt__ledger_free(&ctx->ledger);
+    pthread_mutex_destroy(&ctx->ledger_lock);
     pthread_mutex_destroy(&ctx->cp.lock);
     pthread_mutex_destroy(&ctx->cp.send_lock);
     pthread_cond_destroy(&ctx->cp.cond);
@@ -82,6 +158,7 @@ static int spare_wait(ftrt_ctx *ctx)
     }
     pthread_mutex_unlock(&ctx->cp.lock);
     ftrt_log_warn("promoted from hot spare");
+    ftrt__ledger_mark(ctx, FTRT__IV_RECOVERY);
     int rc = ftrt__apply_plan(ctx);
     if (rc) return rc;
     ctx->role = FTRT__ROLE_TRAINER;
@@ -119,6 +196,11 @@ static int init_ctx(ftrt_ctx *ctx, const ftrt_config *cfg)
     pthread_mutex_init(&ctx->cp.lock, NULL);
     pthread_mutex_init(&ctx->cp.send_lock, NULL);
     pthread_cond_init(&ctx->cp.cond, NULL);
+    pthread_mutex_init(&ctx->ledger_lock, NULL);
+    ctx->peak_flops = ctx->cfg.peak_flops;
+    if (ftrt__ledger_init(&ctx->ledger, FTRT__IV_STARTUP, ftrt__wallclock(),
+                          (size_t)ctx->cfg.timeline_max))
+        return -ENOMEM;
     if (gethostname(ctx->host, sizeof ctx->host)) snprintf(ctx->host, sizeof ctx->host, "?");
     ctx->host[sizeof ctx->host - 1] = 0;
     if (ctx->cfg.status_file[0])
@@ -134,12 +216,17 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
     *out = NULL;
     ftrt_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return -ENOMEM;
-    init_ctx(ctx, cfg);
+    if (init_ctx(ctx, cfg)) {
+        ctx_free(ctx);
+        return -ENOMEM;
+    }
 
     int inited = 0, provided;
     MPI_Initialized(&inited);
     if (!inited) {
-        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+        /* MULTIPLE: overlapped collectives run a progress thread (comm/async.c); with a lower
+         * level (an application that initialized MPI itself) they progress inside ftrt calls. */
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
             ctx_free(ctx);
             return FTRT_EMPI;
         }
@@ -200,6 +287,7 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
     ctx->rank = ctx->cp.welcome.logical_rank;
     *out = ctx;
     if (ctx->role == FTRT__ROLE_SPARE) {
+        ftrt__ledger_mark(ctx, FTRT__IV_SPARE_IDLE);
         rc = spare_wait(ctx);
         if (rc < 0) {
             ftrt_log_error("hot spare leaves the job: %s", ftrt_strerror(rc));
@@ -220,6 +308,13 @@ static int ranks_lost(ftrt_ctx *ctx)
     int lost = 1; /* no answer, or the job failed: assume a process died */
     pthread_mutex_lock(&ctx->cp.lock);
     if (ctx->role == FTRT__ROLE_TRAINER && ctx->cp.fd >= 0 && !atomic_load(&ctx->cp.fatal)) {
+        pthread_mutex_unlock(&ctx->cp.lock);
+        ftrt__ledger_mark(ctx, FTRT__IV_TEARDOWN);
+        pthread_mutex_lock(&ctx->ledger_lock);
+        ftrt__ledger_close(&ctx->ledger, ftrt__wallclock());
+        pthread_mutex_unlock(&ctx->ledger_lock);
+        ftrt__ledger_send(ctx, 1);
+        pthread_mutex_lock(&ctx->cp.lock);
         ftrt__bye bye = {.steps_done = atomic_load(&ctx->cp.steps_done),
                          .rework_steps = ctx->rework_steps, .kept_s = ctx->kept_s,
                          .rework_s = ctx->rework_s, .lost_s = ctx->lost_s};
@@ -241,6 +336,7 @@ int ftrt_finalize(ftrt_ctx *ctx)
     if (!ctx) return 0;
     int lost = ranks_lost(ctx);
     ftrt__agent_stop(ctx);
+    ftrt__plane_stop(&ctx->plane); /* the progress thread makes MPI calls: stop it first */
     int by_us = ctx->mpi_initialized_by_us;
     /* After a process of the world died, Open MPI 4.1's MPI_Finalize can hang in its PMIx
      * fence (seen in 1 of 3 runs with 4 trainers + 2 spares), so it is skipped then. */
@@ -306,7 +402,12 @@ int ftrt_step_done(ftrt_ctx *ctx, int64_t step)
     double d = now - ctx->t_mark;
     ctx->t_mark = now;
     ctx->kept_s += d - ctx->step_s[step];
+    if (ctx->step_s[step] == 0) ctx->kept_steps++;
     ctx->step_s[step] = d;
+    pthread_mutex_lock(&ctx->ledger_lock);
+    ftrt__ledger_switch(&ctx->ledger, ftrt__compute_kind(ctx), ftrt__wallclock());
+    ftrt__ledger_step_end(&ctx->ledger);
+    pthread_mutex_unlock(&ctx->ledger_lock);
     atomic_store(&ctx->cp.steps_done, step + 1);
     atomic_store(&ctx->cp.kept_s, ctx->kept_s);
     return 0;
@@ -322,12 +423,19 @@ void ftrt__ledger_resume(ftrt_ctx *ctx, int64_t resume_step)
             ctx->kept_s -= ctx->step_s[s];
             ctx->step_s[s] = 0;
             ctx->rework_steps++;
+            ctx->kept_steps--;
         }
+    pthread_mutex_lock(&ctx->ledger_lock);
+    int64_t redo = ctx->plan && ctx->plan->rework_until > done ? ctx->plan->rework_until : done;
+    if (redo > resume_step) ctx->ledger.rework_until = redo; /* steps redone are rework */
+    ftrt__ledger_step_end(&ctx->ledger);
+    pthread_mutex_unlock(&ctx->ledger_lock);
     if (ctx->t_mark > 0) ctx->lost_s += now - ctx->t_mark;
     ctx->t_mark = now;
     atomic_store(&ctx->cp.waits, 0); /* the progress detector counts collectives per epoch */
     atomic_store(&ctx->cp.steps_done, resume_step);
     atomic_store(&ctx->cp.kept_s, ctx->kept_s);
+    ftrt__ledger_mark(ctx, ftrt__compute_kind(ctx));
 }
 
 /* Waits for the coordinator's COMMIT of `step`. */
@@ -347,6 +455,8 @@ static int wait_commit(ftrt_ctx *ctx, int64_t step, int seen_before)
     return rc;
 }
 
+static int checkpoint_sync(ftrt_ctx *ctx, int64_t step, int seen);
+
 int ftrt_checkpoint(ftrt_ctx *ctx, int64_t step)
 {
     if (!ctx || step < 0) return FTRT_EINVAL;
@@ -356,6 +466,19 @@ int ftrt_checkpoint(ftrt_ctx *ctx, int64_t step)
     pthread_mutex_lock(&ctx->cp.lock);
     int seen = ctx->cp.commit_seen;
     pthread_mutex_unlock(&ctx->cp.lock);
+    ftrt__ledger_mark(ctx, FTRT__IV_CKPT);
+    rc = checkpoint_sync(ctx, step, seen);
+    if (rc == FTRT_ERECOVER)
+        ftrt__ledger_failure(ctx);
+    else
+        ftrt__ledger_mark(ctx, ftrt__compute_kind(ctx));
+    return rc;
+}
+
+/* Writes this rank's shard, reports it and waits for the commit (ftrt_checkpoint's body). */
+static int checkpoint_sync(ftrt_ctx *ctx, int64_t step, int seen)
+{
+    int rc;
     int wr = ftrt__shard_write(ctx->cfg.ckpt_dir, step, ctx->rank, ctx->size, ctx->regs,
                                ctx->nregs);
     if (wr) ftrt_log_warn("checkpoint of step %lld: writing this rank's shard failed: %s",
@@ -427,6 +550,7 @@ int ftrt_restore(ftrt_ctx *ctx, int64_t *step)
     if (rc >= 0) {
         ctx->t_mark = ftrt__now();
         atomic_store(&ctx->cp.steps_done, *step);
+        ftrt__ledger_mark(ctx, ftrt__compute_kind(ctx)); /* start-up ends here */
     }
     return rc;
 }

@@ -5,6 +5,8 @@
 #ifndef FTRT_COORD_H
 #define FTRT_COORD_H
 
+#include <json-c/json.h>
+
 #include "runtime/internal.h"
 
 enum ftrt__phase { PH_INIT, PH_RUNNING, PH_COLLECT, PH_RESUMING, PH_ABORTING, PH_DONE };
@@ -33,6 +35,17 @@ typedef struct ftrt__crank {
     int resumed_epoch;
     int said_bye;
     ftrt__bye bye;
+    /* ledger (LEDGER messages): intervals received, latest totals and open interval */
+    ftrt__interval *tl;
+    size_t tl_n, tl_cap;
+    int tl_truncated, tl_final, tl_seen;
+    double tl_totals[FTRT__IV_KINDS];
+    double tl_t_open;
+    int tl_kind_open;
+    int64_t kept_steps;
+    double flops_per_step, peak_flops;
+    int64_t total_steps;
+    double t_fail_wall; /* failed ranks: best known failure time */
     int shard_epoch; /* SHARD_DONE received for (shard_step, shard_epoch) */
     int64_t shard_step;
     int shard_result;
@@ -42,6 +55,8 @@ typedef struct ftrt__incident {
     int world_rank, logical_rank, pid, kind, epoch, spare_world_rank;
     int was_spare; /* an unused hot spare: removed from the pool, nothing to recover */
     double t_detect, t_detect_wall, t_last_heard, t_resumed; /* monotonic, except _wall */
+    double t_fail_wall;   /* best known failure time: fault log, EOF, or last message heard */
+    double t_plan_wall;   /* recovery plan sent */
     int64_t steps_at_failure; /* the most steps any rank had done (heartbeats/reports) */
     int64_t resume_step, rework_steps;
     int recovered;
@@ -59,7 +74,7 @@ typedef struct ftrt__coord {
     int ncommitted, nckpt_failed;
     double t_start, t_end, abort_deadline;
     double status_written;
-    int status_dirty;
+    int status_dirty; /* 1: progress (written at most every 0.25 s), 2: membership (now) */
     double last_ping, last_window;
     double median_step_s;      /* median over trainers of the last window's step time */
     int rejected_connections;  /* bad hello, wrong secret, duplicate rank, no hello in time */
@@ -67,7 +82,31 @@ typedef struct ftrt__coord {
     int stall_reports;         /* collective hangs with no rank behind (reported only) */
     char listen_addr[64];
     int listen_port;
+    double t_start_wall;       /* job window start (the coordinator's ftrt_init entry) */
+    double metrics_written, progress_printed;
+    double first_commit_wall, last_commit_wall;
+    int64_t progress_steps;
+    double progress_t;
 } ftrt__coord;
+
+/* Latest injection time (unix s) for pid / world rank w at or before t_wall in the JSON-lines
+ * fault log (FTRT_FAULT_LOG), or -1. */
+double ftrt__fault_injected_at(const char *log, int pid, int w, double t_wall);
+
+/* ---- goodput.c: the ledger on the coordinator ---- */
+/* Per-slot totals over the job window [t_start_wall, t_end_wall] (slots = world ranks 1..W-1)
+ * rebuilt from the timelines received (gaps: start-up before, teardown after, rework between a
+ * failed rank's last report and its failure, down after it), and the job's figures. totals
+ * must hold W-1 rows. Returns 0 or -EINVAL. */
+int ftrt__ledger_figures(const ftrt__coord *c, double t_end_wall, double (*totals)[FTRT__IV_KINDS],
+                         ftrt__goodput *g, double *useful_flops, double *peak_flops);
+/* Adds "ledger", "waterfall", "advice" and "timeline" to the JSON report and prints the
+ * waterfall. */
+void ftrt__ledger_report(ftrt__coord *c, json_object *o);
+/* Rewrites FTRT_METRICS_FILE (OpenMetrics text, atomically). Returns 0 or -errno. */
+int ftrt__metrics_write(ftrt__coord *c, double t_wall);
+/* Prints the live progress line (stderr) when enabled. */
+void ftrt__progress_line(ftrt__coord *c, int final);
 
 /* The progress timeout in seconds: the configured one, or adaptive max(5 s, 10 x median step
  * time); 0 when adaptive and no step time is known yet (detector not armed). */

@@ -84,7 +84,7 @@ static void job_abort(ftrt__coord *c, int code, const char *why)
         int spare = c->r[w].role == FTRT__ROLE_SPARE;
         send_to(c, w, spare ? FTRT__MSG_SHUTDOWN : FTRT__MSG_ABORT, spare ? &s : &m, sizeof m);
     }
-    c->status_dirty = 1;
+    c->status_dirty |= 2; /* membership: write now */
 }
 
 static void fence(ftrt__coord *c, int w)
@@ -112,6 +112,14 @@ static ftrt__incident *add_incident(ftrt__coord *c, int w, int kind)
     i->t_last_heard = c->r[w].last_heard;
     i->spare_world_rank = -1;
     i->resume_step = -1;
+    /* The best known failure time: the injection time when a fault injector logged one, the
+     * detection itself for a connection loss (the kernel closes a dead process's sockets at
+     * once), else the last message heard (refined for stalls by the caller). */
+    double inj = ftrt__fault_injected_at(c->ctx->cfg.fault_log, i->pid, w, i->t_detect_wall);
+    i->t_fail_wall = inj > 0 ? inj
+                     : kind == FK_CONNECTION_LOST ? i->t_detect_wall
+                                                  : i->t_detect_wall - (i->t_detect - i->t_last_heard);
+    c->r[w].t_fail_wall = i->t_fail_wall;
     int64_t most = 0;
     for (int x = 1; x < c->W; x++)
         if (c->r[x].steps_done > most) most = c->r[x].steps_done;
@@ -127,7 +135,7 @@ static void fail(ftrt__coord *c, int w, int kind)
     r->role = FTRT__ROLE_FAILED;
     drop(c, w);
     if (kind != FK_CONNECTION_LOST) fence(c, w);
-    c->status_dirty = 1;
+    c->status_dirty |= 2; /* membership: write now */
     if (c->phase == PH_INIT) {
         job_abort(c, FTRT_EABORT, "a rank failed during initialization");
         return;
@@ -141,7 +149,10 @@ static void fail(ftrt__coord *c, int w, int kind)
     }
     ftrt__incident *inc = add_incident(c, w, kind);
     /* A stalled rank kept sending heartbeats: what is known is when it last made progress. */
-    if (inc && kind == FK_PROGRESS_STALL) inc->t_last_heard = r->last_change;
+    if (inc && kind == FK_PROGRESS_STALL) {
+        inc->t_last_heard = r->last_change;
+        inc->t_fail_wall = r->t_fail_wall = inc->t_detect_wall - (inc->t_detect - r->last_change);
+    }
     ftrt_log_warn("trainer logical rank %d (world rank %d, pid %d) failed: %s", r->logical, w,
                   r->pid, ftrt__failure_kind_name(kind));
     if (c->phase == PH_ABORTING || c->phase == PH_DONE) return;
@@ -170,7 +181,7 @@ static void fail(ftrt__coord *c, int w, int kind)
     c->epoch++;
     c->phase = PH_COLLECT;
     ftrt_log_warn("epoch %d: hot spare world rank %d takes logical rank %d", c->epoch, spare, l);
-    ftrt__epoch_msg m = {.epoch = c->epoch};
+    ftrt__failure_msg m = {.epoch = c->epoch, .t_fail_wall = inc ? inc->t_fail_wall : ftrt__wallclock()};
     for (int k = 0; k < c->N; k++)
         if (!c->r[c->members[k]].promoting) send_to(c, c->members[k], FTRT__MSG_FAILURE, &m, sizeof m);
 }
@@ -196,7 +207,8 @@ static void send_plan(ftrt__coord *c)
         return;
     }
     for (int i = 0; i < c->ninc; i++)
-        if (!c->inc[i].recovered && c->inc[i].resume_step < 0) {
+        if (!c->inc[i].recovered && c->inc[i].resume_step < 0 && !c->inc[i].was_spare) {
+            c->inc[i].t_plan_wall = ftrt__wallclock();
             c->inc[i].resume_step = resume;
             int64_t before = c->inc[i].steps_at_failure > most ? c->inc[i].steps_at_failure : most;
             c->inc[i].rework_steps = before > resume ? before - resume : 0;
@@ -210,6 +222,7 @@ static void send_plan(ftrt__coord *c)
     }
     p->resume_step = resume;
     p->ckpt_step = ckpt;
+    p->rework_until = most > resume ? most : resume;
     p->epoch = c->epoch;
     p->ntrainers = c->N;
     p->source = source;
@@ -222,7 +235,7 @@ static void send_plan(ftrt__coord *c)
     ftrt_log_info("epoch %d plan: resume at step %lld, state from logical rank %d%s", c->epoch,
                   (long long)resume, source, ckpt >= 0 ? " (checkpoint)" : "");
     c->phase = PH_RESUMING;
-    c->status_dirty = 1;
+    c->status_dirty |= 2; /* membership: write now */
 }
 
 static void check_reports(ftrt__coord *c)
@@ -254,7 +267,7 @@ static void check_resumed(ftrt__coord *c)
         r->win_t = 0;
     }
     c->phase = PH_RUNNING;
-    c->status_dirty = 1;
+    c->status_dirty |= 2; /* membership: write now */
     ftrt_log_warn("epoch %d: every member is back in the training loop", c->epoch);
 }
 
@@ -274,7 +287,9 @@ static void try_commit(ftrt__coord *c, int64_t step)
     } else {
         c->ncommitted++;
         c->last_committed = step;
-        c->status_dirty = 1;
+        c->last_commit_wall = ftrt__wallclock();
+        if (c->ncommitted == 1) c->first_commit_wall = c->last_commit_wall;
+        c->status_dirty |= 1;
     }
     ftrt__ckpt_msg m = {.step = step, .epoch = c->epoch, .result = result};
     for (int l = 0; l < c->N; l++) {
@@ -283,10 +298,54 @@ static void try_commit(ftrt__coord *c, int64_t step)
     }
 }
 
+/* Takes a LEDGER message: the rank's totals and open interval, and intervals to append. */
+static int take_ledger(ftrt__coord *c, int w, const void *payload, size_t len)
+{
+    ftrt__ledger_msg *m = malloc(len);
+    if (!m) return 0; /* a lost ledger update is not a protocol error */
+    memcpy(m, payload, len);
+    if (ftrt__ledger_msg_check(m, len)) {
+        free(m);
+        return FTRT_EPROTO;
+    }
+    ftrt__crank *r = &c->r[w];
+    memcpy(r->tl_totals, m->totals, sizeof r->tl_totals);
+    r->tl_t_open = m->t_open;
+    r->tl_kind_open = m->kind_open;
+    r->kept_steps = m->kept_steps;
+    r->flops_per_step = m->flops_per_step;
+    r->peak_flops = m->peak_flops;
+    r->total_steps = m->total_steps;
+    r->tl_final |= m->final;
+    r->tl_seen = 1;
+    size_t max = (size_t)c->ctx->cfg.timeline_max;
+    if (r->tl_n + (size_t)m->n > max) {
+        r->tl_truncated = 1;
+    } else if (m->n > 0) {
+        if (r->tl_n + (size_t)m->n > r->tl_cap) {
+            size_t ncap = r->tl_cap ? r->tl_cap : 1024;
+            while (ncap < r->tl_n + (size_t)m->n) ncap *= 2;
+            ftrt__interval *n = realloc(r->tl, ncap * sizeof *n);
+            if (!n) {
+                r->tl_truncated = 1;
+                free(m);
+                return 0;
+            }
+            r->tl = n;
+            r->tl_cap = ncap;
+        }
+        memcpy(r->tl + r->tl_n, m->iv, (size_t)m->n * sizeof *m->iv);
+        r->tl_n += (size_t)m->n;
+    }
+    free(m);
+    return 0;
+}
+
 /* Handles one message from identified world rank w. Returns 0 or FTRT_EPROTO. */
 static int handle(ftrt__coord *c, int w, const ftrt__msghdr *h, const void *payload)
 {
     ftrt__crank *r = &c->r[w];
+    if (h->type == FTRT__MSG_LEDGER) return take_ledger(c, w, payload, h->len);
     union {
         ftrt__heartbeat hb;
         ftrt__report rep;
@@ -298,7 +357,7 @@ static int handle(ftrt__coord *c, int w, const ftrt__msghdr *h, const void *payl
     memcpy(&u, payload, h->len);
     switch (h->type) {
     case FTRT__MSG_HEARTBEAT:
-        if (u.hb.steps_done != r->steps_done) c->status_dirty = 1;
+        if (u.hb.steps_done != r->steps_done) c->status_dirty |= 1;
         if (u.hb.steps_done != r->steps_done || u.hb.waits != r->waits) r->last_change = ftrt__now();
         r->steps_done = u.hb.steps_done;
         r->waits = u.hb.waits;
@@ -329,7 +388,7 @@ static int handle(ftrt__coord *c, int w, const ftrt__msghdr *h, const void *payl
         r->bye = u.bye;
         r->kept_s = u.bye.kept_s;
         r->steps_done = u.bye.steps_done;
-        c->status_dirty = 1;
+        c->status_dirty |= 1;
         u.em = (ftrt__epoch_msg){.epoch = c->epoch, .value = ranks_lost(c)};
         send_to(c, w, FTRT__MSG_FAREWELL, &u.em, sizeof u.em);
         return 0;
@@ -422,7 +481,7 @@ static void start_job(ftrt__coord *c)
         c->r[l + 1].last_change = ftrt__now();
     }
     c->phase = PH_RUNNING;
-    c->status_dirty = 1;
+    c->status_dirty |= 2; /* membership: write now */
     ftrt_log_info("job started: %d trainers, %d spare(s)", c->N, c->W - 1 - c->N);
 }
 
@@ -564,7 +623,8 @@ static void ping_all(ftrt__coord *c)
 int ftrt__coordinator_run(struct ftrt_ctx *ctx, int listen_fd, uint64_t secret)
 {
     ftrt__coord c = {.ctx = ctx, .W = ctx->world_size, .N = ctx->ntrainers_initial,
-                     .phase = PH_INIT, .last_committed = -1, .t_start = ctx->t_start};
+                     .phase = PH_INIT, .last_committed = -1, .t_start = ctx->t_start,
+                     .t_start_wall = ctx->ledger.t_open};
     c.r = calloc((size_t)c.W, sizeof *c.r);
     c.members = calloc((size_t)c.N, sizeof *c.members);
     pending *pend = calloc((size_t)c.W, sizeof *pend);
@@ -665,6 +725,14 @@ int ftrt__coordinator_run(struct ftrt_ctx *ctx, int listen_fd, uint64_t secret)
             c.last_window = now;
         }
         check_progress(&c, now);
+        if (c.phase != PH_INIT && now - c.metrics_written >= 2.0) {
+            if (ctx->cfg.metrics_file[0]) ftrt__metrics_write(&c, ftrt__wallclock());
+            c.metrics_written = now;
+        }
+        if (c.phase != PH_INIT && now - c.progress_printed >= 1.0) {
+            ftrt__progress_line(&c, 0);
+            c.progress_printed = now;
+        }
         if (c.phase == PH_RUNNING && all_done(&c)) {
             ftrt__epoch_msg m = {.epoch = c.epoch, .value = ranks_lost(&c)};
             for (int w = 1; w < c.W; w++)
@@ -680,7 +748,8 @@ int ftrt__coordinator_run(struct ftrt_ctx *ctx, int listen_fd, uint64_t secret)
                 }
             c.phase = PH_DONE;
         }
-        if (c.status_dirty && (now - c.status_written > 0.25 || c.phase == PH_DONE)) {
+        if ((c.status_dirty & 2) ||
+            (c.status_dirty && (now - c.status_written > 0.25 || c.phase == PH_DONE))) {
             ftrt__status_write(&c);
             c.status_written = now;
             c.status_dirty = 0;
@@ -688,11 +757,16 @@ int ftrt__coordinator_run(struct ftrt_ctx *ctx, int listen_fd, uint64_t secret)
     }
     c.t_end = ftrt__now();
     c.phase = PH_DONE;
+    ftrt__progress_line(&c, 1);
     ftrt__status_write(&c);
     ftrt__report_write(&c);
+    if (ctx->cfg.metrics_file[0]) ftrt__metrics_write(&c, c.t_start_wall + (c.t_end - c.t_start));
     int result = c.result;
     ctx->ranks_lost = ranks_lost(&c);
-    for (int w = 1; w < c.W; w++) drop(&c, w);
+    for (int w = 1; w < c.W; w++) {
+        drop(&c, w);
+        free(c.r[w].tl);
+    }
     for (int k = 0; k < c.W; k++)
         if (pend[k].fd >= 0) {
             close(pend[k].fd);

@@ -15,6 +15,7 @@
 
 #include "checkpoint/ckpt.h"
 #include "ftrt.h"
+#include "runtime/ledger.h"
 #include "runtime/proto.h"
 
 /* ---- time ---- */
@@ -45,6 +46,9 @@ typedef struct ftrt__plane {
     size_t buf_cap;
     void **graveyard; /* buffers of abandoned collectives, freed after MPI_Finalize */
     int ngraveyard;
+    unsigned gen;     /* +1 per communicator adopted (comm/async.c dups each one once) */
+    struct ftrt__engine *async;     /* overlapped collectives (comm/async.h); NULL until used */
+    struct ftrt__plane_hook *hooks; /* abandon listeners (the NCCL plane, comm/async.h) */
 } ftrt__plane;
 
 struct ftrt_ctx;
@@ -56,6 +60,9 @@ int ftrt__plane_abandon(ftrt__plane *p);
 /* Frees staging and graveyard buffers; call only after MPI_Finalize or when no collective was
  * ever abandoned. */
 void ftrt__plane_free(ftrt__plane *p);
+/* Stops the data plane's progress thread (comm/async.c), if any; call before MPI_Finalize.
+ * Idempotent. */
+void ftrt__plane_stop(ftrt__plane *p);
 /* Polled broadcast of `bytes` at buf from `root` over the plane; returns 0, FTRT_ERECOVER or a
  * fatal code (see ftrt__interrupted), FTRT_EMPI. */
 int ftrt__plane_bcast(struct ftrt_ctx *ctx, void *buf, size_t bytes, int root);
@@ -76,6 +83,7 @@ typedef struct ftrt__cp {
     _Atomic int64_t waits;      /* heartbeat payload: collective waits entered */
     _Atomic double compute_s;   /* heartbeat payload: time outside data-plane waits */
     double last_from_coord;     /* agent thread only: monotonic time of the last message */
+    _Atomic double t_fail_wall; /* failure time of the newest FAILURE (wall seconds) */
     _Atomic int stop;
     /* guarded by lock */
     int welcomed;
@@ -121,6 +129,15 @@ struct ftrt_ctx {
     double kept_s, rework_s, lost_s;
     int64_t rework_steps;
 
+    /* the goodput ledger of this rank (ledger.h); ledger_lock guards it against the agent
+     * thread, which sends the finished part every second */
+    ftrt__ledger ledger;
+    pthread_mutex_t ledger_lock;
+    size_t ledger_sent; /* intervals already sent to the coordinator */
+    int64_t kept_steps; /* steps completed here and kept (for useful FLOPs) */
+    double flops_per_step, peak_flops;
+    int64_t total_steps;
+
     int coord_result; /* coordinator: the job's outcome */
     int ranks_lost;   /* coordinator: processes of the world that died */
 };
@@ -136,17 +153,39 @@ static inline int ftrt__interrupted(struct ftrt_ctx *ctx)
     return 0;
 }
 
+/* ---- the ledger of this rank (context.c) ---- */
+/* Switches this rank's timeline to `kind` now (thread-safe against the agent). */
+void ftrt__ledger_mark(struct ftrt_ctx *ctx, int kind);
+/* The kind of application time now: REWORK while redoing steps after a rollback, else
+ * COMPUTE. */
+int ftrt__compute_kind(const struct ftrt_ctx *ctx);
+/* A wait ended with FTRT_ERECOVER: the partial step since the last step end becomes rework,
+ * and the time since the failure (cp.t_fail_wall) detection wait. Idempotent. */
+void ftrt__ledger_failure(struct ftrt_ctx *ctx);
+/* Sends the finished part of the timeline (all of it when final) to the coordinator. Called
+ * by the agent every second and by ftrt_finalize(). Returns 0 or -errno. */
+int ftrt__ledger_send(struct ftrt_ctx *ctx, int final);
+
 /* Progress bookkeeping around every data-plane wait of the application thread: counts the
- * waits (the coordinator's progress detector compares the counts of the trainers) and
- * accumulates the time spent outside them (straggler detection). */
+ * waits (the coordinator's progress detector compares the counts of the trainers),
+ * accumulates the time spent outside them (straggler detection) and records the wait in the
+ * ledger as exposed communication. */
 static inline void ftrt__wait_begin(struct ftrt_ctx *ctx)
 {
     double now = ftrt__now();
     if (ctx->t_wait_end > 0)
         atomic_store(&ctx->cp.compute_s, atomic_load(&ctx->cp.compute_s) + (now - ctx->t_wait_end));
     atomic_fetch_add(&ctx->cp.waits, 1);
+    ftrt__ledger_mark(ctx, FTRT__IV_COMM);
 }
-static inline void ftrt__wait_end(struct ftrt_ctx *ctx) { ctx->t_wait_end = ftrt__now(); }
+static inline void ftrt__wait_end(struct ftrt_ctx *ctx, int rc)
+{
+    ctx->t_wait_end = ftrt__now();
+    if (rc == FTRT_ERECOVER)
+        ftrt__ledger_failure(ctx);
+    else
+        ftrt__ledger_mark(ctx, ftrt__compute_kind(ctx));
+}
 
 /* Waits for MPI request *req, polling it with the interrupt flags and yielding the CPU politely.
  * Returns 0 when complete, else the interrupt code (the request is then abandoned). */

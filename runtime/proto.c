@@ -2,6 +2,7 @@
 #include "runtime/proto.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -17,7 +18,7 @@ static size_t fixed_size(uint32_t type)
     case FTRT__MSG_HELLO: return sizeof(ftrt__hello);
     case FTRT__MSG_WELCOME: return sizeof(ftrt__welcome);
     case FTRT__MSG_HEARTBEAT: return sizeof(ftrt__heartbeat);
-    case FTRT__MSG_FAILURE:
+    case FTRT__MSG_FAILURE: return sizeof(ftrt__failure_msg);
     case FTRT__MSG_RESUMED:
     case FTRT__MSG_SHUTDOWN:
     case FTRT__MSG_FAREWELL:
@@ -36,6 +37,11 @@ int ftrt__msg_check(const ftrt__msghdr *h)
     if (h->magic != FTRT__MAGIC || h->type == 0 || h->type >= FTRT__MSG_TYPE_END ||
         h->len > FTRT__MSG_MAX)
         return FTRT_EPROTO;
+    if (h->type == FTRT__MSG_LEDGER)
+        return h->len >= sizeof(ftrt__ledger_msg) &&
+                       (h->len - sizeof(ftrt__ledger_msg)) % sizeof(ftrt__interval) == 0
+                   ? 0
+                   : FTRT_EPROTO;
     if (h->type == FTRT__MSG_PLAN) {
         if (h->len < sizeof(ftrt__plan) || (h->len - sizeof(ftrt__plan)) % sizeof(int32_t) ||
             (h->len - sizeof(ftrt__plan)) / sizeof(int32_t) > FTRT__MAX_WORLD)
@@ -43,6 +49,25 @@ int ftrt__msg_check(const ftrt__msghdr *h)
         return 0;
     }
     return h->len == fixed_size(h->type) ? 0 : FTRT_EPROTO;
+}
+
+size_t ftrt__ledger_msg_size(int n)
+{
+    return sizeof(ftrt__ledger_msg) + (size_t)n * sizeof(ftrt__interval);
+}
+
+int ftrt__ledger_msg_check(const ftrt__ledger_msg *m, size_t len)
+{
+    if (len < sizeof *m || m->n < 0 || len != ftrt__ledger_msg_size(m->n) || m->kind_open < 0 ||
+        m->kind_open >= FTRT__IV_KINDS || !isfinite(m->t_open))
+        return FTRT_EPROTO;
+    for (int k = 0; k < FTRT__IV_KINDS; k++)
+        if (!isfinite(m->totals[k]) || m->totals[k] < 0) return FTRT_EPROTO;
+    for (int i = 0; i < m->n; i++)
+        if (m->iv[i].kind < 0 || m->iv[i].kind >= FTRT__IV_KINDS || !isfinite(m->iv[i].t0) ||
+            !isfinite(m->iv[i].t1) || m->iv[i].t1 < m->iv[i].t0)
+            return FTRT_EPROTO;
+    return 0;
 }
 
 int ftrt__plan_check(const ftrt__plan *p, size_t len)

@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "runtime/ledger.h"
+
 #define FTRT__MAGIC 0x46545254u /* "FTRT" */
 #define FTRT__MSG_MAX 65536u
 #define FTRT__MAX_WORLD 4096
@@ -34,6 +36,7 @@ enum ftrt__msg_type {
     FTRT__MSG_ABORT,          /* coord -> all: job failed, with the code */
     FTRT__MSG_FAREWELL,       /* coord -> trainer after BYE: ranks lost in the job */
     FTRT__MSG_PING,           /* coord -> every rank, each heartbeat period: coordinator alive */
+    FTRT__MSG_LEDGER,         /* rank -> coord, every second and at the end: timeline */
     FTRT__MSG_TYPE_END
 };
 
@@ -74,6 +77,31 @@ typedef struct ftrt__epoch_msg { /* FAILURE, RESUMED, ABORT (value: code), SHUTD
     int32_t value;
 } ftrt__epoch_msg;
 
+typedef struct ftrt__failure_msg { /* FAILURE */
+    int32_t epoch;
+    int32_t pad;
+    double t_fail_wall; /* best known failure time (fault log, EOF, or last message heard) */
+} ftrt__failure_msg;
+
+typedef struct ftrt__ledger_msg { /* LEDGER: totals and the intervals not sent yet */
+    double t_open;                  /* start of the open interval (wall) */
+    double totals[FTRT__IV_KINDS];  /* closed intervals, seconds */
+    double flops_per_step;          /* per trainer, from ftrt_set_job_info(); 0 = unknown */
+    double peak_flops;              /* per rank, FLOP/s; 0 = unknown */
+    int64_t total_steps;            /* of the job; 0 = unknown */
+    int32_t kind_open;
+    int32_t n;                      /* intervals that follow */
+    int32_t final;                  /* 1 on the last message (before BYE) */
+    int32_t pad;
+    int64_t kept_steps;             /* steps this rank completed that were kept */
+    ftrt__interval iv[];
+} ftrt__ledger_msg;
+
+/* Size of a LEDGER payload carrying n intervals. */
+size_t ftrt__ledger_msg_size(int n);
+/* Checks a LEDGER payload: n matches len, kinds in range, times finite. 0 or FTRT_EPROTO. */
+int ftrt__ledger_msg_check(const ftrt__ledger_msg *m, size_t len);
+
 typedef struct ftrt__report {
     int64_t steps_done;
     int32_t epoch;
@@ -83,6 +111,7 @@ typedef struct ftrt__report {
 typedef struct ftrt__plan {
     int64_t resume_step;
     int64_t ckpt_step; /* >= 0: every member reloads this committed checkpoint */
+    int64_t rework_until; /* steps below this that are redone after the resume are rework */
     int32_t epoch;
     int32_t ntrainers;
     int32_t source;       /* logical rank that broadcasts replicated state */

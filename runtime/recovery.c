@@ -143,6 +143,8 @@ int ftrt_recover(ftrt_ctx *ctx, int64_t *step)
     if (atomic_load(&ctx->cp.pending_epoch) == ctx->epoch) return FTRT_ESTATE;
     ctx->needs_recover = 1;
     double t0 = ftrt__now();
+    ftrt__ledger_failure(ctx); /* in case the failure surfaced outside a wait */
+    ftrt__ledger_mark(ctx, FTRT__IV_RECOVERY);
     rc = await_plan(ctx);
     if (rc) return rc;
     if (ctx->cfg.debug_recovery_delay_ms > 0) { /* test knob: widen the recovery window */

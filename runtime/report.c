@@ -19,7 +19,7 @@
 
 /* Latest injection time (unix seconds) for pid/world rank at or before t_detect_wall in the
  * JSON-lines fault log, or -1. Lines that do not parse are skipped. */
-static double injected_at(const char *log, int pid, int w, double t_detect_wall)
+double ftrt__fault_injected_at(const char *log, int pid, int w, double t_detect_wall)
 {
     if (!log || !*log) return -1;
     FILE *f = fopen(log, "r");
@@ -88,7 +88,8 @@ int ftrt__report_write(ftrt__coord *c)
     int64_t rework_steps = 0;
     for (int i = 0; i < c->ninc; i++) {
         const ftrt__incident *x = &c->inc[i];
-        double inj = injected_at(cfg->fault_log, x->pid, x->world_rank, x->t_detect_wall);
+        double inj = ftrt__fault_injected_at(cfg->fault_log, x->pid, x->world_rank,
+                                             x->t_detect_wall);
         double bound = x->t_detect - x->t_last_heard;
         double mttd = inj > 0 ? x->t_detect_wall - inj : bound;
         double mttr = x->recovered ? x->t_resumed - x->t_detect : -1;
@@ -154,12 +155,10 @@ int ftrt__report_write(ftrt__coord *c)
         printf("  control plane: %d connection(s) rejected, %d protocol error(s)\n",
                c->rejected_connections, c->protocol_errors);
     json_object_object_add(o, "rework_steps", json_object_new_int64(rework_steps));
-    printf("  rework: %lld steps, %.3f rank-s redone, %.3f rank-s of partial steps lost\n",
-           (long long)rework_steps, rework_s, lost_s);
+    printf("  rework: %lld completed step(s) computed again\n", (long long)rework_steps);
     printf("  checkpoints: %d committed, %d failed, last committed step %lld\n", c->ncommitted,
            c->nckpt_failed, (long long)c->last_committed);
-    printf("  goodput: %.3f (%.2f rank-s of kept steps / %.2f rank-s allocated)\n", goodput, kept,
-           allocated);
+    ftrt__ledger_report(c, o);
     fflush(stdout);
 
     int rc = 0;

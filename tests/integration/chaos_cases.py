@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHAOS = os.path.join(HERE, "..", "..", "tools", "ftrt-chaos")
@@ -49,6 +50,12 @@ CASES = {
                            ["--relaunch", "1"], {}),
     # A second failure while the first recovery's plan is being applied: the job must end
     # promptly and cleanly (spares left or not), and the relaunch must finish the job.
+    # Two failures (a crash, then a hang) with sharded state, so that each recovery reloads the
+    # last committed checkpoint and redoes steps: the goodput ledger is checked against ground
+    # truth observed outside the runtime (status file, the example's step log).
+    "ledger": (7, 2, ["--sharded-momentum"],
+               [{"kind": "kill-trainer", "at_step": 60, "target": "trainer:1"},
+                {"kind": "hang-trainer", "at_step": 135, "target": "trainer:3"}], [], {}),
     "fail-during-recovery": (7, 2, [], [{"kind": "kill-trainer", "at_step": 60,
                                          "target": "trainer:1",
                                          "then": [{"kind": "kill-trainer", "delay_s": 0.4,
@@ -88,6 +95,64 @@ def reference(a, args):
     return path
 
 
+def check_ledger(d, v, live, steplog, metrics):
+    ok = True
+
+    def check(cond, msg):
+        nonlocal ok
+        ok = ok and bool(cond)
+        print(("  ok: " if cond else "  FAIL: ") + msg, flush=True)
+    rep = json.load(open(os.path.join(d, "report.json")))
+    # 1. MTTD and MTTR next to what was seen from outside (status file, polled every 10 ms)
+    meas = [m for i in v["injections"] for m in i.get("measured", [])]
+    check(len(meas) == 2, f"two failures measured ({len(meas)})")
+    for m in meas:
+        for what, rep_s, obs_s in (("MTTD", m["mttd_s"], m["observed_mttd_s"]),
+                                   ("MTTR", m["mttr_s"], m["observed_mttr_s"])):
+            tol = max(0.10 * obs_s, 0.020) if obs_s is not None else 0
+            check(obs_s is not None and abs(rep_s - obs_s) <= tol,
+                  f"{m['detect_kind']} {what}: reported {rep_s * 1e3:.1f} ms, observed "
+                  f"{(obs_s or 0) * 1e3:.1f} ms (tolerance {tol * 1e3:.0f} ms)")
+    # 2. rework steps: steps completed in more than one epoch, from the example's step log
+    epochs = {}
+    for line in open(steplog):
+        _rank, step, epoch = (int(x) for x in line.split())
+        epochs.setdefault(step, set()).add(epoch)
+    truth = sum(len(e) - 1 for e in epochs.values())
+    check(truth > 0 and rep["rework_steps"] == truth,
+          f"rework steps: reported {rep['rework_steps']}, step log {truth}")
+    # 3. the ledger adds up
+    led = rep["ledger"]
+    alloc = led["allocated_rank_s"]
+    total = sum(led["rank_s_by_kind"].values())
+    check(abs(total - alloc) <= 0.005 * alloc, f"ledger kinds sum to allocated ({total:.3f} vs "
+                                               f"{alloc:.3f} rank-s)")
+    wf = sum(x["rank_s"] for x in rep["waterfall"]) + led["useful_compute_rank_s"]
+    check(abs(wf - alloc) <= 0.005 * alloc, f"waterfall losses + useful = allocated ({wf:.3f})")
+    check(led["emfu"] is not None and abs(led["gau"] * led["ectr"] * led["emfu"] -
+                                          led["effective_utilization"]) < 1e-9,
+          f"GAU {led['gau']:.3f} x ECTR {led['ectr']:.3f} x eMFU {led['emfu']:.4f} = effective "
+          f"{led['effective_utilization']:.4f}")
+    check(abs(led["goodput"] - rep["kept_step_rank_s"] / alloc) < 1e-6, "goodput = kept / allocated")
+    wall = rep["timeline"]["wall_s"]
+    for r in rep["timeline"]["ranks"]:
+        iv = r["intervals"]
+        cont = iv and abs(iv[0][1]) < 1e-6 and abs(iv[-1][2] - wall) < 1e-6 and all(
+            abs(x[2] - y[1]) < 1e-6 for x, y in zip(iv, iv[1:]))
+        check(cont, f"timeline of world rank {r['world_rank']} covers the job without gaps")
+    # 4. OpenMetrics: parseable live and at the end, and consistent with the report
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+    check(len(live) > 0, f"metrics file scraped {len(live)} time(s) while the job ran")
+    for text in live[:1] + [open(metrics).read()]:
+        fams = {f.name: f for f in text_string_to_metric_families(text)}
+    fails = sum(s.value for s in fams["ftrt_failures"].samples if s.name == "ftrt_failures_total")
+    check(fails == 2, f"ftrt_failures_total sums to {fails}")
+    gp = fams["ftrt_goodput_ratio"].samples[0].value
+    check(abs(gp - led["goodput"]) < 1e-3, f"ftrt_goodput_ratio {gp:.4f} = report {led['goodput']:.4f}")
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
@@ -109,12 +174,34 @@ def main():
     cmd = [sys.executable, CHAOS, "--plan", os.path.join(d, "plan.json"), "--workdir", d,
            "--ckpt-dir", ckpt, "--report", os.path.join(d, "report.json"), "--reference", ref,
            "--params", params, "--json", os.path.join(d, "verdict.json"), "--timeout", "120"]
-    cmd += opts + ["--"] + mpirun(a.bin, np_, targs + ["--ckpt-dir", ckpt, "--params-out", params])
+    steplog = os.path.join(d, "steps.log")
+    metrics = os.path.join(d, "metrics.prom")
+    cmd += opts + ["--"] + mpirun(a.bin, np_, targs + ["--ckpt-dir", ckpt, "--params-out", params,
+                                                       "--step-log", steplog])
+    extra = dict(extra, FTRT_METRICS_FILE=metrics)
     print("$", " ".join(cmd), flush=True)
+    live = []
+    stop = threading.Event()
+
+    def poll_metrics():  # the metrics file must be scrapeable while the job runs
+        while not stop.wait(0.5):
+            try:
+                with open(metrics) as f:
+                    text = f.read()
+                if "ftrt_job_running 1" in text:
+                    live.append(text)
+            except OSError:
+                pass
+    th = threading.Thread(target=poll_metrics, daemon=True)
+    th.start()
     rc = subprocess.call(cmd, env=env_for(spares, extra))
+    stop.set()
+    th.join()
     if rc != 0:
         return rc
     v = json.load(open(os.path.join(d, "verdict.json")))
+    if a.case == "ledger":
+        return check_ledger(d, v, live, steplog, metrics)
     if a.case == "fail-during-recovery":
         first = v["launches"][0]
         kill2 = [i for i in v["injections"] if i["launch"] == 0][-1]["time"]

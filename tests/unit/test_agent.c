@@ -121,10 +121,11 @@ static void failure_and_plan(void **state)
     pthread_mutex_unlock(&ctx->cp.lock);
 
     assert_int_equal(ftrt__interrupted(ctx), 0);
-    ftrt__epoch_msg fm = {.epoch = 1};
+    ftrt__failure_msg fm = {.epoch = 1, .t_fail_wall = 1234.5};
     assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_FAILURE, &fm, sizeof fm), 0);
     for (int i = 0; i < 500 && ftrt__interrupted(ctx) == 0; i++) usleep(10000);
     assert_int_equal(ftrt__interrupted(ctx), FTRT_ERECOVER);
+    assert_true(atomic_load(&ctx->cp.t_fail_wall) == 1234.5);
 
     size_t len = ftrt__plan_size(2);
     ftrt__plan *p = calloc(1, len);

@@ -1,0 +1,91 @@
+#!/usr/bin/python3
+"""Render the timeline of an ftrt run as a Gantt chart (PNG or SVG, by the output's suffix).
+
+Usage: /usr/bin/python3 bindings/python/ftrt_plot.py REPORT.json OUT.png [--title TEXT]
+
+One row per world rank (trainers and hot spares; the coordinator holds no slot), coloured by
+ledger interval kind (start-up, compute, exposed communication, checkpoint stall, detection
+wait, recovery, rework, idle spare, down, teardown), with each failure (the injected or best
+known failure time), its detection and the return of every member to training marked. Reads
+the JSON report's "timeline" (schema 1). Needs Debian's python3-matplotlib.
+"""
+import argparse
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+COLOURS = {
+    "startup": "#bdbdbd", "compute": "#2ca02c", "exposed_comm": "#1f77b4",
+    "checkpoint_stall": "#9467bd", "detection_wait": "#d62728", "recovery": "#ff7f0e",
+    "rework": "#8c564b", "spare_idle": "#f2e394", "down": "#000000", "teardown": "#e0e0e0",
+}
+EVENTS = {"failure": ("#d62728", "-"), "detected": ("#d62728", ":"),
+          "resumed": ("#ff7f0e", "--")}
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("report")
+    ap.add_argument("out")
+    ap.add_argument("--title")
+    a = ap.parse_args(argv)
+    with open(a.report) as f:
+        rep = json.load(f)
+    tl = rep.get("timeline")
+    if rep.get("schema") != 1 or not tl:
+        print(f"ftrt_plot: {a.report} has no schema-1 timeline", file=sys.stderr)
+        return 1
+    kinds = tl["kinds"]
+    ranks = tl["ranks"]
+    fig, ax = plt.subplots(figsize=(11, 0.6 * len(ranks) + 1.8))
+    for row, r in enumerate(ranks):
+        bars = {}
+        for k, t0, t1 in r["intervals"]:
+            bars.setdefault(kinds[k], []).append((t0, t1 - t0))
+        for kind, spans in bars.items():
+            ax.broken_barh(spans, (row - 0.4, 0.8), facecolors=COLOURS.get(kind, "#cccccc"),
+                           linewidth=0)
+    labels = []
+    for r in ranks:
+        lr = r.get("logical_rank")
+        labels.append(f"w{r['world_rank']} {r['role']}" + (f" (l{lr})" if lr is not None else ""))
+    ax.set_yticks(range(len(ranks)))
+    ax.set_yticklabels(labels)
+    ax.invert_yaxis()
+    seen = set()
+    for e in tl.get("events", []):
+        colour, style = EVENTS.get(e["event"], (None, None))
+        if colour is None:
+            continue
+        row = next((i for i, r in enumerate(ranks) if r["world_rank"] == e["world_rank"]), None)
+        lbl = e["event"] if e["event"] not in seen else None
+        seen.add(e["event"])
+        ax.axvline(e["t"], color=colour, linestyle=style, linewidth=1.2, label=lbl)
+        if row is not None and e["event"] == "failure":
+            ax.annotate(f"{e['kind']}", (e["t"], row - 0.45), fontsize=7, color=colour,
+                        ha="left", va="bottom")
+    present = sorted({kinds[k] for r in ranks for k, _, _ in r["intervals"]},
+                     key=lambda k: list(COLOURS).index(k) if k in COLOURS else 99)
+    handles = [Patch(color=COLOURS.get(k, "#cccccc"), label=k.replace("_", " ")) for k in present]
+    ev_handles, ev_labels = ax.get_legend_handles_labels()
+    ax.legend(handles + ev_handles, [h.get_label() for h in handles] + ev_labels,
+              loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=6, fontsize=8, frameon=False)
+    led = rep.get("ledger", {})
+    title = a.title or (f"ftrt run: {rep.get('steps')} steps, {len(rep.get('failures', []))} "
+                        f"failure(s), goodput {led.get('goodput', rep.get('goodput', 0)):.3f}")
+    ax.set_title(title)
+    ax.set_xlabel("seconds since the job started")
+    ax.set_xlim(0, tl["wall_s"])
+    fig.tight_layout()
+    fig.savefig(a.out, dpi=110)
+    print(f"ftrt_plot: wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
