@@ -21,7 +21,7 @@ import chaos_cases  # noqa: E402
 
 KINDS = ["kill-trainer", "kill-spare", "kill-two-trainers", "hang-trainer", "pause-trainer",
          "kill-during-ckpt", "corrupt-shard", "truncate-shard", "enospc", "kill-coordinator",
-         "kill-beyond-spares"]
+         "hang-coordinator", "kill-beyond-spares"]
 
 
 def main():

@@ -46,6 +46,8 @@ CASES = {
                ["--ckpt-tmpfs", "2m", "--enospc-hold-s", "0.8"], {}),
     "kill-coordinator": (6, 1, [], [{"kind": "kill-coordinator", "at_step": 80}],
                          ["--relaunch", "1"], {}),
+    "hang-coordinator": (6, 1, [], [{"kind": "hang-coordinator", "at_step": 80}],
+                         ["--relaunch", "1"], {}),
     "kill-beyond-spares": (6, 1, [], [{"kind": "kill-beyond-spares", "at_step": 80}],
                            ["--relaunch", "1"], {}),
     # A second failure while the first recovery's plan is being applied: the job must end
