@@ -20,12 +20,14 @@
 
 #define FTRT__NAME_MAX 64 /* region name buffer, including the NUL */
 
-/* A registered region (host memory, owned by the application). */
+/* A registered region (memory owned by the application). */
 typedef struct ftrt__region {
     char name[FTRT__NAME_MAX];
     void *ptr;
     size_t bytes;
-    unsigned flags; /* FTRT_REGION_REPLICATED or FTRT_REGION_SHARDED (ftrt.h) */
+    unsigned flags; /* FTRT_REGION_REPLICATED or FTRT_REGION_SHARDED (ftrt.h), plus
+                       FTRT_REGION_DEVICE for device memory (engine only; the shard writer and
+                       loader below take host regions with the kind bit alone) */
 } ftrt__region;
 
 /* CRC32C (Castagnoli) of len bytes at buf, continuing from crc (start with 0). Uses the
@@ -33,8 +35,13 @@ typedef struct ftrt__region {
 uint32_t ftrt__crc32c(uint32_t crc, const void *buf, size_t len);
 
 /* Copies len bytes from src to dst and returns the CRC32C of them continued from crc, in one
- * pass over the data. dst and src must not overlap. Thread-safe. */
+ * pass over the data. dst and src must not overlap. Copies of 1 MiB or more use non-temporal
+ * stores (followed by a store fence), so dst is not left in the cache. Thread-safe. */
 uint32_t ftrt__copy_crc32c(void *dst, const void *src, size_t len, uint32_t crc);
+
+/* CRC32C of A || B from crc1 = CRC32C(A) and crc2 = CRC32C(B), len2 = |B| bytes (zlib's
+ * crc32_combine for the Castagnoli polynomial; O(log len2)). Thread-safe. */
+uint32_t ftrt__crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2);
 
 /* Writes the shard of logical rank `rank` of `nranks` for checkpoint `step` into
  * <dir>/step-<step>/rank-<rank>.ftrt (creating the directories), through io_uring, and
@@ -64,5 +71,92 @@ int ftrt__ckpt_list(const char *dir, int64_t *steps, int max);
  * hold partial data. */
 int ftrt__ckpt_load(const char *dir, int64_t step, int rank, int nranks,
                     const ftrt__region *regs, int nregs);
+
+/* Reading options of ftrt__ckpt_load_ex (ftrt__ckpt_load uses qd 8, 4 MiB, direct). */
+typedef struct ftrt__load_opts {
+    unsigned qd;  /* reads in flight, >= 1 */
+    size_t chunk; /* bytes per read, a multiple of 4096 */
+    int direct;   /* read data with O_DIRECT where the file system accepts it */
+} ftrt__load_opts;
+
+typedef struct ftrt__load_stat {
+    uint64_t bytes; /* region bytes read and verified */
+    double seconds; /* whole load: MANIFEST, headers, data, CRCs */
+} ftrt__load_stat;
+
+/* ftrt__ckpt_load with options; *st (may be NULL) receives what was read. Region data is read
+ * in o->chunk requests, o->qd in flight, into bounce buffers (O_DIRECT where possible) and
+ * copied into region memory with the fused copy + CRC32C. Same returns as ftrt__ckpt_load, and
+ * -EINVAL for bad options. */
+int ftrt__ckpt_load_ex(const char *dir, int64_t step, int rank, int nranks,
+                       const ftrt__region *regs, int nregs, const ftrt__load_opts *o,
+                       ftrt__load_stat *st);
+
+/* A decoded MANIFEST. */
+typedef struct ftrt__manifest {
+    int nranks;
+    uint64_t *bytes; /* per rank: shard file size */
+    uint32_t *hcrc;  /* per rank: header_crc32c */
+} ftrt__manifest;
+
+/* Parses and validates MANIFEST text buf[0..len) of step `step` (JSON object; format 1; step;
+ * nranks in [1, 2^20]; one shard entry per rank named rank-<r>.ftrt with a size and a header
+ * CRC; nothing but whitespace after the object). On success m owns two arrays (free with
+ * ftrt__manifest_free). Returns 0, FTRT_ECORRUPT with *why naming the problem, or -ENOMEM.
+ * Robust against arbitrary bytes (fuzz entry point). Thread-safe. */
+int ftrt__manifest_parse(const char *buf, size_t len, int64_t step, ftrt__manifest *m,
+                         const char **why);
+void ftrt__manifest_free(ftrt__manifest *m);
+
+/* ---- the engine (engine.c) and the coordinator's commit bookkeeping (track.c) ------------- */
+
+struct ftrt_ctx;
+
+/* The device hook: set by the CUDA build (kernels/) before any device region is registered;
+ * NULL otherwise, and device regions are then refused with FTRT_ENOTSUP. Calls come from the
+ * engine's snapshot thread and from the application thread.
+ *   snapshot: copies `bytes` of device memory at src into host staging dst (pinned when pin()
+ *             succeeded) and returns once the bytes are there, with their CRC32C in *crc.
+ *             Returns 0 or an ftrt code.
+ *   restore:  copies `bytes` of host memory at src to device memory dst. Returns 0 or a code.
+ *   pin/unpin: optional (may be NULL): page-lock a staging buffer for DMA, and undo it. */
+typedef struct ftrt__ckpt_device_ops {
+    int (*snapshot)(void *dst, const void *src, size_t bytes, uint32_t *crc);
+    int (*restore)(void *dst, const void *src, size_t bytes);
+    int (*pin)(void *p, size_t bytes);
+    void (*unpin)(void *p);
+} ftrt__ckpt_device_ops;
+extern const ftrt__ckpt_device_ops *ftrt__ckpt_device;
+
+/* Creates ctx->ckpt (no threads, no staging until the first checkpoint). Returns 0 or -ENOMEM. */
+int ftrt__ckpt_engine_new(struct ftrt_ctx *ctx);
+/* Stops the engine's threads (abandoning what is in flight), frees staging and ctx->ckpt.
+ * Call after the agent thread is stopped. NULL engine: no-op. */
+void ftrt__ckpt_engine_free(struct ftrt_ctx *ctx);
+/* Agent thread, cp.lock held: the coordinator decided checkpoint (step, epoch). */
+void ftrt__ckpt_on_commit(struct ftrt_ctx *ctx, int64_t step, int epoch, int result);
+/* Application thread, before state is overwritten by a recovery or a restore: abandons the
+ * checkpoints of older epochs and lets a running snapshot finish. */
+void ftrt__ckpt_quiesce(struct ftrt_ctx *ctx);
+/* ftrt_finalize(): lets the running snapshot and the persists finish (abandoning them when the
+ * job is failing) and waits, at most 30 s, for the coordinator's decisions on them. */
+void ftrt__ckpt_drain(struct ftrt_ctx *ctx);
+/* The coordinator's table of checkpoints in flight (track.c). Coordinator thread only. */
+struct ftrt__ckpt_track;
+/* Records SHARD_DONE(step, epoch, result) from logical rank `rank` of n; *tp is created on first
+ * use. Entries of epochs older than `epoch` are dropped first (+1 to *abandoned each). When
+ * every rank of (step, epoch) has reported, *decided is set to 1, the entry is removed and the
+ * decision is returned: 0 (commit it), the first negative result (failed), or FTRT_SKIPPED (a
+ * rank skipped it, none failed). Otherwise returns 0 with *decided = 0. A second report from a
+ * rank is ignored. Returns FTRT_EINVAL / -ENOMEM (with *decided = 0) on bad input. */
+int ftrt__track_report(struct ftrt__ckpt_track **tp, int n, int epoch, int64_t step, int rank,
+                       int result, int *decided, int *abandoned);
+/* Entries still waiting for reports. */
+int ftrt__track_pending(const struct ftrt__ckpt_track *t);
+void ftrt__track_free(struct ftrt__ckpt_track *t);
+
+/* Statistics for the BYE message: seconds the application thread was blocked in checkpoint
+ * calls, checkpoints skipped here. */
+void ftrt__ckpt_bye(const struct ftrt_ctx *ctx, double *stall_s, int64_t *skipped);
 
 #endif

@@ -34,8 +34,10 @@
 #define FTRT_CKPT_FORMAT_H
 
 #include <liburing.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "checkpoint/ckpt.h"
 
@@ -48,7 +50,7 @@
 /* Largest header + table: 40 + 112 * 4096 bytes. */
 #define FTRT__SHARD_MAX_TABLE                                                                  \
     (FTRT__SHARD_HDR_BYTES + FTRT__SHARD_ENT_BYTES * FTRT__SHARD_MAX_REGIONS)
-/* Largest I/O request and staging chunk. */
+/* Largest I/O request and staging chunk of the synchronous (streaming) writer. */
 #define FTRT__IO_CHUNK (8u << 20)
 /* Requests kept in flight per file. */
 #define FTRT__IO_DEPTH 4u
@@ -119,10 +121,11 @@ int ftrt__crc32c_hw(void);
 
 /* An io_uring, or the synchronous fallback (pread/pwrite/fdatasync) when the kernel refuses
  * one (ENOSYS, EPERM in a sandbox, ...); the fallback is logged once at warn level. */
-typedef struct ftrt__io {
+typedef struct ftrt__io ftrt__io;
+struct ftrt__io {
     struct io_uring ring;
     int have_ring;
-} ftrt__io;
+};
 
 /* Test hook: when non-zero, ftrt__io_init() never sets up an io_uring (exercises the
  * fallback). */
@@ -142,6 +145,95 @@ int ftrt__io_read(ftrt__io *io, int fd, void *buf, size_t len, uint64_t off);
  * at warn with the path and the problem), -ENOMEM, or -errno. */
 int ftrt__shard_open(ftrt__io *io, const char *path, uint64_t *size, ftrt__shard_hdr *hdr,
                      ftrt__shard_ent **ents);
+
+/* Lays out the region table of rank's shard of nranks for regs[0..nregs) into ents (data_crc
+ * zeroed); table_bytes = 40 + 112 * nregs. Returns the file size (a multiple of 4096), or 0
+ * when it would not fit an off_t. */
+uint64_t ftrt__shard_layout(const ftrt__region *regs, int nregs, int rank, int nranks,
+                            ftrt__shard_ent *ents, uint32_t table_bytes);
+
+/* Checks a region array for the writer: count, names (1..63 bytes, unique), flags, pointers.
+ * Returns 0 or -EINVAL. */
+int ftrt__regions_check(const ftrt__region *regs, int nregs);
+
+/* ---- io_uring paths of the engine (uring.c) ---------------------------------------------- */
+
+/* Test hooks: skip the fallocate before a shard is written (so that a full file system fails
+ * in the middle of the writes), and never open checkpoint files with O_DIRECT. */
+extern int ftrt__ckpt_no_fallocate;
+extern int ftrt__ckpt_force_buffered;
+
+/* The persist thread's ring, with the staging slots registered as fixed buffers. */
+typedef struct ftrt__wring {
+    struct io_uring ring;
+    int have_ring;
+    unsigned nfixed;    /* registered buffers (0: plain writes) */
+    struct iovec *iov;  /* the registered buffers */
+} ftrt__wring;
+
+/* Sets up w with room for qd requests in flight. Never fails: without io_uring (refused by the
+ * kernel or ftrt__io_force_sync) writes use pwrite, said once at warn level. Returns 0. */
+int ftrt__wring_init(ftrt__wring *w, unsigned qd);
+/* Unregisters the buffers and tears the ring down. Idempotent. */
+void ftrt__wring_exit(ftrt__wring *w);
+/* Replaces the registered buffers with iov[0..n) (each at most 1 GiB). Returns 0, -ENOSYS (no
+ * ring) or -errno (registration refused, e.g. RLIMIT_MEMLOCK; said once; writes then use
+ * unregistered buffers). */
+int ftrt__wring_register(ftrt__wring *w, const struct iovec *iov, unsigned n);
+
+typedef struct ftrt__wopts {
+    unsigned qd;     /* requests in flight, >= 1 */
+    size_t chunk;    /* bytes per request, a multiple of 4096 */
+    int direct;      /* try O_DIRECT */
+    int delay_ms;    /* test knob: sleep after each completed request */
+    int (*abandoned)(void *arg); /* polled between requests: non-zero stops the write */
+    void *arg;
+} ftrt__wopts;
+
+typedef struct ftrt__wstat {
+    uint64_t bytes;
+    int direct, fixed; /* O_DIRECT used; registered buffers used */
+    double write_s;    /* open .. last write completed, seconds */
+    double total_s;    /* open .. directory fsync'ed (durable and published), seconds */
+} ftrt__wstat;
+
+/* Writes the shard image img[0..bytes) (bytes a multiple of 4096, img 4096-aligned) of rank to
+ * <dir>/step-<step>/rank-<rank>.ftrt: creates the directories, writes <file>.tmp (fallocate,
+ * then qd chunk-sized writes in flight, fixed-buffer writes where img lies in a registered
+ * buffer, O_DIRECT where accepted), fdatasyncs it through the ring, renames it into place and
+ * fsyncs the directory. Returns 0, FTRT_ERECOVER when o->abandoned() said stop (the partial
+ * file is removed), or -errno (ENOSPC, EIO, ...; logged, partial file removed). *st (may be
+ * NULL) receives timings on success. Called by one thread per w. */
+int ftrt__image_write(ftrt__wring *w, const char *dir, int64_t step, int rank,
+                      const unsigned char *img, uint64_t bytes, const ftrt__wopts *o,
+                      ftrt__wstat *st);
+
+/* Bounce buffers for verified reads on io's ring. */
+typedef struct ftrt__reader {
+    ftrt__io *io;
+    unsigned char *bounce; /* qd x chunk bytes, 4096-aligned */
+    size_t chunk;
+    unsigned qd;
+    int fixed; /* bounce registered with io's ring */
+} ftrt__reader;
+
+/* Allocates qd bounce buffers of chunk bytes (a multiple of 4096) and registers them with io's
+ * ring when it can. Returns 0 or -ENOMEM. */
+int ftrt__reader_init(ftrt__reader *r, ftrt__io *io, unsigned qd, size_t chunk);
+void ftrt__reader_free(ftrt__reader *r);
+/* Reads len bytes at file offset off (4096-aligned) of fd into dst, qd chunks in flight, each
+ * copied into dst with the fused copy + CRC32C as it completes; *crc receives the CRC32C of
+ * the len bytes. fd may be an O_DIRECT descriptor (reads are 4 KiB-aligned and sized). Returns
+ * 0, -ENODATA (the file ends first), or -errno (-EINVAL from a file system that refuses the
+ * direct read: retry with a buffered descriptor). */
+int ftrt__reader_read(ftrt__reader *r, int fd, uint64_t off, void *dst, size_t len,
+                      uint32_t *crc);
+/* Opens path read-only with O_DIRECT. Returns the fd, or -errno (-EINVAL: not supported here,
+ * said once; also when direct is 0 or ftrt__ckpt_force_buffered is set). */
+int ftrt__open_direct(const char *path, int direct);
+
+/* CLOCK_MONOTONIC seconds (runtime/net.c). */
+double ftrt__now(void);
 
 /* ---- paths and files (commit.c) ---------------------------------------------------------- */
 

@@ -24,13 +24,6 @@
 
 #define MANIFEST_MAX (64u << 20)
 
-typedef struct manifest {
-    int64_t step;
-    int nranks;
-    uint64_t *bytes;   /* per rank: shard file size */
-    uint32_t *hcrc;    /* per rank: header_crc32c */
-} manifest;
-
 static int get_int(json_object *o, const char *key, int64_t lo, int64_t hi, int64_t *v)
 {
     json_object *f;
@@ -43,7 +36,7 @@ static int get_int(json_object *o, const char *key, int64_t lo, int64_t hi, int6
 }
 
 /* Validates the parsed MANIFEST; returns a description of the problem or NULL. */
-static const char *check_manifest(json_object *root, int64_t step, manifest *m)
+static const char *check_manifest(json_object *root, int64_t step, ftrt__manifest *m)
 {
     int64_t v;
     json_object *shards;
@@ -83,7 +76,46 @@ static const char *check_manifest(json_object *root, int64_t step, manifest *m)
     return NULL;
 }
 
-static int read_manifest(const char *sdir, int64_t step, manifest *m)
+void ftrt__manifest_free(ftrt__manifest *m)
+{
+    free(m->bytes);
+    free(m->hcrc);
+    memset(m, 0, sizeof *m);
+}
+
+int ftrt__manifest_parse(const char *buf, size_t len, int64_t step, ftrt__manifest *m,
+                         const char **why)
+{
+    const char *bad = NULL;
+    int rc = 0;
+    memset(m, 0, sizeof *m);
+    if (len == 0 || len > MANIFEST_MAX) {
+        if (why) *why = "empty or too large";
+        return FTRT_ECORRUPT;
+    }
+    json_tokener *tok = json_tokener_new();
+    if (!tok) return -ENOMEM;
+    json_object *root = json_tokener_parse_ex(tok, buf, (int)len);
+    if (!root || json_tokener_get_error(tok) != json_tokener_success) {
+        bad = "not valid JSON";
+    } else {
+        for (size_t i = json_tokener_get_parse_end(tok); i < len && !bad; i++)
+            if (buf[i] != ' ' && buf[i] != '\n' && buf[i] != '\t' && buf[i] != '\r')
+                bad = "trailing bytes after the JSON object";
+        if (!bad) bad = check_manifest(root, step, m);
+        if (bad && strcmp(bad, "out of memory") == 0) rc = -ENOMEM;
+    }
+    json_object_put(root);
+    json_tokener_free(tok);
+    if (bad) {
+        ftrt__manifest_free(m);
+        if (why) *why = bad;
+        return rc ? rc : FTRT_ECORRUPT;
+    }
+    return 0;
+}
+
+static int read_manifest(const char *sdir, int64_t step, ftrt__manifest *m)
 {
     char path[4096];
     struct stat st;
@@ -114,20 +146,9 @@ static int read_manifest(const char *sdir, int64_t step, manifest *m)
         }
         if (rc == 0 && done < len) why = "shrank while being read";
         if (rc == 0 && !why) {
-            json_tokener *tok = json_tokener_new();
-            json_object *root = tok ? json_tokener_parse_ex(tok, buf, (int)len) : NULL;
-            if (!tok) {
-                rc = -ENOMEM;
-            } else if (!root || json_tokener_get_error(tok) != json_tokener_success) {
-                why = "not valid JSON";
-            } else {
-                for (size_t i = json_tokener_get_parse_end(tok); i < len && !why; i++)
-                    if (buf[i] != ' ' && buf[i] != '\n' && buf[i] != '\t' && buf[i] != '\r')
-                        why = "trailing bytes after the JSON object";
-                if (!why) why = check_manifest(root, step, m);
-            }
-            json_object_put(root);
-            if (tok) json_tokener_free(tok);
+            rc = ftrt__manifest_parse(buf, len, step, m, &why);
+            if (rc == FTRT_ECORRUPT) rc = 0; /* reported below with why */
+            else why = NULL;
         }
     }
     free(buf);
@@ -184,11 +205,24 @@ static int match_table(const char *path, const ftrt__shard_ent *e, uint32_t n,
     return 0;
 }
 
-/* Reads one slice into dst and verifies its CRC. */
-static int read_slice(ftrt__io *io, int fd, const char *path, const ftrt__shard_ent *x, void *dst)
+/* Per-load reading state: the ring, the bounce buffers and the options. */
+typedef struct loader {
+    ftrt__io io;
+    ftrt__reader rd;
+    const ftrt__load_opts *o;
+    ftrt__load_stat *st;
+} loader;
+
+/* Reads one slice into dst and verifies its CRC (direct descriptor first when there is one). */
+static int read_slice(loader *L, int fd, int dfd, const char *path, const ftrt__shard_ent *x,
+                      void *dst)
 {
     if (x->slice_bytes > SIZE_MAX) return -EFBIG;
-    int rc = ftrt__io_read(io, fd, dst, (size_t)x->slice_bytes, x->file_offset);
+    uint32_t crc = 0;
+    int rc = -EINVAL;
+    if (dfd >= 0) rc = ftrt__reader_read(&L->rd, dfd, x->file_offset, dst, (size_t)x->slice_bytes, &crc);
+    if (dfd < 0 || rc == -EINVAL)
+        rc = ftrt__reader_read(&L->rd, fd, x->file_offset, dst, (size_t)x->slice_bytes, &crc);
     if (rc == -ENODATA) {
         ftrt_log_warn("checkpoint shard %s is corrupt: region \"%s\" truncated", path, x->name);
         return FTRT_ECORRUPT;
@@ -198,18 +232,18 @@ static int read_slice(ftrt__io *io, int fd, const char *path, const ftrt__shard_
                       strerror(-rc));
         return rc;
     }
-    uint32_t crc = ftrt__crc32c(0, dst, (size_t)x->slice_bytes);
     if (crc != x->data_crc) {
         ftrt_log_warn("checkpoint shard %s is corrupt: region \"%s\" data CRC32C 0x%08x, table "
                       "says 0x%08x",
                       path, x->name, crc, x->data_crc);
         return FTRT_ECORRUPT;
     }
+    if (L->st) L->st->bytes += x->slice_bytes;
     return 0;
 }
 
 /* Verifies shard r of the checkpoint and loads what this rank needs from it. */
-static int load_shard(ftrt__io *io, const char *sdir, const manifest *m, int64_t step, int r,
+static int load_shard(loader *L, const char *sdir, const ftrt__manifest *m, int64_t step, int r,
                       int rank, const ftrt__region *regs, int nregs, int first)
 {
     char path[4096];
@@ -218,8 +252,9 @@ static int load_shard(ftrt__io *io, const char *sdir, const manifest *m, int64_t
     uint64_t size;
     int rc = ftrt__path(path, sizeof path, "%s/rank-%d.ftrt", sdir, r);
     if (rc < 0) return rc;
-    int fd = ftrt__shard_open(io, path, &size, &h, &e);
+    int fd = ftrt__shard_open(&L->io, path, &size, &h, &e);
     if (fd < 0) return fd;
+    int dfd = ftrt__open_direct(path, L->o->direct);
     if (size != m->bytes[r]) {
         ftrt_log_warn("checkpoint shard %s is corrupt: %llu bytes, MANIFEST says %llu "
                       "(truncated?)",
@@ -248,9 +283,10 @@ static int load_shard(ftrt__io *io, const char *sdir, const manifest *m, int64_t
             }
             continue;
         }
-        rc = read_slice(io, fd, path, x, (unsigned char *)regs[i].ptr + x->slice_offset);
+        rc = read_slice(L, fd, dfd, path, x, (unsigned char *)regs[i].ptr + x->slice_offset);
     }
     free(e);
+    if (dfd >= 0) close(dfd);
     close(fd);
     return rc;
 }
@@ -258,8 +294,19 @@ static int load_shard(ftrt__io *io, const char *sdir, const manifest *m, int64_t
 int ftrt__ckpt_load(const char *dir, int64_t step, int rank, int nranks,
                     const ftrt__region *regs, int nregs)
 {
+    ftrt__load_opts o = {.qd = 8, .chunk = 4u << 20, .direct = 1};
+    return ftrt__ckpt_load_ex(dir, step, rank, nranks, regs, nregs, &o, NULL);
+}
+
+int ftrt__ckpt_load_ex(const char *dir, int64_t step, int rank, int nranks,
+                       const ftrt__region *regs, int nregs, const ftrt__load_opts *o,
+                       ftrt__load_stat *st)
+{
     char sdir[4096];
-    manifest m = {0};
+    ftrt__manifest m = {0};
+    double t0 = ftrt__now();
+    if (st) memset(st, 0, sizeof *st);
+    if (!o || o->qd < 1 || o->chunk < FTRT__SHARD_ALIGN || o->chunk % FTRT__SHARD_ALIGN) return -EINVAL;
     int any_repl = 0, any_sharded = 0, rc;
     if (!dir || step < 0 || nranks < 1 || rank < 0 || rank >= nranks || nregs < 0 ||
         (nregs > 0 && !regs))
@@ -281,22 +328,28 @@ int ftrt__ckpt_load(const char *dir, int64_t step, int rank, int nranks,
         rc = FTRT_EMISMATCH;
         goto out;
     }
-    ftrt__io io;
-    ftrt__io_init(&io);
+    loader L = {.o = o, .st = st};
+    ftrt__io_init(&L.io);
+    if ((rc = ftrt__reader_init(&L.rd, &L.io, o->qd, o->chunk)) < 0) {
+        ftrt__io_exit(&L.io);
+        goto out;
+    }
     /* REPLICATED regions need every shard; SHARDED ones only this rank's. With neither, this
      * rank's shard (or shard 0) is still checked against the MANIFEST. */
     int own = rank < m.nranks ? rank : 0, first = 1;
     for (int r = 0; r < m.nranks && rc == 0; r++) {
         if (!any_repl && r != own) continue;
-        rc = load_shard(&io, sdir, &m, step, r, rank, regs, nregs, first);
+        rc = load_shard(&L, sdir, &m, step, r, rank, regs, nregs, first);
         first = 0;
     }
-    ftrt__io_exit(&io);
-    if (rc == 0)
+    ftrt__reader_free(&L.rd);
+    ftrt__io_exit(&L.io);
+    if (rc == 0) {
+        if (st) st->seconds = ftrt__now() - t0;
         ftrt_log_info("checkpoint: loaded step %lld (written by %d trainers) as rank %d of %d",
                       (long long)step, m.nranks, rank, nranks);
+    }
 out:
-    free(m.bytes);
-    free(m.hcrc);
+    ftrt__manifest_free(&m);
     return rc;
 }

@@ -208,7 +208,7 @@ void ftrt__io_init(ftrt__io *io)
     static atomic_int warned;
     memset(io, 0, sizeof *io);
     if (ftrt__io_force_sync) return;
-    int rc = io_uring_queue_init(2 * FTRT__IO_DEPTH, &io->ring, 0);
+    int rc = io_uring_queue_init(64, &io->ring, 0);
     if (rc == 0) {
         io->have_ring = 1;
         return;
@@ -531,7 +531,7 @@ static unsigned char *aligned_alloc4k(size_t len)
     return posix_memalign(&p, FTRT__SHARD_ALIGN, len) == 0 ? p : NULL;
 }
 
-static int check_regions(const ftrt__region *regs, int nregs)
+int ftrt__regions_check(const ftrt__region *regs, int nregs)
 {
     if (nregs < 0 || (unsigned)nregs > FTRT__SHARD_MAX_REGIONS || (nregs > 0 && !regs))
         return -EINVAL;
@@ -547,9 +547,8 @@ static int check_regions(const ftrt__region *regs, int nregs)
     return 0;
 }
 
-/* Lays out the table; returns the file size, or 0 when it would not fit an off_t. */
-static uint64_t layout(const ftrt__region *regs, int nregs, int rank, int nranks,
-                       ftrt__shard_ent *ents, uint32_t table_bytes)
+uint64_t ftrt__shard_layout(const ftrt__region *regs, int nregs, int rank, int nranks,
+                            ftrt__shard_ent *ents, uint32_t table_bytes)
 {
     const uint64_t limit = (uint64_t)INT64_MAX - 2 * FTRT__SHARD_ALIGN;
     uint64_t off = ftrt__align4k(table_bytes);
@@ -579,7 +578,7 @@ int ftrt__shard_write(const char *dir, int64_t step, int rank, int nranks,
     char sdir[4096], tmp[4096], fin[4096];
     if (!dir || step < 0 || nranks < 1 || nranks > FTRT__MAX_RANKS || rank < 0 || rank >= nranks)
         return -EINVAL;
-    int rc = check_regions(regs, nregs);
+    int rc = ftrt__regions_check(regs, nregs);
     if (rc < 0) return rc;
     if ((rc = ftrt__path(sdir, sizeof sdir, "%s/step-%lld", dir, (long long)step)) < 0 ||
         (rc = ftrt__path(fin, sizeof fin, "%s/rank-%d.ftrt", sdir, rank)) < 0 ||
@@ -597,7 +596,7 @@ int ftrt__shard_write(const char *dir, int64_t step, int rank, int nranks,
     ftrt__io io;
     int fd = -1, have_io = 0, renamed = 0;
     if (!ents) return -ENOMEM;
-    uint64_t end = layout(regs, nregs, rank, nranks, ents, tb);
+    uint64_t end = ftrt__shard_layout(regs, nregs, rank, nranks, ents, tb);
     uint64_t data_start = ftrt__align4k(tb);
     if (end == 0) {
         rc = -EFBIG;

@@ -64,7 +64,9 @@ extern "C" {
     X(FTRT_ENODEV, -1014, "no usable CUDA device (no GPU, or no driver: libcuda.so is missing)")   \
     X(FTRT_ECUDA, -1015, "a CUDA runtime call failed (the log names the call and the error)")     \
     X(FTRT_ENCCL, -1016,                                                                           \
-      "an NCCL call failed (the log has ncclGetLastError(); run with NCCL_DEBUG=WARN for more)")
+      "an NCCL call failed (the log has ncclGetLastError(); run with NCCL_DEBUG=WARN for more)")   \
+    X(FTRT_ENOTSUP, -1017,                                                                         \
+      "not supported by this build of libftrt (e.g. a device-memory region without CUDA)")
 
 enum ftrt_error {
 #define FTRT__ENUM(name, value, msg) name = value,
@@ -78,6 +80,10 @@ enum ftrt_error {
  * caller, which initialized MPI itself, must exit without calling MPI_Finalize (Open MPI 4.1's
  * MPI_Finalize can hang in its PMIx fence after a process died). */
 #define FTRT_SKIP_MPI_FINALIZE 2
+/* Positive return of ftrt_checkpoint()/ftrt_checkpoint_start() under FTRT_CKPT_POLICY=skip:
+ * the previous checkpoint is still being written, so this one was not taken (the coordinator
+ * counts it as skipped); of ftrt_checkpoint_wait_commit() for such a checkpoint. */
+#define FTRT_SKIPPED 3
 
 /* Returns a static, human-readable message for any ftrt return code (0, FTRT_DONE, FTRT_E*,
  * or -errno). Never NULL. Thread-safe. */
@@ -132,7 +138,26 @@ typedef struct ftrt_config {
                                  -1 (default) = when stderr is a terminal, 0 = off, 1 = on */
     int timeline_max;         /* FTRT_TIMELINE_MAX: ledger intervals kept per rank for the
                                  report's timeline (default 200000; totals stay exact) */
+    int ckpt_qd;              /* FTRT_CKPT_QD: checkpoint I/O requests in flight per shard
+                                 (default 8, 1..256) */
+    int ckpt_chunk_kb;        /* FTRT_CKPT_CHUNK_KB: bytes per checkpoint I/O request, KiB; a power
+                                 of two in [64, 65536] (default 4096) */
+    int ckpt_staging_mb;      /* FTRT_CKPT_STAGING_MB: staging memory for snapshots, MiB; room for
+                                 two shards gives double buffering, one shard a single buffer, less
+                                 a synchronous write; 0 (default) = two shards, within half of the
+                                 physical memory */
+    int ckpt_policy;          /* FTRT_CKPT_POLICY: what a checkpoint does while staging is busy
+                                 with earlier ones: FTRT_CKPT_WAIT (default, "wait") or
+                                 FTRT_CKPT_SKIP ("skip") */
+    int ckpt_direct;          /* FTRT_CKPT_DIRECT: 1 (default) = O_DIRECT where the file system
+                                 accepts it, else buffered (said once); 0 = always buffered */
+    int debug_ckpt_write_delay_ms; /* FTRT_DEBUG_CKPT_WRITE_DELAY_MS: test knob: the persist thread
+                                 sleeps this long after each completed write (default 0) */
 } ftrt_config;
+
+/* FTRT_CKPT_POLICY values. */
+#define FTRT_CKPT_WAIT 0
+#define FTRT_CKPT_SKIP 1
 
 /*
  * Fills *cfg with defaults, then applies FTRT_* environment variables.
@@ -202,20 +227,36 @@ FTRT_API int ftrt_epoch(const ftrt_ctx *ctx);
  * committed checkpoint and only restorable to the same number of trainers. */
 #define FTRT_REGION_REPLICATED 0u
 #define FTRT_REGION_SHARDED 1u
+/* Or'ed with one of the above: the region is CUDA device memory. Snapshots copy it into pinned
+ * staging on a side stream. Needs a libftrt built with CUDA; otherwise ftrt_register() refuses
+ * it with FTRT_ENOTSUP. */
+#define FTRT_REGION_DEVICE 2u
 
 /*
- * Registers `bytes` bytes of host memory at `ptr` as checkpointed and recovered state.
+ * Registers `bytes` bytes of memory at `ptr` as checkpointed and recovered state.
  *   name:  1..63 bytes, unique per context; copied.
- *   ptr:   stays owned by the caller and must stay valid and at the same address until
- *          ftrt_finalize(); ftrt reads it in ftrt_checkpoint() and writes it in ftrt_restore()
- *          and ftrt_recover() only.
- *   flags: FTRT_REGION_REPLICATED or FTRT_REGION_SHARDED.
+ *   ptr:   stays owned by the caller, at the same address, while registered. ftrt reads it
+ *          during a snapshot (from ftrt_checkpoint_start() until ftrt_checkpoint_wait_snapshot()
+ *          or ftrt_checkpoint() returns) and writes it in ftrt_restore() and ftrt_recover();
+ *          at no other time.
+ *   flags: FTRT_REGION_REPLICATED or FTRT_REGION_SHARDED, optionally | FTRT_REGION_DEVICE.
  * Every trainer registers the same regions in the same order (sizes of SHARDED regions may
- * differ). Returns the region index (>= 0), FTRT_EINVAL (bad name/ptr/flags, duplicate name),
- * FTRT_ESTATE (not a trainer), or -ENOMEM.
+ * differ). Regions may be added and removed (ftrt_unregister()) between checkpoints; the next
+ * checkpoint holds the regions registered when it starts.
+ * Returns the region's current index (>= 0; indices shift when an earlier region is
+ * unregistered), FTRT_EINVAL (bad name/ptr/flags, duplicate name), FTRT_ENOTSUP (a device
+ * region without CUDA support), FTRT_ESTATE (not a trainer), or -ENOMEM.
  */
 FTRT_API int ftrt_register(ftrt_ctx *ctx, const char *name, void *ptr, size_t bytes,
                            unsigned flags);
+
+/*
+ * Removes region `name` from the registry. Waits for a snapshot in progress to finish first
+ * (it may be reading the region); afterwards ftrt never touches the memory again. Checkpoints
+ * already taken keep the region's bytes. Returns 0, FTRT_EINVAL (NULL, or no such region), or
+ * FTRT_ESTATE (not a trainer).
+ */
+FTRT_API int ftrt_unregister(ftrt_ctx *ctx, const char *name);
 
 /*
  * Loads the registered regions at start. Collective over trainers.
@@ -234,16 +275,96 @@ FTRT_API int ftrt_register(ftrt_ctx *ctx, const char *name, void *ptr, size_t by
 FTRT_API int ftrt_restore(ftrt_ctx *ctx, int64_t *step);
 
 /*
- * Writes a checkpoint of every registered region taken after `step` steps were done, and
- * returns once it is committed: each trainer writes <ckpt_dir>/step-<step>/rank-<r>.ftrt through
- * io_uring and fdatasyncs it, the coordinator writes MANIFEST when every shard is durable and
- * atomically replaces LATEST, and older checkpoints beyond FTRT_CKPT_KEEP are removed.
- * Collective over trainers (all call with the same step).
- * Returns 0 when committed; FTRT_ERECOVER (a rank failed: the checkpoint is abandoned, the
- * previous committed one stays); -errno (ENOSPC, EIO, ...: this checkpoint failed, training can
- * go on, the previous committed one stays); FTRT_ENOSPARE/FTRT_ECOORD/FTRT_EABORT.
+ * Checkpoints are asynchronous. A checkpoint of step S (the state after S steps) is a snapshot
+ * (the registered regions copied into ftrt-owned staging memory with their CRC32C), then a
+ * persist on a background thread (<ckpt_dir>/step-<S>/rank-<r>.ftrt written through io_uring,
+ * O_DIRECT where the file system accepts it, fdatasync'ed), then a commit by the coordinator
+ * once every trainer's shard of S is durable (MANIFEST, LATEST replaced atomically, checkpoints
+ * beyond FTRT_CKPT_KEEP removed). Every trainer checkpoints the same steps. The application
+ * waits only for the snapshot, and can overlap even that with the next step's computation:
+ *
+ *     ftrt_checkpoint_start(ctx, step);       // after the update of step-1
+ *     forward_backward();  allreduce();       // may read the regions, must not write them
+ *     ftrt_checkpoint_wait_snapshot(ctx);     // helps copy the rest; then state is free
+ *     optimizer_update();
+ *
+ * ftrt_checkpoint() is start + wait_snapshot. A failed persist or commit does not stop
+ * training: the previous committed checkpoint stays, the coordinator logs and reports it, and
+ * ftrt_checkpoint_wait_commit() returns the reason.
+ */
+
+/*
+ * Starts checkpoint `step` (>= 0): lays out this rank's shard, takes a staging buffer and
+ * starts the snapshot on the engine's snapshot thread, then returns. The registered regions may
+ * be read but not modified, freed or unregistered until ftrt_checkpoint_wait_snapshot()
+ * returns. A snapshot still running from an earlier start is finished first. When every staging
+ * buffer is still being written: FTRT_CKPT_POLICY=wait blocks until the oldest is written,
+ * skip returns FTRT_SKIPPED at once (nothing taken; the coordinator counts it). When staging
+ * cannot hold one shard, the checkpoint is written here, synchronously.
+ * Returns 0 (snapshot started), FTRT_SKIPPED, FTRT_ERECOVER (the epoch changed: call
+ * ftrt_recover(); nothing taken), FTRT_ENOSPARE/FTRT_ECOORD/FTRT_EABORT, FTRT_EINVAL (NULL ctx,
+ * step < 0, or a checkpoint of this step still undecided), FTRT_ESTATE (not a trainer, or
+ * ftrt_recover() is owed), -EEXIST (step already committed: not rewritten), -EFBIG, -ENOMEM
+ * (staging), -errno (synchronous write). Application thread only.
+ */
+FTRT_API int ftrt_checkpoint_start(ftrt_ctx *ctx, int64_t step);
+
+/*
+ * Returns once the snapshot started by ftrt_checkpoint_start() is complete, the calling thread
+ * helping with the copy; the registered regions may then be modified. Returns 0 (also when no
+ * snapshot is running) or FTRT_EINVAL (NULL). Application thread only.
+ */
+FTRT_API int ftrt_checkpoint_wait_snapshot(ftrt_ctx *ctx);
+
+/*
+ * ftrt_checkpoint_start(ctx, step) followed by ftrt_checkpoint_wait_snapshot(ctx): returns once
+ * the state may be modified again; the write and the commit continue in the background.
+ * Returns what ftrt_checkpoint_start() returns.
  */
 FTRT_API int ftrt_checkpoint(ftrt_ctx *ctx, int64_t step);
+
+/*
+ * Waits until the coordinator has decided checkpoint `step` (-1: the newest one started on
+ * this rank), for at most timeout_ms milliseconds (-1: no limit).
+ * Returns 0 (committed), FTRT_SKIPPED (a trainer skipped it), the first failure of a trainer
+ * (-errno such as -ENOSPC or -EIO, or FTRT_ECORRUPT from the coordinator's check), FTRT_ERECOVER
+ * (abandoned by an epoch change: the previous committed checkpoint stays), FTRT_ETIMEDOUT,
+ * FTRT_ENOSPARE/FTRT_ECOORD/FTRT_EABORT, FTRT_EINVAL (no such checkpoint among the last 64
+ * started here), FTRT_ESTATE (not a trainer). Application thread only.
+ */
+FTRT_API int ftrt_checkpoint_wait_commit(ftrt_ctx *ctx, int64_t step, int timeout_ms);
+
+/* Checkpoint statistics of this rank (ftrt_checkpoint_stats()). */
+#define FTRT_CKPT_STAT_DIRECT 1u    /* the last persist used O_DIRECT */
+#define FTRT_CKPT_STAT_FIXED 2u     /* the last persist wrote from registered (fixed) buffers */
+#define FTRT_CKPT_STAT_STREAMING 4u /* staging below one shard: checkpoints written synchronously */
+typedef struct ftrt_ckpt_stats {
+    uint32_t size;               /* bytes of this struct that were filled in */
+    uint32_t flags;              /* FTRT_CKPT_STAT_* */
+    int64_t started;             /* snapshots taken */
+    int64_t skipped;             /* not taken: staging busy under FTRT_CKPT_POLICY=skip */
+    int64_t persisted;           /* shards made durable */
+    int64_t failed;              /* shards that failed to write */
+    int64_t abandoned;           /* persists abandoned by an epoch change or shutdown */
+    int64_t committed;           /* checkpoints the coordinator committed */
+    int64_t last_committed_step; /* -1 when none */
+    double stall_s;              /* seconds the application was blocked in checkpoint calls */
+    double last_stall_s;         /* of the last ftrt_checkpoint() (or start) */
+    double last_snapshot_s;      /* start -> snapshot complete */
+    double last_persist_s;       /* persist thread: image -> durable, renamed, reported */
+    double last_write_s;         /* of which the writes (before fdatasync) */
+    uint64_t last_bytes;         /* size of the last shard file */
+    uint64_t staging_bytes;      /* staging memory held */
+    int32_t staging_slots;       /* staging buffers (0, 1 or 2) */
+    int32_t pad;
+    double last_restore_s;       /* the last ftrt_restore() from disk: load + verification */
+    uint64_t last_restore_bytes; /* region bytes it read and verified */
+} ftrt_ckpt_stats;
+
+/* Copies this rank's checkpoint statistics into *out (size: sizeof(ftrt_ckpt_stats) as the
+ * caller knows it; a smaller struct gets the leading fields). Returns 0 or FTRT_EINVAL. Any
+ * thread. */
+FTRT_API int ftrt_checkpoint_stats(const ftrt_ctx *ctx, ftrt_ckpt_stats *out, size_t size);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Training loop                                                                               */

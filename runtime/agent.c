@@ -82,6 +82,7 @@ static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *paylo
         cp->commit_step = cm.step;
         cp->commit_result = cm.result;
         cp->commit_seen++;
+        ftrt__ckpt_on_commit(ctx, cm.step, cm.epoch, cm.result); /* checkpoint/engine.c */
         break;
     case FTRT__MSG_SHUTDOWN:
     case FTRT__MSG_FAREWELL:

@@ -67,6 +67,34 @@ int ftrt__parse_log_level(const char *v)
     return -1;
 }
 
+/* FTRT_CKPT_POLICY=wait|skip. */
+static int env_policy(int *out)
+{
+    const char *v = getenv("FTRT_CKPT_POLICY");
+    if (!v || !*v) return 0;
+    if (!strcasecmp(v, "wait")) *out = FTRT_CKPT_WAIT;
+    else if (!strcasecmp(v, "skip")) *out = FTRT_CKPT_SKIP;
+    else {
+        ftrt_log_error("FTRT_CKPT_POLICY=\"%s\" is not one of wait, skip", v);
+        return FTRT_ECONFIG;
+    }
+    return 0;
+}
+
+/* FTRT_CKPT_CHUNK_KB: a power of two in [64, 65536]. */
+static int env_chunk(int *out)
+{
+    int kb = *out;
+    int rc = env_int("FTRT_CKPT_CHUNK_KB", 64, 65536, &kb);
+    if (rc) return rc;
+    if (kb & (kb - 1)) {
+        ftrt_log_error("FTRT_CKPT_CHUNK_KB=%d is not a power of two; keeping %d", kb, *out);
+        return FTRT_ECONFIG;
+    }
+    *out = kb;
+    return 0;
+}
+
 static int env_log(int *out)
 {
     const char *v = getenv("FTRT_LOG");
@@ -94,6 +122,9 @@ int ftrt_config_init(ftrt_config *cfg, size_t size)
     cfg->straggler_ratio = 1.5;
     cfg->progress = -1;
     cfg->timeline_max = 200000;
+    cfg->ckpt_qd = 8;
+    cfg->ckpt_chunk_kb = 4096;
+    cfg->ckpt_direct = 1;
     cfg->log_level = FTRT__LOG_WARN;
     snprintf(cfg->ckpt_dir, sizeof cfg->ckpt_dir, "ftrt-ckpt");
 
@@ -118,6 +149,12 @@ int ftrt_config_init(ftrt_config *cfg, size_t size)
     KEEP_FIRST(env_str("FTRT_METRICS_FILE", cfg->metrics_file, sizeof cfg->metrics_file));
     KEEP_FIRST(env_int("FTRT_PROGRESS", -1, 1, &cfg->progress));
     KEEP_FIRST(env_int("FTRT_TIMELINE_MAX", 0, 100000000, &cfg->timeline_max));
+    KEEP_FIRST(env_int("FTRT_CKPT_QD", 1, 256, &cfg->ckpt_qd));
+    KEEP_FIRST(env_chunk(&cfg->ckpt_chunk_kb));
+    KEEP_FIRST(env_int("FTRT_CKPT_STAGING_MB", 0, 1 << 30, &cfg->ckpt_staging_mb));
+    KEEP_FIRST(env_policy(&cfg->ckpt_policy));
+    KEEP_FIRST(env_int("FTRT_CKPT_DIRECT", 0, 1, &cfg->ckpt_direct));
+    KEEP_FIRST(env_int("FTRT_DEBUG_CKPT_WRITE_DELAY_MS", 0, 600000, &cfg->debug_ckpt_write_delay_ms));
 #undef KEEP_FIRST
     return rc;
 }
@@ -153,6 +190,15 @@ int ftrt__config_check(const ftrt_config *cfg, int world, int *spares_out)
     if (cfg->heartbeat_ms < 1 || cfg->heartbeat_timeout_ms <= cfg->heartbeat_ms) {
         ftrt_log_error("heartbeat timeout (%d ms) must exceed the heartbeat period (%d ms)",
                        cfg->heartbeat_timeout_ms, cfg->heartbeat_ms);
+        return FTRT_ECONFIG;
+    }
+    if (cfg->ckpt_qd < 1 || cfg->ckpt_qd > 256 || cfg->ckpt_chunk_kb < 64 ||
+        cfg->ckpt_chunk_kb > 65536 || (cfg->ckpt_chunk_kb & (cfg->ckpt_chunk_kb - 1)) ||
+        cfg->ckpt_staging_mb < 0 || cfg->debug_ckpt_write_delay_ms < 0 ||
+        (cfg->ckpt_policy != FTRT_CKPT_WAIT && cfg->ckpt_policy != FTRT_CKPT_SKIP)) {
+        ftrt_log_error("checkpoint engine settings invalid: qd=%d (1..256) chunk=%d KiB (power of "
+                       "two, 64..65536) staging=%d MiB policy=%d",
+                       cfg->ckpt_qd, cfg->ckpt_chunk_kb, cfg->ckpt_staging_mb, cfg->ckpt_policy);
         return FTRT_ECONFIG;
     }
     if (cfg->ckpt_keep < 1 || !cfg->ckpt_dir[0]) {

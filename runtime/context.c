@@ -117,6 +117,7 @@ static void ctx_free(ftrt_ctx *ctx)
 {
     if (!ctx) return;
     ftrt__agent_stop(ctx);
+    ftrt__ckpt_engine_free(ctx); /* after the agent: it calls into the engine */
     free(ctx->cp.plan);
     free(ctx->plan);
     free(ctx->regs);
@@ -201,6 +202,7 @@ static int init_ctx(ftrt_ctx *ctx, const ftrt_config *cfg)
     if (ftrt__ledger_init(&ctx->ledger, FTRT__IV_STARTUP, ftrt__wallclock(),
                           (size_t)ctx->cfg.timeline_max))
         return -ENOMEM;
+    if (ftrt__ckpt_engine_new(ctx)) return -ENOMEM; /* before the agent thread starts */
     if (gethostname(ctx->host, sizeof ctx->host)) snprintf(ctx->host, sizeof ctx->host, "?");
     ctx->host[sizeof ctx->host - 1] = 0;
     if (ctx->cfg.status_file[0])
@@ -318,6 +320,7 @@ static int ranks_lost(ftrt_ctx *ctx)
         ftrt__bye bye = {.steps_done = atomic_load(&ctx->cp.steps_done),
                          .rework_steps = ctx->rework_steps, .kept_s = ctx->kept_s,
                          .rework_s = ctx->rework_s, .lost_s = ctx->lost_s};
+        ftrt__ckpt_bye(ctx, &bye.ckpt_stall_s, &bye.ckpt_skipped);
         pthread_mutex_unlock(&ctx->cp.lock);
         int rc = ftrt__agent_send(ctx, FTRT__MSG_BYE, &bye, sizeof bye);
         pthread_mutex_lock(&ctx->cp.lock);
@@ -334,6 +337,7 @@ static int ranks_lost(ftrt_ctx *ctx)
 int ftrt_finalize(ftrt_ctx *ctx)
 {
     if (!ctx) return 0;
+    ftrt__ckpt_drain(ctx); /* in-flight checkpoints finish (or are abandoned) before the BYE */
     int lost = ranks_lost(ctx);
     ftrt__agent_stop(ctx);
     ftrt__plane_stop(&ctx->plane); /* the progress thread makes MPI calls: stop it first */
@@ -356,35 +360,7 @@ int ftrt_size(const ftrt_ctx *ctx) { return ctx ? ctx->size : FTRT_ESTATE; }
 int ftrt_world_rank(const ftrt_ctx *ctx) { return ctx ? ctx->world_rank : FTRT_ESTATE; }
 int ftrt_epoch(const ftrt_ctx *ctx) { return ctx ? ctx->epoch : FTRT_ESTATE; }
 
-int ftrt_register(ftrt_ctx *ctx, const char *name, void *ptr, size_t bytes, unsigned flags)
-{
-    if (!ctx || !name || !*name || strlen(name) >= FTRT__NAME_MAX || (!ptr && bytes) ||
-        flags > FTRT_REGION_SHARDED) {
-        ftrt_log_error("ftrt_register: bad argument (name \"%s\", ptr %p, flags %u)",
-                       name ? name : "(null)", ptr, flags);
-        return FTRT_EINVAL;
-    }
-    if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
-    for (int i = 0; i < ctx->nregs; i++)
-        if (!strcmp(ctx->regs[i].name, name)) {
-            ftrt_log_error("ftrt_register: region \"%s\" is already registered", name);
-            return FTRT_EINVAL;
-        }
-    if (ctx->nregs == ctx->regs_cap) {
-        int ncap = ctx->regs_cap ? 2 * ctx->regs_cap : 8;
-        ftrt__region *n = realloc(ctx->regs, (size_t)ncap * sizeof *n);
-        if (!n) return -ENOMEM;
-        ctx->regs = n;
-        ctx->regs_cap = ncap;
-    }
-    ftrt__region *r = &ctx->regs[ctx->nregs];
-    memset(r, 0, sizeof *r);
-    snprintf(r->name, sizeof r->name, "%s", name);
-    r->ptr = ptr;
-    r->bytes = bytes;
-    r->flags = flags;
-    return ctx->nregs++;
-}
+/* ftrt_register/ftrt_unregister, ftrt_checkpoint* and ftrt_restore: checkpoint/engine.c. */
 
 int ftrt_step_done(ftrt_ctx *ctx, int64_t step)
 {
@@ -438,119 +414,3 @@ void ftrt__ledger_resume(ftrt_ctx *ctx, int64_t resume_step)
     ftrt__ledger_mark(ctx, ftrt__compute_kind(ctx));
 }
 
-/* Waits for the coordinator's COMMIT of `step`. */
-static int wait_commit(ftrt_ctx *ctx, int64_t step, int seen_before)
-{
-    int rc;
-    pthread_mutex_lock(&ctx->cp.lock);
-    for (;;) {
-        if (ctx->cp.commit_seen != seen_before && ctx->cp.commit_step == step) {
-            rc = ctx->cp.commit_result;
-            break;
-        }
-        if ((rc = ftrt__interrupted(ctx)) != 0) break;
-        ftrt__cp_wait(ctx, 10);
-    }
-    pthread_mutex_unlock(&ctx->cp.lock);
-    return rc;
-}
-
-static int checkpoint_sync(ftrt_ctx *ctx, int64_t step, int seen);
-
-int ftrt_checkpoint(ftrt_ctx *ctx, int64_t step)
-{
-    if (!ctx || step < 0) return FTRT_EINVAL;
-    if (ctx->role != FTRT__ROLE_TRAINER || ctx->needs_recover) return FTRT_ESTATE;
-    int rc = ftrt__interrupted(ctx);
-    if (rc) return rc;
-    pthread_mutex_lock(&ctx->cp.lock);
-    int seen = ctx->cp.commit_seen;
-    pthread_mutex_unlock(&ctx->cp.lock);
-    ftrt__ledger_mark(ctx, FTRT__IV_CKPT);
-    rc = checkpoint_sync(ctx, step, seen);
-    if (rc == FTRT_ERECOVER)
-        ftrt__ledger_failure(ctx);
-    else
-        ftrt__ledger_mark(ctx, ftrt__compute_kind(ctx));
-    return rc;
-}
-
-/* Writes this rank's shard, reports it and waits for the commit (ftrt_checkpoint's body). */
-static int checkpoint_sync(ftrt_ctx *ctx, int64_t step, int seen)
-{
-    int rc;
-    int wr = ftrt__shard_write(ctx->cfg.ckpt_dir, step, ctx->rank, ctx->size, ctx->regs,
-                               ctx->nregs);
-    if (wr) ftrt_log_warn("checkpoint of step %lld: writing this rank's shard failed: %s",
-                          (long long)step, ftrt_strerror(wr));
-    ftrt__ckpt_msg m = {.step = step, .epoch = ctx->epoch, .result = wr};
-    rc = ftrt__agent_send(ctx, FTRT__MSG_SHARD_DONE, &m, sizeof m);
-    if (rc) return FTRT_ECOORD;
-    return wait_commit(ctx, step, seen);
-}
-
-/* Loads the newest committed checkpoint that every trainer can load. */
-static int restore_from_disk(ftrt_ctx *ctx, int64_t *step)
-{
-    int64_t cand[64];
-    int n = ftrt__ckpt_list(ctx->cfg.ckpt_dir, cand, 64);
-    if (n < 0) {
-        ftrt_log_error("cannot list checkpoints in %s: %s", ctx->cfg.ckpt_dir, ftrt_strerror(n));
-        return n;
-    }
-    /* Agree on the candidate list: every trainer must see the same newest step. */
-    int64_t probe[2] = {n ? cand[0] : -1, n ? -cand[0] : 1};
-    int rc = ftrt_allreduce(ctx, probe, 2, FTRT_INT64, FTRT_MIN);
-    if (rc) return rc;
-    if (probe[0] != -probe[1]) {
-        ftrt_log_error("trainers see different newest checkpoints (%lld vs %lld): is %s shared?",
-                       (long long)probe[0], (long long)-probe[1], ctx->cfg.ckpt_dir);
-        return FTRT_EMISMATCH;
-    }
-    if (n == 0) {
-        *step = 0;
-        return 0;
-    }
-    int last_err = FTRT_ENOCKPT;
-    for (int i = 0; i < n; i++) {
-        int lr = ftrt__ckpt_load(ctx->cfg.ckpt_dir, cand[i], ctx->rank, ctx->size, ctx->regs,
-                                 ctx->nregs);
-        int64_t ok[1] = {lr == 0 ? 1 : (lr == FTRT_EMISMATCH ? -1 : 0)};
-        rc = ftrt_allreduce(ctx, ok, 1, FTRT_INT64, FTRT_MIN);
-        if (rc) return rc;
-        if (ok[0] == 1) {
-            *step = cand[i];
-            ftrt_log_info("restored checkpoint step %lld", (long long)cand[i]);
-            return 1;
-        }
-        last_err = ok[0] < 0 ? FTRT_EMISMATCH : FTRT_ENOCKPT;
-        ftrt_log_warn("checkpoint step %lld is not usable on every trainer (%s here); %s",
-                      (long long)cand[i], lr ? ftrt_strerror(lr) : "fine",
-                      i + 1 < n ? "falling back to the next older one" : "none left");
-    }
-    return last_err;
-}
-
-int ftrt_restore(ftrt_ctx *ctx, int64_t *step)
-{
-    if (!ctx || !step) return FTRT_EINVAL;
-    if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
-    int rc;
-    if (ctx->promoted) {
-        rc = ftrt__transfer_state(ctx);
-        if (rc) return rc;
-        ctx->promoted = 0;
-        *step = ctx->plan->resume_step;
-        ftrt__ledger_resume(ctx, *step);
-        ftrt__epoch_msg m = {.epoch = ctx->epoch};
-        ftrt__agent_send(ctx, FTRT__MSG_RESUMED, &m, sizeof m);
-        return 1;
-    }
-    rc = restore_from_disk(ctx, step);
-    if (rc >= 0) {
-        ctx->t_mark = ftrt__now();
-        atomic_store(&ctx->cp.steps_done, *step);
-        ftrt__ledger_mark(ctx, ftrt__compute_kind(ctx)); /* start-up ends here */
-    }
-    return rc;
-}

@@ -72,6 +72,9 @@ typedef struct ftrt__coord {
     int ninc;
     int64_t last_committed;
     int ncommitted, nckpt_failed;
+    int nckpt_skipped;   /* a trainer skipped it (FTRT_CKPT_POLICY=skip, staging busy) */
+    int nckpt_abandoned; /* in flight when the epoch changed */
+    struct ftrt__ckpt_track *ckpt_track; /* checkpoints in flight (checkpoint/track.c) */
     double t_start, t_end, abort_deadline;
     double status_written;
     int status_dirty; /* 1: progress (written at most every 0.25 s), 2: membership (now) */

@@ -271,20 +271,33 @@ static void check_resumed(ftrt__coord *c)
     ftrt_log_warn("epoch %d: every member is back in the training loop", c->epoch);
 }
 
-static void try_commit(ftrt__coord *c, int64_t step)
+/* SHARD_DONE from world rank w: the checkpoint's table entry (checkpoint/track.c) takes the
+ * report; once every trainer reported, the checkpoint is committed, failed or skipped and
+ * every trainer gets the COMMIT. */
+static void try_commit(ftrt__coord *c, int w, const ftrt__ckpt_msg *cm)
 {
-    int result = 0;
-    for (int l = 0; l < c->N; l++) {
-        ftrt__crank *r = &c->r[c->members[l]];
-        if (r->shard_epoch != c->epoch || r->shard_step != step) return;
-        if (r->shard_result && !result) result = r->shard_result;
+    int64_t step = cm->step;
+    int l = c->r[w].logical, decided = 0, dropped = 0;
+    if (l < 0 || l >= c->N || c->members[l] != w) return;
+    int result = ftrt__track_report(&c->ckpt_track, c->N, c->epoch, step, l, cm->result,
+                                    &decided, &dropped);
+    c->nckpt_abandoned += dropped;
+    if (!decided) return;
+    if (result == FTRT_SKIPPED) {
+        c->nckpt_skipped++;
+        ftrt_log_info("checkpoint of step %lld skipped by a trainer (FTRT_CKPT_POLICY=skip)",
+                      (long long)step);
+    } else if (!result && step < c->last_committed) {
+        result = FTRT_ESTATE; /* never move LATEST backwards within a run */
+        ftrt_log_warn("checkpoint of step %lld is older than the committed step %lld: not "
+                      "committed", (long long)step, (long long)c->last_committed);
     }
     if (!result) result = ftrt__ckpt_commit(c->ctx->cfg.ckpt_dir, step, c->N, c->ctx->cfg.ckpt_keep);
-    if (result) {
+    if (result < 0) {
         c->nckpt_failed++;
         ftrt_log_warn("checkpoint of step %lld failed: %s; step %lld stays the last committed",
                       (long long)step, ftrt_strerror(result), (long long)c->last_committed);
-    } else {
+    } else if (result == 0) {
         c->ncommitted++;
         c->last_committed = step;
         c->last_commit_wall = ftrt__wallclock();
@@ -292,10 +305,7 @@ static void try_commit(ftrt__coord *c, int64_t step)
         c->status_dirty |= 1;
     }
     ftrt__ckpt_msg m = {.step = step, .epoch = c->epoch, .result = result};
-    for (int l = 0; l < c->N; l++) {
-        c->r[c->members[l]].shard_epoch = -1;
-        send_to(c, c->members[l], FTRT__MSG_COMMIT, &m, sizeof m);
-    }
+    for (int k = 0; k < c->N; k++) send_to(c, c->members[k], FTRT__MSG_COMMIT, &m, sizeof m);
 }
 
 /* Takes a LEDGER message: the rank's totals and open interval, and intervals to append. */
@@ -378,10 +388,7 @@ static int handle(ftrt__coord *c, int w, const ftrt__msghdr *h, const void *payl
         return 0;
     case FTRT__MSG_SHARD_DONE:
         if (u.cm.epoch != c->epoch || c->phase != PH_RUNNING) return 0; /* abandoned */
-        r->shard_epoch = u.cm.epoch;
-        r->shard_step = u.cm.step;
-        r->shard_result = u.cm.result;
-        try_commit(c, u.cm.step);
+        try_commit(c, w, &u.cm);
         return 0;
     case FTRT__MSG_BYE:
         r->said_bye = 1;
@@ -773,6 +780,7 @@ int ftrt__coordinator_run(struct ftrt_ctx *ctx, int listen_fd, uint64_t secret)
             ftrt__rx_free(&pend[k].rx);
         }
     if (listen_fd >= 0) close(listen_fd);
+    ftrt__track_free(c.ckpt_track);
     free(c.r);
     free(c.members);
     free(c.inc);

@@ -116,6 +116,8 @@ struct ftrt_ctx {
 
     ftrt__region *regs;
     int nregs, regs_cap;
+    struct ftrt__ckpt_engine *ckpt; /* checkpoint engine (checkpoint/engine.c); set before the
+                                       agent thread starts, which reads it */
 
     ftrt__plane plane;
     ftrt__cp cp;

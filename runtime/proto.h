@@ -131,6 +131,8 @@ typedef struct ftrt__bye {
     double kept_s;
     double rework_s;
     double lost_s; /* partial steps abandoned at failures */
+    double ckpt_stall_s;  /* seconds blocked in checkpoint calls (snapshot, staging waits) */
+    int64_t ckpt_skipped; /* checkpoints this trainer skipped (FTRT_CKPT_POLICY=skip) */
 } ftrt__bye;
 
 /* Checks a received header: magic, known type, payload within FTRT__MSG_MAX and of the size the

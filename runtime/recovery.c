@@ -145,6 +145,7 @@ int ftrt_recover(ftrt_ctx *ctx, int64_t *step)
     double t0 = ftrt__now();
     ftrt__ledger_failure(ctx); /* in case the failure surfaced outside a wait */
     ftrt__ledger_mark(ctx, FTRT__IV_RECOVERY);
+    ftrt__ckpt_quiesce(ctx); /* old-epoch checkpoints abandoned; no snapshot reads state now */
     rc = await_plan(ctx);
     if (rc) return rc;
     if (ctx->cfg.debug_recovery_delay_ms > 0) { /* test knob: widen the recovery window */

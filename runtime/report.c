@@ -77,6 +77,16 @@ int ftrt__report_write(ftrt__coord *c)
     json_object *ck = json_object_new_object();
     json_object_object_add(ck, "committed", json_object_new_int(c->ncommitted));
     json_object_object_add(ck, "failed", json_object_new_int(c->nckpt_failed));
+    /* Checkpoint engine: skipped (staging busy under FTRT_CKPT_POLICY=skip), abandoned (in
+     * flight at an epoch change or at the end), and the trainers' time blocked in checkpoint
+     * calls, from their BYE. */
+    int ck_abandoned = c->nckpt_abandoned + ftrt__track_pending(c->ckpt_track);
+    double ck_stall = 0;
+    for (int w = 1; w < c->W; w++)
+        if (c->r[w].said_bye) ck_stall += c->r[w].bye.ckpt_stall_s;
+    json_object_object_add(ck, "skipped", json_object_new_int(c->nckpt_skipped));
+    json_object_object_add(ck, "abandoned", json_object_new_int(ck_abandoned));
+    json_object_object_add(ck, "stall_rank_s", json_object_new_double(ck_stall));
     json_object_object_add(ck, "last_committed_step", json_object_new_int64(c->last_committed));
     json_object_object_add(o, "checkpoints", ck);
 
@@ -156,8 +166,10 @@ int ftrt__report_write(ftrt__coord *c)
                c->rejected_connections, c->protocol_errors);
     json_object_object_add(o, "rework_steps", json_object_new_int64(rework_steps));
     printf("  rework: %lld completed step(s) computed again\n", (long long)rework_steps);
-    printf("  checkpoints: %d committed, %d failed, last committed step %lld\n", c->ncommitted,
-           c->nckpt_failed, (long long)c->last_committed);
+    printf("  checkpoints: %d committed, %d failed, %d skipped, %d abandoned, last committed "
+           "step %lld; training blocked %.3f rank-s in checkpoint calls\n",
+           c->ncommitted, c->nckpt_failed, c->nckpt_skipped, ck_abandoned,
+           (long long)c->last_committed, ck_stall);
     ftrt__ledger_report(c, o);
     fflush(stdout);
 
