@@ -437,11 +437,13 @@ static void persist_one(struct ftrt__ckpt_engine *e, job *j)
         rc = ftrt__image_write(&e->wring, ctx->cfg.ckpt_dir, j->step, j->rank,
                                e->slots[j->slot].mem, j->bytes, &o, &ws);
     if (rc == 0 && job_stale(j)) rc = FTRT_ERECOVER; /* published, but nobody will commit it */
-    if (rc != FTRT_ERECOVER) send_shard_done(ctx, j->step, j->epoch, rc);
     if (rc && rc != FTRT_ERECOVER)
         ftrt_log_warn("checkpoint of step %lld: this rank's shard failed: %s; the previous "
                       "committed checkpoint stays",
                       (long long)j->step, ftrt_strerror(rc));
+    int64_t step = j->step;
+    int epoch = j->epoch;
+    /* Bookkeeping first, so that whoever sees the COMMIT also sees these statistics. */
     pthread_mutex_lock(&e->lock);
     rec *r = &e->recs[j->rec];
     if (r->step == j->step && r->epoch == j->epoch && r->state == REC_ACTIVE) {
@@ -466,6 +468,7 @@ static void persist_one(struct ftrt__ckpt_engine *e, job *j)
     job_put(j);
     pthread_cond_broadcast(&e->cond);
     pthread_mutex_unlock(&e->lock);
+    if (rc != FTRT_ERECOVER) send_shard_done(ctx, step, epoch, rc);
 }
 
 static void *persist_main(void *arg)

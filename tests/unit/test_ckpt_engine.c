@@ -1,0 +1,655 @@
+/*
+ * test_ckpt_engine.c - the asynchronous checkpoint engine (checkpoint/engine.c) end to end in
+ * one process: a trainer context with its real agent thread talks to a fake coordinator thread
+ * on a loopback socket, which commits each checkpoint with ftrt__ckpt_commit() (N = 1) and
+ * answers COMMIT, as the real coordinator does. Covered: snapshot semantics (state modified
+ * after wait_snapshot is not in the checkpoint), overlap with a reader, multi-piece regions
+ * restored bit-exact, the wait and skip policies with slow writes, abandonment on an epoch
+ * change (partial file removed, previous checkpoint stays), write failures reported through
+ * the commit, regions added and removed between checkpoints, device regions refused without
+ * CUDA, the synchronous mode below one shard of staging, the buffered fallback, draining at
+ * finalize, and freeing the engine with a write in flight. This is where the application,
+ * snapshot, persist and agent threads meet: the suite also runs it under ThreadSanitizer.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "checkpoint/ckpt.h"
+#include "checkpoint/format.h"
+#include "ftrt.h"
+#include "runtime/internal.h"
+
+/* ---- the fake coordinator ---------------------------------------------------------------- */
+
+enum { MAXDONE = 64 };
+
+typedef struct fixture {
+    struct ftrt_ctx *ctx;
+    int listen_fd, coord_fd;
+    pthread_t thr;
+    pthread_mutex_t lock; /* guards everything below and sends on coord_fd */
+    int stop;
+    int auto_commit;      /* answer SHARD_DONE with a commit */
+    ftrt__ckpt_msg done[MAXDONE];
+    int ndone;
+    char dir[4096];
+} fixture;
+
+static void coord_send(fixture *f, uint32_t type, const void *p, uint32_t len)
+{
+    pthread_mutex_lock(&f->lock);
+    assert_int_equal(ftrt__msg_send(f->coord_fd, type, p, len), 0);
+    pthread_mutex_unlock(&f->lock);
+}
+
+static void *coord_main(void *arg)
+{
+    fixture *f = arg;
+    ftrt__rxbuf rx = {0};
+    for (;;) {
+        pthread_mutex_lock(&f->lock);
+        int stop = f->stop;
+        pthread_mutex_unlock(&f->lock);
+        if (stop) break;
+        struct pollfd p = {.fd = f->coord_fd, .events = POLLIN};
+        if (poll(&p, 1, 20) <= 0) continue;
+        if (ftrt__rx_fill(&rx, f->coord_fd) <= 0) break;
+        ftrt__msghdr h;
+        const void *payload;
+        while (ftrt__rx_next(&rx, &h, &payload) == 1) {
+            if (h.type != FTRT__MSG_SHARD_DONE) continue;
+            ftrt__ckpt_msg m;
+            memcpy(&m, payload, sizeof m);
+            pthread_mutex_lock(&f->lock);
+            if (f->ndone < MAXDONE) f->done[f->ndone++] = m;
+            int commit = f->auto_commit;
+            pthread_mutex_unlock(&f->lock);
+            if (!commit) continue;
+            ftrt__ckpt_msg c = m;
+            if (c.result == 0) c.result = ftrt__ckpt_commit(f->dir, m.step, 1, 2);
+            coord_send(f, FTRT__MSG_COMMIT, &c, sizeof c);
+        }
+    }
+    ftrt__rx_free(&rx);
+    return NULL;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    struct ftrt_ctx *ctx = calloc(1, sizeof *ctx);
+    assert_non_null(f);
+    assert_non_null(ctx);
+    const char *base = getenv("FTRT_TEST_TMP");
+    if (!base || !*base) base = "/tmp";
+    assert_int_equal(ftrt__mkdir_p(base), 0);
+    snprintf(f->dir, sizeof f->dir, "%s/engine-XXXXXX", base);
+    assert_non_null(mkdtemp(f->dir));
+    ftrt_config_init(&ctx->cfg, sizeof ctx->cfg);
+    ctx->cfg.heartbeat_ms = 50;
+    ctx->cfg.heartbeat_timeout_ms = 600000; /* the fake coordinator never pings */
+    ctx->cfg.init_timeout_ms = 5000;
+    ctx->cfg.ckpt_chunk_kb = 256;
+    assert_true(strlen(f->dir) < sizeof ctx->cfg.ckpt_dir);
+    memcpy(ctx->cfg.ckpt_dir, f->dir, strlen(f->dir) + 1);
+    ctx->world_rank = 1;
+    ctx->role = FTRT__ROLE_TRAINER;
+    ctx->rank = 0;
+    ctx->size = 1;
+    snprintf(ctx->host, sizeof ctx->host, "testhost");
+    ctx->cp.fd = -1;
+    ctx->cp.wake[0] = ctx->cp.wake[1] = -1;
+    ctx->plane.comm = MPI_COMM_NULL;
+    pthread_mutex_init(&ctx->cp.lock, NULL);
+    pthread_mutex_init(&ctx->cp.send_lock, NULL);
+    pthread_cond_init(&ctx->cp.cond, NULL);
+    pthread_mutex_init(&ctx->ledger_lock, NULL);
+    assert_int_equal(ftrt__ledger_init(&ctx->ledger, FTRT__IV_COMPUTE, ftrt__wallclock(), 1000), 0);
+    assert_int_equal(ftrt__ckpt_engine_new(ctx), 0);
+    char addr[64];
+    int port;
+    f->listen_fd = ftrt__listen("127.0.0.1", addr, sizeof addr, &port);
+    assert_true(f->listen_fd >= 0);
+    assert_int_equal(ftrt__agent_start(ctx, addr, port, 7), 0);
+    f->coord_fd = accept(f->listen_fd, NULL, NULL);
+    assert_true(f->coord_fd >= 0);
+    pthread_mutex_init(&f->lock, NULL);
+    f->auto_commit = 1;
+    f->ctx = ctx;
+    assert_int_equal(pthread_create(&f->thr, NULL, coord_main, f), 0);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    struct ftrt_ctx *ctx = f->ctx;
+    ftrt__agent_stop(ctx);
+    ftrt__ckpt_engine_free(ctx);
+    pthread_mutex_lock(&f->lock);
+    f->stop = 1;
+    pthread_mutex_unlock(&f->lock);
+    pthread_join(f->thr, NULL);
+    close(f->coord_fd);
+    close(f->listen_fd);
+    free(ctx->regs);
+    free(ctx->cp.plan);
+    ftrt__ledger_free(&ctx->ledger);
+    pthread_mutex_destroy(&ctx->ledger_lock);
+    pthread_mutex_destroy(&ctx->cp.lock);
+    pthread_mutex_destroy(&ctx->cp.send_lock);
+    pthread_cond_destroy(&ctx->cp.cond);
+    free(ctx);
+    nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    pthread_mutex_destroy(&f->lock);
+    free(f);
+    ftrt__ckpt_force_buffered = 0;
+    ftrt__ckpt_no_fallocate = 0;
+    return 0;
+}
+
+/* ---- helpers ----------------------------------------------------------------------------- */
+
+static void fill(void *p, size_t n, uint64_t seed)
+{
+    unsigned char *b = p;
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        b[i] = (unsigned char)((x * 0x2545F4914F6CDD1Dull) >> 56);
+    }
+}
+
+static int exists(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int exists(const char *fmt, ...)
+{
+    char p[4200];
+    struct stat st;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p, sizeof p, fmt, ap);
+    va_end(ap);
+    return stat(p, &st) == 0;
+}
+
+/* Loads `step` into fresh buffers of the given sizes and compares them with want[]. */
+static int load_equals(fixture *f, int64_t step, int n, const char **names, const size_t *sizes,
+                       const unsigned *flags, void **want)
+{
+    ftrt__region r[8];
+    assert_true(n <= 8);
+    for (int i = 0; i < n; i++) {
+        memset(&r[i], 0, sizeof r[i]);
+        snprintf(r[i].name, sizeof r[i].name, "%s", names[i]);
+        r[i].bytes = sizes[i];
+        r[i].flags = flags[i];
+        r[i].ptr = calloc(1, sizes[i] ? sizes[i] : 1);
+    }
+    int rc = ftrt__ckpt_load(f->dir, step, 0, 1, r, n);
+    for (int i = 0; i < n && rc == 0; i++)
+        if (memcmp(r[i].ptr, want[i], sizes[i]) != 0) rc = 1;
+    for (int i = 0; i < n; i++) free(r[i].ptr);
+    return rc;
+}
+
+static int ndone(fixture *f)
+{
+    pthread_mutex_lock(&f->lock);
+    int n = f->ndone;
+    pthread_mutex_unlock(&f->lock);
+    return n;
+}
+
+static ftrt__ckpt_msg done_at(fixture *f, int i)
+{
+    pthread_mutex_lock(&f->lock);
+    ftrt__ckpt_msg m = f->done[i];
+    pthread_mutex_unlock(&f->lock);
+    return m;
+}
+
+static ftrt_ckpt_stats stats(fixture *f)
+{
+    ftrt_ckpt_stats s;
+    assert_int_equal(ftrt_checkpoint_stats(f->ctx, &s, sizeof s), 0);
+    return s;
+}
+
+/* ---- tests ------------------------------------------------------------------------------- */
+
+/* The checkpoint holds the state at ftrt_checkpoint(), not what the application writes after
+ * it returns; a second checkpoint holds the new state; both restore bit-exact. */
+static void snapshot_semantics(void **state)
+{
+    fixture *f = *state;
+    size_t sz[2] = {3 * (8u << 20) + 4099, 777}; /* several snapshot pieces, and a small one */
+    void *a = malloc(sz[0]), *b = malloc(sz[1]), *a1 = malloc(sz[0]), *b1 = malloc(sz[1]);
+    fill(a, sz[0], 1);
+    fill(b, sz[1], 2);
+    memcpy(a1, a, sz[0]);
+    memcpy(b1, b, sz[1]);
+    assert_int_equal(ftrt_register(f->ctx, "params", a, sz[0], FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(ftrt_register(f->ctx, "rng", b, sz[1], FTRT_REGION_SHARDED), 1);
+    assert_int_equal(ftrt_checkpoint(f->ctx, 10), 0);
+    fill(a, sz[0], 3); /* the "optimizer update" right after the call */
+    fill(b, sz[1], 4);
+    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 10, 20000), 0);
+    const char *names[2] = {"params", "rng"};
+    unsigned fl[2] = {FTRT_REGION_REPLICATED, FTRT_REGION_SHARDED};
+    void *want1[2] = {a1, b1}, *want2[2] = {a, b};
+    assert_int_equal(load_equals(f, 10, 2, names, sz, fl, want1), 0);
+    assert_int_equal(ftrt_checkpoint(f->ctx, 20), 0);
+    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, -1, 20000), 0);
+    assert_int_equal(load_equals(f, 20, 2, names, sz, fl, want2), 0);
+    assert_int_equal(load_equals(f, 10, 2, names, sz, fl, want1), 0); /* keep = 2 */
+    ftrt_ckpt_stats s = stats(f);
+    assert_int_equal(s.started, 2);
+    assert_int_equal(s.persisted, 2);
+    assert_int_equal(s.committed, 2);
+    assert_int_equal(s.last_committed_step, 20);
+    assert_int_equal(s.failed, 0);
+    assert_int_equal(s.staging_slots, 2);
+    assert_true(s.last_bytes >= sz[0] + sz[1]);
+    assert_true(s.stall_s > 0);
+    print_message("snapshot of %.1f MiB: %.2f ms stall; persist %.2f ms (O_DIRECT %s, fixed "
+                  "buffers %s)\n", (double)s.last_bytes / 1048576.0, s.last_stall_s * 1e3,
+                  s.last_persist_s * 1e3, s.flags & FTRT_CKPT_STAT_DIRECT ? "yes" : "no",
+                  s.flags & FTRT_CKPT_STAT_FIXED ? "yes" : "no");
+    /* The same step again while committed: refused, nothing rewritten. */
+    assert_int_equal(ftrt_checkpoint(f->ctx, 20), -EEXIST);
+    free(a), free(b), free(a1), free(b1);
+}
+
+/* start / read the state / wait_snapshot / modify: the checkpoint is the state at start. */
+static void overlap_with_reader(void **state)
+{
+    fixture *f = *state;
+    size_t n = 20u << 20;
+    unsigned char *p = malloc(n), *copy = malloc(n);
+    fill(p, n, 9);
+    memcpy(copy, p, n);
+    assert_int_equal(ftrt_register(f->ctx, "w", p, n, FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(ftrt_checkpoint_start(f->ctx, 1), 0);
+    volatile uint64_t sum = 0; /* "forward and backward": reads only */
+    for (size_t i = 0; i < n; i += 64) sum += p[i];
+    assert_int_equal(ftrt_checkpoint_wait_snapshot(f->ctx), 0);
+    memset(p, 0xEE, n);
+    assert_int_equal(ftrt_checkpoint_wait_snapshot(f->ctx), 0); /* nothing running: 0 */
+    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 1, 20000), 0);
+    const char *names[1] = {"w"};
+    unsigned fl[1] = {FTRT_REGION_REPLICATED};
+    void *want[1] = {copy};
+    assert_int_equal(load_equals(f, 1, 1, names, &n, fl, want), 0);
+    free(p), free(copy);
+}
+
+/* Staging for one shard, slow writes: the next checkpoint waits for the write (policy wait)
+ * or is skipped and reported as such (policy skip). */
+static void policies(void **state)
+{
+    fixture *f = *state;
+    size_t n = 2u << 20;
+    unsigned char *p = malloc(n);
+    fill(p, n, 5);
+    f->ctx->cfg.ckpt_staging_mb = 3;             /* one 2 MiB + 4 KiB shard */
+    f->ctx->cfg.debug_ckpt_write_delay_ms = 40;  /* 256 KiB requests: >= 9 x 40 ms */
+    assert_int_equal(ftrt_register(f->ctx, "w", p, n, FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(ftrt_checkpoint(f->ctx, 1), 0);
+    assert_int_equal(stats(f).staging_slots, 1);
+    double t0 = ftrt__now();
+    assert_int_equal(ftrt_checkpoint(f->ctx, 2), 0); /* waits for step 1's write */
+    double waited = ftrt__now() - t0;
+    assert_true(waited > 0.1);
+    f->ctx->cfg.ckpt_policy = FTRT_CKPT_SKIP;
+    assert_int_equal(ftrt_checkpoint(f->ctx, 3), FTRT_SKIPPED); /* step 2 still writing */
+    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 3, 20000), FTRT_SKIPPED);
+    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 2, 20000), 0);
+    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 1, 20000), 0);
+    ftrt_ckpt_stats s = stats(f);
+    assert_int_equal(s.skipped, 1);
+    assert_int_equal(s.committed, 2);
+    int skipped_reported = 0;
+    for (int i = 0; i < ndone(f); i++) {
+        ftrt__ckpt_msg m = done_at(f, i);
+        if (m.step == 3) skipped_reported = m.result == FTRT_SKIPPED;
+    }
+    assert_true(skipped_reported);
+    assert_false(exists("%s/step-3", f->dir));
+    print_message("policy wait: blocked %.0f ms for the previous write\n", waited * 1e3);
+    free(p);
+}
+
+/* An epoch change while a shard is being written abandons it: partial file removed, no
+ * SHARD_DONE, FTRT_ERECOVER for the waiter, the previous committed step stays loadable. */
+static void epoch_change_abandons(void **state)
+{
+    fixture *f = *state;
+    size_t n = 4u << 20;
+    unsigned char *p = malloc(n), *first = malloc(n);
+    fill(p, n, 11);
+    memcpy(first, p, n);
+    assert_int_equal(ftrt_register(f->ctx, "w", p, n, FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(ftrt_checkpoint(f->ctx, 5), 0);
+    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 5, 20000), 0);
+    f->ctx->cfg.debug_ckpt_write_delay_ms = 50;
+    fill(p, n, 12);
+    int before = ndone(f);
+    assert_int_equal(ftrt_checkpoint(f->ctx, 6), 0);
+    for (int i = 0; i < 500 && !exists("%s/step-6/rank-0.ftrt.tmp", f->dir); i++) usleep(2000);
+    assert_true(exists("%s/step-6/rank-0.ftrt.tmp", f->dir)); /* the write is under way */
+    ftrt__failure_msg fm = {.epoch = 1};
+    coord_send(f, FTRT__MSG_FAILURE, &fm, sizeof fm);
+    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 6, 20000), FTRT_ERECOVER);
+    ftrt__ckpt_quiesce(f->ctx); /* what ftrt_recover() does */
+    ftrt__ckpt_drain(f->ctx);   /* the persist thread is done with it */
+    assert_false(exists("%s/step-6/rank-0.ftrt.tmp", f->dir));
+    assert_false(exists("%s/step-6/rank-0.ftrt", f->dir));
+    usleep(100000);
+    assert_int_equal(ndone(f), before); /* never reported */
+    assert_int_equal(stats(f).abandoned, 1);
+    int64_t steps[4];
+    assert_int_equal(ftrt__ckpt_list(f->dir, steps, 4), 1);
+    assert_int_equal(steps[0], 5);
+    const char *names[1] = {"w"};
+    unsigned fl[1] = {FTRT_REGION_REPLICATED};
+    void *want[1] = {first};
+    assert_int_equal(load_equals(f, 5, 1, names, &n, fl, want), 0);
+    /* The new epoch checkpoints again. */
+    f->ctx->epoch = 1;
+    f->ctx->cfg.debug_ckpt_write_delay_ms = 0;
+    assert_int_equal(ftrt_checkpoint(f->ctx, 6), 0);
+    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 6, 20000), 0);
+    assert_int_equal(ftrt_checkpoint_start(f->ctx, 7), 0);
+    /* A failure announced before a checkpoint starts: nothing is taken. */
+    fm.epoch = 2;
+    coord_send(f, FTRT__MSG_FAILURE, &fm, sizeof fm);
+    for (int i = 0; i < 500 && ftrt__interrupted(f->ctx) == 0; i++) usleep(2000);
+    assert_int_equal(ftrt_checkpoint(f->ctx, 8), FTRT_ERECOVER);
+    free(p), free(first);
+}
+
+/* A shard that cannot be written fails the checkpoint through the commit; training goes on
+ * and the next checkpoint commits. */
+static void write_failure_reported(void **state)
+{
+    fixture *f = *state;
+    size_t n = 100000;
+    unsigned char *p = malloc(n);
+    fill(p, n, 21);
+    assert_int_equal(ftrt_register(f->ctx, "w", p, n, FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(ftrt_checkpoint(f->ctx, 1), 0);
+    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 1, 20000), 0);
+    char blocker[4200];
+    snprintf(blocker, sizeof blocker, "%s/step-2", f->dir);
+    FILE *fp = fopen(blocker, "w"); /* a file where the step directory must go */
+    assert_non_null(fp);
+    fclose(fp);
+    assert_int_equal(ftrt_checkpoint(f->ctx, 2), 0); /* the snapshot is fine */
+    int rc = ftrt_checkpoint_wait_commit(f->ctx, 2, 20000);
+    assert_true(rc < 0 && rc > -4096); /* -ENOTDIR or -EEXIST, from the persist */
+    ftrt_ckpt_stats s = stats(f);
+    assert_int_equal(s.failed, 1);
+    assert_int_equal(s.last_committed_step, 1);
+    assert_int_equal(ftrt_checkpoint(f->ctx, 3), 0);
+    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 3, 20000), 0);
+    free(p);
+}
+
+/* Regions added and removed between checkpoints; a device region without CUDA is refused. */
+static void regions_change(void **state)
+{
+    fixture *f = *state;
+    size_t sz[3] = {5000, 300000, 12345};
+    void *m[3];
+    for (int i = 0; i < 3; i++) {
+        m[i] = malloc(sz[i]);
+        fill(m[i], sz[i], 30 + (uint64_t)i);
+    }
+    assert_int_equal(ftrt_register(f->ctx, "a", m[0], sz[0], FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(ftrt_register(f->ctx, "b", m[1], sz[1], FTRT_REGION_SHARDED), 1);
+    assert_int_equal(ftrt_register(f->ctx, "a", m[2], sz[2], FTRT_REGION_SHARDED), FTRT_EINVAL);
+    assert_int_equal(ftrt_register(f->ctx, "gpu", m[2], sz[2],
+                                   FTRT_REGION_REPLICATED | FTRT_REGION_DEVICE),
+                     FTRT_ENOTSUP);
+    assert_int_equal(ftrt_register(f->ctx, "x", m[2], sz[2], 8u), FTRT_EINVAL);
+    assert_int_equal(ftrt_checkpoint(f->ctx, 1), 0);
+    assert_int_equal(ftrt_unregister(f->ctx, "b"), 0);
+    assert_int_equal(ftrt_unregister(f->ctx, "b"), FTRT_EINVAL);
+    assert_int_equal(ftrt_register(f->ctx, "c", m[2], sz[2], FTRT_REGION_REPLICATED), 1);
+    assert_int_equal(ftrt_checkpoint(f->ctx, 2), 0);
+    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 2, 20000), 0);
+    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 1, 20000), 0);
+    const char *n1[2] = {"a", "b"}, *n2[2] = {"a", "c"};
+    size_t s1[2] = {sz[0], sz[1]}, s2[2] = {sz[0], sz[2]};
+    unsigned f1[2] = {FTRT_REGION_REPLICATED, FTRT_REGION_SHARDED};
+    unsigned f2[2] = {FTRT_REGION_REPLICATED, FTRT_REGION_REPLICATED};
+    void *w1[2] = {m[0], m[1]}, *w2[2] = {m[0], m[2]};
+    assert_int_equal(load_equals(f, 1, 2, n1, s1, f1, w1), 0);
+    assert_int_equal(load_equals(f, 2, 2, n2, s2, f2, w2), 0);
+    assert_int_equal(load_equals(f, 2, 2, n1, s1, f1, w1), FTRT_EMISMATCH); /* no "b" in 2 */
+    for (int i = 0; i < 3; i++) free(m[i]);
+}
+
+/* Staging smaller than one shard: each checkpoint is written synchronously, and commits. */
+static void streaming_below_one_shard(void **state)
+{
+    fixture *f = *state;
+    size_t n = 3u << 20;
+    unsigned char *p = malloc(n), *copy = malloc(n);
+    fill(p, n, 41);
+    memcpy(copy, p, n);
+    f->ctx->cfg.ckpt_staging_mb = 1;
+    assert_int_equal(ftrt_register(f->ctx, "w", p, n, FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(ftrt_checkpoint(f->ctx, 4), 0);
+    memset(p, 0, n);
+    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 4, 20000), 0);
+    ftrt_ckpt_stats s = stats(f);
+    assert_true(s.flags & FTRT_CKPT_STAT_STREAMING);
+    assert_int_equal(s.staging_slots, 0);
+    const char *names[1] = {"w"};
+    unsigned fl[1] = {FTRT_REGION_REPLICATED};
+    void *want[1] = {copy};
+    assert_int_equal(load_equals(f, 4, 1, names, &n, fl, want), 0);
+    free(p), free(copy);
+}
+
+/* Buffered I/O when O_DIRECT is not used; reads back the same bytes. */
+static void buffered_fallback(void **state)
+{
+    fixture *f = *state;
+    size_t n = 1u << 20;
+    unsigned char *p = malloc(n);
+    fill(p, n, 51);
+    ftrt__ckpt_force_buffered = 1;
+    assert_int_equal(ftrt_register(f->ctx, "w", p, n, FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(ftrt_checkpoint(f->ctx, 9), 0);
+    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 9, 20000), 0);
+    assert_false(stats(f).flags & FTRT_CKPT_STAT_DIRECT);
+    const char *names[1] = {"w"};
+    unsigned fl[1] = {FTRT_REGION_REPLICATED};
+    void *want[1] = {p};
+    assert_int_equal(load_equals(f, 9, 1, names, &n, fl, want), 0);
+    free(p);
+}
+
+/* Finalize's drain waits for the write and the commit; freeing the engine with a write in
+ * flight abandons it without leaking or hanging. */
+static void drain_and_free(void **state)
+{
+    fixture *f = *state;
+    size_t n = 2u << 20;
+    unsigned char *p = malloc(n);
+    fill(p, n, 61);
+    assert_int_equal(ftrt_register(f->ctx, "w", p, n, FTRT_REGION_REPLICATED), 0);
+    f->ctx->cfg.debug_ckpt_write_delay_ms = 20;
+    assert_int_equal(ftrt_checkpoint(f->ctx, 1), 0);
+    ftrt__ckpt_drain(f->ctx);
+    ftrt_ckpt_stats s = stats(f);
+    assert_int_equal(s.committed, 1);
+    assert_true(exists("%s/step-1/MANIFEST", f->dir));
+    f->ctx->cfg.debug_ckpt_write_delay_ms = 200;
+    assert_int_equal(ftrt_checkpoint(f->ctx, 2), 0);
+    for (int i = 0; i < 500 && !exists("%s/step-2/rank-0.ftrt.tmp", f->dir); i++) usleep(2000);
+    double t0 = ftrt__now();
+    ftrt__agent_stop(f->ctx);
+    ftrt__ckpt_engine_free(f->ctx); /* teardown's second call is a no-op */
+    assert_true(ftrt__now() - t0 < 5.0);
+    assert_false(exists("%s/step-2/rank-0.ftrt.tmp", f->dir));
+    assert_false(exists("%s/step-2/MANIFEST", f->dir));
+    free(p);
+}
+
+/* Argument and state checks. */
+static void bad_calls(void **state)
+{
+    fixture *f = *state;
+    ftrt_ckpt_stats s;
+    assert_int_equal(ftrt_checkpoint(NULL, 1), FTRT_EINVAL);
+    assert_int_equal(ftrt_checkpoint(f->ctx, -1), FTRT_EINVAL);
+    assert_int_equal(ftrt_checkpoint_wait_snapshot(NULL), FTRT_EINVAL);
+    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 99, 10), FTRT_EINVAL);
+    assert_int_equal(ftrt_checkpoint_stats(NULL, &s, sizeof s), FTRT_EINVAL);
+    assert_int_equal(ftrt_unregister(f->ctx, NULL), FTRT_EINVAL);
+    f->ctx->needs_recover = 1;
+    assert_int_equal(ftrt_checkpoint(f->ctx, 1), FTRT_ESTATE);
+    f->ctx->needs_recover = 0;
+    /* Empty registry: an empty shard still commits. */
+    assert_int_equal(ftrt_checkpoint(f->ctx, 1), 0);
+    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 1, 20000), 0);
+    /* A second start of an undecided step is refused. */
+    pthread_mutex_lock(&f->lock);
+    f->auto_commit = 0;
+    pthread_mutex_unlock(&f->lock);
+    assert_int_equal(ftrt_checkpoint(f->ctx, 2), 0);
+    assert_int_equal(ftrt_checkpoint(f->ctx, 2), FTRT_EINVAL);
+    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 2, 50), FTRT_ETIMEDOUT);
+    /* A smaller struct gets the leading fields. */
+    uint32_t small[4] = {0};
+    assert_int_equal(ftrt_checkpoint_stats(f->ctx, (ftrt_ckpt_stats *)(void *)small, 16), 0);
+    assert_int_equal(small[0], 16);
+}
+
+/* ENOSPC on a 1 MiB tmpfs (test program run with --enospc; exit 77 when mounting is not
+ * allowed): the checkpoint fails cleanly through the commit, both when the fallocate and when
+ * a write runs out of room; the previous committed step stays restorable; training goes on and
+ * the next checkpoint that fits commits. */
+static int mounted;
+
+static int setup_tmpfs(void **state)
+{
+    setup(state);
+    fixture *f = *state;
+    mounted = mount("tmpfs", f->dir, "tmpfs", 0, "size=1m") == 0;
+    return 0;
+}
+
+static int teardown_tmpfs(void **state)
+{
+    fixture *f = *state;
+    ftrt__agent_stop(f->ctx);
+    ftrt__ckpt_engine_free(f->ctx);
+    if (mounted) umount2(f->dir, MNT_DETACH);
+    return teardown(state);
+}
+
+static void enospc(void **state)
+{
+    fixture *f = *state;
+    assert_true(mounted);
+    size_t small = 100000, big = 2u << 20;
+    unsigned char *a = malloc(small), *b = malloc(big), *a1 = malloc(small);
+    fill(a, small, 71);
+    fill(b, big, 72);
+    memcpy(a1, a, small);
+    assert_int_equal(ftrt_register(f->ctx, "a", a, small, FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(ftrt_checkpoint(f->ctx, 1), 0);
+    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 1, 20000), 0);
+    fill(a, small, 73);
+    assert_int_equal(ftrt_register(f->ctx, "b", b, big, FTRT_REGION_REPLICATED), 1);
+    assert_int_equal(ftrt_checkpoint(f->ctx, 2), 0);
+    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 2, 20000), -ENOSPC); /* fallocate */
+    ftrt__ckpt_no_fallocate = 1;
+    assert_int_equal(ftrt_checkpoint(f->ctx, 3), 0);
+    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 3, 20000), -ENOSPC); /* a write */
+    ftrt__ckpt_no_fallocate = 0;
+    assert_false(exists("%s/step-2/rank-0.ftrt.tmp", f->dir));
+    assert_false(exists("%s/step-3/rank-0.ftrt.tmp", f->dir));
+    assert_false(exists("%s/step-3/rank-0.ftrt", f->dir));
+    ftrt_ckpt_stats s = stats(f);
+    assert_int_equal(s.failed, 2);
+    assert_int_equal(s.last_committed_step, 1);
+    int64_t steps[4];
+    assert_int_equal(ftrt__ckpt_list(f->dir, steps, 4), 1);
+    assert_int_equal(steps[0], 1);
+    const char *names[1] = {"a"};
+    unsigned fl[1] = {FTRT_REGION_REPLICATED};
+    void *want[1] = {a1};
+    assert_int_equal(load_equals(f, 1, 1, names, &small, fl, want), 0);
+    /* Training goes on: without the big region the next checkpoint fits and commits. */
+    assert_int_equal(ftrt_unregister(f->ctx, "b"), 0);
+    assert_int_equal(ftrt_checkpoint(f->ctx, 4), 0);
+    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 4, 20000), 0);
+    want[0] = a;
+    assert_int_equal(load_equals(f, 4, 1, names, &small, fl, want), 0);
+    free(a), free(b), free(a1);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--enospc") == 0) {
+        /* Probe once: without the right to mount, the case is skipped (exit 77). */
+        char probe[4096];
+        const char *base = getenv("FTRT_TEST_TMP");
+        snprintf(probe, sizeof probe, "%s/enospc-probe-XXXXXX", base && *base ? base : "/tmp");
+        ftrt__mkdir_p(base && *base ? base : "/tmp");
+        if (!mkdtemp(probe)) return 77;
+        int ok = mount("tmpfs", probe, "tmpfs", 0, "size=1m") == 0;
+        if (ok) umount2(probe, MNT_DETACH);
+        rmdir(probe);
+        if (!ok) {
+            printf("cannot mount a tmpfs here (%s): skipping\n", strerror(errno));
+            return 77;
+        }
+        const struct CMUnitTest t[] = {
+            cmocka_unit_test_setup_teardown(enospc, setup_tmpfs, teardown_tmpfs),
+        };
+        return cmocka_run_group_tests(t, NULL, NULL);
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(snapshot_semantics, setup, teardown),
+        cmocka_unit_test_setup_teardown(overlap_with_reader, setup, teardown),
+        cmocka_unit_test_setup_teardown(policies, setup, teardown),
+        cmocka_unit_test_setup_teardown(epoch_change_abandons, setup, teardown),
+        cmocka_unit_test_setup_teardown(write_failure_reported, setup, teardown),
+        cmocka_unit_test_setup_teardown(regions_change, setup, teardown),
+        cmocka_unit_test_setup_teardown(streaming_below_one_shard, setup, teardown),
+        cmocka_unit_test_setup_teardown(buffered_fallback, setup, teardown),
+        cmocka_unit_test_setup_teardown(drain_and_free, setup, teardown),
+        cmocka_unit_test_setup_teardown(bad_calls, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
