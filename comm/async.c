@@ -1,0 +1,629 @@
+/*
+ * async.c - overlapped collectives: the request engine, its progress thread, the MPI
+ * transport, and the public request API (ftrt_allreduce_start, ftrt_request_*).
+ *
+ * See async.h for the model. The engine's state is split by owner:
+ *  - the submission queue, the live count, the staging pool and the graveyard are guarded by
+ *    e->lock;
+ *  - the active list and each request's progress fields (packed, started, MPI requests) belong
+ *    to the progress side: the progress thread, or in inline mode the application thread;
+ *  - a request's state is an atomic that hands the request back to the application: once it
+ *    reads DONE or FAILED (acquire), the engine never touches the request again.
+ * Open MPI 4.1 has no asynchronous progress of its own ("OMPI progress: no" in ompi_info):
+ * a nonblocking collective advances only inside MPI calls, which is why a thread makes them.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+#include "comm/async.h"
+#include "runtime/internal.h"
+#include "runtime/log.h"
+
+#define POOL_MAX 64            /* staging buffers kept for reuse */
+#define SPIN_POLLS 16          /* polls with sched_yield before sleeping between polls */
+#define DEFAULT_POLL_US 50
+
+/* ---- staging buffers: pool and graveyard (e->lock held) ---- */
+
+static void *pool_take(ftrt__engine *e, size_t bytes, size_t *cap)
+{
+    int best = -1;
+    for (int i = 0; i < e->npool; i++)
+        if (e->pool_cap[i] >= bytes && (best < 0 || e->pool_cap[i] < e->pool_cap[best])) best = i;
+    if (best < 0) return NULL;
+    void *p = e->pool[best];
+    *cap = e->pool_cap[best];
+    e->pool[best] = e->pool[e->npool - 1];
+    e->pool_cap[best] = e->pool_cap[e->npool - 1];
+    e->npool--;
+    return p;
+}
+
+static void pool_put(ftrt__engine *e, void *p, size_t cap)
+{
+    if (!p) return;
+    if (e->npool == POOL_MAX) { /* drop the smallest */
+        int s = 0;
+        for (int i = 1; i < e->npool; i++)
+            if (e->pool_cap[i] < e->pool_cap[s]) s = i;
+        if (e->pool_cap[s] >= cap) {
+            free(p);
+            return;
+        }
+        free(e->pool[s]);
+        e->pool[s] = p;
+        e->pool_cap[s] = cap;
+        return;
+    }
+    e->pool[e->npool] = p;
+    e->pool_cap[e->npool++] = cap;
+}
+
+/* A buffer MPI may still write: kept until the engine is freed after MPI_Finalize. If the list
+ * cannot grow the buffer is simply leaked, which is just as safe. */
+static void grave_put(ftrt__engine *e, void *p)
+{
+    if (!p) return;
+    void **g = realloc(e->grave, (size_t)(e->ngrave + 1) * sizeof *g);
+    if (!g) return;
+    e->grave = g;
+    g[e->ngrave++] = p;
+}
+
+/* ---- progress side ---- */
+
+/* Hands r back to the application with result rc. r must be unlinked from the lists. */
+static void finish(ftrt__engine *e, ftrt__areq *r, int rc)
+{
+    pthread_mutex_lock(&e->lock);
+    if (rc && (r->started || r->nmreq > 0))
+        grave_put(e, r->staging); /* MPI may still write it */
+    else
+        pool_put(e, r->staging, r->staging_cap);
+    r->staging = NULL;
+    free(r->mreqs); /* handles only: never passed to MPI again */
+    r->mreqs = NULL;
+    r->result = rc;
+    e->live--;
+    if (rc) e->failed++; else e->completed++;
+    atomic_store_explicit(&r->state, rc ? FTRT__AREQ_FAILED : FTRT__AREQ_DONE,
+                          memory_order_release);
+    pthread_cond_broadcast(&e->done);
+    pthread_mutex_unlock(&e->lock);
+}
+
+static int req_interrupted(const ftrt__engine *e, const ftrt__areq *r)
+{
+    int f = atomic_load_explicit(e->fatal, memory_order_acquire);
+    if (f) return f;
+    if (atomic_load_explicit(e->pending_epoch, memory_order_acquire) != r->epoch)
+        return FTRT_ERECOVER;
+    return 0;
+}
+
+/* One pass over the active requests, in submission order: fail interrupted ones, start what
+ * can start (in order: a request that cannot start yet holds back those behind it), test the
+ * started ones, unpack the completed ones. Returns how many became final. */
+static int progress(ftrt__engine *e)
+{
+    pthread_mutex_lock(&e->lock);
+    if (e->qhead) {
+        if (e->atail) e->atail->next = e->qhead;
+        else e->ahead = e->qhead;
+        e->atail = e->qtail;
+        e->qhead = e->qtail = NULL;
+    }
+    pthread_mutex_unlock(&e->lock);
+
+    int changed = 0, blocked = 0;
+    ftrt__areq *prev = NULL, *r = e->ahead;
+    while (r) {
+        ftrt__areq *next = r->next;
+        int rc = req_interrupted(e, r), fin = 0;
+        if (!rc && !r->started && !blocked) {
+            if (!r->packed) {
+                ftrt__k_pack(r->staging, r->segs, r->nsegs);
+                r->packed = 1;
+                atomic_store_explicit(&r->state, FTRT__AREQ_ACTIVE, memory_order_relaxed);
+            }
+            int s = e->xp->start(e->xarg, r);
+            if (s < 0) rc = s;
+            else if (s == 0) blocked = 1;
+            else r->started = 1;
+        }
+        if (!rc && r->started) {
+            int t = e->xp->test(e->xarg, r);
+            if (t < 0) {
+                rc = t;
+            } else if (t == 1) {
+                ftrt__k_unpack_scale(r->staging, r->segs, r->nsegs, r->dtype, r->scale);
+                fin = 1;
+            }
+        }
+        if (rc || fin) {
+            if (prev) prev->next = next;
+            else e->ahead = next;
+            if (e->atail == r) e->atail = prev;
+            r->next = NULL;
+            finish(e, r, rc); /* r belongs to the application from here on */
+            changed++;
+        } else {
+            prev = r;
+        }
+        r = next;
+    }
+    return changed;
+}
+
+/* Between polls that found nothing: yield a few times, then sleep e->poll_ns. */
+static void polite(const ftrt__engine *e, long i)
+{
+    if (i < SPIN_POLLS) {
+        sched_yield();
+    } else {
+        struct timespec ts = {e->poll_ns / 1000000000L, e->poll_ns % 1000000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void *progress_main(void *arg)
+{
+    ftrt__engine *e = arg;
+    prctl(PR_SET_TIMERSLACK, 1000UL); /* 1 us: keep the short sleeps short */
+    long idle_polls = 0;
+    pthread_mutex_lock(&e->lock);
+    while (!e->stop) {
+        if (!e->qhead && !e->ahead) {
+            e->idle = 1;
+            pthread_cond_wait(&e->work, &e->lock);
+            e->idle = 0;
+            idle_polls = 0;
+            continue;
+        }
+        pthread_mutex_unlock(&e->lock);
+        if (progress(e)) idle_polls = 0;
+        else polite(e, idle_polls++);
+        pthread_mutex_lock(&e->lock);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return NULL;
+}
+
+/* ---- engine lifecycle ---- */
+
+int ftrt__engine_create_x(const ftrt__xport *xp, void *xarg, _Atomic int *pending_epoch,
+                          _Atomic int *fatal, int threaded, ftrt__engine **out)
+{
+    ftrt__engine *e = calloc(1, sizeof *e);
+    if (!e) return -ENOMEM;
+    e->pool = calloc(POOL_MAX, sizeof *e->pool);
+    e->pool_cap = calloc(POOL_MAX, sizeof *e->pool_cap);
+    if (!e->pool || !e->pool_cap) {
+        free(e->pool);
+        free(e->pool_cap);
+        free(e);
+        return -ENOMEM;
+    }
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->work, NULL);
+    pthread_cond_init(&e->done, NULL);
+    e->xp = xp;
+    e->xarg = xarg ? xarg : e;
+    e->pending_epoch = pending_epoch;
+    e->fatal = fatal;
+    e->threaded = threaded;
+    e->poll_ns = DEFAULT_POLL_US * 1000L;
+    e->pool_max = POOL_MAX;
+    *out = e;
+    return 0;
+}
+
+void ftrt__engine_stop(ftrt__engine *e)
+{
+    if (!e) return;
+    pthread_mutex_lock(&e->lock);
+    e->stop = 1;
+    pthread_cond_broadcast(&e->work);
+    int started = e->thread_started;
+    e->thread_started = 0;
+    pthread_mutex_unlock(&e->lock);
+    if (started) pthread_join(e->thread, NULL);
+}
+
+void ftrt__engine_quiesce(ftrt__engine *e)
+{
+    if (!e) return;
+    long i = 0;
+    pthread_mutex_lock(&e->lock);
+    while (e->live > 0) {
+        if (e->threaded && e->thread_started && !e->stop) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 20 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&e->done, &e->lock, &ts);
+        } else {
+            pthread_mutex_unlock(&e->lock);
+            if (!progress(e)) polite(e, i++);
+            pthread_mutex_lock(&e->lock);
+        }
+    }
+    pthread_mutex_unlock(&e->lock);
+}
+
+void ftrt__engine_free(ftrt__engine *e, int free_graveyard)
+{
+    if (!e) return;
+    ftrt__engine_stop(e);
+    for (int i = 0; i < e->npool; i++) free(e->pool[i]);
+    free(e->pool);
+    free(e->pool_cap);
+    if (free_graveyard)
+        for (int i = 0; i < e->ngrave; i++) free(e->grave[i]);
+    free(e->grave);
+    while (e->gens) { /* the communicators themselves are never freed (see ftrt__agen) */
+        ftrt__agen *g = e->gens;
+        e->gens = g->next;
+        free(g);
+    }
+    pthread_cond_destroy(&e->done);
+    pthread_cond_destroy(&e->work);
+    pthread_mutex_destroy(&e->lock);
+    free(e);
+}
+
+/* ---- submission and completion (application thread) ---- */
+
+static const ftrt__req_ops areq_ops;
+
+int ftrt__engine_submit(ftrt__engine *e, int epoch, const ftrt__seg *segs, int n, size_t count,
+                        int dtype, int op, double scale, ftrt__areq **out)
+{
+    *out = NULL;
+    if (n < 1) return FTRT_EINVAL;
+    ftrt__areq *r = calloc(1, sizeof *r);
+    if (!r) return -ENOMEM;
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++) bytes += segs[i].bytes;
+    if (n == 1) {
+        r->seg1 = segs[0];
+        r->segs = &r->seg1;
+    } else {
+        r->segs = malloc((size_t)n * sizeof *r->segs);
+        if (!r->segs) {
+            free(r);
+            return -ENOMEM;
+        }
+        memcpy(r->segs, segs, (size_t)n * sizeof *segs);
+    }
+    r->nsegs = n;
+    r->base.ops = &areq_ops;
+    r->eng = e;
+    r->epoch = epoch;
+    r->bytes = bytes;
+    r->count = count;
+    r->dtype = dtype;
+    r->op = op;
+    r->scale = scale;
+    atomic_init(&r->state, FTRT__AREQ_QUEUED);
+    pthread_mutex_lock(&e->lock);
+    r->staging = pool_take(e, bytes, &r->staging_cap);
+    pthread_mutex_unlock(&e->lock);
+    if (!r->staging) {
+        r->staging_cap = bytes ? bytes : 1;
+        r->staging = malloc(r->staging_cap);
+    }
+    int rc = r->staging ? 0 : -ENOMEM;
+    if (!rc && e->xp->bind) rc = e->xp->bind(e->xarg, r);
+    if (rc) {
+        pthread_mutex_lock(&e->lock);
+        pool_put(e, r->staging, r->staging_cap);
+        pthread_mutex_unlock(&e->lock);
+        if (r->segs != &r->seg1) free(r->segs);
+        free(r);
+        return rc;
+    }
+    pthread_mutex_lock(&e->lock);
+    if (e->qtail) e->qtail->next = r;
+    else e->qhead = r;
+    e->qtail = r;
+    e->live++;
+    e->submitted++;
+    if (e->threaded && !e->thread_started && !e->stop) {
+        if (pthread_create(&e->thread, NULL, progress_main, e) == 0) {
+            e->thread_started = 1;
+        } else {
+            ftrt_log_warn("cannot start the progress thread: collectives progress inside ftrt "
+                          "calls only");
+            e->threaded = 0;
+        }
+    }
+    if (e->threaded) pthread_cond_signal(&e->work);
+    int inline_mode = !e->threaded;
+    pthread_mutex_unlock(&e->lock);
+    if (inline_mode) progress(e); /* start it now */
+    *out = r;
+    return 0;
+}
+
+static int areq_final(ftrt__areq *r)
+{
+    int s = atomic_load_explicit(&r->state, memory_order_acquire);
+    return s == FTRT__AREQ_DONE || s == FTRT__AREQ_FAILED;
+}
+
+/* 1 done, 0 in flight, <0 failed. */
+static int areq_test_raw(ftrt__areq *r)
+{
+    if (!r->eng->threaded) progress(r->eng);
+    if (!areq_final(r)) return 0;
+    return r->result ? r->result : 1;
+}
+
+/* Waits until r is final; returns its result. No bookkeeping (see ftrt_request_wait). */
+int ftrt__areq_wait(ftrt__areq *r)
+{
+    ftrt__engine *e = r->eng;
+    long i = 0;
+    while (!areq_final(r)) {
+        pthread_mutex_lock(&e->lock);
+        int threaded = e->threaded && e->thread_started && !e->stop;
+        if (threaded && !areq_final(r)) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 20 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&e->done, &e->lock, &ts);
+        }
+        pthread_mutex_unlock(&e->lock);
+        if (!threaded && !progress(e)) polite(e, i++);
+    }
+    return r->result;
+}
+
+/* Frees a final request; FTRT_ESTATE while it is in flight. */
+int ftrt__areq_free(ftrt__areq *r)
+{
+    if (!areq_final(r)) return FTRT_ESTATE;
+    if (r->segs != &r->seg1) free(r->segs);
+    free(r);
+    return 0;
+}
+
+/* ---- the MPI transport ---- */
+
+static MPI_Datatype mpi_type(int t, size_t *esize)
+{
+    switch (t) {
+    case FTRT_FLOAT32: *esize = 4; return MPI_FLOAT;
+    case FTRT_FLOAT64: *esize = 8; return MPI_DOUBLE;
+    case FTRT_INT64: *esize = 8; return MPI_INT64_T;
+    default: *esize = 0; return MPI_DATATYPE_NULL;
+    }
+}
+
+static MPI_Op mpi_op(int op)
+{
+    switch (op) {
+    case FTRT_SUM: return MPI_SUM;
+    case FTRT_MIN: return MPI_MIN;
+    case FTRT_MAX: return MPI_MAX;
+    default: return MPI_OP_NULL;
+    }
+}
+
+/* Application thread: the request runs on the duplicate of the plane's current communicator,
+ * started here (MPI_Comm_idup, collective and nonblocking) for the first request of a
+ * communicator generation. Every trainer submits in the same order, so every trainer issues
+ * the idup at the same point of its sequence of collectives on the plane's communicator. */
+static int mpi_bind(void *arg, ftrt__areq *r)
+{
+    ftrt__engine *e = arg;
+    ftrt__plane *p = e->plane;
+    if (!p || p->comm == MPI_COMM_NULL) return FTRT_ESTATE;
+    ftrt__agen *g = e->gens;
+    if (!g || g->plane_gen != p->gen) {
+        g = calloc(1, sizeof *g);
+        if (!g) return -ENOMEM;
+        g->comm = MPI_COMM_NULL;
+        g->plane_gen = p->gen;
+        if (MPI_Comm_idup(p->comm, &g->comm, &g->idup) != MPI_SUCCESS) {
+            free(g);
+            return FTRT_EMPI;
+        }
+        g->next = e->gens;
+        e->gens = g;
+    }
+    r->gen = g;
+    return 0;
+}
+
+static int mpi_start(void *arg, ftrt__areq *r)
+{
+    (void)arg;
+    ftrt__agen *g = r->gen;
+    if (!g->ready) {
+        int done = 0;
+        if (MPI_Test(&g->idup, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return FTRT_EMPI;
+        if (!done) return 0;
+        MPI_Comm_set_errhandler(g->comm, MPI_ERRORS_RETURN);
+        g->ready = 1;
+    }
+    size_t es;
+    MPI_Datatype t = mpi_type(r->dtype, &es);
+    MPI_Op o = mpi_op(r->op);
+    const size_t chunk = (size_t)1 << 28; /* elements per MPI call: below INT_MAX */
+    size_t n = r->count ? (r->count + chunk - 1) / chunk : 1;
+    r->mreqs = calloc(n, sizeof *r->mreqs);
+    if (!r->mreqs) return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        size_t off = i * chunk, cnt = r->count - off < chunk ? r->count - off : chunk;
+        if (MPI_Iallreduce(MPI_IN_PLACE, (char *)r->staging + off * es, (int)cnt, t, o, g->comm,
+                           &r->mreqs[i]) != MPI_SUCCESS)
+            return FTRT_EMPI; /* r->nmreq started ones: the staging goes to the graveyard */
+        r->nmreq = (int)i + 1;
+    }
+    return 1;
+}
+
+static int mpi_test(void *arg, ftrt__areq *r)
+{
+    (void)arg;
+    int flag = 0;
+    if (MPI_Testall(r->nmreq, r->mreqs, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+        return FTRT_EMPI;
+    return flag ? 1 : 0;
+}
+
+static const ftrt__xport mpi_xport = {mpi_bind, mpi_start, mpi_test};
+
+/* FTRT_ASYNC_PROGRESS (0|1) and FTRT_PROGRESS_POLL_US (0..100000): a bad value is reported
+ * by name and the default kept, as for every FTRT_* variable. */
+static long env_long(const char *name, long def, long lo, long hi)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || *end || x < lo || x > hi) {
+        ftrt_log_error("%s=\"%s\" is not an integer in [%ld, %ld]: using %ld", name, v, lo, hi,
+                       def);
+        return def;
+    }
+    return x;
+}
+
+int ftrt__engine_create(struct ftrt_ctx *ctx, ftrt__engine **out)
+{
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    long want = env_long("FTRT_ASYNC_PROGRESS", 1, 0, 1);
+    int threaded = want && level == MPI_THREAD_MULTIPLE;
+    int rc = ftrt__engine_create_x(&mpi_xport, NULL, &ctx->cp.pending_epoch, &ctx->cp.fatal,
+                                   threaded, out);
+    if (rc) return rc;
+    (*out)->poll_ns = env_long("FTRT_PROGRESS_POLL_US", DEFAULT_POLL_US, 0, 100000) * 1000L;
+    (*out)->plane = &ctx->plane;
+    (*out)->ctx = ctx;
+    if (threaded)
+        ftrt_log_info("overlapped collectives: progress thread (MPI_THREAD_MULTIPLE), polls "
+                      "every %ld us while a collective is in flight", (*out)->poll_ns / 1000);
+    else if (want)
+        ftrt_log_warn("MPI provides thread level %d, below MPI_THREAD_MULTIPLE (initialize MPI "
+                      "with MPI_Init_thread(MPI_THREAD_MULTIPLE) or let ftrt_init() do it): "
+                      "overlapped collectives progress only inside ftrt calls", level);
+    else
+        ftrt_log_info("FTRT_ASYNC_PROGRESS=0: overlapped collectives progress only inside ftrt "
+                      "calls");
+    return 0;
+}
+
+ftrt__engine *ftrt__engine_get(struct ftrt_ctx *ctx, int *err)
+{
+    *err = 0;
+    if (!ctx->plane.async) *err = ftrt__engine_create(ctx, &ctx->plane.async);
+    return ctx->plane.async;
+}
+
+/* ---- public request API ---- */
+
+static int areq_test(struct ftrt_request *base)
+{
+    ftrt__areq *r = (ftrt__areq *)base;
+    int rc = areq_test_raw(r);
+    if (rc == FTRT_ERECOVER && r->eng->ctx) r->eng->ctx->needs_recover = 1;
+    return rc;
+}
+
+/* The application's view of a wait: counted for the progress detector and the ledger. */
+static int areq_wait(struct ftrt_request *base)
+{
+    ftrt__areq *r = (ftrt__areq *)base;
+    ftrt_ctx *ctx = r->eng->ctx;
+    if (areq_final(r) || !ctx) {
+        int rc = ftrt__areq_wait(r);
+        if (rc == FTRT_ERECOVER && ctx) ctx->needs_recover = 1;
+        return rc;
+    }
+    ftrt__wait_begin(ctx);
+    int rc = ftrt__areq_wait(r);
+    ftrt__wait_end(ctx, rc);
+    if (rc == FTRT_ERECOVER) ctx->needs_recover = 1;
+    return rc;
+}
+
+static int areq_free(struct ftrt_request *base) { return ftrt__areq_free((ftrt__areq *)base); }
+
+static const ftrt__req_ops areq_ops = {areq_test, areq_wait, areq_free};
+
+int ftrt_allreduce_start(ftrt_ctx *ctx, void *buf, size_t count, ftrt_dtype dtype, ftrt_op op,
+                         ftrt_request **req)
+{
+    if (!req) return FTRT_EINVAL;
+    *req = NULL;
+    size_t es = 0;
+    MPI_Datatype t = mpi_type(dtype, &es);
+    if (!ctx || (!buf && count) || t == MPI_DATATYPE_NULL || mpi_op(op) == MPI_OP_NULL ||
+        count > SIZE_MAX / 8)
+        return FTRT_EINVAL;
+    if (ctx->role != FTRT__ROLE_TRAINER || ctx->plane.comm == MPI_COMM_NULL) return FTRT_ESTATE;
+    int rc = ftrt__interrupted(ctx);
+    if (rc) return rc;
+    if (ctx->needs_recover) return FTRT_ESTATE;
+    ftrt__engine *e = ftrt__engine_get(ctx, &rc);
+    if (!e) return rc;
+    ftrt__seg seg = {buf, count * es};
+    ftrt__areq *r;
+    rc = ftrt__engine_submit(e, ctx->epoch, &seg, 1, count, dtype, op, 1.0, &r);
+    if (rc) return rc;
+    *req = &r->base;
+    return 0;
+}
+
+int ftrt_request_test(ftrt_request *req)
+{
+    if (!req || !req->ops) return FTRT_EINVAL;
+    return req->ops->test(req);
+}
+
+int ftrt_request_wait(ftrt_request *req)
+{
+    if (!req || !req->ops) return FTRT_EINVAL;
+    return req->ops->wait(req);
+}
+
+int ftrt_request_free(ftrt_request *req)
+{
+    if (!req) return 0;
+    if (!req->ops) return FTRT_EINVAL;
+    return req->ops->free(req);
+}
+
+/* ---- plane hooks ---- */
+
+void ftrt__plane_hook_add(ftrt__plane *p, ftrt__plane_hook *h)
+{
+    h->next = p->hooks;
+    p->hooks = h;
+}
+
+void ftrt__plane_hook_remove(ftrt__plane *p, ftrt__plane_hook *h)
+{
+    for (ftrt__plane_hook **pp = &p->hooks; *pp; pp = &(*pp)->next)
+        if (*pp == h) {
+            *pp = h->next;
+            return;
+        }
+}

@@ -1,0 +1,167 @@
+/*
+ * async.h - overlapped collectives: the request engine of the data plane (internal).
+ *
+ * An engine belongs to a context's data plane (ftrt__plane.async). The application thread
+ * submits requests (an allreduce of one buffer, or of a bucket of tensors) in the same order on
+ * every trainer; the engine packs each into a staging buffer it owns, starts the collective on
+ * a duplicate of the plane's communicator (so that it never races the blocking collectives the
+ * application thread issues on the plane's own communicator), polls it, and unpacks (and
+ * scales) the result into the application's memory. Who does that work:
+ *  - threaded mode (MPI_THREAD_MULTIPLE): a progress thread, so collectives advance while the
+ *    application computes. It sleeps on a condition variable while nothing is in flight, and
+ *    polls politely (sched_yield, then nanosleep) while something is.
+ *  - inline mode (MPI initialized below MPI_THREAD_MULTIPLE by the application, or
+ *    FTRT_ASYNC_PROGRESS=0): the application thread, inside ftrt calls only.
+ *
+ * Failure awareness: every request carries the epoch it was submitted in; once the agent
+ * raises a newer epoch (or a fatal code) the engine fails it with FTRT_ERECOVER (or that code)
+ * without touching application memory, and a request whose collective had started gives its
+ * staging buffer to the graveyard: never reused, never freed before MPI_Finalize, so a late
+ * write of the dead epoch cannot land anywhere live. ftrt__plane_abandon() waits until every
+ * request of the old epoch is final, so after ftrt_recover() nothing of the old epoch writes
+ * application memory.
+ *
+ * The collective itself is behind a small transport interface: MPI in the library, a fake in
+ * the unit tests (tests/unit/test_async.c).
+ */
+#ifndef FTRT_COMM_ASYNC_H
+#define FTRT_COMM_ASYNC_H
+
+#include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "ftrt.h"
+#include "kernels/kernels.h"
+
+struct ftrt_ctx;
+struct ftrt__plane;
+
+/* Every public request starts with this header; ftrt_request_test/wait/free dispatch on it
+ * (the CPU engine here, the NCCL plane in libftrt_gpu). */
+typedef struct ftrt__req_ops {
+    int (*test)(struct ftrt_request *r);
+    int (*wait)(struct ftrt_request *r);
+    int (*free)(struct ftrt_request *r);
+} ftrt__req_ops;
+
+struct ftrt_request {
+    const ftrt__req_ops *ops;
+};
+
+enum { FTRT__AREQ_QUEUED = 0, FTRT__AREQ_ACTIVE = 1, FTRT__AREQ_DONE = 2, FTRT__AREQ_FAILED = 3 };
+
+/* The communicator of one plane generation, duplicated with MPI_Comm_idup when the first
+ * request of that generation is submitted (application thread) and completed by the progress
+ * side. Never freed before MPI_Finalize (an abandoned one may hold a dead rank). */
+typedef struct ftrt__agen {
+    MPI_Comm comm;
+    MPI_Request idup;
+    int ready;         /* progress side only */
+    unsigned plane_gen;
+    struct ftrt__agen *next;
+} ftrt__agen;
+
+typedef struct ftrt__areq {
+    struct ftrt_request base;
+    struct ftrt__engine *eng;
+    int epoch;            /* epoch at submission */
+    _Atomic int state;    /* FTRT__AREQ_* */
+    int result;           /* 0 or the error, once DONE/FAILED */
+    ftrt__seg *segs;      /* application tensors, in bucket order (points at seg1 for one) */
+    int nsegs;
+    ftrt__seg seg1;
+    void *staging;        /* engine-owned; NULL once given to the graveyard */
+    size_t staging_cap;
+    size_t bytes, count;
+    int dtype, op;
+    double scale;         /* applied at unpack (1.0 = none) */
+    int packed, started;  /* progress side */
+    ftrt__agen *gen;      /* MPI transport */
+    MPI_Request *mreqs;
+    int nmreq;
+    long fake;            /* for fake transports (tests) */
+    struct ftrt__areq *next;
+} ftrt__areq;
+
+/* The collective behind the engine. bind: application thread, at submission (may start
+ * communicator setup). start: progress side; r->staging is packed; returns 1 (started), 0 (not
+ * possible yet: retried later, later requests wait behind it) or a negative code. test:
+ * progress side; returns 1 (done), 0 (in flight) or a negative code. */
+typedef struct ftrt__xport {
+    int (*bind)(void *arg, ftrt__areq *r);
+    int (*start)(void *arg, ftrt__areq *r);
+    int (*test)(void *arg, ftrt__areq *r);
+} ftrt__xport;
+
+typedef struct ftrt__engine {
+    pthread_mutex_t lock;
+    pthread_cond_t work;  /* progress thread: something was queued, or stop */
+    pthread_cond_t done;  /* waiters: a request became final */
+    pthread_t thread;
+    int threaded, thread_started, stop; /* stop: guarded by lock */
+    int idle;             /* progress thread sleeps on `work` (guarded by lock) */
+    ftrt__areq *qhead, *qtail; /* submitted, not yet taken by the progress side (lock) */
+    ftrt__areq *ahead, *atail; /* the progress side's list, in submission order */
+    int live;             /* requests not yet final (lock) */
+    const ftrt__xport *xp;
+    void *xarg;
+    _Atomic int *pending_epoch, *fatal; /* the agent's flags (ftrt__cp) */
+    long poll_ns;         /* sleep between polls once spinning stopped */
+    /* staging buffers: a free pool (reused, so steady-state steps never page-fault) and the
+     * graveyard of abandoned ones (lock) */
+    void **pool;
+    size_t *pool_cap;
+    int npool, pool_max;
+    void **grave;
+    int ngrave;
+    /* MPI transport (application thread) */
+    struct ftrt_ctx *ctx;  /* NULL for engines over a test transport */
+    struct ftrt__plane *plane;
+    ftrt__agen *gens;
+    /* statistics (lock) */
+    long submitted, completed, failed;
+} ftrt__engine;
+
+/* Creates an engine for ctx's plane with the MPI transport. Threaded when MPI provides
+ * MPI_THREAD_MULTIPLE and FTRT_ASYNC_PROGRESS is not 0 (the thread starts at the first
+ * submission). Returns 0 or -ENOMEM / FTRT_ECONFIG (bad FTRT_ASYNC_PROGRESS /
+ * FTRT_PROGRESS_POLL_US). */
+int ftrt__engine_create(struct ftrt_ctx *ctx, ftrt__engine **out);
+/* Creates an engine over another transport (unit tests); flags are the agent's epoch/fatal. */
+int ftrt__engine_create_x(const ftrt__xport *xp, void *xarg, _Atomic int *pending_epoch,
+                          _Atomic int *fatal, int threaded, ftrt__engine **out);
+/* The context's engine, created on first use. Returns it or NULL (*err set). */
+ftrt__engine *ftrt__engine_get(struct ftrt_ctx *ctx, int *err);
+
+/* Submits an allreduce (op over `count` elements of dtype) of the tensors segs[0..n) packed
+ * back to back, results multiplied by `scale`. Application thread; `epoch` is its current
+ * epoch. segs is copied. Returns 0 with *out, or a negative code (no request then). */
+int ftrt__engine_submit(ftrt__engine *e, int epoch, const ftrt__seg *segs, int n, size_t count,
+                        int dtype, int op, double scale, ftrt__areq **out);
+/* Stops and joins the progress thread (requests still in flight stay unfinished). Call before
+ * MPI_Finalize. Idempotent. */
+void ftrt__engine_stop(ftrt__engine *e);
+/* Waits until every request is final (after an epoch change they fail promptly). */
+void ftrt__engine_quiesce(ftrt__engine *e);
+/* Frees the engine, its pool and, when `free_graveyard`, the graveyard (only once MPI cannot
+ * write them any more). Stops the thread first. */
+void ftrt__engine_free(ftrt__engine *e, int free_graveyard);
+/* Waits until r is final and returns its result (0 or the error); no wait bookkeeping.
+ * Application thread. */
+int ftrt__areq_wait(ftrt__areq *r);
+/* Frees a final request: 0, or FTRT_ESTATE while it is in flight (nothing freed). */
+int ftrt__areq_free(ftrt__areq *r);
+
+/* Abandon listeners of the plane: the NCCL plane registers one so that ftrt__plane_abandon()
+ * (called by recovery) revokes its communicator and retires its buffers. */
+typedef struct ftrt__plane_hook {
+    void (*abandon)(void *arg);
+    void *arg;
+    struct ftrt__plane_hook *next;
+} ftrt__plane_hook;
+/* Registers / removes h (caller-owned, must stay valid while registered). App thread. */
+void ftrt__plane_hook_add(struct ftrt__plane *p, ftrt__plane_hook *h);
+void ftrt__plane_hook_remove(struct ftrt__plane *p, ftrt__plane_hook *h);
+
+#endif

@@ -1,0 +1,56 @@
+/*
+ * bucketer.h - gradient buckets (internal): the assignment of tensors to buckets and the
+ * bucketer's backend interface (the CPU engine in bucketer.c, the NCCL plane in libftrt_gpu).
+ */
+#ifndef FTRT_COMM_BUCKETER_H
+#define FTRT_COMM_BUCKETER_H
+
+#include <stddef.h>
+
+#include "comm/async.h"
+#include "ftrt.h"
+
+/*
+ * Assigns n tensors of bytes[i] bytes to buckets after PyTorch DDP's
+ * compute_bucket_assignment_by_size (torch/csrc/distributed/c10d/reducer.cpp), walked in the
+ * order the gradients become ready, as DDP's bucket rebuild does after its first iteration:
+ * tensors are taken in ready order (n-1 .. 0 when `reverse`, else 0 .. n-1) and appended to the
+ * open bucket; once the open bucket holds at least its limit it is closed, the first bucket's
+ * limit being first_cap and every later one's cap (so a bucket may exceed its limit by its
+ * last tensor, and a tensor larger than the limit closes its bucket at once).
+ *   order[0..n):           tensor indices in bucket order (bucket 0's tensors first);
+ *   start[0..nbuckets]:    bucket k is order[start[k] .. start[k+1]);
+ *   bucket_of[0..n):       the bucket of each tensor.
+ * Returns the number of buckets (>= 1 when n >= 1), or FTRT_EINVAL (n < 1, a cap of 0).
+ */
+int ftrt__bucket_assign(const size_t *bytes, int n, int reverse, size_t first_cap, size_t cap,
+                        int *order, int *start, int *bucket_of);
+
+/* What the bucketer does with a complete bucket: start its allreduce (sum, then multiplied by
+ * `scale`) of the tensors segs[0..n) (application pointers, in bucket order, `count` elements)
+ * and return a request; submit is called in bucket order, from the application thread. */
+typedef struct ftrt__bucket_backend {
+    /* tensors[0..n): the tensor indices of segs */
+    int (*submit)(void *arg, int bucket, const int *tensors, const ftrt__seg *segs, int n,
+                  size_t count, double scale, struct ftrt_request **req);
+    /* waits for a request without the wait bookkeeping (the bucketer counts one wait for
+     * ftrt_bucketer_wait_all); returns its result */
+    int (*wait_raw)(struct ftrt_request *req);
+    /* called by ftrt_bucketer_free() (may be NULL) */
+    void (*destroy)(void *arg);
+} ftrt__bucket_backend;
+
+/* The backend and its argument of a bucketer (the GPU bucketer's calls check the backend). */
+const ftrt__bucket_backend *ftrt__bucketer_backend(const ftrt_bucketer *b, void **arg);
+/* The request of bucket k in this step, NULL before it is submitted. */
+struct ftrt_request *ftrt__bucketer_request(const ftrt_bucketer *b, int k);
+/* 1 when every bucket of this step has been submitted, else 0. */
+int ftrt__bucketer_all_submitted(const ftrt_bucketer *b);
+
+/* Creates a bucketer over a backend (ftrt_bucketer_create uses the CPU engine). Arguments as
+ * ftrt_bucketer_create; be/arg stay owned by the caller and must outlive the bucketer. */
+int ftrt__bucketer_create_be(ftrt_ctx *ctx, const size_t *counts, int ntensors, ftrt_dtype dtype,
+                             const ftrt_bucket_config *cfg, const ftrt__bucket_backend *be,
+                             void *arg, ftrt_bucketer **out);
+
+#endif

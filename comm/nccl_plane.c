@@ -1,0 +1,602 @@
+/*
+ * nccl_plane.c - the GPU data plane: NCCL allreduces of buckets on a dedicated communication
+ * stream, failure-aware (ftrt_gpu.h has the model; libftrt_gpu only).
+ *
+ * One collective on the communication stream:
+ *   wait for the producer (event) -> pack kernel (tensors -> plane-owned device bucket)
+ *   -> ncclAllReduce in place on the bucket -> guarded unpack kernel (bucket -> tensors, times
+ *   scale) -> `done` event, which consumers (the optimizer's stream) wait on.
+ * The host polls `done` together with ncclCommGetAsyncError and the epoch flag. On an epoch
+ * change (or an NCCL/CUDA error) the plane first bumps the guard word (mapped pinned memory) so
+ * that unpacks still queued write nothing, then revokes and destroys (or aborts) the
+ * communicator; every live request fails and its device bucket and descriptor array go to the
+ * graveyard (never reused; freed only in ftrt_gpu_free once the stream is idle and NCCL gone).
+ * The next collective builds a fresh communicator for the new epoch: that happens at the same
+ * point of every member's sequence of collectives (survivors after ftrt_recover(), a promoted
+ * spare after ftrt_restore()), which is why it is lazy rather than part of ftrt_recover().
+ */
+#include <errno.h>
+#include <nccl.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/async.h"
+#include "comm/bucketer.h"
+#include "ftrt_gpu.h"
+#include "kernels/kernels_gpu.h"
+#include "runtime/internal.h"
+#include "runtime/log.h"
+
+#define POOL_MAX 32
+
+typedef struct gbuf {
+    void *p;
+    size_t cap;
+} gbuf;
+
+typedef struct gpool {
+    gbuf b[POOL_MAX];
+    int n;
+} gpool;
+
+typedef struct gpu_req {
+    struct ftrt_request base;
+    struct ftrt_gpu *g;
+    int result; /* 1 in flight, 0 done, < 0 failed */
+    cudaEvent_t done;
+    gbuf staging; /* device */
+    gbuf desc;    /* mapped pinned host, ftrt__kdesc[] */
+    struct gpu_req *next;
+} gpu_req;
+
+struct ftrt_gpu {
+    ftrt_ctx *ctx;
+    int device;
+    cudaStream_t stream;
+    cudaEvent_t ev_producer; /* reusable: waited on right after each record */
+    ncclComm_t comm;
+    unsigned comm_plane_gen;
+    unsigned dead_gen; /* the generation whose communicator was retired */
+    int has_dead;
+    volatile uint32_t *guard; /* mapped pinned: unpacks run only while *guard == gen */
+    uint32_t gen;
+    gpool dev, host;
+    void **grave_dev, **grave_host;
+    int ngrave_dev, ngrave_host;
+    gpu_req *live;
+    int nreqs, nbucketers;
+    ftrt__plane_hook hook;
+};
+
+static int cuda_err(cudaError_t e, const char *call)
+{
+    if (e == cudaSuccess) return 0;
+    (void)cudaGetLastError();
+    if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) return FTRT_ENODEV;
+    if (e == cudaErrorMemoryAllocation) return -ENOMEM;
+    ftrt_log_error("%s failed: %s (%s)", call, cudaGetErrorName(e), cudaGetErrorString(e));
+    return FTRT_ECUDA;
+}
+
+static int nccl_err(ncclResult_t r, ncclComm_t comm, const char *call)
+{
+    if (r == ncclSuccess || r == ncclInProgress) return 0;
+    ftrt_log_error("%s failed: %s (%s)", call, ncclGetErrorString(r),
+                   comm ? ncclGetLastError(comm) : "no detail");
+    return FTRT_ENCCL;
+}
+
+static void polite(long i)
+{
+    if (i < 64) {
+        sched_yield();
+    } else {
+        struct timespec ts = {0, 50 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* ---- device and pinned buffers: pools and graveyard ---- */
+
+static void *pool_take(gpool *p, size_t bytes, size_t *cap)
+{
+    int best = -1;
+    for (int i = 0; i < p->n; i++)
+        if (p->b[i].cap >= bytes && (best < 0 || p->b[i].cap < p->b[best].cap)) best = i;
+    if (best < 0) return NULL;
+    void *r = p->b[best].p;
+    *cap = p->b[best].cap;
+    p->b[best] = p->b[--p->n];
+    return r;
+}
+
+static void buf_free(void *p, int device_mem)
+{
+    if (!p) return;
+    if (device_mem) cudaFree(p);
+    else cudaFreeHost(p);
+}
+
+static void pool_put(gpool *p, gbuf b, int device_mem)
+{
+    if (!b.p) return;
+    if (p->n == POOL_MAX) {
+        buf_free(b.p, device_mem);
+        return;
+    }
+    p->b[p->n++] = b;
+}
+
+static void grave_put(void ***g, int *n, void *p)
+{
+    if (!p) return;
+    void **ng = realloc(*g, (size_t)(*n + 1) * sizeof *ng);
+    if (!ng) return; /* leaked: just as safe */
+    *g = ng;
+    ng[(*n)++] = p;
+}
+
+static int get_buf(ftrt_gpu *g, int device_mem, size_t bytes, gbuf *out)
+{
+    if (!bytes) bytes = 1;
+    out->p = pool_take(device_mem ? &g->dev : &g->host, bytes, &out->cap);
+    if (out->p) return 0;
+    out->cap = bytes;
+    if (device_mem) return cuda_err(cudaMalloc(&out->p, bytes), "cudaMalloc");
+    return cuda_err(cudaHostAlloc(&out->p, bytes, cudaHostAllocMapped), "cudaHostAlloc");
+}
+
+/* ---- the communicator ---- */
+
+static void guard_bump(ftrt_gpu *g)
+{
+    g->gen++;
+    *g->guard = g->gen;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+/* Waits (at most `ms`) for a nonblocking communicator to leave ncclInProgress. Returns its
+ * state. */
+static ncclResult_t await_state(ncclComm_t comm, int ms)
+{
+    ncclResult_t st = ncclInProgress;
+    double deadline = ftrt__now() + ms / 1e3;
+    for (long i = 0; st == ncclInProgress && ftrt__now() < deadline; i++) {
+        if (ncclCommGetAsyncError(comm, &st) != ncclSuccess) return ncclInternalError;
+        if (st == ncclInProgress) polite(i);
+    }
+    return st;
+}
+
+/* Retires the communicator: unpacks still queued are disarmed first, then in-flight
+ * operations are stopped. ncclCommRevoke (NCCL >= 2.28) stops them and lets the communicator
+ * be destroyed once quiescent; ncclCommAbort is the fallback. */
+static void comm_retire(ftrt_gpu *g)
+{
+    if (!g->comm) return;
+    guard_bump(g);
+    ncclComm_t c = g->comm;
+    g->comm = NULL;
+    g->dead_gen = g->comm_plane_gen; /* not rebuilt before the plane's next generation */
+    g->has_dead = 1;
+    int destroyed = 0;
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 22800
+    ncclResult_t rv = ncclCommRevoke(c, NCCL_REVOKE_DEFAULT);
+    if ((rv == ncclSuccess || rv == ncclInProgress) && await_state(c, 2000) == ncclSuccess) {
+        ncclResult_t dr = ncclCommDestroy(c); /* quiescent: destroying is safe */
+        if (dr != ncclSuccess) ftrt_log_warn("ncclCommDestroy: %s", ncclGetErrorString(dr));
+        destroyed = 1;
+    }
+#endif
+    if (!destroyed) {
+        ncclResult_t r = ncclCommAbort(c);
+        if (r != ncclSuccess) ftrt_log_warn("ncclCommAbort: %s", ncclGetErrorString(r));
+    }
+    ftrt_log_info("NCCL communicator of plane generation %u retired (%s)", g->comm_plane_gen,
+                  destroyed ? "revoked and destroyed" : "aborted");
+}
+
+/* Fails every live request with rc and retires the communicator. */
+static void abandon_all(ftrt_gpu *g, int rc)
+{
+    comm_retire(g);
+    for (gpu_req *r = g->live; r; r = r->next) {
+        r->result = rc;
+        grave_put(&g->grave_dev, &g->ngrave_dev, r->staging.p);
+        grave_put(&g->grave_host, &g->ngrave_host, r->desc.p);
+        r->staging.p = r->desc.p = NULL;
+    }
+    g->live = NULL;
+}
+
+static void hook_abandon(void *arg) { abandon_all(arg, FTRT_ERECOVER); }
+
+/* Builds the communicator of the current epoch: a fresh ncclUniqueId from logical rank 0,
+ * broadcast over the trainers' MPI communicator; nonblocking init polled with the epoch flag. */
+static int comm_build(ftrt_gpu *g)
+{
+    ftrt_ctx *ctx = g->ctx;
+    struct {
+        int32_t ok;
+        ncclUniqueId id;
+    } msg;
+    memset(&msg, 0, sizeof msg);
+    if (ctx->rank == 0) {
+        ncclResult_t r = ncclGetUniqueId(&msg.id);
+        msg.ok = r == ncclSuccess;
+        if (!msg.ok) nccl_err(r, NULL, "ncclGetUniqueId");
+    }
+    int rc = ftrt__plane_bcast(ctx, &msg, sizeof msg, 0);
+    if (rc) return rc;
+    if (!msg.ok) return FTRT_ENCCL;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0; /* init returns at once and can be aborted */
+    cfg.commName = "ftrt";
+    ncclComm_t comm = NULL;
+    double t0 = ftrt__now();
+    ncclResult_t r = ncclCommInitRankConfig(&comm, ctx->size, msg.id, ctx->rank, &cfg);
+    if ((rc = nccl_err(r, comm, "ncclCommInitRankConfig")) != 0) {
+        if (comm) ncclCommAbort(comm);
+        return rc;
+    }
+    for (long i = 0;; i++) {
+        ncclResult_t st = ncclInProgress;
+        r = ncclCommGetAsyncError(comm, &st);
+        if (r != ncclSuccess) st = r;
+        if (st == ncclSuccess) break;
+        if (st != ncclInProgress) rc = nccl_err(st, comm, "ncclCommInitRankConfig (async)");
+        else rc = ftrt__interrupted(ctx);
+        if (rc) {
+            ncclCommAbort(comm);
+            return rc;
+        }
+        polite(i);
+    }
+    g->comm = comm;
+    g->comm_plane_gen = ctx->plane.gen;
+    ftrt_log_info("NCCL communicator for epoch %d: rank %d of %d on device %d in %.1f ms",
+                  ctx->epoch, ctx->rank, ctx->size, g->device, (ftrt__now() - t0) * 1e3);
+    return 0;
+}
+
+/* The communicator of the plane's current generation, built at its first collective. After
+ * an NCCL or CUDA error the generation has none: only the next epoch (whose recovery every
+ * member goes through) builds one again, so that all members rebuild at the same point. */
+static int ensure_comm(ftrt_gpu *g)
+{
+    unsigned gen = g->ctx->plane.gen;
+    if (g->comm && g->comm_plane_gen == gen) return 0;
+    if (g->comm) abandon_all(g, FTRT_ERECOVER);
+    if (g->has_dead && g->dead_gen == gen) {
+        ftrt_log_error("the NCCL communicator of epoch %d failed; the next recovery rebuilds it",
+                       g->ctx->epoch);
+        return FTRT_ENCCL;
+    }
+    return comm_build(g);
+}
+
+/* ---- requests ---- */
+
+static const ftrt__req_ops gpu_req_ops;
+
+static ncclDataType_t nccl_type(int t)
+{
+    return t == FTRT_FLOAT64 ? ncclFloat64 : t == FTRT_INT64 ? ncclInt64 : ncclFloat32;
+}
+
+static ncclRedOp_t nccl_op(int op) { return op == FTRT_MIN ? ncclMin : op == FTRT_MAX ? ncclMax : ncclSum; }
+
+/* Queues one collective of the tensors segs[0..n) on the communication stream. The caller has
+ * ordered the stream after the producers. */
+static int gpu_submit(ftrt_gpu *g, const ftrt__seg *segs, int n, size_t count, int dtype, int op,
+                      double scale, ftrt_request **out)
+{
+    ftrt_ctx *ctx = g->ctx;
+    *out = NULL;
+    if (n < 1 || n > 65535) return FTRT_EINVAL;
+    int rc = ftrt__interrupted(ctx);
+    if (rc) return rc;
+    if (ctx->needs_recover) return FTRT_ESTATE;
+    if ((rc = cuda_err(cudaSetDevice(g->device), "cudaSetDevice")) != 0) return rc;
+    if ((rc = ensure_comm(g)) != 0) return rc;
+    gpu_req *r = calloc(1, sizeof *r);
+    if (!r) return -ENOMEM;
+    r->base.ops = &gpu_req_ops;
+    r->g = g;
+    r->result = 1;
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++) bytes += segs[i].bytes;
+    rc = cuda_err(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming), "cudaEventCreate");
+    if (!rc) rc = get_buf(g, 1, bytes, &r->staging);
+    if (!rc) rc = get_buf(g, 0, (size_t)n * sizeof(ftrt__kdesc), &r->desc);
+    if (rc) goto unqueued;
+    size_t max_bytes;
+    ftrt__kdesc_fill(r->desc.p, segs, n, &max_bytes);
+    rc = cuda_err(ftrt__kgpu_pack(r->staging.p, r->desc.p, n, max_bytes, g->stream), "pack kernel");
+    if (rc) goto queued;
+    ncclResult_t nr = ncclAllReduce(r->staging.p, r->staging.p, count, nccl_type(dtype),
+                                    nccl_op(op), g->comm, g->stream);
+    if ((rc = nccl_err(nr, g->comm, "ncclAllReduce")) != 0) goto queued;
+    for (long i = 0; nr == ncclInProgress; i++) { /* nonblocking communicator: enqueue pending */
+        if (ncclCommGetAsyncError(g->comm, &nr) != ncclSuccess) nr = ncclInternalError;
+        if ((rc = nccl_err(nr, g->comm, "ncclAllReduce (enqueue)")) != 0) goto queued;
+        if (nr == ncclInProgress) {
+            if ((rc = ftrt__interrupted(ctx)) != 0) goto queued;
+            polite(i);
+        }
+    }
+    rc = cuda_err(ftrt__kgpu_unpack_scale(r->staging.p, r->desc.p, n, max_bytes, dtype, scale,
+                                          g->guard, g->gen, g->stream), "unpack kernel");
+    if (!rc) rc = cuda_err(cudaEventRecord(r->done, g->stream), "cudaEventRecord");
+    if (rc) goto queued;
+    r->next = g->live;
+    g->live = r;
+    g->nreqs++;
+    *out = &r->base;
+    return 0;
+queued: /* work may be queued that uses the buffers: retire the communicator, keep them */
+    abandon_all(g, rc);
+    grave_put(&g->grave_dev, &g->ngrave_dev, r->staging.p);
+    grave_put(&g->grave_host, &g->ngrave_host, r->desc.p);
+    r->staging.p = r->desc.p = NULL;
+unqueued:
+    pool_put(&g->dev, r->staging, 1);
+    pool_put(&g->host, r->desc, 0);
+    if (r->done) cudaEventDestroy(r->done);
+    free(r);
+    return rc;
+}
+
+static void unlink_live(ftrt_gpu *g, gpu_req *r)
+{
+    for (gpu_req **pp = &g->live; *pp; pp = &(*pp)->next)
+        if (*pp == r) {
+            *pp = r->next;
+            return;
+        }
+}
+
+/* 1 done, 0 in flight, < 0 failed. */
+static int gpu_test(struct ftrt_request *base)
+{
+    gpu_req *r = (gpu_req *)base;
+    ftrt_gpu *g = r->g;
+    if (r->result <= 0) return r->result == 0 ? 1 : r->result;
+    int rc = ftrt__interrupted(g->ctx);
+    if (!rc && g->comm) {
+        ncclResult_t st = ncclSuccess;
+        if (ncclCommGetAsyncError(g->comm, &st) != ncclSuccess) st = ncclInternalError;
+        rc = nccl_err(st, g->comm, "NCCL collective (ncclCommGetAsyncError)");
+    }
+    if (!rc) {
+        cudaError_t e = cudaEventQuery(r->done);
+        if (e == cudaErrorNotReady) return 0;
+        if (e == cudaSuccess) {
+            unlink_live(g, r);
+            pool_put(&g->dev, r->staging, 1);
+            pool_put(&g->host, r->desc, 0);
+            r->staging.p = r->desc.p = NULL;
+            r->result = 0;
+            return 1;
+        }
+        rc = cuda_err(e, "cudaEventQuery");
+    }
+    if (rc == FTRT_ERECOVER) g->ctx->needs_recover = 1;
+    abandon_all(g, rc); /* r is live: it fails with rc too */
+    return r->result;
+}
+
+static int gpu_wait_raw(struct ftrt_request *base)
+{
+    int rc;
+    for (long i = 0; (rc = gpu_test(base)) == 0; i++) polite(i);
+    return rc == 1 ? 0 : rc;
+}
+
+static int gpu_wait(struct ftrt_request *base)
+{
+    gpu_req *r = (gpu_req *)base;
+    if (r->result <= 0) return r->result;
+    ftrt__wait_begin(r->g->ctx);
+    int rc = gpu_wait_raw(base);
+    ftrt__wait_end(r->g->ctx, rc);
+    return rc;
+}
+
+static int gpu_free_req(struct ftrt_request *base)
+{
+    gpu_req *r = (gpu_req *)base;
+    if (r->result > 0) return FTRT_ESTATE;
+    cudaEventDestroy(r->done);
+    r->g->nreqs--;
+    free(r);
+    return 0;
+}
+
+static const ftrt__req_ops gpu_req_ops = {gpu_test, gpu_wait, gpu_free_req};
+
+/* ---- public API ---- */
+
+int ftrt_gpu_create(ftrt_ctx *ctx, int device, ftrt_gpu **out)
+{
+    if (!out) return FTRT_EINVAL;
+    *out = NULL;
+    if (!ctx || device < 0) return FTRT_EINVAL;
+    if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
+    int ndev = ftrt__kgpu_device_count();
+    if (device >= ndev) {
+        ftrt_log_error("ftrt_gpu_create: CUDA device %d requested, %d usable", device, ndev);
+        return FTRT_ENODEV;
+    }
+    ftrt_gpu *g = calloc(1, sizeof *g);
+    if (!g) return -ENOMEM;
+    g->ctx = ctx;
+    g->device = device;
+    int lo, hi;
+    int rc = cuda_err(cudaSetDevice(device), "cudaSetDevice");
+    if (!rc) rc = cuda_err(cudaDeviceGetStreamPriorityRange(&lo, &hi), "cudaDeviceGetStreamPriorityRange");
+    if (!rc) rc = cuda_err(cudaStreamCreateWithPriority(&g->stream, cudaStreamNonBlocking, hi),
+                           "cudaStreamCreateWithPriority");
+    if (!rc) rc = cuda_err(cudaEventCreateWithFlags(&g->ev_producer, cudaEventDisableTiming),
+                           "cudaEventCreate");
+    if (!rc) rc = cuda_err(cudaHostAlloc((void **)&g->guard, sizeof *g->guard,
+                                         cudaHostAllocMapped), "cudaHostAlloc");
+    if (rc) {
+        if (g->ev_producer) cudaEventDestroy(g->ev_producer);
+        if (g->stream) cudaStreamDestroy(g->stream);
+        free(g);
+        return rc;
+    }
+    *g->guard = g->gen;
+    g->hook.abandon = hook_abandon;
+    g->hook.arg = g;
+    ftrt__plane_hook_add(&ctx->plane, &g->hook);
+    *out = g;
+    return 0;
+}
+
+int ftrt_gpu_free(ftrt_gpu *g)
+{
+    if (!g) return 0;
+    if (g->nreqs || g->nbucketers) return FTRT_ESTATE;
+    cudaSetDevice(g->device);
+    cudaStreamSynchronize(g->stream);
+    if (g->comm) {
+        ncclComm_t c = g->comm;
+        g->comm = NULL;
+        ncclResult_t fr = ncclCommFinalize(c); /* flush, then free once quiescent */
+        if ((fr == ncclSuccess || fr == ncclInProgress) && await_state(c, 5000) == ncclSuccess)
+            ncclCommDestroy(c);
+        else
+            ncclCommAbort(c);
+    }
+    cudaStreamSynchronize(g->stream);
+    for (int i = 0; i < g->dev.n; i++) cudaFree(g->dev.b[i].p);
+    for (int i = 0; i < g->host.n; i++) cudaFreeHost(g->host.b[i].p);
+    for (int i = 0; i < g->ngrave_dev; i++) cudaFree(g->grave_dev[i]); /* NCCL is gone, the */
+    for (int i = 0; i < g->ngrave_host; i++) cudaFreeHost(g->grave_host[i]); /* stream idle */
+    free(g->grave_dev);
+    free(g->grave_host);
+    cudaFreeHost((void *)g->guard);
+    cudaEventDestroy(g->ev_producer);
+    cudaStreamDestroy(g->stream);
+    ftrt__plane_hook_remove(&g->ctx->plane, &g->hook);
+    free(g);
+    return 0;
+}
+
+cudaStream_t ftrt_gpu_stream(const ftrt_gpu *g) { return g ? g->stream : NULL; }
+
+static int valid_dtype_op(ftrt_dtype dtype, ftrt_op op)
+{
+    return (dtype == FTRT_FLOAT32 || dtype == FTRT_FLOAT64 || dtype == FTRT_INT64) &&
+           (op == FTRT_SUM || op == FTRT_MIN || op == FTRT_MAX);
+}
+
+/* Orders the communication stream after the work queued so far on `producer`. */
+static int after_producer(ftrt_gpu *g, cudaStream_t producer)
+{
+    int rc = cuda_err(cudaEventRecord(g->ev_producer, producer), "cudaEventRecord");
+    if (!rc) rc = cuda_err(cudaStreamWaitEvent(g->stream, g->ev_producer, 0), "cudaStreamWaitEvent");
+    return rc;
+}
+
+int ftrt_gpu_allreduce_start(ftrt_gpu *g, void *buf, size_t count, ftrt_dtype dtype, ftrt_op op,
+                             cudaStream_t producer, ftrt_request **req)
+{
+    if (!req) return FTRT_EINVAL;
+    *req = NULL;
+    if (!g || (!buf && count) || !valid_dtype_op(dtype, op)) return FTRT_EINVAL;
+    int rc = ftrt__interrupted(g->ctx);
+    if (rc) return rc;
+    if ((rc = after_producer(g, producer)) != 0) return rc;
+    ftrt__seg seg = {buf, count * (dtype == FTRT_FLOAT32 ? 4 : 8)};
+    return gpu_submit(g, &seg, 1, count, dtype, op, 1.0, req);
+}
+
+int ftrt_gpu_request_order(ftrt_request *req, cudaStream_t consumer)
+{
+    if (!req || req->ops != &gpu_req_ops) return FTRT_EINVAL;
+    return cuda_err(cudaStreamWaitEvent(consumer, ((gpu_req *)req)->done, 0), "cudaStreamWaitEvent");
+}
+
+/* ---- the GPU bucketer backend ---- */
+
+typedef struct gpu_bk {
+    ftrt_gpu *g;
+    int dtype, n;
+    cudaEvent_t *ev; /* per tensor: recorded on its producer at ready */
+} gpu_bk;
+
+static int bk_submit(void *arg, int bucket, const int *tensors, const ftrt__seg *segs, int n,
+                     size_t count, double scale, struct ftrt_request **req)
+{
+    gpu_bk *bk = arg;
+    (void)bucket;
+    for (int j = 0; j < n; j++) {
+        int rc = cuda_err(cudaStreamWaitEvent(bk->g->stream, bk->ev[tensors[j]], 0),
+                          "cudaStreamWaitEvent");
+        if (rc) return rc;
+    }
+    return gpu_submit(bk->g, segs, n, count, bk->dtype, FTRT_SUM, scale, req);
+}
+
+static void bk_destroy(void *arg)
+{
+    gpu_bk *bk = arg;
+    for (int i = 0; i < bk->n; i++)
+        if (bk->ev[i]) cudaEventDestroy(bk->ev[i]);
+    free(bk->ev);
+    bk->g->nbucketers--;
+    free(bk);
+}
+
+static const ftrt__bucket_backend gpu_backend = {bk_submit, gpu_wait_raw, bk_destroy};
+
+int ftrt_gpu_bucketer_create(ftrt_gpu *g, const size_t *counts, int ntensors, ftrt_dtype dtype,
+                             const ftrt_bucket_config *cfg, ftrt_bucketer **out)
+{
+    if (!out) return FTRT_EINVAL;
+    *out = NULL;
+    if (!g || ntensors < 1) return FTRT_EINVAL;
+    gpu_bk *bk = calloc(1, sizeof *bk);
+    if (!bk) return -ENOMEM;
+    bk->g = g;
+    bk->dtype = (int)dtype;
+    bk->n = ntensors;
+    bk->ev = calloc((size_t)ntensors, sizeof *bk->ev);
+    int rc = bk->ev ? 0 : -ENOMEM;
+    for (int i = 0; !rc && i < ntensors; i++)
+        rc = cuda_err(cudaEventCreateWithFlags(&bk->ev[i], cudaEventDisableTiming),
+                      "cudaEventCreate");
+    g->nbucketers++;
+    if (!rc) rc = ftrt__bucketer_create_be(g->ctx, counts, ntensors, dtype, cfg, &gpu_backend, bk,
+                                           out);
+    if (rc) bk_destroy(bk);
+    return rc;
+}
+
+int ftrt_gpu_bucketer_ready(ftrt_bucketer *b, int tensor, void *ptr, cudaStream_t producer)
+{
+    void *arg;
+    if (!b || ftrt__bucketer_backend(b, &arg) != &gpu_backend) return FTRT_EINVAL;
+    if (ftrt_bucketer_bucket_of(b, tensor) < 0) return FTRT_EINVAL;
+    gpu_bk *bk = arg;
+    int rc = cuda_err(cudaEventRecord(bk->ev[tensor], producer), "cudaEventRecord");
+    if (rc) return rc;
+    return ftrt_bucketer_ready(b, tensor, ptr);
+}
+
+int ftrt_gpu_bucketer_order(ftrt_bucketer *b, cudaStream_t consumer)
+{
+    if (!b || ftrt__bucketer_backend(b, NULL) != &gpu_backend) return FTRT_EINVAL;
+    if (!ftrt__bucketer_all_submitted(b)) return FTRT_ESTATE;
+    for (int k = 0; k < ftrt_bucketer_buckets(b); k++) {
+        ftrt_request *r = ftrt__bucketer_request(b, k);
+        int rc = r ? ftrt_gpu_request_order(r, consumer) : 0;
+        if (rc) return rc;
+    }
+    return 0;
+}

@@ -1,0 +1,80 @@
+/*
+ * kernels_ref.c - CPU reference implementations of the data-plane kernels (kernels.h).
+ *
+ * These are what the CPU data plane runs, and the ground truth the CUDA kernels are tested
+ * against. Scaling multiplies in the element type, element by element, so it is bitwise
+ * reproducible and identical on both sides (IEEE 754 multiplication is correctly rounded; the
+ * CUDA kernels are compiled without fused multiply-add contraction).
+ */
+#include <string.h>
+
+#include "checkpoint/ckpt.h"
+#include "kernels/kernels.h"
+
+void ftrt__k_pack(void *bucket, const ftrt__seg *segs, int n)
+{
+    char *b = bucket;
+    for (int i = 0; i < n; i++) {
+        if (segs[i].bytes) memcpy(b, segs[i].ptr, segs[i].bytes);
+        b += segs[i].bytes;
+    }
+}
+
+void ftrt__k_unpack(const void *bucket, const ftrt__seg *segs, int n)
+{
+    const char *b = bucket;
+    for (int i = 0; i < n; i++) {
+        if (segs[i].bytes) memcpy(segs[i].ptr, b, segs[i].bytes);
+        b += segs[i].bytes;
+    }
+}
+
+static void scale_copy(void *dst, const void *src, size_t count, int dtype, double scale)
+{
+    if (dtype == FTRT__K_F32) {
+        const float s = (float)scale;
+        const float *x = src;
+        float *y = dst;
+        for (size_t i = 0; i < count; i++) y[i] = x[i] * s;
+    } else if (dtype == FTRT__K_F64) {
+        const double *x = src;
+        double *y = dst;
+        for (size_t i = 0; i < count; i++) y[i] = x[i] * scale;
+    }
+}
+
+static size_t esize(int dtype) { return dtype == FTRT__K_F32 ? 4 : 8; }
+
+void ftrt__k_unpack_scale(const void *bucket, const ftrt__seg *segs, int n, int dtype,
+                          double scale)
+{
+    if (scale == 1.0 || (dtype != FTRT__K_F32 && dtype != FTRT__K_F64)) {
+        ftrt__k_unpack(bucket, segs, n);
+        return;
+    }
+    const char *b = bucket;
+    for (int i = 0; i < n; i++) {
+        scale_copy(segs[i].ptr, b, segs[i].bytes / esize(dtype), dtype, scale);
+        b += segs[i].bytes;
+    }
+}
+
+void ftrt__k_scale(void *buf, size_t count, int dtype, double scale)
+{
+    if (scale == 1.0) return;
+    scale_copy(buf, buf, count, dtype, scale);
+}
+
+void ftrt__k_crc32c_chunks(const void *src, size_t bytes, size_t chunk, uint32_t *crcs)
+{
+    const char *p = src;
+    for (size_t off = 0, i = 0; off < bytes; off += chunk, i++)
+        crcs[i] = ftrt__crc32c(0, p + off, bytes - off < chunk ? bytes - off : chunk);
+}
+
+uint32_t ftrt__k_crc32c_merge(uint32_t crc, const uint32_t *crcs, size_t bytes, size_t chunk)
+{
+    for (size_t off = 0, i = 0; off < bytes; off += chunk, i++)
+        crc = ftrt__crc32c_combine(crc, crcs[i], bytes - off < chunk ? bytes - off : chunk);
+    return crc;
+}

@@ -1,0 +1,17 @@
+# GPU unit tests, included from tests/CMakeLists.txt when kernels/ built its CUDA targets. Each
+# exits 77 (skipped) when cudaGetDeviceCount finds no usable device (no GPU, or no driver).
+function(ftrt_gpu_unit name lib)
+  if(NOT EXISTS ${PROJECT_SOURCE_DIR}/tests/unit/test_${name}.c)
+    return()
+  endif()
+  add_executable(test_${name} ${PROJECT_SOURCE_DIR}/tests/unit/test_${name}.c)
+  target_link_libraries(test_${name} PRIVATE ${lib} PkgConfig::CMOCKA)
+  set_target_properties(test_${name} PROPERTIES LINKER_LANGUAGE C)
+  add_test(NAME unit.${name} COMMAND test_${name})
+  set_tests_properties(unit.${name} PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "unit;gpu")
+endfunction()
+ftrt_gpu_unit(kernels_gpu "ftrt_gpu_kernels;ftrt_internal")
+if(TARGET ftrt_gpu_internal) # with NCCL: libftrt_gpu's sources (the checkpoint hook, the plane)
+  ftrt_gpu_unit(dev_snapshot ftrt_gpu_internal)
+  ftrt_gpu_unit(nccl ftrt_gpu_internal)
+endif()
