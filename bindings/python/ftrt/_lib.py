@@ -1,0 +1,498 @@
+"""Low-level ctypes binding of libftrt: loading, struct mirrors, prototypes, error mapping.
+
+Everything here mirrors include/ftrt.h (and, when the loaded library is libftrt_gpu,
+include/ftrt_gpu.h) one to one. The high-level API is in ftrt/__init__.py; use this module
+directly only for what the wrappers do not cover (``lib().ftrt_xxx(...)`` with the declared
+argtypes; every int-returning function returns the raw code, unchecked).
+
+Loading order (see load()): ``FTRT_LIB`` (a path), else ``build/libftrt.so`` of the source
+tree this package lives in, else ``ctypes.util.find_library("ftrt")``. Open MPI's plugins
+(mca_*.so) are linked against libmpi's symbols without depending on it, so libmpi must be
+loaded with RTLD_GLOBAL before libftrt, or MPI_Init fails to load its components when ftrt is
+loaded from Python (a C program gets this for free from the dynamic linker).
+"""
+import ctypes
+import ctypes.util
+import os
+import threading
+
+__all__ = [
+    "load", "lib", "lib_path", "Config", "BucketConfig", "CkptStats", "FtrtError",
+    "FtrtRecover", "FtrtNoSpare", "FtrtCoordLost", "FtrtAborted", "FtrtConfigError",
+    "FtrtCorrupt", "FtrtNoCheckpoint", "FtrtMismatch", "FtrtProtocol", "FtrtMPIError",
+    "FtrtInvalid", "FtrtState", "FtrtTimeout", "FtrtNoDevice", "FtrtCudaError", "FtrtNcclError",
+    "FtrtNotSupported", "check", "error_for", "err_name", "strerror", "PROTOTYPES",
+    "GPU_PROTOTYPES", "ERRORS",
+]
+
+# ----------------------------------------------------------------------------------------------
+# Return codes (FTRT_ERROR_MAP and the positive results of ftrt.h). tests/python checks this
+# table against the header and against ftrt_err_name() of the loaded library.
+# ----------------------------------------------------------------------------------------------
+
+OK = 0
+DONE = 1                 # FTRT_DONE: ftrt_init() of the coordinator or an unused spare
+SKIP_MPI_FINALIZE = 2    # FTRT_SKIP_MPI_FINALIZE: ftrt_finalize(), caller owns MPI
+SKIPPED = 3              # FTRT_SKIPPED: checkpoint not taken under FTRT_CKPT_POLICY=skip
+
+ERECOVER = -1001
+ENOSPARE = -1002
+ECOORD = -1003
+EABORT = -1004
+ECONFIG = -1005
+ECORRUPT = -1006
+ENOCKPT = -1007
+EMISMATCH = -1008
+EPROTO = -1009
+EMPI = -1010
+EINVAL = -1011
+ESTATE = -1012
+ETIMEDOUT = -1013
+ENODEV = -1014
+ECUDA = -1015
+ENCCL = -1016
+ENOTSUP = -1017
+
+# Region flags, dtypes, ops, checkpoint policy and stats flags.
+REGION_REPLICATED = 0
+REGION_SHARDED = 1
+REGION_DEVICE = 2
+FLOAT32, FLOAT64, INT64 = 0, 1, 2
+SUM, MIN, MAX = 0, 1, 2
+CKPT_WAIT, CKPT_SKIP = 0, 1
+CKPT_STAT_DIRECT, CKPT_STAT_FIXED, CKPT_STAT_STREAMING = 1, 2, 4
+
+
+class FtrtError(Exception):
+    """A negative return code of libftrt.
+
+    Attributes:
+      code:    the int code (an FTRT_E* value below -1000, or -errno).
+      name:    its symbolic name from ftrt_err_name() ("FTRT_ERECOVER", "ENOSPC", ...).
+      message: ftrt_strerror(code).
+      call:    the C function that returned it (e.g. "ftrt_bucketer_wait_all"), or None.
+    """
+
+    def __init__(self, code, call=None):
+        self.code = int(code)
+        self.name = err_name(self.code)
+        self.message = strerror(self.code)
+        self.call = call
+        where = f"{call}: " if call else ""
+        super().__init__(f"{where}{self.message} ({self.name}, {self.code})")
+
+    @property
+    def errno(self):
+        """The positive errno for -errno codes, else None."""
+        return -self.code if -1000 < self.code < 0 else None
+
+
+class FtrtRecover(FtrtError):
+    """FTRT_ERECOVER: a rank failed and the epoch changed. Catch it in the training loop, call
+    ftrt_recover() (Context.recover() / ftrt.pytorch.recover()) and resume at the step it
+    returns."""
+
+
+class FtrtNoSpare(FtrtError):
+    """FTRT_ENOSPARE: a trainer failed and no hot spare is left; exit non-zero, a relaunch
+    resumes from the last committed checkpoint."""
+
+
+class FtrtCoordLost(FtrtError):
+    """FTRT_ECOORD: the coordinator (world rank 0) is gone."""
+
+
+class FtrtAborted(FtrtError):
+    """FTRT_EABORT: the coordinator aborted the job."""
+
+
+class FtrtConfigError(FtrtError):
+    """FTRT_ECONFIG: invalid configuration (the log names the variable and value)."""
+
+
+class FtrtCorrupt(FtrtError):
+    """FTRT_ECORRUPT: checkpoint data failed its integrity check."""
+
+
+class FtrtNoCheckpoint(FtrtError):
+    """FTRT_ENOCKPT: checkpoints exist but none is usable."""
+
+
+class FtrtMismatch(FtrtError):
+    """FTRT_EMISMATCH: registered regions differ from the checkpoint or the other ranks."""
+
+
+class FtrtProtocol(FtrtError):
+    """FTRT_EPROTO: control-plane protocol error."""
+
+
+class FtrtMPIError(FtrtError):
+    """FTRT_EMPI: an MPI call failed (FTRT_LOG=debug has the MPI error string)."""
+
+
+class FtrtInvalid(FtrtError):
+    """FTRT_EINVAL: invalid argument."""
+
+
+class FtrtState(FtrtError):
+    """FTRT_ESTATE: call not valid in this state or role."""
+
+
+class FtrtTimeout(FtrtError):
+    """FTRT_ETIMEDOUT: timed out waiting on the control plane."""
+
+
+class FtrtNoDevice(FtrtError):
+    """FTRT_ENODEV: no usable CUDA device."""
+
+
+class FtrtCudaError(FtrtError):
+    """FTRT_ECUDA: a CUDA runtime call failed."""
+
+
+class FtrtNcclError(FtrtError):
+    """FTRT_ENCCL: an NCCL call failed."""
+
+
+class FtrtNotSupported(FtrtError):
+    """FTRT_ENOTSUP: not supported by this build of libftrt (e.g. a device region without
+    CUDA)."""
+
+
+# name in ftrt.h -> (code, exception class)
+ERRORS = {
+    "FTRT_ERECOVER": (ERECOVER, FtrtRecover),
+    "FTRT_ENOSPARE": (ENOSPARE, FtrtNoSpare),
+    "FTRT_ECOORD": (ECOORD, FtrtCoordLost),
+    "FTRT_EABORT": (EABORT, FtrtAborted),
+    "FTRT_ECONFIG": (ECONFIG, FtrtConfigError),
+    "FTRT_ECORRUPT": (ECORRUPT, FtrtCorrupt),
+    "FTRT_ENOCKPT": (ENOCKPT, FtrtNoCheckpoint),
+    "FTRT_EMISMATCH": (EMISMATCH, FtrtMismatch),
+    "FTRT_EPROTO": (EPROTO, FtrtProtocol),
+    "FTRT_EMPI": (EMPI, FtrtMPIError),
+    "FTRT_EINVAL": (EINVAL, FtrtInvalid),
+    "FTRT_ESTATE": (ESTATE, FtrtState),
+    "FTRT_ETIMEDOUT": (ETIMEDOUT, FtrtTimeout),
+    "FTRT_ENODEV": (ENODEV, FtrtNoDevice),
+    "FTRT_ECUDA": (ECUDA, FtrtCudaError),
+    "FTRT_ENCCL": (ENCCL, FtrtNcclError),
+    "FTRT_ENOTSUP": (ENOTSUP, FtrtNotSupported),
+}
+_CLASS_OF = {code: cls for code, cls in ERRORS.values()}
+
+
+def error_for(code, call=None):
+    """The exception instance for negative `code` (FtrtRecover for FTRT_ERECOVER, ..., plain
+    FtrtError for -errno and codes this binding does not know)."""
+    return _CLASS_OF.get(int(code), FtrtError)(code, call)
+
+
+# ----------------------------------------------------------------------------------------------
+# Structs (exact mirrors of ftrt.h; tests/python compiles a C program to compare every offset)
+# ----------------------------------------------------------------------------------------------
+
+class _StrFields(ctypes.Structure):
+    """A Structure with helpers for its NUL-terminated char[] fields."""
+
+    def set_str(self, field, value):
+        """Sets char[] field `field` to `value` (str, UTF-8 encoded, or bytes). Raises
+        ValueError when it does not fit with its NUL terminator."""
+        raw = value.encode() if isinstance(value, str) else bytes(value)
+        ftype = dict(self._fields_).get(field)
+        if ftype is None or getattr(ftype, "_type_", None) is not ctypes.c_char:
+            raise AttributeError(f"{type(self).__name__} has no char[] field {field!r}")
+        cap = ctypes.sizeof(ftype)
+        if b"\0" in raw or len(raw) >= cap:
+            raise ValueError(f"{field}: {len(raw)} bytes do not fit in char[{cap}] "
+                             f"(with the terminating NUL), or contain a NUL")
+        setattr(self, field, raw)
+
+    def get_str(self, field):
+        """The char[] field `field` decoded as UTF-8 (errors replaced)."""
+        return getattr(self, field).decode(errors="replace")
+
+
+class Config(_StrFields):
+    """ftrt_config (include/ftrt.h), field for field. Fill it with Config.from_env() (which
+    calls ftrt_config_init() with ctypes.sizeof(Config)), then override fields; string fields
+    with cfg.set_str("ckpt_dir", path). Units are those of the header: *_ms milliseconds,
+    *_s seconds, *_kb KiB, *_mb MiB, peak_flops FLOP/s."""
+
+    _fields_ = [
+        ("size", ctypes.c_uint32),
+        ("version", ctypes.c_uint32),
+        ("spares", ctypes.c_int),
+        ("heartbeat_ms", ctypes.c_int),
+        ("heartbeat_timeout_ms", ctypes.c_int),
+        ("init_timeout_ms", ctypes.c_int),
+        ("ckpt_keep", ctypes.c_int),
+        ("log_level", ctypes.c_int),
+        ("ckpt_dir", ctypes.c_char * 1024),
+        ("status_file", ctypes.c_char * 1024),
+        ("report_file", ctypes.c_char * 1024),
+        ("fault_log", ctypes.c_char * 1024),
+        ("coord_addr", ctypes.c_char * 256),
+        ("progress_timeout_ms", ctypes.c_int),
+        ("straggler_ratio", ctypes.c_double),
+        ("debug_recovery_delay_ms", ctypes.c_int),
+        ("peak_flops", ctypes.c_double),
+        ("mtbf_s", ctypes.c_double),
+        ("metrics_file", ctypes.c_char * 1024),
+        ("progress", ctypes.c_int),
+        ("timeline_max", ctypes.c_int),
+        ("ckpt_qd", ctypes.c_int),
+        ("ckpt_chunk_kb", ctypes.c_int),
+        ("ckpt_staging_mb", ctypes.c_int),
+        ("ckpt_policy", ctypes.c_int),
+        ("ckpt_direct", ctypes.c_int),
+        ("debug_ckpt_write_delay_ms", ctypes.c_int),
+    ]
+
+    @classmethod
+    def from_env(cls, strict=False):
+        """Defaults, then the FTRT_* environment (ftrt_config_init()).
+
+        A bad environment value (FTRT_ECONFIG) keeps that field's default; it is raised as
+        FtrtConfigError when `strict`, else reported with warnings.warn (the library's log
+        names the variable). Raises FtrtInvalid when the library's ftrt_config is larger than
+        this mirror (the binding is older than the library)."""
+        cfg = cls()
+        rc = lib().ftrt_config_init(ctypes.byref(cfg), ctypes.sizeof(cfg))
+        if rc == ECONFIG and not strict:
+            import warnings
+            warnings.warn(f"ftrt_config_init: {strerror(rc)} ({err_name(rc)}); the defaults are "
+                          f"kept for those variables", RuntimeWarning, stacklevel=2)
+        elif rc < 0:
+            raise error_for(rc, "ftrt_config_init")
+        return cfg
+
+
+class BucketConfig(ctypes.Structure):
+    """ftrt_bucket_config: bucket_bytes / first_bucket_bytes in bytes (defaults 25 MiB / 1 MiB,
+    DDP's), reverse (1: gradients become ready from the last tensor to the first), average (1:
+    the mean over the trainers, 0: the sum). Fill it with BucketConfig.defaults()."""
+
+    _fields_ = [
+        ("size", ctypes.c_uint32),
+        ("version", ctypes.c_uint32),
+        ("bucket_bytes", ctypes.c_size_t),
+        ("first_bucket_bytes", ctypes.c_size_t),
+        ("reverse", ctypes.c_int),
+        ("average", ctypes.c_int),
+    ]
+
+    @classmethod
+    def defaults(cls):
+        """ftrt_bucket_config_init() with ctypes.sizeof(BucketConfig). Raises FtrtInvalid when
+        the library's struct is larger than this mirror."""
+        cfg = cls()
+        check(lib().ftrt_bucket_config_init(ctypes.byref(cfg), ctypes.sizeof(cfg)),
+              "ftrt_bucket_config_init")
+        return cfg
+
+
+class CkptStats(ctypes.Structure):
+    """ftrt_ckpt_stats (ftrt_checkpoint_stats()): counters, seconds (*_s) and bytes."""
+
+    _fields_ = [
+        ("size", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("started", ctypes.c_int64),
+        ("skipped", ctypes.c_int64),
+        ("persisted", ctypes.c_int64),
+        ("failed", ctypes.c_int64),
+        ("abandoned", ctypes.c_int64),
+        ("committed", ctypes.c_int64),
+        ("last_committed_step", ctypes.c_int64),
+        ("stall_s", ctypes.c_double),
+        ("last_stall_s", ctypes.c_double),
+        ("last_snapshot_s", ctypes.c_double),
+        ("last_persist_s", ctypes.c_double),
+        ("last_write_s", ctypes.c_double),
+        ("last_bytes", ctypes.c_uint64),
+        ("staging_bytes", ctypes.c_uint64),
+        ("staging_slots", ctypes.c_int32),
+        ("pad", ctypes.c_int32),
+        ("last_restore_s", ctypes.c_double),
+        ("last_restore_bytes", ctypes.c_uint64),
+    ]
+
+    def as_dict(self):
+        """The fields as a dict (without size and pad)."""
+        return {n: getattr(self, n) for n, _ in self._fields_ if n not in ("size", "pad")}
+
+
+# ----------------------------------------------------------------------------------------------
+# Prototypes: every FTRT_API function of ftrt.h (checked against the header by the tests)
+# ----------------------------------------------------------------------------------------------
+
+_c_int, _c_size, _c_i64, _c_dbl = ctypes.c_int, ctypes.c_size_t, ctypes.c_int64, ctypes.c_double
+_vp = ctypes.c_void_p                      # opaque handles (ftrt_ctx*, ftrt_request*, ...)
+_pvp = ctypes.POINTER(ctypes.c_void_p)     # handle out-parameters (ftrt_ctx **, ...)
+_pi64 = ctypes.POINTER(ctypes.c_int64)
+
+PROTOTYPES = {
+    "ftrt_strerror": (ctypes.c_char_p, [_c_int]),
+    "ftrt_err_name": (ctypes.c_char_p, [_c_int]),
+    "ftrt_config_init": (_c_int, [ctypes.POINTER(Config), _c_size]),
+    "ftrt_init": (_c_int, [ctypes.POINTER(Config), _pvp]),
+    "ftrt_finalize": (_c_int, [_vp]),
+    "ftrt_rank": (_c_int, [_vp]),
+    "ftrt_size": (_c_int, [_vp]),
+    "ftrt_world_rank": (_c_int, [_vp]),
+    "ftrt_epoch": (_c_int, [_vp]),
+    "ftrt_register": (_c_int, [_vp, ctypes.c_char_p, _vp, _c_size, ctypes.c_uint]),
+    "ftrt_unregister": (_c_int, [_vp, ctypes.c_char_p]),
+    "ftrt_restore": (_c_int, [_vp, _pi64]),
+    "ftrt_checkpoint_start": (_c_int, [_vp, _c_i64]),
+    "ftrt_checkpoint_wait_snapshot": (_c_int, [_vp]),
+    "ftrt_checkpoint": (_c_int, [_vp, _c_i64]),
+    "ftrt_checkpoint_wait_commit": (_c_int, [_vp, _c_i64, _c_int]),
+    "ftrt_checkpoint_stats": (_c_int, [_vp, ctypes.POINTER(CkptStats), _c_size]),
+    "ftrt_allreduce": (_c_int, [_vp, _vp, _c_size, _c_int, _c_int]),
+    "ftrt_allreduce_start": (_c_int, [_vp, _vp, _c_size, _c_int, _c_int, _pvp]),
+    "ftrt_request_test": (_c_int, [_vp]),
+    "ftrt_request_wait": (_c_int, [_vp]),
+    "ftrt_request_free": (_c_int, [_vp]),
+    "ftrt_bucket_config_init": (_c_int, [ctypes.POINTER(BucketConfig), _c_size]),
+    "ftrt_bucketer_create": (_c_int, [_vp, ctypes.POINTER(ctypes.c_size_t), _c_int, _c_int,
+                                      ctypes.POINTER(BucketConfig), _pvp]),
+    "ftrt_bucketer_ready": (_c_int, [_vp, _c_int, _vp]),
+    "ftrt_bucketer_wait_all": (_c_int, [_vp]),
+    "ftrt_bucketer_reset": (_c_int, [_vp]),
+    "ftrt_bucketer_buckets": (_c_int, [_vp]),
+    "ftrt_bucketer_bucket_of": (_c_int, [_vp, _c_int]),
+    "ftrt_bucketer_free": (_c_int, [_vp]),
+    "ftrt_step_done": (_c_int, [_vp, _c_i64]),
+    "ftrt_set_job_info": (_c_int, [_vp, _c_i64, _c_dbl, _c_dbl]),
+    "ftrt_recover": (_c_int, [_vp, _pi64]),
+}
+
+# include/ftrt_gpu.h: present only in libftrt_gpu (cudaStream_t is a pointer). Declared when
+# the loaded library has them; the PyTorch helpers do not use them yet (see pytorch.py).
+GPU_PROTOTYPES = {
+    "ftrt_gpu_create": (_c_int, [_vp, _c_int, _pvp]),
+    "ftrt_gpu_free": (_c_int, [_vp]),
+    "ftrt_gpu_stream": (_vp, [_vp]),
+    "ftrt_gpu_allreduce_start": (_c_int, [_vp, _vp, _c_size, _c_int, _c_int, _vp, _pvp]),
+    "ftrt_gpu_request_order": (_c_int, [_vp, _vp]),
+    "ftrt_gpu_bucketer_create": (_c_int, [_vp, ctypes.POINTER(ctypes.c_size_t), _c_int, _c_int,
+                                          ctypes.POINTER(BucketConfig), _pvp]),
+    "ftrt_gpu_bucketer_ready": (_c_int, [_vp, _c_int, _vp, _vp]),
+    "ftrt_gpu_bucketer_order": (_c_int, [_vp, _vp]),
+}
+
+# ----------------------------------------------------------------------------------------------
+# Loading
+# ----------------------------------------------------------------------------------------------
+
+_lock = threading.Lock()
+_lib = None
+_lib_path = None
+_mpi = None
+
+
+def _candidates():
+    env = os.environ.get("FTRT_LIB")
+    if env:
+        return [env], True
+    here = os.path.dirname(os.path.abspath(__file__))
+    repo = os.path.normpath(os.path.join(here, "..", "..", ".."))
+    out = [os.path.join(repo, "build", "libftrt.so")]
+    found = ctypes.util.find_library("ftrt")
+    if found:
+        out.append(found)
+    return out, False
+
+
+def _load_mpi():
+    """Loads libmpi with RTLD_GLOBAL (see the module docstring). FTRT_LIBMPI overrides the
+    name. A missing libmpi is left to libftrt's own loading to report."""
+    global _mpi
+    if _mpi is not None:
+        return
+    names = [os.environ["FTRT_LIBMPI"]] if os.environ.get("FTRT_LIBMPI") else []
+    names += ["libmpi.so.40", "libmpi.so"]
+    found = ctypes.util.find_library("mpi")
+    if found:
+        names.append(found)
+    for name in names:
+        try:
+            _mpi = ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
+            return
+        except OSError:
+            continue
+
+
+def _declare(so):
+    for name, (res, args) in PROTOTYPES.items():
+        fn = getattr(so, name)  # AttributeError: the library lacks a function of ftrt.h
+        fn.restype, fn.argtypes = res, args
+    for name, (res, args) in GPU_PROTOTYPES.items():
+        fn = getattr(so, name, None)
+        if fn is not None:
+            fn.restype, fn.argtypes = res, args
+
+
+def load(path=None):
+    """Loads libftrt once per process and returns the ctypes.CDLL with every prototype
+    declared. `path` (or FTRT_LIB) names the library; else build/libftrt.so of this source
+    tree; else find_library("ftrt"). Raises OSError naming what was tried, or AttributeError
+    when the library lacks a function of ftrt.h (an older libftrt). Thread-safe."""
+    global _lib, _lib_path
+    with _lock:
+        if _lib is not None:
+            if path and os.path.realpath(path) != os.path.realpath(_lib_path):
+                raise OSError(f"libftrt is already loaded from {_lib_path}; cannot load {path}")
+            return _lib
+        cands, explicit = ([path], True) if path else _candidates()
+        _load_mpi()
+        errors = []
+        for cand in cands:
+            if not explicit and os.sep in cand and not os.path.exists(cand):
+                errors.append(f"{cand}: not found")
+                continue
+            try:
+                so = ctypes.CDLL(cand, mode=ctypes.RTLD_GLOBAL)
+            except OSError as e:
+                errors.append(f"{cand}: {e}")
+                continue
+            _declare(so)
+            _lib, _lib_path = so, cand
+            return so
+        raise OSError("cannot load libftrt (set FTRT_LIB to the path of libftrt.so): "
+                      + "; ".join(errors or ["nothing to try"]))
+
+
+def lib():
+    """The loaded library (load() on first use)."""
+    return _lib if _lib is not None else load()
+
+
+def lib_path():
+    """The path the library was loaded from (loads it on first use)."""
+    lib()
+    return _lib_path
+
+
+def has_gpu_plane():
+    """True when the loaded library is libftrt_gpu (has the ftrt_gpu.h functions)."""
+    return getattr(lib(), "ftrt_gpu_create", None) is not None
+
+
+def strerror(code):
+    """ftrt_strerror(code): the message of any return code (str)."""
+    return lib().ftrt_strerror(int(code)).decode(errors="replace")
+
+
+def err_name(code):
+    """ftrt_err_name(code): "FTRT_ERECOVER", "ENOSPC", "OK", ..., or "UNKNOWN"."""
+    return lib().ftrt_err_name(int(code)).decode(errors="replace")
+
+
+def check(rc, call=None):
+    """Returns rc when it is >= 0, else raises error_for(rc, call)."""
+    if rc < 0:
+        raise error_for(rc, call)
+    return rc
