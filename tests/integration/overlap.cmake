@@ -1,0 +1,17 @@
+# Overlapped collectives under real mpirun jobs with killed trainers (overlap_itest.py), included
+# from tests/integration/CMakeLists.txt.
+add_executable(overlap_job ${CMAKE_CURRENT_LIST_DIR}/overlap_job.c)
+target_link_libraries(overlap_job PRIVATE ftrt::ftrt m)
+if(CMAKE_C_COMPILER_ID MATCHES "GNU|Clang")
+  target_compile_options(overlap_job PRIVATE -ffp-contract=off) # bitwise-reproducible float math
+endif()
+set(OVERLAP_ITEST ${FTRT_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/overlap_itest.py
+    --bin $<TARGET_FILE:overlap_job> --work ${CMAKE_CURRENT_BINARY_DIR}/overlap)
+add_test(NAME overlap.reference COMMAND ${OVERLAP_ITEST} reference)
+set_tests_properties(overlap.reference PROPERTIES FIXTURES_SETUP ftrt_overlap_reference)
+foreach(case IN ITEMS inline kill kill0)
+  add_test(NAME overlap.${case} COMMAND ${OVERLAP_ITEST} ${case})
+  set_tests_properties(overlap.${case} PROPERTIES FIXTURES_REQUIRED ftrt_overlap_reference)
+endforeach()
+set_tests_properties(overlap.reference overlap.inline overlap.kill overlap.kill0 PROPERTIES
+  TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS mpi RUN_SERIAL TRUE)

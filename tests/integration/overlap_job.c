@@ -1,0 +1,160 @@
+/*
+ * overlap_job.c - a deterministic synthetic training job on the overlapped data plane, for the
+ * MPI integration tests (overlap_itest.py): several parameter tensors of very different sizes,
+ * a "backward pass" that produces their gradients last tensor first and marks each ready in a
+ * bucketer (small buckets, so a step has several in flight), the mean applied as SGD, and every
+ * few steps a raw ftrt_allreduce_start of a statistics vector folded into the parameters. The
+ * gradients mix magnitudes so that a different summation order would change the last bits: the
+ * final parameters are byte-identical across runs only if every reduction is.
+ *
+ * Usage: overlap_job --steps N --ckpt-dir D [--params-out F] [--step-sleep-ms M]
+ *                    [--ckpt-every K]
+ * Logical rank 0 writes the final parameters (raw float32, tensor after tensor) to F and prints
+ * their FNV-1a hash.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ftrt.h"
+
+#define T 7
+static const size_t counts[T] = {1000, 1, 250000, 77, 40000, 3, 120000};
+
+static void sleep_ms(double ms)
+{
+    if (ms <= 0) return;
+    long ns = (long)(ms * 1e6);
+    struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
+    nanosleep(&ts, NULL);
+}
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
+    return h;
+}
+
+int main(int argc, char **argv)
+{
+    int64_t steps = 60, ckpt_every = 20;
+    double sleep = 0;
+    const char *out = NULL, *dir = "overlap-ckpt";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--steps")) steps = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--ckpt-dir")) dir = argv[i + 1];
+        else if (!strcmp(argv[i], "--params-out")) out = argv[i + 1];
+        else if (!strcmp(argv[i], "--step-sleep-ms")) sleep = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--ckpt-every")) ckpt_every = atoll(argv[i + 1]);
+        else {
+            fprintf(stderr, "overlap_job: unknown flag %s\n", argv[i]);
+            return 2;
+        }
+    }
+    ftrt_config cfg;
+    ftrt_config_init(&cfg, sizeof cfg);
+    snprintf(cfg.ckpt_dir, sizeof cfg.ckpt_dir, "%s", dir);
+    ftrt_ctx *ctx;
+    int rc = ftrt_init(&cfg, &ctx);
+    if (rc == FTRT_DONE) return ftrt_finalize(ctx), 0;
+    if (rc < 0) {
+        fprintf(stderr, "overlap_job: ftrt_init: %s\n", ftrt_strerror(rc));
+        if (ctx) ftrt_finalize(ctx);
+        return 1;
+    }
+    float *w[T], *g[T];
+    char name[32];
+    for (int j = 0; j < T; j++) {
+        w[j] = malloc(counts[j] * sizeof(float));
+        g[j] = malloc(counts[j] * sizeof(float));
+        for (size_t k = 0; k < counts[j]; k++)
+            w[j][k] = (float)((k * 2654435761u + (size_t)j * 97u) % 1000u) * 1e-3f - 0.5f;
+        snprintf(name, sizeof name, "w%d", j);
+        if ((rc = ftrt_register(ctx, name, w[j], counts[j] * sizeof(float),
+                                FTRT_REGION_REPLICATED)) < 0)
+            goto fail;
+    }
+    ftrt_bucket_config bc;
+    ftrt_bucket_config_init(&bc, sizeof bc);
+    bc.first_bucket_bytes = 4096;
+    bc.bucket_bytes = 256 * 1024;
+    ftrt_bucketer *b;
+    if ((rc = ftrt_bucketer_create(ctx, counts, T, FTRT_FLOAT32, &bc, &b)) != 0) goto fail;
+    int64_t step = 0;
+    if ((rc = ftrt_restore(ctx, &step)) < 0) goto fail;
+    if (ftrt_rank(ctx) == 0 && ftrt_epoch(ctx) == 0)
+        printf("overlap_job: %d trainers, %d tensors in %d buckets, %lld steps\n", ftrt_size(ctx),
+               T, ftrt_bucketer_buckets(b), (long long)steps);
+    while (step < steps) {
+        int r = ftrt_rank(ctx);
+        /* backward: gradients of the last tensor first, each marked ready at once */
+        for (int j = T - 1; j >= 0; j--) {
+            for (size_t k = 0; k < counts[j]; k++) {
+                float x = w[j][k] * 1.3f + (float)step * 0.01f + (float)r * 0.7f;
+                g[j][k] = sinf(x) * (float)(1 + (k % 13) * (k % 7)) * 1e-3f;
+            }
+            rc = ftrt_bucketer_ready(b, j, g[j]);
+            if (rc == FTRT_ERECOVER) break;
+            if (rc) goto fail;
+            sleep_ms(sleep / T);
+        }
+        if (rc == FTRT_ERECOVER) ftrt_bucketer_reset(b); /* the backward was cut short */
+        else rc = ftrt_bucketer_wait_all(b);
+        float stats[8] = {0};
+        ftrt_request *req = NULL;
+        if (!rc && step % 5 == 4) { /* a raw overlapped allreduce, waited after the update */
+            for (int j = 0; j < T; j++) stats[j] = g[j][0] * (float)(r + 1);
+            rc = ftrt_allreduce_start(ctx, stats, 8, FTRT_FLOAT32, FTRT_SUM, &req);
+        }
+        if (!rc)
+            for (int j = 0; j < T; j++)
+                for (size_t k = 0; k < counts[j]; k++) w[j][k] -= 0.5f * g[j][k];
+        if (!rc && req) {
+            rc = ftrt_request_wait(req);
+            if (!rc)
+                for (int j = 0; j < T; j++) w[j][0] += 1e-3f * stats[j];
+        }
+        ftrt_request_free(req);
+        if (rc == FTRT_ERECOVER) {
+            if ((rc = ftrt_recover(ctx, &step)) != 0) goto fail;
+            continue;
+        }
+        if (rc) goto fail;
+        ftrt_step_done(ctx, step++);
+        if (ckpt_every > 0 && step % ckpt_every == 0) {
+            rc = ftrt_checkpoint(ctx, step);
+            if (rc == FTRT_ERECOVER) {
+                if ((rc = ftrt_recover(ctx, &step)) != 0) goto fail;
+            } else if (rc && rc != FTRT_SKIPPED) {
+                fprintf(stderr, "overlap_job: checkpoint at step %lld: %s\n", (long long)step,
+                        ftrt_strerror(rc));
+            }
+        }
+    }
+    if (ftrt_rank(ctx) == 0) {
+        uint64_t h = 1469598103934665603ull;
+        FILE *f = out ? fopen(out, "wb") : NULL;
+        for (int j = 0; j < T; j++) {
+            h = fnv1a(h, w[j], counts[j] * sizeof(float));
+            if (f) fwrite(w[j], sizeof(float), counts[j], f);
+        }
+        if (f) fclose(f);
+        printf("overlap_job: done, params fnv1a64 %016llx\n", (unsigned long long)h);
+    }
+    ftrt_bucketer_free(b);
+    for (int j = 0; j < T; j++) {
+        free(w[j]);
+        free(g[j]);
+    }
+    ftrt_finalize(ctx);
+    return 0;
+fail:
+    fprintf(stderr, "overlap_job (logical rank %d): %s\n", ftrt_rank(ctx), ftrt_strerror(rc));
+    ftrt_finalize(ctx);
+    return 1;
+}
