@@ -764,6 +764,9 @@ static int run_trainer(ftrt_ctx *ctx, const options *o, const digits *train, con
         }
 
         const float denom = (float)(o->batch * (size_t)size);
+        /* A checkpoint started after the previous step copied params and momentum while this
+         * step's gradients were computed; the update must wait until that copy is done. */
+        ftrt_checkpoint_wait_snapshot(ctx);
         sgd_momentum(params, mom, grad, n, denom, o->lr, o->momentum);
         last_loss = grad[n] / denom;
         rc = ftrt_step_done(ctx, step);
@@ -779,7 +782,10 @@ static int run_trainer(ftrt_ctx *ctx, const options *o, const digits *train, con
         }
 
         if (o->ckpt_every > 0 && step % o->ckpt_every == 0) {
-            rc = ftrt_checkpoint(ctx, step);
+            /* Asynchronous: the snapshot overlaps the next step's forward and backward pass
+             * (ftrt_checkpoint_wait_snapshot() above); the write and the commit run in the
+             * background. A failed write is reported by the coordinator. */
+            rc = ftrt_checkpoint_start(ctx, step);
             if (rc == FTRT_ERECOVER) {
                 rc = recover_until_done(ctx, &step);
                 if (rc != 0) {
@@ -819,6 +825,7 @@ static int run_trainer(ftrt_ctx *ctx, const options *o, const digits *train, con
     }
 
 out:
+    ftrt_checkpoint_wait_snapshot(ctx); /* no snapshot may still read params when they go */
     mlp_work_free(&w);
     free(idx);
     free(grad);
