@@ -371,12 +371,134 @@ def case_nospare(args):
     expect_identical(job2, args)
 
 
+# Checkpoint engine cases. A bigger model (12 MB of state, 3 MB shards) written slowly
+# (256 KiB requests, 100 ms after each: >= 1.2 s per shard) so that a kill lands mid-write.
+CKPT_ARGS = ["--steps", "60", "--batch", "8", "--hidden", "20000", "--ckpt-every", "20",
+             "--step-sleep-ms", "5"]
+CKPT_ENV = {"FTRT_CKPT_CHUNK_KB": "256", "FTRT_DEBUG_CKPT_WRITE_DELAY_MS": "100"}
+
+
+def ckpt_job(args, name, np_=5, spares=0, fresh=True):
+    job = Job(args, name, np_=np_, spares=spares, fresh=fresh)
+    job.cmd += CKPT_ARGS
+    job.env.update(CKPT_ENV)
+    return job
+
+
+def ckpt_reference(args):
+    """Final parameters of a fault-free run with CKPT_ARGS (cached)."""
+    path = os.path.join(args.work, "ckpt-reference.params")
+    if not os.path.exists(path):
+        job = ckpt_job(args, "ckpt-reference").start()
+        rc = job.wait(240)
+        check(rc == 0, f"fault-free run of the bigger model exits 0 (got {rc})")
+        rep = load_report(job)
+        check(rep["checkpoints"]["committed"] == 3, "its 3 checkpoints committed")
+        shutil.copyfile(job.params, path)
+    return path
+
+
+def read_latest(job):
+    try:
+        with open(os.path.join(job.ckpt, "LATEST")) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def case_ckptkill(args):
+    """A trainer SIGKILLed while its shard is being written (no spare: the job fails) leaves
+    the previous checkpoint committed: LATEST still names it, the step being written has no
+    MANIFEST, and a relaunch resumes from it and ends byte-identical to a fault-free run."""
+    ref = ckpt_reference(args)
+    job = ckpt_job(args, "ckptkill").start()
+    deadline = time.monotonic() + 120
+    while read_latest(job) != "step-20":
+        if time.monotonic() > deadline or job.proc.poll() is not None:
+            raise Fail("step 20 was never committed")
+        time.sleep(0.01)
+    step40 = os.path.join(job.ckpt, "step-40")
+    while not (os.path.isdir(step40) and
+               any(n.endswith(".ftrt.tmp") for n in os.listdir(step40))):
+        if time.monotonic() > deadline or job.proc.poll() is not None:
+            raise Fail("the write of step 40 was never seen in flight")
+        time.sleep(0.005)
+    st = job.status_json()
+    victim = trainer(st, 1)
+    job.inject(signal.SIGKILL, victim, "sigkill-during-write")
+    partial = sorted(os.listdir(step40))
+    check(not os.path.exists(os.path.join(step40, "MANIFEST")),
+          f"the kill landed during the write of step 40 (files then: {partial})")
+    rc = job.wait(60)
+    check(rc != 0, f"the job (no spare) exits non-zero (got {rc})")
+    check(read_latest(job) == "step-20", f"LATEST still names step-20 ({read_latest(job)})")
+    check(not os.path.exists(os.path.join(step40, "MANIFEST")), "step 40 was never committed")
+    rep = load_report(job)
+    check(rep["checkpoints"]["last_committed_step"] == 20, "the report's last committed step is 20")
+    job2 = ckpt_job(args, "ckptkill", fresh=False).start()
+    rc = job2.wait(240)
+    check(rc == 0 and "resumed at step 20" in job2.out,
+          "a relaunch restores step 20 (every CRC verified) and finishes")
+    check(same_bytes(job2.params, ref), "final parameters are byte-identical to the fault-free run")
+
+
+def case_ckptenospc(args):
+    """The checkpoint file system fills up (a tmpfs filled by a filler file for 1.5 s): the
+    checkpoints of that time fail cleanly, training goes on, later checkpoints commit, the
+    report counts the failures, and the last checkpoint restores."""
+    need_reference(args)
+    job = Job(args, "ckptenospc")
+    os.makedirs(job.ckpt, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", job.ckpt],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"cannot mount a tmpfs ({r.stderr.strip()}): skipping")
+        raise SystemExit(77)
+    try:
+        job.status = os.path.join(job.dir, "status.json")  # not on the full file system
+        job.env["FTRT_STATUS_FILE"] = job.status
+        job.cmd = mpirun_cmd(args.bin, 6, ["--ckpt-dir", job.ckpt, "--params-out", job.params,
+                                           "--report", job.report], job.status)
+        job.start()
+        job.wait_status(lambda s: s["last_committed_step"] >= 25)
+        filler = os.path.join(job.ckpt, "filler")
+        with open(filler, "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * (1 << 20))
+                    f.flush()
+            except OSError:
+                pass
+        print("  the checkpoint file system is full", flush=True)
+        time.sleep(1.5)
+        os.unlink(filler)
+        rc = job.wait(180)
+        check(rc == 0, f"training went on and the job finished (got {rc})")
+        rep = load_report(job)
+        ck = rep["checkpoints"]
+        check(ck["failed"] >= 1, f"the report counts the failed checkpoint(s) ({ck})")
+        check(ck["committed"] >= 2 and ck["last_committed_step"] == STEPS,
+              "later checkpoints committed, the last at the final step")
+        check("No space left on device" in job.out, "the failure names ENOSPC")
+        expect_identical(job, args)
+        job2 = Job(args, "ckptenospc", fresh=False)
+        job2.status = job.status
+        job2.env["FTRT_STATUS_FILE"] = job.status
+        job2.cmd = job.cmd
+        job2.start()
+        rc = job2.wait(120)
+        check(rc == 0 and f"resumed at step {STEPS}" in job2.out,
+              "a relaunch restores the last committed checkpoint")
+    finally:
+        subprocess.run(["umount", "-l", job.ckpt])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("case", choices=["reference", "kill", "kill2", "hang", "relaunch", "nospare", "stall",
-                                       "straggler", "intruder"])
+                                       "straggler", "intruder", "ckptkill", "ckptenospc"])
     args = ap.parse_args()
     if shutil.which("mpirun") is None:
         print("mpirun not found: skipping")
