@@ -1,0 +1,182 @@
+"""An MPI program that exercises the binding inside a real ftrt job (run by
+test_mpi_torch.py::test_binding_in_a_job under mpirun: 1 coordinator + N trainers, no spare).
+
+Every trainer checks the results of the collectives, the bucketer, checkpoints and the
+PyTorch GradAverager (against a manual mean of every rank's local gradient) and prints
+"rank R: PASS" at the end; any failed check raises, and the process exits 1."""
+import ctypes
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bindings", "python"))
+
+import numpy as np  # noqa: E402
+
+import ftrt  # noqa: E402
+
+U = 2.0 ** -24  # unit roundoff of float32
+
+
+def gamma(k):
+    return k * U / (1 - k * U)
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def collectives(ctx):
+    r, n = ctx.rank, ctx.size
+    a = np.full(1000, r + 1, dtype=np.float32)
+    ctx.allreduce(a)
+    check(np.all(a == n * (n + 1) / 2), "allreduce SUM float32")
+    b = np.array([r, -r, 10 * r], dtype=np.int64)
+    ctx.allreduce(b, op=ftrt.MAX)
+    check(list(b) == [n - 1, 0, 10 * (n - 1)], "allreduce MAX int64")
+    b[0] = r
+    ctx.allreduce(b.ctypes.data, count=1, dtype=ftrt.INT64, op=ftrt.MIN)
+    check(list(b) == [0, 0, 10 * (n - 1)], "allreduce MIN by address and count")
+    c = np.arange(5000, dtype=np.float64) * (r + 1)
+    with ctx.allreduce_start(c) as req:
+        req.wait()
+        check(req.test() is True, "request final after wait")
+    check(np.array_equal(c, np.arange(5000) * (n * (n + 1) / 2)), "allreduce_start float64")
+
+
+def bucketer(ctx):
+    r, n = ctx.rank, ctx.size
+    cfg = ftrt.BucketConfig.defaults()
+    cfg.first_bucket_bytes, cfg.bucket_bytes = 64, 256
+    counts = [10, 40, 3, 100, 7]
+    b = ctx.bucketer(counts, ftrt.FLOAT32, cfg)
+    # DDP's assignment, walked from the last tensor: bucket 0 = [4, 3] (28 + 400 B >= 64 B),
+    # bucket 1 = [2, 1, 0] (12 + 160 + 40 B, below 256 B, closed by the end).
+    check(b.buckets == 2, f"2 buckets, got {b.buckets}")
+    check([b.bucket_of(i) for i in range(5)] == [1, 1, 1, 0, 0], "bucket assignment")
+    for step in range(3):
+        ts = [np.full(c, (r + 1) * (step + 1) + i, dtype=np.float32) for i, c in enumerate(counts)]
+        for i in reversed(range(len(ts))):
+            b.ready(i, ts[i])
+        b.wait_all()
+        for i, t in enumerate(ts):
+            total = np.float32(sum((k + 1) * (step + 1) + i for k in range(n)))
+            want = np.float32(total * np.float32(1.0 / n))  # the sum times (float)(1/N)
+            check(np.all(t == want), f"bucketer mean, step {step} tensor {i}: {t[0]} != {want}")
+    ts = [np.zeros(c, dtype=np.float32) for c in counts]
+    b.ready(4, ts[4])
+    try:
+        b.ready(4, ts[4])
+        check(False, "second ready of a tensor accepted")
+    except ftrt.FtrtInvalid:
+        pass
+    try:
+        b.wait_all()
+        check(False, "wait_all with tensors not ready accepted")
+    except ftrt.FtrtState:
+        pass
+    b.reset()
+    b.free()
+    b.free()  # idempotent
+
+
+def checkpoints(ctx):
+    r = ctx.rank
+    state = np.arange(4096, dtype=np.float32) + 1000 * r
+    ctx.register("state", state, flags=ftrt.REGION_SHARDED)
+    restored, step = ctx.restore()
+    check((restored, step) == (False, 0), f"fresh start, got {(restored, step)}")
+    check(ctx.checkpoint(7) in (0, ftrt.SKIPPED), "checkpoint")
+    check(ctx.checkpoint_wait_commit(7, 30000) == 0, "checkpoint 7 committed")
+    st = ctx.checkpoint_stats()
+    check(st.committed >= 1 and st.last_committed_step == 7 and st.size == ctypes.sizeof(st),
+          f"checkpoint stats {st.as_dict()}")
+    try:
+        ctx.register("state", state)
+        check(False, "duplicate region name accepted")
+    except ftrt.FtrtInvalid:
+        pass
+    ctx.unregister("state")
+
+
+def grad_averager(ctx):
+    """GradAverager's result against a manual mean of every rank's local gradient."""
+    import torch
+    import ftrt.pytorch as ftp
+    torch.set_num_threads(1)
+    r, n = ctx.rank, ctx.size
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 32),
+                                torch.nn.Tanh(), torch.nn.Linear(32, 4))
+    unused = torch.nn.Parameter(torch.ones(3))  # gets no gradient: averaged as zeros
+    params = list(model.parameters()) + [unused]
+    avg = ftp.GradAverager(ctx, params, bucket_bytes=2048, first_bucket_bytes=512)
+    check(avg.buckets >= 3, f"several buckets ({avg.buckets})")
+    sizes = [p.numel() for p in params]
+    total = sum(sizes)
+    for step in range(4):
+        g = torch.Generator().manual_seed(1000 * step + r)
+        x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+        for p in params:
+            p.grad = None
+        if step == 3:  # gradient accumulation: two micro-batches, one averaging
+            with avg.no_sync():
+                (model(x[:4]) - y[:4]).square().mean().backward()
+            (model(x[4:]) - y[4:]).square().mean().backward()
+        else:
+            (model(x) - y).square().mean().backward()
+        # the local gradient of every rank, gathered exactly (x + 0 + ... = x) before averaging
+        local = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                           for p in params]).clone()
+        avg.wait()
+        got = torch.cat([p.grad.reshape(-1) for p in params]).numpy()
+        gather = np.zeros((n, total), dtype=np.float32)
+        gather[r] = local.numpy()
+        ctx.allreduce(gather)
+        exact = gather.astype(np.float64).mean(axis=0)
+        # N - 1 float32 additions in any order, then the rounding of (float)(1/N) and of the
+        # product: |result - mean| <= gamma(N + 1) * mean_i |g_i| (see README, "PyTorch")
+        bound = gamma(n + 1) * np.abs(gather.astype(np.float64)).mean(axis=0) + 2.0 ** -149
+        err = np.abs(got.astype(np.float64) - exact)
+        worst = int(np.argmax(err / bound))
+        check(np.all(err <= bound), f"step {step}: averaged gradient off the mean by "
+                                    f"{err[worst]:.3g} > bound {bound[worst]:.3g}")
+        check(np.all(got[-3:] == 0), "unused parameter averaged as zeros")
+        check(np.any(gather[0] != gather[-1]), "ranks had different local gradients")
+        # every trainer holds the same averaged gradient, bitwise
+        same = np.zeros((n, total), dtype=np.float32)
+        same[r] = got
+        ctx.allreduce(same)
+        check(all(np.array_equal(same[0], same[k]) for k in range(n)), "identical on all ranks")
+    avg.close()
+
+
+def main():
+    cfg = ftrt.Config.from_env()
+    if len(sys.argv) > 1:
+        cfg.set_str("ckpt_dir", sys.argv[1])
+    ctx = ftrt.init(cfg)
+    code = 0
+    try:
+        if ctx.is_trainer:
+            check(0 <= ctx.rank < ctx.size and ctx.epoch == 0 and ctx.world_rank == ctx.rank + 1,
+                  "identity")
+            collectives(ctx)
+            bucketer(ctx)
+            checkpoints(ctx)
+            if "--no-torch" not in sys.argv:
+                grad_averager(ctx)
+            print(f"rank {ctx.rank}: PASS", flush=True)
+    except Exception as e:  # report, then leave the job cleanly
+        import traceback
+        traceback.print_exc()
+        print(f"rank {ctx.rank if ctx.is_trainer else '-'}: FAIL: {e}", flush=True)
+        code = 1
+    finally:
+        ctx.finalize()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
