@@ -398,8 +398,7 @@ static int gpu_wait_raw(struct ftrt_request *base)
 static int gpu_wait(struct ftrt_request *base)
 {
     gpu_req *r = (gpu_req *)base;
-    if (r->result <= 0) return r->result;
-    ftrt__wait_begin(r->g->ctx);
+    ftrt__wait_begin(r->g->ctx); /* counted even when already final: every trainer alike */
     int rc = gpu_wait_raw(base);
     ftrt__wait_end(r->g->ctx, rc);
     return rc;

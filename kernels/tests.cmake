@@ -15,3 +15,10 @@ if(TARGET ftrt_gpu_internal) # with NCCL: libftrt_gpu's sources (the checkpoint 
   ftrt_gpu_unit(dev_snapshot ftrt_gpu_internal)
   ftrt_gpu_unit(nccl ftrt_gpu_internal)
 endif()
+# Without CUDA the tree must still configure, build and run the CPU plane (not in sanitizer
+# builds, like install.package).
+if(NOT FTRT_SANITIZE)
+  add_test(NAME build.nocuda COMMAND bash ${PROJECT_SOURCE_DIR}/kernels/check_nocuda.sh
+    ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/nocuda-check)
+  set_tests_properties(build.nocuda PROPERTIES TIMEOUT 600 LABELS unit)
+endif()

@@ -3,7 +3,7 @@
 #   1. a -Werror build, every test (cmocka units and real mpirun jobs with killed ranks);
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build, every test again;
 #   3. a ThreadSanitizer build of the tests where threads meet (the control-plane agent, the
-#      checkpoint engine).
+#      checkpoint engine, the progress thread of overlapped collectives).
 # Installs missing Debian packages first when run as root. Usage: tests/run.sh [ctest args]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,8 +28,9 @@ cmake --build build-asan -j"$jobs"
 if [ -f tests/unit/test_agent.c ]; then
   echo "== ThreadSanitizer build: tests where threads meet"
   cmake -S . -B build-tsan -DFTRT_WERROR=ON -DCMAKE_BUILD_TYPE=Debug -DFTRT_SANITIZE=thread >/dev/null
-  cmake --build build-tsan -j"$jobs" --target test_agent test_ckpt_engine
-  # The checkpoint engine: application, snapshot, persist and agent threads.
-  (cd build-tsan && ctest --output-on-failure -R '^unit\.(agent|ckpt_engine|ckpt_enospc)$')
+  cmake --build build-tsan -j"$jobs" --target test_agent test_ckpt_engine test_async
+  # The checkpoint engine: application, snapshot, persist and agent threads. The overlapped
+  # collectives' request engine: application and progress threads.
+  (cd build-tsan && ctest --output-on-failure -R '^unit\.(agent|ckpt_engine|ckpt_enospc|async)$')
 fi
 echo "== all tests passed"

@@ -15,3 +15,17 @@ foreach(case IN ITEMS inline kill kill0)
 endforeach()
 set_tests_properties(overlap.reference overlap.inline overlap.kill overlap.kill0 PROPERTIES
   TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS mpi RUN_SERIAL TRUE)
+# The same job linked with libftrt_gpu (CUDA runtime + NCCL inside): it must load and train on
+# the CPU plane where there is no GPU driver, byte-identical to the reference.
+if(TARGET ftrt_gpu)
+  add_executable(overlap_job_gpulib ${CMAKE_CURRENT_LIST_DIR}/overlap_job.c)
+  target_link_libraries(overlap_job_gpulib PRIVATE ftrt::ftrt_gpu m)
+  set_target_properties(overlap_job_gpulib PROPERTIES LINKER_LANGUAGE C)
+  if(CMAKE_C_COMPILER_ID MATCHES "GNU|Clang")
+    target_compile_options(overlap_job_gpulib PRIVATE -ffp-contract=off)
+  endif()
+  add_test(NAME overlap.gpulib COMMAND ${FTRT_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/overlap_itest.py
+    --bin $<TARGET_FILE:overlap_job_gpulib> --work ${CMAKE_CURRENT_BINARY_DIR}/overlap gpulib)
+  set_tests_properties(overlap.gpulib PROPERTIES FIXTURES_REQUIRED ftrt_overlap_reference
+    TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS mpi RUN_SERIAL TRUE)
+endif()

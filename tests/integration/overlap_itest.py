@@ -11,6 +11,9 @@ Cases:
   kill       SIGKILL of logical rank 2 while buckets are in flight: the spare takes over, the job
              finishes, the final parameters are byte-identical to the reference
   kill0      the same for logical rank 0 (the rank that writes the output)
+  gpulib     --bin linked with libftrt_gpu (CUDA runtime and NCCL inside): loads and trains on
+             the CPU plane, byte-identical to the reference (run where there is no GPU driver
+             it shows the GPU library does not need one)
 Exit 0 = pass, 1 = fail, 77 = skipped.
 """
 import argparse
@@ -157,7 +160,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("case", choices=["reference", "inline", "kill", "kill0"])
+    ap.add_argument("case", choices=["reference", "inline", "kill", "kill0", "gpulib"])
     args = ap.parse_args()
     if shutil.which("mpirun") is None:
         print("mpirun not found: skipping")
@@ -169,6 +172,10 @@ def main():
             case_reference(args)
         elif args.case == "inline":
             case_inline(args)
+        elif args.case == "gpulib":
+            job = run_clean(args, "gpulib")
+            check(same_bytes(job.params, ref_path(args)),
+                  "libftrt_gpu build: final parameters byte-identical to the reference")
         else:
             kill_case(args, 0 if args.case == "kill0" else 2)
     except Fail as e:
