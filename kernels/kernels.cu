@@ -121,6 +121,16 @@ __global__ void crc_kernel(char *dst, const char *src, size_t bytes, size_t chun
     crcs[id] = ~c;
 }
 
+__device__ unsigned long long busy_sink;
+
+__global__ void busy_kernel(long long cycles)
+{
+    long long t0 = clock64();
+    unsigned long long x = threadIdx.x;
+    while (clock64() - t0 < cycles) x = x * 6364136223846793005ull + 1442695040888963407ull;
+    if (x == 42) busy_sink = x; /* keeps the loop from being optimized away */
+}
+
 static unsigned blocks_for(size_t units)
 {
     size_t b = (units + THREADS - 1) / THREADS;
@@ -182,6 +192,13 @@ cudaError_t ftrt__kgpu_copy_crc32c_chunks(void *dst, const void *src, size_t byt
     size_t blocks = (nchunks + THREADS - 1) / THREADS;
     crc_kernel<<<(unsigned)blocks, THREADS, 0, stream>>>((char *)dst, (const char *)src, bytes,
                                                          chunk, crcs, nchunks);
+    return cudaGetLastError();
+}
+
+cudaError_t ftrt__kgpu_busy(long long cycles, int blocks, cudaStream_t stream)
+{
+    if (cycles <= 0 || blocks <= 0) return cudaSuccess;
+    busy_kernel<<<(unsigned)blocks, 32, 0, stream>>>(cycles);
     return cudaGetLastError();
 }
 

@@ -59,6 +59,10 @@ cudaError_t ftrt__kgpu_scale(void *buf, size_t count, int dtype, double scale,
 cudaError_t ftrt__kgpu_copy_crc32c_chunks(void *dst, const void *src, size_t bytes, size_t chunk,
                                           uint32_t *crcs, cudaStream_t stream);
 
+/* Synthetic compute for benchmarks: `blocks` blocks of one warp each spin for `cycles` SM clock
+ * cycles (clock64), leaving the rest of each SM free (bench/overlap_gpu_bench.c). */
+cudaError_t ftrt__kgpu_busy(long long cycles, int blocks, cudaStream_t stream);
+
 /* Number of usable CUDA devices: 0 without a GPU or without a driver (the CUDA runtime then
  * reports cudaErrorNoDevice / cudaErrorInsufficientDriver, which is cleared here). */
 int ftrt__kgpu_device_count(void);
