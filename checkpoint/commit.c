@@ -47,8 +47,9 @@ int ftrt__parse_step_name(const char *name, int64_t *step)
     uint64_t v = 0;
     for (; *p; p++) {
         if (*p < '0' || *p > '9') return 0;
-        v = v * 10 + (uint64_t)(*p - '0');
-        if (v > (uint64_t)INT64_MAX) return 0;
+        uint64_t d = (uint64_t)(*p - '0');
+        if (v > ((uint64_t)INT64_MAX - d) / 10) return 0; /* before it can wrap (fuzzing) */
+        v = v * 10 + d;
     }
     *step = (int64_t)v;
     return 1;
@@ -381,6 +382,17 @@ int ftrt__ckpt_commit(const char *dir, int64_t step, int nranks, int keep)
 
 /* ---- list -------------------------------------------------------------------------------- */
 
+int ftrt__latest_parse(const char *buf, size_t len, int64_t *step)
+{
+    /* "step-<S>" with an optional '\n', nothing else (no NUL bytes, no second line). */
+    char name[64];
+    if (len > 0 && buf[len - 1] == '\n') len--;
+    if (len == 0 || len >= sizeof name || memchr(buf, '\0', len) != NULL) return 0;
+    memcpy(name, buf, len);
+    name[len] = '\0';
+    return ftrt__parse_step_name(name, step);
+}
+
 /* Reads <dir>/LATEST. Returns 1 with *step set when it names a committed step, else 0 (a bad
  * or dangling LATEST is logged at warn; a missing one silently). */
 static int read_latest(const char *dir, int dfd, int64_t *step)
@@ -400,17 +412,13 @@ static int read_latest(const char *dir, int dfd, int64_t *step)
         ftrt_log_warn("checkpoint: cannot read %s/LATEST: %s: ignored", dir, strerror(errno));
         return 0;
     }
-    /* "step-<S>" with an optional '\n', nothing else (no NUL bytes, no second line). */
-    int bad = n == 0 || n == (ssize_t)sizeof buf - 1 || memchr(buf, '\0', (size_t)n) != NULL;
-    buf[n] = '\0';
-    if (n > 0 && buf[n - 1] == '\n') buf[n - 1] = '\0';
-    if (bad || !ftrt__parse_step_name(buf, step)) {
+    if (n == (ssize_t)sizeof buf - 1 || !ftrt__latest_parse(buf, (size_t)n, step)) {
         ftrt_log_warn("checkpoint: %s/LATEST is garbage: ignored", dir);
         return 0;
     }
     if (!is_committed(dfd, *step)) {
-        ftrt_log_warn("checkpoint: %s/LATEST points to missing step %s (no MANIFEST): ignored",
-                      dir, buf);
+        ftrt_log_warn("checkpoint: %s/LATEST points to step-%lld, which has no MANIFEST: "
+                      "ignored", dir, (long long)*step);
         return 0;
     }
     return 1;

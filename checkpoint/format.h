@@ -244,6 +244,11 @@ int ftrt__path(char *buf, size_t cap, const char *fmt, ...) __attribute__((forma
  * except "step-0", S <= INT64_MAX). Returns 1 with *step set, or 0. */
 int ftrt__parse_step_name(const char *name, int64_t *step);
 
+/* Parses the contents of a LATEST file, buf[0..len): "step-<S>" (canonical, see above) with an
+ * optional trailing newline and nothing else. Returns 1 with *step set, or 0 (garbage). Robust
+ * against arbitrary bytes (fuzz entry point). */
+int ftrt__latest_parse(const char *buf, size_t len, int64_t *step);
+
 /* fsyncs the directory at path. Returns 0 or -errno. */
 int ftrt__fsync_dir(const char *path);
 

@@ -506,6 +506,7 @@ static void test_latest_garbage(void **st)
     assert_int_equal(steps[2], 1);
     static const char *garbage[] = {"garbage", "", "step-", "step-x\n", "step-2\nstep-1\n",
                                     "step-02\n", "step-99\n", "step-99999999999999999999\n",
+                                    "step-39999999999999999999\n" /* wraps 2^64 to 3.1e18 */,
                                     "\x01\x02\x03"};
     for (size_t i = 0; i < sizeof garbage / sizeof garbage[0]; i++) {
         write_text(latest, garbage[i]);

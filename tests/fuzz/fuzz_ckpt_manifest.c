@@ -1,0 +1,100 @@
+/*
+ * fuzz_ckpt_manifest.c - libFuzzer target for the MANIFEST parser (checkpoint/restore.c) and
+ * the LATEST parser (checkpoint/commit.c). The first byte picks the parser and the step the
+ * MANIFEST must name; the rest is the file's contents. Neither may crash or read outside the
+ * buffer; an accepted MANIFEST names every rank exactly once with a size of at least a header;
+ * an accepted LATEST is canonical (printing the step gives back the same text).
+ *
+ * Built like fuzz_ckpt_shard.c: libFuzzer (bench/fuzz_ckpt.sh) or -DFTRT_FUZZ_REPLAY (ctest).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint/ckpt.h"
+#include "checkpoint/format.h"
+#include "ftrt.h"
+
+#ifdef FTRT_FUZZ_STANDALONE
+/* The libFuzzer build links only checkpoint/ and the logger: the clock comes from here. */
+#include <time.h>
+double ftrt__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+#endif
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1) return 0;
+    unsigned sel = data[0];
+    data++;
+    size--;
+    char *buf = malloc(size ? size : 1);
+    if (!buf) return 0;
+    memcpy(buf, data, size);
+    if (sel & 1) {
+        int64_t step = -1;
+        int ok = ftrt__latest_parse(buf, size, &step);
+        if (ok) {
+            char again[64];
+            int n = snprintf(again, sizeof again, "step-%" PRId64, step);
+            size_t len = size && buf[size - 1] == '\n' ? size - 1 : size;
+            if (step < 0 || (size_t)n != len || memcmp(again, buf, len) != 0) abort();
+        }
+    } else {
+        int64_t step = (int64_t)(sel >> 1) - 1; /* -1 .. 126 */
+        ftrt__manifest m;
+        const char *why = NULL;
+        int rc = ftrt__manifest_parse(buf, size, step, &m, &why);
+        if (rc == 0) {
+            if (m.nranks < 1 || !m.bytes || !m.hcrc) abort();
+            for (int r = 0; r < m.nranks; r++)
+                if (m.bytes[r] < FTRT__SHARD_HDR_BYTES) abort();
+            ftrt__manifest_free(&m);
+        } else if (rc == FTRT_ECORRUPT) {
+            if (!why || m.bytes || m.hcrc) abort();
+        } else if (rc != -ENOMEM) {
+            abort();
+        }
+    }
+    free(buf);
+    return 0;
+}
+
+#ifdef FTRT_FUZZ_REPLAY
+int main(int argc, char **argv)
+{
+    int files = 0;
+    static uint8_t buf[1 << 20];
+    for (int i = 1; i < argc; i++) {
+        DIR *d = opendir(argv[i]);
+        if (!d) {
+            fprintf(stderr, "cannot open corpus directory %s\n", argv[i]);
+            return 1;
+        }
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            if (de->d_name[0] == '.') continue;
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s", argv[i], de->d_name);
+            FILE *f = fopen(path, "rb");
+            if (!f) continue;
+            size_t n = fread(buf, 1, sizeof buf, f);
+            fclose(f);
+            LLVMFuzzerTestOneInput(buf, n);
+            files++;
+        }
+        closedir(d);
+    }
+    printf("replayed %d corpus inputs\n", files);
+    return files > 0 ? 0 : 1;
+}
+#endif
