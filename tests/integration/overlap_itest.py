@@ -8,6 +8,8 @@ Cases:
   reference  fault-free, 4 trainers + 1 hot spare, progress thread; keeps DIR/overlap.params
   inline     the same with FTRT_ASYNC_PROGRESS=0 (progress inside ftrt calls only): the final
              parameters are byte-identical to the reference
+  funneled   the job initializes MPI itself at MPI_THREAD_FUNNELED: ftrt warns and falls back to
+             progress inside ftrt calls; byte-identical to the reference
   kill       SIGKILL of logical rank 2 while buckets are in flight: the spare takes over, the job
              finishes, the final parameters are byte-identical to the reference
   kill0      the same for logical rank 0 (the rank that writes the output)
@@ -160,7 +162,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("case", choices=["reference", "inline", "kill", "kill0", "gpulib"])
+    ap.add_argument("case", choices=["reference", "inline", "funneled", "kill", "kill0",
+                                     "gpulib"])
     args = ap.parse_args()
     if shutil.which("mpirun") is None:
         print("mpirun not found: skipping")
@@ -172,6 +175,16 @@ def main():
             case_reference(args)
         elif args.case == "inline":
             case_inline(args)
+        elif args.case == "funneled":
+            need_reference(args)
+            job = Job(args, "funneled")
+            job.cmd.append("--mpi-funneled")
+            job.start()
+            rc = job.wait()
+            check(rc == 0, f"job exits 0 (got {rc})")
+            check("below MPI_THREAD_MULTIPLE" in job.out, "a warning names the fallback")
+            check(same_bytes(job.params, ref_path(args)),
+                  "final parameters byte-identical to the progress-thread run")
         elif args.case == "gpulib":
             job = run_clean(args, "gpulib")
             check(same_bytes(job.params, ref_path(args)),

@@ -8,7 +8,9 @@
  * final parameters are byte-identical across runs only if every reduction is.
  *
  * Usage: overlap_job --steps N --ckpt-dir D [--params-out F] [--step-sleep-ms M]
- *                    [--ckpt-every K]
+ *                    [--ckpt-every K] [--mpi-funneled]
+ * --mpi-funneled: the job initializes MPI itself at MPI_THREAD_FUNNELED before ftrt_init(), so
+ * overlapped collectives fall back to progress inside ftrt calls.
  * Logical rank 0 writes the final parameters (raw float32, tensor after tensor) to F and prints
  * their FNV-1a hash.
  */
@@ -19,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <mpi.h>
 
 #include "ftrt.h"
 
@@ -45,7 +49,17 @@ int main(int argc, char **argv)
     int64_t steps = 60, ckpt_every = 20;
     double sleep = 0;
     const char *out = NULL, *dir = "overlap-ckpt";
-    for (int i = 1; i + 1 < argc; i += 2) {
+    int funneled = 0;
+    for (int i = 1; i < argc; i += 2) {
+        if (!strcmp(argv[i], "--mpi-funneled")) { /* the application initializes MPI itself */
+            funneled = 1;
+            i--;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "overlap_job: %s needs a value\n", argv[i]);
+            return 2;
+        }
         if (!strcmp(argv[i], "--steps")) steps = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--ckpt-dir")) dir = argv[i + 1];
         else if (!strcmp(argv[i], "--params-out")) out = argv[i + 1];
@@ -56,12 +70,19 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (funneled) {
+        int provided;
+        MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    }
     ftrt_config cfg;
     ftrt_config_init(&cfg, sizeof cfg);
     snprintf(cfg.ckpt_dir, sizeof cfg.ckpt_dir, "%s", dir);
     ftrt_ctx *ctx;
     int rc = ftrt_init(&cfg, &ctx);
-    if (rc == FTRT_DONE) return ftrt_finalize(ctx), 0;
+    if (rc == FTRT_DONE) {
+        if (ftrt_finalize(ctx) != FTRT_SKIP_MPI_FINALIZE && funneled) MPI_Finalize();
+        return 0;
+    }
     if (rc < 0) {
         fprintf(stderr, "overlap_job: ftrt_init: %s\n", ftrt_strerror(rc));
         if (ctx) ftrt_finalize(ctx);
@@ -151,7 +172,7 @@ int main(int argc, char **argv)
         free(w[j]);
         free(g[j]);
     }
-    ftrt_finalize(ctx);
+    if (ftrt_finalize(ctx) != FTRT_SKIP_MPI_FINALIZE && funneled) MPI_Finalize();
     return 0;
 fail:
     fprintf(stderr, "overlap_job (logical rank %d): %s\n", ftrt_rank(ctx), ftrt_strerror(rc));
