@@ -57,6 +57,16 @@ int ftrt__shard_write(const char *dir, int64_t step, int rank, int nranks,
  * Returns 0, FTRT_ECORRUPT (a shard header is bad), -ENOENT (a shard is missing), -errno. */
 int ftrt__ckpt_commit(const char *dir, int64_t step, int nranks, int keep);
 
+/* ftrt__ckpt_commit, and with background != 0 the files of the steps that retention removes
+ * are deleted by a background thread (their MANIFEST is unlinked before this returns, so they
+ * stop counting at once): the coordinator's loop must not wait for the deletion of large files.
+ * Same returns. */
+int ftrt__ckpt_commit_ex(const char *dir, int64_t step, int nranks, int keep, int background);
+
+/* Waits at most timeout_s seconds for the background deletions to finish. Returns how many are
+ * still pending. Thread-safe. */
+int ftrt__ckpt_retention_flush(double timeout_s);
+
 /* Lists committed steps (those with a MANIFEST) newest first into steps[0..max), with the step
  * LATEST names first when LATEST is valid (a garbage LATEST is logged and ignored).
  * Returns the count (0 when none), or -errno when dir exists but cannot be read. */

@@ -15,11 +15,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <json-c/json.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "checkpoint/ckpt.h"
@@ -186,20 +188,10 @@ static int cmp_desc(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
-/* Deletes <dir>/step-<step>: MANIFEST first (uncommits it), then the other files, then the
- * directory. Failures are logged, not returned: the commit already succeeded. */
-static void remove_step(const char *dir, int dfd, int64_t step, const char *why)
+/* Unlinks everything in the step directory sfd (consumed) and the directory itself. Failures
+ * are logged, not returned: the commit already succeeded. */
+static void delete_files(const char *dir, int dfd, int sfd, const char *name, const char *why)
 {
-    char name[64];
-    snprintf(name, sizeof name, "step-%lld", (long long)step);
-    int sfd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-    if (sfd < 0) {
-        ftrt_log_warn("checkpoint retention: cannot open %s/%s: %s", dir, name, strerror(errno));
-        return;
-    }
-    if (unlinkat(sfd, "MANIFEST", 0) < 0 && errno != ENOENT)
-        ftrt_log_warn("checkpoint retention: cannot unlink %s/%s/MANIFEST: %s", dir, name,
-                      strerror(errno));
     DIR *sd = fdopendir(sfd);
     if (!sd) {
         close(sfd);
@@ -214,15 +206,139 @@ static void remove_step(const char *dir, int dfd, int64_t step, const char *why)
                           de->d_name, strerror(errno));
     }
     closedir(sd);
-    if (unlinkat(dfd, name, AT_REMOVEDIR) < 0)
+    if (unlinkat(dfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
         ftrt_log_warn("checkpoint retention: cannot remove %s/%s: %s", dir, name, strerror(errno));
     else
         ftrt_log_info("checkpoint retention: removed %s/%s (%s)", dir, name, why);
 }
 
+/* ---- background deletion ------------------------------------------------------------------
+ * Deleting a shard of a few GiB can take a second or more (file systems mounted with discard
+ * trim the blocks synchronously), and the coordinator must not stop answering meanwhile. So
+ * the coordinator's commits uncommit old steps at once (MANIFEST unlinked, synchronously) and
+ * leave the files to this thread. A step directory without MANIFEST never counts, so a crash
+ * before the thread is done leaves nothing but garbage that the next commit removes. */
+
+typedef struct deljob {
+    struct deljob *next;
+    char *dir, *name, *why;
+} deljob;
+
+static pthread_mutex_t del_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t del_cond = PTHREAD_COND_INITIALIZER;
+static deljob *del_head, *del_tail;
+static int del_started, del_busy;
+
+static void *del_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&del_lock);
+    for (;;) {
+        while (!del_head) pthread_cond_wait(&del_cond, &del_lock);
+        deljob *j = del_head;
+        del_head = j->next;
+        if (!del_head) del_tail = NULL;
+        del_busy = 1;
+        pthread_mutex_unlock(&del_lock);
+        int dfd = open(j->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        int sfd = dfd < 0 ? -1 : openat(dfd, j->name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (sfd >= 0) delete_files(j->dir, dfd, sfd, j->name, j->why);
+        if (dfd >= 0) close(dfd);
+        free(j->dir);
+        free(j->name);
+        free(j->why);
+        free(j);
+        pthread_mutex_lock(&del_lock);
+        del_busy = 0;
+        pthread_cond_broadcast(&del_cond);
+    }
+    return NULL;
+}
+
+/* Queues <dir>/<name> for deletion. Returns 0, or -errno (the caller deletes it itself). */
+static int del_enqueue(const char *dir, const char *name, const char *why)
+{
+    deljob *j = calloc(1, sizeof *j);
+    if (!j || !(j->dir = strdup(dir)) || !(j->name = strdup(name)) || !(j->why = strdup(why))) {
+        if (j) free(j->dir), free(j->name), free(j->why);
+        free(j);
+        return -ENOMEM;
+    }
+    pthread_mutex_lock(&del_lock);
+    if (!del_started) {
+        pthread_t t;
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&t, &a, del_main, NULL);
+        pthread_attr_destroy(&a);
+        if (rc) {
+            pthread_mutex_unlock(&del_lock);
+            free(j->dir), free(j->name), free(j->why), free(j);
+            return -rc;
+        }
+        del_started = 1;
+    }
+    if (del_tail)
+        del_tail->next = j;
+    else
+        del_head = j;
+    del_tail = j;
+    pthread_cond_broadcast(&del_cond);
+    pthread_mutex_unlock(&del_lock);
+    return 0;
+}
+
+int ftrt__ckpt_retention_flush(double timeout_s)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double end = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + timeout_s;
+    int left;
+    pthread_mutex_lock(&del_lock);
+    for (;;) {
+        left = del_busy;
+        for (deljob *j = del_head; j; j = j->next) left++;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+        if (!left || t >= end) break;
+        double w = end - t < 0.05 ? end - t : 0.05;
+        ts.tv_nsec += (long)(w * 1e9);
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&del_cond, &del_lock, &ts);
+    }
+    pthread_mutex_unlock(&del_lock);
+    return left;
+}
+
+/* Deletes <dir>/step-<step>: MANIFEST first (uncommits it), then the other files, then the
+ * directory (in the background when asked). Failures are logged, not returned: the commit
+ * already succeeded. */
+static void remove_step(const char *dir, int dfd, int64_t step, const char *why, int background)
+{
+    char name[64];
+    snprintf(name, sizeof name, "step-%lld", (long long)step);
+    int sfd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (sfd < 0) {
+        if (errno != ENOENT)
+            ftrt_log_warn("checkpoint retention: cannot open %s/%s: %s", dir, name,
+                          strerror(errno));
+        return;
+    }
+    if (unlinkat(sfd, "MANIFEST", 0) < 0 && errno != ENOENT)
+        ftrt_log_warn("checkpoint retention: cannot unlink %s/%s/MANIFEST: %s", dir, name,
+                      strerror(errno));
+    if (background && del_enqueue(dir, name, why) == 0) {
+        close(sfd);
+        return;
+    }
+    delete_files(dir, dfd, sfd, name, why);
+}
+
 /* Keeps `keep` committed steps: `latest` plus the newest others; removes the rest, and the
  * uncommitted step directories older than `latest`. */
-static void retain(const char *dir, int64_t latest, int keep)
+static void retain(const char *dir, int64_t latest, int keep, int background)
 {
     DIR *d = opendir(dir);
     int64_t *steps = NULL;
@@ -240,14 +356,15 @@ static void retain(const char *dir, int64_t latest, int keep)
     int ncommitted = 0;
     for (int i = 0; i < n; i++) {
         if (committed[i]) steps[ncommitted++] = steps[i];
-        else if (steps[i] < latest) remove_step(dir, dirfd(d), steps[i], "uncommitted");
+        else if (steps[i] < latest)
+            remove_step(dir, dirfd(d), steps[i], "uncommitted", background);
     }
     if (ncommitted > 1) qsort(steps, (size_t)ncommitted, sizeof *steps, cmp_desc);
     int kept = 1; /* latest */
     for (int i = 0; i < ncommitted; i++) {
         if (steps[i] == latest) continue;
         if (kept < keep) kept++;
-        else remove_step(dir, dirfd(d), steps[i], "beyond FTRT_CKPT_KEEP");
+        else remove_step(dir, dirfd(d), steps[i], "beyond FTRT_CKPT_KEEP", background);
     }
     free(steps);
     free(committed);
@@ -327,6 +444,11 @@ static int check_shards(const char *sdir, int64_t step, int nranks, json_object 
 
 int ftrt__ckpt_commit(const char *dir, int64_t step, int nranks, int keep)
 {
+    return ftrt__ckpt_commit_ex(dir, step, nranks, keep, 0);
+}
+
+int ftrt__ckpt_commit_ex(const char *dir, int64_t step, int nranks, int keep, int background)
+{
     char sdir[4096], latest[64];
     int rc;
     if (!dir || step < 0 || nranks < 1 || nranks > FTRT__MAX_RANKS) return -EINVAL;
@@ -376,7 +498,7 @@ int ftrt__ckpt_commit(const char *dir, int64_t step, int nranks, int keep)
     }
     ftrt_log_info("checkpoint: committed step %lld (%d shards) in %s", (long long)step, nranks,
                   dir);
-    retain(dir, step, keep);
+    retain(dir, step, keep, background);
     return 0;
 }
 

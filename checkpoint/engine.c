@@ -830,6 +830,23 @@ static int checkpoint_start(ftrt_ctx *ctx, struct ftrt__ckpt_engine *e, int64_t 
     return 0;
 }
 
+int ftrt_checkpoint_prepare(ftrt_ctx *ctx)
+{
+    if (!ctx) return FTRT_EINVAL;
+    if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
+    struct ftrt__ckpt_engine *e = eng_of(ctx);
+    if (!e) return -ENOMEM;
+    job *j = calloc(1, sizeof *j);
+    if (!j) return -ENOMEM;
+    j->rank = ctx->rank;
+    j->nranks = ctx->size;
+    int rc = job_build(ctx, j); /* the layout of a checkpoint taken now */
+    if (rc == 0) rc = staging_fit(e, (size_t)j->bytes);
+    if (rc == 0 && !e->streaming) rc = start_threads(e);
+    job_free(j);
+    return rc;
+}
+
 int ftrt_checkpoint_start(ftrt_ctx *ctx, int64_t step)
 {
     if (!ctx || step < 0) return FTRT_EINVAL;

@@ -292,7 +292,8 @@ static void try_commit(ftrt__coord *c, int w, const ftrt__ckpt_msg *cm)
         ftrt_log_warn("checkpoint of step %lld is older than the committed step %lld: not "
                       "committed", (long long)step, (long long)c->last_committed);
     }
-    if (!result) result = ftrt__ckpt_commit(c->ctx->cfg.ckpt_dir, step, c->N, c->ctx->cfg.ckpt_keep);
+    if (!result) /* old steps' files are deleted in the background: this loop must not block */
+        result = ftrt__ckpt_commit_ex(c->ctx->cfg.ckpt_dir, step, c->N, c->ctx->cfg.ckpt_keep, 1);
     if (result < 0) {
         c->nckpt_failed++;
         ftrt_log_warn("checkpoint of step %lld failed: %s; step %lld stays the last committed",
@@ -768,6 +769,9 @@ int ftrt__coordinator_run(struct ftrt_ctx *ctx, int listen_fd, uint64_t secret)
     ftrt__status_write(&c);
     ftrt__report_write(&c);
     if (ctx->cfg.metrics_file[0]) ftrt__metrics_write(&c, c.t_start_wall + (c.t_end - c.t_start));
+    if (ftrt__ckpt_retention_flush(10.0) > 0) /* old checkpoints' files, deleted in background */
+        ftrt_log_warn("checkpoint retention: old step directories are still being deleted; "
+                      "the next commit finishes the job (they are no longer committed)");
     int result = c.result;
     ctx->ranks_lost = ranks_lost(&c);
     for (int w = 1; w < c.W; w++) {

@@ -254,6 +254,10 @@ static void snapshot_semantics(void **state)
     memcpy(b1, b, sz[1]);
     assert_int_equal(ftrt_register(f->ctx, "params", a, sz[0], FTRT_REGION_REPLICATED), 0);
     assert_int_equal(ftrt_register(f->ctx, "rng", b, sz[1], FTRT_REGION_SHARDED), 1);
+    assert_int_equal(stats(f).staging_slots, 0);
+    assert_int_equal(ftrt_checkpoint_prepare(f->ctx), 0); /* staging before the first one */
+    assert_int_equal(stats(f).staging_slots, 2);
+    assert_true(stats(f).staging_bytes >= 2 * (sz[0] + sz[1]));
     assert_int_equal(ftrt_checkpoint(f->ctx, 10), 0);
     fill(a, sz[0], 3); /* the "optimizer update" right after the call */
     fill(b, sz[1], 4);
