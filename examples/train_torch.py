@@ -274,6 +274,11 @@ def train_ftrt(ctx, torch, a, data, model, opt, state, avg, ftrt, ftp, F):
             print(f"resumed at step {step}")
     except ftrt.FtrtRecover:
         step = ftp.recover(ctx, avg, state)
+    if a.ckpt_every:
+        try:  # staging memory and threads now, not at the first checkpoint (optional)
+            ctx.checkpoint_prepare()
+        except ftrt.FtrtError as e:
+            print(f"train_torch: warning: ftrt_checkpoint_prepare: {e}", file=sys.stderr)
     nparams = sum(p.numel() for p in model.parameters())
     ctx.set_job_info(a.steps, 6.0 * nparams * a.batch + 4.0 * nparams, 0.0)
     if ctx.rank == 0 and ctx.epoch == 0:

@@ -293,6 +293,13 @@ class Context:
         checkpoint()."""
         return check(lib().ftrt_checkpoint_start(self._h, int(step)), "ftrt_checkpoint_start")
 
+    def checkpoint_prepare(self):
+        """Optional, after registering (e.g. after restore()): maps and faults in the staging
+        memory for the registered regions and starts the checkpoint engine's threads, so that
+        the first checkpoint does not pay for it (ftrt_checkpoint_prepare()). Raises
+        FtrtInvalid, FtrtState (not a trainer), -EFBIG / -ENOMEM as FtrtError."""
+        check(lib().ftrt_checkpoint_prepare(self._h), "ftrt_checkpoint_prepare")
+
     def checkpoint_wait_snapshot(self):
         """Returns once the running snapshot is complete (the regions may be modified)."""
         check(lib().ftrt_checkpoint_wait_snapshot(self._h), "ftrt_checkpoint_wait_snapshot")

@@ -346,6 +346,7 @@ PROTOTYPES = {
     "ftrt_unregister": (_c_int, [_vp, ctypes.c_char_p]),
     "ftrt_restore": (_c_int, [_vp, _pi64]),
     "ftrt_checkpoint_start": (_c_int, [_vp, _c_i64]),
+    "ftrt_checkpoint_prepare": (_c_int, [_vp]),
     "ftrt_checkpoint_wait_snapshot": (_c_int, [_vp]),
     "ftrt_checkpoint": (_c_int, [_vp, _c_i64]),
     "ftrt_checkpoint_wait_commit": (_c_int, [_vp, _c_i64, _c_int]),
