@@ -213,7 +213,7 @@ def test_null_handles_are_refused():
 
 
 def test_buffer_of():
-    import numpy as np
+    np = pytest.importorskip("numpy")
     a = np.zeros(10, dtype=np.float32)
     addr, n, dt, dev = ftrt.buffer_of(a)
     assert (addr, n, dt, dev) == (a.ctypes.data, 40, ftrt.FLOAT32, "cpu")
