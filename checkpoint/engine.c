@@ -204,7 +204,7 @@ static void slot_unmap(slot *s)
 {
     if (s->mem) {
         if (ftrt__ckpt_device && ftrt__ckpt_device->unpin) ftrt__ckpt_device->unpin(s->mem);
-        munmap(s->mem, s->cap);
+        ftrt__unmap_huge(s->mem, s->cap);
     }
     s->mem = NULL;
     s->cap = 0;
@@ -215,11 +215,8 @@ static void slot_unmap(slot *s)
  * that snapshots never pay page faults. Returns NULL on failure. */
 static unsigned char *staging_map(size_t cap)
 {
-    void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return NULL;
-#ifdef MADV_HUGEPAGE
-    madvise(p, cap, MADV_HUGEPAGE);
-#endif
+    void *p = ftrt__map_huge(cap);
+    if (!p) return NULL;
 #ifdef MADV_POPULATE_WRITE
     if (madvise(p, cap, MADV_POPULATE_WRITE) == 0) return p;
 #endif

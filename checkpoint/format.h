@@ -208,10 +208,17 @@ int ftrt__image_write(ftrt__wring *w, const char *dir, int64_t step, int rank,
                       const unsigned char *img, uint64_t bytes, const ftrt__wopts *o,
                       ftrt__wstat *st);
 
+/* Maps len bytes of anonymous memory aligned to 2 MiB and advised for transparent huge pages
+ * (I/O over 2 MiB pages needs far fewer DMA segments than over 4 KiB ones). Returns NULL on
+ * failure; release with ftrt__unmap_huge(p, len). */
+void *ftrt__map_huge(size_t len);
+void ftrt__unmap_huge(void *p, size_t len);
+
 /* Bounce buffers for verified reads on io's ring. */
 typedef struct ftrt__reader {
     ftrt__io *io;
-    unsigned char *bounce; /* qd x chunk bytes, 4096-aligned */
+    unsigned char *bounce; /* qd x chunk bytes, mapped (huge pages where possible) */
+    size_t len;            /* bytes mapped at bounce */
     size_t chunk;
     unsigned qd;
     int fixed; /* bounce registered with io's ring */

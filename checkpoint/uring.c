@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -52,6 +53,29 @@ static void sleep_ms(int ms)
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
+}
+
+/* ---- huge-page buffers ------------------------------------------------------------------- */
+
+void *ftrt__map_huge(size_t len)
+{
+    const size_t huge = 2u << 20;
+    len = (len + 4095) & ~(size_t)4095;
+    size_t span = len + huge;
+    unsigned char *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    unsigned char *a = (unsigned char *)(((uintptr_t)p + huge - 1) & ~(uintptr_t)(huge - 1));
+    if (a > p) munmap(p, (size_t)(a - p));
+    if (a + len < p + span) munmap(a + len, (size_t)(p + span - (a + len)));
+#ifdef MADV_HUGEPAGE
+    madvise(a, len, MADV_HUGEPAGE);
+#endif
+    return a;
+}
+
+void ftrt__unmap_huge(void *p, size_t len)
+{
+    if (p) munmap(p, (len + 4095) & ~(size_t)4095);
 }
 
 /* ---- the writer's ring ------------------------------------------------------------------- */
@@ -399,11 +423,15 @@ int ftrt__reader_init(ftrt__reader *r, ftrt__io *io, unsigned qd, size_t chunk)
     r->io = io;
     r->qd = qd < 1 ? 1 : qd;
     r->chunk = chunk;
-    void *p = NULL;
-    if (posix_memalign(&p, FTRT__SHARD_ALIGN, (size_t)r->qd * chunk) != 0) return -ENOMEM;
+    /* Huge pages: a 4 MiB request over 4 KiB pages is 1024 DMA segments, which the block layer
+     * splits into many requests; over 2 MiB pages it is two (measured: half the read speed). */
+    size_t len = (size_t)r->qd * chunk;
+    void *p = ftrt__map_huge(len);
+    if (!p) return -ENOMEM;
     r->bounce = p;
+    r->len = len;
     if (io->have_ring) {
-        struct iovec iov = {.iov_base = r->bounce, .iov_len = (size_t)r->qd * chunk};
+        struct iovec iov = {.iov_base = r->bounce, .iov_len = len};
         r->fixed = io_uring_register_buffers(&io->ring, &iov, 1) == 0;
     }
     return 0;
@@ -412,7 +440,7 @@ int ftrt__reader_init(ftrt__reader *r, ftrt__io *io, unsigned qd, size_t chunk)
 void ftrt__reader_free(ftrt__reader *r)
 {
     if (r->fixed && r->io->have_ring) io_uring_unregister_buffers(&r->io->ring);
-    free(r->bounce);
+    ftrt__unmap_huge(r->bounce, r->len);
     memset(r, 0, sizeof *r);
 }
 
