@@ -442,6 +442,25 @@ def case_ckptkill(args):
     check(same_bytes(job2.params, ref), "final parameters are byte-identical to the fault-free run")
 
 
+def case_ckptskip(args):
+    """FTRT_CKPT_POLICY=skip with checkpoints requested faster than they are written: the ones
+    that find both staging buffers busy are skipped, the report counts them, the others commit,
+    and training is not slowed down or changed."""
+    ref = ckpt_reference(args)
+    job = ckpt_job(args, "ckptskip", np_=6, spares=1)
+    job.cmd += ["--ckpt-every", "4"]
+    job.env["FTRT_CKPT_POLICY"] = "skip"
+    job.start()
+    rc = job.wait(240)
+    check(rc == 0, f"job exits 0 (got {rc})")
+    ck = load_report(job)["checkpoints"]
+    check(ck["skipped"] >= 1, f"skipped checkpoints are counted ({ck})")
+    check(ck["committed"] >= 1 and ck["committed"] + ck["skipped"] + ck["failed"] == 60 // 4,
+          "every requested checkpoint is committed, skipped or failed")
+    check(ck["failed"] == 0, "none failed")
+    check(same_bytes(job.params, ref), "final parameters are byte-identical to the fault-free run")
+
+
 def case_ckptenospc(args):
     """The checkpoint file system fills up (a tmpfs filled by a filler file for 1.5 s): the
     checkpoints of that time fail cleanly, training goes on, later checkpoints commit, the
@@ -498,7 +517,8 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("case", choices=["reference", "kill", "kill2", "hang", "relaunch", "nospare", "stall",
-                                       "straggler", "intruder", "ckptkill", "ckptenospc"])
+                                       "straggler", "intruder", "ckptkill", "ckptenospc",
+                                       "ckptskip"])
     args = ap.parse_args()
     if shutil.which("mpirun") is None:
         print("mpirun not found: skipping")
