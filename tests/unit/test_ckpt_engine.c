@@ -557,6 +557,50 @@ static void bad_calls(void **state)
     assert_int_equal(small[0], 16);
 }
 
+/* The engine's settings from the environment: defaults, values, and bad values refused by
+ * name with the default kept. */
+static void settings(void **state)
+{
+    (void)state;
+    static const char *vars[] = {"FTRT_CKPT_QD", "FTRT_CKPT_CHUNK_KB", "FTRT_CKPT_STAGING_MB",
+                                 "FTRT_CKPT_POLICY", "FTRT_CKPT_DIRECT",
+                                 "FTRT_DEBUG_CKPT_WRITE_DELAY_MS"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+    ftrt_config c;
+    assert_int_equal(ftrt_config_init(&c, sizeof c), 0);
+    assert_int_equal(c.ckpt_qd, 8);
+    assert_int_equal(c.ckpt_chunk_kb, 4096);
+    assert_int_equal(c.ckpt_staging_mb, 0);
+    assert_int_equal(c.ckpt_policy, FTRT_CKPT_WAIT);
+    assert_int_equal(c.ckpt_direct, 1);
+    assert_int_equal(c.debug_ckpt_write_delay_ms, 0);
+    setenv("FTRT_CKPT_QD", "32", 1);
+    setenv("FTRT_CKPT_CHUNK_KB", "1024", 1);
+    setenv("FTRT_CKPT_STAGING_MB", "512", 1);
+    setenv("FTRT_CKPT_POLICY", "SKIP", 1);
+    setenv("FTRT_CKPT_DIRECT", "0", 1);
+    assert_int_equal(ftrt_config_init(&c, sizeof c), 0);
+    assert_int_equal(c.ckpt_qd, 32);
+    assert_int_equal(c.ckpt_chunk_kb, 1024);
+    assert_int_equal(c.ckpt_staging_mb, 512);
+    assert_int_equal(c.ckpt_policy, FTRT_CKPT_SKIP);
+    assert_int_equal(c.ckpt_direct, 0);
+    static const char *bad[][2] = {{"FTRT_CKPT_CHUNK_KB", "3000"}, {"FTRT_CKPT_CHUNK_KB", "32"},
+                                   {"FTRT_CKPT_QD", "0"}, {"FTRT_CKPT_POLICY", "maybe"},
+                                   {"FTRT_CKPT_STAGING_MB", "-1"}, {"FTRT_CKPT_DIRECT", "2"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        for (size_t k = 0; k < sizeof vars / sizeof vars[0]; k++) unsetenv(vars[k]);
+        setenv(bad[i][0], bad[i][1], 1);
+        assert_int_equal(ftrt_config_init(&c, sizeof c), FTRT_ECONFIG);
+        assert_int_equal(c.ckpt_chunk_kb, 4096); /* defaults kept */
+        assert_int_equal(c.ckpt_qd, 8);
+        assert_int_equal(c.ckpt_policy, FTRT_CKPT_WAIT);
+        assert_int_equal(c.ckpt_staging_mb, 0);
+        assert_int_equal(c.ckpt_direct, 1);
+    }
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+}
+
 /* ENOSPC on a 1 MiB tmpfs (test program run with --enospc; exit 77 when mounting is not
  * allowed): the checkpoint fails cleanly through the commit, both when the fallocate and when
  * a write runs out of room; the previous committed step stays restorable; training goes on and
@@ -654,6 +698,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(buffered_fallback, setup, teardown),
         cmocka_unit_test_setup_teardown(drain_and_free, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_calls, setup, teardown),
+        cmocka_unit_test(settings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
