@@ -850,9 +850,12 @@ int ftrt_checkpoint_start(ftrt_ctx *ctx, int64_t step)
     if (ctx->role != FTRT__ROLE_TRAINER || ctx->needs_recover) return FTRT_ESTATE;
     struct ftrt__ckpt_engine *e = eng_of(ctx);
     if (!e) return -ENOMEM;
-    int rc = ftrt__interrupted(ctx);
-    if (rc) return rc;
     double t0 = ftrt__now();
+    int rc = ftrt__interrupted(ctx);
+    if (rc) {
+        finish_running_snapshot(e); /* as promised: no earlier snapshot is left running */
+        return rc;
+    }
     ftrt__ledger_mark(ctx, FTRT__IV_CKPT);
     rc = checkpoint_start(ctx, e, step);
     if (rc == FTRT_ERECOVER)

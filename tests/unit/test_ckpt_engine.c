@@ -392,7 +392,7 @@ static void epoch_change_abandons(void **state)
     fm.epoch = 2;
     coord_send(f, FTRT__MSG_FAILURE, &fm, sizeof fm);
     for (int i = 0; i < 500 && ftrt__interrupted(f->ctx) == 0; i++) usleep(2000);
-    assert_int_equal(ftrt_checkpoint(f->ctx, 8), FTRT_ERECOVER);
+    assert_int_equal(ftrt_checkpoint(f->ctx, 8), FTRT_ERECOVER); /* and step 7's copy is done */
     free(p), free(first);
 }
 
