@@ -46,9 +46,6 @@ typedef struct ftrt__crank {
     double flops_per_step, peak_flops;
     int64_t total_steps;
     double t_fail_wall; /* failed ranks: best known failure time */
-    int shard_epoch; /* SHARD_DONE received for (shard_step, shard_epoch) */
-    int64_t shard_step;
-    int shard_result;
 } ftrt__crank;
 
 typedef struct ftrt__incident {

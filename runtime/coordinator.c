@@ -646,7 +646,6 @@ int ftrt__coordinator_run(struct ftrt_ctx *ctx, int listen_fd, uint64_t secret)
     for (int w = 0; w < c.W; w++) {
         c.r[w].fd = -1;
         c.r[w].logical = -1;
-        c.r[w].shard_epoch = -1;
         c.r[w].resumed_epoch = -1;
         c.r[w].reported_epoch = -1;
         pend[w].fd = -1;
