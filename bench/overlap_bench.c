@@ -5,7 +5,8 @@
  * A synthetic step: a "backward pass" of --tensors slices of compute (--compute-ms in all, or
  * --compute-ratio times the measured communication time), each slice producing one gradient
  * tensor (--grad-mib MiB of float32 in all), with the bucketer's defaults unless --bucket-mib /
- * --first-bucket-mib say otherwise. Run four ways, --steps timed steps each (after --warmup):
+ * --first-bucket-mib / --piece-mib say otherwise (--piece-mib 0: whole buckets, as DDP). Run
+ * four ways, --steps timed steps each (after --warmup):
  *   comm     no compute: the buckets' allreduces alone (the communication time C)
  *   none     compute only, no communication (T0)
  *   after    compute, then every tensor ready and wait (communication after compute, T1)
@@ -29,7 +30,7 @@
 #include "ftrt.h"
 
 typedef struct opts {
-    double grad_mib, bucket_mib, first_mib, compute_ms, compute_ratio;
+    double grad_mib, bucket_mib, first_mib, piece_mib, compute_ms, compute_ratio;
     int tensors, steps, warmup, sleep_mode;
 } opts;
 
@@ -64,6 +65,7 @@ typedef struct bench {
     float **grads;
     size_t *counts;
     long units_per_ms; /* spin calibration, the same on every trainer */
+    double wait_s;     /* time inside ftrt_bucketer_wait_all, summed over a mode's steps */
     double slice_ms;
 } bench;
 
@@ -93,7 +95,11 @@ static int step(bench *B, int mode)
     if (mode == M_COMM || mode == M_AFTER)
         for (int j = T - 1; j >= 0; j--)
             if ((rc = ftrt_bucketer_ready(B->b, j, B->grads[j])) != 0) return rc;
-    if (mode != M_NONE) rc = ftrt_bucketer_wait_all(B->b);
+    if (mode != M_NONE) {
+        double t0 = now();
+        rc = ftrt_bucketer_wait_all(B->b);
+        B->wait_s += now() - t0;
+    }
     return rc;
 }
 
@@ -105,6 +111,7 @@ static int run_mode(bench *B, int mode, double *out)
     if (!t) return -1;
     for (int i = 0; i < B->o.warmup; i++)
         if ((rc = step(B, mode)) != 0) goto out;
+    B->wait_s = 0;
     for (int i = 0; i < n; i++) {
         double sync = 0;
         if ((rc = ftrt_allreduce(B->ctx, &sync, 1, FTRT_FLOAT64, FTRT_SUM)) != 0) goto out;
@@ -113,6 +120,8 @@ static int run_mode(bench *B, int mode, double *out)
         t[i] = now() - t0;
     }
     if ((rc = ftrt_allreduce(B->ctx, t, (size_t)n, FTRT_FLOAT64, FTRT_MAX)) != 0) goto out;
+    B->wait_s /= n; /* per step, this trainer */
+    if ((rc = ftrt_allreduce(B->ctx, &B->wait_s, 1, FTRT_FLOAT64, FTRT_MAX)) != 0) goto out;
     qsort(t, (size_t)n, sizeof *t, cmp_double);
     *out = t[n / 2];
 out:
@@ -137,8 +146,8 @@ static long calibrate(bench *B)
 
 static int parse(int argc, char **argv, opts *o)
 {
-    *o = (opts){.grad_mib = 100, .bucket_mib = 25, .first_mib = 1, .compute_ms = -1,
-                .compute_ratio = 1.5, .tensors = 50, .steps = 15, .warmup = 3};
+    *o = (opts){.grad_mib = 100, .bucket_mib = 25, .first_mib = 1, .piece_mib = 4,
+                .compute_ms = -1, .compute_ratio = 1.5, .tensors = 50, .steps = 15, .warmup = 3};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--sleep")) { o->sleep_mode = 1; continue; }
@@ -146,6 +155,7 @@ static int parse(int argc, char **argv, opts *o)
         if (!strcmp(a, "--grad-mib")) o->grad_mib = atof(v);
         else if (!strcmp(a, "--bucket-mib")) o->bucket_mib = atof(v);
         else if (!strcmp(a, "--first-bucket-mib")) o->first_mib = atof(v);
+        else if (!strcmp(a, "--piece-mib")) o->piece_mib = atof(v);
         else if (!strcmp(a, "--compute-ms")) o->compute_ms = atof(v);
         else if (!strcmp(a, "--compute-ratio")) o->compute_ratio = atof(v);
         else if (!strcmp(a, "--tensors")) o->tensors = atoi(v);
@@ -155,11 +165,13 @@ static int parse(int argc, char **argv, opts *o)
         else goto bad;
         i++;
     }
-    if (o->grad_mib > 0 && o->tensors > 0 && o->steps > 0 && o->bucket_mib > 0 && o->first_mib > 0)
+    if (o->grad_mib > 0 && o->tensors > 0 && o->steps > 0 && o->bucket_mib > 0 && o->first_mib > 0 &&
+        o->piece_mib >= 0)
         return 0;
 bad:
     fprintf(stderr, "usage: overlap_bench [--grad-mib M] [--tensors T] [--bucket-mib B] "
-                    "[--first-bucket-mib F] [--compute-ms C | --compute-ratio R] "
+                    "[--first-bucket-mib F] [--piece-mib P (0: whole buckets)] "
+                    "[--compute-ms C | --compute-ratio R] "
                     "[--compute spin|sleep] [--steps S] [--warmup W]\n");
     return 1;
 }
@@ -190,6 +202,7 @@ int main(int argc, char **argv)
     ftrt_bucket_config_init(&bc, sizeof bc);
     bc.bucket_bytes = (size_t)(B.o.bucket_mib * 1048576.0);
     bc.first_bucket_bytes = (size_t)(B.o.first_mib * 1048576.0);
+    bc.piece_bytes = (size_t)(B.o.piece_mib * 1048576.0);
     if ((rc = ftrt_bucketer_create(B.ctx, B.counts, T, FTRT_FLOAT32, &bc, &B.b)) != 0) goto fail;
     if ((B.units_per_ms = calibrate(&B)) < 0) {
         rc = FTRT_EMPI;
@@ -202,22 +215,28 @@ int main(int argc, char **argv)
     B.slice_ms = compute_ms / T;
     for (int m = M_NONE; m <= M_OVERLAP; m++)
         if ((rc = run_mode(&B, m, &tm[m])) != 0) goto fail;
+    double wait_overlap = B.wait_s; /* the last mode run */
     if (rank == 0) {
         double comm = tm[M_AFTER] - tm[M_NONE], exposed = tm[M_OVERLAP] - tm[M_NONE];
         const char *prog = getenv("FTRT_ASYNC_PROGRESS");
         printf("overlap_bench: %d trainers, %.1f MiB of float32 gradients in %d tensors, %d "
-               "buckets (first %.2f MiB, then %.2f MiB), compute %.1f ms per step (%s), %s\n",
+               "buckets (first %.2f MiB, then %.2f MiB) in %d pieces, compute %.1f ms per step "
+               "(%s), %s\n",
                N, B.o.grad_mib, T, ftrt_bucketer_buckets(B.b), B.o.first_mib, B.o.bucket_mib,
-               compute_ms, B.o.sleep_mode ? "sleep" : "spin",
+               ftrt_bucketer_pieces(B.b), compute_ms, B.o.sleep_mode ? "sleep" : "spin",
                prog && !strcmp(prog, "0") ? "progress inside ftrt calls" : "progress thread");
         for (int m = 0; m < 4; m++)
             printf("  %-8s %8.2f ms/step\n", mode_name[m], tm[m] * 1e3);
         printf("  communication alone %.2f ms; after compute %.2f ms; exposed when overlapped "
                "%.2f ms; exposed/communication = %.3f\n",
                tm[M_COMM] * 1e3, comm * 1e3, exposed * 1e3, comm > 0 ? exposed / comm : NAN);
+        printf("  waiting in ftrt_bucketer_wait_all when overlapped: %.2f ms per step (the rest "
+               "of the exposed time is compute slowed down by the communication's CPU work)\n",
+               wait_overlap * 1e3);
         printf("RESULT trainers=%d compute=%s compute_ms=%.2f comm_ms=%.2f after_ms=%.2f "
-               "exposed_ms=%.2f ratio=%.3f\n", N, B.o.sleep_mode ? "sleep" : "spin", compute_ms,
-               tm[M_COMM] * 1e3, comm * 1e3, exposed * 1e3, comm > 0 ? exposed / comm : NAN);
+               "exposed_ms=%.2f ratio=%.3f wait_ms=%.2f\n", N, B.o.sleep_mode ? "sleep" : "spin",
+               compute_ms, tm[M_COMM] * 1e3, comm * 1e3, exposed * 1e3,
+               comm > 0 ? exposed / comm : NAN, wait_overlap * 1e3);
     }
     ftrt_bucketer_free(B.b);
     for (int j = 0; j < T; j++) free(B.grads[j]);

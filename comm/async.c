@@ -81,13 +81,15 @@ static void grave_put(ftrt__engine *e, void *p)
 static void finish(ftrt__engine *e, ftrt__areq *r, int rc)
 {
     pthread_mutex_lock(&e->lock);
-    if (rc && (r->started || r->nmreq > 0))
+    if (rc && r->nstarted > 0)
         grave_put(e, r->staging); /* MPI may still write it */
     else
         pool_put(e, r->staging, r->staging_cap);
     r->staging = NULL;
     free(r->mreqs); /* handles only: never passed to MPI again */
     r->mreqs = NULL;
+    free(r->cdone);
+    r->cdone = NULL;
     r->result = rc;
     e->live--;
     if (rc) e->failed++; else e->completed++;
@@ -106,9 +108,11 @@ static int req_interrupted(const ftrt__engine *e, const ftrt__areq *r)
     return 0;
 }
 
-/* One pass over the active requests, in submission order: fail interrupted ones, start what
- * can start (in order: a request that cannot start yet holds back those behind it), test the
- * started ones, unpack the completed ones. Returns how many became final. */
+/* One pass over the active requests, in submission order: fail interrupted ones; start the
+ * next chunk of the first request that has chunks left to start (packing it just before), so
+ * that chunks start in the same order on every trainer; test the started chunks and unpack each
+ * one that completed. Returns the number of events (chunks started or completed, requests
+ * failed): 0 means the pass found nothing to do. */
 static int progress(ftrt__engine *e)
 {
     pthread_mutex_lock(&e->lock);
@@ -120,44 +124,57 @@ static int progress(ftrt__engine *e)
     }
     pthread_mutex_unlock(&e->lock);
 
-    int changed = 0, blocked = 0;
+    int events = 0, blocked = 0; /* blocked: an earlier request has chunks left to start */
     ftrt__areq *prev = NULL, *r = e->ahead;
     while (r) {
         ftrt__areq *next = r->next;
-        int rc = req_interrupted(e, r), fin = 0;
-        if (!rc && !r->started && !blocked) {
-            if (!r->packed) {
-                ftrt__k_pack(r->staging, r->segs, r->nsegs);
-                r->packed = 1;
-                atomic_store_explicit(&r->state, FTRT__AREQ_ACTIVE, memory_order_relaxed);
-            }
-            int s = e->xp->start(e->xarg, r);
+        int rc = req_interrupted(e, r);
+        if (!rc && !blocked && !r->ready) {
+            int s = e->xp->ready(e->xarg, r);
             if (s < 0) rc = s;
-            else if (s == 0) blocked = 1;
-            else r->started = 1;
+            else if (s == 1) r->ready = 1;
+            if (s == 1) atomic_store_explicit(&r->state, FTRT__AREQ_ACTIVE, memory_order_relaxed);
         }
-        if (!rc && r->started) {
-            int t = e->xp->test(e->xarg, r);
+        if (!rc && !blocked && r->ready && r->nstarted < r->nchunks) {
+            int i = r->nstarted;
+            size_t off = (size_t)i * r->chunk_count;
+            size_t cnt = r->count - off < r->chunk_count ? r->count - off : r->chunk_count;
+            ftrt__k_pack_range(r->staging, r->segs, r->nsegs, off * r->esize, cnt * r->esize);
+            rc = e->xp->start(e->xarg, r, i, (char *)r->staging + off * r->esize, cnt);
+            if (!rc) {
+                r->nstarted++;
+                events++;
+            }
+        }
+        if (r->nstarted < r->nchunks) blocked = 1;
+        for (int i = 0; !rc && i < r->nstarted; i++) {
+            if (r->cdone[i]) continue;
+            int t = e->xp->test(e->xarg, r, i);
             if (t < 0) {
                 rc = t;
             } else if (t == 1) {
-                ftrt__k_unpack_scale(r->staging, r->segs, r->nsegs, r->dtype, r->scale);
-                fin = 1;
+                size_t off = (size_t)i * r->chunk_count;
+                size_t cnt = r->count - off < r->chunk_count ? r->count - off : r->chunk_count;
+                ftrt__k_unpack_scale_range(r->staging, r->segs, r->nsegs, off * r->esize,
+                                           cnt * r->esize, r->dtype, r->scale);
+                r->cdone[i] = 1;
+                r->ndone++;
+                events++;
             }
         }
-        if (rc || fin) {
+        if (rc || r->ndone == r->nchunks) {
             if (prev) prev->next = next;
             else e->ahead = next;
             if (e->atail == r) e->atail = prev;
             r->next = NULL;
             finish(e, r, rc); /* r belongs to the application from here on */
-            changed++;
+            events++;
         } else {
             prev = r;
         }
         r = next;
     }
-    return changed;
+    return events;
 }
 
 /* Between polls that found nothing: yield a few times, then sleep e->poll_ns. */
@@ -218,6 +235,7 @@ int ftrt__engine_create_x(const ftrt__xport *xp, void *xarg, _Atomic int *pendin
     e->fatal = fatal;
     e->threaded = threaded;
     e->poll_ns = DEFAULT_POLL_US * 1000L;
+    e->chunk_bytes = FTRT__CHUNK_BYTES;
     e->pool_max = POOL_MAX;
     *out = e;
     return 0;
@@ -305,6 +323,19 @@ int ftrt__engine_submit(ftrt__engine *e, int epoch, const ftrt__seg *segs, int n
         memcpy(r->segs, segs, (size_t)n * sizeof *segs);
     }
     r->nsegs = n;
+    r->esize = dtype == FTRT_FLOAT32 ? 4 : 8;
+    r->chunk_count = e->chunk_bytes / r->esize ? e->chunk_bytes / r->esize : 1;
+    int err = count / r->chunk_count >= INT_MAX - 1 ? FTRT_EINVAL : 0;
+    if (!err) {
+        r->nchunks = count ? (int)((count + r->chunk_count - 1) / r->chunk_count) : 1;
+        r->cdone = calloc((size_t)r->nchunks, 1);
+        if (!r->cdone) err = -ENOMEM;
+    }
+    if (err) {
+        if (r->segs != &r->seg1) free(r->segs);
+        free(r);
+        return err;
+    }
     r->base.ops = &areq_ops;
     r->eng = e;
     r->epoch = epoch;
@@ -328,6 +359,7 @@ int ftrt__engine_submit(ftrt__engine *e, int epoch, const ftrt__seg *segs, int n
         pool_put(e, r->staging, r->staging_cap);
         pthread_mutex_unlock(&e->lock);
         if (r->segs != &r->seg1) free(r->segs);
+        free(r->cdone);
         free(r);
         return rc;
     }
@@ -449,7 +481,7 @@ static int mpi_bind(void *arg, ftrt__areq *r)
     return 0;
 }
 
-static int mpi_start(void *arg, ftrt__areq *r)
+static int mpi_ready(void *arg, ftrt__areq *r)
 {
     (void)arg;
     ftrt__agen *g = r->gen;
@@ -460,33 +492,30 @@ static int mpi_start(void *arg, ftrt__areq *r)
         MPI_Comm_set_errhandler(g->comm, MPI_ERRORS_RETURN);
         g->ready = 1;
     }
-    size_t es;
-    MPI_Datatype t = mpi_type(r->dtype, &es);
-    MPI_Op o = mpi_op(r->op);
-    const size_t chunk = (size_t)1 << 28; /* elements per MPI call: below INT_MAX */
-    size_t n = r->count ? (r->count + chunk - 1) / chunk : 1;
-    r->mreqs = calloc(n, sizeof *r->mreqs);
-    if (!r->mreqs) return -ENOMEM;
-    for (size_t i = 0; i < n; i++) {
-        size_t off = i * chunk, cnt = r->count - off < chunk ? r->count - off : chunk;
-        if (MPI_Iallreduce(MPI_IN_PLACE, (char *)r->staging + off * es, (int)cnt, t, o, g->comm,
-                           &r->mreqs[i]) != MPI_SUCCESS)
-            return FTRT_EMPI; /* r->nmreq started ones: the staging goes to the graveyard */
-        r->nmreq = (int)i + 1;
-    }
+    if (!r->mreqs && !(r->mreqs = calloc((size_t)r->nchunks, sizeof *r->mreqs))) return -ENOMEM;
     return 1;
 }
 
-static int mpi_test(void *arg, ftrt__areq *r)
+static int mpi_start(void *arg, ftrt__areq *r, int chunk, void *buf, size_t count)
+{
+    (void)arg;
+    size_t es;
+    MPI_Datatype t = mpi_type(r->dtype, &es);
+    if (MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, t, mpi_op(r->op), r->gen->comm,
+                       &r->mreqs[chunk]) != MPI_SUCCESS)
+        return FTRT_EMPI;
+    return 0;
+}
+
+static int mpi_test(void *arg, ftrt__areq *r, int chunk)
 {
     (void)arg;
     int flag = 0;
-    if (MPI_Testall(r->nmreq, r->mreqs, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
-        return FTRT_EMPI;
+    if (MPI_Test(&r->mreqs[chunk], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) return FTRT_EMPI;
     return flag ? 1 : 0;
 }
 
-static const ftrt__xport mpi_xport = {mpi_bind, mpi_start, mpi_test};
+static const ftrt__xport mpi_xport = {mpi_bind, mpi_ready, mpi_start, mpi_test};
 
 /* FTRT_ASYNC_PROGRESS (0|1) and FTRT_PROGRESS_POLL_US (0..100000): a bad value is reported
  * by name and the default kept, as for every FTRT_* variable. */

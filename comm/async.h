@@ -73,25 +73,31 @@ typedef struct ftrt__areq {
     ftrt__seg seg1;
     void *staging;        /* engine-owned; NULL once given to the graveyard */
     size_t staging_cap;
-    size_t bytes, count;
+    size_t bytes, count, esize;
     int dtype, op;
     double scale;         /* applied at unpack (1.0 = none) */
-    int packed, started;  /* progress side */
+    /* the collective runs in chunks of chunk_count elements (the last one shorter), started in
+     * order, each packed just before it starts and unpacked as soon as it completes */
+    size_t chunk_count;
+    int nchunks, nstarted, ndone; /* progress side */
+    unsigned char *cdone;
+    int ready;            /* progress side: the transport's communicator is ready */
     ftrt__agen *gen;      /* MPI transport */
-    MPI_Request *mreqs;
-    int nmreq;
+    MPI_Request *mreqs;   /* MPI transport: one per chunk */
     long fake;            /* for fake transports (tests) */
     struct ftrt__areq *next;
 } ftrt__areq;
 
 /* The collective behind the engine. bind: application thread, at submission (may start
- * communicator setup). start: progress side; r->staging is packed; returns 1 (started), 0 (not
- * possible yet: retried later, later requests wait behind it) or a negative code. test:
- * progress side; returns 1 (done), 0 (in flight) or a negative code. */
+ * communicator setup). The others run on the progress side. ready: 1 when r can start, 0 not
+ * yet (retried later; later requests wait behind it), or a negative code. start: starts chunk
+ * `chunk` of r, `count` elements at buf (packed); 0 or a negative code. test: 1 when that chunk
+ * is done, 0 while in flight, or a negative code. */
 typedef struct ftrt__xport {
     int (*bind)(void *arg, ftrt__areq *r);
-    int (*start)(void *arg, ftrt__areq *r);
-    int (*test)(void *arg, ftrt__areq *r);
+    int (*ready)(void *arg, ftrt__areq *r);
+    int (*start)(void *arg, ftrt__areq *r, int chunk, void *buf, size_t count);
+    int (*test)(void *arg, ftrt__areq *r, int chunk);
 } ftrt__xport;
 
 typedef struct ftrt__engine {
@@ -108,6 +114,8 @@ typedef struct ftrt__engine {
     void *xarg;
     _Atomic int *pending_epoch, *fatal; /* the agent's flags (ftrt__cp) */
     long poll_ns;         /* sleep between polls once spinning stopped */
+    size_t chunk_bytes;   /* pipelining unit of a request (FTRT__CHUNK_BYTES; tests set less).
+                             Must be the same on every trainer: it sets the counts. */
     /* staging buffers: a free pool (reused, so steady-state steps never page-fault) and the
      * graveyard of abandoned ones (lock) */
     void **pool;
@@ -122,6 +130,8 @@ typedef struct ftrt__engine {
     /* statistics (lock) */
     long submitted, completed, failed;
 } ftrt__engine;
+
+#define FTRT__CHUNK_BYTES ((size_t)4 << 20)
 
 /* Creates an engine for ctx's plane with the MPI transport. Threaded when MPI provides
  * MPI_THREAD_MULTIPLE and FTRT_ASYNC_PROGRESS is not 0 (the thread starts at the first

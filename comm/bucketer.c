@@ -1,9 +1,16 @@
 /*
  * bucketer.c - gradient buckets: tensors are assigned to buckets once (after PyTorch DDP's
  * Reducer, see bucketer.h), the application marks each gradient ready as its backward pass
- * produces it, and each bucket's allreduce starts as soon as its last tensor is ready and every
- * earlier bucket has started (so every trainer starts the buckets in the same order, as DDP
- * requires). ftrt_bucketer_wait_all() ends the step.
+ * produces it, and the buckets are reduced in bucket order, so every trainer starts the same
+ * collectives in the same order, as DDP requires. ftrt_bucketer_wait_all() ends the step.
+ *
+ * Pieces: each bucket is reduced in pieces of at most piece_bytes (its byte layout cut into
+ * consecutive ranges, which may split a tensor), and a piece starts as soon as the tensors it
+ * covers are ready and every earlier piece has started. With piece_bytes = 0 a piece is the
+ * whole bucket: DDP's behaviour. Smaller pieces shorten the tail of a step: the last bucket to
+ * become ready starts communicating while the backward pass still produces its tensors, instead
+ * of all at once at the end (README, "Overlapped collectives", has the measurements). Pieces
+ * depend only on the counts, dtype and configuration, so they are the same on every trainer.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -15,6 +22,7 @@
 
 #define DEFAULT_BUCKET_BYTES ((size_t)25 << 20)      /* DDP: bucket_cap_mb = 25 */
 #define DEFAULT_FIRST_BUCKET_BYTES ((size_t)1 << 20) /* DDP: _DEFAULT_FIRST_BUCKET_BYTES */
+#define DEFAULT_PIECE_BYTES ((size_t)4 << 20)
 
 struct ftrt_bucketer {
     ftrt_ctx *ctx;
@@ -23,17 +31,23 @@ struct ftrt_bucketer {
     ftrt_dtype dtype;
     size_t esize;
     int average;
-    int n, nb;
+    int n, nb, np;
     size_t *counts;
     int *order, *start, *bucket_of;
+    size_t *t_off;       /* byte offset of each tensor in its bucket */
+    int *t_p0, *t_p1;    /* the pieces each tensor overlaps */
+    int *p_bucket;       /* per piece: its bucket, */
+    size_t *p_lo, *p_hi; /* its byte range in the bucket, */
+    int *p_first;        /* the position (in order[]) of its first tensor, */
+    int *p_ntens;        /* and the number of tensors that gate it */
     /* this step */
     void **ptrs;
     unsigned char *ready;
-    int *pending;        /* tensors of each bucket not yet ready */
-    ftrt_request **reqs; /* per bucket, once submitted */
-    int next;            /* next bucket to submit */
+    int *pending;        /* per piece: gating tensors not yet ready */
+    ftrt_request **reqs; /* per piece, once submitted */
+    int next;            /* next piece to submit */
     int err;             /* first error of this step */
-    ftrt__seg *segs;     /* scratch: the largest bucket's tensors */
+    ftrt__seg *segs;     /* scratch: the widest bucket's tensors */
     int *tidx;           /* scratch: their indices */
 };
 
@@ -69,13 +83,14 @@ int ftrt_bucket_config_init(ftrt_bucket_config *cfg, size_t size)
     cfg->first_bucket_bytes = DEFAULT_FIRST_BUCKET_BYTES;
     cfg->reverse = 1;
     cfg->average = 1;
+    cfg->piece_bytes = DEFAULT_PIECE_BYTES;
     return 0;
 }
 
 static void step_reset(ftrt_bucketer *b)
 {
     memset(b->ready, 0, (size_t)b->n);
-    for (int k = 0; k < b->nb; k++) b->pending[k] = b->start[k + 1] - b->start[k];
+    memcpy(b->pending, b->p_ntens, (size_t)b->np * sizeof *b->pending);
     b->next = 0;
     b->err = 0;
 }
@@ -83,20 +98,64 @@ static void step_reset(ftrt_bucketer *b)
 int ftrt_bucketer_free(ftrt_bucketer *b)
 {
     if (!b) return 0;
-    for (int k = 0; k < b->nb; k++)
-        if (b->reqs && b->reqs[k]) return FTRT_ESTATE;
+    for (int p = 0; p < b->np; p++)
+        if (b->reqs && b->reqs[p]) return FTRT_ESTATE;
     if (b->be && b->be->destroy) b->be->destroy(b->be_arg);
-    free(b->tidx);
-    free(b->counts);
-    free(b->order);
-    free(b->start);
-    free(b->bucket_of);
-    free(b->ptrs);
-    free(b->ready);
-    free(b->pending);
-    free(b->reqs);
-    free(b->segs);
+    void *arrays[] = {b->tidx,   b->counts,   b->order,  b->start,   b->bucket_of, b->t_off,
+                      b->t_p0,   b->t_p1,     b->p_bucket, b->p_lo,  b->p_hi,      b->p_first,
+                      b->p_ntens, b->ptrs,    b->ready,  b->pending, b->reqs,      b->segs};
+    for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++) free(arrays[i]);
     free(b);
+    return 0;
+}
+
+/* Cuts every bucket into pieces of at most `piece` bytes (0: whole buckets) and records which
+ * tensors gate which piece. Returns 0 or -ENOMEM. */
+static int make_pieces(ftrt_bucketer *b, size_t piece)
+{
+    int np = 0;
+    for (int k = 0; k < b->nb; k++) {
+        size_t B = 0;
+        for (int j = b->start[k]; j < b->start[k + 1]; j++) B += b->counts[b->order[j]] * b->esize;
+        np += piece && B > piece ? (int)((B + piece - 1) / piece) : 1;
+    }
+    b->np = np;
+    b->p_bucket = malloc((size_t)np * sizeof *b->p_bucket);
+    b->p_lo = malloc((size_t)np * sizeof *b->p_lo);
+    b->p_hi = malloc((size_t)np * sizeof *b->p_hi);
+    b->p_first = malloc((size_t)np * sizeof *b->p_first);
+    b->p_ntens = calloc((size_t)np, sizeof *b->p_ntens);
+    if (!b->p_bucket || !b->p_lo || !b->p_hi || !b->p_first || !b->p_ntens) return -ENOMEM;
+    int base = 0;
+    for (int k = 0; k < b->nb; k++) {
+        size_t B = 0;
+        for (int j = b->start[k]; j < b->start[k + 1]; j++) B += b->counts[b->order[j]] * b->esize;
+        size_t P = piece && B > piece ? piece : (B ? B : 1);
+        int npk = (int)((B + P - 1) / P);
+        if (npk < 1) npk = 1;
+        for (int q = 0; q < npk; q++) {
+            b->p_bucket[base + q] = k;
+            b->p_lo[base + q] = (size_t)q * P;
+            b->p_hi[base + q] = (size_t)(q + 1) * P < B ? (size_t)(q + 1) * P : B;
+            b->p_first[base + q] = -1;
+        }
+        size_t o = 0;
+        for (int j = b->start[k]; j < b->start[k + 1]; j++) {
+            int t = b->order[j];
+            size_t bt = b->counts[t] * b->esize;
+            int first = (int)(o / P), last = bt ? (int)((o + bt - 1) / P) : first;
+            if (first > npk - 1) first = last = npk - 1; /* an empty tensor at the end */
+            b->t_off[t] = o;
+            b->t_p0[t] = base + first;
+            b->t_p1[t] = base + last;
+            for (int q = first; q <= last; q++) {
+                b->p_ntens[base + q]++;
+                if (b->p_first[base + q] < 0) b->p_first[base + q] = j;
+            }
+            o += bt;
+        }
+        base += npk;
+    }
     return 0;
 }
 
@@ -123,8 +182,6 @@ int ftrt__bucketer_create_be(ftrt_ctx *ctx, const size_t *counts, int ntensors, 
     if (!b) return -ENOMEM;
     int n = ntensors;
     b->ctx = ctx;
-    b->be = be;
-    b->be_arg = arg;
     b->dtype = dtype;
     b->esize = es;
     b->average = cfg->average ? 1 : 0;
@@ -133,39 +190,46 @@ int ftrt__bucketer_create_be(ftrt_ctx *ctx, const size_t *counts, int ntensors, 
     b->order = malloc((size_t)n * sizeof *b->order);
     b->start = malloc((size_t)(n + 1) * sizeof *b->start);
     b->bucket_of = malloc((size_t)n * sizeof *b->bucket_of);
+    b->t_off = malloc((size_t)n * sizeof *b->t_off);
+    b->t_p0 = malloc((size_t)n * sizeof *b->t_p0);
+    b->t_p1 = malloc((size_t)n * sizeof *b->t_p1);
     b->ptrs = calloc((size_t)n, sizeof *b->ptrs);
     b->ready = calloc((size_t)n, 1);
     size_t *bytes = malloc((size_t)n * sizeof *bytes);
-    if (!b->counts || !b->order || !b->start || !b->bucket_of || !b->ptrs || !b->ready || !bytes) {
-        free(bytes);
-        b->be = NULL;
-        ftrt_bucketer_free(b);
-        return -ENOMEM;
-    }
+    int rc = -ENOMEM;
+    if (!b->counts || !b->order || !b->start || !b->bucket_of || !b->t_off || !b->t_p0 ||
+        !b->t_p1 || !b->ptrs || !b->ready || !bytes)
+        goto fail;
     for (int i = 0; i < n; i++) {
         b->counts[i] = counts[i];
         bytes[i] = counts[i] * es;
     }
     b->nb = ftrt__bucket_assign(bytes, n, cfg->reverse, cfg->first_bucket_bytes,
                                 cfg->bucket_bytes, b->order, b->start, b->bucket_of);
-    free(bytes);
+    size_t piece = cfg->piece_bytes / es * es; /* whole elements */
+    if (cfg->piece_bytes && !piece) piece = es;
+    if ((rc = make_pieces(b, piece)) != 0) goto fail;
     int widest = 0;
     for (int k = 0; k < b->nb; k++)
         if (b->start[k + 1] - b->start[k] > widest) widest = b->start[k + 1] - b->start[k];
-    b->pending = malloc((size_t)b->nb * sizeof *b->pending);
-    b->reqs = calloc((size_t)b->nb, sizeof *b->reqs);
+    b->pending = malloc((size_t)b->np * sizeof *b->pending);
+    b->reqs = calloc((size_t)b->np, sizeof *b->reqs);
     b->segs = malloc((size_t)widest * sizeof *b->segs);
     b->tidx = malloc((size_t)widest * sizeof *b->tidx);
-    if (!b->pending || !b->reqs || !b->segs || !b->tidx) {
-        b->be = NULL; /* the backend's argument is not ours to destroy yet */
-        ftrt_bucketer_free(b);
-        return -ENOMEM;
-    }
+    rc = -ENOMEM;
+    if (!b->pending || !b->reqs || !b->segs || !b->tidx) goto fail;
+    free(bytes);
+    b->be = be;
+    b->be_arg = arg;
     step_reset(b);
-    ftrt_log_debug("bucketer: %d tensors in %d buckets (first %zu B, then %zu B)", n, b->nb,
-                   cfg->first_bucket_bytes, cfg->bucket_bytes);
+    ftrt_log_debug("bucketer: %d tensors in %d buckets (first %zu B, then %zu B), %d pieces", n,
+                   b->nb, cfg->first_bucket_bytes, cfg->bucket_bytes, b->np);
     *out = b;
     return 0;
+fail: /* the backend's argument is not ours to destroy: b->be is still NULL */
+    free(bytes);
+    ftrt_bucketer_free(b);
+    return rc;
 }
 
 /* The CPU backend: the context's request engine. */
@@ -198,23 +262,34 @@ int ftrt_bucketer_create(ftrt_ctx *ctx, const size_t *counts, int ntensors, ftrt
     return rc;
 }
 
-/* Starts bucket k's allreduce. */
-static int submit(ftrt_bucketer *b, int k)
+/* Starts piece p's allreduce over the parts of its tensors that fall in its byte range. */
+static int submit(ftrt_bucketer *b, int p)
 {
     int rc = ftrt__interrupted(b->ctx);
     if (rc) return rc;
     if (b->ctx->needs_recover) return FTRT_ESTATE;
-    int first = b->start[k], n = b->start[k + 1] - first;
-    size_t count = 0;
-    for (int j = 0; j < n; j++) {
-        int t = b->order[first + j];
-        b->tidx[j] = t;
-        b->segs[j].ptr = b->ptrs[t];
-        b->segs[j].bytes = b->counts[t] * b->esize;
-        count += b->counts[t];
+    int k = b->p_bucket[p], n = 0;
+    size_t lo = b->p_lo[p], hi = b->p_hi[p];
+    for (int j = b->p_first[p]; j < b->start[k + 1]; j++) {
+        int t = b->order[j];
+        size_t t0 = b->t_off[t], t1 = t0 + b->counts[t] * b->esize;
+        if (t0 >= hi && t1 > t0) break;
+        size_t a = t0 > lo ? t0 : lo, z = t1 < hi ? t1 : hi;
+        if (a >= z) continue; /* an empty tensor */
+        b->tidx[n] = t;
+        b->segs[n].ptr = (char *)b->ptrs[t] + (a - t0);
+        b->segs[n].bytes = z - a;
+        n++;
+    }
+    if (n == 0) { /* an empty bucket: one zero-length collective keeps the sequence aligned */
+        b->tidx[0] = b->order[b->start[k]];
+        b->segs[0].ptr = b->ptrs[b->tidx[0]];
+        b->segs[0].bytes = 0;
+        n = 1;
     }
     double scale = b->average ? 1.0 / (double)b->ctx->size : 1.0;
-    return b->be->submit(b->be_arg, k, b->tidx, b->segs, n, count, scale, &b->reqs[k]);
+    return b->be->submit(b->be_arg, k, b->tidx, b->segs, n, (hi - lo) / b->esize, scale,
+                         &b->reqs[p]);
 }
 
 int ftrt_bucketer_ready(ftrt_bucketer *b, int tensor, void *ptr)
@@ -226,24 +301,24 @@ int ftrt_bucketer_ready(ftrt_bucketer *b, int tensor, void *ptr)
     }
     b->ready[tensor] = 1;
     b->ptrs[tensor] = ptr;
-    b->pending[b->bucket_of[tensor]]--;
-    while (b->next < b->nb && b->pending[b->next] == 0) {
+    for (int p = b->t_p0[tensor]; p <= b->t_p1[tensor]; p++) b->pending[p]--;
+    while (b->next < b->np && b->pending[b->next] == 0) {
         int rc = submit(b, b->next++);
         if (rc && !b->err) b->err = rc;
     }
     return b->err;
 }
 
-/* Waits for every submitted bucket (raw) and clears the step; returns the first error. */
+/* Waits for every submitted piece (raw) and clears the step; returns the first error. */
 static int drain(ftrt_bucketer *b)
 {
     int rc = b->err;
-    for (int k = 0; k < b->nb; k++) {
-        if (!b->reqs[k]) continue;
-        int r = b->be->wait_raw(b->reqs[k]);
+    for (int p = 0; p < b->np; p++) {
+        if (!b->reqs[p]) continue;
+        int r = b->be->wait_raw(b->reqs[p]);
         if (r && !rc) rc = r;
-        ftrt_request_free(b->reqs[k]);
-        b->reqs[k] = NULL;
+        ftrt_request_free(b->reqs[p]);
+        b->reqs[p] = NULL;
     }
     step_reset(b);
     if (rc == FTRT_ERECOVER) b->ctx->needs_recover = 1;
@@ -273,6 +348,8 @@ int ftrt_bucketer_reset(ftrt_bucketer *b)
 
 int ftrt_bucketer_buckets(const ftrt_bucketer *b) { return b ? b->nb : FTRT_EINVAL; }
 
+int ftrt_bucketer_pieces(const ftrt_bucketer *b) { return b ? b->np : FTRT_EINVAL; }
+
 int ftrt_bucketer_bucket_of(const ftrt_bucketer *b, int tensor)
 {
     if (!b || tensor < 0 || tensor >= b->n) return FTRT_EINVAL;
@@ -285,9 +362,9 @@ const ftrt__bucket_backend *ftrt__bucketer_backend(const ftrt_bucketer *b, void 
     return b->be;
 }
 
-struct ftrt_request *ftrt__bucketer_request(const ftrt_bucketer *b, int k)
+struct ftrt_request *ftrt__bucketer_request(const ftrt_bucketer *b, int p)
 {
-    return k >= 0 && k < b->nb ? b->reqs[k] : NULL;
+    return p >= 0 && p < b->np ? b->reqs[p] : NULL;
 }
 
-int ftrt__bucketer_all_submitted(const ftrt_bucketer *b) { return b->next == b->nb; }
+int ftrt__bucketer_all_submitted(const ftrt_bucketer *b) { return b->next == b->np; }

@@ -571,7 +571,12 @@ int ftrt_gpu_bucketer_create(ftrt_gpu *g, const size_t *counts, int ntensors, ft
         rc = cuda_err(cudaEventCreateWithFlags(&bk->ev[i], cudaEventDisableTiming),
                       "cudaEventCreate");
     g->nbucketers++;
-    if (!rc) rc = ftrt__bucketer_create_be(g->ctx, counts, ntensors, dtype, cfg, &gpu_backend, bk,
+    ftrt_bucket_config c; /* whole buckets: NCCL pipelines inside a collective */
+    if (cfg && cfg->size >= sizeof c) c = *cfg;
+    else if (!cfg) ftrt_bucket_config_init(&c, sizeof c);
+    else rc = FTRT_EINVAL;
+    c.piece_bytes = 0;
+    if (!rc) rc = ftrt__bucketer_create_be(g->ctx, counts, ntensors, dtype, &c, &gpu_backend, bk,
                                            out);
     if (rc) bk_destroy(bk);
     return rc;
@@ -592,7 +597,7 @@ int ftrt_gpu_bucketer_order(ftrt_bucketer *b, cudaStream_t consumer)
 {
     if (!b || ftrt__bucketer_backend(b, NULL) != &gpu_backend) return FTRT_EINVAL;
     if (!ftrt__bucketer_all_submitted(b)) return FTRT_ESTATE;
-    for (int k = 0; k < ftrt_bucketer_buckets(b); k++) {
+    for (int k = 0; k < ftrt_bucketer_pieces(b); k++) {
         ftrt_request *r = ftrt__bucketer_request(b, k);
         int rc = r ? ftrt_gpu_request_order(r, consumer) : 0;
         if (rc) return rc;

@@ -463,8 +463,12 @@ FTRT_API int ftrt_request_free(ftrt_request *req);
  * order their gradients become ready (with reverse = 1, from the last tensor to the first, the
  * order a backward pass produces them in, as DDP's bucket rebuild learns it); a bucket is closed
  * once it holds at least its limit, the first one's limit being first_bucket_bytes so that
- * communication starts early. Each bucket's allreduce starts as soon as its last tensor is
- * ready and every earlier bucket has started.
+ * communication starts early. Buckets are reduced in bucket order, in pieces of at most
+ * piece_bytes (consecutive byte ranges of the bucket, which may split a tensor): a piece's
+ * allreduce starts as soon as the tensors it covers are ready and every earlier piece has
+ * started. piece_bytes = 0 reduces whole buckets, each as soon as its last tensor is ready, as
+ * DDP does; the default 4 MiB pieces let the last bucket of a step communicate while the
+ * backward pass still produces it (the NCCL plane always reduces whole buckets).
  */
 typedef struct ftrt_bucket_config {
     uint32_t size;             /* sizeof(ftrt_bucket_config), set by ftrt_bucket_config_init() */
@@ -477,6 +481,8 @@ typedef struct ftrt_bucket_config {
     int average;               /* 1 (default): results are the mean over the trainers (the sum
                                   multiplied by (dtype)(1.0 / N), as DDP averages gradients);
                                   0: the sum. Not for FTRT_INT64. */
+    size_t piece_bytes;        /* largest allreduce, bytes (default 4 MiB; 0 = whole buckets).
+                                  The same on every trainer: it sets the collectives' counts. */
 } ftrt_bucket_config;
 
 /* Fills *cfg with the defaults above. size: sizeof(ftrt_bucket_config) as the caller knows it.
@@ -525,6 +531,9 @@ FTRT_API int ftrt_bucketer_reset(ftrt_bucketer *b);
 
 /* Number of buckets (>= 1), or FTRT_EINVAL for NULL. */
 FTRT_API int ftrt_bucketer_buckets(const ftrt_bucketer *b);
+
+/* Number of pieces, the allreduces of a step (>= the number of buckets), or FTRT_EINVAL. */
+FTRT_API int ftrt_bucketer_pieces(const ftrt_bucketer *b);
 
 /* The bucket of `tensor` (buckets are numbered in the order they start), or FTRT_EINVAL. */
 FTRT_API int ftrt_bucketer_bucket_of(const ftrt_bucketer *b, int tensor);

@@ -44,6 +44,15 @@ void ftrt__k_unpack(const void *bucket, const ftrt__seg *segs, int n);
 void ftrt__k_unpack_scale(const void *bucket, const ftrt__seg *segs, int n, int dtype,
                           double scale);
 
+/* The part [off, off + len) of ftrt__k_pack: copies those bytes of the tensors' concatenation
+ * to bucket + off. Packing every range of a partition packs the whole bucket. */
+void ftrt__k_pack_range(void *bucket, const ftrt__seg *segs, int n, size_t off, size_t len);
+
+/* The part [off, off + len) of ftrt__k_unpack_scale (off and len multiples of the element
+ * size): writes those bytes of the tensors' concatenation from bucket + off, scaled. */
+void ftrt__k_unpack_scale_range(const void *bucket, const ftrt__seg *segs, int n, size_t off,
+                                size_t len, int dtype, double scale);
+
 /* In-place x *= scale over `count` elements of `dtype` (float32 / float64; int64 and
  * scale == 1.0: no-op). Same rounding as ftrt__k_unpack_scale. */
 void ftrt__k_scale(void *buf, size_t count, int dtype, double scale);

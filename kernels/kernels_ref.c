@@ -59,6 +59,38 @@ void ftrt__k_unpack_scale(const void *bucket, const ftrt__seg *segs, int n, int 
     }
 }
 
+/* Calls fn(tensor piece, bucket piece, bytes) for each piece of [off, off + len) of the
+ * concatenation of segs. */
+#define FOR_RANGE(segs, n, off, len, BODY)                                                       \
+    do {                                                                                       \
+        size_t base_ = 0, end_ = (off) + (len);                                                \
+        for (int i_ = 0; i_ < (n) && base_ < end_; i_++) {                                     \
+            size_t b0_ = base_, b1_ = base_ + (segs)[i_].bytes;                                \
+            base_ = b1_;                                                                       \
+            size_t lo_ = b0_ > (off) ? b0_ : (off), hi_ = b1_ < end_ ? b1_ : end_;             \
+            if (lo_ >= hi_) continue;                                                          \
+            char *t_ = (char *)(segs)[i_].ptr + (lo_ - b0_);                                    \
+            size_t at_ = lo_, nb_ = hi_ - lo_;                                                 \
+            BODY;                                                                              \
+        }                                                                                      \
+    } while (0)
+
+void ftrt__k_pack_range(void *bucket, const ftrt__seg *segs, int n, size_t off, size_t len)
+{
+    char *b = bucket;
+    FOR_RANGE(segs, n, off, len, memcpy(b + at_, t_, nb_));
+}
+
+void ftrt__k_unpack_scale_range(const void *bucket, const ftrt__seg *segs, int n, size_t off,
+                                size_t len, int dtype, double scale)
+{
+    const char *b = bucket;
+    if (scale == 1.0 || (dtype != FTRT__K_F32 && dtype != FTRT__K_F64))
+        FOR_RANGE(segs, n, off, len, memcpy(t_, b + at_, nb_));
+    else
+        FOR_RANGE(segs, n, off, len, scale_copy(t_, b + at_, nb_ / esize(dtype), dtype, scale));
+}
+
 void ftrt__k_scale(void *buf, size_t count, int dtype, double scale)
 {
     if (scale == 1.0) return;

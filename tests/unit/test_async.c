@@ -1,6 +1,7 @@
 /*
  * Unit tests: the request engine of overlapped collectives (comm/async.c) over a fake
- * transport, with its progress thread and in inline mode. Request lifecycle (pack, start in
+ * transport, with its progress thread and in inline mode, with whole requests and with requests
+ * pipelined in chunks of 3 floats (chunks start in order, straddle tensor boundaries). Request lifecycle (pack, start in
  * submission order, unpack with scaling, test/wait/free), failure awareness (an epoch change or
  * a fatal code fails requests promptly and leaves application memory alone; started staging
  * buffers go to the graveyard and are never handed out again; unstarted ones are reused), and a
@@ -41,26 +42,36 @@ static int f_bind(void *arg, ftrt__areq *r)
     return 0;
 }
 
-static int f_start(void *arg, ftrt__areq *r)
+static int f_ready(void *arg, ftrt__areq *r)
 {
     fake *f = arg;
-    if (atomic_load(&f->gate_closed)) return 0;
-    if (r->fake != atomic_load(&f->last_started) + 1) atomic_fetch_add(&f->order_errors, 1);
-    atomic_store(&f->last_started, r->fake);
-    float *x = r->staging;
-    for (size_t i = 0; i < r->count; i++) x[i] *= 2.0f;
-    atomic_store(&f->last_staging, r->staging);
-    atomic_fetch_add(&f->starts, 1);
-    return 1;
+    (void)r;
+    return atomic_load(&f->gate_closed) ? 0 : 1;
 }
 
-static int f_test(void *arg, ftrt__areq *r)
+/* Chunks must start in (ticket, chunk) order; each doubles its floats. */
+static int f_start(void *arg, ftrt__areq *r, int chunk, void *buf, size_t count)
 {
     fake *f = arg;
+    long key = r->fake * 100000 + chunk, last = atomic_load(&f->last_started);
+    if (key <= last || (chunk > 0 && key != last + 1) || (chunk == 0 && r->fake != last / 100000 + 1))
+        atomic_fetch_add(&f->order_errors, 1);
+    atomic_store(&f->last_started, key);
+    float *x = buf;
+    for (size_t i = 0; i < count; i++) x[i] *= 2.0f;
+    atomic_store(&f->last_staging, r->staging);
+    atomic_fetch_add(&f->starts, 1);
+    return 0;
+}
+
+static int f_test(void *arg, ftrt__areq *r, int chunk)
+{
+    fake *f = arg;
+    (void)chunk;
     return atomic_load(&f->released) >= r->fake ? 1 : 0;
 }
 
-static const ftrt__xport fake_xport = {f_bind, f_start, f_test};
+static const ftrt__xport fake_xport = {f_bind, f_ready, f_start, f_test};
 
 typedef struct fx {
     fake f;
@@ -69,18 +80,22 @@ typedef struct fx {
     int threaded;
 } fx;
 
-static int setup_mode(void **state, int threaded)
+static int setup_mode(void **state, int threaded, size_t chunk_bytes)
 {
     fx *x = calloc(1, sizeof *x);
     x->threaded = threaded;
     assert_int_equal(ftrt__engine_create_x(&fake_xport, &x->f, &x->pending_epoch, &x->fatal,
                                            threaded, &x->e),
                      0);
+    if (chunk_bytes) x->e->chunk_bytes = chunk_bytes;
     *state = x;
     return 0;
 }
-static int setup_threaded(void **state) { return setup_mode(state, 1); }
-static int setup_inline(void **state) { return setup_mode(state, 0); }
+static int setup_threaded(void **state) { return setup_mode(state, 1, 0); }
+static int setup_inline(void **state) { return setup_mode(state, 0, 0); }
+/* 3 floats per chunk: requests pipeline in many chunks that straddle tensor boundaries */
+static int setup_chunked(void **state) { return setup_mode(state, 1, 12); }
+static int setup_chunked_inline(void **state) { return setup_mode(state, 0, 12); }
 
 static int teardown(void **state)
 {
@@ -265,7 +280,9 @@ static void stop_is_idempotent(void **state)
 
 #define BOTH(t)                                                                                  \
     cmocka_unit_test_setup_teardown(t, setup_threaded, teardown),                                \
-        cmocka_unit_test_setup_teardown(t, setup_inline, teardown)
+        cmocka_unit_test_setup_teardown(t, setup_inline, teardown),                              \
+        cmocka_unit_test_setup_teardown(t, setup_chunked, teardown),                             \
+        cmocka_unit_test_setup_teardown(t, setup_chunked_inline, teardown)
 
 int main(void)
 {

@@ -1,8 +1,9 @@
 /*
  * Unit tests: gradient buckets. The assignment (DDP's rules in gradient-ready order) on fixed
  * and random sizes, and the bucketer's step state machine over a fake backend: buckets start in
- * order, a bucket starts exactly when its last tensor is ready, the mean is requested with
- * 1/N, misuse is refused, an epoch change ends the step with FTRT_ERECOVER.
+ * order, a bucket starts exactly when its last tensor is ready, pieces split tensors exactly and
+ * start when the tensors they cover are ready, the mean is requested with 1/N, misuse is
+ * refused, an epoch change ends the step with FTRT_ERECOVER.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -112,6 +113,7 @@ static void config_defaults(void **state)
     assert_int_equal(c.first_bucket_bytes, 1 * MiB);
     assert_int_equal(c.reverse, 1);
     assert_int_equal(c.average, 1);
+    assert_int_equal(c.piece_bytes, 4 * MiB);
     assert_int_equal(c.size, sizeof c);
     assert_int_equal(ftrt_bucket_config_init(&c, 4), FTRT_EINVAL);
     assert_int_equal(ftrt_bucket_config_init(NULL, sizeof c), FTRT_EINVAL);
@@ -130,6 +132,8 @@ typedef struct fake_log {
     size_t count[64];
     double scale[64];
     void *first_ptr[64];
+    void *seg_ptr[64][3];
+    size_t seg_bytes[64][3];
     int fail_with; /* result every request completes with */
     int live;      /* requests not yet freed */
 } fake_log;
@@ -156,6 +160,10 @@ static int fake_submit(void *arg, int bucket, const int *tensors, const ftrt__se
     l->count[i] = count;
     l->scale[i] = scale;
     l->first_ptr[i] = segs[0].ptr;
+    for (int j = 0; j < n && j < 3; j++) {
+        l->seg_ptr[i][j] = segs[j].ptr;
+        l->seg_bytes[i][j] = segs[j].bytes;
+    }
     fake_req *r = calloc(1, sizeof *r);
     r->base.ops = &fr_ops;
     r->result = l->fail_with;
@@ -280,6 +288,76 @@ static void bucketer_epoch_change(void **state)
     free_ctx(ctx);
 }
 
+/* Pieces: a bucket's byte layout cut in ranges that split tensors; a piece starts once every
+ * tensor it covers is ready, with exactly the overlapping parts of those tensors. */
+static void bucketer_pieces(void **state)
+{
+    (void)state;
+    struct ftrt_ctx *ctx = fake_ctx(2);
+    fake_log log = {0};
+    g_log = &log;
+    size_t counts[3] = {10, 30, 5}; /* bytes [0,40) [40,160) [160,180) of one bucket */
+    float t[3][30];
+    ftrt_bucket_config c;
+    ftrt_bucket_config_init(&c, sizeof c);
+    c.reverse = 0;
+    c.piece_bytes = 66; /* rounded down to whole floats: 64 */
+    ftrt_bucketer *b;
+    assert_int_equal(ftrt__bucketer_create_be(ctx, counts, 3, FTRT_FLOAT32, &c, &fake_backend,
+                                              &log, &b), 0);
+    assert_int_equal(ftrt_bucketer_buckets(b), 1);
+    assert_int_equal(ftrt_bucketer_pieces(b), 3); /* [0,64) [64,128) [128,180) */
+    for (int step = 0; step < 2; step++) {
+        log.nsub = 0;
+        assert_int_equal(ftrt_bucketer_ready(b, 0, t[0]), 0);
+        assert_int_equal(log.nsub, 0); /* piece 0 also covers tensor 1 */
+        assert_int_equal(ftrt_bucketer_ready(b, 1, t[1]), 0);
+        assert_int_equal(log.nsub, 2); /* pieces 0 and 1; piece 2 waits for tensor 2 */
+        assert_int_equal(log.n[0], 2);
+        assert_ptr_equal(log.seg_ptr[0][0], t[0]);
+        assert_int_equal(log.seg_bytes[0][0], 40);
+        assert_ptr_equal(log.seg_ptr[0][1], t[1]);
+        assert_int_equal(log.seg_bytes[0][1], 24);
+        assert_int_equal(log.count[0], 16);
+        assert_int_equal(log.n[1], 1);
+        assert_ptr_equal(log.seg_ptr[1][0], (char *)t[1] + 24);
+        assert_int_equal(log.seg_bytes[1][0], 64);
+        assert_int_equal(ftrt_bucketer_ready(b, 2, t[2]), 0);
+        assert_int_equal(log.nsub, 3);
+        assert_int_equal(log.n[2], 2);
+        assert_ptr_equal(log.seg_ptr[2][0], (char *)t[1] + 88);
+        assert_int_equal(log.seg_bytes[2][0], 32);
+        assert_ptr_equal(log.seg_ptr[2][1], t[2]);
+        assert_int_equal(log.seg_bytes[2][1], 20);
+        assert_int_equal(log.count[2], 13);
+        for (int i = 0; i < 3; i++) assert_int_equal(log.bucket[i], 0);
+        assert_int_equal(ftrt_bucketer_wait_all(b), 0);
+    }
+    assert_int_equal(ftrt_bucketer_free(b), 0);
+    /* Empty tensors gate the piece at their offset; piece_bytes = 0 means whole buckets. */
+    size_t e[3] = {0, 4, 0};
+    c.piece_bytes = 8;
+    assert_int_equal(ftrt__bucketer_create_be(ctx, e, 3, FTRT_FLOAT32, &c, &fake_backend, &log,
+                                              &b), 0);
+    assert_int_equal(ftrt_bucketer_pieces(b), 2);
+    log.nsub = 0;
+    assert_int_equal(ftrt_bucketer_ready(b, 1, t[1]), 0);
+    assert_int_equal(log.nsub, 0); /* piece 0 waits for empty tensor 0 */
+    assert_int_equal(ftrt_bucketer_ready(b, 0, NULL), 0);
+    assert_int_equal(log.nsub, 1);
+    assert_int_equal(ftrt_bucketer_ready(b, 2, NULL), 0);
+    assert_int_equal(log.nsub, 2);
+    assert_int_equal(ftrt_bucketer_wait_all(b), 0);
+    assert_int_equal(ftrt_bucketer_free(b), 0);
+    c.piece_bytes = 0;
+    assert_int_equal(ftrt__bucketer_create_be(ctx, counts, 3, FTRT_FLOAT32, &c, &fake_backend,
+                                              &log, &b), 0);
+    assert_int_equal(ftrt_bucketer_pieces(b), 1);
+    assert_int_equal(ftrt_bucketer_free(b), 0);
+    assert_int_equal(log.live, 0);
+    free_ctx(ctx);
+}
+
 static void bucketer_bad_arguments(void **state)
 {
     (void)state;
@@ -312,7 +390,7 @@ int main(void)
         cmocka_unit_test(assign_first_bucket_small), cmocka_unit_test(assign_oversized_and_exact),
         cmocka_unit_test(assign_random_invariants),  cmocka_unit_test(config_defaults),
         cmocka_unit_test(bucketer_orders_buckets),   cmocka_unit_test(bucketer_epoch_change),
-        cmocka_unit_test(bucketer_bad_arguments),
+        cmocka_unit_test(bucketer_pieces),           cmocka_unit_test(bucketer_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -88,6 +88,50 @@ static void unpack_scale_rounds_once(void **state)
     assert_memory_equal(xi, yi, sizeof xi);
 }
 
+/* Packing / unpacking a bucket by ranges (any partition, across tensor boundaries) gives the
+ * bytes of the whole-bucket kernels. */
+static void ranges_equal_whole(void **state)
+{
+    (void)state;
+    size_t counts[5] = {3, 0, 1000, 1, 257};
+    float *src[5], *dst[5], *ref[5];
+    ftrt__seg s[5], d[5], r[5];
+    size_t total = 0;
+    for (int i = 0; i < 5; i++) {
+        src[i] = malloc(counts[i] * 4 + 4);
+        dst[i] = malloc(counts[i] * 4 + 4);
+        ref[i] = malloc(counts[i] * 4 + 4);
+        for (size_t k = 0; k < counts[i]; k++) src[i][k] = (float)(k * 7 + (size_t)i) / 3.0f;
+        s[i] = (ftrt__seg){src[i], counts[i] * 4};
+        d[i] = (ftrt__seg){dst[i], counts[i] * 4};
+        r[i] = (ftrt__seg){ref[i], counts[i] * 4};
+        total += counts[i] * 4;
+    }
+    unsigned char *whole = malloc(total), *parts = malloc(total);
+    ftrt__k_pack(whole, s, 5);
+    size_t steps[4] = {4, 12, 400, 4096};
+    for (int k = 0; k < 4; k++) {
+        memset(parts, 0, total);
+        for (size_t off = 0; off < total; off += steps[k])
+            ftrt__k_pack_range(parts, s, 5, off, total - off < steps[k] ? total - off : steps[k]);
+        assert_memory_equal(parts, whole, total);
+        ftrt__k_unpack_scale(whole, r, 5, FTRT__K_F32, 0.25);
+        for (size_t off = 0; off < total; off += steps[k])
+            ftrt__k_unpack_scale_range(parts, d, 5, off, total - off < steps[k] ? total - off
+                                                                                 : steps[k],
+                                       FTRT__K_F32, 0.25);
+        for (int i = 0; i < 5; i++)
+            if (counts[i]) assert_memory_equal(dst[i], ref[i], counts[i] * 4);
+    }
+    for (int i = 0; i < 5; i++) {
+        free(src[i]);
+        free(dst[i]);
+        free(ref[i]);
+    }
+    free(whole);
+    free(parts);
+}
+
 static void crc_chunks_merge(void **state)
 {
     (void)state;
@@ -122,6 +166,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(pack_unpack_round_trip),
                                        cmocka_unit_test(unpack_scale_rounds_once),
+                                       cmocka_unit_test(ranges_equal_whole),
                                        cmocka_unit_test(crc_chunks_merge)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
