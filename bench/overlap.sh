@@ -39,7 +39,7 @@ if [ "$quick" = 0 ]; then
   )
 fi
 
-printf '| configuration | trainers | compute ms | comm alone ms | comm after compute ms | exposed ms | of which in wait_all ms | exposed/comm (median, min-max of %d) |\n' "$reps"
+printf '| configuration | trainers | compute ms | comm alone ms (CPU %%) | comm after compute ms | exposed ms | of which in wait_all ms | exposed/comm (median, min-max of %d) |\n' "$reps"
 printf '|---|---|---|---|---|---|---|---|\n'
 for c in "${configs[@]}"; do
   IFS='|' read -r name n envs flags <<<"$c"
@@ -59,8 +59,8 @@ import sys, statistics
 rows = [dict(kv.split("=") for kv in l.split()[1:]) for l in sys.stdin if l.strip()]
 r = sorted(float(x["ratio"]) for x in rows)
 med = lambda k: statistics.median(float(x[k]) for x in rows)
-print("| %s | %s | %.1f | %.1f | %.1f | %.2f | %.2f | %.3f (%.3f-%.3f) |" % (sys.argv[1], sys.argv[2],
-      med("compute_ms"), med("comm_ms"), med("after_ms"), med("exposed_ms"), med("wait_ms"),
-      statistics.median(r), r[0], r[-1]))
+print("| %s | %s | %.1f | %.1f (%.0f%%) | %.1f | %.2f | %.2f | %.3f (%.3f-%.3f) |" % (sys.argv[1],
+      sys.argv[2], med("compute_ms"), med("comm_ms"), 100 * med("comm_cpu_ms") / med("comm_ms"),
+      med("after_ms"), med("exposed_ms"), med("wait_ms"), statistics.median(r), r[0], r[-1]))
 ' "$name" "$n"
 done

@@ -52,6 +52,13 @@ static void spin_units(long units)
     sink = x;
 }
 
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -66,6 +73,7 @@ typedef struct bench {
     size_t *counts;
     long units_per_ms; /* spin calibration, the same on every trainer */
     double wait_s;     /* time inside ftrt_bucketer_wait_all, summed over a mode's steps */
+    double cpu_s;      /* process CPU time per step of the last mode run (all threads) */
     double slice_ms;
 } bench;
 
@@ -112,6 +120,7 @@ static int run_mode(bench *B, int mode, double *out)
     for (int i = 0; i < B->o.warmup; i++)
         if ((rc = step(B, mode)) != 0) goto out;
     B->wait_s = 0;
+    double cpu0 = cpu_now();
     for (int i = 0; i < n; i++) {
         double sync = 0;
         if ((rc = ftrt_allreduce(B->ctx, &sync, 1, FTRT_FLOAT64, FTRT_SUM)) != 0) goto out;
@@ -120,6 +129,8 @@ static int run_mode(bench *B, int mode, double *out)
         t[i] = now() - t0;
     }
     if ((rc = ftrt_allreduce(B->ctx, t, (size_t)n, FTRT_FLOAT64, FTRT_MAX)) != 0) goto out;
+    B->cpu_s = (cpu_now() - cpu0) / n;
+    if ((rc = ftrt_allreduce(B->ctx, &B->cpu_s, 1, FTRT_FLOAT64, FTRT_MAX)) != 0) goto out;
     B->wait_s /= n; /* per step, this trainer */
     if ((rc = ftrt_allreduce(B->ctx, &B->wait_s, 1, FTRT_FLOAT64, FTRT_MAX)) != 0) goto out;
     qsort(t, (size_t)n, sizeof *t, cmp_double);
@@ -211,6 +222,7 @@ int main(int argc, char **argv)
 
     double tm[4] = {0};
     if ((rc = run_mode(&B, M_COMM, &tm[M_COMM])) != 0) goto fail;
+    double comm_cpu = B.cpu_s; /* CPU time the communication alone takes per step */
     double compute_ms = B.o.compute_ms >= 0 ? B.o.compute_ms : B.o.compute_ratio * tm[M_COMM] * 1e3;
     B.slice_ms = compute_ms / T;
     for (int m = M_NONE; m <= M_OVERLAP; m++)
@@ -230,13 +242,15 @@ int main(int argc, char **argv)
         printf("  communication alone %.2f ms; after compute %.2f ms; exposed when overlapped "
                "%.2f ms; exposed/communication = %.3f\n",
                tm[M_COMM] * 1e3, comm * 1e3, exposed * 1e3, comm > 0 ? exposed / comm : NAN);
+        printf("  communication alone uses %.2f ms of CPU per step (all threads of a trainer): "
+               "%.0f%% of its wall time\n", comm_cpu * 1e3, 100 * comm_cpu / tm[M_COMM]);
         printf("  waiting in ftrt_bucketer_wait_all when overlapped: %.2f ms per step (the rest "
                "of the exposed time is compute slowed down by the communication's CPU work)\n",
                wait_overlap * 1e3);
         printf("RESULT trainers=%d compute=%s compute_ms=%.2f comm_ms=%.2f after_ms=%.2f "
-               "exposed_ms=%.2f ratio=%.3f wait_ms=%.2f\n", N, B.o.sleep_mode ? "sleep" : "spin",
+               "exposed_ms=%.2f ratio=%.3f wait_ms=%.2f comm_cpu_ms=%.2f\n", N, B.o.sleep_mode ? "sleep" : "spin",
                compute_ms, tm[M_COMM] * 1e3, comm * 1e3, exposed * 1e3,
-               comm > 0 ? exposed / comm : NAN, wait_overlap * 1e3);
+               comm > 0 ? exposed / comm : NAN, wait_overlap * 1e3, comm_cpu * 1e3);
     }
     ftrt_bucketer_free(B.b);
     for (int j = 0; j < T; j++) free(B.grads[j]);
