@@ -188,6 +188,11 @@ class Bucketer:
         """Number of buckets (>= 1)."""
         return check(lib().ftrt_bucketer_buckets(self._h), "ftrt_bucketer_buckets")
 
+    def pieces(self):
+        """Number of pieces: the allreduces of a step (>= the number of buckets; a bucket
+        larger than piece_bytes is reduced in several)."""
+        return check(lib().ftrt_bucketer_pieces(self._h), "ftrt_bucketer_pieces")
+
     def bucket_of(self, tensor):
         """The bucket of `tensor` (buckets are numbered in the order they start)."""
         return check(lib().ftrt_bucketer_bucket_of(self._h, int(tensor)),

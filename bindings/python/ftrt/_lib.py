@@ -271,7 +271,8 @@ class Config(_StrFields):
 class BucketConfig(ctypes.Structure):
     """ftrt_bucket_config: bucket_bytes / first_bucket_bytes in bytes (defaults 25 MiB / 1 MiB,
     DDP's), reverse (1: gradients become ready from the last tensor to the first), average (1:
-    the mean over the trainers, 0: the sum). Fill it with BucketConfig.defaults()."""
+    the mean over the trainers, 0: the sum), piece_bytes (largest single allreduce, bytes;
+    default 4 MiB, 0 = whole buckets). Fill it with BucketConfig.defaults()."""
 
     _fields_ = [
         ("size", ctypes.c_uint32),
@@ -280,6 +281,7 @@ class BucketConfig(ctypes.Structure):
         ("first_bucket_bytes", ctypes.c_size_t),
         ("reverse", ctypes.c_int),
         ("average", ctypes.c_int),
+        ("piece_bytes", ctypes.c_size_t),
     ]
 
     @classmethod
@@ -364,6 +366,7 @@ PROTOTYPES = {
     "ftrt_bucketer_reset": (_c_int, [_vp]),
     "ftrt_bucketer_buckets": (_c_int, [_vp]),
     "ftrt_bucketer_bucket_of": (_c_int, [_vp, _c_int]),
+    "ftrt_bucketer_pieces": (_c_int, [_vp]),
     "ftrt_bucketer_free": (_c_int, [_vp]),
     "ftrt_step_done": (_c_int, [_vp, _c_i64]),
     "ftrt_set_job_info": (_c_int, [_vp, _c_i64, _c_dbl, _c_dbl]),
