@@ -505,8 +505,8 @@ FTRT_API int ftrt_bucketer_create(ftrt_ctx *ctx, const size_t *counts, int ntens
 
 /*
  * Marks gradient `tensor` (0 <= tensor < ntensors) of this step ready at `ptr` (counts[tensor]
- * elements). When this completes a bucket (and every earlier bucket has started) the bucket's
- * allreduce starts; its result (the sum, or the mean) is written back into each tensor. ptr
+ * elements). Every piece this completes (see ftrt_bucket_config) starts its allreduce, in piece
+ * order; the result (the sum, or the mean) is written back into each tensor. ptr
  * must stay valid and unmodified, and must not be read, until ftrt_bucketer_wait_all() returns.
  * Returns 0; FTRT_EINVAL (bad index, NULL ptr, tensor already ready this step); or the first
  * error of this step so far (FTRT_ERECOVER etc., as ftrt_bucketer_wait_all(): the application
