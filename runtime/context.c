@@ -68,7 +68,7 @@ int ftrt__ledger_send(ftrt_ctx *ctx, int final)
         m->kept_steps = ctx->kept_steps;
         m->kind_open = l->kind;
         m->n = (int32_t)n;
-        memcpy(m->iv, l->iv + ctx->ledger_sent, n * sizeof *m->iv);
+        if (n > 0) memcpy(m->iv, l->iv + ctx->ledger_sent, n * sizeof *m->iv);
         ctx->ledger_sent += n;
         m->final = final && ctx->ledger_sent >= l->n;
         pthread_mutex_unlock(&ctx->ledger_lock);
