@@ -188,6 +188,20 @@ static void polite(const ftrt__engine *e, long i)
     }
 }
 
+/* Waits on e->done for at most 20 ms (e->lock held): the progress thread signals it when a
+ * request finishes; the timeout covers a signal sent before the wait began. */
+static void wait_done_briefly(ftrt__engine *e)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 20 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&e->done, &e->lock, &ts);
+}
+
 static void *progress_main(void *arg)
 {
     ftrt__engine *e = arg;
@@ -260,14 +274,7 @@ void ftrt__engine_quiesce(ftrt__engine *e)
     pthread_mutex_lock(&e->lock);
     while (e->live > 0) {
         if (e->threaded && e->thread_started && !e->stop) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 20 * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&e->done, &e->lock, &ts);
+            wait_done_briefly(e);
         } else {
             pthread_mutex_unlock(&e->lock);
             if (!progress(e)) polite(e, i++);
@@ -409,14 +416,7 @@ int ftrt__areq_wait(ftrt__areq *r)
         pthread_mutex_lock(&e->lock);
         int threaded = e->threaded && e->thread_started && !e->stop;
         if (threaded && !areq_final(r)) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 20 * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&e->done, &e->lock, &ts);
+            wait_done_briefly(e);
         }
         pthread_mutex_unlock(&e->lock);
         if (!threaded && !progress(e)) polite(e, i++);
