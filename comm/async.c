@@ -517,33 +517,16 @@ static int mpi_test(void *arg, ftrt__areq *r, int chunk)
 
 static const ftrt__xport mpi_xport = {mpi_bind, mpi_ready, mpi_start, mpi_test};
 
-/* FTRT_ASYNC_PROGRESS (0|1) and FTRT_PROGRESS_POLL_US (0..100000): a bad value is reported
- * by name and the default kept, as for every FTRT_* variable. */
-static long env_long(const char *name, long def, long lo, long hi)
-{
-    const char *v = getenv(name);
-    if (!v || !*v) return def;
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || *end || x < lo || x > hi) {
-        ftrt_log_error("%s=\"%s\" is not an integer in [%ld, %ld]: using %ld", name, v, lo, hi,
-                       def);
-        return def;
-    }
-    return x;
-}
-
 int ftrt__engine_create(struct ftrt_ctx *ctx, ftrt__engine **out)
 {
     int level = MPI_THREAD_SINGLE;
     MPI_Query_thread(&level);
-    long want = env_long("FTRT_ASYNC_PROGRESS", 1, 0, 1);
+    int want = ctx->cfg.async_progress;
     int threaded = want && level == MPI_THREAD_MULTIPLE;
     int rc = ftrt__engine_create_x(&mpi_xport, NULL, &ctx->cp.pending_epoch, &ctx->cp.fatal,
                                    threaded, out);
     if (rc) return rc;
-    (*out)->poll_ns = env_long("FTRT_PROGRESS_POLL_US", DEFAULT_POLL_US, 0, 100000) * 1000L;
+    (*out)->poll_ns = (long)ctx->cfg.progress_poll_us * 1000L;
     (*out)->plane = &ctx->plane;
     (*out)->ctx = ctx;
     if (threaded)

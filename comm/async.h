@@ -134,9 +134,9 @@ typedef struct ftrt__engine {
 #define FTRT__CHUNK_BYTES ((size_t)4 << 20)
 
 /* Creates an engine for ctx's plane with the MPI transport. Threaded when MPI provides
- * MPI_THREAD_MULTIPLE and FTRT_ASYNC_PROGRESS is not 0 (the thread starts at the first
- * submission). Returns 0 or -ENOMEM / FTRT_ECONFIG (bad FTRT_ASYNC_PROGRESS /
- * FTRT_PROGRESS_POLL_US). */
+ * MPI_THREAD_MULTIPLE and ctx->cfg.async_progress is 1 (the thread starts at the first
+ * submission); polls every ctx->cfg.progress_poll_us while a collective is in flight (both
+ * validated by ftrt__config_check). Returns 0 or -ENOMEM. */
 int ftrt__engine_create(struct ftrt_ctx *ctx, ftrt__engine **out);
 /* Creates an engine over another transport (unit tests); flags are the agent's epoch/fatal. */
 int ftrt__engine_create_x(const ftrt__xport *xp, void *xarg, _Atomic int *pending_epoch,

@@ -153,6 +153,11 @@ typedef struct ftrt_config {
                                  accepts it, else buffered (said once); 0 = always buffered */
     int debug_ckpt_write_delay_ms; /* FTRT_DEBUG_CKPT_WRITE_DELAY_MS: test knob: the persist thread
                                  sleeps this long after each completed write (default 0) */
+    int async_progress;       /* FTRT_ASYNC_PROGRESS: 1 (default) = a progress thread drives the
+                                 overlapped collectives when MPI provides MPI_THREAD_MULTIPLE;
+                                 0 = progress only inside ftrt calls */
+    int progress_poll_us;     /* FTRT_PROGRESS_POLL_US: the progress thread's polling period while
+                                 a collective is in flight, microseconds (default 50, 0..100000) */
 } ftrt_config;
 
 /* FTRT_CKPT_POLICY values. */

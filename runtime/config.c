@@ -125,6 +125,8 @@ int ftrt_config_init(ftrt_config *cfg, size_t size)
     cfg->ckpt_qd = 8;
     cfg->ckpt_chunk_kb = 4096;
     cfg->ckpt_direct = 1;
+    cfg->async_progress = 1;
+    cfg->progress_poll_us = 50;
     cfg->log_level = FTRT__LOG_WARN;
     snprintf(cfg->ckpt_dir, sizeof cfg->ckpt_dir, "ftrt-ckpt");
 
@@ -155,6 +157,8 @@ int ftrt_config_init(ftrt_config *cfg, size_t size)
     KEEP_FIRST(env_policy(&cfg->ckpt_policy));
     KEEP_FIRST(env_int("FTRT_CKPT_DIRECT", 0, 1, &cfg->ckpt_direct));
     KEEP_FIRST(env_int("FTRT_DEBUG_CKPT_WRITE_DELAY_MS", 0, 600000, &cfg->debug_ckpt_write_delay_ms));
+    KEEP_FIRST(env_int("FTRT_ASYNC_PROGRESS", 0, 1, &cfg->async_progress));
+    KEEP_FIRST(env_int("FTRT_PROGRESS_POLL_US", 0, 100000, &cfg->progress_poll_us));
 #undef KEEP_FIRST
     return rc;
 }
@@ -199,6 +203,13 @@ int ftrt__config_check(const ftrt_config *cfg, int world, int *spares_out)
         ftrt_log_error("checkpoint engine settings invalid: qd=%d (1..256) chunk=%d KiB (power of "
                        "two, 64..65536) staging=%d MiB policy=%d",
                        cfg->ckpt_qd, cfg->ckpt_chunk_kb, cfg->ckpt_staging_mb, cfg->ckpt_policy);
+        return FTRT_ECONFIG;
+    }
+    if ((cfg->async_progress != 0 && cfg->async_progress != 1) || cfg->progress_poll_us < 0 ||
+        cfg->progress_poll_us > 100000) {
+        ftrt_log_error("overlapped-collective settings invalid: async_progress=%d (0 or 1) "
+                       "progress_poll_us=%d (0..100000)", cfg->async_progress,
+                       cfg->progress_poll_us);
         return FTRT_ECONFIG;
     }
     if (cfg->ckpt_keep < 1 || !cfg->ckpt_dir[0]) {

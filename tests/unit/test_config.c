@@ -14,7 +14,7 @@ static void clear_env(void)
     const char *vars[] = {"FTRT_SPARES", "FTRT_HEARTBEAT_MS", "FTRT_HEARTBEAT_TIMEOUT_MS",
                           "FTRT_CKPT_KEEP", "FTRT_CKPT_DIR", "FTRT_LOG", "FTRT_REPORT",
                           "FTRT_STATUS_FILE", "FTRT_INIT_TIMEOUT_MS", "FTRT_FAULT_LOG",
-                          "FTRT_COORD_ADDR"};
+                          "FTRT_COORD_ADDR", "FTRT_ASYNC_PROGRESS", "FTRT_PROGRESS_POLL_US"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
 }
 
@@ -31,6 +31,8 @@ static void defaults(void **state)
     assert_int_equal(c.ckpt_keep, 2);
     assert_string_equal(c.ckpt_dir, "ftrt-ckpt");
     assert_string_equal(c.report_file, "");
+    assert_int_equal(c.async_progress, 1);
+    assert_int_equal(c.progress_poll_us, 50);
 }
 
 static void env_overrides(void **state)
@@ -42,6 +44,8 @@ static void env_overrides(void **state)
     setenv("FTRT_HEARTBEAT_TIMEOUT_MS", "400", 1);
     setenv("FTRT_CKPT_DIR", "/tmp/x", 1);
     setenv("FTRT_LOG", "debug", 1);
+    setenv("FTRT_ASYNC_PROGRESS", "0", 1);
+    setenv("FTRT_PROGRESS_POLL_US", "200", 1);
     ftrt_config c;
     assert_int_equal(ftrt_config_init(&c, sizeof c), 0);
     assert_int_equal(c.spares, 2);
@@ -49,6 +53,8 @@ static void env_overrides(void **state)
     assert_int_equal(c.heartbeat_timeout_ms, 400);
     assert_string_equal(c.ckpt_dir, "/tmp/x");
     assert_int_equal(c.log_level, 3);
+    assert_int_equal(c.async_progress, 0);
+    assert_int_equal(c.progress_poll_us, 200);
     clear_env();
 }
 
@@ -58,7 +64,9 @@ static void bad_env_values(void **state)
     const char *bad[][2] = {{"FTRT_SPARES", "abc"}, {"FTRT_SPARES", "-1"},
                             {"FTRT_HEARTBEAT_MS", "0"}, {"FTRT_HEARTBEAT_MS", "12x"},
                             {"FTRT_CKPT_KEEP", "0"}, {"FTRT_LOG", "loud"},
-                            {"FTRT_HEARTBEAT_TIMEOUT_MS", "99999999999"}};
+                            {"FTRT_HEARTBEAT_TIMEOUT_MS", "99999999999"},
+                            {"FTRT_ASYNC_PROGRESS", "2"}, {"FTRT_PROGRESS_POLL_US", "-1"},
+                            {"FTRT_PROGRESS_POLL_US", "100001"}};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         clear_env();
         setenv(bad[i][0], bad[i][1], 1);
@@ -67,6 +75,8 @@ static void bad_env_values(void **state)
         /* the bad variable leaves its default in place */
         assert_int_equal(c.heartbeat_ms, 100);
         assert_int_equal(c.ckpt_keep, 2);
+        assert_int_equal(c.async_progress, 1);
+        assert_int_equal(c.progress_poll_us, 50);
     }
     clear_env();
 }
@@ -98,6 +108,12 @@ static void validation(void **state)
     assert_int_equal(ftrt__config_check(&c, 6, &spares), FTRT_ECONFIG);
     c.spares = 0;
     c.heartbeat_timeout_ms = c.heartbeat_ms;
+    assert_int_equal(ftrt__config_check(&c, 6, &spares), FTRT_ECONFIG);
+    ftrt_config_init(&c, sizeof c);
+    c.async_progress = 2;
+    assert_int_equal(ftrt__config_check(&c, 6, &spares), FTRT_ECONFIG);
+    ftrt_config_init(&c, sizeof c);
+    c.progress_poll_us = -1;
     assert_int_equal(ftrt__config_check(&c, 6, &spares), FTRT_ECONFIG);
     ftrt_config_init(&c, sizeof c);
     c.size = 4; /* not set up by ftrt_config_init */

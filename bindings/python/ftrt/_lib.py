@@ -247,6 +247,8 @@ class Config(_StrFields):
         ("ckpt_policy", ctypes.c_int),
         ("ckpt_direct", ctypes.c_int),
         ("debug_ckpt_write_delay_ms", ctypes.c_int),
+        ("async_progress", ctypes.c_int),
+        ("progress_poll_us", ctypes.c_int),
     ]
 
     @classmethod
