@@ -5,9 +5,8 @@
  * buffer; an accepted MANIFEST names every rank exactly once with a size of at least a header;
  * an accepted LATEST is canonical (printing the step gives back the same text).
  *
- * Built like fuzz_ckpt_shard.c: libFuzzer (bench/fuzz_ckpt.sh) or -DFTRT_FUZZ_REPLAY (ctest).
+ * Built like fuzz_ckpt_shard.c: libFuzzer (bench/fuzz_ckpt.sh) or with replay_main.c (ctest).
  */
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdint.h>
@@ -68,33 +67,3 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     free(buf);
     return 0;
 }
-
-#ifdef FTRT_FUZZ_REPLAY
-int main(int argc, char **argv)
-{
-    int files = 0;
-    static uint8_t buf[1 << 20];
-    for (int i = 1; i < argc; i++) {
-        DIR *d = opendir(argv[i]);
-        if (!d) {
-            fprintf(stderr, "cannot open corpus directory %s\n", argv[i]);
-            return 1;
-        }
-        struct dirent *de;
-        while ((de = readdir(d))) {
-            if (de->d_name[0] == '.') continue;
-            char path[4096];
-            snprintf(path, sizeof path, "%s/%s", argv[i], de->d_name);
-            FILE *f = fopen(path, "rb");
-            if (!f) continue;
-            size_t n = fread(buf, 1, sizeof buf, f);
-            fclose(f);
-            LLVMFuzzerTestOneInput(buf, n);
-            files++;
-        }
-        closedir(d);
-    }
-    printf("replayed %d corpus inputs\n", files);
-    return files > 0 ? 0 : 1;
-}
-#endif

@@ -9,10 +9,9 @@
  * accepted header must parse to the same header and entries.
  *
  * Built two ways: with clang -fsanitize=fuzzer (bench/fuzz_ckpt.sh, a bounded fuzzing run),
- * and with -DFTRT_FUZZ_REPLAY as a plain program that replays corpus directories (ctest
+ * and linked with replay_main.c as a plain program that replays corpus directories (ctest
  * unit.fuzz_ckpt_corpus).
  */
-#include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -102,34 +101,3 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     free(buf);
     return 0;
 }
-
-#ifdef FTRT_FUZZ_REPLAY
-/* Replays every file of the corpus directories given on the command line. */
-int main(int argc, char **argv)
-{
-    int files = 0;
-    static uint8_t buf[1 << 20];
-    for (int i = 1; i < argc; i++) {
-        DIR *d = opendir(argv[i]);
-        if (!d) {
-            fprintf(stderr, "cannot open corpus directory %s\n", argv[i]);
-            return 1;
-        }
-        struct dirent *de;
-        while ((de = readdir(d))) {
-            if (de->d_name[0] == '.') continue;
-            char path[4096];
-            snprintf(path, sizeof path, "%s/%s", argv[i], de->d_name);
-            FILE *f = fopen(path, "rb");
-            if (!f) continue;
-            size_t n = fread(buf, 1, sizeof buf, f);
-            fclose(f);
-            LLVMFuzzerTestOneInput(buf, n);
-            files++;
-        }
-        closedir(d);
-    }
-    printf("replayed %d corpus inputs\n", files);
-    return files > 0 ? 0 : 1;
-}
-#endif

@@ -1,14 +1,14 @@
 /*
  * fuzz_proto.c - libFuzzer target for the control-plane parser: arbitrary bytes are fed to the
  * incremental receiver in random-sized pieces (the first byte picks the piece size), every
- * whole message is validated (ftrt__msg_check, ftrt__plan_check for PLAN) and decoded the way
- * the coordinator and agent decode it (copy into the fixed-layout struct).
+ * whole message is validated (ftrt__msg_check; ftrt__plan_check for PLAN, ftrt__ledger_msg_check
+ * for LEDGER) and decoded the way the coordinator and agent decode it (copy into the
+ * fixed-layout struct, or the checked variable-size one).
  *
  * Built two ways: with clang -fsanitize=fuzzer (bench/fuzz_proto.sh, a bounded fuzzing run),
- * and with -DFTRT_FUZZ_REPLAY as a plain program that replays a corpus directory (ctest
+ * and linked with replay_main.c as a plain program that replays a corpus directory (ctest
  * unit.fuzz_proto_corpus), so every input that ever mattered stays a regression test.
  */
-#include <dirent.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -42,6 +42,20 @@ static void decode(const ftrt__msghdr *h, const void *payload)
             (void)sum;
         }
         free(p);
+    } else if (h->type == FTRT__MSG_LEDGER) { /* variable size, checked as take_ledger() does */
+        ftrt__ledger_msg *m = malloc(h->len);
+        if (!m) return;
+        memcpy(m, payload, h->len);
+        if (ftrt__ledger_msg_check(m, h->len) == 0) {
+            /* a valid message's intervals are all there and of a known kind */
+            volatile double sum = 0;
+            for (int i = 0; i < m->n; i++) {
+                if (m->iv[i].kind < 0 || m->iv[i].kind >= FTRT__IV_KINDS) abort();
+                sum += m->iv[i].t1 - m->iv[i].t0;
+            }
+            (void)sum;
+        }
+        free(m);
     } else if (h->len <= sizeof u) {
         memcpy(&u, payload, h->len);
     } else {
@@ -73,34 +87,3 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     close(sv[1]);
     return 0;
 }
-
-#ifdef FTRT_FUZZ_REPLAY
-/* Replays every file of the corpus directories given on the command line. */
-int main(int argc, char **argv)
-{
-    int files = 0;
-    for (int i = 1; i < argc; i++) {
-        DIR *d = opendir(argv[i]);
-        if (!d) {
-            fprintf(stderr, "cannot open corpus directory %s\n", argv[i]);
-            return 1;
-        }
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (e->d_name[0] == '.') continue;
-            char path[4096];
-            snprintf(path, sizeof path, "%s/%s", argv[i], e->d_name);
-            FILE *f = fopen(path, "rb");
-            if (!f) continue;
-            static uint8_t buf[1 << 20];
-            size_t n = fread(buf, 1, sizeof buf, f);
-            fclose(f);
-            LLVMFuzzerTestOneInput(buf, n);
-            files++;
-        }
-        closedir(d);
-    }
-    printf("replayed %d corpus inputs\n", files);
-    return files > 0 ? 0 : 1;
-}
-#endif
