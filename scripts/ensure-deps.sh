@@ -3,7 +3,8 @@
 # says what to run otherwise. Sourced or run by examples/demo.sh and tests/run.sh.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin liburing-dev libcmocka-dev
-      zlib1g-dev libjson-c-dev python3 python3-sklearn python3-pytest)
+      zlib1g-dev libjson-c-dev python3 python3-sklearn python3-pytest python3-numpy
+      python3-torch python3-prometheus-client python3-matplotlib fio)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
