@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "runtime/ledger.h"
+#include "base/ledger.h"
 
 static double wall(void)
 {

@@ -30,19 +30,6 @@ typedef struct ftrt__region {
                        loader below take host regions with the kind bit alone) */
 } ftrt__region;
 
-/* CRC32C (Castagnoli) of len bytes at buf, continuing from crc (start with 0). Uses the
- * SSE4.2 / ARMv8 CRC instruction when the CPU has it. Thread-safe. */
-uint32_t ftrt__crc32c(uint32_t crc, const void *buf, size_t len);
-
-/* Copies len bytes from src to dst and returns the CRC32C of them continued from crc, in one
- * pass over the data. dst and src must not overlap. Copies of 1 MiB or more use non-temporal
- * stores (followed by a store fence), so dst is not left in the cache. Thread-safe. */
-uint32_t ftrt__copy_crc32c(void *dst, const void *src, size_t len, uint32_t crc);
-
-/* CRC32C of A || B from crc1 = CRC32C(A) and crc2 = CRC32C(B), len2 = |B| bytes (zlib's
- * crc32_combine for the Castagnoli polynomial; O(log len2)). Thread-safe. */
-uint32_t ftrt__crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2);
-
 /* Writes the shard of logical rank `rank` of `nranks` for checkpoint `step` into
  * <dir>/step-<step>/rank-<rank>.ftrt (creating the directories), through io_uring, and
  * fdatasyncs it before returning. Returns 0 or -errno (ENOSPC, EIO, EACCES, ...). On failure the
@@ -117,56 +104,5 @@ typedef struct ftrt__manifest {
 int ftrt__manifest_parse(const char *buf, size_t len, int64_t step, ftrt__manifest *m,
                          const char **why);
 void ftrt__manifest_free(ftrt__manifest *m);
-
-/* ---- the engine (engine.c) and the coordinator's commit bookkeeping (track.c) ------------- */
-
-struct ftrt_ctx;
-
-/* The device hook: set by the CUDA build (kernels/) before any device region is registered;
- * NULL otherwise, and device regions are then refused with FTRT_ENOTSUP. Calls come from the
- * engine's snapshot thread and from the application thread.
- *   snapshot: copies `bytes` of device memory at src into host staging dst (pinned when pin()
- *             succeeded) and returns once the bytes are there, with their CRC32C in *crc.
- *             Returns 0 or an ftrt code.
- *   restore:  copies `bytes` of host memory at src to device memory dst. Returns 0 or a code.
- *   pin/unpin: optional (may be NULL): page-lock a staging buffer for DMA, and undo it. */
-typedef struct ftrt__ckpt_device_ops {
-    int (*snapshot)(void *dst, const void *src, size_t bytes, uint32_t *crc);
-    int (*restore)(void *dst, const void *src, size_t bytes);
-    int (*pin)(void *p, size_t bytes);
-    void (*unpin)(void *p);
-} ftrt__ckpt_device_ops;
-extern const ftrt__ckpt_device_ops *ftrt__ckpt_device;
-
-/* Creates ctx->ckpt (no threads, no staging until the first checkpoint). Returns 0 or -ENOMEM. */
-int ftrt__ckpt_engine_new(struct ftrt_ctx *ctx);
-/* Stops the engine's threads (abandoning what is in flight), frees staging and ctx->ckpt.
- * Call after the agent thread is stopped. NULL engine: no-op. */
-void ftrt__ckpt_engine_free(struct ftrt_ctx *ctx);
-/* Agent thread, cp.lock held: the coordinator decided checkpoint (step, epoch). */
-void ftrt__ckpt_on_commit(struct ftrt_ctx *ctx, int64_t step, int epoch, int result);
-/* Application thread, before state is overwritten by a recovery or a restore: abandons the
- * checkpoints of older epochs and lets a running snapshot finish. */
-void ftrt__ckpt_quiesce(struct ftrt_ctx *ctx);
-/* ftrt_finalize(): lets the running snapshot and the persists finish (abandoning them when the
- * job is failing) and waits, at most 30 s, for the coordinator's decisions on them. */
-void ftrt__ckpt_drain(struct ftrt_ctx *ctx);
-/* The coordinator's table of checkpoints in flight (track.c). Coordinator thread only. */
-struct ftrt__ckpt_track;
-/* Records SHARD_DONE(step, epoch, result) from logical rank `rank` of n; *tp is created on first
- * use. Entries of epochs older than `epoch` are dropped first (+1 to *abandoned each). When
- * every rank of (step, epoch) has reported, *decided is set to 1, the entry is removed and the
- * decision is returned: 0 (commit it), the first negative result (failed), or FTRT_SKIPPED (a
- * rank skipped it, none failed). Otherwise returns 0 with *decided = 0. A second report from a
- * rank is ignored. Returns FTRT_EINVAL / -ENOMEM (with *decided = 0) on bad input. */
-int ftrt__track_report(struct ftrt__ckpt_track **tp, int n, int epoch, int64_t step, int rank,
-                       int result, int *decided, int *abandoned);
-/* Entries still waiting for reports. */
-int ftrt__track_pending(const struct ftrt__ckpt_track *t);
-void ftrt__track_free(struct ftrt__ckpt_track *t);
-
-/* Statistics for the BYE message: seconds the application thread was blocked in checkpoint
- * calls, checkpoints skipped here. */
-void ftrt__ckpt_bye(const struct ftrt_ctx *ctx, double *stall_s, int64_t *skipped);
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * commit.c - the coordinator's commit of a checkpoint (MANIFEST, LATEST, retention), the
- * listing of committed checkpoints, and the small path/directory helpers of the module.
+ * listing of committed checkpoints.
  *
  * A step directory counts only once it holds MANIFEST, which is written (temp, fsync, rename,
  * fsync the directory) after every shard's header was checked. LATEST is then replaced the
@@ -27,18 +27,9 @@
 #include "checkpoint/ckpt.h"
 #include "checkpoint/format.h"
 #include "ftrt.h"
-#include "runtime/log.h"
+#include "base/log.h"
 
 /* ---- helpers ----------------------------------------------------------------------------- */
-
-int ftrt__path(char *buf, size_t cap, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, cap, fmt, ap);
-    va_end(ap);
-    return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
-}
 
 int ftrt__parse_step_name(const char *name, int64_t *step)
 {
@@ -55,42 +46,6 @@ int ftrt__parse_step_name(const char *name, int64_t *step)
     }
     *step = (int64_t)v;
     return 1;
-}
-
-int ftrt__fsync_dir(const char *path)
-{
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return -errno;
-    int rc = fsync(fd) < 0 ? -errno : 0;
-    close(fd);
-    return rc;
-}
-
-static int mkdir_one(const char *path)
-{
-    struct stat st;
-    if (mkdir(path, 0755) == 0) return 0;
-    int e = errno;
-    if (e != EEXIST) return -e;
-    if (stat(path, &st) < 0) return -errno;
-    return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
-}
-
-int ftrt__mkdir_p(const char *path)
-{
-    char buf[4096];
-    int rc = ftrt__path(buf, sizeof buf, "%s", path);
-    if (rc < 0) return rc;
-    if (buf[0] == '\0') return -ENOENT;
-    if (mkdir_one(buf) == 0) return 0; /* common case: parent exists */
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        rc = (p[-1] == '/') ? 0 : mkdir_one(buf);
-        *p = '/';
-        if (rc < 0) return rc;
-    }
-    return mkdir_one(buf);
 }
 
 /* Writes len bytes of text to <d>/<name> via <d>/<name>.tmp (fsync, rename, fsync d).

@@ -40,6 +40,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,10 +49,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/log.h"
+#include "base/proto.h"
 #include "checkpoint/ckpt.h"
+#include "checkpoint/engine.h"
 #include "checkpoint/format.h"
-#include "runtime/internal.h"
-#include "runtime/log.h"
 
 #define PIECE_BYTES (8u << 20)   /* snapshot work unit */
 #define REG_PIECE (256u << 20)   /* registered buffer size (io_uring takes at most 1 GiB) */
@@ -108,7 +110,9 @@ typedef struct slot {
 } slot;
 
 struct ftrt__ckpt_engine {
-    struct ftrt_ctx *ctx;
+    ftrt__ckpt_opts o;   /* settings, copied at creation */
+    ftrt__watch *watch;  /* the runtime's epoch watch (not owned) */
+    ftrt__host host;     /* SHARD_DONE goes to the coordinator through host.send */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     pthread_t snap_thr, persist_thr;
@@ -133,21 +137,14 @@ struct ftrt__ckpt_engine {
 
 /* ---- small helpers ----------------------------------------------------------------------- */
 
-static struct ftrt__ckpt_engine *eng_of(const ftrt_ctx *ctx) { return ctx ? ctx->ckpt : NULL; }
-
 static unsigned kind_of(unsigned flags) { return flags & FTRT_REGION_SHARDED; }
 
-static size_t chunk_bytes(const ftrt_ctx *ctx)
-{
-    return (size_t)ctx->cfg.ckpt_chunk_kb << 10;
-}
+static size_t chunk_bytes(const struct ftrt__ckpt_engine *e) { return (size_t)e->o.chunk_kb << 10; }
 
 /* Epoch changed or job over since the job began (read by engine threads: atomics only). */
 static int job_stale(job *j)
 {
-    ftrt_ctx *ctx = j->eng->ctx;
-    return atomic_load(&j->abandon) || atomic_load(&ctx->cp.pending_epoch) != j->epoch ||
-           atomic_load(&ctx->cp.fatal) != 0;
+    return atomic_load(&j->abandon) || ftrt__watch_stale(j->eng->watch, j->epoch);
 }
 
 static int job_abandoned_cb(void *arg) { return job_stale(arg); }
@@ -225,11 +222,11 @@ static unsigned char *staging_map(size_t cap)
 }
 
 /* How many slots of `need` bytes the staging budget allows (0: stream synchronously). */
-static int slots_for(const ftrt_ctx *ctx, size_t need)
+static int slots_for(const struct ftrt__ckpt_engine *e, size_t need)
 {
     uint64_t budget;
-    if (ctx->cfg.ckpt_staging_mb > 0) {
-        budget = (uint64_t)ctx->cfg.ckpt_staging_mb << 20;
+    if (e->o.staging_mb > 0) {
+        budget = (uint64_t)e->o.staging_mb << 20;
     } else {
         /* Automatic: double buffering, within half of physical memory. */
         long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
@@ -245,8 +242,7 @@ static int slots_for(const ftrt_ctx *ctx, size_t need)
  * the application thread without eng->lock. Returns 0 or -ENOMEM. */
 static int staging_fit(struct ftrt__ckpt_engine *e, size_t need)
 {
-    const ftrt_ctx *ctx = e->ctx;
-    int want = slots_for(ctx, need);
+    int want = slots_for(e, need);
     pthread_mutex_lock(&e->lock);
     int ok = want == 0 ? e->streaming : (!e->streaming && e->nslots == want && e->slot_cap >= need);
     if (ok) {
@@ -273,7 +269,7 @@ static int staging_fit(struct ftrt__ckpt_engine *e, size_t need)
             ftrt_log_warn("checkpoint: staging budget FTRT_CKPT_STAGING_MB=%d is smaller than "
                           "this rank's shard (%.1f MiB): checkpoints are written synchronously "
                           "(training waits for the write)",
-                          ctx->cfg.ckpt_staging_mb, (double)need / 1048576.0);
+                          e->o.staging_mb, (double)need / 1048576.0);
     }
     for (; got < want; got++) {
         fresh[got].mem = staging_map(cap);
@@ -411,27 +407,26 @@ static void register_slots(struct ftrt__ckpt_engine *e)
     e->reg_gen = gen;
 }
 
-static void send_shard_done(ftrt_ctx *ctx, int64_t step, int epoch, int result)
+static void send_shard_done(struct ftrt__ckpt_engine *e, int64_t step, int epoch, int result)
 {
     ftrt__ckpt_msg m = {.step = step, .epoch = epoch, .result = result};
-    int rc = ftrt__agent_send(ctx, FTRT__MSG_SHARD_DONE, &m, sizeof m);
+    int rc = ftrt__host_send(&e->host, FTRT__MSG_SHARD_DONE, &m, sizeof m);
     if (rc) ftrt_log_warn("checkpoint of step %lld: cannot report to the coordinator: %s",
                           (long long)step, ftrt_strerror(rc));
 }
 
 static void persist_one(struct ftrt__ckpt_engine *e, job *j)
 {
-    ftrt_ctx *ctx = e->ctx;
     if (e->reg_gen != e->gen) register_slots(e); /* gen changes only while idle */
-    ftrt__wopts o = {.qd = (unsigned)ctx->cfg.ckpt_qd, .chunk = chunk_bytes(ctx),
-                     .direct = ctx->cfg.ckpt_direct, .delay_ms = ctx->cfg.debug_ckpt_write_delay_ms,
+    ftrt__wopts o = {.qd = (unsigned)e->o.qd, .chunk = chunk_bytes(e), .direct = e->o.direct,
+                     .delay_ms = e->o.write_delay_ms,
                      .abandoned = job_abandoned_cb, .arg = j};
     ftrt__wstat ws = {0};
     double t0 = ftrt__now();
     int rc = atomic_load(&j->snap_err);
     if (!rc && job_stale(j)) rc = FTRT_ERECOVER;
     if (!rc)
-        rc = ftrt__image_write(&e->wring, ctx->cfg.ckpt_dir, j->step, j->rank,
+        rc = ftrt__image_write(&e->wring, e->o.dir, j->step, j->rank,
                                e->slots[j->slot].mem, j->bytes, &o, &ws);
     if (rc == 0 && job_stale(j)) rc = FTRT_ERECOVER; /* published, but nobody will commit it */
     if (rc && rc != FTRT_ERECOVER)
@@ -465,13 +460,13 @@ static void persist_one(struct ftrt__ckpt_engine *e, job *j)
     job_put(j);
     pthread_cond_broadcast(&e->cond);
     pthread_mutex_unlock(&e->lock);
-    if (rc != FTRT_ERECOVER) send_shard_done(ctx, step, epoch, rc);
+    if (rc != FTRT_ERECOVER) send_shard_done(e, step, epoch, rc);
 }
 
 static void *persist_main(void *arg)
 {
     struct ftrt__ckpt_engine *e = arg;
-    ftrt__wring_init(&e->wring, (unsigned)e->ctx->cfg.ckpt_qd);
+    ftrt__wring_init(&e->wring, (unsigned)e->o.qd);
     pthread_mutex_lock(&e->lock);
     for (;;) {
         while (!e->stop && !e->qhead) pthread_cond_wait(&e->cond, &e->lock);
@@ -511,22 +506,32 @@ static int start_threads(struct ftrt__ckpt_engine *e)
 
 /* ---- life cycle -------------------------------------------------------------------------- */
 
-int ftrt__ckpt_engine_new(ftrt_ctx *ctx)
+int ftrt__ckpt_engine_new(const ftrt__ckpt_opts *o, ftrt__watch *watch, ftrt__host host,
+                          struct ftrt__ckpt_engine **out)
 {
+    *out = NULL;
     struct ftrt__ckpt_engine *e = calloc(1, sizeof *e);
     if (!e) return -ENOMEM;
-    e->ctx = ctx;
+    e->o = *o;
+    e->watch = watch;
+    e->host = host;
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->cond, NULL);
     e->st.size = sizeof e->st;
     e->st.last_committed_step = -1;
-    ctx->ckpt = e;
+    *out = e;
     return 0;
 }
 
-void ftrt__ckpt_engine_free(ftrt_ctx *ctx)
+void ftrt__ckpt_engine_set_opts(struct ftrt__ckpt_engine *e, const ftrt__ckpt_opts *o)
 {
-    struct ftrt__ckpt_engine *e = eng_of(ctx);
+    pthread_mutex_lock(&e->lock);
+    e->o = *o;
+    pthread_mutex_unlock(&e->lock);
+}
+
+void ftrt__ckpt_engine_free(struct ftrt__ckpt_engine *e)
+{
     if (!e) return;
     if (e->threads) {
         pthread_mutex_lock(&e->lock);
@@ -555,14 +560,13 @@ void ftrt__ckpt_engine_free(ftrt_ctx *ctx)
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->cond);
     free(e);
-    ctx->ckpt = NULL;
 }
 
 /* ---- the agent's side -------------------------------------------------------------------- */
 
-void ftrt__ckpt_on_commit(ftrt_ctx *ctx, int64_t step, int epoch, int result)
+void ftrt__ckpt_on_commit(void *arg, int64_t step, int epoch, int result)
 {
-    struct ftrt__ckpt_engine *e = eng_of(ctx);
+    struct ftrt__ckpt_engine *e = arg;
     if (!e) return;
     pthread_mutex_lock(&e->lock);
     unsigned n = e->nrec < NREC ? e->nrec : NREC;
@@ -581,9 +585,8 @@ void ftrt__ckpt_on_commit(ftrt_ctx *ctx, int64_t step, int epoch, int result)
     pthread_mutex_unlock(&e->lock);
 }
 
-void ftrt__ckpt_bye(const ftrt_ctx *ctx, double *stall_s, int64_t *skipped)
+void ftrt__ckpt_bye(struct ftrt__ckpt_engine *e, double *stall_s, int64_t *skipped)
 {
-    struct ftrt__ckpt_engine *e = eng_of(ctx);
     *stall_s = 0;
     *skipped = 0;
     if (!e) return;
@@ -596,8 +599,9 @@ void ftrt__ckpt_bye(const ftrt_ctx *ctx, double *stall_s, int64_t *skipped)
 /* ---- the application's side -------------------------------------------------------------- */
 
 /* Helps the running snapshot to completion. Returns once registered memory may be modified. */
-static void finish_running_snapshot(struct ftrt__ckpt_engine *e)
+void ftrt__ckpt_finish_snapshot(struct ftrt__ckpt_engine *e)
 {
+    if (!e) return;
     pthread_mutex_lock(&e->lock);
     job *j = e->snap;
     if (!j) {
@@ -613,45 +617,45 @@ static void finish_running_snapshot(struct ftrt__ckpt_engine *e)
     pthread_mutex_unlock(&e->lock);
 }
 
-void ftrt__ckpt_quiesce(ftrt_ctx *ctx)
+void ftrt__ckpt_quiesce(struct ftrt__ckpt_engine *e)
 {
-    struct ftrt__ckpt_engine *e = eng_of(ctx);
     if (!e) return;
     pthread_mutex_lock(&e->lock);
     /* Checkpoints of the old epoch are abandoned; the persist thread also sees the epoch. */
-    int pending = atomic_load(&ctx->cp.pending_epoch);
+    int pending = atomic_load(&e->watch->pending_epoch);
     if (e->snap && e->snap->epoch != pending) atomic_store(&e->snap->abandon, 1);
     if (e->persisting && e->persisting->epoch != pending)
         atomic_store(&e->persisting->abandon, 1);
     for (job *j = e->qhead; j; j = j->qnext)
         if (j->epoch != pending) atomic_store(&j->abandon, 1);
     pthread_mutex_unlock(&e->lock);
-    finish_running_snapshot(e);
+    ftrt__ckpt_finish_snapshot(e);
 }
 
-static void add_stall(struct ftrt__ckpt_engine *e, double s, int last)
+void ftrt__ckpt_add_stall(struct ftrt__ckpt_engine *e, double s, int last)
 {
+    if (!e) return;
     pthread_mutex_lock(&e->lock);
     e->st.stall_s += s;
     if (last) e->st.last_stall_s = s;
     pthread_mutex_unlock(&e->lock);
 }
 
-int ftrt_checkpoint_wait_snapshot(ftrt_ctx *ctx)
+void ftrt__ckpt_set_last_stall(struct ftrt__ckpt_engine *e, double s)
 {
-    struct ftrt__ckpt_engine *e = eng_of(ctx);
-    if (!ctx) return FTRT_EINVAL;
+    if (!e) return;
+    pthread_mutex_lock(&e->lock);
+    e->st.last_stall_s = s;
+    pthread_mutex_unlock(&e->lock);
+}
+
+int ftrt__ckpt_snapshot_busy(struct ftrt__ckpt_engine *e)
+{
     if (!e) return 0;
     pthread_mutex_lock(&e->lock);
     int busy = e->snap != NULL;
     pthread_mutex_unlock(&e->lock);
-    if (!busy) return 0;
-    double t0 = ftrt__now();
-    ftrt__ledger_mark(ctx, FTRT__IV_CKPT);
-    finish_running_snapshot(e);
-    ftrt__ledger_mark(ctx, ftrt__compute_kind(ctx));
-    add_stall(e, ftrt__now() - t0, 0);
-    return 0;
+    return busy;
 }
 
 /* A checkpoint of this step that the coordinator has not decided yet, in this epoch? */
@@ -665,19 +669,18 @@ static int step_in_flight(struct ftrt__ckpt_engine *e, int64_t step, int epoch)
     return 0;
 }
 
-static int step_committed(const ftrt_ctx *ctx, int64_t step)
+static int step_committed(const struct ftrt__ckpt_engine *e, int64_t step)
 {
     char p[4200];
     struct stat st;
-    if (ftrt__path(p, sizeof p, "%s/step-%lld/MANIFEST", ctx->cfg.ckpt_dir, (long long)step))
+    if (ftrt__path(p, sizeof p, "%s/step-%lld/MANIFEST", e->o.dir, (long long)step))
         return 0;
     return stat(p, &st) == 0;
 }
 
 /* Builds the job's layout and pieces from the registry. Returns 0 or -errno/FTRT_E*. */
-static int job_build(ftrt_ctx *ctx, job *j)
+static int job_build(const ftrt__region *regs, int n, job *j)
 {
-    int n = ctx->nregs;
     ftrt__region *kr = calloc(n > 0 ? (size_t)n : 1, sizeof *kr);
     j->ents = calloc(n > 0 ? (size_t)n : 1, sizeof *j->ents);
     j->src = calloc(n > 0 ? (size_t)n : 1, sizeof *j->src);
@@ -687,10 +690,10 @@ static int job_build(ftrt_ctx *ctx, job *j)
         return -ENOMEM;
     }
     for (int i = 0; i < n; i++) {
-        kr[i] = ctx->regs[i];
-        kr[i].flags = kind_of(ctx->regs[i].flags);
-        j->src[i] = ctx->regs[i].ptr;
-        j->dev[i] = (ctx->regs[i].flags & FTRT_REGION_DEVICE) != 0;
+        kr[i] = regs[i];
+        kr[i].flags = kind_of(regs[i].flags);
+        j->src[i] = regs[i].ptr;
+        j->dev[i] = (regs[i].flags & FTRT_REGION_DEVICE) != 0;
     }
     int rc = ftrt__regions_check(kr, n);
     j->tb = FTRT__SHARD_HDR_BYTES + FTRT__SHARD_ENT_BYTES * (uint32_t)n;
@@ -715,23 +718,24 @@ static int job_build(ftrt_ctx *ctx, job *j)
 }
 
 /* Streaming mode: the whole checkpoint, synchronously, with bounded buffers. */
-static int checkpoint_streaming(ftrt_ctx *ctx, struct ftrt__ckpt_engine *e, int64_t step)
+static int checkpoint_streaming(struct ftrt__ckpt_engine *e, int64_t step,
+                                const ftrt__region *regs, int n, int rank, int nranks)
 {
-    int n = ctx->nregs;
+    int epoch = e->watch->epoch;
     ftrt__region *kr = calloc(n > 0 ? (size_t)n : 1, sizeof *kr);
     if (!kr) return -ENOMEM;
     for (int i = 0; i < n; i++) {
-        kr[i] = ctx->regs[i];
-        kr[i].flags = kind_of(ctx->regs[i].flags);
+        kr[i] = regs[i];
+        kr[i].flags = kind_of(regs[i].flags);
     }
     pthread_mutex_lock(&e->lock);
-    rec *r = rec_new(e, step, ctx->epoch);
+    rec *r = rec_new(e, step, epoch);
     e->st.started++;
     pthread_mutex_unlock(&e->lock);
     double t0 = ftrt__now();
-    int wr = ftrt__shard_write(ctx->cfg.ckpt_dir, step, ctx->rank, ctx->size, kr, n);
+    int wr = ftrt__shard_write(e->o.dir, step, rank, nranks, kr, n);
     free(kr);
-    send_shard_done(ctx, step, ctx->epoch, wr);
+    send_shard_done(e, step, epoch, wr);
     pthread_mutex_lock(&e->lock);
     r->local = wr;
     r->state = REC_PERSISTED;
@@ -746,35 +750,39 @@ static int checkpoint_streaming(ftrt_ctx *ctx, struct ftrt__ckpt_engine *e, int6
     return 0; /* like the asynchronous path, the outcome comes with the commit */
 }
 
-static int checkpoint_start(ftrt_ctx *ctx, struct ftrt__ckpt_engine *e, int64_t step)
+int ftrt__ckpt_start(struct ftrt__ckpt_engine *e, int64_t step, const ftrt__region *regs,
+                     int nregs, int rank, int nranks)
 {
-    finish_running_snapshot(e); /* one snapshot at a time */
+    int epoch = e->watch->epoch;
+    ftrt__ckpt_finish_snapshot(e); /* one snapshot at a time (also when interrupted) */
+    int rc = ftrt__watch_check(e->watch);
+    if (rc) return rc;
     pthread_mutex_lock(&e->lock);
-    int dup = step_in_flight(e, step, ctx->epoch);
+    int dup = step_in_flight(e, step, epoch);
     pthread_mutex_unlock(&e->lock);
     if (dup) {
         ftrt_log_error("ftrt_checkpoint: a checkpoint of step %lld is already in flight",
                        (long long)step);
         return FTRT_EINVAL;
     }
-    if (step_committed(ctx, step)) {
+    if (step_committed(e, step)) {
         ftrt_log_warn("ftrt_checkpoint: step %lld is already committed in %s: not rewritten",
-                      (long long)step, ctx->cfg.ckpt_dir);
+                      (long long)step, e->o.dir);
         return -EEXIST;
     }
     job *j = calloc(1, sizeof *j);
     if (!j) return -ENOMEM;
     j->eng = e;
     j->step = step;
-    j->epoch = ctx->epoch;
-    j->rank = ctx->rank;
-    j->nranks = ctx->size;
+    j->epoch = epoch;
+    j->rank = rank;
+    j->nranks = nranks;
     j->t_start = ftrt__now();
-    int rc = job_build(ctx, j);
+    rc = job_build(regs, nregs, j);
     if (rc == 0) rc = staging_fit(e, (size_t)j->bytes);
     if (rc == 0 && e->streaming) {
         job_free(j);
-        return checkpoint_streaming(ctx, e, step);
+        return checkpoint_streaming(e, step, regs, nregs, rank, nranks);
     }
     if (rc == 0) rc = start_threads(e);
     if (rc) {
@@ -789,8 +797,8 @@ static int checkpoint_start(ftrt_ctx *ctx, struct ftrt__ckpt_engine *e, int64_t 
         for (int s = 0; s < e->nslots && j->slot < 0; s++)
             if (!e->slots[s].busy) j->slot = s;
         if (j->slot >= 0 && !e->resizing) break;
-        if (ctx->cfg.ckpt_policy == FTRT_CKPT_SKIP) {
-            rec *r = rec_new(e, step, ctx->epoch);
+        if (e->o.policy == FTRT_CKPT_SKIP) {
+            rec *r = rec_new(e, step, epoch);
             r->local = FTRT_SKIPPED;
             r->state = REC_PERSISTED;
             e->st.skipped++;
@@ -799,10 +807,10 @@ static int checkpoint_start(ftrt_ctx *ctx, struct ftrt__ckpt_engine *e, int64_t 
             ftrt_log_info("checkpoint of step %lld skipped: the previous one is still being "
                           "written (FTRT_CKPT_POLICY=skip)",
                           (long long)step);
-            send_shard_done(ctx, step, ctx->epoch, FTRT_SKIPPED);
+            send_shard_done(e, step, epoch, FTRT_SKIPPED);
             return FTRT_SKIPPED;
         }
-        if ((rc = ftrt__interrupted(ctx)) != 0) {
+        if ((rc = ftrt__watch_check(e->watch)) != 0) {
             pthread_mutex_unlock(&e->lock);
             job_free(j);
             return rc;
@@ -810,7 +818,7 @@ static int checkpoint_start(ftrt_ctx *ctx, struct ftrt__ckpt_engine *e, int64_t 
         eng_wait(e, 10);
     }
     e->slots[j->slot].busy = 1;
-    rec *r = rec_new(e, step, ctx->epoch);
+    rec *r = rec_new(e, step, epoch);
     j->rec = (int)(r - e->recs);
     j->refs = 1; /* the pipeline's; dropped by the persist thread */
     if (j->npieces == 0) {
@@ -827,64 +835,22 @@ static int checkpoint_start(ftrt_ctx *ctx, struct ftrt__ckpt_engine *e, int64_t 
     return 0;
 }
 
-int ftrt_checkpoint_prepare(ftrt_ctx *ctx)
+int ftrt__ckpt_prepare(struct ftrt__ckpt_engine *e, const ftrt__region *regs, int nregs,
+                       int rank, int nranks)
 {
-    if (!ctx) return FTRT_EINVAL;
-    if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
-    struct ftrt__ckpt_engine *e = eng_of(ctx);
-    if (!e) return -ENOMEM;
     job *j = calloc(1, sizeof *j);
     if (!j) return -ENOMEM;
-    j->rank = ctx->rank;
-    j->nranks = ctx->size;
-    int rc = job_build(ctx, j); /* the layout of a checkpoint taken now */
+    j->rank = rank;
+    j->nranks = nranks;
+    int rc = job_build(regs, nregs, j); /* the layout of a checkpoint taken now */
     if (rc == 0) rc = staging_fit(e, (size_t)j->bytes);
     if (rc == 0 && !e->streaming) rc = start_threads(e);
     job_free(j);
     return rc;
 }
 
-int ftrt_checkpoint_start(ftrt_ctx *ctx, int64_t step)
+int ftrt__ckpt_wait_commit(struct ftrt__ckpt_engine *e, int64_t step, int timeout_ms)
 {
-    if (!ctx || step < 0) return FTRT_EINVAL;
-    if (ctx->role != FTRT__ROLE_TRAINER || ctx->needs_recover) return FTRT_ESTATE;
-    struct ftrt__ckpt_engine *e = eng_of(ctx);
-    if (!e) return -ENOMEM;
-    double t0 = ftrt__now();
-    int rc = ftrt__interrupted(ctx);
-    if (rc) {
-        finish_running_snapshot(e); /* as promised: no earlier snapshot is left running */
-        return rc;
-    }
-    ftrt__ledger_mark(ctx, FTRT__IV_CKPT);
-    rc = checkpoint_start(ctx, e, step);
-    if (rc == FTRT_ERECOVER)
-        ftrt__ledger_failure(ctx);
-    else
-        ftrt__ledger_mark(ctx, ftrt__compute_kind(ctx));
-    add_stall(e, ftrt__now() - t0, 1);
-    return rc;
-}
-
-int ftrt_checkpoint(ftrt_ctx *ctx, int64_t step)
-{
-    double t0 = ftrt__now();
-    int rc = ftrt_checkpoint_start(ctx, step);
-    if (rc != 0) return rc;
-    ftrt_checkpoint_wait_snapshot(ctx);
-    struct ftrt__ckpt_engine *e = eng_of(ctx);
-    pthread_mutex_lock(&e->lock);
-    e->st.last_stall_s = ftrt__now() - t0;
-    pthread_mutex_unlock(&e->lock);
-    return 0;
-}
-
-int ftrt_checkpoint_wait_commit(ftrt_ctx *ctx, int64_t step, int timeout_ms)
-{
-    struct ftrt__ckpt_engine *e = eng_of(ctx);
-    if (!ctx) return FTRT_EINVAL;
-    if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
-    if (!e) return FTRT_EINVAL;
     double deadline = timeout_ms < 0 ? 0 : ftrt__now() + timeout_ms / 1000.0;
     int rc;
     pthread_mutex_lock(&e->lock);
@@ -911,12 +877,12 @@ int ftrt_checkpoint_wait_commit(ftrt_ctx *ctx, int64_t step, int timeout_ms)
             rc = r->commit;
             break;
         }
-        int f = atomic_load(&ctx->cp.fatal);
+        int f = atomic_load(&e->watch->fatal);
         if (f) {
             rc = f;
             break;
         }
-        if (atomic_load(&ctx->cp.pending_epoch) != epoch) {
+        if (atomic_load(&e->watch->pending_epoch) != epoch) {
             rc = FTRT_ERECOVER;
             break;
         }
@@ -930,10 +896,9 @@ int ftrt_checkpoint_wait_commit(ftrt_ctx *ctx, int64_t step, int timeout_ms)
     return rc;
 }
 
-int ftrt_checkpoint_stats(const ftrt_ctx *ctx, ftrt_ckpt_stats *out, size_t size)
+void ftrt__ckpt_stats(struct ftrt__ckpt_engine *e, ftrt_ckpt_stats *out, size_t size)
 {
-    struct ftrt__ckpt_engine *e = eng_of(ctx);
-    if (!ctx || !out || size < sizeof(uint32_t)) return FTRT_EINVAL;
+    if (size < sizeof(uint32_t)) return;
     ftrt_ckpt_stats s;
     if (e) {
         pthread_mutex_lock(&e->lock);
@@ -945,20 +910,18 @@ int ftrt_checkpoint_stats(const ftrt_ctx *ctx, ftrt_ckpt_stats *out, size_t size
     }
     s.size = (uint32_t)(size < sizeof s ? size : sizeof s);
     memcpy(out, &s, s.size);
-    return 0;
 }
 
-void ftrt__ckpt_drain(ftrt_ctx *ctx)
+void ftrt__ckpt_drain(struct ftrt__ckpt_engine *e)
 {
-    struct ftrt__ckpt_engine *e = eng_of(ctx);
-    if (!e || ctx->role != FTRT__ROLE_TRAINER) return;
-    ftrt__ledger_mark(ctx, FTRT__IV_TEARDOWN); /* after the last step: not a training stall */
-    finish_running_snapshot(e);
+    if (!e) return;
+    const ftrt__watch *w = e->watch;
+    ftrt__ckpt_finish_snapshot(e);
     double t0 = ftrt__now();
     pthread_mutex_lock(&e->lock);
     /* Every persist finishes (an abandoned one stops at its next request). */
     while (e->qhead || e->persisting) {
-        if (atomic_load(&ctx->cp.fatal)) {
+        if (atomic_load(&e->watch->fatal)) {
             for (job *j = e->qhead; j; j = j->qnext) atomic_store(&j->abandon, 1);
             if (e->persisting) atomic_store(&e->persisting->abandon, 1);
         }
@@ -970,10 +933,10 @@ void ftrt__ckpt_drain(ftrt_ctx *ctx)
         unsigned n = e->nrec < NREC ? e->nrec : NREC;
         for (unsigned k = 1; k <= n; k++) {
             const rec *r = &e->recs[(e->nrec - k) % NREC];
-            if (r->state == REC_PERSISTED && r->epoch == ctx->epoch) open++;
+            if (r->state == REC_PERSISTED && r->epoch == w->epoch) open++;
         }
-        if (!open || ftrt__interrupted(ctx) || ftrt__now() - t0 > DRAIN_COMMIT_S) {
-            if (open && !ftrt__interrupted(ctx))
+        if (!open || ftrt__watch_check(w) || ftrt__now() - t0 > DRAIN_COMMIT_S) {
+            if (open && !ftrt__watch_check(w))
                 ftrt_log_warn("finalize: %d checkpoint(s) still uncommitted after %.0f s; "
                               "leaving them", open, DRAIN_COMMIT_S);
             break;
@@ -983,139 +946,11 @@ void ftrt__ckpt_drain(ftrt_ctx *ctx)
     pthread_mutex_unlock(&e->lock);
 }
 
-/* ---- region registry --------------------------------------------------------------------- */
-
-int ftrt_register(ftrt_ctx *ctx, const char *name, void *ptr, size_t bytes, unsigned flags)
+void ftrt__ckpt_note_restore(struct ftrt__ckpt_engine *e, double seconds, uint64_t bytes)
 {
-    if (!ctx || !name || !*name || strlen(name) >= FTRT__NAME_MAX || (!ptr && bytes) ||
-        (flags & ~(unsigned)(FTRT_REGION_SHARDED | FTRT_REGION_DEVICE))) {
-        ftrt_log_error("ftrt_register: bad argument (name \"%s\", ptr %p, flags %u)",
-                       name ? name : "(null)", ptr, flags);
-        return FTRT_EINVAL;
-    }
-    if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
-    if ((flags & FTRT_REGION_DEVICE) && !ftrt__ckpt_device) {
-        ftrt_log_error("ftrt_register: region \"%s\" is device memory, but this libftrt has no "
-                       "CUDA support (build it with the CUDA toolkit)",
-                       name);
-        return FTRT_ENOTSUP;
-    }
-    for (int i = 0; i < ctx->nregs; i++)
-        if (!strcmp(ctx->regs[i].name, name)) {
-            ftrt_log_error("ftrt_register: region \"%s\" is already registered", name);
-            return FTRT_EINVAL;
-        }
-    if (ctx->nregs == ctx->regs_cap) {
-        int ncap = ctx->regs_cap ? 2 * ctx->regs_cap : 8;
-        ftrt__region *n = realloc(ctx->regs, (size_t)ncap * sizeof *n);
-        if (!n) return -ENOMEM;
-        ctx->regs = n;
-        ctx->regs_cap = ncap;
-    }
-    ftrt__region *r = &ctx->regs[ctx->nregs];
-    memset(r, 0, sizeof *r);
-    snprintf(r->name, sizeof r->name, "%s", name);
-    r->ptr = ptr;
-    r->bytes = bytes;
-    r->flags = flags;
-    return ctx->nregs++;
-}
-
-int ftrt_unregister(ftrt_ctx *ctx, const char *name)
-{
-    if (!ctx || !name) return FTRT_EINVAL;
-    if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
-    int i = 0;
-    while (i < ctx->nregs && strcmp(ctx->regs[i].name, name) != 0) i++;
-    if (i == ctx->nregs) {
-        ftrt_log_error("ftrt_unregister: no region \"%s\" is registered", name);
-        return FTRT_EINVAL;
-    }
-    if (ctx->ckpt) finish_running_snapshot(ctx->ckpt); /* it may be reading the region */
-    memmove(&ctx->regs[i], &ctx->regs[i + 1], (size_t)(ctx->nregs - i - 1) * sizeof *ctx->regs);
-    ctx->nregs--;
-    return 0;
-}
-
-/* ---- restore ----------------------------------------------------------------------------- */
-
-/* Loads the newest committed checkpoint that every trainer can load. */
-static int restore_from_disk(ftrt_ctx *ctx, int64_t *step)
-{
-    int64_t cand[64];
-    int n = ftrt__ckpt_list(ctx->cfg.ckpt_dir, cand, 64);
-    if (n < 0) {
-        ftrt_log_error("cannot list checkpoints in %s: %s", ctx->cfg.ckpt_dir, ftrt_strerror(n));
-        return n;
-    }
-    /* Agree on the candidate list: every trainer must see the same newest step. */
-    int64_t probe[2] = {n ? cand[0] : -1, n ? -cand[0] : 1};
-    int rc = ftrt_allreduce(ctx, probe, 2, FTRT_INT64, FTRT_MIN);
-    if (rc) return rc;
-    if (probe[0] != -probe[1]) {
-        ftrt_log_error("trainers see different newest checkpoints (%lld vs %lld): is %s shared?",
-                       (long long)probe[0], (long long)-probe[1], ctx->cfg.ckpt_dir);
-        return FTRT_EMISMATCH;
-    }
-    if (n == 0) {
-        *step = 0;
-        return 0;
-    }
-    int last_err = FTRT_ENOCKPT;
-    ftrt__load_opts o = {.qd = (unsigned)ctx->cfg.ckpt_qd, .chunk = chunk_bytes(ctx),
-                         .direct = ctx->cfg.ckpt_direct};
-    for (int i = 0; i < n; i++) {
-        ftrt__load_stat ls = {0};
-        int lr = ftrt__ckpt_load_ex(ctx->cfg.ckpt_dir, cand[i], ctx->rank, ctx->size, ctx->regs,
-                                    ctx->nregs, &o, &ls);
-        int64_t ok[1] = {lr == 0 ? 1 : (lr == FTRT_EMISMATCH ? -1 : 0)};
-        rc = ftrt_allreduce(ctx, ok, 1, FTRT_INT64, FTRT_MIN);
-        if (rc) return rc;
-        if (ok[0] == 1) {
-            *step = cand[i];
-            struct ftrt__ckpt_engine *e = eng_of(ctx);
-            if (e) {
-                pthread_mutex_lock(&e->lock);
-                e->st.last_restore_s = ls.seconds;
-                e->st.last_restore_bytes = ls.bytes;
-                pthread_mutex_unlock(&e->lock);
-            }
-            ftrt_log_info("restored checkpoint step %lld", (long long)cand[i]);
-            return 1;
-        }
-        last_err = ok[0] < 0 ? FTRT_EMISMATCH : FTRT_ENOCKPT;
-        ftrt_log_warn("checkpoint step %lld is not usable on every trainer (%s here); %s",
-                      (long long)cand[i], lr ? ftrt_strerror(lr) : "fine",
-                      i + 1 < n ? "falling back to the next older one" : "none left");
-    }
-    if (last_err == FTRT_ENOCKPT)
-        ftrt_log_error("no usable checkpoint in %s: all %d committed one(s) failed to load (see "
-                       "the warnings above); move the directory away to start fresh",
-                       ctx->cfg.ckpt_dir, n);
-    return last_err;
-}
-
-int ftrt_restore(ftrt_ctx *ctx, int64_t *step)
-{
-    if (!ctx || !step) return FTRT_EINVAL;
-    if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
-    int rc;
-    ftrt__ckpt_quiesce(ctx); /* a snapshot must not read what is being overwritten */
-    if (ctx->promoted) {
-        rc = ftrt__transfer_state(ctx);
-        if (rc) return rc;
-        ctx->promoted = 0;
-        *step = ctx->plan->resume_step;
-        ftrt__ledger_resume(ctx, *step);
-        ftrt__epoch_msg m = {.epoch = ctx->epoch};
-        ftrt__agent_send(ctx, FTRT__MSG_RESUMED, &m, sizeof m);
-        return 1;
-    }
-    rc = restore_from_disk(ctx, step);
-    if (rc >= 0) {
-        ctx->t_mark = ftrt__now();
-        atomic_store(&ctx->cp.steps_done, *step);
-        ftrt__ledger_mark(ctx, ftrt__compute_kind(ctx)); /* start-up ends here */
-    }
-    return rc;
+    if (!e) return;
+    pthread_mutex_lock(&e->lock);
+    e->st.last_restore_s = seconds;
+    e->st.last_restore_bytes = bytes;
+    pthread_mutex_unlock(&e->lock);
 }

@@ -39,6 +39,9 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "base/clock.h"
+#include "base/crc32c.h"
+#include "base/fs.h"
 #include "checkpoint/ckpt.h"
 
 #define FTRT__SHARD_MAGIC "FTRTSHRD"
@@ -110,12 +113,6 @@ int ftrt__shard_peek(const void *buf, size_t len, uint32_t *table_bytes, const c
  * never reads outside buf[0..len). Thread-safe. */
 int ftrt__shard_parse(const void *buf, size_t len, uint64_t file_size, ftrt__shard_hdr *hdr,
                       ftrt__shard_ent **ents, const char **why);
-
-/* Bitwise software CRC32C (same result as ftrt__crc32c); for CPUs without the instruction
- * and for tests. */
-uint32_t ftrt__crc32c_sw(uint32_t crc, const void *buf, size_t len);
-/* 1 when ftrt__crc32c uses a CRC instruction on this CPU, else 0. */
-int ftrt__crc32c_hw(void);
 
 /* ---- I/O helpers (shard.c) ---------------------------------------------------------------- */
 
@@ -239,13 +236,7 @@ int ftrt__reader_read(ftrt__reader *r, int fd, uint64_t off, void *dst, size_t l
  * said once; also when direct is 0 or ftrt__ckpt_force_buffered is set). */
 int ftrt__open_direct(const char *path, int direct);
 
-/* CLOCK_MONOTONIC seconds (runtime/net.c). */
-double ftrt__now(void);
-
 /* ---- paths and files (commit.c) ---------------------------------------------------------- */
-
-/* snprintf into buf[cap]; returns 0 or -ENAMETOOLONG. */
-int ftrt__path(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Parses a canonical step directory name "step-<S>" (decimal, no sign, no leading zeros
  * except "step-0", S <= INT64_MAX). Returns 1 with *step set, or 0. */
@@ -255,12 +246,5 @@ int ftrt__parse_step_name(const char *name, int64_t *step);
  * optional trailing newline and nothing else. Returns 1 with *step set, or 0 (garbage). Robust
  * against arbitrary bytes (fuzz entry point). */
 int ftrt__latest_parse(const char *buf, size_t len, int64_t *step);
-
-/* fsyncs the directory at path. Returns 0 or -errno. */
-int ftrt__fsync_dir(const char *path);
-
-/* Creates path and its missing parents (mode 0755). Returns 0 or -errno (-ENOTDIR when a
- * component is not a directory). */
-int ftrt__mkdir_p(const char *path);
 
 #endif

@@ -20,7 +20,7 @@
 #include "checkpoint/ckpt.h"
 #include "checkpoint/format.h"
 #include "ftrt.h"
-#include "runtime/log.h"
+#include "base/log.h"
 
 #define MANIFEST_MAX (64u << 20)
 

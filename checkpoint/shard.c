@@ -21,7 +21,7 @@
 #include "checkpoint/ckpt.h"
 #include "checkpoint/format.h"
 #include "ftrt.h"
-#include "runtime/log.h"
+#include "base/log.h"
 
 int ftrt__io_force_sync;
 

@@ -33,7 +33,7 @@
 #include "checkpoint/ckpt.h"
 #include "checkpoint/format.h"
 #include "ftrt.h"
-#include "runtime/log.h"
+#include "base/log.h"
 
 int ftrt__ckpt_no_fallocate;
 int ftrt__ckpt_force_buffered;

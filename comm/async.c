@@ -21,8 +21,8 @@
 #include <time.h>
 
 #include "comm/async.h"
-#include "runtime/internal.h"
-#include "runtime/log.h"
+#include "comm/plane.h"
+#include "base/log.h"
 
 #define POOL_MAX 64            /* staging buffers kept for reuse */
 #define SPIN_POLLS 16          /* polls with sched_yield before sleeping between polls */
@@ -101,9 +101,9 @@ static void finish(ftrt__engine *e, ftrt__areq *r, int rc)
 
 static int req_interrupted(const ftrt__engine *e, const ftrt__areq *r)
 {
-    int f = atomic_load_explicit(e->fatal, memory_order_acquire);
+    int f = atomic_load_explicit(&e->watch->fatal, memory_order_acquire);
     if (f) return f;
-    if (atomic_load_explicit(e->pending_epoch, memory_order_acquire) != r->epoch)
+    if (atomic_load_explicit(&e->watch->pending_epoch, memory_order_acquire) != r->epoch)
         return FTRT_ERECOVER;
     return 0;
 }
@@ -227,8 +227,8 @@ static void *progress_main(void *arg)
 
 /* ---- engine lifecycle ---- */
 
-int ftrt__engine_create_x(const ftrt__xport *xp, void *xarg, _Atomic int *pending_epoch,
-                          _Atomic int *fatal, int threaded, ftrt__engine **out)
+int ftrt__engine_create_x(const ftrt__xport *xp, void *xarg, ftrt__watch *watch, int threaded,
+                          ftrt__engine **out)
 {
     ftrt__engine *e = calloc(1, sizeof *e);
     if (!e) return -ENOMEM;
@@ -245,8 +245,7 @@ int ftrt__engine_create_x(const ftrt__xport *xp, void *xarg, _Atomic int *pendin
     pthread_cond_init(&e->done, NULL);
     e->xp = xp;
     e->xarg = xarg ? xarg : e;
-    e->pending_epoch = pending_epoch;
-    e->fatal = fatal;
+    e->watch = watch;
     e->threaded = threaded;
     e->poll_ns = DEFAULT_POLL_US * 1000L;
     e->chunk_bytes = FTRT__CHUNK_BYTES;
@@ -435,26 +434,6 @@ int ftrt__areq_free(ftrt__areq *r)
 
 /* ---- the MPI transport ---- */
 
-static MPI_Datatype mpi_type(int t, size_t *esize)
-{
-    switch (t) {
-    case FTRT_FLOAT32: *esize = 4; return MPI_FLOAT;
-    case FTRT_FLOAT64: *esize = 8; return MPI_DOUBLE;
-    case FTRT_INT64: *esize = 8; return MPI_INT64_T;
-    default: *esize = 0; return MPI_DATATYPE_NULL;
-    }
-}
-
-static MPI_Op mpi_op(int op)
-{
-    switch (op) {
-    case FTRT_SUM: return MPI_SUM;
-    case FTRT_MIN: return MPI_MIN;
-    case FTRT_MAX: return MPI_MAX;
-    default: return MPI_OP_NULL;
-    }
-}
-
 /* Application thread: the request runs on the duplicate of the plane's current communicator,
  * started here (MPI_Comm_idup, collective and nonblocking) for the first request of a
  * communicator generation. Every trainer submits in the same order, so every trainer issues
@@ -500,8 +479,8 @@ static int mpi_start(void *arg, ftrt__areq *r, int chunk, void *buf, size_t coun
 {
     (void)arg;
     size_t es;
-    MPI_Datatype t = mpi_type(r->dtype, &es);
-    if (MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, t, mpi_op(r->op), r->gen->comm,
+    MPI_Datatype t = ftrt__mpi_type(r->dtype, &es);
+    if (MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, t, ftrt__mpi_op(r->op), r->gen->comm,
                        &r->mreqs[chunk]) != MPI_SUCCESS)
         return FTRT_EMPI;
     return 0;
@@ -517,18 +496,16 @@ static int mpi_test(void *arg, ftrt__areq *r, int chunk)
 
 static const ftrt__xport mpi_xport = {mpi_bind, mpi_ready, mpi_start, mpi_test};
 
-int ftrt__engine_create(struct ftrt_ctx *ctx, ftrt__engine **out)
+int ftrt__engine_create(ftrt__plane *p, ftrt__engine **out)
 {
     int level = MPI_THREAD_SINGLE;
     MPI_Query_thread(&level);
-    int want = ctx->cfg.async_progress;
+    int want = p->async_progress;
     int threaded = want && level == MPI_THREAD_MULTIPLE;
-    int rc = ftrt__engine_create_x(&mpi_xport, NULL, &ctx->cp.pending_epoch, &ctx->cp.fatal,
-                                   threaded, out);
+    int rc = ftrt__engine_create_x(&mpi_xport, NULL, p->watch, threaded, out);
     if (rc) return rc;
-    (*out)->poll_ns = (long)ctx->cfg.progress_poll_us * 1000L;
-    (*out)->plane = &ctx->plane;
-    (*out)->ctx = ctx;
+    (*out)->poll_ns = (long)p->progress_poll_us * 1000L;
+    (*out)->plane = p;
     if (threaded)
         ftrt_log_info("overlapped collectives: progress thread (MPI_THREAD_MULTIPLE), polls "
                       "every %ld us while a collective is in flight", (*out)->poll_ns / 1000);
@@ -542,11 +519,11 @@ int ftrt__engine_create(struct ftrt_ctx *ctx, ftrt__engine **out)
     return 0;
 }
 
-ftrt__engine *ftrt__engine_get(struct ftrt_ctx *ctx, int *err)
+ftrt__engine *ftrt__engine_get(ftrt__plane *p, int *err)
 {
     *err = 0;
-    if (!ctx->plane.async) *err = ftrt__engine_create(ctx, &ctx->plane.async);
-    return ctx->plane.async;
+    if (!p->async) *err = ftrt__engine_create(p, &p->async);
+    return p->async;
 }
 
 /* ---- public request API ---- */
@@ -555,46 +532,43 @@ static int areq_test(struct ftrt_request *base)
 {
     ftrt__areq *r = (ftrt__areq *)base;
     int rc = areq_test_raw(r);
-    if (rc == FTRT_ERECOVER && r->eng->ctx) r->eng->ctx->needs_recover = 1;
-    return rc;
+    return ftrt__watch_note(r->eng->watch, rc);
 }
 
 /* The application's view of a wait: counted for the progress detector and the ledger. */
 static int areq_wait(struct ftrt_request *base)
 {
     ftrt__areq *r = (ftrt__areq *)base;
-    ftrt_ctx *ctx = r->eng->ctx;
-    if (!ctx) return ftrt__areq_wait(r); /* a test engine */
-    ftrt__wait_begin(ctx); /* counted even when already final: every trainer counts alike */
+    const ftrt__host *h = r->eng->plane ? &r->eng->plane->host : NULL; /* NULL: a test engine */
+    ftrt__host_wait_begin(h); /* counted even when already final: every trainer counts alike */
     int rc = ftrt__areq_wait(r);
-    ftrt__wait_end(ctx, rc);
-    if (rc == FTRT_ERECOVER) ctx->needs_recover = 1;
-    return rc;
+    ftrt__host_wait_end(h, rc);
+    return ftrt__watch_note(r->eng->watch, rc);
 }
 
 static int areq_free(struct ftrt_request *base) { return ftrt__areq_free((ftrt__areq *)base); }
 
 static const ftrt__req_ops areq_ops = {areq_test, areq_wait, areq_free};
 
-int ftrt_allreduce_start(ftrt_ctx *ctx, void *buf, size_t count, ftrt_dtype dtype, ftrt_op op,
-                         ftrt_request **req)
+int ftrt__plane_allreduce_start(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dtype,
+                                ftrt_op op, ftrt_request **req)
 {
     if (!req) return FTRT_EINVAL;
     *req = NULL;
     size_t es = 0;
-    MPI_Datatype t = mpi_type(dtype, &es);
-    if (!ctx || (!buf && count) || t == MPI_DATATYPE_NULL || mpi_op(op) == MPI_OP_NULL ||
+    MPI_Datatype t = ftrt__mpi_type(dtype, &es);
+    if ((!buf && count) || t == MPI_DATATYPE_NULL || ftrt__mpi_op(op) == MPI_OP_NULL ||
         count > SIZE_MAX / 8)
         return FTRT_EINVAL;
-    if (ctx->role != FTRT__ROLE_TRAINER || ctx->plane.comm == MPI_COMM_NULL) return FTRT_ESTATE;
-    int rc = ftrt__interrupted(ctx);
+    if (p->comm == MPI_COMM_NULL) return FTRT_ESTATE;
+    int rc = ftrt__watch_check(p->watch);
     if (rc) return rc;
-    if (ctx->needs_recover) return FTRT_ESTATE;
-    ftrt__engine *e = ftrt__engine_get(ctx, &rc);
+    if (p->watch->needs_recover) return FTRT_ESTATE;
+    ftrt__engine *e = ftrt__engine_get(p, &rc);
     if (!e) return rc;
     ftrt__seg seg = {buf, count * es};
     ftrt__areq *r;
-    rc = ftrt__engine_submit(e, ctx->epoch, &seg, 1, count, dtype, op, 1.0, &r);
+    rc = ftrt__engine_submit(e, p->watch->epoch, &seg, 1, count, dtype, op, 1.0, &r);
     if (rc) return rc;
     *req = &r->base;
     return 0;

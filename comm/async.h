@@ -31,10 +31,10 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "base/ports.h"
 #include "ftrt.h"
 #include "kernels/kernels.h"
 
-struct ftrt_ctx;
 struct ftrt__plane;
 
 /* Every public request starts with this header; ftrt_request_test/wait/free dispatch on it
@@ -112,7 +112,7 @@ typedef struct ftrt__engine {
     int live;             /* requests not yet final (lock) */
     const ftrt__xport *xp;
     void *xarg;
-    _Atomic int *pending_epoch, *fatal; /* the agent's flags (ftrt__cp) */
+    ftrt__watch *watch;   /* the runtime's epoch watch (base/ports.h) */
     long poll_ns;         /* sleep between polls once spinning stopped */
     size_t chunk_bytes;   /* pipelining unit of a request (FTRT__CHUNK_BYTES; tests set less).
                              Must be the same on every trainer: it sets the counts. */
@@ -124,8 +124,7 @@ typedef struct ftrt__engine {
     void **grave;
     int ngrave;
     /* MPI transport (application thread) */
-    struct ftrt_ctx *ctx;  /* NULL for engines over a test transport */
-    struct ftrt__plane *plane;
+    struct ftrt__plane *plane; /* NULL for engines over a test transport */
     ftrt__agen *gens;
     /* statistics (lock) */
     long submitted, completed, failed;
@@ -133,16 +132,16 @@ typedef struct ftrt__engine {
 
 #define FTRT__CHUNK_BYTES ((size_t)4 << 20)
 
-/* Creates an engine for ctx's plane with the MPI transport. Threaded when MPI provides
- * MPI_THREAD_MULTIPLE and ctx->cfg.async_progress is 1 (the thread starts at the first
- * submission); polls every ctx->cfg.progress_poll_us while a collective is in flight (both
- * validated by ftrt__config_check). Returns 0 or -ENOMEM. */
-int ftrt__engine_create(struct ftrt_ctx *ctx, ftrt__engine **out);
-/* Creates an engine over another transport (unit tests); flags are the agent's epoch/fatal. */
-int ftrt__engine_create_x(const ftrt__xport *xp, void *xarg, _Atomic int *pending_epoch,
-                          _Atomic int *fatal, int threaded, ftrt__engine **out);
-/* The context's engine, created on first use. Returns it or NULL (*err set). */
-ftrt__engine *ftrt__engine_get(struct ftrt_ctx *ctx, int *err);
+/* Creates an engine for plane p with the MPI transport. Threaded when MPI provides
+ * MPI_THREAD_MULTIPLE and p->async_progress is 1 (the thread starts at the first submission);
+ * polls every p->progress_poll_us while a collective is in flight. Returns 0 or -ENOMEM. */
+int ftrt__engine_create(struct ftrt__plane *p, ftrt__engine **out);
+/* Creates an engine over another transport (unit tests): requests fail once `watch` says their
+ * epoch is over. Returns 0 or -ENOMEM. */
+int ftrt__engine_create_x(const ftrt__xport *xp, void *xarg, ftrt__watch *watch, int threaded,
+                          ftrt__engine **out);
+/* The plane's engine, created on first use. Returns it or NULL (*err set). */
+ftrt__engine *ftrt__engine_get(struct ftrt__plane *p, int *err);
 
 /* Submits an allreduce (op over `count` elements of dtype) of the tensors segs[0..n) packed
  * back to back, results multiplied by `scale`. Application thread; `epoch` is its current

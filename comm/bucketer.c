@@ -16,16 +16,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "comm/bucketer.h"
-#include "runtime/internal.h"
-#include "runtime/log.h"
+#include "comm/plane.h"
 
 #define DEFAULT_BUCKET_BYTES ((size_t)25 << 20)      /* DDP: bucket_cap_mb = 25 */
 #define DEFAULT_FIRST_BUCKET_BYTES ((size_t)1 << 20) /* DDP: _DEFAULT_FIRST_BUCKET_BYTES */
 #define DEFAULT_PIECE_BYTES ((size_t)4 << 20)
 
 struct ftrt_bucketer {
-    ftrt_ctx *ctx;
+    ftrt__plane *plane; /* the data plane it reduces over (its watch, host and size) */
     const ftrt__bucket_backend *be;
     void *be_arg;
     ftrt_dtype dtype;
@@ -159,7 +159,7 @@ static int make_pieces(ftrt_bucketer *b, size_t piece)
     return 0;
 }
 
-int ftrt__bucketer_create_be(ftrt_ctx *ctx, const size_t *counts, int ntensors, ftrt_dtype dtype,
+int ftrt__bucketer_create_be(ftrt__plane *plane, const size_t *counts, int ntensors, ftrt_dtype dtype,
                              const ftrt_bucket_config *cfg, const ftrt__bucket_backend *be,
                              void *arg, ftrt_bucketer **out)
 {
@@ -171,17 +171,16 @@ int ftrt__bucketer_create_be(ftrt_ctx *ctx, const size_t *counts, int ntensors, 
         cfg = &def;
     }
     size_t es = dtype == FTRT_FLOAT32 ? 4 : (dtype == FTRT_FLOAT64 || dtype == FTRT_INT64) ? 8 : 0;
-    if (!ctx || !counts || ntensors < 1 || !es || cfg->size < sizeof *cfg ||
+    if (!plane || !counts || ntensors < 1 || !es || cfg->size < sizeof *cfg ||
         cfg->bucket_bytes == 0 || cfg->first_bucket_bytes == 0 ||
         (cfg->average && dtype == FTRT_INT64))
         return FTRT_EINVAL;
     for (int i = 0; i < ntensors; i++)
         if (counts[i] > SIZE_MAX / 16 / (size_t)ntensors) return FTRT_EINVAL;
-    if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
     ftrt_bucketer *b = calloc(1, sizeof *b);
     if (!b) return -ENOMEM;
     int n = ntensors;
-    b->ctx = ctx;
+    b->plane = plane;
     b->dtype = dtype;
     b->esize = es;
     b->average = cfg->average ? 1 : 0;
@@ -240,10 +239,10 @@ static int cpu_submit(void *arg, int bucket, const int *tensors, const ftrt__seg
     (void)bucket;
     (void)tensors;
     int rc;
-    ftrt__engine *e = ftrt__engine_get(b->ctx, &rc);
+    ftrt__engine *e = ftrt__engine_get(b->plane, &rc);
     if (!e) return rc;
     ftrt__areq *r;
-    rc = ftrt__engine_submit(e, b->ctx->epoch, segs, n, count, (int)b->dtype, FTRT_SUM, scale,
+    rc = ftrt__engine_submit(e, b->plane->watch->epoch, segs, n, count, (int)b->dtype, FTRT_SUM, scale,
                              &r);
     if (rc) return rc;
     *req = &r->base;
@@ -254,10 +253,10 @@ static int cpu_wait_raw(struct ftrt_request *req) { return ftrt__areq_wait((ftrt
 
 static const ftrt__bucket_backend cpu_backend = {cpu_submit, cpu_wait_raw, NULL};
 
-int ftrt_bucketer_create(ftrt_ctx *ctx, const size_t *counts, int ntensors, ftrt_dtype dtype,
-                         const ftrt_bucket_config *cfg, ftrt_bucketer **out)
+int ftrt__bucketer_create(ftrt__plane *plane, const size_t *counts, int ntensors,
+                          ftrt_dtype dtype, const ftrt_bucket_config *cfg, ftrt_bucketer **out)
 {
-    int rc = ftrt__bucketer_create_be(ctx, counts, ntensors, dtype, cfg, &cpu_backend, NULL, out);
+    int rc = ftrt__bucketer_create_be(plane, counts, ntensors, dtype, cfg, &cpu_backend, NULL, out);
     if (!rc) (*out)->be_arg = *out;
     return rc;
 }
@@ -265,9 +264,9 @@ int ftrt_bucketer_create(ftrt_ctx *ctx, const size_t *counts, int ntensors, ftrt
 /* Starts piece p's allreduce over the parts of its tensors that fall in its byte range. */
 static int submit(ftrt_bucketer *b, int p)
 {
-    int rc = ftrt__interrupted(b->ctx);
+    int rc = ftrt__watch_check(b->plane->watch);
     if (rc) return rc;
-    if (b->ctx->needs_recover) return FTRT_ESTATE;
+    if (b->plane->watch->needs_recover) return FTRT_ESTATE;
     int k = b->p_bucket[p], n = 0;
     size_t lo = b->p_lo[p], hi = b->p_hi[p];
     for (int j = b->p_first[p]; j < b->start[k + 1]; j++) {
@@ -287,7 +286,7 @@ static int submit(ftrt_bucketer *b, int p)
         b->segs[0].bytes = 0;
         n = 1;
     }
-    double scale = b->average ? 1.0 / (double)b->ctx->size : 1.0;
+    double scale = b->average ? 1.0 / (double)b->plane->size : 1.0;
     return b->be->submit(b->be_arg, k, b->tidx, b->segs, n, (hi - lo) / b->esize, scale,
                          &b->reqs[p]);
 }
@@ -321,8 +320,7 @@ static int drain(ftrt_bucketer *b)
         b->reqs[p] = NULL;
     }
     step_reset(b);
-    if (rc == FTRT_ERECOVER) b->ctx->needs_recover = 1;
-    return rc;
+    return ftrt__watch_note(b->plane->watch, rc);
 }
 
 int ftrt_bucketer_wait_all(ftrt_bucketer *b)
@@ -333,9 +331,9 @@ int ftrt_bucketer_wait_all(ftrt_bucketer *b)
             ftrt_log_error("ftrt_bucketer_wait_all: tensor %d was not marked ready", i);
             return FTRT_ESTATE;
         }
-    ftrt__wait_begin(b->ctx);
+    ftrt__host_wait_begin(&b->plane->host);
     int rc = drain(b);
-    ftrt__wait_end(b->ctx, rc);
+    ftrt__host_wait_end(&b->plane->host, rc);
     return rc;
 }
 

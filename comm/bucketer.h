@@ -47,10 +47,15 @@ struct ftrt_request *ftrt__bucketer_request(const ftrt_bucketer *b, int k);
 /* 1 when every bucket of this step has been submitted, else 0. */
 int ftrt__bucketer_all_submitted(const ftrt_bucketer *b);
 
-/* Creates a bucketer over a backend (ftrt_bucketer_create uses the CPU engine). Arguments as
- * ftrt_bucketer_create; be/arg stay owned by the caller and must outlive the bucketer. */
-int ftrt__bucketer_create_be(ftrt_ctx *ctx, const size_t *counts, int ntensors, ftrt_dtype dtype,
-                             const ftrt_bucket_config *cfg, const ftrt__bucket_backend *be,
-                             void *arg, ftrt_bucketer **out);
+/* Creates a bucketer over a backend, reducing over `plane` (its epoch watch, host interface
+ * and size; not owned, must outlive the bucketer). Arguments otherwise as
+ * ftrt_bucketer_create() (include/ftrt.h), whose checks and errors it shares (FTRT_EINVAL,
+ * -ENOMEM); the caller checks the role. */
+int ftrt__bucketer_create_be(struct ftrt__plane *plane, const size_t *counts, int ntensors,
+                             ftrt_dtype dtype, const ftrt_bucket_config *cfg,
+                             const ftrt__bucket_backend *be, void *arg, ftrt_bucketer **out);
+/* ftrt__bucketer_create_be over the plane's CPU request engine (comm/async.c). */
+int ftrt__bucketer_create(struct ftrt__plane *plane, const size_t *counts, int ntensors,
+                          ftrt_dtype dtype, const ftrt_bucket_config *cfg, ftrt_bucketer **out);
 
 #endif

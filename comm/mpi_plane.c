@@ -19,13 +19,31 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/log.h"
 #include "comm/async.h"
-#include "runtime/internal.h"
-#include "runtime/log.h"
+#include "comm/plane.h"
+
+void ftrt__plane_init(ftrt__plane *p, ftrt__watch *w, ftrt__host host, int async_progress,
+                      int progress_poll_us)
+{
+    memset(p, 0, sizeof *p);
+    p->comm = MPI_COMM_NULL;
+    p->rank = -1;
+    p->watch = w;
+    p->host = host;
+    p->async_progress = async_progress;
+    p->progress_poll_us = progress_poll_us;
+}
 
 void ftrt__plane_set(ftrt__plane *p, MPI_Comm comm)
 {
     p->comm = comm;
+    p->rank = -1;
+    p->size = 0;
+    if (comm != MPI_COMM_NULL) {
+        MPI_Comm_rank(comm, &p->rank);
+        MPI_Comm_size(comm, &p->size);
+    }
     p->gen++; /* overlapped collectives duplicate each new communicator once (comm/async.c) */
     if (comm != MPI_COMM_NULL) MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
 }
@@ -60,21 +78,25 @@ void ftrt__plane_free(ftrt__plane *p)
     for (int i = 0; i < p->ngraveyard; i++) free(p->graveyard[i]);
     free(p->graveyard);
     free(p->buf);
-    memset(p, 0, sizeof *p);
+    p->async = NULL;
+    p->graveyard = NULL;
+    p->ngraveyard = 0;
+    p->buf = NULL;
+    p->buf_cap = 0;
     p->comm = MPI_COMM_NULL;
 }
 
-static int wait_polled(struct ftrt_ctx *ctx, MPI_Request *req);
+static int wait_polled(const ftrt__watch *w, MPI_Request *req);
 
-int ftrt__wait(struct ftrt_ctx *ctx, MPI_Request *req)
+int ftrt__plane_wait(ftrt__plane *p, MPI_Request *req)
 {
-    ftrt__wait_begin(ctx);
-    int rc = wait_polled(ctx, req);
-    ftrt__wait_end(ctx, rc);
+    ftrt__host_wait_begin(&p->host);
+    int rc = wait_polled(p->watch, req);
+    ftrt__host_wait_end(&p->host, rc);
     return rc;
 }
 
-static int wait_polled(struct ftrt_ctx *ctx, MPI_Request *req)
+static int wait_polled(const ftrt__watch *w, MPI_Request *req)
 {
     /* Spin briefly (low latency when peers are ready), then yield, then sleep 50 us per poll
      * so oversubscribed ranks leave the CPU to the peers they wait on. */
@@ -82,7 +104,7 @@ static int wait_polled(struct ftrt_ctx *ctx, MPI_Request *req)
         int done = 0;
         if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return FTRT_EMPI;
         if (done) return 0;
-        int rc = ftrt__interrupted(ctx);
+        int rc = ftrt__watch_check(w);
         if (rc) return rc;
         if (i < 64) continue;
         if (i < 1024) {
@@ -94,71 +116,48 @@ static int wait_polled(struct ftrt_ctx *ctx, MPI_Request *req)
     }
 }
 
-static MPI_Datatype mpi_type(ftrt_dtype t, size_t *esize)
-{
-    switch (t) {
-    case FTRT_FLOAT32: *esize = 4; return MPI_FLOAT;
-    case FTRT_FLOAT64: *esize = 8; return MPI_DOUBLE;
-    case FTRT_INT64: *esize = 8; return MPI_INT64_T;
-    default: return MPI_DATATYPE_NULL;
-    }
-}
-
-static MPI_Op mpi_op(ftrt_op op)
-{
-    switch (op) {
-    case FTRT_SUM: return MPI_SUM;
-    case FTRT_MIN: return MPI_MIN;
-    case FTRT_MAX: return MPI_MAX;
-    default: return MPI_OP_NULL;
-    }
-}
-
-int ftrt_allreduce(ftrt_ctx *ctx, void *buf, size_t count, ftrt_dtype dtype, ftrt_op op)
+int ftrt__plane_allreduce(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dtype, ftrt_op op)
 {
     size_t es = 0;
-    MPI_Datatype t = ctx ? mpi_type(dtype, &es) : MPI_DATATYPE_NULL;
-    MPI_Op o = mpi_op(op);
-    if (!ctx || (!buf && count) || t == MPI_DATATYPE_NULL || o == MPI_OP_NULL) return FTRT_EINVAL;
-    if (ctx->role != FTRT__ROLE_TRAINER || ctx->plane.comm == MPI_COMM_NULL) return FTRT_ESTATE;
-    int rc = ftrt__interrupted(ctx);
+    MPI_Datatype t = ftrt__mpi_type(dtype, &es);
+    MPI_Op o = ftrt__mpi_op(op);
+    if ((!buf && count) || t == MPI_DATATYPE_NULL || o == MPI_OP_NULL || count > SIZE_MAX / 8)
+        return FTRT_EINVAL;
+    if (p->comm == MPI_COMM_NULL) return FTRT_ESTATE;
+    int rc = ftrt__watch_check(p->watch);
     if (rc) return rc;
-    if (ctx->needs_recover) return FTRT_ESTATE;
+    if (p->watch->needs_recover) return FTRT_ESTATE;
     size_t bytes = count * es;
-    if (bytes > ctx->plane.buf_cap) {
-        void *n = realloc(ctx->plane.buf, bytes);
+    if (bytes > p->buf_cap) {
+        void *n = realloc(p->buf, bytes);
         if (!n) return -ENOMEM;
-        ctx->plane.buf = n;
-        ctx->plane.buf_cap = bytes;
+        p->buf = n;
+        p->buf_cap = bytes;
     }
-    if (bytes) memcpy(ctx->plane.buf, buf, bytes);
+    if (bytes) memcpy(p->buf, buf, bytes);
     const size_t chunk = (size_t)1 << 28; /* elements per MPI call: stays below INT_MAX */
     for (size_t off = 0; off < count; off += chunk) {
         size_t n = count - off < chunk ? count - off : chunk;
         MPI_Request req;
-        if (MPI_Iallreduce(MPI_IN_PLACE, (char *)ctx->plane.buf + off * es, (int)n, t, o,
-                           ctx->plane.comm, &req) != MPI_SUCCESS)
+        if (MPI_Iallreduce(MPI_IN_PLACE, (char *)p->buf + off * es, (int)n, t, o, p->comm,
+                           &req) != MPI_SUCCESS)
             return FTRT_EMPI;
-        rc = ftrt__wait(ctx, &req);
-        if (rc) {
-            if (rc == FTRT_ERECOVER) ctx->needs_recover = 1;
-            return rc;
-        }
+        rc = ftrt__plane_wait(p, &req);
+        if (rc) return ftrt__watch_note(p->watch, rc);
     }
-    if (bytes) memcpy(buf, ctx->plane.buf, bytes);
+    if (bytes) memcpy(buf, p->buf, bytes);
     return 0;
 }
 
-int ftrt__plane_bcast(struct ftrt_ctx *ctx, void *buf, size_t bytes, int root)
+int ftrt__plane_bcast(ftrt__plane *p, void *buf, size_t bytes, int root)
 {
     const size_t chunk = (size_t)1 << 30;
     for (size_t off = 0; off < bytes; off += chunk) {
         size_t n = bytes - off < chunk ? bytes - off : chunk;
         MPI_Request req;
-        if (MPI_Ibcast((char *)buf + off, (int)n, MPI_BYTE, root, ctx->plane.comm, &req) !=
-            MPI_SUCCESS)
+        if (MPI_Ibcast((char *)buf + off, (int)n, MPI_BYTE, root, p->comm, &req) != MPI_SUCCESS)
             return FTRT_EMPI;
-        int rc = ftrt__wait(ctx, &req);
+        int rc = ftrt__plane_wait(p, &req);
         if (rc) return rc;
     }
     return 0;

@@ -26,8 +26,9 @@
 #include "comm/bucketer.h"
 #include "ftrt_gpu.h"
 #include "kernels/kernels_gpu.h"
-#include "runtime/internal.h"
-#include "runtime/log.h"
+#include "base/clock.h"
+#include "base/log.h"
+#include "comm/plane.h"
 
 #define POOL_MAX 32
 
@@ -52,7 +53,7 @@ typedef struct gpu_req {
 } gpu_req;
 
 struct ftrt_gpu {
-    ftrt_ctx *ctx;
+    ftrt__plane *plane; /* the trainers' data plane: watch, host, MPI communicator */
     int device;
     cudaStream_t stream;
     cudaEvent_t ev_producer; /* reusable: waited on right after each record */
@@ -217,18 +218,18 @@ static void hook_abandon(void *arg) { abandon_all(arg, FTRT_ERECOVER); }
  * broadcast over the trainers' MPI communicator; nonblocking init polled with the epoch flag. */
 static int comm_build(ftrt_gpu *g)
 {
-    ftrt_ctx *ctx = g->ctx;
+    ftrt__plane *pl = g->plane;
     struct {
         int32_t ok;
         ncclUniqueId id;
     } msg;
     memset(&msg, 0, sizeof msg);
-    if (ctx->rank == 0) {
+    if (pl->rank == 0) {
         ncclResult_t r = ncclGetUniqueId(&msg.id);
         msg.ok = r == ncclSuccess;
         if (!msg.ok) nccl_err(r, NULL, "ncclGetUniqueId");
     }
-    int rc = ftrt__plane_bcast(ctx, &msg, sizeof msg, 0);
+    int rc = ftrt__plane_bcast(pl, &msg, sizeof msg, 0);
     if (rc) return rc;
     if (!msg.ok) return FTRT_ENCCL;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
@@ -236,7 +237,7 @@ static int comm_build(ftrt_gpu *g)
     cfg.commName = "ftrt";
     ncclComm_t comm = NULL;
     double t0 = ftrt__now();
-    ncclResult_t r = ncclCommInitRankConfig(&comm, ctx->size, msg.id, ctx->rank, &cfg);
+    ncclResult_t r = ncclCommInitRankConfig(&comm, pl->size, msg.id, pl->rank, &cfg);
     if ((rc = nccl_err(r, comm, "ncclCommInitRankConfig")) != 0) {
         if (comm) ncclCommAbort(comm);
         return rc;
@@ -247,7 +248,7 @@ static int comm_build(ftrt_gpu *g)
         if (r != ncclSuccess) st = r;
         if (st == ncclSuccess) break;
         if (st != ncclInProgress) rc = nccl_err(st, comm, "ncclCommInitRankConfig (async)");
-        else rc = ftrt__interrupted(ctx);
+        else rc = ftrt__watch_check(pl->watch);
         if (rc) {
             ncclCommAbort(comm);
             return rc;
@@ -255,9 +256,9 @@ static int comm_build(ftrt_gpu *g)
         polite(i);
     }
     g->comm = comm;
-    g->comm_plane_gen = ctx->plane.gen;
+    g->comm_plane_gen = pl->gen;
     ftrt_log_info("NCCL communicator for epoch %d: rank %d of %d on device %d in %.1f ms",
-                  ctx->epoch, ctx->rank, ctx->size, g->device, (ftrt__now() - t0) * 1e3);
+                  pl->watch->epoch, pl->rank, pl->size, g->device, (ftrt__now() - t0) * 1e3);
     return 0;
 }
 
@@ -266,12 +267,12 @@ static int comm_build(ftrt_gpu *g)
  * member goes through) builds one again, so that all members rebuild at the same point. */
 static int ensure_comm(ftrt_gpu *g)
 {
-    unsigned gen = g->ctx->plane.gen;
+    unsigned gen = g->plane->gen;
     if (g->comm && g->comm_plane_gen == gen) return 0;
     if (g->comm) abandon_all(g, FTRT_ERECOVER);
     if (g->has_dead && g->dead_gen == gen) {
         ftrt_log_error("the NCCL communicator of epoch %d failed; the next recovery rebuilds it",
-                       g->ctx->epoch);
+                       g->plane->watch->epoch);
         return FTRT_ENCCL;
     }
     return comm_build(g);
@@ -293,12 +294,12 @@ static ncclRedOp_t nccl_op(int op) { return op == FTRT_MIN ? ncclMin : op == FTR
 static int gpu_submit(ftrt_gpu *g, const ftrt__seg *segs, int n, size_t count, int dtype, int op,
                       double scale, ftrt_request **out)
 {
-    ftrt_ctx *ctx = g->ctx;
+    ftrt__plane *pl = g->plane;
     *out = NULL;
     if (n < 1 || n > 65535) return FTRT_EINVAL;
-    int rc = ftrt__interrupted(ctx);
+    int rc = ftrt__watch_check(pl->watch);
     if (rc) return rc;
-    if (ctx->needs_recover) return FTRT_ESTATE;
+    if (pl->watch->needs_recover) return FTRT_ESTATE;
     if ((rc = cuda_err(cudaSetDevice(g->device), "cudaSetDevice")) != 0) return rc;
     if ((rc = ensure_comm(g)) != 0) return rc;
     gpu_req *r = calloc(1, sizeof *r);
@@ -323,7 +324,7 @@ static int gpu_submit(ftrt_gpu *g, const ftrt__seg *segs, int n, size_t count, i
         if (ncclCommGetAsyncError(g->comm, &nr) != ncclSuccess) nr = ncclInternalError;
         if ((rc = nccl_err(nr, g->comm, "ncclAllReduce (enqueue)")) != 0) goto queued;
         if (nr == ncclInProgress) {
-            if ((rc = ftrt__interrupted(ctx)) != 0) goto queued;
+            if ((rc = ftrt__watch_check(pl->watch)) != 0) goto queued;
             polite(i);
         }
     }
@@ -364,7 +365,7 @@ static int gpu_test(struct ftrt_request *base)
     gpu_req *r = (gpu_req *)base;
     ftrt_gpu *g = r->g;
     if (r->result <= 0) return r->result == 0 ? 1 : r->result;
-    int rc = ftrt__interrupted(g->ctx);
+    int rc = ftrt__watch_check(g->plane->watch);
     if (!rc && g->comm) {
         ncclResult_t st = ncclSuccess;
         if (ncclCommGetAsyncError(g->comm, &st) != ncclSuccess) st = ncclInternalError;
@@ -383,7 +384,7 @@ static int gpu_test(struct ftrt_request *base)
         }
         rc = cuda_err(e, "cudaEventQuery");
     }
-    if (rc == FTRT_ERECOVER) g->ctx->needs_recover = 1;
+    if (rc == FTRT_ERECOVER) g->plane->watch->needs_recover = 1;
     abandon_all(g, rc); /* r is live: it fails with rc too */
     return r->result;
 }
@@ -398,9 +399,9 @@ static int gpu_wait_raw(struct ftrt_request *base)
 static int gpu_wait(struct ftrt_request *base)
 {
     gpu_req *r = (gpu_req *)base;
-    ftrt__wait_begin(r->g->ctx); /* counted even when already final: every trainer alike */
+    ftrt__host_wait_begin(&r->g->plane->host); /* counted even when already final: every trainer alike */
     int rc = gpu_wait_raw(base);
-    ftrt__wait_end(r->g->ctx, rc);
+    ftrt__host_wait_end(&r->g->plane->host, rc);
     return rc;
 }
 
@@ -418,12 +419,11 @@ static const ftrt__req_ops gpu_req_ops = {gpu_test, gpu_wait, gpu_free_req};
 
 /* ---- public API ---- */
 
-int ftrt_gpu_create(ftrt_ctx *ctx, int device, ftrt_gpu **out)
+int ftrt__gpu_create(ftrt__plane *plane, int device, ftrt_gpu **out)
 {
     if (!out) return FTRT_EINVAL;
     *out = NULL;
-    if (!ctx || device < 0) return FTRT_EINVAL;
-    if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
+    if (!plane || device < 0) return FTRT_EINVAL;
     int ndev = ftrt__kgpu_device_count();
     if (device >= ndev) {
         ftrt_log_error("ftrt_gpu_create: CUDA device %d requested, %d usable", device, ndev);
@@ -431,7 +431,7 @@ int ftrt_gpu_create(ftrt_ctx *ctx, int device, ftrt_gpu **out)
     }
     ftrt_gpu *g = calloc(1, sizeof *g);
     if (!g) return -ENOMEM;
-    g->ctx = ctx;
+    g->plane = plane;
     g->device = device;
     int lo, hi;
     int rc = cuda_err(cudaSetDevice(device), "cudaSetDevice");
@@ -451,7 +451,7 @@ int ftrt_gpu_create(ftrt_ctx *ctx, int device, ftrt_gpu **out)
     *g->guard = g->gen;
     g->hook.abandon = hook_abandon;
     g->hook.arg = g;
-    ftrt__plane_hook_add(&ctx->plane, &g->hook);
+    ftrt__plane_hook_add(plane, &g->hook);
     *out = g;
     return 0;
 }
@@ -481,7 +481,7 @@ int ftrt_gpu_free(ftrt_gpu *g)
     cudaFreeHost((void *)g->guard);
     cudaEventDestroy(g->ev_producer);
     cudaStreamDestroy(g->stream);
-    ftrt__plane_hook_remove(&g->ctx->plane, &g->hook);
+    ftrt__plane_hook_remove(g->plane, &g->hook);
     free(g);
     return 0;
 }
@@ -508,7 +508,7 @@ int ftrt_gpu_allreduce_start(ftrt_gpu *g, void *buf, size_t count, ftrt_dtype dt
     if (!req) return FTRT_EINVAL;
     *req = NULL;
     if (!g || (!buf && count) || !valid_dtype_op(dtype, op)) return FTRT_EINVAL;
-    int rc = ftrt__interrupted(g->ctx);
+    int rc = ftrt__watch_check(g->plane->watch);
     if (rc) return rc;
     if ((rc = after_producer(g, producer)) != 0) return rc;
     ftrt__seg seg = {buf, count * (dtype == FTRT_FLOAT32 ? 4 : 8)};
@@ -576,7 +576,7 @@ int ftrt_gpu_bucketer_create(ftrt_gpu *g, const size_t *counts, int ntensors, ft
     else if (!cfg) ftrt_bucket_config_init(&c, sizeof c);
     else rc = FTRT_EINVAL;
     c.piece_bytes = 0;
-    if (!rc) rc = ftrt__bucketer_create_be(g->ctx, counts, ntensors, dtype, &c, &gpu_backend, bk,
+    if (!rc) rc = ftrt__bucketer_create_be(g->plane, counts, ntensors, dtype, &c, &gpu_backend, bk,
                                            out);
     if (rc) bk_destroy(bk);
     return rc;

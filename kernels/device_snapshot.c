@@ -11,7 +11,7 @@
 #include "ftrt.h"
 #include "kernels/device_snapshot.h"
 #include "kernels/kernels_gpu.h"
-#include "runtime/log.h"
+#include "base/log.h"
 
 /* Maps a CUDA error to an ftrt code, logging the failing call. */
 static int cuda_err(cudaError_t e, const char *call)

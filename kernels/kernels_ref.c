@@ -8,7 +8,7 @@
  */
 #include <string.h>
 
-#include "checkpoint/ckpt.h"
+#include "base/crc32c.h"
 #include "kernels/kernels.h"
 
 void ftrt__k_pack(void *bucket, const ftrt__seg *segs, int n)

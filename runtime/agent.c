@@ -4,7 +4,7 @@
  * It connects to the coordinator, says hello with the job secret, sends a heartbeat every
  * heartbeat_ms carrying the rank's progress, and turns the coordinator's messages into shared
  * state that the application thread polls (two atomics) or waits on (cp.cond). It never calls
- * MPI. Losing the coordinator sets cp.fatal = FTRT_ECOORD.
+ * MPI. Losing the coordinator sets watch.fatal = FTRT_ECOORD.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -15,8 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "runtime/internal.h"
-#include "runtime/log.h"
 
 int ftrt__agent_send(struct ftrt_ctx *ctx, uint32_t type, const void *payload, uint32_t len)
 {
@@ -36,10 +36,10 @@ void ftrt__cp_wait(struct ftrt_ctx *ctx, int ms)
     pthread_cond_timedwait(&ctx->cp.cond, &ctx->cp.lock, &ts);
 }
 
-static void set_fatal(ftrt__cp *cp, int code)
+static void set_fatal(ftrt_ctx *ctx, int code)
 {
     int zero = 0;
-    atomic_compare_exchange_strong(&cp->fatal, &zero, code);
+    atomic_compare_exchange_strong(&ctx->watch.fatal, &zero, code);
 }
 
 /* Handles one message from the coordinator. Returns 0, or FTRT_EPROTO for a bad one. */
@@ -58,7 +58,8 @@ static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *paylo
         ftrt__failure_msg fm;
         memcpy(&fm, payload, sizeof fm);
         atomic_store(&cp->t_fail_wall, fm.t_fail_wall); /* before the epoch: waits read both */
-        if (fm.epoch > atomic_load(&cp->pending_epoch)) atomic_store(&cp->pending_epoch, fm.epoch);
+        if (fm.epoch > atomic_load(&ctx->watch.pending_epoch))
+            atomic_store(&ctx->watch.pending_epoch, fm.epoch);
         ftrt_log_info("epoch %d announced: a rank failed", fm.epoch);
         break;
     }
@@ -74,7 +75,8 @@ static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *paylo
         free(cp->plan);
         cp->plan = p;
         cp->plan_len = h->len;
-        if (p->epoch > atomic_load(&cp->pending_epoch)) atomic_store(&cp->pending_epoch, p->epoch);
+        if (p->epoch > atomic_load(&ctx->watch.pending_epoch))
+            atomic_store(&ctx->watch.pending_epoch, p->epoch);
         break;
     }
     case FTRT__MSG_COMMIT:
@@ -82,7 +84,7 @@ static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *paylo
         cp->commit_step = cm.step;
         cp->commit_result = cm.result;
         cp->commit_seen++;
-        ftrt__ckpt_on_commit(ctx, cm.step, cm.epoch, cm.result); /* checkpoint/engine.c */
+        if (cp->on_commit) cp->on_commit(cp->on_commit_arg, cm.step, cm.epoch, cm.result);
         break;
     case FTRT__MSG_SHUTDOWN:
     case FTRT__MSG_FAREWELL:
@@ -98,7 +100,7 @@ static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *paylo
     case FTRT__MSG_ABORT:
         memcpy(&em, payload, sizeof em);
         ftrt_log_warn("the coordinator aborted the job: %s", ftrt_strerror(em.value));
-        set_fatal(cp, em.value < 0 ? em.value : FTRT_EABORT);
+        set_fatal(ctx, em.value < 0 ? em.value : FTRT_EABORT);
         break;
     default:
         pthread_mutex_unlock(&cp->lock);
@@ -122,7 +124,7 @@ static void *agent_main(void *arg)
                                   .waits = atomic_load(&cp->waits),
                                   .kept_s = atomic_load(&cp->kept_s),
                                   .compute_s = atomic_load(&cp->compute_s),
-                                  .epoch = atomic_load(&cp->pending_epoch)};
+                                  .epoch = atomic_load(&ctx->watch.pending_epoch)};
             if (ftrt__agent_send(ctx, FTRT__MSG_HEARTBEAT, &hb, sizeof hb) && !cp->stop) {
                 ftrt_log_warn("lost the coordinator (heartbeat send failed)");
                 break;
@@ -130,7 +132,7 @@ static void *agent_main(void *arg)
             next_hb = now + ctx->cfg.heartbeat_ms / 1000.0;
         }
         if (now >= next_ledger) { /* the finished part of this rank's timeline */
-            ftrt__ledger_send(ctx, 0);
+            if (cp->on_tick) cp->on_tick(ctx);
             next_ledger = now + ctx->cfg.heartbeat_ms / 1000.0;
         }
         struct pollfd pf[2] = {{.fd = cp->fd, .events = POLLIN}, {.fd = cp->wake[0], .events = POLLIN}};
@@ -173,7 +175,7 @@ static void *agent_main(void *arg)
     }
     ftrt__rx_free(&rx);
     pthread_mutex_lock(&cp->lock);
-    if (!cp->stop && !cp->shutdown) set_fatal(cp, FTRT_ECOORD);
+    if (!cp->stop && !cp->shutdown) set_fatal(ctx, FTRT_ECOORD);
     pthread_cond_broadcast(&cp->cond);
     pthread_mutex_unlock(&cp->lock);
     return NULL;

@@ -15,69 +15,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/fs.h"
+#include "base/log.h"
 #include "runtime/internal.h"
-#include "runtime/log.h"
-
-/* ---- this rank's ledger ---- */
-
-void ftrt__ledger_mark(ftrt_ctx *ctx, int kind)
-{
-    pthread_mutex_lock(&ctx->ledger_lock);
-    ftrt__ledger_switch(&ctx->ledger, kind, ftrt__wallclock());
-    pthread_mutex_unlock(&ctx->ledger_lock);
-}
-
-int ftrt__compute_kind(const ftrt_ctx *ctx)
-{
-    return atomic_load(&ctx->cp.steps_done) < ctx->ledger.rework_until ? FTRT__IV_REWORK
-                                                                         : FTRT__IV_COMPUTE;
-}
-
-void ftrt__ledger_failure(ftrt_ctx *ctx)
-{
-    pthread_mutex_lock(&ctx->ledger_lock);
-    ftrt__ledger *l = &ctx->ledger;
-    if (l->kind != FTRT__IV_DETECT && l->kind != FTRT__IV_RECOVERY) {
-        ftrt__ledger_reclass_since_step(l, FTRT__IV_REWORK);
-        double now = ftrt__wallclock(), tf = atomic_load(&ctx->cp.t_fail_wall);
-        ftrt__ledger_split_open(l, tf > 0 && tf < now ? tf : now, FTRT__IV_DETECT);
-    }
-    pthread_mutex_unlock(&ctx->ledger_lock);
-}
-
-int ftrt__ledger_send(ftrt_ctx *ctx, int final)
-{
-    enum { CHUNK = 512 };
-    ftrt__ledger_msg *m = malloc(ftrt__ledger_msg_size(CHUNK));
-    if (!m) return -ENOMEM;
-    int rc = 0;
-    do {
-        pthread_mutex_lock(&ctx->ledger_lock);
-        const ftrt__ledger *l = &ctx->ledger;
-        /* Only finished steps' intervals are final (a failure may still turn the step in
-         * flight into rework), except on the last message. */
-        size_t upto = final ? l->n : (l->step_mark < l->n ? l->step_mark : l->n);
-        size_t n = upto > ctx->ledger_sent ? upto - ctx->ledger_sent : 0;
-        if (n > CHUNK) n = CHUNK;
-        memset(m, 0, sizeof *m);
-        m->t_open = l->t_open;
-        memcpy(m->totals, l->totals, sizeof m->totals);
-        m->flops_per_step = ctx->flops_per_step;
-        m->peak_flops = ctx->peak_flops;
-        m->total_steps = ctx->total_steps;
-        m->kept_steps = ctx->kept_steps;
-        m->kind_open = l->kind;
-        m->n = (int32_t)n;
-        if (n > 0) memcpy(m->iv, l->iv + ctx->ledger_sent, n * sizeof *m->iv);
-        ctx->ledger_sent += n;
-        m->final = final && ctx->ledger_sent >= l->n;
-        pthread_mutex_unlock(&ctx->ledger_lock);
-        rc = ftrt__agent_send(ctx, FTRT__MSG_LEDGER, m, (uint32_t)ftrt__ledger_msg_size((int)n));
-        if (rc || !final || m->final) break;
-    } while (1);
-    free(m);
-    return rc;
-}
 
 int ftrt_set_job_info(ftrt_ctx *ctx, int64_t total_steps, double flops_per_step,
                       double peak_flops)
@@ -99,25 +39,11 @@ typedef struct bootstrap {
     uint64_t secret;
 } bootstrap;
 
-static int mkdir_p(const char *path)
-{
-    char tmp[1024];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(tmp, 0755) && errno != EEXIST) return -errno;
-            *p = '/';
-        }
-    if (mkdir(tmp, 0755) && errno != EEXIST) return -errno;
-    return 0;
-}
-
 static void ctx_free(ftrt_ctx *ctx)
 {
     if (!ctx) return;
     ftrt__agent_stop(ctx);
-    ftrt__ckpt_engine_free(ctx); /* after the agent: it calls into the engine */
+    ftrt__ckpt_engine_free(ctx->ckpt); /* after the agent: it calls into the engine */
     free(ctx->cp.plan);
     free(ctx->plan);
     free(ctx->regs);
@@ -135,7 +61,7 @@ static int wait_welcome(ftrt_ctx *ctx)
 {
     int rc = 0;
     pthread_mutex_lock(&ctx->cp.lock);
-    while (!ctx->cp.welcomed && !(rc = atomic_load(&ctx->cp.fatal)) && !ctx->cp.shutdown)
+    while (!ctx->cp.welcomed && !(rc = atomic_load(&ctx->watch.fatal)) && !ctx->cp.shutdown)
         ftrt__cp_wait(ctx, 100);
     if (!rc && !ctx->cp.welcomed) rc = FTRT_EABORT;
     pthread_mutex_unlock(&ctx->cp.lock);
@@ -148,7 +74,7 @@ static int spare_wait(ftrt_ctx *ctx)
     pthread_mutex_lock(&ctx->cp.lock);
     for (;;) {
         if (ctx->cp.plan) break;
-        int fatal = atomic_load(&ctx->cp.fatal);
+        int fatal = atomic_load(&ctx->watch.fatal);
         if (ctx->cp.shutdown || fatal) {
             pthread_mutex_unlock(&ctx->cp.lock);
             /* SHUTDOWN: the job is over (successfully or not, the coordinator reports which);
@@ -193,7 +119,9 @@ static int init_ctx(ftrt_ctx *ctx, const ftrt_config *cfg)
     ctx->t_start = ftrt__now();
     ctx->cp.fd = -1;
     ctx->cp.wake[0] = ctx->cp.wake[1] = -1;
-    ctx->plane.comm = MPI_COMM_NULL;
+    ctx->hostif = ftrt__host_of(ctx);
+    ftrt__plane_init(&ctx->plane, &ctx->watch, ctx->hostif, ctx->cfg.async_progress,
+                     ctx->cfg.progress_poll_us);
     pthread_mutex_init(&ctx->cp.lock, NULL);
     pthread_mutex_init(&ctx->cp.send_lock, NULL);
     pthread_cond_init(&ctx->cp.cond, NULL);
@@ -202,7 +130,12 @@ static int init_ctx(ftrt_ctx *ctx, const ftrt_config *cfg)
     if (ftrt__ledger_init(&ctx->ledger, FTRT__IV_STARTUP, ftrt__wallclock(),
                           (size_t)ctx->cfg.timeline_max))
         return -ENOMEM;
-    if (ftrt__ckpt_engine_new(ctx)) return -ENOMEM; /* before the agent thread starts */
+    ftrt__ckpt_opts o;
+    ftrt__ckpt_opts_from(&ctx->cfg, &o);
+    if (ftrt__ckpt_engine_new(&o, &ctx->watch, ctx->hostif, &ctx->ckpt)) return -ENOMEM;
+    ctx->cp.on_commit = ftrt__ckpt_on_commit; /* before the agent thread starts */
+    ctx->cp.on_commit_arg = ctx->ckpt;
+    ctx->cp.on_tick = ftrt__ledger_tick;
     if (gethostname(ctx->host, sizeof ctx->host)) snprintf(ctx->host, sizeof ctx->host, "?");
     ctx->host[sizeof ctx->host - 1] = 0;
     if (ctx->cfg.status_file[0])
@@ -250,7 +183,7 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
         if (listen_fd < 0) b.rc = listen_fd;
         else if ((b.rc = ftrt__random(&b.secret, sizeof b.secret)) != 0) close(listen_fd);
         if (!b.rc) {
-            int mk = mkdir_p(ctx->cfg.ckpt_dir);
+            int mk = ftrt__mkdir_p(ctx->cfg.ckpt_dir);
             if (mk) ftrt_log_warn("cannot create the checkpoint directory %s: %s",
                                   ctx->cfg.ckpt_dir, strerror(-mk));
         }
@@ -309,7 +242,7 @@ static int ranks_lost(ftrt_ctx *ctx)
     if (ctx->role == FTRT__ROLE_COORD) return ctx->ranks_lost;
     int lost = 1; /* no answer, or the job failed: assume a process died */
     pthread_mutex_lock(&ctx->cp.lock);
-    if (ctx->role == FTRT__ROLE_TRAINER && ctx->cp.fd >= 0 && !atomic_load(&ctx->cp.fatal)) {
+    if (ctx->role == FTRT__ROLE_TRAINER && ctx->cp.fd >= 0 && !atomic_load(&ctx->watch.fatal)) {
         pthread_mutex_unlock(&ctx->cp.lock);
         ftrt__ledger_mark(ctx, FTRT__IV_TEARDOWN);
         pthread_mutex_lock(&ctx->ledger_lock);
@@ -320,15 +253,15 @@ static int ranks_lost(ftrt_ctx *ctx)
         ftrt__bye bye = {.steps_done = atomic_load(&ctx->cp.steps_done),
                          .rework_steps = ctx->rework_steps, .kept_s = ctx->kept_s,
                          .rework_s = ctx->rework_s, .lost_s = ctx->lost_s};
-        ftrt__ckpt_bye(ctx, &bye.ckpt_stall_s, &bye.ckpt_skipped);
+        ftrt__ckpt_bye(ctx->ckpt, &bye.ckpt_stall_s, &bye.ckpt_skipped);
         pthread_mutex_unlock(&ctx->cp.lock);
         int rc = ftrt__agent_send(ctx, FTRT__MSG_BYE, &bye, sizeof bye);
         pthread_mutex_lock(&ctx->cp.lock);
         double deadline = ftrt__now() + ctx->cfg.heartbeat_timeout_ms / 1000.0 + 1.0;
-        while (!rc && !ctx->cp.farewell && !atomic_load(&ctx->cp.fatal) && ftrt__now() < deadline)
+        while (!rc && !ctx->cp.farewell && !atomic_load(&ctx->watch.fatal) && ftrt__now() < deadline)
             ftrt__cp_wait(ctx, 10);
     }
-    if ((ctx->cp.farewell || ctx->cp.shutdown) && !atomic_load(&ctx->cp.fatal))
+    if ((ctx->cp.farewell || ctx->cp.shutdown) && !atomic_load(&ctx->watch.fatal))
         lost = ctx->cp.ranks_lost;
     pthread_mutex_unlock(&ctx->cp.lock);
     return lost;
@@ -337,7 +270,10 @@ static int ranks_lost(ftrt_ctx *ctx)
 int ftrt_finalize(ftrt_ctx *ctx)
 {
     if (!ctx) return 0;
-    ftrt__ckpt_drain(ctx); /* in-flight checkpoints finish (or are abandoned) before the BYE */
+    if (ctx->role == FTRT__ROLE_TRAINER) {
+        ftrt__ledger_mark(ctx, FTRT__IV_TEARDOWN); /* after the last step: not a training stall */
+        ftrt__ckpt_drain(ctx->ckpt); /* checkpoints finish (or are abandoned) before the BYE */
+    }
     int lost = ranks_lost(ctx);
     ftrt__agent_stop(ctx);
     ftrt__plane_stop(&ctx->plane); /* the progress thread makes MPI calls: stop it first */
@@ -358,59 +294,12 @@ int ftrt_rank(const ftrt_ctx *ctx)
 }
 int ftrt_size(const ftrt_ctx *ctx) { return ctx ? ctx->size : FTRT_ESTATE; }
 int ftrt_world_rank(const ftrt_ctx *ctx) { return ctx ? ctx->world_rank : FTRT_ESTATE; }
-int ftrt_epoch(const ftrt_ctx *ctx) { return ctx ? ctx->epoch : FTRT_ESTATE; }
+int ftrt_epoch(const ftrt_ctx *ctx) { return ctx ? ctx->watch.epoch : FTRT_ESTATE; }
 
 /* ftrt_register/ftrt_unregister, ftrt_checkpoint* and ftrt_restore: checkpoint/engine.c. */
 
 int ftrt_step_done(ftrt_ctx *ctx, int64_t step)
 {
     if (!ctx || step < 0 || ctx->role != FTRT__ROLE_TRAINER) return FTRT_EINVAL;
-    if (step >= ctx->step_cap) {
-        int64_t ncap = ctx->step_cap ? ctx->step_cap : 1024;
-        while (ncap <= step) ncap *= 2;
-        double *n = realloc(ctx->step_s, (size_t)ncap * sizeof *n);
-        if (!n) return -ENOMEM;
-        memset(n + ctx->step_cap, 0, (size_t)(ncap - ctx->step_cap) * sizeof *n);
-        ctx->step_s = n;
-        ctx->step_cap = ncap;
-    }
-    double now = ftrt__now();
-    double d = now - ctx->t_mark;
-    ctx->t_mark = now;
-    ctx->kept_s += d - ctx->step_s[step];
-    if (ctx->step_s[step] == 0) ctx->kept_steps++;
-    ctx->step_s[step] = d;
-    pthread_mutex_lock(&ctx->ledger_lock);
-    ftrt__ledger_switch(&ctx->ledger, ftrt__compute_kind(ctx), ftrt__wallclock());
-    ftrt__ledger_step_end(&ctx->ledger);
-    pthread_mutex_unlock(&ctx->ledger_lock);
-    atomic_store(&ctx->cp.steps_done, step + 1);
-    atomic_store(&ctx->cp.kept_s, ctx->kept_s);
-    return 0;
+    return ftrt__timeline_step_done(ctx, step);
 }
-
-void ftrt__ledger_resume(ftrt_ctx *ctx, int64_t resume_step)
-{
-    int64_t done = atomic_load(&ctx->cp.steps_done);
-    double now = ftrt__now();
-    for (int64_t s = resume_step; s < done && s < ctx->step_cap; s++)
-        if (ctx->step_s[s] > 0) {
-            ctx->rework_s += ctx->step_s[s];
-            ctx->kept_s -= ctx->step_s[s];
-            ctx->step_s[s] = 0;
-            ctx->rework_steps++;
-            ctx->kept_steps--;
-        }
-    pthread_mutex_lock(&ctx->ledger_lock);
-    int64_t redo = ctx->plan && ctx->plan->rework_until > done ? ctx->plan->rework_until : done;
-    if (redo > resume_step) ctx->ledger.rework_until = redo; /* steps redone are rework */
-    ftrt__ledger_step_end(&ctx->ledger);
-    pthread_mutex_unlock(&ctx->ledger_lock);
-    if (ctx->t_mark > 0) ctx->lost_s += now - ctx->t_mark;
-    ctx->t_mark = now;
-    atomic_store(&ctx->cp.waits, 0); /* the progress detector counts collectives per epoch */
-    atomic_store(&ctx->cp.steps_done, resume_step);
-    atomic_store(&ctx->cp.kept_s, ctx->kept_s);
-    ftrt__ledger_mark(ctx, ftrt__compute_kind(ctx));
-}
-

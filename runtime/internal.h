@@ -1,9 +1,13 @@
 /*
- * internal.h - the context and the interfaces between libftrt's subsystems (internal).
+ * internal.h - the runtime's context and the interfaces between the runtime's own files.
+ *
+ * This file is private to runtime/ (and runtime/coordinator/): checkpoint/, comm/ and
+ * kernels/ never include it. They receive ports (base/ports.h) when the runtime creates them,
+ * never the context. (libuv's src/uv-common.h is the model.)
  *
  * Threads: the application thread owns everything in ftrt_ctx except `cp`, the control-plane
- * state shared with the agent thread, which is guarded by cp.lock (atomics for the two flags
- * the data plane polls). The agent thread never calls MPI.
+ * state shared with the agent thread, which is guarded by cp.lock, and `watch`, whose two
+ * atomics the agent thread raises and the data plane polls. The agent thread never calls MPI.
  */
 #ifndef FTRT_INTERNAL_H
 #define FTRT_INTERNAL_H
@@ -13,59 +17,16 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "base/clock.h"
+#include "base/config.h"
+#include "base/ledger.h"
+#include "base/net.h"
+#include "base/ports.h"
+#include "base/proto.h"
 #include "checkpoint/ckpt.h"
+#include "checkpoint/engine.h"
+#include "comm/plane.h"
 #include "ftrt.h"
-#include "runtime/ledger.h"
-#include "runtime/proto.h"
-
-/* ---- time ---- */
-double ftrt__now(void);      /* CLOCK_MONOTONIC seconds */
-double ftrt__wallclock(void); /* CLOCK_REALTIME seconds since the epoch */
-
-/* ---- config ---- */
-/* Validates cfg for a world of `world` processes and resolves the number of spares. Returns 0
- * or FTRT_ECONFIG (logged). */
-int ftrt__config_check(const ftrt_config *cfg, int world, int *spares_out);
-/* "error"|"warn"|"info"|"debug" -> 0..3, else -1. */
-int ftrt__parse_log_level(const char *v);
-
-/* ---- network helpers (net.c) ---- */
-/* Opens a listening TCP socket on addr (empty: first non-loopback IPv4, else 127.0.0.1), port
- * chosen by the kernel. Writes the address actually used to addr_out[cap] and the port. Returns
- * the fd or -errno. */
-int ftrt__listen(const char *addr, char *addr_out, size_t cap, int *port);
-/* Connects to addr:port with a timeout in ms. Returns the fd or -errno. */
-int ftrt__connect(const char *addr, int port, int timeout_ms);
-/* Fills buf with len random bytes (getrandom). Returns 0 or -errno. */
-int ftrt__random(void *buf, size_t len);
-
-/* ---- data plane (comm/mpi_plane.c) ---- */
-typedef struct ftrt__plane {
-    MPI_Comm comm;   /* MPI_COMM_NULL when none */
-    void *buf;       /* staging buffer for collectives (never reused once abandoned) */
-    size_t buf_cap;
-    void **graveyard; /* buffers of abandoned collectives, freed after MPI_Finalize */
-    int ngraveyard;
-    unsigned gen;     /* +1 per communicator adopted (comm/async.c dups each one once) */
-    struct ftrt__engine *async;     /* overlapped collectives (comm/async.h); NULL until used */
-    struct ftrt__plane_hook *hooks; /* abandon listeners (the NCCL plane, comm/async.h) */
-} ftrt__plane;
-
-struct ftrt_ctx;
-/* Adopts comm (errors set to return). */
-void ftrt__plane_set(ftrt__plane *p, MPI_Comm comm);
-/* Abandons the current communicator and staging buffer (a collective may still be in flight on
- * them after a failure): neither is touched again. Returns 0 or -ENOMEM. */
-int ftrt__plane_abandon(ftrt__plane *p);
-/* Frees staging and graveyard buffers; call only after MPI_Finalize or when no collective was
- * ever abandoned. */
-void ftrt__plane_free(ftrt__plane *p);
-/* Stops the data plane's progress thread (comm/async.c), if any; call before MPI_Finalize.
- * Idempotent. */
-void ftrt__plane_stop(ftrt__plane *p);
-/* Polled broadcast of `bytes` at buf from `root` over the plane; returns 0, FTRT_ERECOVER or a
- * fatal code (see ftrt__interrupted), FTRT_EMPI. */
-int ftrt__plane_bcast(struct ftrt_ctx *ctx, void *buf, size_t bytes, int root);
 
 /* ---- control-plane state shared with the agent thread ---- */
 typedef struct ftrt__cp {
@@ -76,8 +37,6 @@ typedef struct ftrt__cp {
     int wake[2]; /* pipe: wakes the agent to stop */
     pthread_t thread;
     int thread_started;
-    _Atomic int pending_epoch; /* newest epoch the coordinator announced */
-    _Atomic int fatal;         /* 0 or FTRT_ENOSPARE/FTRT_ECOORD/FTRT_EABORT */
     _Atomic int64_t steps_done; /* heartbeat payload, written by the app thread */
     _Atomic double kept_s;
     _Atomic int64_t waits;      /* heartbeat payload: collective waits entered */
@@ -93,6 +52,10 @@ typedef struct ftrt__cp {
     int64_t commit_step;
     int commit_result;
     int commit_seen;
+    ftrt__commit_fn on_commit; /* called with each COMMIT (the checkpoint engine's) */
+    void *on_commit_arg;
+    void (*on_tick)(struct ftrt_ctx *ctx); /* agent thread, every heartbeat period (the
+                                              ledger's periodic send, timeline.c) */
     int shutdown; /* SHUTDOWN received */
     int farewell; /* FAREWELL received (after our BYE) */
     int ranks_lost; /* from SHUTDOWN/FAREWELL: processes of the world that died */
@@ -103,11 +66,12 @@ struct ftrt_ctx {
     ftrt_config cfg;
     int world_rank, world_size;
     int role; /* enum ftrt__role */
-    int rank, size, epoch;
+    int rank, size;
+    ftrt__watch watch; /* epoch, pending epoch, fatal code, recovery owed (base/ports.h) */
+    ftrt__host hostif; /* what the engines below may ask of the runtime (timeline.c) */
     int ntrainers_initial, nspares;
     int mpi_initialized_by_us;
     int promoted;   /* spare promoted and ftrt_restore() owes the state transfer */
-    int needs_recover;
     ftrt__plan *plan; /* the plan being applied (app thread's copy) */
     char status_file[1100];
     char host[FTRT__HOST_MAX];
@@ -116,8 +80,8 @@ struct ftrt_ctx {
 
     ftrt__region *regs;
     int nregs, regs_cap;
-    struct ftrt__ckpt_engine *ckpt; /* checkpoint engine (checkpoint/engine.c); set before the
-                                       agent thread starts, which reads it */
+    struct ftrt__ckpt_engine *ckpt; /* checkpoint engine (checkpoint/engine.h); created before
+                                       the agent thread starts, which calls its commit callback */
 
     ftrt__plane plane;
     ftrt__cp cp;
@@ -144,18 +108,15 @@ struct ftrt_ctx {
     int ranks_lost;   /* coordinator: processes of the world that died */
 };
 
-/* Returns FTRT_ERECOVER when the epoch changed, the fatal code when the job is over, else 0.
- * Cheap: two atomic loads. */
-static inline int ftrt__interrupted(struct ftrt_ctx *ctx)
-{
-    int f = atomic_load_explicit(&ctx->cp.fatal, memory_order_acquire);
-    if (f) return f;
-    if (atomic_load_explicit(&ctx->cp.pending_epoch, memory_order_acquire) != ctx->epoch)
-        return FTRT_ERECOVER;
-    return 0;
-}
+/* FTRT_ERECOVER when the epoch changed, the fatal code when the job is over, else 0. */
+static inline int ftrt__interrupted(struct ftrt_ctx *ctx) { return ftrt__watch_check(&ctx->watch); }
 
-/* ---- the ledger of this rank (context.c) ---- */
+/* ---- the ledger of this rank (timeline.c) ---- */
+/* The host interface (base/ports.h) the runtime hands to the engines: send through the agent,
+ * ledger marks, the wait bracket. */
+ftrt__host ftrt__host_of(struct ftrt_ctx *ctx);
+/* Step bookkeeping of ftrt_step_done(). Returns 0 or -ENOMEM. */
+int ftrt__timeline_step_done(struct ftrt_ctx *ctx, int64_t step);
 /* Switches this rank's timeline to `kind` now (thread-safe against the agent). */
 void ftrt__ledger_mark(struct ftrt_ctx *ctx, int kind);
 /* The kind of application time now: REWORK while redoing steps after a rollback, else
@@ -165,33 +126,11 @@ int ftrt__compute_kind(const struct ftrt_ctx *ctx);
  * and the time since the failure (cp.t_fail_wall) detection wait. Idempotent. */
 void ftrt__ledger_failure(struct ftrt_ctx *ctx);
 /* Sends the finished part of the timeline (all of it when final) to the coordinator. Called
- * by the agent every second and by ftrt_finalize(). Returns 0 or -errno. */
+ * by the agent every heartbeat period (through ftrt__ledger_tick) and by ftrt_finalize().
+ * Returns 0 or -errno. */
 int ftrt__ledger_send(struct ftrt_ctx *ctx, int final);
-
-/* Progress bookkeeping around every data-plane wait of the application thread: counts the
- * waits (the coordinator's progress detector compares the counts of the trainers),
- * accumulates the time spent outside them (straggler detection) and records the wait in the
- * ledger as exposed communication. */
-static inline void ftrt__wait_begin(struct ftrt_ctx *ctx)
-{
-    double now = ftrt__now();
-    if (ctx->t_wait_end > 0)
-        atomic_store(&ctx->cp.compute_s, atomic_load(&ctx->cp.compute_s) + (now - ctx->t_wait_end));
-    atomic_fetch_add(&ctx->cp.waits, 1);
-    ftrt__ledger_mark(ctx, FTRT__IV_COMM);
-}
-static inline void ftrt__wait_end(struct ftrt_ctx *ctx, int rc)
-{
-    ctx->t_wait_end = ftrt__now();
-    if (rc == FTRT_ERECOVER)
-        ftrt__ledger_failure(ctx);
-    else
-        ftrt__ledger_mark(ctx, ftrt__compute_kind(ctx));
-}
-
-/* Waits for MPI request *req, polling it with the interrupt flags and yielding the CPU politely.
- * Returns 0 when complete, else the interrupt code (the request is then abandoned). */
-int ftrt__wait(struct ftrt_ctx *ctx, MPI_Request *req);
+/* The agent's periodic callback (cp.on_tick): ftrt__ledger_send(ctx, 0). */
+void ftrt__ledger_tick(struct ftrt_ctx *ctx);
 
 /* ---- agent (agent.c) ---- */
 /* Connects to the coordinator, sends HELLO and starts the agent thread. Returns 0 or -errno /
@@ -205,8 +144,8 @@ void ftrt__agent_stop(struct ftrt_ctx *ctx);
 void ftrt__cp_wait(struct ftrt_ctx *ctx, int ms);
 
 /* ---- coordinator (coordinator.c) ---- */
-/* Runs the coordinator on world rank 0 until the job ends. listen_fd is owned and closed.
- * Returns FTRT_DONE on success or the job's failure code. */
+/* Runs the coordinator on world rank 0 until the job ends (runtime/coordinator/). listen_fd is
+ * owned and closed. Returns FTRT_DONE on success or the job's failure code. */
 int ftrt__coordinator_run(struct ftrt_ctx *ctx, int listen_fd, uint64_t secret);
 
 /* ---- recovery plan (plan.c) ---- */
@@ -222,10 +161,16 @@ int ftrt__plan_compute(const int64_t *steps_done, const int *survivor, int n, in
 /* Builds the communicator and applies ctx->cp.plan (logical rank, size, epoch). Called by
  * survivors in ftrt_recover() and by a promoted spare in ftrt_init(). Returns 0 or FTRT_EMPI. */
 int ftrt__apply_plan(struct ftrt_ctx *ctx);
-/* State transfer of the plan: broadcast of replicated regions from the source, or a reload of
- * the plan's checkpoint. Returns 0 or an error code. */
-int ftrt__transfer_state(struct ftrt_ctx *ctx);
+/* The handoff into the applied plan, for a survivor (ftrt_recover) and a promoted spare
+ * (ftrt_restore) alike: state transfer (broadcast of replicated regions from the source, or a
+ * reload of the plan's checkpoint), step bookkeeping for the resume step, RESUMED to the
+ * coordinator. *step receives the resume step. Returns 0 or an error code. */
+int ftrt__resume_plan(struct ftrt_ctx *ctx, int64_t *step);
 /* Step-time bookkeeping after resuming at step R (rework of steps >= R). */
 void ftrt__ledger_resume(struct ftrt_ctx *ctx, int64_t resume_step);
+
+/* ---- regions (regions.c) ---- */
+/* The checkpoint engine's settings from the configuration. */
+void ftrt__ckpt_opts_from(const ftrt_config *cfg, ftrt__ckpt_opts *o);
 
 #endif

@@ -14,8 +14,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/log.h"
 #include "runtime/internal.h"
-#include "runtime/log.h"
 
 int ftrt__apply_plan(ftrt_ctx *ctx)
 {
@@ -46,8 +46,8 @@ int ftrt__apply_plan(ftrt_ctx *ctx)
     ftrt__plane_set(&ctx->plane, comm);
     ctx->rank = p->logical_rank;
     ctx->size = p->ntrainers;
-    ctx->epoch = p->epoch;
-    ctx->needs_recover = 0;
+    ctx->watch.epoch = p->epoch;
+    ctx->watch.needs_recover = 0;
     return 0;
 }
 
@@ -69,7 +69,9 @@ static uint64_t regions_signature(const ftrt_ctx *ctx, int replicated_only)
     return h;
 }
 
-int ftrt__transfer_state(ftrt_ctx *ctx)
+/* State transfer of the plan: broadcast of replicated regions from the source, or a reload of
+ * the plan's checkpoint. Returns 0 or an error code. */
+static int transfer_state(ftrt_ctx *ctx)
 {
     const ftrt__plan *p = ctx->plan;
     if (p->ckpt_step >= 0) {
@@ -82,10 +84,10 @@ int ftrt__transfer_state(ftrt_ctx *ctx)
     /* Agree on the replicated region table, then broadcast each region from the source. */
     uint64_t sig[2] = {regions_signature(ctx, 1), 0};
     sig[1] = sig[0];
-    int rc = ftrt__plane_bcast(ctx, &sig[1], sizeof sig[1], p->source);
+    int rc = ftrt__plane_bcast(&ctx->plane, &sig[1], sizeof sig[1], p->source);
     if (rc) return rc;
     int64_t agree[1] = {sig[0] == sig[1] ? 1 : 0};
-    rc = ftrt_allreduce(ctx, agree, 1, FTRT_INT64, FTRT_MIN);
+    rc = ftrt__plane_allreduce(&ctx->plane, agree, 1, FTRT_INT64, FTRT_MIN);
     if (rc) return rc;
     if (!agree[0]) {
         ftrt_log_error("recovery: members registered different replicated regions");
@@ -94,9 +96,20 @@ int ftrt__transfer_state(ftrt_ctx *ctx)
     for (int i = 0; i < ctx->nregs; i++) {
         ftrt__region *r = &ctx->regs[i];
         if (r->flags != FTRT_REGION_REPLICATED) continue;
-        rc = ftrt__plane_bcast(ctx, r->ptr, r->bytes, p->source);
+        rc = ftrt__plane_bcast(&ctx->plane, r->ptr, r->bytes, p->source);
         if (rc) return rc;
     }
+    return 0;
+}
+
+int ftrt__resume_plan(ftrt_ctx *ctx, int64_t *step)
+{
+    int rc = transfer_state(ctx);
+    if (rc) return rc;
+    *step = ctx->plan->resume_step;
+    ftrt__ledger_resume(ctx, *step);
+    ftrt__epoch_msg m = {.epoch = ctx->watch.epoch};
+    ftrt__agent_send(ctx, FTRT__MSG_RESUMED, &m, sizeof m);
     return 0;
 }
 
@@ -113,9 +126,9 @@ static int await_plan(ftrt_ctx *ctx)
     int reported = -1, rc = 0;
     pthread_mutex_lock(&ctx->cp.lock);
     for (;;) {
-        if ((rc = atomic_load(&ctx->cp.fatal)) != 0) break;
-        int pending = atomic_load(&ctx->cp.pending_epoch);
-        if (ctx->cp.plan && ctx->cp.plan->epoch == pending && pending > ctx->epoch) break;
+        if ((rc = atomic_load(&ctx->watch.fatal)) != 0) break;
+        int pending = atomic_load(&ctx->watch.pending_epoch);
+        if (ctx->cp.plan && ctx->cp.plan->epoch == pending && pending > ctx->watch.epoch) break;
         if (pending != reported) {
             ftrt__report rep = {.steps_done = atomic_load(&ctx->cp.steps_done),
                                 .epoch = pending, .has_sharded = has_sharded(ctx)};
@@ -138,14 +151,14 @@ int ftrt_recover(ftrt_ctx *ctx, int64_t *step)
 {
     if (!ctx || !step) return FTRT_EINVAL;
     if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
-    int rc = atomic_load(&ctx->cp.fatal);
+    int rc = atomic_load(&ctx->watch.fatal);
     if (rc) return rc;
-    if (atomic_load(&ctx->cp.pending_epoch) == ctx->epoch) return FTRT_ESTATE;
-    ctx->needs_recover = 1;
+    if (atomic_load(&ctx->watch.pending_epoch) == ctx->watch.epoch) return FTRT_ESTATE;
+    ctx->watch.needs_recover = 1;
     double t0 = ftrt__now();
     ftrt__ledger_failure(ctx); /* in case the failure surfaced outside a wait */
     ftrt__ledger_mark(ctx, FTRT__IV_RECOVERY);
-    ftrt__ckpt_quiesce(ctx); /* old-epoch checkpoints abandoned; no snapshot reads state now */
+    ftrt__ckpt_quiesce(ctx->ckpt); /* old-epoch checkpoints abandoned; no snapshot reads state now */
     rc = await_plan(ctx);
     if (rc) return rc;
     if (ctx->cfg.debug_recovery_delay_ms > 0) { /* test knob: widen the recovery window */
@@ -155,13 +168,9 @@ int ftrt_recover(ftrt_ctx *ctx, int64_t *step)
     }
     rc = ftrt__apply_plan(ctx);
     if (rc) return rc;
-    rc = ftrt__transfer_state(ctx);
+    rc = ftrt__resume_plan(ctx, step);
     if (rc) return rc;
-    *step = ctx->plan->resume_step;
-    ftrt__ledger_resume(ctx, *step);
-    ftrt__epoch_msg m = {.epoch = ctx->epoch};
-    ftrt__agent_send(ctx, FTRT__MSG_RESUMED, &m, sizeof m);
     ftrt_log_info("recovered into epoch %d as logical rank %d in %.1f ms; resuming at step %lld",
-                  ctx->epoch, ctx->rank, (ftrt__now() - t0) * 1e3, (long long)*step);
+                  ctx->watch.epoch, ctx->rank, (ftrt__now() - t0) * 1e3, (long long)*step);
     return 0;
 }

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "ftrt.h"
-#include "runtime/proto.h"
+#include "base/proto.h"
 
 static void decode(const ftrt__msghdr *h, const void *payload)
 {

@@ -139,7 +139,7 @@ static void failure_and_plan(void **state)
     assert_int_equal(ctx->cp.plan->resume_step, 9);
     assert_int_equal(ctx->cp.plan->members[1], 4);
     pthread_mutex_unlock(&ctx->cp.lock);
-    ctx->epoch = 1;
+    ctx->watch.epoch = 1;
     assert_int_equal(ftrt__interrupted(ctx), 0);
 }
 

@@ -75,7 +75,7 @@ static const ftrt__xport fake_xport = {f_bind, f_ready, f_start, f_test};
 
 typedef struct fx {
     fake f;
-    _Atomic int pending_epoch, fatal;
+    ftrt__watch w; /* the epoch watch (base/ports.h) the runtime would hand over */
     ftrt__engine *e;
     int threaded;
 } fx;
@@ -84,8 +84,7 @@ static int setup_mode(void **state, int threaded, size_t chunk_bytes)
 {
     fx *x = calloc(1, sizeof *x);
     x->threaded = threaded;
-    assert_int_equal(ftrt__engine_create_x(&fake_xport, &x->f, &x->pending_epoch, &x->fatal,
-                                           threaded, &x->e),
+    assert_int_equal(ftrt__engine_create_x(&fake_xport, &x->f, &x->w, threaded, &x->e),
                      0);
     if (chunk_bytes) x->e->chunk_bytes = chunk_bytes;
     *state = x;
@@ -189,7 +188,7 @@ static void epoch_change_fails_and_buries(void **state)
     void *buried = atomic_load(&x->f.last_staging);
     atomic_store(&x->f.gate_closed, 1); /* the next one cannot start */
     ftrt__areq *queued = submit(x, w, 64, 1.0, 0);
-    atomic_store(&x->pending_epoch, 1); /* a rank failed */
+    atomic_store(&x->w.pending_epoch, 1); /* a rank failed */
     assert_int_equal(ftrt_request_wait(&started->base), FTRT_ERECOVER);
     assert_int_equal(ftrt_request_wait(&queued->base), FTRT_ERECOVER);
     ftrt__engine_quiesce(x->e);
@@ -229,7 +228,7 @@ static void fatal_code(void **state)
     fx *x = *state;
     float v[4] = {1, 2, 3, 4};
     ftrt__areq *r = submit(x, v, 4, 1.0, 0);
-    atomic_store(&x->fatal, FTRT_ECOORD);
+    atomic_store(&x->w.fatal, FTRT_ECOORD);
     assert_int_equal(ftrt_request_wait(&r->base), FTRT_ECOORD);
     assert_int_equal(ftrt_request_test(&r->base), FTRT_ECOORD);
     assert_int_equal(ftrt_request_free(&r->base), 0);

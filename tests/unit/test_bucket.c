@@ -15,8 +15,9 @@
 #include <cmocka.h>
 
 #include "comm/bucketer.h"
+#include "comm/plane.h"
 #include "ftrt.h"
-#include "runtime/internal.h"
+#include "helpers.h"
 
 #define KiB ((size_t)1024)
 #define MiB ((size_t)1 << 20)
@@ -174,27 +175,33 @@ static int fake_submit(void *arg, int bucket, const int *tensors, const ftrt__se
 
 static const ftrt__bucket_backend fake_backend = {fake_submit, fr_wait, NULL};
 
-static struct ftrt_ctx *fake_ctx(int size)
+/* The data plane as the runtime would hand it over: a watch and a host (port fakes), the size
+ * of the trainers' communicator; no MPI. */
+typedef struct fake_plane {
+    ftrt__plane p;
+    ftrt__watch w;
+    t_host th;
+} fake_plane;
+
+static fake_plane *fake_ctx(int size)
 {
-    struct ftrt_ctx *ctx = calloc(1, sizeof *ctx);
-    ftrt_config_init(&ctx->cfg, sizeof ctx->cfg);
-    ctx->role = FTRT__ROLE_TRAINER;
-    ctx->size = size;
-    pthread_mutex_init(&ctx->ledger_lock, NULL);
-    return ctx;
+    fake_plane *fp = calloc(1, sizeof *fp);
+    t_watch_init(&fp->w);
+    ftrt__plane_init(&fp->p, &fp->w, t_host_init(&fp->th), 1, 50);
+    fp->p.size = size;
+    return fp;
 }
 
-static void free_ctx(struct ftrt_ctx *ctx)
+static void free_ctx(fake_plane *fp)
 {
-    pthread_mutex_destroy(&ctx->ledger_lock);
-    free(ctx->ledger.iv);
-    free(ctx);
+    t_host_destroy(&fp->th);
+    free(fp);
 }
 
 static void bucketer_orders_buckets(void **state)
 {
     (void)state;
-    struct ftrt_ctx *ctx = fake_ctx(4);
+    fake_plane *ctx = fake_ctx(4);
     fake_log log = {0};
     g_log = &log;
     /* 6 float tensors of 100 elements (400 B); first bucket 400 B, then 800 B, reverse:
@@ -206,7 +213,7 @@ static void bucketer_orders_buckets(void **state)
     c.first_bucket_bytes = 400;
     c.bucket_bytes = 800;
     ftrt_bucketer *b;
-    assert_int_equal(ftrt__bucketer_create_be(ctx, counts, 6, FTRT_FLOAT32, &c, &fake_backend,
+    assert_int_equal(ftrt__bucketer_create_be(&ctx->p, counts, 6, FTRT_FLOAT32, &c, &fake_backend,
                                               &log, &b), 0);
     assert_int_equal(ftrt_bucketer_buckets(b), 4);
     assert_int_equal(ftrt_bucketer_bucket_of(b, 5), 0);
@@ -238,6 +245,7 @@ static void bucketer_orders_buckets(void **state)
         assert_int_equal(ftrt_bucketer_free(b), FTRT_ESTATE); /* a step is in flight */
         assert_int_equal(ftrt_bucketer_wait_all(b), 0);
         assert_int_equal(log.live, 0);
+        assert_int_equal(ctx->th.wait_ends, step + 1); /* one bracket per step, via the host */
     }
     assert_int_equal(ftrt_bucketer_ready(b, -1, t[0]), FTRT_EINVAL);
     assert_int_equal(ftrt_bucketer_ready(b, 0, NULL), FTRT_EINVAL);
@@ -248,7 +256,7 @@ static void bucketer_orders_buckets(void **state)
 static void bucketer_epoch_change(void **state)
 {
     (void)state;
-    struct ftrt_ctx *ctx = fake_ctx(2);
+    fake_plane *ctx = fake_ctx(2);
     fake_log log = {0};
     g_log = &log;
     size_t counts[3] = {10, 10, 10};
@@ -258,23 +266,24 @@ static void bucketer_epoch_change(void **state)
     c.first_bucket_bytes = c.bucket_bytes = 40; /* one tensor per bucket */
     c.average = 0;
     ftrt_bucketer *b;
-    assert_int_equal(ftrt__bucketer_create_be(ctx, counts, 3, FTRT_FLOAT32, &c, &fake_backend,
+    assert_int_equal(ftrt__bucketer_create_be(&ctx->p, counts, 3, FTRT_FLOAT32, &c, &fake_backend,
                                               &log, &b), 0);
     assert_int_equal(ftrt_bucketer_ready(b, 2, t[2]), 0);
     assert_true(log.scale[0] == 1.0); /* plain sum */
-    atomic_store(&ctx->cp.pending_epoch, 1); /* a rank failed */
+    t_watch_announce(&ctx->w, 1); /* a rank failed */
     assert_int_equal(ftrt_bucketer_ready(b, 1, t[1]), FTRT_ERECOVER); /* not submitted */
     assert_int_equal(log.nsub, 1);
     assert_int_equal(ftrt_bucketer_ready(b, 0, t[0]), FTRT_ERECOVER);
     assert_int_equal(ftrt_bucketer_wait_all(b), FTRT_ERECOVER);
-    assert_int_equal(ctx->needs_recover, 1);
+    assert_int_equal(ctx->w.needs_recover, 1);
+    assert_int_equal(ctx->th.wait_recovers, 1); /* the host booked the failed wait */
     assert_int_equal(log.live, 0);
     /* Until ftrt_recover() ran, nothing starts. */
     assert_int_equal(ftrt_bucketer_ready(b, 2, t[2]), FTRT_ERECOVER);
     ftrt_bucketer_reset(b);
     /* Recovered: the next step works. */
-    ctx->epoch = 1;
-    ctx->needs_recover = 0;
+    ctx->w.epoch = 1;
+    ctx->w.needs_recover = 0;
     log.nsub = 0;
     for (int i = 2; i >= 0; i--) assert_int_equal(ftrt_bucketer_ready(b, i, t[i]), 0);
     assert_int_equal(log.nsub, 3);
@@ -293,7 +302,7 @@ static void bucketer_epoch_change(void **state)
 static void bucketer_pieces(void **state)
 {
     (void)state;
-    struct ftrt_ctx *ctx = fake_ctx(2);
+    fake_plane *ctx = fake_ctx(2);
     fake_log log = {0};
     g_log = &log;
     size_t counts[3] = {10, 30, 5}; /* bytes [0,40) [40,160) [160,180) of one bucket */
@@ -303,7 +312,7 @@ static void bucketer_pieces(void **state)
     c.reverse = 0;
     c.piece_bytes = 66; /* rounded down to whole floats: 64 */
     ftrt_bucketer *b;
-    assert_int_equal(ftrt__bucketer_create_be(ctx, counts, 3, FTRT_FLOAT32, &c, &fake_backend,
+    assert_int_equal(ftrt__bucketer_create_be(&ctx->p, counts, 3, FTRT_FLOAT32, &c, &fake_backend,
                                               &log, &b), 0);
     assert_int_equal(ftrt_bucketer_buckets(b), 1);
     assert_int_equal(ftrt_bucketer_pieces(b), 3); /* [0,64) [64,128) [128,180) */
@@ -337,7 +346,7 @@ static void bucketer_pieces(void **state)
     /* Empty tensors gate the piece at their offset; piece_bytes = 0 means whole buckets. */
     size_t e[3] = {0, 4, 0};
     c.piece_bytes = 8;
-    assert_int_equal(ftrt__bucketer_create_be(ctx, e, 3, FTRT_FLOAT32, &c, &fake_backend, &log,
+    assert_int_equal(ftrt__bucketer_create_be(&ctx->p, e, 3, FTRT_FLOAT32, &c, &fake_backend, &log,
                                               &b), 0);
     assert_int_equal(ftrt_bucketer_pieces(b), 2);
     log.nsub = 0;
@@ -350,7 +359,7 @@ static void bucketer_pieces(void **state)
     assert_int_equal(ftrt_bucketer_wait_all(b), 0);
     assert_int_equal(ftrt_bucketer_free(b), 0);
     c.piece_bytes = 0;
-    assert_int_equal(ftrt__bucketer_create_be(ctx, counts, 3, FTRT_FLOAT32, &c, &fake_backend,
+    assert_int_equal(ftrt__bucketer_create_be(&ctx->p, counts, 3, FTRT_FLOAT32, &c, &fake_backend,
                                               &log, &b), 0);
     assert_int_equal(ftrt_bucketer_pieces(b), 1);
     assert_int_equal(ftrt_bucketer_free(b), 0);
@@ -361,23 +370,21 @@ static void bucketer_pieces(void **state)
 static void bucketer_bad_arguments(void **state)
 {
     (void)state;
-    struct ftrt_ctx *ctx = fake_ctx(2);
+    fake_plane *ctx = fake_ctx(2);
     size_t counts[2] = {1, 2};
     ftrt_bucketer *b = (ftrt_bucketer *)1;
     ftrt_bucket_config c;
     ftrt_bucket_config_init(&c, sizeof c);
     assert_int_equal(ftrt_bucketer_create(NULL, counts, 2, FTRT_FLOAT32, &c, &b), FTRT_EINVAL);
     assert_null(b);
-    assert_int_equal(ftrt_bucketer_create(ctx, counts, 0, FTRT_FLOAT32, &c, &b), FTRT_EINVAL);
-    assert_int_equal(ftrt_bucketer_create(ctx, counts, 2, (ftrt_dtype)7, &c, &b), FTRT_EINVAL);
-    assert_int_equal(ftrt_bucketer_create(ctx, counts, 2, FTRT_INT64, &c, &b), FTRT_EINVAL);
+    assert_int_equal(ftrt__bucketer_create(&ctx->p, counts, 0, FTRT_FLOAT32, &c, &b), FTRT_EINVAL);
+    assert_int_equal(ftrt__bucketer_create(&ctx->p, counts, 2, (ftrt_dtype)7, &c, &b), FTRT_EINVAL);
+    assert_int_equal(ftrt__bucketer_create(&ctx->p, counts, 2, FTRT_INT64, &c, &b), FTRT_EINVAL);
     c.bucket_bytes = 0;
-    assert_int_equal(ftrt_bucketer_create(ctx, counts, 2, FTRT_FLOAT32, &c, &b), FTRT_EINVAL);
+    assert_int_equal(ftrt__bucketer_create(&ctx->p, counts, 2, FTRT_FLOAT32, &c, &b), FTRT_EINVAL);
     ftrt_bucket_config_init(&c, sizeof c);
     c.size = 8;
-    assert_int_equal(ftrt_bucketer_create(ctx, counts, 2, FTRT_FLOAT32, &c, &b), FTRT_EINVAL);
-    ctx->role = FTRT__ROLE_SPARE;
-    assert_int_equal(ftrt_bucketer_create(ctx, counts, 2, FTRT_FLOAT32, NULL, &b), FTRT_ESTATE);
+    assert_int_equal(ftrt__bucketer_create(&ctx->p, counts, 2, FTRT_FLOAT32, &c, &b), FTRT_EINVAL);
     assert_int_equal(ftrt_bucketer_wait_all(NULL), FTRT_EINVAL);
     assert_int_equal(ftrt_bucketer_buckets(NULL), FTRT_EINVAL);
     assert_int_equal(ftrt_bucketer_free(NULL), 0);

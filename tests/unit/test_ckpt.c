@@ -22,6 +22,7 @@
 
 #include <cmocka.h>
 
+#include "base/crc32c.h"
 #include "checkpoint/ckpt.h"
 #include "checkpoint/format.h"
 #include "ftrt.h"

@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "base/crc32c.h"
 #include "checkpoint/ckpt.h"
 #include "checkpoint/format.h"
 

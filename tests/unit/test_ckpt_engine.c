@@ -1,15 +1,15 @@
 /*
  * test_ckpt_engine.c - the asynchronous checkpoint engine (checkpoint/engine.c) end to end in
- * one process: a trainer context with its real agent thread talks to a fake coordinator thread
- * on a loopback socket, which commits each checkpoint with ftrt__ckpt_commit() (N = 1) and
- * answers COMMIT, as the real coordinator does. Covered: snapshot semantics (state modified
+ * one process, through its ports only (base/ports.h): an epoch watch, a fake host that records
+ * SHARD_DONE, and a fake coordinator thread that commits each checkpoint with
+ * ftrt__ckpt_commit() (N = 1) and hands the decision to the engine's commit callback, as the
+ * agent thread does. Covered: snapshot semantics (state modified
  * after wait_snapshot is not in the checkpoint), overlap with a reader, multi-piece regions
  * restored bit-exact, the wait and skip policies with slow writes, abandonment on an epoch
  * change (partial file removed, previous checkpoint stays), write failures reported through
- * the commit, regions added and removed between checkpoints, device regions refused without
- * CUDA, the synchronous mode below one shard of staging, the buffered fallback, draining at
+ * the commit, regions added and removed between checkpoints, the synchronous mode below one shard of staging, the buffered fallback, draining at
  * finalize, and freeing the engine with a write in flight. This is where the application,
- * snapshot, persist and agent threads meet: the suite also runs it under ThreadSanitizer.
+ * snapshot, persist and commit-callback threads meet: the suite also runs it under ThreadSanitizer.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,114 +29,88 @@
 
 #include <cmocka.h>
 
+#include "base/clock.h"
+#include "base/proto.h"
 #include "checkpoint/ckpt.h"
+#include "checkpoint/engine.h"
 #include "checkpoint/format.h"
 #include "ftrt.h"
-#include "runtime/internal.h"
+#include "helpers.h"
 
-/* ---- the fake coordinator ---------------------------------------------------------------- */
+/* ---- the fixture: the engine with port fakes and a fake coordinator ------------------------ */
 
 enum { MAXDONE = 64 };
 
 typedef struct fixture {
-    struct ftrt_ctx *ctx;
-    int listen_fd, coord_fd;
+    ftrt__watch w;        /* the epoch watch the agent thread would raise */
+    t_host th;            /* the fake host: SHARD_DONE messages land here */
+    ftrt__ckpt_opts o;
+    struct ftrt__ckpt_engine *e;
+    ftrt__region regs[8]; /* the registry the runtime would keep */
+    int nregs;
+    /* the fake coordinator: a thread of its own (as the agent is) that commits each reported
+     * shard with ftrt__ckpt_commit() (N = 1) and hands the decision to the commit callback */
     pthread_t thr;
-    pthread_mutex_t lock; /* guards everything below and sends on coord_fd */
+    pthread_mutex_t lock; /* guards everything below */
+    pthread_cond_t cond;
     int stop;
-    int auto_commit;      /* answer SHARD_DONE with a commit */
+    int auto_commit;
+    ftrt__ckpt_msg queue[MAXDONE];
+    int qhead, qtail;
     ftrt__ckpt_msg done[MAXDONE];
     int ndone;
     char dir[4096];
 } fixture;
 
-static void coord_send(fixture *f, uint32_t type, const void *p, uint32_t len)
+static void on_send(void *arg, uint32_t type, const void *payload, uint32_t len)
 {
+    fixture *f = arg;
+    if (type != FTRT__MSG_SHARD_DONE || len != sizeof(ftrt__ckpt_msg)) return;
+    ftrt__ckpt_msg m;
+    memcpy(&m, payload, sizeof m);
     pthread_mutex_lock(&f->lock);
-    assert_int_equal(ftrt__msg_send(f->coord_fd, type, p, len), 0);
+    if (f->ndone < MAXDONE) f->done[f->ndone++] = m;
+    if (f->auto_commit && f->qtail - f->qhead < MAXDONE) f->queue[f->qtail++ % MAXDONE] = m;
+    pthread_cond_broadcast(&f->cond);
     pthread_mutex_unlock(&f->lock);
 }
 
 static void *coord_main(void *arg)
 {
     fixture *f = arg;
-    ftrt__rxbuf rx = {0};
+    pthread_mutex_lock(&f->lock);
     for (;;) {
-        pthread_mutex_lock(&f->lock);
-        int stop = f->stop;
+        while (!f->stop && f->qhead == f->qtail) pthread_cond_wait(&f->cond, &f->lock);
+        if (f->stop) break;
+        ftrt__ckpt_msg c = f->queue[f->qhead++ % MAXDONE];
         pthread_mutex_unlock(&f->lock);
-        if (stop) break;
-        struct pollfd p = {.fd = f->coord_fd, .events = POLLIN};
-        if (poll(&p, 1, 20) <= 0) continue;
-        if (ftrt__rx_fill(&rx, f->coord_fd) <= 0) break;
-        ftrt__msghdr h;
-        const void *payload;
-        while (ftrt__rx_next(&rx, &h, &payload) == 1) {
-            if (h.type != FTRT__MSG_SHARD_DONE) continue;
-            ftrt__ckpt_msg m;
-            memcpy(&m, payload, sizeof m);
-            pthread_mutex_lock(&f->lock);
-            if (f->ndone < MAXDONE) f->done[f->ndone++] = m;
-            int commit = f->auto_commit;
-            pthread_mutex_unlock(&f->lock);
-            if (!commit) continue;
-            ftrt__ckpt_msg c = m;
-            if (c.result == 0) c.result = ftrt__ckpt_commit(f->dir, m.step, 1, 2);
-            coord_send(f, FTRT__MSG_COMMIT, &c, sizeof c);
-        }
+        if (c.result == 0) c.result = ftrt__ckpt_commit(f->dir, c.step, 1, 2);
+        ftrt__ckpt_on_commit(f->e, c.step, c.epoch, c.result);
+        pthread_mutex_lock(&f->lock);
     }
-    ftrt__rx_free(&rx);
+    pthread_mutex_unlock(&f->lock);
     return NULL;
-}
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
 }
 
 static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof *f);
-    struct ftrt_ctx *ctx = calloc(1, sizeof *ctx);
     assert_non_null(f);
-    assert_non_null(ctx);
-    const char *base = getenv("FTRT_TEST_TMP");
-    if (!base || !*base) base = "/tmp";
-    assert_int_equal(ftrt__mkdir_p(base), 0);
-    snprintf(f->dir, sizeof f->dir, "%s/engine-XXXXXX", base);
-    assert_non_null(mkdtemp(f->dir));
-    ftrt_config_init(&ctx->cfg, sizeof ctx->cfg);
-    ctx->cfg.heartbeat_ms = 50;
-    ctx->cfg.heartbeat_timeout_ms = 600000; /* the fake coordinator never pings */
-    ctx->cfg.init_timeout_ms = 5000;
-    ctx->cfg.ckpt_chunk_kb = 256;
-    assert_true(strlen(f->dir) < sizeof ctx->cfg.ckpt_dir);
-    memcpy(ctx->cfg.ckpt_dir, f->dir, strlen(f->dir) + 1);
-    ctx->world_rank = 1;
-    ctx->role = FTRT__ROLE_TRAINER;
-    ctx->rank = 0;
-    ctx->size = 1;
-    snprintf(ctx->host, sizeof ctx->host, "testhost");
-    ctx->cp.fd = -1;
-    ctx->cp.wake[0] = ctx->cp.wake[1] = -1;
-    ctx->plane.comm = MPI_COMM_NULL;
-    pthread_mutex_init(&ctx->cp.lock, NULL);
-    pthread_mutex_init(&ctx->cp.send_lock, NULL);
-    pthread_cond_init(&ctx->cp.cond, NULL);
-    pthread_mutex_init(&ctx->ledger_lock, NULL);
-    assert_int_equal(ftrt__ledger_init(&ctx->ledger, FTRT__IV_COMPUTE, ftrt__wallclock(), 1000), 0);
-    assert_int_equal(ftrt__ckpt_engine_new(ctx), 0);
-    char addr[64];
-    int port;
-    f->listen_fd = ftrt__listen("127.0.0.1", addr, sizeof addr, &port);
-    assert_true(f->listen_fd >= 0);
-    assert_int_equal(ftrt__agent_start(ctx, addr, port, 7), 0);
-    f->coord_fd = accept(f->listen_fd, NULL, NULL);
-    assert_true(f->coord_fd >= 0);
+    assert_int_equal(t_tmpdir(f->dir, sizeof f->dir, "engine"), 0);
+    ftrt_config c;
+    ftrt_config_init(&c, sizeof c);
+    f->o = (ftrt__ckpt_opts){.qd = c.ckpt_qd, .chunk_kb = 256, .direct = c.ckpt_direct,
+                             .staging_mb = c.ckpt_staging_mb, .policy = c.ckpt_policy};
+    assert_true(strlen(f->dir) < sizeof f->o.dir);
+    memcpy(f->o.dir, f->dir, strlen(f->dir) + 1);
+    t_watch_init(&f->w);
+    ftrt__host host = t_host_init(&f->th);
+    f->th.on_send = on_send;
+    f->th.on_send_arg = f;
     pthread_mutex_init(&f->lock, NULL);
+    pthread_cond_init(&f->cond, NULL);
     f->auto_commit = 1;
-    f->ctx = ctx;
+    assert_int_equal(ftrt__ckpt_engine_new(&f->o, &f->w, host, &f->e), 0);
     assert_int_equal(pthread_create(&f->thr, NULL, coord_main, f), 0);
     *state = f;
     return 0;
@@ -145,55 +119,74 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fixture *f = *state;
-    struct ftrt_ctx *ctx = f->ctx;
-    ftrt__agent_stop(ctx);
-    ftrt__ckpt_engine_free(ctx);
     pthread_mutex_lock(&f->lock);
     f->stop = 1;
+    pthread_cond_broadcast(&f->cond);
     pthread_mutex_unlock(&f->lock);
-    pthread_join(f->thr, NULL);
-    close(f->coord_fd);
-    close(f->listen_fd);
-    free(ctx->regs);
-    free(ctx->cp.plan);
-    ftrt__ledger_free(&ctx->ledger);
-    pthread_mutex_destroy(&ctx->ledger_lock);
-    pthread_mutex_destroy(&ctx->cp.lock);
-    pthread_mutex_destroy(&ctx->cp.send_lock);
-    pthread_cond_destroy(&ctx->cp.cond);
-    free(ctx);
-    nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    pthread_join(f->thr, NULL); /* the "agent" stops first, as in ftrt_finalize() */
+    ftrt__ckpt_engine_free(f->e);
+    t_host_destroy(&f->th);
+    t_rmtree(f->dir);
     pthread_mutex_destroy(&f->lock);
+    pthread_cond_destroy(&f->cond);
     free(f);
     ftrt__ckpt_force_buffered = 0;
     ftrt__ckpt_no_fallocate = 0;
     return 0;
 }
 
-/* ---- helpers ----------------------------------------------------------------------------- */
+/* ---- helpers: the runtime's side, reduced to what the engine needs ------------------------ */
 
-static void fill(void *p, size_t n, uint64_t seed)
+#define fill t_fill
+#define exists t_exists
+
+/* Applies f->o (changed by a test) to the engine. */
+static void set_opts(fixture *f) { ftrt__ckpt_engine_set_opts(f->e, &f->o); }
+
+/* Adds a region to the registry; returns its index. */
+static int reg(fixture *f, const char *name, void *ptr, size_t bytes, unsigned flags)
 {
-    unsigned char *b = p;
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i < n; i++) {
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        b[i] = (unsigned char)((x * 0x2545F4914F6CDD1Dull) >> 56);
-    }
+    assert_true(f->nregs < 8);
+    ftrt__region *r = &f->regs[f->nregs];
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "%s", name);
+    r->ptr = ptr;
+    r->bytes = bytes;
+    r->flags = flags;
+    return f->nregs++;
 }
 
-static int exists(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int exists(const char *fmt, ...)
+/* Removes a region once no snapshot reads it (what ftrt_unregister does). */
+static int unreg(fixture *f, const char *name)
 {
-    char p[4200];
-    struct stat st;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(p, sizeof p, fmt, ap);
-    va_end(ap);
-    return stat(p, &st) == 0;
+    int i = 0;
+    while (i < f->nregs && strcmp(f->regs[i].name, name) != 0) i++;
+    if (i == f->nregs) return FTRT_EINVAL;
+    ftrt__ckpt_finish_snapshot(f->e);
+    memmove(&f->regs[i], &f->regs[i + 1], (size_t)(f->nregs - i - 1) * sizeof f->regs[0]);
+    f->nregs--;
+    return 0;
+}
+
+static int start(fixture *f, int64_t step)
+{
+    return ftrt__ckpt_start(f->e, step, f->regs, f->nregs, 0, 1);
+}
+
+/* A blocking checkpoint: start, then help the snapshot to completion. */
+static int ckpt(fixture *f, int64_t step)
+{
+    double t0 = ftrt__now();
+    int rc = start(f, step);
+    if (rc == 0) ftrt__ckpt_finish_snapshot(f->e);
+    ftrt__ckpt_add_stall(f->e, ftrt__now() - t0, 1);
+    return rc;
+}
+
+static int snap_wait(fixture *f)
+{
+    ftrt__ckpt_finish_snapshot(f->e);
+    return 0;
 }
 
 /* Loads `step` into fresh buffers of the given sizes and compares them with want[]. */
@@ -235,7 +228,7 @@ static ftrt__ckpt_msg done_at(fixture *f, int i)
 static ftrt_ckpt_stats stats(fixture *f)
 {
     ftrt_ckpt_stats s;
-    assert_int_equal(ftrt_checkpoint_stats(f->ctx, &s, sizeof s), 0);
+    ftrt__ckpt_stats(f->e, &s, sizeof s);
     return s;
 }
 
@@ -252,22 +245,22 @@ static void snapshot_semantics(void **state)
     fill(b, sz[1], 2);
     memcpy(a1, a, sz[0]);
     memcpy(b1, b, sz[1]);
-    assert_int_equal(ftrt_register(f->ctx, "params", a, sz[0], FTRT_REGION_REPLICATED), 0);
-    assert_int_equal(ftrt_register(f->ctx, "rng", b, sz[1], FTRT_REGION_SHARDED), 1);
+    assert_int_equal(reg(f, "params", a, sz[0], FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(reg(f, "rng", b, sz[1], FTRT_REGION_SHARDED), 1);
     assert_int_equal(stats(f).staging_slots, 0);
-    assert_int_equal(ftrt_checkpoint_prepare(f->ctx), 0); /* staging before the first one */
+    assert_int_equal(ftrt__ckpt_prepare(f->e, f->regs, f->nregs, 0, 1), 0); /* staging before the first one */
     assert_int_equal(stats(f).staging_slots, 2);
     assert_true(stats(f).staging_bytes >= 2 * (sz[0] + sz[1]));
-    assert_int_equal(ftrt_checkpoint(f->ctx, 10), 0);
+    assert_int_equal(ckpt(f, 10), 0);
     fill(a, sz[0], 3); /* the "optimizer update" right after the call */
     fill(b, sz[1], 4);
-    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 10, 20000), 0);
+    assert_int_equal(ftrt__ckpt_wait_commit(f->e, 10, 20000), 0);
     const char *names[2] = {"params", "rng"};
     unsigned fl[2] = {FTRT_REGION_REPLICATED, FTRT_REGION_SHARDED};
     void *want1[2] = {a1, b1}, *want2[2] = {a, b};
     assert_int_equal(load_equals(f, 10, 2, names, sz, fl, want1), 0);
-    assert_int_equal(ftrt_checkpoint(f->ctx, 20), 0);
-    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, -1, 20000), 0);
+    assert_int_equal(ckpt(f, 20), 0);
+    assert_int_equal(ftrt__ckpt_wait_commit(f->e, -1, 20000), 0);
     assert_int_equal(load_equals(f, 20, 2, names, sz, fl, want2), 0);
     assert_int_equal(load_equals(f, 10, 2, names, sz, fl, want1), 0); /* keep = 2 */
     ftrt_ckpt_stats s = stats(f);
@@ -284,7 +277,7 @@ static void snapshot_semantics(void **state)
                   s.last_persist_s * 1e3, s.flags & FTRT_CKPT_STAT_DIRECT ? "yes" : "no",
                   s.flags & FTRT_CKPT_STAT_FIXED ? "yes" : "no");
     /* The same step again while committed: refused, nothing rewritten. */
-    assert_int_equal(ftrt_checkpoint(f->ctx, 20), -EEXIST);
+    assert_int_equal(ckpt(f, 20), -EEXIST);
     free(a), free(b), free(a1), free(b1);
 }
 
@@ -296,14 +289,14 @@ static void overlap_with_reader(void **state)
     unsigned char *p = malloc(n), *copy = malloc(n);
     fill(p, n, 9);
     memcpy(copy, p, n);
-    assert_int_equal(ftrt_register(f->ctx, "w", p, n, FTRT_REGION_REPLICATED), 0);
-    assert_int_equal(ftrt_checkpoint_start(f->ctx, 1), 0);
+    assert_int_equal(reg(f, "w", p, n, FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(start(f, 1), 0);
     volatile uint64_t sum = 0; /* "forward and backward": reads only */
     for (size_t i = 0; i < n; i += 64) sum += p[i];
-    assert_int_equal(ftrt_checkpoint_wait_snapshot(f->ctx), 0);
+    assert_int_equal(snap_wait(f), 0);
     memset(p, 0xEE, n);
-    assert_int_equal(ftrt_checkpoint_wait_snapshot(f->ctx), 0); /* nothing running: 0 */
-    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 1, 20000), 0);
+    assert_int_equal(snap_wait(f), 0); /* nothing running: 0 */
+    assert_int_equal(ftrt__ckpt_wait_commit(f->e, 1, 20000), 0);
     const char *names[1] = {"w"};
     unsigned fl[1] = {FTRT_REGION_REPLICATED};
     void *want[1] = {copy};
@@ -319,20 +312,23 @@ static void policies(void **state)
     size_t n = 2u << 20;
     unsigned char *p = malloc(n);
     fill(p, n, 5);
-    f->ctx->cfg.ckpt_staging_mb = 3;             /* one 2 MiB + 4 KiB shard */
-    f->ctx->cfg.debug_ckpt_write_delay_ms = 40;  /* 256 KiB requests: >= 9 x 40 ms */
-    assert_int_equal(ftrt_register(f->ctx, "w", p, n, FTRT_REGION_REPLICATED), 0);
-    assert_int_equal(ftrt_checkpoint(f->ctx, 1), 0);
+    f->o.staging_mb = 3;
+    set_opts(f);             /* one 2 MiB + 4 KiB shard */
+    f->o.write_delay_ms = 40;
+    set_opts(f);  /* 256 KiB requests: >= 9 x 40 ms */
+    assert_int_equal(reg(f, "w", p, n, FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(ckpt(f, 1), 0);
     assert_int_equal(stats(f).staging_slots, 1);
     double t0 = ftrt__now();
-    assert_int_equal(ftrt_checkpoint(f->ctx, 2), 0); /* waits for step 1's write */
+    assert_int_equal(ckpt(f, 2), 0); /* waits for step 1's write */
     double waited = ftrt__now() - t0;
     assert_true(waited > 0.1);
-    f->ctx->cfg.ckpt_policy = FTRT_CKPT_SKIP;
-    assert_int_equal(ftrt_checkpoint(f->ctx, 3), FTRT_SKIPPED); /* step 2 still writing */
-    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 3, 20000), FTRT_SKIPPED);
-    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 2, 20000), 0);
-    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 1, 20000), 0);
+    f->o.policy = FTRT_CKPT_SKIP;
+    set_opts(f);
+    assert_int_equal(ckpt(f, 3), FTRT_SKIPPED); /* step 2 still writing */
+    assert_int_equal(ftrt__ckpt_wait_commit(f->e, 3, 20000), FTRT_SKIPPED);
+    assert_int_equal(ftrt__ckpt_wait_commit(f->e, 2, 20000), 0);
+    assert_int_equal(ftrt__ckpt_wait_commit(f->e, 1, 20000), 0);
     ftrt_ckpt_stats s = stats(f);
     assert_int_equal(s.skipped, 1);
     assert_int_equal(s.committed, 2);
@@ -356,20 +352,20 @@ static void epoch_change_abandons(void **state)
     unsigned char *p = malloc(n), *first = malloc(n);
     fill(p, n, 11);
     memcpy(first, p, n);
-    assert_int_equal(ftrt_register(f->ctx, "w", p, n, FTRT_REGION_REPLICATED), 0);
-    assert_int_equal(ftrt_checkpoint(f->ctx, 5), 0);
-    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 5, 20000), 0);
-    f->ctx->cfg.debug_ckpt_write_delay_ms = 50;
+    assert_int_equal(reg(f, "w", p, n, FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(ckpt(f, 5), 0);
+    assert_int_equal(ftrt__ckpt_wait_commit(f->e, 5, 20000), 0);
+    f->o.write_delay_ms = 50;
+    set_opts(f);
     fill(p, n, 12);
     int before = ndone(f);
-    assert_int_equal(ftrt_checkpoint(f->ctx, 6), 0);
+    assert_int_equal(ckpt(f, 6), 0);
     for (int i = 0; i < 500 && !exists("%s/step-6/rank-0.ftrt.tmp", f->dir); i++) usleep(2000);
     assert_true(exists("%s/step-6/rank-0.ftrt.tmp", f->dir)); /* the write is under way */
-    ftrt__failure_msg fm = {.epoch = 1};
-    coord_send(f, FTRT__MSG_FAILURE, &fm, sizeof fm);
-    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 6, 20000), FTRT_ERECOVER);
-    ftrt__ckpt_quiesce(f->ctx); /* what ftrt_recover() does */
-    ftrt__ckpt_drain(f->ctx);   /* the persist thread is done with it */
+    t_watch_announce(&f->w, 1); /* the agent thread got FAILURE(epoch 1) */
+    assert_int_equal(ftrt__ckpt_wait_commit(f->e, 6, 20000), FTRT_ERECOVER);
+    ftrt__ckpt_quiesce(f->e); /* what ftrt_recover() does */
+    ftrt__ckpt_drain(f->e);   /* the persist thread is done with it */
     assert_false(exists("%s/step-6/rank-0.ftrt.tmp", f->dir));
     assert_false(exists("%s/step-6/rank-0.ftrt", f->dir));
     usleep(100000);
@@ -383,16 +379,16 @@ static void epoch_change_abandons(void **state)
     void *want[1] = {first};
     assert_int_equal(load_equals(f, 5, 1, names, &n, fl, want), 0);
     /* The new epoch checkpoints again. */
-    f->ctx->epoch = 1;
-    f->ctx->cfg.debug_ckpt_write_delay_ms = 0;
-    assert_int_equal(ftrt_checkpoint(f->ctx, 6), 0);
-    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 6, 20000), 0);
-    assert_int_equal(ftrt_checkpoint_start(f->ctx, 7), 0);
+    f->w.epoch = 1;
+    f->o.write_delay_ms = 0;
+    set_opts(f);
+    assert_int_equal(ckpt(f, 6), 0);
+    assert_int_equal(ftrt__ckpt_wait_commit(f->e, 6, 20000), 0);
+    assert_int_equal(start(f, 7), 0);
     /* A failure announced before a checkpoint starts: nothing is taken. */
-    fm.epoch = 2;
-    coord_send(f, FTRT__MSG_FAILURE, &fm, sizeof fm);
-    for (int i = 0; i < 500 && ftrt__interrupted(f->ctx) == 0; i++) usleep(2000);
-    assert_int_equal(ftrt_checkpoint(f->ctx, 8), FTRT_ERECOVER); /* and step 7's copy is done */
+    t_watch_announce(&f->w, 2);
+    for (int i = 0; i < 500 && ftrt__watch_check(&f->w) == 0; i++) usleep(2000);
+    assert_int_equal(ckpt(f, 8), FTRT_ERECOVER); /* and step 7's copy is done */
     free(p), free(first);
 }
 
@@ -404,26 +400,26 @@ static void write_failure_reported(void **state)
     size_t n = 100000;
     unsigned char *p = malloc(n);
     fill(p, n, 21);
-    assert_int_equal(ftrt_register(f->ctx, "w", p, n, FTRT_REGION_REPLICATED), 0);
-    assert_int_equal(ftrt_checkpoint(f->ctx, 1), 0);
-    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 1, 20000), 0);
+    assert_int_equal(reg(f, "w", p, n, FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(ckpt(f, 1), 0);
+    assert_int_equal(ftrt__ckpt_wait_commit(f->e, 1, 20000), 0);
     char blocker[4200];
     snprintf(blocker, sizeof blocker, "%s/step-2", f->dir);
     FILE *fp = fopen(blocker, "w"); /* a file where the step directory must go */
     assert_non_null(fp);
     fclose(fp);
-    assert_int_equal(ftrt_checkpoint(f->ctx, 2), 0); /* the snapshot is fine */
-    int rc = ftrt_checkpoint_wait_commit(f->ctx, 2, 20000);
+    assert_int_equal(ckpt(f, 2), 0); /* the snapshot is fine */
+    int rc = ftrt__ckpt_wait_commit(f->e, 2, 20000);
     assert_true(rc < 0 && rc > -4096); /* -ENOTDIR or -EEXIST, from the persist */
     ftrt_ckpt_stats s = stats(f);
     assert_int_equal(s.failed, 1);
     assert_int_equal(s.last_committed_step, 1);
-    assert_int_equal(ftrt_checkpoint(f->ctx, 3), 0);
-    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 3, 20000), 0);
+    assert_int_equal(ckpt(f, 3), 0);
+    assert_int_equal(ftrt__ckpt_wait_commit(f->e, 3, 20000), 0);
     free(p);
 }
 
-/* Regions added and removed between checkpoints; a device region without CUDA is refused. */
+/* Regions added and removed between checkpoints (the registry's own checks: test_regions.c). */
 static void regions_change(void **state)
 {
     fixture *f = *state;
@@ -433,20 +429,15 @@ static void regions_change(void **state)
         m[i] = malloc(sz[i]);
         fill(m[i], sz[i], 30 + (uint64_t)i);
     }
-    assert_int_equal(ftrt_register(f->ctx, "a", m[0], sz[0], FTRT_REGION_REPLICATED), 0);
-    assert_int_equal(ftrt_register(f->ctx, "b", m[1], sz[1], FTRT_REGION_SHARDED), 1);
-    assert_int_equal(ftrt_register(f->ctx, "a", m[2], sz[2], FTRT_REGION_SHARDED), FTRT_EINVAL);
-    assert_int_equal(ftrt_register(f->ctx, "gpu", m[2], sz[2],
-                                   FTRT_REGION_REPLICATED | FTRT_REGION_DEVICE),
-                     FTRT_ENOTSUP);
-    assert_int_equal(ftrt_register(f->ctx, "x", m[2], sz[2], 8u), FTRT_EINVAL);
-    assert_int_equal(ftrt_checkpoint(f->ctx, 1), 0);
-    assert_int_equal(ftrt_unregister(f->ctx, "b"), 0);
-    assert_int_equal(ftrt_unregister(f->ctx, "b"), FTRT_EINVAL);
-    assert_int_equal(ftrt_register(f->ctx, "c", m[2], sz[2], FTRT_REGION_REPLICATED), 1);
-    assert_int_equal(ftrt_checkpoint(f->ctx, 2), 0);
-    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 2, 20000), 0);
-    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 1, 20000), 0);
+    assert_int_equal(reg(f, "a", m[0], sz[0], FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(reg(f, "b", m[1], sz[1], FTRT_REGION_SHARDED), 1);
+    assert_int_equal(ckpt(f, 1), 0);
+    assert_int_equal(unreg(f, "b"), 0);
+    assert_int_equal(unreg(f, "b"), FTRT_EINVAL);
+    assert_int_equal(reg(f, "c", m[2], sz[2], FTRT_REGION_REPLICATED), 1);
+    assert_int_equal(ckpt(f, 2), 0);
+    assert_int_equal(ftrt__ckpt_wait_commit(f->e, 2, 20000), 0);
+    assert_int_equal(ftrt__ckpt_wait_commit(f->e, 1, 20000), 0);
     const char *n1[2] = {"a", "b"}, *n2[2] = {"a", "c"};
     size_t s1[2] = {sz[0], sz[1]}, s2[2] = {sz[0], sz[2]};
     unsigned f1[2] = {FTRT_REGION_REPLICATED, FTRT_REGION_SHARDED};
@@ -466,11 +457,12 @@ static void streaming_below_one_shard(void **state)
     unsigned char *p = malloc(n), *copy = malloc(n);
     fill(p, n, 41);
     memcpy(copy, p, n);
-    f->ctx->cfg.ckpt_staging_mb = 1;
-    assert_int_equal(ftrt_register(f->ctx, "w", p, n, FTRT_REGION_REPLICATED), 0);
-    assert_int_equal(ftrt_checkpoint(f->ctx, 4), 0);
+    f->o.staging_mb = 1;
+    set_opts(f);
+    assert_int_equal(reg(f, "w", p, n, FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(ckpt(f, 4), 0);
     memset(p, 0, n);
-    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 4, 20000), 0);
+    assert_int_equal(ftrt__ckpt_wait_commit(f->e, 4, 20000), 0);
     ftrt_ckpt_stats s = stats(f);
     assert_true(s.flags & FTRT_CKPT_STAT_STREAMING);
     assert_int_equal(s.staging_slots, 0);
@@ -489,9 +481,9 @@ static void buffered_fallback(void **state)
     unsigned char *p = malloc(n);
     fill(p, n, 51);
     ftrt__ckpt_force_buffered = 1;
-    assert_int_equal(ftrt_register(f->ctx, "w", p, n, FTRT_REGION_REPLICATED), 0);
-    assert_int_equal(ftrt_checkpoint(f->ctx, 9), 0);
-    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 9, 20000), 0);
+    assert_int_equal(reg(f, "w", p, n, FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(ckpt(f, 9), 0);
+    assert_int_equal(ftrt__ckpt_wait_commit(f->e, 9, 20000), 0);
     assert_false(stats(f).flags & FTRT_CKPT_STAT_DIRECT);
     const char *names[1] = {"w"};
     unsigned fl[1] = {FTRT_REGION_REPLICATED};
@@ -508,52 +500,54 @@ static void drain_and_free(void **state)
     size_t n = 2u << 20;
     unsigned char *p = malloc(n);
     fill(p, n, 61);
-    assert_int_equal(ftrt_register(f->ctx, "w", p, n, FTRT_REGION_REPLICATED), 0);
-    f->ctx->cfg.debug_ckpt_write_delay_ms = 20;
-    assert_int_equal(ftrt_checkpoint(f->ctx, 1), 0);
-    ftrt__ckpt_drain(f->ctx);
+    assert_int_equal(reg(f, "w", p, n, FTRT_REGION_REPLICATED), 0);
+    f->o.write_delay_ms = 20;
+    set_opts(f);
+    assert_int_equal(ckpt(f, 1), 0);
+    ftrt__ckpt_drain(f->e);
     ftrt_ckpt_stats s = stats(f);
     assert_int_equal(s.committed, 1);
     assert_true(exists("%s/step-1/MANIFEST", f->dir));
-    f->ctx->cfg.debug_ckpt_write_delay_ms = 200;
-    assert_int_equal(ftrt_checkpoint(f->ctx, 2), 0);
+    f->o.write_delay_ms = 200;
+    set_opts(f);
+    assert_int_equal(ckpt(f, 2), 0);
     for (int i = 0; i < 500 && !exists("%s/step-2/rank-0.ftrt.tmp", f->dir); i++) usleep(2000);
     double t0 = ftrt__now();
-    ftrt__agent_stop(f->ctx);
-    ftrt__ckpt_engine_free(f->ctx); /* teardown's second call is a no-op */
+    ftrt__ckpt_engine_free(f->e);
+    f->e = NULL; /* teardown's call is a no-op */
     assert_true(ftrt__now() - t0 < 5.0);
     assert_false(exists("%s/step-2/rank-0.ftrt.tmp", f->dir));
     assert_false(exists("%s/step-2/MANIFEST", f->dir));
     free(p);
 }
 
-/* Argument and state checks. */
+/* State checks of the engine (the API's argument checks: test_regions.c). */
 static void bad_calls(void **state)
 {
     fixture *f = *state;
-    ftrt_ckpt_stats s;
-    assert_int_equal(ftrt_checkpoint(NULL, 1), FTRT_EINVAL);
-    assert_int_equal(ftrt_checkpoint(f->ctx, -1), FTRT_EINVAL);
-    assert_int_equal(ftrt_checkpoint_wait_snapshot(NULL), FTRT_EINVAL);
-    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 99, 10), FTRT_EINVAL);
-    assert_int_equal(ftrt_checkpoint_stats(NULL, &s, sizeof s), FTRT_EINVAL);
-    assert_int_equal(ftrt_unregister(f->ctx, NULL), FTRT_EINVAL);
-    f->ctx->needs_recover = 1;
-    assert_int_equal(ftrt_checkpoint(f->ctx, 1), FTRT_ESTATE);
-    f->ctx->needs_recover = 0;
+    assert_int_equal(ftrt__ckpt_wait_commit(f->e, 99, 10), FTRT_EINVAL);
     /* Empty registry: an empty shard still commits. */
-    assert_int_equal(ftrt_checkpoint(f->ctx, 1), 0);
-    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 1, 20000), 0);
+    assert_int_equal(ckpt(f, 1), 0);
+    assert_int_equal(ftrt__ckpt_wait_commit(f->e, 1, 20000), 0);
     /* A second start of an undecided step is refused. */
     pthread_mutex_lock(&f->lock);
     f->auto_commit = 0;
     pthread_mutex_unlock(&f->lock);
-    assert_int_equal(ftrt_checkpoint(f->ctx, 2), 0);
-    assert_int_equal(ftrt_checkpoint(f->ctx, 2), FTRT_EINVAL);
-    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 2, 50), FTRT_ETIMEDOUT);
+    assert_int_equal(ckpt(f, 2), 0);
+    assert_int_equal(ckpt(f, 2), FTRT_EINVAL);
+    assert_int_equal(ftrt__ckpt_wait_commit(f->e, 2, 50), FTRT_ETIMEDOUT);
+    /* Duplicate names in the table are refused at the start. */
+    char x[16] = {0};
+    reg(f, "dup", x, sizeof x, FTRT_REGION_REPLICATED);
+    reg(f, "dup", x, sizeof x, FTRT_REGION_REPLICATED);
+    assert_int_equal(ckpt(f, 3), -EINVAL);
+    /* A job that is over interrupts a start. */
+    atomic_store(&f->w.fatal, FTRT_EABORT);
+    assert_int_equal(ckpt(f, 4), FTRT_EABORT);
+    atomic_store(&f->w.fatal, 0);
     /* A smaller struct gets the leading fields. */
     uint32_t small[4] = {0};
-    assert_int_equal(ftrt_checkpoint_stats(f->ctx, (ftrt_ckpt_stats *)(void *)small, 16), 0);
+    ftrt__ckpt_stats(f->e, (ftrt_ckpt_stats *)(void *)small, 16);
     assert_int_equal(small[0], 16);
 }
 
@@ -618,8 +612,8 @@ static int setup_tmpfs(void **state)
 static int teardown_tmpfs(void **state)
 {
     fixture *f = *state;
-    ftrt__agent_stop(f->ctx);
-    ftrt__ckpt_engine_free(f->ctx);
+    ftrt__ckpt_engine_free(f->e);
+    f->e = NULL;
     if (mounted) umount2(f->dir, MNT_DETACH);
     return teardown(state);
 }
@@ -633,16 +627,16 @@ static void enospc(void **state)
     fill(a, small, 71);
     fill(b, big, 72);
     memcpy(a1, a, small);
-    assert_int_equal(ftrt_register(f->ctx, "a", a, small, FTRT_REGION_REPLICATED), 0);
-    assert_int_equal(ftrt_checkpoint(f->ctx, 1), 0);
-    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 1, 20000), 0);
+    assert_int_equal(reg(f, "a", a, small, FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(ckpt(f, 1), 0);
+    assert_int_equal(ftrt__ckpt_wait_commit(f->e, 1, 20000), 0);
     fill(a, small, 73);
-    assert_int_equal(ftrt_register(f->ctx, "b", b, big, FTRT_REGION_REPLICATED), 1);
-    assert_int_equal(ftrt_checkpoint(f->ctx, 2), 0);
-    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 2, 20000), -ENOSPC); /* fallocate */
+    assert_int_equal(reg(f, "b", b, big, FTRT_REGION_REPLICATED), 1);
+    assert_int_equal(ckpt(f, 2), 0);
+    assert_int_equal(ftrt__ckpt_wait_commit(f->e, 2, 20000), -ENOSPC); /* fallocate */
     ftrt__ckpt_no_fallocate = 1;
-    assert_int_equal(ftrt_checkpoint(f->ctx, 3), 0);
-    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 3, 20000), -ENOSPC); /* a write */
+    assert_int_equal(ckpt(f, 3), 0);
+    assert_int_equal(ftrt__ckpt_wait_commit(f->e, 3, 20000), -ENOSPC); /* a write */
     ftrt__ckpt_no_fallocate = 0;
     assert_false(exists("%s/step-2/rank-0.ftrt.tmp", f->dir));
     assert_false(exists("%s/step-3/rank-0.ftrt.tmp", f->dir));
@@ -658,9 +652,9 @@ static void enospc(void **state)
     void *want[1] = {a1};
     assert_int_equal(load_equals(f, 1, 1, names, &small, fl, want), 0);
     /* Training goes on: without the big region the next checkpoint fits and commits. */
-    assert_int_equal(ftrt_unregister(f->ctx, "b"), 0);
-    assert_int_equal(ftrt_checkpoint(f->ctx, 4), 0);
-    assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 4, 20000), 0);
+    assert_int_equal(unreg(f, "b"), 0);
+    assert_int_equal(ckpt(f, 4), 0);
+    assert_int_equal(ftrt__ckpt_wait_commit(f->e, 4, 20000), 0);
     want[0] = a;
     assert_int_equal(load_equals(f, 4, 1, names, &small, fl, want), 0);
     free(a), free(b), free(a1);

@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "checkpoint/ckpt.h"
+#include "runtime/coordinator/track.h"
 #include "ftrt.h"
 
 static int report(struct ftrt__ckpt_track **t, int n, int epoch, int64_t step, int rank,

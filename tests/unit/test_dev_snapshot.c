@@ -16,7 +16,9 @@
 #include <time.h>
 #include <cmocka.h>
 
+#include "base/crc32c.h"
 #include "checkpoint/ckpt.h"
+#include "checkpoint/engine.h"
 #include "ftrt.h"
 #include "kernels/device_snapshot.h"
 #include "kernels/kernels_gpu.h"

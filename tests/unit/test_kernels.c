@@ -12,6 +12,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "base/crc32c.h"
 #include "checkpoint/ckpt.h"
 #include "kernels/kernels.h"
 

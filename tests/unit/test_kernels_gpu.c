@@ -14,6 +14,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "base/crc32c.h"
 #include "checkpoint/ckpt.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_gpu.h"

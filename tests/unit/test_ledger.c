@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "runtime/ledger.h"
+#include "base/ledger.h"
 
 #define near(a, b) assert_true(fabs((a) - (b)) < 1e-9)
 

@@ -16,19 +16,25 @@
 #include <cmocka.h>
 
 #include "ftrt_gpu.h"
+#include "comm/plane.h"
+#include "helpers.h"
 #include "kernels/kernels_gpu.h"
-#include "runtime/internal.h"
 
 #define CK(x) assert_int_equal((int)(x), (int)cudaSuccess)
 
-static struct ftrt_ctx *one_rank_ctx(void)
+/* The plane of one trainer, as the runtime hands it over: a watch, a fake host, an MPI
+ * communicator of one rank (COMM_SELF). */
+typedef struct one_rank {
+    ftrt__plane plane;
+    ftrt__watch watch;
+    t_host th;
+} one_rank;
+
+static one_rank *one_rank_ctx(void)
 {
-    struct ftrt_ctx *ctx = calloc(1, sizeof *ctx);
-    ftrt_config_init(&ctx->cfg, sizeof ctx->cfg);
-    ctx->role = FTRT__ROLE_TRAINER;
-    ctx->rank = 0;
-    ctx->size = 1;
-    pthread_mutex_init(&ctx->ledger_lock, NULL);
+    one_rank *ctx = calloc(1, sizeof *ctx);
+    t_watch_init(&ctx->watch);
+    ftrt__plane_init(&ctx->plane, &ctx->watch, t_host_init(&ctx->th), 1, 50);
     MPI_Comm c;
     assert_int_equal(MPI_Comm_dup(MPI_COMM_SELF, &c), MPI_SUCCESS);
     ftrt__plane_set(&ctx->plane, c);
@@ -58,9 +64,9 @@ static void allreduce_once(ftrt_gpu *g, float *d, size_t n, cudaStream_t produce
 static void create_use_revoke_recreate(void **state)
 {
     (void)state;
-    struct ftrt_ctx *ctx = one_rank_ctx();
+    one_rank *ctx = one_rank_ctx();
     ftrt_gpu *g;
-    assert_int_equal(ftrt_gpu_create(ctx, 0, &g), 0);
+    assert_int_equal(ftrt__gpu_create(&ctx->plane, 0, &g), 0);
     assert_non_null(ftrt_gpu_stream(g));
     cudaStream_t producer, consumer;
     CK(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking));
@@ -101,7 +107,7 @@ static void create_use_revoke_recreate(void **state)
     /* an epoch change with a collective in flight: revoked, the request fails */
     ftrt_request *r;
     assert_int_equal(ftrt_gpu_allreduce_start(g, d, n, FTRT_FLOAT32, FTRT_SUM, producer, &r), 0);
-    atomic_store(&ctx->cp.pending_epoch, 1);
+    t_watch_announce(&ctx->watch, 1);
     int rc = ftrt_request_wait(r);
     assert_true(rc == FTRT_ERECOVER || rc == 0); /* it may have finished before the change */
     assert_int_equal(ftrt_request_free(r), 0);
@@ -112,8 +118,8 @@ static void create_use_revoke_recreate(void **state)
     MPI_Comm c;
     assert_int_equal(MPI_Comm_dup(MPI_COMM_SELF, &c), MPI_SUCCESS);
     ftrt__plane_set(&ctx->plane, c);
-    ctx->epoch = 1;
-    ctx->needs_recover = 0;
+    ctx->watch.epoch = 1;
+    ctx->watch.needs_recover = 0;
 
     /* recreated: a fresh communicator for epoch 1 */
     allreduce_once(g, d, n, producer, consumer);

@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "ftrt.h"
-#include "runtime/proto.h"
+#include "base/proto.h"
 
 static void header_checks(void **state)
 {

@@ -14,31 +14,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/coord.h"
-#include "runtime/log.h"
+#include "runtime/coordinator/coord.h"
+#include "base/log.h"
 
 /* Latest injection time (unix seconds) for pid/world rank at or before t_detect_wall in the
  * JSON-lines fault log, or -1. Lines that do not parse are skipped. */
-double ftrt__fault_injected_at(const char *log, int pid, int w, double t_detect_wall)
-{
-    if (!log || !*log) return -1;
-    FILE *f = fopen(log, "r");
-    if (!f) return -1;
-    char line[4096];
-    double best = -1;
-    while (fgets(line, sizeof line, f)) {
-        json_object *o = json_tokener_parse(line), *v;
-        if (!o) continue;
-        double t = json_object_object_get_ex(o, "time", &v) ? json_object_get_double(v) : -1;
-        int p = json_object_object_get_ex(o, "pid", &v) ? json_object_get_int(v) : -1;
-        int wr = json_object_object_get_ex(o, "world_rank", &v) ? json_object_get_int(v) : -1;
-        if ((p == pid || (p < 0 && wr == w)) && t > 0 && t <= t_detect_wall + 1e-3 && t > best)
-            best = t;
-        json_object_put(o);
-    }
-    fclose(f);
-    return best;
-}
 
 int ftrt__report_write(ftrt__coord *c)
 {

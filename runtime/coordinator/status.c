@@ -14,8 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/coord.h"
-#include "runtime/log.h"
+#include "runtime/coordinator/coord.h"
+#include "base/log.h"
 
 static const char *job_state(const ftrt__coord *c)
 {
@@ -27,28 +27,6 @@ static const char *job_state(const ftrt__coord *c)
     case PH_ABORTING: return "failing";
     default: return c->result == FTRT_DONE ? "finished" : "failed";
     }
-}
-
-int ftrt__write_json_atomic(const char *path, json_object *o)
-{
-    char tmp[1200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) return -errno;
-    const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY);
-    int ok = fputs(s, f) >= 0 && fputc('\n', f) != EOF;
-    ok = (fflush(f) == 0) && ok;
-    int e = errno;
-    if (fclose(f) != 0 && ok) {
-        ok = 0;
-        e = errno;
-    }
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok) e = errno;
-        unlink(tmp);
-        return -e;
-    }
-    return 0;
 }
 
 int ftrt__status_write(ftrt__coord *c)

@@ -18,28 +18,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "runtime/coord.h"
-#include "runtime/log.h"
+#include "runtime/coordinator/coord.h"
+#include "base/log.h"
 
-const char *ftrt__role_name(int role)
-{
-    switch (role) {
-    case FTRT__ROLE_COORD: return "coordinator";
-    case FTRT__ROLE_TRAINER: return "trainer";
-    case FTRT__ROLE_SPARE: return "spare";
-    default: return "failed";
-    }
-}
-
-const char *ftrt__failure_kind_name(int kind)
-{
-    switch (kind) {
-    case FK_CONNECTION_LOST: return "connection_lost";
-    case FK_HEARTBEAT_TIMEOUT: return "heartbeat_timeout";
-    case FK_PROGRESS_STALL: return "progress_stall";
-    default: return "protocol_error";
-    }
-}
 
 static void send_to(ftrt__coord *c, int w, uint32_t type, const void *p, uint32_t len)
 {

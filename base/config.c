@@ -10,9 +10,10 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/config.h"
+#include "base/log.h"
+#include "base/proto.h"
 #include "ftrt.h"
-#include "runtime/internal.h"
-#include "runtime/log.h"
 
 /* Parses env var `name` as an int in [lo, hi] into *out. Returns 0 (also when unset) or
  * FTRT_ECONFIG after logging the bad value; *out is unchanged then. */

@@ -1,4 +1,4 @@
-/* net.c - TCP helpers for the control plane: listen, connect with timeout, randomness. */
+/* net.c - TCP helpers for the control plane: listen and connect with a timeout (base/net.h). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -10,42 +10,13 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/internal.h"
-#include "runtime/log.h"
-
-double ftrt__now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-double ftrt__wallclock(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-int ftrt__random(void *buf, size_t len)
-{
-    uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t n = getrandom(p, len, 0);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return -errno;
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/net.h"
 
 /* First non-loopback, up IPv4 address of this host, or 127.0.0.1. */
 static void default_addr(char *out, size_t cap)

@@ -1,5 +1,5 @@
 /*
- * coord.h - the coordinator's state, shared by coordinator.c, status.c and report.c (internal).
+ * coord.h - the coordinator's state (private to runtime/coordinator/).
  * Only the coordinator's (world rank 0's) main thread touches it.
  */
 #ifndef FTRT_COORD_H
@@ -7,6 +7,8 @@
 
 #include <json-c/json.h>
 
+#include "base/fs.h"
+#include "runtime/coordinator/track.h"
 #include "runtime/internal.h"
 
 enum ftrt__phase { PH_INIT, PH_RUNNING, PH_COLLECT, PH_RESUMING, PH_ABORTING, PH_DONE };
@@ -112,10 +114,6 @@ void ftrt__progress_line(ftrt__coord *c, int final);
  * time); 0 when adaptive and no step time is known yet (detector not armed). */
 double ftrt__progress_timeout(int configured_ms, double median_step_s);
 
-#include <json-c/json.h>
-/* Writes o as pretty JSON to path atomically (temp file in the same directory + rename).
- * Returns 0 or -errno. */
-int ftrt__write_json_atomic(const char *path, json_object *o);
 /* Writes the status file atomically (temp + rename). Returns 0 or -errno (logged once). */
 int ftrt__status_write(ftrt__coord *c);
 /* Writes the JSON report (when configured) and prints the human summary on stdout.

@@ -1,5 +1,5 @@
 /* log.c - stderr logging for libftrt; see log.h. */
-#include "log.h"
+#include "base/log.h"
 
 #include <stdarg.h>
 #include <stdio.h>

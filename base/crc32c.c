@@ -20,8 +20,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "checkpoint/ckpt.h"
-#include "checkpoint/format.h"
+#include "base/crc32c.h"
 
 #if defined(__x86_64__)
 #include <nmmintrin.h>

@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "runtime/ledger.h"
+#include "base/ledger.h"
 
 #define FTRT__MAGIC 0x46545254u /* "FTRT" */
 #define FTRT__MSG_MAX 65536u

@@ -1,5 +1,5 @@
 /* proto.c - control-plane message framing and validation; see proto.h. */
-#include "runtime/proto.h"
+#include "base/proto.h"
 
 #include <errno.h>
 #include <math.h>

@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint/ckpt.h"
+#include "base/log.h"
 #include "ftrt.h"
-#include "runtime/log.h"
+#include "runtime/coordinator/track.h"
 
 #define TRACK_MAX 64
 

@@ -1,5 +1,5 @@
 /* ledger.c - per-rank timelines and the job's goodput figures; see ledger.h. */
-#include "runtime/ledger.h"
+#include "base/ledger.h"
 
 #include <errno.h>
 #include <math.h>

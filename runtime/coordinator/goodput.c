@@ -19,8 +19,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/coord.h"
-#include "runtime/log.h"
+#include "runtime/coordinator/coord.h"
+#include "base/log.h"
 
 typedef void (*emit_fn)(void *arg, int kind, double t0, double t1);
 

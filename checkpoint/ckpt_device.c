@@ -18,10 +18,11 @@
 #include <stdint.h>
 
 #include "checkpoint/ckpt.h"
+#include "checkpoint/engine.h"
 #include "ftrt.h"
 #include "kernels/device_snapshot.h"
 #include "kernels/kernels_gpu.h"
-#include "runtime/log.h"
+#include "base/log.h"
 
 static _Thread_local cudaStream_t side;
 

@@ -1,0 +1,96 @@
+/*
+ * plane.h - the data plane: the training communicator and its failure-aware collectives
+ * (internal to libftrt; comm/ and the runtime above it).
+ *
+ * The runtime owns one ftrt__plane per trainer and gives it, at ftrt__plane_init(), its epoch
+ * watch and host interface (base/ports.h): every collective is polled against the watch, and
+ * every wait of the application thread is bracketed by the host's wait_begin/wait_end. The
+ * plane never sees the runtime's context. Application thread only, except where a function
+ * says otherwise (comm/async.c runs a progress thread of its own).
+ */
+#ifndef FTRT_COMM_PLANE_H
+#define FTRT_COMM_PLANE_H
+
+#include <mpi.h>
+#include <stddef.h>
+
+#include "base/ports.h"
+#include "ftrt.h"
+
+typedef struct ftrt__plane {
+    MPI_Comm comm;    /* MPI_COMM_NULL when none */
+    int rank, size;   /* this process's rank in comm and comm's size (logical rank order) */
+    void *buf;        /* staging buffer for collectives (never reused once abandoned) */
+    size_t buf_cap;
+    void **graveyard; /* buffers of abandoned collectives, freed after MPI_Finalize */
+    int ngraveyard;
+    unsigned gen;     /* +1 per communicator adopted (comm/async.c dups each one once) */
+    struct ftrt__engine *async;     /* overlapped collectives (comm/async.h); NULL until used */
+    struct ftrt__plane_hook *hooks; /* abandon listeners (the NCCL plane, comm/async.h) */
+    ftrt__watch *watch; /* the runtime's epoch watch (not owned) */
+    ftrt__host host;    /* the runtime's host interface */
+    int async_progress; /* FTRT_ASYNC_PROGRESS: a progress thread for overlapped collectives */
+    int progress_poll_us; /* its polling period while a collective is in flight, us */
+} ftrt__plane;
+
+/* MPI datatype of dtype (element size in *esize), MPI_DATATYPE_NULL (and 0) when unknown. */
+static inline MPI_Datatype ftrt__mpi_type(int dtype, size_t *esize)
+{
+    switch (dtype) {
+    case FTRT_FLOAT32: *esize = 4; return MPI_FLOAT;
+    case FTRT_FLOAT64: *esize = 8; return MPI_DOUBLE;
+    case FTRT_INT64: *esize = 8; return MPI_INT64_T;
+    default: *esize = 0; return MPI_DATATYPE_NULL;
+    }
+}
+
+/* MPI reduction of op, MPI_OP_NULL when unknown. */
+static inline MPI_Op ftrt__mpi_op(int op)
+{
+    switch (op) {
+    case FTRT_SUM: return MPI_SUM;
+    case FTRT_MIN: return MPI_MIN;
+    case FTRT_MAX: return MPI_MAX;
+    default: return MPI_OP_NULL;
+    }
+}
+
+/* Prepares p with no communicator. w must outlive p; host is copied. async_progress and
+ * progress_poll_us are the validated settings of the same names (ftrt_config). */
+void ftrt__plane_init(ftrt__plane *p, ftrt__watch *w, ftrt__host host, int async_progress,
+                      int progress_poll_us);
+/* Adopts comm (errors set to return; rank and size cached). */
+void ftrt__plane_set(ftrt__plane *p, MPI_Comm comm);
+/* Abandons the current communicator and staging buffer (a collective may still be in flight on
+ * them after a failure): neither is touched again. Returns 0 or -ENOMEM. */
+int ftrt__plane_abandon(ftrt__plane *p);
+/* Frees staging and graveyard buffers; call only after MPI_Finalize or when no collective was
+ * ever abandoned. */
+void ftrt__plane_free(ftrt__plane *p);
+/* Stops the data plane's progress thread (comm/async.c), if any; call before MPI_Finalize.
+ * Idempotent. */
+void ftrt__plane_stop(ftrt__plane *p);
+
+/* Waits for MPI request *req, polling it with the watch and yielding the CPU politely, inside
+ * the host's wait bracket. Returns 0 when complete, else FTRT_EMPI or the watch's code (the
+ * request is then abandoned). */
+int ftrt__plane_wait(ftrt__plane *p, MPI_Request *req);
+/* Blocking allreduce (op over count elements of dtype at buf, in place) over the plane, polled.
+ * Returns 0, FTRT_EINVAL (bad dtype/op/buffer), FTRT_ESTATE (no communicator, or recovery
+ * owed), FTRT_ERECOVER (sets watch->needs_recover), a fatal code, FTRT_EMPI, -ENOMEM. On an
+ * error buf is unchanged. */
+int ftrt__plane_allreduce(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dtype, ftrt_op op);
+/* Polled broadcast of `bytes` at buf from `root` over the plane; returns 0, FTRT_ERECOVER or a
+ * fatal code, FTRT_EMPI. */
+int ftrt__plane_bcast(ftrt__plane *p, void *buf, size_t bytes, int root);
+/* Starts an overlapped allreduce of buf (comm/async.c). Same arguments and checks as
+ * ftrt__plane_allreduce; *req receives the request (ftrt_request_wait/test/free). */
+int ftrt__plane_allreduce_start(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dtype,
+                                ftrt_op op, ftrt_request **req);
+
+/* The NCCL plane over p (comm/nccl_plane.c, libftrt_gpu only): ftrt_gpu_create() of
+ * include/ftrt_gpu.h without the role check, which the runtime makes. Same returns. */
+struct ftrt_gpu;
+int ftrt__gpu_create(ftrt__plane *p, int device, struct ftrt_gpu **out);
+
+#endif

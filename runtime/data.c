@@ -1,0 +1,31 @@
+/*
+ * data.c - the data-plane entry points of the API: role checks, then the trainer's plane
+ * (comm/plane.h), which knows nothing of roles.
+ */
+#include "runtime/internal.h"
+#include "comm/bucketer.h"
+
+int ftrt_allreduce(ftrt_ctx *ctx, void *buf, size_t count, ftrt_dtype dtype, ftrt_op op)
+{
+    if (!ctx) return FTRT_EINVAL;
+    if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
+    return ftrt__plane_allreduce(&ctx->plane, buf, count, dtype, op);
+}
+
+int ftrt_allreduce_start(ftrt_ctx *ctx, void *buf, size_t count, ftrt_dtype dtype, ftrt_op op,
+                         ftrt_request **req)
+{
+    if (req) *req = NULL;
+    if (!ctx || !req) return FTRT_EINVAL;
+    if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
+    return ftrt__plane_allreduce_start(&ctx->plane, buf, count, dtype, op, req);
+}
+
+int ftrt_bucketer_create(ftrt_ctx *ctx, const size_t *counts, int ntensors, ftrt_dtype dtype,
+                         const ftrt_bucket_config *cfg, ftrt_bucketer **out)
+{
+    if (out) *out = NULL;
+    if (!ctx || !out) return FTRT_EINVAL;
+    if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
+    return ftrt__bucketer_create(&ctx->plane, counts, ntensors, dtype, cfg, out);
+}

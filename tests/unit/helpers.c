@@ -1,0 +1,152 @@
+/* helpers.c - the unit tests' shared helpers and port fakes (helpers.h). */
+#include <errno.h>
+#include <ftw.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/fs.h"
+#include "helpers.h"
+
+int t_tmpdir(char *buf, size_t cap, const char *tag)
+{
+    const char *base = getenv("FTRT_TEST_TMP");
+    if (!base || !*base) base = "/tmp";
+    int rc = ftrt__mkdir_p(base);
+    if (rc) return rc;
+    if (ftrt__path(buf, cap, "%s/%s-XXXXXX", base, tag)) return -ENAMETOOLONG;
+    return mkdtemp(buf) ? 0 : -errno;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+int t_rmtree(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0) return 0;
+    return nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int t_exists(const char *fmt, ...)
+{
+    char p[4200];
+    struct stat st;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p, sizeof p, fmt, ap);
+    va_end(ap);
+    return stat(p, &st) == 0;
+}
+
+void t_fill(void *p, size_t n, uint64_t seed)
+{
+    unsigned char *b = p;
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        b[i] = (unsigned char)((x * 0x2545F4914F6CDD1Dull) >> 56);
+    }
+}
+
+/* ---- the fake host ---- */
+
+static int h_send(void *arg, uint32_t type, const void *payload, uint32_t len)
+{
+    t_host *h = arg;
+    pthread_mutex_lock(&h->lock);
+    int rc = h->send_rc;
+    if (!rc && h->nmsgs < T_HOST_MAXMSG) {
+        t_msg *m = &h->msgs[h->nmsgs++];
+        m->type = type;
+        m->len = len;
+        memcpy(m->payload, payload, len < T_HOST_PAYLOAD ? len : T_HOST_PAYLOAD);
+    }
+    void (*cb)(void *, uint32_t, const void *, uint32_t) = h->on_send;
+    void *cb_arg = h->on_send_arg;
+    pthread_cond_broadcast(&h->cond);
+    pthread_mutex_unlock(&h->lock);
+    if (!rc && cb) cb(cb_arg, type, payload, len);
+    return rc;
+}
+
+static void h_mark(void *arg, int kind)
+{
+    t_host *h = arg;
+    pthread_mutex_lock(&h->lock);
+    if (kind + 1 >= 0 && kind + 1 < 16) h->marks[kind + 1]++;
+    h->last_mark = kind;
+    pthread_mutex_unlock(&h->lock);
+}
+
+static void h_wait_begin(void *arg)
+{
+    t_host *h = arg;
+    pthread_mutex_lock(&h->lock);
+    h->wait_begins++;
+    pthread_mutex_unlock(&h->lock);
+}
+
+static void h_wait_end(void *arg, int rc)
+{
+    t_host *h = arg;
+    pthread_mutex_lock(&h->lock);
+    h->wait_ends++;
+    if (rc == FTRT_ERECOVER) h->wait_recovers++;
+    pthread_mutex_unlock(&h->lock);
+}
+
+static const ftrt__host_ops t_host_ops = {h_send, h_mark, h_wait_begin, h_wait_end};
+
+ftrt__host t_host_init(t_host *h)
+{
+    memset(h, 0, sizeof *h);
+    pthread_mutex_init(&h->lock, NULL);
+    pthread_cond_init(&h->cond, NULL);
+    return (ftrt__host){&t_host_ops, h};
+}
+
+void t_host_destroy(t_host *h)
+{
+    pthread_mutex_destroy(&h->lock);
+    pthread_cond_destroy(&h->cond);
+}
+
+int t_host_count(t_host *h, uint32_t type)
+{
+    pthread_mutex_lock(&h->lock);
+    int n = 0;
+    for (int i = 0; i < h->nmsgs; i++) n += h->msgs[i].type == type;
+    pthread_mutex_unlock(&h->lock);
+    return n;
+}
+
+int t_host_get(t_host *h, uint32_t type, int i, t_msg *out)
+{
+    int found = 0;
+    pthread_mutex_lock(&h->lock);
+    for (int k = 0; k < h->nmsgs && !found; k++)
+        if (h->msgs[k].type == type && i-- == 0) {
+            *out = h->msgs[k];
+            found = 1;
+        }
+    pthread_mutex_unlock(&h->lock);
+    return found;
+}
+
+void t_watch_init(ftrt__watch *w)
+{
+    atomic_store(&w->pending_epoch, 0);
+    atomic_store(&w->fatal, 0);
+    w->epoch = 0;
+    w->needs_recover = 0;
+}
+
+void t_watch_announce(ftrt__watch *w, int epoch) { atomic_store(&w->pending_epoch, epoch); }

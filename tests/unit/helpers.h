@@ -1,0 +1,67 @@
+/*
+ * helpers.h - what the unit test programs share (liburing's test/helpers.h is the model):
+ * exit codes, scratch directories, deterministic data, and fakes of the ports the runtime
+ * hands to the engines below it (base/ports.h), so that checkpoint/ and comm/ are tested
+ * without MPI init tricks or a hand-assembled ftrt_ctx.
+ */
+#ifndef FTRT_TEST_HELPERS_H
+#define FTRT_TEST_HELPERS_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/ports.h"
+
+/* Exit codes of a test program (ctest: SKIP_RETURN_CODE 77). */
+enum { T_EXIT_PASS = 0, T_EXIT_FAIL = 1, T_EXIT_SKIP = 77 };
+
+/* Makes a fresh directory "<FTRT_TEST_TMP or /tmp>/<tag>-XXXXXX" into buf[cap]. Returns 0 or
+ * -errno. */
+int t_tmpdir(char *buf, size_t cap, const char *tag);
+/* Removes path and everything under it (no error when it is missing). Returns 0 or -1. */
+int t_rmtree(const char *path);
+/* 1 when the path printf(fmt, ...) names exists, else 0. */
+int t_exists(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Fills n bytes at p with a deterministic pseudo-random pattern of `seed` (xorshift64*). */
+void t_fill(void *p, size_t n, uint64_t seed);
+
+/* ---- a fake host (base/ports.h ftrt__host) ---- */
+
+enum { T_HOST_MAXMSG = 256, T_HOST_PAYLOAD = 64 };
+
+typedef struct t_msg {
+    uint32_t type, len;
+    unsigned char payload[T_HOST_PAYLOAD]; /* the first T_HOST_PAYLOAD bytes */
+} t_msg;
+
+typedef struct t_host {
+    pthread_mutex_t lock; /* guards everything below */
+    pthread_cond_t cond;  /* broadcast on every message */
+    t_msg msgs[T_HOST_MAXMSG];
+    int nmsgs;
+    int send_rc;          /* what send returns (0: accepted) */
+    int marks[16];        /* marks per ledger kind (index kind + 1; FTRT__HOST_APP at 0) */
+    int last_mark;
+    int wait_begins, wait_ends, wait_recovers; /* brackets, and ends with FTRT_ERECOVER */
+    /* called (without lock) after a message is recorded, e.g. a fake coordinator's queue */
+    void (*on_send)(void *arg, uint32_t type, const void *payload, uint32_t len);
+    void *on_send_arg;
+} t_host;
+
+/* Initializes h (no messages, send returns 0) and returns the ftrt__host that reports to it. */
+ftrt__host t_host_init(t_host *h);
+void t_host_destroy(t_host *h);
+/* Messages of `type` recorded so far. */
+int t_host_count(t_host *h, uint32_t type);
+/* Copies the i-th message of `type` into *out; returns 1, or 0 when there is none. */
+int t_host_get(t_host *h, uint32_t type, int i, t_msg *out);
+
+/* ---- the epoch watch ---- */
+
+/* A watch at epoch 0, nothing pending, not fatal. */
+void t_watch_init(ftrt__watch *w);
+/* What the agent thread does on a FAILURE message: announces `epoch`. */
+void t_watch_announce(ftrt__watch *w, int epoch);
+
+#endif
