@@ -17,6 +17,7 @@
 
 #include "base/fs.h"
 #include "base/log.h"
+#include "runtime/coordinator/coordinator.h"
 #include "runtime/internal.h"
 
 int ftrt_set_job_info(ftrt_ctx *ctx, int64_t total_steps, double flops_per_step,
@@ -205,7 +206,13 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
         ctx->rank = -1;
         ctx->size = ctx->ntrainers_initial;
         *out = ctx;
-        int res = ftrt__coordinator_run(ctx, listen_fd, b.secret);
+        ftrt__coord_args ca = {.cfg = &ctx->cfg, .world_size = ctx->world_size,
+                               .ntrainers = ctx->ntrainers_initial, .t_start = ctx->t_start,
+                               .t_start_wall = ctx->ledger.t_open,
+                               .status_file = ctx->status_file, .host = ctx->host,
+                               .addr = ctx->coord_addr, .port = ctx->coord_port};
+        int res = ftrt__coordinator_run(&ca, listen_fd, b.secret);
+        ctx->ranks_lost = ca.ranks_lost;
         ctx->coord_result = res;
         return res;
     }

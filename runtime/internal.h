@@ -143,20 +143,6 @@ void ftrt__agent_stop(struct ftrt_ctx *ctx);
 /* Waits (cp.lock held by the caller) on cp.cond for at most ms milliseconds. */
 void ftrt__cp_wait(struct ftrt_ctx *ctx, int ms);
 
-/* ---- coordinator (coordinator.c) ---- */
-/* Runs the coordinator on world rank 0 until the job ends (runtime/coordinator/). listen_fd is
- * owned and closed. Returns FTRT_DONE on success or the job's failure code. */
-int ftrt__coordinator_run(struct ftrt_ctx *ctx, int listen_fd, uint64_t secret);
-
-/* ---- recovery plan (plan.c) ---- */
-/* Chooses where a recovery resumes. steps_done[l] is what logical rank l reported, survivor[l]
- * is 0 for a rank being replaced. Replicated state only: resume at the most advanced survivor's
- * step, with that survivor (lowest logical rank on ties) as the broadcast source, so no completed
- * step is redone. With sharded state: resume at last_committed and reload it (*ckpt). Returns 0,
- * FTRT_EABORT (no survivor) or FTRT_ENOCKPT (sharded state and nothing committed). */
-int ftrt__plan_compute(const int64_t *steps_done, const int *survivor, int n, int has_sharded,
-                       int64_t last_committed, int64_t *resume, int *source, int64_t *ckpt);
-
 /* ---- recovery (recovery.c) ---- */
 /* Builds the communicator and applies ctx->cp.plan (logical rank, size, epoch). Called by
  * survivors in ftrt_recover() and by a promoted spare in ftrt_init(). Returns 0 or FTRT_EMPI. */

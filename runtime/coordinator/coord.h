@@ -9,7 +9,13 @@
 
 #include "base/fs.h"
 #include "runtime/coordinator/track.h"
-#include "runtime/internal.h"
+#include <stdio.h>
+
+#include "base/clock.h"
+#include "base/ledger.h"
+#include "base/proto.h"
+#include "checkpoint/ckpt.h"
+#include "runtime/coordinator/coordinator.h"
 
 enum ftrt__phase { PH_INIT, PH_RUNNING, PH_COLLECT, PH_RESUMING, PH_ABORTING, PH_DONE };
 enum ftrt__failure_kind { FK_CONNECTION_LOST, FK_HEARTBEAT_TIMEOUT, FK_PROTOCOL, FK_PROGRESS_STALL };
@@ -62,7 +68,7 @@ typedef struct ftrt__incident {
 } ftrt__incident;
 
 typedef struct ftrt__coord {
-    struct ftrt_ctx *ctx;
+    ftrt__coord_args *a; /* what the runtime gave (coordinator.h) */
     ftrt__crank *r; /* indexed by world rank; r[0] is the coordinator itself */
     int W, N;
     int *members; /* logical rank -> world rank */

@@ -58,7 +58,7 @@ static void job_abort(ftrt__coord *c, int code, const char *why)
     ftrt_log_error("aborting the job: %s (%s)", why, ftrt_err_name(code));
     c->result = code;
     c->phase = PH_ABORTING;
-    c->abort_deadline = ftrt__now() + 2.0 + 3.0 * c->ctx->cfg.heartbeat_timeout_ms / 1000.0;
+    c->abort_deadline = ftrt__now() + 2.0 + 3.0 * c->a->cfg->heartbeat_timeout_ms / 1000.0;
     ftrt__epoch_msg m = {.epoch = c->epoch, .value = code};
     ftrt__epoch_msg s = {.epoch = c->epoch, .value = ranks_lost(c)};
     for (int w = 1; w < c->W; w++) {
@@ -71,7 +71,7 @@ static void job_abort(ftrt__coord *c, int code, const char *why)
 static void fence(ftrt__coord *c, int w)
 {
     ftrt__crank *r = &c->r[w];
-    if (r->pid > 0 && !strcmp(r->host, c->ctx->host)) {
+    if (r->pid > 0 && !strcmp(r->host, c->a->host)) {
         ftrt_log_warn("fencing world rank %d (pid %d) with SIGKILL", w, r->pid);
         kill(r->pid, SIGKILL);
     }
@@ -96,7 +96,7 @@ static ftrt__incident *add_incident(ftrt__coord *c, int w, int kind)
     /* The best known failure time: the injection time when a fault injector logged one, the
      * detection itself for a connection loss (the kernel closes a dead process's sockets at
      * once), else the last message heard (refined for stalls by the caller). */
-    double inj = ftrt__fault_injected_at(c->ctx->cfg.fault_log, i->pid, w, i->t_detect_wall);
+    double inj = ftrt__fault_injected_at(c->a->cfg->fault_log, i->pid, w, i->t_detect_wall);
     i->t_fail_wall = inj > 0 ? inj
                      : kind == FK_CONNECTION_LOST ? i->t_detect_wall
                                                   : i->t_detect_wall - (i->t_detect - i->t_last_heard);
@@ -274,7 +274,7 @@ static void try_commit(ftrt__coord *c, int w, const ftrt__ckpt_msg *cm)
                       "committed", (long long)step, (long long)c->last_committed);
     }
     if (!result) /* old steps' files are deleted in the background: this loop must not block */
-        result = ftrt__ckpt_commit_ex(c->ctx->cfg.ckpt_dir, step, c->N, c->ctx->cfg.ckpt_keep, 1);
+        result = ftrt__ckpt_commit_ex(c->a->cfg->ckpt_dir, step, c->N, c->a->cfg->ckpt_keep, 1);
     if (result < 0) {
         c->nckpt_failed++;
         ftrt_log_warn("checkpoint of step %lld failed: %s; step %lld stays the last committed",
@@ -310,7 +310,7 @@ static int take_ledger(ftrt__coord *c, int w, const void *payload, size_t len)
     r->total_steps = m->total_steps;
     r->tl_final |= m->final;
     r->tl_seen = 1;
-    size_t max = (size_t)c->ctx->cfg.timeline_max;
+    size_t max = (size_t)c->a->cfg->timeline_max;
     if (r->tl_n + (size_t)m->n > max) {
         r->tl_truncated = 1;
     } else if (m->n > 0) {
@@ -492,7 +492,7 @@ static int any_connected(const ftrt__coord *c)
 
 static void check_timeouts(ftrt__coord *c, double now)
 {
-    double limit = c->ctx->cfg.heartbeat_timeout_ms / 1000.0;
+    double limit = c->a->cfg->heartbeat_timeout_ms / 1000.0;
     for (int w = 1; w < c->W; w++) {
         ftrt__crank *r = &c->r[w];
         if (r->fd >= 0 && r->hello && !r->said_bye && r->role != FTRT__ROLE_FAILED &&
@@ -553,7 +553,7 @@ static void measure_window(ftrt__coord *c, double now)
             int64_t ds = r->steps_done - r->win_steps;
             if (!(r->win_t > 0 && ds > 0 && !r->promoting)) continue;
             double ratio = comp[k++] / med;
-            if (ratio > c->ctx->cfg.straggler_ratio && ratio > r->straggler_max) {
+            if (ratio > c->a->cfg->straggler_ratio && ratio > r->straggler_max) {
                 if (r->straggler_max == 0)
                     ftrt_log_warn("straggler: logical rank %d at step %lld computes %.2fx the "
                                   "median per step", l, (long long)r->steps_done, ratio);
@@ -577,7 +577,7 @@ static void measure_window(ftrt__coord *c, double now)
 static void check_progress(ftrt__coord *c, double now)
 {
     if (c->phase != PH_RUNNING || job_finishing(c)) return;
-    double limit = ftrt__progress_timeout(c->ctx->cfg.progress_timeout_ms, c->median_step_s);
+    double limit = ftrt__progress_timeout(c->a->cfg->progress_timeout_ms, c->median_step_s);
     if (limit <= 0) return;
     int64_t most = 0;
     double newest = 0;
@@ -609,11 +609,11 @@ static void ping_all(ftrt__coord *c)
         if (c->r[w].fd >= 0) send_to(c, w, FTRT__MSG_PING, &m, sizeof m);
 }
 
-int ftrt__coordinator_run(struct ftrt_ctx *ctx, int listen_fd, uint64_t secret)
+int ftrt__coordinator_run(ftrt__coord_args *a, int listen_fd, uint64_t secret)
 {
-    ftrt__coord c = {.ctx = ctx, .W = ctx->world_size, .N = ctx->ntrainers_initial,
-                     .phase = PH_INIT, .last_committed = -1, .t_start = ctx->t_start,
-                     .t_start_wall = ctx->ledger.t_open};
+    ftrt__coord c = {.a = a, .W = a->world_size, .N = a->ntrainers, .phase = PH_INIT,
+                     .last_committed = -1, .t_start = a->t_start,
+                     .t_start_wall = a->t_start_wall};
     c.r = calloc((size_t)c.W, sizeof *c.r);
     c.members = calloc((size_t)c.N, sizeof *c.members);
     pending *pend = calloc((size_t)c.W, sizeof *pend);
@@ -634,12 +634,12 @@ int ftrt__coordinator_run(struct ftrt_ctx *ctx, int listen_fd, uint64_t secret)
     c.r[0].role = FTRT__ROLE_COORD;
     c.r[0].hello = 1;
     c.r[0].pid = (int)getpid();
-    memcpy(c.r[0].host, ctx->host, sizeof c.r[0].host);
+    snprintf(c.r[0].host, sizeof c.r[0].host, "%s", a->host);
     int64_t steps[1];
-    if (ftrt__ckpt_list(ctx->cfg.ckpt_dir, steps, 1) > 0) c.last_committed = steps[0];
+    if (ftrt__ckpt_list(a->cfg->ckpt_dir, steps, 1) > 0) c.last_committed = steps[0];
 
-    double init_deadline = ftrt__now() + ctx->cfg.init_timeout_ms / 1000.0;
-    int tick = ctx->cfg.heartbeat_ms / 2;
+    double init_deadline = ftrt__now() + a->cfg->init_timeout_ms / 1000.0;
+    int tick = a->cfg->heartbeat_ms / 2;
     if (tick > 50) tick = 50;
     if (tick < 1) tick = 1;
     int nhello = 0;
@@ -692,7 +692,7 @@ int ftrt__coordinator_run(struct ftrt_ctx *ctx, int listen_fd, uint64_t secret)
                 start_job(&c);
             } else if (now > init_deadline) {
                 ftrt_log_error("only %d of %d ranks connected within %d ms (FTRT_INIT_TIMEOUT_MS)",
-                               nhello, c.W - 1, ctx->cfg.init_timeout_ms);
+                               nhello, c.W - 1, a->cfg->init_timeout_ms);
                 job_abort(&c, FTRT_ETIMEDOUT, "ranks missing at start");
             }
         }
@@ -703,7 +703,7 @@ int ftrt__coordinator_run(struct ftrt_ctx *ctx, int listen_fd, uint64_t secret)
                 pend[k].fd = -1;
                 c.rejected_connections++;
             }
-        if (now - c.last_ping >= ctx->cfg.heartbeat_ms / 1000.0) {
+        if (now - c.last_ping >= a->cfg->heartbeat_ms / 1000.0) {
             ping_all(&c);
             c.last_ping = now;
         }
@@ -714,7 +714,7 @@ int ftrt__coordinator_run(struct ftrt_ctx *ctx, int listen_fd, uint64_t secret)
         }
         check_progress(&c, now);
         if (c.phase != PH_INIT && now - c.metrics_written >= 2.0) {
-            if (ctx->cfg.metrics_file[0]) ftrt__metrics_write(&c, ftrt__wallclock());
+            if (a->cfg->metrics_file[0]) ftrt__metrics_write(&c, ftrt__wallclock());
             c.metrics_written = now;
         }
         if (c.phase != PH_INIT && now - c.progress_printed >= 1.0) {
@@ -748,12 +748,12 @@ int ftrt__coordinator_run(struct ftrt_ctx *ctx, int listen_fd, uint64_t secret)
     ftrt__progress_line(&c, 1);
     ftrt__status_write(&c);
     ftrt__report_write(&c);
-    if (ctx->cfg.metrics_file[0]) ftrt__metrics_write(&c, c.t_start_wall + (c.t_end - c.t_start));
+    if (a->cfg->metrics_file[0]) ftrt__metrics_write(&c, c.t_start_wall + (c.t_end - c.t_start));
     if (ftrt__ckpt_retention_flush(10.0) > 0) /* old checkpoints' files, deleted in background */
         ftrt_log_warn("checkpoint retention: old step directories are still being deleted; "
                       "the next commit finishes the job (they are no longer committed)");
     int result = c.result;
-    ctx->ranks_lost = ranks_lost(&c);
+    a->ranks_lost = ranks_lost(&c);
     for (int w = 1; w < c.W; w++) {
         drop(&c, w);
         free(c.r[w].tl);

@@ -79,7 +79,7 @@ int ftrt__ledger_figures(const ftrt__coord *cc, double j1, double (*totals)[FTRT
                          ftrt__goodput *g, double *useful_flops, double *peak_flops)
 {
     ftrt__coord *c = (ftrt__coord *)cc; /* rebuild_slot sorts the received intervals */
-    double j0 = c->t_start_wall, kept = 0, useful = 0, peak = c->ctx->cfg.peak_flops;
+    double j0 = c->t_start_wall, kept = 0, useful = 0, peak = c->a->cfg->peak_flops;
     for (int w = 1; w < c->W; w++) {
         memset(totals[w - 1], 0, sizeof totals[w - 1]);
         rebuild_slot(c, w, j0, j1, add_total, totals[w - 1]);
@@ -128,7 +128,7 @@ static json_object *num_or_null(double v) { return v >= 0 ? json_object_new_doub
 
 static void advice(ftrt__coord *c, const ftrt__goodput *g, json_object *o)
 {
-    const ftrt_config *cfg = &c->ctx->cfg;
+    const ftrt_config *cfg = c->a->cfg;
     int nck = c->ncommitted + c->nckpt_failed, trainer_failures = 0;
     for (int i = 0; i < c->ninc; i++) trainer_failures += !c->inc[i].was_spare;
     double wall = g->allocated_s / (c->W - 1);
@@ -275,7 +275,7 @@ int ftrt__metrics_write(ftrt__coord *c, double t_wall)
                ftrt__ledger_figures(c, t_wall, totals, &g, &useful, &peak) == 0;
     free(totals);
     char tmp[1200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", c->ctx->cfg.metrics_file, (int)getpid());
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", c->a->cfg->metrics_file, (int)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) return -errno;
     int64_t steps = 0;
@@ -316,7 +316,7 @@ int ftrt__metrics_write(ftrt__coord *c, double t_wall)
     metric(f, "ftrt_mttd_seconds", "gauge", "Time to detect each failure (fault log or bound).");
     for (int i = 0; i < c->ninc; i++) {
         const ftrt__incident *x = &c->inc[i];
-        double inj = ftrt__fault_injected_at(c->ctx->cfg.fault_log, x->pid, x->world_rank,
+        double inj = ftrt__fault_injected_at(c->a->cfg->fault_log, x->pid, x->world_rank,
                                              x->t_detect_wall);
         fprintf(f, "ftrt_mttd_seconds{incident=\"%d\",kind=\"%s\"} %.6f\n", i + 1,
                 ftrt__failure_kind_name(x->kind),
@@ -348,7 +348,7 @@ int ftrt__metrics_write(ftrt__coord *c, double t_wall)
     fprintf(f, "# EOF\n");
     int ok = fflush(f) == 0;
     ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, c->ctx->cfg.metrics_file)) {
+    if (!ok || rename(tmp, c->a->cfg->metrics_file)) {
         int e = errno;
         unlink(tmp);
         return -e;
@@ -358,7 +358,7 @@ int ftrt__metrics_write(ftrt__coord *c, double t_wall)
 
 void ftrt__progress_line(ftrt__coord *c, int final)
 {
-    int on = c->ctx->cfg.progress;
+    int on = c->a->cfg->progress;
     if (on < 0) on = isatty(2);
     if (!on) return;
     int64_t steps = 0, total = 0;

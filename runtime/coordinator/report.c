@@ -22,7 +22,7 @@
 
 int ftrt__report_write(ftrt__coord *c)
 {
-    const ftrt_config *cfg = &c->ctx->cfg;
+    const ftrt_config *cfg = c->a->cfg;
     double wall = c->t_end - c->t_start;
     int nspares = c->W - 1 - c->N;
     double allocated = (double)(c->N + nspares) * wall;

@@ -43,7 +43,7 @@ int ftrt__status_write(ftrt__coord *c)
     json_object_object_add(o, "spares_left", json_object_new_int(spares));
     json_object_object_add(o, "last_committed_step", json_object_new_int64(c->last_committed));
     char cp[96];
-    snprintf(cp, sizeof cp, "%s:%d", c->ctx->coord_addr, c->ctx->coord_port);
+    snprintf(cp, sizeof cp, "%s:%d", c->a->addr, c->a->port);
     json_object_object_add(o, "control_plane", json_object_new_string(cp));
     json_object_object_add(o, "rejected_connections", json_object_new_int(c->rejected_connections));
     json_object *ranks = json_object_new_array();
@@ -61,11 +61,11 @@ int ftrt__status_write(ftrt__coord *c)
         json_object_array_add(ranks, x);
     }
     json_object_object_add(o, "ranks", ranks);
-    int rc = ftrt__write_json_atomic(c->ctx->status_file, o);
+    int rc = ftrt__write_json_atomic(c->a->status_file, o);
     json_object_put(o);
     if (rc && !warned) {
         warned = 1;
-        ftrt_log_warn("cannot write the status file %s: %s", c->ctx->status_file, strerror(-rc));
+        ftrt_log_warn("cannot write the status file %s: %s", c->a->status_file, strerror(-rc));
     }
     return rc;
 }

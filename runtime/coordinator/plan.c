@@ -1,5 +1,5 @@
-/* plan.c - the recovery plan's resume step and state source (pure; see internal.h). */
-#include "runtime/internal.h"
+/* plan.c - the recovery plan's resume step and state source (pure; see coordinator.h). */
+#include "runtime/coordinator/coordinator.h"
 
 int ftrt__plan_compute(const int64_t *steps_done, const int *survivor, int n, int has_sharded,
                        int64_t last_committed, int64_t *resume, int *source, int64_t *ckpt)

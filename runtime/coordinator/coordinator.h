@@ -1,0 +1,40 @@
+/*
+ * coordinator.h - the coordinator as the runtime starts it (runtime/ includes this, never
+ * coord.h). World rank 0 runs the coordinator inside ftrt_init(); it is given what it needs
+ * here, not the runtime's context.
+ */
+#ifndef FTRT_COORDINATOR_H
+#define FTRT_COORDINATOR_H
+
+#include <stdint.h>
+
+#include "ftrt.h"
+
+typedef struct ftrt__coord_args {
+    const ftrt_config *cfg;  /* the job's validated settings (not owned) */
+    int world_size;          /* processes of MPI_COMM_WORLD: coordinator + trainers + spares */
+    int ntrainers;           /* trainers at start */
+    double t_start;          /* monotonic seconds of the ftrt_init() entry */
+    double t_start_wall;     /* the same instant, wall seconds (the job window's start) */
+    const char *status_file; /* where the status JSON is rewritten */
+    const char *host;        /* this host's name */
+    const char *addr;        /* the control plane's address and port */
+    int port;
+    int ranks_lost;          /* out: processes of the world that died during the job */
+} ftrt__coord_args;
+
+/* Runs the coordinator on world rank 0 until the job ends. listen_fd (the control plane's
+ * listening socket) is owned and closed; secret is the job's hello secret. Returns FTRT_DONE
+ * on success or the job's failure code (FTRT_ENOSPARE, FTRT_EABORT, FTRT_ENOCKPT, ...). */
+int ftrt__coordinator_run(ftrt__coord_args *a, int listen_fd, uint64_t secret);
+
+/* Chooses where a recovery resumes (plan.c). steps_done[l] is what logical rank l reported,
+ * survivor[l] is 0 for a rank being replaced. Replicated state only: resume at the most
+ * advanced survivor's step, with that survivor (lowest logical rank on ties) as the broadcast
+ * source, so no completed step is redone. With sharded state: resume at last_committed and
+ * reload it (*ckpt). Returns 0, FTRT_EABORT (no survivor) or FTRT_ENOCKPT (sharded state and
+ * nothing committed). */
+int ftrt__plan_compute(const int64_t *steps_done, const int *survivor, int n, int has_sharded,
+                       int64_t last_committed, int64_t *resume, int *source, int64_t *ckpt);
+
+#endif
