@@ -16,8 +16,11 @@ import sys
 import tempfile
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(ROOT, "tests", "harness"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
-import chaos_cases  # noqa: E402
+import chaos_cases  # noqa: E402  (its train_mlp configuration and cached reference)
+import ftrt_harness as h  # noqa: E402
 
 KINDS = ["kill-trainer", "kill-spare", "kill-two-trainers", "hang-trainer", "pause-trainer",
          "kill-during-ckpt", "corrupt-shard", "truncate-shard", "enospc", "kill-coordinator",
@@ -50,12 +53,12 @@ def main():
         os.makedirs(d)
         json.dump({"faults": [fault]}, open(os.path.join(d, "plan.json"), "w"))
         ckpt, params = os.path.join(d, "ckpt"), os.path.join(d, "final.params")
-        cmd = [sys.executable, chaos_cases.CHAOS, "--plan", os.path.join(d, "plan.json"),
+        cmd = [sys.executable, h.FTRT_CHAOS, "--plan", os.path.join(d, "plan.json"),
                "--workdir", d, "--ckpt-dir", ckpt, "--report", os.path.join(d, "report.json"),
                "--reference", ref, "--params", params, "--json", os.path.join(d, "v.json"),
                "--timeout", "120", "--seed", str(rng.randrange(1 << 30))] + opts + ["--"] + \
-            chaos_cases.mpirun(a.bin, 7, ["--ckpt-dir", ckpt, "--params-out", params])
-        env = chaos_cases.env_for(2, {"FTRT_HEARTBEAT_TIMEOUT_MS": "1000"})
+            chaos_cases.job_cmd(a.bin, 7, ["--ckpt-dir", ckpt, "--params-out", params])
+        env = h.job_env(spares=2, heartbeat_timeout_ms=1000)
         rc = subprocess.call(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         v = json.load(open(os.path.join(d, "v.json"))) if os.path.exists(
             os.path.join(d, "v.json")) else {"ok": False, "rows": [], "launches": []}

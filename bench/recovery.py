@@ -6,37 +6,35 @@ the injection time), MTTR and rework per run, then median/min/max. Not a test: f
 Usage: bench/recovery.py [--runs N] [--fault sigkill|sigstop] [--bin build/examples/train_mlp]
 """
 import argparse
-import json
 import os
 import signal
 import statistics
 import sys
 import tempfile
 
+sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
-                                "integration"))
-import itest  # noqa: E402
+                                "harness"))
+import ftrt_harness as h  # noqa: E402
 
 
 def main():
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--fault", choices=["sigkill", "sigstop"], default="sigkill")
     ap.add_argument("--bin", default=os.path.join(root, "build", "examples", "train_mlp"))
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="ftrt-bench-")
-    args = argparse.Namespace(bin=a.bin, work=work)
     sig = signal.SIGKILL if a.fault == "sigkill" else signal.SIGSTOP
     rows = []
     print(f"{'run':>3} {'kind':>18} {'MTTD ms':>9} {'bound ms':>9} {'MTTR ms':>9} {'rework':>6} {'goodput':>8}")
     for i in range(a.runs):
-        job = itest.Job(args, f"run{i}").start()
-        st = job.wait_status(lambda s: s["job"] == "running" and itest.trainer(s, 2)
-                             and itest.trainer(s, 2)["steps_done"] >= 60)
-        job.inject(sig, itest.trainer(st, 2), a.fault)
+        # the train_mlp job of the integration tests (ftrt_harness.MLP_ARGS), 6 ranks
+        job = h.train_job(os.path.join(work, f"run{i}"), a.bin).start()
+        job.inject(sig, job.wait_trainer(2, 60), a.fault)
         rc = job.wait(300)
-        rep = itest.load_report(job)
+        rep = job.load_report()
         if rc != 0 or len(rep["failures"]) != 1 or not rep["failures"][0]["recovered"]:
             print(f"run {i}: job did not recover (rc {rc}); see {job.dir}")
             return 1

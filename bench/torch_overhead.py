@@ -12,28 +12,23 @@ optimizer step; the first --warmup-steps steps left out). The bench prints every
 the median over repetitions, the ratio ftrt / gloo of those medians (target <= 1.05) and the
 median of the per-repetition ratios. Both use DDP's bucketing (25 MiB buckets, the first
 1 MiB) and one torch thread per process. Python 3 standard library only; runs the example
-with /usr/bin/python3.
+with /usr/bin/python3. Command lines: tests/harness/ftrt_harness.py.
 """
 import argparse
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.normpath(os.path.join(HERE, ".."))
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "harness"))
+import ftrt_harness  # noqa: E402
+
+REPO = ftrt_harness.REPO
 EXAMPLE = os.path.join(REPO, "examples", "train_torch.py")
-FTRT_RUN = os.path.join(REPO, "tools", "ftrt-run")
 PY = "/usr/bin/python3"
-MPI = ["--oversubscribe", "--bind-to", "none", "--mca", "mpi_yield_when_idle", "1"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run(cmd, env, timeout=600):
@@ -70,13 +65,13 @@ def bench(name, c, a, env):
         order = ["gloo", "ftrt"] if rep % 2 == 0 else ["ftrt", "gloo"]
         for backend in order:
             if backend == "gloo":
-                cmd = (["mpirun"] + MPI + ["-np", str(c["trainers"]), PY, EXAMPLE, "--backend",
-                                           "gloo", "--master-port", str(free_port())] + train)
+                cmd = ftrt_harness.mpirun_cmd(
+                    c["trainers"], [PY, EXAMPLE, "--backend", "gloo", "--master-port",
+                                    str(ftrt_harness.free_port())] + train, recovery=False)
             else:
                 ck = os.path.join(a.work, f"ckpt-{name}-{rep}")
-                cmd = ([PY, FTRT_RUN, "--", "mpirun", "--enable-recovery"] + MPI
-                       + ["-np", str(c["trainers"] + 2), PY, EXAMPLE, "--ckpt-every", "0",
-                          "--ckpt-dir", ck] + train)
+                cmd = ftrt_harness.ftrt_run_cmd(ftrt_harness.mpirun_cmd(c["trainers"] + 2, [
+                    PY, EXAMPLE, "--ckpt-every", "0", "--ckpt-dir", ck] + train), python=PY)
             med, mean, _ = run(cmd, dict(env, FTRT_SPARES="1"))
             res[backend].append(med)
             print(f"  rep {rep + 1} {backend:4s}: median step {med:8.3f} ms (mean {mean:.3f} "
@@ -101,8 +96,8 @@ def main():
     ap.add_argument("--work", default="/tmp/ftrt-torch-overhead")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               FTRT_LIB=os.path.abspath(a.lib), PYTHONDONTWRITEBYTECODE="1")
+    env = ftrt_harness.job_env({"FTRT_LIB": os.path.abspath(a.lib),
+                                "PYTHONDONTWRITEBYTECODE": "1"})
     print(f"torch_overhead: {a.reps} alternating repetitions per config, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.2f} at start; libftrt {a.lib}", flush=True)
     out = []

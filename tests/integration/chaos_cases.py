@@ -2,13 +2,14 @@
 """ctest cases: every fault kind of tools/ftrt-chaos against examples/train_mlp under mpirun.
 
 Usage: chaos_cases.py --bin BUILD/examples/train_mlp --work DIR <case>
+       chaos_cases.py --list   (the cases of CASES for CMake: one ctest chaos.<case> each)
 Each case writes a plan, runs ftrt-chaos (which injects the faults, relaunches when the job
 fails and prints its verdict) and passes when the verdict passes; where the case promises more
 (a failure mid-recovery aborts promptly, ...) it checks that too. A fault-free reference run of
 the same configuration is made once and cached, so "byte-identical" is always checked.
-Exit 0 = pass, 1 = fail, 77 = skipped. Python 3 standard library only.
+Exit 0 = pass, 1 = fail, 77 = skipped. Python 3 standard library only (the ledger case:
+prometheus_client). Command lines and the reference job: tests/harness/ftrt_harness.py.
 """
-import argparse
 import hashlib
 import json
 import os
@@ -17,8 +18,11 @@ import subprocess
 import sys
 import threading
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-CHAOS = os.path.join(HERE, "..", "..", "tools", "ftrt-chaos")
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
+import ftrt_harness as h  # noqa: E402
+from ftrt_harness import Fail  # noqa: E402
+
 BASE = ["--steps", "200", "--batch", "32", "--seed", "7", "--step-sleep-ms", "15",
         "--ckpt-every", "25"]
 
@@ -66,16 +70,9 @@ CASES = {
 }
 
 
-def mpirun(binary, np_, args):
-    return ["mpirun", "--enable-recovery", "--oversubscribe", "--bind-to", "none",
-            "--mca", "mpi_yield_when_idle", "1", "-np", str(np_), binary] + BASE + args
-
-
-def env_for(spares, extra):
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               FTRT_SPARES=str(spares))
-    env.update(extra)
-    return env
+def job_cmd(binary, np_, args):
+    """mpirun of train_mlp with BASE + args (np_ ranks, coordinator and spares included)."""
+    return h.mpirun_cmd(np_, [binary] + BASE + args)
 
 
 def reference(a, args):
@@ -87,17 +84,20 @@ def reference(a, args):
     d = os.path.join(a.work, f"reference-{key}")
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
-    cmd = mpirun(a.bin, 5, args + ["--ckpt-dir", os.path.join(d, "ckpt"),
-                                   "--params-out", path + ".tmp"])
-    r = subprocess.run(cmd, env=env_for(0, {}), capture_output=True, text=True, timeout=300)
-    if r.returncode != 0 or not os.path.exists(path + ".tmp"):
-        print(r.stdout[-3000:], r.stderr[-3000:])
-        raise SystemExit("reference run failed")
+    cmd = job_cmd(a.bin, 5, args + ["--ckpt-dir", os.path.join(d, "ckpt"),
+                                    "--params-out", path + ".tmp"])
+    job = h.Job(d, cmd, h.job_env(spares=0), echo=False)
+    rc = job.run(300)
+    if rc != 0 or not os.path.exists(path + ".tmp"):
+        print(job.out[-6000:])
+        raise Fail(f"reference run failed (exit {rc}); log in {job.log_path()}")
     os.rename(path + ".tmp", path)
     return path
 
 
 def check_ledger(d, v, live, steplog, metrics):
+    """The goodput ledger against ground truth; every check is run and printed. True if all
+    passed."""
     ok = True
 
     def check(cond, msg):
@@ -151,35 +151,27 @@ def check_ledger(d, v, live, steplog, metrics):
     check(fails == 2, f"ftrt_failures_total sums to {fails}")
     gp = fams["ftrt_goodput_ratio"].samples[0].value
     check(abs(gp - led["goodput"]) < 1e-3, f"ftrt_goodput_ratio {gp:.4f} = report {led['goodput']:.4f}")
-    print("PASS" if ok else "FAIL")
-    return 0 if ok else 1
+    return ok
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("case", choices=sorted(CASES))
-    a = ap.parse_args()
-    if shutil.which("mpirun") is None:
-        return 77
-    os.makedirs(a.work, exist_ok=True)
-    np_, spares, targs, plan, opts, extra = CASES[a.case]
+def run_case(name, a):
+    """Runs ftrt-chaos on case `name`; None when it passed, else its exit status or Fail."""
+    np_, spares, targs, plan, opts, extra = CASES[name]
     ref = reference(a, targs)
-    d = os.path.join(a.work, a.case)
+    d = os.path.join(a.work, name)
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
     ckpt = os.path.join(d, "ckpt")
     params = os.path.join(d, "final.params")
     with open(os.path.join(d, "plan.json"), "w") as f:
         json.dump({"faults": plan}, f)
-    cmd = [sys.executable, CHAOS, "--plan", os.path.join(d, "plan.json"), "--workdir", d,
+    cmd = [sys.executable, h.FTRT_CHAOS, "--plan", os.path.join(d, "plan.json"), "--workdir", d,
            "--ckpt-dir", ckpt, "--report", os.path.join(d, "report.json"), "--reference", ref,
            "--params", params, "--json", os.path.join(d, "verdict.json"), "--timeout", "120"]
     steplog = os.path.join(d, "steps.log")
     metrics = os.path.join(d, "metrics.prom")
-    cmd += opts + ["--"] + mpirun(a.bin, np_, targs + ["--ckpt-dir", ckpt, "--params-out", params,
-                                                       "--step-log", steplog])
+    cmd += opts + ["--"] + job_cmd(a.bin, np_, targs + ["--ckpt-dir", ckpt, "--params-out",
+                                                        params, "--step-log", steplog])
     extra = dict(extra, FTRT_METRICS_FILE=metrics)
     print("$", " ".join(cmd), flush=True)
     live = []
@@ -196,25 +188,27 @@ def main():
                 pass
     th = threading.Thread(target=poll_metrics, daemon=True)
     th.start()
-    rc = subprocess.call(cmd, env=env_for(spares, extra))
+    rc = subprocess.call(cmd, env=h.job_env(extra, spares=spares))
     stop.set()
     th.join()
     if rc != 0:
         return rc
     v = json.load(open(os.path.join(d, "verdict.json")))
-    if a.case == "ledger":
-        return check_ledger(d, v, live, steplog, metrics)
-    if a.case == "fail-during-recovery":
+    if name == "ledger" and not check_ledger(d, v, live, steplog, metrics):
+        raise Fail("the goodput ledger does not match the ground truth")
+    if name == "fail-during-recovery":
         first = v["launches"][0]
         kill2 = [i for i in v["injections"] if i["launch"] == 0][-1]["time"]
         took = first["t_end"] - kill2
         print(f"first launch ended {took:.2f} s after the second kill (exit {first['rc']})")
         if first["rc"] == 0 or took > 15:
-            print("FAIL: a failure during recovery must end the launch promptly and non-zero")
-            return 1
-    print("PASS")
-    return 0
+            raise Fail("a failure during recovery must end the launch promptly and non-zero")
+    return None
 
+
+# ctest cases (chaos.<case>), in CASES' order: 400 s each, no fixture (each caches its own
+# reference run).
+TABLE = {name: h.Case(lambda a, name=name: run_case(name, a), timeout_s=400) for name in CASES}
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(h.case_main(TABLE, __doc__))

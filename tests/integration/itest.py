@@ -3,6 +3,8 @@
 killed by signals. Python 3 standard library only.
 
 Usage: itest.py --bin BUILD/examples/train_mlp --work DIR <case>
+       itest.py --list   (the cases, their ctest timeouts and fixtures: read by CMake)
+The jobs, waits and kills are tests/harness/ftrt_harness.py's.
 Cases:
   reference   fault-free run; keeps DIR/reference.params for the other cases
   kill        SIGKILL a trainer mid-run: the hot spare takes its place, the job finishes and the
@@ -18,10 +20,11 @@ Cases:
   intruder    bad-secret, garbage, oversized and silent connections are rejected and counted
   nospare     a trainer dies with no spare left: prompt non-zero exit with a clear error and a
               committed checkpoint that a relaunch resumes from
+  ckptkill    a trainer SIGKILLed mid-write: the previous checkpoint stays committed
+  ckptskip    FTRT_CKPT_POLICY=skip: checkpoints requested faster than written are skipped
+  ckptenospc  the checkpoint file system fills up: those checkpoints fail, training goes on
 Exit 0 = pass, 1 = fail, 77 = skipped.
 """
-import argparse
-import json
 import os
 import shutil
 import signal
@@ -29,126 +32,19 @@ import subprocess
 import sys
 import time
 
-STEPS = 200
-TRAIN_ARGS = ["--steps", str(STEPS), "--batch", "32", "--hidden", "64", "--seed", "7",
-              "--step-sleep-ms", "15", "--ckpt-every", "25"]
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
+import ftrt_harness as h  # noqa: E402
+from ftrt_harness import Fail, Skip, check, same_bytes, trainer  # noqa: E402
+
+STEPS = h.MLP_STEPS
+CASES = {}  # name -> ftrt_harness.Case; `itest.py --list` gives CMake the ctests
 
 
-class Fail(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Fail(msg)
-    print("  ok:", msg, flush=True)
-
-
-FTRT_RUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "ftrt-run")
-
-
-def mpirun_cmd(binary, np_, extra, status):
-    # ftrt-run turns the job's real outcome into the exit status (see tools/ftrt-run).
-    return [sys.executable, FTRT_RUN, "--status", status, "--", "mpirun", "--enable-recovery", "--oversubscribe", "--bind-to", "none",
-            "--mca", "mpi_yield_when_idle", "1", "-np", str(np_), binary] + TRAIN_ARGS + extra
-
-
-def env_for(spares=None, timeout_ms=None):
-    env = dict(os.environ)
-    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    if spares is not None:
-        env["FTRT_SPARES"] = str(spares)
-    if timeout_ms is not None:
-        env["FTRT_HEARTBEAT_TIMEOUT_MS"] = str(timeout_ms)
-    return env
-
-
-class Job:
-    def __init__(self, args, name, np_=6, spares=None, timeout_ms=None, fresh=True):
-        self.dir = os.path.join(args.work, name)
-        if fresh:
-            shutil.rmtree(self.dir, ignore_errors=True)
-        os.makedirs(self.dir, exist_ok=True)
-        self.ckpt = os.path.join(self.dir, "ckpt")
-        self.params = os.path.join(self.dir, "final.params")
-        self.report = os.path.join(self.dir, "report.json")
-        self.status = os.path.join(self.ckpt, "status.json")
-        self.fault_log = os.path.join(self.dir, "faults.jsonl")
-        self.cmd = mpirun_cmd(args.bin, np_, ["--ckpt-dir", self.ckpt, "--params-out",
-                                              self.params, "--report", self.report], self.status)
-        self.env = env_for(spares, timeout_ms)
-        self.env["FTRT_FAULT_LOG"] = self.fault_log
-        self.out = None
-        self.proc = None
-
-    def start(self):
-        for p in (self.params, self.report, self.status):
-            if os.path.exists(p):
-                os.unlink(p)
-        self.log = open(os.path.join(self.dir, "job.log"), "w")
-        print("  $", " ".join(self.cmd), flush=True)
-        self.t0 = time.monotonic()
-        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        return self
-
-    def wait(self, timeout):
-        try:
-            self.out, _ = self.proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.out, _ = self.proc.communicate()
-            self.log.write(self.out)
-            self.log.close()
-            raise Fail(f"job did not finish within {timeout} s; log in {self.log.name}")
-        self.elapsed = time.monotonic() - self.t0
-        self.log.write(self.out)
-        self.log.close()
-        return self.proc.returncode
-
-    def status_json(self):
-        try:
-            with open(self.status) as f:
-                return json.load(f)
-        except (OSError, ValueError):
-            return None
-
-    def wait_status(self, pred, timeout=60):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise Fail("job ended before the expected state was reached")
-            st = self.status_json()
-            if st and pred(st):
-                return st
-            time.sleep(0.02)
-        raise Fail("timed out waiting for the status file to reach the expected state")
-
-    def inject(self, sig, rank, kind):
-        """Sends sig to a rank (a dict from the status file) and logs the ground truth."""
-        with open(self.fault_log, "a") as f:
-            f.write(json.dumps({"time": time.time(), "kind": kind, "pid": rank["pid"],
-                                "world_rank": rank["world_rank"]}) + "\n")
-        os.kill(rank["pid"], sig)
-        print(f"  injected {kind} into world rank {rank['world_rank']} (pid {rank['pid']})",
-              flush=True)
-
-
-def trainer(st, logical):
-    for r in st["ranks"]:
-        if r["role"] == "trainer" and r["logical_rank"] == logical:
-            return r
-    return None
-
-
-def same_bytes(a, b):
-    with open(a, "rb") as fa, open(b, "rb") as fb:
-        return fa.read() == fb.read()
-
-
-def load_report(job):
-    with open(job.report) as f:
-        return json.load(f)
+def mlp_job(args, name, np_=6, spares=None, timeout_ms=None, fresh=True):
+    """The train_mlp job (ftrt_harness.MLP_ARGS) in WORK/name."""
+    return h.train_job(os.path.join(args.work, name), args.bin, np_, h.MLP_ARGS, spares=spares,
+                       heartbeat_timeout_ms=timeout_ms, fresh=fresh)
 
 
 def ref_path(args):
@@ -160,13 +56,14 @@ def need_reference(args):
         case_reference(args)
 
 
+@h.case(CASES, fixture="setup")
 def case_reference(args):
-    job = Job(args, "reference").start()
+    job = mlp_job(args, "reference").start()
     rc = job.wait(180)
     check(rc == 0, f"fault-free job exits 0 (got {rc})")
     acc = [float(l.split()[2]) for l in job.out.splitlines() if l.startswith("test accuracy:")]
     check(len(acc) == 1 and acc[0] > 0.90, f"test accuracy above 90% ({acc})")
-    rep = load_report(job)
+    rep = job.load_report()
     check(rep["status"] == "finished" and rep["steps"] == STEPS and not rep["failures"],
           f"report: finished, {STEPS} steps, no failures")
     check(rep["checkpoints"]["committed"] == STEPS // 25, "a checkpoint committed every 25 steps")
@@ -179,16 +76,15 @@ def expect_identical(job, args):
           "final parameters are byte-identical to the fault-free run")
 
 
+@h.case(CASES, fixture="required")
 def case_kill(args):
     need_reference(args)
-    job = Job(args, "kill").start()
-    st = job.wait_status(lambda s: s["job"] == "running" and trainer(s, 2)
-                         and trainer(s, 2)["steps_done"] >= 60)
-    victim = trainer(st, 2)
+    job = mlp_job(args, "kill").start()
+    victim = job.wait_trainer(2, 60)
     job.inject(signal.SIGKILL, victim, "sigkill")
     rc = job.wait(180)
     check(rc == 0, f"job survives the kill and exits 0 (got {rc})")
-    rep = load_report(job)
+    rep = job.load_report()
     check(len(rep["failures"]) == 1, "one failure reported")
     f = rep["failures"][0]
     check(f["kind"] == "connection_lost" and f["recovered"], "detected by connection loss, recovered")
@@ -204,16 +100,15 @@ def case_kill(args):
     expect_identical(job, args)
 
 
+@h.case(CASES, fixture="required")
 def case_hang(args):
     need_reference(args)
-    job = Job(args, "hang", timeout_ms=1000).start()
-    st = job.wait_status(lambda s: s["job"] == "running" and trainer(s, 1)
-                         and trainer(s, 1)["steps_done"] >= 60)
-    victim = trainer(st, 1)
+    job = mlp_job(args, "hang", timeout_ms=1000).start()
+    victim = job.wait_trainer(1, 60)
     job.inject(signal.SIGSTOP, victim, "sigstop")
     rc = job.wait(180)
     check(rc == 0, f"job survives the frozen trainer and exits 0 (got {rc})")
-    rep = load_report(job)
+    rep = job.load_report()
     check(len(rep["failures"]) == 1, "one failure reported")
     f = rep["failures"][0]
     check(f["kind"] == "heartbeat_timeout" and f["recovered"], "detected by heartbeat timeout")
@@ -227,21 +122,20 @@ def case_hang(args):
     expect_identical(job, args)
 
 
+@h.case(CASES, fixture="required")
 def case_kill2(args):
     """Two failures in sequence with two hot spares: logical rank 0 (the rank that writes the
     output), then logical rank 3. Both are replaced; the result is byte-identical."""
     need_reference(args)
-    job = Job(args, "kill2", np_=7, spares=2).start()
-    st = job.wait_status(lambda s: s["job"] == "running" and trainer(s, 0)
-                         and trainer(s, 0)["steps_done"] >= 50)
-    first = trainer(st, 0)
+    job = mlp_job(args, "kill2", np_=7, spares=2).start()
+    first = job.wait_trainer(0, 50)
     job.inject(signal.SIGKILL, first, "sigkill")
     st = job.wait_status(lambda s: s["job"] == "running" and s["epoch"] == 1 and trainer(s, 3)
                          and trainer(s, 3)["steps_done"] >= 120)
     job.inject(signal.SIGKILL, trainer(st, 3), "sigkill")
     rc = job.wait(180)
     check(rc == 0, f"job survives two kills and exits 0 (got {rc})")
-    rep = load_report(job)
+    rep = job.load_report()
     check(len(rep["failures"]) == 2 and all(f["recovered"] for f in rep["failures"]),
           "two failures reported, both recovered")
     check(rep["epoch"] == 2, "two epoch changes")
@@ -252,17 +146,18 @@ def case_kill2(args):
     expect_identical(job, args)
 
 
+@h.case(CASES, fixture="required")
 def case_stall(args):
     """A trainer stuck in its own code (heartbeats still flowing) is declared failed by the
     progress detector, fenced and replaced; the result is byte-identical."""
     need_reference(args)
-    job = Job(args, "stall", timeout_ms=1000)
+    job = mlp_job(args, "stall", timeout_ms=1000)
     job.cmd += ["--hang-rank", "1", "--hang-at-step", "60"]
     job.env["FTRT_PROGRESS_TIMEOUT_MS"] = "2000"
     job.start()
     rc = job.wait(180)
     check(rc == 0, f"job survives the stalled trainer and exits 0 (got {rc})")
-    rep = load_report(job)
+    rep = job.load_report()
     check(len(rep["failures"]) == 1, "one failure reported")
     f = rep["failures"][0]
     check(f["kind"] == "progress_stall" and f["recovered"] and f["logical_rank"] == 1,
@@ -272,15 +167,16 @@ def case_stall(args):
     expect_identical(job, args)
 
 
+@h.case(CASES, fixture="required")
 def case_straggler(args):
     """A slow trainer is reported as a straggler and never declared failed."""
     need_reference(args)
-    job = Job(args, "straggler")
+    job = mlp_job(args, "straggler")
     job.cmd += ["--slow-rank", "2", "--slow-ms", "30"]
     job.start()
     rc = job.wait(180)
     check(rc == 0, f"job exits 0 (got {rc})")
-    rep = load_report(job)
+    rep = job.load_report()
     check(not rep["failures"], "nobody declared failed")
     s = [x for x in rep["stragglers"] if x["logical_rank"] == 2]
     check(len(s) == 1 and s[0]["ratio_to_median"] > 1.5,
@@ -289,13 +185,14 @@ def case_straggler(args):
     expect_identical(job, args)
 
 
+@h.case(CASES, fixture="required")
 def case_intruder(args):
     """Connections without the job secret, garbage and oversized messages are dropped and
     counted and never change membership."""
     import socket
     import struct
     need_reference(args)
-    job = Job(args, "intruder")
+    job = mlp_job(args, "intruder")
     job.cmd += ["--step-sleep-ms", "40"]  # long enough for the silent connection to time out
     job.start()
     st = job.wait_status(lambda s: s["job"] == "running" and trainer(s, 0)
@@ -319,29 +216,24 @@ def case_intruder(args):
     for s in socks:
         s.close()
     check(rc == 0, f"job finishes undisturbed (got {rc})")
-    rep = load_report(job)
+    rep = job.load_report()
     check(not rep["failures"] and rep["epoch"] == 0, "membership never changed")
     n = rep["control_plane"]["rejected_connections"]
     check(n >= 4, f"all four bad connections rejected and counted ({n})")
     expect_identical(job, args)
 
 
+@h.case(CASES, fixture="required")
 def case_relaunch(args):
     need_reference(args)
-    job = Job(args, "relaunch").start()
+    job = mlp_job(args, "relaunch").start()
     job.wait_status(lambda s: s["last_committed_step"] >= 75)
-    os.killpg(job.proc.pid, signal.SIGKILL)  # the whole job, mpirun included
-    for r in (job.status_json() or {"ranks": []})["ranks"]:
-        try:
-            os.kill(r["pid"], signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    job.wait(60)
+    job.kill_all()  # the whole job, mpirun included
     time.sleep(0.5)
     with open(os.path.join(job.ckpt, "LATEST")) as f:
         latest = f.read().strip()
     check(latest.startswith("step-") and int(latest[5:]) >= 75, f"LATEST names {latest}")
-    job2 = Job(args, "relaunch", fresh=False).start()
+    job2 = mlp_job(args, "relaunch", fresh=False).start()
     rc = job2.wait(180)
     check(rc == 0, f"relaunched job exits 0 (got {rc})")
     check(f"resumed at step {int(latest[5:])}" in job2.out or "resumed at step" in job2.out,
@@ -349,9 +241,10 @@ def case_relaunch(args):
     expect_identical(job2, args)
 
 
+@h.case(CASES, fixture="required")
 def case_nospare(args):
     need_reference(args)
-    job = Job(args, "nospare", np_=5, spares=0).start()
+    job = mlp_job(args, "nospare", np_=5, spares=0).start()
     st = job.wait_status(lambda s: s["last_committed_step"] >= 50 and trainer(s, 0))
     victim = trainer(st, 0)
     t_kill = time.monotonic()
@@ -361,11 +254,11 @@ def case_nospare(args):
     check(rc != 0, f"job exits non-zero (got {rc})")
     check(took < 15, f"job exited promptly ({took:.1f} s after the kill)")
     check("no hot spare is left" in job.out, "a clear error names the cause")
-    rep = load_report(job)
+    rep = job.load_report()
     check(rep["status"] == "failed" and rep["error"] == "FTRT_ENOSPARE", "report says FTRT_ENOSPARE")
     committed = rep["checkpoints"]["last_committed_step"]
     check(committed >= 50, f"a committed checkpoint remains (step {committed})")
-    job2 = Job(args, "nospare", np_=5, spares=0, fresh=False).start()
+    job2 = mlp_job(args, "nospare", np_=5, spares=0, fresh=False).start()
     rc = job2.wait(180)
     check(rc == 0 and "resumed at step" in job2.out, "a relaunch resumes from it and finishes")
     expect_identical(job2, args)
@@ -379,7 +272,7 @@ CKPT_ENV = {"FTRT_CKPT_CHUNK_KB": "256", "FTRT_DEBUG_CKPT_WRITE_DELAY_MS": "100"
 
 
 def ckpt_job(args, name, np_=5, spares=0, fresh=True):
-    job = Job(args, name, np_=np_, spares=spares, fresh=fresh)
+    job = mlp_job(args, name, np_=np_, spares=spares, fresh=fresh)
     job.cmd += CKPT_ARGS
     job.env.update(CKPT_ENV)
     return job
@@ -392,7 +285,7 @@ def ckpt_reference(args):
         job = ckpt_job(args, "ckpt-reference").start()
         rc = job.wait(240)
         check(rc == 0, f"fault-free run of the bigger model exits 0 (got {rc})")
-        rep = load_report(job)
+        rep = job.load_report()
         check(rep["checkpoints"]["committed"] == 3, "its 3 checkpoints committed")
         shutil.copyfile(job.params, path)
     return path
@@ -406,6 +299,7 @@ def read_latest(job):
         return None
 
 
+@h.case(CASES, timeout_s=600)
 def case_ckptkill(args):
     """A trainer SIGKILLed while its shard is being written (no spare: the job fails) leaves
     the previous checkpoint committed: LATEST still names it, the step being written has no
@@ -433,7 +327,7 @@ def case_ckptkill(args):
     check(rc != 0, f"the job (no spare) exits non-zero (got {rc})")
     check(read_latest(job) == "step-20", f"LATEST still names step-20 ({read_latest(job)})")
     check(not os.path.exists(os.path.join(step40, "MANIFEST")), "step 40 was never committed")
-    rep = load_report(job)
+    rep = job.load_report()
     check(rep["checkpoints"]["last_committed_step"] == 20, "the report's last committed step is 20")
     job2 = ckpt_job(args, "ckptkill", fresh=False).start()
     rc = job2.wait(240)
@@ -442,6 +336,7 @@ def case_ckptkill(args):
     check(same_bytes(job2.params, ref), "final parameters are byte-identical to the fault-free run")
 
 
+@h.case(CASES, timeout_s=600)
 def case_ckptskip(args):
     """FTRT_CKPT_POLICY=skip with checkpoints requested faster than they are written: the ones
     that find both staging buffers busy are skipped, the report counts them, the others commit,
@@ -453,7 +348,7 @@ def case_ckptskip(args):
     job.start()
     rc = job.wait(240)
     check(rc == 0, f"job exits 0 (got {rc})")
-    ck = load_report(job)["checkpoints"]
+    ck = job.load_report()["checkpoints"]
     check(ck["skipped"] >= 1, f"skipped checkpoints are counted ({ck})")
     check(ck["committed"] >= 1 and ck["committed"] + ck["skipped"] + ck["failed"] == 60 // 4,
           "every requested checkpoint is committed, skipped or failed")
@@ -461,23 +356,22 @@ def case_ckptskip(args):
     check(same_bytes(job.params, ref), "final parameters are byte-identical to the fault-free run")
 
 
+@h.case(CASES, timeout_s=600, fixture="required")
 def case_ckptenospc(args):
     """The checkpoint file system fills up (a tmpfs filled by a filler file for 1.5 s): the
     checkpoints of that time fail cleanly, training goes on, later checkpoints commit, the
     report counts the failures, and the last checkpoint restores."""
     need_reference(args)
-    job = Job(args, "ckptenospc")
+    job = h.train_job(os.path.join(args.work, "ckptenospc"), args.bin,
+                      status=os.path.join(args.work, "ckptenospc", "status.json"))
     os.makedirs(job.ckpt, exist_ok=True)
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", job.ckpt],
                        capture_output=True, text=True)
     if r.returncode != 0:
-        print(f"cannot mount a tmpfs ({r.stderr.strip()}): skipping")
-        raise SystemExit(77)
+        raise Skip(f"cannot mount a tmpfs ({r.stderr.strip()})")
     try:
-        job.status = os.path.join(job.dir, "status.json")  # not on the full file system
+        # the status file is not on the full file system (DIR/status.json, see above)
         job.env["FTRT_STATUS_FILE"] = job.status
-        job.cmd = mpirun_cmd(args.bin, 6, ["--ckpt-dir", job.ckpt, "--params-out", job.params,
-                                           "--report", job.report], job.status)
         job.start()
         job.wait_status(lambda s: s["last_committed_step"] >= 25)
         filler = os.path.join(job.ckpt, "filler")
@@ -493,17 +387,15 @@ def case_ckptenospc(args):
         os.unlink(filler)
         rc = job.wait(180)
         check(rc == 0, f"training went on and the job finished (got {rc})")
-        rep = load_report(job)
+        rep = job.load_report()
         ck = rep["checkpoints"]
         check(ck["failed"] >= 1, f"the report counts the failed checkpoint(s) ({ck})")
         check(ck["committed"] >= 2 and ck["last_committed_step"] == STEPS,
               "later checkpoints committed, the last at the final step")
         check("No space left on device" in job.out, "the failure names ENOSPC")
         expect_identical(job, args)
-        job2 = Job(args, "ckptenospc", fresh=False)
-        job2.status = job.status
+        job2 = h.train_job(job.dir, args.bin, status=job.status, fresh=False)
         job2.env["FTRT_STATUS_FILE"] = job.status
-        job2.cmd = job.cmd
         job2.start()
         rc = job2.wait(120)
         check(rc == 0 and f"resumed at step {STEPS}" in job2.out,
@@ -512,27 +404,5 @@ def case_ckptenospc(args):
         subprocess.run(["umount", "-l", job.ckpt])
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("case", choices=["reference", "kill", "kill2", "hang", "relaunch", "nospare", "stall",
-                                       "straggler", "intruder", "ckptkill", "ckptenospc",
-                                       "ckptskip"])
-    args = ap.parse_args()
-    if shutil.which("mpirun") is None:
-        print("mpirun not found: skipping")
-        return 77
-    os.makedirs(args.work, exist_ok=True)
-    print(f"case {args.case}:", flush=True)
-    try:
-        globals()["case_" + args.case](args)
-    except Fail as e:
-        print("FAIL:", e, flush=True)
-        return 1
-    print("PASS", flush=True)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(h.case_main(CASES, __doc__))

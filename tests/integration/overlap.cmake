@@ -5,17 +5,10 @@ target_link_libraries(overlap_job PRIVATE ftrt::ftrt MPI::MPI_C m)
 if(CMAKE_C_COMPILER_ID MATCHES "GNU|Clang")
   target_compile_options(overlap_job PRIVATE -ffp-contract=off) # bitwise-reproducible float math
 endif()
-set(OVERLAP_ITEST ${FTRT_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/overlap_itest.py
-    --bin $<TARGET_FILE:overlap_job> --work ${CMAKE_CURRENT_BINARY_DIR}/overlap)
-add_test(NAME overlap.reference COMMAND ${OVERLAP_ITEST} reference)
-set_tests_properties(overlap.reference PROPERTIES FIXTURES_SETUP ftrt_overlap_reference)
-foreach(case IN ITEMS inline funneled kill kill0)
-  add_test(NAME overlap.${case} COMMAND ${OVERLAP_ITEST} ${case})
-  set_tests_properties(overlap.${case} PROPERTIES FIXTURES_REQUIRED ftrt_overlap_reference)
-endforeach()
-set_tests_properties(overlap.reference overlap.inline overlap.funneled overlap.kill overlap.kill0
-  PROPERTIES
-  TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS mpi RUN_SERIAL TRUE)
+# overlap.reference (fixture ftrt_overlap_reference), inline, funneled, kill, kill0: the cases
+# of `overlap_itest.py --list` (ftrt_py_cases, tests/integration/CMakeLists.txt).
+ftrt_py_cases(overlap ftrt_overlap_reference ${CMAKE_CURRENT_LIST_DIR}/overlap_itest.py
+  --bin $<TARGET_FILE:overlap_job> --work ${CMAKE_CURRENT_BINARY_DIR}/overlap)
 # The same job linked with libftrt_gpu (CUDA runtime + NCCL inside): it must load and train on
 # the CPU plane where there is no GPU driver, byte-identical to the reference.
 if(TARGET ftrt_gpu)

@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 from conftest import (PYTHON, REPO, TRAIN_TORCH, Job, ftrt_job, gloo_job, job_env,
-                      needs_mpirun, needs_torch, trainer, MPIRUN_FLAGS, FTRT_RUN)
+                      needs_mpirun, needs_torch)
+import ftrt_harness as h
 
 pytestmark = [needs_torch, needs_mpirun]
 
@@ -87,11 +88,10 @@ def test_binding_in_a_job(work):
     rank's local gradient) inside a real job: 1 coordinator + 3 trainers."""
     d = os.path.join(work, "binding")
     status = os.path.join(d, "status.json")
-    cmd = ([PYTHON, FTRT_RUN, "--status", status, "--", "mpirun", "--enable-recovery"]
-           + MPIRUN_FLAGS + ["-np", "4", PYTHON, os.path.join(REPO, "tests", "python",
-                                                              "mpi_binding_prog.py"),
-                             os.path.join(d, "ckpt")])
-    job = Job(d, cmd, job_env({"FTRT_SPARES": "0"}))
+    cmd = h.ftrt_run_cmd(h.mpirun_cmd(4, [PYTHON, os.path.join(REPO, "tests", "python",
+                                                                "mpi_binding_prog.py"),
+                                          os.path.join(d, "ckpt")]), status=status, python=PYTHON)
+    job = Job(d, cmd, job_env({"FTRT_SPARES": "0"}), status=status)
     rc = job.run(120)
     passed = sorted(re.findall(r"rank (\d+): PASS", job.out))  # lines may interleave
     assert passed == ["0", "1", "2"], job.out[-6000:]
@@ -191,13 +191,8 @@ def test_kill_is_byte_identical(ftrt_ref, work):
                                       os.path.join(d, "grads")],
                    env={"FTRT_FAULT_LOG": fault_log})
     job.start()
-    st = job.wait_status(lambda s: s["job"] == "running" and trainer(s, 2)
-                         and trainer(s, 2)["steps_done"] >= 40)
-    victim = trainer(st, 2)
-    with open(fault_log, "a") as fh:
-        fh.write(json.dumps({"time": time.time(), "kind": "sigkill", "pid": victim["pid"],
-                             "world_rank": victim["world_rank"]}) + "\n")
-    os.kill(victim["pid"], signal.SIGKILL)
+    victim = job.wait_trainer(2, 40)
+    job.inject(signal.SIGKILL, victim, "sigkill")  # logged to the job's FTRT_FAULT_LOG
     rc = job.wait(240)
     assert rc == 0, f"job did not survive the kill (exit {rc}):\n{job.out[-6000:]}"
     with open(os.path.join(d, "report.json")) as fh:
@@ -228,13 +223,7 @@ def test_relaunch_resumes_byte_identical(ftrt_ref, work):
                         os.path.join(d, "final.params")]
     job = ftrt_job(d, 6, args).start()
     st = job.wait_status(lambda s: s["last_committed_step"] >= 50)
-    os.killpg(job.proc.pid, signal.SIGKILL)  # mpirun and ftrt-run
-    for r in st["ranks"]:
-        try:
-            os.kill(r["pid"], signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    job.wait(60)
+    job.kill_all(st["ranks"])  # ftrt-run, mpirun and every rank
     time.sleep(0.5)
     with open(os.path.join(d, "ckpt", "LATEST")) as fh:
         latest = int(fh.read().strip()[len("step-"):])

@@ -1,0 +1,330 @@
+"""ftrt_harness: the one place that knows how to launch, watch, disturb and judge a real ftrt
+job under mpirun. Shared by the MPI integration tests (tests/integration/itest.py,
+chaos_cases.py, overlap_itest.py), the pytest suite of the Python binding (tests/python) and
+the benches (bench/recovery.py, chaos_campaign.py, torch_overhead.py).
+
+A job is 1 coordinator + N trainers + S hot spares started by
+`tools/ftrt-run [--status FILE] -- mpirun --enable-recovery <MPIRUN_FLAGS> -np N+S+1 BINARY ...`
+in its own session (process group), with its output captured to DIR/job.log. The harness
+watches the job's status file (JSON written by the coordinator), kills ranks by signal while
+logging the ground truth to the job's FTRT_FAULT_LOG, waits with a timeout and reads the
+report JSON. Case scripts (`--bin BIN --work DIR <case>`, `--list`) get their command line,
+the skip/pass/fail exit codes (77/0/1) and the case table that CMake turns into ctests from
+case_main().
+
+Use: put this directory on sys.path relative to your own file, then `import ftrt_harness`:
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                    "..", "harness"))          # from tests/<dir>/
+    ... "..", "tests", "harness"))                             # from bench/
+Units: every time argument and attribute is in seconds (float) unless its name says
+otherwise (_ms). Python 3 standard library only.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
+FTRT_RUN = os.path.join(REPO, "tools", "ftrt-run")      # the job's real outcome -> exit status
+FTRT_CHAOS = os.path.join(REPO, "tools", "ftrt-chaos")  # fault plans, relaunches, verdicts
+# Debian's PyTorch runs under /usr/bin/python3 (the first python3 on PATH may lack it).
+SYSTEM_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+
+# mpirun options of every job: more ranks than cores, no pinning, ranks that wait for MPI
+# yield the CPU (the 2-core test machines run 6-7 ranks). Jobs under ftrt add
+# --enable-recovery (ULFM: a dead rank is reported, not fatal).
+MPIRUN_FLAGS = ["--oversubscribe", "--bind-to", "none", "--mca", "mpi_yield_when_idle", "1"]
+# Open MPI refuses to run as root without these.
+ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+# The train_mlp job of the MPI integration tests and bench/recovery.py: 200 steps of 15 ms at
+# least, a checkpoint every 25 steps.
+MLP_STEPS = 200
+MLP_ARGS = ["--steps", str(MLP_STEPS), "--batch", "32", "--hidden", "64", "--seed", "7",
+            "--step-sleep-ms", "15", "--ckpt-every", "25"]
+
+SKIP = 77  # exit status of a skipped case (ctest SKIP_RETURN_CODE)
+
+
+class Fail(Exception):
+    """A check or a wait of a case failed (case_main: exit 1)."""
+
+
+class Skip(Exception):
+    """The case cannot run here, e.g. no permission to mount a tmpfs (case_main: exit 77)."""
+
+
+def check(cond, msg):
+    """Raises Fail(msg) unless cond; prints "  ok: msg" otherwise."""
+    if not cond:
+        raise Fail(msg)
+    print("  ok:", msg, flush=True)
+
+
+# ---- command lines and environments ----------------------------------------------------------
+
+def mpirun_cmd(np_, argv, recovery=True):
+    """`mpirun [--enable-recovery] MPIRUN_FLAGS -np np_ argv...` (argv[0]: the program)."""
+    return (["mpirun"] + (["--enable-recovery"] if recovery else []) + MPIRUN_FLAGS
+            + ["-np", str(np_)] + list(argv))
+
+
+def ftrt_run_cmd(cmd, status=None, python=None):
+    """cmd under tools/ftrt-run (run by `python`, default this interpreter), which turns the
+    job's real outcome into the exit status and, with status, names the job's status file."""
+    return ([python or sys.executable, FTRT_RUN] + (["--status", status] if status else [])
+            + ["--"] + list(cmd))
+
+
+def job_env(extra=None, spares=None, heartbeat_timeout_ms=None):
+    """os.environ + ROOT_ENV [+ FTRT_SPARES] [+ FTRT_HEARTBEAT_TIMEOUT_MS] + extra."""
+    env = dict(os.environ, **ROOT_ENV)
+    if spares is not None:
+        env["FTRT_SPARES"] = str(spares)
+    if heartbeat_timeout_ms is not None:
+        env["FTRT_HEARTBEAT_TIMEOUT_MS"] = str(heartbeat_timeout_ms)
+    env.update(extra or {})
+    return env
+
+
+def free_port():
+    """A TCP port free on 127.0.0.1 right now (for torch.distributed's MASTER_PORT)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---- status file, report, results --------------------------------------------------------------
+
+def trainer(st, logical):
+    """The rank (dict) of a status file that is trainer `logical` now, or None."""
+    for r in st["ranks"]:
+        if r["role"] == "trainer" and r["logical_rank"] == logical:
+            return r
+    return None
+
+
+def load_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def same_bytes(a, b):
+    """True when files a and b have the same contents (final parameters: byte-identical)."""
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        return fa.read() == fb.read()
+
+
+# ---- jobs --------------------------------------------------------------------------------------
+
+class Job:
+    """One job (any command; ftrt jobs through ftrt-run + mpirun) in its own session, so that
+    the whole process tree can be killed. Its output (stdout and stderr) is kept in self.out
+    after wait() and in DIR/job.log.
+
+    Optional paths (None where the job has none): status (the coordinator's status file),
+    ckpt, params (final parameters), report (report JSON), fault_log (FTRT_FAULT_LOG of env,
+    where inject() logs the ground truth of each injected fault). start() deletes params,
+    report and status first, so that a relaunch in the same directory cannot see the previous
+    launch's. Failed waits call self.fail(msg), which raises Fail; tests/python overrides it
+    with pytest.fail."""
+
+    def __init__(self, directory, cmd, env=None, status=None, fresh=False, echo=True):
+        """fresh: delete the directory first. echo: print the command line at start()."""
+        self.dir = directory
+        if fresh:
+            shutil.rmtree(directory, ignore_errors=True)
+        os.makedirs(directory, exist_ok=True)
+        self.cmd = list(cmd)
+        self.env = dict(os.environ) if env is None else env
+        self.status = status
+        self.ckpt = self.params = self.report = None
+        self.fault_log = self.env.get("FTRT_FAULT_LOG")
+        self.echo = echo
+        self.proc = None
+        self.out = ""
+        self.t0 = self.elapsed = None  # time.monotonic() at start(); seconds start -> exit
+
+    def fail(self, msg):
+        raise Fail(msg)
+
+    def start(self):
+        for p in (self.params, self.report, self.status):
+            if p and os.path.exists(p):
+                os.unlink(p)
+        if self.echo:
+            print("  $", " ".join(self.cmd), flush=True)
+        self.t0 = time.monotonic()
+        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        return self
+
+    def wait(self, timeout):
+        """Waits up to timeout seconds for the job to exit and returns its exit status; past
+        that, SIGKILLs its process group and fails."""
+        try:
+            self.out, _ = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.out, _ = self.proc.communicate()
+            self._write_log()
+            self.fail(f"job did not finish within {timeout} s; log in {self.log_path()}:\n"
+                      f"{self.out[-4000:]}")
+        self.elapsed = time.monotonic() - self.t0
+        self._write_log()
+        return self.proc.returncode
+
+    def run(self, timeout):
+        """start() then wait(timeout): the exit status."""
+        return self.start().wait(timeout)
+
+    def log_path(self):
+        return os.path.join(self.dir, "job.log")
+
+    def _write_log(self):
+        with open(self.log_path(), "w") as f:
+            f.write(self.out or "")
+
+    def status_json(self):
+        """The status file's contents now, or None (not written yet, or unreadable)."""
+        try:
+            return load_json(self.status)
+        except (OSError, ValueError):
+            return None
+
+    def wait_status(self, pred, timeout=60, poll_s=0.02):
+        """Polls the status file every poll_s seconds until pred(status) is true and returns
+        that status; fails when the job ends first or after timeout seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.wait(10)
+                self.fail(f"job ended (exit {self.proc.returncode}) before the expected state "
+                          f"was reached:\n{self.out[-4000:]}")
+            st = self.status_json()
+            if st and pred(st):
+                return st
+            time.sleep(poll_s)
+        self.fail(f"timed out ({timeout} s) waiting for the status file to reach the expected "
+                  f"state")
+
+    def wait_trainer(self, logical, min_steps=0, timeout=60, poll_s=0.02):
+        """wait_status() until the job is running and trainer `logical` has done min_steps
+        steps; returns that rank (dict with pid, world_rank, steps_done, ...)."""
+        def ready(st):
+            r = trainer(st, logical)
+            return st.get("job") == "running" and r is not None and r["steps_done"] >= min_steps
+        return trainer(self.wait_status(ready, timeout, poll_s), logical)
+
+    def inject(self, sig, rank, kind):
+        """Sends signal sig to rank (a dict from the status file) after logging the ground truth
+        (wall-clock time, kind, pid, world rank) to the job's fault log, if it has one."""
+        if self.fault_log:
+            with open(self.fault_log, "a") as f:
+                f.write(json.dumps({"time": time.time(), "kind": kind, "pid": rank["pid"],
+                                    "world_rank": rank["world_rank"]}) + "\n")
+        os.kill(rank["pid"], sig)
+        print(f"  injected {kind} into world rank {rank['world_rank']} (pid {rank['pid']})",
+              flush=True)
+
+    def kill_all(self, ranks=None):
+        """SIGKILLs the whole job: its process group (ftrt-run, mpirun) and every rank of
+        `ranks` (status-file dicts; default: those of the status file now), then collects it."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        if ranks is None:
+            ranks = (self.status_json() or {"ranks": []})["ranks"]
+        for r in ranks:
+            try:
+                os.kill(r["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return self.wait(60)
+
+    def load_report(self):
+        """The job's report JSON (self.report)."""
+        return load_json(self.report)
+
+
+def train_job(directory, binary, np_=6, train_args=MLP_ARGS, spares=None,
+              heartbeat_timeout_ms=None, status=None, fresh=True):
+    """A job of an ftrt example (train_mlp's command line) laid out in `directory`: ckpt/,
+    final.params, report.json, faults.jsonl, the status file in ckpt/status.json unless given:
+    ftrt-run --status STATUS -- mpirun --enable-recovery ... -np np_ binary train_args
+    --ckpt-dir ... --params-out ... --report .... np_ counts the coordinator and the spares;
+    spares (FTRT_SPARES) defaults to the runtime's own default."""
+    ckpt = os.path.join(directory, "ckpt")
+    params = os.path.join(directory, "final.params")
+    report = os.path.join(directory, "report.json")
+    status = status or os.path.join(ckpt, "status.json")
+    fault_log = os.path.join(directory, "faults.jsonl")
+    cmd = ftrt_run_cmd(mpirun_cmd(np_, [binary] + list(train_args) + [
+        "--ckpt-dir", ckpt, "--params-out", params, "--report", report]), status=status)
+    job = Job(directory, cmd, job_env({"FTRT_FAULT_LOG": fault_log}, spares=spares,
+                                      heartbeat_timeout_ms=heartbeat_timeout_ms),
+              status=status, fresh=fresh)
+    job.ckpt, job.params, job.report = ckpt, params, report
+    return job
+
+
+# ---- case scripts ------------------------------------------------------------------------------
+
+class Case:
+    """One ctest case: fn(args) (args: --bin, --work) returns None or 0 to pass, another exit
+    status to end with it; raises Fail (exit 1) or Skip (77). timeout_s: the ctest TIMEOUT.
+    fixture: "setup" (makes the reference the others need), "required" or None. listed=False:
+    not listed by --list (CMake adds it by hand, e.g. with another binary)."""
+
+    def __init__(self, fn, timeout_s=300, fixture=None, listed=True):
+        self.fn, self.timeout_s, self.fixture, self.listed = fn, timeout_s, fixture, listed
+
+
+def case(table, name=None, **kw):
+    """Decorator: registers case_<name>(args) in table (dict) as Case(fn, **kw)."""
+    def register(fn):
+        table[name or fn.__name__[len("case_"):]] = Case(fn, **kw)
+        return fn
+    return register
+
+
+def case_main(cases, description=None, argv=None):
+    """The command line of a case script: `--bin BIN --work DIR <case>` runs a case of cases
+    (name -> Case) and returns its exit status (0 pass, 1 fail, 77 skipped, also when mpirun is
+    missing); `--list` prints "<case> <timeout_s> <setup|required|->" per listed case, which
+    tests/integration/CMakeLists.txt turns into ctests."""
+    ap = argparse.ArgumentParser(description=description,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", help="the job's program")
+    ap.add_argument("--work", help="work directory (kept: logs, references)")
+    ap.add_argument("--list", action="store_true", help="list the cases for CMake and exit")
+    ap.add_argument("case", nargs="?", choices=list(cases))
+    a = ap.parse_args(argv)
+    if a.list:
+        for name, c in cases.items():
+            if c.listed:
+                print(name, c.timeout_s, c.fixture or "-")
+        return 0
+    if not (a.bin and a.work and a.case):
+        ap.error("--bin, --work and a case are required")
+    if shutil.which("mpirun") is None:
+        print("mpirun not found: skipping")
+        return SKIP
+    os.makedirs(a.work, exist_ok=True)
+    print(f"case {a.case}:", flush=True)
+    try:
+        rc = cases[a.case].fn(a)
+    except Fail as e:
+        print("FAIL:", e, flush=True)
+        return 1
+    except Skip as e:
+        print(f"{e}: skipping", flush=True)
+        return SKIP
+    if rc:
+        return rc
+    print("PASS", flush=True)
+    return 0
