@@ -2,7 +2,7 @@
  * ledger.h - the goodput ledger (internal): where every rank-second of the job went.
  *
  * Each rank keeps a timeline of intervals of its own time, one kind at a time (ledger.c); the
- * coordinator merges them with the failure events and computes, following ARCHITECTURE.md
+ * coordinator merges them with the failure events and computes, following docs/ARCHITECTURE.md
  * ("Goodput ledger"; the GAU x ECTR x eMFU decomposition):
  *   allocated  = (trainers + spares) x wall                      (rank-seconds)
  *   GAU        = trainer rank-seconds / allocated

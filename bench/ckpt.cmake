@@ -1,5 +1,5 @@
 # bench/ftrt_bench_ckpt: the measuring half of bench/ftrt-bench-ckpt (checkpoint stall, persist
-# and restore throughput; README "Checkpoint engine"). Included from the top-level
+# and restore throughput; docs/checkpoint.md "Measured"). Included from the top-level
 # CMakeLists.txt.
 add_executable(ftrt_bench_ckpt ${CMAKE_CURRENT_LIST_DIR}/ckpt_bench.c)
 target_link_libraries(ftrt_bench_ckpt PRIVATE ftrt::ftrt)

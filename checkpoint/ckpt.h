@@ -1,7 +1,7 @@
 /*
  * ckpt.h - checkpoint format, io_uring shard I/O, commit and restore (internal to libftrt).
  *
- * On-disk layout (see README "Checkpoint format"):
+ * On-disk layout (see docs/checkpoint.md "Shard format"):
  *   <dir>/step-<S>/rank-<r>.ftrt   one shard per logical rank r of N trainers
  *   <dir>/step-<S>/MANIFEST        JSON, written by the coordinator once every shard is durable
  *   <dir>/LATEST                   "step-<S>\n", replaced atomically (temp, fsync, rename, fsync dir)

@@ -1,6 +1,7 @@
 /*
- * engine.c - the asynchronous checkpoint engine: region registry, snapshot, background persist,
- * commit bookkeeping and restore (ARCHITECTURE.md "Checkpoints").
+ * engine.c - the asynchronous checkpoint engine: snapshot, background persist and the
+ * commit bookkeeping (docs/ARCHITECTURE.md "Checkpoints"; the region registry and restore are
+ * runtime/regions.c).
  *
  * A checkpoint of step S on a trainer goes through three stages:
  *

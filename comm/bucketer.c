@@ -9,7 +9,7 @@
  * covers are ready and every earlier piece has started. With piece_bytes = 0 a piece is the
  * whole bucket: DDP's behaviour. Smaller pieces shorten the tail of a step: the last bucket to
  * become ready starts communicating while the backward pass still produces its tensors, instead
- * of all at once at the end (README, "Overlapped collectives", has the measurements). Pieces
+ * of all at once at the end (docs/collectives.md has the measurements). Pieces
  * depend only on the counts, dtype and configuration, so they are the same on every trainer.
  */
 #include <errno.h>

@@ -5,7 +5,7 @@
  * rank 0 becomes the coordinator (control plane, failure detection, checkpoint commit, report),
  * world ranks 1..N are trainers (logical ranks 0..N-1), and the last S world ranks are hot
  * spares that wait inside ftrt_init() and take a failed trainer's place without restarting the
- * job. See README.md ("Design") for the protocol.
+ * job. See docs/detection-and-recovery.md ("Control plane") for the protocol.
  *
  * Conventions (after liburing and NCCL):
  *  - Every function returns int: 0 (or a count) on success, a negative code on failure:

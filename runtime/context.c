@@ -2,7 +2,7 @@
  * context.c - ftrt_init/ftrt_finalize, roles, region registry, checkpoint and restore entry
  * points, step bookkeeping.
  *
- * Start-up (ARCHITECTURE.md "Roles"): world rank 0 opens the control-plane socket and
+ * Start-up (docs/ARCHITECTURE.md "Roles"): world rank 0 opens the control-plane socket and
  * broadcasts {address, port, secret} with MPI_Bcast; every other rank connects, says hello and
  * waits for its WELCOME. Trainers build the training communicator with MPI_Comm_create_group
  * over world ranks 1..N; spares block in ftrt_init() until promoted or shut down; the

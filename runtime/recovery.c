@@ -1,5 +1,5 @@
 /*
- * recovery.c - the trainer side of an epoch change (ARCHITECTURE.md "Recovery").
+ * recovery.c - the trainer side of an epoch change (docs/ARCHITECTURE.md "Recovery").
  *
  * ftrt_recover(): report progress for the new epoch, wait for the coordinator's PLAN (re-report
  * if a newer epoch folds in another failure), abandon the old communicator and its buffers,

@@ -6,7 +6,7 @@
  * is declared failed on connection EOF/reset (the process died) or when nothing arrived from it
  * for heartbeat_timeout_ms (frozen process or lost host); a failed rank that may still be alive
  * on this host is fenced with SIGKILL so it can never rejoin a communicator or a checkpoint.
- * A trainer failure starts an epoch change (ARCHITECTURE.md "Recovery"): FAILURE(E+1) to the
+ * A trainer failure starts an epoch change (docs/ARCHITECTURE.md "Recovery"): FAILURE(E+1) to the
  * survivors, their REPORTs, a PLAN with the resume step and the state source, RESUMED from every
  * member; failures before the PLAN is sent are folded into a newer epoch, later ones abort.
  */

@@ -7,7 +7,7 @@
  * bound detection - last message heard. MTTR is detection -> the last member's RESUMED. Goodput
  * is the rank-seconds of kept steps (each trainer times its own steps; a dead rank's figure
  * comes from its last heartbeat) over allocated = (trainers + spares) x wall time.
- * JSON schema (version 1): see README.md "Report".
+ * JSON schema (version 1): see docs/report-schema.md "Report".
  */
 #include <errno.h>
 #include <json-c/json.h>

@@ -136,7 +136,7 @@ def grad_averager(ctx):
         ctx.allreduce(gather)
         exact = gather.astype(np.float64).mean(axis=0)
         # N - 1 float32 additions in any order, then the rounding of (float)(1/N) and of the
-        # product: |result - mean| <= gamma(N + 1) * mean_i |g_i| (see README, "PyTorch")
+        # product: |result - mean| <= gamma(N + 1) * mean_i |g_i| (see docs/pytorch.md, "Parity with torch.distributed, and the tolerance")
         bound = gamma(n + 1) * np.abs(gather.astype(np.float64)).mean(axis=0) + 2.0 ** -149
         err = np.abs(got.astype(np.float64) - exact)
         worst = int(np.argmax(err / bound))

@@ -1,7 +1,7 @@
 """Real mpirun jobs of examples/train_torch.py: ftrt (1 coordinator + 4 trainers + 1 hot
 spare) against torch.distributed gloo DDP (4 ranks), and ftrt with a SIGKILLed trainer.
 
-Tolerances (README, "PyTorch"): with u = 2^-24 (float32 unit roundoff) and
+Tolerances (docs/pytorch.md, "Parity with torch.distributed, and the tolerance"): with u = 2^-24 (float32 unit roundoff) and
 gamma(k) = k u / (1 - k u), an averaged gradient is fl(sum of N float32 gradients, in the
 order the allreduce chooses) times (float)(1/N), so it differs from the exact mean by at most
 gamma(N + 1) * mean_i |g_i| per element, whatever the summation order; two allreduces that add

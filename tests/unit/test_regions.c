@@ -1,0 +1,133 @@
+/*
+ * test_regions.c - the runtime's entry points above the engines (runtime/regions.c,
+ * runtime/data.c): the region registry's checks, the argument, role and state checks of the
+ * checkpoint and data-plane calls. A trainer context is assembled by hand here on purpose:
+ * this is the runtime's own test; the engines below are tested through their ports
+ * (test_ckpt_engine, test_bucket, test_async).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "ftrt.h"
+#include "helpers.h"
+#include "runtime/internal.h"
+
+typedef struct fixture {
+    struct ftrt_ctx *ctx;
+    char dir[4096];
+} fixture;
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    struct ftrt_ctx *ctx = calloc(1, sizeof *ctx);
+    assert_int_equal(t_tmpdir(f->dir, sizeof f->dir, "regions"), 0);
+    ftrt_config_init(&ctx->cfg, sizeof ctx->cfg);
+    memcpy(ctx->cfg.ckpt_dir, f->dir, strlen(f->dir) + 1);
+    ctx->role = FTRT__ROLE_TRAINER;
+    ctx->size = 1;
+    t_watch_init(&ctx->watch);
+    ftrt__plane_init(&ctx->plane, &ctx->watch, (ftrt__host){0}, 0, 50);
+    ftrt__ckpt_opts o;
+    ftrt__ckpt_opts_from(&ctx->cfg, &o);
+    assert_int_equal(ftrt__ckpt_engine_new(&o, &ctx->watch, (ftrt__host){0}, &ctx->ckpt), 0);
+    pthread_mutex_init(&ctx->ledger_lock, NULL);
+    assert_int_equal(ftrt__ledger_init(&ctx->ledger, FTRT__IV_COMPUTE, 0, 100), 0);
+    f->ctx = ctx;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    ftrt__ckpt_engine_free(f->ctx->ckpt);
+    ftrt__ledger_free(&f->ctx->ledger);
+    pthread_mutex_destroy(&f->ctx->ledger_lock);
+    free(f->ctx->regs);
+    free(f->ctx);
+    t_rmtree(f->dir);
+    free(f);
+    return 0;
+}
+
+/* The registry refuses bad names, flags and duplicates; device regions need CUDA. */
+static void registry(void **state)
+{
+    fixture *f = *state;
+    struct ftrt_ctx *ctx = f->ctx;
+    char m[3][64];
+    char longname[80];
+    memset(longname, 'x', sizeof longname - 1);
+    longname[sizeof longname - 1] = 0;
+    assert_int_equal(ftrt_register(ctx, "a", m[0], 64, FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(ftrt_register(ctx, "b", m[1], 64, FTRT_REGION_SHARDED), 1);
+    assert_int_equal(ftrt_register(ctx, "a", m[2], 64, FTRT_REGION_SHARDED), FTRT_EINVAL);
+    assert_int_equal(ftrt_register(ctx, "x", m[2], 64, 8u), FTRT_EINVAL);
+    assert_int_equal(ftrt_register(ctx, "", m[2], 64, 0), FTRT_EINVAL);
+    assert_int_equal(ftrt_register(ctx, longname, m[2], 64, 0), FTRT_EINVAL);
+    assert_int_equal(ftrt_register(ctx, "n", NULL, 64, 0), FTRT_EINVAL);
+    assert_int_equal(ftrt_register(NULL, "n", m[2], 64, 0), FTRT_EINVAL);
+    if (!ftrt__ckpt_device) /* a CPU-only libftrt */
+        assert_int_equal(ftrt_register(ctx, "gpu", m[2], 64,
+                                       FTRT_REGION_REPLICATED | FTRT_REGION_DEVICE),
+                         FTRT_ENOTSUP);
+    assert_int_equal(ctx->nregs, 2);
+    assert_int_equal(ftrt_unregister(ctx, "b"), 0);
+    assert_int_equal(ftrt_unregister(ctx, "b"), FTRT_EINVAL);
+    assert_int_equal(ftrt_unregister(ctx, NULL), FTRT_EINVAL);
+    assert_int_equal(ctx->nregs, 1);
+}
+
+/* Argument, role and state checks of the checkpoint and data-plane entry points. */
+static void entry_checks(void **state)
+{
+    fixture *f = *state;
+    struct ftrt_ctx *ctx = f->ctx;
+    ftrt_ckpt_stats s;
+    assert_int_equal(ftrt_checkpoint(NULL, 1), FTRT_EINVAL);
+    assert_int_equal(ftrt_checkpoint(ctx, -1), FTRT_EINVAL);
+    assert_int_equal(ftrt_checkpoint_wait_snapshot(NULL), FTRT_EINVAL);
+    assert_int_equal(ftrt_checkpoint_stats(NULL, &s, sizeof s), FTRT_EINVAL);
+    assert_int_equal(ftrt_checkpoint_stats(ctx, &s, 2), FTRT_EINVAL);
+    assert_int_equal(ftrt_checkpoint_stats(ctx, &s, sizeof s), 0);
+    assert_int_equal(s.last_committed_step, -1);
+    assert_int_equal(ftrt_checkpoint_wait_commit(ctx, 5, 10), FTRT_EINVAL); /* never taken */
+    ctx->watch.needs_recover = 1; /* an operation returned FTRT_ERECOVER */
+    assert_int_equal(ftrt_checkpoint(ctx, 1), FTRT_ESTATE);
+    ctx->watch.needs_recover = 0;
+    t_watch_announce(&ctx->watch, 1); /* a failure announced: checkpoints are refused */
+    assert_int_equal(ftrt_checkpoint(ctx, 1), FTRT_ERECOVER);
+    t_watch_announce(&ctx->watch, 0);
+    /* No communicator yet: the data plane refuses, it does not hang. */
+    double x = 1;
+    ftrt_request *r = (ftrt_request *)1;
+    assert_int_equal(ftrt_allreduce(ctx, &x, 1, FTRT_FLOAT64, FTRT_SUM), FTRT_ESTATE);
+    assert_int_equal(ftrt_allreduce(NULL, &x, 1, FTRT_FLOAT64, FTRT_SUM), FTRT_EINVAL);
+    assert_int_equal(ftrt_allreduce_start(ctx, &x, 1, FTRT_FLOAT64, FTRT_SUM, &r), FTRT_ESTATE);
+    assert_null(r);
+    /* Only trainers train. */
+    size_t counts[1] = {1};
+    ftrt_bucketer *b = (ftrt_bucketer *)1;
+    ctx->role = FTRT__ROLE_SPARE;
+    assert_int_equal(ftrt_bucketer_create(ctx, counts, 1, FTRT_FLOAT32, NULL, &b), FTRT_ESTATE);
+    assert_null(b);
+    assert_int_equal(ftrt_allreduce(ctx, &x, 1, FTRT_FLOAT64, FTRT_SUM), FTRT_ESTATE);
+    assert_int_equal(ftrt_checkpoint(ctx, 1), FTRT_ESTATE);
+    assert_int_equal(ftrt_register(ctx, "s", &x, sizeof x, 0), FTRT_ESTATE);
+    ctx->role = FTRT__ROLE_TRAINER;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(registry, setup, teardown),
+        cmocka_unit_test_setup_teardown(entry_checks, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
