@@ -26,43 +26,13 @@
 #include "checkpoint/ckpt.h"
 #include "checkpoint/format.h"
 #include "ftrt.h"
+#include "helpers.h"
 
-/* ---- scratch directories ----------------------------------------------------------------- */
+/* ---- scratch directories (helpers.h) ----------------------------------------------------- */
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void rm_rf(const char *path)
-{
-    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-/* Creates a fresh directory <base>/ckpt-XXXXXX into buf. */
-static void make_tmpdir(char *buf, size_t cap)
-{
-    const char *base = getenv("FTRT_TEST_TMP");
-    if (!base || !*base) base = "/tmp";
-    assert_int_equal(ftrt__mkdir_p(base), 0);
-    assert_true((size_t)snprintf(buf, cap, "%s/ckpt-XXXXXX", base) < cap);
-    assert_non_null(mkdtemp(buf));
-}
-
-static int path_exists(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int path_exists(const char *fmt, ...)
-{
-    char p[4096];
-    struct stat st;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(p, sizeof p, fmt, ap);
-    va_end(ap);
-    return stat(p, &st) == 0;
-}
+static void make_tmpdir(char *buf, size_t cap) { assert_int_equal(t_tmpdir(buf, cap, "ckpt"), 0); }
+#define rm_rf(path) t_rmtree(path)
+#define path_exists t_exists
 
 static void write_text(const char *path, const char *text)
 {
