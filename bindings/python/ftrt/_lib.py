@@ -21,13 +21,13 @@ __all__ = [
     "FtrtRecover", "FtrtNoSpare", "FtrtCoordLost", "FtrtAborted", "FtrtConfigError",
     "FtrtCorrupt", "FtrtNoCheckpoint", "FtrtMismatch", "FtrtProtocol", "FtrtMPIError",
     "FtrtInvalid", "FtrtState", "FtrtTimeout", "FtrtNoDevice", "FtrtCudaError", "FtrtNcclError",
-    "FtrtNotSupported", "check", "error_for", "err_name", "strerror", "PROTOTYPES",
-    "GPU_PROTOTYPES", "ERRORS",
+    "FtrtNotSupported", "check", "error_for", "err_name", "strerror", "version", "last_error",
+    "PROTOTYPES", "GPU_PROTOTYPES", "ERRORS",
 ]
 
 # ----------------------------------------------------------------------------------------------
-# Return codes (FTRT_ERROR_MAP and the positive results of ftrt.h). tests/python checks this
-# table against the header and against ftrt_err_name() of the loaded library.
+# Return codes (FTRT_ERROR_MAP of ftrt.h: the positive results and the errors). tests/python
+# checks this table against the header and against ftrt_err_name() of the loaded library.
 # ----------------------------------------------------------------------------------------------
 
 OK = 0
@@ -336,9 +336,13 @@ _vp = ctypes.c_void_p                      # opaque handles (ftrt_ctx*, ftrt_req
 _pvp = ctypes.POINTER(ctypes.c_void_p)     # handle out-parameters (ftrt_ctx **, ...)
 _pi64 = ctypes.POINTER(ctypes.c_int64)
 
+_pint = ctypes.POINTER(ctypes.c_int)
+
 PROTOTYPES = {
     "ftrt_strerror": (ctypes.c_char_p, [_c_int]),
     "ftrt_err_name": (ctypes.c_char_p, [_c_int]),
+    "ftrt_version": (_c_int, [_pint, _pint, _pint]),
+    "ftrt_last_error": (ctypes.c_char_p, []),
     "ftrt_config_init": (_c_int, [ctypes.POINTER(Config), _c_size]),
     "ftrt_init": (_c_int, [ctypes.POINTER(Config), _pvp]),
     "ftrt_finalize": (_c_int, [_vp]),
@@ -495,6 +499,19 @@ def strerror(code):
 def err_name(code):
     """ftrt_err_name(code): "FTRT_ERECOVER", "ENOSPC", "OK", ..., or "UNKNOWN"."""
     return lib().ftrt_err_name(int(code)).decode(errors="replace")
+
+
+def version():
+    """ftrt_version(): the loaded library's version as a (major, minor, patch) tuple of ints."""
+    major, minor, patch = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    lib().ftrt_version(ctypes.byref(major), ctypes.byref(minor), ctypes.byref(patch))
+    return major.value, minor.value, patch.value
+
+
+def last_error():
+    """ftrt_last_error(): the last error-level message libftrt logged on the calling thread
+    (str; "" when none). Not cleared by successful calls: read it right after an error."""
+    return lib().ftrt_last_error().decode(errors="replace")
 
 
 def check(rc, call=None):
