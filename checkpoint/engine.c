@@ -424,7 +424,7 @@ static void persist_one(struct ftrt__ckpt_engine *e, job *j)
     ftrt_ctx *ctx = e->ctx;
     if (e->reg_gen != e->gen) register_slots(e); /* gen changes only while idle */
     ftrt__wopts o = {.qd = (unsigned)ctx->cfg.ckpt_qd, .chunk = chunk_bytes(ctx),
-                     .direct = ctx->cfg.ckpt_direct, .delay_ms = ctx->cfg.debug_ckpt_write_delay_ms,
+                     .direct = ctx->cfg.ckpt_direct, .delay_ms = ftrt__knobs.ckpt_write_delay_ms,
                      .abandoned = job_abandoned_cb, .arg = j};
     ftrt__wstat ws = {0};
     double t0 = ftrt__now();

@@ -132,9 +132,24 @@ FTRT_API const char *ftrt_last_error(void);
  * Job configuration. Fill it with ftrt_config_init(), then override fields the application sets
  * itself (command-line flags win over the environment, which wins over the defaults).
  * String fields are NUL-terminated and copied by ftrt_init(); the caller keeps ownership.
+ * Each setting's environment variable, default and accepted range are listed in README.md
+ * ("Configuration"), generated from the one table in runtime/config.c that also parses and
+ * validates them; ftrt_init() refuses (FTRT_ECONFIG) a field outside its range.
+ *
+ * ABI (as NCCL's ncclConfig_t): the struct is versioned by its size field and append-only:
+ * within a major version (the version field), fields are only ever added at the end, never
+ * removed, reordered or retyped. A caller compiled against an older ftrt.h passes its smaller
+ * sizeof to ftrt_config_init() and ftrt_init(): the library sets and reads only the fields that
+ * lie wholly within that size, and the fields past it take their defaults (and FTRT_*
+ * environment variables) inside ftrt_init(). A struct larger than the library's (a newer
+ * header than the library) is refused. ABI break in 0.1.0: the test knobs
+ * debug_recovery_delay_ms and debug_ckpt_write_delay_ms were removed from the struct (they are
+ * environment-only now, see runtime/knobs.h); a program built against an earlier ftrt.h passes
+ * a larger size and is refused with FTRT_EINVAL / FTRT_ECONFIG, it must be rebuilt.
  */
 typedef struct ftrt_config {
-    uint32_t size;            /* sizeof(ftrt_config), set by ftrt_config_init() */
+    uint32_t size;            /* bytes of the struct as the caller knows it (sizeof(ftrt_config)
+                                 of its ftrt.h), set by ftrt_config_init() */
     uint32_t version;         /* FTRT_VERSION_MAJOR at build time */
     int spares;               /* FTRT_SPARES: hot spares; -1 = 1 if world >= 3, else 0 */
     int heartbeat_ms;         /* FTRT_HEARTBEAT_MS: heartbeat period, ms (default 100) */
@@ -157,8 +172,6 @@ typedef struct ftrt_config {
                                  once a step time has been measured */
     double straggler_ratio;   /* FTRT_STRAGGLER_RATIO: compute time per step above this multiple
                                  of the trainers' median is reported as a straggler (default 1.5) */
-    int debug_recovery_delay_ms; /* FTRT_DEBUG_RECOVERY_DELAY_MS: test knob: survivors sleep this
-                                 long after receiving a recovery plan (default 0) */
     double peak_flops;        /* FTRT_PEAK_FLOPS: peak FLOP/s of one rank, for eMFU (0 = unknown
                                  unless ftrt_set_job_info() gives it) */
     double mtbf_s;            /* FTRT_MTBF_S: expected mean time between failures, seconds, for
@@ -183,8 +196,6 @@ typedef struct ftrt_config {
                                  FTRT_CKPT_SKIP ("skip") */
     int ckpt_direct;          /* FTRT_CKPT_DIRECT: 1 (default) = O_DIRECT where the file system
                                  accepts it, else buffered (said once); 0 = always buffered */
-    int debug_ckpt_write_delay_ms; /* FTRT_DEBUG_CKPT_WRITE_DELAY_MS: test knob: the persist thread
-                                 sleeps this long after each completed write (default 0) */
     int async_progress;       /* FTRT_ASYNC_PROGRESS: 1 (default) = a progress thread drives the
                                  overlapped collectives when MPI provides MPI_THREAD_MULTIPLE;
                                  0 = progress only inside ftrt calls */
@@ -198,9 +209,13 @@ typedef struct ftrt_config {
 
 /*
  * Fills *cfg with defaults, then applies FTRT_* environment variables.
- *   cfg:  caller-owned struct; size: sizeof(ftrt_config) as the caller knows it (ABI check).
- * Returns 0, FTRT_EINVAL (NULL cfg or size too small), or FTRT_ECONFIG when an environment
- * variable holds a bad value (the log names it; the field keeps its default).
+ *   cfg:  caller-owned struct; only its first `size` bytes are written.
+ *   size: sizeof(ftrt_config) as the caller knows it, in bytes: from 8 (the size and version
+ *         fields) up to the library's sizeof(ftrt_config); the fields that lie wholly within it
+ *         are set (see the ABI note above) and cfg->size receives it.
+ * Returns 0, FTRT_EINVAL (NULL cfg, size below 8 or above the library's sizeof(ftrt_config)),
+ * or FTRT_ECONFIG when an environment variable holds a bad value (the log and ftrt_last_error()
+ * name it; the field keeps its default).
  * Thread-safe (reads the environment only).
  */
 FTRT_API int ftrt_config_init(ftrt_config *cfg, size_t size);
@@ -215,7 +230,8 @@ typedef struct ftrt_ctx ftrt_ctx;
  * Joins the job. Collective over MPI_COMM_WORLD at start. If MPI is not initialized, ftrt
  * initializes it (MPI_THREAD_MULTIPLE, so that overlapped collectives get a progress thread;
  * see ftrt_allreduce_start()) and ftrt_finalize() finalizes it.
- *   cfg:  configuration (NULL = ftrt_config_init() defaults); copied.
+ *   cfg:  configuration (NULL = ftrt_config_init() defaults); its first cfg->size bytes are
+ *         copied, the fields past them take their defaults (see ftrt_config).
  *   out:  receives the context, owned by the caller until ftrt_finalize().
  * Returns:
  *   0           a trainer: train as ftrt_rank() of ftrt_size(). A promoted hot spare also

@@ -23,7 +23,8 @@
 #include "ftrt.h"
 
 #ifdef FTRT_FUZZ_STANDALONE
-/* The libFuzzer build links only checkpoint/ and the logger: the clock comes from here. */
+/* The libFuzzer build links only checkpoint/ and the logger: the clock and the (all off) test
+ * knobs come from here. */
 #include <time.h>
 double ftrt__now(void)
 {
@@ -31,6 +32,7 @@ double ftrt__now(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
+struct ftrt__knobs ftrt__knobs;
 #endif
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -106,9 +106,19 @@ def test_structs_accepted_by_the_init_functions():
     cfg = _lib.Config()
     assert ftrt.lib().ftrt_config_init(ctypes.byref(cfg), ctypes.sizeof(cfg)) in (0, ftrt.ECONFIG)
     assert cfg.size == ctypes.sizeof(_lib.Config), "library's sizeof(ftrt_config) differs"
-    assert cfg.version == 0
+    assert cfg.version == ftrt.version()[0]
+    # Append-only: an older, smaller struct is accepted (here: one that ended before
+    # async_progress), a larger one (a binding newer than the library) refused.
     small = _lib.Config()
-    assert ftrt.lib().ftrt_config_init(ctypes.byref(small), ctypes.sizeof(small) - 1) == ftrt.EINVAL
+    ctypes.memset(ctypes.byref(small), 0x5a, ctypes.sizeof(small))
+    old = _lib.Config.async_progress.offset
+    assert ftrt.lib().ftrt_config_init(ctypes.byref(small), old) in (0, ftrt.ECONFIG)
+    assert small.size == old and small.heartbeat_ms == cfg.heartbeat_ms
+    assert small.async_progress == 0x5a5a5a5a  # past the size: not written
+    big = (ctypes.c_char * (ctypes.sizeof(_lib.Config) + 8))()
+    assert ftrt.lib().ftrt_config_init(ctypes.cast(big, ctypes.POINTER(_lib.Config)),
+                                       ctypes.sizeof(big)) == ftrt.EINVAL
+    assert ftrt.lib().ftrt_config_init(ctypes.byref(small), 7) == ftrt.EINVAL
     bc = _lib.BucketConfig()
     assert ftrt.lib().ftrt_bucket_config_init(ctypes.byref(bc), ctypes.sizeof(bc)) == 0
     assert bc.size == ctypes.sizeof(_lib.BucketConfig)

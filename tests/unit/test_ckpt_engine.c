@@ -165,8 +165,9 @@ static int teardown(void **state)
     nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     pthread_mutex_destroy(&f->lock);
     free(f);
-    ftrt__ckpt_force_buffered = 0;
-    ftrt__ckpt_no_fallocate = 0;
+    ftrt__knobs.ckpt_force_buffered = 0; /* test knobs are process-wide: reset them */
+    ftrt__knobs.ckpt_no_fallocate = 0;
+    ftrt__knobs.ckpt_write_delay_ms = 0;
     return 0;
 }
 
@@ -319,8 +320,8 @@ static void policies(void **state)
     size_t n = 2u << 20;
     unsigned char *p = malloc(n);
     fill(p, n, 5);
-    f->ctx->cfg.ckpt_staging_mb = 3;             /* one 2 MiB + 4 KiB shard */
-    f->ctx->cfg.debug_ckpt_write_delay_ms = 40;  /* 256 KiB requests: >= 9 x 40 ms */
+    f->ctx->cfg.ckpt_staging_mb = 3;      /* one 2 MiB + 4 KiB shard */
+    ftrt__knobs.ckpt_write_delay_ms = 40; /* 256 KiB requests: >= 9 x 40 ms */
     assert_int_equal(ftrt_register(f->ctx, "w", p, n, FTRT_REGION_REPLICATED), 0);
     assert_int_equal(ftrt_checkpoint(f->ctx, 1), 0);
     assert_int_equal(stats(f).staging_slots, 1);
@@ -359,7 +360,7 @@ static void epoch_change_abandons(void **state)
     assert_int_equal(ftrt_register(f->ctx, "w", p, n, FTRT_REGION_REPLICATED), 0);
     assert_int_equal(ftrt_checkpoint(f->ctx, 5), 0);
     assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 5, 20000), 0);
-    f->ctx->cfg.debug_ckpt_write_delay_ms = 50;
+    ftrt__knobs.ckpt_write_delay_ms = 50;
     fill(p, n, 12);
     int before = ndone(f);
     assert_int_equal(ftrt_checkpoint(f->ctx, 6), 0);
@@ -384,7 +385,7 @@ static void epoch_change_abandons(void **state)
     assert_int_equal(load_equals(f, 5, 1, names, &n, fl, want), 0);
     /* The new epoch checkpoints again. */
     f->ctx->epoch = 1;
-    f->ctx->cfg.debug_ckpt_write_delay_ms = 0;
+    ftrt__knobs.ckpt_write_delay_ms = 0;
     assert_int_equal(ftrt_checkpoint(f->ctx, 6), 0);
     assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 6, 20000), 0);
     assert_int_equal(ftrt_checkpoint_start(f->ctx, 7), 0);
@@ -488,7 +489,7 @@ static void buffered_fallback(void **state)
     size_t n = 1u << 20;
     unsigned char *p = malloc(n);
     fill(p, n, 51);
-    ftrt__ckpt_force_buffered = 1;
+    ftrt__knobs.ckpt_force_buffered = 1;
     assert_int_equal(ftrt_register(f->ctx, "w", p, n, FTRT_REGION_REPLICATED), 0);
     assert_int_equal(ftrt_checkpoint(f->ctx, 9), 0);
     assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 9, 20000), 0);
@@ -509,13 +510,13 @@ static void drain_and_free(void **state)
     unsigned char *p = malloc(n);
     fill(p, n, 61);
     assert_int_equal(ftrt_register(f->ctx, "w", p, n, FTRT_REGION_REPLICATED), 0);
-    f->ctx->cfg.debug_ckpt_write_delay_ms = 20;
+    ftrt__knobs.ckpt_write_delay_ms = 20;
     assert_int_equal(ftrt_checkpoint(f->ctx, 1), 0);
     ftrt__ckpt_drain(f->ctx);
     ftrt_ckpt_stats s = stats(f);
     assert_int_equal(s.committed, 1);
     assert_true(exists("%s/step-1/MANIFEST", f->dir));
-    f->ctx->cfg.debug_ckpt_write_delay_ms = 200;
+    ftrt__knobs.ckpt_write_delay_ms = 200;
     assert_int_equal(ftrt_checkpoint(f->ctx, 2), 0);
     for (int i = 0; i < 500 && !exists("%s/step-2/rank-0.ftrt.tmp", f->dir); i++) usleep(2000);
     double t0 = ftrt__now();
@@ -563,8 +564,7 @@ static void settings(void **state)
 {
     (void)state;
     static const char *vars[] = {"FTRT_CKPT_QD", "FTRT_CKPT_CHUNK_KB", "FTRT_CKPT_STAGING_MB",
-                                 "FTRT_CKPT_POLICY", "FTRT_CKPT_DIRECT",
-                                 "FTRT_DEBUG_CKPT_WRITE_DELAY_MS"};
+                                 "FTRT_CKPT_POLICY", "FTRT_CKPT_DIRECT"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
     ftrt_config c;
     assert_int_equal(ftrt_config_init(&c, sizeof c), 0);
@@ -573,7 +573,6 @@ static void settings(void **state)
     assert_int_equal(c.ckpt_staging_mb, 0);
     assert_int_equal(c.ckpt_policy, FTRT_CKPT_WAIT);
     assert_int_equal(c.ckpt_direct, 1);
-    assert_int_equal(c.debug_ckpt_write_delay_ms, 0);
     setenv("FTRT_CKPT_QD", "32", 1);
     setenv("FTRT_CKPT_CHUNK_KB", "1024", 1);
     setenv("FTRT_CKPT_STAGING_MB", "512", 1);
@@ -640,10 +639,10 @@ static void enospc(void **state)
     assert_int_equal(ftrt_register(f->ctx, "b", b, big, FTRT_REGION_REPLICATED), 1);
     assert_int_equal(ftrt_checkpoint(f->ctx, 2), 0);
     assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 2, 20000), -ENOSPC); /* fallocate */
-    ftrt__ckpt_no_fallocate = 1;
+    ftrt__knobs.ckpt_no_fallocate = 1;
     assert_int_equal(ftrt_checkpoint(f->ctx, 3), 0);
     assert_int_equal(ftrt_checkpoint_wait_commit(f->ctx, 3, 20000), -ENOSPC); /* a write */
-    ftrt__ckpt_no_fallocate = 0;
+    ftrt__knobs.ckpt_no_fallocate = 0;
     assert_false(exists("%s/step-2/rank-0.ftrt.tmp", f->dir));
     assert_false(exists("%s/step-3/rank-0.ftrt.tmp", f->dir));
     assert_false(exists("%s/step-3/rank-0.ftrt", f->dir));

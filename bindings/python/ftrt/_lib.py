@@ -214,10 +214,13 @@ class _StrFields(ctypes.Structure):
 
 
 class Config(_StrFields):
-    """ftrt_config (include/ftrt.h), field for field. Fill it with Config.from_env() (which
-    calls ftrt_config_init() with ctypes.sizeof(Config)), then override fields; string fields
-    with cfg.set_str("ckpt_dir", path). Units are those of the header: *_ms milliseconds,
-    *_s seconds, *_kb KiB, *_mb MiB, peak_flops FLOP/s."""
+    """ftrt_config (include/ftrt.h), field for field (ctest unit.settings_table checks the
+    fields, their order and types against the settings table of runtime/config.c; tests/python
+    their offsets against the compiler). Fill it with Config.from_env() (which calls
+    ftrt_config_init() with ctypes.sizeof(Config)), then override fields; string fields with
+    cfg.set_str("ckpt_dir", path). Units are those of the header: *_ms milliseconds, *_s
+    seconds, *_kb KiB, *_mb MiB, *_us microseconds, peak_flops FLOP/s. The struct is append-only:
+    a newer library accepts this mirror and gives the fields it lacks their defaults."""
 
     _fields_ = [
         ("size", ctypes.c_uint32),
@@ -235,7 +238,6 @@ class Config(_StrFields):
         ("coord_addr", ctypes.c_char * 256),
         ("progress_timeout_ms", ctypes.c_int),
         ("straggler_ratio", ctypes.c_double),
-        ("debug_recovery_delay_ms", ctypes.c_int),
         ("peak_flops", ctypes.c_double),
         ("mtbf_s", ctypes.c_double),
         ("metrics_file", ctypes.c_char * 1024),
@@ -246,7 +248,6 @@ class Config(_StrFields):
         ("ckpt_staging_mb", ctypes.c_int),
         ("ckpt_policy", ctypes.c_int),
         ("ckpt_direct", ctypes.c_int),
-        ("debug_ckpt_write_delay_ms", ctypes.c_int),
         ("async_progress", ctypes.c_int),
         ("progress_poll_us", ctypes.c_int),
     ]
@@ -257,8 +258,9 @@ class Config(_StrFields):
 
         A bad environment value (FTRT_ECONFIG) keeps that field's default; it is raised as
         FtrtConfigError when `strict`, else reported with warnings.warn (the library's log
-        names the variable). Raises FtrtInvalid when the library's ftrt_config is larger than
-        this mirror (the binding is older than the library)."""
+        names the variable). A library with a larger ftrt_config (newer than this binding)
+        gives the fields this mirror lacks their defaults; raises FtrtInvalid when this mirror is
+        larger than the library's ftrt_config (the binding is newer than the library)."""
         cfg = cls()
         rc = lib().ftrt_config_init(ctypes.byref(cfg), ctypes.sizeof(cfg))
         if rc == ECONFIG and not strict:
