@@ -1,10 +1,11 @@
 /*
- * config.c - defaults and FTRT_* environment variables, read in one place.
+ * config.c - the settings of ftrt_config, their defaults, FTRT_* environment variables and
+ * ranges, in one table; and the test knobs (base/knobs.h).
  *
  * Precedence: application (fields set after ftrt_config_init) > environment > defaults.
  */
 #include <errno.h>
-#include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,162 +14,269 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "base/proto.h"
+#include "base/knobs.h"
 #include "ftrt.h"
 
-/* Parses env var `name` as an int in [lo, hi] into *out. Returns 0 (also when unset) or
- * FTRT_ECONFIG after logging the bad value; *out is unchanged then. */
-static int env_int(const char *name, int lo, int hi, int *out)
+/*
+ * Every setting of ftrt_config, in the struct's order (unit.config checks the order and that
+ * every field after size and version is here), written once:
+ *   X(field, environment variable, kind, default, lo, hi, names, doc)
+ * kind:
+ *   INT   int in [lo, hi]
+ *   POW2  int in [lo, hi] and a power of two
+ *   DBL   double in [lo, hi] (NaN refused)
+ *   ENUM  int in [lo, hi]; the environment gives one of `names` ("a|b|c", case-insensitive),
+ *         the field holds its index
+ *   STR   NUL-terminated char[] of at least lo bytes (hi unused); the environment value is
+ *         taken as it is, empty included, when it fits
+ * From this table come ftrt_config_init() (defaults, then the environment; a bad value is
+ * logged by name and the default kept), the range checks of ftrt__config_check() (an
+ * application-set field outside its range is refused; the default itself is always accepted,
+ * e.g. spares = -1) and README.md's configuration table (ftrt__settings(), tools/settings_table.c,
+ * ctest unit.settings_table). The doc is the README's "meaning" column: no '|'.
+ */
+#define FTRT__SETTINGS(X)                                                                          \
+    X(spares, "FTRT_SPARES", INT, -1, 0, FTRT__MAX_WORLD, NULL,                                    \
+      "hot spares (the last world ranks); -1 = 1 if the world has at least 3 processes, else 0")   \
+    X(heartbeat_ms, "FTRT_HEARTBEAT_MS", INT, 100, 1, 60000, NULL,                                 \
+      "heartbeat period of every rank's agent thread, ms")                                         \
+    X(heartbeat_timeout_ms, "FTRT_HEARTBEAT_TIMEOUT_MS", INT, 1000, 2, 3600000, NULL,              \
+      "silence after which a rank is declared failed (and fenced), ms; must exceed the "           \
+      "heartbeat period")                                                                          \
+    X(init_timeout_ms, "FTRT_INIT_TIMEOUT_MS", INT, 60000, 100, 3600000, NULL,                     \
+      "time for every rank to connect at start, ms")                                               \
+    X(ckpt_keep, "FTRT_CKPT_KEEP", INT, 2, 1, 1000000, NULL, "committed checkpoints kept")         \
+    X(log_level, "FTRT_LOG", ENUM, FTRT__LOG_WARN, 0, 3, "error|warn|info|debug",                  \
+      "log level (stderr, `ftrt[w<world rank>]` prefix); the field holds 0..3")                    \
+    X(ckpt_dir, "FTRT_CKPT_DIR", STR, "ftrt-ckpt", 1, 0, NULL,                                     \
+      "checkpoint directory (shared by all ranks)")                                                \
+    X(status_file, "FTRT_STATUS_FILE", STR, "", 0, 0, NULL,                                        \
+      "the coordinator's status file; empty = `<ckpt_dir>/status.json`")                           \
+    X(report_file, "FTRT_REPORT", STR, "", 0, 0, NULL,                                             \
+      "JSON report path (train_mlp: `--report`); empty = none")                                    \
+    X(fault_log, "FTRT_FAULT_LOG", STR, "", 0, 0, NULL,                                            \
+      "JSON-lines ground truth written by a fault injector, for true MTTD; empty = none")          \
+    X(coord_addr, "FTRT_COORD_ADDR", STR, "", 0, 0, NULL,                                          \
+      "address the coordinator listens on; empty = the host's first non-loopback IPv4 address "    \
+      "(127.0.0.1 if none)")                                                                       \
+    X(progress_timeout_ms, "FTRT_PROGRESS_TIMEOUT_MS", INT, 0, 0, 86400000, NULL,                  \
+      "stalled-progress timeout, ms; 0 = adaptive: max(5 s, 10 × median step time), armed once "   \
+      "a step time is measured")                                                                   \
+    X(straggler_ratio, "FTRT_STRAGGLER_RATIO", DBL, 1.5, 1.0, 1000.0, NULL,                        \
+      "compute time per step above this multiple of the trainers' median is reported as a "        \
+      "straggler")                                                                                 \
+    X(peak_flops, "FTRT_PEAK_FLOPS", DBL, 0.0, 0.0, 1e21, NULL,                                    \
+      "peak FLOP/s of one rank, for eMFU; 0 = unknown unless `ftrt_set_job_info()` gives it")      \
+    X(mtbf_s, "FTRT_MTBF_S", DBL, 0.0, 0.0, 1e12, NULL,                                            \
+      "mean time between failures for the checkpoint-interval advice, s; 0 = the observed one")    \
+    X(metrics_file, "FTRT_METRICS_FILE", STR, "", 0, 0, NULL,                                      \
+      "OpenMetrics text file rewritten every 2 s by the coordinator (for a node exporter's "       \
+      "textfile collector); empty = none")                                                         \
+    X(progress, "FTRT_PROGRESS", INT, -1, -1, 1, NULL,                                             \
+      "live progress line on the coordinator's stderr: -1 = when stderr is a terminal, 0 = off, "  \
+      "1 = on")                                                                                    \
+    X(timeline_max, "FTRT_TIMELINE_MAX", INT, 200000, 0, 100000000, NULL,                          \
+      "ledger intervals kept per rank for the report's timeline (totals stay exact)")              \
+    X(ckpt_qd, "FTRT_CKPT_QD", INT, 8, 1, 256, NULL,                                               \
+      "checkpoint write (and restore read) requests in flight per shard")                          \
+    X(ckpt_chunk_kb, "FTRT_CKPT_CHUNK_KB", POW2, 4096, 64, 65536, NULL,                            \
+      "bytes per checkpoint I/O request, KiB")                                                     \
+    X(ckpt_staging_mb, "FTRT_CKPT_STAGING_MB", INT, 0, 0, 1 << 30, NULL,                           \
+      "staging memory for snapshots, MiB: two shards = double buffering, one = a single buffer, "  \
+      "less = synchronous writes; 0 = two shards, within half of the physical memory")            \
+    X(ckpt_policy, "FTRT_CKPT_POLICY", ENUM, FTRT_CKPT_WAIT, 0, 1, "wait|skip",                    \
+      "when every staging buffer is still being written: `wait` for the oldest, or `skip` this "   \
+      "checkpoint (counted in the report); the field holds `FTRT_CKPT_WAIT` or `FTRT_CKPT_SKIP`")  \
+    X(ckpt_direct, "FTRT_CKPT_DIRECT", INT, 1, 0, 1, NULL,                                         \
+      "1 = O_DIRECT where the file system accepts it (else buffered, said once); 0 = always "      \
+      "buffered")                                                                                  \
+    X(async_progress, "FTRT_ASYNC_PROGRESS", INT, 1, 0, 1, NULL,                                   \
+      "overlapped collectives: 1 = a progress thread (when MPI provides `MPI_THREAD_MULTIPLE`), "  \
+      "0 = progress inside ftrt calls only")                                                       \
+    X(progress_poll_us, "FTRT_PROGRESS_POLL_US", INT, 50, 0, 100000, NULL,                         \
+      "the progress thread's poll interval while a collective is in flight, µs (it sleeps while "  \
+      "none is)")
+
+/* The default in the descriptor's number or string slot, by kind. */
+#define FTRT__DEFNUM_INT(d) (double)(d)
+#define FTRT__DEFNUM_POW2(d) (double)(d)
+#define FTRT__DEFNUM_DBL(d) (double)(d)
+#define FTRT__DEFNUM_ENUM(d) (double)(d)
+#define FTRT__DEFNUM_STR(d) 0.0
+#define FTRT__DEFSTR_INT(d) NULL
+#define FTRT__DEFSTR_POW2(d) NULL
+#define FTRT__DEFSTR_DBL(d) NULL
+#define FTRT__DEFSTR_ENUM(d) NULL
+#define FTRT__DEFSTR_STR(d) d
+
+static const ftrt__setting settings[] = {
+#define FTRT__SETTING(field, env, kind, def, lo, hi, names, doc)                                   \
+    {#field, env, FTRT__SET_##kind, offsetof(ftrt_config, field),                              \
+     sizeof(((ftrt_config *)0)->field), FTRT__DEFNUM_##kind(def), FTRT__DEFSTR_##kind(def),   \
+     (double)(lo), (double)(hi), names, doc},
+    FTRT__SETTINGS(FTRT__SETTING)
+#undef FTRT__SETTING
+};
+#define NSETTINGS ((int)(sizeof settings / sizeof settings[0]))
+
+/* Each kind is stored in a field of its type: int for INT/POW2/ENUM, double for DBL, char[]
+ * for STR. */
+#define FTRT__FIELD(f) (((ftrt_config *)0)->f)
+#define FTRT__TYPE_INT(f) _Generic(FTRT__FIELD(f), int: 1, default: 0)
+#define FTRT__TYPE_POW2(f) FTRT__TYPE_INT(f)
+#define FTRT__TYPE_ENUM(f) FTRT__TYPE_INT(f)
+#define FTRT__TYPE_DBL(f) _Generic(FTRT__FIELD(f), double: 1, default: 0)
+#define FTRT__TYPE_STR(f)                                                                          \
+    _Generic(&FTRT__FIELD(f)[0], char *: sizeof FTRT__FIELD(f) > 1, default: 0)
+#define FTRT__TYPECHECK(field, env, kind, def, lo, hi, names, doc)                                 \
+    _Static_assert(FTRT__TYPE_##kind(field), "ftrt_config." #field " is not of its kind's type");
+FTRT__SETTINGS(FTRT__TYPECHECK)
+#undef FTRT__TYPECHECK
+
+/* The bytes before the first setting: size and version. */
+#define HEADER_BYTES offsetof(ftrt_config, spares)
+
+const ftrt__setting *ftrt__settings(int *n)
 {
-    const char *v = getenv(name);
-    if (!v || !*v) return 0;
+    *n = NSETTINGS;
+    return settings;
+}
+
+static void *field_at(ftrt_config *cfg, const ftrt__setting *s)
+{
+    return (char *)cfg + s->offset;
+}
+
+/* Index of v among the '|'-separated names (case-insensitive), or -1. */
+static int name_index(const char *names, const char *v)
+{
+    size_t len = strlen(v);
+    int i = 0;
+    for (const char *p = names;; i++) {
+        const char *bar = strchr(p, '|');
+        size_t n = bar ? (size_t)(bar - p) : strlen(p);
+        if (n == len && !strncasecmp(p, v, n)) return i;
+        if (!bar) return -1;
+        p = bar + 1;
+    }
+}
+
+/* names with ", " between them, into buf. */
+static const char *names_list(const char *names, char *buf, size_t cap)
+{
+    size_t o = 0;
+    for (const char *p = names; *p && o + 3 < cap; p++) {
+        if (*p == '|') {
+            buf[o++] = ',';
+            buf[o++] = ' ';
+        } else {
+            buf[o++] = *p;
+        }
+    }
+    buf[o] = 0;
+    return buf;
+}
+
+/* Applies setting s's environment variable to cfg. Returns 0 (also when unset) or FTRT_ECONFIG
+ * after logging the bad value; the field is unchanged then. */
+static int env_apply(ftrt_config *cfg, const ftrt__setting *s)
+{
+    const char *v = getenv(s->env);
+    if (!v) return 0;
+    if (s->kind == FTRT__SET_STR) {
+        if (strlen(v) >= s->size) {
+            ftrt_log_error("%s is %zu bytes long; the limit is %zu", s->env, strlen(v),
+                           s->size - 1);
+            return FTRT_ECONFIG;
+        }
+        memcpy(field_at(cfg, s), v, strlen(v) + 1);
+        return 0;
+    }
+    if (!*v) return 0;
     char *end;
     errno = 0;
+    if (s->kind == FTRT__SET_DBL) {
+        double *out = field_at(cfg, s);
+        double x = strtod(v, &end);
+        if (errno || *end || !(x >= s->lo && x <= s->hi)) {
+            ftrt_log_error("%s=\"%s\" is not a number in [%g, %g]; keeping %g", s->env, v, s->lo,
+                           s->hi, *out);
+            return FTRT_ECONFIG;
+        }
+        *out = x;
+        return 0;
+    }
+    int *out = field_at(cfg, s);
+    if (s->kind == FTRT__SET_ENUM) {
+        int i = name_index(s->names, v);
+        if (i < 0) {
+            char list[256];
+            ftrt_log_error("%s=\"%s\" is not one of %s", s->env, v,
+                           names_list(s->names, list, sizeof list));
+            return FTRT_ECONFIG;
+        }
+        *out = i;
+        return 0;
+    }
     long x = strtol(v, &end, 10);
-    if (errno || *end || x < lo || x > hi) {
-        ftrt_log_error("%s=\"%s\" is not an integer in [%d, %d]; keeping %d", name, v, lo, hi,
-                       *out);
+    if (errno || *end || x < (long)s->lo || x > (long)s->hi) {
+        ftrt_log_error("%s=\"%s\" is not an integer in [%ld, %ld]; keeping %d", s->env, v,
+                       (long)s->lo, (long)s->hi, *out);
+        return FTRT_ECONFIG;
+    }
+    if (s->kind == FTRT__SET_POW2 && (x & (x - 1))) {
+        ftrt_log_error("%s=%ld is not a power of two; keeping %d", s->env, x, *out);
         return FTRT_ECONFIG;
     }
     *out = (int)x;
     return 0;
 }
 
-static int env_double(const char *name, double lo, double hi, double *out)
+/* Sets the settings that lie wholly within the first `bytes` bytes of cfg (present = 1), or
+ * those that do not (present = 0), to their defaults, then applies their environment variables.
+ * Returns 0 or FTRT_ECONFIG (the first bad variable; every one is logged). */
+static int fill(ftrt_config *cfg, size_t bytes, int present)
 {
-    const char *v = getenv(name);
-    if (!v || !*v) return 0;
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (errno || *end || !(x >= lo && x <= hi)) {
-        ftrt_log_error("%s=\"%s\" is not a number in [%g, %g]; keeping %g", name, v, lo, hi, *out);
-        return FTRT_ECONFIG;
+    int rc = 0;
+    for (int i = 0; i < NSETTINGS; i++) {
+        const ftrt__setting *s = &settings[i];
+        if ((s->offset + s->size <= bytes) != present) continue;
+        void *f = field_at(cfg, s);
+        switch (s->kind) {
+        case FTRT__SET_DBL: *(double *)f = s->def; break;
+        case FTRT__SET_STR: snprintf(f, s->size, "%s", s->def_str); break;
+        default: *(int *)f = (int)s->def; break;
+        }
+        int r = env_apply(cfg, s);
+        if (!rc) rc = r;
     }
-    *out = x;
-    return 0;
-}
-
-static int env_str(const char *name, char *dst, size_t cap)
-{
-    const char *v = getenv(name);
-    if (!v) return 0;
-    if (strlen(v) >= cap) {
-        ftrt_log_error("%s is %zu bytes long; the limit is %zu", name, strlen(v), cap - 1);
-        return FTRT_ECONFIG;
-    }
-    memcpy(dst, v, strlen(v) + 1);
-    return 0;
-}
-
-int ftrt__parse_log_level(const char *v)
-{
-    static const char *names[] = {"error", "warn", "info", "debug"};
-    for (int i = 0; i < 4; i++)
-        if (!strcasecmp(v, names[i])) return i;
-    return -1;
-}
-
-/* FTRT_CKPT_POLICY=wait|skip. */
-static int env_policy(int *out)
-{
-    const char *v = getenv("FTRT_CKPT_POLICY");
-    if (!v || !*v) return 0;
-    if (!strcasecmp(v, "wait")) *out = FTRT_CKPT_WAIT;
-    else if (!strcasecmp(v, "skip")) *out = FTRT_CKPT_SKIP;
-    else {
-        ftrt_log_error("FTRT_CKPT_POLICY=\"%s\" is not one of wait, skip", v);
-        return FTRT_ECONFIG;
-    }
-    return 0;
-}
-
-/* FTRT_CKPT_CHUNK_KB: a power of two in [64, 65536]. */
-static int env_chunk(int *out)
-{
-    int kb = *out;
-    int rc = env_int("FTRT_CKPT_CHUNK_KB", 64, 65536, &kb);
-    if (rc) return rc;
-    if (kb & (kb - 1)) {
-        ftrt_log_error("FTRT_CKPT_CHUNK_KB=%d is not a power of two; keeping %d", kb, *out);
-        return FTRT_ECONFIG;
-    }
-    *out = kb;
-    return 0;
-}
-
-static int env_log(int *out)
-{
-    const char *v = getenv("FTRT_LOG");
-    if (!v || !*v) return 0;
-    int lvl = ftrt__parse_log_level(v);
-    if (lvl < 0) {
-        ftrt_log_error("FTRT_LOG=\"%s\" is not one of error, warn, info, debug", v);
-        return FTRT_ECONFIG;
-    }
-    *out = lvl;
-    return 0;
+    return rc;
 }
 
 int ftrt_config_init(ftrt_config *cfg, size_t size)
 {
-    if (!cfg || size < sizeof(ftrt_config)) return FTRT_EINVAL;
-    memset(cfg, 0, sizeof *cfg);
-    cfg->size = sizeof *cfg;
+    if (!cfg || size < HEADER_BYTES || size > sizeof(ftrt_config)) return FTRT_EINVAL;
+    memset(cfg, 0, size);
+    cfg->size = (uint32_t)size;
     cfg->version = FTRT_VERSION_MAJOR;
-    cfg->spares = -1;
-    cfg->heartbeat_ms = 100;
-    cfg->heartbeat_timeout_ms = 1000;
-    cfg->init_timeout_ms = 60000;
-    cfg->ckpt_keep = 2;
-    cfg->straggler_ratio = 1.5;
-    cfg->progress = -1;
-    cfg->timeline_max = 200000;
-    cfg->ckpt_qd = 8;
-    cfg->ckpt_chunk_kb = 4096;
-    cfg->ckpt_direct = 1;
-    cfg->async_progress = 1;
-    cfg->progress_poll_us = 50;
-    cfg->log_level = FTRT__LOG_WARN;
-    snprintf(cfg->ckpt_dir, sizeof cfg->ckpt_dir, "ftrt-ckpt");
+    return fill(cfg, size, 1);
+}
 
-    int rc = 0, r;
-#define KEEP_FIRST(x) (r = (x), rc = rc ? rc : r)
-    KEEP_FIRST(env_log(&cfg->log_level));
-    KEEP_FIRST(env_int("FTRT_SPARES", 0, FTRT__MAX_WORLD, &cfg->spares));
-    KEEP_FIRST(env_int("FTRT_HEARTBEAT_MS", 1, 60000, &cfg->heartbeat_ms));
-    KEEP_FIRST(env_int("FTRT_HEARTBEAT_TIMEOUT_MS", 2, 3600000, &cfg->heartbeat_timeout_ms));
-    KEEP_FIRST(env_int("FTRT_INIT_TIMEOUT_MS", 100, 3600000, &cfg->init_timeout_ms));
-    KEEP_FIRST(env_int("FTRT_CKPT_KEEP", 1, 1000000, &cfg->ckpt_keep));
-    KEEP_FIRST(env_str("FTRT_CKPT_DIR", cfg->ckpt_dir, sizeof cfg->ckpt_dir));
-    KEEP_FIRST(env_str("FTRT_STATUS_FILE", cfg->status_file, sizeof cfg->status_file));
-    KEEP_FIRST(env_str("FTRT_REPORT", cfg->report_file, sizeof cfg->report_file));
-    KEEP_FIRST(env_str("FTRT_FAULT_LOG", cfg->fault_log, sizeof cfg->fault_log));
-    KEEP_FIRST(env_str("FTRT_COORD_ADDR", cfg->coord_addr, sizeof cfg->coord_addr));
-    KEEP_FIRST(env_int("FTRT_PROGRESS_TIMEOUT_MS", 0, 86400000, &cfg->progress_timeout_ms));
-    KEEP_FIRST(env_double("FTRT_STRAGGLER_RATIO", 1.0, 1000.0, &cfg->straggler_ratio));
-    KEEP_FIRST(env_int("FTRT_DEBUG_RECOVERY_DELAY_MS", 0, 600000, &cfg->debug_recovery_delay_ms));
-    KEEP_FIRST(env_double("FTRT_PEAK_FLOPS", 0.0, 1e21, &cfg->peak_flops));
-    KEEP_FIRST(env_double("FTRT_MTBF_S", 0.0, 1e12, &cfg->mtbf_s));
-    KEEP_FIRST(env_str("FTRT_METRICS_FILE", cfg->metrics_file, sizeof cfg->metrics_file));
-    KEEP_FIRST(env_int("FTRT_PROGRESS", -1, 1, &cfg->progress));
-    KEEP_FIRST(env_int("FTRT_TIMELINE_MAX", 0, 100000000, &cfg->timeline_max));
-    KEEP_FIRST(env_int("FTRT_CKPT_QD", 1, 256, &cfg->ckpt_qd));
-    KEEP_FIRST(env_chunk(&cfg->ckpt_chunk_kb));
-    KEEP_FIRST(env_int("FTRT_CKPT_STAGING_MB", 0, 1 << 30, &cfg->ckpt_staging_mb));
-    KEEP_FIRST(env_policy(&cfg->ckpt_policy));
-    KEEP_FIRST(env_int("FTRT_CKPT_DIRECT", 0, 1, &cfg->ckpt_direct));
-    KEEP_FIRST(env_int("FTRT_DEBUG_CKPT_WRITE_DELAY_MS", 0, 600000, &cfg->debug_ckpt_write_delay_ms));
-    KEEP_FIRST(env_int("FTRT_ASYNC_PROGRESS", 0, 1, &cfg->async_progress));
-    KEEP_FIRST(env_int("FTRT_PROGRESS_POLL_US", 0, 100000, &cfg->progress_poll_us));
-#undef KEEP_FIRST
-    return rc;
+void ftrt__config_adopt(ftrt_config *dst, const ftrt_config *src)
+{
+    size_t n = src->size;
+    if (n < HEADER_BYTES || n > sizeof *dst) n = HEADER_BYTES; /* ftrt__config_check refuses it */
+    memcpy(dst, src, n);
+    fill(dst, n, 0); /* a bad variable is logged; its field keeps the default */
 }
 
 int ftrt__config_check(const ftrt_config *cfg, int world, int *spares_out)
 {
-    if (cfg->size < sizeof(ftrt_config) || cfg->version != FTRT_VERSION_MAJOR) {
-        ftrt_log_error("ftrt_config was not set up with ftrt_config_init() (size %u, version %u)",
-                       cfg->size, cfg->version);
+    if (cfg->size < HEADER_BYTES || cfg->size > sizeof(ftrt_config) ||
+        cfg->version != FTRT_VERSION_MAJOR) {
+        ftrt_log_error("ftrt_config was not set up with ftrt_config_init() of this library "
+                       "(size %u, version %u; this library: size %zu at most, version %d)",
+                       cfg->size, cfg->version, sizeof(ftrt_config), FTRT_VERSION_MAJOR);
         return FTRT_ECONFIG;
     }
     if (world < 2) {
@@ -181,10 +289,35 @@ int ftrt__config_check(const ftrt_config *cfg, int world, int *spares_out)
                        FTRT__MAX_WORLD);
         return FTRT_ECONFIG;
     }
-    if (cfg->progress_timeout_ms < 0 || !(cfg->straggler_ratio >= 1.0)) {
-        ftrt_log_error("progress timeout (%d ms) must be >= 0 and the straggler ratio (%g) >= 1",
-                       cfg->progress_timeout_ms, cfg->straggler_ratio);
-        return FTRT_ECONFIG;
+    for (int i = 0; i < NSETTINGS; i++) {
+        const ftrt__setting *s = &settings[i];
+        const char *f = (const char *)cfg + s->offset;
+        if (s->kind == FTRT__SET_STR) {
+            size_t len = strnlen(f, s->size);
+            if (len == s->size || len < (size_t)s->lo) {
+                ftrt_log_error("ftrt_config.%s (%s) is %s", s->field, s->env,
+                               len == s->size ? "not NUL-terminated" : "empty");
+                return FTRT_ECONFIG;
+            }
+        } else if (s->kind == FTRT__SET_DBL) {
+            double v;
+            memcpy(&v, f, sizeof v);
+            if (!(v >= s->lo && v <= s->hi) && v != s->def) {
+                ftrt_log_error("ftrt_config.%s (%s) = %g is not in [%g, %g]", s->field, s->env,
+                               v, s->lo, s->hi);
+                return FTRT_ECONFIG;
+            }
+        } else {
+            int v;
+            memcpy(&v, f, sizeof v);
+            int pow2 = s->kind == FTRT__SET_POW2;
+            if ((v < s->lo || v > s->hi || (pow2 && (v & (v - 1)))) && v != (int)s->def) {
+                ftrt_log_error("ftrt_config.%s (%s) = %d is not %sin [%ld, %ld]", s->field,
+                               s->env, v, pow2 ? "a power of two " : "", (long)s->lo,
+                               (long)s->hi);
+                return FTRT_ECONFIG;
+            }
+        }
     }
     int spares = cfg->spares < 0 ? (world >= 3 ? 1 : 0) : cfg->spares;
     if (spares > world - 2) {
@@ -192,32 +325,50 @@ int ftrt__config_check(const ftrt_config *cfg, int world, int *spares_out)
                        "trainers + spares): use at most %d", spares, world, world - 2);
         return FTRT_ECONFIG;
     }
-    if (cfg->heartbeat_ms < 1 || cfg->heartbeat_timeout_ms <= cfg->heartbeat_ms) {
+    if (cfg->heartbeat_timeout_ms <= cfg->heartbeat_ms) {
         ftrt_log_error("heartbeat timeout (%d ms) must exceed the heartbeat period (%d ms)",
                        cfg->heartbeat_timeout_ms, cfg->heartbeat_ms);
         return FTRT_ECONFIG;
     }
-    if (cfg->ckpt_qd < 1 || cfg->ckpt_qd > 256 || cfg->ckpt_chunk_kb < 64 ||
-        cfg->ckpt_chunk_kb > 65536 || (cfg->ckpt_chunk_kb & (cfg->ckpt_chunk_kb - 1)) ||
-        cfg->ckpt_staging_mb < 0 || cfg->debug_ckpt_write_delay_ms < 0 ||
-        (cfg->ckpt_policy != FTRT_CKPT_WAIT && cfg->ckpt_policy != FTRT_CKPT_SKIP)) {
-        ftrt_log_error("checkpoint engine settings invalid: qd=%d (1..256) chunk=%d KiB (power of "
-                       "two, 64..65536) staging=%d MiB policy=%d",
-                       cfg->ckpt_qd, cfg->ckpt_chunk_kb, cfg->ckpt_staging_mb, cfg->ckpt_policy);
-        return FTRT_ECONFIG;
-    }
-    if ((cfg->async_progress != 0 && cfg->async_progress != 1) || cfg->progress_poll_us < 0 ||
-        cfg->progress_poll_us > 100000) {
-        ftrt_log_error("overlapped-collective settings invalid: async_progress=%d (0 or 1) "
-                       "progress_poll_us=%d (0..100000)", cfg->async_progress,
-                       cfg->progress_poll_us);
-        return FTRT_ECONFIG;
-    }
-    if (cfg->ckpt_keep < 1 || !cfg->ckpt_dir[0]) {
-        ftrt_log_error("checkpoint settings invalid: keep=%d dir=\"%s\"", cfg->ckpt_keep,
-                       cfg->ckpt_dir);
-        return FTRT_ECONFIG;
-    }
     *spares_out = spares;
     return 0;
+}
+
+/* ---- test knobs (base/knobs.h) -------------------------------------------------------- */
+
+struct ftrt__knobs ftrt__knobs;
+
+int ftrt__knobs_read(struct ftrt__knobs *k)
+{
+    int rc = 0;
+#define FTRT__KNOB_READ(field, env, max, doc)                                                      \
+    do {                                                                                           \
+        const char *v = getenv(env);                                                               \
+        if (!v || !*v) break;                                                                      \
+        char *end;                                                                                 \
+        errno = 0;                                                                                 \
+        long x = strtol(v, &end, 10);                                                              \
+        if (errno || *end || x < 0 || x > (max)) {                                                 \
+            ftrt_log_error("%s=\"%s\" is not an integer in [0, %d]; test knob ignored", env, v,   \
+                           (int)(max));                                                            \
+            rc = -1;                                                                               \
+            break;                                                                                 \
+        }                                                                                          \
+        k->field = (int32_t)x;                                                                     \
+    } while (0);
+    FTRT__KNOBS(FTRT__KNOB_READ)
+#undef FTRT__KNOB_READ
+    return rc;
+}
+
+static pthread_once_t knobs_once = PTHREAD_ONCE_INIT;
+
+static void knobs_load_once(void)
+{
+    ftrt__knobs_read(&ftrt__knobs);
+}
+
+void ftrt__knobs_load(void)
+{
+    pthread_once(&knobs_once, knobs_load_once);
 }

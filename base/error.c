@@ -1,4 +1,5 @@
-/* error.c - names and messages for ftrt return codes (one X-macro table in ftrt.h). */
+/* error.c - names and messages for ftrt return codes (one X-macro table in ftrt.h), and the
+ * library's version. */
 #include <errno.h>
 #include <string.h>
 
@@ -8,9 +9,6 @@ const char *ftrt_strerror(int code)
 {
     switch (code) {
     case 0: return "success";
-    case FTRT_DONE: return "this rank's role ended: finalize and exit without training";
-    case FTRT_SKIP_MPI_FINALIZE:
-        return "a process died during the job: exit without calling MPI_Finalize";
 #define FTRT__MSG(name, value, msg)                                                                \
     case name: return msg;
         FTRT_ERROR_MAP(FTRT__MSG)
@@ -29,8 +27,6 @@ const char *ftrt_err_name(int code)
 {
     switch (code) {
     case 0: return "OK";
-    case FTRT_DONE: return "FTRT_DONE";
-    case FTRT_SKIP_MPI_FINALIZE: return "FTRT_SKIP_MPI_FINALIZE";
 #define FTRT__NAME(name, value, msg)                                                               \
     case name: return #name;
         FTRT_ERROR_MAP(FTRT__NAME)
@@ -42,4 +38,12 @@ const char *ftrt_err_name(int code)
         if (s) return s;
     }
     return "UNKNOWN";
+}
+
+int ftrt_version(int *major, int *minor, int *patch)
+{
+    if (major) *major = FTRT_VERSION_MAJOR;
+    if (minor) *minor = FTRT_VERSION_MINOR;
+    if (patch) *patch = FTRT_VERSION_PATCH;
+    return FTRT_VERSION_MAJOR * 10000 + FTRT_VERSION_MINOR * 100 + FTRT_VERSION_PATCH;
 }

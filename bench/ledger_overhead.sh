@@ -9,7 +9,7 @@ build=${1:-$root/build}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cc -O2 -std=c11 -D_GNU_SOURCE -I "$root/include" -I "$root" "$root/bench/ledger_overhead.c" \
-   "$root/runtime/ledger.c" -lm -lpthread -o "$work/ledger_overhead"
+   "$root/base/ledger.c" -lm -lpthread -o "$work/ledger_overhead"
 rec=$("$work/ledger_overhead" | tee /dev/stderr | awk '{print $3}')
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 -np 5 "$build/examples/train_mlp" \

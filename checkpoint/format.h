@@ -43,6 +43,7 @@
 #include "base/crc32c.h"
 #include "base/fs.h"
 #include "checkpoint/ckpt.h"
+#include "base/knobs.h" /* test knobs of the I/O paths */
 
 #define FTRT__SHARD_MAGIC "FTRTSHRD"
 #define FTRT__SHARD_VERSION 1u
@@ -124,10 +125,6 @@ struct ftrt__io {
     int have_ring;
 };
 
-/* Test hook: when non-zero, ftrt__io_init() never sets up an io_uring (exercises the
- * fallback). */
-extern int ftrt__io_force_sync;
-
 /* Sets up io; never fails (falls back to synchronous I/O). */
 void ftrt__io_init(ftrt__io *io);
 void ftrt__io_exit(ftrt__io *io);
@@ -155,11 +152,6 @@ int ftrt__regions_check(const ftrt__region *regs, int nregs);
 
 /* ---- io_uring paths of the engine (uring.c) ---------------------------------------------- */
 
-/* Test hooks: skip the fallocate before a shard is written (so that a full file system fails
- * in the middle of the writes), and never open checkpoint files with O_DIRECT. */
-extern int ftrt__ckpt_no_fallocate;
-extern int ftrt__ckpt_force_buffered;
-
 /* The persist thread's ring, with the staging slots registered as fixed buffers. */
 typedef struct ftrt__wring {
     struct io_uring ring;
@@ -169,7 +161,7 @@ typedef struct ftrt__wring {
 } ftrt__wring;
 
 /* Sets up w with room for qd requests in flight. Never fails: without io_uring (refused by the
- * kernel or ftrt__io_force_sync) writes use pwrite, said once at warn level. Returns 0. */
+ * kernel or the io_force_sync test knob) writes use pwrite, said once at warn level. Returns 0. */
 int ftrt__wring_init(ftrt__wring *w, unsigned qd);
 /* Unregisters the buffers and tears the ring down. Idempotent. */
 void ftrt__wring_exit(ftrt__wring *w);
@@ -233,7 +225,7 @@ void ftrt__reader_free(ftrt__reader *r);
 int ftrt__reader_read(ftrt__reader *r, int fd, uint64_t off, void *dst, size_t len,
                       uint32_t *crc);
 /* Opens path read-only with O_DIRECT. Returns the fd, or -errno (-EINVAL: not supported here,
- * said once; also when direct is 0 or ftrt__ckpt_force_buffered is set). */
+ * said once; also when direct is 0 or the ckpt_force_buffered test knob is set). */
 int ftrt__open_direct(const char *path, int direct);
 
 /* ---- paths and files (commit.c) ---------------------------------------------------------- */

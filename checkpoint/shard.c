@@ -23,8 +23,6 @@
 #include "ftrt.h"
 #include "base/log.h"
 
-int ftrt__io_force_sync;
-
 /* ---- little-endian codec ----------------------------------------------------------------- */
 
 static void put_u32(unsigned char *p, uint32_t v)
@@ -207,7 +205,7 @@ void ftrt__io_init(ftrt__io *io)
 {
     static atomic_int warned;
     memset(io, 0, sizeof *io);
-    if (ftrt__io_force_sync) return;
+    if (ftrt__knobs.io_force_sync) return;
     int rc = io_uring_queue_init(64, &io->ring, 0);
     if (rc == 0) {
         io->have_ring = 1;

@@ -35,9 +35,6 @@
 #include "ftrt.h"
 #include "base/log.h"
 
-int ftrt__ckpt_no_fallocate;
-int ftrt__ckpt_force_buffered;
-
 /* Says once per process that a file system refused O_DIRECT. */
 static void warn_buffered(const char *path, int err)
 {
@@ -83,7 +80,7 @@ void ftrt__unmap_huge(void *p, size_t len)
 int ftrt__wring_init(ftrt__wring *w, unsigned qd)
 {
     memset(w, 0, sizeof *w);
-    if (ftrt__io_force_sync) return 0;
+    if (ftrt__knobs.io_force_sync) return 0;
     int rc = io_uring_queue_init(qd + 4, &w->ring, 0);
     if (rc == 0) {
         w->have_ring = 1;
@@ -331,7 +328,7 @@ int ftrt__image_write(ftrt__wring *w, const char *dir, int64_t step, int rank,
 {
     char sdir[4096], tmp[4096], fin[4096];
     int rc, fd = -1, renamed = 0;
-    int direct = o->direct && !ftrt__ckpt_force_buffered;
+    int direct = o->direct && !ftrt__knobs.ckpt_force_buffered;
     if (st) memset(st, 0, sizeof *st);
     if ((rc = ftrt__path(sdir, sizeof sdir, "%s/step-%lld", dir, (long long)step)) < 0 ||
         (rc = ftrt__path(fin, sizeof fin, "%s/rank-%d.ftrt", sdir, rank)) < 0 ||
@@ -354,7 +351,7 @@ int ftrt__image_write(ftrt__wring *w, const char *dir, int64_t step, int rank,
         fd = -1;
         goto out;
     }
-    if (!ftrt__ckpt_no_fallocate && bytes > 0 &&
+    if (!ftrt__knobs.ckpt_no_fallocate && bytes > 0 &&
         (rc = posix_fallocate(fd, 0, (off_t)bytes)) != 0) {
         if (rc != EOPNOTSUPP && rc != ENOSYS && rc != EINVAL) {
             rc = -rc;
@@ -607,7 +604,7 @@ int ftrt__reader_read(ftrt__reader *r, int fd, uint64_t off, void *dst, size_t l
 
 int ftrt__open_direct(const char *path, int direct)
 {
-    if (!direct || ftrt__ckpt_force_buffered) return -EINVAL;
+    if (!direct || ftrt__knobs.ckpt_force_buffered) return -EINVAL;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
     if (fd < 0) {
         int e = errno;

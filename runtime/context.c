@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/fs.h"
+#include "base/knobs.h"
 #include "base/log.h"
 #include "runtime/coordinator/coordinator.h"
 #include "runtime/internal.h"
@@ -112,8 +113,9 @@ static int trainer_comm(ftrt_ctx *ctx)
 
 static int init_ctx(ftrt_ctx *ctx, const ftrt_config *cfg)
 {
+    ftrt__knobs_load(); /* test knobs: before any thread starts */
     if (cfg)
-        ctx->cfg = *cfg;
+        ftrt__config_adopt(&ctx->cfg, cfg); /* a smaller (older) struct: defaults past its size */
     else
         ftrt_config_init(&ctx->cfg, sizeof ctx->cfg);
     ftrt__log_level = ctx->cfg.log_level;

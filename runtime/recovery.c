@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/knobs.h"
 #include "base/log.h"
 #include "runtime/internal.h"
 
@@ -161,9 +162,9 @@ int ftrt_recover(ftrt_ctx *ctx, int64_t *step)
     ftrt__ckpt_quiesce(ctx->ckpt); /* old-epoch checkpoints abandoned; no snapshot reads state now */
     rc = await_plan(ctx);
     if (rc) return rc;
-    if (ctx->cfg.debug_recovery_delay_ms > 0) { /* test knob: widen the recovery window */
-        struct timespec ts = {ctx->cfg.debug_recovery_delay_ms / 1000,
-                              (ctx->cfg.debug_recovery_delay_ms % 1000) * 1000000L};
+    if (ftrt__knobs.recovery_delay_ms > 0) { /* test knob: widen the recovery window */
+        struct timespec ts = {ftrt__knobs.recovery_delay_ms / 1000,
+                              (ftrt__knobs.recovery_delay_ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);
     }
     rc = ftrt__apply_plan(ctx);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/knobs.h"
 #include "base/log.h"
 #include "runtime/internal.h"
 
@@ -24,7 +25,7 @@ void ftrt__ckpt_opts_from(const ftrt_config *cfg, ftrt__ckpt_opts *o)
     o->direct = cfg->ckpt_direct;
     o->staging_mb = cfg->ckpt_staging_mb;
     o->policy = cfg->ckpt_policy;
-    o->write_delay_ms = cfg->debug_ckpt_write_delay_ms;
+    o->write_delay_ms = ftrt__knobs.ckpt_write_delay_ms; /* test knob */
 }
 
 /* ---- checkpoints ------------------------------------------------------------------------- */

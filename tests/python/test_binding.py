@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 
 import pytest
 
@@ -15,6 +16,14 @@ from ftrt import _lib
 
 HEADER = os.path.join(REPO, "include", "ftrt.h")
 GPU_HEADER = os.path.join(REPO, "include", "ftrt_gpu.h")
+
+
+def generated_include():
+    """<build>/include, where CMake generates ftrt_version.h (ftrt.h includes it): beside the
+    loaded libftrt (FTRT_LIB = <build>/libftrt.so under ctest), else the tree's build/."""
+    here = os.path.join(os.path.dirname(os.path.abspath(ftrt.lib_path())), "include")
+    return here if os.path.exists(os.path.join(here, "ftrt_version.h")) else \
+        os.path.join(REPO, "build", "include")
 
 
 def header_text(path):
@@ -40,7 +49,7 @@ def c_prototypes(path):
 
 
 C_TO_CTYPES = {
-    "int": ctypes.c_int, "unsigned": ctypes.c_uint, "size_t": ctypes.c_size_t,
+    "int": ctypes.c_int, "int *": ctypes.POINTER(ctypes.c_int), "unsigned": ctypes.c_uint, "size_t": ctypes.c_size_t,
     "int64_t": ctypes.c_int64, "double": ctypes.c_double, "const char *": ctypes.c_char_p,
     "ftrt_dtype": ctypes.c_int, "ftrt_op": ctypes.c_int, "void *": ctypes.c_void_p,
     "cudaStream_t": ctypes.c_void_p,
@@ -97,9 +106,19 @@ def test_structs_accepted_by_the_init_functions():
     cfg = _lib.Config()
     assert ftrt.lib().ftrt_config_init(ctypes.byref(cfg), ctypes.sizeof(cfg)) in (0, ftrt.ECONFIG)
     assert cfg.size == ctypes.sizeof(_lib.Config), "library's sizeof(ftrt_config) differs"
-    assert cfg.version == 0
+    assert cfg.version == ftrt.version()[0]
+    # Append-only: an older, smaller struct is accepted (here: one that ended before
+    # async_progress), a larger one (a binding newer than the library) refused.
     small = _lib.Config()
-    assert ftrt.lib().ftrt_config_init(ctypes.byref(small), ctypes.sizeof(small) - 1) == ftrt.EINVAL
+    ctypes.memset(ctypes.byref(small), 0x5a, ctypes.sizeof(small))
+    old = _lib.Config.async_progress.offset
+    assert ftrt.lib().ftrt_config_init(ctypes.byref(small), old) in (0, ftrt.ECONFIG)
+    assert small.size == old and small.heartbeat_ms == cfg.heartbeat_ms
+    assert small.async_progress == 0x5a5a5a5a  # past the size: not written
+    big = (ctypes.c_char * (ctypes.sizeof(_lib.Config) + 8))()
+    assert ftrt.lib().ftrt_config_init(ctypes.cast(big, ctypes.POINTER(_lib.Config)),
+                                       ctypes.sizeof(big)) == ftrt.EINVAL
+    assert ftrt.lib().ftrt_config_init(ctypes.byref(small), 7) == ftrt.EINVAL
     bc = _lib.BucketConfig()
     assert ftrt.lib().ftrt_bucket_config_init(ctypes.byref(bc), ctypes.sizeof(bc)) == 0
     assert bc.size == ctypes.sizeof(_lib.BucketConfig)
@@ -125,8 +144,9 @@ def test_struct_layouts_match_the_compiler(tmp_path):
     src = tmp_path / "layout.c"
     src.write_text("\n".join(lines) + "\n")
     exe = tmp_path / "layout"
-    r = subprocess.run([cc, "-std=c11", "-I", os.path.join(REPO, "include"), str(src), "-o",
-                        str(exe)], capture_output=True, text=True)
+    r = subprocess.run([cc, "-std=c11", "-I", os.path.join(REPO, "include"), "-I",
+                        generated_include(), str(src), "-o", str(exe)],
+                       capture_output=True, text=True)
     assert r.returncode == 0, f"a field of the ctypes mirror is not in ftrt.h:\n{r.stderr}"
     got = dict(l.split(" ", 1) for l in subprocess.check_output([str(exe)], text=True).split("\n")
                if l)
@@ -140,10 +160,17 @@ def test_struct_layouts_match_the_compiler(tmp_path):
 
 def test_error_codes_match_the_header_and_the_library():
     text = header_text(HEADER)
-    header = {m.group(1): int(m.group(2))
-              for m in re.finditer(r"X\((FTRT_E\w+),\s*(-\d+)", open(HEADER).read())}
+    table = {m.group(1): int(m.group(2))
+             for m in re.finditer(r"X\((FTRT_\w+),\s*(-?\d+)", open(HEADER).read())}
+    header = {k: v for k, v in table.items() if v < 0}
     assert header, "FTRT_ERROR_MAP not found"
     assert {k: v[0] for k, v in _lib.ERRORS.items()} == header
+    positive = {"FTRT_DONE": ftrt.DONE, "FTRT_SKIP_MPI_FINALIZE": ftrt.SKIP_MPI_FINALIZE,
+                "FTRT_SKIPPED": ftrt.SKIPPED}
+    assert {k: v for k, v in table.items() if v >= 0} == positive
+    for name, code in positive.items():
+        assert ftrt.err_name(code) == name
+        assert ftrt.strerror(code) != "unknown ftrt error code"
     for name, (code, cls) in _lib.ERRORS.items():
         assert ftrt.err_name(code) == name
         assert ftrt.strerror(code) and ftrt.strerror(code) != "UNKNOWN"
@@ -151,9 +178,7 @@ def test_error_codes_match_the_header_and_the_library():
         assert type(e) is cls and isinstance(e, ftrt.FtrtError)
         assert (e.code, e.name, e.message, e.call) == (code, name, ftrt.strerror(code), "ftrt_x")
         assert e.errno is None and name in str(e) and "ftrt_x" in str(e)
-    for macro, value in (("FTRT_DONE", ftrt.DONE), ("FTRT_SKIP_MPI_FINALIZE",
-                         ftrt.SKIP_MPI_FINALIZE), ("FTRT_SKIPPED", ftrt.SKIPPED),
-                         ("FTRT_REGION_REPLICATED", ftrt.REGION_REPLICATED),
+    for macro, value in (("FTRT_REGION_REPLICATED", ftrt.REGION_REPLICATED),
                          ("FTRT_REGION_SHARDED", ftrt.REGION_SHARDED),
                          ("FTRT_REGION_DEVICE", ftrt.REGION_DEVICE),
                          ("FTRT_CKPT_WAIT", ftrt.CKPT_WAIT), ("FTRT_CKPT_SKIP", ftrt.CKPT_SKIP)):
@@ -202,6 +227,33 @@ def test_config_bad_env_value(monkeypatch):
     with pytest.raises(ftrt.FtrtConfigError) as ei:
         ftrt.Config.from_env(strict=True)
     assert ei.value.code == ftrt.ECONFIG
+
+
+def test_version_is_the_cmake_project_version():
+    """One version number: project(VERSION) of CMakeLists.txt, through the generated header
+    into the library, read by ftrt.__version__."""
+    with open(os.path.join(REPO, "CMakeLists.txt")) as f:
+        m = re.search(r"project\(ftrt VERSION (\d+)\.(\d+)\.(\d+)", f.read())
+    assert m, "project(ftrt VERSION x.y.z) not found in CMakeLists.txt"
+    want = tuple(int(g) for g in m.groups())
+    assert ftrt.version() == want
+    assert ftrt.__version__ == "%d.%d.%d" % want
+    major = ctypes.c_int(-1)
+    code = ftrt.lib().ftrt_version(ctypes.byref(major), None, None)
+    assert major.value == want[0] and code == want[0] * 10000 + want[1] * 100 + want[2]
+
+
+def test_last_error(monkeypatch):
+    monkeypatch.setenv("FTRT_LOG", "error")
+    monkeypatch.setenv("FTRT_CKPT_QD", "9999")
+    with pytest.raises(ftrt.FtrtConfigError):
+        ftrt.Config.from_env(strict=True)
+    assert 'FTRT_CKPT_QD="9999" is not an integer in [1, 256]' in ftrt.last_error()
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(ftrt.last_error()))
+    t.start()
+    t.join()
+    assert seen == [""]  # per thread
 
 
 def test_null_handles_are_refused():

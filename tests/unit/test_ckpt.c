@@ -199,9 +199,9 @@ static void test_round_trip_n4(void **st)
 static void test_round_trip_sync_fallback(void **st)
 {
     (void)st;
-    ftrt__io_force_sync = 1;
+    ftrt__knobs.io_force_sync = 1;
     round_trip(3);
-    ftrt__io_force_sync = 0;
+    ftrt__knobs.io_force_sync = 0;
 }
 
 /* A region larger than several staging chunks (8 MiB each), io_uring and fallback. */
@@ -211,7 +211,7 @@ static void test_multi_chunk(void **st)
     for (int sync = 0; sync < 2; sync++) {
         char dir[4096];
         size_t big = 3 * (8u << 20) + 12345;
-        ftrt__io_force_sync = sync;
+        ftrt__knobs.io_force_sync = sync;
         make_tmpdir(dir, sizeof dir);
         ftrt__region w[2] = {{.name = "big", .bytes = big, .flags = FTRT_REGION_SHARDED},
                              {.name = "tail", .bytes = 5000, .flags = FTRT_REGION_REPLICATED}};
@@ -242,7 +242,7 @@ static void test_multi_chunk(void **st)
         }
         rm_rf(dir);
     }
-    ftrt__io_force_sync = 0;
+    ftrt__knobs.io_force_sync = 0;
 }
 
 /* REPLICATED regions restore to any number of trainers. */
@@ -613,7 +613,7 @@ static void test_write_fails_cleanly(void **st)
     for (int sync = 0; sync < 2; sync++) {
         char dir[4096];
         int64_t steps[8];
-        ftrt__io_force_sync = sync;
+        ftrt__knobs.io_force_sync = sync;
         make_tmpdir(dir, sizeof dir);
         checkpoint_all(dir, 1, 1, 1, 2);
         state s;
@@ -634,7 +634,7 @@ static void test_write_fails_cleanly(void **st)
         rm_rf(dir);
     }
     signal(SIGXFSZ, oldsig);
-    ftrt__io_force_sync = 0;
+    ftrt__knobs.io_force_sync = 0;
 }
 
 /* Restart logic: the newest checkpoint is corrupt, the next one in the list loads. */

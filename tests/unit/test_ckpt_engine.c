@@ -130,8 +130,9 @@ static int teardown(void **state)
     pthread_mutex_destroy(&f->lock);
     pthread_cond_destroy(&f->cond);
     free(f);
-    ftrt__ckpt_force_buffered = 0;
-    ftrt__ckpt_no_fallocate = 0;
+    ftrt__knobs.ckpt_force_buffered = 0; /* test knobs are process-wide: reset them */
+    ftrt__knobs.ckpt_no_fallocate = 0;
+    ftrt__knobs.ckpt_write_delay_ms = 0;
     return 0;
 }
 
@@ -480,7 +481,7 @@ static void buffered_fallback(void **state)
     size_t n = 1u << 20;
     unsigned char *p = malloc(n);
     fill(p, n, 51);
-    ftrt__ckpt_force_buffered = 1;
+    ftrt__knobs.ckpt_force_buffered = 1;
     assert_int_equal(reg(f, "w", p, n, FTRT_REGION_REPLICATED), 0);
     assert_int_equal(ckpt(f, 9), 0);
     assert_int_equal(ftrt__ckpt_wait_commit(f->e, 9, 20000), 0);
@@ -557,8 +558,7 @@ static void settings(void **state)
 {
     (void)state;
     static const char *vars[] = {"FTRT_CKPT_QD", "FTRT_CKPT_CHUNK_KB", "FTRT_CKPT_STAGING_MB",
-                                 "FTRT_CKPT_POLICY", "FTRT_CKPT_DIRECT",
-                                 "FTRT_DEBUG_CKPT_WRITE_DELAY_MS"};
+                                 "FTRT_CKPT_POLICY", "FTRT_CKPT_DIRECT"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
     ftrt_config c;
     assert_int_equal(ftrt_config_init(&c, sizeof c), 0);
@@ -567,7 +567,6 @@ static void settings(void **state)
     assert_int_equal(c.ckpt_staging_mb, 0);
     assert_int_equal(c.ckpt_policy, FTRT_CKPT_WAIT);
     assert_int_equal(c.ckpt_direct, 1);
-    assert_int_equal(c.debug_ckpt_write_delay_ms, 0);
     setenv("FTRT_CKPT_QD", "32", 1);
     setenv("FTRT_CKPT_CHUNK_KB", "1024", 1);
     setenv("FTRT_CKPT_STAGING_MB", "512", 1);
@@ -634,10 +633,10 @@ static void enospc(void **state)
     assert_int_equal(reg(f, "b", b, big, FTRT_REGION_REPLICATED), 1);
     assert_int_equal(ckpt(f, 2), 0);
     assert_int_equal(ftrt__ckpt_wait_commit(f->e, 2, 20000), -ENOSPC); /* fallocate */
-    ftrt__ckpt_no_fallocate = 1;
+    ftrt__knobs.ckpt_no_fallocate = 1;
     assert_int_equal(ckpt(f, 3), 0);
     assert_int_equal(ftrt__ckpt_wait_commit(f->e, 3, 20000), -ENOSPC); /* a write */
-    ftrt__ckpt_no_fallocate = 0;
+    ftrt__knobs.ckpt_no_fallocate = 0;
     assert_false(exists("%s/step-2/rank-0.ftrt.tmp", f->dir));
     assert_false(exists("%s/step-3/rank-0.ftrt.tmp", f->dir));
     assert_false(exists("%s/step-3/rank-0.ftrt", f->dir));

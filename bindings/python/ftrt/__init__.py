@@ -44,8 +44,8 @@ from ._lib import (  # noqa: F401  (re-exported)
     BucketConfig, CkptStats, Config, FtrtAborted, FtrtConfigError, FtrtCoordLost, FtrtCorrupt,
     FtrtCudaError, FtrtError, FtrtInvalid, FtrtMismatch, FtrtMPIError, FtrtNcclError,
     FtrtNoCheckpoint, FtrtNoDevice, FtrtNoSpare, FtrtNotSupported, FtrtProtocol, FtrtRecover,
-    FtrtState, FtrtTimeout, check, err_name, error_for, has_gpu_plane, lib, lib_path, load,
-    strerror,
+    FtrtState, FtrtTimeout, check, err_name, error_for, has_gpu_plane, last_error, lib,
+    lib_path, load, strerror, version,
     OK, DONE, SKIP_MPI_FINALIZE, SKIPPED,
     ERECOVER, ENOSPARE, ECOORD, EABORT, ECONFIG, ECORRUPT, ENOCKPT, EMISMATCH, EPROTO, EMPI,
     EINVAL, ESTATE, ETIMEDOUT, ENODEV, ECUDA, ENCCL, ENOTSUP,
@@ -53,7 +53,15 @@ from ._lib import (  # noqa: F401  (re-exported)
     CKPT_WAIT, CKPT_SKIP, CKPT_STAT_DIRECT, CKPT_STAT_FIXED, CKPT_STAT_STREAMING,
 )
 
-__version__ = "0.1.0"
+
+def __getattr__(name):
+    """ftrt.__version__: the loaded library's version, "major.minor.patch" from ftrt_version()
+    (one number: project(VERSION) of the top CMakeLists.txt). Read on first use, which loads
+    libftrt (OSError when it cannot be found)."""
+    if name == "__version__":
+        return "%d.%d.%d" % version()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _ESIZE = {FLOAT32: 4, FLOAT64: 8, INT64: 8}
 _DTYPE_NAMES = {"float32": FLOAT32, "float64": FLOAT64, "int64": INT64,

@@ -21,13 +21,13 @@ __all__ = [
     "FtrtRecover", "FtrtNoSpare", "FtrtCoordLost", "FtrtAborted", "FtrtConfigError",
     "FtrtCorrupt", "FtrtNoCheckpoint", "FtrtMismatch", "FtrtProtocol", "FtrtMPIError",
     "FtrtInvalid", "FtrtState", "FtrtTimeout", "FtrtNoDevice", "FtrtCudaError", "FtrtNcclError",
-    "FtrtNotSupported", "check", "error_for", "err_name", "strerror", "PROTOTYPES",
-    "GPU_PROTOTYPES", "ERRORS",
+    "FtrtNotSupported", "check", "error_for", "err_name", "strerror", "version", "last_error",
+    "PROTOTYPES", "GPU_PROTOTYPES", "ERRORS",
 ]
 
 # ----------------------------------------------------------------------------------------------
-# Return codes (FTRT_ERROR_MAP and the positive results of ftrt.h). tests/python checks this
-# table against the header and against ftrt_err_name() of the loaded library.
+# Return codes (FTRT_ERROR_MAP of ftrt.h: the positive results and the errors). tests/python
+# checks this table against the header and against ftrt_err_name() of the loaded library.
 # ----------------------------------------------------------------------------------------------
 
 OK = 0
@@ -214,10 +214,13 @@ class _StrFields(ctypes.Structure):
 
 
 class Config(_StrFields):
-    """ftrt_config (include/ftrt.h), field for field. Fill it with Config.from_env() (which
-    calls ftrt_config_init() with ctypes.sizeof(Config)), then override fields; string fields
-    with cfg.set_str("ckpt_dir", path). Units are those of the header: *_ms milliseconds,
-    *_s seconds, *_kb KiB, *_mb MiB, peak_flops FLOP/s."""
+    """ftrt_config (include/ftrt.h), field for field (ctest unit.settings_table checks the
+    fields, their order and types against the settings table of base/config.c; tests/python
+    their offsets against the compiler). Fill it with Config.from_env() (which calls
+    ftrt_config_init() with ctypes.sizeof(Config)), then override fields; string fields with
+    cfg.set_str("ckpt_dir", path). Units are those of the header: *_ms milliseconds, *_s
+    seconds, *_kb KiB, *_mb MiB, *_us microseconds, peak_flops FLOP/s. The struct is append-only:
+    a newer library accepts this mirror and gives the fields it lacks their defaults."""
 
     _fields_ = [
         ("size", ctypes.c_uint32),
@@ -235,7 +238,6 @@ class Config(_StrFields):
         ("coord_addr", ctypes.c_char * 256),
         ("progress_timeout_ms", ctypes.c_int),
         ("straggler_ratio", ctypes.c_double),
-        ("debug_recovery_delay_ms", ctypes.c_int),
         ("peak_flops", ctypes.c_double),
         ("mtbf_s", ctypes.c_double),
         ("metrics_file", ctypes.c_char * 1024),
@@ -246,7 +248,6 @@ class Config(_StrFields):
         ("ckpt_staging_mb", ctypes.c_int),
         ("ckpt_policy", ctypes.c_int),
         ("ckpt_direct", ctypes.c_int),
-        ("debug_ckpt_write_delay_ms", ctypes.c_int),
         ("async_progress", ctypes.c_int),
         ("progress_poll_us", ctypes.c_int),
     ]
@@ -257,8 +258,9 @@ class Config(_StrFields):
 
         A bad environment value (FTRT_ECONFIG) keeps that field's default; it is raised as
         FtrtConfigError when `strict`, else reported with warnings.warn (the library's log
-        names the variable). Raises FtrtInvalid when the library's ftrt_config is larger than
-        this mirror (the binding is older than the library)."""
+        names the variable). A library with a larger ftrt_config (newer than this binding)
+        gives the fields this mirror lacks their defaults; raises FtrtInvalid when this mirror is
+        larger than the library's ftrt_config (the binding is newer than the library)."""
         cfg = cls()
         rc = lib().ftrt_config_init(ctypes.byref(cfg), ctypes.sizeof(cfg))
         if rc == ECONFIG and not strict:
@@ -336,9 +338,13 @@ _vp = ctypes.c_void_p                      # opaque handles (ftrt_ctx*, ftrt_req
 _pvp = ctypes.POINTER(ctypes.c_void_p)     # handle out-parameters (ftrt_ctx **, ...)
 _pi64 = ctypes.POINTER(ctypes.c_int64)
 
+_pint = ctypes.POINTER(ctypes.c_int)
+
 PROTOTYPES = {
     "ftrt_strerror": (ctypes.c_char_p, [_c_int]),
     "ftrt_err_name": (ctypes.c_char_p, [_c_int]),
+    "ftrt_version": (_c_int, [_pint, _pint, _pint]),
+    "ftrt_last_error": (ctypes.c_char_p, []),
     "ftrt_config_init": (_c_int, [ctypes.POINTER(Config), _c_size]),
     "ftrt_init": (_c_int, [ctypes.POINTER(Config), _pvp]),
     "ftrt_finalize": (_c_int, [_vp]),
@@ -495,6 +501,19 @@ def strerror(code):
 def err_name(code):
     """ftrt_err_name(code): "FTRT_ERECOVER", "ENOSPC", "OK", ..., or "UNKNOWN"."""
     return lib().ftrt_err_name(int(code)).decode(errors="replace")
+
+
+def version():
+    """ftrt_version(): the loaded library's version as a (major, minor, patch) tuple of ints."""
+    major, minor, patch = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    lib().ftrt_version(ctypes.byref(major), ctypes.byref(minor), ctypes.byref(patch))
+    return major.value, minor.value, patch.value
+
+
+def last_error():
+    """ftrt_last_error(): the last error-level message libftrt logged on the calling thread
+    (str; "" when none). Not cleared by successful calls: read it right after an error."""
+    return lib().ftrt_last_error().decode(errors="replace")
 
 
 def check(rc, call=None):

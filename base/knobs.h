@@ -1,0 +1,54 @@
+/*
+ * knobs.h - libftrt's test knobs (internal, test-only; not part of the API or of ftrt_config).
+ *
+ * A knob makes a test able to provoke a timing or an I/O path that production never picks on
+ * its own: slow writes, a widened recovery window, the synchronous I/O fallback, buffered I/O,
+ * no fallocate. Production leaves them all 0 (off). They live in one struct, ftrt__knobs,
+ * and nowhere else:
+ *  - jobs (integration and chaos tests) set them through the environment variables below,
+ *    read once per process by the first ftrt_init() (ftrt__knobs_load(), base/config.c);
+ *  - unit tests, which run without ftrt_init(), assign the fields directly.
+ * Every knob is an int32_t in [0, max]; a bad environment value is logged and ignored.
+ * Threads: written before ftrt_init() starts any thread (or by a unit test), then only read.
+ * Self-contained: depends on <stdint.h> only.
+ *
+ * X(field, environment variable, max, what it does)
+ */
+#ifndef FTRT_KNOBS_H
+#define FTRT_KNOBS_H
+
+#include <stdint.h>
+
+#define FTRT__KNOBS(X)                                                                         \
+    X(recovery_delay_ms, "FTRT_DEBUG_RECOVERY_DELAY_MS", 600000,                               \
+      "survivors sleep this long (ms) after receiving a recovery plan, widening the window "   \
+      "for fault injection during a recovery")                                                 \
+    X(ckpt_write_delay_ms, "FTRT_DEBUG_CKPT_WRITE_DELAY_MS", 600000,                           \
+      "the checkpoint persist thread sleeps this long (ms) after each completed write request") \
+    X(io_force_sync, "FTRT_TEST_IO_FORCE_SYNC", 1,                                             \
+      "1: never set up an io_uring; checkpoint reads and writes use the synchronous fallback")  \
+    X(ckpt_force_buffered, "FTRT_TEST_CKPT_FORCE_BUFFERED", 1,                                 \
+      "1: never open checkpoint files with O_DIRECT")                                          \
+    X(ckpt_no_fallocate, "FTRT_TEST_CKPT_NO_FALLOCATE", 1,                                     \
+      "1: skip the fallocate before a shard is written, so that a full file system fails in "  \
+      "the middle of the writes")
+
+struct ftrt__knobs {
+#define FTRT__KNOB_FIELD(field, env, max, doc) int32_t field;
+    FTRT__KNOBS(FTRT__KNOB_FIELD)
+#undef FTRT__KNOB_FIELD
+};
+
+/* The process's knobs (base/config.c); all 0 until set. */
+extern struct ftrt__knobs ftrt__knobs;
+
+/* Sets the fields of *k whose environment variable is set and valid; leaves the others alone.
+ * Returns 0, or -1 when a variable held a bad value (logged at error level; that field is left
+ * alone). Thread-safe (reads the environment only). */
+int ftrt__knobs_read(struct ftrt__knobs *k);
+
+/* ftrt__knobs_read(&ftrt__knobs), once per process (later calls do nothing). Called by
+ * ftrt_init() before it starts any thread. */
+void ftrt__knobs_load(void);
+
+#endif
