@@ -18,20 +18,44 @@
 #include "base/log.h"
 #include "base/net.h"
 
-/* First non-loopback, up IPv4 address of this host, or 127.0.0.1. */
-static void default_addr(char *out, size_t cap)
+/* 1 when the space-separated list holds the token a. */
+static int has_token(const char *list, const char *a)
+{
+    size_t al = strlen(a);
+    for (const char *p = list; (p = strstr(p, a)) != NULL; p += al)
+        if ((p == list || p[-1] == ' ') && (p[al] == ' ' || p[al] == 0)) return 1;
+    return 0;
+}
+
+int ftrt__host_addrs(char *out, size_t cap)
 {
     struct ifaddrs *ifs = NULL;
-    snprintf(out, cap, "127.0.0.1");
-    if (getifaddrs(&ifs) != 0) return;
-    for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
-        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
-        if ((i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP)) continue;
-        inet_ntop(AF_INET, &((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr, out,
-                  (socklen_t)cap);
-        break;
+    size_t len = 0;
+    int n = 0;
+    out[0] = 0;
+    if (getifaddrs(&ifs) == 0) {
+        /* Two passes: the other hosts' way in first, loopback (same host) last. */
+        for (int pass = 0; pass < 2; pass++)
+            for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+                if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+                if (!(i->ifa_flags & IFF_UP)) continue;
+                if (((i->ifa_flags & IFF_LOOPBACK) != 0) != (pass == 1)) continue;
+                char a[INET_ADDRSTRLEN];
+                inet_ntop(AF_INET, &((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr, a,
+                          sizeof a);
+                if (has_token(out, a)) continue; /* an address on two interfaces */
+                size_t al = strlen(a);
+                if (len + al + 2 > cap) break;
+                len += (size_t)snprintf(out + len, cap - len, "%s%s", n ? " " : "", a);
+                n++;
+            }
+        freeifaddrs(ifs);
     }
-    freeifaddrs(ifs);
+    if (n == 0 && cap > 10) {
+        snprintf(out, cap, "127.0.0.1");
+        n = 1;
+    }
+    return n;
 }
 
 static void tune(int fd)
@@ -43,10 +67,8 @@ static void tune(int fd)
 int ftrt__listen(const char *addr, char *addr_out, size_t cap, int *port)
 {
     char a[256];
-    if (addr && *addr)
-        snprintf(a, sizeof a, "%s", addr);
-    else
-        default_addr(a, sizeof a);
+    int any = !(addr && *addr);
+    snprintf(a, sizeof a, "%s", any ? "0.0.0.0" : addr);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
     if (inet_pton(AF_INET, a, &sa.sin_addr) != 1) {
         ftrt_log_error("FTRT_COORD_ADDR=\"%s\" is not an IPv4 address", a);
@@ -65,7 +87,10 @@ int ftrt__listen(const char *addr, char *addr_out, size_t cap, int *port)
         return e;
     }
     *port = ntohs(sa.sin_port);
-    snprintf(addr_out, cap, "%s", a);
+    if (any)
+        ftrt__host_addrs(addr_out, cap);
+    else
+        snprintf(addr_out, cap, "%s", a);
     return fd;
 }
 
@@ -86,6 +111,88 @@ int ftrt__connect(const char *addr, int port, int timeout_ms)
         if ((e != ECONNREFUSED && e != EINTR && e != EAGAIN) || ftrt__now() > deadline)
             return -e;
         struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* One round: a nonblocking connect to every address at once; the first that completes wins.
+ * Returns the fd (and *which), -EAGAIN when none answered within wait_ms, or -errno. */
+static int connect_round(struct sockaddr_in *sa, int n, int wait_ms, int *which)
+{
+    int fds[FTRT__ADDRS_N];
+    struct pollfd pf[FTRT__ADDRS_N];
+    int live = 0, fd = -EAGAIN;
+    for (int i = 0; i < n; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        pf[i] = (struct pollfd){.fd = -1, .events = POLLOUT};
+        if (fds[i] < 0) continue;
+        if (connect(fds[i], (struct sockaddr *)&sa[i], sizeof sa[i]) == 0 || errno == EINPROGRESS) {
+            pf[i].fd = fds[i];
+            live++;
+        } else {
+            close(fds[i]);
+            fds[i] = -1;
+        }
+    }
+    double deadline = ftrt__now() + wait_ms / 1000.0;
+    while (live > 0 && fd < 0) {
+        int ms = (int)((deadline - ftrt__now()) * 1000.0);
+        if (ms <= 0 || poll(pf, (nfds_t)n, ms) <= 0) break;
+        for (int i = 0; i < n && fd < 0; i++) {
+            if (pf[i].fd < 0 || !pf[i].revents) continue;
+            int err = 0;
+            socklen_t el = sizeof err;
+            getsockopt(fds[i], SOL_SOCKET, SO_ERROR, &err, &el);
+            if (err == 0) {
+                fd = fds[i];
+                fds[i] = -1;
+                *which = i;
+            } else {
+                close(fds[i]);
+                fds[i] = -1;
+                pf[i].fd = -1;
+                live--;
+            }
+        }
+    }
+    for (int i = 0; i < n; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    if (fd >= 0) {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+        tune(fd);
+    }
+    return fd;
+}
+
+int ftrt__connect_any(const char *addrs, int port, int timeout_ms, char *used, size_t cap)
+{
+    struct sockaddr_in sa[FTRT__ADDRS_N];
+    char names[FTRT__ADDRS_N][INET_ADDRSTRLEN];
+    int n = 0;
+    const char *p = addrs;
+    while (p && *p && n < FTRT__ADDRS_N) {
+        size_t l = strcspn(p, " ,");
+        if (l > 0 && l < INET_ADDRSTRLEN) {
+            memcpy(names[n], p, l);
+            names[n][l] = 0;
+            sa[n] = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+            if (inet_pton(AF_INET, names[n], &sa[n].sin_addr) == 1) n++;
+        }
+        p += l;
+        p += strspn(p, " ,");
+    }
+    if (n == 0) return -EINVAL;
+    double deadline = ftrt__now() + timeout_ms / 1000.0;
+    for (;;) {
+        int which = -1;
+        int fd = connect_round(sa, n, 250, &which);
+        if (fd >= 0) {
+            if (used) snprintf(used, cap, "%s", names[which]);
+            return fd;
+        }
+        if (ftrt__now() > deadline) return -ETIMEDOUT;
+        struct timespec ts = {0, 20 * 1000 * 1000}; /* the coordinator may not listen yet */
         nanosleep(&ts, NULL);
     }
 }

@@ -6,10 +6,26 @@
 
 #include <stddef.h>
 
-/* Opens a listening TCP socket on addr (empty: first non-loopback IPv4, else 127.0.0.1), port
- * chosen by the kernel. Writes the address actually used to addr_out[cap] and the port. Returns
- * the fd or -errno. */
+/* Most addresses a list of ftrt__host_addrs / ftrt__connect_any holds, and room for them. */
+#define FTRT__ADDRS_N 16
+#define FTRT__ADDRS_MAX (FTRT__ADDRS_N * 16)
+
+/* Opens a listening TCP socket, port chosen by the kernel. addr empty (FTRT_COORD_ADDR unset):
+ * on every interface (0.0.0.0), and addr_out[cap] receives this host's IPv4 addresses
+ * (ftrt__host_addrs) for the ranks to try; else on addr only, which addr_out receives. Returns
+ * the fd (and *port), or -errno (-EINVAL: addr is not an IPv4 address). */
 int ftrt__listen(const char *addr, char *addr_out, size_t cap, int *port);
+/* This host's up IPv4 addresses, space-separated into out[cap]: the non-loopback ones in
+ * interface order, then the loopback ones (127.0.0.1 alone when there is none). Returns how
+ * many. Thread-safe. */
+int ftrt__host_addrs(char *out, size_t cap);
+/* Connects to port at the first of the addresses (space- or comma-separated IPv4, at most
+ * FTRT__ADDRS_N) that answers: every round tries them all at once (nonblocking, 250 ms), and
+ * rounds repeat until timeout_ms (ms) passes, so that an address that does not route from
+ * here (another host's private interface, a cut link) costs nothing. used[cap] (may be NULL)
+ * receives the address that answered. Returns the fd (blocking, TCP_NODELAY) or -errno
+ * (-EINVAL: no address parsed, -ETIMEDOUT). Thread-safe. */
+int ftrt__connect_any(const char *addrs, int port, int timeout_ms, char *used, size_t cap);
 /* Connects to addr:port with a timeout in ms. Returns the fd or -errno (-ETIMEDOUT). */
 int ftrt__connect(const char *addr, int port, int timeout_ms);
 

@@ -133,6 +133,8 @@ typedef struct ftrt__bye {
     double lost_s; /* partial steps abandoned at failures */
     double ckpt_stall_s;  /* seconds blocked in checkpoint calls (snapshot, staging waits) */
     int64_t ckpt_skipped; /* checkpoints this trainer skipped (FTRT_CKPT_POLICY=skip) */
+    int32_t exit_code;    /* 0, or the error the trainer leaves with (ftrt_set_exit_code) */
+    int32_t pad;
 } ftrt__bye;
 
 /* Checks a received header: magic, known type, payload within FTRT__MSG_MAX and of the size the

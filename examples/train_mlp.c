@@ -59,6 +59,8 @@ typedef struct options {
     int64_t sleep_ms;    /* sleep after each step */
     int64_t hang_step;   /* fault injection: logical rank hang_rank spins in its own code... */
     int64_t hang_rank;   /* ...from step hang_step on, in epoch 0 only (-1 = off) */
+    int64_t error_step;  /* fault injection: logical rank error_rank stops at error_step with an */
+    int64_t error_rank;  /* application error (ftrt_set_exit_code), -1 = off */
     int64_t slow_rank;   /* straggler injection: this logical rank computes slow_ms longer */
     int64_t slow_ms;
     const char *ckpt_dir;   /* NULL = ftrt's default (FTRT_CKPT_DIR or "ftrt-ckpt") */
@@ -89,6 +91,9 @@ static void usage(FILE *f)
           "  --hang-rank R --hang-at-step S\n"
           "                     fault injection: logical rank R gets stuck in its own code at step\n"
           "                     S (first epoch only, so its replacement does not), default off\n"
+          "  --error-rank R --error-at-step S\n"
+          "                     fault injection: logical rank R stops at step S with an application\n"
+          "                     error (ftrt_set_exit_code): the job must end as failed\n"
           "  --slow-rank R --slow-ms M\n"
           "                     straggler injection: logical rank R computes M ms longer per step\n"
           "  --step-log FILE    append \"<logical rank> <step> <epoch>\" for every completed step\n"
@@ -168,7 +173,8 @@ static int parse_path(const char *flag, const char *s, size_t cap, const char **
 enum {
     OPT_STEPS = 256, OPT_BATCH, OPT_HIDDEN, OPT_LR, OPT_MOMENTUM, OPT_SEED, OPT_CKPT_EVERY,
     OPT_CKPT_DIR, OPT_PARAMS_OUT, OPT_REPORT, OPT_DATA, OPT_SLEEP, OPT_HANG_RANK, OPT_HANG_STEP,
-    OPT_SLOW_RANK, OPT_SLOW_MS, OPT_STEP_LOG, OPT_SHARDED_MOMENTUM, OPT_HELP = 'h'
+    OPT_SLOW_RANK, OPT_SLOW_MS, OPT_STEP_LOG, OPT_SHARDED_MOMENTUM, OPT_ERROR_RANK,
+    OPT_ERROR_STEP, OPT_HELP = 'h'
 };
 
 /* Returns 0 (run), 1 (--help printed: exit 0) or -1 (message printed: exit 2). */
@@ -193,6 +199,8 @@ static int parse_options(int argc, char **argv, options *o)
         {"slow-ms", required_argument, NULL, OPT_SLOW_MS},
         {"step-log", required_argument, NULL, OPT_STEP_LOG},
         {"sharded-momentum", no_argument, NULL, OPT_SHARDED_MOMENTUM},
+        {"error-rank", required_argument, NULL, OPT_ERROR_RANK},
+        {"error-at-step", required_argument, NULL, OPT_ERROR_STEP},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -200,7 +208,7 @@ static int parse_options(int argc, char **argv, options *o)
     const size_t report_cap = sizeof(((ftrt_config *)0)->report_file);
     *o = (options){.steps = 300, .batch = 32, .hidden = 64, .lr = 0.05f, .momentum = 0.9f,
                    .seed = 1, .ckpt_every = 50, .data = DIGITS_DEFAULT_PATH, .hang_step = -1,
-                   .hang_rank = -1, .slow_rank = -1};
+                   .hang_rank = -1, .slow_rank = -1, .error_step = -1, .error_rank = -1};
     int c, rc = 0;
     while (rc == 0 && (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
@@ -230,6 +238,10 @@ static int parse_options(int argc, char **argv, options *o)
         case OPT_SLOW_MS: rc = parse_i64("slow-ms", optarg, 0, 3600000, &o->slow_ms); break;
         case OPT_STEP_LOG: rc = parse_path("step-log", optarg, 4096, &o->step_log); break;
         case OPT_SHARDED_MOMENTUM: o->sharded_momentum = 1; break;
+        case OPT_ERROR_RANK: rc = parse_i64("error-rank", optarg, 0, 1 << 20, &o->error_rank); break;
+        case OPT_ERROR_STEP:
+            rc = parse_i64("error-at-step", optarg, 0, INT64_MAX / 2, &o->error_step);
+            break;
         case OPT_HELP: usage(stdout); return 1;
         default: rc = -1; break; /* getopt_long printed the reason */
         }
@@ -577,6 +589,7 @@ static int write_params(const char *path, const float *p, size_t n)
 /* Prints a fatal ftrt code in the documented form and where it came from; returns 1. */
 static int fatal(ftrt_ctx *ctx, const char *call, int64_t step, int rc)
 {
+    if (rc < 0) ftrt_set_exit_code(ctx, rc); /* leaving with an error: the job is failed */
     fprintf(stderr, "train_mlp: %s (%s)\n", ftrt_strerror(rc), ftrt_err_name(rc));
     fprintf(stderr, "train_mlp: (from %s at step %" PRId64 ", logical rank %d, epoch %d)\n", call,
             step, ftrt_rank(ctx), ftrt_epoch(ctx));
@@ -744,6 +757,13 @@ static int run_trainer(ftrt_ctx *ctx, const options *o, const digits *train, con
         minibatch_indices(o->seed, step, rank, train->n, idx, o->batch);
         grad[n] = mlp_grad_sum(params, &w, train, idx, o->batch, grad);
         if (rank == o->slow_rank && o->slow_ms > 0) sleep_ms(o->slow_ms);
+        if (rank == o->error_rank && step == o->error_step) {
+            fprintf(stderr, "train_mlp: logical rank %d stops at step %" PRId64 " with an "
+                            "application error (--error-rank/--error-at-step)\n", rank, step);
+            ftrt_set_exit_code(ctx, -EIO); /* the job is failed, not finished */
+            code = 1;
+            goto out;
+        }
         if (rank == o->hang_rank && step == o->hang_step && ftrt_epoch(ctx) == 0) {
             fprintf(stderr, "train_mlp: logical rank %d hangs at step %" PRId64
                             " (--hang-rank/--hang-at-step)\n", rank, step);

@@ -261,6 +261,19 @@ FTRT_API int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out);
  */
 FTRT_API int ftrt_finalize(ftrt_ctx *ctx);
 
+/*
+ * Records the error this trainer leaves the job with, so that the job's outcome is true: the
+ * BYE that ftrt_finalize() sends carries it, and the coordinator then ends the job as failed
+ * with that code (the other trainers get FTRT_EABORT from their next call; the report and the
+ * status file say "failed") instead of counting this trainer as finished. Errors that
+ * ftrt_restore() and ftrt_recover() return are recorded automatically; call this for the
+ * application's own reasons to stop (data loading, a non-finite loss, a failed write).
+ *   code: a negative code: -errno or FTRT_E* (the first one recorded is kept).
+ * Returns 0, FTRT_EINVAL (ctx NULL or code >= 0), FTRT_ESTATE (not a trainer). Call from the
+ * thread that called ftrt_init(), before ftrt_finalize().
+ */
+FTRT_API int ftrt_set_exit_code(ftrt_ctx *ctx, int code);
+
 /* Logical rank of this trainer in [0, ftrt_size()), or FTRT_ESTATE for non-trainers. */
 FTRT_API int ftrt_rank(const ftrt_ctx *ctx);
 /* Number of trainers N (the data-parallel world), or FTRT_ESTATE for a NULL ctx. */

@@ -184,11 +184,16 @@ static void *agent_main(void *arg)
 int ftrt__agent_start(struct ftrt_ctx *ctx, const char *addr, int port, uint64_t secret)
 {
     ftrt__cp *cp = &ctx->cp;
-    int fd = ftrt__connect(addr, port, ctx->cfg.init_timeout_ms);
+    char used[64];
+    int fd = ftrt__connect_any(addr, port, ctx->cfg.init_timeout_ms, used, sizeof used);
     if (fd < 0) {
-        ftrt_log_error("cannot reach the coordinator at %s:%d: %s", addr, port, strerror(-fd));
+        ftrt_log_error("cannot reach the coordinator at any of [%s] port %d within %d ms: %s "
+                       "(set FTRT_COORD_ADDR to an address of the coordinator's host that every "
+                       "host can reach)",
+                       addr, port, ctx->cfg.init_timeout_ms, strerror(-fd));
         return fd;
     }
+    ftrt_log_info("control plane: connected to the coordinator at %s:%d", used, port);
     cp->fd = fd;
     ftrt__hello hello = {.secret = secret, .world_rank = ctx->world_rank, .pid = (int32_t)getpid()};
     memcpy(hello.host, ctx->host, sizeof hello.host);

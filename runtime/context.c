@@ -35,7 +35,7 @@ int ftrt_set_job_info(ftrt_ctx *ctx, int64_t total_steps, double flops_per_step,
 }
 
 typedef struct bootstrap {
-    char addr[64];
+    char addrs[FTRT__ADDRS_MAX]; /* the coordinator's addresses, to try in order */
     int32_t port;
     int32_t rc;
     uint64_t secret;
@@ -182,13 +182,20 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
     bootstrap b = {.rc = rc};
     int listen_fd = -1;
     if (ctx->world_rank == 0 && !rc) {
-        listen_fd = ftrt__listen(ctx->cfg.coord_addr, b.addr, sizeof b.addr, &b.port);
+        listen_fd = ftrt__listen(ctx->cfg.coord_addr, b.addrs, sizeof b.addrs, &b.port);
         if (listen_fd < 0) b.rc = listen_fd;
         else if ((b.rc = ftrt__random(&b.secret, sizeof b.secret)) != 0) close(listen_fd);
         if (!b.rc) {
+            /* Every rank learns it at once: a job that cannot checkpoint (nor write its status
+             * file, which lives there by default) does not start. */
             int mk = ftrt__mkdir_p(ctx->cfg.ckpt_dir);
-            if (mk) ftrt_log_warn("cannot create the checkpoint directory %s: %s",
-                                  ctx->cfg.ckpt_dir, strerror(-mk));
+            if (mk) {
+                ftrt_log_error("cannot create the checkpoint directory %s (FTRT_CKPT_DIR): %s",
+                               ctx->cfg.ckpt_dir, strerror(-mk));
+                b.rc = mk;
+                close(listen_fd);
+                listen_fd = -1;
+            }
         }
     }
     if (MPI_Bcast(&b, sizeof b, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) b.rc = FTRT_EMPI;
@@ -198,10 +205,10 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
         return b.rc;
     }
     ftrt_log_info("world rank %d of %d: coordinator at %s:%d, %d trainers, %d spare(s)",
-                  ctx->world_rank, ctx->world_size, b.addr, b.port, ctx->ntrainers_initial,
+                  ctx->world_rank, ctx->world_size, b.addrs, b.port, ctx->ntrainers_initial,
                   ctx->nspares);
 
-    snprintf(ctx->coord_addr, sizeof ctx->coord_addr, "%s", b.addr);
+    snprintf(ctx->coord_addr, sizeof ctx->coord_addr, "%s", b.addrs);
     ctx->coord_port = b.port;
     if (ctx->world_rank == 0) {
         ctx->role = FTRT__ROLE_COORD;
@@ -219,7 +226,7 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
         return res;
     }
 
-    rc = ftrt__agent_start(ctx, b.addr, b.port, b.secret);
+    rc = ftrt__agent_start(ctx, b.addrs, b.port, b.secret);
     if (!rc) rc = wait_welcome(ctx);
     if (rc) {
         ftrt_log_error("cannot join the job: %s", ftrt_strerror(rc));
@@ -263,6 +270,7 @@ static int ranks_lost(ftrt_ctx *ctx)
                          .rework_steps = ctx->rework_steps, .kept_s = ctx->kept_s,
                          .rework_s = ctx->rework_s, .lost_s = ctx->lost_s};
         ftrt__ckpt_bye(ctx->ckpt, &bye.ckpt_stall_s, &bye.ckpt_skipped);
+        bye.exit_code = ctx->exit_code;
         pthread_mutex_unlock(&ctx->cp.lock);
         int rc = ftrt__agent_send(ctx, FTRT__MSG_BYE, &bye, sizeof bye);
         pthread_mutex_lock(&ctx->cp.lock);
@@ -295,6 +303,14 @@ int ftrt_finalize(ftrt_ctx *ctx)
                             "MPI_Finalize", lost);
     ctx_free(ctx);
     return lost && !by_us ? FTRT_SKIP_MPI_FINALIZE : 0;
+}
+
+int ftrt_set_exit_code(ftrt_ctx *ctx, int code)
+{
+    if (!ctx || code >= 0) return FTRT_EINVAL;
+    if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
+    if (!ctx->exit_code) ctx->exit_code = code;
+    return 0;
 }
 
 int ftrt_rank(const ftrt_ctx *ctx)

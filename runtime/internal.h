@@ -75,7 +75,7 @@ struct ftrt_ctx {
     ftrt__plan *plan; /* the plan being applied (app thread's copy) */
     char status_file[1100];
     char host[FTRT__HOST_MAX];
-    char coord_addr[64]; /* the control plane's address and port */
+    char coord_addr[FTRT__ADDRS_MAX]; /* the control plane's addresses (a list) and port */
     int coord_port;
 
     ftrt__region *regs;
@@ -104,12 +104,23 @@ struct ftrt_ctx {
     double flops_per_step, peak_flops;
     int64_t total_steps;
 
+    int exit_code;    /* trainer: the error it leaves with (ftrt_set_exit_code), or 0 */
     int coord_result; /* coordinator: the job's outcome */
     int ranks_lost;   /* coordinator: processes of the world that died */
 };
 
 /* FTRT_ERECOVER when the epoch changed, the fatal code when the job is over, else 0. */
 static inline int ftrt__interrupted(struct ftrt_ctx *ctx) { return ftrt__watch_check(&ctx->watch); }
+
+/* An entry point that ends training (ftrt_restore, ftrt_recover) returned rc: a real error
+ * (not FTRT_ERECOVER, not a misuse: FTRT_EINVAL, FTRT_ESTATE) becomes the trainer's exit
+ * code, which its BYE carries (ftrt_set_exit_code). */
+static inline void ftrt__note_exit(struct ftrt_ctx *ctx, int rc)
+{
+    if (ctx && rc < 0 && rc != FTRT_ERECOVER && rc != FTRT_EINVAL && rc != FTRT_ESTATE &&
+        ctx->role == FTRT__ROLE_TRAINER && !ctx->exit_code)
+        ctx->exit_code = rc;
+}
 
 /* ---- the ledger of this rank (timeline.c) ---- */
 /* The host interface (base/ports.h) the runtime hands to the engines: send through the agent,
@@ -133,8 +144,9 @@ int ftrt__ledger_send(struct ftrt_ctx *ctx, int final);
 void ftrt__ledger_tick(struct ftrt_ctx *ctx);
 
 /* ---- agent (agent.c) ---- */
-/* Connects to the coordinator, sends HELLO and starts the agent thread. Returns 0 or -errno /
- * FTRT_ETIMEDOUT. */
+/* Connects to the coordinator at the first of `addrs` (space-separated IPv4) that answers,
+ * sends HELLO and starts the agent thread. Returns 0 or -errno (-ETIMEDOUT after
+ * cfg.init_timeout_ms). */
 int ftrt__agent_start(struct ftrt_ctx *ctx, const char *addr, int port, uint64_t secret);
 /* Sends a message on the control connection (thread-safe). Returns 0 or -errno. */
 int ftrt__agent_send(struct ftrt_ctx *ctx, uint32_t type, const void *payload, uint32_t len);

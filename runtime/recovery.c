@@ -148,7 +148,7 @@ static int await_plan(ftrt_ctx *ctx)
     return rc;
 }
 
-int ftrt_recover(ftrt_ctx *ctx, int64_t *step)
+static int recover(ftrt_ctx *ctx, int64_t *step)
 {
     if (!ctx || !step) return FTRT_EINVAL;
     if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
@@ -174,4 +174,11 @@ int ftrt_recover(ftrt_ctx *ctx, int64_t *step)
     ftrt_log_info("recovered into epoch %d as logical rank %d in %.1f ms; resuming at step %lld",
                   ctx->watch.epoch, ctx->rank, (ftrt__now() - t0) * 1e3, (long long)*step);
     return 0;
+}
+
+int ftrt_recover(ftrt_ctx *ctx, int64_t *step)
+{
+    int rc = recover(ctx, step);
+    ftrt__note_exit(ctx, rc);
+    return rc;
 }

@@ -203,7 +203,7 @@ static int restore_from_disk(ftrt_ctx *ctx, int64_t *step)
     return last_err;
 }
 
-int ftrt_restore(ftrt_ctx *ctx, int64_t *step)
+static int restore(ftrt_ctx *ctx, int64_t *step)
 {
     if (!ctx || !step) return FTRT_EINVAL;
     if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
@@ -221,5 +221,12 @@ int ftrt_restore(ftrt_ctx *ctx, int64_t *step)
         atomic_store(&ctx->cp.steps_done, *step);
         ftrt__ledger_mark(ctx, ftrt__compute_kind(ctx)); /* start-up ends here */
     }
+    return rc;
+}
+
+int ftrt_restore(ftrt_ctx *ctx, int64_t *step)
+{
+    int rc = restore(ctx, step);
+    ftrt__note_exit(ctx, rc);
     return rc;
 }

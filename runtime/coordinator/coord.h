@@ -65,6 +65,7 @@ typedef struct ftrt__incident {
     int64_t steps_at_failure; /* the most steps any rank had done (heartbeats/reports) */
     int64_t resume_step, rework_steps;
     int recovered;
+    int host_lost; /* every rank of this rank's host failed (check_host_lost) */
 } ftrt__incident;
 
 typedef struct ftrt__coord {

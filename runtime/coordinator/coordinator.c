@@ -108,6 +108,55 @@ static ftrt__incident *add_incident(ftrt__coord *c, int w, int kind)
     return i;
 }
 
+static void check_reports(ftrt__coord *c);
+
+/* 1 when a rank of world rank >= 1 on host h has failed in this job. */
+static int host_has_failed(const ftrt__coord *c, const char *h)
+{
+    for (int x = 1; x < c->W; x++)
+        if (c->r[x].role == FTRT__ROLE_FAILED && !strcmp(c->r[x].host, h)) return 1;
+    return 0;
+}
+
+/* The hot spare to promote for a rank that failed on host h: one on another host where the
+ * choice exists (a host that lost a rank may be losing the rest), and among those one on a
+ * host that lost none; ties go to the lowest world rank. -1 when no spare is left. */
+static int pick_spare(const ftrt__coord *c, const char *h)
+{
+    int best = -1, best_score = -1;
+    for (int x = 1; x < c->W; x++) {
+        if (c->r[x].role != FTRT__ROLE_SPARE) continue;
+        int score = (strcmp(c->r[x].host, h) != 0) * 2 + !host_has_failed(c, c->r[x].host);
+        if (score > best_score) {
+            best = x;
+            best_score = score;
+        }
+    }
+    return best;
+}
+
+/* After world rank w failed: when every rank on its host has now failed (and the host held
+ * two or more, so that a process crash is not mistaken for a host), the host is lost: its
+ * ranks' incidents are marked so, and the log says it once. */
+static void check_host_lost(ftrt__coord *c, int w)
+{
+    const char *h = c->r[w].host;
+    int n = 0;
+    for (int x = 0; x < c->W; x++) {
+        if (strcmp(c->r[x].host, h) != 0) continue;
+        if (c->r[x].role != FTRT__ROLE_FAILED) return; /* the coordinator's host is never lost */
+        n++;
+    }
+    if (n < 2) return;
+    int marked = 0;
+    for (int i = 0; i < c->ninc; i++)
+        if (!strcmp(c->r[c->inc[i].world_rank].host, h) && !c->inc[i].host_lost) {
+            c->inc[i].host_lost = 1;
+            marked++;
+        }
+    if (marked) ftrt_log_warn("host %s lost: all %d of its ranks failed", h, n);
+}
+
 static void fail(ftrt__coord *c, int w, int kind)
 {
     ftrt__crank *r = &c->r[w];
@@ -124,11 +173,13 @@ static void fail(ftrt__coord *c, int w, int kind)
     if (old_role == FTRT__ROLE_SPARE) {
         ftrt__incident *si = add_incident(c, w, kind);
         if (si) si->was_spare = 1;
+        check_host_lost(c, w);
         ftrt_log_warn("hot spare world rank %d failed (%s) and leaves the pool; %d spare(s) left",
                       w, ftrt__failure_kind_name(kind), live_spares(c));
         return;
     }
     ftrt__incident *inc = add_incident(c, w, kind);
+    check_host_lost(c, w);
     /* A stalled rank kept sending heartbeats: what is known is when it last made progress. */
     if (inc && kind == FK_PROGRESS_STALL) {
         inc->t_last_heard = r->last_change;
@@ -146,9 +197,7 @@ static void fail(ftrt__coord *c, int w, int kind)
         job_abort(c, FTRT_EABORT, "a member failed while the recovery plan was being applied");
         return;
     }
-    int spare = -1;
-    for (int x = 1; x < c->W && spare < 0; x++)
-        if (c->r[x].role == FTRT__ROLE_SPARE) spare = x;
+    int spare = pick_spare(c, r->host);
     if (spare < 0) {
         job_abort(c, FTRT_ENOSPARE, "a trainer failed and no hot spare is left");
         return;
@@ -159,9 +208,18 @@ static void fail(ftrt__coord *c, int w, int kind)
     c->r[spare].logical = l;
     c->r[spare].promoting = 1;
     if (inc) inc->spare_world_rank = spare;
+    if (c->phase == PH_COLLECT) {
+        /* The announced epoch's plan is not out yet: this failure joins it, so that a lost
+         * host takes as many spares as it held trainers in one epoch. */
+        ftrt_log_warn("epoch %d: hot spare world rank %d (%s) also takes logical rank %d",
+                      c->epoch, spare, c->r[spare].host, l);
+        check_reports(c);
+        return;
+    }
     c->epoch++;
     c->phase = PH_COLLECT;
-    ftrt_log_warn("epoch %d: hot spare world rank %d takes logical rank %d", c->epoch, spare, l);
+    ftrt_log_warn("epoch %d: hot spare world rank %d (%s) takes logical rank %d", c->epoch, spare,
+                  c->r[spare].host, l);
     ftrt__failure_msg m = {.epoch = c->epoch, .t_fail_wall = inc ? inc->t_fail_wall : ftrt__wallclock()};
     for (int k = 0; k < c->N; k++)
         if (!c->r[c->members[k]].promoting) send_to(c, c->members[k], FTRT__MSG_FAILURE, &m, sizeof m);
@@ -380,6 +438,14 @@ static int handle(ftrt__coord *c, int w, const ftrt__msghdr *h, const void *payl
         c->status_dirty |= 1;
         u.em = (ftrt__epoch_msg){.epoch = c->epoch, .value = ranks_lost(c)};
         send_to(c, w, FTRT__MSG_FAREWELL, &u.em, sizeof u.em);
+        if (u.bye.exit_code < 0 && r->role == FTRT__ROLE_TRAINER) {
+            /* A trainer that stops with an error ends the job as failed: the others cannot
+             * finish without it, and a spare would meet the same error. */
+            char why[160];
+            snprintf(why, sizeof why, "trainer logical rank %d (world rank %d) left with %s",
+                     r->logical, w, ftrt_err_name(u.bye.exit_code));
+            job_abort(c, u.bye.exit_code, why);
+        }
         return 0;
     default: return FTRT_EPROTO;
     }
@@ -753,7 +819,10 @@ int ftrt__coordinator_run(ftrt__coord_args *a, int listen_fd, uint64_t secret)
         ftrt_log_warn("checkpoint retention: old step directories are still being deleted; "
                       "the next commit finishes the job (they are no longer committed)");
     int result = c.result;
+    /* Ranks that never joined count as lost too: after an abort at start-up they never reach
+     * MPI_Finalize, so the coordinator must not wait for them there. */
     a->ranks_lost = ranks_lost(&c);
+    for (int w = 1; w < c.W; w++) a->ranks_lost += !c.r[w].hello && c.r[w].role != FTRT__ROLE_FAILED;
     for (int w = 1; w < c.W; w++) {
         drop(&c, w);
         free(c.r[w].tl);

@@ -89,6 +89,13 @@ int ftrt__report_write(ftrt__coord *c)
         json_object_object_add(f, "logical_rank", json_object_new_int(x->logical_rank));
         json_object_object_add(f, "pid", json_object_new_int(x->pid));
         json_object_object_add(f, "kind", json_object_new_string(ftrt__failure_kind_name(x->kind)));
+        json_object_object_add(f, "host", json_object_new_string(c->r[x->world_rank].host));
+        json_object_object_add(f, "cause",
+                               json_object_new_string(x->host_lost ? "host_lost" : "rank"));
+        json_object_object_add(f, "spare_host",
+                               x->spare_world_rank >= 0
+                                   ? json_object_new_string(c->r[x->spare_world_rank].host)
+                                   : NULL);
         json_object_object_add(f, "role", json_object_new_string(x->was_spare ? "spare" : "trainer"));
         json_object_object_add(f, "detected_at", json_object_new_double(x->t_detect_wall));
         json_object_object_add(f, "mttd_s", json_object_new_double(mttd));
@@ -105,6 +112,7 @@ int ftrt__report_write(ftrt__coord *c)
         json_object_object_add(f, "rework_steps", json_object_new_int64(x->rework_steps));
         json_object_array_add(fl, f);
         const char *src = inj > 0 ? "from the fault log" : "upper bound";
+        if (x->host_lost) printf("    (host %s lost)\n", c->r[x->world_rank].host);
         if (x->was_spare)
             printf("    #%d hot spare (world rank %d, pid %d): %s, MTTD %.1f ms (%s), removed from "
                    "the pool\n", i + 1, x->world_rank, x->pid, ftrt__failure_kind_name(x->kind),

@@ -42,9 +42,19 @@ int ftrt__status_write(ftrt__coord *c)
     for (int w = 1; w < c->W; w++) spares += c->r[w].role == FTRT__ROLE_SPARE;
     json_object_object_add(o, "spares_left", json_object_new_int(spares));
     json_object_object_add(o, "last_committed_step", json_object_new_int64(c->last_committed));
-    char cp[96];
-    snprintf(cp, sizeof cp, "%s:%d", c->a->addr, c->a->port);
+    char cp[320];
+    /* "<first address>:<port>", and every address offered to the ranks, in the order they try */
+    size_t first = strcspn(c->a->addr, " ");
+    snprintf(cp, sizeof cp, "%.*s:%d", (int)first, c->a->addr, c->a->port);
     json_object_object_add(o, "control_plane", json_object_new_string(cp));
+    json_object *addrs = json_object_new_array();
+    for (const char *p = c->a->addr; *p;) {
+        size_t l = strcspn(p, " ");
+        if (l) json_object_array_add(addrs, json_object_new_string_len(p, (int)l));
+        p += l;
+        p += strspn(p, " ");
+    }
+    json_object_object_add(o, "control_plane_addresses", addrs);
     json_object_object_add(o, "rejected_connections", json_object_new_int(c->rejected_connections));
     json_object *ranks = json_object_new_array();
     for (int w = 0; w < c->W; w++) {

@@ -23,6 +23,10 @@ Cases:
   ckptkill    a trainer SIGKILLed mid-write: the previous checkpoint stays committed
   ckptskip    FTRT_CKPT_POLICY=skip: checkpoints requested faster than written are skipped
   ckptenospc  the checkpoint file system fills up: those checkpoints fail, training goes on
+  apperror    a trainer stops with an application error (ftrt_set_exit_code): the job ends
+              promptly as failed, with that error, and no spare is spent on it
+  ckptnotdir  the checkpoint directory cannot be created (a regular file in its place): every
+              rank stops at ftrt_init with an error naming it, and the job exits non-zero
 Exit 0 = pass, 1 = fail, 77 = skipped.
 """
 import os
@@ -262,6 +266,44 @@ def case_nospare(args):
     rc = job2.wait(180)
     check(rc == 0 and "resumed at step" in job2.out, "a relaunch resumes from it and finishes")
     expect_identical(job2, args)
+
+
+@h.case(CASES)
+def case_apperror(args):
+    job = mlp_job(args, "apperror", np_=6, spares=1)
+    i = job.cmd.index("--ckpt-dir")
+    job.cmd[i:i] = ["--error-rank", "1", "--error-at-step", "40", "--step-sleep-ms", "10"]
+    t0 = time.monotonic()
+    rc = job.start().wait(120)
+    took = time.monotonic() - t0
+    check(rc != 0, f"job exits non-zero (got {rc})")
+    check("stops at step 40 with an application error" in job.out, "the trainer said why")
+    rep = job.load_report()
+    check(rep["status"] == "failed", f"report status failed (got {rep['status']})")
+    check(rep["error"] == "EIO", f"report error is the trainer's EIO (got {rep['error']})")
+    check(not rep["failures"], "no failure recovered with a spare: the error is the job's end")
+    st = h.load_json(job.status)
+    check(st["job"] == "failed", f"status file says failed (got {st['job']})")
+    check(took < 60, f"bounded exit ({took:.1f} s)")
+    print(f"apperror: exit {rc} after {took:.1f} s; report {rep['status']} {rep['error']}")
+
+
+@h.case(CASES)
+def case_ckptnotdir(args):
+    d = os.path.join(args.work, "ckptnotdir")
+    job = h.train_job(d, args.bin, 5, h.MLP_ARGS, spares=0,
+                      status=os.path.join(d, "status.json"))
+    with open(job.ckpt, "w") as f:  # a regular file where the checkpoint directory must go
+        f.write("not a directory\n")
+    t0 = time.monotonic()
+    rc = job.start().wait(120)
+    took = time.monotonic() - t0
+    check(rc != 0, f"job exits non-zero (got {rc})")
+    check("cannot create the checkpoint directory" in job.out and job.ckpt in job.out,
+          "the error names the directory")
+    check("Not a directory" in job.out, "and the reason")
+    check(took < 60, f"bounded exit ({took:.1f} s)")
+    print(f"ckptnotdir: exit {rc} after {took:.1f} s")
 
 
 # Checkpoint engine cases. A bigger model (12 MB of state, 3 MB shards) written slowly
