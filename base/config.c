@@ -57,8 +57,9 @@
     X(fault_log, "FTRT_FAULT_LOG", STR, "", 0, 0, NULL,                                            \
       "JSON-lines ground truth written by a fault injector, for true MTTD; empty = none")          \
     X(coord_addr, "FTRT_COORD_ADDR", STR, "", 0, 0, NULL,                                          \
-      "address the coordinator listens on; empty = the host's first non-loopback IPv4 address "    \
-      "(127.0.0.1 if none)")                                                                       \
+      "IPv4 address the coordinator listens on, for a host whose other addresses some ranks "     \
+      "cannot reach; empty = every interface, and each rank connects to the first of the "         \
+      "coordinator host's addresses that answers (loopback last)")                                 \
     X(progress_timeout_ms, "FTRT_PROGRESS_TIMEOUT_MS", INT, 0, 0, 86400000, NULL,                  \
       "stalled-progress timeout, ms; 0 = adaptive: max(5 s, 10 × median step time), armed once "   \
       "a step time is measured")                                                                   \

@@ -164,8 +164,9 @@ typedef struct ftrt_config {
     char report_file[1024];   /* FTRT_REPORT: JSON report path; empty = no JSON report */
     char fault_log[1024];     /* FTRT_FAULT_LOG: ground-truth fault log (JSON lines) written by a
                                  fault injector; empty = none */
-    char coord_addr[256];     /* FTRT_COORD_ADDR: address the coordinator listens on; empty =
-                                 the host's first non-loopback IPv4 address (127.0.0.1 if none) */
+    char coord_addr[256];     /* FTRT_COORD_ADDR: IPv4 address the coordinator listens on;
+                                 empty = every interface, each rank connecting to the first of
+                                 the coordinator host's addresses that answers (loopback last) */
     int progress_timeout_ms;  /* FTRT_PROGRESS_TIMEOUT_MS: a trainer whose collectives lag behind
                                  another's without progress for this long is declared failed;
                                  0 (default) = adaptive: max(5000, 10 x median step time), armed
