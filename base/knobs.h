@@ -31,7 +31,10 @@
       "1: never open checkpoint files with O_DIRECT")                                          \
     X(ckpt_no_fallocate, "FTRT_TEST_CKPT_NO_FALLOCATE", 1,                                     \
       "1: skip the fallocate before a shard is written, so that a full file system fails in "  \
-      "the middle of the writes")
+      "the middle of the writes")                                                              \
+    X(xfer_corrupt_chunk, "FTRT_TEST_XFER_CORRUPT_CHUNK", 1 << 30,                             \
+      "N > 0: a receiver of the recovery's state transfer flips a bit of chunk N - 1 on the "   \
+      "first attempt (its CRC32C check must catch it and the chunk come again)")
 
 struct ftrt__knobs {
 #define FTRT__KNOB_FIELD(field, env, max, doc) int32_t field;

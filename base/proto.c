@@ -10,7 +10,7 @@
 
 #include "ftrt.h"
 
-size_t ftrt__plan_size(int n) { return sizeof(ftrt__plan) + (size_t)n * sizeof(int32_t); }
+size_t ftrt__plan_size(int n) { return sizeof(ftrt__plan) + 2 * (size_t)n * sizeof(int32_t); }
 
 static size_t fixed_size(uint32_t type)
 {
@@ -43,8 +43,8 @@ int ftrt__msg_check(const ftrt__msghdr *h)
                    ? 0
                    : FTRT_EPROTO;
     if (h->type == FTRT__MSG_PLAN) {
-        if (h->len < sizeof(ftrt__plan) || (h->len - sizeof(ftrt__plan)) % sizeof(int32_t) ||
-            (h->len - sizeof(ftrt__plan)) / sizeof(int32_t) > FTRT__MAX_WORLD)
+        if (h->len < sizeof(ftrt__plan) || (h->len - sizeof(ftrt__plan)) % (2 * sizeof(int32_t)) ||
+            (h->len - sizeof(ftrt__plan)) / (2 * sizeof(int32_t)) > FTRT__MAX_WORLD)
             return FTRT_EPROTO;
         return 0;
     }
@@ -78,11 +78,15 @@ int ftrt__plan_check(const ftrt__plan *p, size_t len)
     if (p->source < 0 || p->source >= p->ntrainers || p->logical_rank < 0 ||
         p->logical_rank >= p->ntrainers || p->resume_step < 0)
         return FTRT_EPROTO;
+    const int32_t *role = ftrt__plan_roles_c(p);
     for (int i = 0; i < p->ntrainers; i++) {
         if (p->members[i] < 1 || p->members[i] >= FTRT__MAX_WORLD) return FTRT_EPROTO;
+        if (role[i] != FTRT__PLAN_UP_TO_DATE && role[i] != FTRT__PLAN_NEEDS_STATE)
+            return FTRT_EPROTO;
         for (int j = 0; j < i; j++)
             if (p->members[j] == p->members[i]) return FTRT_EPROTO;
     }
+    if (role[p->source] != FTRT__PLAN_UP_TO_DATE) return FTRT_EPROTO; /* the source has it */
     return 0;
 }
 

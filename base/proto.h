@@ -114,10 +114,22 @@ typedef struct ftrt__plan {
     int64_t rework_until; /* steps below this that are redone after the resume are rework */
     int32_t epoch;
     int32_t ntrainers;
-    int32_t source;       /* logical rank that broadcasts replicated state */
+    int32_t source;       /* an up-to-date logical rank (the lowest): checks the region table */
     int32_t logical_rank; /* the recipient's */
-    int32_t members[];    /* ntrainers world ranks, index = logical rank */
+    int32_t members[];    /* 2 x ntrainers: the world ranks, index = logical rank, then each
+                             logical rank's state role (FTRT__PLAN_*; ftrt__plan_roles) */
 } ftrt__plan;
+
+/* A member's part in the state transfer of a plan: it holds the resume step's replicated state
+ * (a source), or it lacks it and receives it (a promoted spare, a survivor behind). */
+enum { FTRT__PLAN_UP_TO_DATE = 0, FTRT__PLAN_NEEDS_STATE = 1 };
+
+/* The roles array of a plan (ntrainers entries after the members). */
+static inline int32_t *ftrt__plan_roles(ftrt__plan *p) { return p->members + p->ntrainers; }
+static inline const int32_t *ftrt__plan_roles_c(const ftrt__plan *p)
+{
+    return p->members + p->ntrainers;
+}
 
 typedef struct ftrt__ckpt_msg { /* SHARD_DONE and COMMIT */
     int64_t step;

@@ -86,25 +86,23 @@ void ftrt__plane_free(ftrt__plane *p)
     p->comm = MPI_COMM_NULL;
 }
 
-static int wait_polled(const ftrt__watch *w, MPI_Request *req);
-
 int ftrt__plane_wait(ftrt__plane *p, MPI_Request *req)
 {
     ftrt__host_wait_begin(&p->host);
-    int rc = wait_polled(p->watch, req);
+    int rc = ftrt__plane_waitall(p, 1, req);
     ftrt__host_wait_end(&p->host, rc);
     return rc;
 }
 
-static int wait_polled(const ftrt__watch *w, MPI_Request *req)
+int ftrt__plane_waitall(ftrt__plane *p, int n, MPI_Request *reqs)
 {
     /* Spin briefly (low latency when peers are ready), then yield, then sleep 50 us per poll
      * so oversubscribed ranks leave the CPU to the peers they wait on. */
     for (long i = 0;; i++) {
         int done = 0;
-        if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return FTRT_EMPI;
+        if (MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) return FTRT_EMPI;
         if (done) return 0;
-        int rc = ftrt__watch_check(w);
+        int rc = ftrt__watch_check(p->watch);
         if (rc) return rc;
         if (i < 64) continue;
         if (i < 1024) {

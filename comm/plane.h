@@ -75,6 +75,10 @@ void ftrt__plane_stop(ftrt__plane *p);
  * the host's wait bracket. Returns 0 when complete, else FTRT_EMPI or the watch's code (the
  * request is then abandoned). */
 int ftrt__plane_wait(ftrt__plane *p, MPI_Request *req);
+/* Waits for reqs[0..n), polling them with the watch like ftrt__plane_wait but outside the
+ * host's wait bracket (waits that are part of a recovery, not of training). Returns 0, FTRT_EMPI
+ * or the watch's code (the requests are then abandoned). */
+int ftrt__plane_waitall(ftrt__plane *p, int n, MPI_Request *reqs);
 /* Blocking allreduce (op over count elements of dtype at buf, in place) over the plane, polled.
  * Returns 0, FTRT_EINVAL (bad dtype/op/buffer), FTRT_ESTATE (no communicator, or recovery
  * owed), FTRT_ERECOVER (sets watch->needs_recover), a fatal code, FTRT_EMPI, -ENOMEM. On an

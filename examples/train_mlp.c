@@ -61,6 +61,9 @@ typedef struct options {
     int64_t hang_rank;   /* ...from step hang_step on, in epoch 0 only (-1 = off) */
     int64_t error_step;  /* fault injection: logical rank error_rank stops at error_step with an */
     int64_t error_rank;  /* application error (ftrt_set_exit_code), -1 = off */
+    int64_t hold_step[8]; /* timing knob: logical rank 0 sleeps hold_ms the first time it */
+    int nhold;            /* reaches each of these steps (a fault lands mid-interval) */
+    int64_t hold_ms;
     int64_t slow_rank;   /* straggler injection: this logical rank computes slow_ms longer */
     int64_t slow_ms;
     const char *ckpt_dir;   /* NULL = ftrt's default (FTRT_CKPT_DIR or "ftrt-ckpt") */
@@ -94,6 +97,10 @@ static void usage(FILE *f)
           "  --error-rank R --error-at-step S\n"
           "                     fault injection: logical rank R stops at step S with an application\n"
           "                     error (ftrt_set_exit_code): the job must end as failed\n"
+          "  --hold-at-step S [--hold-ms M]\n"
+          "                     timing knob (repeatable, up to 8): logical rank 0 sleeps M ms (1000)\n"
+          "                     the first time it reaches step S, so that a fault injected then\n"
+          "                     lands between checkpoints\n"
           "  --slow-rank R --slow-ms M\n"
           "                     straggler injection: logical rank R computes M ms longer per step\n"
           "  --step-log FILE    append \"<logical rank> <step> <epoch>\" for every completed step\n"
@@ -174,7 +181,7 @@ enum {
     OPT_STEPS = 256, OPT_BATCH, OPT_HIDDEN, OPT_LR, OPT_MOMENTUM, OPT_SEED, OPT_CKPT_EVERY,
     OPT_CKPT_DIR, OPT_PARAMS_OUT, OPT_REPORT, OPT_DATA, OPT_SLEEP, OPT_HANG_RANK, OPT_HANG_STEP,
     OPT_SLOW_RANK, OPT_SLOW_MS, OPT_STEP_LOG, OPT_SHARDED_MOMENTUM, OPT_ERROR_RANK,
-    OPT_ERROR_STEP, OPT_HELP = 'h'
+    OPT_ERROR_STEP, OPT_HOLD_STEP, OPT_HOLD_MS, OPT_HELP = 'h'
 };
 
 /* Returns 0 (run), 1 (--help printed: exit 0) or -1 (message printed: exit 2). */
@@ -201,6 +208,8 @@ static int parse_options(int argc, char **argv, options *o)
         {"sharded-momentum", no_argument, NULL, OPT_SHARDED_MOMENTUM},
         {"error-rank", required_argument, NULL, OPT_ERROR_RANK},
         {"error-at-step", required_argument, NULL, OPT_ERROR_STEP},
+        {"hold-at-step", required_argument, NULL, OPT_HOLD_STEP},
+        {"hold-ms", required_argument, NULL, OPT_HOLD_MS},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -208,7 +217,7 @@ static int parse_options(int argc, char **argv, options *o)
     const size_t report_cap = sizeof(((ftrt_config *)0)->report_file);
     *o = (options){.steps = 300, .batch = 32, .hidden = 64, .lr = 0.05f, .momentum = 0.9f,
                    .seed = 1, .ckpt_every = 50, .data = DIGITS_DEFAULT_PATH, .hang_step = -1,
-                   .hang_rank = -1, .slow_rank = -1, .error_step = -1, .error_rank = -1};
+                   .hang_rank = -1, .slow_rank = -1, .error_step = -1, .error_rank = -1, .hold_ms = 1000};
     int c, rc = 0;
     while (rc == 0 && (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
@@ -239,6 +248,14 @@ static int parse_options(int argc, char **argv, options *o)
         case OPT_STEP_LOG: rc = parse_path("step-log", optarg, 4096, &o->step_log); break;
         case OPT_SHARDED_MOMENTUM: o->sharded_momentum = 1; break;
         case OPT_ERROR_RANK: rc = parse_i64("error-rank", optarg, 0, 1 << 20, &o->error_rank); break;
+        case OPT_HOLD_STEP:
+            if (o->nhold == 8) {
+                fprintf(stderr, "train_mlp: at most 8 --hold-at-step\n");
+                return -1;
+            }
+            rc = parse_i64("hold-at-step", optarg, 0, INT64_MAX / 2, &o->hold_step[o->nhold++]);
+            break;
+        case OPT_HOLD_MS: rc = parse_i64("hold-ms", optarg, 0, 3600000, &o->hold_ms); break;
         case OPT_ERROR_STEP:
             rc = parse_i64("error-at-step", optarg, 0, INT64_MAX / 2, &o->error_step);
             break;
@@ -672,7 +689,7 @@ static void append_step_log(const char *path, int rank, int64_t step, int epoch)
 }
 
 /* Trains as a trainer of ctx; returns the process exit code (0, or 1 after a message). */
-static int run_trainer(ftrt_ctx *ctx, const options *o, const digits *train, const digits *test)
+static int run_trainer(ftrt_ctx *ctx, options *o, const digits *train, const digits *test)
 {
     const size_t hidden = o->hidden, n = mlp_param_count(hidden);
     int code = 1, rc;
@@ -757,6 +774,11 @@ static int run_trainer(ftrt_ctx *ctx, const options *o, const digits *train, con
         minibatch_indices(o->seed, step, rank, train->n, idx, o->batch);
         grad[n] = mlp_grad_sum(params, &w, train, idx, o->batch, grad);
         if (rank == o->slow_rank && o->slow_ms > 0) sleep_ms(o->slow_ms);
+        for (int k = 0; k < o->nhold && rank == 0; k++)
+            if (step == o->hold_step[k]) {
+                o->hold_step[k] = -1; /* once: not again when steps are redone */
+                sleep_ms(o->hold_ms);
+            }
         if (rank == o->error_rank && step == o->error_step) {
             fprintf(stderr, "train_mlp: logical rank %d stops at step %" PRId64 " with an "
                             "application error (--error-rank/--error-at-step)\n", rank, step);

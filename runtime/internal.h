@@ -156,6 +156,8 @@ void ftrt__agent_stop(struct ftrt_ctx *ctx);
 void ftrt__cp_wait(struct ftrt_ctx *ctx, int ms);
 
 /* ---- recovery (recovery.c) ---- */
+/* Bytes per chunk of the recovery's state transfer (comm/transfer.h). */
+#define FTRT__XFER_CHUNK ((size_t)4 << 20)
 /* Builds the communicator and applies ctx->cp.plan (logical rank, size, epoch). Called by
  * survivors in ftrt_recover() and by a promoted spare in ftrt_init(). Returns 0 or FTRT_EMPI. */
 int ftrt__apply_plan(struct ftrt_ctx *ctx);

@@ -16,6 +16,7 @@
 
 #include "base/knobs.h"
 #include "base/log.h"
+#include "comm/transfer.h"
 #include "runtime/internal.h"
 
 int ftrt__apply_plan(ftrt_ctx *ctx)
@@ -82,25 +83,33 @@ static int transfer_state(ftrt_ctx *ctx)
                                (long long)p->ckpt_step, ftrt_strerror(rc));
         return rc;
     }
-    /* Agree on the replicated region table, then broadcast each region from the source. */
-    uint64_t sig[2] = {regions_signature(ctx, 1), 0};
-    sig[1] = sig[0];
-    int rc = ftrt__plane_bcast(&ctx->plane, &sig[1], sizeof sig[1], p->source);
+    /* Agree on the replicated region table: min(sig) == max(sig) on every member. */
+    uint64_t sig = regions_signature(ctx, 1);
+    int64_t mm[2] = {(int64_t)sig, (int64_t)~sig};
+    int rc = ftrt__plane_allreduce(&ctx->plane, mm, 2, FTRT_INT64, FTRT_MIN);
     if (rc) return rc;
-    int64_t agree[1] = {sig[0] == sig[1] ? 1 : 0};
-    rc = ftrt__plane_allreduce(&ctx->plane, agree, 1, FTRT_INT64, FTRT_MIN);
-    if (rc) return rc;
-    if (!agree[0]) {
+    if ((uint64_t)mm[0] != ~(uint64_t)mm[1]) {
         ftrt_log_error("recovery: members registered different replicated regions");
         return FTRT_EMISMATCH;
     }
-    for (int i = 0; i < ctx->nregs; i++) {
-        ftrt__region *r = &ctx->regs[i];
-        if (r->flags != FTRT_REGION_REPLICATED) continue;
-        rc = ftrt__plane_bcast(&ctx->plane, r->ptr, r->bytes, p->source);
-        if (rc) return rc;
-    }
-    return 0;
+    /* Then only the members that lack the state receive it, striped over the up-to-date ones,
+     * in CRC32C-checked chunks (comm/transfer.h). */
+    ftrt__xfer_region *xr = calloc(ctx->nregs > 0 ? (size_t)ctx->nregs : 1, sizeof *xr);
+    if (!xr) return -ENOMEM;
+    int n = 0;
+    for (int i = 0; i < ctx->nregs; i++)
+        if (ctx->regs[i].flags == FTRT_REGION_REPLICATED)
+            xr[n++] = (ftrt__xfer_region){ctx->regs[i].name, ctx->regs[i].ptr, ctx->regs[i].bytes};
+    ftrt__xfer_stat xs;
+    rc = ftrt__xfer_replicated(&ctx->plane, xr, n, ftrt__plan_roles_c(p), FTRT__XFER_CHUNK,
+                               ftrt__knobs.xfer_corrupt_chunk - 1, &xs);
+    free(xr);
+    if (!rc && xs.receivers > 0)
+        ftrt_log_info("recovery: state transfer to %d member(s) from %d source(s): %.1f MiB "
+                      "sent, %.1f MiB received here in %.1f ms, %d chunk(s) retried",
+                      xs.receivers, xs.sources, (double)xs.bytes_sent / 1048576.0,
+                      (double)xs.bytes_received / 1048576.0, xs.seconds * 1e3, xs.chunks_retried);
+    return rc;
 }
 
 int ftrt__resume_plan(ftrt_ctx *ctx, int64_t *step)

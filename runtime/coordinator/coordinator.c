@@ -266,6 +266,12 @@ static void send_plan(ftrt__coord *c)
     p->ntrainers = c->N;
     p->source = source;
     memcpy(p->members, c->members, (size_t)c->N * sizeof(int32_t));
+    int32_t *role = ftrt__plan_roles(p); /* who receives state: spares and survivors behind */
+    for (int l = 0; l < c->N; l++) {
+        const ftrt__crank *r = &c->r[c->members[l]];
+        role[l] = ckpt < 0 && (r->promoting || r->report_steps != resume) ? FTRT__PLAN_NEEDS_STATE
+                                                                           : FTRT__PLAN_UP_TO_DATE;
+    }
     for (int l = 0; l < c->N; l++) {
         p->logical_rank = l;
         send_to(c, c->members[l], FTRT__MSG_PLAN, p, (uint32_t)len);

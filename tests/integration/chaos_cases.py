@@ -59,7 +59,10 @@ CASES = {
     # Two failures (a crash, then a hang) with sharded state, so that each recovery reloads the
     # last committed checkpoint and redoes steps: the goodput ledger is checked against ground
     # truth observed outside the runtime (status file, the example's step log).
-    "ledger": (7, 2, ["--sharded-momentum"],
+    # Logical rank 0 holds 0.5 s at steps 62 and 137 (--hold-at-step), so that each fault, seen
+    # at step >= 60 / 135, lands between checkpoints (every 25) and steps are really redone.
+    "ledger": (7, 2, ["--sharded-momentum", "--hold-at-step", "62", "--hold-at-step", "137",
+                      "--hold-ms", "500"],
                [{"kind": "kill-trainer", "at_step": 60, "target": "trainer:1"},
                 {"kind": "hang-trainer", "at_step": 135, "target": "trainer:3"}], [], {}),
     "fail-during-recovery": (7, 2, [], [{"kind": "kill-trainer", "at_step": 60,
