@@ -34,7 +34,10 @@
       "the middle of the writes")                                                              \
     X(xfer_corrupt_chunk, "FTRT_TEST_XFER_CORRUPT_CHUNK", 1 << 30,                             \
       "N > 0: a receiver of the recovery's state transfer flips a bit of chunk N - 1 on the "   \
-      "first attempt (its CRC32C check must catch it and the chunk come again)")
+      "first attempt (its CRC32C check must catch it and the chunk come again)")                \
+    X(xfer_corrupt_times, "FTRT_TEST_XFER_CORRUPT_TIMES", 1000,                                \
+      "with FTRT_TEST_XFER_CORRUPT_CHUNK: on this many attempts (default 1; more than the "     \
+      "sources: the transfer must fail with FTRT_ECORRUPT)")
 
 struct ftrt__knobs {
 #define FTRT__KNOB_FIELD(field, env, max, doc) int32_t field;

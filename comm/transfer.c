@@ -37,7 +37,7 @@ static int owner(const sched *s, int64_t g, int attempt) { return (int)((g + att
  * mismatches (receivers only). */
 static int attempt_once(ftrt__plane *p, const sched *s, const ftrt__xfer_region *r, size_t chunk,
                         int64_t nk, int64_t g0, int attempt, const int64_t *pend, int64_t *bad,
-                        int corrupt, ftrt__xfer_stat *st)
+                        int corrupt, int corrupt_attempts, ftrt__xfer_stat *st)
 {
     MPI_Comm comm = p->comm;
     size_t nreq = (size_t)(s->ri >= 0 ? nk + s->ns : 0) +
@@ -94,7 +94,7 @@ static int attempt_once(ftrt__plane *p, const sched *s, const ftrt__xfer_region 
         for (int64_t k = 0; k < nk; k++) {
             if (!pend[(int64_t)s->ri * nk + k]) continue;
             size_t off = (size_t)k * chunk, len = r->bytes - off < chunk ? r->bytes - off : chunk;
-            if (attempt == 0 && corrupt >= 0 && g0 + k == corrupt && len > 0)
+            if (attempt < corrupt_attempts && corrupt >= 0 && g0 + k == corrupt && len > 0)
                 base[off] ^= 0x10; /* test knob: a bit flipped on the way */
             uint32_t want = crc_in[(size_t)owner(s, g0 + k, attempt) * (size_t)nk + (size_t)k];
             if (ftrt__crc32c(0, base + off, len) != want) bad[(int64_t)s->ri * nk + k] = 1;
@@ -111,7 +111,8 @@ out:
 
 /* Region r over every attempt; *retried counts the chunks sent again. */
 static int transfer_region(ftrt__plane *p, const sched *s, const ftrt__xfer_region *r,
-                           size_t chunk, int64_t g0, int corrupt, ftrt__xfer_stat *st)
+                           size_t chunk, int64_t g0, int corrupt, int corrupt_attempts,
+                           ftrt__xfer_stat *st)
 {
     int64_t nk = (int64_t)((r->bytes + chunk - 1) / chunk);
     if (nk == 0) return 0;
@@ -127,7 +128,7 @@ static int transfer_region(ftrt__plane *p, const sched *s, const ftrt__xfer_regi
     int attempts = s->ns > 1 ? s->ns : 2, rc = 0;
     for (int a = 0; a < attempts; a++) {
         memset(bad, 0, cells * sizeof *bad);
-        rc = attempt_once(p, s, r, chunk, nk, g0, a, pend, bad, corrupt, st);
+        rc = attempt_once(p, s, r, chunk, nk, g0, a, pend, bad, corrupt, corrupt_attempts, st);
         if (rc) break;
         rc = ftrt__plane_allreduce(p, bad, cells, FTRT_INT64, FTRT_SUM); /* all agree */
         if (rc) break;
@@ -153,7 +154,7 @@ static int transfer_region(ftrt__plane *p, const sched *s, const ftrt__xfer_regi
 
 int ftrt__xfer_replicated(ftrt__plane *p, const ftrt__xfer_region *regs, int n,
                           const int32_t *role, size_t chunk, int corrupt_chunk,
-                          ftrt__xfer_stat *st)
+                          int corrupt_attempts, ftrt__xfer_stat *st)
 {
     double t0 = ftrt__now();
     if (st) memset(st, 0, sizeof *st);
@@ -181,7 +182,7 @@ int ftrt__xfer_replicated(ftrt__plane *p, const ftrt__xfer_region *regs, int n,
     if (s.nr > 0 && s.ns == 0) rc = FTRT_EINVAL;
     int64_t g0 = 0;
     for (int i = 0; i < n && s.nr > 0 && !rc; i++) {
-        rc = transfer_region(p, &s, &regs[i], chunk, g0, corrupt_chunk, st);
+        rc = transfer_region(p, &s, &regs[i], chunk, g0, corrupt_chunk, corrupt_attempts, st);
         g0 += (int64_t)((regs[i].bytes + chunk - 1) / chunk);
     }
     free(s.src);

@@ -39,14 +39,15 @@ typedef struct ftrt__xfer_stat {
  * the members whose role[logical rank] is FTRT__PLAN_NEEDS_STATE (base/proto.h) from those that
  * are FTRT__PLAN_UP_TO_DATE. Collective over p's communicator; role has p->size entries.
  *   chunk:         bytes per chunk (> 0; a multiple of 4096 is best).
- *   corrupt_chunk: test knob: when >= 0, a receiver flips one bit of that global chunk index
- *                  on the first attempt, after it arrived and before its CRC is checked.
+ *   corrupt_chunk, corrupt_attempts: test knob: when corrupt_chunk >= 0, a receiver flips one
+ *                  bit of that global chunk index on each of the first corrupt_attempts
+ *                  attempts, after it arrived and before its CRC is checked.
  *   st:            may be NULL; receives this member's figures.
  * Returns 0; FTRT_ECORRUPT (a chunk failed its CRC from every source; logged with the region);
  * FTRT_EINVAL (no source, bad arguments); FTRT_ERECOVER or a fatal code (the watch: a failure
  * during the transfer); FTRT_EMPI; -ENOMEM. Application thread. */
 int ftrt__xfer_replicated(ftrt__plane *p, const ftrt__xfer_region *regs, int n,
                           const int32_t *role, size_t chunk, int corrupt_chunk,
-                          ftrt__xfer_stat *st);
+                          int corrupt_attempts, ftrt__xfer_stat *st);
 
 #endif

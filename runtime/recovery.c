@@ -102,7 +102,9 @@ static int transfer_state(ftrt_ctx *ctx)
             xr[n++] = (ftrt__xfer_region){ctx->regs[i].name, ctx->regs[i].ptr, ctx->regs[i].bytes};
     ftrt__xfer_stat xs;
     rc = ftrt__xfer_replicated(&ctx->plane, xr, n, ftrt__plan_roles_c(p), FTRT__XFER_CHUNK,
-                               ftrt__knobs.xfer_corrupt_chunk - 1, &xs);
+                               ftrt__knobs.xfer_corrupt_chunk - 1,
+                               ftrt__knobs.xfer_corrupt_times ? ftrt__knobs.xfer_corrupt_times : 1,
+                               &xs);
     free(xr);
     if (!rc && xs.receivers > 0)
         ftrt_log_info("recovery: state transfer to %d member(s) from %d source(s): %.1f MiB "

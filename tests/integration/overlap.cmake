@@ -23,3 +23,12 @@ if(TARGET ftrt_gpu)
   set_tests_properties(overlap.gpulib PROPERTIES FIXTURES_REQUIRED ftrt_overlap_reference
     TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS mpi RUN_SERIAL TRUE)
 endif()
+
+# The recovery's state transfer between real processes (comm/transfer.c): striping, a
+# corrupted chunk caught by its CRC32C and resent, FTRT_ECORRUPT when every source is bad.
+add_executable(xfer_job ${CMAKE_CURRENT_LIST_DIR}/xfer_job.c)
+target_link_libraries(xfer_job PRIVATE ftrt_internal)
+add_test(NAME mpi.xfer COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --bind-to none
+  --mca mpi_yield_when_idle 1 -np 4 $<TARGET_FILE:xfer_job>)
+set_tests_properties(mpi.xfer PROPERTIES TIMEOUT 300 LABELS mpi RUN_SERIAL TRUE
+  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;FTRT_LOG=error")

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""MTTR against the size of the replicated state, with a memcpy of the same bytes as reference.
+
+For each state size S (MiB per rank: train_mlp's parameters + momentum, both replicated; no
+checkpoints, so recovery moves the state in memory), a job of 1 coordinator + 4 trainers + 1
+hot spare runs train_mlp; trainer logical rank 2 is SIGKILLed once it completed a few steps; the
+report's MTTR (detection -> every member back in the training loop) is kept. --runs repetitions
+per size, alternating the binaries given (--bin, and --bin-old for an earlier build), so that
+both see the same machine. memcpy: numpy's copy of S MiB in this process, median of 5.
+
+Usage: bench/mttr_size.py [--sizes 4,16,64,256,1024] [--runs 3] [--bin build/examples/train_mlp]
+                          [--bin-old OTHER/train_mlp] [--json FILE]
+Prints a table (medians) and the ratio MTTR / memcpy. Not a test: figures only.
+"""
+import argparse
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "harness"))
+import ftrt_harness as h  # noqa: E402
+
+
+def hidden_for(mib):
+    """train_mlp --hidden H holds 2 x (75 H + 10) float32 of replicated state."""
+    return max(1, int(mib * 1048576 / 600))
+
+
+def memcpy_s(mib):
+    import numpy as np
+    a = np.ones(int(mib * 1048576) // 8, dtype=np.float64)
+    b = np.empty_like(a)
+    t = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        np.copyto(b, a)
+        t.append(time.perf_counter() - t0)
+    return statistics.median(t)
+
+
+def one_run(binary, mib, work):
+    hid = hidden_for(mib)
+    args = ["--steps", "8", "--batch", "1", "--hidden", str(hid), "--seed", "3",
+            "--ckpt-every", "0", "--step-sleep-ms", "200"]
+    job = h.train_job(work, binary, 6, args, spares=1).start()
+    victim = job.wait_trainer(2, 3, timeout=900)
+    job.inject(signal.SIGKILL, victim, "sigkill")
+    rc = job.wait(900)
+    rep = job.load_report()
+    f = rep["failures"]
+    if rc != 0 or len(f) != 1 or not f[0]["recovered"]:
+        raise SystemExit(f"{mib} MiB with {binary}: the job did not recover (rc {rc}); see {work}")
+    return f[0]["mttr_s"]
+
+
+def main():
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="4,16,64,256,1024")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--bin", default=os.path.join(root, "build", "examples", "train_mlp"))
+    ap.add_argument("--bin-old", default=None)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    bins = [("new", a.bin)] + ([("old", a.bin_old)] if a.bin_old else [])
+    work = tempfile.mkdtemp(prefix="ftrt-mttr-")
+    rows = []
+    hdr = f"{'state MiB':>9} {'memcpy ms':>9}" + "".join(f" {n + ' MTTR ms':>13} {n + '/memcpy':>11}"
+                                                      for n, _ in bins)
+    print(hdr, flush=True)
+    for mib in [float(x) for x in a.sizes.split(",")]:
+        mc = memcpy_s(mib)
+        got = {n: [] for n, _ in bins}
+        for i in range(a.runs):
+            for n, b in bins:
+                got[n].append(one_run(b, mib, os.path.join(work, f"{n}-{mib:g}-{i}")))
+        row = {"state_mib": mib, "memcpy_s": mc}
+        line = f"{mib:9g} {mc * 1e3:9.1f}"
+        for n, _ in bins:
+            m = statistics.median(got[n])
+            row[n] = {"mttr_s": got[n], "median_s": m}
+            line += f" {m * 1e3:13.1f} {m / mc:11.1f}"
+        rows.append(row)
+        print(line, flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"runs": a.runs, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

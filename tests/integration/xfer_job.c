@@ -1,0 +1,153 @@
+/*
+ * xfer_job.c - the recovery's state transfer (comm/transfer.c) between real MPI processes:
+ * run as `mpirun -np 4 xfer_job`, with the data plane over MPI_COMM_WORLD and port fakes for
+ * the rest (no coordinator: the transfer is the data plane's alone). Cases, in order:
+ *  1. two receivers, two sources, regions of odd sizes (a zero-byte one too): every receiver
+ *     ends with the sources' bytes; each source sent half; nobody else moved a byte;
+ *  2. a bit flipped in chunk 3 on the way (the test knob): the CRC32C catches it, the chunk
+ *     comes again from the other source, the bytes end right, every member counts 1 retry;
+ *  3. chunk 0 corrupted from every source: FTRT_ECORRUPT on every member; with a lone source
+ *     corrupted once, its second try repairs it;
+ *  4. nobody needs state: nothing moves.
+ * Exit 0 when every rank passed (the result is agreed with an allreduce), 1 otherwise.
+ */
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/ports.h"
+#include "base/proto.h"
+#include "comm/plane.h"
+#include "comm/transfer.h"
+
+static int fails;
+#define CHECK(c, ...)                                                                              \
+    do {                                                                                           \
+        if (!(c)) {                                                                                \
+            fprintf(stderr, "xfer_job rank %d: FAIL %s:%d: ", me, __FILE__, __LINE__);            \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+            fails++;                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static void fill(unsigned char *p, size_t n, unsigned seed)
+{
+    uint32_t x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+        p[i] = (unsigned char)x;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int provided, me, n;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    if (n != 4) {
+        if (me == 0) fprintf(stderr, "xfer_job: run with 4 processes\n");
+        MPI_Finalize();
+        return 2;
+    }
+    static ftrt__watch w; /* epoch 0, nothing pending */
+    ftrt__plane p;
+    ftrt__plane_init(&p, &w, (ftrt__host){0}, 0, 50);
+    MPI_Comm comm;
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    ftrt__plane_set(&p, comm);
+
+    size_t sizes[3] = {(size_t)9 << 20 | 4321, 0, 77777}; /* 3 chunks of 4 MiB, ..., 1 */
+    unsigned char *mem[3], *want[3];
+    for (int i = 0; i < 3; i++) {
+        mem[i] = malloc(sizes[i] + 1);
+        want[i] = malloc(sizes[i] + 1);
+        fill(want[i], sizes[i], 100u + (unsigned)i);
+    }
+    ftrt__xfer_region regs[3] = {{"params", mem[0], sizes[0]}, {"empty", mem[1], 0},
+                                 {"momentum", mem[2], sizes[2]}};
+    size_t chunk = (size_t)4 << 20;
+    uint64_t total = sizes[0] + sizes[2];
+
+    /* 1. logical ranks 1 and 3 need state; 0 and 2 hold it */
+    int32_t role[4] = {FTRT__PLAN_UP_TO_DATE, FTRT__PLAN_NEEDS_STATE, FTRT__PLAN_UP_TO_DATE,
+                       FTRT__PLAN_NEEDS_STATE};
+    int receiver = role[me] == FTRT__PLAN_NEEDS_STATE;
+    for (int i = 0; i < 3; i++) {
+        if (receiver)
+            memset(mem[i], 0xAB, sizes[i]);
+        else
+            memcpy(mem[i], want[i], sizes[i]);
+    }
+    ftrt__xfer_stat st;
+    int rc = ftrt__xfer_replicated(&p, regs, 3, role, chunk, -1, 0, &st);
+    CHECK(rc == 0, "transfer returned %d", rc);
+    for (int i = 0; i < 3; i++) CHECK(!memcmp(mem[i], want[i], sizes[i]), "region %d differs", i);
+    CHECK(st.sources == 2 && st.receivers == 2, "%d sources, %d receivers", st.sources,
+          st.receivers);
+    CHECK(st.chunks_retried == 0, "%d retries", st.chunks_retried);
+    if (receiver)
+        CHECK(st.bytes_received == total && st.bytes_sent == 0, "received %llu sent %llu",
+              (unsigned long long)st.bytes_received, (unsigned long long)st.bytes_sent);
+    else /* each source sends its stripe (chunks g, g+2, ...) to both receivers */
+        CHECK(st.bytes_sent > 0 && st.bytes_sent < 2 * total && st.bytes_received == 0,
+              "sent %llu of %llu", (unsigned long long)st.bytes_sent,
+              (unsigned long long)(2 * total));
+    uint64_t sent = st.bytes_sent, all = 0;
+    MPI_Allreduce(&sent, &all, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    CHECK(all == 2 * total, "all sent %llu, want %llu", (unsigned long long)all,
+          (unsigned long long)(2 * total));
+    if (me == 0)
+        printf("case 1: %.1f MiB to 2 receivers from 2 sources in %.1f ms\n",
+               (double)total / 1048576.0, st.seconds * 1e3);
+
+    /* 2. chunk 3 (the "momentum" region's only chunk) corrupted on the way once */
+    for (int i = 0; i < 3; i++)
+        if (receiver) memset(mem[i], 0xCD, sizes[i]);
+    rc = ftrt__xfer_replicated(&p, regs, 3, role, chunk, 3, 1, &st);
+    CHECK(rc == 0, "transfer returned %d", rc);
+    for (int i = 0; i < 3; i++) CHECK(!memcmp(mem[i], want[i], sizes[i]), "region %d differs", i);
+    CHECK(st.chunks_retried == 2, "%d retries (want 2: the chunk at each receiver)",
+          st.chunks_retried);
+    if (me == 0) printf("case 2: corrupted chunk caught and resent (%d retries)\n", st.chunks_retried);
+
+    /* 3. chunk 0 arrives corrupted from every source (the knob on every attempt): every
+     * member fails with FTRT_ECORRUPT, none uses the bad bytes silently */
+    for (int i = 0; i < 3; i++)
+        if (receiver) memset(mem[i], 0xEF, sizes[i]);
+    rc = ftrt__xfer_replicated(&p, regs, 3, role, chunk, 0, 1000, &st);
+    CHECK(rc == FTRT_ECORRUPT, "every source bad: transfer returned %d, want FTRT_ECORRUPT", rc);
+    CHECK(st.chunks_retried == 4, "%d retries (want 2 attempts x 2 receivers)", st.chunks_retried);
+    if (me == 0) printf("case 3: a chunk corrupted from every source: FTRT_ECORRUPT\n");
+
+    /* 3b. a lone source, chunk 0 corrupted on the first attempt: the second try repairs it */
+    int32_t role1[4] = {FTRT__PLAN_UP_TO_DATE, FTRT__PLAN_NEEDS_STATE, FTRT__PLAN_NEEDS_STATE,
+                        FTRT__PLAN_NEEDS_STATE};
+    receiver = role1[me] == FTRT__PLAN_NEEDS_STATE;
+    for (int i = 0; i < 3; i++) {
+        if (receiver)
+            memset(mem[i], 0xEF, sizes[i]);
+        else
+            memcpy(mem[i], want[i], sizes[i]);
+    }
+    rc = ftrt__xfer_replicated(&p, regs, 3, role1, chunk, 0, 1, &st);
+    CHECK(rc == 0, "lone source: transfer returned %d", rc);
+    for (int i = 0; i < 3; i++) CHECK(!memcmp(mem[i], want[i], sizes[i]), "region %d differs", i);
+    CHECK(st.chunks_retried == 3, "%d retries (want 3)", st.chunks_retried);
+
+    /* 4. nobody needs state */
+    int32_t none[4] = {0, 0, 0, 0};
+    rc = ftrt__xfer_replicated(&p, regs, 3, none, chunk, -1, 0, &st);
+    CHECK(rc == 0 && st.bytes_sent == 0 && st.bytes_received == 0, "idle transfer moved bytes");
+
+    int bad = fails, anybad = 0;
+    MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (me == 0) printf("xfer_job: %s\n", anybad ? "FAILED" : "passed");
+    for (int i = 0; i < 3; i++) free(mem[i]), free(want[i]);
+    MPI_Comm_free(&comm);
+    MPI_Finalize();
+    return anybad ? 1 : 0;
+}
