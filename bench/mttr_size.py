@@ -46,9 +46,14 @@ def memcpy_s(mib):
 
 def one_run(binary, mib, work):
     hid = hidden_for(mib)
-    args = ["--steps", "8", "--batch", "1", "--hidden", str(hid), "--seed", "3",
-            "--ckpt-every", "0", "--step-sleep-ms", "200"]
-    job = h.train_job(work, binary, 6, args, spares=1).start()
+    # A short sleep per step: MTTR ends when every member is back in the training loop, and a
+    # survivor notices the failure at its next ftrt call, so long sleeps would inflate it.
+    args = ["--steps", "12", "--batch", "1", "--hidden", str(hid), "--seed", "3",
+            "--ckpt-every", "0", "--step-sleep-ms", "20"]
+    job = h.train_job(work, binary, 6, args, spares=1)
+    # Steps of several seconds at 1 GiB on a small machine: no progress-stall false positive.
+    job.env["FTRT_PROGRESS_TIMEOUT_MS"] = "120000"
+    job.start()
     victim = job.wait_trainer(2, 3, timeout=900)
     job.inject(signal.SIGKILL, victim, "sigkill")
     rc = job.wait(900)

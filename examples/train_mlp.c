@@ -689,25 +689,62 @@ static void append_step_log(const char *path, int rank, int64_t step, int epoch)
 }
 
 /* Trains as a trainer of ctx; returns the process exit code (0, or 1 after a message). */
-static int run_trainer(ftrt_ctx *ctx, options *o, const digits *train, const digits *test)
+/* The model's memory: parameters, momentum, gradient, activations, minibatch indices. */
+typedef struct model {
+    float *params, *mom, *grad;
+    mlp_work w;
+    uint32_t *idx;
+} model;
+
+static void model_free(model *m)
+{
+    mlp_work_free(&m->w);
+    free(m->idx);
+    free(m->grad);
+    free(m->mom);
+    free(m->params);
+    memset(m, 0, sizeof *m);
+}
+
+/* Allocates the model and writes every page (initial weights, zero momentum), so that a hot
+ * spare that is promoted only receives state: done before ftrt_init() on every rank that may
+ * train. Returns 0 or -1 (said on stderr). */
+static int model_alloc(model *m, const options *o)
+{
+    const size_t hidden = o->hidden, n = mlp_param_count(hidden);
+    memset(m, 0, sizeof *m);
+    m->params = alloc_floats(n, "parameters", hidden);
+    m->mom = m->params ? alloc_floats(n, "momentum buffer", hidden) : NULL;
+    m->grad = m->mom ? alloc_floats(n + 1, "gradient buffer", hidden) : NULL;
+    if (!m->grad) goto fail;
+    m->idx = malloc(o->batch * sizeof *m->idx);
+    if (!m->idx || mlp_work_alloc(&m->w, o->batch, hidden) < 0) {
+        fprintf(stderr, "train_mlp: cannot allocate the activations (--batch %zu, --hidden %zu)\n",
+                o->batch, hidden);
+        goto fail;
+    }
+    mlp_init(m->params, hidden, o->seed);
+    memset(m->mom, 0, n * sizeof *m->mom);
+    memset(m->grad, 0, (n + 1) * sizeof *m->grad);
+    return 0;
+fail:
+    model_free(m);
+    return -1;
+}
+
+static int run_trainer(ftrt_ctx *ctx, options *o, model *m, const digits *train,
+                       const digits *test)
 {
     const size_t hidden = o->hidden, n = mlp_param_count(hidden);
     int code = 1, rc;
     int64_t step = 0;
-    mlp_work w = {0};
-    uint32_t *idx = NULL;
-    float *params = alloc_floats(n, "parameters", hidden);
-    float *mom = params ? alloc_floats(n, "momentum buffer", hidden) : NULL;
-    float *grad = mom ? alloc_floats(n + 1, "gradient buffer", hidden) : NULL;
-    if (!grad) goto out;
-    idx = malloc(o->batch * sizeof *idx);
-    if (!idx || mlp_work_alloc(&w, o->batch, hidden) < 0) {
-        fprintf(stderr, "train_mlp: cannot allocate the activations (--batch %zu, --hidden %zu)\n",
-                o->batch, hidden);
-        goto out;
+    mlp_work w = m->w;
+    uint32_t *idx = m->idx;
+    float *params = m->params, *mom = m->mom, *grad = m->grad;
+    if (!params) {
+        fprintf(stderr, "train_mlp: no model memory on this rank\n");
+        return 1;
     }
-    mlp_init(params, hidden, o->seed);
-    memset(mom, 0, n * sizeof *mom);
 
     rc = ftrt_register(ctx, "params", params, n * sizeof *params, FTRT_REGION_REPLICATED);
     if (rc < 0) {
@@ -868,11 +905,6 @@ static int run_trainer(ftrt_ctx *ctx, options *o, const digits *train, const dig
 
 out:
     ftrt_checkpoint_wait_snapshot(ctx); /* no snapshot may still read params when they go */
-    mlp_work_free(&w);
-    free(idx);
-    free(grad);
-    free(mom);
-    free(params);
     return code;
 }
 
@@ -913,6 +945,17 @@ int main(int argc, char **argv)
     if (opt.ckpt_dir) snprintf(cfg.ckpt_dir, sizeof cfg.ckpt_dir, "%s", opt.ckpt_dir);
     if (opt.report) snprintf(cfg.report_file, sizeof cfg.report_file, "%s", opt.report);
 
+    /* Every rank that may train (trainers and hot spares; not world rank 0, the coordinator,
+     * when mpirun says which rank this is) holds its model before joining, so that a promoted
+     * spare only has to receive the state. */
+    model m = {0};
+    const char *wr = getenv("OMPI_COMM_WORLD_RANK");
+    if (!(wr && strcmp(wr, "0") == 0) && model_alloc(&m, &opt) < 0) {
+        digits_free(&train);
+        digits_free(&test);
+        return 1;
+    }
+
     ftrt_ctx *ctx = NULL;
     rc = ftrt_init(&cfg, &ctx);
     int code;
@@ -922,7 +965,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "train_mlp: ftrt_init: %s (%s)\n", ftrt_strerror(rc), ftrt_err_name(rc));
         code = 1;
     } else {
-        code = run_trainer(ctx, &opt, &train, &test);
+        if (!m.params && model_alloc(&m, &opt) < 0) /* not under mpirun's environment */
+            code = 1;
+        else
+            code = run_trainer(ctx, &opt, &m, &train, &test);
     }
     if (ctx) {
         int frc = ftrt_finalize(ctx);
@@ -930,6 +976,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "train_mlp: warning: ftrt_finalize: %s (%s)\n", ftrt_strerror(frc),
                     ftrt_err_name(frc));
     }
+    model_free(&m);
     digits_free(&train);
     digits_free(&test);
     return code;

@@ -498,6 +498,14 @@ static void identify(ftrt__coord *c, pending *p, uint64_t secret)
 {
     ssize_t got = ftrt__rx_fill(&p->rx, p->fd);
     if (got == -EAGAIN) return;
+    if (got == 0 && p->rx.used == 0) {
+        /* Closed without a byte: a rank's other connection attempt that lost the race to the
+         * first answering address (ftrt__connect_any), not an intruder. */
+        close(p->fd);
+        ftrt__rx_free(&p->rx);
+        p->fd = -1;
+        return;
+    }
     ftrt__msghdr h;
     const void *payload;
     ftrt__hello hello;
