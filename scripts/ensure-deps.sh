@@ -1,10 +1,22 @@
 #!/usr/bin/env bash
 # Installs the Debian packages ftrt needs when any is missing (as root, with apt-get), and
-# says what to run otherwise. Sourced or run by examples/demo.sh and tests/run.sh.
+# says what to run otherwise. Run by examples/demo.sh and tests/run.sh (the README's two
+# commands), so it must name everything they, the tests, the benches of the README and the
+# plot script need: tools/check-python-deps (ctest unit.python_deps) checks every Python import
+# of the tree and every package the tests name against this list and its dependencies.
+# `scripts/ensure-deps.sh --list` prints the list and installs nothing.
 set -euo pipefail
+# build; MPI; io_uring; unit tests; checkpoints; the report; Python: the demo's data set
+# (python3-sklearn), the tests, the PyTorch binding, the OpenMetrics check, the plot
+# (ftrt.plot), `pip install bindings/python` (ctest python.pip); fio: bench/ftrt-bench-ckpt.
 pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin liburing-dev libcmocka-dev
       zlib1g-dev libjson-c-dev python3 python3-sklearn python3-pytest python3-numpy
-      python3-torch python3-prometheus-client python3-matplotlib fio)
+      python3-torch python3-prometheus-client python3-matplotlib python3-pip python3-setuptools
+      python3-wheel fio)
+if [ "${1:-}" = "--list" ]; then
+  printf '%s\n' "${pkgs[@]}"
+  exit 0
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

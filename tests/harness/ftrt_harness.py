@@ -57,7 +57,86 @@ class Fail(Exception):
 
 
 class Skip(Exception):
-    """The case cannot run here, e.g. no permission to mount a tmpfs (case_main: exit 77)."""
+    """The case cannot run here for want of hardware or a kernel feature, e.g. no GPU or no
+    permission to mount a tmpfs (case_main: exit 77, everywhere). Never for a missing package:
+    need_module() / need_tool() (a failure under CI)."""
+
+
+# ---- missing dependencies: skip by hand, fail under CI ---------------------------------------
+#
+# The one rule of every test and bench of this tree for a dependency that is not there (a
+# Python module, a program): outside CI the test is skipped, with the Debian package to
+# install; under CI, or with FTRT_STRICT_DEPS=1, it fails with the same message, because
+# scripts/ensure-deps.sh (the README's set-up, run by tests/run.sh) must have installed it.
+# Only hardware and kernel features skip everywhere: no GPU, or no permission to mount a
+# tmpfs; those raise Skip directly, with the reason printed. tests/harness/ftrt_pytest_deps.py
+# applies the same rule to pytest's skips; tools/check-python-deps checks that the packages
+# named here (and every third-party import) are installed by scripts/ensure-deps.sh.
+
+# The Debian package of each third-party Python module the tree imports or needs (the fallback
+# of tools/check-python-deps where the module is not installed, so dpkg -S cannot say).
+DEBIAN_MODULES = {
+    "torch": "python3-torch", "numpy": "python3-numpy", "sklearn": "python3-sklearn",
+    "pytest": "python3-pytest", "matplotlib": "python3-matplotlib",
+    "prometheus_client": "python3-prometheus-client", "setuptools": "python3-setuptools",
+    "pip": "python3-pip", "wheel": "python3-wheel",
+}
+# The Debian package of each program the tests and benches run.
+DEBIAN_TOOLS = {
+    "mpirun": "openmpi-bin", "fio": "fio", "cc": "gcc", "gcc": "gcc", "cmake": "cmake",
+    "pkg-config": "pkg-config", "nm": "binutils", "objdump": "binutils", "ldd": "libc-bin",
+}
+
+
+def strict_deps(environ=None):
+    """True when a missing dependency must fail rather than skip: FTRT_STRICT_DEPS=1, or CI set
+    to a true value (true/1/yes; .ci/run sets CI=true) unless FTRT_STRICT_DEPS=0."""
+    env = os.environ if environ is None else environ
+    explicit = env.get("FTRT_STRICT_DEPS", "").strip().lower()
+    if explicit:
+        return explicit not in ("0", "false", "no", "off")
+    return env.get("CI", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+class MissingDependency(Exception):
+    """A dependency is missing and strict_deps() is off (case_main: exit 77)."""
+
+
+def missing_dep(what, debian_pkg):
+    """Ends the current test for a missing dependency: raises Fail under strict_deps(), else
+    MissingDependency (a skip). `what`: what is missing ("Python module torch")."""
+    msg = (f"{what} is missing (Debian: apt-get install {debian_pkg}; scripts/ensure-deps.sh "
+           f"installs it)")
+    if strict_deps():
+        raise Fail(msg + " -- a failure, not a skip, under CI / FTRT_STRICT_DEPS=1")
+    raise MissingDependency(msg)
+
+
+def need_module(name, debian_pkg=None, load=True):
+    """Imports and returns Python module `name` (dotted names too), or missing_dep() with its
+    Debian package (default: DEBIAN_MODULES of the top-level name). load=False: only checks
+    that this interpreter can find it (for modules that another process imports, such as
+    setuptools), and returns None."""
+    import importlib
+    import importlib.util
+    try:
+        if not load:
+            if importlib.util.find_spec(name) is None:
+                raise ImportError(f"No module named {name!r}")
+            return None
+        return importlib.import_module(name)
+    except ImportError as e:
+        top = name.split(".")[0]
+        missing_dep(f"Python module {name} ({e})", debian_pkg or DEBIAN_MODULES.get(top, "?"))
+
+
+def need_tool(name, debian_pkg=None):
+    """The path of program `name` on PATH, or missing_dep() with its Debian package (default:
+    DEBIAN_TOOLS[name])."""
+    path = shutil.which(name)
+    if path is None:
+        missing_dep(f"program {name}", debian_pkg or DEBIAN_TOOLS.get(name, "?"))
+    return path
 
 
 def check(cond, msg):
@@ -294,8 +373,8 @@ def case(table, name=None, **kw):
 
 def case_main(cases, description=None, argv=None):
     """The command line of a case script: `--bin BIN --work DIR <case>` runs a case of cases
-    (name -> Case) and returns its exit status (0 pass, 1 fail, 77 skipped, also when mpirun is
-    missing); `--list` prints "<case> <timeout_s> <setup|required|->" per listed case, which
+    (name -> Case) and returns its exit status (0 pass, 1 fail, 77 skipped; a missing mpirun
+    or other dependency: 77, or 1 under strict_deps()); `--list` prints "<case> <timeout_s> <setup|required|->" per listed case, which
     tests/integration/CMakeLists.txt turns into ctests."""
     ap = argparse.ArgumentParser(description=description,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -311,16 +390,17 @@ def case_main(cases, description=None, argv=None):
         return 0
     if not (a.bin and a.work and a.case):
         ap.error("--bin, --work and a case are required")
-    if shutil.which("mpirun") is None:
-        print("mpirun not found: skipping")
-        return SKIP
-    os.makedirs(a.work, exist_ok=True)
     print(f"case {a.case}:", flush=True)
     try:
+        need_tool("mpirun")
+        os.makedirs(a.work, exist_ok=True)
         rc = cases[a.case].fn(a)
     except Fail as e:
         print("FAIL:", e, flush=True)
         return 1
+    except MissingDependency as e:
+        print(f"{e}: skipping (under CI this fails)", flush=True)
+        return SKIP
     except Skip as e:
         print(f"{e}: skipping", flush=True)
         return SKIP

@@ -54,13 +54,11 @@ from ._lib import (  # noqa: F401  (re-exported)
 )
 
 
-def __getattr__(name):
-    """ftrt.__version__: the loaded library's version, "major.minor.patch" from ftrt_version()
-    (one number: project(VERSION) of the top CMakeLists.txt). Read on first use, which loads
-    libftrt (OSError when it cannot be found)."""
-    if name == "__version__":
-        return "%d.%d.%d" % version()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# ftrt.__version__: this package's version, "major.minor.patch" -- project(VERSION) of the
+# top CMakeLists.txt, the number ftrt.h and libftrt carry too (tools/check-version keeps
+# ftrt/_version.py equal to it). Importing ftrt does not load libftrt; ftrt.version() is the
+# loaded library's (major, minor, patch), and load() warns when its major differs.
+from ._version import __version__  # noqa: E402,F401
 
 
 _ESIZE = {FLOAT32: 4, FLOAT64: 8, INT64: 8}

@@ -5,8 +5,17 @@ include/ftrt_gpu.h) one to one. The high-level API is in ftrt/__init__.py; use t
 directly only for what the wrappers do not cover (``lib().ftrt_xxx(...)`` with the declared
 argtypes; every int-returning function returns the raw code, unchecked).
 
-Loading order (see load()): ``FTRT_LIB`` (a path), else ``build/libftrt.so`` of the source
-tree this package lives in, else ``ctypes.util.find_library("ftrt")``. Open MPI's plugins
+Finding libftrt (see candidates() and load()), first that loads wins:
+  1. ``FTRT_LIB``: the path of the library (libftrt.so or libftrt_gpu.so); nothing else is
+     tried when it is set;
+  2. the installed library through the dynamic loader: ``libftrt.so.<major>`` (the soname of
+     this package's major version; LD_LIBRARY_PATH, ld.so.cache, the default directories),
+     then ``ctypes.util.find_library("ftrt")``;
+  3. ``pkg-config --variable=libdir ftrt`` (an install prefix on PKG_CONFIG_PATH, e.g. one that
+     is not in ld.so.conf);
+  4. the build tree of the source tree this package lives in (``<repo>/build/libftrt.so``),
+     when it is imported from ``bindings/python`` of a checkout.
+When none loads, OSError lists every candidate and why it failed. Open MPI's plugins
 (mca_*.so) are linked against libmpi's symbols without depending on it, so libmpi must be
 loaded with RTLD_GLOBAL before libftrt, or MPI_Init fails to load its components when ftrt is
 loaded from Python (a C program gets this for free from the dynamic linker).
@@ -14,10 +23,14 @@ loaded from Python (a C program gets this for free from the dynamic linker).
 import ctypes
 import ctypes.util
 import os
+import shutil
+import subprocess
 import threading
 
+from ._version import __version__
+
 __all__ = [
-    "load", "lib", "lib_path", "Config", "BucketConfig", "CkptStats", "FtrtError",
+    "load", "lib", "lib_path", "candidates", "Config", "BucketConfig", "CkptStats", "FtrtError",
     "FtrtRecover", "FtrtNoSpare", "FtrtCoordLost", "FtrtAborted", "FtrtConfigError",
     "FtrtCorrupt", "FtrtNoCheckpoint", "FtrtMismatch", "FtrtProtocol", "FtrtMPIError",
     "FtrtInvalid", "FtrtState", "FtrtTimeout", "FtrtNoDevice", "FtrtCudaError", "FtrtNcclError",
@@ -379,6 +392,7 @@ PROTOTYPES = {
     "ftrt_step_done": (_c_int, [_vp, _c_i64]),
     "ftrt_set_job_info": (_c_int, [_vp, _c_i64, _c_dbl, _c_dbl]),
     "ftrt_recover": (_c_int, [_vp, _pi64]),
+    "ftrt_set_exit_code": (_c_int, [_vp, _c_int]),
 }
 
 # include/ftrt_gpu.h: present only in libftrt_gpu (cudaStream_t is a pointer). Declared when
@@ -405,17 +419,47 @@ _lib_path = None
 _mpi = None
 
 
-def _candidates():
-    env = os.environ.get("FTRT_LIB")
-    if env:
-        return [env], True
+SONAME = "libftrt.so.%s" % __version__.split(".")[0]
+
+
+def _pkg_config_libdir():
+    """`pkg-config --variable=libdir ftrt`, or None (no pkg-config, no ftrt.pc)."""
+    if shutil.which("pkg-config") is None:
+        return None
+    try:
+        r = subprocess.run(["pkg-config", "--variable=libdir", "ftrt"], capture_output=True,
+                           text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return os.path.normpath(r.stdout.strip()) if r.returncode == 0 and r.stdout.strip() else None
+
+
+def _source_tree():
+    """The checkout this package lives in (bindings/python/ftrt of it), or None (installed)."""
     here = os.path.dirname(os.path.abspath(__file__))
     repo = os.path.normpath(os.path.join(here, "..", "..", ".."))
-    out = [os.path.join(repo, "build", "libftrt.so")]
+    marker = os.path.join(repo, "include", "ftrt.h")
+    return repo if os.path.exists(marker) else None
+
+
+def candidates():
+    """[(how, name or path)] in the order load() tries them (see the module docstring); a name
+    without "/" goes to the dynamic loader's search."""
+    env = os.environ.get("FTRT_LIB")
+    if env:
+        return [("FTRT_LIB", env)]
+    out = [("loader", SONAME)]
     found = ctypes.util.find_library("ftrt")
-    if found:
-        out.append(found)
-    return out, False
+    if found and found != SONAME:
+        out.append(("loader (find_library)", found))
+    libdir = _pkg_config_libdir()
+    if libdir:
+        out += [("pkg-config", os.path.join(libdir, SONAME)),
+                ("pkg-config", os.path.join(libdir, "libftrt.so"))]
+    repo = _source_tree()
+    if repo:
+        out.append(("build tree", os.path.join(repo, "build", "libftrt.so")))
+    return out
 
 
 def _load_mpi():
@@ -447,34 +491,72 @@ def _declare(so):
             fn.restype, fn.argtypes = res, args
 
 
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+def _loaded_path(so, name):
+    """The file the loader opened for `name` (dladdr() of ftrt_version: a bare soname becomes
+    the path it resolved to), else `name`."""
+    try:
+        dladdr = ctypes.CDLL(None).dladdr
+        dladdr.argtypes, dladdr.restype = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)], ctypes.c_int
+        info = _DlInfo()
+        if dladdr(ctypes.cast(so.ftrt_version, ctypes.c_void_p), ctypes.byref(info)) and \
+                info.dli_fname:
+            return os.fsdecode(info.dli_fname)
+    except (AttributeError, OSError):
+        pass
+    return name
+
+
+def _check_major(so):
+    """Warns when the library's major version is not this package's (the structs mirrored here
+    are append-only within a major version only)."""
+    major = ctypes.c_int(-1)
+    so.ftrt_version(ctypes.byref(major), None, None)
+    want = int(__version__.split(".")[0])
+    if major.value != want:
+        import warnings
+        warnings.warn(f"libftrt {_lib_path} has major version {major.value}, this ftrt package "
+                      f"{__version__}: its structs and functions may differ", RuntimeWarning,
+                      stacklevel=3)
+
+
 def load(path=None):
     """Loads libftrt once per process and returns the ctypes.CDLL with every prototype
-    declared. `path` (or FTRT_LIB) names the library; else build/libftrt.so of this source
-    tree; else find_library("ftrt"). Raises OSError naming what was tried, or AttributeError
-    when the library lacks a function of ftrt.h (an older libftrt). Thread-safe."""
+    declared. `path` names the library; else the candidates() in order: FTRT_LIB; the
+    installed library through the loader (libftrt.so.<major>, find_library("ftrt"));
+    pkg-config's libdir of ftrt; <repo>/build/libftrt.so of this source tree. Raises OSError
+    listing every candidate tried and why it failed, or AttributeError when the library lacks
+    a function of ftrt.h (an older libftrt). Thread-safe."""
     global _lib, _lib_path
     with _lock:
         if _lib is not None:
             if path and os.path.realpath(path) != os.path.realpath(_lib_path):
                 raise OSError(f"libftrt is already loaded from {_lib_path}; cannot load {path}")
             return _lib
-        cands, explicit = ([path], True) if path else _candidates()
+        cands = [("argument", path)] if path else candidates()
         _load_mpi()
         errors = []
-        for cand in cands:
-            if not explicit and os.sep in cand and not os.path.exists(cand):
-                errors.append(f"{cand}: not found")
+        for how, cand in cands:
+            if how in ("pkg-config", "build tree") and not os.path.exists(cand):
+                errors.append(f"{how}: {cand}: no such file")
                 continue
             try:
                 so = ctypes.CDLL(cand, mode=ctypes.RTLD_GLOBAL)
             except OSError as e:
-                errors.append(f"{cand}: {e}")
+                errors.append(f"{how}: {e}")
                 continue
             _declare(so)
-            _lib, _lib_path = so, cand
+            _lib, _lib_path = so, _loaded_path(so, cand)
+            _check_major(so)
             return so
-        raise OSError("cannot load libftrt (set FTRT_LIB to the path of libftrt.so): "
-                      + "; ".join(errors or ["nothing to try"]))
+        raise OSError("cannot load libftrt; tried, in order: " + "; ".join(errors) +
+                      ". Set FTRT_LIB to the path of libftrt.so, install libftrt (cmake "
+                      "--install) where the loader or pkg-config finds it, or build it in the "
+                      "source tree's build/")
 
 
 def lib():

@@ -1,23 +1,20 @@
-#!/usr/bin/python3
 """Render the timeline of an ftrt run as a Gantt chart (PNG or SVG, by the output's suffix).
 
-Usage: /usr/bin/python3 bindings/python/ftrt_plot.py REPORT.json OUT.png [--title TEXT]
+Usage: python3 -m ftrt.plot REPORT.json [-o OUT.png] [--title TEXT]
+       (the output defaults to REPORT's path with .png for .json; `ftrt-plot` once the package
+       is pip-installed; from a source tree: PYTHONPATH=bindings/python python3 -m ftrt.plot)
 
 One row per world rank (trainers and hot spares; the coordinator holds no slot), coloured by
 ledger interval kind (start-up, compute, exposed communication, checkpoint stall, detection
 wait, recovery, rework, idle spare, down, teardown), with each failure (the injected or best
 known failure time), its detection and the return of every member to training marked. Reads
-the JSON report's "timeline" (schema 1). Needs Debian's python3-matplotlib.
+the JSON report's "timeline" (schema 1). Needs matplotlib (Debian: python3-matplotlib); does
+not load libftrt.
 """
 import argparse
 import json
+import os
 import sys
-
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
 
 COLOURS = {
     "startup": "#bdbdbd", "compute": "#2ca02c", "exposed_comm": "#1f77b4",
@@ -28,17 +25,32 @@ EVENTS = {"failure": ("#d62728", "-"), "detected": ("#d62728", ":"),
           "resumed": ("#ff7f0e", "--")}
 
 
-def main(argv):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("report")
-    ap.add_argument("out")
-    ap.add_argument("--title")
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python3 -m ftrt.plot",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("report", help="the job's JSON report (FTRT_REPORT, --report)")
+    ap.add_argument("out", nargs="?", help=argparse.SUPPRESS)  # the old positional form
+    ap.add_argument("-o", "--out", dest="out_opt", metavar="OUT",
+                    help="the chart: .png, .svg, .pdf (default: REPORT with .png)")
+    ap.add_argument("--title", help="the chart's title (default: steps, failures, goodput)")
     a = ap.parse_args(argv)
+    if a.out and a.out_opt:
+        ap.error("give the output once (-o OUT)")
+    a.out = a.out_opt or a.out or os.path.splitext(a.report)[0] + ".png"
+    try:
+        import matplotlib
+    except ImportError as e:
+        print(f"ftrt.plot: needs matplotlib ({e}); Debian: apt-get install python3-matplotlib",
+              file=sys.stderr)
+        return 1
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
     with open(a.report) as f:
         rep = json.load(f)
     tl = rep.get("timeline")
     if rep.get("schema") != 1 or not tl:
-        print(f"ftrt_plot: {a.report} has no schema-1 timeline", file=sys.stderr)
+        print(f"ftrt.plot: {a.report} has no schema-1 timeline", file=sys.stderr)
         return 1
     kinds = tl["kinds"]
     ranks = tl["ranks"]
@@ -83,9 +95,9 @@ def main(argv):
     ax.set_xlim(0, tl["wall_s"])
     fig.tight_layout()
     fig.savefig(a.out, dpi=110)
-    print(f"ftrt_plot: wrote {a.out}")
+    print(f"ftrt.plot: wrote {a.out}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())
