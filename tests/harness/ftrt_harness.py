@@ -8,7 +8,9 @@ A job is 1 coordinator + N trainers + S hot spares started by
 in its own session (process group), with its output captured to DIR/job.log. The harness
 watches the job's status file (JSON written by the coordinator), kills ranks by signal while
 logging the ground truth to the job's FTRT_FAULT_LOG, waits with a timeout and reads the
-report JSON. Case scripts (`--bin BIN --work DIR <case>`, `--list`) get their command line,
+report JSON. Hosts() makes simulated hosts (network namespaces, tests/hosts/ftrt-hosts) for
+multi-host jobs (train_job(..., mpirun_opts=hosts.mpirun_opts())) and kills or cuts them.
+Case scripts (`--bin BIN --work DIR <case>`, `--list`) get their command line,
 the skip/pass/fail exit codes (77/0/1) and the case table that CMake turns into ctests from
 case_main().
 
@@ -376,20 +378,33 @@ class Hosts:
         return ranks
 
     def kill_host(self, host, job=None, sig="KILL"):
-        """Sends SIGsig to every process in host (its orted, its ranks, anything else), after
-        logging the ground truth for each of job's ranks there to its fault log; returns those
-        ranks (status-file dicts)."""
+        """Sends SIGsig to every process in host (its orted, its ranks, anything else), right
+        after logging the ground truth for each of job's ranks there to its fault log; returns
+        those ranks (status-file dicts)."""
+        pids = self.pids(host)
+        signum = getattr(signal, "SIG" + sig)
         ranks = self._log_faults(job, host, f"host_{sig.lower()}")
-        n = len(self.pids(host))
-        self._run("kill", host, sig)
-        print(f"  killed host {host} ({n} processes, {len(ranks)} ranks) with SIG{sig}", flush=True)
+        for pid in pids:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+        print(f"  killed host {host} ({len(pids)} processes, {len(ranks)} ranks) with SIG{sig}",
+              flush=True)
         return ranks
 
     def cut(self, host, job=None):
-        """Takes host's link down (both ends of its veth): its processes live on but hear nothing
-        and are heard by no one; logs the ground truth for job's ranks there. Returns them."""
+        """Takes host's link down (both ends of its veth, as `ftrt-hosts cut`): its processes
+        live on but hear nothing and are heard by no one; logs the ground truth for job's ranks
+        there right before. Returns them."""
+        if host not in self.names:
+            raise Fail(f"no host {host}")
         ranks = self._log_faults(job, host, "link_cut")
-        self._run("cut", host)
+        for cmd in (["ip", "link", "set", host + "v", "down"],       # ftrt-hosts: veth_of
+                    ["ip", "-n", host, "link", "set", "eth0", "down"]):
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                raise Fail(f"{' '.join(cmd)}: {r.stderr.strip()}")
         print(f"  cut the link of host {host} ({len(ranks)} ranks)", flush=True)
         return ranks
 
