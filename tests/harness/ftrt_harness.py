@@ -8,7 +8,9 @@ A job is 1 coordinator + N trainers + S hot spares started by
 in its own session (process group), with its output captured to DIR/job.log. The harness
 watches the job's status file (JSON written by the coordinator), kills ranks by signal while
 logging the ground truth to the job's FTRT_FAULT_LOG, waits with a timeout and reads the
-report JSON. Case scripts (`--bin BIN --work DIR <case>`, `--list`) get their command line,
+report JSON. Hosts() makes simulated hosts (network namespaces, tests/hosts/ftrt-hosts) for
+multi-host jobs (train_job(..., mpirun_opts=hosts.mpirun_opts())) and kills or cuts them.
+Case scripts (`--bin BIN --work DIR <case>`, `--list`) get their command line,
 the skip/pass/fail exit codes (77/0/1) and the case table that CMake turns into ctests from
 case_main().
 
@@ -33,6 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 FTRT_RUN = os.path.join(REPO, "tools", "ftrt-run")      # the job's real outcome -> exit status
 FTRT_CHAOS = os.path.join(REPO, "tools", "ftrt-chaos")  # fault plans, relaunches, verdicts
+FTRT_HOSTS = os.path.join(REPO, "tests", "hosts", "ftrt-hosts")  # simulated hosts (namespaces)
 # Debian's PyTorch runs under /usr/bin/python3 (the first python3 on PATH may lack it).
 SYSTEM_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
@@ -148,17 +151,19 @@ def check(cond, msg):
 
 # ---- command lines and environments ----------------------------------------------------------
 
-def mpirun_cmd(np_, argv, recovery=True):
-    """`mpirun [--enable-recovery] MPIRUN_FLAGS -np np_ argv...` (argv[0]: the program)."""
-    return (["mpirun"] + (["--enable-recovery"] if recovery else []) + MPIRUN_FLAGS
-            + ["-np", str(np_)] + list(argv))
+def mpirun_cmd(np_, argv, recovery=True, extra=None):
+    """`mpirun [extra...] [--enable-recovery] MPIRUN_FLAGS -np np_ argv...` (argv[0]: the
+    program; extra: more mpirun options, e.g. Hosts.mpirun_opts() for simulated hosts)."""
+    return (["mpirun"] + list(extra or []) + (["--enable-recovery"] if recovery else [])
+            + MPIRUN_FLAGS + ["-np", str(np_)] + list(argv))
 
 
-def ftrt_run_cmd(cmd, status=None, python=None):
+def ftrt_run_cmd(cmd, status=None, python=None, summary=None):
     """cmd under tools/ftrt-run (run by `python`, default this interpreter), which turns the
-    job's real outcome into the exit status and, with status, names the job's status file."""
+    job's real outcome into the exit status and, with status, names the job's status file;
+    summary: where ftrt-run writes its JSON summary (timings of the job's end)."""
     return ([python or sys.executable, FTRT_RUN] + (["--status", status] if status else [])
-            + ["--"] + list(cmd))
+            + (["--summary", summary] if summary else []) + ["--"] + list(cmd))
 
 
 def job_env(extra=None, spares=None, heartbeat_timeout_ms=None):
@@ -223,7 +228,7 @@ class Job:
         self.cmd = list(cmd)
         self.env = dict(os.environ) if env is None else env
         self.status = status
-        self.ckpt = self.params = self.report = None
+        self.ckpt = self.params = self.report = self.summary = None
         self.fault_log = self.env.get("FTRT_FAULT_LOG")
         self.echo = echo
         self.proc = None
@@ -234,7 +239,7 @@ class Job:
         raise Fail(msg)
 
     def start(self):
-        for p in (self.params, self.report, self.status):
+        for p in (self.params, self.report, self.status, self.summary):
             if p and os.path.exists(p):
                 os.unlink(p)
         if self.echo:
@@ -329,26 +334,170 @@ class Job:
         """The job's report JSON (self.report)."""
         return load_json(self.report)
 
+    def load_summary(self):
+        """ftrt-run's summary JSON (self.summary): exit status, how mpirun ended, timings."""
+        return load_json(self.summary)
+
 
 def train_job(directory, binary, np_=6, train_args=MLP_ARGS, spares=None,
-              heartbeat_timeout_ms=None, status=None, fresh=True):
+              heartbeat_timeout_ms=None, status=None, fresh=True, mpirun_opts=None):
     """A job of an ftrt example (train_mlp's command line) laid out in `directory`: ckpt/,
-    final.params, report.json, faults.jsonl, the status file in ckpt/status.json unless given:
-    ftrt-run --status STATUS -- mpirun --enable-recovery ... -np np_ binary train_args
-    --ckpt-dir ... --params-out ... --report .... np_ counts the coordinator and the spares;
-    spares (FTRT_SPARES) defaults to the runtime's own default."""
+    final.params, report.json, faults.jsonl, ftrt-run's summary.json, the status file in
+    ckpt/status.json unless given: ftrt-run --status STATUS --summary ... -- mpirun
+    [mpirun_opts] --enable-recovery ... -np np_ binary train_args --ckpt-dir ... --params-out
+    ... --report .... np_ counts the coordinator and the spares; spares (FTRT_SPARES) defaults
+    to the runtime's own default; mpirun_opts: e.g. Hosts.mpirun_opts() (simulated hosts)."""
     ckpt = os.path.join(directory, "ckpt")
     params = os.path.join(directory, "final.params")
     report = os.path.join(directory, "report.json")
+    summary = os.path.join(directory, "summary.json")
     status = status or os.path.join(ckpt, "status.json")
     fault_log = os.path.join(directory, "faults.jsonl")
     cmd = ftrt_run_cmd(mpirun_cmd(np_, [binary] + list(train_args) + [
-        "--ckpt-dir", ckpt, "--params-out", params, "--report", report]), status=status)
+        "--ckpt-dir", ckpt, "--params-out", params, "--report", report], extra=mpirun_opts),
+        status=status, summary=summary)
     job = Job(directory, cmd, job_env({"FTRT_FAULT_LOG": fault_log}, spares=spares,
                                       heartbeat_timeout_ms=heartbeat_timeout_ms),
               status=status, fresh=fresh)
-    job.ckpt, job.params, job.report = ckpt, params, report
+    job.ckpt, job.params, job.report, job.summary = ckpt, params, report, summary
     return job
+
+
+# ---- simulated hosts (tests/hosts/ftrt-hosts) ----------------------------------------------------
+
+class Hosts:
+    """N simulated hosts on this machine (network namespaces with their own hostnames on a
+    bridge; tests/hosts/ftrt-hosts says how), made on entry and removed on exit, also when the
+    body raises:
+
+        with Hosts(3, slots=2) as hosts:          # Skip where namespaces cannot be made
+            job = train_job(..., mpirun_opts=hosts.mpirun_opts())
+            ...
+            hosts.kill_host("ftrt-h2", job)       # every process of the host, its orted too
+            hosts.cut("ftrt-h2", job)             # its link down: silence, no connection reset
+
+    Host names are PREFIX1..PREFIXn (default ftrt-h1 ..), addresses NET.1..n (10.77.0.x), the
+    head (mpirun, ftrt-run) NET.254. Ranks are placed by slot in host order: with 2 slots,
+    world ranks 0-1 on host 1, 2-3 on host 2, ... A lock (DIR.inuse) keeps two users of the
+    same prefix apart for the whole `with` block."""
+
+    def __init__(self, n=3, slots=2, env=None):
+        self.n, self.slots = n, slots
+        self.env = dict(os.environ, **(env or {}))
+        self.prefix = self.env.get("FTRT_HOSTS_PREFIX", "ftrt-h")
+        self.names = [f"{self.prefix}{i}" for i in range(1, n + 1)]
+        self.dir = None
+        self._lock = None
+
+    def _run(self, *args, check=True):
+        r = subprocess.run([FTRT_HOSTS] + [str(a) for a in args], env=self.env,
+                           capture_output=True, text=True)
+        if check and r.returncode != 0:
+            raise Fail(f"ftrt-hosts {' '.join(map(str, args))}: exit {r.returncode}: "
+                       f"{r.stderr.strip()}")
+        return r
+
+    def __enter__(self):
+        r = self._run("check", check=False)
+        if r.returncode == SKIP:
+            raise Skip((r.stdout + r.stderr).strip() or "network namespaces unavailable")
+        if r.returncode != 0:
+            raise Fail(f"ftrt-hosts check: {r.stdout}{r.stderr}")
+        import fcntl
+        base = self.env.get("FTRT_HOSTS_DIR", f"/run/ftrt-hosts/{self.prefix}")
+        os.makedirs(os.path.dirname(base), exist_ok=True)
+        self._lock = open(base + ".inuse", "w")
+        fcntl.flock(self._lock, fcntl.LOCK_EX)
+        try:
+            self.dir = self._run("up", self.n, self.slots).stdout.strip().splitlines()[-1]
+        except BaseException:
+            self._run("down", check=False)
+            self._lock.close()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self._run("down", check=False)
+        self._lock.close()
+        return False
+
+    def mpirun_opts(self, hostfile=None):
+        """mpirun options for the hosts (agent, hostfile, TCP on the hosts' subnet); hostfile:
+        another hostfile, e.g. from hostfile() with a subset of the hosts."""
+        opts = self._run("mpirun-opts").stdout.split()
+        if hostfile:
+            opts[opts.index("--hostfile") + 1] = hostfile
+        return opts
+
+    def hostfile(self, path, hosts, slots=None):
+        """Writes a hostfile of `hosts` (names) with `slots` each (default self.slots) at path;
+        returns path (for mpirun_opts(hostfile=...): a relaunch without a lost host)."""
+        with open(path, "w") as f:
+            for name in hosts:
+                f.write(f"{name} slots={slots or self.slots}\n")
+        return path
+
+    def pids(self, host):
+        """Pids of every process in host now."""
+        return [int(x) for x in self._run("pids", host).stdout.split()]
+
+    def ranks_on(self, st, host):
+        """The ranks (dicts) of status file st that run on host."""
+        return [r for r in st["ranks"] if r["host"] == host]
+
+    def _log_faults(self, job, host, kind):
+        st = job.status_json() if job else None
+        if not (job and job.fault_log and st):
+            return []
+        ranks = [r for r in self.ranks_on(st, host) if r["role"] != "failed" and r["pid"] > 0]
+        with open(job.fault_log, "a") as f:
+            for r in ranks:
+                f.write(json.dumps({"time": time.time(), "kind": kind, "pid": r["pid"],
+                                    "world_rank": r["world_rank"]}) + "\n")
+        return ranks
+
+    def kill_host(self, host, job=None, sig="KILL"):
+        """Sends SIGsig to every process in host (its orted, its ranks, anything else), right
+        after logging the ground truth for each of job's ranks there to its fault log; returns
+        those ranks (status-file dicts)."""
+        pids = self.pids(host)
+        signum = getattr(signal, "SIG" + sig)
+        ranks = self._log_faults(job, host, f"host_{sig.lower()}")
+        for pid in pids:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+        print(f"  killed host {host} ({len(pids)} processes, {len(ranks)} ranks) with SIG{sig}",
+              flush=True)
+        return ranks
+
+    def cut(self, host, job=None):
+        """Takes host's link down (both ends of its veth, as `ftrt-hosts cut`): its processes
+        live on but hear nothing and are heard by no one; logs the ground truth for job's ranks
+        there right before. Returns them."""
+        if host not in self.names:
+            raise Fail(f"no host {host}")
+        ranks = self._log_faults(job, host, "link_cut")
+        for cmd in (["ip", "link", "set", host + "v", "down"],       # ftrt-hosts: veth_of
+                    ["ip", "-n", host, "link", "set", "eth0", "down"]):
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                raise Fail(f"{' '.join(cmd)}: {r.stderr.strip()}")
+        print(f"  cut the link of host {host} ({len(ranks)} ranks)", flush=True)
+        return ranks
+
+    def mend(self, host):
+        self._run("mend", host)
+
+    def leftovers(self):
+        """{host: pids} of the hosts that still have processes (none after a clean job end)."""
+        left = {}
+        for name in self.names:
+            p = self.pids(name)
+            if p:
+                left[name] = p
+        return left
 
 
 # ---- case scripts ------------------------------------------------------------------------------
