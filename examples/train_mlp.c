@@ -900,7 +900,10 @@ static int run_trainer(ftrt_ctx *ctx, options *o, model *m, const digits *train,
                test->n);
         printf("params fnv1a64: %016" PRIx64 "\n", params_fnv1a64(params, n));
         fflush(stdout);
-        if (o->params_out && write_params(o->params_out, params, n) < 0) code = 1;
+        if (o->params_out && write_params(o->params_out, params, n) < 0) {
+            ftrt_set_exit_code(ctx, -EIO); /* the job's output is missing: it did not finish */
+            code = 1;
+        }
     }
 
 out:

@@ -96,6 +96,7 @@ typedef struct ftrt__coord {
     double first_commit_wall, last_commit_wall;
     int64_t progress_steps;
     double progress_t;
+    int final_written; /* the report is written: the status file's last write says "final" */
 } ftrt__coord;
 
 /* Latest injection time (unix s) for pid / world rank w at or before t_wall in the JSON-lines

@@ -444,13 +444,29 @@ static int handle(ftrt__coord *c, int w, const ftrt__msghdr *h, const void *payl
         c->status_dirty |= 1;
         u.em = (ftrt__epoch_msg){.epoch = c->epoch, .value = ranks_lost(c)};
         send_to(c, w, FTRT__MSG_FAREWELL, &u.em, sizeof u.em);
-        if (u.bye.exit_code < 0 && r->role == FTRT__ROLE_TRAINER) {
-            /* A trainer that stops with an error ends the job as failed: the others cannot
-             * finish without it, and a spare would meet the same error. */
-            char why[160];
-            snprintf(why, sizeof why, "trainer logical rank %d (world rank %d) left with %s",
-                     r->logical, w, ftrt_err_name(u.bye.exit_code));
-            job_abort(c, u.bye.exit_code, why);
+        if (r->role == FTRT__ROLE_TRAINER) {
+            /* (u was reused for the FAREWELL: read the BYE from r->bye.) A trainer that stops
+             * with an error, or before its loop's end (the job's total
+             * steps, when ftrt_set_job_info() gave them), or in the middle of a recovery, ends
+             * the job as failed: the others cannot finish without it, and a spare would meet
+             * the same error. */
+            char why[200];
+            int code = 0;
+            if (r->bye.exit_code < 0) {
+                code = r->bye.exit_code;
+                snprintf(why, sizeof why, "trainer logical rank %d (world rank %d) left with %s",
+                         r->logical, w, ftrt_err_name(code));
+            } else if (r->total_steps > 0 && r->bye.steps_done < r->total_steps) {
+                code = FTRT_EABORT;
+                snprintf(why, sizeof why, "trainer logical rank %d (world rank %d) left after "
+                         "%lld of %lld steps", r->logical, w, (long long)r->bye.steps_done,
+                         (long long)r->total_steps);
+            } else if (c->phase == PH_COLLECT || c->phase == PH_RESUMING) {
+                code = FTRT_EABORT;
+                snprintf(why, sizeof why, "trainer logical rank %d (world rank %d) left during "
+                         "the recovery of epoch %d", r->logical, w, c->epoch);
+            }
+            if (code) job_abort(c, code, why);
         }
         return 0;
     default: return FTRT_EPROTO;
@@ -829,6 +845,8 @@ int ftrt__coordinator_run(ftrt__coord_args *a, int listen_fd, uint64_t secret)
     ftrt__status_write(&c);
     ftrt__report_write(&c);
     if (a->cfg->metrics_file[0]) ftrt__metrics_write(&c, c.t_start_wall + (c.t_end - c.t_start));
+    c.final_written = 1; /* the launcher may end mpirun once it reads this */
+    ftrt__status_write(&c);
     if (ftrt__ckpt_retention_flush(10.0) > 0) /* old checkpoints' files, deleted in background */
         ftrt_log_warn("checkpoint retention: old step directories are still being deleted; "
                       "the next commit finishes the job (they are no longer committed)");

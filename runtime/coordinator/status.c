@@ -6,7 +6,10 @@
  * {"schema":1, "job": "starting|running|recovering|failing|finished|failed", "epoch": E,
  *  "updated": unix seconds, "trainers": N, "spares_left": k, "last_committed_step": S|-1,
  *  "ranks": [{"world_rank", "pid", "host", "role", "logical_rank" (or null), "steps_done",
- *             "last_step"}]}
+ *             "last_step", "state": "coordinator|joining|running|left|dead|stuck"}],
+ *  "accounted": every non-coordinator rank left, dead or stuck, "final": the last write,
+ *  after the report}
+ * A launcher ends mpirun once "final" (or "accounted" with a finished/failed job) is seen.
  */
 #include <errno.h>
 #include <json-c/json.h>
@@ -16,6 +19,20 @@
 
 #include "runtime/coordinator/coord.h"
 #include "base/log.h"
+
+/* Where world rank w stands, for a launcher deciding whether the job can be ended: "left"
+ * (said goodbye, or a spare told the job is over), "dead" (declared failed), "stuck" (did not
+ * leave after the abort, on a host the coordinator cannot fence), "running" or "joining". */
+static const char *rank_state(const ftrt__coord *c, int w)
+{
+    const ftrt__crank *r = &c->r[w];
+    if (w == 0) return "coordinator";
+    if (r->role == FTRT__ROLE_FAILED) return "dead";
+    if (r->said_bye || (r->hello && r->fd < 0)) return "left";
+    if (c->phase == PH_DONE && r->fd >= 0 && c->result != FTRT_DONE) return "stuck";
+    if (c->phase == PH_DONE && r->role == FTRT__ROLE_SPARE) return "left"; /* SHUTDOWN sent */
+    return r->hello ? "running" : "joining";
+}
 
 static const char *job_state(const ftrt__coord *c)
 {
@@ -57,6 +74,7 @@ int ftrt__status_write(ftrt__coord *c)
     json_object_object_add(o, "control_plane_addresses", addrs);
     json_object_object_add(o, "rejected_connections", json_object_new_int(c->rejected_connections));
     json_object *ranks = json_object_new_array();
+    int accounted = 1;
     for (int w = 0; w < c->W; w++) {
         const ftrt__crank *r = &c->r[w];
         json_object *x = json_object_new_object();
@@ -68,9 +86,14 @@ int ftrt__status_write(ftrt__coord *c)
                                r->logical >= 0 ? json_object_new_int(r->logical) : NULL);
         json_object_object_add(x, "steps_done", json_object_new_int64(r->steps_done));
         json_object_object_add(x, "last_step", json_object_new_int64(r->steps_done - 1));
+        const char *st = rank_state(c, w);
+        json_object_object_add(x, "state", json_object_new_string(st));
+        if (w > 0 && (!strcmp(st, "running") || !strcmp(st, "joining"))) accounted = 0;
         json_object_array_add(ranks, x);
     }
     json_object_object_add(o, "ranks", ranks);
+    json_object_object_add(o, "accounted", json_object_new_boolean(accounted));
+    json_object_object_add(o, "final", json_object_new_boolean(c->final_written));
     int rc = ftrt__write_json_atomic(c->a->status_file, o);
     json_object_put(o);
     if (rc && !warned) {

@@ -230,6 +230,11 @@ def case_hostkill(args):
         check(len(fl) == 2 and all(f["recovered"] for f in fl)
               and {f["spare_world_rank"] for f in fl} == {4, 5},
               "two failures, both recovered by the spares on ftrt-h3")
+        check(all(f["cause"] == "host_lost" and f["host"] == "ftrt-h2" and
+                  f["spare_host"] == "ftrt-h3" for f in fl),
+              "the report names the cause: host ftrt-h2 lost, spares from ftrt-h3")
+        check(len({f["epoch"] for f in fl}) == 1 and rep["epoch"] == 1,
+              "the lost host's two ranks were replaced in one epoch")
         check(same_bytes(job.params, r3), "final parameters byte-identical to the one-host run")
 
 
@@ -300,11 +305,11 @@ def case_coordhost(args):
         check(same_bytes(job2.params, r4), "final parameters byte-identical to the one-host run")
 
 
-@h.case(CASES, fixture="required", listed=False)
+@h.case(CASES, fixture="required")
 def case_trainererror(args):
-    """Pending (not listed: needs the coordinator to learn a trainer's error): a trainer killed
-    on ftrt-h2 (mpirun then never exits by itself), and logical rank 0 fails at the end
-    (its --params-out cannot be written) after a normal BYE: the job must end failed."""
+    """A trainer killed on ftrt-h2 (mpirun then never exits by itself), and logical rank 0
+    fails at the end (its --params-out cannot be written; train_mlp says so with
+    ftrt_set_exit_code, and its BYE carries it): the job must end failed, exit non-zero."""
     with h.Hosts(3, 2) as hosts:
         before = sessions(hosts)
         job = hosts_job(args, hosts, "trainererror", spares=1)

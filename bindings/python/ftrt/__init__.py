@@ -411,6 +411,12 @@ class Context:
             raise error_for(EPROTO, "ftrt_recover")
         return step.value
 
+    def set_exit_code(self, code):
+        """Records the error this trainer leaves the job with (ftrt_set_exit_code(); code is a
+        negative -errno or ftrt code): the coordinator then ends the job as failed instead of
+        counting this trainer as finished. Call before finalize()."""
+        check(lib().ftrt_set_exit_code(self._h, int(code)), "ftrt_set_exit_code")
+
     def finalize(self):
         """Leaves the job (ftrt_finalize()); idempotent. Requests and bucketers still alive are
         waited for and freed first. Returns 0, or SKIP_MPI_FINALIZE when the application
