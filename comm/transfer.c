@@ -68,14 +68,19 @@ static int attempt_once(ftrt__plane *p, const sched *s, const ftrt__xfer_region 
                                      s->src[o], TAG_CRC, comm, &req[q++]) != MPI_SUCCESS)
                 rc = FTRT_EMPI;
     }
-    /* source: the chunks it owns this attempt, to each receiver still needing them */
+    /* source: the chunks it owns this attempt, to each receiver still needing them (each
+     * chunk's CRC32C computed once, at its first receiver) */
     if (s->si >= 0) {
         for (int j = 0; j < s->nr && !rc; j++) {
             int any = 0;
             for (int64_t k = 0; k < nk && !rc; k++) {
                 if (!pend[(int64_t)j * nk + k] || owner(s, g0 + k, attempt) != s->si) continue;
                 size_t off = (size_t)k * chunk, len = r->bytes - off < chunk ? r->bytes - off : chunk;
-                crc_out[(size_t)j * (size_t)nk + (size_t)k] = ftrt__crc32c(0, base + off, len);
+                int64_t first = 0;
+                while (first < j && !pend[first * nk + k]) first++;
+                crc_out[(size_t)j * (size_t)nk + (size_t)k] =
+                    first < j ? crc_out[(size_t)first * (size_t)nk + (size_t)k]
+                              : ftrt__crc32c(0, base + off, len);
                 if (MPI_Isend(base + off, (int)len, MPI_BYTE, s->rcv[j], TAG_DATA, comm,
                               &req[q++]) != MPI_SUCCESS)
                     rc = FTRT_EMPI;
