@@ -154,7 +154,7 @@ static void *agent_main(void *arg)
         if (got == -EAGAIN) continue;
         if (got <= 0) {
             pthread_mutex_lock(&cp->lock);
-            int benign = cp->stop || cp->shutdown;
+            int benign = cp->stop || cp->shutdown || cp->farewell; /* the job is over for us */
             pthread_mutex_unlock(&cp->lock);
             if (!benign) ftrt_log_warn("lost the coordinator (connection closed)");
             break;
@@ -175,7 +175,7 @@ static void *agent_main(void *arg)
     }
     ftrt__rx_free(&rx);
     pthread_mutex_lock(&cp->lock);
-    if (!cp->stop && !cp->shutdown) set_fatal(ctx, FTRT_ECOORD);
+    if (!cp->stop && !cp->shutdown && !cp->farewell) set_fatal(ctx, FTRT_ECOORD);
     pthread_cond_broadcast(&cp->cond);
     pthread_mutex_unlock(&cp->lock);
     return NULL;
