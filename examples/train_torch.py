@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """train_torch.py - data-parallel PyTorch training on the UCI handwritten digits, kept alive
-through rank failures by ftrt (through its ctypes binding), or with torch.distributed's gloo
-DDP for comparison.
+through rank failures by ftrt (through its high-level PyTorch API, ftrt.pytorch.FaultTolerant),
+or with torch.distributed's gloo DDP for comparison.
 
     # ftrt: world rank 0 coordinator, 1..4 trainers, 5 hot spare
     tools/ftrt-run -- mpirun --enable-recovery --oversubscribe --bind-to none \\

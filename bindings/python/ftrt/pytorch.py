@@ -1,4 +1,16 @@
-"""PyTorch helpers for ftrt: state registration, overlapped gradient averaging, recovery.
+"""PyTorch for ftrt: the high-level API, FaultTolerant, and the helpers it is built from
+(state registration, overlapped gradient averaging, recovery).
+
+High level (docs/pytorch.md; the class docstring):
+
+    ft = ftrt.pytorch.FaultTolerant(model, opt, scheduler=sched)   # joins the job, restores
+    for step in ft.steps(total_steps):                  # resumes after restore / recovery
+        x, y = get_batch(step, ft.rank)
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()                 # p.grad = the mean over the trainers
+        ft.step()                                       # optimizer, scheduler, recovery
+
+Low level:
 
     import ftrt, ftrt.pytorch as ftp
     ctx = ftrt.init(cfg)                                # trainer (see ftrt's docstring)
@@ -529,7 +541,7 @@ class FaultTolerant:
         state must be updated in place (torch.optim does).
       scheduler: an LR scheduler, or a list of them, stepped once per step() after the
         optimizer (do not call their step() yourself). Schedulers stepped otherwise (per
-        epoch) go in extra_state.
+        epoch, ReduceLROnPlateau) go in extra_state, and you step them.
       scaler: a gradient scaler (torch.cuda.amp.GradScaler or anything with step(optimizer),
         update(), state_dict(), load_state_dict()): step() calls scaler.step(optimizer) and
         scaler.update() instead of optimizer.step(). Use scaler.scale(loss).backward().
@@ -594,6 +606,11 @@ class FaultTolerant:
         self.averager = GradAverager(ctx, model.parameters(),
                                      bucket_bytes=int(float(bucket_cap_mb) * (1 << 20)),
                                      sync_in_backward=True)
+        if not getattr(self.averager, "sync_in_backward", True):
+            # without it p.grad would still be ftrt's between backward() and step()
+            raise NotImplementedError("this torch has no autograd queue_callback "
+                                      "(torch.autograd.Variable._execution_engine): "
+                                      "FaultTolerant cannot end the averaging in backward()")
         self._save_state()  # a valid record before anything can be recovered from here
         try:
             self.restored, self._step = ctx.restore()
