@@ -1,14 +1,17 @@
 #!/usr/bin/python3
-"""torch_overhead.py - step time of examples/train_torch.py under ftrt vs torch.distributed
-gloo DDP, same model, data, seed and number of trainers, in one run.
+"""torch_overhead.py - step time of examples/train_torch.py (MLPs) and examples/train_lm.py (a
+transformer LM) under ftrt vs torch.distributed gloo DDP, same model, data, seed and number of
+trainers, in one run.
 
-    bench/torch_overhead.py [--configs example,mlp512] [--reps 5] [--lib build/libftrt.so]
+    bench/torch_overhead.py [--configs example,mlp512,lm] [--reps 5] [--lib build/libftrt.so]
 
 For each model configuration (CONFIGS below), each repetition runs the gloo job (mpirun -np
 T) and the ftrt job (mpirun --enable-recovery -np T+2: coordinator, T trainers, one hot
 spare, checkpoints off as gloo has none), back to back in alternating order. A job's figure
 is logical rank 0's median step time (forward, backward with the gradient averaging,
-optimizer step; the first --warmup-steps steps left out). The bench prints every repetition,
+optimizer step, and for the LM gradient clipping and the LR schedule; under ftrt through
+ftrt.pytorch.FaultTolerant, so its step() bookkeeping is included; the first --warmup-steps
+steps left out). The bench prints every repetition,
 the median over repetitions, the ratio ftrt / gloo of those medians (target <= 1.05) and the
 median of the per-repetition ratios. Both use DDP's bucketing (25 MiB buckets, the first
 1 MiB) and one torch thread per process. Python 3 standard library only; runs the example
@@ -28,6 +31,7 @@ import ftrt_harness  # noqa: E402
 
 REPO = ftrt_harness.REPO
 EXAMPLE = os.path.join(REPO, "examples", "train_torch.py")
+EXAMPLE_LM = os.path.join(REPO, "examples", "train_lm.py")
 PY = "/usr/bin/python3"
 
 
@@ -35,44 +39,49 @@ def run(cmd, env, timeout=600):
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True, timeout=timeout)
     m = re.search(r"step_time_ms median=([\d.]+) mean=([\d.]+) steps=(\d+)", p.stdout)
-    acc = re.search(r"test accuracy: ([\d.]+)", p.stdout)
-    if p.returncode != 0 or not m:
+    n = re.search(r"\((\d+) parameters\)", p.stdout)
+    if p.returncode != 0 or not m or not n:
         sys.stderr.write(p.stdout[-4000:])
         raise SystemExit(f"torch_overhead: job failed (exit {p.returncode}): {' '.join(cmd)}")
-    return float(m.group(1)), float(m.group(2)), float(acc.group(1)) if acc else None
+    return float(m.group(1)), float(m.group(2)), int(n.group(1))
 
 
 CONFIGS = {
     # the example's model and job shape (as in tests/python): 4 trainers on this machine's
     # cores, a 4,810-parameter MLP: communication and per-step overheads dominate
-    "example": dict(trainers=4, hidden=64, layers=1, batch=32, steps=300),
+    "example": dict(script=EXAMPLE, trainers=4, steps=300, what="MLP 64 -> 1 x 64 -> 10",
+                    args=["--hidden", "64", "--layers", "1", "--batch", "32"]),
     # a larger MLP, one trainer per core: 301,066 parameters (1.1 MiB of gradients)
-    "mlp512": dict(trainers=2, hidden=512, layers=2, batch=64, steps=100),
+    "mlp512": dict(script=EXAMPLE, trainers=2, steps=100, what="MLP 64 -> 2 x 512 -> 10",
+                   args=["--hidden", "512", "--layers", "2", "--batch", "64"]),
+    # examples/train_lm.py: char-level transformer, 2 layers, d_model 64, context 64, AdamW,
+    # warm-up + cosine LR, dropout 0.1, gradient clipping; 4 trainers, 8 sequences each
+    "lm": dict(script=EXAMPLE_LM, trainers=4, steps=50, what="transformer LM 2 x d64, ctx 64",
+               args=["--batch", "8", "--context", "64", "--warmup", "10",
+                     "--progress-every", "1000"]),
 }
 
 
 def bench(name, c, a, env):
-    train = ["--steps", str(c["steps"]), "--batch", str(c["batch"]), "--hidden",
-             str(c["hidden"]), "--layers", str(c["layers"]), "--seed", "1", "--warmup-steps",
-             str(a.warmup_steps)]
-    h, l = c["hidden"], c["layers"]
-    nparams = 64 * h + h + (l - 1) * (h * h + h) + h * 10 + 10
-    print(f"{name}: {c['trainers']} trainers, MLP 64 -> {l} x {h} -> 10 ({nparams} parameters, "
-          f"{nparams * 4 / 2**20:.2f} MiB of gradients), batch {c['batch']} per trainer, "
+    train = ["--steps", str(c["steps"]), "--seed", "1", "--warmup-steps",
+             str(a.warmup_steps)] + c["args"]
+    script = c["script"]
+    print(f"{name}: {c['trainers']} trainers, {c['what']}, {' '.join(c['args'])}, "
           f"{c['steps']} steps ({a.warmup_steps} warm-up)", flush=True)
+    nparams = None
     res = {"gloo": [], "ftrt": []}
     for rep in range(a.reps):
         order = ["gloo", "ftrt"] if rep % 2 == 0 else ["ftrt", "gloo"]
         for backend in order:
             if backend == "gloo":
                 cmd = ftrt_harness.mpirun_cmd(
-                    c["trainers"], [PY, EXAMPLE, "--backend", "gloo", "--master-port",
+                    c["trainers"], [PY, script, "--backend", "gloo", "--master-port",
                                     str(ftrt_harness.free_port())] + train, recovery=False)
             else:
                 ck = os.path.join(a.work, f"ckpt-{name}-{rep}")
                 cmd = ftrt_harness.ftrt_run_cmd(ftrt_harness.mpirun_cmd(c["trainers"] + 2, [
-                    PY, EXAMPLE, "--ckpt-every", "0", "--ckpt-dir", ck] + train), python=PY)
-            med, mean, _ = run(cmd, dict(env, FTRT_SPARES="1"))
+                    PY, script, "--ckpt-every", "0", "--ckpt-dir", ck] + train), python=PY)
+            med, mean, nparams = run(cmd, dict(env, FTRT_SPARES="1"))
             res[backend].append(med)
             print(f"  rep {rep + 1} {backend:4s}: median step {med:8.3f} ms (mean {mean:.3f} "
                   f"ms)", flush=True)
@@ -86,7 +95,7 @@ def bench(name, c, a, env):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--configs", default="example,mlp512",
+    ap.add_argument("--configs", default="example,mlp512,lm",
                     help=f"comma-separated, of {sorted(CONFIGS)}")
     ap.add_argument("--steps", type=int, help="override the configs' step counts")
     ap.add_argument("--warmup-steps", type=int, default=10)

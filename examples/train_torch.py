@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """train_torch.py - data-parallel PyTorch training on the UCI handwritten digits, kept alive
-through rank failures by ftrt (through its ctypes binding), or with torch.distributed's gloo
-DDP for comparison.
+through rank failures by ftrt (through its high-level PyTorch API, ftrt.pytorch.FaultTolerant),
+or with torch.distributed's gloo DDP for comparison.
 
     # ftrt: world rank 0 coordinator, 1..4 trainers, 5 hot spare
     tools/ftrt-run -- mpirun --enable-recovery --oversubscribe --bind-to none \\
@@ -251,127 +251,59 @@ def report_step_times(times, a, tag):
 
 
 # ------------------------------------------------------------------------------------------
-# ftrt
+# ftrt, through the high-level API (ftrt.pytorch.FaultTolerant)
 # ------------------------------------------------------------------------------------------
 
-def run_ftrt_trainer(ctx, torch, a, data):
+def main_ftrt(a):
+    """Every process builds the model and joins: FaultTolerant's constructor is where the
+    coordinator and an unused spare exit (status 0), and where a hot spare waits, model
+    built, until it takes a dead trainer's place."""
     import ftrt
     import ftrt.pytorch as ftp
+    torch = setup_torch()
     F = torch.nn.functional
+    data = Data(torch, a)
     model, opt = build(torch, a)
-    state = ftp.register_state(ctx, model, opt)
-    avg = ftp.GradAverager(ctx, model.parameters(),
-                           bucket_bytes=int(a.bucket_mb * (1 << 20)))
-    try:
-        return train_ftrt(ctx, torch, a, data, model, opt, state, avg, ftrt, ftp, F)
-    finally:
-        avg.close()
-
-
-def train_ftrt(ctx, torch, a, data, model, opt, state, avg, ftrt, ftp, F):
-    try:
-        restored, step = ctx.restore()
-        if restored and ctx.rank == 0 and ctx.epoch == 0:
-            print(f"resumed at step {step}")
-    except ftrt.FtrtRecover:
-        step = ftp.recover(ctx, avg, state)
-    if a.ckpt_every:
-        try:  # staging memory and threads now, not at the first checkpoint (optional)
-            ctx.checkpoint_prepare()
-        except ftrt.FtrtError as e:
-            print(f"train_torch: warning: ftrt_checkpoint_prepare: {e}", file=sys.stderr)
     nparams = sum(p.numel() for p in model.parameters())
-    ctx.set_job_info(a.steps, 6.0 * nparams * a.batch + 4.0 * nparams, 0.0)
-    if ctx.rank == 0 and ctx.epoch == 0:
-        print(f"train_torch: ftrt, {ctx.size} trainers, {a.layers} x {a.hidden} hidden "
-              f"({nparams} parameters), {avg.buckets} bucket(s), batch {a.batch} per trainer, "
-              f"{a.steps} steps, lr {a.lr:g}, momentum {a.momentum:g}, seed {a.seed}, "
+    ft = ftp.FaultTolerant(model, opt, checkpoint_every=a.ckpt_every,
+                           checkpoint_dir=a.ckpt_dir, report=a.report, seed=a.seed,
+                           bucket_cap_mb=a.bucket_mb,
+                           flops_per_step=6.0 * nparams * a.batch + 4.0 * nparams)
+    if ft.rank == 0 and ft.epoch == 0:
+        print(f"train_torch: ftrt, {ft.world_size} trainers, {a.layers} x {a.hidden} hidden "
+              f"({nparams} parameters), {ft.averager.buckets} bucket(s), batch {a.batch} per "
+              f"trainer, {a.steps} steps, lr {a.lr:g}, momentum {a.momentum:g}, seed {a.seed}, "
               f"{len(data.train_y)} train / {len(data.test_y)} test images", flush=True)
-    dump = GradDump(torch, a, ctx.rank, model.parameters()) if a.dump_grads else None
+    dump = GradDump(torch, a, ft.rank, model.parameters()) if a.dump_grads else None
     last_loss, times = None, []
-    while step < a.steps:
-        t0 = time.perf_counter()
-        rank = ctx.rank
-        x, y = data.batch(torch, step, rank)
-        try:
+    try:
+        for step in ft.steps(a.steps):
+            t0 = time.perf_counter()
+            x, y = data.batch(torch, step, ft.rank)
             local = dump.local(model, x, y) if dump else None
             opt.zero_grad(set_to_none=False)
             loss = F.cross_entropy(model(x), y)
-            loss.backward()              # buckets' allreduces start from the hooks
-            avg.wait()                   # p.grad = mean over the trainers
-        except ftrt.FtrtRecover:
-            step = ftp.recover(ctx, avg, state)
-            if ctx.rank == 0:
-                print(f"recovered (epoch {ctx.epoch}): resuming at step {step}", flush=True)
-            continue
-        if dump:
-            dump.write(step, local)
-        opt.step()
-        times.append(time.perf_counter() - t0)
-        last_loss = float(loss)  # this rank's; the logged loss is logical rank 0's
-        ctx.step_done(step)
-        step += 1
-        if ctx.rank == 0 and (step % PROGRESS_EVERY == 0 or step == a.steps):
-            print(f"step {step}/{a.steps}  loss {last_loss:.4f} (logical rank 0)", flush=True)
-        if a.ckpt_every and step % a.ckpt_every == 0:
-            try:
-                ctx.checkpoint(step)
-            except ftrt.FtrtRecover:
-                step = ftp.recover(ctx, avg, state)
-                if ctx.rank == 0:
-                    print(f"recovered (epoch {ctx.epoch}): resuming at step {step}", flush=True)
+            loss.backward()          # buckets' allreduces start from the hooks; p.grad = mean
+            if not ft.step():        # SGD step + bookkeeping; False: recovered, step redone
                 continue
-            except ftrt.FtrtError as e:
-                if e.errno is None:
-                    raise
-                print(f"train_torch: warning: logical rank {ctx.rank}: checkpoint at step "
-                      f"{step} failed: {e}; training goes on", file=sys.stderr, flush=True)
-        if a.step_sleep_ms:
-            time.sleep(a.step_sleep_ms / 1e3)
-    state.verify()
-    if ctx.rank == 0:
-        report_step_times(times, a, "train_torch")
-        finish(torch, a, model, data, last_loss, ctx.size, "train_torch")
-    return 0
-
-
-def main_ftrt(a):
-    coordinator = os.environ.get("OMPI_COMM_WORLD_RANK") == "0"  # ftrt: world rank 0
-    torch = data = None
-    if not coordinator:  # trainers and hot spares: ready before joining (a spare is hot)
-        torch = setup_torch()
-        data = Data(torch, a)
-    import ftrt
-    cfg = ftrt.Config.from_env()
-    if a.ckpt_dir:
-        cfg.set_str("ckpt_dir", a.ckpt_dir)
-    if a.report:
-        cfg.set_str("report_file", a.report)
-    try:
-        ctx = ftrt.init(cfg)
+            if dump:
+                dump.write(step, local)
+            times.append(time.perf_counter() - t0)
+            last_loss = float(loss)  # this rank's; the logged loss is logical rank 0's
+            if ft.rank == 0 and ((step + 1) % PROGRESS_EVERY == 0 or step + 1 == a.steps):
+                print(f"step {step + 1}/{a.steps}  loss {last_loss:.4f} (logical rank 0)",
+                      flush=True)
+            if a.step_sleep_ms:
+                time.sleep(a.step_sleep_ms / 1e3)
     except ftrt.FtrtError as e:
-        print(f"train_torch: {e}", file=sys.stderr)
+        print(f"train_torch: {e} (logical rank {ft.rank}, epoch {ft.epoch})", file=sys.stderr,
+              flush=True)
+        ft.close()
         return 1
-    code = 1
-    try:
-        if not ctx.is_trainer:
-            code = 0  # the coordinator, or a spare that was never needed
-        else:
-            if torch is None:
-                torch = setup_torch()
-                data = Data(torch, a)
-            code = run_ftrt_trainer(ctx, torch, a, data)
-    except ftrt.FtrtError as e:
-        print(f"train_torch: {e} (logical rank {ctx.rank if ctx.is_trainer else '-'}, "
-              f"epoch {ctx.epoch})", file=sys.stderr, flush=True)
-        code = 1
-    finally:
-        try:
-            ctx.finalize()
-        except ftrt.FtrtError as e:
-            print(f"train_torch: warning: ftrt_finalize: {e}", file=sys.stderr)
-    return code
-
+    if ft.rank == 0:  # the job is over (ft closed itself after the last step)
+        report_step_times(times, a, "train_torch")
+        finish(torch, a, model, data, last_loss, ft.world_size, "train_torch")
+    return 0
 
 # ------------------------------------------------------------------------------------------
 # torch.distributed gloo DDP (the comparison)

@@ -100,8 +100,9 @@ def checkpoints(ctx):
     ctx.unregister("state")
 
 
-def grad_averager(ctx):
-    """GradAverager's result against a manual mean of every rank's local gradient."""
+def grad_averager(ctx, sync_in_backward=False):
+    """GradAverager's result against a manual mean of every rank's local gradient; with
+    sync_in_backward, the mean must be in p.grad as soon as backward() returns."""
     import torch
     import ftrt.pytorch as ftp
     torch.set_num_threads(1)
@@ -111,8 +112,11 @@ def grad_averager(ctx):
                                 torch.nn.Tanh(), torch.nn.Linear(32, 4))
     unused = torch.nn.Parameter(torch.ones(3))  # gets no gradient: averaged as zeros
     params = list(model.parameters()) + [unused]
-    avg = ftp.GradAverager(ctx, params, bucket_bytes=2048, first_bucket_bytes=512)
+    avg = ftp.GradAverager(ctx, params, bucket_bytes=2048, first_bucket_bytes=512,
+                           sync_in_backward=sync_in_backward)
     check(avg.buckets >= 3, f"several buckets ({avg.buckets})")
+    check(avg.sync_in_backward == sync_in_backward, "autograd's queue_callback is available")
+    used = [p for p in params if p is not unused]
     sizes = [p.numel() for p in params]
     total = sum(sizes)
     for step in range(4):
@@ -120,16 +124,27 @@ def grad_averager(ctx):
         x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
         for p in params:
             p.grad = None
+        halves = [(x[:4], y[:4]), (x[4:], y[4:])] if step == 3 else [(x, y)]
+        # the local gradient of every rank (autograd.grad: no hook runs, p.grad untouched),
+        # gathered exactly (x + 0 + ... = x) below
+        parts = [torch.autograd.grad((model(xb) - yb).square().mean(), used)
+                 for xb, yb in halves]
+        local = torch.cat([sum(gs[i] for gs in parts).reshape(-1) for i in range(len(used))]
+                          + [torch.zeros(3)])
         if step == 3:  # gradient accumulation: two micro-batches, one averaging
             with avg.no_sync():
                 (model(x[:4]) - y[:4]).square().mean().backward()
+            check(not avg.synced, "no averaging inside no_sync()")
             (model(x[4:]) - y[4:]).square().mean().backward()
         else:
             (model(x) - y).square().mean().backward()
-        # the local gradient of every rank, gathered exactly (x + 0 + ... = x) before averaging
-        local = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
-                           for p in params]).clone()
+        check(avg.synced == sync_in_backward, "averaging ended by backward() iff sync_in_backward")
+        if sync_in_backward:
+            ended = torch.cat([p.grad.reshape(-1) for p in params]).clone()
         avg.wait()
+        if sync_in_backward:
+            check(torch.equal(ended, torch.cat([p.grad.reshape(-1) for p in params])),
+                  "wait() after a synced backward changes nothing")
         got = torch.cat([p.grad.reshape(-1) for p in params]).numpy()
         gather = np.zeros((n, total), dtype=np.float32)
         gather[r] = local.numpy()
@@ -167,6 +182,7 @@ def main():
             checkpoints(ctx)
             if "--no-torch" not in sys.argv:
                 grad_averager(ctx)
+                grad_averager(ctx, sync_in_backward=True)
             print(f"rank {ctx.rank}: PASS", flush=True)
     except Exception as e:  # report, then leave the job cleanly
         import traceback

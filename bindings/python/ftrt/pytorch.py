@@ -1,4 +1,16 @@
-"""PyTorch helpers for ftrt: state registration, overlapped gradient averaging, recovery.
+"""PyTorch for ftrt: the high-level API, FaultTolerant, and the helpers it is built from
+(state registration, overlapped gradient averaging, recovery).
+
+High level (docs/pytorch.md; the class docstring):
+
+    ft = ftrt.pytorch.FaultTolerant(model, opt, scheduler=sched)   # joins the job, restores
+    for step in ft.steps(total_steps):                  # resumes after restore / recovery
+        x, y = get_batch(step, ft.rank)
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()                 # p.grad = the mean over the trainers
+        ft.step()                                       # optimizer, scheduler, recovery
+
+Low level:
 
     import ftrt, ftrt.pytorch as ftp
     ctx = ftrt.init(cfg)                                # trainer (see ftrt's docstring)
@@ -42,7 +54,12 @@ Design notes.
  - Threads: on CPU, autograd runs the hooks on the thread that called backward(); they must be
    the thread that called ftrt.init() (the C API's rule), which wait() checks.
 """
+import atexit
+import ctypes
 import hashlib
+import pickle
+import struct
+import sys
 import threading
 
 import torch
@@ -50,7 +67,8 @@ import torch
 from . import _lib
 from ._lib import FLOAT32, FLOAT64, REGION_REPLICATED, error_for, lib
 
-__all__ = ["init_optimizer_state", "register_state", "StateRegistry", "GradAverager",
+__all__ = ["FaultTolerant", "init_process", "step_seed", "PyState",
+           "init_optimizer_state", "register_state", "StateRegistry", "GradAverager",
            "recover", "region_name"]
 
 _NAME_MAX = 63  # bytes of a region name (ftrt_register)
@@ -65,6 +83,16 @@ def region_name(*parts):
         return name
     digest = hashlib.sha1(raw).hexdigest()[:16]
     return raw[:46].decode(errors="ignore") + "~" + digest
+
+
+def _queue_callback():
+    """autograd's queue_callback (runs a function when the current backward pass ends), or
+    None when this torch lacks it. DDP uses the same entry point."""
+    try:
+        from torch.autograd import Variable
+        return Variable._execution_engine.queue_callback
+    except (ImportError, AttributeError):
+        return None
 
 
 def init_optimizer_state(optimizer):
@@ -193,9 +221,18 @@ class GradAverager:
 
     Memory: from its hook until wait() returns, p.grad's memory belongs to ftrt (the result is
     written into it by the progress thread): do not read or modify grads before wait().
+
+    sync_in_backward: True makes backward() itself end the averaging, as DDP does: the first
+    hook of a backward pass queues an autograd callback that runs wait() when the pass ends,
+    so p.grad holds the mean when backward() returns (gradient clipping and other code that
+    reads p.grad can run between backward() and the optimizer step). An FtrtError met there
+    does not escape backward(): it is kept and raised by the next wait(). Needs
+    torch.autograd.Variable._execution_engine.queue_callback (torch 1.x and 2.x); without it,
+    or when False (default), the averaging ends in wait().
     """
 
-    def __init__(self, ctx, params, bucket_bytes=None, first_bucket_bytes=None, average=True):
+    def __init__(self, ctx, params, bucket_bytes=None, first_bucket_bytes=None, average=True,
+                 sync_in_backward=False):
         self.ctx = ctx
         self.params = [p for p in params if p.requires_grad]
         if not self.params:
@@ -225,6 +262,11 @@ class GradAverager:
         self._enabled = True
         self._thread = threading.get_ident()
         self._bad_thread = False
+        self._queue_callback = _queue_callback() if sync_in_backward else None
+        self.sync_in_backward = self._queue_callback is not None
+        self._queued = False      # a backward-end callback is queued for this pass
+        self._synced = False      # the callback ended this step's averaging
+        self._pending = None      # the FtrtError the callback met, for the next wait()
         self._accs, self._handles = [], []
         for i, p in enumerate(self.params):
             acc = p.expand_as(p).grad_fn.next_functions[0][0]
@@ -246,6 +288,10 @@ class GradAverager:
             if get_ident() != self._thread:
                 self._bad_thread = True
                 return
+            if self._queue_callback is not None and not self._queued:
+                self._queued = True
+                self._synced = False
+                self._queue_callback(self._backward_end)
             g = p.grad
             if g is None or not g.is_contiguous():
                 return  # handled in wait()
@@ -270,11 +316,38 @@ class GradAverager:
         """Context manager: backward passes inside it only accumulate local gradients."""
         return self._NoSync(self)
 
+    def _backward_end(self):
+        """The autograd callback of sync_in_backward: ends the averaging as backward() ends."""
+        self._queued = False
+        try:
+            self._wait()
+            self._synced = True
+        except _lib.FtrtError as e:  # kept for wait(); the backward pass must not fail
+            self._pending = e
+
     def wait(self):
         """Ends the step's gradient averaging (see the class docstring). Raises FtrtRecover
         (grads are partly reduced: call recover() and redo the step), FtrtNoSpare /
         FtrtCoordLost / FtrtAborted, other FtrtError; RuntimeError when the hooks ran on
-        another thread than the one that created this averager."""
+        another thread than the one that created this averager. With sync_in_backward, after
+        a backward pass that already ended the averaging it returns at once (or raises what
+        that pass met)."""
+        if self._pending is not None:
+            err, self._pending = self._pending, None
+            self._synced = False
+            raise err
+        if self._synced:
+            self._synced = False
+            return
+        self._wait()
+
+    @property
+    def synced(self):
+        """True when a backward pass ended this step's averaging (sync_in_backward) and
+        wait() has not been called since: p.grad holds the mean."""
+        return self._synced
+
+    def _wait(self):
         if self._bad_thread:
             self.reset()
             raise RuntimeError("autograd ran the gradient hooks on another thread than the one "
@@ -316,6 +389,9 @@ class GradAverager:
         step can be redone; recover() calls it."""
         self.bucketer.reset()
         self._clear()
+        self._pending = None
+        self._synced = False
+        self._queued = False
 
     def close(self):
         """Removes the hooks and frees the bucketer (before ctx.finalize())."""
@@ -337,3 +413,408 @@ def recover(ctx, averager=None, registry=None):
     if registry is not None:
         registry.verify()
     return step
+
+
+# ------------------------------------------------------------------------------------------
+# The high-level API: FaultTolerant (model + optimizer + the rest of the training state)
+# ------------------------------------------------------------------------------------------
+
+_M64 = (1 << 64) - 1
+
+
+def _mix64(z):
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def step_seed(seed, rank, step):
+    """The seed FaultTolerant(rng=True) gives torch's default generator (and CUDA's) at the
+    start of step `step` on logical rank `rank`: a splitmix64 hash of (seed, rank, step),
+    63 bits. A pure function, so a redone step, or a hot spare that took `rank` over, draws
+    the same dropout masks and random numbers. Use it to seed other generators per step."""
+    z = _mix64((int(seed) * 0x9E3779B97F4A7C15 + 0x6674727472) & _M64)
+    z = _mix64(z ^ (((int(rank) + 1) * 0xD1B54A32D192ED03) & _M64))
+    z = _mix64(z ^ (((int(step) + 1) * 0x8CB92BA72F3D8DD7) & _M64))
+    return z & ((1 << 63) - 1)
+
+
+class PyState:
+    """Small Python state in a fixed-capacity uint8 tensor (`tensor`), meant to be registered
+    as a REPLICATED region so that it travels with the checkpoints and the in-memory recoveries
+    like the parameters. Layout: 8-byte magic b"FTRTPY01", little-endian uint64 length, then
+    the pickle (protocol 4). pack() raises ValueError when the pickle does not fit."""
+
+    MAGIC = b"FTRTPY01"
+    HEADER = 16
+
+    def __init__(self, capacity=1 << 16):
+        capacity = int(capacity)
+        if capacity < 256:
+            raise ValueError("state capacity must be at least 256 bytes")
+        self.capacity = capacity
+        self.tensor = torch.zeros(capacity, dtype=torch.uint8)
+        mem = (ctypes.c_char * capacity).from_address(self.tensor.data_ptr())
+        self._view = memoryview(mem).cast("B")
+        self.used = 0
+
+    def pack(self, obj):
+        data = pickle.dumps(obj, protocol=4)
+        n = len(data)
+        if self.HEADER + n > self.capacity:
+            raise ValueError(f"the Python training state pickles to {n} bytes, more than the "
+                             f"{self.capacity - self.HEADER} that fit: pass a larger "
+                             f"state_capacity (bytes)")
+        self._view[self.HEADER:self.HEADER + n] = data
+        struct.pack_into("<8sQ", self._view, 0, self.MAGIC, n)
+        self.used = n
+
+    def unpack(self):
+        """The object last packed (here or, after a restore, by the rank it came from), or
+        None when the tensor holds none."""
+        magic, n = struct.unpack_from("<8sQ", self._view, 0)
+        if magic != self.MAGIC:
+            return None
+        if n > self.capacity - self.HEADER:
+            raise ValueError(f"Python state header names {n} bytes in a {self.capacity}-byte "
+                             f"region")
+        return pickle.loads(self._view[self.HEADER:self.HEADER + n])
+
+
+def _stateful(obj):
+    return callable(getattr(obj, "state_dict", None)) and \
+        callable(getattr(obj, "load_state_dict", None))
+
+
+def init_process(config=None, checkpoint_dir=None, report=None):
+    """Joins the ftrt job (ftrt.init()) and returns the Context of a trainer (or of a hot spare
+    once it has been promoted: it waits in here until then). In the coordinator and in a spare
+    that was never needed, the job is over when ftrt.init() returns: the context is finalized
+    and the process exits (SystemExit: status 0, or 1 with a message when the job failed).
+    An init error (FtrtConfigError, FtrtCoordLost, ...) also exits with status 1.
+    config: an ftrt.Config (default Config.from_env(), i.e. defaults + FTRT_* environment);
+    checkpoint_dir, report: set its ckpt_dir and report_file."""
+    from . import init as _ftrt_init
+    cfg = config if config is not None else _lib.Config.from_env()
+    if checkpoint_dir:
+        cfg.set_str("ckpt_dir", str(checkpoint_dir))
+    if report:
+        cfg.set_str("report_file", str(report))
+    try:
+        ctx = _ftrt_init(cfg)
+    except _lib.FtrtError as e:
+        raise SystemExit(f"ftrt: {e}")
+    if ctx.is_trainer:
+        return ctx
+    ctx.finalize()
+    raise SystemExit(0)
+
+
+class FaultTolerant:
+    """Makes a single-process PyTorch training loop a fault-tolerant data-parallel one.
+
+        ft = ftrt.pytorch.FaultTolerant(model, optimizer, scheduler=sched)
+        for step in ft.steps(total_steps):
+            x, y = batch(step, ft.rank, ft.world_size)  # this trainer's minibatch of the step
+            optimizer.zero_grad()
+            loss_fn(model(x), y).backward()           # p.grad = the mean over the trainers
+            ft.step()                                 # optimizer, scheduler(s), bookkeeping
+
+    The constructor joins the job (init_process(): the coordinator and an unused spare exit
+    in there; a hot spare waits there, model built, until it takes a dead trainer's place),
+    registers the training state with ftrt and restores it: from the newest committed
+    checkpoint on a relaunch, from a survivor in a promoted spare. The state is everything
+    step() changes: the model's parameters and buffers, the optimizer's state tensors and its
+    param_groups' hyperparameters (lr, ... as a scheduler sets them), the schedulers' and the
+    scaler's state_dict(), and `extra_state`; all of it is REPLICATED (the same on every
+    trainer). steps() yields the step numbers from where the job stands to total_steps;
+    step() ends the gradient averaging, steps the optimizer (through the scaler when one is
+    given) and the schedulers, records the step (ftrt_step_done), stores the Python state and
+    takes the periodic checkpoint. When a trainer fails, step() recovers in place (a hot spare
+    takes the dead trainer's logical rank, the state of the most advanced survivor is restored
+    into every trainer's tensors and Python objects) and returns False; steps() then goes on
+    at the step ftrt resumes at. The loop needs no try/except.
+
+    Arguments (all after `optimizer` by keyword):
+      model, optimizer: a torch.nn.Module on the CPU and its torch.optim optimizer (state
+        tensors are created up front: init_optimizer_state()). Parameters and optimizer
+        state must be updated in place (torch.optim does).
+      scheduler: an LR scheduler, or a list of them, stepped once per step() after the
+        optimizer (do not call their step() yourself). Schedulers stepped otherwise (per
+        epoch, ReduceLROnPlateau) go in extra_state, and you step them.
+      scaler: a gradient scaler (torch.cuda.amp.GradScaler or anything with step(optimizer),
+        update(), state_dict(), load_state_dict()): step() calls scaler.step(optimizer) and
+        scaler.update() instead of optimizer.step(). Use scaler.scale(loss).backward().
+      extra_state: a dict of small picklable Python values (counters, a data cursor, the
+        best validation loss) and of objects with state_dict()/load_state_dict(); also
+        `ft.state`. step() stores it with the step: change it before step() (a step that a
+        recovery abandons rolls those changes back). Keys must not change type of entry.
+      seed, rng: with rng=True (default) torch's default generator (and CUDA's, when
+        available) is reseeded at the start of every step with step_seed(seed, rank, step),
+        so dropout and other random ops are a function of (seed, logical rank, step).
+      checkpoint_every: checkpoint the state after every K steps (0: never; recoveries do
+        not need checkpoints, relaunches do). checkpoint_dir, report, config: for
+        init_process() (ignored with ctx). ctx: an existing trainer Context (then finalizing
+        it is the caller's business).
+      bucket_cap_mb: gradient bucket size, MiB (DDP's default 25; the first bucket 1 MiB).
+      state_capacity: bytes reserved for the pickled Python state (default 64 KiB).
+      flops_per_step: model FLOPs one trainer does per step, for the goodput report.
+      verbose: logical rank 0 prints a line when it resumes or recovers.
+
+    Attributes: rank, world_size, epoch, step_count (steps done: the step to run next),
+    restored (state came from a checkpoint or a survivor at start), recoveries, state
+    (extra_state), ctx, averager (GradAverager), registry (StateRegistry).
+    """
+
+    _STATE_VERSION = 1
+
+    def __init__(self, model, optimizer, *, scheduler=None, scaler=None, extra_state=None,
+                 seed=0, rng=True, checkpoint_every=0, checkpoint_dir=None, report=None,
+                 config=None, ctx=None, bucket_cap_mb=25.0, state_capacity=1 << 16,
+                 flops_per_step=0.0, verbose=True):
+        if scheduler is None:
+            self.schedulers = []
+        elif isinstance(scheduler, (list, tuple)):
+            self.schedulers = list(scheduler)
+        else:
+            self.schedulers = [scheduler]
+        if extra_state is None:
+            extra_state = {}
+        if not isinstance(extra_state, dict):
+            raise TypeError("extra_state must be a dict")
+        if int(checkpoint_every) < 0 or not float(bucket_cap_mb) > 0:
+            raise ValueError("checkpoint_every must be >= 0 and bucket_cap_mb > 0")
+        self.model, self.optimizer, self.scaler = model, optimizer, scaler
+        self.state = extra_state
+        self.seed, self.rng = int(seed), bool(rng)
+        self.checkpoint_every = int(checkpoint_every)
+        self.flops_per_step = float(flops_per_step)
+        self.verbose = verbose
+        self.restored, self.recoveries, self.total_steps = False, 0, None
+        self._closed, self._stepped, self._step = False, True, 0
+        self._seed_cuda = torch.cuda.is_available()
+        # Everything that does not need the job first: a hot spare then waits ready.
+        init_optimizer_state(optimizer)
+        self._pystate = PyState(state_capacity)
+        self._owns_ctx = ctx is None
+        self.ctx = init_process(config, checkpoint_dir, report) if ctx is None else ctx
+        atexit.register(self._close_at_exit)
+        ctx = self.ctx
+        self._rank, self._size = ctx.rank, ctx.size
+        self.registry = register_state(ctx, model, optimizer)
+        ctx.register("py:state", self._pystate.tensor)
+        self.averager = GradAverager(ctx, model.parameters(),
+                                     bucket_bytes=int(float(bucket_cap_mb) * (1 << 20)),
+                                     sync_in_backward=True)
+        if not getattr(self.averager, "sync_in_backward", True):
+            # without it p.grad would still be ftrt's between backward() and step()
+            raise NotImplementedError("this torch has no autograd queue_callback "
+                                      "(torch.autograd.Variable._execution_engine): "
+                                      "FaultTolerant cannot end the averaging in backward()")
+        self._save_state()  # a valid record before anything can be recovered from here
+        try:
+            self.restored, self._step = ctx.restore()
+        except _lib.FtrtRecover:
+            self._recover()
+        else:
+            if self.restored:
+                self._load_state()
+                if ctx.epoch == 0:
+                    self._log(f"ftrt: resumed at step {self._step} (checkpoint)")
+                else:
+                    self._log(f"ftrt: took over logical rank {self._rank} (epoch {ctx.epoch}): "
+                              f"resuming at step {self._step}")
+        if self.checkpoint_every:
+            try:  # staging memory and threads now, not at the first checkpoint
+                ctx.checkpoint_prepare()
+            except _lib.FtrtError as e:
+                print(f"ftrt: warning: ftrt_checkpoint_prepare: {e}", file=sys.stderr)
+
+    # -- identity -------------------------------------------------------------------------
+    @property
+    def rank(self):
+        """This trainer's logical rank in [0, world_size) (a promoted spare has the dead
+        trainer's)."""
+        return self._rank
+
+    @property
+    def world_size(self):
+        """Number of trainers."""
+        return self._size
+
+    @property
+    def epoch(self):
+        """ftrt's epoch: 0 at start, +1 per membership change (recovery)."""
+        return self.ctx.epoch if not self._closed else self._epoch
+
+    @property
+    def step_count(self):
+        """Steps done: the number of the step to run next."""
+        return self._step
+
+    def step_seed(self, step=None):
+        """step_seed(seed, rank, step) of this trainer (default: the current step)."""
+        return step_seed(self.seed, self._rank, self._step if step is None else step)
+
+    # -- the loop -------------------------------------------------------------------------
+    def steps(self, total_steps):
+        """Yields the step numbers from step_count to total_steps - 1, resuming wherever a
+        restore or a recovery put the job; reseeds torch's generators at each (rng=True).
+        Each iteration must call step() once. When the last step is done, checks that no
+        registered tensor moved and closes (ftrt_finalize(), when init_process() was ours)."""
+        total_steps = int(total_steps)
+        self.total_steps = total_steps
+        self.ctx.set_job_info(total_steps, self.flops_per_step, 0.0)
+        while self._step < total_steps:
+            s = self._step
+            self._stepped = False
+            if self.rng:
+                seed = step_seed(self.seed, self._rank, s)
+                torch.default_generator.manual_seed(seed)
+                if self._seed_cuda:
+                    torch.cuda.manual_seed_all(seed)
+            yield s
+            if not self._stepped:
+                raise RuntimeError(f"step {s}: the loop body did not call ft.step()")
+        self.registry.verify()
+        self.close()
+
+    def step(self):
+        """Ends the step: waits for the gradient averaging (normally done when backward()
+        returned), optimizer.step() (or scaler.step(optimizer) and scaler.update()), each
+        scheduler's step(), ftrt_step_done(), stores the Python state, and checkpoints every
+        checkpoint_every steps. Returns True; False when a trainer failed and this call
+        recovered instead (the step's work is abandoned and the state is that of the step
+        the job resumes at, step_count). Raises FtrtNoSpare / FtrtCoordLost / FtrtAborted
+        when the job cannot go on, and RuntimeError when called twice in one step."""
+        if self._closed:
+            raise RuntimeError("FaultTolerant is closed")
+        if self._stepped and self.total_steps is not None:
+            raise RuntimeError(f"step {self._step}: ft.step() called twice in one step")
+        self._stepped = True
+        s = self._step
+        try:
+            self.averager.wait()
+        except _lib.FtrtRecover:
+            self._recover()
+            return False
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        for sch in self.schedulers:
+            sch.step()
+        self.ctx.step_done(s)
+        self._step = s + 1
+        self._save_state()
+        if self.checkpoint_every and self._step % self.checkpoint_every == 0:
+            try:
+                self.ctx.checkpoint(self._step)
+            except _lib.FtrtRecover:
+                self._recover()
+                return False
+            except _lib.FtrtError as e:
+                if e.errno is None:
+                    raise
+                print(f"ftrt: warning: logical rank {self._rank}: checkpoint at step "
+                      f"{self._step} failed: {e}; training goes on", file=sys.stderr,
+                      flush=True)
+        return True
+
+    def no_sync(self):
+        """Context manager for gradient accumulation: backward passes inside it only
+        accumulate local gradients; the last backward, outside it, averages the sum."""
+        return self.averager.no_sync()
+
+    # -- state ------------------------------------------------------------------------------
+    def _state_obj(self):
+        return {
+            "version": self._STATE_VERSION,
+            "param_groups": [{k: v for k, v in g.items() if k != "params"}
+                             for g in self.optimizer.param_groups],
+            "schedulers": [s.state_dict() for s in self.schedulers],
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "extra": {k: (True, v.state_dict()) if _stateful(v) else (False, v)
+                      for k, v in self.state.items()},
+        }
+
+    def _save_state(self):
+        self._pystate.pack(self._state_obj())
+
+    def _load_state(self):
+        st = self._pystate.unpack()
+        if st is None or st.get("version") != self._STATE_VERSION:
+            raise RuntimeError("the restored state holds no Python training state of this "
+                               "version")
+        groups = self.optimizer.param_groups
+        if len(st["param_groups"]) != len(groups) or \
+                len(st["schedulers"]) != len(self.schedulers) or \
+                (st["scaler"] is None) != (self.scaler is None):
+            raise RuntimeError("the restored Python state does not match this job's optimizer "
+                               "param_groups, schedulers and scaler")
+        for g, saved in zip(groups, st["param_groups"]):
+            g.update(saved)
+        for sch, sd in zip(self.schedulers, st["schedulers"]):
+            sch.load_state_dict(sd)
+        if self.scaler is not None:
+            self.scaler.load_state_dict(st["scaler"])
+        extra = st["extra"]
+        for k in [k for k, v in self.state.items() if k not in extra and not _stateful(v)]:
+            del self.state[k]
+        for k, (is_obj, v) in extra.items():
+            cur = self.state.get(k)
+            if is_obj:
+                if not _stateful(cur):
+                    raise RuntimeError(f"extra_state[{k!r}]: the restored state holds an "
+                                       f"object's state_dict, this job has {type(cur)}")
+                cur.load_state_dict(v)
+            else:
+                self.state[k] = v
+
+    def _recover(self):
+        step = recover(self.ctx, self.averager, self.registry)
+        self._load_state()
+        self._step = step
+        self._rank = self.ctx.rank
+        self._stepped = True
+        self.recoveries += 1
+        self._log(f"ftrt: recovered (epoch {self.ctx.epoch}): resuming at step {step}")
+
+    def _log(self, msg):
+        if self.verbose and self._rank == 0:
+            print(msg, flush=True)
+
+    # -- end ------------------------------------------------------------------------------
+    def close(self):
+        """Removes the gradient hooks, frees the bucketer and (when the context was made by
+        init_process() here) finalizes it. Idempotent; also run at interpreter exit."""
+        if self._closed:
+            return
+        try:
+            self._epoch = self.ctx.epoch
+        except _lib.FtrtError:
+            self._epoch = -1
+        self._closed = True
+        try:
+            avg = getattr(self, "averager", None)
+            if avg is not None:
+                avg.reset()
+                avg.close()
+        except _lib.FtrtError as e:
+            print(f"ftrt: warning: closing the gradient averager: {e}", file=sys.stderr)
+        finally:
+            if self._owns_ctx:
+                self.ctx.finalize()
+
+    def _close_at_exit(self):
+        try:
+            self.close()
+        except Exception as e:  # noqa: BLE001 (interpreter exit: report, do not raise)
+            print(f"ftrt: warning: at exit: {e}", file=sys.stderr)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,406 @@
+#!/usr/bin/python3
+"""train_lm.py - a small character-level transformer language model, trained data-parallel
+and kept alive through rank failures by ftrt's high-level PyTorch API
+(ftrt.pytorch.FaultTolerant), or by torch.distributed's gloo DDP for comparison.
+
+    # ftrt: world rank 0 coordinator, 1..4 trainers, 5 hot spare
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 FTRT_LIB=build/libftrt.so
+    tools/ftrt-run -- mpirun --enable-recovery --oversubscribe --bind-to none \\
+        --mca mpi_yield_when_idle 1 -np 6 /usr/bin/python3 examples/train_lm.py \\
+        --ckpt-dir ckpt --report r.json --params-out ftrt.params
+    # the same model, data, seed and dropout masks under gloo DDP, 4 processes
+    mpirun --oversubscribe --bind-to none -np 4 /usr/bin/python3 examples/train_lm.py \\
+        --backend gloo --params-out gloo.params
+
+Text: /usr/share/common-licenses/GPL-3 (Debian's base-files, installed on every Debian
+system), read as UTF-8; the vocabulary is its sorted set of characters; the last 10% is held
+out for the validation loss.
+
+Model: a GPT-style decoder: token and position embeddings, `layers` pre-LayerNorm blocks of
+causal multi-head self-attention and a 4x GELU MLP, dropout on the attention weights and on
+each residual branch, a final LayerNorm and an output layer tied to the token embedding.
+AdamW (weight decay on every parameter), an LR schedule of linear warm-up then cosine decay to
+10% (LambdaLR), gradient clipping by global norm.
+
+Determinism: logical rank r's minibatch at step s is `batch` windows of `context` + 1
+characters whose offsets are drawn by a torch.Generator seeded with
+step_seed(seed + DATA_SALT, r, s); dropout draws from torch's default generator, which
+FaultTolerant reseeds with step_seed(seed, r, s) at the start of every step (the gloo path
+does the same), so every random number of a step is a function of (seed, logical rank, step).
+torch runs with one thread and deterministic algorithms; ftrt's allreduce is bitwise
+deterministic for a fixed number of trainers. A run with a killed trainer (a hot spare takes
+its logical rank, the survivors' state is restored into it) therefore ends byte-identical to
+an undisturbed one, which tests/python/test_mpi_lm.py checks.
+
+The replicated Python state: the scheduler (stepped by FaultTolerant.step()), the optimizer's
+param_groups (the LR the scheduler set) and extra_state {"tokens": global tokens trained on},
+restored on recovery and from checkpoints; the end of the run prints them.
+"""
+import argparse
+import math
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "bindings", "python"))
+
+TEXT_DEFAULT = "/usr/share/common-licenses/GPL-3"
+DATA_SALT = 0x5EED  # the minibatch generator's seed is step_seed(seed + DATA_SALT, r, s)
+VAL_FRACTION = 0.1
+M64 = (1 << 64) - 1
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(
+        description="Data-parallel character-level transformer LM on Debian's GPL-3 text, "
+                    "fault tolerant via ftrt (or torch.distributed gloo DDP with --backend "
+                    "gloo).")
+    ap.add_argument("--backend", choices=["ftrt", "gloo"], default="ftrt")
+    ap.add_argument("--steps", type=int, default=200, help="optimizer steps (200)")
+    ap.add_argument("--batch", type=int, default=8, help="sequences per trainer per step (8)")
+    ap.add_argument("--context", type=int, default=64, help="characters per sequence (64)")
+    ap.add_argument("--d-model", type=int, default=64, help="model width (64)")
+    ap.add_argument("--layers", type=int, default=2, help="transformer blocks (2)")
+    ap.add_argument("--heads", type=int, default=4, help="attention heads (4)")
+    ap.add_argument("--dropout", type=float, default=0.1, help="dropout probability (0.1)")
+    ap.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (3e-3)")
+    ap.add_argument("--warmup", type=int, default=30, help="LR warm-up steps (30)")
+    ap.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay (0.1)")
+    ap.add_argument("--clip", type=float, default=1.0, help="gradient norm clip, 0 = off (1.0)")
+    ap.add_argument("--seed", type=int, default=1, help="weights, minibatches, dropout (1)")
+    ap.add_argument("--no-step-rng", action="store_true", help="do not reseed torch's "
+                    "generator at each step (dropout then depends on the process's history: "
+                    "a run with a failure is no longer byte-identical)")
+    ap.add_argument("--ckpt-every", type=int, default=50, help="checkpoint every K steps, "
+                    "0 = never (50; ftrt only)")
+    ap.add_argument("--ckpt-dir", help="checkpoint directory (ftrt default: FTRT_CKPT_DIR or "
+                    "ftrt-ckpt)")
+    ap.add_argument("--report", help="JSON report of the job (ftrt; written by the "
+                    "coordinator)")
+    ap.add_argument("--params-out", help="final parameters, raw little-endian float32 in "
+                    "parameter order, written by logical rank 0")
+    ap.add_argument("--text", default=TEXT_DEFAULT, help=f"training text ({TEXT_DEFAULT})")
+    ap.add_argument("--eval-batches", type=int, default=8, help="validation batches at the "
+                    "end (8)")
+    ap.add_argument("--step-sleep-ms", type=float, default=0, help="sleep after each step")
+    ap.add_argument("--bucket-mb", type=float, default=25.0, help="bucket size, MiB (25, "
+                    "DDP's bucket_cap_mb; both backends)")
+    ap.add_argument("--warmup-steps", type=int, default=5, help="steps left out of the "
+                    "step-time figure (5)")
+    ap.add_argument("--progress-every", type=int, default=50, help="loss line every K steps")
+    ap.add_argument("--master-addr", default=os.environ.get("MASTER_ADDR", "127.0.0.1"),
+                    help="gloo rendezvous address (MASTER_ADDR or 127.0.0.1)")
+    ap.add_argument("--master-port", type=int, default=int(os.environ.get("MASTER_PORT",
+                    "29512")), help="gloo rendezvous port (MASTER_PORT or 29512)")
+    a = ap.parse_args(argv)
+    for name in ("batch", "context", "d_model", "layers", "heads", "progress_every"):
+        if getattr(a, name) < 1:
+            ap.error(f"--{name.replace('_', '-')}: must be >= 1")
+    if a.steps < 0 or a.warmup < 0 or a.ckpt_every < 0 or a.eval_batches < 0:
+        ap.error("--steps, --warmup, --ckpt-every, --eval-batches must be >= 0")
+    if a.d_model % a.heads:
+        ap.error("--d-model must be a multiple of --heads")
+    if not (0 <= a.dropout < 1) or not (a.lr > 0 and math.isfinite(a.lr)) or a.clip < 0 \
+            or a.weight_decay < 0 or a.step_sleep_ms < 0 or a.bucket_mb <= 0:
+        ap.error("out-of-range --dropout, --lr, --clip, --weight-decay, --step-sleep-ms or "
+                 "--bucket-mb")
+    return a
+
+
+# ------------------------------------------------------------------------------------------
+# Data, model, schedule (shared by both backends)
+# ------------------------------------------------------------------------------------------
+
+def setup_torch():
+    import torch
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    return torch
+
+
+class Text:
+    """The text as int64 character ids; train / validation split; the minibatch rule."""
+
+    def __init__(self, torch, a):
+        with open(a.text, encoding="utf-8") as f:
+            text = f.read()
+        self.chars = sorted(set(text))
+        ids = {c: i for i, c in enumerate(self.chars)}
+        data = torch.tensor([ids[c] for c in text], dtype=torch.int64)
+        n_val = int(len(data) * VAL_FRACTION)
+        self.train, self.val = data[:-n_val], data[-n_val:]
+        if len(self.val) <= a.context + 1 or len(self.train) <= a.context + 1:
+            raise SystemExit(f"train_lm: {a.text} is too short for --context {a.context}")
+        self.torch, self.a = torch, a
+        from ftrt.pytorch import step_seed
+        self.step_seed = step_seed
+
+    @property
+    def vocab(self):
+        return len(self.chars)
+
+    def windows(self, data, offsets):
+        T = self.a.context
+        idx = offsets[:, None] + self.torch.arange(T + 1)[None, :]
+        w = data[idx]
+        return w[:, :-1], w[:, 1:]
+
+    def batch(self, step, rank):
+        """Logical rank `rank`'s minibatch of step `step`: (inputs, targets) [batch, context]."""
+        g = self.torch.Generator()
+        g.manual_seed(self.step_seed(self.a.seed + DATA_SALT, rank, step))
+        off = self.torch.randint(0, len(self.train) - self.a.context - 1, (self.a.batch,),
+                                 generator=g)
+        return self.windows(self.train, off)
+
+    def val_batches(self):
+        """--eval-batches fixed validation batches (evenly spaced windows)."""
+        T, B = self.a.context, self.a.batch
+        n = self.a.eval_batches * B
+        off = self.torch.linspace(0, len(self.val) - T - 2, max(n, 1)).long()[:n]
+        return [self.windows(self.val, off[i:i + B]) for i in range(0, n, B)]
+
+
+def build(torch, a, vocab):
+    """The model, AdamW and its LambdaLR schedule, from a.seed."""
+    nn, F = torch.nn, torch.nn.functional
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            d = a.d_model
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+            self.attn_drop, self.drop = nn.Dropout(a.dropout), nn.Dropout(a.dropout)
+
+        def forward(self, x, mask):
+            B, T, C = x.shape
+            H = a.heads
+            q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
+            q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // H))
+            att = att.masked_fill(mask[:T, :T], float("-inf"))
+            att = self.attn_drop(F.softmax(att, dim=-1))
+            y = (att @ v).transpose(1, 2).reshape(B, T, C)
+            x = x + self.drop(self.proj(y))
+            return x + self.drop(self.out(F.gelu(self.fc(self.ln2(x)))))
+
+    class CharLM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            d = a.d_model
+            self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(a.context, d)
+            self.drop = nn.Dropout(a.dropout)
+            self.blocks = nn.ModuleList(Block() for _ in range(a.layers))
+            self.ln = nn.LayerNorm(d)
+            self.head = nn.Linear(d, vocab, bias=False)
+            self.head.weight = self.tok.weight  # tied
+            # not a buffer: constant, nothing to checkpoint
+            self.mask = torch.ones(a.context, a.context, dtype=torch.bool).triu(1)
+            for m in self.modules():
+                if isinstance(m, (nn.Linear, nn.Embedding)):
+                    nn.init.normal_(m.weight, 0.0, 0.02)
+                if isinstance(m, nn.Linear) and m.bias is not None:
+                    nn.init.zeros_(m.bias)
+
+        def forward(self, idx):
+            T = idx.shape[1]
+            x = self.drop(self.tok(idx) + self.pos(torch.arange(T)))
+            for b in self.blocks:
+                x = b(x, self.mask)
+            return self.head(self.ln(x))
+
+    torch.manual_seed(a.seed)
+    model = CharLM()
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.99),
+                            weight_decay=a.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(a))
+    return model, opt, sched
+
+
+def lr_lambda(a):
+    def f(step):  # the multiplier of the peak LR for step `step` (0-based)
+        if step < a.warmup:
+            return (step + 1) / a.warmup
+        t = (step - a.warmup) / max(1, a.steps - a.warmup)
+        return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(t, 1.0)))
+    return f
+
+
+def loss_of(torch, model, x, y):
+    logits = model(x)
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                             y.reshape(-1))
+
+
+def flops_per_step(model, a):
+    n = sum(p.numel() for p in model.parameters())
+    tokens = a.batch * a.context
+    attn = a.layers * 2 * a.context * a.d_model * tokens  # QK^T and AV, forward
+    return 6.0 * n * tokens + 3.0 * attn
+
+
+def fnv1a64(data):
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & M64
+    return h
+
+
+def finish(torch, a, model, text, last_loss, tag):
+    """Logical rank 0: validation loss, parameter hash, --params-out."""
+    model.eval()
+    with torch.no_grad():
+        vals = [float(loss_of(torch, model, x, y)) for x, y in text.val_batches()]
+    model.train()
+    if last_loss is not None:
+        print(f"final train loss: {last_loss:.4f} (last step, logical rank 0's minibatch)")
+    if vals:
+        v = statistics.fmean(vals)
+        print(f"validation loss: {v:.4f} nats/char ({v / math.log(2):.3f} bits/char) over "
+              f"{len(vals)} x {a.batch} held-out windows (uniform over {text.vocab} "
+              f"characters: {math.log(text.vocab):.3f} nats)")
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    raw = flat.numpy().astype("<f4").tobytes()
+    print(f"params fnv1a64: {fnv1a64(raw):016x}")
+    sys.stdout.flush()
+    if a.params_out:
+        tmp = f"{a.params_out}.tmp.{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, a.params_out)
+        print(f"{tag}: final parameters written to {a.params_out}")
+
+
+def report_step_times(times, a, tag):
+    kept = times[a.warmup_steps:] if len(times) > a.warmup_steps else times
+    if kept:
+        print(f"{tag}: step_time_ms median={statistics.median(kept) * 1e3:.3f} "
+              f"mean={statistics.fmean(kept) * 1e3:.3f} steps={len(kept)}")
+
+
+def header(a, backend, world, model, text):
+    n = sum(p.numel() for p in model.parameters())
+    return (f"train_lm: {backend}, {world} trainers, {a.layers} layers x d_model {a.d_model} "
+            f"x {a.heads} heads, context {a.context}, vocab {text.vocab} ({n} parameters), "
+            f"batch {a.batch} per trainer, {a.steps} steps, AdamW lr {a.lr:g} (warm-up "
+            f"{a.warmup}, cosine), dropout {a.dropout:g}, seed {a.seed}; "
+            f"{len(text.train)} train / {len(text.val)} validation characters of {a.text}")
+
+
+# ------------------------------------------------------------------------------------------
+# ftrt: the high-level API
+# ------------------------------------------------------------------------------------------
+
+def main_ftrt(a):
+    import ftrt
+    import ftrt.pytorch as ftp
+    torch = setup_torch()
+    text = Text(torch, a)
+    model, opt, sched = build(torch, a, text.vocab)
+    ft = ftp.FaultTolerant(model, opt, scheduler=sched, extra_state={"tokens": 0},
+                           seed=a.seed, rng=not a.no_step_rng, checkpoint_every=a.ckpt_every,
+                           checkpoint_dir=a.ckpt_dir, report=a.report,
+                           bucket_cap_mb=a.bucket_mb, flops_per_step=flops_per_step(model, a))
+    if ft.rank == 0 and ft.epoch == 0:
+        print(header(a, "ftrt", ft.world_size, model, text), flush=True)
+    last_loss, times = None, []
+    try:
+        for step in ft.steps(a.steps):            # resumes where a restore/recovery left off
+            t0 = time.perf_counter()
+            x, y = text.batch(step, ft.rank)
+            opt.zero_grad(set_to_none=True)
+            loss = loss_of(torch, model, x, y)
+            loss.backward()                       # p.grad = the mean over the trainers
+            if a.clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
+            ft.state["tokens"] += x.numel() * ft.world_size  # before step(): committed with it
+            if not ft.step():                     # AdamW, LambdaLR, bookkeeping, checkpoint
+                continue                          # recovered: go on at ft.step_count
+            times.append(time.perf_counter() - t0)
+            last_loss = float(loss)
+            if ft.rank == 0 and ((step + 1) % a.progress_every == 0 or step + 1 == a.steps):
+                print(f"step {step + 1}/{a.steps}  loss {last_loss:.4f}  lr "
+                      f"{sched.get_last_lr()[0]:.3e} (logical rank 0)", flush=True)
+            if a.step_sleep_ms:
+                time.sleep(a.step_sleep_ms / 1e3)
+    except ftrt.FtrtError as e:
+        print(f"train_lm: {e} (logical rank {ft.rank}, epoch {ft.epoch})", file=sys.stderr,
+              flush=True)
+        ft.close()
+        return 1
+    if ft.rank == 0:
+        print(f"final state: step_count {ft.step_count}, scheduler last_epoch "
+              f"{sched.last_epoch}, lr {opt.param_groups[0]['lr']:.6e}, tokens "
+              f"{ft.state['tokens']}, recoveries here {ft.recoveries}")
+        report_step_times(times, a, "train_lm")
+        finish(torch, a, model, text, last_loss, "train_lm")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------
+# torch.distributed gloo DDP (the comparison): the same model, data, schedule, dropout masks
+# ------------------------------------------------------------------------------------------
+
+def main_gloo(a):
+    import datetime
+    torch = setup_torch()
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from ftrt.pytorch import step_seed
+    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("RANK", "0")))
+    world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    text = Text(torch, a)
+    dist.init_process_group("gloo", init_method=f"tcp://{a.master_addr}:{a.master_port}",
+                            rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=120))
+    model, opt, sched = build(torch, a, text.vocab)
+    ddp = DDP(model, bucket_cap_mb=a.bucket_mb)
+    if rank == 0:
+        print(header(a, "gloo DDP", world, model, text), flush=True)
+    last_loss, times, tokens = None, [], 0
+    for step in range(a.steps):
+        t0 = time.perf_counter()
+        if not a.no_step_rng:  # as FaultTolerant does
+            torch.default_generator.manual_seed(step_seed(a.seed, rank, step))
+        x, y = text.batch(step, rank)
+        opt.zero_grad(set_to_none=True)
+        loss = loss_of(torch, ddp, x, y)
+        loss.backward()                           # DDP allreduces the buckets during backward
+        if a.clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
+        tokens += x.numel() * world
+        opt.step()
+        sched.step()
+        times.append(time.perf_counter() - t0)
+        last_loss = float(loss)
+        if rank == 0 and ((step + 1) % a.progress_every == 0 or step + 1 == a.steps):
+            print(f"step {step + 1}/{a.steps}  loss {last_loss:.4f}  lr "
+                  f"{sched.get_last_lr()[0]:.3e} (rank 0)", flush=True)
+        if a.step_sleep_ms:
+            time.sleep(a.step_sleep_ms / 1e3)
+    if rank == 0:
+        print(f"final state: step_count {a.steps}, scheduler last_epoch {sched.last_epoch}, "
+              f"lr {opt.param_groups[0]['lr']:.6e}, tokens {tokens}")
+        report_step_times(times, a, "train_lm")
+        finish(torch, a, model, text, last_loss, "train_lm")
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+def main(argv):
+    a = parse_args(argv)
+    if a.backend == "gloo":
+        return main_gloo(a)
+    return main_ftrt(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,294 @@
+"""Unit tests of ftrt.pytorch's high-level API (FaultTolerant, PyState, step_seed) without an
+MPI job: a fake Context stands in for ftrt (it snapshots the registered tensors at each step and
+writes a snapshot back into them, in place, on recovery, as ftrt_recover() does) and a fake
+GradAverager for the bucketer (one trainer: the mean is the local gradient; it can raise
+FtrtRecover at a chosen step). The real runtime is exercised by test_mpi_lm.py and
+test_mpi_torch.py."""
+import pytest
+
+from conftest import needs_torch
+
+pytestmark = needs_torch
+
+torch = pytest.importorskip("torch")
+import ftrt  # noqa: E402
+import ftrt.pytorch as ftp  # noqa: E402
+from ftrt import _lib  # noqa: E402
+
+STEPS = 12
+
+
+class FakeCtx:
+    """Trainer 0 of 1. snapshots[s]: every registered region after s steps (taken at
+    step_done); recover() writes snapshots[resume] back in place and returns resume."""
+
+    def __init__(self, restore_from=None):
+        self.regions, self.snapshots, self.checkpoints = {}, {}, []
+        self.epoch, self.resume, self.restore_from = 0, None, restore_from
+        self.rank, self.size, self.is_trainer = 0, 1, True
+
+    def register(self, name, buf, nbytes=None, flags=0):
+        assert name not in self.regions
+        self.regions[name] = buf
+
+    def _snap(self):
+        return {n: t.detach().clone() for n, t in self.regions.items()}
+
+    def _write(self, snap):
+        with torch.no_grad():
+            for n, t in self.regions.items():
+                t.copy_(snap[n])
+
+    def restore(self):
+        if self.restore_from is None:
+            return False, 0
+        step, snap = self.restore_from
+        self._write(snap)
+        return True, step
+
+    def step_done(self, step):
+        self.last_done = step
+
+    def checkpoint(self, step):
+        self.checkpoints.append(step)
+        return 0
+
+    def checkpoint_prepare(self):
+        pass
+
+    def set_job_info(self, *a):
+        pass
+
+    def recover(self):
+        self.epoch += 1
+        self._write(self.snapshots[self.resume])
+        return self.resume
+
+    def finalize(self):
+        raise AssertionError("the caller owns the context")
+
+
+class FakeAverager:
+    fail_at = set()  # steps (ctx.last_done + 1) at which wait() raises FtrtRecover once
+
+    def __init__(self, ctx, params, bucket_bytes=None, sync_in_backward=False):
+        self.ctx, self.params, self.buckets = ctx, list(params), 1
+        self.resets = 0
+
+    def wait(self):
+        step = getattr(self.ctx, "last_done", -1) + 1
+        if step in self.fail_at:
+            self.fail_at.discard(step)
+            raise _lib.error_for(_lib.ERECOVER, "ftrt_bucketer_wait_all")
+
+    def reset(self):
+        self.resets += 1
+
+    def close(self):
+        pass
+
+    def no_sync(self):
+        raise NotImplementedError
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(6, 16), torch.nn.Linear(16, 3)
+        self.drop = torch.nn.Dropout(0.3)
+
+    def forward(self, x):
+        return self.b(self.drop(torch.relu(self.a(x))))
+
+
+def setup(extra=None, scaler=None):
+    torch.manual_seed(5)
+    model = Net()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 4) * 0.9 ** s)
+    return model, opt, sched
+
+
+def batch(step):
+    g = torch.Generator().manual_seed(1000 + step)
+    return torch.randn(10, 6, generator=g), torch.randint(0, 3, (10,), generator=g)
+
+
+def plain_run(steps=STEPS, seed=0):
+    """The single-process loop, with the reseeding rule applied by hand."""
+    model, opt, sched = setup()
+    ftp.init_optimizer_state(opt)
+    tokens = 0
+    for step in range(steps):
+        torch.default_generator.manual_seed(ftp.step_seed(seed, 0, step))
+        x, y = batch(step)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        tokens += len(x)
+        opt.step()
+        sched.step()
+    return model, opt, sched, tokens
+
+
+class Scaler:
+    """A duck-typed gradient scaler: counts its calls, has state."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def step(self, opt):
+        opt.step()
+
+    def update(self):
+        self.calls += 1
+
+    def state_dict(self):
+        return {"calls": self.calls}
+
+    def load_state_dict(self, sd):
+        self.calls = sd["calls"]
+
+
+class Counter:
+    def __init__(self):
+        self.n = 0
+
+    def state_dict(self):
+        return {"n": self.n}
+
+    def load_state_dict(self, sd):
+        self.n = sd["n"]
+
+
+def ft_run(monkeypatch, fail_at=(), resume=None, ctx=None, scaler=None, steps=STEPS):
+    monkeypatch.setattr(ftp, "GradAverager", FakeAverager)
+    FakeAverager.fail_at = set(fail_at)
+    model, opt, sched = setup()
+    ctx = ctx or FakeCtx()
+    counter = Counter()
+    ft = ftp.FaultTolerant(model, opt, scheduler=sched, scaler=scaler, ctx=ctx,
+                           extra_state={"tokens": 0, "counter": counter}, verbose=False)
+    if resume is not None:
+        ctx.resume = resume
+    seen, results = [], []
+    for step in ft.steps(steps):
+        seen.append(step)
+        x, y = batch(step)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        ft.state["tokens"] += len(x)
+        counter.n += 1
+        ok = ft.step()
+        results.append(ok)
+        if ok:
+            ctx.snapshots[ft.step_count] = ctx._snap()
+    return model, opt, sched, ft, seen, results, counter
+
+
+def same_params(m1, m2):
+    return all(torch.equal(p, q) for p, q in zip(m1.parameters(), m2.parameters()))
+
+
+def test_step_seed():
+    s = ftp.step_seed(1, 2, 3)
+    assert s == ftp.step_seed(1, 2, 3) and 0 <= s < 2 ** 63
+    assert len({ftp.step_seed(1, r, t) for r in range(4) for t in range(50)}) == 200
+    assert ftp.step_seed(2, 2, 3) != s
+
+
+def test_pystate_round_trip_and_capacity():
+    st = ftp.PyState(256)
+    assert st.unpack() is None  # never packed: zeros
+    st.pack({"a": [1, 2.5], "b": "x"})
+    assert st.unpack() == {"a": [1, 2.5], "b": "x"}
+    copy = ftp.PyState(256)
+    copy.tensor.copy_(st.tensor)  # what a restore does to the region
+    assert copy.unpack() == {"a": [1, 2.5], "b": "x"}
+    with pytest.raises(ValueError, match="state_capacity"):
+        st.pack(list(range(1000)))
+    with pytest.raises(ValueError):
+        ftp.PyState(10)
+
+
+def test_loop_matches_the_plain_loop(monkeypatch):
+    """No failure: FaultTolerant's loop is bitwise the plain loop (AdamW, LambdaLR, dropout
+    reseeded by the rule), and step() records each step and checkpoints."""
+    pm, po, ps, tokens = plain_run()
+    ctx = FakeCtx()
+    m, o, s, ft, seen, res, counter = ft_run(monkeypatch, ctx=ctx)
+    assert seen == list(range(STEPS)) and all(res)
+    assert same_params(pm, m)
+    assert s.last_epoch == ps.last_epoch == STEPS and o.param_groups[0]["lr"] == \
+        po.param_groups[0]["lr"]
+    assert ft.state["tokens"] == tokens and counter.n == STEPS
+    assert ctx.last_done == STEPS - 1 and ft.step_count == STEPS
+    assert "py:state" in ctx.regions
+
+
+def test_recovery_rolls_back_to_the_resume_step(monkeypatch):
+    """FtrtRecover at step 8 with a resume at step 5: step() returns False, the loop goes on at
+    5 with the parameters, AdamW state, scheduler, LR, extra_state (plain values and a
+    stateful object) of step 5 and the same dropout masks; the end result is bitwise that of
+    the plain loop."""
+    pm, po, ps, tokens = plain_run()
+    m, o, s, ft, seen, res, counter = ft_run(monkeypatch, fail_at={8}, resume=5)
+    assert seen == list(range(8)) + [8] + list(range(5, STEPS)), seen
+    assert res.count(False) == 1 and ft.recoveries == 1
+    assert same_params(pm, m)
+    assert s.last_epoch == STEPS and o.param_groups[0]["lr"] == po.param_groups[0]["lr"]
+    assert ft.state["tokens"] == tokens and counter.n == STEPS
+
+
+def test_recovery_forward(monkeypatch):
+    """A survivor behind the most advanced one: FtrtRecover in step 6, resume at 7 (the state
+    another trainer reached, here from an earlier run's snapshots): the loop skips to 7."""
+    pm, _, _, tokens = plain_run()
+    full = FakeCtx()
+    ft_run(monkeypatch, ctx=full)
+    ctx = FakeCtx()
+    ctx.snapshots = dict(full.snapshots)
+    m, o, s, ft, seen, res, counter = ft_run(monkeypatch, ctx=ctx, fail_at={6}, resume=7)
+    assert seen == list(range(STEPS)) and res.count(False) == 1
+    assert same_params(pm, m) and ft.step_count == STEPS and ft.state["tokens"] == tokens
+    assert counter.n == STEPS
+
+
+def test_scaler_state_is_replicated(monkeypatch):
+    sc = Scaler()
+    m, o, s, ft, seen, res, counter = ft_run(monkeypatch, fail_at={8}, resume=5, scaler=sc)
+    assert sc.calls == STEPS  # 8 updates, rolled back to 5, 7 more
+
+
+def test_restore_from_a_checkpoint(monkeypatch):
+    """A relaunch: the state after 5 steps written into the regions by restore(); the loop
+    starts at 5 and ends bitwise as the plain loop."""
+    pm, po, ps, tokens = plain_run()
+    ctx = FakeCtx()
+    ft_run(monkeypatch, ctx=ctx, steps=5)
+    ctx2 = FakeCtx(restore_from=(5, ctx.snapshots[5]))
+    m, o, s, ft, seen, res, counter = ft_run(monkeypatch, ctx=ctx2)
+    assert ft.restored and seen == list(range(5, STEPS))
+    assert same_params(pm, m) and s.last_epoch == STEPS and ft.state["tokens"] == tokens
+    assert counter.n == STEPS
+
+
+def test_step_must_be_called(monkeypatch):
+    monkeypatch.setattr(ftp, "GradAverager", FakeAverager)
+    model, opt, sched = setup()
+    ft = ftp.FaultTolerant(model, opt, ctx=FakeCtx(), verbose=False)
+    with pytest.raises(RuntimeError, match="did not call ft.step"):
+        for _ in ft.steps(3):
+            pass
+    ft2 = ftp.FaultTolerant(*setup()[:2], ctx=FakeCtx(), verbose=False)
+    with pytest.raises(RuntimeError, match="twice"):
+        for _ in ft2.steps(3):
+            ft2.step()
+            ft2.step()
+
+
+def test_state_capacity_is_checked(monkeypatch):
+    monkeypatch.setattr(ftp, "GradAverager", FakeAverager)
+    model, opt, sched = setup()
+    with pytest.raises(ValueError, match="state_capacity"):
+        ftp.FaultTolerant(model, opt, ctx=FakeCtx(), extra_state={"big": "x" * 5000},
+                          state_capacity=4096, verbose=False)
