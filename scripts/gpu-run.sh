@@ -1,0 +1,324 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from a copy of the repository with the kit of scripts/gpu-kit.sh
+# carried beside it (device `run`: command `bash scripts/gpu-run.sh`, carry ["gpukit"]; see
+# docs/gpu.md): sources gpukit/env.sh, configures ftrt with CUDA (sm_90) and NCCL, builds it
+# with every core, and runs the GPU tests (`ctest -L gpu`), compute-sanitizer's memcheck on the
+# kernel test, and bench/overlap_gpu_bench under mpirun (one trainer; then two trainers sharing
+# the one GPU, a test arrangement). Every step is bounded by `timeout` and by the run's budget;
+# a failed step does not stop the next ones; the exit status is 1 if any step failed.
+#
+# Writes under $OUT (./gpu-out when OUT is unset), four files:
+#   summary.json   the machine (nvidia-smi -L, driver, versions), what NCCL was found, each step's
+#                  command, exit status, status and duration, the GPU tests' results and the
+#                  bench's RESULT lines
+#   run.log        every step's output, one after another
+#   logs.tar.gz    each step's log apart, NCCL's debug logs, CMakeCache.txt, ctest's LastTest.log
+#   SUMMARY.txt    one line per step (also printed at the end)
+#
+# Usage: bash scripts/gpu-run.sh [--kit DIR (gpukit)] [--build DIR (build-gpu)]
+#                                [--budget SECONDS (530)] [--arch SM (90)]
+# NCCL: $NCCL_HOME if set, else the CUDA toolkit's, else PyTorch's wheel (site-packages/nvidia).
+set -uo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo" || exit 1
+kit=$repo/gpukit
+build=$repo/build-gpu
+budget=530
+arch=90
+while [ $# -gt 0 ]; do
+  case $1 in
+    --kit) kit=$(cd "$2" && pwd) || exit 2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    --budget) budget=$2; shift 2 ;;
+    --arch) arch=$2; shift 2 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    *) echo "gpu-run: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+t0=$(date +%s)
+deadline=$((t0 + budget))
+out=${OUT:-$repo/gpu-out}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+logs=$(mktemp -d "${TMPDIR:-/tmp}/ftrt-gpu-run.XXXXXX")/logs
+mkdir -p "$logs"
+steps_tsv=$logs/steps.tsv
+: >"$steps_tsv"
+failed=0
+
+say() { echo "gpu-run: $*"; }
+# step NAME MAX_SECONDS CMD...: runs CMD under `timeout`, logging to $logs/NN-NAME.log;
+# records name, rc, status (ok, failed, skipped: exit 77, timeout) and seconds.
+n=0
+step() {
+  local name=$1 max=$2; shift 2
+  n=$((n + 1))
+  local log; log=$logs/$(printf '%02d' $n)-$name.log
+  local now left t s e rc status
+  now=$(date +%s)
+  left=$((deadline - now - 15))
+  if [ "$left" -lt 10 ]; then
+    say "$name: skipped, the run's ${budget}s budget is spent"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" -1 no_time 0 "$(basename "$log")" "$*" >>"$steps_tsv"
+    echo "not run: the budget was spent" >"$log"
+    failed=1
+    return 1
+  fi
+  t=$max
+  [ "$left" -lt "$t" ] && t=$left
+  say "$name (at most ${t}s): $*"
+  s=$(date +%s.%N)
+  {
+    echo "\$ $*"
+    timeout --kill-after=10 "$t" "$@"
+  } >"$log" 2>&1 </dev/null
+  rc=$?
+  e=$(date +%s.%N)
+  case $rc in
+    0) status=ok ;;
+    77) status=skipped ;;
+    124|137) status=timeout; failed=1 ;;
+    *) status=failed; failed=1 ;;
+  esac
+  local secs; secs=$(awk -v a="$s" -v b="$e" 'BEGIN { printf "%.1f", b - a }')
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$rc" "$status" "$secs" "$(basename "$log")" "$*" >>"$steps_tsv"
+  say "$name: $status (exit $rc, ${secs}s)"
+  [ "$status" = ok ] || tail -n 15 "$log" | sed 's/^/    | /'
+  [ $rc = 0 ]
+}
+# A step that could not even be tried (a missing kit, target or tool).
+not_run() {
+  n=$((n + 1))
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$1" -1 "$2" 0 - "$3" >>"$steps_tsv"
+  say "$1: $2 ($3)"
+  [ "$2" = absent ] || failed=1
+}
+
+# --- The kit -----------------------------------------------------------------------------------
+if [ ! -f "$kit/env.sh" ]; then
+  say "no kit at $kit: run scripts/gpu-kit.sh on the Debian machine and carry gpukit"
+  not_run kit missing "$kit/env.sh not found"
+else
+  # shellcheck source=/dev/null
+  . "$kit/env.sh"
+fi
+
+# --- CUDA and NCCL -----------------------------------------------------------------------------
+nvcc=$(command -v nvcc || true)
+for c in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
+  [ -z "$nvcc" ] && [ -n "$c" ] && [ -x "$c/bin/nvcc" ] && nvcc=$c/bin/nvcc
+done
+cuda_root=
+if [ -n "$nvcc" ]; then
+  cuda_root=$(dirname "$(dirname "$(readlink -f "$nvcc")")")
+  PATH=$PATH:$(dirname "$nvcc")
+fi
+sanitizer=$(command -v compute-sanitizer || true)
+for c in "$cuda_root/bin/compute-sanitizer" "$cuda_root/compute-sanitizer/compute-sanitizer"; do
+  [ -z "$sanitizer" ] && [ -n "$cuda_root" ] && [ -x "$c" ] && sanitizer=$c
+done
+py=$(command -v python3 || true)
+# CMake and ninja come from pip on the GPU image: look beside python3 if they are not on PATH.
+for t in cmake ninja; do
+  command -v $t >/dev/null && continue
+  for d in ${py:+"$(dirname "$py")"} /opt/torch/.venv/bin /usr/local/bin; do
+    [ -x "$d/$t" ] && { PATH=$PATH:$d; break; }
+  done
+done
+
+nccl_inc='' nccl_lib='' nccl_from=''
+# The first of its arguments that exists and is named libnccl.so or libnccl.so.2.
+pick_lib() {
+  local f
+  for f in "$@"; do
+    case ${f##*/} in libnccl.so|libnccl.so.2) [ -e "$f" ] && { echo "$f"; return; } ;; esac
+  done
+}
+if [ -n "${NCCL_HOME:-}" ] && [ -f "$NCCL_HOME/include/nccl.h" ]; then
+  nccl_inc=$NCCL_HOME/include
+  nccl_lib=$(pick_lib "$NCCL_HOME"/lib*/libnccl.so*)
+  nccl_from="NCCL_HOME"
+fi
+if [ -z "$nccl_lib" ] && [ -n "$cuda_root" ]; then
+  for d in "$cuda_root/include" "$cuda_root/targets/x86_64-linux/include" /usr/include /usr/local/include; do
+    [ -f "$d/nccl.h" ] && { nccl_inc=$d; break; }
+  done
+  nccl_lib=$(pick_lib "$cuda_root"/lib64/libnccl.so* "$cuda_root"/lib/libnccl.so* \
+    "$cuda_root"/targets/x86_64-linux/lib/libnccl.so* /usr/lib/x86_64-linux-gnu/libnccl.so*)
+  if [ -n "$nccl_inc" ] && [ -n "$nccl_lib" ]; then nccl_from="the CUDA toolkit"; else nccl_inc='' nccl_lib=''; fi
+fi
+if [ -z "$nccl_lib" ] && [ -n "$py" ]; then
+  for sp in $("$py" -c 'import site, sys; print(" ".join(site.getsitepackages() + [site.getusersitepackages()] + sys.path))' 2>/dev/null); do
+    [ -d "$sp/nvidia" ] || continue
+    h=$(find "$sp/nvidia" -name nccl.h -path '*nccl*' 2>/dev/null | head -1)
+    [ -n "$h" ] || continue
+    nccl_inc=$(dirname "$h")
+    mapfile -t libs < <(find "$sp/nvidia" -name 'libnccl.so*' 2>/dev/null | sort)
+    nccl_lib=$(pick_lib "${libs[@]}")
+    [ -n "$nccl_lib" ] && { nccl_from="PyTorch's wheel ($sp/nvidia)"; break; }
+    nccl_inc=''
+  done
+fi
+nccl_version=
+if [ -n "$nccl_inc" ]; then
+  nccl_version=$(awk '/#define NCCL_(MAJOR|MINOR|PATCH) /{v = v (v ? "." : "") $3} END {print v}' "$nccl_inc/nccl.h")
+  LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(dirname "$nccl_lib")
+  export LD_LIBRARY_PATH
+fi
+say "nvcc: ${nvcc:-none}; compute-sanitizer: ${sanitizer:-none}; python3: ${py:-none}"
+say "NCCL: ${nccl_version:-not found} from ${nccl_from:-nowhere} (nccl.h in ${nccl_inc:-?}, library ${nccl_lib:-?})"
+say "mpicc: $(command -v mpicc || echo none); mpirun: $(command -v mpirun || echo none)"
+
+# --- The machine -------------------------------------------------------------------------------
+gpus=0
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "os: $( (. /etc/os-release && echo "$PRETTY_NAME") 2>/dev/null)"
+  echo "kernel: $(uname -r)"
+  echo "cpus: $(nproc)"
+  echo "commit: $(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)"
+  echo "kit: $(head -1 "$kit/README" 2>/dev/null)"
+  echo "--- nvidia-smi -L"; nvidia-smi -L 2>&1
+  echo "--- nvidia-smi"; nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv 2>&1
+  echo "--- nvcc"; [ -n "$nvcc" ] && "$nvcc" --version 2>&1 | tail -2
+  echo "--- cmake"; cmake --version 2>&1 | head -1
+  echo "--- cc"; cc --version 2>&1 | head -1
+  echo "--- mpirun"; mpirun --version 2>&1 | head -1
+  echo "--- compute-sanitizer"; [ -n "$sanitizer" ] && "$sanitizer" --version 2>&1 | tail -1
+  echo "--- torch"; [ -n "$py" ] && timeout 60 "$py" -c '
+import torch
+v = [torch.__version__, "cuda", str(torch.version.cuda)]
+try:
+    v += ["nccl", ".".join(map(str, torch.cuda.nccl.version()))]
+except Exception as e:
+    v += ["nccl", "unknown (%s)" % type(e).__name__]
+print(" ".join(v))' 2>&1 | tail -1
+} >"$logs/00-machine.log" 2>&1
+gpu_list=$(nvidia-smi -L 2>/dev/null || true)
+gpus=$(grep -c '^GPU ' <<<"$gpu_list" || true)
+say "$gpus GPU(s)${gpu_list:+: $(head -2 <<<"$gpu_list" | paste -sd';')}"
+
+# --- Configure and build -----------------------------------------------------------------------
+gen=()
+command -v ninja >/dev/null && gen=(-G Ninja)
+cfg=(cmake -S "$repo" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFTRT_WITH_CUDA=ON
+     -DCMAKE_CUDA_ARCHITECTURES="$arch" -DFTRT_WERROR=OFF)
+[ -n "$nvcc" ] && cfg+=(-DCMAKE_CUDA_COMPILER="$nvcc")
+command -v mpicc >/dev/null && cfg+=(-DMPI_C_COMPILER="$(command -v mpicc)" -DMPIEXEC_EXECUTABLE="$(command -v mpirun)")
+[ -n "$nccl_lib" ] && cfg+=(-DFTRT_NCCL_INCLUDE_DIR="$nccl_inc" -DFTRT_NCCL_LIBRARY="$nccl_lib")
+built=0
+if step configure 150 "${cfg[@]}"; then
+  step build 300 cmake --build "$build" -j "$(nproc)" && built=1
+else
+  not_run build not_run "configure failed"
+fi
+tbin=$build/tests
+bench=$build/bench/overlap_gpu_bench
+if [ $built = 1 ]; then
+  grep -E 'ftrt: (CUDA|NCCL)' "$logs"/*-configure.log | sed 's/^.*ftrt:/gpu-run: cmake: ftrt:/'
+  ldd "$build/libftrt.so" 2>/dev/null | grep -E 'libmpi|liburing|libjson' | sed 's/^[[:space:]]*/gpu-run: ldd libftrt.so: /'
+fi
+
+# --- GPU tests, sanitizer, bench ---------------------------------------------------------------
+if [ $built = 1 ]; then
+  step ctest-gpu 200 ctest --test-dir "$build" -L gpu -V --output-on-failure --timeout 180
+  if [ ! -x "$tbin/test_kernels_gpu" ]; then
+    not_run memcheck not_built "$tbin/test_kernels_gpu"
+  elif [ -z "$sanitizer" ]; then
+    not_run memcheck absent "compute-sanitizer not found"
+  else
+    step memcheck 150 "$sanitizer" --tool memcheck --error-exitcode 99 "$tbin/test_kernels_gpu"
+  fi
+  if [ ! -x "$bench" ]; then
+    not_run overlap-1trainer not_built "$bench (needs NCCL)"
+    not_run overlap-2trainers-1gpu not_built "$bench (needs NCCL)"
+  else
+    export FTRT_SPARES=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET NCCL_DEBUG_FILE=$logs/nccl.%h.%p.log
+    mpi=(mpirun --oversubscribe --bind-to none)
+    # 1 coordinator + 1 trainer: NCCL's one-rank communicator (the documented single-GPU run).
+    step overlap-1trainer 90 "${mpi[@]}" -np 2 "$bench" --grad-mib 400 --steps 20
+    # 1 coordinator + 2 trainers on the one GPU. NCCL refuses two ranks on one GPU of one host,
+    # so each rank claims a host of its own (NCCL_HOSTID) and they talk over sockets on lo:
+    # a test arrangement of the plane's two-trainer path, not a performance figure.
+    step overlap-2trainers-1gpu 150 env NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo NCCL_P2P_DISABLE=1 \
+      NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 "${mpi[@]}" -np 3 \
+      bash -c 'export NCCL_HOSTID=ftrt-gpu-run-rank$OMPI_COMM_WORLD_RANK; exec "$@"' _ \
+      "$bench" --grad-mib 100 --steps 10
+    unset NCCL_DEBUG NCCL_DEBUG_SUBSYS NCCL_DEBUG_FILE
+  fi
+else
+  for s in ctest-gpu memcheck overlap-1trainer overlap-2trainers-1gpu; do not_run $s not_run "no build"; done
+fi
+
+# --- What comes back ---------------------------------------------------------------------------
+[ -f "$build/CMakeCache.txt" ] && cp "$build/CMakeCache.txt" "$logs/"
+[ -f "$build/Testing/Temporary/LastTest.log" ] && cp "$build/Testing/Temporary/LastTest.log" "$logs/"
+# On a machine with a GPU, a GPU test that skips is a failure of this run.
+if [ "$gpus" -gt 0 ] && grep -qE 'Test +#[0-9]+: .*\*\*\*Skipped' "$logs"/*-ctest-gpu.log 2>/dev/null; then
+  say "a GPU test skipped although nvidia-smi lists a GPU"
+  failed=1
+fi
+{
+  for f in "$logs"/00-machine.log "$logs"/[0-9][0-9]-*.log; do
+    [ -f "$f" ] || continue
+    echo "=================== $(basename "$f")"
+    head -c 4000000 "$f"
+  done
+} >"$out/run.log"
+total=$(( $(date +%s) - t0 ))
+if [ -n "$py" ]; then
+  "$py" - "$steps_tsv" "$logs" "$out/summary.json" "$total" "$failed" "$gpus" \
+    "${nccl_version:-}" "${nccl_from:-}" "${nccl_inc:-}" "${nccl_lib:-}" "$budget" <<'EOF'
+import json, os, re, sys
+tsv, logs, dest, total, failed, gpus, nv, nfrom, ninc, nlib, budget = sys.argv[1:12]
+steps = []
+for line in open(tsv):
+    name, rc, status, secs, log, cmd = line.rstrip("\n").split("\t", 5)
+    steps.append({"name": name, "exit": int(rc), "status": status, "seconds": float(secs),
+                  "log": log, "command": cmd})
+def read(name):
+    try:
+        return open(os.path.join(logs, name), errors="replace").read()
+    except OSError:
+        return ""
+machine, section = {}, None
+for line in read("00-machine.log").splitlines():
+    m = re.match(r"--- (.*)", line)
+    if m:
+        section = m.group(1); machine[section] = []
+    elif section:
+        machine[section].append(line)
+    elif ": " in line:
+        k, v = line.split(": ", 1); machine[k] = v
+machine = {k: ("\n".join(v) if isinstance(v, list) else v) for k, v in machine.items()}
+tests = []
+for s in steps:
+    if s["name"] == "ctest-gpu":
+        for m in re.finditer(r"Test +#\d+: (\S+) \.*\s*(?:\*\*\*)?(\w[\w ]*?)\s+[\d.]+ sec", read(s["log"])):
+            tests.append({"test": m.group(1), "result": m.group(2)})
+bench = []
+for s in steps:
+    if s["name"].startswith("overlap"):
+        for line in read(s["log"]).splitlines():
+            if line.startswith("RESULT "):
+                r = dict(kv.split("=", 1) for kv in line.split()[1:])
+                bench.append({"step": s["name"], **r})
+json.dump({"ok": failed == "0", "seconds": int(total), "budget_seconds": int(budget),
+           "gpus": int(gpus), "machine": machine,
+           "nccl": {"version": nv, "from": nfrom, "include": ninc, "library": nlib},
+           "steps": steps, "gpu_tests": tests, "bench": bench},
+          open(dest, "w"), indent=2)
+EOF
+else
+  echo "python3 not found: no summary.json (see SUMMARY.txt)" >&2
+fi
+{
+  echo "gpu-run: $( [ $failed = 0 ] && echo OK || echo FAILED ) after ${total}s, $gpus GPU(s), NCCL ${nccl_version:-none}"
+  awk -F'\t' '{ printf "  %-24s %-9s exit %-4s %7ss\n", $1, $3, $2, $4 }' "$steps_tsv"
+  grep -h '^RESULT' "$logs"/*-overlap-*.log 2>/dev/null | sed 's/^/  /'
+} >"$out/SUMMARY.txt"
+tar -czf "$out/logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$logs")"
+rm -rf "$(dirname "$logs")"
+cat "$out/SUMMARY.txt"
+say "wrote $out/{summary.json,run.log,logs.tar.gz,SUMMARY.txt}"
+exit $failed
