@@ -712,9 +712,19 @@ int ftrt__coordinator_run(ftrt__coord_args *a, int listen_fd, uint64_t secret)
                      .t_start_wall = a->t_start_wall};
     c.r = calloc((size_t)c.W, sizeof *c.r);
     c.members = calloc((size_t)c.N, sizeof *c.members);
-    pending *pend = calloc((size_t)c.W, sizeof *pend);
-    struct pollfd *pfd = calloc((size_t)(2 * c.W + 1), sizeof *pfd);
-    int *who = calloc((size_t)(2 * c.W + 1), sizeof *who);
+    /* Each rank tries every offered address at once (ftrt__connect_any) and keeps the first
+     * that answers: up to one pending connection per rank and address. */
+    int naddr = 0;
+    for (const char *q = a->addr; *q;) {
+        size_t l = strcspn(q, " ");
+        naddr += l > 0;
+        q += l;
+        q += strspn(q, " ");
+    }
+    const int npend = c.W * (naddr > 0 ? naddr : 1);
+    pending *pend = calloc((size_t)npend, sizeof *pend);
+    struct pollfd *pfd = calloc((size_t)(npend + c.W + 1), sizeof *pfd);
+    int *who = calloc((size_t)(npend + c.W + 1), sizeof *who);
     if (!c.r || !c.members || !pend || !pfd || !who) {
         free(c.r); free(c.members); free(pend); free(pfd); free(who);
         close(listen_fd);
@@ -725,8 +735,8 @@ int ftrt__coordinator_run(ftrt__coord_args *a, int listen_fd, uint64_t secret)
         c.r[w].logical = -1;
         c.r[w].resumed_epoch = -1;
         c.r[w].reported_epoch = -1;
-        pend[w].fd = -1;
     }
+    for (int k = 0; k < npend; k++) pend[k].fd = -1;
     c.r[0].role = FTRT__ROLE_COORD;
     c.r[0].hello = 1;
     c.r[0].pid = (int)getpid();
@@ -745,7 +755,7 @@ int ftrt__coordinator_run(ftrt__coord_args *a, int listen_fd, uint64_t secret)
          * world rank has said hello), but they are read, rejected and counted. */
         pfd[n] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
         who[n++] = -1;
-        for (int i = 0; i < c.W; i++)
+        for (int i = 0; i < npend; i++)
             if (pend[i].fd >= 0) {
                 pfd[n] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
                 who[n++] = -2 - i;
@@ -765,7 +775,7 @@ int ftrt__coordinator_run(ftrt__coord_args *a, int listen_fd, uint64_t secret)
             if (who[i] == -1) {
                 int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
                 int slot = -1;
-                for (int k = 0; k < c.W && slot < 0; k++)
+                for (int k = 0; k < npend && slot < 0; k++)
                     if (pend[k].fd < 0) slot = k;
                 if (fd >= 0 && slot >= 0) {
                     pend[slot].fd = fd;
@@ -792,7 +802,7 @@ int ftrt__coordinator_run(ftrt__coord_args *a, int listen_fd, uint64_t secret)
                 job_abort(&c, FTRT_ETIMEDOUT, "ranks missing at start");
             }
         }
-        for (int k = 0; k < c.W; k++)
+        for (int k = 0; k < npend; k++)
             if (pend[k].fd >= 0 && now - pend[k].since > 5.0) { /* no valid hello in time */
                 close(pend[k].fd);
                 ftrt__rx_free(&pend[k].rx);
@@ -859,7 +869,7 @@ int ftrt__coordinator_run(ftrt__coord_args *a, int listen_fd, uint64_t secret)
         drop(&c, w);
         free(c.r[w].tl);
     }
-    for (int k = 0; k < c.W; k++)
+    for (int k = 0; k < npend; k++)
         if (pend[k].fd >= 0) {
             close(pend[k].fd);
             ftrt__rx_free(&pend[k].rx);
