@@ -645,7 +645,9 @@ FTRT_API int ftrt_set_job_info(ftrt_ctx *ctx, int64_t total_steps, double flops_
  * After FTRT_ERECOVER: reports this trainer's progress, waits for the coordinator's recovery
  * plan, builds the new communicator (MPI_Comm_create_group over the survivors plus the spare,
  * ordered by logical rank), sends replicated state from the most advanced survivor to the
- * others (or reloads the plan's committed checkpoint when SHARDED regions exist), and returns.
+ * others (or reloads the plan's committed checkpoint when SHARDED regions exist, and after silent
+ * data corruption, when the replicas' fingerprints disagreed: then the step returned may be
+ * below the steps this trainer has done, and the steps in between are redone), and returns.
  *   step: receives the step to resume at.
  * Returns 0; FTRT_ENOSPARE (no spare left: exit non-zero, a relaunch resumes from the last
  * committed checkpoint); FTRT_ECOORD; FTRT_EABORT; FTRT_ERECOVER again (another failure during
