@@ -96,7 +96,10 @@
       "0 = progress inside ftrt calls only")                                                       \
     X(progress_poll_us, "FTRT_PROGRESS_POLL_US", INT, 50, 0, 100000, NULL,                         \
       "the progress thread's poll interval while a collective is in flight, µs (it sleeps while "  \
-      "none is)")
+      "none is)")                                                                                  \
+    X(sdc_every, "FTRT_SDC_EVERY", INT, 10, 0, 1000000, NULL,                                      \
+      "silent data corruption check: every this many steps each trainer fingerprints its "        \
+      "replicated host regions (CRC32C) and the coordinator compares the replicas; 0 = off")
 
 /* The default in the descriptor's number or string slot, by kind. */
 #define FTRT__DEFNUM_INT(d) (double)(d)

@@ -28,6 +28,7 @@ static size_t fixed_size(uint32_t type)
     case FTRT__MSG_SHARD_DONE:
     case FTRT__MSG_COMMIT: return sizeof(ftrt__ckpt_msg);
     case FTRT__MSG_BYE: return sizeof(ftrt__bye);
+    case FTRT__MSG_FINGERPRINT: return sizeof(ftrt__fingerprint_msg);
     default: return 0;
     }
 }

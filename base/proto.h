@@ -37,6 +37,8 @@ enum ftrt__msg_type {
     FTRT__MSG_FAREWELL,       /* coord -> trainer after BYE: ranks lost in the job */
     FTRT__MSG_PING,           /* coord -> every rank, each heartbeat period: coordinator alive */
     FTRT__MSG_LEDGER,         /* rank -> coord, every second and at the end: timeline */
+    FTRT__MSG_FINGERPRINT,    /* trainer -> coord, every FTRT_SDC_EVERY steps: fingerprint of
+                                 the replicated regions (silent data corruption check) */
     FTRT__MSG_TYPE_END
 };
 
@@ -136,6 +138,14 @@ typedef struct ftrt__ckpt_msg { /* SHARD_DONE and COMMIT */
     int32_t epoch;
     int32_t result; /* 0 or a negative code */
 } ftrt__ckpt_msg;
+
+typedef struct ftrt__fingerprint_msg { /* FINGERPRINT */
+    int64_t step;    /* steps done when it was taken (the numbering checkpoints use) */
+    uint64_t fp;     /* ftrt__sdc_fingerprint() of the replicated host regions */
+    double seconds;  /* time this rank spent computing it */
+    int32_t epoch;   /* the epoch the rank trains in */
+    int32_t nregions; /* replicated host regions covered */
+} ftrt__fingerprint_msg;
 
 typedef struct ftrt__bye {
     int64_t steps_done;

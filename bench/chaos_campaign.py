@@ -2,7 +2,9 @@
 """Chaos campaign (a bench, not a CI test): N randomized runs of ftrt-chaos against
 examples/train_mlp (1 coordinator + 4 trainers + 2 hot spares), one random fault per run at a
 random step and target, each run relaunched up to twice when the job fails. Prints the matrix
-of fault kind x outcome and MTTD (crash, hang) and MTTR: median and worst.
+of fault kind x outcome and MTTD (crash, hang, silent data corruption) and MTTR: median and
+worst. flip-bit runs fingerprint every 5 steps (FTRT_SDC_EVERY=5, a divisor of the checkpoint
+interval of 25, so a verified checkpoint is always among the 2 kept).
 
 Usage: bench/chaos_campaign.py [--runs 50] [--seed 1] [--bin build/examples/train_mlp]
 """
@@ -24,7 +26,7 @@ import ftrt_harness as h  # noqa: E402
 
 KINDS = ["kill-trainer", "kill-spare", "kill-two-trainers", "hang-trainer", "pause-trainer",
          "kill-during-ckpt", "corrupt-shard", "truncate-shard", "enospc", "kill-coordinator",
-         "hang-coordinator", "kill-beyond-spares"]
+         "hang-coordinator", "kill-beyond-spares", "flip-bit"]
 
 
 def main():
@@ -37,7 +39,7 @@ def main():
     work = tempfile.mkdtemp(prefix="ftrt-campaign-")
     ns = argparse.Namespace(bin=a.bin, work=work)
     ref = chaos_cases.reference(ns, [])
-    matrix, mttd_crash, mttd_hang, mttr, rows = {}, [], [], [], []
+    matrix, mttd_crash, mttd_hang, mttd_sdc, mttr, rows = {}, [], [], [], [], []
     for i in range(a.runs):
         kind = KINDS[i % len(KINDS)] if i < len(KINDS) else rng.choice(KINDS)
         fault = {"kind": kind, "at_step": rng.randrange(40, 140),
@@ -51,14 +53,19 @@ def main():
             opts += ["--pause-ms", str(rng.randrange(100, 600))]
         d = os.path.join(work, f"run{i}")
         os.makedirs(d)
+        targs, extra = [], {}
+        if kind == "flip-bit":  # trainers publish where their parameters are
+            opts += ["--addr-prefix", os.path.join(d, "addr")]
+            targs = ["--publish-addr", os.path.join(d, "addr")]
+            extra = {"FTRT_SDC_EVERY": "5"}
         json.dump({"faults": [fault]}, open(os.path.join(d, "plan.json"), "w"))
         ckpt, params = os.path.join(d, "ckpt"), os.path.join(d, "final.params")
         cmd = [sys.executable, h.FTRT_CHAOS, "--plan", os.path.join(d, "plan.json"),
                "--workdir", d, "--ckpt-dir", ckpt, "--report", os.path.join(d, "report.json"),
                "--reference", ref, "--params", params, "--json", os.path.join(d, "v.json"),
                "--timeout", "120", "--seed", str(rng.randrange(1 << 30))] + opts + ["--"] + \
-            chaos_cases.job_cmd(a.bin, 7, ["--ckpt-dir", ckpt, "--params-out", params])
-        env = h.job_env(spares=2, heartbeat_timeout_ms=1000)
+            chaos_cases.job_cmd(a.bin, 7, ["--ckpt-dir", ckpt, "--params-out", params] + targs)
+        env = h.job_env(extra, spares=2, heartbeat_timeout_ms=1000)
         rc = subprocess.call(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         v = json.load(open(os.path.join(d, "v.json"))) if os.path.exists(
             os.path.join(d, "v.json")) else {"ok": False, "rows": [], "launches": []}
@@ -68,7 +75,8 @@ def main():
         matrix[key] = matrix.get(key, 0) + 1
         for inj in v.get("injections", []):
             for m in inj.get("measured", []):
-                (mttd_crash if m["detect_kind"] == "connection_lost" else mttd_hang).append(
+                (mttd_crash if m["detect_kind"] == "connection_lost" else
+                 mttd_sdc if m["detect_kind"] == "silent_data_corruption" else mttd_hang).append(
                     m["true_mttd_s"])
                 if m.get("mttr_s") is not None:
                     mttr.append(m["mttr_s"])
@@ -87,6 +95,7 @@ def main():
     print("\ndetection and recovery (ground truth from the fault log)")
     stat("MTTD crash (connection)", mttd_crash)
     stat("MTTD hang (heartbeat)", mttd_hang)
+    stat("MTTD silent data corruption", mttd_sdc)
     stat("MTTR (in-place recovery)", mttr)
     fails = sum(1 for r in rows if r[3] == "FAIL")
     print(f"\n{a.runs} runs, {fails} failed; work dir {work}")

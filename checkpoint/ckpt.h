@@ -50,6 +50,16 @@ int ftrt__ckpt_commit(const char *dir, int64_t step, int nranks, int keep);
  * Same returns. */
 int ftrt__ckpt_commit_ex(const char *dir, int64_t step, int nranks, int keep, int background);
 
+/* Un-commits every committed step >= from: first points LATEST at the newest committed step
+ * below `from` (or removes LATEST when there is none), then unlinks the MANIFEST of each step
+ * >= from, so that a crash half-way leaves LATEST naming a step that stays committed. The step
+ * directories stay (uncommitted: a later checkpoint of the same step rewrites them, retention
+ * removes them). For the coordinator after silent data corruption: checkpoints taken after the
+ * last step at which every replica agreed are not trusted. *latest receives the step LATEST
+ * names afterwards, or -1. Returns the number of steps un-committed (0 when none, LATEST then
+ * untouched), -EINVAL, or -errno (logged). Not thread-safe against a concurrent commit in dir. */
+int ftrt__ckpt_uncommit_from(const char *dir, int64_t from, int64_t *latest);
+
 /* Waits at most timeout_s seconds for the background deletions to finish. Returns how many are
  * still pending. Thread-safe. */
 int ftrt__ckpt_retention_flush(double timeout_s);

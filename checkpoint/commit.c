@@ -523,3 +523,63 @@ int ftrt__ckpt_list(const char *dir, int64_t *steps, int max)
     free(committed);
     return out;
 }
+
+/* ---- un-commit (silent data corruption) --------------------------------------------------- */
+
+int ftrt__ckpt_uncommit_from(const char *dir, int64_t from, int64_t *latest)
+{
+    if (!dir || from < 0 || !latest) return -EINVAL;
+    *latest = -1;
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT ? 0 : -errno;
+    int64_t *steps = NULL;
+    unsigned char *committed = NULL;
+    int n = scan_steps(d, &steps, &committed);
+    if (n < 0) {
+        closedir(d);
+        return n;
+    }
+    int64_t keep = -1;
+    int nsuspect = 0;
+    for (int i = 0; i < n; i++) {
+        if (!committed[i]) continue;
+        if (steps[i] >= from) nsuspect++;
+        else if (steps[i] > keep) keep = steps[i];
+    }
+    int rc = 0;
+    if (nsuspect > 0) {
+        /* LATEST first: from here on it names a step that stays committed (or is gone). */
+        if (keep >= 0) {
+            char text[64];
+            int len = snprintf(text, sizeof text, "step-%lld\n", (long long)keep);
+            rc = write_atomic(dir, "LATEST", text, (size_t)len);
+        } else if (unlinkat(dirfd(d), "LATEST", 0) < 0 && errno != ENOENT) {
+            rc = -errno;
+        }
+        for (int i = 0; i < n && rc == 0; i++) {
+            if (!committed[i] || steps[i] < from) continue;
+            char rel[64];
+            snprintf(rel, sizeof rel, "step-%lld/MANIFEST", (long long)steps[i]);
+            if (unlinkat(dirfd(d), rel, 0) < 0 && errno != ENOENT) {
+                rc = -errno;
+                break;
+            }
+            char sdir[4096];
+            if (ftrt__path(sdir, sizeof sdir, "%s/step-%lld", dir, (long long)steps[i]) == 0)
+                ftrt__fsync_dir(sdir);
+            ftrt_log_warn("checkpoint: step %lld un-committed (taken after the last step whose "
+                          "replicas agreed)", (long long)steps[i]);
+        }
+        if (rc == 0) rc = ftrt__fsync_dir(dir);
+    }
+    free(steps);
+    free(committed);
+    closedir(d);
+    if (rc < 0) {
+        ftrt_log_error("checkpoint: cannot un-commit the steps from %lld in %s: %s",
+                       (long long)from, dir, strerror(-rc));
+        return rc;
+    }
+    *latest = keep;
+    return nsuspect;
+}

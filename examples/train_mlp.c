@@ -71,6 +71,8 @@ typedef struct options {
     const char *params_out; /* NULL = do not write */
     const char *data;       /* data set path */
     const char *step_log;   /* append "<logical rank> <step> <epoch>" per completed step */
+    const char *publish;    /* test hook: write "<pid> <params address> <bytes> <steps address>"
+                               to <publish>.w<world rank> (tools/ftrt-chaos flip-bit) */
     int sharded_momentum;   /* register the momentum buffer SHARDED (recovery from checkpoint) */
 } options;
 
@@ -105,6 +107,9 @@ static void usage(FILE *f)
           "                     straggler injection: logical rank R computes M ms longer per step\n"
           "  --step-log FILE    append \"<logical rank> <step> <epoch>\" for every completed step\n"
           "                     (ground truth of rework for tests)\n"
+          "  --publish-addr P   test hook: each trainer writes \"<pid> <params address> <bytes>\n"
+          "                     <steps-done address>\" (hex addresses) to P.w<world rank>, for\n"
+          "                     an injector that flips a bit in its memory (ftrt-chaos flip-bit)\n"
           "  --sharded-momentum register the momentum buffer SHARDED: recoveries then reload the\n"
           "                     last committed checkpoint (exercises that path; same results)\n"
           "  --help             this text\n",
@@ -181,7 +186,7 @@ enum {
     OPT_STEPS = 256, OPT_BATCH, OPT_HIDDEN, OPT_LR, OPT_MOMENTUM, OPT_SEED, OPT_CKPT_EVERY,
     OPT_CKPT_DIR, OPT_PARAMS_OUT, OPT_REPORT, OPT_DATA, OPT_SLEEP, OPT_HANG_RANK, OPT_HANG_STEP,
     OPT_SLOW_RANK, OPT_SLOW_MS, OPT_STEP_LOG, OPT_SHARDED_MOMENTUM, OPT_ERROR_RANK,
-    OPT_ERROR_STEP, OPT_HOLD_STEP, OPT_HOLD_MS, OPT_HELP = 'h'
+    OPT_ERROR_STEP, OPT_HOLD_STEP, OPT_HOLD_MS, OPT_PUBLISH, OPT_HELP = 'h'
 };
 
 /* Returns 0 (run), 1 (--help printed: exit 0) or -1 (message printed: exit 2). */
@@ -210,6 +215,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"error-at-step", required_argument, NULL, OPT_ERROR_STEP},
         {"hold-at-step", required_argument, NULL, OPT_HOLD_STEP},
         {"hold-ms", required_argument, NULL, OPT_HOLD_MS},
+        {"publish-addr", required_argument, NULL, OPT_PUBLISH},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -256,6 +262,7 @@ static int parse_options(int argc, char **argv, options *o)
             rc = parse_i64("hold-at-step", optarg, 0, INT64_MAX / 2, &o->hold_step[o->nhold++]);
             break;
         case OPT_HOLD_MS: rc = parse_i64("hold-ms", optarg, 0, 3600000, &o->hold_ms); break;
+        case OPT_PUBLISH: rc = parse_path("publish-addr", optarg, 4000, &o->publish); break;
         case OPT_ERROR_STEP:
             rc = parse_i64("error-at-step", optarg, 0, INT64_MAX / 2, &o->error_step);
             break;
@@ -688,6 +695,31 @@ static void append_step_log(const char *path, int rank, int64_t step, int epoch)
     close(fd);
 }
 
+/* Test hook (--publish-addr): the steps this trainer has done, as the training loop counts
+ * them (set before each ftrt_step_done() and at every resume), at an address an injector
+ * outside the process reads while the process is stopped. */
+static volatile int64_t published_steps;
+
+/* Writes "<pid> <params address> <bytes> <published_steps address>\n" to <prefix>.w<world
+ * rank> (temporary file, then rename). Returns 0 or -1 (message printed). */
+static int publish_addresses(const char *prefix, ftrt_ctx *ctx, const float *params, size_t bytes)
+{
+    char path[4096 + 32], tmp[4096 + 48];
+    snprintf(path, sizeof path, "%s.w%d", prefix, ftrt_world_rank(ctx));
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    int ok = f && fprintf(f, "%ld %#" PRIxPTR " %zu %#" PRIxPTR "\n", (long)getpid(),
+                          (uintptr_t)params, bytes, (uintptr_t)&published_steps) > 0;
+    if (f && fclose(f) != 0) ok = 0;
+    if (ok && rename(tmp, path) != 0) ok = 0;
+    if (!ok) {
+        fprintf(stderr, "train_mlp: --publish-addr: cannot write %s: %s\n", path, strerror(errno));
+        remove(tmp);
+        return -1;
+    }
+    return 0;
+}
+
 /* Trains as a trainer of ctx; returns the process exit code (0, or 1 after a message). */
 /* The model's memory: parameters, momentum, gradient, activations, minibatch indices. */
 typedef struct model {
@@ -777,6 +809,8 @@ static int run_trainer(ftrt_ctx *ctx, options *o, model *m, const digits *train,
         code = fatal(ctx, "ftrt_restore", step, FTRT_EPROTO);
         goto out;
     }
+    published_steps = step;
+    if (o->publish && publish_addresses(o->publish, ctx, params, n * sizeof *params) < 0) goto out;
 
     /* For the goodput ledger's eMFU: a step's FLOPs (forward 2 and backward 4 multiply-adds'
      * worth per parameter per example, plus the update), and this CPU's peak, measured by this
@@ -836,6 +870,7 @@ static int run_trainer(ftrt_ctx *ctx, options *o, model *m, const digits *train,
                 code = fatal(ctx, "ftrt_recover", step, rc);
                 goto out;
             }
+            published_steps = step;
             continue;
         } else if (rc < 0) {
             code = fatal(ctx, "ftrt_allreduce", step, rc);
@@ -848,6 +883,7 @@ static int run_trainer(ftrt_ctx *ctx, options *o, model *m, const digits *train,
         ftrt_checkpoint_wait_snapshot(ctx);
         sgd_momentum(params, mom, grad, n, denom, o->lr, o->momentum);
         last_loss = grad[n] / denom;
+        published_steps = step + 1; /* before ftrt_step_done, which may fingerprint the state */
         rc = ftrt_step_done(ctx, step);
         if (rc < 0) {
             code = fatal(ctx, "ftrt_step_done", step, rc);
@@ -871,6 +907,7 @@ static int run_trainer(ftrt_ctx *ctx, options *o, model *m, const digits *train,
                     code = fatal(ctx, "ftrt_recover", step, rc);
                     goto out;
                 }
+                published_steps = step;
                 continue;
             } else if (rc < 0 && rc > -1000) {
                 /* -errno: this checkpoint failed (ENOSPC, EIO, ...); the previous committed

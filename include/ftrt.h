@@ -71,7 +71,9 @@ extern "C" {
     X(FTRT_ECOORD, -1003, "the coordinator (world rank 0) is gone: the job cannot continue")       \
     X(FTRT_EABORT, -1004, "the coordinator aborted the job (see its log for the reason)")          \
     X(FTRT_ECONFIG, -1005, "invalid configuration (the log names the variable and value)")         \
-    X(FTRT_ECORRUPT, -1006, "checkpoint data failed its integrity check (CRC32C or format)")       \
+    X(FTRT_ECORRUPT, -1006,                                                                        \
+      "data failed its integrity check: a checkpoint's CRC32C or format, or replicas that "       \
+      "disagree (silent data corruption)")                                                          \
     X(FTRT_ENOCKPT, -1007, "no usable committed checkpoint was found")                             \
     X(FTRT_EMISMATCH, -1008,                                                                       \
       "registered regions differ from the checkpoint or from the other ranks (name, size or "      \
@@ -202,6 +204,11 @@ typedef struct ftrt_config {
                                  0 = progress only inside ftrt calls */
     int progress_poll_us;     /* FTRT_PROGRESS_POLL_US: the progress thread's polling period while
                                  a collective is in flight, microseconds (default 50, 0..100000) */
+    int sdc_every;            /* FTRT_SDC_EVERY: every this many steps, each trainer fingerprints
+                                 its REPLICATED host regions (CRC32C) in ftrt_step_done() and the
+                                 coordinator compares the replicas: a disagreement is silent data
+                                 corruption (docs/detection-and-recovery.md); 0 = off (default
+                                 10) */
 } ftrt_config;
 
 /* FTRT_CKPT_POLICY values. */
@@ -612,7 +619,12 @@ FTRT_API int ftrt_bucketer_free(ftrt_bucketer *b);
 /*
  * Records that step `step` (0-based) is complete on this trainer and that registered state now
  * reflects `step + 1` steps done. Sent to the coordinator with the next heartbeat; used for
- * progress, the resume step of a recovery and the report's timing. Cheap (no I/O, no locks).
+ * progress, the resume step of a recovery and the report's timing. Cheap (no I/O, no locks),
+ * except every FTRT_SDC_EVERY steps (step + 1 a multiple of it, two or more trainers): then it
+ * also fingerprints the REPLICATED host regions (CRC32C over their bytes, so the state must be
+ * the one of step + 1 steps done, identical on every trainer) and sends the fingerprint to the
+ * coordinator, which compares the replicas (silent data corruption; see
+ * docs/detection-and-recovery.md).
  * Returns 0 or FTRT_EINVAL (step decreasing by more than a recovery allows).
  */
 FTRT_API int ftrt_step_done(ftrt_ctx *ctx, int64_t step);
@@ -633,7 +645,9 @@ FTRT_API int ftrt_set_job_info(ftrt_ctx *ctx, int64_t total_steps, double flops_
  * After FTRT_ERECOVER: reports this trainer's progress, waits for the coordinator's recovery
  * plan, builds the new communicator (MPI_Comm_create_group over the survivors plus the spare,
  * ordered by logical rank), sends replicated state from the most advanced survivor to the
- * others (or reloads the plan's committed checkpoint when SHARDED regions exist), and returns.
+ * others (or reloads the plan's committed checkpoint when SHARDED regions exist, and after silent
+ * data corruption, when the replicas' fingerprints disagreed: then the step returned may be
+ * below the steps this trainer has done, and the steps in between are redone), and returns.
  *   step: receives the step to resume at.
  * Returns 0; FTRT_ENOSPARE (no spare left: exit non-zero, a relaunch resumes from the last
  * committed checkpoint); FTRT_ECOORD; FTRT_EABORT; FTRT_ERECOVER again (another failure during

@@ -326,5 +326,7 @@ int ftrt_epoch(const ftrt_ctx *ctx) { return ctx ? ctx->watch.epoch : FTRT_ESTAT
 int ftrt_step_done(ftrt_ctx *ctx, int64_t step)
 {
     if (!ctx || step < 0 || ctx->role != FTRT__ROLE_TRAINER) return FTRT_EINVAL;
-    return ftrt__timeline_step_done(ctx, step);
+    int rc = ftrt__timeline_step_done(ctx, step);
+    if (!rc) ftrt__sdc_step(ctx, step + 1); /* every FTRT_SDC_EVERY steps: fingerprint */
+    return rc;
 }

@@ -169,6 +169,21 @@ int ftrt__resume_plan(struct ftrt_ctx *ctx, int64_t *step);
 /* Step-time bookkeeping after resuming at step R (rework of steps >= R). */
 void ftrt__ledger_resume(struct ftrt_ctx *ctx, int64_t resume_step);
 
+/* ---- silent data corruption check (sdc.c) ---- */
+/* The fingerprint of the REPLICATED host regions among regs[0..nregs) (SHARDED and device
+ * regions are skipped), in registration order: each region's CRC32C mixed with the CRC32C of
+ * its name and its size into one 64-bit value. Equal regions give equal values; any change of
+ * up to 32 adjacent bits of one region changes it (CRC32C detects every such burst). *covered
+ * (may be NULL) receives the number of regions covered. Pure; thread-safe for regions nobody
+ * writes meanwhile. */
+uint64_t ftrt__sdc_fingerprint(const ftrt__region *regs, int nregs, int *covered);
+/* ftrt_step_done()'s check: when cfg.sdc_every > 0, steps_done is a multiple of it, there are
+ * two or more trainers and a REPLICATED host region, fingerprints the regions now and sends
+ * FINGERPRINT {steps_done, epoch, value, seconds} to the coordinator. Returns 1 when a
+ * fingerprint was taken, else 0; a failed send is not an error here (a lost coordinator
+ * reaches the application through its next ftrt call). Application thread. */
+int ftrt__sdc_step(struct ftrt_ctx *ctx, int64_t steps_done);
+
 /* ---- regions (regions.c) ---- */
 /* The checkpoint engine's settings from the configuration. */
 void ftrt__ckpt_opts_from(const ftrt_config *cfg, ftrt__ckpt_opts *o);

@@ -18,7 +18,22 @@
 #include "runtime/coordinator/coordinator.h"
 
 enum ftrt__phase { PH_INIT, PH_RUNNING, PH_COLLECT, PH_RESUMING, PH_ABORTING, PH_DONE };
-enum ftrt__failure_kind { FK_CONNECTION_LOST, FK_HEARTBEAT_TIMEOUT, FK_PROTOCOL, FK_PROGRESS_STALL };
+/* How a failure was detected. FK_SDC: silent data corruption, the rank's replicated regions
+ * disagreed with the majority's (or, with no majority, world rank -1: no rank is named). */
+enum ftrt__failure_kind {
+    FK_CONNECTION_LOST, FK_HEARTBEAT_TIMEOUT, FK_PROTOCOL, FK_PROGRESS_STALL, FK_SDC,
+    FK_KINDS /* count */
+};
+
+/* Fingerprints kept per trainer (FINGERPRINT messages), newest last, to compare a step once
+ * every member has sent it. */
+#define FTRT__SDC_KEEP 8
+typedef struct ftrt__sdc_fp {
+    int64_t step; /* steps done; 0 = empty (fingerprints are taken at steps >= 1) */
+    uint64_t fp;
+    int epoch;
+    double t; /* monotonic: when it arrived */
+} ftrt__sdc_fp;
 
 typedef struct ftrt__crank {
     int fd;
@@ -54,6 +69,9 @@ typedef struct ftrt__crank {
     double flops_per_step, peak_flops;
     int64_t total_steps;
     double t_fail_wall; /* failed ranks: best known failure time */
+    ftrt__sdc_fp sdc[FTRT__SDC_KEEP]; /* latest fingerprints (ring, sdc_n written so far) */
+    int sdc_n;
+    double sdc_agreed_t; /* monotonic: arrival of its fingerprint of the last agreed step */
 } ftrt__crank;
 
 typedef struct ftrt__incident {
@@ -66,6 +84,12 @@ typedef struct ftrt__incident {
     int64_t resume_step, rework_steps;
     int recovered;
     int host_lost; /* every rank of this rank's host failed (check_host_lost) */
+    /* FK_SDC only: the step whose fingerprints disagreed, the last step at which they all
+     * agreed (-1: none yet), whether a majority named the rank, the verified checkpoint every
+     * member reloads (-1: none, the majority's state in memory is kept), the checkpoints
+     * un-committed as untrusted */
+    int64_t sdc_step, sdc_agreed_step, sdc_ckpt;
+    int sdc_majority, sdc_uncommitted;
 } ftrt__incident;
 
 typedef struct ftrt__coord {
@@ -97,11 +121,29 @@ typedef struct ftrt__coord {
     int64_t progress_steps;
     double progress_t;
     int final_written; /* the report is written: the status file's last write says "final" */
+    /* silent data corruption check (FINGERPRINT messages; coordinator.c "sdc_") */
+    int sdc_checks;            /* steps whose fingerprints were compared */
+    int64_t sdc_agreed_step;   /* last step at which every member's fingerprint agreed, or -1 */
+    double sdc_agreed_t;       /* monotonic: the first arrival of that step's fingerprints */
+    int64_t sdc_verified_below; /* committed checkpoints of steps below this hold verified state */
+    int64_t sdc_judged_step;   /* last step compared in epoch sdc_judged_epoch */
+    int sdc_judged_epoch;
+    int64_t sdc_rollback;      /* >= 0: the next plan reloads this verified checkpoint */
+    int sdc_unresolved;        /* corruption found while the job was finishing: it fails */
+    double sdc_fp_s;           /* seconds trainers spent fingerprinting (sum over ranks) */
+    int64_t sdc_nfp;           /* fingerprints received */
+    int sdc_uncommitted;       /* checkpoints the last sdc_distrust() un-committed */
+    ftrt__incident sdc_cur;    /* the SDC being reported: add_incident() copies its sdc_ fields */
 } ftrt__coord;
 
 /* Latest injection time (unix s) for pid / world rank w at or before t_wall in the JSON-lines
  * fault log (FTRT_FAULT_LOG), or -1. */
 double ftrt__fault_injected_at(const char *log, int pid, int w, double t_wall);
+/* The injection time (unix s) of incident x from the fault log, or -1: the latest injection
+ * into its rank at or before its detection; for silent data corruption with no rank named
+ * (world rank -1), the latest injection into any rank between the last agreement of the
+ * replicas (x's t_last_heard) and the detection. Reads the fault log (once per rank). */
+double ftrt__incident_injected_at(const ftrt__coord *c, const ftrt__incident *x);
 
 /* ---- goodput.c: the ledger on the coordinator ---- */
 /* Per-slot totals over the job window [t_start_wall, t_end_wall] (slots = world ranks 1..W-1)

@@ -11,6 +11,7 @@
  * member; failures before the PLAN is sent are folded into a newer epoch, later ones abort.
  */
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -84,23 +85,36 @@ static ftrt__incident *add_incident(ftrt__coord *c, int w, int kind)
     c->inc = n;
     ftrt__incident *i = &c->inc[c->ninc++];
     memset(i, 0, sizeof *i);
-    i->world_rank = w;
-    i->logical_rank = c->r[w].logical;
-    i->pid = c->r[w].pid;
+    i->world_rank = w; /* -1: silent data corruption with no rank named */
+    i->logical_rank = w > 0 ? c->r[w].logical : -1;
+    i->pid = w > 0 ? c->r[w].pid : -1;
     i->kind = kind;
     i->t_detect = ftrt__now();
     i->t_detect_wall = ftrt__wallclock();
-    i->t_last_heard = c->r[w].last_heard;
+    i->t_last_heard = w > 0 ? c->r[w].last_heard : i->t_detect;
     i->spare_world_rank = -1;
     i->resume_step = -1;
+    i->sdc_step = i->sdc_agreed_step = i->sdc_ckpt = -1;
+    if (kind == FK_SDC) { /* what is known of the corruption: sdc_describe() filled sdc_cur */
+        i->sdc_step = c->sdc_cur.sdc_step;
+        i->sdc_agreed_step = c->sdc_cur.sdc_agreed_step;
+        i->sdc_ckpt = c->sdc_cur.sdc_ckpt;
+        i->sdc_majority = c->sdc_cur.sdc_majority;
+        i->sdc_uncommitted = c->sdc_cur.sdc_uncommitted;
+        i->t_last_heard = w > 0 && c->r[w].sdc_agreed_t > 0 ? c->r[w].sdc_agreed_t
+                                                             : c->sdc_cur.t_last_heard;
+    }
     /* The best known failure time: the injection time when a fault injector logged one, the
      * detection itself for a connection loss (the kernel closes a dead process's sockets at
-     * once), else the last message heard (refined for stalls by the caller). */
-    double inj = ftrt__fault_injected_at(c->a->cfg->fault_log, i->pid, w, i->t_detect_wall);
+     * once), else the last message heard (refined for stalls by the caller); for silent data
+     * corruption, the arrival of the rank's last fingerprint that agreed. */
+    double inj = ftrt__incident_injected_at(c, i);
     i->t_fail_wall = inj > 0 ? inj
                      : kind == FK_CONNECTION_LOST ? i->t_detect_wall
                                                   : i->t_detect_wall - (i->t_detect - i->t_last_heard);
-    c->r[w].t_fail_wall = i->t_fail_wall;
+    /* The slot's ledger counts the rank as down from its failure; a corrupted rank computed
+     * (and was paid for) until it was fenced. */
+    if (w > 0) c->r[w].t_fail_wall = kind == FK_SDC ? i->t_detect_wall : i->t_fail_wall;
     int64_t most = 0;
     for (int x = 1; x < c->W; x++)
         if (c->r[x].steps_done > most) most = c->r[x].steps_done;
@@ -109,6 +123,8 @@ static ftrt__incident *add_incident(ftrt__coord *c, int w, int kind)
 }
 
 static void check_reports(ftrt__coord *c);
+static void sdc_try_all(ftrt__coord *c);
+static int job_finishing(const ftrt__coord *c);
 
 /* 1 when a rank of world rank >= 1 on host h has failed in this job. */
 static int host_has_failed(const ftrt__coord *c, const char *h)
@@ -220,7 +236,11 @@ static void fail(ftrt__coord *c, int w, int kind)
     c->phase = PH_COLLECT;
     ftrt_log_warn("epoch %d: hot spare world rank %d (%s) takes logical rank %d", c->epoch, spare,
                   c->r[spare].host, l);
-    ftrt__failure_msg m = {.epoch = c->epoch, .t_fail_wall = inc ? inc->t_fail_wall : ftrt__wallclock()};
+    /* (The trainers learn of silent data corruption at its detection: their ledger's detection
+     * wait starts there.) */
+    ftrt__failure_msg m = {.epoch = c->epoch,
+                           .t_fail_wall = !inc ? ftrt__wallclock()
+                                          : kind == FK_SDC ? inc->t_detect_wall : inc->t_fail_wall};
     for (int k = 0; k < c->N; k++)
         if (!c->r[c->members[k]].promoting) send_to(c, c->members[k], FTRT__MSG_FAILURE, &m, sizeof m);
 }
@@ -244,6 +264,11 @@ static void send_plan(ftrt__coord *c)
         job_abort(c, rc, rc == FTRT_ENOCKPT ? "sharded state needs a committed checkpoint and "
                                               "none exists" : "no survivor holds the state");
         return;
+    }
+    if (c->sdc_rollback >= 0) { /* silent data corruption: back to verified state (sdc_majority/sdc_split) */
+        resume = ckpt = c->sdc_rollback;
+        c->sdc_verified_below = c->sdc_rollback + 1; /* what every member reloads is verified */
+        c->sdc_rollback = -1;
     }
     for (int i = 0; i < c->ninc; i++)
         if (!c->inc[i].recovered && c->inc[i].resume_step < 0 && !c->inc[i].was_spare) {
@@ -314,6 +339,7 @@ static void check_resumed(ftrt__coord *c)
     c->phase = PH_RUNNING;
     c->status_dirty |= 2; /* membership: write now */
     ftrt_log_warn("epoch %d: every member is back in the training loop", c->epoch);
+    sdc_try_all(c); /* fingerprints of the new epoch that arrived before the last RESUMED */
 }
 
 /* SHARD_DONE from world rank w: the checkpoint's table entry (checkpoint/track.c) takes the
@@ -352,6 +378,203 @@ static void try_commit(ftrt__coord *c, int w, const ftrt__ckpt_msg *cm)
     }
     ftrt__ckpt_msg m = {.step = step, .epoch = c->epoch, .result = result};
     for (int k = 0; k < c->N; k++) send_to(c, c->members[k], FTRT__MSG_COMMIT, &m, sizeof m);
+}
+
+/* ---- silent data corruption (FINGERPRINT; docs/detection-and-recovery.md) ---------------- */
+
+/* World rank w's fingerprint of `step` in the current epoch, or NULL. */
+static const ftrt__sdc_fp *sdc_find(const ftrt__coord *c, int w, int64_t step)
+{
+    const ftrt__crank *r = &c->r[w];
+    for (int k = 0; k < FTRT__SDC_KEEP; k++)
+        if (r->sdc[k].step == step && r->sdc[k].epoch == c->epoch) return &r->sdc[k];
+    return NULL;
+}
+
+/* Un-commits the checkpoints that cannot be trusted and returns the newest committed step
+ * left, which holds verified state, or -1 when none is left; -2 when the un-commit failed
+ * (logged). A checkpoint is trusted when its step is below the last step at which every
+ * replica's fingerprint agreed (sdc_verified_below): the snapshot of step S is copied after
+ * step S's fingerprint was taken, so only a later agreement proves it clean; one taken since
+ * may hold the corruption (in the bad rank's slice of a replicated region). */
+static int64_t sdc_distrust(ftrt__coord *c)
+{
+    int64_t latest = -1;
+    int n = ftrt__ckpt_uncommit_from(c->a->cfg->ckpt_dir, c->sdc_verified_below, &latest);
+    if (n < 0) return -2;
+    c->sdc_uncommitted = n;
+    c->last_committed = latest;
+    c->status_dirty |= 1;
+    return latest;
+}
+
+/* Fills sdc_cur, what add_incident() records of the corruption found at `step`. */
+static void sdc_describe(ftrt__coord *c, int64_t step, int64_t ckpt, int majority)
+{
+    memset(&c->sdc_cur, 0, sizeof c->sdc_cur);
+    c->sdc_cur.sdc_step = step;
+    c->sdc_cur.sdc_agreed_step = c->sdc_agreed_step;
+    c->sdc_cur.sdc_ckpt = ckpt;
+    c->sdc_cur.sdc_majority = majority;
+    c->sdc_cur.sdc_uncommitted = c->sdc_uncommitted;
+    c->sdc_cur.t_last_heard = c->sdc_agreed_t > 0 ? c->sdc_agreed_t : c->t_start;
+}
+
+/* A majority of the replicas agreed at `step` and the members with bad[l] = 1 did not: each is
+ * declared failed (FK_SDC), fenced and replaced by a spare through fail(). The state every
+ * member continues from is the newest verified checkpoint, reloaded by all: the majority's
+ * memory is not clean any more, since the corrupted rank's gradients went into the average of
+ * every step since the corruption. Only when no verified checkpoint is left does the majority's
+ * state in memory go on (the usual state transfer), and the log says that results then differ
+ * from a fault-free run. While the job is finishing nothing can be recovered: the corruption is
+ * recorded and the job fails with FTRT_ECORRUPT. */
+static void sdc_majority(ftrt__coord *c, int64_t step, const unsigned char *bad)
+{
+    int wbad[FTRT__MAX_WORLD], nbad = 0;
+    char who[512] = "";
+    size_t used = 0;
+    for (int l = 0; l < c->N; l++)
+        if (bad[l]) {
+            wbad[nbad++] = c->members[l];
+            if (used < sizeof who)
+                used += (size_t)snprintf(who + used, sizeof who - used, "%slogical rank %d "
+                                         "(world rank %d)", nbad > 1 ? ", " : "", l, c->members[l]);
+        }
+    ftrt_log_error("silent data corruption at step %lld: %s disagree%s with the majority of %d "
+                   "replicas (last agreement at step %lld)", (long long)step, who,
+                   nbad > 1 ? "" : "s", c->N, (long long)c->sdc_agreed_step);
+    int finishing = job_finishing(c);
+    c->sdc_uncommitted = 0;
+    int64_t ck = finishing ? -1 : sdc_distrust(c);
+    sdc_describe(c, step, ck < 0 ? -1 : ck, 1);
+    if (ck == -2) {
+        for (int i = 0; i < nbad; i++) add_incident(c, wbad[i], FK_SDC);
+        job_abort(c, FTRT_ECORRUPT, "silent data corruption, and the checkpoints taken since the "
+                                    "last agreement cannot be un-committed");
+        return;
+    }
+    if (finishing) {
+        for (int i = 0; i < nbad; i++) add_incident(c, wbad[i], FK_SDC);
+        c->sdc_unresolved = 1;
+        ftrt_log_error("the job is finishing: nothing can be recovered; it ends as failed "
+                       "(FTRT_ECORRUPT)");
+        return;
+    }
+    if (ck >= 0)
+        ftrt_log_warn("silent data corruption: fencing and replacing %s; every member reloads "
+                      "checkpoint step %lld (the newest taken before the last agreement)", who,
+                      (long long)ck);
+    else
+        ftrt_log_warn("silent data corruption: fencing and replacing %s; no verified checkpoint "
+                      "is left (FTRT_CKPT_KEEP, checkpoint interval vs FTRT_SDC_EVERY), so the "
+                      "majority's state in memory goes on: it took in the corrupted rank's "
+                      "gradients, and results will differ from a fault-free run", who);
+    c->sdc_rollback = ck;
+    for (int i = 0; i < nbad; i++) fail(c, wbad[i], FK_SDC);
+}
+
+/* The replicas disagreed at `step` and no value holds a majority (two replicas, a 2-2 split):
+ * no rank can be blamed, so none is fenced. Every member rolls back to the newest verified
+ * checkpoint in a new epoch without replacement (FAILURE to all, REPORT, PLAN reloading it);
+ * with none left the job fails with FTRT_ECORRUPT. The incident names world rank -1. */
+static void sdc_split(ftrt__coord *c, int64_t step)
+{
+    ftrt_log_error("silent data corruption at step %lld: the %d replicas disagree and no "
+                   "majority names a bad one (last agreement at step %lld)", (long long)step,
+                   c->N, (long long)c->sdc_agreed_step);
+    int finishing = job_finishing(c);
+    c->sdc_uncommitted = 0;
+    int64_t ck = finishing ? -1 : sdc_distrust(c);
+    sdc_describe(c, step, ck < 0 ? -1 : ck, 0);
+    ftrt__incident *inc = add_incident(c, -1, FK_SDC);
+    if (finishing) {
+        c->sdc_unresolved = 1;
+        ftrt_log_error("the job is finishing: nothing can be recovered; it ends as failed "
+                       "(FTRT_ECORRUPT)");
+        return;
+    }
+    if (ck < 0) {
+        job_abort(c, FTRT_ECORRUPT, ck == -2 ? "silent data corruption, and the checkpoints "
+                                               "taken since the last agreement cannot be "
+                                               "un-committed"
+                                             : "silent data corruption with no majority, and no "
+                                               "verified checkpoint to roll back to");
+        return;
+    }
+    ftrt_log_warn("epoch %d: every member rolls back to checkpoint step %lld (the newest taken "
+                  "before the last agreement); no rank is fenced", c->epoch + 1, (long long)ck);
+    c->sdc_rollback = ck;
+    c->epoch++;
+    c->phase = PH_COLLECT;
+    c->status_dirty |= 2; /* membership: write now */
+    ftrt__failure_msg m = {.epoch = c->epoch, .t_fail_wall = inc ? inc->t_detect_wall
+                                                                 : ftrt__wallclock()};
+    for (int l = 0; l < c->N; l++) send_to(c, c->members[l], FTRT__MSG_FAILURE, &m, sizeof m);
+}
+
+/* Compares the members' fingerprints of `step` once every member of the epoch sent one (and
+ * the job runs; each step once per epoch). */
+static void sdc_try(ftrt__coord *c, int64_t step)
+{
+    if (c->phase != PH_RUNNING || c->N < 2) return;
+    if (c->sdc_judged_epoch == c->epoch && step <= c->sdc_judged_step) return;
+    uint64_t fp[FTRT__MAX_WORLD];
+    unsigned char bad[FTRT__MAX_WORLD];
+    double first = 0;
+    for (int l = 0; l < c->N; l++) {
+        const ftrt__sdc_fp *f = sdc_find(c, c->members[l], step);
+        if (!f) return;
+        fp[l] = f->fp;
+        if (first == 0 || f->t < first) first = f->t;
+    }
+    c->sdc_judged_epoch = c->epoch;
+    c->sdc_judged_step = step;
+    c->sdc_checks++;
+    int v = ftrt__sdc_judge(fp, c->N, bad);
+    if (v == FTRT__SDC_AGREE) {
+        c->sdc_agreed_step = step;
+        c->sdc_agreed_t = first;
+        if (step > c->sdc_verified_below) c->sdc_verified_below = step;
+        for (int l = 0; l < c->N; l++)
+            c->r[c->members[l]].sdc_agreed_t = sdc_find(c, c->members[l], step)->t;
+    } else if (v == FTRT__SDC_MAJORITY) {
+        sdc_majority(c, step, bad);
+    } else if (v == FTRT__SDC_SPLIT) {
+        sdc_split(c, step);
+    }
+}
+
+/* Compares every step the members have all sent, oldest first (after an epoch change). */
+static void sdc_try_all(ftrt__coord *c)
+{
+    if (c->N < 1) return;
+    const ftrt__crank *r0 = &c->r[c->members[0]];
+    int64_t done = -1;
+    for (;;) { /* ascending over logical rank 0's fingerprints of this epoch */
+        int64_t next = -1;
+        for (int k = 0; k < FTRT__SDC_KEEP; k++)
+            if (r0->sdc[k].epoch == c->epoch && r0->sdc[k].step > done &&
+                (next < 0 || r0->sdc[k].step < next))
+                next = r0->sdc[k].step;
+        if (next <= 0 || c->phase != PH_RUNNING) return;
+        sdc_try(c, next);
+        done = next;
+    }
+}
+
+/* FINGERPRINT from world rank w: kept (for the current epoch's members only: a fenced rank's
+ * or an older epoch's are stale) and compared once the step is complete. */
+static void sdc_take(ftrt__coord *c, int w, const ftrt__fingerprint_msg *m)
+{
+    ftrt__crank *r = &c->r[w];
+    if (m->step <= 0 || m->epoch != c->epoch || r->role != FTRT__ROLE_TRAINER ||
+        r->logical < 0 || r->logical >= c->N || c->members[r->logical] != w)
+        return;
+    if (isfinite(m->seconds) && m->seconds >= 0) c->sdc_fp_s += m->seconds;
+    c->sdc_nfp++;
+    r->sdc[r->sdc_n++ % FTRT__SDC_KEEP] =
+        (ftrt__sdc_fp){.step = m->step, .fp = m->fp, .epoch = m->epoch, .t = ftrt__now()};
+    sdc_try(c, m->step);
 }
 
 /* Takes a LEDGER message: the rank's totals and open interval, and intervals to append. */
@@ -408,6 +631,7 @@ static int handle(ftrt__coord *c, int w, const ftrt__msghdr *h, const void *payl
         ftrt__epoch_msg em;
         ftrt__ckpt_msg cm;
         ftrt__bye bye;
+        ftrt__fingerprint_msg fpm;
     } u;
     if (h->len > sizeof u) return FTRT_EPROTO;
     memcpy(&u, payload, h->len);
@@ -435,6 +659,9 @@ static int handle(ftrt__coord *c, int w, const ftrt__msghdr *h, const void *payl
     case FTRT__MSG_SHARD_DONE:
         if (u.cm.epoch != c->epoch || c->phase != PH_RUNNING) return 0; /* abandoned */
         try_commit(c, w, &u.cm);
+        return 0;
+    case FTRT__MSG_FINGERPRINT:
+        sdc_take(c, w, &u.fpm);
         return 0;
     case FTRT__MSG_BYE:
         r->said_bye = 1;
@@ -709,7 +936,8 @@ int ftrt__coordinator_run(ftrt__coord_args *a, int listen_fd, uint64_t secret)
 {
     ftrt__coord c = {.a = a, .W = a->world_size, .N = a->ntrainers, .phase = PH_INIT,
                      .last_committed = -1, .t_start = a->t_start,
-                     .t_start_wall = a->t_start_wall};
+                     .t_start_wall = a->t_start_wall, .sdc_agreed_step = -1,
+                     .sdc_judged_step = -1, .sdc_rollback = -1};
     c.r = calloc((size_t)c.W, sizeof *c.r);
     c.members = calloc((size_t)c.N, sizeof *c.members);
     /* Each rank tries every offered address at once (ftrt__connect_any) and keeps the first
@@ -832,7 +1060,7 @@ int ftrt__coordinator_run(ftrt__coord_args *a, int listen_fd, uint64_t secret)
             for (int w = 1; w < c.W; w++)
                 if (c.r[w].role == FTRT__ROLE_SPARE) send_to(&c, w, FTRT__MSG_SHUTDOWN, &m, sizeof m);
             c.phase = PH_DONE;
-            c.result = FTRT_DONE;
+            c.result = c.sdc_unresolved ? FTRT_ECORRUPT : FTRT_DONE;
         }
         if (c.phase == PH_ABORTING && (!any_connected(&c) || now > c.abort_deadline)) {
             for (int w = 1; w < c.W; w++)

@@ -37,4 +37,15 @@ int ftrt__coordinator_run(ftrt__coord_args *a, int listen_fd, uint64_t secret);
 int ftrt__plan_compute(const int64_t *steps_done, const int *survivor, int n, int has_sharded,
                        int64_t last_committed, int64_t *resume, int *source, int64_t *ckpt);
 
+/* The verdict of ftrt__sdc_judge. */
+enum { FTRT__SDC_AGREE = 0, FTRT__SDC_MAJORITY = 1, FTRT__SDC_SPLIT = 2 };
+
+/* Compares the fingerprints fp[0..n) of one step, one per replica (plan.c). Returns
+ * FTRT__SDC_AGREE when all are equal (or n < 2); FTRT__SDC_MAJORITY when one value is held by
+ * more than half of the replicas, with bad[i] = 1 for every replica that differs from it;
+ * FTRT__SDC_SPLIT when they disagree and no value has a strict majority (two replicas that
+ * differ, a 2-2 split of four), bad[] all 0: no replica can be blamed. bad (n bytes) is always
+ * written. Returns FTRT_EINVAL for n < 0 or NULL arrays with n > 0. Pure, O(n). */
+int ftrt__sdc_judge(const uint64_t *fp, int n, unsigned char *bad);
+
 #endif

@@ -303,21 +303,23 @@ int ftrt__metrics_write(ftrt__coord *c, double t_wall)
     metric(f, "ftrt_rejected_connections", "counter", "Control-plane connections rejected.");
     fprintf(f, "ftrt_rejected_connections_total %d\n", c->rejected_connections);
     metric(f, "ftrt_failures", "counter", "Ranks declared failed, by detection kind.");
-    int nk[4] = {0};
+    int nk[FK_KINDS] = {0};
     int64_t rework = 0;
     for (int i = 0; i < c->ninc; i++) {
         nk[c->inc[i].kind]++;
         rework += c->inc[i].rework_steps;
     }
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < FK_KINDS; k++)
         fprintf(f, "ftrt_failures_total{kind=\"%s\"} %d\n", ftrt__failure_kind_name(k), nk[k]);
+    metric(f, "ftrt_sdc_checks", "counter",
+           "Steps whose replicas' fingerprints were compared (silent data corruption check).");
+    fprintf(f, "ftrt_sdc_checks_total %d\n", c->sdc_checks);
     metric(f, "ftrt_rework_steps", "counter", "Completed steps computed again after rollbacks.");
     fprintf(f, "ftrt_rework_steps_total %lld\n", (long long)rework);
     metric(f, "ftrt_mttd_seconds", "gauge", "Time to detect each failure (fault log or bound).");
     for (int i = 0; i < c->ninc; i++) {
         const ftrt__incident *x = &c->inc[i];
-        double inj = ftrt__fault_injected_at(c->a->cfg->fault_log, x->pid, x->world_rank,
-                                             x->t_detect_wall);
+        double inj = ftrt__incident_injected_at(c, x);
         fprintf(f, "ftrt_mttd_seconds{incident=\"%d\",kind=\"%s\"} %.6f\n", i + 1,
                 ftrt__failure_kind_name(x->kind),
                 inj > 0 ? x->t_detect_wall - inj : x->t_detect - x->t_last_heard);

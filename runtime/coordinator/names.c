@@ -24,6 +24,7 @@ const char *ftrt__failure_kind_name(int kind)
     case FK_CONNECTION_LOST: return "connection_lost";
     case FK_HEARTBEAT_TIMEOUT: return "heartbeat_timeout";
     case FK_PROGRESS_STALL: return "progress_stall";
+    case FK_SDC: return "silent_data_corruption";
     default: return "protocol_error";
     }
 }
@@ -46,5 +47,18 @@ double ftrt__fault_injected_at(const char *log, int pid, int w, double t_detect_
         json_object_put(o);
     }
     fclose(f);
+    return best;
+}
+
+double ftrt__incident_injected_at(const ftrt__coord *c, const ftrt__incident *x)
+{
+    const char *log = c->a->cfg->fault_log;
+    if (x->world_rank > 0)
+        return ftrt__fault_injected_at(log, x->pid, x->world_rank, x->t_detect_wall);
+    double since = x->t_detect_wall - (x->t_detect - x->t_last_heard), best = -1;
+    for (int w = 1; w < c->W; w++) {
+        double t = ftrt__fault_injected_at(log, c->r[w].pid, w, x->t_detect_wall);
+        if (t >= since && t > best) best = t;
+    }
     return best;
 }

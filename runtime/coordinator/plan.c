@@ -1,4 +1,5 @@
-/* plan.c - the recovery plan's resume step and state source (pure; see coordinator.h). */
+/* plan.c - the recovery plan's resume step and state source, and the verdict on replicas'
+ * fingerprints (pure; see coordinator.h). */
 #include "runtime/coordinator/coordinator.h"
 
 int ftrt__plan_compute(const int64_t *steps_done, const int *survivor, int n, int has_sharded,
@@ -21,4 +22,24 @@ int ftrt__plan_compute(const int64_t *steps_done, const int *survivor, int n, in
         *ckpt = -1;
     }
     return 0;
+}
+
+int ftrt__sdc_judge(const uint64_t *fp, int n, unsigned char *bad)
+{
+    if (n < 0 || (n > 0 && (!fp || !bad))) return FTRT_EINVAL;
+    if (n == 0) return FTRT__SDC_AGREE;
+    /* Boyer-Moore majority vote: the only value that can hold a strict majority... */
+    uint64_t cand = fp[0];
+    int count = 0;
+    for (int i = 0; i < n; i++) {
+        if (count == 0) cand = fp[i];
+        count += fp[i] == cand ? 1 : -1;
+    }
+    /* ...checked by counting it. */
+    int held = 0;
+    for (int i = 0; i < n; i++) held += fp[i] == cand;
+    int majority = 2 * held > n;
+    for (int i = 0; i < n; i++) bad[i] = (unsigned char)(majority && fp[i] != cand);
+    if (held == n) return FTRT__SDC_AGREE;
+    return majority ? FTRT__SDC_MAJORITY : FTRT__SDC_SPLIT;
 }

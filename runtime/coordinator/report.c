@@ -78,18 +78,19 @@ int ftrt__report_write(ftrt__coord *c)
     int64_t rework_steps = 0;
     for (int i = 0; i < c->ninc; i++) {
         const ftrt__incident *x = &c->inc[i];
-        double inj = ftrt__fault_injected_at(cfg->fault_log, x->pid, x->world_rank,
-                                             x->t_detect_wall);
+        double inj = ftrt__incident_injected_at(c, x);
         double bound = x->t_detect - x->t_last_heard;
         double mttd = inj > 0 ? x->t_detect_wall - inj : bound;
         double mttr = x->recovered ? x->t_resumed - x->t_detect : -1;
         rework_steps += x->rework_steps;
         json_object *f = json_object_new_object();
-        json_object_object_add(f, "world_rank", json_object_new_int(x->world_rank));
+        const char *host = x->world_rank > 0 ? c->r[x->world_rank].host : NULL;
+        json_object_object_add(f, "world_rank",
+                               x->world_rank > 0 ? json_object_new_int(x->world_rank) : NULL);
         json_object_object_add(f, "logical_rank", json_object_new_int(x->logical_rank));
         json_object_object_add(f, "pid", json_object_new_int(x->pid));
         json_object_object_add(f, "kind", json_object_new_string(ftrt__failure_kind_name(x->kind)));
-        json_object_object_add(f, "host", json_object_new_string(c->r[x->world_rank].host));
+        json_object_object_add(f, "host", host ? json_object_new_string(host) : NULL);
         json_object_object_add(f, "cause",
                                json_object_new_string(x->host_lost ? "host_lost" : "rank"));
         json_object_object_add(f, "spare_host",
@@ -110,10 +111,31 @@ int ftrt__report_write(ftrt__coord *c)
         json_object_object_add(f, "resume_step",
                                x->resume_step >= 0 ? json_object_new_int64(x->resume_step) : NULL);
         json_object_object_add(f, "rework_steps", json_object_new_int64(x->rework_steps));
+        json_object *sd = NULL;
+        if (x->kind == FK_SDC) {
+            sd = json_object_new_object();
+            json_object_object_add(sd, "step_detected", json_object_new_int64(x->sdc_step));
+            json_object_object_add(sd, "last_agreed_step",
+                                   x->sdc_agreed_step >= 0
+                                       ? json_object_new_int64(x->sdc_agreed_step)
+                                       : NULL);
+            json_object_object_add(sd, "majority", json_object_new_boolean(x->sdc_majority));
+            json_object_object_add(sd, "rollback_checkpoint_step",
+                                   x->sdc_ckpt >= 0 ? json_object_new_int64(x->sdc_ckpt) : NULL);
+            json_object_object_add(sd, "uncommitted_checkpoints",
+                                   json_object_new_int(x->sdc_uncommitted));
+        }
+        json_object_object_add(f, "sdc", sd);
         json_object_array_add(fl, f);
         const char *src = inj > 0 ? "from the fault log" : "upper bound";
         if (x->host_lost) printf("    (host %s lost)\n", c->r[x->world_rank].host);
-        if (x->was_spare)
+        if (x->kind == FK_SDC && x->world_rank < 0)
+            printf("    #%d silent data corruption at step %lld, no majority: every member rolled "
+                   "back to checkpoint step %lld, MTTD %.1f ms (%s), %s%.1f ms, rework %lld "
+                   "steps\n", i + 1, (long long)x->sdc_step, (long long)x->sdc_ckpt, mttd * 1e3,
+                   src, x->recovered ? "MTTR " : "not recovered ", x->recovered ? mttr * 1e3 : 0.0,
+                   (long long)x->rework_steps);
+        else if (x->was_spare)
             printf("    #%d hot spare (world rank %d, pid %d): %s, MTTD %.1f ms (%s), removed from "
                    "the pool\n", i + 1, x->world_rank, x->pid, ftrt__failure_kind_name(x->kind),
                    mttd * 1e3, src);
@@ -129,6 +151,26 @@ int ftrt__report_write(ftrt__coord *c)
                    ftrt__failure_kind_name(x->kind), mttd * 1e3, src);
     }
     json_object_object_add(o, "failures", fl);
+    /* Silent data corruption check: how often replicas were compared and what the fingerprints
+     * cost the trainers (their seconds over the seconds of their kept steps). */
+    json_object *sdc = json_object_new_object();
+    json_object_object_add(sdc, "every", json_object_new_int(cfg->sdc_every));
+    json_object_object_add(sdc, "checks", json_object_new_int(c->sdc_checks));
+    json_object_object_add(sdc, "fingerprints", json_object_new_int64(c->sdc_nfp));
+    json_object_object_add(sdc, "last_agreed_step", c->sdc_agreed_step >= 0
+                                                        ? json_object_new_int64(c->sdc_agreed_step)
+                                                        : NULL);
+    json_object_object_add(sdc, "fingerprint_rank_s", json_object_new_double(c->sdc_fp_s));
+    json_object_object_add(sdc, "fingerprint_share_of_steps",
+                           json_object_new_double(kept > 0 ? c->sdc_fp_s / kept : 0));
+    json_object_object_add(o, "sdc", sdc);
+    if (cfg->sdc_every > 0 && c->sdc_nfp > 0)
+        printf("  silent data corruption check: every %d steps, %d comparison(s), fingerprints "
+               "%.4f%% of the trainers' step time\n", cfg->sdc_every, c->sdc_checks,
+               kept > 0 ? 100.0 * c->sdc_fp_s / kept : 0.0);
+    if (cfg->sdc_every > 0 && kept > 0 && c->sdc_fp_s / kept > 0.01)
+        printf("  (above 1%%: FTRT_SDC_EVERY=%d would bring it to 1%%)\n",
+               (int)(cfg->sdc_every * (c->sdc_fp_s / kept) / 0.01) + 1);
     json_object *sl = json_object_new_array();
     for (int w = 1; w < c->W; w++) {
         const ftrt__crank *r = &c->r[w];

@@ -73,6 +73,14 @@ int ftrt__status_write(ftrt__coord *c)
     }
     json_object_object_add(o, "control_plane_addresses", addrs);
     json_object_object_add(o, "rejected_connections", json_object_new_int(c->rejected_connections));
+    int nsdc = 0;
+    for (int i = 0; i < c->ninc; i++) nsdc += c->inc[i].kind == FK_SDC;
+    json_object *sdc = json_object_new_object();
+    json_object_object_add(sdc, "every", json_object_new_int(c->a->cfg->sdc_every));
+    json_object_object_add(sdc, "checks", json_object_new_int(c->sdc_checks));
+    json_object_object_add(sdc, "last_agreed_step", json_object_new_int64(c->sdc_agreed_step));
+    json_object_object_add(sdc, "incidents", json_object_new_int(nsdc));
+    json_object_object_add(o, "sdc", sdc);
     json_object *ranks = json_object_new_array();
     int accounted = 1;
     for (int w = 0; w < c->W; w++) {

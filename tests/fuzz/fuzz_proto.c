@@ -30,6 +30,7 @@ static void decode(const ftrt__msghdr *h, const void *payload)
         ftrt__report rep;
         ftrt__ckpt_msg cm;
         ftrt__bye bye;
+        ftrt__fingerprint_msg fpm;
     } u;
     if (h->type == FTRT__MSG_PLAN) {
         ftrt__plan *p = malloc(h->len ? h->len : 1);

@@ -263,6 +263,7 @@ class Config(_StrFields):
         ("ckpt_direct", ctypes.c_int),
         ("async_progress", ctypes.c_int),
         ("progress_poll_us", ctypes.c_int),
+        ("sdc_every", ctypes.c_int),
     ]
 
     @classmethod

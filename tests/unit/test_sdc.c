@@ -1,0 +1,190 @@
+/* Unit tests: the silent data corruption check: the verdict on the replicas' fingerprints
+ * (ftrt__sdc_judge), the fingerprint of the replicated regions, the FINGERPRINT message's
+ * checks, the failure kind's name, and the un-commit of checkpoints that cannot be trusted. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "ftrt.h"
+#include "helpers.h"
+#include "runtime/coordinator/coord.h"
+#include "runtime/internal.h"
+
+static void judge_all_agree(void **state)
+{
+    (void)state;
+    uint64_t fp[4] = {7, 7, 7, 7};
+    unsigned char bad[4] = {9, 9, 9, 9};
+    assert_int_equal(ftrt__sdc_judge(fp, 4, bad), FTRT__SDC_AGREE);
+    for (int i = 0; i < 4; i++) assert_int_equal(bad[i], 0);
+    assert_int_equal(ftrt__sdc_judge(fp, 1, bad), FTRT__SDC_AGREE); /* one replica: nothing */
+    assert_int_equal(ftrt__sdc_judge(NULL, 0, NULL), FTRT__SDC_AGREE);
+    assert_int_equal(ftrt__sdc_judge(NULL, 2, bad), FTRT_EINVAL);
+    assert_int_equal(ftrt__sdc_judge(fp, -1, bad), FTRT_EINVAL);
+}
+
+static void judge_one_bad_of_four(void **state)
+{
+    (void)state;
+    for (int b = 0; b < 4; b++) { /* wherever the bad one is, the first one included */
+        uint64_t fp[4] = {42, 42, 42, 42};
+        unsigned char bad[4];
+        fp[b] = 43;
+        assert_int_equal(ftrt__sdc_judge(fp, 4, bad), FTRT__SDC_MAJORITY);
+        for (int i = 0; i < 4; i++) assert_int_equal(bad[i], i == b);
+    }
+}
+
+static void judge_two_bad_of_five(void **state)
+{
+    (void)state;
+    uint64_t fp[5] = {5, 1, 5, 2, 5}; /* two bad ones, with different values */
+    unsigned char bad[5];
+    assert_int_equal(ftrt__sdc_judge(fp, 5, bad), FTRT__SDC_MAJORITY);
+    unsigned char want[5] = {0, 1, 0, 1, 0};
+    assert_memory_equal(bad, want, 5);
+    uint64_t same[5] = {9, 3, 3, 9, 9}; /* two bad ones that agree with each other */
+    assert_int_equal(ftrt__sdc_judge(same, 5, bad), FTRT__SDC_MAJORITY);
+    unsigned char want2[5] = {0, 1, 1, 0, 0};
+    assert_memory_equal(bad, want2, 5);
+}
+
+static void judge_no_majority(void **state)
+{
+    (void)state;
+    unsigned char bad[4];
+    uint64_t two[2] = {1, 2}; /* two replicas that differ: nobody can be blamed */
+    assert_int_equal(ftrt__sdc_judge(two, 2, bad), FTRT__SDC_SPLIT);
+    assert_int_equal(bad[0] | bad[1], 0);
+    uint64_t split[4] = {1, 2, 2, 1}; /* 2-2 */
+    assert_int_equal(ftrt__sdc_judge(split, 4, bad), FTRT__SDC_SPLIT);
+    for (int i = 0; i < 4; i++) assert_int_equal(bad[i], 0);
+    uint64_t three[4] = {1, 2, 3, 1}; /* a plurality is not a majority */
+    assert_int_equal(ftrt__sdc_judge(three, 4, bad), FTRT__SDC_SPLIT);
+    uint64_t three3[3] = {1, 2, 3};
+    assert_int_equal(ftrt__sdc_judge(three3, 3, bad), FTRT__SDC_SPLIT);
+}
+
+static void fingerprint(void **state)
+{
+    (void)state;
+    enum { N = 100003 };
+    unsigned char *a = malloc(N), *b = malloc(N), *s = malloc(64);
+    float *d = malloc(256 * sizeof *d);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_non_null(s);
+    assert_non_null(d);
+    t_fill(a, N, 1);
+    memcpy(b, a, N);
+    t_fill(s, 64, 2);
+    t_fill(d, 256 * sizeof *d, 3);
+    ftrt__region ra[3] = {{"params", a, N, FTRT_REGION_REPLICATED},
+                          {"shard", s, 64, FTRT_REGION_SHARDED},
+                          {"dev", d, 256 * sizeof *d, FTRT_REGION_DEVICE}};
+    ftrt__region rb[3] = {{"params", b, N, FTRT_REGION_REPLICATED},
+                          {"shard", d, 64, FTRT_REGION_SHARDED}, /* sharded: not covered */
+                          {"dev", s, 64, FTRT_REGION_DEVICE}};   /* device: not covered */
+    int covered = -1;
+    uint64_t fa = ftrt__sdc_fingerprint(ra, 3, &covered);
+    assert_int_equal(covered, 1);
+    assert_true(fa == ftrt__sdc_fingerprint(rb, 3, NULL)); /* equal replicas, equal values */
+    for (int bit = 0; bit < 8; bit++) { /* one bit anywhere changes it, then restored */
+        size_t off = (size_t)(bit * 12497) % N;
+        b[off] ^= (unsigned char)(1u << bit);
+        assert_true(fa != ftrt__sdc_fingerprint(rb, 3, NULL));
+        b[off] ^= (unsigned char)(1u << bit);
+        assert_true(fa == ftrt__sdc_fingerprint(rb, 3, NULL));
+    }
+    rb[0].bytes = N - 1; /* the size counts */
+    assert_true(fa != ftrt__sdc_fingerprint(rb, 3, NULL));
+    rb[0].bytes = N;
+    snprintf(rb[0].name, sizeof rb[0].name, "paramz"); /* so does the name */
+    assert_true(fa != ftrt__sdc_fingerprint(rb, 3, NULL));
+    /* Two replicated regions: swapping their contents changes it (order counts). */
+    ftrt__region two[2] = {{"x", a, 64, FTRT_REGION_REPLICATED},
+                           {"y", s, 64, FTRT_REGION_REPLICATED}};
+    ftrt__region swapped[2] = {{"x", s, 64, FTRT_REGION_REPLICATED},
+                               {"y", a, 64, FTRT_REGION_REPLICATED}};
+    assert_true(ftrt__sdc_fingerprint(two, 2, &covered) != ftrt__sdc_fingerprint(swapped, 2, NULL));
+    assert_int_equal(covered, 2);
+    ftrt__sdc_fingerprint(NULL, 0, &covered);
+    assert_int_equal(covered, 0);
+    free(a);
+    free(b);
+    free(s);
+    free(d);
+}
+
+static void message(void **state)
+{
+    (void)state;
+    ftrt__msghdr h = {FTRT__MAGIC, FTRT__MSG_FINGERPRINT, sizeof(ftrt__fingerprint_msg)};
+    assert_int_equal(ftrt__msg_check(&h), 0);
+    h.len = sizeof(ftrt__fingerprint_msg) - 1;
+    assert_int_equal(ftrt__msg_check(&h), FTRT_EPROTO);
+    h.len = sizeof(ftrt__fingerprint_msg) + 8;
+    assert_int_equal(ftrt__msg_check(&h), FTRT_EPROTO);
+    h.len = 0;
+    assert_int_equal(ftrt__msg_check(&h), FTRT_EPROTO);
+    assert_int_equal(FTRT__MSG_FINGERPRINT + 1, FTRT__MSG_TYPE_END); /* appended: wire-stable */
+    assert_string_equal(ftrt__failure_kind_name(FK_SDC), "silent_data_corruption");
+}
+
+/* A committed checkpoint of `step` (one rank, one small region) in dir. */
+static void commit_step(const char *dir, int64_t step)
+{
+    unsigned char buf[256];
+    t_fill(buf, sizeof buf, (uint64_t)step);
+    ftrt__region r = {"params", buf, sizeof buf, FTRT_REGION_REPLICATED};
+    assert_int_equal(ftrt__shard_write(dir, step, 0, 1, &r, 1), 0);
+    assert_int_equal(ftrt__ckpt_commit(dir, step, 1, 100), 0);
+}
+
+static void uncommit(void **state)
+{
+    (void)state;
+    char dir[512];
+    assert_int_equal(t_tmpdir(dir, sizeof dir, "sdc"), 0);
+    int64_t latest = 99, steps[8];
+    assert_int_equal(ftrt__ckpt_uncommit_from(dir, 0, &latest), 0); /* nothing committed */
+    assert_int_equal(latest, -1);
+    commit_step(dir, 10);
+    commit_step(dir, 20);
+    commit_step(dir, 30);
+    assert_int_equal(ftrt__ckpt_uncommit_from(dir, 40, &latest), 0); /* all trusted */
+    assert_int_equal(latest, 30);
+    assert_int_equal(ftrt__ckpt_list(dir, steps, 8), 3);
+    assert_int_equal(ftrt__ckpt_uncommit_from(dir, 20, &latest), 2); /* 20 and 30 go */
+    assert_int_equal(latest, 10);
+    assert_int_equal(ftrt__ckpt_list(dir, steps, 8), 1);
+    assert_int_equal(steps[0], 10);
+    assert_true(t_exists("%s/step-30/rank-0.ftrt", dir)); /* the files stay, uncommitted */
+    assert_false(t_exists("%s/step-30/MANIFEST", dir));
+    commit_step(dir, 20); /* the same step can be committed again */
+    assert_int_equal(ftrt__ckpt_list(dir, steps, 8), 2);
+    assert_int_equal(steps[0], 20);
+    assert_int_equal(ftrt__ckpt_uncommit_from(dir, 0, &latest), 2); /* none left */
+    assert_int_equal(latest, -1);
+    assert_int_equal(ftrt__ckpt_list(dir, steps, 8), 0);
+    assert_false(t_exists("%s/LATEST", dir));
+    assert_int_equal(ftrt__ckpt_uncommit_from(dir, -1, &latest), -EINVAL);
+    assert_int_equal(ftrt__ckpt_uncommit_from(NULL, 0, &latest), -EINVAL);
+    t_rmtree(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(judge_all_agree),    cmocka_unit_test(judge_one_bad_of_four),
+        cmocka_unit_test(judge_two_bad_of_five), cmocka_unit_test(judge_no_majority),
+        cmocka_unit_test(fingerprint),        cmocka_unit_test(message),
+        cmocka_unit_test(uncommit)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
