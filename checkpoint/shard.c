@@ -5,7 +5,8 @@
  * Writing: the data of every region (a REPLICATED region's 1/N slice, a SHARDED region whole)
  * is copied into a few 4 KiB-aligned staging buffers of at most 8 MiB with the fused
  * copy + CRC32C, and written through io_uring with up to FTRT__IO_DEPTH writes in flight, to
- * rank-<r>.ftrt.tmp; then the header and table (which carry the CRCs) are written at offset 0,
+ * rank-<r>.ftrt.tmp.<pid> (unique to the writer: a rank cut off from the job and its
+ * replacement may write the same shard at once); then the header and table (which carry the CRCs) are written at offset 0,
  * the file is fdatasync'ed through the ring, renamed to rank-<r>.ftrt and the step directory is
  * fsync'ed. A committed shard of the same name is only ever replaced atomically.
  */
@@ -580,7 +581,7 @@ int ftrt__shard_write(const char *dir, int64_t step, int rank, int nranks,
     if (rc < 0) return rc;
     if ((rc = ftrt__path(sdir, sizeof sdir, "%s/step-%lld", dir, (long long)step)) < 0 ||
         (rc = ftrt__path(fin, sizeof fin, "%s/rank-%d.ftrt", sdir, rank)) < 0 ||
-        (rc = ftrt__path(tmp, sizeof tmp, "%s/rank-%d.ftrt.tmp", sdir, rank)) < 0)
+        (rc = ftrt__path(tmp, sizeof tmp, "%s/rank-%d.ftrt.tmp.%d", sdir, rank, (int)getpid())) < 0)
         return rc;
     rc = ftrt__mkdir_p(sdir);
     if (rc < 0) {

@@ -332,7 +332,7 @@ int ftrt__image_write(ftrt__wring *w, const char *dir, int64_t step, int rank,
     if (st) memset(st, 0, sizeof *st);
     if ((rc = ftrt__path(sdir, sizeof sdir, "%s/step-%lld", dir, (long long)step)) < 0 ||
         (rc = ftrt__path(fin, sizeof fin, "%s/rank-%d.ftrt", sdir, rank)) < 0 ||
-        (rc = ftrt__path(tmp, sizeof tmp, "%s/rank-%d.ftrt.tmp", sdir, rank)) < 0)
+        (rc = ftrt__path(tmp, sizeof tmp, "%s/rank-%d.ftrt.tmp.%d", sdir, rank, (int)getpid())) < 0)
         return rc;
     double t0 = ftrt__now();
     rc = ftrt__mkdir_p(sdir);

@@ -355,7 +355,7 @@ def case_ckptkill(args):
         time.sleep(0.01)
     step40 = os.path.join(job.ckpt, "step-40")
     while not (os.path.isdir(step40) and
-               any(n.endswith(".ftrt.tmp") for n in os.listdir(step40))):
+               any(".ftrt.tmp" in n for n in os.listdir(step40))):
         if time.monotonic() > deadline or job.proc.poll() is not None:
             raise Fail("the write of step 40 was never seen in flight")
         time.sleep(0.005)

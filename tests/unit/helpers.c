@@ -1,6 +1,7 @@
 /* helpers.c - the unit tests' shared helpers and port fakes (helpers.h). */
 #include <errno.h>
 #include <ftw.h>
+#include <glob.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,19 @@ int t_exists(const char *fmt, ...)
     vsnprintf(p, sizeof p, fmt, ap);
     va_end(ap);
     return stat(p, &st) == 0;
+}
+
+int t_glob_count(const char *fmt, ...)
+{
+    char p[4200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p, sizeof p, fmt, ap);
+    va_end(ap);
+    glob_t g;
+    int n = glob(p, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
+    globfree(&g);
+    return n;
 }
 
 void t_fill(void *p, size_t n, uint64_t seed)

@@ -23,6 +23,8 @@ int t_tmpdir(char *buf, size_t cap, const char *tag);
 int t_rmtree(const char *path);
 /* 1 when the path printf(fmt, ...) names exists, else 0. */
 int t_exists(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Number of paths matching the glob(3) pattern printf(fmt, ...). */
+int t_glob_count(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Fills n bytes at p with a deterministic pseudo-random pattern of `seed` (xorshift64*). */
 void t_fill(void *p, size_t n, uint64_t seed);
 

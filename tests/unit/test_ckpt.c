@@ -625,7 +625,7 @@ static void test_write_fails_cleanly(void **st)
         assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
         assert_int_equal(rc, -EFBIG);
         assert_false(path_exists("%s/step-2/rank-0.ftrt", dir));
-        assert_false(path_exists("%s/step-2/rank-0.ftrt.tmp", dir));
+        assert_int_equal(t_glob_count("%s/step-2/rank-0.ftrt.tmp*", dir), 0);
         assert_int_equal(ftrt__ckpt_commit(dir, 2, 1, 1), -ENOENT);
         assert_int_equal(ftrt__ckpt_list(dir, steps, 8), 1);
         assert_int_equal(steps[0], 1);
