@@ -12,6 +12,9 @@ ftrt-chaos run (--hosts-made), N x S ranks per job, the kinds drawn from the hos
                                 host's worth of spares (S) on another host: replaced in one epoch
   partition-host                the same host's link cut instead (heartbeat timeouts; the cut
                                 side must give up by itself and write nothing that counts)
+  partition-host-in-ckpt        partition-host while a checkpoint is being written (write
+                                requests held 100 ms): the partitioned ranks' shards written
+                                after the cut must never be committed
   kill-host-beyond-spares       a host with more trainers than the spares elsewhere (1 spare):
                                 clean failure, relaunch without the host resumes
   partition-host-beyond-spares  the same with the link cut
@@ -48,14 +51,20 @@ KINDS = ["kill-trainer", "kill-spare", "kill-two-trainers", "hang-trainer", "pau
          "hang-coordinator", "kill-beyond-spares"]
 
 # --hosts: campaign kind -> (spares: "host" = a host's worth (slots) or a number, the plan
-# entry of tools/ftrt-chaos)
+# entry of tools/ftrt-chaos, extra environment of the job)
 HOST_KINDS = {
-    "kill-trainer-remote": (1, {"kind": "kill-trainer", "target": "remote"}),
-    "kill-host": ("host", {"kind": "kill-host", "target": "covered"}),
-    "partition-host": ("host", {"kind": "partition-host", "target": "covered"}),
-    "kill-host-beyond-spares": (1, {"kind": "kill-host", "target": "uncovered"}),
-    "partition-host-beyond-spares": (1, {"kind": "partition-host", "target": "uncovered"}),
-    "kill-coord-host": (1, {"kind": "kill-host", "target": "coordinator"}),
+    "kill-trainer-remote": (1, {"kind": "kill-trainer", "target": "remote"}, {}),
+    "kill-host": ("host", {"kind": "kill-host", "target": "covered"}, {}),
+    "partition-host": ("host", {"kind": "partition-host", "target": "covered"}, {}),
+    # the cut while a checkpoint is being written (each write request held 100 ms): the
+    # partitioned ranks go on writing their shards after the cut, and that step must never
+    # be committed
+    "partition-host-in-ckpt": ("host", {"kind": "partition-host", "target": "covered",
+                                        "in_ckpt": True},
+                               {"FTRT_DEBUG_CKPT_WRITE_DELAY_MS": "100"}),
+    "kill-host-beyond-spares": (1, {"kind": "kill-host", "target": "uncovered"}, {}),
+    "partition-host-beyond-spares": (1, {"kind": "partition-host", "target": "uncovered"}, {}),
+    "kill-coord-host": (1, {"kind": "kill-host", "target": "coordinator"}, {}),
 }
 
 
@@ -173,6 +182,7 @@ def hosts_campaign(a):
     refs = {}
     matrix, rows = {}, []
     by_detect, mttr, exit_bound, gave_up = {}, {}, {"first launch": [], "relaunch": []}, []
+    late_writes = []  # per partition: files its side wrote after the cut (never committed)
     print(f"campaign: {a.runs} runs on {a.hosts} hosts x {a.slots} slots ({np_} ranks), "
           f"seed {a.seed}, work dir {work}", flush=True)
     try:
@@ -184,14 +194,14 @@ def hosts_campaign(a):
     try:
         for i in range(a.runs):
             kind = kinds[i % len(kinds)] if i < len(kinds) else rng.choice(kinds)
-            spares, entry = HOST_KINDS[kind]
+            spares, entry, extra = HOST_KINDS[kind]
             spares = a.slots if spares == "host" else spares
             trainers = np_ - 1 - spares
             if trainers not in refs:
                 refs[trainers] = chaos_cases.reference(ns, [], trainers)
             fault = dict(entry, at_step=rng.randrange(40, 140))
             d = os.path.join(work, f"run{i}")
-            env = h.job_env(dict(hostenv), spares=spares, heartbeat_timeout_ms=1000)
+            env = h.job_env(dict(hostenv, **extra), spares=spares, heartbeat_timeout_ms=1000)
             rc, v = run_one(a, d, fault, ["--relaunch", "2", "--hosts-made"], refs[trainers],
                             np_, env, rng)
             left = hosts.leftovers()
@@ -212,6 +222,7 @@ def hosts_campaign(a):
                 if inj["kind"] == "partition-host":
                     gave_up += [w["exited_at"] - inj["time"] for w in inj.get("watch", [])
                                 if w.get("exited_at")]
+                    late_writes.append(len(inj.get("writes_after_cut", [])))
             for j, ln in enumerate(v.get("launches", [])):
                 if ln.get("exit_after_last_rank_s") is not None:
                     exit_bound["first launch" if j == 0 else "relaunch"].append(
@@ -233,6 +244,10 @@ def hosts_campaign(a):
         stat(f"MTTD {dk}", by_detect[dk], width=42)
         stat(f"MTTR {dk}", mttr.get(dk, []), width=42)
     stat("partitioned ranks gave up after the cut", gave_up, "s", width=42)
+    if late_writes:
+        print(f"  partitions whose side wrote files after the cut: "
+              f"{sum(1 for n in late_writes if n)} of {len(late_writes)} ({sum(late_writes)} "
+              f"shard file(s)); committed: none (else the run failed)")
     print("\nexit bound: ftrt-run's exit after the last rank's exit (its --summary)")
     for k, v in exit_bound.items():
         stat(k, v, "s", width=42)

@@ -79,11 +79,15 @@ CASES = {
     # loss, cause host_lost, replaced by the spares of ftrt-h3 in one epoch, byte-identical.
     "kill-host": (6, 2, [], [{"kind": "kill-host", "at_step": 60, "target": "covered"}],
                   ["--hosts", "3", "--slots", "2"], {"FTRT_HEARTBEAT_TIMEOUT_MS": "1000"}),
-    # ftrt-h2's link cut: heartbeat timeouts (cause host_lost) within 1 s + 0.5 s, replaced in
-    # one epoch; the partitioned ranks leave by themselves and write nothing that counts.
+    # ftrt-h2's link cut while a checkpoint is being written (each write request held 100 ms):
+    # heartbeat timeouts (cause host_lost) within 1 s + 0.5 s, replaced in one epoch; the
+    # partitioned ranks leave by themselves and write nothing that counts (the shards they may
+    # still write after the cut belong to a step that is never committed).
     "partition-host": (6, 2, [], [{"kind": "partition-host", "at_step": 60,
-                                   "target": "covered"}],
-                       ["--hosts", "3", "--slots", "2"], {"FTRT_HEARTBEAT_TIMEOUT_MS": "1000"}),
+                                   "target": "covered", "in_ckpt": True}],
+                       ["--hosts", "3", "--slots", "2"],
+                       {"FTRT_HEARTBEAT_TIMEOUT_MS": "1000",
+                        "FTRT_DEBUG_CKPT_WRITE_DELAY_MS": "100"}),
 }
 
 
