@@ -6,7 +6,31 @@ of fault kind x outcome and MTTD (crash, hang, silent data corruption) and MTTR:
 worst. flip-bit runs fingerprint every 5 steps (FTRT_SDC_EVERY=5, a divisor of the checkpoint
 interval of 25, so a verified checkpoint is always among the 2 kept).
 
+With --hosts N (N >= 3; --slots S >= 2, default 2) the runs go to N simulated hosts (network
+namespaces, tests/hosts/ftrt-hosts; root), made once for the campaign and handed to each
+ftrt-chaos run (--hosts-made), N x S ranks per job, the kinds drawn from the host-aware ones:
+  kill-trainer-remote           a trainer on another host than the coordinator's (1 spare)
+  kill-host                     every process of a host with trainers, its orted included; a
+                                host's worth of spares (S) on another host: replaced in one epoch
+  partition-host                the same host's link cut instead (heartbeat timeouts; the cut
+                                side must give up by itself and write nothing that counts)
+  partition-host-in-ckpt        partition-host while a checkpoint is being written (write
+                                requests held 100 ms): the partitioned ranks' shards written
+                                after the cut must never be committed
+  kill-host-beyond-spares       a host with more trainers than the spares elsewhere (1 spare):
+                                clean failure, relaunch without the host resumes
+  partition-host-beyond-spares  the same with the link cut
+  kill-coord-host               the coordinator's host killed: every rank leaves, relaunch
+                                without it resumes
+Each run is judged by ftrt-chaos's verdict (also: ftrt-run's exit within 5 s of the last rank's
+exit, nothing left in the hosts, byte-identical to a one-host run with as many trainers). It
+prints the verdict counts per kind, MTTD and MTTR per detection kind, how long the partitioned
+ranks took to give up, and the exit bound (ftrt-run's summary). The hosts are named by
+--hosts-prefix (default ftrt-c, on 10.78.0.0/24, bridge ftrtbr-c: apart from the ctests'
+ftrt-h hosts) unless FTRT_HOSTS_PREFIX / FTRT_HOSTS_NET / FTRT_HOSTS_BRIDGE are set.
+
 Usage: bench/chaos_campaign.py [--runs 50] [--seed 1] [--bin build/examples/train_mlp]
+                               [--hosts N [--slots S]] [--kinds k1,k2]
 """
 import argparse
 import json
@@ -28,13 +52,60 @@ KINDS = ["kill-trainer", "kill-spare", "kill-two-trainers", "hang-trainer", "pau
          "kill-during-ckpt", "corrupt-shard", "truncate-shard", "enospc", "kill-coordinator",
          "hang-coordinator", "kill-beyond-spares", "flip-bit"]
 
+# --hosts: campaign kind -> (spares: "host" = a host's worth (slots) or a number, the plan
+# entry of tools/ftrt-chaos, extra environment of the job)
+HOST_KINDS = {
+    "kill-trainer-remote": (1, {"kind": "kill-trainer", "target": "remote"}, {}),
+    "kill-host": ("host", {"kind": "kill-host", "target": "covered"}, {}),
+    "partition-host": ("host", {"kind": "partition-host", "target": "covered"}, {}),
+    # the cut while a checkpoint is being written (each write request held 100 ms): the
+    # partitioned ranks go on writing their shards after the cut, and that step must never
+    # be committed
+    "partition-host-in-ckpt": ("host", {"kind": "partition-host", "target": "covered",
+                                        "in_ckpt": True},
+                               {"FTRT_DEBUG_CKPT_WRITE_DELAY_MS": "100"}),
+    "kill-host-beyond-spares": (1, {"kind": "kill-host", "target": "uncovered"}, {}),
+    "partition-host-beyond-spares": (1, {"kind": "partition-host", "target": "uncovered"}, {}),
+    "kill-coord-host": (1, {"kind": "kill-host", "target": "coordinator"}, {}),
+}
+
+
+def stat(name, v, unit="ms", width=28):
+    if v:
+        k = 1e3 if unit == "ms" else 1.0
+        print(f"  {name:<{width}} median {statistics.median(v) * k:8.1f} {unit}   worst "
+              f"{max(v) * k:8.1f} {unit}   (n={len(v)})")
+
+
+def run_one(a, d, fault, opts, ref, np_, env, rng):
+    """One ftrt-chaos run in d; returns (exit status, its verdict JSON)."""
+    os.makedirs(d)
+    json.dump({"faults": [fault]}, open(os.path.join(d, "plan.json"), "w"))
+    ckpt, params = os.path.join(d, "ckpt"), os.path.join(d, "final.params")
+    cmd = [sys.executable, h.FTRT_CHAOS, "--plan", os.path.join(d, "plan.json"),
+           "--workdir", d, "--ckpt-dir", ckpt, "--report", os.path.join(d, "report.json"),
+           "--reference", ref, "--params", params, "--json", os.path.join(d, "v.json"),
+           "--timeout", "120", "--seed", str(rng.randrange(1 << 30))] + opts + ["--"] + \
+        chaos_cases.job_cmd(a.bin, np_, ["--ckpt-dir", ckpt, "--params-out", params])
+    with open(os.path.join(d, "chaos.out"), "w") as out:
+        rc = subprocess.call(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    v = json.load(open(os.path.join(d, "v.json"))) if os.path.exists(
+        os.path.join(d, "v.json")) else {"ok": False, "rows": [], "launches": []}
+    return rc, v
+
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "examples", "train_mlp"))
+    ap.add_argument("--hosts", type=int, help="run on N simulated hosts (host-aware kinds)")
+    ap.add_argument("--slots", type=int, default=2)
+    ap.add_argument("--kinds", help="with --hosts: draw only these kinds (comma-separated)")
+    ap.add_argument("--hosts-prefix", default="ftrt-c")
     a = ap.parse_args()
+    if a.hosts is not None:
+        return hosts_campaign(a)
     rng = random.Random(a.seed)
     work = tempfile.mkdtemp(prefix="ftrt-campaign-")
     ns = argparse.Namespace(bin=a.bin, work=work)
@@ -88,15 +159,107 @@ def main():
     for (kind, out), n in sorted(matrix.items()):
         print(f"  {kind:<20} {out:<22} {n}")
 
-    def stat(name, v):
-        if v:
-            print(f"  {name:<28} median {statistics.median(v) * 1e3:8.1f} ms   worst "
-                  f"{max(v) * 1e3:8.1f} ms   (n={len(v)})")
     print("\ndetection and recovery (ground truth from the fault log)")
     stat("MTTD crash (connection)", mttd_crash)
     stat("MTTD hang (heartbeat)", mttd_hang)
     stat("MTTD silent data corruption", mttd_sdc)
     stat("MTTR (in-place recovery)", mttr)
+    fails = sum(1 for r in rows if r[3] == "FAIL")
+    print(f"\n{a.runs} runs, {fails} failed; work dir {work}")
+    return 1 if fails else 0
+
+
+def hosts_campaign(a):
+    if a.hosts < 3 or a.slots < 2:
+        print("chaos_campaign: --hosts needs N >= 3 and --slots >= 2 (a host of trainers, a "
+              "host of spares, the coordinator's)", file=sys.stderr)
+        return 2
+    kinds = a.kinds.split(",") if a.kinds else list(HOST_KINDS)
+    bad = [k for k in kinds if k not in HOST_KINDS]
+    if bad:
+        print(f"chaos_campaign: unknown host kind(s) {bad}; known: {', '.join(HOST_KINDS)}",
+              file=sys.stderr)
+        return 2
+    rng = random.Random(a.seed)
+    work = tempfile.mkdtemp(prefix="ftrt-campaign-hosts-")
+    ns = argparse.Namespace(bin=a.bin, work=work)
+    np_ = a.hosts * a.slots
+    hostenv = {"FTRT_HOSTS_PREFIX": os.environ.get("FTRT_HOSTS_PREFIX", a.hosts_prefix),
+               "FTRT_HOSTS_NET": os.environ.get("FTRT_HOSTS_NET", "10.78.0"),
+               "FTRT_HOSTS_BRIDGE": os.environ.get("FTRT_HOSTS_BRIDGE",
+                                                   f"ftrtbr-{a.hosts_prefix[-1]}")}
+    refs = {}
+    matrix, rows = {}, []
+    by_detect, mttr, exit_bound, gave_up = {}, {}, {"first launch": [], "relaunch": []}, []
+    late_writes = []  # per partition: files its side wrote after the cut (never committed)
+    print(f"campaign: {a.runs} runs on {a.hosts} hosts x {a.slots} slots ({np_} ranks), "
+          f"seed {a.seed}, work dir {work}", flush=True)
+    try:
+        hosts_cm = h.Hosts(a.hosts, a.slots, env=hostenv)
+        hosts = hosts_cm.__enter__()
+    except h.Skip as e:
+        print(f"chaos_campaign: no simulated hosts here: {e}")
+        return 77
+    try:
+        for i in range(a.runs):
+            kind = kinds[i % len(kinds)] if i < len(kinds) else rng.choice(kinds)
+            spares, entry, extra = HOST_KINDS[kind]
+            spares = a.slots if spares == "host" else spares
+            trainers = np_ - 1 - spares
+            if trainers not in refs:
+                refs[trainers] = chaos_cases.reference(ns, [], trainers)
+            fault = dict(entry, at_step=rng.randrange(40, 140))
+            d = os.path.join(work, f"run{i}")
+            env = h.job_env(dict(hostenv, **extra), spares=spares, heartbeat_timeout_ms=1000)
+            rc, v = run_one(a, d, fault, ["--relaunch", "2", "--hosts-made"], refs[trainers],
+                            np_, env, rng)
+            left = hosts.leftovers()
+            if left:  # ftrt-chaos kills what a launch left; anything here is a harness bug
+                print(f"  processes left in the hosts after run {i}: {left}", flush=True)
+                rc = rc or 1
+            outcome = "pass" if rc == 0 else ("skipped" if rc == 77 else "FAIL")
+            relaunches = max(0, len(v["launches"]) - 1)
+            key = (kind, outcome + (f", {relaunches} relaunch" if relaunches else ""))
+            matrix[key] = matrix.get(key, 0) + 1
+            for inj in v.get("injections", []):
+                for m in inj.get("measured", []):
+                    dk = m["detect_kind"] + (" (host lost)" if m.get("cause") == "host_lost"
+                                             else "")
+                    by_detect.setdefault(dk, []).append(m["true_mttd_s"])
+                    if m.get("mttr_s") is not None and m.get("recovered"):
+                        mttr.setdefault(dk, []).append(m["mttr_s"])
+                if inj["kind"] == "partition-host":
+                    gave_up += [w["exited_at"] - inj["time"] for w in inj.get("watch", [])
+                                if w.get("exited_at")]
+                    late_writes.append(len(inj.get("writes_after_cut", [])))
+            for j, ln in enumerate(v.get("launches", [])):
+                if ln.get("exit_after_last_rank_s") is not None:
+                    exit_bound["first launch" if j == 0 else "relaunch"].append(
+                        ln["exit_after_last_rank_s"])
+            host = next((inj.get("host") for inj in v.get("injections", []) if inj.get("host")),
+                        None)
+            rows.append((i, kind, fault["at_step"], outcome, relaunches))
+            print(f"run {i:3d}  {kind:<29} step {fault['at_step']:3d}"
+                  f"{'  ' + host if host else ''}  {outcome}"
+                  f"{'  relaunches ' + str(relaunches) if relaunches else ''}"
+                  f"{'' if rc == 0 else '  (' + d + ')'}", flush=True)
+    finally:
+        hosts_cm.__exit__(None, None, None)
+    print("\nfault kind x outcome")
+    for (kind, out), n in sorted(matrix.items()):
+        print(f"  {kind:<29} {out:<22} {n}")
+    print("\ndetection (true MTTD, from the fault log) and in-place recovery, per detection kind")
+    for dk in sorted(by_detect):
+        stat(f"MTTD {dk}", by_detect[dk], width=42)
+        stat(f"MTTR {dk}", mttr.get(dk, []), width=42)
+    stat("partitioned ranks gave up after the cut", gave_up, "s", width=42)
+    if late_writes:
+        print(f"  partitions whose side wrote files after the cut: "
+              f"{sum(1 for n in late_writes if n)} of {len(late_writes)} ({sum(late_writes)} "
+              f"shard file(s)); committed: none (else the run failed)")
+    print("\nexit bound: ftrt-run's exit after the last rank's exit (its --summary)")
+    for k, v in exit_bound.items():
+        stat(k, v, "s", width=42)
     fails = sum(1 for r in rows if r[3] == "FAIL")
     print(f"\n{a.runs} runs, {fails} failed; work dir {work}")
     return 1 if fails else 0

@@ -7,6 +7,8 @@ Each case writes a plan, runs ftrt-chaos (which injects the faults, relaunches w
 fails and prints its verdict) and passes when the verdict passes; where the case promises more
 (a failure mid-recovery aborts promptly, ...) it checks that too. A fault-free reference run of
 the same configuration is made once and cached, so "byte-identical" is always checked.
+The host cases (kill-host, partition-host) run on simulated hosts that ftrt-chaos makes
+(--hosts 3 --slots 2; root and network namespaces: skipped where they cannot be made).
 Exit 0 = pass, 1 = fail, 77 = skipped. Python 3 standard library only (the ledger case:
 prometheus_client). Command lines and the reference job: tests/harness/ftrt_harness.py.
 """
@@ -87,6 +89,22 @@ CASES = {
                                          "then": [{"kind": "kill-trainer", "delay_s": 0.4,
                                                    "target": "trainer:3"}]}],
                              ["--relaunch", "1"], {"FTRT_DEBUG_RECOVERY_DELAY_MS": "1500"}),
+    # Host faults on 3 simulated hosts x 2 slots (ftrt-chaos --hosts: network namespaces,
+    # tests/hosts; skipped, 77, where they cannot be made): 1 coordinator + 3 trainers + 2
+    # spares, world ranks 0-1 on ftrt-h1, 2-3 (trainers) on ftrt-h2, 4-5 (spares) on ftrt-h3.
+    # Every process of ftrt-h2 killed, its orted included: both trainers detected by connection
+    # loss, cause host_lost, replaced by the spares of ftrt-h3 in one epoch, byte-identical.
+    "kill-host": (6, 2, [], [{"kind": "kill-host", "at_step": 60, "target": "covered"}],
+                  ["--hosts", "3", "--slots", "2"], {"FTRT_HEARTBEAT_TIMEOUT_MS": "1000"}),
+    # ftrt-h2's link cut while a checkpoint is being written (each write request held 100 ms):
+    # heartbeat timeouts (cause host_lost) within 1 s + 0.5 s, replaced in one epoch; the
+    # partitioned ranks leave by themselves and write nothing that counts (the shards they may
+    # still write after the cut belong to a step that is never committed).
+    "partition-host": (6, 2, [], [{"kind": "partition-host", "at_step": 60,
+                                   "target": "covered", "in_ckpt": True}],
+                       ["--hosts", "3", "--slots", "2"],
+                       {"FTRT_HEARTBEAT_TIMEOUT_MS": "1000",
+                        "FTRT_DEBUG_CKPT_WRITE_DELAY_MS": "100"}),
 }
 
 
@@ -96,9 +114,10 @@ def job_cmd(binary, np_, args):
 
 
 def reference(a, args, trainers=4):
-    """Params of a fault-free run with these training args and trainers, cached."""
-    key = hashlib.sha1((" ".join(args) + ("" if trainers == 4 else f" trainers={trainers}"))
-                       .encode()).hexdigest()[:12]
+    """Params of a fault-free one-host run with these training args and this many trainers
+    (no spare), cached."""
+    key = hashlib.sha1(" ".join(args).encode()).hexdigest()[:12] + \
+        (f"-{trainers}t" if trainers != 4 else "")
     path = os.path.join(a.work, f"reference-{key}.params")
     if os.path.exists(path):
         return path
@@ -106,7 +125,7 @@ def reference(a, args, trainers=4):
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
     cmd = job_cmd(a.bin, trainers + 1, args + ["--ckpt-dir", os.path.join(d, "ckpt"),
-                                    "--params-out", path + ".tmp"])
+                                               "--params-out", path + ".tmp"])
     job = h.Job(d, cmd, h.job_env(spares=0), echo=False)
     rc = job.run(300)
     if rc != 0 or not os.path.exists(path + ".tmp"):
