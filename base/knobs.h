@@ -25,6 +25,9 @@
       "for fault injection during a recovery")                                                 \
     X(ckpt_write_delay_ms, "FTRT_DEBUG_CKPT_WRITE_DELAY_MS", 600000,                           \
       "the checkpoint persist thread sleeps this long (ms) after each completed write request") \
+    X(ckpt_hold_first, "FTRT_DEBUG_CKPT_HOLD_FIRST", 1000,                                     \
+      "N > 0: the first checkpoint write waits (30 s at most) until N more checkpoints were "  \
+      "requested, so that the staging buffers are full when they come (FTRT_CKPT_POLICY tests)") \
     X(io_force_sync, "FTRT_TEST_IO_FORCE_SYNC", 1,                                             \
       "1: never set up an io_uring; checkpoint reads and writes use the synchronous fallback")  \
     X(ckpt_force_buffered, "FTRT_TEST_CKPT_FORCE_BUFFERED", 1,                                 \

@@ -416,8 +416,24 @@ static void send_shard_done(struct ftrt__ckpt_engine *e, int64_t step, int epoch
                           (long long)step, ftrt_strerror(rc));
 }
 
+/* Test knob o.hold_first: the first persist waits (bounded) until that many more
+ * checkpoints were requested, or the job moved on (stop, abandon, epoch change). */
+static void hold_first_persist(struct ftrt__ckpt_engine *e, job *j)
+{
+    pthread_mutex_lock(&e->lock);
+    if (e->o.hold_first > 0 && e->st.persisted + e->st.failed == 0) {
+        const int64_t want = 1 + (int64_t)e->o.hold_first;
+        double deadline = ftrt__now() + 30.0;
+        while (!e->stop && !job_stale(j) && e->st.started + e->st.skipped < want &&
+               ftrt__now() < deadline)
+            eng_wait(e, 10);
+    }
+    pthread_mutex_unlock(&e->lock);
+}
+
 static void persist_one(struct ftrt__ckpt_engine *e, job *j)
 {
+    hold_first_persist(e, j);
     if (e->reg_gen != e->gen) register_slots(e); /* gen changes only while idle */
     ftrt__wopts o = {.qd = (unsigned)e->o.qd, .chunk = chunk_bytes(e), .direct = e->o.direct,
                      .delay_ms = e->o.write_delay_ms,

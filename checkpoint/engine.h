@@ -47,6 +47,9 @@ typedef struct ftrt__ckpt_opts {
     int staging_mb;      /* staging budget, MiB; 0 = automatic (FTRT_CKPT_STAGING_MB) */
     int policy;          /* FTRT_CKPT_WAIT or FTRT_CKPT_SKIP (FTRT_CKPT_POLICY) */
     int write_delay_ms;  /* test knob: sleep after each completed write request */
+    int hold_first;      /* test knob: the first persist waits until this many more
+                            checkpoints were requested (started or skipped; 30 s at most), so
+                            that staging is full when they come */
 } ftrt__ckpt_opts;
 
 struct ftrt__ckpt_engine;

@@ -25,7 +25,8 @@ void ftrt__ckpt_opts_from(const ftrt_config *cfg, ftrt__ckpt_opts *o)
     o->direct = cfg->ckpt_direct;
     o->staging_mb = cfg->ckpt_staging_mb;
     o->policy = cfg->ckpt_policy;
-    o->write_delay_ms = ftrt__knobs.ckpt_write_delay_ms; /* test knob */
+    o->write_delay_ms = ftrt__knobs.ckpt_write_delay_ms; /* test knobs */
+    o->hold_first = ftrt__knobs.ckpt_hold_first;
 }
 
 /* ---- checkpoints ------------------------------------------------------------------------- */

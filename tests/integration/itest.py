@@ -387,6 +387,10 @@ def case_ckptskip(args):
     job = ckpt_job(args, "ckptskip", np_=6, spares=1)
     job.cmd += ["--ckpt-every", "4"]
     job.env["FTRT_CKPT_POLICY"] = "skip"
+    # The first write waits until 2 more checkpoints were requested: the second takes the other
+    # staging buffer and the third finds both busy, whatever the machine's speed (under ASan on
+    # a busy machine the writes used to keep up, and nothing was skipped).
+    job.env["FTRT_DEBUG_CKPT_HOLD_FIRST"] = "2"
     job.start()
     rc = job.wait(240)
     check(rc == 0, f"job exits 0 (got {rc})")
