@@ -140,8 +140,6 @@ struct ftrt__ckpt_engine {
 
 static unsigned kind_of(unsigned flags) { return flags & FTRT_REGION_SHARDED; }
 
-static size_t chunk_bytes(const struct ftrt__ckpt_engine *e) { return (size_t)e->o.chunk_kb << 10; }
-
 /* Epoch changed or job over since the job began (read by engine threads: atomics only). */
 static int job_stale(job *j)
 {
@@ -435,15 +433,18 @@ static void persist_one(struct ftrt__ckpt_engine *e, job *j)
 {
     hold_first_persist(e, j);
     if (e->reg_gen != e->gen) register_slots(e); /* gen changes only while idle */
-    ftrt__wopts o = {.qd = (unsigned)e->o.qd, .chunk = chunk_bytes(e), .direct = e->o.direct,
-                     .delay_ms = e->o.write_delay_ms,
+    pthread_mutex_lock(&e->lock); /* the settings as they are now (set_opts may change them) */
+    ftrt__ckpt_opts eo = e->o;
+    pthread_mutex_unlock(&e->lock);
+    ftrt__wopts o = {.qd = (unsigned)eo.qd, .chunk = (size_t)eo.chunk_kb << 10,
+                     .direct = eo.direct, .delay_ms = eo.write_delay_ms,
                      .abandoned = job_abandoned_cb, .arg = j};
     ftrt__wstat ws = {0};
     double t0 = ftrt__now();
     int rc = atomic_load(&j->snap_err);
     if (!rc && job_stale(j)) rc = FTRT_ERECOVER;
     if (!rc)
-        rc = ftrt__image_write(&e->wring, e->o.dir, j->step, j->rank,
+        rc = ftrt__image_write(&e->wring, eo.dir, j->step, j->rank,
                                e->slots[j->slot].mem, j->bytes, &o, &ws);
     if (rc == 0 && job_stale(j)) rc = FTRT_ERECOVER; /* published, but nobody will commit it */
     if (rc && rc != FTRT_ERECOVER)
@@ -483,7 +484,10 @@ static void persist_one(struct ftrt__ckpt_engine *e, job *j)
 static void *persist_main(void *arg)
 {
     struct ftrt__ckpt_engine *e = arg;
-    ftrt__wring_init(&e->wring, (unsigned)e->o.qd);
+    pthread_mutex_lock(&e->lock);
+    unsigned qd = (unsigned)e->o.qd;
+    pthread_mutex_unlock(&e->lock);
+    ftrt__wring_init(&e->wring, qd);
     pthread_mutex_lock(&e->lock);
     for (;;) {
         while (!e->stop && !e->qhead) pthread_cond_wait(&e->cond, &e->lock);

@@ -59,7 +59,8 @@ struct ftrt__ckpt_engine;
 int ftrt__ckpt_engine_new(const ftrt__ckpt_opts *o, ftrt__watch *watch, ftrt__host host,
                           struct ftrt__ckpt_engine **out);
 /* Replaces the settings (tests; the runtime's do not change after ftrt_init). Takes effect
- * for work that starts afterwards. Application thread. */
+ * for work that starts afterwards: the persist thread copies them under the engine's lock at
+ * each write. Application thread. */
 void ftrt__ckpt_engine_set_opts(struct ftrt__ckpt_engine *e, const ftrt__ckpt_opts *o);
 /* Stops the engine's threads (abandoning what is in flight), frees staging and e. Call after
  * the agent thread is stopped (it may call ftrt__ckpt_on_commit). NULL: no-op. */
