@@ -94,27 +94,6 @@ int ftrt__listen(const char *addr, char *addr_out, size_t cap, int *port)
     return fd;
 }
 
-int ftrt__connect(const char *addr, int port, int timeout_ms)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    if (inet_pton(AF_INET, addr, &sa.sin_addr) != 1) return -EINVAL;
-    double deadline = ftrt__now() + timeout_ms / 1000.0;
-    for (;;) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0) return -errno;
-        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
-            tune(fd);
-            return fd;
-        }
-        int e = errno;
-        close(fd);
-        if ((e != ECONNREFUSED && e != EINTR && e != EAGAIN) || ftrt__now() > deadline)
-            return -e;
-        struct timespec ts = {0, 20 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-}
-
 /* One round: a nonblocking connect to every address at once; the first that completes wins.
  * Returns the fd (and *which), -EAGAIN when none answered within wait_ms, or -errno. */
 static int connect_round(struct sockaddr_in *sa, int n, int wait_ms, int *which)

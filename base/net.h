@@ -26,7 +26,5 @@ int ftrt__host_addrs(char *out, size_t cap);
  * receives the address that answered. Returns the fd (blocking, TCP_NODELAY) or -errno
  * (-EINVAL: no address parsed, -ETIMEDOUT). Thread-safe. */
 int ftrt__connect_any(const char *addrs, int port, int timeout_ms, char *used, size_t cap);
-/* Connects to addr:port with a timeout in ms. Returns the fd or -errno (-ETIMEDOUT). */
-int ftrt__connect(const char *addr, int port, int timeout_ms);
 
 #endif
