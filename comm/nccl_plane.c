@@ -172,7 +172,7 @@ static ncclResult_t await_state(ncclComm_t comm, int ms)
 }
 
 /* Retires the communicator: unpacks still queued are disarmed first, then in-flight
- * operations are stopped. ncclCommRevoke (NCCL >= 2.28) stops them and lets the communicator
+ * operations are stopped. ncclCommRevoke (NCCL >= 2.29) stops them and lets the communicator
  * be destroyed once quiescent; ncclCommAbort is the fallback. */
 static void comm_retire(ftrt_gpu *g)
 {
@@ -183,7 +183,7 @@ static void comm_retire(ftrt_gpu *g)
     g->dead_gen = g->comm_plane_gen; /* not rebuilt before the plane's next generation */
     g->has_dead = 1;
     int destroyed = 0;
-#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 22800
+#if defined(NCCL_REVOKE_DEFAULT) /* ncclCommRevoke: NCCL 2.29 (2.28.3 has ncclCommShrink only) */
     ncclResult_t rv = ncclCommRevoke(c, NCCL_REVOKE_DEFAULT);
     if ((rv == ncclSuccess || rv == ncclInProgress) && await_state(c, 2000) == ncclSuccess) {
         ncclResult_t dr = ncclCommDestroy(c); /* quiescent: destroying is safe */

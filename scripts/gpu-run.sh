@@ -201,6 +201,7 @@ say "$gpus GPU(s)${gpu_list:+: $(head -2 <<<"$gpu_list" | paste -sd';')}"
 # --- Configure and build -----------------------------------------------------------------------
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
+keep_going=(-- -k); [ ${#gen[@]} -gt 0 ] && keep_going=(-- -k 0) # every compile error in one run
 cfg=(cmake -S "$repo" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFTRT_WITH_CUDA=ON
      -DCMAKE_CUDA_ARCHITECTURES="$arch" -DFTRT_WERROR=OFF)
 [ -n "$nvcc" ] && cfg+=(-DCMAKE_CUDA_COMPILER="$nvcc")
@@ -208,7 +209,7 @@ command -v mpicc >/dev/null && cfg+=(-DMPI_C_COMPILER="$(command -v mpicc)" -DMP
 [ -n "$nccl_lib" ] && cfg+=(-DFTRT_NCCL_INCLUDE_DIR="$nccl_inc" -DFTRT_NCCL_LIBRARY="$nccl_lib")
 built=0
 if step configure 150 "${cfg[@]}"; then
-  step build 300 cmake --build "$build" -j "$(nproc)" && built=1
+  step build 300 cmake --build "$build" -j "$(nproc)" "${keep_going[@]}" && built=1
 else
   not_run build not_run "configure failed"
 fi
