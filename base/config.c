@@ -99,7 +99,10 @@
       "none is)")                                                                                  \
     X(sdc_every, "FTRT_SDC_EVERY", INT, 10, 0, 1000000, NULL,                                      \
       "silent data corruption check: every this many steps each trainer fingerprints its "        \
-      "replicated host regions (CRC32C) and the coordinator compares the replicas; 0 = off")
+      "replicated host regions (CRC32C) and the coordinator compares the replicas; 0 = off")    \
+    X(shard_replica_every, "FTRT_SHARD_REPLICA_EVERY", INT, 0, -1, 1000000, NULL,                  \
+      "in-memory partner replicas of sharded regions: 0 = refreshed at each checkpoint snapshot, " \
+      "K > 0 = every K steps (in `ftrt_step_done()`), -1 = off")
 
 /* The default in the descriptor's number or string slot, by kind. */
 #define FTRT__DEFNUM_INT(d) (double)(d)

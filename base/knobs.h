@@ -40,7 +40,10 @@
       "first attempt (its CRC32C check must catch it and the chunk come again)")                \
     X(xfer_corrupt_times, "FTRT_TEST_XFER_CORRUPT_TIMES", 1000,                                \
       "with FTRT_TEST_XFER_CORRUPT_CHUNK: on this many attempts (default 1; more than the "     \
-      "sources: the transfer must fail with FTRT_ECORRUPT)")
+      "sources: the transfer must fail with FTRT_ECORRUPT)")                                  \
+    X(replica_corrupt, "FTRT_TEST_REPLICA_CORRUPT", 1,                                         \
+      "1: a trainer flips a bit of the partner replica it holds right after it arrived and was " \
+      "checked (memory corrupted while held: the recovery must not use it)")
 
 struct ftrt__knobs {
 #define FTRT__KNOB_FIELD(field, env, max, doc) int32_t field;

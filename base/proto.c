@@ -10,7 +10,7 @@
 
 #include "ftrt.h"
 
-size_t ftrt__plan_size(int n) { return sizeof(ftrt__plan) + 2 * (size_t)n * sizeof(int32_t); }
+size_t ftrt__plan_size(int n) { return sizeof(ftrt__plan) + 3 * (size_t)n * sizeof(int32_t); }
 
 static size_t fixed_size(uint32_t type)
 {
@@ -88,6 +88,15 @@ int ftrt__plan_check(const ftrt__plan *p, size_t len)
             if (p->members[j] == p->members[i]) return FTRT_EPROTO;
     }
     if (role[p->source] != FTRT__PLAN_UP_TO_DATE) return FTRT_EPROTO; /* the source has it */
+    const int32_t *ss = ftrt__plan_shard_src_c(p);
+    if (p->mem_step >= 0 && (p->ckpt_step >= 0 || p->mem_step != p->resume_step)) return FTRT_EPROTO;
+    for (int i = 0; i < p->ntrainers; i++) {
+        if (ss[i] < -1 || ss[i] >= p->ntrainers || ss[i] == i) return FTRT_EPROTO;
+        /* an image is sent from a survivor to a member that needs state, in a memory plan */
+        if (ss[i] >= 0 && (p->mem_step < 0 || role[i] != FTRT__PLAN_NEEDS_STATE ||
+                           role[ss[i]] != FTRT__PLAN_UP_TO_DATE))
+            return FTRT_EPROTO;
+    }
     return 0;
 }
 

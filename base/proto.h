@@ -108,29 +108,49 @@ typedef struct ftrt__report {
     int64_t steps_done;
     int32_t epoch;
     int32_t has_sharded;
+    /* In-memory partner replicas (runtime/replica.c), each CRC32C-verified just before this
+     * report, -1 where none is held: */
+    int64_t own_step;  /* this trainer's own image (all its regions) holds step own_step */
+    int64_t held_step; /* the image of logical rank held_of's sharded regions it holds */
+    int32_t held_of;
+    int32_t pad;
 } ftrt__report;
 
 typedef struct ftrt__plan {
     int64_t resume_step;
     int64_t ckpt_step; /* >= 0: every member reloads this committed checkpoint */
     int64_t rework_until; /* steps below this that are redone after the resume are rework */
+    int64_t mem_step;  /* >= 0 (then ckpt_step < 0): every survivor restores its own in-memory
+                          image of this step, each replaced logical rank receives its sharded
+                          regions from the member ftrt__plan_shard_src names, replicated ones
+                          from the survivors (runtime/replica.c) */
     int32_t epoch;
     int32_t ntrainers;
     int32_t source;       /* an up-to-date logical rank (the lowest): checks the region table */
     int32_t logical_rank; /* the recipient's */
-    int32_t members[];    /* 2 x ntrainers: the world ranks, index = logical rank, then each
-                             logical rank's state role (FTRT__PLAN_*; ftrt__plan_roles) */
+    int32_t members[];    /* 3 x ntrainers: the world ranks, index = logical rank, then each
+                             logical rank's state role (FTRT__PLAN_*; ftrt__plan_roles), then
+                             the logical rank holding its sharded image, or -1
+                             (ftrt__plan_shard_src) */
 } ftrt__plan;
 
 /* A member's part in the state transfer of a plan: it holds the resume step's replicated state
  * (a source), or it lacks it and receives it (a promoted spare, a survivor behind). */
-enum { FTRT__PLAN_UP_TO_DATE = 0, FTRT__PLAN_NEEDS_STATE = 1 };
+enum { FTRT__PLAN_UP_TO_DATE = 0, FTRT__PLAN_NEEDS_STATE = 1, FTRT__PLAN_BYSTANDER = 2 };
+/* (BYSTANDER: neither; used by the transfer of one rank's sharded image, never in a plan.) */
 
 /* The roles array of a plan (ntrainers entries after the members). */
 static inline int32_t *ftrt__plan_roles(ftrt__plan *p) { return p->members + p->ntrainers; }
 static inline const int32_t *ftrt__plan_roles_c(const ftrt__plan *p)
 {
     return p->members + p->ntrainers;
+}
+/* The sharded-image sources of a plan (ntrainers entries after the roles): for logical rank l,
+ * the logical rank whose memory holds l's sharded regions at mem_step, or -1. */
+static inline int32_t *ftrt__plan_shard_src(ftrt__plan *p) { return p->members + 2 * p->ntrainers; }
+static inline const int32_t *ftrt__plan_shard_src_c(const ftrt__plan *p)
+{
+    return p->members + 2 * p->ntrainers;
 }
 
 typedef struct ftrt__ckpt_msg { /* SHARD_DONE and COMMIT */

@@ -67,6 +67,15 @@ int ftrt__plane_abandon(ftrt__plane *p)
     return 0;
 }
 
+void ftrt__plane_bury(ftrt__plane *p, void *buf)
+{
+    if (!buf) return;
+    void **g = realloc(p->graveyard, (size_t)(p->ngraveyard + 1) * sizeof *g);
+    if (!g) return; /* leaked rather than freed under a request MPI may still complete */
+    p->graveyard = g;
+    g[p->ngraveyard++] = buf;
+}
+
 void ftrt__plane_stop(ftrt__plane *p) { ftrt__engine_stop(p->async); }
 
 void ftrt__plane_free(ftrt__plane *p)

@@ -64,6 +64,10 @@ void ftrt__plane_set(ftrt__plane *p, MPI_Comm comm);
 /* Abandons the current communicator and staging buffer (a collective may still be in flight on
  * them after a failure): neither is touched again. Returns 0 or -ENOMEM. */
 int ftrt__plane_abandon(ftrt__plane *p);
+/* Hands buf (malloc'd; NULL is ignored), the target of a request that was abandoned, to the
+ * graveyard: freed by ftrt__plane_free() after MPI_Finalize, never reused before (MPI may still
+ * write into it). On -ENOMEM for the graveyard itself the buffer is leaked, never freed. */
+void ftrt__plane_bury(ftrt__plane *p, void *buf);
 /* Frees staging and graveyard buffers; call only after MPI_Finalize or when no collective was
  * ever abandoned. */
 void ftrt__plane_free(ftrt__plane *p);

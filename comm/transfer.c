@@ -177,10 +177,10 @@ int ftrt__xfer_replicated(ftrt__plane *p, const ftrt__xfer_region *regs, int n,
         if (role[l] == FTRT__PLAN_NEEDS_STATE) {
             if (l == p->rank) s.ri = s.nr;
             s.rcv[s.nr++] = l;
-        } else {
+        } else if (role[l] == FTRT__PLAN_UP_TO_DATE) {
             if (l == p->rank) s.si = s.ns;
             s.src[s.ns++] = l;
-        }
+        } /* FTRT__PLAN_BYSTANDER: only in the agreement on what to resend */
     }
     if (st) st->sources = s.ns, st->receivers = s.nr;
     int rc = 0;

@@ -37,7 +37,10 @@ typedef struct ftrt__xfer_stat {
 
 /* Transfers regs[0..n) (the same table on every member, in the same order) over plane p to
  * the members whose role[logical rank] is FTRT__PLAN_NEEDS_STATE (base/proto.h) from those that
- * are FTRT__PLAN_UP_TO_DATE. Collective over p's communicator; role has p->size entries.
+ * are FTRT__PLAN_UP_TO_DATE; FTRT__PLAN_BYSTANDER members move no data (their ptr may be NULL)
+ * but take part in the agreement. Collective over p's communicator; role has p->size entries.
+ * (One sharded image from the one member that holds it to its rank's new owner is the case of
+ * one source, one receiver and bystanders: runtime/replica.c.)
  *   chunk:         bytes per chunk (> 0; a multiple of 4096 is best).
  *   corrupt_chunk, corrupt_attempts: test knob: when corrupt_chunk >= 0, a receiver flips one
  *                  bit of that global chunk index on each of the first corrupt_attempts

@@ -885,7 +885,16 @@ static int run_trainer(ftrt_ctx *ctx, options *o, model *m, const digits *train,
         last_loss = grad[n] / denom;
         published_steps = step + 1; /* before ftrt_step_done, which may fingerprint the state */
         rc = ftrt_step_done(ctx, step);
-        if (rc < 0) {
+        if (rc == FTRT_ERECOVER) { /* a partner-replica refresh (FTRT_SHARD_REPLICA_EVERY) met a
+                                      failure */
+            rc = recover_until_done(ctx, &step);
+            if (rc != 0) {
+                code = fatal(ctx, "ftrt_recover", step, rc);
+                goto out;
+            }
+            published_steps = step;
+            continue;
+        } else if (rc < 0) {
             code = fatal(ctx, "ftrt_step_done", step, rc);
             goto out;
         }

@@ -209,6 +209,13 @@ typedef struct ftrt_config {
                                  coordinator compares the replicas: a disagreement is silent data
                                  corruption (docs/detection-and-recovery.md); 0 = off (default
                                  10) */
+    int shard_replica_every;  /* FTRT_SHARD_REPLICA_EVERY: in-memory partner replicas of SHARDED
+                                 regions (docs/detection-and-recovery.md "Partner replicas"):
+                                 each trainer keeps a copy of its state and of its partner's
+                                 sharded regions, refreshed at each checkpoint snapshot (0,
+                                 default) or every K > 0 steps in ftrt_step_done(); a recovery
+                                 then takes a lost rank's shard from its partner's memory instead
+                                 of the disk. -1 = off */
 } ftrt_config;
 
 /* FTRT_CKPT_POLICY values. */
@@ -375,8 +382,11 @@ FTRT_API int ftrt_restore(ftrt_ctx *ctx, int64_t *step);
  * buffer is still being written: FTRT_CKPT_POLICY=wait blocks until the oldest is written,
  * skip returns FTRT_SKIPPED at once (nothing taken; the coordinator counts it). When staging
  * cannot hold one shard, the checkpoint is written here, synchronously.
+ * With SHARDED regions and FTRT_SHARD_REPLICA_EVERY=0 (the default), it first refreshes the
+ * in-memory partner replicas (collective: a copy of the regions, the sharded ones sent to the
+ * partner; docs/detection-and-recovery.md "Partner replicas"), which the call waits for.
  * Returns 0 (snapshot started), FTRT_SKIPPED, FTRT_ERECOVER (the epoch changed: call
- * ftrt_recover(); nothing taken), FTRT_ENOSPARE/FTRT_ECOORD/FTRT_EABORT, FTRT_EINVAL (NULL ctx,
+ * ftrt_recover(); nothing taken), FTRT_EMPI and FTRT_EMISMATCH (replica refresh), FTRT_ENOSPARE/FTRT_ECOORD/FTRT_EABORT, FTRT_EINVAL (NULL ctx,
  * step < 0, or a checkpoint of this step still undecided), FTRT_ESTATE (not a trainer, or
  * ftrt_recover() is owed), -EEXIST (step already committed: not rewritten), -EFBIG, -ENOMEM
  * (staging), -errno (synchronous write). Application thread only.
@@ -624,8 +634,12 @@ FTRT_API int ftrt_bucketer_free(ftrt_bucketer *b);
  * also fingerprints the REPLICATED host regions (CRC32C over their bytes, so the state must be
  * the one of step + 1 steps done, identical on every trainer) and sends the fingerprint to the
  * coordinator, which compares the replicas (silent data corruption; see
- * docs/detection-and-recovery.md).
- * Returns 0 or FTRT_EINVAL (step decreasing by more than a recovery allows).
+ * docs/detection-and-recovery.md). And every FTRT_SHARD_REPLICA_EVERY > 0 steps, where SHARDED
+ * regions are registered, it refreshes the in-memory partner replicas (collective over the
+ * trainers: each copies its regions and sends its sharded ones to its partner).
+ * Returns 0, FTRT_EINVAL (step decreasing by more than a recovery allows), and only when a
+ * replica refresh was due: FTRT_ERECOVER (a rank failed meanwhile: call ftrt_recover()), the
+ * job's fatal code, FTRT_EMPI, FTRT_EMISMATCH (trainers refreshing different steps), -ENOMEM.
  */
 FTRT_API int ftrt_step_done(ftrt_ctx *ctx, int64_t step);
 

@@ -50,6 +50,7 @@ static void ctx_free(ftrt_ctx *ctx)
     free(ctx->plan);
     free(ctx->regs);
     free(ctx->step_s);
+    ftrt__replica_free(ctx);
     ftrt__ledger_free(&ctx->ledger);
     pthread_mutex_destroy(&ctx->ledger_lock);
     pthread_mutex_destroy(&ctx->cp.lock);
@@ -120,6 +121,7 @@ static int init_ctx(ftrt_ctx *ctx, const ftrt_config *cfg)
         ftrt_config_init(&ctx->cfg, sizeof ctx->cfg);
     ftrt__log_level = ctx->cfg.log_level;
     ctx->t_start = ftrt__now();
+    ftrt__replica_free(ctx); /* no partner replicas yet (steps -1) */
     ctx->cp.fd = -1;
     ctx->cp.wake[0] = ctx->cp.wake[1] = -1;
     ctx->hostif = ftrt__host_of(ctx);
@@ -328,5 +330,6 @@ int ftrt_step_done(ftrt_ctx *ctx, int64_t step)
     if (!ctx || step < 0 || ctx->role != FTRT__ROLE_TRAINER) return FTRT_EINVAL;
     int rc = ftrt__timeline_step_done(ctx, step);
     if (!rc) ftrt__sdc_step(ctx, step + 1); /* every FTRT_SDC_EVERY steps: fingerprint */
+    if (!rc) rc = ftrt__replica_step(ctx, step + 1); /* every FTRT_SHARD_REPLICA_EVERY steps */
     return rc;
 }

@@ -61,6 +61,24 @@ typedef struct ftrt__cp {
     int ranks_lost; /* from SHUTDOWN/FAREWELL: processes of the world that died */
 } ftrt__cp;
 
+/* ---- in-memory partner replicas of sharded state (replica.c) ---- */
+typedef struct ftrt__replica {
+    unsigned char *own; /* this rank's image: sharded regions, then the others */
+    size_t own_cap, own_bytes, own_shard;
+    int64_t own_step;   /* the step it holds, -1 = none (or being refreshed) */
+    uint32_t own_crc, own_crc_all; /* CRC32C of the sharded part, of the whole image */
+    uint64_t own_sig;
+    unsigned char *held; /* the partner's sharded image */
+    size_t held_cap, held_bytes;
+    int64_t held_step;  /* -1 = none */
+    int32_t held_of;    /* whose (logical rank) */
+    uint32_t held_crc;
+    uint64_t held_sig;
+    int shift, shift_epoch; /* partner = logical rank + shift (mod size), for that epoch */
+    int64_t refreshes;
+    double refresh_s;   /* seconds spent in refreshes */
+} ftrt__replica;
+
 /* ---- the context ---- */
 struct ftrt_ctx {
     ftrt_config cfg;
@@ -85,6 +103,7 @@ struct ftrt_ctx {
 
     ftrt__plane plane;
     ftrt__cp cp;
+    ftrt__replica rep; /* application thread only */
 
     /* step timing for the report */
     double t_start;     /* ftrt_init entry */
@@ -183,6 +202,38 @@ uint64_t ftrt__sdc_fingerprint(const ftrt__region *regs, int nregs, int *covered
  * fingerprint was taken, else 0; a failed send is not an error here (a lost coordinator
  * reaches the application through its next ftrt call). Application thread. */
 int ftrt__sdc_step(struct ftrt_ctx *ctx, int64_t steps_done);
+
+/* ---- partner replicas (replica.c; docs/detection-and-recovery.md "Partner replicas") ---- */
+/* 1 when this trainer keeps replicas: FTRT_SHARD_REPLICA_EVERY >= 0, two or more trainers, a
+ * SHARDED region, and no device region (host memory only, for now). */
+int ftrt__replica_enabled(const struct ftrt_ctx *ctx);
+/* Collective over the trainers (all call it with the same step, the state being that of
+ * `step` steps done): copies every region into this rank's image with its CRC32C, sends the
+ * sharded part to the partner and keeps the image the partner sends, checked against its CRC
+ * (a mismatch is logged and the image dropped). Both images are invalid while this runs.
+ * Returns 0 (also when replicas are off), FTRT_ERECOVER (a failure meanwhile: watch set) or the
+ * fatal code, FTRT_EMPI, FTRT_EMISMATCH (the partner sent another step), -ENOMEM. */
+int ftrt__replica_refresh(struct ftrt_ctx *ctx, int64_t step);
+/* ftrt_step_done()'s part: every FTRT_SHARD_REPLICA_EVERY > 0 steps, a refresh (charged to the
+ * ledger as checkpoint time). Returns what ftrt__replica_refresh returns, 0 when not due. */
+int ftrt__replica_step(struct ftrt_ctx *ctx, int64_t steps_done);
+/* For the REPORT: the steps of the images this rank holds that verify against their CRC32C
+ * now (-1 where none, or where one fails: logged as memory corruption). */
+void ftrt__replica_offer(struct ftrt_ctx *ctx, int64_t *own_step, int64_t *held_step,
+                         int32_t *held_of);
+/* Applies a plan with mem_step >= 0 (collective over the new communicator): a survivor copies
+ * its own image back into its regions; each replaced rank receives its sharded image from the
+ * plan's holder (CRC32C per chunk, comm/transfer.c) into its regions. Replicated regions of the
+ * replaced ranks are left to the caller's transfer. st (may be NULL) sums the transfers.
+ * Returns 0, FTRT_EMISMATCH (no image of the step, or a region table that differs), the
+ * transfer's errors (FTRT_ECORRUPT, FTRT_ERECOVER, ...), -ENOMEM. */
+struct ftrt__xfer_stat;
+int ftrt__replica_restore(struct ftrt_ctx *ctx, struct ftrt__xfer_stat *st);
+/* After this rank's state was restored at `step` by a transfer: takes its own image of it, so
+ * that a later recovery of another rank finds one here. Best effort (no memory: no image). */
+void ftrt__replica_adopt(struct ftrt_ctx *ctx, int64_t step);
+/* Frees the images (finalize). */
+void ftrt__replica_free(struct ftrt_ctx *ctx);
 
 /* ---- regions (regions.c) ---- */
 /* The checkpoint engine's settings from the configuration. */

@@ -6,7 +6,8 @@
  * build the new one with MPI_Comm_create_group over the plan's members ordered by logical rank
  * (collective over that group only, so the dead process is never touched), then transfer state:
  * replicated regions by broadcast from the most advanced survivor, or, when sharded regions
- * exist, a reload of the plan's committed checkpoint. A promoted spare runs the same steps from
+ * exist, the partner replicas in memory (runtime/replica.c) where they cover the lost ranks,
+ * else a reload of the plan's committed checkpoint. A promoted spare runs the same steps from
  * ftrt_init() (communicator) and ftrt_restore() (state).
  */
 #include <errno.h>
@@ -76,7 +77,15 @@ static uint64_t regions_signature(const ftrt_ctx *ctx, int replicated_only)
 static int transfer_state(ftrt_ctx *ctx)
 {
     const ftrt__plan *p = ctx->plan;
-    if (p->ckpt_step >= 0) {
+    ftrt__xfer_stat ms = {0};
+    if (p->mem_step >= 0) { /* sharded state from the partner replicas in memory */
+        int rc = ftrt__replica_restore(ctx, &ms);
+        if (rc) {
+            ftrt_log_error("recovery: cannot restore step %lld from the partner replicas in "
+                           "memory: %s", (long long)p->mem_step, ftrt_strerror(rc));
+            return rc;
+        }
+    } else if (p->ckpt_step >= 0) {
         int rc = ftrt__ckpt_load(ctx->cfg.ckpt_dir, p->ckpt_step, ctx->rank, ctx->size,
                                  ctx->regs, ctx->nregs);
         if (rc) ftrt_log_error("recovery: cannot reload checkpoint step %lld: %s",
@@ -106,6 +115,14 @@ static int transfer_state(ftrt_ctx *ctx)
                                ftrt__knobs.xfer_corrupt_times ? ftrt__knobs.xfer_corrupt_times : 1,
                                &xs);
     free(xr);
+    if (!rc && p->mem_step >= 0) {
+        if (ftrt__plan_roles_c(p)[ctx->rank] == FTRT__PLAN_NEEDS_STATE)
+            ftrt__replica_adopt(ctx, p->mem_step); /* an image of its own, for the next one */
+        ftrt_log_info("recovery: state of step %lld from the partner replicas in memory: %d "
+                      "sharded image(s), %.1f MiB received here in %.1f ms",
+                      (long long)p->mem_step, ms.receivers, (double)ms.bytes_received / 1048576.0,
+                      ms.seconds * 1e3);
+    }
     if (!rc && xs.receivers > 0)
         ftrt_log_info("recovery: state transfer to %d member(s) from %d source(s): %.1f MiB "
                       "sent, %.1f MiB received here in %.1f ms, %d chunk(s) retried",
@@ -145,6 +162,7 @@ static int await_plan(ftrt_ctx *ctx)
             ftrt__report rep = {.steps_done = atomic_load(&ctx->cp.steps_done),
                                 .epoch = pending, .has_sharded = has_sharded(ctx)};
             pthread_mutex_unlock(&ctx->cp.lock);
+            ftrt__replica_offer(ctx, &rep.own_step, &rep.held_step, &rep.held_of);
             rc = ftrt__agent_send(ctx, FTRT__MSG_REPORT, &rep, sizeof rep);
             pthread_mutex_lock(&ctx->cp.lock);
             if (rc) {

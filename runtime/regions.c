@@ -51,7 +51,10 @@ int ftrt_checkpoint_start(ftrt_ctx *ctx, int64_t step)
         return rc;
     }
     ftrt__ledger_mark(ctx, FTRT__IV_CKPT);
-    rc = ftrt__ckpt_start(ctx->ckpt, step, ctx->regs, ctx->nregs, ctx->rank, ctx->size);
+    /* Partner replicas of sharded state refreshed at each checkpoint (FTRT_SHARD_REPLICA_EVERY
+     * = 0): collective, before the snapshot, which then runs as always. */
+    if (ctx->cfg.shard_replica_every == 0) rc = ftrt__replica_refresh(ctx, step);
+    if (!rc) rc = ftrt__ckpt_start(ctx->ckpt, step, ctx->regs, ctx->nregs, ctx->rank, ctx->size);
     if (rc == FTRT_ERECOVER)
         ftrt__ledger_failure(ctx);
     else

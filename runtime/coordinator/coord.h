@@ -55,6 +55,8 @@ typedef struct ftrt__crank {
     int reported_epoch; /* REPORT received for this epoch */
     int64_t report_steps;
     int has_sharded;
+    int64_t own_step, held_step; /* REPORT: in-memory images held (runtime/replica.c), -1 none */
+    int32_t held_of;
     int resumed_epoch;
     int said_bye;
     ftrt__bye bye;
@@ -74,6 +76,9 @@ typedef struct ftrt__crank {
     double sdc_agreed_t; /* monotonic: arrival of its fingerprint of the last agreed step */
 } ftrt__crank;
 
+/* Where a recovery took the resume step's state from (the report's "state_from"). */
+enum { FTRT__FROM_PEERS = 0, FTRT__FROM_REPLICA = 1, FTRT__FROM_CHECKPOINT = 2 };
+
 typedef struct ftrt__incident {
     int world_rank, logical_rank, pid, kind, epoch, spare_world_rank;
     int was_spare; /* an unused hot spare: removed from the pool, nothing to recover */
@@ -82,6 +87,7 @@ typedef struct ftrt__incident {
     double t_plan_wall;   /* recovery plan sent */
     int64_t steps_at_failure; /* the most steps any rank had done (heartbeats/reports) */
     int64_t resume_step, rework_steps;
+    int state_from; /* where the resume step's state came from: FTRT__FROM_* */
     int recovered;
     int host_lost; /* every rank of this rank's host failed (check_host_lost) */
     /* FK_SDC only: the step whose fingerprints disagreed, the last step at which they all

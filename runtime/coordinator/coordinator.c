@@ -247,8 +247,16 @@ static void fail(ftrt__coord *c, int w, int kind)
 
 static void send_plan(ftrt__coord *c)
 {
-    int64_t steps[FTRT__MAX_WORLD], resume, ckpt, most = 0;
-    int survivor[FTRT__MAX_WORLD], source, sharded = 0;
+    int64_t resume, ckpt, most = 0;
+    int source, sharded = 0;
+    int64_t *steps = calloc((size_t)(c->N > 0 ? c->N : 1), sizeof *steps);
+    int *survivor = calloc((size_t)(c->N > 0 ? c->N : 1), sizeof *survivor);
+    if (!steps || !survivor) {
+        free(steps);
+        free(survivor);
+        job_abort(c, -ENOMEM, "out of memory building the recovery plan");
+        return;
+    }
     for (int l = 0; l < c->N; l++) {
         ftrt__crank *r = &c->r[c->members[l]];
         survivor[l] = !r->promoting;
@@ -260,9 +268,45 @@ static void send_plan(ftrt__coord *c)
     }
     int rc = ftrt__plan_compute(steps, survivor, c->N, sharded, c->last_committed, &resume,
                                 &source, &ckpt);
+    /* Sharded state: from the partner replicas in memory where they cover every replaced
+     * rank at a step no older than the committed checkpoint, else from the checkpoint. */
+    int64_t mem_step = -1;
+    size_t nn = (size_t)(c->N > 0 ? c->N : 1);
+    int64_t *own = calloc(2 * nn, sizeof *own), *held = own ? own + nn : NULL;
+    int32_t *held_of = calloc(2 * nn, sizeof *held_of), *shard_src = held_of ? held_of + nn : NULL;
+    if (!own || !held_of) {
+        free(own);
+        free(held_of);
+        free(steps);
+        free(survivor);
+        job_abort(c, -ENOMEM, "out of memory building the recovery plan");
+        return;
+    }
+    for (int l = 0; l < c->N; l++) {
+        const ftrt__crank *r = &c->r[c->members[l]];
+        own[l] = survivor[l] ? r->own_step : -1;
+        held[l] = survivor[l] ? r->held_step : -1;
+        held_of[l] = survivor[l] ? r->held_of : -1;
+        shard_src[l] = -1;
+    }
+    if (sharded && c->sdc_rollback < 0 &&
+        ftrt__plan_replica(survivor, own, held, held_of, c->N, c->last_committed, &mem_step,
+                           shard_src) == 1) {
+        rc = 0;
+        resume = mem_step;
+        ckpt = -1;
+    } else {
+        mem_step = -1;
+        for (int l = 0; l < c->N; l++) shard_src[l] = -1;
+    }
+    free(own);
+    free(steps);
+    free(survivor);
     if (rc) {
-        job_abort(c, rc, rc == FTRT_ENOCKPT ? "sharded state needs a committed checkpoint and "
-                                              "none exists" : "no survivor holds the state");
+        free(held_of);
+        job_abort(c, rc, rc == FTRT_ENOCKPT ? "sharded state needs a committed checkpoint (or "
+                                              "partner replicas in memory) and none exists"
+                                            : "no survivor holds the state");
         return;
     }
     if (c->sdc_rollback >= 0) { /* silent data corruption: back to verified state (sdc_majority/sdc_split) */
@@ -277,15 +321,19 @@ static void send_plan(ftrt__coord *c)
             int64_t before = c->inc[i].steps_at_failure > most ? c->inc[i].steps_at_failure : most;
             c->inc[i].rework_steps = before > resume ? before - resume : 0;
             c->inc[i].epoch = c->epoch;
+            c->inc[i].state_from = ckpt >= 0 ? FTRT__FROM_CHECKPOINT
+                                   : mem_step >= 0 ? FTRT__FROM_REPLICA : FTRT__FROM_PEERS;
         }
     size_t len = ftrt__plan_size(c->N);
     ftrt__plan *p = calloc(1, len);
     if (!p) {
+        free(held_of);
         job_abort(c, -ENOMEM, "out of memory building the recovery plan");
         return;
     }
     p->resume_step = resume;
     p->ckpt_step = ckpt;
+    p->mem_step = mem_step;
     p->rework_until = most > resume ? most : resume;
     p->epoch = c->epoch;
     p->ntrainers = c->N;
@@ -294,16 +342,29 @@ static void send_plan(ftrt__coord *c)
     int32_t *role = ftrt__plan_roles(p); /* who receives state: spares and survivors behind */
     for (int l = 0; l < c->N; l++) {
         const ftrt__crank *r = &c->r[c->members[l]];
-        role[l] = ckpt < 0 && (r->promoting || r->report_steps != resume) ? FTRT__PLAN_NEEDS_STATE
-                                                                           : FTRT__PLAN_UP_TO_DATE;
+        if (mem_step >= 0) /* every survivor restores its own image of mem_step */
+            role[l] = r->promoting ? FTRT__PLAN_NEEDS_STATE : FTRT__PLAN_UP_TO_DATE;
+        else
+            role[l] = ckpt < 0 && (r->promoting || r->report_steps != resume)
+                          ? FTRT__PLAN_NEEDS_STATE
+                          : FTRT__PLAN_UP_TO_DATE;
     }
+    if (mem_step >= 0 && role[p->source] != FTRT__PLAN_UP_TO_DATE)
+        for (int l = 0; l < c->N; l++)
+            if (role[l] == FTRT__PLAN_UP_TO_DATE) {
+                p->source = l;
+                break;
+            }
+    memcpy(ftrt__plan_shard_src(p), shard_src, (size_t)c->N * sizeof(int32_t));
+    free(held_of);
     for (int l = 0; l < c->N; l++) {
         p->logical_rank = l;
         send_to(c, c->members[l], FTRT__MSG_PLAN, p, (uint32_t)len);
     }
     free(p);
     ftrt_log_info("epoch %d plan: resume at step %lld, state from logical rank %d%s", c->epoch,
-                  (long long)resume, source, ckpt >= 0 ? " (checkpoint)" : "");
+                  (long long)resume, source,
+                  ckpt >= 0 ? " (checkpoint)" : mem_step >= 0 ? " (partner replicas in memory)" : "");
     c->phase = PH_RESUMING;
     c->status_dirty |= 2; /* membership: write now */
 }
@@ -649,6 +710,9 @@ static int handle(ftrt__coord *c, int w, const ftrt__msghdr *h, const void *payl
         r->reported_epoch = u.rep.epoch;
         r->report_steps = u.rep.steps_done;
         r->has_sharded = u.rep.has_sharded;
+        r->own_step = u.rep.own_step;
+        r->held_step = u.rep.held_step;
+        r->held_of = u.rep.held_of;
         check_reports(c);
         return 0;
     case FTRT__MSG_RESUMED:

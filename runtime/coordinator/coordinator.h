@@ -37,6 +37,21 @@ int ftrt__coordinator_run(ftrt__coord_args *a, int listen_fd, uint64_t secret);
 int ftrt__plan_compute(const int64_t *steps_done, const int *survivor, int n, int has_sharded,
                        int64_t last_committed, int64_t *resume, int *source, int64_t *ckpt);
 
+/* Whether a recovery with sharded state can resume from the trainers' in-memory partner
+ * replicas (plan.c; runtime/replica.c keeps them). For logical ranks l in [0, n): survivor[l]
+ * (0 for a rank being replaced), own_step[l] (the step of the image of its own regions it
+ * holds, -1: none), held_step[l] and held_of[l] (the step of the image of logical rank
+ * held_of[l]'s sharded regions it holds, -1: none), each as its REPORT gave it, CRC-verified.
+ * Memory works when every survivor holds its own image of one step T >= last_committed, and for
+ * every replaced rank some survivor holds that rank's sharded image of step T (the survivor
+ * with the lowest logical rank is chosen). Then *mem_step = T, shard_src[l] = that survivor for
+ * each replaced l and -1 for the others, and 1 is returned; else 0 (shard_src all -1,
+ * *mem_step = -1): the recovery reloads the committed checkpoint. shard_src has n entries.
+ * Returns FTRT_EINVAL for n < 1 or NULL arrays. Pure, O(n^2) at worst. */
+int ftrt__plan_replica(const int *survivor, const int64_t *own_step, const int64_t *held_step,
+                       const int32_t *held_of, int n, int64_t last_committed, int64_t *mem_step,
+                       int32_t *shard_src);
+
 /* The verdict of ftrt__sdc_judge. */
 enum { FTRT__SDC_AGREE = 0, FTRT__SDC_MAJORITY = 1, FTRT__SDC_SPLIT = 2 };
 

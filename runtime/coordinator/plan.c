@@ -24,6 +24,34 @@ int ftrt__plan_compute(const int64_t *steps_done, const int *survivor, int n, in
     return 0;
 }
 
+int ftrt__plan_replica(const int *survivor, const int64_t *own_step, const int64_t *held_step,
+                       const int32_t *held_of, int n, int64_t last_committed, int64_t *mem_step,
+                       int32_t *shard_src)
+{
+    if (n < 1 || !survivor || !own_step || !held_step || !held_of || !mem_step || !shard_src)
+        return FTRT_EINVAL;
+    *mem_step = -1;
+    for (int l = 0; l < n; l++) shard_src[l] = -1;
+    int64_t t = -1;
+    for (int l = 0; l < n; l++) {
+        if (!survivor[l]) continue;
+        if (own_step[l] < 0 || (t >= 0 && own_step[l] != t)) return 0; /* no common image */
+        t = own_step[l];
+    }
+    if (t < 0 || t < last_committed) return 0; /* no survivor, or the disk holds newer state */
+    for (int l = 0; l < n; l++) {
+        if (survivor[l]) continue;
+        for (int y = 0; y < n && shard_src[l] < 0; y++)
+            if (survivor[y] && held_of[y] == l && held_step[y] == t) shard_src[l] = y;
+        if (shard_src[l] < 0) { /* its partner is lost too, or holds another step */
+            for (int k = 0; k < n; k++) shard_src[k] = -1;
+            return 0;
+        }
+    }
+    *mem_step = t;
+    return 1;
+}
+
 int ftrt__sdc_judge(const uint64_t *fp, int n, unsigned char *bad)
 {
     if (n < 0 || (n > 0 && (!fp || !bad))) return FTRT_EINVAL;

@@ -111,6 +111,11 @@ int ftrt__report_write(ftrt__coord *c)
         json_object_object_add(f, "resume_step",
                                x->resume_step >= 0 ? json_object_new_int64(x->resume_step) : NULL);
         json_object_object_add(f, "rework_steps", json_object_new_int64(x->rework_steps));
+        static const char *const from[] = {"peers", "replica", "checkpoint"};
+        json_object_object_add(f, "state_from",
+                               x->resume_step >= 0 && x->state_from >= 0 && x->state_from < 3
+                                   ? json_object_new_string(from[x->state_from])
+                                   : NULL);
         json_object *sd = NULL;
         if (x->kind == FK_SDC) {
             sd = json_object_new_object();
@@ -141,9 +146,13 @@ int ftrt__report_write(ftrt__coord *c)
                    mttd * 1e3, src);
         else if (x->recovered)
             printf("    #%d logical rank %d (world rank %d, pid %d): %s, MTTD %.1f ms (%s), MTTR "
-                   "%.1f ms, hot spare world rank %d, resumed at step %lld, rework %lld steps\n",
+                   "%.1f ms, hot spare world rank %d, resumed at step %lld (state from %s), "
+                   "rework %lld steps\n",
                    i + 1, x->logical_rank, x->world_rank, x->pid, ftrt__failure_kind_name(x->kind),
                    mttd * 1e3, src, mttr * 1e3, x->spare_world_rank, (long long)x->resume_step,
+                   x->state_from == FTRT__FROM_REPLICA      ? "partner replicas in memory"
+                   : x->state_from == FTRT__FROM_CHECKPOINT ? "the checkpoint"
+                                                            : "the survivors",
                    (long long)x->rework_steps);
         else
             printf("    #%d logical rank %d (world rank %d, pid %d): %s, MTTD %.1f ms (%s), not "

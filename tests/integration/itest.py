@@ -313,6 +313,96 @@ CKPT_ARGS = ["--steps", "60", "--batch", "8", "--hidden", "20000", "--ckpt-every
 CKPT_ENV = {"FTRT_CKPT_CHUNK_KB": "256", "FTRT_DEBUG_CKPT_WRITE_DELAY_MS": "100"}
 
 
+# Partner replicas of sharded state: the momentum registered SHARDED, replicas refreshed every
+# 5 steps, a checkpoint every 25. Rank 0 holds at step HOLD (all trainers have done HOLD steps
+# and wait in its allreduce) so that every fault lands at a known step: the last replica is then
+# REPLICA_AT, the last committed checkpoint CKPT_AT.
+HOLD, REPLICA_AT, CKPT_AT = 62, 60, 50
+
+
+def replica_job(args, name, np_=6, spares=None, env=None):
+    job = mlp_job(args, name, np_=np_, spares=spares)
+    job.cmd += ["--sharded-momentum", "--hold-at-step", str(HOLD), "--hold-ms", "4000"]
+    job.env.update({"FTRT_SHARD_REPLICA_EVERY": "5", "FTRT_LOG": "info"})
+    job.env.update(env or {})
+    return job
+
+
+def wait_hold(job):
+    """The status file once every trainer has done HOLD steps (logical rank 0 holds there)."""
+    def held(st):
+        tr = [r for r in st["ranks"] if r["role"] == "trainer"]
+        return st.get("job") == "running" and tr and all(r["steps_done"] >= HOLD for r in tr)
+    return job.wait_status(held, timeout=90)
+
+
+@h.case(CASES, fixture="required")
+def case_replica(args):
+    """A trainer SIGKILLed with sharded state: its shard comes from its partner's memory, every
+    member resumes at the last replica (step 60) instead of the last checkpoint (step 50), the
+    disk is not read, and the result is byte-identical to the fault-free run."""
+    need_reference(args)
+    job = replica_job(args, "replica").start()
+    st = wait_hold(job)
+    job.inject(signal.SIGKILL, trainer(st, 2), "sigkill")
+    rc = job.wait(180)
+    check(rc == 0, f"job survives the kill and exits 0 (got {rc})")
+    rep = job.load_report()
+    check(len(rep["failures"]) == 1 and rep["failures"][0]["recovered"], "one failure, recovered")
+    f = rep["failures"][0]
+    check(f["state_from"] == "replica",
+          f"state from the partner replicas in memory (report says {f['state_from']})")
+    check(f["resume_step"] == REPLICA_AT,
+          f"resumed at the last replica, step {REPLICA_AT} (got {f['resume_step']})")
+    check(f["rework_steps"] == HOLD - REPLICA_AT,
+          f"rework {HOLD - REPLICA_AT} steps, not {HOLD - CKPT_AT} (got {f['rework_steps']})")
+    check("from the partner replicas in memory" in job.out and "reload checkpoint" not in job.out,
+          "the log shows the in-memory restore and no checkpoint reload")
+    expect_identical(job, args)
+
+
+@h.case(CASES, fixture="required")
+def case_replica_pair(args):
+    """A trainer and the partner holding its replica SIGKILLed together (logical ranks 1 and 2:
+    on one host the partner of rank r is r + 1): nobody holds rank 1's shard, so the job falls
+    back to the committed checkpoint (step 50), and the result is still byte-identical."""
+    need_reference(args)
+    job = replica_job(args, "replica-pair", np_=7, spares=2).start()
+    st = wait_hold(job)
+    a, b = trainer(st, 1), trainer(st, 2)
+    job.inject(signal.SIGKILL, a, "sigkill")
+    job.inject(signal.SIGKILL, b, "sigkill")
+    rc = job.wait(180)
+    check(rc == 0, f"job survives losing a rank and its partner, exits 0 (got {rc})")
+    rep = job.load_report()
+    fs = rep["failures"]
+    check(len(fs) == 2 and all(f["recovered"] for f in fs), "two failures, both recovered")
+    last = max(fs, key=lambda f: f["epoch"])
+    check(last["state_from"] == "checkpoint" and last["resume_step"] == CKPT_AT,
+          f"the last recovery reloads checkpoint step {CKPT_AT} ({last['state_from']}, "
+          f"{last['resume_step']})")
+    expect_identical(job, args)
+
+
+@h.case(CASES, fixture="required")
+def case_replica_corrupt(args):
+    """Every held replica corrupted in memory after its check on arrival
+    (FTRT_TEST_REPLICA_CORRUPT=1): the holder's CRC32C check before the recovery refuses it, the
+    job falls back to the checkpoint, and the result is byte-identical."""
+    need_reference(args)
+    job = replica_job(args, "replica-corrupt", env={"FTRT_TEST_REPLICA_CORRUPT": "1"}).start()
+    st = wait_hold(job)
+    job.inject(signal.SIGKILL, trainer(st, 2), "sigkill")
+    rc = job.wait(180)
+    check(rc == 0, f"job survives the kill and exits 0 (got {rc})")
+    f = job.load_report()["failures"][0]
+    check(f["state_from"] == "checkpoint" and f["resume_step"] == CKPT_AT,
+          f"the corrupted replica is not used: checkpoint step {CKPT_AT} ({f['state_from']}, "
+          f"{f['resume_step']})")
+    check("fails its CRC32C" in job.out, "the corruption is logged")
+    expect_identical(job, args)
+
+
 def ckpt_job(args, name, np_=5, spares=0, fresh=True):
     job = mlp_job(args, name, np_=np_, spares=spares, fresh=fresh)
     job.cmd += CKPT_ARGS

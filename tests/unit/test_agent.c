@@ -131,6 +131,8 @@ static void failure_and_plan(void **state)
     ftrt__plan *p = calloc(1, len);
     p->epoch = 1, p->ntrainers = 2, p->source = 0, p->logical_rank = 1, p->resume_step = 9;
     p->members[0] = 1, p->members[1] = 4;
+    p->ckpt_step = p->mem_step = -1;
+    ftrt__plan_shard_src(p)[0] = ftrt__plan_shard_src(p)[1] = -1;
     assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_PLAN, p, (uint32_t)len), 0);
     free(p);
     pthread_mutex_lock(&ctx->cp.lock);

@@ -61,6 +61,44 @@ static void no_survivor(void **state)
 }
 
 /* The progress detector's timeout: configured, or adaptive with a 5 s floor, or unarmed. */
+/* Partner replicas: memory when every survivor holds its own image of one step and a survivor
+ * holds each lost rank's sharded image of it; the checkpoint otherwise. */
+static void replica_plan(void **state)
+{
+    (void)state;
+    /* 4 ranks, partner = rank + 1: rank r holds the image of rank r - 1. */
+    int surv[4] = {1, 0, 1, 1};
+    int64_t own[4] = {20, -1, 20, 20}, held[4] = {20, 20, 20, 20}, mem = 0;
+    int32_t of[4] = {3, 0, 1, 2}, src[4];
+    assert_int_equal(ftrt__plan_replica(surv, own, held, of, 4, 10, &mem, src), 1);
+    assert_int_equal(mem, 20);
+    assert_int_equal(src[1], 2); /* rank 2 holds rank 1's shard */
+    assert_int_equal(src[0], -1);
+    assert_int_equal(src[2], -1);
+    assert_int_equal(src[3], -1);
+    /* the partner is lost too: the checkpoint */
+    int surv2[4] = {1, 0, 0, 1};
+    assert_int_equal(ftrt__plan_replica(surv2, own, held, of, 4, 10, &mem, src), 0);
+    assert_int_equal(mem, -1);
+    for (int l = 0; l < 4; l++) assert_int_equal(src[l], -1);
+    /* the holder has an older image (a refresh was cut short) */
+    held[2] = 10;
+    assert_int_equal(ftrt__plan_replica(surv, own, held, of, 4, 10, &mem, src), 0);
+    held[2] = 20;
+    /* survivors disagree on their own step (one refresh incomplete) */
+    own[3] = -1;
+    assert_int_equal(ftrt__plan_replica(surv, own, held, of, 4, 10, &mem, src), 0);
+    own[3] = 20;
+    /* the committed checkpoint is newer than the replicas */
+    assert_int_equal(ftrt__plan_replica(surv, own, held, of, 4, 30, &mem, src), 0);
+    /* no failure (an epoch without replacement): every survivor's own image */
+    int all[4] = {1, 1, 1, 1};
+    int64_t own4[4] = {20, 20, 20, 20};
+    assert_int_equal(ftrt__plan_replica(all, own4, held, of, 4, -1, &mem, src), 1);
+    assert_int_equal(mem, 20);
+    assert_int_equal(ftrt__plan_replica(NULL, own, held, of, 4, 10, &mem, src), FTRT_EINVAL);
+}
+
 static void progress_timeout(void **state)
 {
     (void)state;
@@ -76,6 +114,6 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(most_advanced_survivor), cmocka_unit_test(ties_pick_lowest_rank),
         cmocka_unit_test(sharded_uses_checkpoint), cmocka_unit_test(no_survivor),
-        cmocka_unit_test(progress_timeout)};
+        cmocka_unit_test(progress_timeout), cmocka_unit_test(replica_plan)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -47,6 +47,28 @@ static void plan_checks(void **state)
     p->logical_rank = 2;
     p->resume_step = 10;
     p->members[0] = 1, p->members[1] = 5, p->members[2] = 3;
+    p->ckpt_step = p->mem_step = -1;
+    int32_t *ss = ftrt__plan_shard_src(p), *role = ftrt__plan_roles(p);
+    ss[0] = ss[1] = ss[2] = -1;
+    assert_int_equal(ftrt__plan_check(p, len), 0);
+    /* sharded images: only in a memory plan, from a survivor to a member that needs state */
+    ss[2] = 0;
+    assert_int_equal(ftrt__plan_check(p, len), FTRT_EPROTO); /* no mem_step */
+    p->mem_step = 10;
+    assert_int_equal(ftrt__plan_check(p, len), FTRT_EPROTO); /* rank 2 is up to date */
+    role[2] = FTRT__PLAN_NEEDS_STATE;
+    assert_int_equal(ftrt__plan_check(p, len), 0);
+    ss[2] = 2; /* its own holder */
+    assert_int_equal(ftrt__plan_check(p, len), FTRT_EPROTO);
+    ss[2] = 3; /* no such rank */
+    assert_int_equal(ftrt__plan_check(p, len), FTRT_EPROTO);
+    ss[2] = 0;
+    p->ckpt_step = 10; /* memory and checkpoint at once */
+    assert_int_equal(ftrt__plan_check(p, len), FTRT_EPROTO);
+    p->ckpt_step = -1;
+    p->mem_step = 9; /* not the resume step */
+    assert_int_equal(ftrt__plan_check(p, len), FTRT_EPROTO);
+    p->mem_step = -1, ss[2] = -1, role[2] = FTRT__PLAN_UP_TO_DATE;
     assert_int_equal(ftrt__plan_check(p, len), 0);
     assert_int_equal(ftrt__plan_check(p, len - 4), FTRT_EPROTO);
     p->members[2] = 5; /* duplicate member */

@@ -264,6 +264,7 @@ class Config(_StrFields):
         ("async_progress", ctypes.c_int),
         ("progress_poll_us", ctypes.c_int),
         ("sdc_every", ctypes.c_int),
+        ("shard_replica_every", ctypes.c_int),
     ]
 
     @classmethod

@@ -1,0 +1,395 @@
+/*
+ * replica.c - in-memory partner replicas of sharded state (docs/detection-and-recovery.md
+ * "Partner replicas").
+ *
+ * Sharded regions exist on one trainer only, so a lost trainer's shard used to come back from
+ * the last committed checkpoint, and every member redid the steps since. Here, at each refresh
+ * (each checkpoint snapshot, or every FTRT_SHARD_REPLICA_EVERY steps), every trainer copies all
+ * its host regions into an image of its own (sharded ones first) and sends the sharded part to
+ * its partner, which keeps it: Gemini's checkpoints in peers' CPU memory (Wang et al., SOSP'23)
+ * and SCR's PARTNER level (Moody et al., SC'10). The partner of logical rank r is r + s (mod
+ * n), with s the smallest shift that puts every trainer's partner on another host, when one
+ * does (hostnames agreed per epoch), else s = 1: a cyclic shift, so every trainer holds exactly
+ * one image and a lost host never takes a rank and its replica together when s exists.
+ *
+ * Each image carries the CRC32C of its bytes, taken at the copy; the partner checks it on
+ * arrival and, like the owner for its own image, again just before it offers the image to a
+ * recovery (REPORT). The coordinator resumes from memory only when every survivor holds its own
+ * image of one step T (no older than the committed checkpoint) and every lost rank's sharded
+ * image of T is held by a survivor (plan.c); else the checkpoint is reloaded, as before. One
+ * generation is kept: an image is invalid while it is being refreshed, so a failure during a
+ * refresh falls back to the checkpoint.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/crc32c.h"
+#include "base/knobs.h"
+#include "base/log.h"
+#include "comm/transfer.h"
+#include "runtime/internal.h"
+
+enum { TAG_HDR = 7201, TAG_IMG = 7202 };
+#define PIECE ((size_t)1 << 30) /* bytes per MPI message (int counts) */
+
+/* What travels ahead of an image. */
+typedef struct img_hdr {
+    int64_t step;
+    uint64_t bytes;
+    uint64_t sig;
+    uint32_t crc;
+    int32_t from; /* logical rank */
+} img_hdr;
+
+/* FNV-1a over the sharded part of the region table (names, sizes), in registration order. */
+static uint64_t shard_sig(const ftrt_ctx *ctx)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < ctx->nregs; i++) {
+        const ftrt__region *r = &ctx->regs[i];
+        if (r->flags != FTRT_REGION_SHARDED) continue;
+        uint64_t b = r->bytes;
+        for (const char *c = r->name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+        for (size_t j = 0; j < sizeof b; j++) h = (h ^ ((b >> (8 * j)) & 0xff)) * 1099511628211ull;
+    }
+    return h;
+}
+
+int ftrt__replica_enabled(const ftrt_ctx *ctx)
+{
+    if (ctx->cfg.shard_replica_every < 0 || ctx->size < 2) return 0;
+    int sharded = 0;
+    for (int i = 0; i < ctx->nregs; i++) {
+        if (ctx->regs[i].flags & FTRT_REGION_DEVICE) return 0; /* host regions only, for now */
+        sharded |= ctx->regs[i].flags == FTRT_REGION_SHARDED;
+    }
+    return sharded;
+}
+
+/* The image's bytes: sharded regions, then the others, each in registration order. */
+static void layout(const ftrt_ctx *ctx, size_t *total, size_t *shard)
+{
+    *total = *shard = 0;
+    for (int i = 0; i < ctx->nregs; i++) {
+        *total += ctx->regs[i].bytes;
+        if (ctx->regs[i].flags == FTRT_REGION_SHARDED) *shard += ctx->regs[i].bytes;
+    }
+}
+
+/* Copies (to_image) the regions into img or back; returns the CRC32C of the first `upto` bytes
+ * of the image (only when to_image; 0 else). Piecewise so that the CRC reads what the copy
+ * just brought into the cache. */
+static uint32_t copy_regions(ftrt_ctx *ctx, unsigned char *img, int to_image, size_t upto)
+{
+    const size_t piece = (size_t)1 << 20;
+    size_t off = 0;
+    uint32_t crc = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < ctx->nregs; i++) {
+            ftrt__region *r = &ctx->regs[i];
+            if ((r->flags == FTRT_REGION_SHARDED) != (pass == 0)) continue;
+            for (size_t o = 0; o < r->bytes; o += piece) {
+                size_t len = r->bytes - o < piece ? r->bytes - o : piece;
+                if (to_image) {
+                    memcpy(img + off + o, (unsigned char *)r->ptr + o, len);
+                    if (off + o < upto) {
+                        size_t c = upto - (off + o) < len ? upto - (off + o) : len;
+                        crc = ftrt__crc32c(crc, img + off + o, c);
+                    }
+                } else {
+                    memcpy((unsigned char *)r->ptr + o, img + off + o, len);
+                }
+            }
+            off += r->bytes;
+        }
+    return crc;
+}
+
+static int grow(unsigned char **buf, size_t *cap, size_t want)
+{
+    if (*cap >= want) return 0;
+    unsigned char *p = realloc(*buf, want ? want : 1);
+    if (!p) return -ENOMEM;
+    *buf = p;
+    *cap = want;
+    return 0;
+}
+
+/* The partner shift of this epoch: the smallest s in [1, n) with host(r + s) != host(r) for
+ * every r, else 1. The hostnames are gathered over the plane (polled). */
+static int partner_shift(ftrt_ctx *ctx)
+{
+    ftrt__replica *rp = &ctx->rep;
+    if (rp->shift_epoch == ctx->watch.epoch && rp->shift > 0) return 0;
+    int n = ctx->size;
+    char *hosts = calloc((size_t)n, FTRT__HOST_MAX);
+    if (!hosts) return -ENOMEM;
+    char mine[FTRT__HOST_MAX] = {0};
+    snprintf(mine, sizeof mine, "%s", ctx->host);
+    MPI_Request req;
+    int rc = 0;
+    if (MPI_Iallgather(mine, FTRT__HOST_MAX, MPI_CHAR, hosts, FTRT__HOST_MAX, MPI_CHAR,
+                       ctx->plane.comm, &req) != MPI_SUCCESS)
+        rc = FTRT_EMPI;
+    if (!rc) rc = ftrt__plane_waitall(&ctx->plane, 1, &req);
+    if (rc) {
+        if (rc == FTRT_ERECOVER) ctx->watch.needs_recover = 1;
+        ftrt__plane_bury(&ctx->plane, hosts); /* MPI may still complete the request */
+        return rc;
+    }
+    int shift = 1;
+    for (int s = 1; s < n; s++) {
+        int ok = 1;
+        for (int r = 0; r < n && ok; r++)
+            ok = strncmp(hosts + (size_t)r * FTRT__HOST_MAX,
+                         hosts + (size_t)((r + s) % n) * FTRT__HOST_MAX, FTRT__HOST_MAX) != 0;
+        if (ok) {
+            shift = s;
+            break;
+        }
+    }
+    free(hosts);
+    rp->shift = shift;
+    rp->shift_epoch = ctx->watch.epoch;
+    return 0;
+}
+
+int ftrt__replica_refresh(ftrt_ctx *ctx, int64_t step)
+{
+    ftrt__replica *rp = &ctx->rep;
+    if (!ftrt__replica_enabled(ctx)) return 0;
+    int rc = ftrt__interrupted(ctx);
+    if (rc) return rc;
+    double t0 = ftrt__now();
+    rc = partner_shift(ctx);
+    if (rc) return rc;
+    size_t total, shard;
+    layout(ctx, &total, &shard);
+    rp->own_step = -1; /* invalid until the copy is complete */
+    rc = grow(&rp->own, &rp->own_cap, total);
+    if (rc) return rc;
+    img_hdr out = {.step = step, .bytes = shard, .sig = shard_sig(ctx), .from = ctx->rank};
+    img_hdr *inp = malloc(sizeof *inp); /* heap: buried if the exchange is abandoned */
+    if (!inp) return -ENOMEM;
+    out.crc = copy_regions(ctx, rp->own, 1, shard);
+    rp->own_bytes = total;
+    rp->own_shard = shard;
+    rp->own_crc = out.crc;
+    rp->own_crc_all = shard == total ? out.crc
+                                     : ftrt__crc32c_combine(out.crc,
+                                                            ftrt__crc32c(0, rp->own + shard,
+                                                                         total - shard),
+                                                            total - shard);
+    rp->own_step = step;
+    rp->own_sig = out.sig;
+
+    int n = ctx->size, dst = (ctx->rank + rp->shift) % n, src = (ctx->rank - rp->shift + n) % n;
+    MPI_Comm comm = ctx->plane.comm;
+    MPI_Request hr[2];
+    rp->held_step = -1; /* the partner's image is replaced */
+    if (MPI_Irecv(inp, (int)sizeof *inp, MPI_BYTE, src, TAG_HDR, comm, &hr[0]) != MPI_SUCCESS ||
+        MPI_Isend(&out, (int)sizeof out, MPI_BYTE, dst, TAG_HDR, comm, &hr[1]) != MPI_SUCCESS) {
+        ftrt__plane_bury(&ctx->plane, inp);
+        return FTRT_EMPI;
+    }
+    rc = ftrt__plane_waitall(&ctx->plane, 2, hr);
+    if (rc) {
+        ftrt__plane_bury(&ctx->plane, inp);
+        goto interrupted;
+    }
+    img_hdr in = *inp;
+    free(inp);
+    if (in.from != src || in.step != step) {
+        ftrt_log_error("partner replica: logical rank %d sent the image of rank %d, step %lld "
+                       "(expected rank %d, step %lld)", src, in.from, (long long)in.step, src,
+                       (long long)step);
+        return FTRT_EMISMATCH;
+    }
+    rc = grow(&rp->held, &rp->held_cap, (size_t)in.bytes);
+    if (rc) return rc; /* (the partner's send is left unmatched: it fails at its next wait) */
+    size_t npieces_in = ((size_t)in.bytes + PIECE - 1) / PIECE;
+    size_t npieces_out = (shard + PIECE - 1) / PIECE;
+    MPI_Request *req = malloc((npieces_in + npieces_out + 1) * sizeof *req);
+    if (!req) return -ENOMEM;
+    int q = 0;
+    for (size_t o = 0; o < in.bytes && !rc; o += PIECE) {
+        size_t len = in.bytes - o < PIECE ? in.bytes - o : PIECE;
+        if (MPI_Irecv(rp->held + o, (int)len, MPI_BYTE, src, TAG_IMG, comm, &req[q++]) != MPI_SUCCESS)
+            rc = FTRT_EMPI;
+    }
+    for (size_t o = 0; o < shard && !rc; o += PIECE) {
+        size_t len = shard - o < PIECE ? shard - o : PIECE;
+        if (MPI_Isend(rp->own + o, (int)len, MPI_BYTE, dst, TAG_IMG, comm, &req[q++]) != MPI_SUCCESS)
+            rc = FTRT_EMPI;
+    }
+    if (!rc) rc = ftrt__plane_waitall(&ctx->plane, q, req);
+    free(req);
+    if (rc) { /* receives into held may still complete: that buffer is never reused */
+        ftrt__plane_bury(&ctx->plane, rp->held);
+        rp->held = NULL;
+        rp->held_cap = 0;
+        goto interrupted;
+    }
+    uint32_t got = ftrt__crc32c(0, rp->held, (size_t)in.bytes);
+    if (got != in.crc) {
+        ftrt_log_error("partner replica of logical rank %d, step %lld: CRC32C %08x on arrival, "
+                       "%08x at the source; not kept (a recovery of that rank will use the "
+                       "checkpoint)", src, (long long)step, got, in.crc);
+    } else {
+        rp->held_bytes = (size_t)in.bytes;
+        rp->held_crc = in.crc;
+        rp->held_sig = in.sig;
+        rp->held_of = src;
+        rp->held_step = step;
+        if (ftrt__knobs.replica_corrupt && in.bytes > 0) rp->held[in.bytes / 2] ^= 0x04;
+    }
+    rp->refreshes++;
+    rp->refresh_s += ftrt__now() - t0;
+    return 0;
+interrupted:
+    if (rc == FTRT_ERECOVER) ctx->watch.needs_recover = 1;
+    return rc;
+}
+
+int ftrt__replica_step(ftrt_ctx *ctx, int64_t steps_done)
+{
+    int k = ctx->cfg.shard_replica_every;
+    if (k <= 0 || steps_done <= 0 || steps_done % k != 0) return 0;
+    ftrt__ledger_mark(ctx, FTRT__IV_CKPT);
+    int rc = ftrt__replica_refresh(ctx, steps_done);
+    if (rc == FTRT_ERECOVER)
+        ftrt__ledger_failure(ctx);
+    else
+        ftrt__ledger_mark(ctx, ftrt__compute_kind(ctx));
+    return rc;
+}
+
+void ftrt__replica_offer(ftrt_ctx *ctx, int64_t *own_step, int64_t *held_step, int32_t *held_of)
+{
+    ftrt__replica *rp = &ctx->rep;
+    *own_step = *held_step = -1;
+    *held_of = -1;
+    if (rp->own_step >= 0) {
+        if (ftrt__crc32c(0, rp->own, rp->own_bytes) == rp->own_crc_all)
+            *own_step = rp->own_step;
+        else
+            ftrt_log_error("partner replica: this rank's own image of step %lld fails its CRC32C "
+                           "(memory corrupted since it was taken); not offered",
+                           (long long)rp->own_step);
+    }
+    if (rp->held_step >= 0) {
+        if (ftrt__crc32c(0, rp->held, rp->held_bytes) == rp->held_crc) {
+            *held_step = rp->held_step;
+            *held_of = rp->held_of;
+        } else {
+            ftrt_log_error("partner replica: the image of logical rank %d, step %lld, fails its "
+                           "CRC32C (memory corrupted since it arrived); not offered",
+                           rp->held_of, (long long)rp->held_step);
+        }
+    }
+}
+
+int ftrt__replica_restore(ftrt_ctx *ctx, ftrt__xfer_stat *st)
+{
+    ftrt__replica *rp = &ctx->rep;
+    const ftrt__plan *p = ctx->plan;
+    const int32_t *role = ftrt__plan_roles_c(p), *ss = ftrt__plan_shard_src_c(p);
+    int me = ctx->rank, needs = role[me] == FTRT__PLAN_NEEDS_STATE;
+    size_t total, shard;
+    layout(ctx, &total, &shard);
+    if (st) memset(st, 0, sizeof *st);
+    if (!needs) { /* a survivor: its own image of mem_step (offered in its REPORT) */
+        if (rp->own_step != p->mem_step || rp->own_bytes != total || rp->own_shard != shard) {
+            ftrt_log_error("recovery: no image of step %lld of this rank's regions in memory "
+                           "(have step %lld)", (long long)p->mem_step, (long long)rp->own_step);
+            return FTRT_EMISMATCH;
+        }
+        copy_regions(ctx, rp->own, 0, 0);
+    } else {
+        int rc = grow(&rp->own, &rp->own_cap, total);
+        if (rc) return rc;
+        rp->own_step = -1;
+    }
+    /* Each replaced rank's sharded image, from the survivor holding it, CRC-checked per chunk
+     * (comm/transfer.c with one source, one receiver, the others bystanders). */
+    int32_t *r2 = malloc((size_t)p->ntrainers * sizeof *r2);
+    if (!r2) return -ENOMEM;
+    int rc = 0;
+    for (int l = 0; l < p->ntrainers && !rc; l++) {
+        if (ss[l] < 0) continue;
+        /* every member learns the image's size from its holder and receiver */
+        int64_t sz[4] = {me == ss[l] ? (int64_t)rp->held_bytes : 0, me == l ? (int64_t)shard : 0,
+                         me == ss[l] ? (int64_t)rp->held_sig : 0, me == l ? (int64_t)shard_sig(ctx) : 0};
+        rc = ftrt__plane_allreduce(&ctx->plane, sz, 4, FTRT_INT64, FTRT_SUM);
+        if (rc) break;
+        if (sz[0] != sz[1] || sz[2] != sz[3]) {
+            ftrt_log_error("recovery: logical rank %d's sharded regions (%lld bytes) differ from "
+                           "its image held by rank %d (%lld bytes)", l, (long long)sz[1], ss[l],
+                           (long long)sz[0]);
+            rc = FTRT_EMISMATCH;
+            break;
+        }
+        if (me == ss[l] && rp->held_of != l) {
+            rc = FTRT_EMISMATCH; /* (the plan follows this rank's REPORT: not expected) */
+            break;
+        }
+        for (int k = 0; k < p->ntrainers; k++)
+            r2[k] = k == ss[l] ? FTRT__PLAN_UP_TO_DATE
+                    : k == l   ? FTRT__PLAN_NEEDS_STATE
+                               : FTRT__PLAN_BYSTANDER;
+        char name[64];
+        snprintf(name, sizeof name, "sharded image of logical rank %d", l);
+        ftrt__xfer_region xr = {name, me == ss[l] ? rp->held : me == l ? rp->own : NULL,
+                                (size_t)sz[0]};
+        ftrt__xfer_stat one;
+        rc = ftrt__xfer_replicated(&ctx->plane, &xr, 1, r2, FTRT__XFER_CHUNK,
+                                   ftrt__knobs.xfer_corrupt_chunk - 1,
+                                   ftrt__knobs.xfer_corrupt_times ? ftrt__knobs.xfer_corrupt_times : 1,
+                                   &one);
+        if (st && !rc) {
+            st->bytes_sent += one.bytes_sent;
+            st->bytes_received += one.bytes_received;
+            st->chunks_retried += one.chunks_retried;
+            st->seconds += one.seconds;
+            st->receivers++;
+        }
+    }
+    free(r2);
+    if (rc) return rc;
+    if (needs) { /* the sharded part arrived into its own image: into the regions */
+        size_t off = 0;
+        for (int i = 0; i < ctx->nregs; i++) {
+            ftrt__region *r = &ctx->regs[i];
+            if (r->flags != FTRT_REGION_SHARDED) continue;
+            memcpy(r->ptr, rp->own + off, r->bytes);
+            off += r->bytes;
+        }
+    }
+    return 0;
+}
+
+void ftrt__replica_adopt(ftrt_ctx *ctx, int64_t step)
+{
+    ftrt__replica *rp = &ctx->rep;
+    if (!ftrt__replica_enabled(ctx)) return;
+    size_t total, shard;
+    layout(ctx, &total, &shard);
+    if (grow(&rp->own, &rp->own_cap, total)) return; /* no image: a later recovery uses disk */
+    rp->own_crc = copy_regions(ctx, rp->own, 1, shard);
+    rp->own_crc_all = ftrt__crc32c(0, rp->own, total);
+    rp->own_bytes = total;
+    rp->own_shard = shard;
+    rp->own_sig = shard_sig(ctx);
+    rp->own_step = step;
+}
+
+void ftrt__replica_free(ftrt_ctx *ctx)
+{
+    free(ctx->rep.own);
+    free(ctx->rep.held);
+    memset(&ctx->rep, 0, sizeof ctx->rep);
+    ctx->rep.own_step = ctx->rep.held_step = -1;
+    ctx->rep.held_of = -1;
+}
