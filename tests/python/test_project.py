@@ -91,7 +91,7 @@ def test_failure_rates():
                  "plain_ckpt_write_s": 30, "spare_nodes_per_128": 1, "spare_refill_h": 4,
                  "mttd_crash_s": 0.002, "ftrt_hang_detect_s": 1, "mttr_s": 0.01,
                  "ftrt_rework_s": 0.01, "ftrt_ckpt_stall_s": 0.002,
-                 "ftrt_state": "replicated"}.items():
+                 "ftrt_state": "replicated", "ftrt_persist_s": 30}.items():
         inp.set(k, v, "test")
     _, _, facts = P.models(inp, 16384, rates["llama3"])
     assert facts["job_mtbf_h"] == pytest.approx(54 * 24 / 419.0)

@@ -296,6 +296,9 @@ def from_report(rep, a):
     inp.set("reload_s", a.reload_s if a.reload_s is not None else io_s,
             "given (--reload-s)" if a.reload_s is not None else
             "state / storage bandwidth per GPU")
+    inp.set("ftrt_persist_s", a.ftrt_persist_s if a.ftrt_persist_s is not None else io_s,
+            "given (--ftrt-persist-s)" if a.ftrt_persist_s is not None else
+            "state / storage bandwidth per GPU: ftrt's background write")
     inp.set("spare_nodes_per_128", a.spare_nodes_per_128,
             "assumed: hot spare nodes per 128 job nodes, at least 1 (--spare-nodes-per-128)")
     inp.set("spare_refill_h", a.spare_refill_h,
@@ -343,10 +346,13 @@ def models(inp, gpus, rate_per_1000_node_days):
     pi_rb = p_coord + (1.0 - p_coord) * q_out
     ftrt_detect = [(1.0 - h, inp["mttd_crash_s"]), (h, inp["ftrt_hang_detect_s"])]
     sharded = inp["ftrt_state"] == "sharded"
-    busy = inp["mttr_s"] + inp["ftrt_rework_s"] + (inp["reload_s"] if sharded else 0.0)
+    # a checkpoint is committed ftrt_persist_s after its snapshot: a rollback goes back that
+    # much further on average (to the previous checkpoint when it strikes in that window)
+    lag = inp["ftrt_persist_s"]
+    busy = inp["mttr_s"] + inp["ftrt_rework_s"] + (inp["reload_s"] + lag if sharded else 0.0)
     ftrt = {"lam": lam, "C": inp["ftrt_ckpt_stall_s"], "pi_rb": pi_rb,
             "ip_detect": ftrt_detect, "ip_busy": busy, "ip_reset": 1 if sharded else 0,
-            "rb_detect": ftrt_detect, "rb_busy": restart}
+            "rb_detect": ftrt_detect, "rb_busy": restart + lag, "min_interval": lag}
     facts = {"gpus": gpus, "nodes": nodes, "failures_per_day": lam * DAY_S,
              "job_mtbf_h": 1.0 / lam / 3600.0, "spare_nodes": spare_nodes,
              "spares_out_share": q_out, "rollback_share": pi_rb,
@@ -362,6 +368,8 @@ def project_one(inp, gpus, rate, des_failures=0, seed=1):
         young = young_interval(m["C"], m_rb) if math.isfinite(m_rb) and m["C"] > 0 else math.inf
         if not math.isfinite(tau):      # nothing to protect against (or free checkpoints)
             tau = 1e12
+        # an asynchronous checkpoint cannot be taken more often than it is written
+        tau = max(tau, m.get("min_interval", 0.0))
         ettr, _ = closed_form(m, tau)
         r = {"ckpt_cost_s": m["C"], "rollback_mtbf_h": m_rb / 3600.0,
              "young_interval_s": young, "daly_interval_s": tau,
@@ -386,7 +394,8 @@ def break_even_mttr(inp, gpus, rate, target):
         i2.values = v
         _, ftrt, _ = models(i2, gpus, rate)
         tau, _ = optimal_interval(ftrt)
-        e, _ = closed_form(ftrt, tau if math.isfinite(tau) else 1e12)
+        tau = max(tau if math.isfinite(tau) else 1e12, ftrt["min_interval"])
+        e, _ = closed_form(ftrt, tau)
         if e > target:
             lo = mid
         else:
@@ -517,6 +526,8 @@ def build_parser():
     g.add_argument("--step-s", type=float, help="step time (reported; sets the interval in steps)")
     g.add_argument("--ftrt-state", choices=("replicated", "sharded"), default="replicated",
                    help="sharded: every recovery reloads the last checkpoint (rework ~ interval/2)")
+    g.add_argument("--ftrt-persist-s", type=float,
+                   help="background write of a checkpoint (default: state / storage bandwidth)")
     g.add_argument("--spare-nodes-per-128", type=float, default=1.0)
     g.add_argument("--spare-refill-h", type=float, default=4.0)
     p = ap.add_argument_group("plain checkpoint-restart (and ftrt's whole-job restarts)")
@@ -574,7 +585,7 @@ def main(argv=None):
     print_table(rows, out, des)
     print("ftrt's MTTR at which its ETTR would fall to plain's (break-even):", file=out)
     for r in rows:
-        print("  %-10s %7d GPUs: %s (measured %s)" % (r["rate_source"], r["gpus"],
+        print("  %-10s %7d GPUs: %s (in use: %s)" % (r["rate_source"], r["gpus"],
               fmt_s(r["break_even_mttr_s"]), fmt_s(inp["mttr_s"])), file=out)
     if a.plot:
         try:
