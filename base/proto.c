@@ -44,8 +44,9 @@ int ftrt__msg_check(const ftrt__msghdr *h)
                    ? 0
                    : FTRT_EPROTO;
     if (h->type == FTRT__MSG_PLAN) {
-        if (h->len < sizeof(ftrt__plan) || (h->len - sizeof(ftrt__plan)) % (2 * sizeof(int32_t)) ||
-            (h->len - sizeof(ftrt__plan)) / (2 * sizeof(int32_t)) > FTRT__MAX_WORLD)
+        /* 3 x ntrainers int32: members, roles, sharded-image sources (ftrt__plan_size) */
+        if (h->len < sizeof(ftrt__plan) || (h->len - sizeof(ftrt__plan)) % (3 * sizeof(int32_t)) ||
+            (h->len - sizeof(ftrt__plan)) / (3 * sizeof(int32_t)) > FTRT__MAX_WORLD)
             return FTRT_EPROTO;
         return 0;
     }

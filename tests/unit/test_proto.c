@@ -29,6 +29,10 @@ static void header_checks(void **state)
     h.type = 0;
     assert_int_equal(ftrt__msg_check(&h), FTRT_EPROTO);
     h.type = FTRT__MSG_PLAN;
+    for (int n = 1; n <= 9; n++) { /* every world size, odd ones included */
+        h.len = (uint32_t)ftrt__plan_size(n);
+        assert_int_equal(ftrt__msg_check(&h), 0);
+    }
     h.len = (uint32_t)ftrt__plan_size(4);
     assert_int_equal(ftrt__msg_check(&h), 0);
     h.len = (uint32_t)ftrt__plan_size(4) + 2; /* not a whole member */
