@@ -232,6 +232,9 @@ int ftrt__replica_restore(struct ftrt_ctx *ctx, struct ftrt__xfer_stat *st);
 /* After this rank's state was restored at `step` by a transfer: takes its own image of it, so
  * that a later recovery of another rank finds one here. Best effort (no memory: no image). */
 void ftrt__replica_adopt(struct ftrt_ctx *ctx, int64_t step);
+/* Forgets the images (buffers kept): after a rollback to a checkpoint, images of later steps
+ * belong to a timeline that was abandoned (after silent data corruption, a polluted one). */
+void ftrt__replica_drop(struct ftrt_ctx *ctx);
 /* Frees the images (finalize). */
 void ftrt__replica_free(struct ftrt_ctx *ctx);
 

@@ -86,6 +86,7 @@ static int transfer_state(ftrt_ctx *ctx)
             return rc;
         }
     } else if (p->ckpt_step >= 0) {
+        ftrt__replica_drop(ctx); /* images of steps past the checkpoint: an abandoned timeline */
         int rc = ftrt__ckpt_load(ctx->cfg.ckpt_dir, p->ckpt_step, ctx->rank, ctx->size,
                                  ctx->regs, ctx->nregs);
         if (rc) ftrt_log_error("recovery: cannot reload checkpoint step %lld: %s",

@@ -385,6 +385,12 @@ void ftrt__replica_adopt(ftrt_ctx *ctx, int64_t step)
     rp->own_step = step;
 }
 
+void ftrt__replica_drop(ftrt_ctx *ctx)
+{
+    ctx->rep.own_step = ctx->rep.held_step = -1;
+    ctx->rep.held_of = -1;
+}
+
 void ftrt__replica_free(ftrt_ctx *ctx)
 {
     free(ctx->rep.own);
