@@ -29,8 +29,21 @@ ranks took to give up, and the exit bound (ftrt-run's summary). The hosts are na
 --hosts-prefix (default ftrt-c, on 10.78.0.0/24, bridge ftrtbr-c: apart from the ctests'
 ftrt-h hosts) unless FTRT_HOSTS_PREFIX / FTRT_HOSTS_NET / FTRT_HOSTS_BRIDGE are set.
 
+With --sharded K every run registers the momentum SHARDED (train_mlp --sharded-momentum) with
+partner replicas refreshed every K steps (ftrt-chaos --sharded K: FTRT_SHARD_REPLICA_EVERY=K),
+is compared with a fault-free sharded run, and two more kinds are drawn:
+  kill-partners    a trainer and the trainer holding its replica SIGKILLed at once: the
+                   recovery falls back to the committed checkpoint
+  corrupt-replica  every held replica corrupted after its arrival check
+                   (FTRT_TEST_REPLICA_CORRUPT=1), a trainer SIGKILLed: checkpoint
+and ftrt-chaos's verdict checks, for every trainer recovered in place, that its state came from
+its partner's replica (rework <= K + 1 steps) when that partner survived, else from the
+checkpoint. The per-kind table then shows where the state came from and the rework.
+--summary FILE writes the per-kind table and every run's row as JSON.
+
 Usage: bench/chaos_campaign.py [--runs 50] [--seed 1] [--bin build/examples/train_mlp]
-                               [--hosts N [--slots S]] [--kinds k1,k2]
+                               [--sharded K] [--kinds k1,k2] [--summary FILE]
+                               [--hosts N [--slots S]]
 """
 import argparse
 import json
@@ -51,6 +64,7 @@ import ftrt_harness as h  # noqa: E402
 KINDS = ["kill-trainer", "kill-spare", "kill-two-trainers", "hang-trainer", "pause-trainer",
          "kill-during-ckpt", "corrupt-shard", "truncate-shard", "enospc", "kill-coordinator",
          "hang-coordinator", "kill-beyond-spares", "flip-bit"]
+SHARDED_KINDS = ["kill-partners", "corrupt-replica"]  # with --sharded only
 
 # --hosts: campaign kind -> (spares: "host" = a host's worth (slots) or a number, the plan
 # entry of tools/ftrt-chaos, extra environment of the job)
@@ -101,21 +115,40 @@ def main():
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "examples", "train_mlp"))
     ap.add_argument("--hosts", type=int, help="run on N simulated hosts (host-aware kinds)")
     ap.add_argument("--slots", type=int, default=2)
-    ap.add_argument("--kinds", help="with --hosts: draw only these kinds (comma-separated)")
+    ap.add_argument("--kinds", help="draw only these kinds (comma-separated)")
+    ap.add_argument("--sharded", type=int, metavar="K",
+                    help="sharded momentum with partner replicas every K steps (0: at each "
+                         "checkpoint), and the kinds kill-partners, corrupt-replica")
+    ap.add_argument("--summary", help="write the per-kind table and the runs as JSON here")
     ap.add_argument("--hosts-prefix", default="ftrt-c")
     a = ap.parse_args()
     if a.hosts is not None:
         return hosts_campaign(a)
+    kinds = KINDS + (SHARDED_KINDS if a.sharded is not None else [])
+    if a.kinds:
+        kinds = a.kinds.split(",")
+        bad = [k for k in kinds if k not in KINDS + SHARDED_KINDS]
+        if bad or (a.sharded is None and set(kinds) & set(SHARDED_KINDS)):
+            print(f"chaos_campaign: unknown kind(s) {bad} or {SHARDED_KINDS} without --sharded; "
+                  f"known: {', '.join(KINDS + SHARDED_KINDS)}", file=sys.stderr)
+            return 2
     rng = random.Random(a.seed)
     work = tempfile.mkdtemp(prefix="ftrt-campaign-")
     ns = argparse.Namespace(bin=a.bin, work=work)
-    ref = chaos_cases.reference(ns, [])
+    sharded_args = ["--sharded-momentum"] if a.sharded is not None else []
+    ref = chaos_cases.reference(ns, sharded_args)
+    print(f"campaign: {a.runs} runs, seed {a.seed}, kinds {','.join(kinds)}"
+          + (f", sharded momentum, replicas every {a.sharded} steps" if a.sharded is not None
+             else "") + f", work dir {work}", flush=True)
     matrix, mttd_crash, mttd_hang, mttd_sdc, mttr, rows = {}, [], [], [], [], []
+    per = {}  # kind -> runs, passed, true MTTDs, MTTRs, state_from counts, rework steps
     for i in range(a.runs):
-        kind = KINDS[i % len(KINDS)] if i < len(KINDS) else rng.choice(KINDS)
+        kind = kinds[i % len(kinds)] if i < len(kinds) else rng.choice(kinds)
         fault = {"kind": kind, "at_step": rng.randrange(40, 140),
                  "target": f"trainer:{rng.randrange(4)}"}
         opts = ["--relaunch", "2"]
+        if a.sharded is not None:
+            opts += ["--sharded", str(a.sharded)]
         if kind in ("corrupt-shard", "truncate-shard"):
             fault["then"] = [{"kind": "kill-coordinator"}]
         if kind == "enospc":
@@ -135,17 +168,32 @@ def main():
                "--workdir", d, "--ckpt-dir", ckpt, "--report", os.path.join(d, "report.json"),
                "--reference", ref, "--params", params, "--json", os.path.join(d, "v.json"),
                "--timeout", "120", "--seed", str(rng.randrange(1 << 30))] + opts + ["--"] + \
-            chaos_cases.job_cmd(a.bin, 7, ["--ckpt-dir", ckpt, "--params-out", params] + targs)
+            chaos_cases.job_cmd(a.bin, 7, ["--ckpt-dir", ckpt, "--params-out", params] + targs +
+                                sharded_args)
         env = h.job_env(extra, spares=2, heartbeat_timeout_ms=1000)
-        rc = subprocess.call(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(os.path.join(d, "chaos.out"), "w") as out:
+            rc = subprocess.call(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
         v = json.load(open(os.path.join(d, "v.json"))) if os.path.exists(
             os.path.join(d, "v.json")) else {"ok": False, "rows": [], "launches": []}
         outcome = "pass" if rc == 0 else ("skipped" if rc == 77 else "FAIL")
         relaunches = max(0, len(v["launches"]) - 1)
         key = (kind, outcome + (f", {relaunches} relaunch" if relaunches else ""))
         matrix[key] = matrix.get(key, 0) + 1
+        pk = per.setdefault(kind, {"runs": 0, "passed": 0, "mttd_s": [], "mttr_s": [],
+                                   "state_from": {}, "rework_steps": [], "relaunches": 0})
+        pk["runs"] += 1
+        pk["passed"] += rc == 0
+        pk["relaunches"] += relaunches
         for inj in v.get("injections", []):
             for m in inj.get("measured", []):
+                pk["mttd_s"].append(m["true_mttd_s"])
+                if m.get("mttr_s") is not None and m.get("recovered"):
+                    pk["mttr_s"].append(m["mttr_s"])
+                if m.get("state_from") and m.get("recovered"):
+                    key2 = m["state_from"] + (f" ({m['replica_miss']})"
+                                              if m.get("replica_miss") else "")
+                    pk["state_from"][key2] = pk["state_from"].get(key2, 0) + 1
+                    pk["rework_steps"].append(m.get("rework_steps") or 0)
                 (mttd_crash if m["detect_kind"] == "connection_lost" else
                  mttd_sdc if m["detect_kind"] == "silent_data_corruption" else mttd_hang).append(
                     m["true_mttd_s"])
@@ -164,9 +212,40 @@ def main():
     stat("MTTD hang (heartbeat)", mttd_hang)
     stat("MTTD silent data corruption", mttd_sdc)
     stat("MTTR (in-place recovery)", mttr)
+    table = per_kind_table(per)
     fails = sum(1 for r in rows if r[3] == "FAIL")
     print(f"\n{a.runs} runs, {fails} failed; work dir {work}")
+    if a.summary:
+        with open(a.summary, "w") as f:
+            json.dump({"runs": a.runs, "seed": a.seed, "kinds": kinds, "sharded": a.sharded,
+                       "failed": fails, "work": work, "per_kind": table,
+                       "rows": [dict(zip(("run", "kind", "at_step", "outcome", "relaunches"), r))
+                                for r in rows]}, f, indent=1)
     return 1 if fails else 0
+
+
+def per_kind_table(per):
+    """Prints and returns the per-kind table: runs, passed, median true MTTD and MTTR (in-place
+    recoveries), where the lost trainers' state came from, and their rework steps."""
+    def med(v, k=1e3):
+        return round(statistics.median(v) * k, 1) if v else None
+    table = {}
+    print("\nper kind: runs, passed, median MTTD (ground truth) and MTTR, state source, rework")
+    print(f"  {'kind':<20} {'runs':>4} {'pass':>4} {'MTTD ms':>9} {'MTTR ms':>9} "
+          f"{'rework med/max':>14}  state from")
+    for kind, pk in sorted(per.items()):
+        rw = pk["rework_steps"]
+        row = {"runs": pk["runs"], "passed": pk["passed"], "relaunches": pk["relaunches"],
+               "mttd_median_ms": med(pk["mttd_s"]), "mttr_median_ms": med(pk["mttr_s"]),
+               "rework_median": statistics.median(rw) if rw else None,
+               "rework_max": max(rw) if rw else None, "state_from": pk["state_from"]}
+        table[kind] = row
+        fmt = (lambda x: "-" if x is None else f"{x:.1f}")
+        rws = f"{row['rework_median']:g}/{row['rework_max']}" if rw else "-"
+        print(f"  {kind:<20} {row['runs']:>4} {row['passed']:>4} {fmt(row['mttd_median_ms']):>9} "
+              f"{fmt(row['mttr_median_ms']):>9} {rws:>14}  "
+              + (", ".join(f"{k} x{n}" for k, n in sorted(pk["state_from"].items())) or "-"))
+    return table
 
 
 def hosts_campaign(a):

@@ -88,6 +88,8 @@ typedef struct ftrt__incident {
     int64_t steps_at_failure; /* the most steps any rank had done (heartbeats/reports) */
     int64_t resume_step, rework_steps;
     int state_from; /* where the resume step's state came from: FTRT__FROM_* */
+    int replica_miss; /* sharded state from the checkpoint: why not from the partner replicas
+                         (FTRT__RMISS_*, coordinator.h); FTRT__RMISS_NONE otherwise */
     int recovered;
     int host_lost; /* every rank of this rank's host failed (check_host_lost) */
     /* FK_SDC only: the step whose fingerprints disagreed, the last step at which they all

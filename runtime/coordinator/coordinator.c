@@ -289,6 +289,7 @@ static void send_plan(ftrt__coord *c)
         held_of[l] = survivor[l] ? r->held_of : -1;
         shard_src[l] = -1;
     }
+    int miss = FTRT__RMISS_NONE;
     if (sharded && c->sdc_rollback < 0 &&
         ftrt__plan_replica(survivor, own, held, held_of, c->N, c->last_committed, &mem_step,
                            shard_src) == 1) {
@@ -298,6 +299,13 @@ static void send_plan(ftrt__coord *c)
     } else {
         mem_step = -1;
         for (int l = 0; l < c->N; l++) shard_src[l] = -1;
+        if (sharded) {
+            miss = c->sdc_rollback >= 0 ? FTRT__RMISS_SDC_ROLLBACK
+                                        : ftrt__plan_replica_miss(survivor, own, held, held_of,
+                                                                  c->N, c->last_committed);
+            ftrt_log_info("epoch %d: partner replicas not used (%s)", c->epoch,
+                          ftrt__replica_miss_name(miss));
+        }
     }
     free(own);
     free(steps);
@@ -323,6 +331,7 @@ static void send_plan(ftrt__coord *c)
             c->inc[i].epoch = c->epoch;
             c->inc[i].state_from = ckpt >= 0 ? FTRT__FROM_CHECKPOINT
                                    : mem_step >= 0 ? FTRT__FROM_REPLICA : FTRT__FROM_PEERS;
+            c->inc[i].replica_miss = ckpt >= 0 ? miss : FTRT__RMISS_NONE;
         }
     size_t len = ftrt__plan_size(c->N);
     ftrt__plan *p = calloc(1, len);

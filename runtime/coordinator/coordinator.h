@@ -52,6 +52,20 @@ int ftrt__plan_replica(const int *survivor, const int64_t *own_step, const int64
                        const int32_t *held_of, int n, int64_t last_committed, int64_t *mem_step,
                        int32_t *shard_src);
 
+/* Why ftrt__plan_replica found no memory plan (same arguments; the report's "replica_miss"):
+ * FTRT__RMISS_NONE (it did, or n < 1 / NULL arrays), _NO_COMMON_IMAGE (a survivor holds no
+ * image of its own, or survivors hold images of different steps: a refresh was in flight, or a
+ * spare that has not refreshed yet), _OLDER_THAN_CKPT (the committed checkpoint is newer), or
+ * _LOST_NOT_HELD (no survivor holds some replaced rank's sharded image of that step: its
+ * partner is lost too, or the partner's copy is older, missing or failed its CRC32C). Pure. */
+enum { FTRT__RMISS_NONE = 0, FTRT__RMISS_NO_COMMON_IMAGE = 1, FTRT__RMISS_OLDER_THAN_CKPT = 2,
+       FTRT__RMISS_LOST_NOT_HELD = 3, FTRT__RMISS_SDC_ROLLBACK = 4 };
+int ftrt__plan_replica_miss(const int *survivor, const int64_t *own_step, const int64_t *held_step,
+                            const int32_t *held_of, int n, int64_t last_committed);
+/* "no_common_image", "older_than_checkpoint", "lost_image_not_held", "sdc_rollback"; NULL for
+ * FTRT__RMISS_NONE or an unknown value. */
+const char *ftrt__replica_miss_name(int miss);
+
 /* The verdict of ftrt__sdc_judge. */
 enum { FTRT__SDC_AGREE = 0, FTRT__SDC_MAJORITY = 1, FTRT__SDC_SPLIT = 2 };
 

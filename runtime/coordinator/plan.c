@@ -52,6 +52,35 @@ int ftrt__plan_replica(const int *survivor, const int64_t *own_step, const int64
     return 1;
 }
 
+int ftrt__plan_replica_miss(const int *survivor, const int64_t *own_step, const int64_t *held_step,
+                            const int32_t *held_of, int n, int64_t last_committed)
+{
+    if (n < 1 || !survivor || !own_step || !held_step || !held_of) return FTRT__RMISS_NONE;
+    int64_t t = -1;
+    for (int l = 0; l < n; l++) {
+        if (!survivor[l]) continue;
+        if (own_step[l] < 0 || (t >= 0 && own_step[l] != t)) return FTRT__RMISS_NO_COMMON_IMAGE;
+        t = own_step[l];
+    }
+    if (t < 0) return FTRT__RMISS_NO_COMMON_IMAGE;
+    if (t < last_committed) return FTRT__RMISS_OLDER_THAN_CKPT;
+    for (int l = 0; l < n; l++) {
+        if (survivor[l]) continue;
+        int held = 0;
+        for (int y = 0; y < n && !held; y++)
+            held = survivor[y] && held_of[y] == l && held_step[y] == t;
+        if (!held) return FTRT__RMISS_LOST_NOT_HELD;
+    }
+    return FTRT__RMISS_NONE;
+}
+
+const char *ftrt__replica_miss_name(int miss)
+{
+    static const char *const names[] = {NULL, "no_common_image", "older_than_checkpoint",
+                                        "lost_image_not_held", "sdc_rollback"};
+    return miss > 0 && miss < (int)(sizeof names / sizeof *names) ? names[miss] : NULL;
+}
+
 int ftrt__sdc_judge(const uint64_t *fp, int n, unsigned char *bad)
 {
     if (n < 0 || (n > 0 && (!fp || !bad))) return FTRT_EINVAL;

@@ -116,6 +116,8 @@ int ftrt__report_write(ftrt__coord *c)
                                x->resume_step >= 0 && x->state_from >= 0 && x->state_from < 3
                                    ? json_object_new_string(from[x->state_from])
                                    : NULL);
+        const char *miss = x->resume_step >= 0 ? ftrt__replica_miss_name(x->replica_miss) : NULL;
+        json_object_object_add(f, "replica_miss", miss ? json_object_new_string(miss) : NULL);
         json_object *sd = NULL;
         if (x->kind == FK_SDC) {
             sd = json_object_new_object();

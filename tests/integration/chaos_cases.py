@@ -28,6 +28,10 @@ from ftrt_harness import Fail  # noqa: E402
 BASE = ["--steps", "200", "--batch", "32", "--seed", "7", "--step-sleep-ms", "15",
         "--ckpt-every", "25"]
 
+# train_mlp args of the sharded cases: momentum registered SHARDED, logical rank 0 holding 4 s
+# at step 62 (see the cases)
+SHARDED = ["--sharded-momentum", "--hold-at-step", "62", "--hold-ms", "4000"]
+
 # case: (np, spares, extra train args, plan, chaos options, extra env)
 CASES = {
     "kill-trainer": (6, 1, [], [{"kind": "kill-trainer", "at_step": 60, "target": "trainer:2"}],
@@ -89,6 +93,25 @@ CASES = {
                                          "then": [{"kind": "kill-trainer", "delay_s": 0.4,
                                                    "target": "trainer:3"}]}],
                              ["--relaunch", "1"], {"FTRT_DEBUG_RECOVERY_DELAY_MS": "1500"}),
+    # Sharded state with partner replicas (train_mlp --sharded-momentum, ftrt-chaos --sharded 5:
+    # FTRT_SHARD_REPLICA_EVERY=5, checkpoints every 25). Logical rank 0 holds 4 s at step 62
+    # (--hold-at-step), so that the fault, injected once a trainer has done 62 steps, lands
+    # while every trainer has done 62 (the last replica: step 60, the last checkpoint: step 50)
+    # and none can go on: the outcome is known, not hoped for.
+    # A trainer SIGKILLed: its shard from its partner's memory, resume at step 60, rework 2.
+    "sharded-kill-trainer": (6, 1, SHARDED, [{"kind": "kill-trainer", "at_step": 62,
+                                              "target": "trainer:2"}], ["--sharded", "5"], {}),
+    # A trainer SIGSTOPped (heartbeat timeout): the same.
+    "sharded-hang-trainer": (6, 1, SHARDED, [{"kind": "hang-trainer", "at_step": 62,
+                                              "target": "trainer:3"}], ["--sharded", "5"], {}),
+    # Logical rank 1 and the trainer holding its replica (logical rank 2 on one host) SIGKILLed
+    # at once: nobody holds rank 1's shard, so every member reloads checkpoint step 50.
+    "kill-partners": (7, 2, SHARDED, [{"kind": "kill-partners", "at_step": 62,
+                                       "target": "trainer:1"}], ["--sharded", "5"], {}),
+    # Every held replica corrupted right after its arrival check (FTRT_TEST_REPLICA_CORRUPT=1),
+    # trainer 2 SIGKILLed: its holder's CRC32C check refuses the image, checkpoint step 50.
+    "corrupt-replica": (6, 1, SHARDED, [{"kind": "corrupt-replica", "at_step": 62,
+                                         "target": "trainer:2"}], ["--sharded", "5"], {}),
     # Host faults on 3 simulated hosts x 2 slots (ftrt-chaos --hosts: network namespaces,
     # tests/hosts; skipped, 77, where they cannot be made): 1 coordinator + 3 trainers + 2
     # spares, world ranks 0-1 on ftrt-h1, 2-3 (trainers) on ftrt-h2, 4-5 (spares) on ftrt-h3.
@@ -106,6 +129,12 @@ CASES = {
                        {"FTRT_HEARTBEAT_TIMEOUT_MS": "1000",
                         "FTRT_DEBUG_CKPT_WRITE_DELAY_MS": "100"}),
 }
+
+
+# sharded cases: (state_from, resume step) of every lost trainer (the hold at step 62: the last
+# replica is step 60, the last committed checkpoint step 50)
+STATE_EXPECT = {"sharded-kill-trainer": ("replica", 60), "sharded-hang-trainer": ("replica", 60),
+                "kill-partners": ("checkpoint", 50), "corrupt-replica": ("checkpoint", 50)}
 
 
 def job_cmd(binary, np_, args):
@@ -242,6 +271,14 @@ def run_case(name, a):
     v = json.load(open(os.path.join(d, "verdict.json")))
     if name == "ledger" and not check_ledger(d, v, live, steplog, metrics):
         raise Fail("the goodput ledger does not match the ground truth")
+    if name in STATE_EXPECT:  # the sharded cases: the timing is forced, so is the outcome
+        frm, resume = STATE_EXPECT[name]
+        got = [(m.get("state_from"), m.get("resume_step")) for i in v["injections"]
+               for m in i.get("measured", [])]
+        print(f"state_from / resume step of the lost trainer(s): {got} (expected {frm} at step "
+              f"{resume})")
+        if not got or any(g != (frm, resume) for g in got):
+            raise Fail(f"expected every lost trainer's state from the {frm} of step {resume}")
     if name == "fail-during-recovery":
         first = v["launches"][0]
         kill2 = [i for i in v["injections"] if i["launch"] == 0][-1]["time"]

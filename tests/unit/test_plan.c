@@ -97,6 +97,19 @@ static void replica_plan(void **state)
     assert_int_equal(ftrt__plan_replica(all, own4, held, of, 4, -1, &mem, src), 1);
     assert_int_equal(mem, 20);
     assert_int_equal(ftrt__plan_replica(NULL, own, held, of, 4, 10, &mem, src), FTRT_EINVAL);
+    /* why not (the report's replica_miss) */
+    assert_int_equal(ftrt__plan_replica_miss(surv, own, held, of, 4, 10), FTRT__RMISS_NONE);
+    assert_int_equal(ftrt__plan_replica_miss(surv2, own, held, of, 4, 10), FTRT__RMISS_LOST_NOT_HELD);
+    assert_int_equal(ftrt__plan_replica_miss(surv, own, held, of, 4, 30), FTRT__RMISS_OLDER_THAN_CKPT);
+    held[2] = 15;
+    assert_int_equal(ftrt__plan_replica_miss(surv, own, held, of, 4, 10), FTRT__RMISS_LOST_NOT_HELD);
+    held[2] = 20;
+    own[3] = 25;
+    assert_int_equal(ftrt__plan_replica_miss(surv, own, held, of, 4, 10), FTRT__RMISS_NO_COMMON_IMAGE);
+    own[0] = -1;
+    assert_int_equal(ftrt__plan_replica_miss(surv, own, held, of, 4, 10), FTRT__RMISS_NO_COMMON_IMAGE);
+    assert_string_equal(ftrt__replica_miss_name(FTRT__RMISS_LOST_NOT_HELD), "lost_image_not_held");
+    assert_null(ftrt__replica_miss_name(FTRT__RMISS_NONE));
 }
 
 static void progress_timeout(void **state)
