@@ -168,22 +168,30 @@ int ftrt__replica_refresh(ftrt_ctx *ctx, int64_t step)
     size_t total, shard;
     layout(ctx, &total, &shard);
     rp->own_step = -1; /* invalid until the copy is complete */
-    rc = grow(&rp->own, &rp->own_cap, total);
-    if (rc) return rc;
     img_hdr out = {.step = step, .bytes = shard, .sig = shard_sig(ctx), .from = ctx->rank};
     img_hdr *inp = malloc(sizeof *inp); /* heap: buried if the exchange is abandoned */
     if (!inp) return -ENOMEM;
-    out.crc = copy_regions(ctx, rp->own, 1, shard);
-    rp->own_bytes = total;
-    rp->own_shard = shard;
-    rp->own_crc = out.crc;
-    rp->own_crc_all = shard == total ? out.crc
-                                     : ftrt__crc32c_combine(out.crc,
-                                                            ftrt__crc32c(0, rp->own + shard,
-                                                                         total - shard),
-                                                            total - shard);
-    rp->own_step = step;
-    rp->own_sig = out.sig;
+    if (grow(&rp->own, &rp->own_cap, total)) {
+        /* No image this time; the partner still gets a header (step -1: nothing follows), so
+         * that its exchange completes, and recoveries meanwhile use the checkpoint. */
+        ftrt_log_warn("partner replica of step %lld: no memory for a %zu-byte image; this "
+                      "rank keeps none (a recovery of it uses the checkpoint)", (long long)step,
+                      total);
+        out.step = -1;
+        out.bytes = 0;
+    } else {
+        out.crc = copy_regions(ctx, rp->own, 1, shard);
+        rp->own_bytes = total;
+        rp->own_shard = shard;
+        rp->own_crc = out.crc;
+        rp->own_crc_all = shard == total
+                              ? out.crc
+                              : ftrt__crc32c_combine(out.crc,
+                                                     ftrt__crc32c(0, rp->own + shard, total - shard),
+                                                     total - shard);
+        rp->own_step = step;
+        rp->own_sig = out.sig;
+    }
 
     int n = ctx->size, dst = (ctx->rank + rp->shift) % n, src = (ctx->rank - rp->shift + n) % n;
     MPI_Comm comm = ctx->plane.comm;
@@ -201,16 +209,18 @@ int ftrt__replica_refresh(ftrt_ctx *ctx, int64_t step)
     }
     img_hdr in = *inp;
     free(inp);
-    if (in.from != src || in.step != step) {
+    int none = in.from == src && in.step == -1 && in.bytes == 0; /* the partner kept no image */
+    if (!none && (in.from != src || in.step != step)) {
         ftrt_log_error("partner replica: logical rank %d sent the image of rank %d, step %lld "
                        "(expected rank %d, step %lld)", src, in.from, (long long)in.step, src,
                        (long long)step);
         return FTRT_EMISMATCH;
     }
     rc = grow(&rp->held, &rp->held_cap, (size_t)in.bytes);
-    if (rc) return rc; /* (the partner's send is left unmatched: it fails at its next wait) */
+    if (rc) return rc; /* (the partner's send is left unmatched: it waits until a detector
+                          fences a rank; rare, and logged by the caller) */
     size_t npieces_in = ((size_t)in.bytes + PIECE - 1) / PIECE;
-    size_t npieces_out = (shard + PIECE - 1) / PIECE;
+    size_t npieces_out = ((size_t)out.bytes + PIECE - 1) / PIECE;
     MPI_Request *req = malloc((npieces_in + npieces_out + 1) * sizeof *req);
     if (!req) return -ENOMEM;
     int q = 0;
@@ -219,8 +229,8 @@ int ftrt__replica_refresh(ftrt_ctx *ctx, int64_t step)
         if (MPI_Irecv(rp->held + o, (int)len, MPI_BYTE, src, TAG_IMG, comm, &req[q++]) != MPI_SUCCESS)
             rc = FTRT_EMPI;
     }
-    for (size_t o = 0; o < shard && !rc; o += PIECE) {
-        size_t len = shard - o < PIECE ? shard - o : PIECE;
+    for (size_t o = 0; o < out.bytes && !rc; o += PIECE) {
+        size_t len = out.bytes - o < PIECE ? out.bytes - o : PIECE;
         if (MPI_Isend(rp->own + o, (int)len, MPI_BYTE, dst, TAG_IMG, comm, &req[q++]) != MPI_SUCCESS)
             rc = FTRT_EMPI;
     }
@@ -233,7 +243,9 @@ int ftrt__replica_refresh(ftrt_ctx *ctx, int64_t step)
         goto interrupted;
     }
     uint32_t got = ftrt__crc32c(0, rp->held, (size_t)in.bytes);
-    if (got != in.crc) {
+    if (none) {
+        /* nothing held for the partner this time */
+    } else if (got != in.crc) {
         ftrt_log_error("partner replica of logical rank %d, step %lld: CRC32C %08x on arrival, "
                        "%08x at the source; not kept (a recovery of that rank will use the "
                        "checkpoint)", src, (long long)step, got, in.crc);
