@@ -1,0 +1,7 @@
+# bench/coord_load: load generator for the coordinator at scale (see the file's header; README
+# "The coordinator at scale"; bench/coord_scale.sh runs it over several sizes). It links the
+# internal archive: it starts the real coordinator (ftrt__coordinator_run) in a child process.
+# Included from the top-level CMakeLists.txt.
+add_executable(coord_load ${CMAKE_CURRENT_LIST_DIR}/coord_load.c)
+target_link_libraries(coord_load PRIVATE ftrt_internal m)
+set_target_properties(coord_load PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bench)
