@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "ftrt.h"
@@ -36,7 +37,7 @@ static size_t fixed_size(uint32_t type)
 int ftrt__msg_check(const ftrt__msghdr *h)
 {
     if (h->magic != FTRT__MAGIC || h->type == 0 || h->type >= FTRT__MSG_TYPE_END ||
-        h->len > FTRT__MSG_MAX)
+        (h->len > FTRT__MSG_MAX && h->type != FTRT__MSG_PLAN))
         return FTRT_EPROTO;
     if (h->type == FTRT__MSG_LEDGER)
         return h->len >= sizeof(ftrt__ledger_msg) &&
@@ -81,13 +82,19 @@ int ftrt__plan_check(const ftrt__plan *p, size_t len)
         p->logical_rank >= p->ntrainers || p->resume_step < 0)
         return FTRT_EPROTO;
     const int32_t *role = ftrt__plan_roles_c(p);
-    for (int i = 0; i < p->ntrainers; i++) {
-        if (p->members[i] < 1 || p->members[i] >= FTRT__MAX_WORLD) return FTRT_EPROTO;
-        if (role[i] != FTRT__PLAN_UP_TO_DATE && role[i] != FTRT__PLAN_NEEDS_STATE)
-            return FTRT_EPROTO;
-        for (int j = 0; j < i; j++)
-            if (p->members[j] == p->members[i]) return FTRT_EPROTO;
+    uint8_t *seen = calloc(FTRT__MAX_WORLD / 8, 1); /* one bit per world rank: duplicates */
+    if (!seen) return -ENOMEM;
+    int rc = 0;
+    for (int i = 0; i < p->ntrainers && !rc; i++) {
+        int32_t m = p->members[i];
+        if (m < 1 || m >= FTRT__MAX_WORLD || (seen[m / 8] & (1u << (m % 8))) ||
+            (role[i] != FTRT__PLAN_UP_TO_DATE && role[i] != FTRT__PLAN_NEEDS_STATE))
+            rc = FTRT_EPROTO;
+        else
+            seen[m / 8] |= (uint8_t)(1u << (m % 8));
     }
+    free(seen);
+    if (rc) return rc;
     if (role[p->source] != FTRT__PLAN_UP_TO_DATE) return FTRT_EPROTO; /* the source has it */
     const int32_t *ss = ftrt__plan_shard_src_c(p);
     if (p->mem_step >= 0 && (p->ckpt_step >= 0 || p->mem_step != p->resume_step)) return FTRT_EPROTO;
@@ -125,8 +132,31 @@ int ftrt__msg_send(int fd, uint32_t type, const void *payload, uint32_t len)
         if (len) memcpy(frame + sizeof h, payload, len);
         return write_all(fd, frame, sizeof h + len);
     }
-    int rc = write_all(fd, &h, sizeof h);
-    return rc ? rc : write_all(fd, payload, len);
+    /* Header and payload in one sendmsg(): sent as two send()s, the payload waited behind the
+     * header for its ACK (Nagle) on sockets without TCP_NODELAY, up to the peer's delayed-ACK
+     * time (40 ms on Linux). */
+    struct iovec iov[2] = {{&h, sizeof h}, {(void *)payload, len}};
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
+    size_t left = sizeof h + len;
+    while (left > 0) {
+        ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        left -= (size_t)n;
+        while (n > 0 && mh.msg_iovlen > 0) { /* skip what was sent */
+            size_t k = (size_t)n < mh.msg_iov[0].iov_len ? (size_t)n : mh.msg_iov[0].iov_len;
+            mh.msg_iov[0].iov_base = (uint8_t *)mh.msg_iov[0].iov_base + k;
+            mh.msg_iov[0].iov_len -= k;
+            n -= (ssize_t)k;
+            if (mh.msg_iov[0].iov_len == 0) {
+                mh.msg_iov++;
+                mh.msg_iovlen--;
+            }
+        }
+    }
+    return 0;
 }
 
 static void rx_compact(ftrt__rxbuf *rx)
@@ -143,7 +173,14 @@ ssize_t ftrt__rx_fill(ftrt__rxbuf *rx, int fd)
     rx_compact(rx);
     if (rx->cap - rx->used < 4096) {
         size_t ncap = rx->cap ? rx->cap * 2 : 8192;
-        const size_t limit = 2 * (FTRT__MSG_MAX + sizeof(ftrt__msghdr));
+        size_t limit = 2 * (FTRT__MSG_MAX + sizeof(ftrt__msghdr));
+        ftrt__msghdr h;
+        if (rx->used >= sizeof h) { /* a PLAN may be larger: room for the one announced */
+            memcpy(&h, rx->buf, sizeof h);
+            if (h.type == FTRT__MSG_PLAN && ftrt__msg_check(&h) == 0 &&
+                sizeof h + h.len + 4096 > limit)
+                limit = sizeof h + h.len + 4096;
+        }
         if (ncap > limit) ncap = limit;
         if (ncap <= rx->used) return -ENOBUFS;
         uint8_t *nb = realloc(rx->buf, ncap);

@@ -17,8 +17,12 @@
 #include "base/ledger.h"
 
 #define FTRT__MAGIC 0x46545254u /* "FTRT" */
+/* Largest payload of any message but a PLAN, bytes. A PLAN carries three int32 per trainer and
+ * may be up to ftrt__plan_size(FTRT__MAX_WORLD) bytes (768 KiB and its fixed part): it only goes
+ * from the coordinator to a rank, and the coordinator refuses one from a rank. */
 #define FTRT__MSG_MAX 65536u
-#define FTRT__MAX_WORLD 4096
+/* Most processes in one job's world (coordinator + trainers + spares). */
+#define FTRT__MAX_WORLD 65536
 #define FTRT__HOST_MAX 64
 
 enum ftrt__msg_type {
@@ -181,18 +185,22 @@ typedef struct ftrt__bye {
 
 /* Checks a received header: magic, known type, payload within FTRT__MSG_MAX and of the size the
  * type requires (PLAN: at least the fixed part and a whole number of members, at most
- * FTRT__MAX_WORLD). Returns 0 or FTRT_EPROTO. Pure function, thread-safe. */
+ * FTRT__MAX_WORLD, which may exceed FTRT__MSG_MAX). Returns 0 or FTRT_EPROTO. Pure function,
+ * thread-safe. */
 int ftrt__msg_check(const ftrt__msghdr *h);
 
 /* Checks a received PLAN payload of len bytes: ntrainers matches len, source and logical_rank
- * in range, member world ranks in [1, FTRT__MAX_WORLD) and distinct. Returns 0 or FTRT_EPROTO. */
+ * in range, member world ranks in [1, FTRT__MAX_WORLD) and distinct. Returns 0 or FTRT_EPROTO
+ * (-ENOMEM when the scratch bitmap of FTRT__MAX_WORLD bits cannot be allocated). O(ntrainers).
+ * Thread-safe. */
 int ftrt__plan_check(const ftrt__plan *p, size_t len);
 
 /* Size of a PLAN payload carrying n members. */
 size_t ftrt__plan_size(int n);
 
-/* Sends one message (header + len payload bytes) on a blocking socket, retrying on EINTR and
- * short writes, with MSG_NOSIGNAL. Returns 0 or -errno. The caller serializes senders. */
+/* Sends one message (header + len payload bytes) on a blocking socket in one sendmsg() (so
+ * that Nagle's algorithm never holds the payload back behind the header), retrying on EINTR
+ * and short writes, with MSG_NOSIGNAL. Returns 0 or -errno. The caller serializes senders. */
 int ftrt__msg_send(int fd, uint32_t type, const void *payload, uint32_t len);
 
 /* Incremental receiver for one connection: feed it bytes, take out whole messages. */
@@ -202,8 +210,10 @@ typedef struct ftrt__rxbuf {
     size_t consumed; /* bytes of the message handed out last, dropped on the next call */
 } ftrt__rxbuf;
 
-/* Reads what is available on fd (non-blocking or after poll) into rx. Returns bytes read (> 0),
- * 0 on EOF, -EAGAIN when nothing was there, or -errno. */
+/* Reads what is available on fd (non-blocking or after poll) into rx. The buffer grows to
+ * 2 x (FTRT__MSG_MAX + header), or to what a buffered PLAN header announces when that is more.
+ * Returns bytes read (> 0), 0 on EOF, -EAGAIN when nothing was there, -ENOBUFS when the buffer
+ * is full, or -errno. */
 ssize_t ftrt__rx_fill(ftrt__rxbuf *rx, int fd);
 
 /* Takes the next whole message out of rx: returns 1 and sets *h and *payload (valid until the

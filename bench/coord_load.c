@@ -1,16 +1,17 @@
 /*
  * coord_load.c - load generator for the coordinator at scale (README "The coordinator at
- * scale"; bench/coord_scale.sh runs it over several sizes).
+ * scale"; bench/coord_scale.py runs it over several sizes).
  *
  * Starts the real coordinator (ftrt__coordinator_run, runtime/coordinator/coordinator.h) in a
  * forked child process, so that its CPU time (/proc/<pid>/stat) and memory (/proc/<pid>/status)
  * are its own, and drives it with N simulated trainers and S hot spares on loopback TCP that
  * speak ftrt's wire protocol (base/proto.h) as runtime/agent.c and runtime/timeline.c do: HELLO
- * with the job secret; every heartbeat period a HEARTBEAT (steps, collective waits, kept and
- * compute seconds) and a LEDGER (the intervals of the steps finished since the last one: compute
- * then exposed communication, 2 per step); a FINGERPRINT every --sdc-every steps; REPORT on
- * FAILURE, RESUMED on PLAN, SHARD_DONE for checkpoints, LEDGER(final) and BYE at the end. A few
- * worker threads (epoll) carry the agents; the main thread runs the scenario:
+ * with the job secret; from then on, every heartbeat period, a HEARTBEAT (steps, collective
+ * waits, kept and compute seconds) and a LEDGER (the intervals of the steps finished since the
+ * last one: compute then exposed communication, 2 per step), each its own send() as in a real
+ * agent; a FINGERPRINT every --sdc-every steps; REPORT on FAILURE, RESUMED on PLAN, SHARD_DONE
+ * for checkpoints, LEDGER(final) and BYE at the end. A few worker threads (epoll) carry the
+ * agents; the main thread runs the scenario:
  *
  *   1. start-up: every agent connects and says hello; time until the last WELCOME;
  *   2. steady state (--steady s): the coordinator's CPU (fraction of one core), its RSS, the
@@ -37,10 +38,10 @@
  * caused. The generator's own lag (heartbeats sent late) is printed too: at the largest sizes
  * on a small machine the generator, not the coordinator, may be what falls behind.
  *
- * Output: human lines, then one "RESULT key=value ..." line (bench/coord_scale.sh reads it).
+ * Output: human lines, then one "RESULT key=value ..." line (bench/coord_scale.py reads it).
  * Exit status 0 when the run completed with no false positive and every trial observed, 1
- * otherwise, 2 on a usage or setup error. Needs RLIMIT_NOFILE for about 2 x (N + S) + 64 files:
- * it raises the limit (as root, the hard limit too).
+ * otherwise, 2 on a usage or setup error. Each of its two processes needs RLIMIT_NOFILE for about
+ * N + S + 64 files: it raises the limit (beyond the hard limit with CAP_SYS_RESOURCE).
  *
  * Usage: coord_load [-n trainers] [-s spares] [--steady s] [--kills k] [--silents q]
  *                   [--commits c] [--threads t] [--hb-ms ms] [--timeout-ms ms] [--step-ms ms]
@@ -272,6 +273,10 @@ static void heartbeat(worker *k, agent *a, double now, int final)
                           .compute_s = (double)steps * step_s * 0.8,
                           .epoch = a->epoch};
     put(k, &off, FTRT__MSG_HEARTBEAT, &hb, sizeof hb);
+    /* A real agent sends the HEARTBEAT and the LEDGER in two send()s (agent.c, timeline.c):
+     * two segments, which the coordinator may read in one recv() or two. */
+    flush(k, a, k->buf, off);
+    off = 0;
     enum { CHUNK = 512 };
     static _Thread_local union {
         ftrt__ledger_msg m;
@@ -304,6 +309,8 @@ static void heartbeat(worker *k, agent *a, double now, int final)
         if (s > 0 && s > a->fp_step) {
             ftrt__fingerprint_msg fp = {.step = s, .fp = 0x5eedf00dULL, .seconds = 1e-5,
                                         .epoch = a->epoch, .nregions = 1};
+            flush(k, a, k->buf, off); /* (the application thread sends it, separately) */
+            off = 0;
             put(k, &off, FTRT__MSG_FINGERPRINT, &fp, sizeof fp);
             a->fp_step = s;
         }
@@ -320,9 +327,9 @@ static void agent_gone(worker *k, agent *a, int expected)
     }
     a->fd = -1;
     if (!expected && atomic_load(&a->state) == ST_ALIVE) {
-        atomic_fetch_add(&unexpected_eof, 1);
-        fprintf(stderr, "coord_load: the coordinator closed world rank %d's connection (a false "
-                        "positive unless the job ended)\n", a->w);
+        if (atomic_fetch_add(&unexpected_eof, 1) < 5)
+            fprintf(stderr, "coord_load: the coordinator closed world rank %d's connection (a "
+                            "false positive unless the job ended)\n", a->w);
     }
     atomic_store(&a->state, ST_GONE);
 }
@@ -715,13 +722,21 @@ int main(int argc, char **argv)
     hb_s = opt_hb_ms / 1000.0;
     signal(SIGPIPE, SIG_IGN);
 
-    struct rlimit rl = {(rlim_t)(2 * W + 256), (rlim_t)(2 * W + 256)};
+    /* Each process (this one, the coordinator's) holds about W connections. */
     struct rlimit cur;
     getrlimit(RLIMIT_NOFILE, &cur);
-    if (cur.rlim_cur < rl.rlim_cur && setrlimit(RLIMIT_NOFILE, &rl)) {
-        fprintf(stderr, "coord_load: cannot raise RLIMIT_NOFILE to %llu: %s\n",
-                (unsigned long long)rl.rlim_cur, strerror(errno));
-        return 2;
+    rlim_t want = (rlim_t)W + 512;
+    if (cur.rlim_cur < want) {
+        struct rlimit rl = {want, cur.rlim_max > want ? cur.rlim_max : want};
+        if (setrlimit(RLIMIT_NOFILE, &rl)) { /* without CAP_SYS_RESOURCE: up to the hard limit */
+            rl.rlim_cur = rl.rlim_max = cur.rlim_max;
+            if (cur.rlim_max < (rlim_t)W + 64 || setrlimit(RLIMIT_NOFILE, &rl)) {
+                fprintf(stderr, "coord_load: cannot raise RLIMIT_NOFILE to %llu (hard limit "
+                        "%llu): %s\n", (unsigned long long)want,
+                        (unsigned long long)cur.rlim_max, strerror(errno));
+                return 2;
+            }
+        }
     }
 
     /* The job's files: checkpoints (the shards of the commit trials), status file, report. */
@@ -852,6 +867,8 @@ int main(int argc, char **argv)
         struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)w};
         epoll_ctl(k->ep, EPOLL_CTL_ADD, fd, &ev);
         atomic_store(&a->up, 1);
+        if (w % 4096 == 0)
+            fprintf(stderr, "coord_load: %d connected after %.2f s\n", w, ftrt__now() - t_connect0);
         /* (The coordinator accepts while this loop runs; a full backlog slows connect() down.) */
     }
     int ok = ev_wait(EV_WELCOME, W - 1, 600.0);

@@ -1,5 +1,5 @@
 # bench/coord_load: load generator for the coordinator at scale (see the file's header; README
-# "The coordinator at scale"; bench/coord_scale.sh runs it over several sizes). It links the
+# "The coordinator at scale"; bench/coord_scale.py runs it over several sizes). It links the
 # internal archive: it starts the real coordinator (ftrt__coordinator_run) in a child process.
 # Included from the top-level CMakeLists.txt.
 add_executable(coord_load ${CMAKE_CURRENT_LIST_DIR}/coord_load.c)

@@ -41,6 +41,9 @@ typedef struct ftrt__crank {
     int hello, pid, role, logical;
     char host[FTRT__HOST_MAX];
     double last_heard; /* monotonic */
+    /* the silence watch (coordinator.c "watch_"): a list of the connected ranks ordered by
+     * last_heard, oldest first; world ranks, 0 = none */
+    int watch_prev, watch_next, watched;
     int64_t steps_done;
     int64_t waits;      /* collective waits entered (heartbeat) */
     double compute_s;   /* time outside collective waits (heartbeat) */
@@ -100,6 +103,13 @@ typedef struct ftrt__incident {
     int sdc_majority, sdc_uncommitted;
 } ftrt__incident;
 
+/* Fingerprints of one (epoch, step) received so far, to compare the step once, when the last
+ * member's arrives (coordinator.c sdc_take). */
+typedef struct ftrt__sdc_count {
+    int64_t step;
+    int epoch, count;
+} ftrt__sdc_count;
+
 typedef struct ftrt__coord {
     ftrt__coord_args *a; /* what the runtime gave (coordinator.h) */
     ftrt__crank *r; /* indexed by world rank; r[0] is the coordinator itself */
@@ -142,6 +152,26 @@ typedef struct ftrt__coord {
     int64_t sdc_nfp;           /* fingerprints received */
     int sdc_uncommitted;       /* checkpoints the last sdc_distrust() un-committed */
     ftrt__incident sdc_cur;    /* the SDC being reported: add_incident() copies its sdc_ fields */
+    ftrt__sdc_count sdc_count[2 * FTRT__SDC_KEEP];
+    /* the loop at scale (coordinator.c; README "The coordinator at scale") */
+    int ep;                    /* epoll instance: listener, pending connections, ranks, commits */
+    int watch_head, watch_tail; /* the silence watch (world ranks, 0 = empty) */
+    int nhello;                /* ranks that said a valid hello */
+    int nfailed;               /* ranks declared failed (role FTRT__ROLE_FAILED) */
+    int nreports, nresumed;    /* REPORTs / RESUMEDs of the current epoch's members so far */
+    int npromoting;            /* spares promoted in the current recovery */
+    int maybe_done;            /* a BYE or a failure since all_done() last said no */
+    int ping_next;             /* next world rank to PING in this round */
+    double ping_round;         /* monotonic start of the current PING round */
+    double status_cost;        /* seconds the last status file write took */
+    struct ftrt__committer *committer; /* commits run off the loop (committer.h) */
+    int64_t commit_submitted;  /* highest step handed to the committer, or -1 */
+    /* scratch arrays of W entries (no O(W) arrays on the stack) */
+    int64_t *s_i64;
+    int *s_int;
+    double *s_d1, *s_d2, *s_d3;
+    uint64_t *s_u64;
+    unsigned char *s_b;
 } ftrt__coord;
 
 /* Latest injection time (unix s) for pid / world rank w at or before t_wall in the JSON-lines

@@ -6,7 +6,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -88,6 +90,76 @@ static void plan_checks(void **state)
     free(p);
 }
 
+/* A PLAN for 16,384 trainers (192 KiB, more than FTRT__MSG_MAX) passes the header check, goes
+ * through ftrt__msg_send and the receive buffer whole, and is checked in O(n); one member more
+ * than FTRT__MAX_WORLD is refused, and other types stay bounded by FTRT__MSG_MAX. */
+static void large_plan(void **state)
+{
+    (void)state;
+    const int n = 16384;
+    size_t len = ftrt__plan_size(n);
+    assert_true(len > FTRT__MSG_MAX);
+    ftrt__plan *p = calloc(1, len);
+    assert_non_null(p);
+    p->ntrainers = n;
+    p->resume_step = 7;
+    p->logical_rank = n - 1;
+    p->ckpt_step = p->mem_step = -1;
+    int32_t *ss = ftrt__plan_shard_src(p);
+    for (int i = 0; i < n; i++) {
+        p->members[i] = n - i; /* world ranks n..1 */
+        ss[i] = -1;
+    }
+    assert_int_equal(ftrt__plan_check(p, len), 0);
+    p->members[n - 1] = p->members[0]; /* a duplicate, found without an O(n^2) scan */
+    assert_int_equal(ftrt__plan_check(p, len), FTRT_EPROTO);
+    p->members[n - 1] = 1;
+    ftrt__msghdr h = {FTRT__MAGIC, FTRT__MSG_PLAN, (uint32_t)len};
+    assert_int_equal(ftrt__msg_check(&h), 0);
+    h.len = (uint32_t)ftrt__plan_size(FTRT__MAX_WORLD + 1);
+    assert_int_equal(ftrt__msg_check(&h), FTRT_EPROTO);
+    h.type = FTRT__MSG_LEDGER;
+    h.len = (uint32_t)ftrt__ledger_msg_size((int)((len - sizeof(ftrt__ledger_msg)) /
+                                                   sizeof(ftrt__interval)));
+    assert_int_equal(ftrt__msg_check(&h), FTRT_EPROTO); /* only a PLAN may be that large */
+
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    int big = 1 << 20;
+    setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
+    setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) { /* the sender: one sendmsg of header + payload */
+        close(sv[1]);
+        _exit(ftrt__msg_send(sv[0], FTRT__MSG_PLAN, p, (uint32_t)len) ? 1 : 0);
+    }
+    close(sv[0]);
+    ftrt__rxbuf rx = {0};
+    ftrt__msghdr got;
+    const void *payload = NULL;
+    int r = 0;
+    while (r == 0) {
+        ssize_t k = ftrt__rx_fill(&rx, sv[1]);
+        if (k == -EAGAIN) {
+            struct pollfd pf = {.fd = sv[1], .events = POLLIN};
+            poll(&pf, 1, 1000);
+            continue;
+        }
+        assert_true(k > 0);
+        r = ftrt__rx_next(&rx, &got, &payload);
+    }
+    assert_int_equal(r, 1);
+    assert_int_equal(got.len, len);
+    assert_memory_equal(payload, p, len);
+    int status = -1;
+    waitpid(child, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    ftrt__rx_free(&rx);
+    close(sv[1]);
+    free(p);
+}
+
 /* Messages written a byte at a time arrive whole and in order. */
 static void incremental_receive(void **state)
 {
@@ -160,6 +232,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(header_checks), cmocka_unit_test(plan_checks),
+        cmocka_unit_test(large_plan),
         cmocka_unit_test(incremental_receive), cmocka_unit_test(send_and_malformed)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
