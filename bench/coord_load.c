@@ -1056,8 +1056,11 @@ int main(int argc, char **argv)
         waitpid(coord_pid, NULL, 0);
         fails++;
     } else if (!WIFEXITED(status_code) || WEXITSTATUS(status_code) != 0) {
-        fprintf(stderr, "coord_load: the coordinator ended with status 0x%x (see %s)\n",
-                status_code, clog);
+        fprintf(stderr, "coord_load: the coordinator ended with status 0x%x; the end of its log "
+                        "(%s):\n", status_code, clog);
+        char cmdl[800];
+        snprintf(cmdl, sizeof cmdl, "tail -n 40 '%s' >&2", clog);
+        if (system(cmdl) != 0) fprintf(stderr, "coord_load: cannot show %s\n", clog);
         fails++;
     }
     for (int i = 0; i < opt_threads; i++) atomic_store(&workers[i].stop, 1);
@@ -1105,5 +1108,26 @@ int main(int argc, char **argv)
         if (system(cmdl) != 0) fprintf(stderr, "coord_load: could not remove %s\n", dir);
     }
     int complete = nk == opt_kills && ns == opt_silents && ncm == opt_commits;
+    free(cm_first);
+    free(cm_last);
+    free(mttd);
+    free(fan);
+    free(plan_f);
+    free(plan_l);
+    free(sil);
+    for (int w = 1; w < W; w++) {
+        if (agents[w].fd >= 0) close(agents[w].fd);
+        free(agents[w].rx);
+        free(agents[w].tx);
+    }
+    for (int i = 0; i < opt_threads; i++) {
+        close(workers[i].ep);
+        close(workers[i].evfd);
+        free(workers[i].a);
+        free(workers[i].buf);
+        pthread_mutex_destroy(&workers[i].lock);
+    }
+    free(workers);
+    free(agents);
     return fails == 0 && fp == 0 && atomic_load(&aborts) == 0 && complete ? 0 : 1;
 }
