@@ -66,7 +66,27 @@ typedef struct ftrt__welcome {
     int32_t logical_rank;
     int32_t ntrainers;
     int32_t epoch;
+    int32_t heartbeat_ms; /* the period the coordinator asks for (ftrt__heartbeat_period_ms);
+                             0 = FTRT_HEARTBEAT_MS */
+    int32_t pad;
 } ftrt__welcome;
+
+/* Heartbeats per second the coordinator plans for: above FTRT__HB_BUDGET_PER_S / 1000 ranks per
+ * ms of FTRT_HEARTBEAT_MS, it asks for a longer period (README "The coordinator at scale"). */
+#define FTRT__HB_BUDGET_PER_S 40000
+/* The heartbeat period, ms, for a world of `world` processes: FTRT_HEARTBEAT_MS (cfg_ms) while
+ * world x 1000 / cfg_ms heartbeats per second stay within FTRT__HB_BUDGET_PER_S, else the period
+ * that keeps them there, but never more than a quarter of the heartbeat timeout (timeout_ms),
+ * so that a frozen rank is still declared failed after timeout_ms and 3 late heartbeats are no
+ * false positive; never less than cfg_ms. Crash detection (connection loss) does not depend on
+ * it. Pure. */
+static inline int ftrt__heartbeat_period_ms(int cfg_ms, int timeout_ms, int world)
+{
+    long want = ((long)world * 1000 + FTRT__HB_BUDGET_PER_S - 1) / FTRT__HB_BUDGET_PER_S;
+    long cap = timeout_ms / 4;
+    if (want > cap) want = cap;
+    return want > cfg_ms ? (int)want : cfg_ms;
+}
 
 typedef struct ftrt__heartbeat {
     int64_t steps_done;

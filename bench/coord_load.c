@@ -108,6 +108,8 @@ typedef struct agent {
     int64_t fp_step;        /* last fingerprinted step */
     double totals[FTRT__IV_KINDS];
     double next_hb, last_send, last_rx;
+    double hb_s;            /* heartbeat period: hb_s, then the WELCOME's */
+    double next_ledger;     /* LEDGER once a second, as agent.c sends it */
     uint8_t *rx;            /* receive buffer: used bytes */
     size_t rx_used, rx_cap;
     uint8_t *tx;            /* bytes a full socket did not take yet */
@@ -277,6 +279,8 @@ static void heartbeat(worker *k, agent *a, double now, int final)
      * two segments, which the coordinator may read in one recv() or two. */
     flush(k, a, k->buf, off);
     off = 0;
+    if (!final && now < a->next_ledger) goto fingerprint; /* LEDGER once a second (agent.c) */
+    a->next_ledger = now + 1.0;
     enum { CHUNK = 512 };
     static _Thread_local union {
         ftrt__ledger_msg m;
@@ -304,7 +308,8 @@ static void heartbeat(worker *k, agent *a, double now, int final)
     m->n = n;
     m->final = final;
     put(k, &off, FTRT__MSG_LEDGER, m, (uint32_t)ftrt__ledger_msg_size(n));
-    if (trainer && opt_sdc_every > 0 && !a->recovering) {
+fingerprint:
+    if (a->role == FTRT__ROLE_TRAINER && opt_sdc_every > 0 && !a->recovering) {
         int64_t s = steps / opt_sdc_every * opt_sdc_every;
         if (s > 0 && s > a->fp_step) {
             ftrt__fingerprint_msg fp = {.step = s, .fp = 0x5eedf00dULL, .seconds = 1e-5,
@@ -317,6 +322,12 @@ static void heartbeat(worker *k, agent *a, double now, int final)
     }
     flush(k, a, k->buf, off);
     a->last_send = now;
+}
+
+/* Heartbeats per second the coordinator asked the W - 1 ranks for (its WELCOME's period). */
+static double hb_expected(int W)
+{
+    return (W - 1) * 1000.0 / ftrt__heartbeat_period_ms(opt_hb_ms, opt_timeout_ms, W);
 }
 
 static void agent_gone(worker *k, agent *a, int expected)
@@ -341,6 +352,7 @@ static void take(worker *k, agent *a, const ftrt__msghdr *h, const uint8_t *p, d
     case FTRT__MSG_WELCOME: {
         ftrt__welcome wm;
         memcpy(&wm, p, sizeof wm);
+        if (wm.heartbeat_ms > 0) a->hb_s = wm.heartbeat_ms / 1000.0; /* the coordinator's period */
         atomic_store(&a->role, wm.role);
         atomic_store(&a->logical, wm.logical_rank);
         a->epoch = wm.epoch;
@@ -507,8 +519,9 @@ static void *worker_main(void *arg)
                 heartbeat(k, a, now, 0);
                 atomic_fetch_add(&k->hb_sent, 1);
             }
-            a->next_hb += hb_s;
-            if (a->next_hb < now) a->next_hb = now + hb_s * 0.5; /* fell behind: catch up */
+            double p = a->hb_s > 0 ? a->hb_s : hb_s;
+            a->next_hb += p;
+            if (a->next_hb < now) a->next_hb = now + p * 0.5; /* fell behind: catch up */
             k->cursor = (k->cursor + 1) % k->n;
         }
         int ms = 1;
@@ -938,7 +951,7 @@ int main(int argc, char **argv)
            "the agents max %.0f ms; heartbeats sent %.0f/s (expected %.0f/s), sent late by up to "
            "%.1f ms; generator CPU %.2f cores\n",
            dt, cpu, rss_steady, p50 * 1e3, p99 * 1e3, pmax * 1e3, nprobe, probe_fail,
-           gap_steady * 1e3, (hb1 - hb0) / dt, (W - 1) / hb_s, late_steady * 1e3, gen_cpu);
+           gap_steady * 1e3, (hb1 - hb0) / dt, hb_expected(W), late_steady * 1e3, gen_cpu);
     free(pr);
 
     /* Checkpoint commits. */
@@ -1096,7 +1109,7 @@ int main(int argc, char **argv)
            "false_pos=%d aborts=%d tx_blocked=%d end_s=%.3f kills=%d silents=%d commits=%d "
            "fails=%d\n",
            N, opt_s, W, startup, cpu, gen_cpu, rss_steady, rss_end, hwm, p50 * 1e3, p99 * 1e3,
-           pmax * 1e3, gap_steady * 1e3, gap_all * 1e3, (hb1 - hb0) / dt, (W - 1) / hb_s,
+           pmax * 1e3, gap_steady * 1e3, gap_all * 1e3, (hb1 - hb0) / dt, hb_expected(W),
            late_steady * 1e3, cmf50 * 1e3, cml50 * 1e3, cmlmax * 1e3, mttd50 * 1e3,
            mttdmax * 1e3, fan50 * 1e3, fanmax * 1e3, sil50 * 1e3, silmax * 1e3, pf50 * 1e3,
            pl50 * 1e3, plmax * 1e3, fp, atomic_load(&aborts), atomic_load(&tx_blocked), end_s,

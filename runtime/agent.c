@@ -111,6 +111,15 @@ static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *paylo
     return 0;
 }
 
+/* The heartbeat period, seconds: the coordinator's (WELCOME; longer in large worlds), else
+ * FTRT_HEARTBEAT_MS. Agent thread only (it writes cp.welcome). */
+static double hb_period(const ftrt_ctx *ctx)
+{
+    int ms = ctx->cp.welcomed && ctx->cp.welcome.heartbeat_ms > 0 ? ctx->cp.welcome.heartbeat_ms
+                                                                  : ctx->cfg.heartbeat_ms;
+    return ms / 1000.0;
+}
+
 static void *agent_main(void *arg)
 {
     struct ftrt_ctx *ctx = arg;
@@ -129,11 +138,11 @@ static void *agent_main(void *arg)
                 ftrt_log_warn("lost the coordinator (heartbeat send failed)");
                 break;
             }
-            next_hb = now + ctx->cfg.heartbeat_ms / 1000.0;
+            next_hb = now + hb_period(ctx);
         }
-        if (now >= next_ledger) { /* the finished part of this rank's timeline */
+        if (now >= next_ledger) { /* the finished part of this rank's timeline, once a second */
             if (cp->on_tick) cp->on_tick(ctx);
-            next_ledger = now + ctx->cfg.heartbeat_ms / 1000.0;
+            next_ledger = now + (hb_period(ctx) > 1.0 ? hb_period(ctx) : 1.0);
         }
         struct pollfd pf[2] = {{.fd = cp->fd, .events = POLLIN}, {.fd = cp->wake[0], .events = POLLIN}};
         int ms = (int)((next_hb - ftrt__now()) * 1000.0) + 1;

@@ -1000,7 +1000,9 @@ static void start_job(ftrt__coord *c)
         ftrt__crank *r = &c->r[w];
         r->role = w <= c->N ? FTRT__ROLE_TRAINER : FTRT__ROLE_SPARE;
         r->logical = w <= c->N ? w - 1 : -1;
-        ftrt__welcome m = {.role = r->role, .logical_rank = r->logical, .ntrainers = c->N};
+        ftrt__welcome m = {.role = r->role, .logical_rank = r->logical, .ntrainers = c->N,
+                           .heartbeat_ms = ftrt__heartbeat_period_ms(
+                               c->a->cfg->heartbeat_ms, c->a->cfg->heartbeat_timeout_ms, c->W)};
         send_to(c, w, FTRT__MSG_WELCOME, &m, sizeof m);
         fanout_pump(c, w);
     }
@@ -1157,7 +1159,9 @@ static void check_progress(ftrt__coord *c, double now)
  * core by itself. */
 static double ping_period(const ftrt__coord *c)
 {
-    double p = c->a->cfg->heartbeat_timeout_ms / 4000.0, hb = c->a->cfg->heartbeat_ms / 1000.0;
+    double p = c->a->cfg->heartbeat_timeout_ms / 4000.0,
+           hb = ftrt__heartbeat_period_ms(c->a->cfg->heartbeat_ms, c->a->cfg->heartbeat_timeout_ms,
+                                          c->W) / 1000.0;
     return p > hb ? p : hb;
 }
 

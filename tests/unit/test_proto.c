@@ -43,6 +43,18 @@ static void header_checks(void **state)
     assert_int_equal(ftrt__msg_check(&h), FTRT_EPROTO);
 }
 
+/* The heartbeat period the coordinator asks for grows with the world, within the timeout. */
+static void heartbeat_period(void **state)
+{
+    (void)state;
+    assert_int_equal(ftrt__heartbeat_period_ms(100, 1000, 6), 100);      /* small jobs: as set */
+    assert_int_equal(ftrt__heartbeat_period_ms(100, 1000, 4000), 100);   /* 40,000/s: as set */
+    assert_int_equal(ftrt__heartbeat_period_ms(100, 1000, 6000), 150);   /* within the budget */
+    assert_int_equal(ftrt__heartbeat_period_ms(100, 1000, 16393), 250);  /* a quarter of 1 s */
+    assert_int_equal(ftrt__heartbeat_period_ms(100, 300, 16393), 100);   /* never below the set */
+    assert_int_equal(ftrt__heartbeat_period_ms(500, 10000, 16393), 500); /* 32,786/s: as set */
+}
+
 static void plan_checks(void **state)
 {
     (void)state;
@@ -231,7 +243,7 @@ static void send_and_malformed(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(header_checks), cmocka_unit_test(plan_checks),
+        cmocka_unit_test(header_checks), cmocka_unit_test(plan_checks), cmocka_unit_test(heartbeat_period),
         cmocka_unit_test(large_plan),
         cmocka_unit_test(incremental_receive), cmocka_unit_test(send_and_malformed)};
     return cmocka_run_group_tests(tests, NULL, NULL);
