@@ -865,13 +865,7 @@ static int run_trainer(ftrt_ctx *ctx, options *o, model *m, const digits *train,
 
         rc = ftrt_allreduce(ctx, grad, n + 1, FTRT_FLOAT32, FTRT_SUM);
         if (rc == FTRT_ERECOVER) {
-            rc = recover_until_done(ctx, &step);
-            if (rc != 0) {
-                code = fatal(ctx, "ftrt_recover", step, rc);
-                goto out;
-            }
-            published_steps = step;
-            continue;
+            goto recover;
         } else if (rc < 0) {
             code = fatal(ctx, "ftrt_allreduce", step, rc);
             goto out;
@@ -887,13 +881,7 @@ static int run_trainer(ftrt_ctx *ctx, options *o, model *m, const digits *train,
         rc = ftrt_step_done(ctx, step);
         if (rc == FTRT_ERECOVER) { /* a partner-replica refresh (FTRT_SHARD_REPLICA_EVERY) met a
                                       failure */
-            rc = recover_until_done(ctx, &step);
-            if (rc != 0) {
-                code = fatal(ctx, "ftrt_recover", step, rc);
-                goto out;
-            }
-            published_steps = step;
-            continue;
+            goto recover;
         } else if (rc < 0) {
             code = fatal(ctx, "ftrt_step_done", step, rc);
             goto out;
@@ -911,13 +899,7 @@ static int run_trainer(ftrt_ctx *ctx, options *o, model *m, const digits *train,
              * background. A failed write is reported by the coordinator. */
             rc = ftrt_checkpoint_start(ctx, step);
             if (rc == FTRT_ERECOVER) {
-                rc = recover_until_done(ctx, &step);
-                if (rc != 0) {
-                    code = fatal(ctx, "ftrt_recover", step, rc);
-                    goto out;
-                }
-                published_steps = step;
-                continue;
+                goto recover;
             } else if (rc < 0 && rc > -1000) {
                 /* -errno: this checkpoint failed (ENOSPC, EIO, ...); the previous committed
                  * one stays, and training can go on. */
@@ -932,6 +914,14 @@ static int run_trainer(ftrt_ctx *ctx, options *o, model *m, const digits *train,
             }
         }
         if (o->sleep_ms > 0) sleep_ms(o->sleep_ms);
+        continue;
+    recover: /* FTRT_ERECOVER from any call above: a rank failed; resume where the plan says */
+        rc = recover_until_done(ctx, &step);
+        if (rc != 0) {
+            code = fatal(ctx, "ftrt_recover", step, rc);
+            goto out;
+        }
+        published_steps = step;
     }
 
     code = 0;
