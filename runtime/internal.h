@@ -66,8 +66,7 @@ typedef struct ftrt__replica {
     unsigned char *own; /* this rank's image: sharded regions, then the others */
     size_t own_cap, own_bytes, own_shard;
     int64_t own_step;   /* the step it holds, -1 = none (or being refreshed) */
-    uint32_t own_crc, own_crc_all; /* CRC32C of the sharded part, of the whole image */
-    uint64_t own_sig;
+    uint32_t own_crc_all; /* CRC32C of the whole image */
     unsigned char *held; /* the partner's sharded image */
     size_t held_cap, held_bytes;
     int64_t held_step;  /* -1 = none */
@@ -75,8 +74,6 @@ typedef struct ftrt__replica {
     uint32_t held_crc;
     uint64_t held_sig;
     int shift, shift_epoch; /* partner = logical rank + shift (mod size), for that epoch */
-    int64_t refreshes;
-    double refresh_s;   /* seconds spent in refreshes */
 } ftrt__replica;
 
 /* ---- the context ---- */

@@ -78,15 +78,17 @@ static void layout(const ftrt_ctx *ctx, size_t *total, size_t *shard)
     }
 }
 
-/* Copies (to_image) the regions into img or back; returns the CRC32C of the first `upto` bytes
- * of the image (only when to_image; 0 else). Piecewise so that the CRC reads what the copy
- * just brought into the cache. */
-static uint32_t copy_regions(ftrt_ctx *ctx, unsigned char *img, int to_image, size_t upto)
+/* Copies the regions into img (to_image) or back, sharded ones first; with passes = 1 only the
+ * sharded ones. When to_image, returns the CRC32C of the whole image and *crc_shard (may be NULL)
+ * that of its sharded part (the sharded regions come first: the running CRC at the end of the
+ * first pass), each chunk's CRC taken right after its copy, from the cache; 0 else. */
+static uint32_t copy_regions(ftrt_ctx *ctx, unsigned char *img, int to_image, int passes,
+                             uint32_t *crc_shard)
 {
     const size_t piece = (size_t)1 << 20;
     size_t off = 0;
     uint32_t crc = 0;
-    for (int pass = 0; pass < 2; pass++)
+    for (int pass = 0; pass < passes; pass++) {
         for (int i = 0; i < ctx->nregs; i++) {
             ftrt__region *r = &ctx->regs[i];
             if ((r->flags == FTRT_REGION_SHARDED) != (pass == 0)) continue;
@@ -94,16 +96,15 @@ static uint32_t copy_regions(ftrt_ctx *ctx, unsigned char *img, int to_image, si
                 size_t len = r->bytes - o < piece ? r->bytes - o : piece;
                 if (to_image) {
                     memcpy(img + off + o, (unsigned char *)r->ptr + o, len);
-                    if (off + o < upto) {
-                        size_t c = upto - (off + o) < len ? upto - (off + o) : len;
-                        crc = ftrt__crc32c(crc, img + off + o, c);
-                    }
+                    crc = ftrt__crc32c(crc, img + off + o, len);
                 } else {
                     memcpy((unsigned char *)r->ptr + o, img + off + o, len);
                 }
             }
             off += r->bytes;
         }
+        if (pass == 0 && crc_shard) *crc_shard = crc;
+    }
     return crc;
 }
 
@@ -156,22 +157,36 @@ static int partner_shift(ftrt_ctx *ctx)
     return 0;
 }
 
+/* Takes this rank's own image of `step` (all its regions, one pass for the copy and both CRCs);
+ * *crc_shard receives the CRC32C of its sharded part. Returns 0, or -ENOMEM (no image kept). */
+static int take_image(ftrt_ctx *ctx, int64_t step, uint32_t *crc_shard)
+{
+    ftrt__replica *rp = &ctx->rep;
+    size_t total, shard;
+    layout(ctx, &total, &shard);
+    rp->own_step = -1; /* invalid until the copy is complete */
+    if (grow(&rp->own, &rp->own_cap, total)) return -ENOMEM;
+    rp->own_crc_all = copy_regions(ctx, rp->own, 1, 2, crc_shard);
+    rp->own_bytes = total;
+    rp->own_shard = shard;
+    rp->own_step = step;
+    return 0;
+}
+
 int ftrt__replica_refresh(ftrt_ctx *ctx, int64_t step)
 {
     ftrt__replica *rp = &ctx->rep;
     if (!ftrt__replica_enabled(ctx)) return 0;
     int rc = ftrt__interrupted(ctx);
     if (rc) return rc;
-    double t0 = ftrt__now();
     rc = partner_shift(ctx);
     if (rc) return rc;
     size_t total, shard;
     layout(ctx, &total, &shard);
-    rp->own_step = -1; /* invalid until the copy is complete */
     img_hdr out = {.step = step, .bytes = shard, .sig = shard_sig(ctx), .from = ctx->rank};
     img_hdr *inp = malloc(sizeof *inp); /* heap: buried if the exchange is abandoned */
     if (!inp) return -ENOMEM;
-    if (grow(&rp->own, &rp->own_cap, total)) {
+    if (take_image(ctx, step, &out.crc)) {
         /* No image this time; the partner still gets a header (step -1: nothing follows), so
          * that its exchange completes, and recoveries meanwhile use the checkpoint. */
         ftrt_log_warn("partner replica of step %lld: no memory for a %zu-byte image; this "
@@ -179,18 +194,6 @@ int ftrt__replica_refresh(ftrt_ctx *ctx, int64_t step)
                       total);
         out.step = -1;
         out.bytes = 0;
-    } else {
-        out.crc = copy_regions(ctx, rp->own, 1, shard);
-        rp->own_bytes = total;
-        rp->own_shard = shard;
-        rp->own_crc = out.crc;
-        rp->own_crc_all = shard == total
-                              ? out.crc
-                              : ftrt__crc32c_combine(out.crc,
-                                                     ftrt__crc32c(0, rp->own + shard, total - shard),
-                                                     total - shard);
-        rp->own_step = step;
-        rp->own_sig = out.sig;
     }
 
     int n = ctx->size, dst = (ctx->rank + rp->shift) % n, src = (ctx->rank - rp->shift + n) % n;
@@ -242,7 +245,7 @@ int ftrt__replica_refresh(ftrt_ctx *ctx, int64_t step)
         rp->held_cap = 0;
         goto interrupted;
     }
-    uint32_t got = ftrt__crc32c(0, rp->held, (size_t)in.bytes);
+    uint32_t got = none ? 0 : ftrt__crc32c(0, rp->held, (size_t)in.bytes);
     if (none) {
         /* nothing held for the partner this time */
     } else if (got != in.crc) {
@@ -257,8 +260,6 @@ int ftrt__replica_refresh(ftrt_ctx *ctx, int64_t step)
         rp->held_step = step;
         if (ftrt__knobs.replica_corrupt && in.bytes > 0) rp->held[in.bytes / 2] ^= 0x04;
     }
-    rp->refreshes++;
-    rp->refresh_s += ftrt__now() - t0;
     return 0;
 interrupted:
     if (rc == FTRT_ERECOVER) ctx->watch.needs_recover = 1;
@@ -318,7 +319,7 @@ int ftrt__replica_restore(ftrt_ctx *ctx, ftrt__xfer_stat *st)
                            "(have step %lld)", (long long)p->mem_step, (long long)rp->own_step);
             return FTRT_EMISMATCH;
         }
-        copy_regions(ctx, rp->own, 0, 0);
+        copy_regions(ctx, rp->own, 0, 2, NULL);
     } else {
         int rc = grow(&rp->own, &rp->own_cap, total);
         if (rc) return rc;
@@ -370,31 +371,13 @@ int ftrt__replica_restore(ftrt_ctx *ctx, ftrt__xfer_stat *st)
     }
     free(r2);
     if (rc) return rc;
-    if (needs) { /* the sharded part arrived into its own image: into the regions */
-        size_t off = 0;
-        for (int i = 0; i < ctx->nregs; i++) {
-            ftrt__region *r = &ctx->regs[i];
-            if (r->flags != FTRT_REGION_SHARDED) continue;
-            memcpy(r->ptr, rp->own + off, r->bytes);
-            off += r->bytes;
-        }
-    }
+    if (needs) copy_regions(ctx, rp->own, 0, 1, NULL); /* the sharded part arrived into its image */
     return 0;
 }
 
 void ftrt__replica_adopt(ftrt_ctx *ctx, int64_t step)
 {
-    ftrt__replica *rp = &ctx->rep;
-    if (!ftrt__replica_enabled(ctx)) return;
-    size_t total, shard;
-    layout(ctx, &total, &shard);
-    if (grow(&rp->own, &rp->own_cap, total)) return; /* no image: a later recovery uses disk */
-    rp->own_crc = copy_regions(ctx, rp->own, 1, shard);
-    rp->own_crc_all = ftrt__crc32c(0, rp->own, total);
-    rp->own_bytes = total;
-    rp->own_shard = shard;
-    rp->own_sig = shard_sig(ctx);
-    rp->own_step = step;
+    if (ftrt__replica_enabled(ctx)) take_image(ctx, step, NULL); /* no memory: none, disk later */
 }
 
 void ftrt__replica_drop(ftrt_ctx *ctx)
