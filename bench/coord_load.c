@@ -374,7 +374,8 @@ static void take(worker *k, agent *a, const ftrt__msghdr *h, const uint8_t *p, d
             a->frozen = steps_now(a, now);
             a->recovering = 1;
         }
-        ftrt__report rep = {.steps_done = a->frozen, .epoch = fm.epoch, .has_sharded = 0};
+        ftrt__report rep = {.steps_done = a->frozen, .epoch = fm.epoch, .has_sharded = 0,
+                            .own_step = -1, .held_step = -1, .held_of = -1}; /* no replicas */
         send_one(k, a, FTRT__MSG_REPORT, &rep, sizeof rep);
         ev_note(EV_REPORT_SENT, ftrt__now());
         break;

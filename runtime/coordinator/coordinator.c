@@ -307,20 +307,29 @@ static void fail(ftrt__coord *c, int w, int kind)
 
 static void send_plan(ftrt__coord *c)
 {
-    int64_t resume, ckpt, most = 0;
+    int64_t resume, ckpt, most = 0, mem_step = -1;
     int source, sharded = 0;
-    int64_t *steps = calloc((size_t)(c->N > 0 ? c->N : 1), sizeof *steps);
-    int *survivor = calloc((size_t)(c->N > 0 ? c->N : 1), sizeof *survivor);
-    if (!steps || !survivor) {
-        free(steps);
-        free(survivor);
+    size_t n = (size_t)(c->N > 0 ? c->N : 1), len = ftrt__plan_size(c->N);
+    /* scratch: per logical rank, its REPORT (steps, own image, held image) and survival */
+    int64_t *steps = calloc(3 * n, sizeof *steps);
+    int64_t *own = steps ? steps + n : NULL, *held = steps ? steps + 2 * n : NULL;
+    int *survivor = calloc(n, sizeof *survivor);
+    int32_t *held_of = calloc(n, sizeof *held_of);
+    ftrt__plan *p = calloc(1, len);
+    if (!steps || !survivor || !held_of || !p) {
         job_abort(c, -ENOMEM, "out of memory building the recovery plan");
-        return;
+        goto out;
     }
+    p->ntrainers = c->N;
+    int32_t *role = ftrt__plan_roles(p), *shard_src = ftrt__plan_shard_src(p);
     for (int l = 0; l < c->N; l++) {
         ftrt__crank *r = &c->r[c->members[l]];
         survivor[l] = !r->promoting;
         steps[l] = r->report_steps;
+        own[l] = r->own_step;
+        held[l] = r->held_step;
+        held_of[l] = r->held_of;
+        shard_src[l] = -1;
         if (survivor[l]) {
             sharded |= r->has_sharded;
             if (r->report_steps > most) most = r->report_steps;
@@ -330,25 +339,6 @@ static void send_plan(ftrt__coord *c)
                                 &source, &ckpt);
     /* Sharded state: from the partner replicas in memory where they cover every replaced
      * rank at a step no older than the committed checkpoint, else from the checkpoint. */
-    int64_t mem_step = -1;
-    size_t nn = (size_t)(c->N > 0 ? c->N : 1);
-    int64_t *own = calloc(2 * nn, sizeof *own), *held = own ? own + nn : NULL;
-    int32_t *held_of = calloc(2 * nn, sizeof *held_of), *shard_src = held_of ? held_of + nn : NULL;
-    if (!own || !held_of) {
-        free(own);
-        free(held_of);
-        free(steps);
-        free(survivor);
-        job_abort(c, -ENOMEM, "out of memory building the recovery plan");
-        return;
-    }
-    for (int l = 0; l < c->N; l++) {
-        const ftrt__crank *r = &c->r[c->members[l]];
-        own[l] = survivor[l] ? r->own_step : -1;
-        held[l] = survivor[l] ? r->held_step : -1;
-        held_of[l] = survivor[l] ? r->held_of : -1;
-        shard_src[l] = -1;
-    }
     int miss = FTRT__RMISS_NONE;
     if (sharded && c->sdc_rollback < 0 &&
         ftrt__plan_replica(survivor, own, held, held_of, c->N, c->last_committed, &mem_step,
@@ -356,26 +346,18 @@ static void send_plan(ftrt__coord *c)
         rc = 0;
         resume = mem_step;
         ckpt = -1;
-    } else {
-        mem_step = -1;
-        for (int l = 0; l < c->N; l++) shard_src[l] = -1;
-        if (sharded) {
-            miss = c->sdc_rollback >= 0 ? FTRT__RMISS_SDC_ROLLBACK
-                                        : ftrt__plan_replica_miss(survivor, own, held, held_of,
-                                                                  c->N, c->last_committed);
-            ftrt_log_info("epoch %d: partner replicas not used (%s)", c->epoch,
-                          ftrt__replica_miss_name(miss));
-        }
+    } else if (sharded) {
+        miss = c->sdc_rollback >= 0 ? FTRT__RMISS_SDC_ROLLBACK
+                                    : ftrt__plan_replica_miss(survivor, own, held, held_of, c->N,
+                                                              c->last_committed);
+        ftrt_log_info("epoch %d: partner replicas not used (%s)", c->epoch,
+                      ftrt__replica_miss_name(miss));
     }
-    free(own);
-    free(steps);
-    free(survivor);
     if (rc) {
-        free(held_of);
         job_abort(c, rc, rc == FTRT_ENOCKPT ? "sharded state needs a committed checkpoint (or "
                                               "partner replicas in memory) and none exists"
                                             : "no survivor holds the state");
-        return;
+        goto out;
     }
     if (c->sdc_rollback >= 0) { /* silent data corruption: back to verified state (sdc_majority/sdc_split) */
         resume = ckpt = c->sdc_rollback;
@@ -393,23 +375,14 @@ static void send_plan(ftrt__coord *c)
                                    : mem_step >= 0 ? FTRT__FROM_REPLICA : FTRT__FROM_PEERS;
             c->inc[i].replica_miss = ckpt >= 0 ? miss : FTRT__RMISS_NONE;
         }
-    size_t len = ftrt__plan_size(c->N);
-    ftrt__plan *p = calloc(1, len);
-    if (!p) {
-        free(held_of);
-        job_abort(c, -ENOMEM, "out of memory building the recovery plan");
-        return;
-    }
     p->resume_step = resume;
     p->ckpt_step = ckpt;
     p->mem_step = mem_step;
     p->rework_until = most > resume ? most : resume;
     p->epoch = c->epoch;
-    p->ntrainers = c->N;
-    p->source = source;
+    p->source = source; /* the most advanced survivor: up to date in every kind of plan */
     memcpy(p->members, c->members, (size_t)c->N * sizeof(int32_t));
-    int32_t *role = ftrt__plan_roles(p); /* who receives state: spares and survivors behind */
-    for (int l = 0; l < c->N; l++) {
+    for (int l = 0; l < c->N; l++) { /* who receives state: spares, and survivors behind */
         const ftrt__crank *r = &c->r[c->members[l]];
         if (mem_step >= 0) /* every survivor restores its own image of mem_step */
             role[l] = r->promoting ? FTRT__PLAN_NEEDS_STATE : FTRT__PLAN_UP_TO_DATE;
@@ -418,25 +391,21 @@ static void send_plan(ftrt__coord *c)
                           ? FTRT__PLAN_NEEDS_STATE
                           : FTRT__PLAN_UP_TO_DATE;
     }
-    if (mem_step >= 0 && role[p->source] != FTRT__PLAN_UP_TO_DATE)
-        for (int l = 0; l < c->N; l++)
-            if (role[l] == FTRT__PLAN_UP_TO_DATE) {
-                p->source = l;
-                break;
-            }
-    memcpy(ftrt__plan_shard_src(p), shard_src, (size_t)c->N * sizeof(int32_t));
-    free(held_of);
     for (int l = 0; l < c->N; l++) {
         p->logical_rank = l;
         send_to(c, c->members[l], FTRT__MSG_PLAN, p, (uint32_t)len);
         fanout_pump(c, l);
     }
-    free(p);
     ftrt_log_info("epoch %d plan: resume at step %lld, state from logical rank %d%s", c->epoch,
                   (long long)resume, source,
                   ckpt >= 0 ? " (checkpoint)" : mem_step >= 0 ? " (partner replicas in memory)" : "");
     c->phase = PH_RESUMING;
     c->status_dirty |= 2; /* membership: write now */
+out:
+    free(steps);
+    free(survivor);
+    free(held_of);
+    free(p);
 }
 
 static void check_reports(ftrt__coord *c)
