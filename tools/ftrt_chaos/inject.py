@@ -318,7 +318,7 @@ class Injector:
         return next((r.get("host") for r in self.ranks(st, "coordinator")), None)
 
     def pick_host(self, st, target):
-        """The host named by target (see the docstring), or None."""
+        """The host named by target (see the usage in cli.py), or None."""
         ranks = (st or {}).get("ranks", [])
         ch = self.coord_host(st)
         if target == "coordinator":

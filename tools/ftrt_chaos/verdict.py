@@ -253,21 +253,50 @@ class Verdict:
              "mttr_s": f.get("mttr_s"), "detect_kind": f["kind"], "recovered": f.get("recovered"),
              "detect_steps": late, "observed_mttd_s": None, "observed_mttr_s": None})
     def judge_host(self, inj, check, name, rep, by_pid):
-        """The rows of kill-host and partition-host (see the docstring)."""
+        """The rows of kill-host and partition-host (see the usage in cli.py)."""
         kind, li, host = inj["kind"], inj["launch"], inj["host"]
-        cut = kind == "partition-host"
         name = f"{kind} {host} @launch{li}"
         launch = self.launches[li] if li < len(self.launches) else {}
         if inj["coordinator_host"]:
-            # no report: the coordinator is gone; every other rank must leave by itself
-            ex = [w.get("exited_at") for w in inj.get("watch", [])]
-            took = max(x - inj["time"] for x in ex) if ex and None not in ex else None
-            check(name + ": the coordinator's host; every other rank left",
-                  took is not None and took < self.a.coord_exit_s,
-                  f"{len(ex)} rank(s) left within {took:.2f} s (bound {self.a.coord_exit_s} s)"
-                  if took is not None else "some stayed until the launch was ended")
-            self.check_resume(li, check, name, host)
+            self.judge_coordinator_host(inj, check, name)
             return
+        self.judge_host_detection(inj, check, name, by_pid)
+        trainers = [t for t in inj["targets"] if t["role"] == "trainer"]
+        if inj["covered"]:
+            fl = [by_pid.get(t["pid"]) for t in trainers]
+            ok = bool(fl) and None not in fl and all(
+                f.get("recovered") and f.get("spare_host") not in (None, host) for f in fl) and \
+                len({f.get("epoch") for f in fl}) == 1 and launch.get("rc") == 0
+            det = ", ".join(f"w{f['world_rank']} -> w{f.get('spare_world_rank')} on "
+                            f"{f.get('spare_host')}" for f in fl if f) + \
+                f"; epoch(s) {sorted({f.get('epoch') for f in fl if f})}"
+            check(name + f": its {len(trainers)} trainer(s) replaced by spares on other hosts "
+                  f"in one epoch", ok, det)
+        else:
+            ok = launch.get("rc", 0) != 0 and rep.get("status") == "failed" and \
+                rep.get("error") in ("FTRT_ENOSPARE", "FTRT_EABORT")
+            check(name + f": {len(trainers)} trainer(s), {inj['spares_elsewhere']} spare(s) "
+                  f"elsewhere: clean failure", ok,
+                  f"exit {launch.get('rc')}, report {rep.get('status')} {rep.get('error')}")
+            self.check_resume(li, check, name, host)
+        if kind == "partition-host":
+            self.judge_partition(inj, check, name, launch)
+
+    def judge_coordinator_host(self, inj, check, name):
+        """No report: the coordinator is gone; every other rank must leave by itself, and the
+        relaunch without the host resume."""
+        ex = [w.get("exited_at") for w in inj.get("watch", [])]
+        took = max(x - inj["time"] for x in ex) if ex and None not in ex else None
+        check(name + ": the coordinator's host; every other rank left",
+              took is not None and took < self.a.coord_exit_s,
+              f"{len(ex)} rank(s) left within {took:.2f} s (bound {self.a.coord_exit_s} s)"
+              if took is not None else "some stayed until the launch was ended")
+        self.check_resume(inj["launch"], check, name, inj["host"])
+
+    def judge_host_detection(self, inj, check, name, by_pid):
+        """Each rank of the host detected as lost with the host (connection_lost for a kill,
+        heartbeat_timeout for a cut), within the bound."""
+        cut, host = inj["kind"] == "partition-host", inj["host"]
         want = "heartbeat_timeout" if cut else "connection_lost"
         bound = self.hb_timeout_s + self.a.partition_margin_s if cut else self.a.kill_mttd_s
         mttds = []
@@ -294,26 +323,6 @@ class Verdict:
         check(name + " MTTD within bound", bool(mttds) and max(mttds) <= bound,
               f"worst {max(mttds) * 1e3:.1f} ms, bound {bound * 1e3:.0f} ms" if mttds else
               "nothing detected")
-        trainers = [t for t in inj["targets"] if t["role"] == "trainer"]
-        if inj["covered"]:
-            fl = [by_pid.get(t["pid"]) for t in trainers]
-            ok = bool(fl) and None not in fl and all(
-                f.get("recovered") and f.get("spare_host") not in (None, host) for f in fl) and \
-                len({f.get("epoch") for f in fl}) == 1 and launch.get("rc") == 0
-            det = ", ".join(f"w{f['world_rank']} -> w{f.get('spare_world_rank')} on "
-                            f"{f.get('spare_host')}" for f in fl if f) + \
-                f"; epoch(s) {sorted({f.get('epoch') for f in fl if f})}"
-            check(name + f": its {len(trainers)} trainer(s) replaced by spares on other hosts "
-                  f"in one epoch", ok, det)
-        else:
-            ok = launch.get("rc", 0) != 0 and rep.get("status") == "failed" and \
-                rep.get("error") in ("FTRT_ENOSPARE", "FTRT_EABORT")
-            check(name + f": {len(trainers)} trainer(s), {inj['spares_elsewhere']} spare(s) "
-                  f"elsewhere: clean failure", ok,
-                  f"exit {launch.get('rc')}, report {rep.get('status')} {rep.get('error')}")
-            self.check_resume(li, check, name, host)
-        if cut:
-            self.judge_partition(inj, check, name, launch)
 
     def judge_partition(self, inj, check, name, launch):
         limit = self.hb_timeout_s + self.a.partition_exit_s
