@@ -54,6 +54,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+import example_args  # noqa: E402  (one-line argument errors, path checks)
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(ROOT, "tests", "harness"))
@@ -109,7 +112,7 @@ def run_one(a, d, fault, opts, ref, np_, env, rng):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = example_args.Parser()
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "examples", "train_mlp"))
@@ -122,6 +125,7 @@ def main():
     ap.add_argument("--summary", help="write the per-kind table and the runs as JSON here")
     ap.add_argument("--hosts-prefix", default="ftrt-c")
     a = ap.parse_args()
+    example_args.check_paths(ap, a, outputs=("summary",), inputs=("bin",))
     if a.hosts is not None:
         return hosts_campaign(a)
     kinds = KINDS + (SHARDED_KINDS if a.sharded is not None else [])

@@ -11,9 +11,12 @@ Usage: bench/coord_scale.py [--before BIN] [--after BIN] [--threads T] [--steady
 --before is optional (without it, only the after column is printed). Each run is bounded by
 --limit seconds (default 580). Exit status 0 when every run of --after passed.
 """
-import argparse
+import os
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+import example_args  # noqa: E402  (one-line argument errors, path checks)
 
 COLS = [  # (RESULT key, label, format)
     ("cpu", "coordinator CPU (cores)", "{:.3f}"),
@@ -67,7 +70,7 @@ def run(binary, n, args):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = example_args.Parser()
     ap.add_argument("--before")
     ap.add_argument("--after", required=True)
     ap.add_argument("--threads", type=int, default=2)
@@ -79,6 +82,7 @@ def main():
     ap.add_argument("--limit", type=int, default=580)
     ap.add_argument("sizes", type=int, nargs="+")
     args = ap.parse_args()
+    example_args.check_paths(ap, args, inputs=("before", "after"))
     rows = []
     ok = True
     for n in args.sizes:

@@ -12,7 +12,6 @@ Usage: bench/mttr_size.py [--sizes 4,16,64,256,1024] [--runs 3] [--bin build/exa
                           [--bin-old OTHER/train_mlp] [--json FILE]
 Prints a table (medians) and the ratio MTTR / memcpy. Not a test: figures only.
 """
-import argparse
 import json
 import os
 import signal
@@ -25,6 +24,8 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "harness"))
 import ftrt_harness as h  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+import example_args  # noqa: E402  (one-line argument errors, path checks)
 
 
 def hidden_for(mib):
@@ -66,13 +67,14 @@ def one_run(binary, mib, work):
 
 def main():
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = example_args.Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="4,16,64,256,1024")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--bin", default=os.path.join(root, "build", "examples", "train_mlp"))
     ap.add_argument("--bin-old", default=None)
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
+    example_args.check_paths(ap, a, outputs=("json",), inputs=("bin", "bin_old"))
     bins = [("new", a.bin)] + ([("old", a.bin_old)] if a.bin_old else [])
     work = tempfile.mkdtemp(prefix="ftrt-mttr-")
     rows = []

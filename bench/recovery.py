@@ -5,7 +5,6 @@ the injection time), MTTR and rework per run, then median/min/max. Not a test: f
 
 Usage: bench/recovery.py [--runs N] [--fault sigkill|sigstop] [--bin build/examples/train_mlp]
 """
-import argparse
 import os
 import signal
 import statistics
@@ -16,15 +15,18 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "harness"))
 import ftrt_harness as h  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+import example_args  # noqa: E402  (one-line argument errors, path checks)
 
 
 def main():
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = example_args.Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--fault", choices=["sigkill", "sigstop"], default="sigkill")
     ap.add_argument("--bin", default=os.path.join(root, "build", "examples", "train_mlp"))
     a = ap.parse_args()
+    example_args.check_paths(ap, a, inputs=("bin",))
     work = tempfile.mkdtemp(prefix="ftrt-bench-")
     sig = signal.SIGKILL if a.fault == "sigkill" else signal.SIGSTOP
     rows = []

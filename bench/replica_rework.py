@@ -21,7 +21,6 @@ Usage: bench/replica_rework.py [--size-mib 64] [--runs 3] [--every 5] [--ckpt-ev
                                [--json FILE]
 Not a test: figures only.
 """
-import argparse
 import json
 import os
 import signal
@@ -33,6 +32,8 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "harness"))
 import ftrt_harness as h  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+import example_args  # noqa: E402  (one-line argument errors, path checks)
 
 
 def hidden_for(mib):
@@ -66,7 +67,7 @@ def one_run(a, mode, every, work):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = example_args.Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size-mib", type=float, default=64)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--every", type=int, default=5)
@@ -78,6 +79,7 @@ def main():
                                                   "..", "build", "examples", "train_mlp"))
     ap.add_argument("--json")
     a = ap.parse_args()
+    example_args.check_paths(ap, a, outputs=("json",), inputs=("bin",))
     modes = [("off", -1), ("ckpt", 0), (f"every-{a.every}", a.every)]
     rows = []
     with tempfile.TemporaryDirectory(prefix="ftrt-replica-") as tmp:

@@ -17,12 +17,14 @@ median of the per-repetition ratios. Both use DDP's bucketing (25 MiB buckets, t
 1 MiB) and one torch thread per process. Python 3 standard library only; runs the example
 with /usr/bin/python3. Command lines: tests/harness/ftrt_harness.py.
 """
-import argparse
 import os
 import re
 import statistics
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+import example_args  # noqa: E402  (one-line argument errors, path checks)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True
@@ -94,7 +96,7 @@ def bench(name, c, a, env):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = example_args.Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--configs", default="example,mlp512,lm",
                     help=f"comma-separated, of {sorted(CONFIGS)}")
     ap.add_argument("--steps", type=int, help="override the configs' step counts")
@@ -104,6 +106,7 @@ def main():
                                                     os.path.join(REPO, "build", "libftrt.so")))
     ap.add_argument("--work", default="/tmp/ftrt-torch-overhead")
     a = ap.parse_args()
+    example_args.check_paths(ap, a, dirs=("work",), inputs=("lib",))
     os.makedirs(a.work, exist_ok=True)
     env = ftrt_harness.job_env({"FTRT_LIB": os.path.abspath(a.lib),
                                 "PYTHONDONTWRITEBYTECODE": "1"})

@@ -4,15 +4,25 @@
 # SIGKILL (chosen from the status file); the spare takes its place in place, the job finishes,
 # and the coordinator prints its report (MTTD, MTTR, rework, goodput) and rank 0 the accuracy.
 # Installs missing Debian packages and builds ftrt first. Usage: examples/demo.sh [train_mlp flags]
+# (`build/examples/train_mlp --help` lists them; later flags override the demo's). The run's
+# files go to FTRT_DEMO_DIR (default demo-run/ at the repository root), emptied first.
 set -euo pipefail
+for a in "$@"; do
+  case $a in -h|--help) sed -n '2,9s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
+done
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+run=${FTRT_DEMO_DIR:-$root/demo-run}
+bad=$run
+while [ ! -e "$bad" ]; do bad=$(dirname "$bad"); done
+[ -d "$bad" ] || { echo "demo: FTRT_DEMO_DIR $run: $bad is not a directory" >&2; exit 2; }
 bash scripts/ensure-deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$(nproc)" --target train_mlp >/dev/null
+# the flags, checked before the job starts (train_mlp prints one line naming a bad one)
+build/examples/train_mlp "$@" --help >/dev/null || exit 2
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-run=${FTRT_DEMO_DIR:-$root/demo-run}
 rm -rf "$run" && mkdir -p "$run"
 export FTRT_FAULT_LOG=$run/faults.jsonl   # ground truth for the report's MTTD
 status=$run/ckpt/status.json

@@ -36,7 +36,6 @@ The replicated Python state: the scheduler (stepped by FaultTolerant.step()), th
 param_groups (the LR the scheduler set) and extra_state {"tokens": global tokens trained on},
 restored on recovery and from checkpoints; the end of the run prints them.
 """
-import argparse
 import math
 import os
 import statistics
@@ -45,6 +44,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "bindings", "python"))
+sys.path.insert(1, HERE)  # examples/example_args.py, also when loaded from another directory
+import example_args  # noqa: E402
 
 TEXT_DEFAULT = "/usr/share/common-licenses/GPL-3"
 DATA_SALT = 0x5EED  # the minibatch generator's seed is step_seed(seed + DATA_SALT, r, s)
@@ -53,7 +54,7 @@ M64 = (1 << 64) - 1
 
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(
+    ap = example_args.Parser(
         description="Data-parallel character-level transformer LM on Debian's GPL-3 text, "
                     "fault tolerant via ftrt (or torch.distributed gloo DDP with --backend "
                     "gloo).")
@@ -106,6 +107,8 @@ def parse_args(argv):
             or a.weight_decay < 0 or a.step_sleep_ms < 0 or a.bucket_mb <= 0:
         ap.error("out-of-range --dropout, --lr, --clip, --weight-decay, --step-sleep-ms or "
                  "--bucket-mb")
+    example_args.check_paths(ap, a, dirs=("ckpt_dir",), outputs=("report", "params_out"),
+                             inputs=("text",))
     return a
 
 

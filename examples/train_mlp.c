@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -118,7 +119,8 @@ static void usage(FILE *f)
 
 static int bad_value(const char *flag, const char *want, const char *got)
 {
-    fprintf(stderr, "train_mlp: --%s: expected %s, got '%s'\n", flag, want, got);
+    fprintf(stderr, "train_mlp: --%s: expected %s, got '%s' (see train_mlp --help)\n", flag, want,
+            got);
     return -1;
 }
 
@@ -225,7 +227,8 @@ static int parse_options(int argc, char **argv, options *o)
                    .seed = 1, .ckpt_every = 50, .data = DIGITS_DEFAULT_PATH, .hang_step = -1,
                    .hang_rank = -1, .slow_rank = -1, .error_step = -1, .error_rank = -1, .hold_ms = 1000};
     int c, rc = 0;
-    while (rc == 0 && (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    opterr = 0; /* one line of our own for an unknown option or a missing value */
+    while (rc == 0 && (c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
         case OPT_STEPS: rc = parse_i64("steps", optarg, 0, INT64_MAX / 2, &o->steps); break;
         case OPT_BATCH: rc = parse_size("batch", optarg, 1, BATCH_MAX, &o->batch); break;
@@ -256,7 +259,7 @@ static int parse_options(int argc, char **argv, options *o)
         case OPT_ERROR_RANK: rc = parse_i64("error-rank", optarg, 0, 1 << 20, &o->error_rank); break;
         case OPT_HOLD_STEP:
             if (o->nhold == 8) {
-                fprintf(stderr, "train_mlp: at most 8 --hold-at-step\n");
+                fprintf(stderr, "train_mlp: --hold-at-step: at most 8 of them\n");
                 return -1;
             }
             rc = parse_i64("hold-at-step", optarg, 0, INT64_MAX / 2, &o->hold_step[o->nhold++]);
@@ -267,15 +270,66 @@ static int parse_options(int argc, char **argv, options *o)
             rc = parse_i64("error-at-step", optarg, 0, INT64_MAX / 2, &o->error_step);
             break;
         case OPT_HELP: usage(stdout); return 1;
-        default: rc = -1; break; /* getopt_long printed the reason */
+        case ':':
+            fprintf(stderr, "train_mlp: %s needs a value (see train_mlp --help)\n",
+                    argv[optind - 1]);
+            rc = -1;
+            break;
+        default:
+            fprintf(stderr, "train_mlp: unknown option '%s' (see train_mlp --help)\n",
+                    argv[optind - 1]);
+            rc = -1;
+            break;
         }
     }
     if (rc == 0 && optind < argc) {
-        fprintf(stderr, "train_mlp: unexpected argument '%s'\n", argv[optind]);
+        fprintf(stderr, "train_mlp: unexpected argument '%s' (see train_mlp --help)\n",
+                argv[optind]);
         rc = -1;
     }
-    if (rc < 0) fprintf(stderr, "Try 'train_mlp --help'.\n");
     return rc;
+}
+
+/* The nearest existing path among path and its ancestors is a directory (is_dir) or, for a
+ * file to be written, path is not a directory and its nearest existing ancestor is one. Else a
+ * one-line message naming the option, printed by world rank 0 only (or when not under mpirun):
+ * every rank stops at once, before joining the job. Returns 0 or -1. */
+static int check_path(const char *flag, const char *path, int is_dir)
+{
+    char p[4096];
+    struct stat st;
+    snprintf(p, sizeof p, "%s", path);
+    int self = 1;
+    while (stat(p, &st) != 0) {
+        char *slash = strrchr(p, '/');
+        if (!slash) {
+            snprintf(p, sizeof p, ".");
+        } else if (slash == p) {
+            p[1] = '\0';
+        } else {
+            *slash = '\0';
+        }
+        self = 0;
+    }
+    const char *why = NULL;
+    if (!S_ISDIR(st.st_mode) && (is_dir || !self)) why = "is not a directory";
+    else if (S_ISDIR(st.st_mode) && self && !is_dir) why = "is a directory";
+    if (!why) return 0;
+    const char *wr = getenv("OMPI_COMM_WORLD_RANK");
+    if (!wr || strcmp(wr, "0") == 0) {
+        if (self) fprintf(stderr, "train_mlp: --%s %s: %s\n", flag, path, why);
+        else fprintf(stderr, "train_mlp: --%s %s: %s %s\n", flag, path, p, why);
+    }
+    return -1;
+}
+
+static int check_paths(const options *o)
+{
+    if (o->ckpt_dir && check_path("ckpt-dir", o->ckpt_dir, 1) < 0) return -1;
+    if (o->params_out && check_path("params-out", o->params_out, 0) < 0) return -1;
+    if (o->report && check_path("report", o->report, 0) < 0) return -1;
+    if (o->step_log && check_path("step-log", o->step_log, 0) < 0) return -1;
+    return 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -952,6 +1006,7 @@ int main(int argc, char **argv)
     options opt;
     int rc = parse_options(argc, argv, &opt);
     if (rc != 0) return rc > 0 ? 0 : 2;
+    if (check_paths(&opt) < 0) return 2;
 
     /* Load the data before joining the job, so that a missing file stops every process at
      * once with the same message instead of stranding the others in ftrt_init(). */

@@ -27,7 +27,6 @@ Parity instrumentation: --dump-grads DIR writes, for every step, each rank's loc
 and the averaged gradient the optimizer used (both flattened in parameter order, float32) to
 DIR/grads-rank<r>.f32 at offset step * 2 * n * 4 (a redone step overwrites its record).
 """
-import argparse
 import gzip
 import math
 import os
@@ -37,6 +36,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "bindings", "python"))
+sys.path.insert(1, HERE)  # examples/example_args.py, also when loaded from another directory
+import example_args  # noqa: E402
 
 DATA_DEFAULT = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz"
 SPLIT_SEED = 0x6469676974735F31  # examples/train_mlp.c: the split never depends on --seed
@@ -100,7 +101,7 @@ def minibatch_indices(seed, step, rank, n_train, batch):
 # ------------------------------------------------------------------------------------------
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(
+    ap = example_args.Parser(
         description="Data-parallel PyTorch MLP on the UCI digits, fault tolerant via ftrt "
                     "(or torch.distributed gloo DDP with --backend gloo).")
     ap.add_argument("--backend", choices=["ftrt", "gloo"], default="ftrt")
@@ -139,6 +140,8 @@ def parse_args(argv):
         ap.error("--lr must be > 0 and --momentum in [0, 1)")
     if a.ckpt_every < 0 or a.step_sleep_ms < 0 or a.bucket_mb <= 0:
         ap.error("--ckpt-every, --step-sleep-ms must be >= 0 and --bucket-mb > 0")
+    example_args.check_paths(ap, a, dirs=("ckpt_dir", "dump_grads"),
+                             outputs=("report", "params_out"), inputs=("data",))
     return a
 
 

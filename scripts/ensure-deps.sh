@@ -13,10 +13,12 @@ pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin liburing-dev l
       zlib1g-dev libjson-c-dev python3 python3-sklearn python3-pytest python3-numpy
       python3-torch python3-prometheus-client python3-matplotlib python3-pip python3-setuptools
       python3-wheel fio)
-if [ "${1:-}" = "--list" ]; then
-  printf '%s\n' "${pkgs[@]}"
-  exit 0
-fi
+case ${1:-} in
+  --list) printf '%s\n' "${pkgs[@]}"; exit 0 ;;
+  -h|--help) sed -n '2,7s/^# \{0,1\}//p' "$0"; exit 0 ;;
+  "") ;;
+  *) echo "ensure-deps: unknown argument $1 (see scripts/ensure-deps.sh --help)" >&2; exit 2 ;;
+esac
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

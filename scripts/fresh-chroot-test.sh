@@ -19,16 +19,23 @@ set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 dir=/var/tmp/ftrt-fresh-chroot keep=0 pytest=0
 tests='^(unit\.(python_deps|python_deps_selftest|version|errors|settings_table)|python\.pip|mpi\.reference|chaos\.ledger)$'
+bad() { echo "fresh-chroot-test: $* (see scripts/fresh-chroot-test.sh --help)" >&2; exit 2; }
 while [ $# -gt 0 ]; do
+  case $1 in
+    --dir|--tests) [ $# -ge 2 ] && [ -n "$2" ] || bad "$1 needs a value" ;;
+  esac
   case $1 in
     --dir) dir=$2; shift 2 ;;
     --keep) keep=1; shift ;;
     --tests) tests=$2; shift 2 ;;
     --pytest) pytest=1; shift ;;
     -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
-    *) echo "unknown argument: $1" >&2; exit 2 ;;
+    *) bad "unknown argument $1" ;;
   esac
 done
+p=$dir
+while [ ! -e "$p" ]; do p=$(dirname "$p"); done
+[ -d "$p" ] || bad "--dir $dir: $p is not a directory"
 [ "$(id -u)" -eq 0 ] || { echo "fresh-chroot-test: run as root" >&2; exit 1; }
 command -v debootstrap >/dev/null || apt-get install -y -qq debootstrap >/dev/null
 cache=${FTRT_CHROOT_CACHE:-/var/cache/ftrt-chroot}

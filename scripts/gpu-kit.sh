@@ -20,14 +20,18 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=$repo/gpukit
 check=1
+bad() { echo "gpu-kit: $* (see scripts/gpu-kit.sh --help)" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
-    --out) out=$2; shift 2 ;;
+    --out) [ $# -ge 2 ] && [ -n "$2" ] || bad "--out needs a value"; out=$2; shift 2 ;;
     --no-check) check=0; shift ;;
     -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
-    *) echo "gpu-kit: unknown argument $1" >&2; exit 2 ;;
+    *) bad "unknown argument $1" ;;
   esac
 done
+p=$out
+while [ ! -e "$p" ]; do p=$(dirname "$p"); done
+[ -d "$p" ] || bad "--out $out: $p is not a directory"
 limit=$((64 * 1024 * 1024))
 ma=x86_64-linux-gnu
 [ "$(dpkg --print-architecture)" = amd64 ] || { echo "gpu-kit: the GPU machine is x86-64: run this on an amd64 Debian" >&2; exit 1; }

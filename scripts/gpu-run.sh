@@ -25,14 +25,20 @@ kit=$repo/gpukit
 build=$repo/build-gpu
 budget=530
 arch=90
+bad() { echo "gpu-run: $* (see scripts/gpu-run.sh --help)" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
-    --kit) kit=$(cd "$2" && pwd) || exit 2; shift 2 ;;
+    --kit|--build|--budget|--arch) [ $# -ge 2 ] && [ -n "$2" ] || bad "$1 needs a value" ;;
+  esac
+  case $1 in
+    --kit) [ -d "$2" ] || bad "--kit $2: no such directory"; kit=$(cd "$2" && pwd); shift 2 ;;
     --build) build=$2; shift 2 ;;
-    --budget) budget=$2; shift 2 ;;
-    --arch) arch=$2; shift 2 ;;
+    --budget) [[ $2 =~ ^[0-9]+$ ]] || bad "--budget: expected seconds, got '$2'"
+              budget=$2; shift 2 ;;
+    --arch) [[ $2 =~ ^[0-9]+$ ]] || bad "--arch: expected a CUDA architecture (90), got '$2'"
+            arch=$2; shift 2 ;;
     -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
-    *) echo "gpu-run: unknown argument $1" >&2; exit 2 ;;
+    *) bad "unknown argument $1" ;;
   esac
 done
 t0=$(date +%s)

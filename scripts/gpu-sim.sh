@@ -20,9 +20,13 @@ while [ $# -gt 0 ]; do
   case $1 in
     --wheel-nccl) wheel=1; shift ;;
     -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -*) echo "gpu-sim: unknown option $1 (see scripts/gpu-sim.sh --help)" >&2; exit 2 ;;
     *) scratch=$1; shift ;;
   esac
 done
+p=$scratch
+while [ ! -e "$p" ]; do p=$(dirname "$p"); done
+[ -d "$p" ] || { echo "gpu-sim: SCRATCH $scratch: $p is not a directory" >&2; exit 2; }
 [ -f "$repo/gpukit/env.sh" ] || { echo "gpu-sim: no gpukit/: run scripts/gpu-kit.sh first" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "gpu-sim: needs root (unshare -m)" >&2; exit 1; }
 

@@ -8,7 +8,8 @@ The jobs, waits and kills are tests/harness/ftrt_harness.py's.
 Cases:
   reference   fault-free run; keeps DIR/reference.params for the other cases
   kill        SIGKILL a trainer mid-run: the hot spare takes its place, the job finishes and the
-              final parameters are byte-identical to the reference
+              final parameters are byte-identical to the reference; Open MPI's PMIx notice
+              after the kill does not reach the output (tools/ftrt-run leaves it out)
   kill2       two trainers SIGKILLed one after the other (logical ranks 0 and 3) with two
               spares: both replaced, result byte-identical
   hang        SIGSTOP a trainer: declared failed by heartbeat timeout, fenced, replaced; result
@@ -25,8 +26,10 @@ Cases:
   ckptenospc  the checkpoint file system fills up: those checkpoints fail, training goes on
   apperror    a trainer stops with an application error (ftrt_set_exit_code): the job ends
               promptly as failed, with that error, and no spare is spent on it
-  ckptnotdir  the checkpoint directory cannot be created (a regular file in its place): every
-              rank stops at ftrt_init with an error naming it, and the job exits non-zero
+  ckptnotdir  the checkpoint directory cannot be created (a regular file in its place): with
+              train_mlp --ckpt-dir, train_mlp stops before joining the job with a line naming
+              the option; with FTRT_CKPT_DIR, every rank stops at ftrt_init with an error
+              naming it; the job exits non-zero and ftrt-run's last line names the cause
 Exit 0 = pass, 1 = fail, 77 = skipped.
 """
 import os
@@ -88,6 +91,8 @@ def case_kill(args):
     job.inject(signal.SIGKILL, victim, "sigkill")
     rc = job.wait(180)
     check(rc == 0, f"job survives the kill and exits 0 (got {rc})")
+    check("PMIX ERROR: BAD-PARAM" not in job.out,
+          "Open MPI's harmless PMIx notice after the kill is left out of ftrt-run's output")
     rep = job.load_report()
     check(len(rep["failures"]) == 1, "one failure reported")
     f = rep["failures"][0]
@@ -295,13 +300,29 @@ def case_ckptnotdir(args):
                       status=os.path.join(d, "status.json"))
     with open(job.ckpt, "w") as f:  # a regular file where the checkpoint directory must go
         f.write("not a directory\n")
+    sub = os.path.join(job.ckpt, "sub")
+    # train_mlp --ckpt-dir under that file: train_mlp names its option before joining the job
+    i = job.cmd.index("--ckpt-dir")
+    job.cmd[i + 1] = sub
+    rc = job.start().wait(120)
+    check(rc != 0, f"--ckpt-dir: job exits non-zero (got {rc})")
+    check(f"train_mlp: --ckpt-dir {sub}: {job.ckpt} is not a directory" in job.out,
+          "train_mlp's error names --ckpt-dir, the path and the regular file")
+    check(job.out.rstrip().splitlines()[-1].startswith("ftrt-run: ") and "--ckpt-dir" in
+          job.out.rstrip().splitlines()[-1], "ftrt-run's last line names the cause")
+    # FTRT_CKPT_DIR: the library's own check at ftrt_init
+    del job.cmd[i:i + 2]
+    job.env["FTRT_CKPT_DIR"] = job.ckpt
     t0 = time.monotonic()
     rc = job.start().wait(120)
     took = time.monotonic() - t0
-    check(rc != 0, f"job exits non-zero (got {rc})")
+    check(rc != 0, f"FTRT_CKPT_DIR: job exits non-zero (got {rc})")
     check("cannot create the checkpoint directory" in job.out and job.ckpt in job.out,
           "the error names the directory")
     check("Not a directory" in job.out, "and the reason")
+    last = job.out.rstrip().splitlines()[-1]
+    check(last.startswith("ftrt-run: ") and "cannot create the checkpoint directory" in last,
+          f"ftrt-run's last line names the cause ({last})")
     check(took < 60, f"bounded exit ({took:.1f} s)")
     print(f"ckptnotdir: exit {rc} after {took:.1f} s")
 

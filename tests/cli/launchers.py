@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""ctest unit.launchers: every launcher and example of the tree answers --help and -h (exit 0,
+the usage on stdout) and a bad argument or path with one line on stderr that names the option
+or the path, a non-zero exit and no Python traceback. No MPI job is started: each bad input is
+refused before one would be (tools/ftrt-run's filter of Open MPI's PMIx notice is checked with
+a stand-in command that prints it; mpi.kill checks it after a real kill).
+
+Usage: launchers.py --bin BUILD/examples/train_mlp [-v]
+Exit 0 = pass, 1 = fail. Python 3 standard library only.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+PY = sys.executable
+NOTICE = ("[vm:4242] PMIX ERROR: BAD-PARAM in file ../../../src/event/"
+          "pmix_event_notification.c at line 1033")
+
+
+def launchers(train_mlp):
+    """(name, command prefix) of every launcher and example that users run."""
+    py = [(f, [PY, os.path.join(REPO, f)]) for f in (
+        "tools/ftrt-run", "tools/ftrt-chaos", "examples/train_torch.py", "examples/train_lm.py",
+        "bench/chaos_campaign.py", "bench/coord_scale.py", "bench/mttr_size.py",
+        "bench/recovery.py", "bench/replica_rework.py", "bench/torch_overhead.py")]
+    sh = [(f, ["bash", os.path.join(REPO, f)]) for f in (
+        "examples/demo.sh", "scripts/ensure-deps.sh", "scripts/fresh-chroot-test.sh",
+        "scripts/gpu-kit.sh", "scripts/gpu-run.sh", "scripts/gpu-sim.sh")]
+    return py + sh + [("train_mlp", [train_mlp])]
+
+
+def bad_inputs(cmd, train_mlp, f, d):
+    """(name, command, extra environment, strings the one line must hold). f: a regular file;
+    d: a directory."""
+    under = os.path.join(f, "ckpt")  # a checkpoint directory under a regular file
+    run, chaos = cmd["tools/ftrt-run"], cmd["tools/ftrt-chaos"]
+    plan = os.path.join(d, "plan.json")
+    with open(plan, "w") as fh:
+        fh.write('{"faults": [{"kind": "no-such-kind", "at_step": 1}]}')
+    cases = [
+        ("ftrt-run: demo-style --status under a regular file",
+         run + ["--status", os.path.join(under, "status.json"), "--", "true"], {},
+         ["--status", under, f"{f} is not a directory"]),
+        ("ftrt-run: FTRT_STATUS_FILE under a regular file", run + ["--", "true"],
+         {"FTRT_STATUS_FILE": os.path.join(under, "status.json")}, ["FTRT_STATUS_FILE", f]),
+        ("ftrt-run: --summary in a missing directory",
+         run + ["--summary", os.path.join(d, "no", "s.json"), "--", "true"], {}, ["--summary"]),
+        ("ftrt-run: unknown option", run + ["--bogus", "--", "true"], {}, ["--bogus"]),
+        ("ftrt-run: no command", run, {}, ["no command"]),
+        ("ftrt-run: --linger not a number", run + ["--linger", "x", "--", "true"], {},
+         ["--linger", "'x'"]),
+        ("ftrt-run: FTRT_RUN_TERM_GRACE_S not a number", run + ["--", "true"],
+         {"FTRT_RUN_TERM_GRACE_S": "soon"}, ["FTRT_RUN_TERM_GRACE_S"]),
+        ("ftrt-run: a command that does not exist", run + ["--", os.path.join(d, "nope")], {},
+         [os.path.join(d, "nope")]),
+        ("ftrt-run + train_mlp --ckpt-dir under a regular file",
+         run + ["--", train_mlp, "--ckpt-dir", under], {}, ["--ckpt-dir", under, f]),
+        ("ftrt-chaos: no command", chaos + ["--plan", plan], {}, ["no command"]),
+        ("ftrt-chaos: unknown option", chaos + ["--bogus", "--", "true"], {}, ["--bogus"]),
+        ("ftrt-chaos: --plan missing", chaos + ["--plan", os.path.join(d, "x.json"), "--",
+                                                "true"], {}, ["--plan", "x.json"]),
+        ("ftrt-chaos: --plan with an unknown kind", chaos + ["--plan", plan, "--", "true"], {},
+         ["--plan", "no-such-kind"]),
+        ("ftrt-chaos: --workdir under a regular file",
+         chaos + ["--workdir", under, "--", "true"], {}, ["--workdir", f]),
+        ("ftrt-chaos: --ckpt-dir under a regular file",
+         chaos + ["--workdir", d, "--ckpt-dir", under, "--", "true"], {}, ["--ckpt-dir", f]),
+        ("ftrt-chaos: --mtbf not a number", chaos + ["--mtbf", "x", "--", "true"], {},
+         ["--mtbf"]),
+        ("ftrt-chaos: --kinds unknown", chaos + ["--kinds", "zap", "--", "true"], {},
+         ["--kinds", "zap"]),
+        ("demo.sh: FTRT_DEMO_DIR under a regular file", cmd["examples/demo.sh"],
+         {"FTRT_DEMO_DIR": under}, ["FTRT_DEMO_DIR", f]),
+        ("train_mlp: --steps not a number", [train_mlp, "--steps", "x"], {}, ["--steps", "'x'"]),
+        ("train_mlp: unknown option", [train_mlp, "--bogus"], {}, ["--bogus"]),
+        ("train_mlp: --steps without a value", [train_mlp, "--steps"], {}, ["--steps"]),
+        ("train_mlp: --ckpt-dir under a regular file", [train_mlp, "--ckpt-dir", under], {},
+         ["--ckpt-dir", under, f]),
+        ("train_mlp: --params-out under a regular file",
+         [train_mlp, "--params-out", os.path.join(f, "p")], {}, ["--params-out", f]),
+        ("train_mlp: --report is a directory", [train_mlp, "--report", d], {}, ["--report", d]),
+    ]
+    for ex, data in (("examples/train_torch.py", "--data"), ("examples/train_lm.py", "--text")):
+        c = cmd[ex]
+        cases += [
+            (f"{ex}: --steps not a number", c + ["--steps", "x"], {}, ["--steps", "'x'"]),
+            (f"{ex}: {data} missing", c + [data, os.path.join(d, "none")], {}, [data, "none"]),
+            (f"{ex}: --ckpt-dir under a regular file", c + ["--ckpt-dir", under], {},
+             ["--ckpt-dir", f]),
+            (f"{ex}: --report is a directory", c + ["--report", d], {}, ["--report", d]),
+        ]
+    for name, c in cmd.items():
+        if name.startswith(("bench/", "scripts/")):
+            need = ["--after", "/bin/true", "1"] if name == "bench/coord_scale.py" else []
+            cases.append((f"{name}: unknown option", c + need + ["--bogus"], {}, ["--bogus"]))
+    cases.append(("bench/coord_scale.py: --after missing", cmd["bench/coord_scale.py"] + [
+        "--after", os.path.join(d, "none"), "1"], {}, ["--after", "none"]))
+    cases += [
+        ("bench/recovery.py: --bin missing", cmd["bench/recovery.py"] + [
+            "--bin", os.path.join(d, "none")], {}, ["--bin", "none"]),
+        ("bench/torch_overhead.py: --work under a regular file",
+         cmd["bench/torch_overhead.py"] + ["--work", under], {}, ["--work", f]),
+        ("scripts/gpu-run.sh: --kit missing", cmd["scripts/gpu-run.sh"] + [
+            "--kit", os.path.join(d, "none")], {}, ["--kit", "none"]),
+        ("scripts/gpu-run.sh: --budget without a value", cmd["scripts/gpu-run.sh"] + [
+            "--budget"], {}, ["--budget"]),
+        ("scripts/fresh-chroot-test.sh: --dir under a regular file",
+         cmd["scripts/fresh-chroot-test.sh"] + ["--dir", under], {}, ["--dir", f]),
+        ("scripts/gpu-kit.sh: --out under a regular file",
+         cmd["scripts/gpu-kit.sh"] + ["--out", under], {}, ["--out", f]),
+        ("scripts/gpu-sim.sh: SCRATCH under a regular file",
+         cmd["scripts/gpu-sim.sh"] + [under], {}, ["SCRATCH", f]),
+    ]
+    return cases
+
+
+def run(argv, env, cwd):
+    return subprocess.run(argv, env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **env),
+                          cwd=cwd, capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+
+
+def check_help(name, prefix, cwd):
+    """The problems of `prefix --help` and `prefix -h` (empty list when fine)."""
+    bad = []
+    for flag in ("--help", "-h"):
+        r = run(prefix + [flag], {}, cwd)
+        if r.returncode != 0 or not r.stdout.strip() or "Traceback" in r.stderr:
+            bad.append(f"{name} {flag}: exit {r.returncode}, stdout {len(r.stdout)} chars, "
+                       f"stderr {r.stderr.strip()[-300:]!r}")
+    return bad
+
+
+def check_bad(name, argv, env, want, cwd):
+    r = run(argv, env, cwd)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    missing = [w for w in want if not lines or w not in lines[0]]
+    if r.returncode == 0 or len(lines) != 1 or missing or "Traceback" in r.stderr:
+        return [f"{name}: exit {r.returncode}, stderr {r.stderr.strip()[-400:]!r}"
+                + (f" (does not name {missing})" if missing else "")]
+    return []
+
+
+def check_pmix_filter(run_cmd, cwd):
+    """ftrt-run leaves out exactly the PMIx notice and forwards every other line, in order,
+    and a partial last line."""
+    other = NOTICE.replace("line 1033", "line 1058")
+    script = (f"printf 'a\\n{NOTICE}\\nb\\n{other}\\n{NOTICE}\\nprompt> ' >&2; "
+              f"printf 'out\\n'")
+    r = run(run_cmd + ["--", "sh", "-c", script], {}, cwd)
+    lines = r.stderr.splitlines()
+    want = ["a", "b", other, "prompt> ftrt-run: the ftrt job ended without a final state in "
+            f"its status file; its last message: {other}; exiting 1"]
+    if lines != want or r.stdout != "out\n":
+        return [f"PMIx filter: stderr {lines!r}, stdout {r.stdout!r}; want stderr {want!r}"]
+    return []
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True, help="build/examples/train_mlp")
+    ap.add_argument("-v", action="store_true")
+    a = ap.parse_args()
+    cmd = dict(launchers(os.path.abspath(a.bin)))
+    problems = []
+    with tempfile.TemporaryDirectory(prefix="ftrt-launchers-") as d:
+        f = os.path.join(d, "a-file")
+        with open(f, "w") as fh:
+            fh.write("a regular file\n")
+        for name, prefix in cmd.items():
+            problems += check_help(name, prefix, d)
+        cases = bad_inputs(cmd, os.path.abspath(a.bin), f, d)
+        for name, argv, env, want in cases:
+            got = check_bad(name, argv, env, want, d)
+            problems += got
+            if a.v and not got:
+                print(f"  ok: {name}")
+        problems += check_pmix_filter(cmd["tools/ftrt-run"], d)
+    for p in problems:
+        print("FAIL:", p)
+    print(f"launchers: {len(cmd)} launchers' --help and -h, {len(cases)} bad inputs, the PMIx "
+          f"filter: {'all passed' if not problems else f'{len(problems)} problem(s)'}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""ftrt-chaos's fault plans: read from --plan (JSON), or drawn at random (--random), and when
+an entry's trigger is reached (see the usage in cli.py)."""
+import json
+
+from .common import HOST_KINDS, KINDS, SHARDED_KINDS, now, read_json
+
+
+class PlanError(Exception):
+    """A plan that cannot be used: its one-line message (exit status 2)."""
+
+
+def load(path):
+    """The fault entries of the plan file at path; raises PlanError."""
+    try:
+        with open(path) as f:
+            p = json.load(f)
+    except OSError as e:
+        raise PlanError(f"--plan {path}: {e.strerror}")
+    except ValueError as e:
+        raise PlanError(f"--plan {path}: not JSON ({e})")
+    plan = p.get("faults") if isinstance(p, dict) else p
+    if not isinstance(plan, list) or not all(isinstance(f, dict) for f in plan):
+        raise PlanError(f"--plan {path}: expected {{\"faults\": [{{\"kind\": ...}}, ...]}}")
+    bad = [f.get("kind") for f in plan if f.get("kind") not in KINDS + HOST_KINDS]
+    if bad:
+        raise PlanError(f"--plan {path}: unknown fault kind(s) {bad}; known: "
+                        f"{', '.join(KINDS + HOST_KINDS)}")
+    return plan
+
+
+def random_plan(a, rng):
+    """--random: --max-faults entries of the --kinds (default: every kind, the sharded ones
+    with --sharded only), at exponentially distributed times of mean --mtbf seconds."""
+    kinds = a.kinds.split(",") if a.kinds else \
+        [k for k in KINDS if a.sharded is not None or k not in SHARDED_KINDS]
+    t, plan = 0.0, []
+    for _ in range(a.max_faults):
+        t += rng.expovariate(1.0 / a.mtbf)
+        plan.append({"kind": rng.choice(kinds), "at_s": round(t, 3)})
+    return plan
+
+
+def trigger_ready(f, status, t_running):
+    """Entry f's trigger reached: the job runs and some trainer has done at_step steps, or
+    at_s seconds have passed since it runs (t_running)."""
+    st = read_json(status)
+    if not st or st.get("job") not in ("running",):
+        return False
+    if "at_step" in f:
+        return max((r["steps_done"] for r in st.get("ranks", []) if r["role"] == "trainer"),
+                   default=0) >= f["at_step"]
+    return now() - t_running >= f.get("at_s", 0)

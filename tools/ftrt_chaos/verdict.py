@@ -1,0 +1,411 @@
+"""ftrt-chaos's verdict: a table of checks (PASS/FAIL) after the last launch - the job
+finished, the parameters byte-identical to the reference, every injection judged against the
+job's report and the ground truth (see the usage in cli.py), nothing committed lost."""
+import json
+import os
+
+from .common import HOST_KINDS, TRAINER_LOSS, committed_steps, latest_step, now, read_json
+
+# kinds whose targets must each be detected as failed (judge_loss)
+LOSS_KINDS = ("kill-trainer", "hang-trainer", "kill-spare", "kill-during-ckpt",
+              "kill-two-trainers", "kill-beyond-spares", "kill-partners", "corrupt-replica")
+
+
+class Verdict:
+    """Mixin of Chaos (chaos.py): needs self.a, injections, launches, hosts, ckpt, work,
+    commit_history, status, report, fault_log, hb_timeout_s."""
+
+    def verdict(self, rc):
+        rows, ok = [], True
+
+        def check(name, passed, detail=""):
+            nonlocal ok
+            ok = ok and passed
+            rows.append((name, "PASS" if passed else "FAIL", detail))
+
+        check("job finished", rc == 0,
+              f"{len(self.launches)} launch(es), last exit {rc}")
+        if self.a.reference and self.a.params:
+            same = os.path.exists(self.a.params) and open(self.a.params, "rb").read() == \
+                open(self.a.reference, "rb").read()
+            check("parameters byte-identical to the reference", same, self.a.params)
+        for inj in self.injections:
+            self.judge(inj, check)
+        if self.hosts:
+            for i, ln in enumerate(self.launches):
+                took = ln.get("exit_after_last_rank_s")
+                sm = ln.get("summary") or {}
+                check(f"launch{i}: exit within {self.a.exit_bound_s:g} s of the last rank's exit",
+                      took is not None and took <= self.a.exit_bound_s,
+                      f"{took:.2f} s; mpirun " + (f"ended by ftrt-run ({sm.get('ended_mpirun')})"
+                                                  if sm.get("ended_mpirun") else "exited by itself")
+                      if took is not None else "no ftrt-run summary")
+                check(f"launch{i}: nothing left in the hosts", not ln.get("leftovers"),
+                      f"{ln.get('leftovers')}" if ln.get("leftovers") else "")
+        if self.ckpt:
+            self.check_commits(check)
+        print("\nftrt-chaos verdict")
+        w = max(len(r[0]) for r in rows)
+        for name, res, detail in rows:
+            print(f"  {name:<{w}}  {res}  {detail}")
+        print(f"  {'overall':<{w}}  {'PASS' if ok else 'FAIL'}", flush=True)
+        if self.a.json:
+            with open(self.a.json, "w") as f:
+                json.dump({"ok": ok, "rows": rows, "injections": self.injections,
+                           "launches": self.launches}, f, indent=1)
+        return 0 if ok else 1
+
+    def launch_report(self, i):
+        if i < len(self.launches) and self.launches[i]["report"]:
+            return read_json(self.launches[i]["report"])
+        return None
+
+    def launch_log(self, i):
+        if i < len(self.launches):
+            with open(self.launches[i]["log"], errors="replace") as f:
+                return f.read()
+        return ""
+
+    def judge(self, inj, check):
+        """The rows of one injection, by its kind."""
+        kind, li = inj["kind"], inj["launch"]
+        name = f"{kind} @launch{li}"
+        if "skipped" in inj:
+            check(name + " injected", False, inj["skipped"])
+            return
+        rep = self.launch_report(li) or {}
+        fails = rep.get("failures", [])
+        by_pid = {f["pid"]: f for f in fails}
+        if kind in LOSS_KINDS:
+            self.judge_loss(inj, check, name, fails, by_pid)
+        elif kind in HOST_KINDS:
+            self.judge_host(inj, check, name, rep, by_pid)
+        elif kind == "flip-bit":
+            self.judge_flip(inj, rep, fails, name, check)
+        elif kind in JUDGES:
+            JUDGES[kind](self, inj, check, name, rep, by_pid)
+
+    def judge_loss(self, inj, check, name, fails, by_pid):
+        """Killed or frozen ranks: each detected (with the reported and the true MTTD, MTTR);
+        under --sharded also where each recovered trainer's state came from."""
+        for t in inj["targets"]:
+            f = by_pid.get(t["pid"])
+            if f is None:
+                check(name + f" detected (w{t['world_rank']})", False, "not in the report")
+                continue
+            check(name + f" detected (w{t['world_rank']})", True, self.loss_detail(inj, t, f))
+            self.measure_loss(inj, t, f)
+        if self.a.sharded is not None and inj["kind"] in TRAINER_LOSS:
+            self.judge_state(inj, fails, by_pid, name, check)
+
+    def loss_detail(self, inj, t, f):
+        true_mttd = f["detected_at"] - inj["time"]
+        seen = t.get("seen_failed")
+        obs = f", seen failed after {(seen - inj['time']) * 1e3:.1f} ms" if seen else ""
+        det = (f"{f['kind']}: MTTD reported {f['mttd_s'] * 1e3:.1f} ms "
+               f"({f['mttd_source']}), ground truth {true_mttd * 1e3:.1f} ms{obs}")
+        if f.get("recovered"):
+            det += f", MTTR {f['mttr_s'] * 1e3:.1f} ms"
+            if inj.get("seen_resumed") and seen:
+                det += f" (seen {(inj['seen_resumed'] - seen) * 1e3:.1f} ms)"
+        elif f.get("role") == "trainer":
+            det += ", not recovered (job-level restart)"
+        if self.hosts:
+            det += f"; on {t.get('host')}" + (
+                f", spare w{f['spare_world_rank']} on {f.get('spare_host')}"
+                if f.get("recovered") and f.get("spare_world_rank", -1) >= 0 else "")
+        return det
+
+    def measure_loss(self, inj, t, f):
+        seen = t.get("seen_failed")
+        inj.setdefault("measured", []).append(
+            {"mttd_s": f["mttd_s"], "true_mttd_s": f["detected_at"] - inj["time"],
+             "mttr_s": f.get("mttr_s"), "detect_kind": f["kind"],
+             "recovered": f.get("recovered"), "cause": f.get("cause"),
+             "observed_mttd_s": (seen - inj["time"]) if seen else None,
+             "observed_mttr_s": (inj["seen_resumed"] - seen)
+             if seen and inj.get("seen_resumed") else None,
+             "state_from": f.get("state_from"), "replica_miss": f.get("replica_miss"),
+             "resume_step": f.get("resume_step"), "rework_steps": f.get("rework_steps")})
+
+    def judge_pause(self, inj, check, name, rep, by_pid):
+        hit = [t for t in inj["targets"] if t["pid"] in by_pid]
+        check(name + " not declared failed", not hit and bool(rep),
+              f"paused {inj.get('pause_ms')} ms")
+
+    def judge_hang_coordinator(self, inj, check, name, rep, by_pid):
+        left = inj.get("others_left_s")
+        check(name + ": every other rank left", left is not None and
+              left < self.a.coord_exit_s,
+              f"all left {left:.2f} s after the freeze" if left is not None else "some stayed")
+
+    def judge_kill_coordinator(self, inj, check, name, rep, by_pid):
+        li = inj["launch"]
+        end = self.launches[li]["t_end"] if li < len(self.launches) else now()
+        took = end - inj["time"]
+        check(name + ": every rank left promptly", took < self.a.coord_exit_s,
+              f"job ended {took:.2f} s after the kill")
+
+    def judge_damaged_shard(self, inj, check, name, rep, by_pid):
+        """Detected when a later restore refused the damaged step and fell back."""
+        li = inj["launch"]
+        later = "".join(self.launch_log(i) for i in range(li + 1, len(self.launches)))
+        step = inj.get("step")
+        seen = f"checkpoint step {step} is not usable" in later
+        relaunched = li + 1 < len(self.launches)
+        check(name + " detected at restore", seen or not relaunched,
+              "restore fell back" if seen else
+              ("no restore after it (latent)" if not relaunched else "restore used it"))
+
+    def judge_enospc(self, inj, check, name, rep, by_pid):
+        failed = (rep.get("checkpoints") or {}).get("failed", 0)
+        check(name + ": checkpoint failed cleanly, training went on", failed >= 1 and
+              self.launches[inj["launch"]]["rc"] == 0, f"{failed} checkpoint(s) failed")
+
+    def judge_state(self, inj, fails, by_pid, name, check):
+        """--sharded: where each trainer recovered in place took its state from (see the
+        docstring): the partner replicas in memory when its partner survived, the committed
+        checkpoint when the partner was lost with it or the replicas were corrupted."""
+        k, lay = self.a.sharded, inj.get("partners") or {}
+        n, s = lay.get("n", 0), lay.get("shift", 1)
+        log = self.launch_log(inj["launch"])
+        for t in inj["targets"]:
+            f = by_pid.get(t["pid"])
+            if f is None or t.get("role") != "trainer" or not f.get("recovered") or n < 2:
+                continue  # not in the report (already a failing row), or a job-level restart
+            lost = {g["logical_rank"] for g in fails if g.get("epoch") == f.get("epoch") and
+                    g.get("role") == "trainer" and g.get("recovered")}
+            holder = (f["logical_rank"] + s) % n
+            pair_lost = any((x + s) % n in lost for x in lost)
+            frm, miss = f.get("state_from"), f.get("replica_miss")
+            resume, rework = f.get("resume_step"), f.get("rework_steps") or 0
+            before = (resume or 0) + rework  # the most steps done at the failure
+            det = (f"l{f['logical_rank']} (holder l{holder}, lost in epoch {f.get('epoch')}: "
+                   f"{sorted(lost)}): state from {frm}"
+                   + (f" ({miss})" if miss else "") + f", resumed at step {resume}, rework "
+                   f"{rework} step(s)")
+            row = name + f" w{t['world_rank']}: state "
+            if inj["kind"] == "corrupt-replica":
+                crc = "fails its CRC32C" in log
+                check(row + "from the checkpoint (its replica corrupted)",
+                      frm == "checkpoint" and miss == "lost_image_not_held" and crc,
+                      det + ("; the CRC32C failure logged" if crc else "; no CRC32C failure "
+                             "logged"))
+            elif pair_lost:
+                latest = lay.get("latest")
+                ok = frm == "checkpoint" and miss == "lost_image_not_held" and \
+                    resume is not None and (latest is None or resume >= latest)
+                check(row + "from the checkpoint (its partner lost too)", ok,
+                      det + f"; LATEST at the injection: step {latest}")
+            elif frm == "replica":
+                bound = k + 1 if k else None
+                check(row + "from the partner replica" +
+                      (f", rework <= {bound}" if bound else ""),
+                      bound is None or rework <= bound, det)
+            else:
+                in_refresh = bool(k) and frm == "checkpoint" and before % k == 0 and \
+                    miss in ("no_common_image", "lost_image_not_held")
+                check(row + "from the partner replica (or the checkpoint: struck during a "
+                      "refresh)", in_refresh,
+                      det + (f"; struck at step {before}, a refresh (every {k}): that image was "
+                             f"in flight" if in_refresh else ""))
+
+    def judge_flip(self, inj, rep, fails, name, check):
+        """flip-bit: detected as silent_data_corruption within FTRT_SDC_EVERY steps of the
+        flip (steps counted by the trainer itself); with 3+ trainers a majority names the
+        flipped rank, which is fenced and replaced; with 2 no rank is named and every member
+        rolls back to a verified checkpoint."""
+        t = inj["targets"][0]
+        k = (rep.get("sdc") or {}).get("every")
+        majority = rep.get("trainers", 0) >= 3
+        sdc = [f for f in fails if f["kind"] == "silent_data_corruption"]
+        f = next((f for f in sdc if f["world_rank"] == t["world_rank"]), None) if majority \
+            else (sdc[0] if sdc else None)
+        if f is None:
+            check(name + " detected", False,
+                  f"no silent_data_corruption{' naming w%d' % t['world_rank'] if majority else ''}"
+                  f" in the report ({len(sdc)} such failure(s))")
+            return
+        d = f["sdc"]
+        late = d["step_detected"] - inj["step"]
+        check(name + f" detected within FTRT_SDC_EVERY={k} steps",
+              k is not None and 0 <= late <= k,
+              f"bit {inj['bit']} at byte {inj['offset']} ({inj['before']:.6g} -> "
+              f"{inj['after']:.6g}) at step {inj['step']}, detected at step {d['step_detected']}; "
+              f"MTTD {f['mttd_s'] * 1e3:.1f} ms ({f['mttd_source']})")
+        mttr = f" MTTR {f['mttr_s'] * 1e3:.1f} ms," if f.get("recovered") else ""
+        back = (f" every member reloaded checkpoint step {d['rollback_checkpoint_step']}"
+                f" ({d.get('uncommitted_checkpoints', 0)} later one(s) un-committed)"
+                if d.get("rollback_checkpoint_step") is not None else " no verified checkpoint")
+        if majority:
+            check(name + f" names the corrupted rank (w{t['world_rank']})",
+                  d["majority"] and f["world_rank"] == t["world_rank"],
+                  f"majority of {rep.get('trainers')}")
+            check(name + " rank fenced and replaced", f.get("recovered") and
+                  f.get("spare_world_rank") is not None,
+                  f"hot spare w{f.get('spare_world_rank')},{mttr}{back}")
+        else:
+            check(name + " rolled back, no rank fenced", f["world_rank"] is None and
+                  f.get("recovered") and d.get("rollback_checkpoint_step") is not None,
+                  f"{rep.get('trainers')} replicas, no majority:{mttr}{back}")
+        inj.setdefault("measured", []).append(
+            {"mttd_s": f["mttd_s"], "true_mttd_s": f["detected_at"] - inj["time"],
+             "mttr_s": f.get("mttr_s"), "detect_kind": f["kind"], "recovered": f.get("recovered"),
+             "detect_steps": late, "observed_mttd_s": None, "observed_mttr_s": None})
+    def judge_host(self, inj, check, name, rep, by_pid):
+        """The rows of kill-host and partition-host (see the usage in cli.py)."""
+        kind, li, host = inj["kind"], inj["launch"], inj["host"]
+        name = f"{kind} {host} @launch{li}"
+        launch = self.launches[li] if li < len(self.launches) else {}
+        if inj["coordinator_host"]:
+            self.judge_coordinator_host(inj, check, name)
+            return
+        self.judge_host_detection(inj, check, name, by_pid)
+        trainers = [t for t in inj["targets"] if t["role"] == "trainer"]
+        if inj["covered"]:
+            fl = [by_pid.get(t["pid"]) for t in trainers]
+            ok = bool(fl) and None not in fl and all(
+                f.get("recovered") and f.get("spare_host") not in (None, host) for f in fl) and \
+                len({f.get("epoch") for f in fl}) == 1 and launch.get("rc") == 0
+            det = ", ".join(f"w{f['world_rank']} -> w{f.get('spare_world_rank')} on "
+                            f"{f.get('spare_host')}" for f in fl if f) + \
+                f"; epoch(s) {sorted({f.get('epoch') for f in fl if f})}"
+            check(name + f": its {len(trainers)} trainer(s) replaced by spares on other hosts "
+                  f"in one epoch", ok, det)
+        else:
+            ok = launch.get("rc", 0) != 0 and rep.get("status") == "failed" and \
+                rep.get("error") in ("FTRT_ENOSPARE", "FTRT_EABORT")
+            check(name + f": {len(trainers)} trainer(s), {inj['spares_elsewhere']} spare(s) "
+                  f"elsewhere: clean failure", ok,
+                  f"exit {launch.get('rc')}, report {rep.get('status')} {rep.get('error')}")
+            self.check_resume(li, check, name, host)
+        if kind == "partition-host":
+            self.judge_partition(inj, check, name, launch)
+
+    def judge_coordinator_host(self, inj, check, name):
+        """No report: the coordinator is gone; every other rank must leave by itself, and the
+        relaunch without the host resume."""
+        ex = [w.get("exited_at") for w in inj.get("watch", [])]
+        took = max(x - inj["time"] for x in ex) if ex and None not in ex else None
+        check(name + ": the coordinator's host; every other rank left",
+              took is not None and took < self.a.coord_exit_s,
+              f"{len(ex)} rank(s) left within {took:.2f} s (bound {self.a.coord_exit_s} s)"
+              if took is not None else "some stayed until the launch was ended")
+        self.check_resume(inj["launch"], check, name, inj["host"])
+
+    def judge_host_detection(self, inj, check, name, by_pid):
+        """Each rank of the host detected as lost with the host (connection_lost for a kill,
+        heartbeat_timeout for a cut), within the bound."""
+        cut, host = inj["kind"] == "partition-host", inj["host"]
+        want = "heartbeat_timeout" if cut else "connection_lost"
+        bound = self.hb_timeout_s + self.a.partition_margin_s if cut else self.a.kill_mttd_s
+        mttds = []
+        for t in inj["targets"]:
+            f = by_pid.get(t["pid"])
+            if f is None:
+                check(name + f" detected (w{t['world_rank']})", False, "not in the report")
+                continue
+            true_mttd = f["detected_at"] - inj["time"]
+            mttds.append(true_mttd)
+            ok = f["kind"] == want and f.get("cause") == "host_lost" and f.get("host") == host
+            det = (f"{t['role']}: {f['kind']}, cause {f.get('cause')}, host {f.get('host')}; MTTD "
+                   f"{true_mttd * 1e3:.1f} ms (ground truth; reported {f['mttd_s'] * 1e3:.1f} ms, "
+                   f"{f['mttd_source']})")
+            if f.get("recovered"):
+                det += (f", MTTR {f['mttr_s'] * 1e3:.1f} ms, spare w{f['spare_world_rank']} on "
+                        f"{f.get('spare_host')}")
+            check(name + f" detected (w{t['world_rank']})", ok, det)
+            inj.setdefault("measured", []).append(
+                {"mttd_s": f["mttd_s"], "true_mttd_s": true_mttd, "mttr_s": f.get("mttr_s"),
+                 "detect_kind": f["kind"], "cause": f.get("cause"), "recovered": f.get("recovered"),
+                 "role": t["role"], "host": host, "spare_host": f.get("spare_host"),
+                 "epoch": f.get("epoch")})
+        check(name + " MTTD within bound", bool(mttds) and max(mttds) <= bound,
+              f"worst {max(mttds) * 1e3:.1f} ms, bound {bound * 1e3:.0f} ms" if mttds else
+              "nothing detected")
+
+    def judge_partition(self, inj, check, name, launch):
+        limit = self.hb_timeout_s + self.a.partition_exit_s
+        sm = launch.get("summary") or {}
+        end = sm.get("t_mpirun_exit") or launch.get("t_end") or now()  # ftrt-run's kills: after
+        ex = [(w["world_rank"], w.get("exited_at")) for w in inj.get("watch", [])]
+        ok = bool(ex) and all(x is not None and x - inj["time"] <= limit and x <= end
+                              for _, x in ex)
+        check(name + ": the partitioned ranks gave up by themselves", ok,
+              ", ".join(f"w{w} left {x - inj['time']:.2f} s after the cut" if x is not None
+                        else f"w{w} never left" for w, x in ex) + f" (bound {limit:.1f} s)")
+        if "writes_after_cut" not in inj:
+            check(name + ": the partitioned side wrote nothing that counts", True,
+                  f"not checked: write watch {inj.get('write_watch', 'missing')}")
+            return
+        committed = set(committed_steps(self.ckpt)) if self.ckpt else set()
+        committed |= {s for t, s in self.commit_history if t >= inj["time"]}
+        special = [p for p in (self.status, self.report, self.a.params, self.fault_log) if p]
+        bad = []
+        for path, pid in inj["writes_after_cut"]:
+            base = os.path.basename(path)
+            if any(path == p or path.startswith(p + ".tmp.") for p in special) or \
+                    base.startswith(("MANIFEST", "LATEST")):
+                bad.append(f"{path} (pid {pid})")
+            elif self.ckpt and path.startswith(self.ckpt + "/step-"):
+                step = path[len(self.ckpt) + 6:].split("/")[0]
+                if step.isdigit() and int(step) in committed:
+                    bad.append(f"{path} (pid {pid}, step committed)")
+        n = len(inj["writes_after_cut"])
+        check(name + ": the partitioned side wrote nothing that counts",
+              not bad and not inj.get("write_watch_overflow"),
+              ("; ".join(bad) if bad else f"{n} file(s) written after the cut, none committed"
+               + (": " + ", ".join(sorted({os.path.relpath(p, self.work) if p.startswith(
+                   self.work) else p for p, _ in inj["writes_after_cut"]}))[:200] if n else ""))
+              + (" (fanotify queue overflowed)" if inj.get("write_watch_overflow") else ""))
+        cpid = inj.get("coordinator_pid")
+        w = inj.get("special_writers", {})
+        ws = set(w.get("status", [])) | set(w.get("report", []))
+        check(name + ": status file and report written by the coordinator only",
+              ws <= {cpid} and not set(w.get("params", [])) & set(inj.get("host_pids", [])),
+              f"writers since the cut: status {w.get('status')}, report {w.get('report')} "
+              f"(coordinator pid {cpid})")
+
+    def check_resume(self, li, check, name, host):
+        """The relaunch after launch li ran without `host` and resumed from launch li's last
+        committed step."""
+        if li + 1 >= len(self.launches):
+            check(name + ": relaunched without the host", False, "no relaunch (--relaunch?)")
+            return
+        k = self.launches[li].get("latest")
+        nxt = self.launches[li + 1]
+        log = self.launch_log(li + 1)
+        without = host not in nxt.get("hosts", [])
+        ok = without and (f"resumed at step {k}\n" in log if k is not None
+                          else "resumed at step" not in log)
+        check(name + f": relaunch without {host} resumed at step {k if k is not None else 0}",
+              ok, f"launch{li + 1} on {', '.join(nxt.get('hosts', []))}, exit {nxt['rc']}")
+
+    def check_commits(self, check):
+        steps = committed_steps(self.ckpt)
+        latest = latest_step(self.ckpt)
+        good = latest is not None and latest in steps
+        if good:
+            d = os.path.join(self.ckpt, f"step-{latest}")
+            man = read_json(os.path.join(d, "MANIFEST")) or {}
+            for s in man.get("shards", []):
+                p = os.path.join(d, s["file"])
+                good = good and os.path.exists(p) and os.path.getsize(p) == s["bytes"]
+        check("LATEST names a complete committed checkpoint", good, f"LATEST step {latest}")
+        # Within a launch LATEST never goes back, except to fall back from a damaged step or
+        # after silent data corruption (checkpoints taken after the last agreement of the
+        # replicas are un-committed on purpose).
+        regress = [(a, b) for (_, a), (_, b) in zip(self.commit_history, self.commit_history[1:])
+                   if b < a]
+        damaged = any(i["kind"] in ("corrupt-shard", "truncate-shard", "flip-bit")
+                      for i in self.injections)
+        check("no committed step lost", not regress or damaged,
+              f"LATEST history {[s for _, s in self.commit_history][:12]}")
+
+
+JUDGES = {"pause-trainer": Verdict.judge_pause,
+          "hang-coordinator": Verdict.judge_hang_coordinator,
+          "kill-coordinator": Verdict.judge_kill_coordinator,
+          "corrupt-shard": Verdict.judge_damaged_shard,
+          "truncate-shard": Verdict.judge_damaged_shard,
+          "enospc": Verdict.judge_enospc}
