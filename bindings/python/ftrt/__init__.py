@@ -94,13 +94,15 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """ftrt.FaultTolerant: imports ftrt.pytorch (and torch) on first use (PEP 562). Raises
-    ImportError when torch is missing, AttributeError for any other unknown name."""
-    if name == "FaultTolerant":
-        from .pytorch import FaultTolerant
-        return FaultTolerant
-    raise AttributeError(f"module 'ftrt' has no attribute {name!r}")
+if not TYPE_CHECKING:  # a type checker sees the import above, and no catch-all __getattr__
+    def __getattr__(name: str) -> Any:
+        """ftrt.FaultTolerant: imports ftrt.pytorch (and torch) on first use (PEP 562).
+        Raises ImportError when torch is missing, AttributeError for any other unknown
+        name."""
+        if name == "FaultTolerant":
+            from .pytorch import FaultTolerant
+            return FaultTolerant
+        raise AttributeError(f"module 'ftrt' has no attribute {name!r}")
 
 
 class Request:
