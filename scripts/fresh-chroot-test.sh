@@ -10,7 +10,8 @@
 #   scripts/fresh-chroot-test.sh [--dir DIR] [--keep] [--tests REGEX] [--pytest]
 #     --dir DIR      the chroot (default /var/tmp/ftrt-fresh-chroot; emptied first)
 #     --keep         leave the chroot in place at the end (default: removed)
-#     --tests REGEX  ctest -R REGEX (default: the dependency, version and packaging checks,
+#     --tests REGEX  ctest -R REGEX (default: the dependency, version, type and packaging
+#                    checks (python.wheel: `pip install .` from PyPI in a venv),
 #                    the binding's pytest suite and one MPI job per kind of dependency)
 #     --pytest       run tests/python as a whole too (python.pytest: minutes of MPI jobs)
 # The base system tarball and the downloaded .deb files are cached in /var/cache/ftrt-chroot
@@ -18,14 +19,14 @@
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 dir=/var/tmp/ftrt-fresh-chroot keep=0 pytest=0
-tests='^(unit\.(python_deps|python_deps_selftest|version|errors|settings_table)|python\.pip|mpi\.reference|chaos\.ledger)$'
+tests='^(unit\.(python_deps|python_deps_selftest|python_types|version|errors|settings_table)|python\.(lookup|wheel)|mpi\.reference|chaos\.ledger)$'
 while [ $# -gt 0 ]; do
   case $1 in
     --dir) dir=$2; shift 2 ;;
     --keep) keep=1; shift ;;
     --tests) tests=$2; shift 2 ;;
     --pytest) pytest=1; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
