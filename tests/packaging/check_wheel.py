@@ -101,7 +101,8 @@ def main():
     t0 = time.monotonic()
     r = run([vpip, "install", src], env=clean_env(CMAKE_BUILD_PARALLEL_LEVEL="2"), cwd=work,
             timeout=900)
-    check(f"Successfully installed ftrt-{a.version}" in r.stdout,
+    check("Building wheel for ftrt (pyproject.toml)" in r.stdout and
+          f"Successfully installed ftrt-{a.version}" in r.stdout,
           f"pip install . built and installed ftrt {a.version} in "
           f"{time.monotonic() - t0:.0f} s")
 
