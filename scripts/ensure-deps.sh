@@ -8,11 +8,12 @@
 set -euo pipefail
 # build; MPI; io_uring; unit tests; checkpoints; the report; Python: the demo's data set
 # (python3-sklearn), the tests, the PyTorch binding, the OpenMetrics check, the plot
-# (ftrt.plot), `pip install bindings/python` (ctest python.pip); fio: bench/ftrt-bench-ckpt.
+# (ftrt.analysis.plot), `python3 -m venv` + `pip install .` (python3-venv, python3-pip; ctest
+# python.wheel), the type checker (mypy: ctest unit.python_types); fio: bench/ftrt-bench-ckpt.
 pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin liburing-dev libcmocka-dev
       zlib1g-dev libjson-c-dev python3 python3-sklearn python3-pytest python3-numpy
-      python3-torch python3-prometheus-client python3-matplotlib python3-pip python3-setuptools
-      python3-wheel fio)
+      python3-torch python3-prometheus-client python3-matplotlib python3-pip python3-venv mypy
+      fio)
 case ${1:-} in
   --list) printf '%s\n' "${pkgs[@]}"; exit 0 ;;
   -h|--help) sed -n '2,7s/^# \{0,1\}//p' "$0"; exit 0 ;;

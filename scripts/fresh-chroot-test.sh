@@ -10,7 +10,8 @@
 #   scripts/fresh-chroot-test.sh [--dir DIR] [--keep] [--tests REGEX] [--pytest]
 #     --dir DIR      the chroot (default /var/tmp/ftrt-fresh-chroot; emptied first)
 #     --keep         leave the chroot in place at the end (default: removed)
-#     --tests REGEX  ctest -R REGEX (default: the dependency, version and packaging checks,
+#     --tests REGEX  ctest -R REGEX (default: the dependency, version, type and packaging
+#                    checks (python.wheel: `pip install .` from PyPI in a venv),
 #                    the binding's pytest suite and one MPI job per kind of dependency)
 #     --pytest       run tests/python as a whole too (python.pytest: minutes of MPI jobs)
 # The base system tarball and the downloaded .deb files are cached in /var/cache/ftrt-chroot
@@ -18,7 +19,7 @@
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 dir=/var/tmp/ftrt-fresh-chroot keep=0 pytest=0
-tests='^(unit\.(python_deps|python_deps_selftest|version|errors|settings_table)|python\.pip|mpi\.reference|chaos\.ledger)$'
+tests='^(unit\.(python_deps|python_deps_selftest|python_types|version|errors|settings_table)|python\.(lookup|wheel)|mpi\.reference|chaos\.ledger)$'
 bad() { echo "fresh-chroot-test: $* (see scripts/fresh-chroot-test.sh --help)" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in

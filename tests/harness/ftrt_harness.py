@@ -81,8 +81,8 @@ class Skip(Exception):
 DEBIAN_MODULES = {
     "torch": "python3-torch", "numpy": "python3-numpy", "sklearn": "python3-sklearn",
     "pytest": "python3-pytest", "matplotlib": "python3-matplotlib",
-    "prometheus_client": "python3-prometheus-client", "setuptools": "python3-setuptools",
-    "pip": "python3-pip", "wheel": "python3-wheel",
+    "prometheus_client": "python3-prometheus-client", "pip": "python3-pip",
+    "mypy": "python3-mypy", "ensurepip": "python3-venv",
 }
 # The Debian package of each program the tests and benches run.
 DEBIAN_TOOLS = {
@@ -119,7 +119,7 @@ def need_module(name, debian_pkg=None, load=True):
     """Imports and returns Python module `name` (dotted names too), or missing_dep() with its
     Debian package (default: DEBIAN_MODULES of the top-level name). load=False: only checks
     that this interpreter can find it (for modules that another process imports, such as
-    setuptools), and returns None."""
+    ensurepip), and returns None."""
     import importlib
     import importlib.util
     try:

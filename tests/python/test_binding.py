@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import threading
 
 import pytest
@@ -95,7 +96,7 @@ def test_every_function_declared_with_the_header_types(path, table):
 
 
 def test_loaded_library_has_every_function_with_argtypes():
-    so = ftrt.lib()
+    so = _lib.lib()
     for name, (res, args) in _lib.PROTOTYPES.items():
         fn = getattr(so, name)
         assert fn.argtypes == args and fn.restype is res, name
@@ -104,7 +105,7 @@ def test_loaded_library_has_every_function_with_argtypes():
 
 def test_structs_accepted_by_the_init_functions():
     cfg = _lib.Config()
-    assert ftrt.lib().ftrt_config_init(ctypes.byref(cfg), ctypes.sizeof(cfg)) in (0, ftrt.ECONFIG)
+    assert _lib.lib().ftrt_config_init(ctypes.byref(cfg), ctypes.sizeof(cfg)) in (0, ftrt.ECONFIG)
     assert cfg.size == ctypes.sizeof(_lib.Config), "library's sizeof(ftrt_config) differs"
     assert cfg.version == ftrt.version()[0]
     # Append-only: an older, smaller struct is accepted (here: one that ended before
@@ -112,19 +113,19 @@ def test_structs_accepted_by_the_init_functions():
     small = _lib.Config()
     ctypes.memset(ctypes.byref(small), 0x5a, ctypes.sizeof(small))
     old = _lib.Config.async_progress.offset
-    assert ftrt.lib().ftrt_config_init(ctypes.byref(small), old) in (0, ftrt.ECONFIG)
+    assert _lib.lib().ftrt_config_init(ctypes.byref(small), old) in (0, ftrt.ECONFIG)
     assert small.size == old and small.heartbeat_ms == cfg.heartbeat_ms
     assert small.async_progress == 0x5a5a5a5a  # past the size: not written
     big = (ctypes.c_char * (ctypes.sizeof(_lib.Config) + 8))()
-    assert ftrt.lib().ftrt_config_init(ctypes.cast(big, ctypes.POINTER(_lib.Config)),
+    assert _lib.lib().ftrt_config_init(ctypes.cast(big, ctypes.POINTER(_lib.Config)),
                                        ctypes.sizeof(big)) == ftrt.EINVAL
-    assert ftrt.lib().ftrt_config_init(ctypes.byref(small), 7) == ftrt.EINVAL
+    assert _lib.lib().ftrt_config_init(ctypes.byref(small), 7) == ftrt.EINVAL
     bc = _lib.BucketConfig()
-    assert ftrt.lib().ftrt_bucket_config_init(ctypes.byref(bc), ctypes.sizeof(bc)) == 0
+    assert _lib.lib().ftrt_bucket_config_init(ctypes.byref(bc), ctypes.sizeof(bc)) == 0
     assert bc.size == ctypes.sizeof(_lib.BucketConfig)
     assert (bc.bucket_bytes, bc.first_bucket_bytes, bc.reverse, bc.average) == (25 << 20,
                                                                                1 << 20, 1, 1)
-    assert ftrt.lib().ftrt_bucket_config_init(ctypes.byref(bc), ctypes.sizeof(bc) - 1) == ftrt.EINVAL
+    assert _lib.lib().ftrt_bucket_config_init(ctypes.byref(bc), ctypes.sizeof(bc) - 1) == ftrt.EINVAL
 
 
 def test_struct_layouts_match_the_compiler(tmp_path):
@@ -174,7 +175,7 @@ def test_error_codes_match_the_header_and_the_library():
     for name, (code, cls) in _lib.ERRORS.items():
         assert ftrt.err_name(code) == name
         assert ftrt.strerror(code) and ftrt.strerror(code) != "UNKNOWN"
-        e = ftrt.error_for(code, "ftrt_x")
+        e = _lib.error_for(code, "ftrt_x")
         assert type(e) is cls and isinstance(e, ftrt.FtrtError)
         assert (e.code, e.name, e.message, e.call) == (code, name, ftrt.strerror(code), "ftrt_x")
         assert e.errno is None and name in str(e) and "ftrt_x" in str(e)
@@ -189,14 +190,14 @@ def test_error_codes_match_the_header_and_the_library():
 
 
 def test_errno_codes_and_check():
-    e = ftrt.error_for(-28)
+    e = _lib.error_for(-28)
     assert type(e) is ftrt.FtrtError and e.name == "ENOSPC" and e.errno == 28
-    assert ftrt.check(0) == 0 and ftrt.check(3) == 3
+    assert _lib.check(0) == 0 and _lib.check(3) == 3
     with pytest.raises(ftrt.FtrtRecover) as ei:
-        ftrt.check(ftrt.ERECOVER, "ftrt_allreduce")
+        _lib.check(ftrt.ERECOVER, "ftrt_allreduce")
     assert ei.value.code == -1001 and ei.value.call == "ftrt_allreduce"
     with pytest.raises(ftrt.FtrtNoSpare):
-        ftrt.check(ftrt.ENOSPARE)
+        _lib.check(ftrt.ENOSPARE)
     assert ftrt.err_name(-999999) == "UNKNOWN"
 
 
@@ -239,7 +240,7 @@ def test_version_is_the_cmake_project_version():
     assert ftrt.version() == want
     assert ftrt.__version__ == "%d.%d.%d" % want
     major = ctypes.c_int(-1)
-    code = ftrt.lib().ftrt_version(ctypes.byref(major), None, None)
+    code = _lib.lib().ftrt_version(ctypes.byref(major), None, None)
     assert major.value == want[0] and code == want[0] * 10000 + want[1] * 100 + want[2]
 
 
@@ -257,7 +258,7 @@ def test_last_error(monkeypatch):
 
 
 def test_null_handles_are_refused():
-    so = ftrt.lib()
+    so = _lib.lib()
     assert so.ftrt_rank(None) == ftrt.ESTATE
     assert so.ftrt_bucketer_wait_all(None) == ftrt.EINVAL
     assert so.ftrt_request_free(None) == 0
@@ -267,29 +268,29 @@ def test_null_handles_are_refused():
 def test_buffer_of():
     np = pytest.importorskip("numpy")
     a = np.zeros(10, dtype=np.float32)
-    addr, n, dt, dev = ftrt.buffer_of(a)
+    addr, n, dt, dev = _lib.buffer_of(a)
     assert (addr, n, dt, dev) == (a.ctypes.data, 40, ftrt.FLOAT32, "cpu")
-    assert ftrt.buffer_of(a, 8)[1] == 8
+    assert _lib.buffer_of(a, 8)[1] == 8
     with pytest.raises(ValueError):
-        ftrt.buffer_of(a, 41)
+        _lib.buffer_of(a, 41)
     with pytest.raises(ValueError):
-        ftrt.buffer_of(np.zeros((4, 4), dtype=np.float64)[:, 1])  # not contiguous
+        _lib.buffer_of(np.zeros((4, 4), dtype=np.float64)[:, 1])  # not contiguous
     c = (ctypes.c_double * 3)()
-    assert ftrt.buffer_of(c)[1:3] == (24, ftrt.FLOAT64)
-    assert ftrt.buffer_of(1234, 16) == (1234, 16, None, "cpu")
+    assert _lib.buffer_of(c)[1:3] == (24, ftrt.FLOAT64)
+    assert _lib.buffer_of(1234, 16) == (1234, 16, None, "cpu")
     with pytest.raises(ValueError):
-        ftrt.buffer_of(1234)
+        _lib.buffer_of(1234)
     with pytest.raises(TypeError):
-        ftrt.buffer_of("text")
+        _lib.buffer_of("text")
 
 
 @needs_torch
 def test_buffer_of_tensor():
     import torch
     t = torch.zeros(3, 5, dtype=torch.float64)
-    assert ftrt.buffer_of(t) == (t.data_ptr(), 120, ftrt.FLOAT64, "cpu")
+    assert _lib.buffer_of(t) == (t.data_ptr(), 120, ftrt.FLOAT64, "cpu")
     with pytest.raises(ValueError):
-        ftrt.buffer_of(t.t())
+        _lib.buffer_of(t.t())
 
 
 @needs_torch
@@ -349,3 +350,49 @@ def test_init_optimizer_state_refuses_python_scalar_state():
     m = torch.nn.Linear(3, 2)
     with pytest.raises(ValueError, match="step"):
         init_optimizer_state(torch.optim.RMSprop(m.parameters(), lr=0.01))
+
+
+PUBLIC_CLASSES = ("Context", "Config", "BucketConfig", "CkptStats", "Bucketer", "Request",
+                  "FtrtError", "FtrtRecover", "FtrtNoSpare")
+INTERNALS = ("lib", "load", "check", "error_for", "buffer_of")
+
+
+def test_public_api():
+    """ftrt's __all__ names the public API, every name of it exists, and the ctypes internals
+    are ftrt._lib's only; the package is typed (py.typed); every error class of ftrt.h is
+    public."""
+    missing = [n for n in ftrt.__all__ if not hasattr(ftrt, n)]
+    assert not missing, f"in __all__ but not defined: {missing}"
+    assert len(set(ftrt.__all__)) == len(ftrt.__all__), "duplicates in __all__"
+    for n in PUBLIC_CLASSES + ("init", "version", "lib_path", "FLOAT32", "ERECOVER"):
+        assert n in ftrt.__all__, n
+    for _, cls in _lib.ERRORS.values():
+        assert cls.__name__ in ftrt.__all__ and getattr(ftrt, cls.__name__) is cls
+    for n in INTERNALS:
+        assert not hasattr(ftrt, n), f"ftrt.{n} is an internal: ftrt._lib.{n} only"
+        assert callable(getattr(_lib, n))
+    assert "FaultTolerant" not in ftrt.__all__  # `from ftrt import *` must not need torch
+    assert os.path.exists(os.path.join(os.path.dirname(ftrt.__file__), "py.typed"))
+    with pytest.raises(AttributeError):
+        ftrt.no_such_name  # noqa: B018  (the module __getattr__ raises for unknown names)
+
+
+def test_import_does_not_import_torch():
+    """`import ftrt` and `from ftrt import *` neither import torch nor load libftrt; the first
+    use of ftrt.FaultTolerant imports ftrt.pytorch (when torch is installed)."""
+    code = ("import sys; sys.path.insert(0, %r)\n"
+            "import ftrt\nfrom ftrt import *\n"
+            "print('torch' in sys.modules, ftrt._lib._lib is not None)\n"
+            "try:\n    import torch\nexcept ImportError:\n    print('no torch'); sys.exit(0)\n"
+            "ft = ftrt.FaultTolerant\n"
+            "print(ft is sys.modules['ftrt.pytorch'].FaultTolerant)\n"
+            % os.path.join(REPO, "bindings", "python"))
+    r = subprocess.run([PYTHON_EXE, "-c", code], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.split("\n")
+    assert lines[0] == "False False", r.stdout
+    assert lines[1] in ("True", "no torch"), r.stdout
+
+
+PYTHON_EXE = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable

@@ -1,4 +1,4 @@
-"""ftrt.project (goodput at scale): the closed form against the discrete-event simulation of
+"""ftrt.analysis.project (goodput at scale): the closed form against the discrete-event simulation of
 the same model, the Young/Daly interval against the simulated waste, Daly's published
 figures, the failure-rate conversions, and the command line on a report. No libftrt, no MPI:
 also run alone by ctest unit.project."""
@@ -12,7 +12,7 @@ import pytest
 sys.dont_write_bytecode = True
 REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "bindings", "python"))
-from ftrt import project as P  # noqa: E402
+from ftrt.analysis import project as P  # noqa: E402
 
 pytest.importorskip("numpy")
 pytest.importorskip("matplotlib")

@@ -24,7 +24,10 @@ training job"):
 Errors: every negative return code is raised as FtrtError (``.code``, ``.name`` from
 ftrt_err_name(), ``.message`` from ftrt_strerror()); FTRT_ERECOVER as its subclass
 FtrtRecover, FTRT_ENOSPARE as FtrtNoSpare, and so on (ftrt._lib.ERRORS). -errno codes are
-plain FtrtError with ``.errno`` set.
+plain FtrtError with ``.errno`` set. Any call that needs libftrt loads it on first use and
+raises OSError when it cannot be found (ftrt._lib's docstring: FTRT_LIB, the library inside
+this package that ``pip install .`` puts there, then the loader, pkg-config, a source tree's
+build/).
 
 Buffers: wherever a function takes memory (`buf`), it accepts a contiguous CPU
 torch.Tensor, a C-contiguous writable numpy array, a ctypes array or structure, or an int
@@ -34,111 +37,109 @@ uses the memory directly: it must stay at the same address for as long as the C 
 final); the wrappers keep a reference to the object for that long.
 
 Threads: one application thread per context (the one that called init()), as in the C API.
+The module-level functions (version(), strerror(), ...) may be called from any thread.
+
+Public names: ``__all__``. ``FaultTolerant`` is ``ftrt.pytorch.FaultTolerant``, imported on
+first use of ``ftrt.FaultTolerant`` (importing ftrt does not import torch; it is not in
+``__all__``, so ``from ftrt import *`` does not need torch either). The ctypes internals
+(``lib()``, ``load()``, ``check()``, ``error_for()``, ``buffer_of()``, the prototypes) are in
+the private module ``ftrt._lib``. The analysis tools (no libftrt needed) are in
+``ftrt.analysis``: ``python3 -m ftrt.analysis.project`` and ``python3 -m ftrt.analysis.plot``
+(the ``ftrt-project`` and ``ftrt-plot`` scripts of a pip-installed package).
 """
 import ctypes
 import threading
 import weakref
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _lib
-from ._lib import (  # noqa: F401  (re-exported)
+from ._lib import (
     BucketConfig, CkptStats, Config, FtrtAborted, FtrtConfigError, FtrtCoordLost, FtrtCorrupt,
     FtrtCudaError, FtrtError, FtrtInvalid, FtrtMismatch, FtrtMPIError, FtrtNcclError,
     FtrtNoCheckpoint, FtrtNoDevice, FtrtNoSpare, FtrtNotSupported, FtrtProtocol, FtrtRecover,
-    FtrtState, FtrtTimeout, check, err_name, error_for, has_gpu_plane, last_error, lib,
-    lib_path, load, strerror, version,
+    FtrtState, FtrtTimeout, err_name, has_gpu_plane, last_error, lib_path, strerror, version,
     OK, DONE, SKIP_MPI_FINALIZE, SKIPPED,
     ERECOVER, ENOSPARE, ECOORD, EABORT, ECONFIG, ECORRUPT, ENOCKPT, EMISMATCH, EPROTO, EMPI,
     EINVAL, ESTATE, ETIMEDOUT, ENODEV, ECUDA, ENCCL, ENOTSUP,
     REGION_REPLICATED, REGION_SHARDED, REGION_DEVICE, FLOAT32, FLOAT64, INT64, SUM, MIN, MAX,
     CKPT_WAIT, CKPT_SKIP, CKPT_STAT_DIRECT, CKPT_STAT_FIXED, CKPT_STAT_STREAMING,
 )
-
+from ._lib import Buffer
+from ._lib import ESIZE as _ESIZE, buffer_of as _buffer_of, check as _check
+from ._lib import error_for as _error_for, lib as _clib
 
 # ftrt.__version__: this package's version, "major.minor.patch" -- project(VERSION) of the
 # top CMakeLists.txt, the number ftrt.h and libftrt carry too (tools/check-version keeps
 # ftrt/_version.py equal to it). Importing ftrt does not load libftrt; ftrt.version() is the
-# loaded library's (major, minor, patch), and load() warns when its major differs.
-from ._version import __version__  # noqa: E402,F401
+# loaded library's (major, minor, patch), and loading it warns when its major differs.
+from ._version import __version__
+
+if TYPE_CHECKING:
+    from .pytorch import FaultTolerant
+
+__all__ = [
+    "__version__", "init", "Context", "Config", "BucketConfig", "CkptStats", "Bucketer",
+    "Request",
+    "FtrtError", "FtrtRecover", "FtrtNoSpare", "FtrtCoordLost", "FtrtAborted",
+    "FtrtConfigError", "FtrtCorrupt", "FtrtNoCheckpoint", "FtrtMismatch", "FtrtProtocol",
+    "FtrtMPIError", "FtrtInvalid", "FtrtState", "FtrtTimeout", "FtrtNoDevice", "FtrtCudaError",
+    "FtrtNcclError", "FtrtNotSupported",
+    "version", "lib_path", "has_gpu_plane", "strerror", "err_name", "last_error",
+    "OK", "DONE", "SKIP_MPI_FINALIZE", "SKIPPED",
+    "ERECOVER", "ENOSPARE", "ECOORD", "EABORT", "ECONFIG", "ECORRUPT", "ENOCKPT", "EMISMATCH",
+    "EPROTO", "EMPI", "EINVAL", "ESTATE", "ETIMEDOUT", "ENODEV", "ECUDA", "ENCCL", "ENOTSUP",
+    "REGION_REPLICATED", "REGION_SHARDED", "REGION_DEVICE", "FLOAT32", "FLOAT64", "INT64",
+    "SUM", "MIN", "MAX", "CKPT_WAIT", "CKPT_SKIP", "CKPT_STAT_DIRECT", "CKPT_STAT_FIXED",
+    "CKPT_STAT_STREAMING",
+]
 
 
-_ESIZE = {FLOAT32: 4, FLOAT64: 8, INT64: 8}
-_DTYPE_NAMES = {"float32": FLOAT32, "float64": FLOAT64, "int64": INT64,
-                "torch.float32": FLOAT32, "torch.float64": FLOAT64, "torch.int64": INT64}
-
-
-def _is_tensor(obj):
-    return hasattr(obj, "data_ptr") and hasattr(obj, "element_size") and hasattr(obj, "device")
-
-
-def buffer_of(buf, nbytes=None):
-    """Resolves `buf` to (address, nbytes, ftrt dtype or None, device type str).
-
-    buf: a contiguous torch.Tensor (any device; the caller checks), a C-contiguous writable
-    numpy array, a ctypes array/structure, or an int address (then `nbytes` is required).
-    `nbytes`, when given for an object, may not exceed its size. Raises ValueError/TypeError."""
-    if isinstance(buf, int):
-        if nbytes is None or nbytes < 0:
-            raise ValueError("an int address needs nbytes >= 0")
-        return buf, int(nbytes), None, "cpu"
-    if _is_tensor(buf):
-        if not buf.is_contiguous():
-            raise ValueError("tensor is not contiguous: its memory is not one block")
-        size = buf.numel() * buf.element_size()
-        dtype = _DTYPE_NAMES.get(str(buf.dtype))
-        addr, dev = buf.data_ptr(), buf.device.type
-    elif hasattr(buf, "__array_interface__") and hasattr(buf, "ctypes"):
-        if not buf.flags["C_CONTIGUOUS"] or not buf.flags["WRITEABLE"]:
-            raise ValueError("numpy array must be C-contiguous and writable")
-        size, dtype = buf.nbytes, _DTYPE_NAMES.get(str(buf.dtype))
-        addr, dev = buf.ctypes.data, "cpu"
-    elif isinstance(buf, (ctypes.Array, ctypes.Structure, ctypes.Union)):
-        size, dtype = ctypes.sizeof(buf), None
-        addr, dev = ctypes.addressof(buf), "cpu"
-        if isinstance(buf, ctypes.Array):
-            dtype = {ctypes.c_float: FLOAT32, ctypes.c_double: FLOAT64,
-                     ctypes.c_int64: INT64}.get(buf._type_)
-    else:
-        raise TypeError(f"cannot take the memory of a {type(buf).__name__}: pass a tensor, a "
-                        f"numpy array, a ctypes object or an int address with nbytes")
-    if nbytes is not None:
-        if nbytes < 0 or nbytes > size:
-            raise ValueError(f"nbytes {nbytes} outside the object's {size} bytes")
-        size = int(nbytes)
-    return addr, size, dtype, dev
+if not TYPE_CHECKING:  # a type checker sees the import above, and no catch-all __getattr__
+    def __getattr__(name: str) -> Any:
+        """ftrt.FaultTolerant: imports ftrt.pytorch (and torch) on first use (PEP 562).
+        Raises ImportError when torch is missing, AttributeError for any other unknown
+        name."""
+        if name == "FaultTolerant":
+            from .pytorch import FaultTolerant
+            return FaultTolerant
+        raise AttributeError(f"module 'ftrt' has no attribute {name!r}")
 
 
 class Request:
     """One overlapped collective (ftrt_request *), from Context.allreduce_start().
 
-    The buffer must not be read or written until test() returns True or wait() returns.
-    free() it (or use it as a context manager) before Context.finalize(); finalize() also
-    frees requests still alive, waiting for them first."""
+    The buffer must not be read or written until test() returns True or wait() returns; the
+    request keeps a reference to it until then. free() it (or use it as a context manager)
+    before Context.finalize(); finalize() also frees requests still alive, waiting for them
+    first. Threads: the context's thread only (the one that called init())."""
 
-    def __init__(self, ctx, handle, keep):
+    def __init__(self, ctx: "Context", handle: Optional[int], keep: Any) -> None:
         self._ctx, self._h, self._keep = ctx, handle, keep
 
-    def test(self):
+    def test(self) -> bool:
         """True once complete (the result is in the buffer), False while in flight. Never
         blocks. Raises the request's error (FtrtRecover after an epoch change: the buffer is
-        unchanged)."""
-        return check(lib().ftrt_request_test(self._h), "ftrt_request_test") == 1
+        unchanged; FtrtNoSpare, FtrtCoordLost, FtrtAborted, FtrtMPIError), FtrtInvalid after
+        free()."""
+        return _check(_clib().ftrt_request_test(self._h), "ftrt_request_test") == 1
 
-    def wait(self):
-        """Blocks until the request is final; raises its error (codes of test())."""
-        check(lib().ftrt_request_wait(self._h), "ftrt_request_wait")
+    def wait(self) -> None:
+        """Blocks until the request is final; raises its error (the exceptions of test())."""
+        _check(_clib().ftrt_request_wait(self._h), "ftrt_request_wait")
 
-    def free(self):
-        """Releases a final request (idempotent). Raises FtrtState while in flight."""
+    def free(self) -> None:
+        """Releases a final request and drops the buffer's reference (idempotent). Raises
+        FtrtState while in flight."""
         if self._h:
-            check(lib().ftrt_request_free(self._h), "ftrt_request_free")
+            _check(_clib().ftrt_request_free(self._h), "ftrt_request_free")
             self._h, self._keep = None, None
 
-    def __enter__(self):
+    def __enter__(self) -> "Request":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         if self._h:
-            lib().ftrt_request_wait(self._h)
+            _clib().ftrt_request_wait(self._h)
             self.free()
 
 
@@ -148,67 +149,73 @@ class Bucketer:
     Per step: ready(i, buf) for every tensor as its gradient becomes available (each bucket's
     allreduce starts when its last tensor is ready and every earlier bucket has started), then
     wait_all(): every tensor then holds the mean (or the sum) over the trainers. After an
-    FtrtRecover: reset() (waits for started buckets), Context.recover(), redo the step."""
+    FtrtRecover: reset() (waits for started buckets), Context.recover(), redo the step.
+    Attributes: counts (elements per tensor), dtype (FLOAT32, FLOAT64 or INT64). Threads: the
+    context's thread only."""
 
-    def __init__(self, ctx, handle, counts, dtype):
+    def __init__(self, ctx: "Context", handle: Optional[int], counts: Sequence[int],
+                 dtype: int) -> None:
         self._ctx, self._h = ctx, handle
-        self.counts = list(counts)
+        self.counts: List[int] = list(counts)
         self.dtype = dtype
-        self._keep = [None] * len(self.counts)
+        self._keep: List[Any] = [None] * len(self.counts)
 
     @property
-    def handle(self):
+    def handle(self) -> Optional[int]:
         """The raw ftrt_bucketer * (int), for direct ctypes calls in hot loops."""
         return self._h
 
-    def ready(self, tensor, buf):
+    def ready(self, tensor: int, buf: Buffer) -> None:
         """Marks tensor `tensor` (0-based, registration order) ready at `buf` (counts[tensor]
-        elements of the bucketer's dtype; int address or an object as in buffer_of()). The
-        memory must stay valid and untouched until wait_all()/reset() returns. Raises
-        FtrtInvalid (bad index, already ready this step, too small a buffer) or the step's
-        first error (FtrtRecover, ...)."""
+        elements of the bucketer's dtype; an int address or an object, as in the module
+        docstring, "Buffers"). The memory must stay valid and untouched until
+        wait_all()/reset() returns (a reference is kept until then). Raises ValueError (too
+        small a buffer, non-contiguous), TypeError (no memory), IndexError (bad index),
+        FtrtInvalid (already ready this step) or the step's first error (FtrtRecover, ...)."""
         need = self.counts[tensor] * _ESIZE[self.dtype]
-        addr, size, _, _ = buffer_of(buf, None if not isinstance(buf, int) else need)
+        addr, size, _, _ = _buffer_of(buf, None if not isinstance(buf, int) else need)
         if size < need:
             raise ValueError(f"tensor {tensor}: buffer of {size} bytes, {need} needed")
         self._keep[tensor] = buf
-        check(lib().ftrt_bucketer_ready(self._h, tensor, addr), "ftrt_bucketer_ready")
+        _check(_clib().ftrt_bucketer_ready(self._h, tensor, addr), "ftrt_bucketer_ready")
 
-    def wait_all(self):
+    def wait_all(self) -> None:
         """Ends the step: waits for every bucket. Raises FtrtState when a tensor was not marked
         ready, FtrtRecover (some tensors may hold reduced and others local values: recover and
         redo the step), FtrtNoSpare/FtrtCoordLost/FtrtAborted, FtrtMPIError, ..."""
         try:
-            check(lib().ftrt_bucketer_wait_all(self._h), "ftrt_bucketer_wait_all")
+            _check(_clib().ftrt_bucketer_wait_all(self._h), "ftrt_bucketer_wait_all")
         finally:
             self._keep = [None] * len(self.counts)
 
-    def reset(self):
+    def reset(self) -> None:
         """Abandons this step: waits for started buckets (they fail promptly after an epoch
-        change) and clears the readiness."""
-        check(lib().ftrt_bucketer_reset(self._h), "ftrt_bucketer_reset")
+        change) and clears the readiness. Raises FtrtInvalid after free()."""
+        _check(_clib().ftrt_bucketer_reset(self._h), "ftrt_bucketer_reset")
         self._keep = [None] * len(self.counts)
 
     @property
-    def buckets(self):
+    def buckets(self) -> int:
         """Number of buckets (>= 1)."""
-        return check(lib().ftrt_bucketer_buckets(self._h), "ftrt_bucketer_buckets")
+        return _check(_clib().ftrt_bucketer_buckets(self._h), "ftrt_bucketer_buckets")
 
-    def pieces(self):
+    def pieces(self) -> int:
         """Number of pieces: the allreduces of a step (>= the number of buckets; a bucket
         larger than piece_bytes is reduced in several)."""
-        return check(lib().ftrt_bucketer_pieces(self._h), "ftrt_bucketer_pieces")
+        return _check(_clib().ftrt_bucketer_pieces(self._h), "ftrt_bucketer_pieces")
 
-    def bucket_of(self, tensor):
-        """The bucket of `tensor` (buckets are numbered in the order they start)."""
-        return check(lib().ftrt_bucketer_bucket_of(self._h, int(tensor)),
+    def bucket_of(self, tensor: int) -> int:
+        """The bucket of `tensor` (buckets are numbered in the order they start). Raises
+        FtrtInvalid for a bad index."""
+        return _check(_clib().ftrt_bucketer_bucket_of(self._h, int(tensor)),
                      "ftrt_bucketer_bucket_of")
 
-    def free(self):
-        """Frees the bucketer (idempotent); resets an unfinished step first."""
+    def free(self) -> None:
+        """Frees the bucketer (idempotent); resets an unfinished step first. Raises FtrtError
+        from ftrt_bucketer_free()."""
         if self._h:
-            lib().ftrt_bucketer_reset(self._h)
-            check(lib().ftrt_bucketer_free(self._h), "ftrt_bucketer_free")
+            _clib().ftrt_bucketer_reset(self._h)
+            _check(_clib().ftrt_bucketer_free(self._h), "ftrt_bucketer_free")
             self._h = None
 
 
@@ -218,44 +225,49 @@ class Context:
     is_trainer is True for a trainer (or a promoted hot spare): train as logical rank
     `rank` of `size`. False for the coordinator and for a spare that was never needed, once
     the job ended successfully: call finalize() and exit 0. Methods raise FtrtError
-    subclasses for negative codes; see each docstring for the codes ftrt.h documents."""
+    subclasses for negative codes; see each docstring for the codes ftrt.h documents.
+    Attributes: is_trainer, init_code (ftrt_init()'s return: 0 or DONE), thread (the ident of
+    the thread that called init(): the only one that may call the methods). A context owns
+    the references to the registered objects and to the requests and bucketers it made, until
+    finalize()."""
 
-    def __init__(self, handle, rc):
+    def __init__(self, handle: Optional[int], rc: int) -> None:
         self._h = handle
         self.init_code = rc
         self.is_trainer = rc == 0
         self.thread = threading.get_ident()
-        self._regions = {}
-        self._children = weakref.WeakSet()
+        self._regions: Dict[str, Any] = {}
+        self._children: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
     # -- identity -------------------------------------------------------------------------
     @property
-    def handle(self):
-        """The raw ftrt_ctx * (int), for direct ctypes calls."""
+    def handle(self) -> Optional[int]:
+        """The raw ftrt_ctx * (int; None after finalize()), for direct ctypes calls."""
         return self._h
 
     @property
-    def rank(self):
+    def rank(self) -> int:
         """Logical rank in [0, size) (raises FtrtState for non-trainers)."""
-        return check(lib().ftrt_rank(self._h), "ftrt_rank")
+        return _check(_clib().ftrt_rank(self._h), "ftrt_rank")
 
     @property
-    def size(self):
-        """Number of trainers N."""
-        return check(lib().ftrt_size(self._h), "ftrt_size")
+    def size(self) -> int:
+        """Number of trainers N (raises FtrtState for non-trainers)."""
+        return _check(_clib().ftrt_size(self._h), "ftrt_size")
 
     @property
-    def world_rank(self):
+    def world_rank(self) -> int:
         """World rank in MPI_COMM_WORLD."""
-        return check(lib().ftrt_world_rank(self._h), "ftrt_world_rank")
+        return _check(_clib().ftrt_world_rank(self._h), "ftrt_world_rank")
 
     @property
-    def epoch(self):
+    def epoch(self) -> int:
         """Current epoch (0 at start, +1 per membership change)."""
-        return check(lib().ftrt_epoch(self._h), "ftrt_epoch")
+        return _check(_clib().ftrt_epoch(self._h), "ftrt_epoch")
 
     # -- state regions and checkpoints ----------------------------------------------------
-    def register(self, name, buf, nbytes=None, flags=REGION_REPLICATED):
+    def register(self, name: str, buf: Buffer, nbytes: Optional[int] = None,
+                 flags: int = REGION_REPLICATED) -> int:
         """Registers memory as checkpointed and recovered state (ftrt_register()).
 
         name:   1..63 bytes (UTF-8), unique.  buf: see buffer_of(); a CUDA tensor adds
@@ -263,79 +275,84 @@ class Context:
         nbytes: bytes (default: the whole object).  flags: REGION_REPLICATED (default) or
                 REGION_SHARDED, optionally | REGION_DEVICE.
         The memory must stay at the same address while registered (a reference to `buf` is
-        kept). Returns the region index. Raises FtrtInvalid (bad name, duplicate),
-        FtrtNotSupported, FtrtState (not a trainer)."""
-        addr, size, _, dev = buffer_of(buf, nbytes)
+        kept until unregister() or finalize()). Returns the region index. Raises FtrtInvalid
+        (bad name, duplicate), FtrtNotSupported, FtrtState (not a trainer), ValueError
+        (non-contiguous, bad nbytes, memory on another device type), TypeError (no memory)."""
+        addr, size, _, dev = _buffer_of(buf, nbytes)
         if dev == "cuda":
             flags |= REGION_DEVICE
         elif dev != "cpu":
             raise ValueError(f"region {name!r}: memory on device type {dev!r} is not supported")
         bname = name.encode()
-        idx = check(lib().ftrt_register(self._h, bname, addr, size, flags), "ftrt_register")
+        idx = _check(_clib().ftrt_register(self._h, bname, addr, size, flags), "ftrt_register")
         self._regions[name] = buf
         return idx
 
-    def unregister(self, name):
-        """Removes region `name` (ftrt_unregister(); waits for a running snapshot)."""
-        check(lib().ftrt_unregister(self._h, name.encode()), "ftrt_unregister")
+    def unregister(self, name: str) -> None:
+        """Removes region `name` (ftrt_unregister(); waits for a running snapshot) and drops
+        the reference to its object. Raises FtrtInvalid (no such region), FtrtState."""
+        _check(_clib().ftrt_unregister(self._h, name.encode()), "ftrt_unregister")
         self._regions.pop(name, None)
 
-    def restore(self):
+    def restore(self) -> Tuple[bool, int]:
         """Loads the registered regions at start (ftrt_restore(), collective over trainers).
 
         Returns (restored, step): restored is True when state came from a checkpoint or, for a
         promoted spare, from a survivor; step is the step to resume at (0 on a fresh start).
         Raises FtrtRecover (call recover()), FtrtNoCheckpoint, FtrtMismatch, FtrtState, ..."""
         step = ctypes.c_int64(0)
-        rc = check(lib().ftrt_restore(self._h, ctypes.byref(step)), "ftrt_restore")
+        rc = _check(_clib().ftrt_restore(self._h, ctypes.byref(step)), "ftrt_restore")
         return rc == 1, step.value
 
-    def checkpoint(self, step):
+    def checkpoint(self, step: int) -> int:
         """Checkpoint of the state after `step` steps: returns once the snapshot is taken (the
         state may then be modified; the write and the commit go on in the background).
         Returns 0 or SKIPPED (FTRT_CKPT_POLICY=skip and staging busy). Raises FtrtRecover
         (nothing taken), -errno as FtrtError (this checkpoint failed, training may go on),
         FtrtNoSpare/FtrtCoordLost/FtrtAborted, FtrtInvalid, FtrtState."""
-        return check(lib().ftrt_checkpoint(self._h, int(step)), "ftrt_checkpoint")
+        return _check(_clib().ftrt_checkpoint(self._h, int(step)), "ftrt_checkpoint")
 
-    def checkpoint_start(self, step):
+    def checkpoint_start(self, step: int) -> int:
         """Starts the snapshot of checkpoint `step` and returns: the regions may be read but
         not modified until checkpoint_wait_snapshot(). Returns 0 or SKIPPED; raises as
         checkpoint()."""
-        return check(lib().ftrt_checkpoint_start(self._h, int(step)), "ftrt_checkpoint_start")
+        return _check(_clib().ftrt_checkpoint_start(self._h, int(step)), "ftrt_checkpoint_start")
 
-    def checkpoint_prepare(self):
+    def checkpoint_prepare(self) -> None:
         """Optional, after registering (e.g. after restore()): maps and faults in the staging
         memory for the registered regions and starts the checkpoint engine's threads, so that
         the first checkpoint does not pay for it (ftrt_checkpoint_prepare()). Raises
         FtrtInvalid, FtrtState (not a trainer), -EFBIG / -ENOMEM as FtrtError."""
-        check(lib().ftrt_checkpoint_prepare(self._h), "ftrt_checkpoint_prepare")
+        _check(_clib().ftrt_checkpoint_prepare(self._h), "ftrt_checkpoint_prepare")
 
-    def checkpoint_wait_snapshot(self):
-        """Returns once the running snapshot is complete (the regions may be modified)."""
-        check(lib().ftrt_checkpoint_wait_snapshot(self._h), "ftrt_checkpoint_wait_snapshot")
+    def checkpoint_wait_snapshot(self) -> None:
+        """Returns once the running snapshot is complete (the regions may be modified). Raises
+        FtrtRecover, -errno as FtrtError (the snapshot failed), FtrtState."""
+        _check(_clib().ftrt_checkpoint_wait_snapshot(self._h), "ftrt_checkpoint_wait_snapshot")
 
-    def checkpoint_wait_commit(self, step=-1, timeout_ms=-1):
+    def checkpoint_wait_commit(self, step: int = -1, timeout_ms: int = -1) -> int:
         """Waits until checkpoint `step` (-1: the newest started here) is decided, at most
         timeout_ms ms (-1: no limit). Returns 0 (committed) or SKIPPED; raises the failure
         (-errno as FtrtError, FtrtCorrupt), FtrtRecover (abandoned), FtrtTimeout, ..."""
-        return check(lib().ftrt_checkpoint_wait_commit(self._h, int(step), int(timeout_ms)),
+        return _check(_clib().ftrt_checkpoint_wait_commit(self._h, int(step), int(timeout_ms)),
                      "ftrt_checkpoint_wait_commit")
 
-    def checkpoint_stats(self):
-        """This rank's checkpoint statistics (CkptStats; .as_dict())."""
+    def checkpoint_stats(self) -> CkptStats:
+        """This rank's checkpoint statistics (CkptStats, a copy; .as_dict()). Raises
+        FtrtState (not a trainer), FtrtInvalid."""
         st = CkptStats()
-        check(lib().ftrt_checkpoint_stats(self._h, ctypes.byref(st), ctypes.sizeof(st)),
+        _check(_clib().ftrt_checkpoint_stats(self._h, ctypes.byref(st), ctypes.sizeof(st)),
               "ftrt_checkpoint_stats")
         return st
 
     # -- collectives ------------------------------------------------------------------------
-    def _coll_args(self, buf, count, dtype):
+    def _coll_args(self, buf: Buffer, count: Optional[int],
+                   dtype: Optional[int]) -> Tuple[int, int, int]:
         if isinstance(buf, int):
             if count is None or dtype is None:
                 raise ValueError("an int address needs count and dtype")
             return buf, int(count), dtype
-        addr, size, bdtype, dev = buffer_of(buf)
+        addr, size, bdtype, dev = _buffer_of(buf)
         if dev != "cpu":
             raise ValueError("ftrt's CPU collectives take host memory only")
         dtype = bdtype if dtype is None else dtype
@@ -347,28 +364,33 @@ class Context:
             raise ValueError(f"count {count} exceeds the buffer's {n} elements")
         return addr, count, dtype
 
-    def allreduce(self, buf, count=None, dtype=None, op=SUM):
+    def allreduce(self, buf: Buffer, count: Optional[int] = None, dtype: Optional[int] = None,
+                  op: int = SUM) -> None:
         """In-place blocking allreduce over the trainers (ftrt_allreduce()).
 
         buf: float32/float64/int64 memory (dtype inferred from a tensor or array; required
         with an int address); count: elements (default: all of buf); op: SUM, MIN or MAX.
         Bitwise deterministic for a fixed number of trainers. Raises FtrtRecover (buf
-        unchanged), FtrtNoSpare/FtrtCoordLost/FtrtAborted, FtrtInvalid, FtrtMPIError, ..."""
+        unchanged), FtrtNoSpare/FtrtCoordLost/FtrtAborted, FtrtInvalid, FtrtMPIError, ...;
+        ValueError (device memory, bad dtype, count beyond the buffer)."""
         addr, count, dtype = self._coll_args(buf, count, dtype)
-        check(lib().ftrt_allreduce(self._h, addr, count, dtype, op), "ftrt_allreduce")
+        _check(_clib().ftrt_allreduce(self._h, addr, count, dtype, op), "ftrt_allreduce")
 
-    def allreduce_start(self, buf, count=None, dtype=None, op=SUM):
+    def allreduce_start(self, buf: Buffer, count: Optional[int] = None,
+                        dtype: Optional[int] = None, op: int = SUM) -> Request:
         """Starts an in-place allreduce and returns a Request at once (ftrt_allreduce_start());
-        arguments as allreduce(). Raises FtrtRecover etc. when nothing could be started."""
+        arguments as allreduce(); the Request keeps a reference to `buf` until it is freed.
+        Raises as allreduce() when nothing could be started."""
         addr, count, dtype = self._coll_args(buf, count, dtype)
         h = ctypes.c_void_p()
-        check(lib().ftrt_allreduce_start(self._h, addr, count, dtype, op, ctypes.byref(h)),
+        _check(_clib().ftrt_allreduce_start(self._h, addr, count, dtype, op, ctypes.byref(h)),
               "ftrt_allreduce_start")
         req = Request(self, h.value, buf)
         self._children.add(req)
         return req
 
-    def bucketer(self, counts, dtype=FLOAT32, cfg=None):
+    def bucketer(self, counts: Sequence[int], dtype: int = FLOAT32,
+                 cfg: Optional[BucketConfig] = None) -> Bucketer:
         """A Bucketer for len(counts) tensors of counts[i] elements of `dtype`, in
         registration (forward) order (ftrt_bucketer_create()). cfg: BucketConfig (default
         BucketConfig.defaults(): 25 MiB buckets, first 1 MiB, reverse, average). Raises
@@ -377,72 +399,77 @@ class Context:
         arr = (ctypes.c_size_t * max(n, 1))(*[int(c) for c in counts])
         h = ctypes.c_void_p()
         cfgp = ctypes.byref(cfg) if cfg is not None else None
-        check(lib().ftrt_bucketer_create(self._h, arr, n, dtype, cfgp, ctypes.byref(h)),
+        _check(_clib().ftrt_bucketer_create(self._h, arr, n, dtype, cfgp, ctypes.byref(h)),
               "ftrt_bucketer_create")
         b = Bucketer(self, h.value, counts, dtype)
         self._children.add(b)
         return b
 
     # -- training loop ----------------------------------------------------------------------
-    def step_done(self, step):
+    def step_done(self, step: int) -> None:
         """Records that 0-based step `step` is complete (registered state reflects step + 1
         steps done). Cheap. Raises FtrtInvalid (step decreasing)."""
-        check(lib().ftrt_step_done(self._h, int(step)), "ftrt_step_done")
+        _check(_clib().ftrt_step_done(self._h, int(step)), "ftrt_step_done")
 
-    def set_job_info(self, total_steps=0, flops_per_step=0.0, peak_flops=0.0):
+    def set_job_info(self, total_steps: int = 0, flops_per_step: float = 0.0,
+                     peak_flops: float = 0.0) -> None:
         """For the goodput ledger: total steps (0 = unknown), model FLOPs one trainer does per
-        step (0 = unknown), peak FLOP/s of one rank (0 = keep FTRT_PEAK_FLOPS)."""
-        check(lib().ftrt_set_job_info(self._h, int(total_steps), float(flops_per_step),
+        step (0 = unknown), peak FLOP/s of one rank (0 = keep FTRT_PEAK_FLOPS). Raises
+        FtrtInvalid (negative values), FtrtState."""
+        _check(_clib().ftrt_set_job_info(self._h, int(total_steps), float(flops_per_step),
                                       float(peak_flops)), "ftrt_set_job_info")
 
-    def recover(self):
+    def recover(self) -> int:
         """After FtrtRecover: ftrt_recover() until the trainers are whole again (it is called
         again while it returns FTRT_ERECOVER, a failure folded into a newer epoch). Registered
         regions hold the resumed state on return. Returns the step to resume at. Raises
         FtrtNoSpare (exit non-zero; a relaunch resumes from the last committed checkpoint),
-        FtrtCoordLost, FtrtAborted, FtrtMPIError."""
+        FtrtCoordLost, FtrtAborted, FtrtMPIError, FtrtProtocol (no step to resume at)."""
         step = ctypes.c_int64(0)
         while True:
-            rc = lib().ftrt_recover(self._h, ctypes.byref(step))
+            rc = _clib().ftrt_recover(self._h, ctypes.byref(step))
             if rc != ERECOVER:
                 break
-        check(rc, "ftrt_recover")
+        _check(rc, "ftrt_recover")
         if step.value < 0:
-            raise error_for(EPROTO, "ftrt_recover")
+            raise _error_for(EPROTO, "ftrt_recover")
         return step.value
 
-    def set_exit_code(self, code):
+    def set_exit_code(self, code: int) -> None:
         """Records the error this trainer leaves the job with (ftrt_set_exit_code(); code is a
         negative -errno or ftrt code): the coordinator then ends the job as failed instead of
-        counting this trainer as finished. Call before finalize()."""
-        check(lib().ftrt_set_exit_code(self._h, int(code)), "ftrt_set_exit_code")
+        counting this trainer as finished. Call before finalize(). Raises FtrtInvalid
+        (code >= 0), FtrtState."""
+        _check(_clib().ftrt_set_exit_code(self._h, int(code)), "ftrt_set_exit_code")
 
-    def finalize(self):
+    def finalize(self) -> int:
         """Leaves the job (ftrt_finalize()); idempotent. Requests and bucketers still alive are
-        waited for and freed first. Returns 0, or SKIP_MPI_FINALIZE when the application
-        initialized MPI itself and must not call MPI_Finalize."""
+        waited for and freed first (their errors are dropped), and the references to
+        registered objects released. Returns 0, or SKIP_MPI_FINALIZE when the application
+        initialized MPI itself and must not call MPI_Finalize. Raises FtrtError from
+        ftrt_finalize() (the context is gone either way)."""
         if not self._h:
             return 0
         for child in list(self._children):
             try:
                 if isinstance(child, Request) and child._h:
-                    lib().ftrt_request_wait(child._h)
+                    _clib().ftrt_request_wait(child._h)
                 child.free()
             except FtrtError:
                 pass
         h, self._h = self._h, None
-        rc = check(lib().ftrt_finalize(h), "ftrt_finalize")
+        rc = _check(_clib().ftrt_finalize(h), "ftrt_finalize")
         self._regions.clear()
         return rc
 
-    def __enter__(self):
+    def __enter__(self) -> "Context":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.finalize()
 
 
-def init(cfg=None):
+def init(cfg: Optional[Config] = None) -> Context:
     """Joins the job (ftrt_init(); collective over MPI_COMM_WORLD; initializes MPI at
     MPI_THREAD_MULTIPLE unless the application did). cfg: a Config (default
     Config.from_env()).
@@ -455,10 +482,10 @@ def init(cfg=None):
     if cfg is None:
         cfg = Config.from_env()
     h = ctypes.c_void_p()
-    rc = lib().ftrt_init(ctypes.byref(cfg), ctypes.byref(h))
+    rc = _clib().ftrt_init(ctypes.byref(cfg), ctypes.byref(h))
     if rc < 0:
-        err = error_for(rc, "ftrt_init")
+        err = _error_for(rc, "ftrt_init")
         if h.value:
-            lib().ftrt_finalize(h.value)
+            _clib().ftrt_finalize(h.value)
         raise err
     return Context(h.value, rc)

@@ -1,24 +1,31 @@
-"""Low-level ctypes binding of libftrt: loading, struct mirrors, prototypes, error mapping.
+"""Low-level ctypes binding of libftrt: loading, struct mirrors, prototypes, error mapping,
+and the internals of the high-level API (lib(), load(), check(), error_for(), buffer_of()).
 
+Private: the public names are re-exported by ``ftrt`` (ftrt/__init__.py, its ``__all__``).
 Everything here mirrors include/ftrt.h (and, when the loaded library is libftrt_gpu,
-include/ftrt_gpu.h) one to one. The high-level API is in ftrt/__init__.py; use this module
-directly only for what the wrappers do not cover (``lib().ftrt_xxx(...)`` with the declared
-argtypes; every int-returning function returns the raw code, unchecked).
+include/ftrt_gpu.h) one to one. Use this module directly only for what the wrappers do not
+cover (``ftrt._lib.lib().ftrt_xxx(...)`` with the declared argtypes; every int-returning
+function returns the raw code, unchecked); it may change between minor versions.
 
 Finding libftrt (see candidates() and load()), first that loads wins:
   1. ``FTRT_LIB``: the path of the library (libftrt.so or libftrt_gpu.so); nothing else is
-     tried when it is set;
-  2. the installed library through the dynamic loader: ``libftrt.so.<major>`` (the soname of
+     tried when it is set (the tests set it; it also overrides a packaged library);
+  2. the library inside this package, ``ftrt/libftrt.so.<major>`` beside this file: what
+     ``pip install .`` at the repository root puts there (CMake through scikit-build-core,
+     pyproject.toml). It is loaded by its path, so it needs no RPATH, LD_LIBRARY_PATH or
+     ldconfig;
+  3. the installed library through the dynamic loader: ``libftrt.so.<major>`` (the soname of
      this package's major version; LD_LIBRARY_PATH, ld.so.cache, the default directories),
      then ``ctypes.util.find_library("ftrt")``;
-  3. ``pkg-config --variable=libdir ftrt`` (an install prefix on PKG_CONFIG_PATH, e.g. one that
+  4. ``pkg-config --variable=libdir ftrt`` (an install prefix on PKG_CONFIG_PATH, e.g. one that
      is not in ld.so.conf);
-  4. the build tree of the source tree this package lives in (``<repo>/build/libftrt.so``),
+  5. the build tree of the source tree this package lives in (``<repo>/build/libftrt.so``),
      when it is imported from ``bindings/python`` of a checkout.
-When none loads, OSError lists every candidate and why it failed. Open MPI's plugins
-(mca_*.so) are linked against libmpi's symbols without depending on it, so libmpi must be
-loaded with RTLD_GLOBAL before libftrt, or MPI_Init fails to load its components when ftrt is
-loaded from Python (a C program gets this for free from the dynamic linker).
+3 to 5 are for development trees and for a libftrt installed with ``cmake --install``. When
+none loads, OSError lists every candidate and why it failed. Open MPI's plugins (mca_*.so) are
+linked against libmpi's symbols without depending on it, so libmpi must be loaded with
+RTLD_GLOBAL before libftrt, or MPI_Init fails to load its components when ftrt is loaded from
+Python (a C program gets this for free from the dynamic linker).
 """
 import ctypes
 import ctypes.util
@@ -26,17 +33,13 @@ import os
 import shutil
 import subprocess
 import threading
+from typing import Any, Dict, List, Optional, Tuple, Type, TypeVar
 
 from ._version import __version__
 
-__all__ = [
-    "load", "lib", "lib_path", "candidates", "Config", "BucketConfig", "CkptStats", "FtrtError",
-    "FtrtRecover", "FtrtNoSpare", "FtrtCoordLost", "FtrtAborted", "FtrtConfigError",
-    "FtrtCorrupt", "FtrtNoCheckpoint", "FtrtMismatch", "FtrtProtocol", "FtrtMPIError",
-    "FtrtInvalid", "FtrtState", "FtrtTimeout", "FtrtNoDevice", "FtrtCudaError", "FtrtNcclError",
-    "FtrtNotSupported", "check", "error_for", "err_name", "strerror", "version", "last_error",
-    "PROTOTYPES", "GPU_PROTOTYPES", "ERRORS",
-]
+# A buffer argument: a contiguous torch.Tensor, a C-contiguous writable numpy array, a ctypes
+# array/structure, or an int address (see buffer_of()). Any: torch and numpy are optional.
+Buffer = Any
 
 # ----------------------------------------------------------------------------------------------
 # Return codes (FTRT_ERROR_MAP of ftrt.h: the positive results and the errors). tests/python
@@ -86,7 +89,7 @@ class FtrtError(Exception):
       call:    the C function that returned it (e.g. "ftrt_bucketer_wait_all"), or None.
     """
 
-    def __init__(self, code, call=None):
+    def __init__(self, code: int, call: Optional[str] = None) -> None:
         self.code = int(code)
         self.name = err_name(self.code)
         self.message = strerror(self.code)
@@ -95,7 +98,7 @@ class FtrtError(Exception):
         super().__init__(f"{where}{self.message} ({self.name}, {self.code})")
 
     @property
-    def errno(self):
+    def errno(self) -> Optional[int]:
         """The positive errno for -errno codes, else None."""
         return -self.code if -1000 < self.code < 0 else None
 
@@ -192,12 +195,13 @@ ERRORS = {
     "FTRT_ENCCL": (ENCCL, FtrtNcclError),
     "FTRT_ENOTSUP": (ENOTSUP, FtrtNotSupported),
 }
-_CLASS_OF = {code: cls for code, cls in ERRORS.values()}
+_CLASS_OF: Dict[int, Type[FtrtError]] = {code: cls for code, cls in ERRORS.values()}
 
 
-def error_for(code, call=None):
-    """The exception instance for negative `code` (FtrtRecover for FTRT_ERECOVER, ..., plain
-    FtrtError for -errno and codes this binding does not know)."""
+def error_for(code: int, call: Optional[str] = None) -> FtrtError:
+    """The exception instance (not raised) for negative `code`: FtrtRecover for
+    FTRT_ERECOVER, ..., plain FtrtError for -errno and codes this binding does not know. `call`
+    names the C function that returned it. Loads libftrt (for the code's name and message)."""
     return _CLASS_OF.get(int(code), FtrtError)(code, call)
 
 
@@ -208,9 +212,10 @@ def error_for(code, call=None):
 class _StrFields(ctypes.Structure):
     """A Structure with helpers for its NUL-terminated char[] fields."""
 
-    def set_str(self, field, value):
-        """Sets char[] field `field` to `value` (str, UTF-8 encoded, or bytes). Raises
-        ValueError when it does not fit with its NUL terminator."""
+    def set_str(self, field: str, value: "str | bytes") -> None:
+        """Sets char[] field `field` to `value` (str, UTF-8 encoded, or bytes; copied). Raises
+        ValueError when it does not fit with its NUL terminator, AttributeError when `field`
+        is not a char[] field."""
         raw = value.encode() if isinstance(value, str) else bytes(value)
         ftype = dict(self._fields_).get(field)
         if ftype is None or getattr(ftype, "_type_", None) is not ctypes.c_char:
@@ -221,9 +226,13 @@ class _StrFields(ctypes.Structure):
                              f"(with the terminating NUL), or contain a NUL")
         setattr(self, field, raw)
 
-    def get_str(self, field):
+    def get_str(self, field: str) -> str:
         """The char[] field `field` decoded as UTF-8 (errors replaced)."""
         return getattr(self, field).decode(errors="replace")
+
+
+_C = TypeVar("_C", bound="Config")
+_B = TypeVar("_B", bound="BucketConfig")
 
 
 class Config(_StrFields):
@@ -268,7 +277,7 @@ class Config(_StrFields):
     ]
 
     @classmethod
-    def from_env(cls, strict=False):
+    def from_env(cls: Type[_C], strict: bool = False) -> _C:
         """Defaults, then the FTRT_* environment (ftrt_config_init()).
 
         A bad environment value (FTRT_ECONFIG) keeps that field's default; it is raised as
@@ -304,7 +313,7 @@ class BucketConfig(ctypes.Structure):
     ]
 
     @classmethod
-    def defaults(cls):
+    def defaults(cls: Type[_B]) -> _B:
         """ftrt_bucket_config_init() with ctypes.sizeof(BucketConfig). Raises FtrtInvalid when
         the library's struct is larger than this mirror."""
         cfg = cls()
@@ -339,7 +348,7 @@ class CkptStats(ctypes.Structure):
         ("last_restore_bytes", ctypes.c_uint64),
     ]
 
-    def as_dict(self):
+    def as_dict(self) -> Dict[str, Any]:
         """The fields as a dict (without size and pad)."""
         return {n: getattr(self, n) for n, _ in self._fields_ if n not in ("size", "pad")}
 
@@ -416,15 +425,25 @@ GPU_PROTOTYPES = {
 # ----------------------------------------------------------------------------------------------
 
 _lock = threading.Lock()
-_lib = None
-_lib_path = None
-_mpi = None
+_lib: Optional[ctypes.CDLL] = None
+_lib_path: Optional[str] = None
+_mpi: Optional[ctypes.CDLL] = None
 
-
+# The soname of this package's major version, and the file name of the library a wheel holds
+# in the package directory (CMakeLists.txt, `if(SKBUILD)`: one file, no symlinks).
 SONAME = "libftrt.so.%s" % __version__.split(".")[0]
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
-def _pkg_config_libdir():
+def packaged_library() -> Optional[str]:
+    """The path of the libftrt inside this package (ftrt/libftrt.so.<major>, put there by
+    `pip install .`), or None when the package holds none (a source tree, or bindings/python
+    on sys.path)."""
+    path = os.path.join(PACKAGE_DIR, SONAME)
+    return path if os.path.exists(path) else None
+
+
+def _pkg_config_libdir() -> Optional[str]:
     """`pkg-config --variable=libdir ftrt`, or None (no pkg-config, no ftrt.pc)."""
     if shutil.which("pkg-config") is None:
         return None
@@ -436,7 +455,7 @@ def _pkg_config_libdir():
     return os.path.normpath(r.stdout.strip()) if r.returncode == 0 and r.stdout.strip() else None
 
 
-def _source_tree():
+def _source_tree() -> Optional[str]:
     """The checkout this package lives in (bindings/python/ftrt of it), or None (installed)."""
     here = os.path.dirname(os.path.abspath(__file__))
     repo = os.path.normpath(os.path.join(here, "..", "..", ".."))
@@ -444,13 +463,19 @@ def _source_tree():
     return repo if os.path.exists(marker) else None
 
 
-def candidates():
-    """[(how, name or path)] in the order load() tries them (see the module docstring); a name
-    without "/" goes to the dynamic loader's search."""
+def candidates() -> List[Tuple[str, str]]:
+    """[(how, name or path)] in the order load() tries them (see the module docstring): only
+    ("FTRT_LIB", path) when FTRT_LIB is set; else ("package", path) when this package holds a
+    libftrt, then the loader's, pkg-config's and the build tree's. A name without "/" goes to
+    the dynamic loader's search. Runs pkg-config (at most 30 s); loads nothing."""
     env = os.environ.get("FTRT_LIB")
     if env:
         return [("FTRT_LIB", env)]
-    out = [("loader", SONAME)]
+    out: List[Tuple[str, str]] = []
+    packaged = packaged_library()
+    if packaged:
+        out.append(("package", packaged))
+    out.append(("loader", SONAME))
     found = ctypes.util.find_library("ftrt")
     if found and found != SONAME:
         out.append(("loader (find_library)", found))
@@ -464,7 +489,7 @@ def candidates():
     return out
 
 
-def _load_mpi():
+def _load_mpi() -> None:
     """Loads libmpi with RTLD_GLOBAL (see the module docstring). FTRT_LIBMPI overrides the
     name. A missing libmpi is left to libftrt's own loading to report."""
     global _mpi
@@ -483,7 +508,7 @@ def _load_mpi():
             continue
 
 
-def _declare(so):
+def _declare(so: ctypes.CDLL) -> None:
     for name, (res, args) in PROTOTYPES.items():
         fn = getattr(so, name)  # AttributeError: the library lacks a function of ftrt.h
         fn.restype, fn.argtypes = res, args
@@ -498,7 +523,7 @@ class _DlInfo(ctypes.Structure):
                 ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
 
 
-def _loaded_path(so, name):
+def _loaded_path(so: ctypes.CDLL, name: str) -> str:
     """The file the loader opened for `name` (dladdr() of ftrt_version: a bare soname becomes
     the path it resolved to), else `name`."""
     try:
@@ -513,7 +538,7 @@ def _loaded_path(so, name):
     return name
 
 
-def _check_major(so):
+def _check_major(so: ctypes.CDLL) -> None:
     """Warns when the library's major version is not this package's (the structs mirrored here
     are append-only within a major version only)."""
     major = ctypes.c_int(-1)
@@ -526,24 +551,25 @@ def _check_major(so):
                       stacklevel=3)
 
 
-def load(path=None):
+def load(path: Optional[str] = None) -> ctypes.CDLL:
     """Loads libftrt once per process and returns the ctypes.CDLL with every prototype
-    declared. `path` names the library; else the candidates() in order: FTRT_LIB; the
-    installed library through the loader (libftrt.so.<major>, find_library("ftrt"));
-    pkg-config's libdir of ftrt; <repo>/build/libftrt.so of this source tree. Raises OSError
-    listing every candidate tried and why it failed, or AttributeError when the library lacks
-    a function of ftrt.h (an older libftrt). Thread-safe."""
+    declared. `path` names the library; else the candidates() in order: FTRT_LIB; the library
+    inside this package; the installed library through the loader (libftrt.so.<major>,
+    find_library("ftrt")); pkg-config's libdir of ftrt; <repo>/build/libftrt.so of this source
+    tree. Raises OSError listing every candidate tried and why it failed (or when another
+    library is already loaded than `path`), AttributeError when the library lacks a function
+    of ftrt.h (an older libftrt). Thread-safe; the library stays loaded for the process."""
     global _lib, _lib_path
     with _lock:
         if _lib is not None:
-            if path and os.path.realpath(path) != os.path.realpath(_lib_path):
+            if path and os.path.realpath(path) != os.path.realpath(_lib_path or ""):
                 raise OSError(f"libftrt is already loaded from {_lib_path}; cannot load {path}")
             return _lib
         cands = [("argument", path)] if path else candidates()
         _load_mpi()
         errors = []
         for how, cand in cands:
-            if how in ("pkg-config", "build tree") and not os.path.exists(cand):
+            if how in ("package", "pkg-config", "build tree") and not os.path.exists(cand):
                 errors.append(f"{how}: {cand}: no such file")
                 continue
             try:
@@ -556,52 +582,113 @@ def load(path=None):
             _check_major(so)
             return so
         raise OSError("cannot load libftrt; tried, in order: " + "; ".join(errors) +
-                      ". Set FTRT_LIB to the path of libftrt.so, install libftrt (cmake "
-                      "--install) where the loader or pkg-config finds it, or build it in the "
-                      "source tree's build/")
+                      ". Install the package with its library (`pip install .` at the "
+                      "repository root), set FTRT_LIB to the path of libftrt.so, install "
+                      "libftrt (cmake --install) where the loader or pkg-config finds it, or "
+                      "build it in the source tree's build/")
 
 
-def lib():
-    """The loaded library (load() on first use)."""
+def lib() -> ctypes.CDLL:
+    """The loaded library (load() on first use; raises as load())."""
     return _lib if _lib is not None else load()
 
 
-def lib_path():
-    """The path the library was loaded from (loads it on first use)."""
+def lib_path() -> str:
+    """The path of the file the library was loaded from (loads it on first use; raises
+    OSError as load() when it cannot be loaded). Thread-safe."""
     lib()
+    assert _lib_path is not None
     return _lib_path
 
 
-def has_gpu_plane():
-    """True when the loaded library is libftrt_gpu (has the ftrt_gpu.h functions)."""
+def has_gpu_plane() -> bool:
+    """True when the loaded library is libftrt_gpu (has the ftrt_gpu.h functions). Loads the
+    library on first use (OSError as load())."""
     return getattr(lib(), "ftrt_gpu_create", None) is not None
 
 
-def strerror(code):
-    """ftrt_strerror(code): the message of any return code (str)."""
+def strerror(code: int) -> str:
+    """ftrt_strerror(code): the message of any return code (str). Loads the library on first
+    use (OSError as load()). Thread-safe."""
     return lib().ftrt_strerror(int(code)).decode(errors="replace")
 
 
-def err_name(code):
-    """ftrt_err_name(code): "FTRT_ERECOVER", "ENOSPC", "OK", ..., or "UNKNOWN"."""
+def err_name(code: int) -> str:
+    """ftrt_err_name(code): "FTRT_ERECOVER", "ENOSPC", "OK", ..., or "UNKNOWN". Loads the
+    library on first use (OSError as load()). Thread-safe."""
     return lib().ftrt_err_name(int(code)).decode(errors="replace")
 
 
-def version():
-    """ftrt_version(): the loaded library's version as a (major, minor, patch) tuple of ints."""
+def version() -> Tuple[int, int, int]:
+    """ftrt_version(): the loaded library's version as a (major, minor, patch) tuple of ints
+    (ftrt.__version__ is this package's). Loads the library on first use (OSError as load())."""
     major, minor, patch = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
     lib().ftrt_version(ctypes.byref(major), ctypes.byref(minor), ctypes.byref(patch))
     return major.value, minor.value, patch.value
 
 
-def last_error():
+def last_error() -> str:
     """ftrt_last_error(): the last error-level message libftrt logged on the calling thread
-    (str; "" when none). Not cleared by successful calls: read it right after an error."""
+    (str; "" when none; per thread). Not cleared by successful calls: read it right after an
+    error. Loads the library on first use (OSError as load())."""
     return lib().ftrt_last_error().decode(errors="replace")
 
 
-def check(rc, call=None):
+def check(rc: int, call: Optional[str] = None) -> int:
     """Returns rc when it is >= 0, else raises error_for(rc, call)."""
     if rc < 0:
         raise error_for(rc, call)
     return rc
+
+
+# ----------------------------------------------------------------------------------------------
+# Buffers: the memory behind a tensor, an array, a ctypes object or an address
+# ----------------------------------------------------------------------------------------------
+
+ESIZE = {FLOAT32: 4, FLOAT64: 8, INT64: 8}   # bytes of an element of each ftrt dtype
+_DTYPE_NAMES = {"float32": FLOAT32, "float64": FLOAT64, "int64": INT64,
+                "torch.float32": FLOAT32, "torch.float64": FLOAT64, "torch.int64": INT64}
+
+
+def _is_tensor(obj: Any) -> bool:
+    return hasattr(obj, "data_ptr") and hasattr(obj, "element_size") and hasattr(obj, "device")
+
+
+def buffer_of(buf: Buffer, nbytes: Optional[int] = None) -> Tuple[int, int, Optional[int], str]:
+    """Resolves `buf` to (address, nbytes, ftrt dtype or None, device type str).
+
+    buf: a contiguous torch.Tensor (any device; the caller checks), a C-contiguous writable
+    numpy array, a ctypes array/structure, or an int address (then `nbytes` is required).
+    `nbytes`, when given for an object, may not exceed its size. The address is only valid
+    while `buf` is alive and not reallocated: the caller keeps a reference. Raises ValueError
+    (non-contiguous, read-only, bad nbytes) or TypeError (an object without memory)."""
+    if isinstance(buf, int):
+        if nbytes is None or nbytes < 0:
+            raise ValueError("an int address needs nbytes >= 0")
+        return buf, int(nbytes), None, "cpu"
+    dtype: Optional[int]
+    if _is_tensor(buf):
+        if not buf.is_contiguous():
+            raise ValueError("tensor is not contiguous: its memory is not one block")
+        size = buf.numel() * buf.element_size()
+        dtype = _DTYPE_NAMES.get(str(buf.dtype))
+        addr, dev = buf.data_ptr(), buf.device.type
+    elif hasattr(buf, "__array_interface__") and hasattr(buf, "ctypes"):
+        if not buf.flags["C_CONTIGUOUS"] or not buf.flags["WRITEABLE"]:
+            raise ValueError("numpy array must be C-contiguous and writable")
+        size, dtype = buf.nbytes, _DTYPE_NAMES.get(str(buf.dtype))
+        addr, dev = buf.ctypes.data, "cpu"
+    elif isinstance(buf, (ctypes.Array, ctypes.Structure, ctypes.Union)):
+        size, dtype = ctypes.sizeof(buf), None
+        addr, dev = ctypes.addressof(buf), "cpu"
+        if isinstance(buf, ctypes.Array):
+            dtype = {ctypes.c_float: FLOAT32, ctypes.c_double: FLOAT64,
+                     ctypes.c_int64: INT64}.get(buf._type_)
+    else:
+        raise TypeError(f"cannot take the memory of a {type(buf).__name__}: pass a tensor, a "
+                        f"numpy array, a ctypes object or an int address with nbytes")
+    if nbytes is not None:
+        if nbytes < 0 or nbytes > size:
+            raise ValueError(f"nbytes {nbytes} outside the object's {size} bytes")
+        size = int(nbytes)
+    return addr, size, dtype, dev

@@ -61,10 +61,12 @@ import pickle
 import struct
 import sys
 import threading
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple,
+                    Union)
 
 import torch
 
-from . import _lib
+from . import Context, Config, _lib
 from ._lib import FLOAT32, FLOAT64, REGION_REPLICATED, error_for, lib
 
 __all__ = ["FaultTolerant", "init_process", "step_seed", "PyState",
@@ -74,7 +76,7 @@ __all__ = ["FaultTolerant", "init_process", "step_seed", "PyState",
 _NAME_MAX = 63  # bytes of a region name (ftrt_register)
 
 
-def region_name(*parts):
+def region_name(*parts: Any) -> str:
     """A region name of at most 63 bytes from `parts` joined with ':'; longer names keep their
     first 46 bytes and get a 16-hex-digit hash of the whole name, so they stay unique."""
     name = ":".join(str(p) for p in parts)
@@ -85,7 +87,7 @@ def region_name(*parts):
     return raw[:46].decode(errors="ignore") + "~" + digest
 
 
-def _queue_callback():
+def _queue_callback() -> Optional[Callable[[Callable[[], None]], None]]:
     """autograd's queue_callback (runs a function when the current backward pass ends), or
     None when this torch lacks it. DDP uses the same entry point."""
     try:
@@ -95,7 +97,7 @@ def _queue_callback():
         return None
 
 
-def init_optimizer_state(optimizer):
+def init_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
     """Creates every state tensor of `optimizer` now, with the values it has before the first
     step (zeros: SGD's momentum_buffer, Adam's exp_avg/exp_avg_sq/step, ...), so that they can
     be registered before training. Parameters and their .grad are left exactly as they were.
@@ -135,16 +137,16 @@ class StateRegistry:
     """The tensors registered by register_state(): entries is a list of (region name, tensor,
     data_ptr at registration, optimizer state owner (param, key) or None)."""
 
-    def __init__(self, optimizer=None):
-        self.entries = []
+    def __init__(self, optimizer: Optional[torch.optim.Optimizer] = None) -> None:
+        self.entries: List[Tuple[str, torch.Tensor, int, Optional[Tuple[torch.Tensor, str]]]] = []
         self.optimizer = optimizer
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         """Total registered bytes."""
         return sum(t.numel() * t.element_size() for _, t, _, _ in self.entries)
 
-    def verify(self):
+    def verify(self) -> None:
         """Raises RuntimeError when a registered tensor's storage moved or an optimizer state
         tensor was replaced by another object: the runtime would then checkpoint and restore
         memory the model no longer uses. Cheap (a pointer compare per region); call it after
@@ -160,7 +162,8 @@ class StateRegistry:
                                    f"{t.data_ptr():#x}; registered memory must stay in place")
 
 
-def register_state(ctx, model, optimizer=None, flags=REGION_REPLICATED, buffers=True):
+def register_state(ctx: Context, model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer] = None,
+                   flags: int = REGION_REPLICATED, buffers: bool = True) -> StateRegistry:
     """Registers a model's parameters (and buffers) and an optimizer's state tensors with
     ftrt, as regions of their own storage.
 
@@ -175,9 +178,9 @@ def register_state(ctx, model, optimizer=None, flags=REGION_REPLICATED, buffers=
     ftrt_register() (FtrtInvalid: duplicate name; FtrtNotSupported: CUDA without a CUDA
     libftrt; FtrtState: not a trainer), ValueError (non-contiguous tensor)."""
     reg = StateRegistry(optimizer)
-    names = {}
+    names: Dict[torch.Tensor, str] = {}
 
-    def add(name, t, owner=None):
+    def add(name: str, t: torch.Tensor, owner: Optional[Tuple[torch.Tensor, str]] = None) -> None:
         if not t.is_contiguous():
             raise ValueError(f"{name}: tensor is not contiguous")
         ctx.register(name, t, flags=flags)
@@ -231,8 +234,9 @@ class GradAverager:
     or when False (default), the averaging ends in wait().
     """
 
-    def __init__(self, ctx, params, bucket_bytes=None, first_bucket_bytes=None, average=True,
-                 sync_in_backward=False):
+    def __init__(self, ctx: Context, params: Iterable[torch.Tensor],
+                 bucket_bytes: Optional[int] = None, first_bucket_bytes: Optional[int] = None,
+                 average: bool = True, sync_in_backward: bool = False) -> None:
         self.ctx = ctx
         self.params = [p for p in params if p.requires_grad]
         if not self.params:
@@ -257,8 +261,8 @@ class GradAverager:
         self.bucketer = ctx.bucketer([p.numel() for p in self.params], self.dtype, cfg)
         n = len(self.params)
         self._ready = [False] * n
-        self._keep = [None] * n
-        self._err = None
+        self._keep: List[Optional[torch.Tensor]] = [None] * n
+        self._err: Optional[int] = None
         self._enabled = True
         self._thread = threading.get_ident()
         self._bad_thread = False
@@ -266,23 +270,24 @@ class GradAverager:
         self.sync_in_backward = self._queue_callback is not None
         self._queued = False      # a backward-end callback is queued for this pass
         self._synced = False      # the callback ended this step's averaging
-        self._pending = None      # the FtrtError the callback met, for the next wait()
-        self._accs, self._handles = [], []
+        self._pending: Optional[_lib.FtrtError] = None  # what the callback met, for wait()
+        self._accs: List[Any] = []
+        self._handles: List[Any] = []
         for i, p in enumerate(self.params):
             acc = p.expand_as(p).grad_fn.next_functions[0][0]
             self._handles.append(acc.register_hook(self._make_hook(i, p)))
             self._accs.append(acc)
 
     @property
-    def buckets(self):
+    def buckets(self) -> int:
         """Number of buckets the parameters were assigned to."""
         return self.bucketer.buckets
 
-    def _make_hook(self, i, p):
+    def _make_hook(self, i: int, p: torch.Tensor) -> Callable[..., None]:
         ready = lib().ftrt_bucketer_ready
         get_ident = threading.get_ident
 
-        def hook(*_):
+        def hook(*_: Any) -> None:
             if not self._enabled or self._err is not None or self._ready[i]:
                 return
             if get_ident() != self._thread:
@@ -303,20 +308,20 @@ class GradAverager:
         return hook
 
     class _NoSync:
-        def __init__(self, avg):
+        def __init__(self, avg: "GradAverager") -> None:
             self.avg = avg
 
-        def __enter__(self):
+        def __enter__(self) -> None:
             self.avg._enabled = False
 
-        def __exit__(self, *exc):
+        def __exit__(self, *exc: Any) -> None:
             self.avg._enabled = True
 
-    def no_sync(self):
+    def no_sync(self) -> "GradAverager._NoSync":
         """Context manager: backward passes inside it only accumulate local gradients."""
         return self._NoSync(self)
 
-    def _backward_end(self):
+    def _backward_end(self) -> None:
         """The autograd callback of sync_in_backward: ends the averaging as backward() ends."""
         self._queued = False
         try:
@@ -325,7 +330,7 @@ class GradAverager:
         except _lib.FtrtError as e:  # kept for wait(); the backward pass must not fail
             self._pending = e
 
-    def wait(self):
+    def wait(self) -> None:
         """Ends the step's gradient averaging (see the class docstring). Raises FtrtRecover
         (grads are partly reduced: call recover() and redo the step), FtrtNoSpare /
         FtrtCoordLost / FtrtAborted, other FtrtError; RuntimeError when the hooks ran on
@@ -342,12 +347,12 @@ class GradAverager:
         self._wait()
 
     @property
-    def synced(self):
+    def synced(self) -> bool:
         """True when a backward pass ended this step's averaging (sync_in_backward) and
         wait() has not been called since: p.grad holds the mean."""
         return self._synced
 
-    def _wait(self):
+    def _wait(self) -> None:
         if self._bad_thread:
             self.reset()
             raise RuntimeError("autograd ran the gradient hooks on another thread than the one "
@@ -377,14 +382,14 @@ class GradAverager:
         finally:
             self._clear()
 
-    def _clear(self):
+    def _clear(self) -> None:
         n = len(self.params)
         self._ready = [False] * n
         self._keep = [None] * n
         self._err = None
         self._bad_thread = False
 
-    def reset(self):
+    def reset(self) -> None:
         """Abandons this step's averaging (waits for the buckets already started) so that the
         step can be redone; recover() calls it."""
         self.bucketer.reset()
@@ -393,7 +398,7 @@ class GradAverager:
         self._synced = False
         self._queued = False
 
-    def close(self):
+    def close(self) -> None:
         """Removes the hooks and frees the bucketer (before ctx.finalize())."""
         for h in self._handles:
             h.remove()
@@ -401,7 +406,8 @@ class GradAverager:
         self.bucketer.free()
 
 
-def recover(ctx, averager=None, registry=None):
+def recover(ctx: Context, averager: Optional["GradAverager"] = None,
+            registry: Optional[StateRegistry] = None) -> int:
     """After FtrtRecover: abandons the averager's step (reset()), calls ftrt_recover() until
     the trainers are whole again (Context.recover()), which writes the resumed state straight
     into the registered tensors, checks that none of them moved (registry.verify()), and
@@ -422,13 +428,13 @@ def recover(ctx, averager=None, registry=None):
 _M64 = (1 << 64) - 1
 
 
-def _mix64(z):
+def _mix64(z: int) -> int:
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
     return z ^ (z >> 31)
 
 
-def step_seed(seed, rank, step):
+def step_seed(seed: int, rank: int, step: int) -> int:
     """The seed FaultTolerant(rng=True) gives torch's default generator (and CUDA's) at the
     start of step `step` on logical rank `rank`: a splitmix64 hash of (seed, rank, step),
     63 bits. A pure function, so a redone step, or a hot spare that took `rank` over, draws
@@ -448,7 +454,7 @@ class PyState:
     MAGIC = b"FTRTPY01"
     HEADER = 16
 
-    def __init__(self, capacity=1 << 16):
+    def __init__(self, capacity: int = 1 << 16) -> None:
         capacity = int(capacity)
         if capacity < 256:
             raise ValueError("state capacity must be at least 256 bytes")
@@ -458,7 +464,7 @@ class PyState:
         self._view = memoryview(mem).cast("B")
         self.used = 0
 
-    def pack(self, obj):
+    def pack(self, obj: Any) -> None:
         data = pickle.dumps(obj, protocol=4)
         n = len(data)
         if self.HEADER + n > self.capacity:
@@ -469,7 +475,7 @@ class PyState:
         struct.pack_into("<8sQ", self._view, 0, self.MAGIC, n)
         self.used = n
 
-    def unpack(self):
+    def unpack(self) -> Any:
         """The object last packed (here or, after a restore, by the rank it came from), or
         None when the tensor holds none."""
         magic, n = struct.unpack_from("<8sQ", self._view, 0)
@@ -481,12 +487,13 @@ class PyState:
         return pickle.loads(self._view[self.HEADER:self.HEADER + n])
 
 
-def _stateful(obj):
+def _stateful(obj: Any) -> bool:
     return callable(getattr(obj, "state_dict", None)) and \
         callable(getattr(obj, "load_state_dict", None))
 
 
-def init_process(config=None, checkpoint_dir=None, report=None):
+def init_process(config: Optional[Config] = None, checkpoint_dir: Optional[str] = None,
+                 report: Optional[str] = None) -> Context:
     """Joins the ftrt job (ftrt.init()) and returns the Context of a trainer (or of a hot spare
     once it has been promoted: it waits in here until then). In the coordinator and in a spare
     that was never needed, the job is over when ftrt.init() returns: the context is finalized
@@ -568,10 +575,14 @@ class FaultTolerant:
 
     _STATE_VERSION = 1
 
-    def __init__(self, model, optimizer, *, scheduler=None, scaler=None, extra_state=None,
-                 seed=0, rng=True, checkpoint_every=0, checkpoint_dir=None, report=None,
-                 config=None, ctx=None, bucket_cap_mb=25.0, state_capacity=1 << 16,
-                 flops_per_step=0.0, verbose=True):
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
+                 scheduler: Union[Any, Sequence[Any], None] = None, scaler: Any = None,
+                 extra_state: Optional[Dict[str, Any]] = None, seed: int = 0, rng: bool = True,
+                 checkpoint_every: int = 0, checkpoint_dir: Optional[str] = None,
+                 report: Optional[str] = None, config: Optional[Config] = None,
+                 ctx: Optional[Context] = None, bucket_cap_mb: float = 25.0,
+                 state_capacity: int = 1 << 16, flops_per_step: float = 0.0,
+                 verbose: bool = True) -> None:
         if scheduler is None:
             self.schedulers = []
         elif isinstance(scheduler, (list, tuple)):
@@ -590,7 +601,8 @@ class FaultTolerant:
         self.checkpoint_every = int(checkpoint_every)
         self.flops_per_step = float(flops_per_step)
         self.verbose = verbose
-        self.restored, self.recoveries, self.total_steps = False, 0, None
+        self.restored, self.recoveries = False, 0
+        self.total_steps: Optional[int] = None
         self._closed, self._stepped, self._step = False, True, 0
         self._seed_cuda = torch.cuda.is_available()
         # Everything that does not need the job first: a hot spare then waits ready.
@@ -632,32 +644,32 @@ class FaultTolerant:
 
     # -- identity -------------------------------------------------------------------------
     @property
-    def rank(self):
+    def rank(self) -> int:
         """This trainer's logical rank in [0, world_size) (a promoted spare has the dead
         trainer's)."""
         return self._rank
 
     @property
-    def world_size(self):
+    def world_size(self) -> int:
         """Number of trainers."""
         return self._size
 
     @property
-    def epoch(self):
+    def epoch(self) -> int:
         """ftrt's epoch: 0 at start, +1 per membership change (recovery)."""
         return self.ctx.epoch if not self._closed else self._epoch
 
     @property
-    def step_count(self):
+    def step_count(self) -> int:
         """Steps done: the number of the step to run next."""
         return self._step
 
-    def step_seed(self, step=None):
+    def step_seed(self, step: Optional[int] = None) -> int:
         """step_seed(seed, rank, step) of this trainer (default: the current step)."""
         return step_seed(self.seed, self._rank, self._step if step is None else step)
 
     # -- the loop -------------------------------------------------------------------------
-    def steps(self, total_steps):
+    def steps(self, total_steps: int) -> Iterator[int]:
         """Yields the step numbers from step_count to total_steps - 1, resuming wherever a
         restore or a recovery put the job; reseeds torch's generators at each (rng=True).
         Each iteration must call step() once. When the last step is done, checks that no
@@ -679,7 +691,7 @@ class FaultTolerant:
         self.registry.verify()
         self.close()
 
-    def step(self):
+    def step(self) -> bool:
         """Ends the step: waits for the gradient averaging (normally done when backward()
         returned), optimizer.step() (or scaler.step(optimizer) and scaler.update()), each
         scheduler's step(), ftrt_step_done(), stores the Python state, and checkpoints every
@@ -722,13 +734,13 @@ class FaultTolerant:
                       flush=True)
         return True
 
-    def no_sync(self):
+    def no_sync(self) -> "GradAverager._NoSync":
         """Context manager for gradient accumulation: backward passes inside it only
         accumulate local gradients; the last backward, outside it, averages the sum."""
         return self.averager.no_sync()
 
     # -- state ------------------------------------------------------------------------------
-    def _state_obj(self):
+    def _state_obj(self) -> Dict[str, Any]:
         return {
             "version": self._STATE_VERSION,
             "param_groups": [{k: v for k, v in g.items() if k != "params"}
@@ -739,10 +751,10 @@ class FaultTolerant:
                       for k, v in self.state.items()},
         }
 
-    def _save_state(self):
+    def _save_state(self) -> None:
         self._pystate.pack(self._state_obj())
 
-    def _load_state(self):
+    def _load_state(self) -> None:
         st = self._pystate.unpack()
         if st is None or st.get("version") != self._STATE_VERSION:
             raise RuntimeError("the restored state holds no Python training state of this "
@@ -768,11 +780,11 @@ class FaultTolerant:
                 if not _stateful(cur):
                     raise RuntimeError(f"extra_state[{k!r}]: the restored state holds an "
                                        f"object's state_dict, this job has {type(cur)}")
-                cur.load_state_dict(v)
+                cur.load_state_dict(v)  # type: ignore[union-attr]
             else:
                 self.state[k] = v
 
-    def _recover(self):
+    def _recover(self) -> None:
         step = recover(self.ctx, self.averager, self.registry)
         self._load_state()
         self._step = step
@@ -781,12 +793,12 @@ class FaultTolerant:
         self.recoveries += 1
         self._log(f"ftrt: recovered (epoch {self.ctx.epoch}): resuming at step {step}")
 
-    def _log(self, msg):
+    def _log(self, msg: str) -> None:
         if self.verbose and self._rank == 0:
             print(msg, flush=True)
 
     # -- end ------------------------------------------------------------------------------
-    def close(self):
+    def close(self) -> None:
         """Removes the gradient hooks, frees the bucketer and (when the context was made by
         init_process() here) finalizes it. Idempotent; also run at interpreter exit."""
         if self._closed:
@@ -807,14 +819,14 @@ class FaultTolerant:
             if self._owns_ctx:
                 self.ctx.finalize()
 
-    def _close_at_exit(self):
+    def _close_at_exit(self) -> None:
         try:
             self.close()
         except Exception as e:  # noqa: BLE001 (interpreter exit: report, do not raise)
             print(f"ftrt: warning: at exit: {e}", file=sys.stderr)
 
-    def __enter__(self):
+    def __enter__(self) -> "FaultTolerant":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()

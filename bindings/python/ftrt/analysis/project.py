@@ -1,8 +1,8 @@
 """Project goodput / ETTR at scale from a job's measured recovery costs.
 
-Usage: python3 -m ftrt.project REPORT.json [--json OUT.json] [--plot OUT.png] [flags]
+Usage: python3 -m ftrt.analysis.project REPORT.json [--json OUT.json] [--plot OUT.png] [flags]
        (`ftrt-project` once the package is pip-installed; from a source tree:
-       PYTHONPATH=bindings/python python3 -m ftrt.project)
+       PYTHONPATH=bindings/python python3 -m ftrt.analysis.project)
 
 Takes an ftrt job report (schema 1: MTTD, MTTR, rework per failure, checkpoint stall, step
 time) and published failure rates per node-day, and projects the effective training time
@@ -29,6 +29,12 @@ import json
 import math
 import statistics
 import sys
+from typing import IO, Any, Dict, List, Optional, Sequence, Tuple
+
+# A model (closed_form(), simulate()): its keys are described below.
+Model = Dict[str, Any]
+# A distribution: [(probability, value)].
+Dist = Sequence[Tuple[float, float]]
 
 DAY_S = 86400.0
 # Published failure rates, failures per 1,000 node-days. Meta's research clusters RSC-1 and
@@ -45,19 +51,19 @@ SIZES = (1024, 16384, 131072)
 PLOT_MIN, PLOT_MAX = 256, 131072
 
 
-def llama3_rate(gpus_per_node):
+def llama3_rate(gpus_per_node: int) -> float:
     """Llama 3's unexpected interruptions per 1,000 node-days."""
     return 419.0 / 54.0 / (16384.0 / gpus_per_node) * 1000.0
 
 
 # ---- Young / Daly ------------------------------------------------------------------------------
 
-def young_interval(c, m):
+def young_interval(c: float, m: float) -> float:
     """Young 1974: sqrt(2 C M)."""
     return math.sqrt(2.0 * c * m)
 
 
-def daly_interval(c, m):
+def daly_interval(c: float, m: float) -> float:
     """Daly 2006 (FGCS 22(3)), higher-order optimum of the compute time between checkpoints:
     sqrt(2CM) (1 + sqrt(C/2M)/3 + (C/2M)/9) - C for C < 2M, else M. Same as base/ledger.c's
     ftrt__daly_interval, which the report's advice uses."""
@@ -86,11 +92,11 @@ def daly_interval(c, m):
 # resumes at the most advanced survivor) unless ip_reset.
 
 
-def _mean(dist):
+def _mean(dist: Dist) -> float:
     return sum(p * v for p, v in dist)
 
 
-def closed_form(m, tau):
+def closed_form(m: Model, tau: float) -> Tuple[float, float]:
     """Expected ETTR (useful work / wall time) of model m with checkpoint interval tau, and
     the rate of rollbacks (1/s). Exact for the model above (docs/goodput-projection.md)."""
     lam, L = m["lam"], tau + m["C"]
@@ -112,7 +118,7 @@ def closed_form(m, tau):
     return tau / wall, lam_reset
 
 
-def optimal_interval(m):
+def optimal_interval(m: Model) -> Tuple[float, float]:
     """Daly's interval for model m: C its stall, M the mean time between rollbacks (what a
     checkpoint protects against: the closed form's wall time is proportional to
     exp((tau + C)/M) - 1, whose optimum Daly approximates)."""
@@ -125,7 +131,7 @@ def optimal_interval(m):
     return daly_interval(m["C"], mr), mr
 
 
-def simulate(m, tau, work_s, seed):
+def simulate(m: Model, tau: float, work_s: float, seed: int) -> Tuple[float, int]:
     """Discrete-event simulation of model m: Poisson failures, a job of work_s seconds of
     useful work. Returns (ETTR, failures)."""
     import numpy as np
@@ -134,7 +140,7 @@ def simulate(m, tau, work_s, seed):
     L = tau + C
     mean_gap = 1.0 / lam
 
-    def draw(dist):
+    def draw(dist: Dist) -> float:
         u, acc = rng.random(), 0.0
         for p, v in dist:
             acc += p
@@ -187,7 +193,7 @@ def simulate(m, tau, work_s, seed):
     return done / t, fails
 
 
-def poisson_sf(k, mu):
+def poisson_sf(k: int, mu: float) -> float:
     """P(N >= k) for N ~ Poisson(mu)."""
     if k <= 0:
         return 1.0
@@ -204,19 +210,20 @@ def poisson_sf(k, mu):
 class Inputs:
     """Every figure the projection uses, with where it came from."""
 
-    def __init__(self):
-        self.values = {}
-        self.sources = {}
+    def __init__(self) -> None:
+        self.values: Dict[str, Any] = {}
+        self.sources: Dict[str, str] = {}
 
-    def set(self, key, value, source):
+    def set(self, key: str, value: Any, source: str) -> None:
+        """Sets figure `key` (units in its name: _s seconds, _h hours) and where it came from."""
         self.values[key] = value
         self.sources[key] = source
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: str) -> Any:
         return self.values[key]
 
 
-def from_report(rep, a):
+def from_report(rep: Dict[str, Any], a: argparse.Namespace) -> Inputs:
     """The measured figures of report rep (overridden by flags) and the assumed ones."""
     if rep.get("schema") != 1:
         raise ValueError("not a schema-1 ftrt report")
@@ -229,7 +236,8 @@ def from_report(rep, a):
             and f.get("mttd_s") is not None]
     mttr = [f["mttr_s"] for f in fails if f.get("recovered") and f.get("mttr_s") is not None]
 
-    def measured(key, flag, values, what, unit_note=""):
+    def measured(key: str, flag: Optional[float], values: List[float], what: str,
+                 unit_note: str = "") -> None:
         if flag is not None:
             inp.set(key, flag, "given (--%s)" % key.replace("_", "-"))
         elif values:
@@ -306,26 +314,29 @@ def from_report(rep, a):
     return inp
 
 
-def rate_list(a):
+def rate_list(a: argparse.Namespace) -> List[Tuple[str, float, str]]:
     """[(name, failures per 1,000 node-days, source)] to project for."""
-    out = []
+    out: List[Tuple[str, float, str]] = []
     for name in a.rates.split(","):
         name = name.strip()
         if not name:
             continue
         if name not in RATE_SOURCES:
             raise ValueError("unknown rate source %r (known: %s)" % (name, ", ".join(RATE_SOURCES)))
-        r, src = RATE_SOURCES[name]
-        if r is None:
+        given, src = RATE_SOURCES[name]
+        if given is None:
             r = llama3_rate(a.gpus_per_node)
             src += ", %d GPUs per node" % a.gpus_per_node
+        else:
+            r = given
         out.append((name, r, src))
     for r in a.rate or []:
         out.append(("custom-%g" % r, r, "given (--rate)"))
     return out
 
 
-def models(inp, gpus, rate_per_1000_node_days):
+def models(inp: Inputs, gpus: int,
+           rate_per_1000_node_days: float) -> Tuple[Model, Model, Dict[str, Any]]:
     """(plain, ftrt, facts) models of a job of `gpus` trainer GPUs."""
     gpn = inp["gpus_per_node"]
     nodes = max(1, math.ceil(gpus / gpn))
@@ -360,7 +371,8 @@ def models(inp, gpus, rate_per_1000_node_days):
     return plain, ftrt, facts
 
 
-def project_one(inp, gpus, rate, des_failures=0, seed=1):
+def project_one(inp: Inputs, gpus: int, rate: float, des_failures: int = 0,
+                seed: int = 1) -> Dict[str, Any]:
     plain, ftrt, facts = models(inp, gpus, rate)
     row = dict(facts)
     for name, m in (("plain", plain), ("ftrt", ftrt)):
@@ -383,7 +395,7 @@ def project_one(inp, gpus, rate, des_failures=0, seed=1):
     return row
 
 
-def break_even_mttr(inp, gpus, rate, target):
+def break_even_mttr(inp: Inputs, gpus: int, rate: float, target: float) -> float:
     """The ftrt MTTR (s) at which ftrt's ETTR falls to `target` (plain's), by bisection."""
     lo, hi = 0.0, 1e6
     for _ in range(100):
@@ -405,7 +417,7 @@ def break_even_mttr(inp, gpus, rate, target):
 
 # ---- output ------------------------------------------------------------------------------------
 
-def fmt_s(x):
+def fmt_s(x: float) -> str:
     if not math.isfinite(x):
         return "inf"
     if x < 1.0:
@@ -417,8 +429,8 @@ def fmt_s(x):
     return "%.1f h" % (x / 3600)
 
 
-def print_inputs(inp, report_path, rep, out):
-    print("ftrt.project: goodput at scale, projected from %s" % report_path, file=out)
+def print_inputs(inp: Inputs, report_path: str, rep: Dict[str, Any], out: IO[str]) -> None:
+    print("ftrt-project: goodput at scale, projected from %s" % report_path, file=out)
     print("  the report: %d steps, %d trainers + %d spare(s), %d failure(s), wall %.3f s, goodput %.3f"
           % (rep.get("steps", 0), rep["trainers"], rep.get("spares", 0),
              len(rep.get("failures", [])), rep.get("wall_s", 0.0), rep.get("goodput", 0.0)),
@@ -435,7 +447,7 @@ def print_inputs(inp, report_path, rep, out):
         print("  %-22s %-10s %s" % (k, val, inp.sources[k]), file=out)
 
 
-def print_table(rows, out, des):
+def print_table(rows: List[Dict[str, Any]], out: IO[str], des: bool) -> None:
     print("%-10s %7s %6s %8s %9s | %-24s | %s" % ("", "", "", "", "", "plain checkpoint-restart",
                                                   "ftrt"), file=out)
     print("%-10s %7s %6s %8s %9s | %-14s %9s | %-10s %7s %7s %9s"
@@ -460,7 +472,7 @@ def print_table(rows, out, des):
                      f["des_failures"]), file=out)
 
 
-def plot(inp, rates, path):
+def plot(inp: Inputs, rates: List[Tuple[str, float, str]], path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -490,7 +502,7 @@ def plot(inp, rates, path):
     plt.close(fig)
 
 
-def _finite(x):
+def _finite(x: Any) -> Any:
     """x with every inf or nan float replaced by None (JSON has neither)."""
     if isinstance(x, float) and not math.isfinite(x):
         return None
@@ -501,8 +513,8 @@ def _finite(x):
     return x
 
 
-def build_parser():
-    ap = argparse.ArgumentParser(prog="python3 -m ftrt.project",
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python3 -m ftrt.analysis.project",
                                  description=__doc__.splitlines()[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("report", help="the job's JSON report (FTRT_REPORT, --report)")
@@ -549,7 +561,7 @@ def build_parser():
     return ap
 
 
-def main(argv=None):
+def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = build_parser()
     a = ap.parse_args(argv)
     if not 0.0 <= a.hang_share <= 1.0:
@@ -561,7 +573,7 @@ def main(argv=None):
         rates = rate_list(a)
         sizes = [int(x) for x in a.sizes.split(",") if x.strip()]
     except (OSError, ValueError, KeyError) as e:
-        print("ftrt.project: %s: %s" % (a.report, e), file=sys.stderr)
+        print("ftrt-project: %s: %s" % (a.report, e), file=sys.stderr)
         return 1
     des = 0 if a.no_des else a.des_failures
     rows = []
@@ -591,7 +603,7 @@ def main(argv=None):
         try:
             plot(inp, rates, a.plot)
         except ImportError as e:
-            print("ftrt.project: --plot needs matplotlib (%s); Debian: apt-get install "
+            print("ftrt-project: --plot needs matplotlib (%s); Debian: apt-get install "
                   "python3-matplotlib" % e, file=sys.stderr)
             return 1
         print("plot: %s" % a.plot, file=out)

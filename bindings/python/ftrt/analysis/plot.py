@@ -1,8 +1,9 @@
 """Render the timeline of an ftrt run as a Gantt chart (PNG or SVG, by the output's suffix).
 
-Usage: python3 -m ftrt.plot REPORT.json [-o OUT.png] [--title TEXT]
+Usage: python3 -m ftrt.analysis.plot REPORT.json [-o OUT.png] [--title TEXT]
        (the output defaults to REPORT's path with .png for .json; `ftrt-plot` once the package
-       is pip-installed; from a source tree: PYTHONPATH=bindings/python python3 -m ftrt.plot)
+       is pip-installed; from a source tree:
+       PYTHONPATH=bindings/python python3 -m ftrt.analysis.plot)
 
 One row per world rank (trainers and hot spares; the coordinator holds no slot), coloured by
 ledger interval kind (start-up, compute, exposed communication, checkpoint stall, detection
@@ -15,6 +16,7 @@ import argparse
 import json
 import os
 import sys
+from typing import Dict, List, Optional, Sequence, Tuple
 
 COLOURS = {
     "startup": "#bdbdbd", "compute": "#2ca02c", "exposed_comm": "#1f77b4",
@@ -25,8 +27,8 @@ EVENTS = {"failure": ("#d62728", "-"), "detected": ("#d62728", ":"),
           "resumed": ("#ff7f0e", "--")}
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python3 -m ftrt.plot",
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m ftrt.analysis.plot",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("report", help="the job's JSON report (FTRT_REPORT, --report)")
     ap.add_argument("out", nargs="?", help=argparse.SUPPRESS)  # the old positional form
@@ -39,8 +41,8 @@ def main(argv=None):
     a.out = a.out_opt or a.out or os.path.splitext(a.report)[0] + ".png"
     try:
         import matplotlib
-    except ImportError as e:
-        print(f"ftrt.plot: needs matplotlib ({e}); Debian: apt-get install python3-matplotlib",
+    except ImportError as err:
+        print(f"ftrt-plot: needs matplotlib ({err}); Debian: apt-get install python3-matplotlib",
               file=sys.stderr)
         return 1
     matplotlib.use("Agg")
@@ -50,13 +52,13 @@ def main(argv=None):
         rep = json.load(f)
     tl = rep.get("timeline")
     if rep.get("schema") != 1 or not tl:
-        print(f"ftrt.plot: {a.report} has no schema-1 timeline", file=sys.stderr)
+        print(f"ftrt-plot: {a.report} has no schema-1 timeline", file=sys.stderr)
         return 1
     kinds = tl["kinds"]
     ranks = tl["ranks"]
     fig, ax = plt.subplots(figsize=(11, 0.6 * len(ranks) + 1.8))
     for row, r in enumerate(ranks):
-        bars = {}
+        bars: Dict[str, List[Tuple[float, float]]] = {}
         for k, t0, t1 in r["intervals"]:
             bars.setdefault(kinds[k], []).append((t0, t1 - t0))
         for kind, spans in bars.items():
@@ -74,12 +76,13 @@ def main(argv=None):
         colour, style = EVENTS.get(e["event"], (None, None))
         if colour is None:
             continue
-        row = next((i for i, r in enumerate(ranks) if r["world_rank"] == e["world_rank"]), None)
+        erow: Optional[int] = next((i for i, r in enumerate(ranks)
+                                    if r["world_rank"] == e["world_rank"]), None)
         lbl = e["event"] if e["event"] not in seen else None
         seen.add(e["event"])
         ax.axvline(e["t"], color=colour, linestyle=style, linewidth=1.2, label=lbl)
-        if row is not None and e["event"] == "failure":
-            ax.annotate(f"{e['kind']}", (e["t"], row - 0.45), fontsize=7, color=colour,
+        if erow is not None and e["event"] == "failure":
+            ax.annotate(f"{e['kind']}", (e["t"], erow - 0.45), fontsize=7, color=colour,
                         ha="left", va="bottom")
     present = sorted({kinds[k] for r in ranks for k, _, _ in r["intervals"]},
                      key=lambda k: list(COLOURS).index(k) if k in COLOURS else 99)
@@ -95,7 +98,7 @@ def main(argv=None):
     ax.set_xlim(0, tl["wall_s"])
     fig.tight_layout()
     fig.savefig(a.out, dpi=110)
-    print(f"ftrt.plot: wrote {a.out}")
+    print(f"ftrt-plot: wrote {a.out}")
     return 0
 
 
