@@ -30,7 +30,7 @@ while [ $# -gt 0 ]; do
     --keep) keep=1; shift ;;
     --tests) tests=$2; shift 2 ;;
     --pytest) pytest=1; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) bad "unknown argument $1" ;;
   esac
 done
