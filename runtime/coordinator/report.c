@@ -83,15 +83,15 @@ static void summary_json(json_object *o, const ftrt__coord *c, const totals *t)
 }
 
 /* Checkpoints: committed, failed, skipped (staging busy under FTRT_CKPT_POLICY=skip),
- * abandoned, and the trainers' time blocked in checkpoint calls (from their BYE). */
-static json_object *checkpoints_json(const ftrt__coord *c, const totals *t)
+ * abandoned (totals_of), and stall_s, the trainers' time blocked in checkpoint calls. */
+static json_object *checkpoints_json(const ftrt__coord *c, int abandoned, double stall_s)
 {
     json_object *ck = json_object_new_object();
     json_object_object_add(ck, "committed", json_object_new_int(c->ncommitted));
     json_object_object_add(ck, "failed", json_object_new_int(c->nckpt_failed));
     json_object_object_add(ck, "skipped", json_object_new_int(c->nckpt_skipped));
-    json_object_object_add(ck, "abandoned", json_object_new_int(t->ck_abandoned));
-    json_object_object_add(ck, "stall_rank_s", json_object_new_double(t->ck_stall));
+    json_object_object_add(ck, "abandoned", json_object_new_int(abandoned));
+    json_object_object_add(ck, "stall_rank_s", json_object_new_double(stall_s));
     json_object_object_add(ck, "last_committed_step", json_object_new_int64(c->last_committed));
     return ck;
 }
@@ -299,7 +299,7 @@ int ftrt__report_write(ftrt__coord *c)
     totals_of(c, &t);
     json_object *o = json_object_new_object();
     summary_json(o, c, &t);
-    json_object_object_add(o, "checkpoints", checkpoints_json(c, &t));
+    json_object_object_add(o, "checkpoints", checkpoints_json(c, t.ck_abandoned, t.ck_stall));
     header_text(c, &t);
     json_object *fl = json_object_new_array();
     for (int i = 0; i < c->ninc; i++) {
