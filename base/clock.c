@@ -1,5 +1,7 @@
-/* clock.c - the clocks and the random source of libftrt (base/clock.h). */
+/* clock.c - the clocks, the random source and the polite polling backoff of libftrt
+ * (base/clock.h). */
 #include <errno.h>
+#include <sched.h>
 #include <stdint.h>
 #include <sys/random.h>
 #include <sys/types.h>
@@ -34,4 +36,14 @@ int ftrt__random(void *buf, size_t len)
         len -= (size_t)n;
     }
     return 0;
+}
+
+void ftrt__polite(long i, long yields, long sleep_ns)
+{
+    if (i < yields) {
+        sched_yield();
+    } else {
+        struct timespec ts = {sleep_ns / 1000000000L, sleep_ns % 1000000000L};
+        nanosleep(&ts, NULL);
+    }
 }

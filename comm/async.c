@@ -3,8 +3,8 @@
  * transport, and the public request API (ftrt_allreduce_start, ftrt_request_*).
  *
  * See async.h for the model. The engine's state is split by owner:
- *  - the submission queue, the live count, the staging pool and the graveyard are guarded by
- *    e->lock;
+ *  - the submission queue, the live count, the staging pool and the graveyard (comm/pool.h)
+ *    are guarded by e->lock;
  *  - the active list and each request's progress fields (packed, started, MPI requests) belong
  *    to the progress side: the progress thread, or in inline mode the application thread;
  *  - a request's state is an atomic that hands the request back to the application: once it
@@ -14,66 +14,19 @@
  */
 #include <errno.h>
 #include <limits.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <time.h>
 
+#include "base/clock.h"
+#include "base/log.h"
 #include "comm/async.h"
 #include "comm/plane.h"
-#include "base/log.h"
 
 #define POOL_MAX 64            /* staging buffers kept for reuse */
 #define SPIN_POLLS 16          /* polls with sched_yield before sleeping between polls */
 #define DEFAULT_POLL_US 50
-
-/* ---- staging buffers: pool and graveyard (e->lock held) ---- */
-
-static void *pool_take(ftrt__engine *e, size_t bytes, size_t *cap)
-{
-    int best = -1;
-    for (int i = 0; i < e->npool; i++)
-        if (e->pool_cap[i] >= bytes && (best < 0 || e->pool_cap[i] < e->pool_cap[best])) best = i;
-    if (best < 0) return NULL;
-    void *p = e->pool[best];
-    *cap = e->pool_cap[best];
-    e->pool[best] = e->pool[e->npool - 1];
-    e->pool_cap[best] = e->pool_cap[e->npool - 1];
-    e->npool--;
-    return p;
-}
-
-static void pool_put(ftrt__engine *e, void *p, size_t cap)
-{
-    if (!p) return;
-    if (e->npool == POOL_MAX) { /* drop the smallest */
-        int s = 0;
-        for (int i = 1; i < e->npool; i++)
-            if (e->pool_cap[i] < e->pool_cap[s]) s = i;
-        if (e->pool_cap[s] >= cap) {
-            free(p);
-            return;
-        }
-        free(e->pool[s]);
-        e->pool[s] = p;
-        e->pool_cap[s] = cap;
-        return;
-    }
-    e->pool[e->npool] = p;
-    e->pool_cap[e->npool++] = cap;
-}
-
-/* A buffer MPI may still write: kept until the engine is freed after MPI_Finalize. If the list
- * cannot grow the buffer is simply leaked, which is just as safe. */
-static void grave_put(ftrt__engine *e, void *p)
-{
-    if (!p) return;
-    void **g = realloc(e->grave, (size_t)(e->ngrave + 1) * sizeof *g);
-    if (!g) return;
-    e->grave = g;
-    g[e->ngrave++] = p;
-}
 
 /* ---- progress side ---- */
 
@@ -82,9 +35,9 @@ static void finish(ftrt__engine *e, ftrt__areq *r, int rc)
 {
     pthread_mutex_lock(&e->lock);
     if (rc && r->nstarted > 0)
-        grave_put(e, r->staging); /* MPI may still write it */
+        (void)ftrt__grave_put(&e->grave, r->staging); /* MPI may still write it (else leaked) */
     else
-        pool_put(e, r->staging, r->staging_cap);
+        ftrt__pool_put(&e->pool, r->staging, r->staging_cap);
     r->staging = NULL;
     free(r->mreqs); /* handles only: never passed to MPI again */
     r->mreqs = NULL;
@@ -178,15 +131,7 @@ static int progress(ftrt__engine *e)
 }
 
 /* Between polls that found nothing: yield a few times, then sleep e->poll_ns. */
-static void polite(const ftrt__engine *e, long i)
-{
-    if (i < SPIN_POLLS) {
-        sched_yield();
-    } else {
-        struct timespec ts = {e->poll_ns / 1000000000L, e->poll_ns % 1000000000L};
-        nanosleep(&ts, NULL);
-    }
-}
+static void polite(const ftrt__engine *e, long i) { ftrt__polite(i, SPIN_POLLS, e->poll_ns); }
 
 /* Waits on e->done for at most 20 ms (e->lock held): the progress thread signals it when a
  * request finishes; the timeout covers a signal sent before the wait began. */
@@ -232,14 +177,7 @@ int ftrt__engine_create_x(const ftrt__xport *xp, void *xarg, ftrt__watch *watch,
 {
     ftrt__engine *e = calloc(1, sizeof *e);
     if (!e) return -ENOMEM;
-    e->pool = calloc(POOL_MAX, sizeof *e->pool);
-    e->pool_cap = calloc(POOL_MAX, sizeof *e->pool_cap);
-    if (!e->pool || !e->pool_cap) {
-        free(e->pool);
-        free(e->pool_cap);
-        free(e);
-        return -ENOMEM;
-    }
+    ftrt__pool_init(&e->pool, POOL_MAX, 1, free);
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->work, NULL);
     pthread_cond_init(&e->done, NULL);
@@ -249,7 +187,6 @@ int ftrt__engine_create_x(const ftrt__xport *xp, void *xarg, ftrt__watch *watch,
     e->threaded = threaded;
     e->poll_ns = DEFAULT_POLL_US * 1000L;
     e->chunk_bytes = FTRT__CHUNK_BYTES;
-    e->pool_max = POOL_MAX;
     *out = e;
     return 0;
 }
@@ -287,12 +224,8 @@ void ftrt__engine_free(ftrt__engine *e, int free_graveyard)
 {
     if (!e) return;
     ftrt__engine_stop(e);
-    for (int i = 0; i < e->npool; i++) free(e->pool[i]);
-    free(e->pool);
-    free(e->pool_cap);
-    if (free_graveyard)
-        for (int i = 0; i < e->ngrave; i++) free(e->grave[i]);
-    free(e->grave);
+    ftrt__pool_clear(&e->pool);
+    ftrt__grave_clear(&e->grave, free_graveyard ? free : NULL);
     while (e->gens) { /* the communicators themselves are never freed (see ftrt__agen) */
         ftrt__agen *g = e->gens;
         e->gens = g->next;
@@ -352,7 +285,7 @@ int ftrt__engine_submit(ftrt__engine *e, int epoch, const ftrt__seg *segs, int n
     r->scale = scale;
     atomic_init(&r->state, FTRT__AREQ_QUEUED);
     pthread_mutex_lock(&e->lock);
-    r->staging = pool_take(e, bytes, &r->staging_cap);
+    r->staging = ftrt__pool_take(&e->pool, bytes, &r->staging_cap);
     pthread_mutex_unlock(&e->lock);
     if (!r->staging) {
         r->staging_cap = bytes ? bytes : 1;
@@ -362,7 +295,7 @@ int ftrt__engine_submit(ftrt__engine *e, int epoch, const ftrt__seg *segs, int n
     if (!rc && e->xp->bind) rc = e->xp->bind(e->xarg, r);
     if (rc) {
         pthread_mutex_lock(&e->lock);
-        pool_put(e, r->staging, r->staging_cap);
+        ftrt__pool_put(&e->pool, r->staging, r->staging_cap);
         pthread_mutex_unlock(&e->lock);
         if (r->segs != &r->seg1) free(r->segs);
         free(r->cdone);

@@ -32,6 +32,7 @@
 #include <stdatomic.h>
 
 #include "base/ports.h"
+#include "comm/pool.h"
 #include "ftrt.h"
 #include "kernels/kernels.h"
 
@@ -116,13 +117,10 @@ typedef struct ftrt__engine {
     long poll_ns;         /* sleep between polls once spinning stopped */
     size_t chunk_bytes;   /* pipelining unit of a request (FTRT__CHUNK_BYTES; tests set less).
                              Must be the same on every trainer: it sets the counts. */
-    /* staging buffers: a free pool (reused, so steady-state steps never page-fault) and the
-     * graveyard of abandoned ones (lock) */
-    void **pool;
-    size_t *pool_cap;
-    int npool, pool_max;
-    void **grave;
-    int ngrave;
+    /* staging buffers (comm/pool.h): a free pool (reused, so steady-state steps never
+     * page-fault) and the graveyard of abandoned ones (lock) */
+    ftrt__pool pool;
+    ftrt__grave grave;
     /* MPI transport (application thread) */
     struct ftrt__plane *plane; /* NULL for engines over a test transport */
     ftrt__agen *gens;

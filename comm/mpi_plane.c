@@ -14,11 +14,10 @@
  */
 #include <errno.h>
 #include <limits.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "comm/async.h"
 #include "comm/plane.h"
@@ -55,12 +54,7 @@ int ftrt__plane_abandon(ftrt__plane *p)
      * write application memory. Then the listeners (the NCCL plane) retire theirs. */
     ftrt__engine_quiesce(p->async);
     for (ftrt__plane_hook *h = p->hooks; h; h = h->next) h->abandon(h->arg);
-    if (p->buf) {
-        void **g = realloc(p->graveyard, (size_t)(p->ngraveyard + 1) * sizeof *g);
-        if (!g) return -ENOMEM;
-        p->graveyard = g;
-        g[p->ngraveyard++] = p->buf;
-    }
+    if (ftrt__grave_put(&p->graveyard, p->buf)) return -ENOMEM;
     p->buf = NULL;
     p->buf_cap = 0;
     p->comm = MPI_COMM_NULL; /* never freed: MPI_Comm_free could wait on the dead rank */
@@ -69,11 +63,8 @@ int ftrt__plane_abandon(ftrt__plane *p)
 
 void ftrt__plane_bury(ftrt__plane *p, void *buf)
 {
-    if (!buf) return;
-    void **g = realloc(p->graveyard, (size_t)(p->ngraveyard + 1) * sizeof *g);
-    if (!g) return; /* leaked rather than freed under a request MPI may still complete */
-    p->graveyard = g;
-    g[p->ngraveyard++] = buf;
+    /* on -ENOMEM leaked rather than freed under a request MPI may still complete */
+    (void)ftrt__grave_put(&p->graveyard, buf);
 }
 
 void ftrt__plane_stop(ftrt__plane *p) { ftrt__engine_stop(p->async); }
@@ -84,12 +75,9 @@ void ftrt__plane_free(ftrt__plane *p)
     int finalized = 0;
     MPI_Finalized(&finalized);
     ftrt__engine_free(p->async, finalized);
-    for (int i = 0; i < p->ngraveyard; i++) free(p->graveyard[i]);
-    free(p->graveyard);
+    ftrt__grave_clear(&p->graveyard, free);
     free(p->buf);
     p->async = NULL;
-    p->graveyard = NULL;
-    p->ngraveyard = 0;
     p->buf = NULL;
     p->buf_cap = 0;
     p->comm = MPI_COMM_NULL;
@@ -113,13 +101,7 @@ int ftrt__plane_waitall(ftrt__plane *p, int n, MPI_Request *reqs)
         if (done) return 0;
         int rc = ftrt__watch_check(p->watch);
         if (rc) return rc;
-        if (i < 64) continue;
-        if (i < 1024) {
-            sched_yield();
-        } else {
-            struct timespec ts = {0, 50 * 1000};
-            nanosleep(&ts, NULL);
-        }
+        if (i >= 64) ftrt__polite(i, 1024, 50 * 1000L);
     }
 }
 

@@ -17,30 +17,25 @@
  */
 #include <errno.h>
 #include <nccl.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "comm/async.h"
-#include "comm/bucketer.h"
-#include "ftrt_gpu.h"
-#include "kernels/kernels_gpu.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "comm/async.h"
+#include "comm/bucketer.h"
 #include "comm/plane.h"
+#include "comm/pool.h"
+#include "ftrt_gpu.h"
+#include "kernels/cuda_check.h"
+#include "kernels/kernels_gpu.h"
 
-#define POOL_MAX 32
+#define POOL_MAX 32 /* buffers of each kind kept for reuse */
 
 typedef struct gbuf {
     void *p;
     size_t cap;
 } gbuf;
-
-typedef struct gpool {
-    gbuf b[POOL_MAX];
-    int n;
-} gpool;
 
 typedef struct gpu_req {
     struct ftrt_request base;
@@ -63,23 +58,12 @@ struct ftrt_gpu {
     int has_dead;
     volatile uint32_t *guard; /* mapped pinned: unpacks run only while *guard == gen */
     uint32_t gen;
-    gpool dev, host;
-    void **grave_dev, **grave_host;
-    int ngrave_dev, ngrave_host;
+    ftrt__pool dev, host;              /* device staging buckets, pinned descriptor arrays */
+    ftrt__grave grave_dev, grave_host; /* their abandoned ones (comm/pool.h) */
     gpu_req *live;
     int nreqs, nbucketers;
     ftrt__plane_hook hook;
 };
-
-static int cuda_err(cudaError_t e, const char *call)
-{
-    if (e == cudaSuccess) return 0;
-    (void)cudaGetLastError();
-    if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) return FTRT_ENODEV;
-    if (e == cudaErrorMemoryAllocation) return -ENOMEM;
-    ftrt_log_error("%s failed: %s (%s)", call, cudaGetErrorName(e), cudaGetErrorString(e));
-    return FTRT_ECUDA;
-}
 
 static int nccl_err(ncclResult_t r, ncclComm_t comm, const char *call)
 {
@@ -89,64 +73,38 @@ static int nccl_err(ncclResult_t r, ncclComm_t comm, const char *call)
     return FTRT_ENCCL;
 }
 
-static void polite(long i)
-{
-    if (i < 64) {
-        sched_yield();
-    } else {
-        struct timespec ts = {0, 50 * 1000};
-        nanosleep(&ts, NULL);
-    }
-}
+/* Between polls that found nothing (NCCL states, CUDA events). */
+static void polite(long i) { ftrt__polite(i, 64, 50 * 1000L); }
 
 /* ---- device and pinned buffers: pools and graveyard ---- */
 
-static void *pool_take(gpool *p, size_t bytes, size_t *cap)
+static void dev_free(void *p) { cudaFree(p); }
+static void host_free(void *p) { cudaFreeHost(p); }
+
+/* Gives r's buffers back to the pools: nothing queued uses them any more. */
+static void release_bufs(ftrt_gpu *g, gpu_req *r)
 {
-    int best = -1;
-    for (int i = 0; i < p->n; i++)
-        if (p->b[i].cap >= bytes && (best < 0 || p->b[i].cap < p->b[best].cap)) best = i;
-    if (best < 0) return NULL;
-    void *r = p->b[best].p;
-    *cap = p->b[best].cap;
-    p->b[best] = p->b[--p->n];
-    return r;
+    ftrt__pool_put(&g->dev, r->staging.p, r->staging.cap);
+    ftrt__pool_put(&g->host, r->desc.p, r->desc.cap);
+    r->staging.p = r->desc.p = NULL;
 }
 
-static void buf_free(void *p, int device_mem)
+/* Buries r's buffers: work still queued may use them (else leaked, which is just as safe). */
+static void bury(ftrt_gpu *g, gpu_req *r)
 {
-    if (!p) return;
-    if (device_mem) cudaFree(p);
-    else cudaFreeHost(p);
-}
-
-static void pool_put(gpool *p, gbuf b, int device_mem)
-{
-    if (!b.p) return;
-    if (p->n == POOL_MAX) {
-        buf_free(b.p, device_mem);
-        return;
-    }
-    p->b[p->n++] = b;
-}
-
-static void grave_put(void ***g, int *n, void *p)
-{
-    if (!p) return;
-    void **ng = realloc(*g, (size_t)(*n + 1) * sizeof *ng);
-    if (!ng) return; /* leaked: just as safe */
-    *g = ng;
-    ng[(*n)++] = p;
+    (void)ftrt__grave_put(&g->grave_dev, r->staging.p);
+    (void)ftrt__grave_put(&g->grave_host, r->desc.p);
+    r->staging.p = r->desc.p = NULL;
 }
 
 static int get_buf(ftrt_gpu *g, int device_mem, size_t bytes, gbuf *out)
 {
     if (!bytes) bytes = 1;
-    out->p = pool_take(device_mem ? &g->dev : &g->host, bytes, &out->cap);
+    out->p = ftrt__pool_take(device_mem ? &g->dev : &g->host, bytes, &out->cap);
     if (out->p) return 0;
     out->cap = bytes;
-    if (device_mem) return cuda_err(cudaMalloc(&out->p, bytes), "cudaMalloc");
-    return cuda_err(cudaHostAlloc(&out->p, bytes, cudaHostAllocMapped), "cudaHostAlloc");
+    if (device_mem) return ftrt__cuda_err(cudaMalloc(&out->p, bytes), "cudaMalloc");
+    return ftrt__cuda_err(cudaHostAlloc(&out->p, bytes, cudaHostAllocMapped), "cudaHostAlloc");
 }
 
 /* ---- the communicator ---- */
@@ -205,9 +163,7 @@ static void abandon_all(ftrt_gpu *g, int rc)
     comm_retire(g);
     for (gpu_req *r = g->live; r; r = r->next) {
         r->result = rc;
-        grave_put(&g->grave_dev, &g->ngrave_dev, r->staging.p);
-        grave_put(&g->grave_host, &g->ngrave_host, r->desc.p);
-        r->staging.p = r->desc.p = NULL;
+        bury(g, r);
     }
     g->live = NULL;
 }
@@ -300,7 +256,7 @@ static int gpu_submit(ftrt_gpu *g, const ftrt__seg *segs, int n, size_t count, i
     int rc = ftrt__watch_check(pl->watch);
     if (rc) return rc;
     if (pl->watch->needs_recover) return FTRT_ESTATE;
-    if ((rc = cuda_err(cudaSetDevice(g->device), "cudaSetDevice")) != 0) return rc;
+    if ((rc = ftrt__cuda_err(cudaSetDevice(g->device), "cudaSetDevice")) != 0) return rc;
     if ((rc = ensure_comm(g)) != 0) return rc;
     gpu_req *r = calloc(1, sizeof *r);
     if (!r) return -ENOMEM;
@@ -309,13 +265,15 @@ static int gpu_submit(ftrt_gpu *g, const ftrt__seg *segs, int n, size_t count, i
     r->result = 1;
     size_t bytes = 0;
     for (int i = 0; i < n; i++) bytes += segs[i].bytes;
-    rc = cuda_err(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming), "cudaEventCreate");
+    rc = ftrt__cuda_err(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming),
+                        "cudaEventCreate");
     if (!rc) rc = get_buf(g, 1, bytes, &r->staging);
     if (!rc) rc = get_buf(g, 0, (size_t)n * sizeof(ftrt__kdesc), &r->desc);
     if (rc) goto unqueued;
     size_t max_bytes;
     ftrt__kdesc_fill(r->desc.p, segs, n, &max_bytes);
-    rc = cuda_err(ftrt__kgpu_pack(r->staging.p, r->desc.p, n, max_bytes, g->stream), "pack kernel");
+    rc = ftrt__cuda_err(ftrt__kgpu_pack(r->staging.p, r->desc.p, n, max_bytes, g->stream),
+                        "pack kernel");
     if (rc) goto queued;
     ncclResult_t nr = ncclAllReduce(r->staging.p, r->staging.p, count, nccl_type(dtype),
                                     nccl_op(op), g->comm, g->stream);
@@ -328,9 +286,10 @@ static int gpu_submit(ftrt_gpu *g, const ftrt__seg *segs, int n, size_t count, i
             polite(i);
         }
     }
-    rc = cuda_err(ftrt__kgpu_unpack_scale(r->staging.p, r->desc.p, n, max_bytes, dtype, scale,
-                                          g->guard, g->gen, g->stream), "unpack kernel");
-    if (!rc) rc = cuda_err(cudaEventRecord(r->done, g->stream), "cudaEventRecord");
+    rc = ftrt__cuda_err(ftrt__kgpu_unpack_scale(r->staging.p, r->desc.p, n, max_bytes, dtype,
+                                                scale, g->guard, g->gen, g->stream),
+                        "unpack kernel");
+    if (!rc) rc = ftrt__cuda_err(cudaEventRecord(r->done, g->stream), "cudaEventRecord");
     if (rc) goto queued;
     r->next = g->live;
     g->live = r;
@@ -339,12 +298,9 @@ static int gpu_submit(ftrt_gpu *g, const ftrt__seg *segs, int n, size_t count, i
     return 0;
 queued: /* work may be queued that uses the buffers: retire the communicator, keep them */
     abandon_all(g, rc);
-    grave_put(&g->grave_dev, &g->ngrave_dev, r->staging.p);
-    grave_put(&g->grave_host, &g->ngrave_host, r->desc.p);
-    r->staging.p = r->desc.p = NULL;
+    bury(g, r);
 unqueued:
-    pool_put(&g->dev, r->staging, 1);
-    pool_put(&g->host, r->desc, 0);
+    release_bufs(g, r);
     if (r->done) cudaEventDestroy(r->done);
     free(r);
     return rc;
@@ -376,13 +332,11 @@ static int gpu_test(struct ftrt_request *base)
         if (e == cudaErrorNotReady) return 0;
         if (e == cudaSuccess) {
             unlink_live(g, r);
-            pool_put(&g->dev, r->staging, 1);
-            pool_put(&g->host, r->desc, 0);
-            r->staging.p = r->desc.p = NULL;
+            release_bufs(g, r);
             r->result = 0;
             return 1;
         }
-        rc = cuda_err(e, "cudaEventQuery");
+        rc = ftrt__cuda_err(e, "cudaEventQuery");
     }
     if (rc == FTRT_ERECOVER) g->plane->watch->needs_recover = 1;
     abandon_all(g, rc); /* r is live: it fails with rc too */
@@ -433,15 +387,19 @@ int ftrt__gpu_create(ftrt__plane *plane, int device, ftrt_gpu **out)
     if (!g) return -ENOMEM;
     g->plane = plane;
     g->device = device;
+    ftrt__pool_init(&g->dev, POOL_MAX, 0, dev_free);
+    ftrt__pool_init(&g->host, POOL_MAX, 0, host_free);
     int lo, hi;
-    int rc = cuda_err(cudaSetDevice(device), "cudaSetDevice");
-    if (!rc) rc = cuda_err(cudaDeviceGetStreamPriorityRange(&lo, &hi), "cudaDeviceGetStreamPriorityRange");
-    if (!rc) rc = cuda_err(cudaStreamCreateWithPriority(&g->stream, cudaStreamNonBlocking, hi),
-                           "cudaStreamCreateWithPriority");
-    if (!rc) rc = cuda_err(cudaEventCreateWithFlags(&g->ev_producer, cudaEventDisableTiming),
-                           "cudaEventCreate");
-    if (!rc) rc = cuda_err(cudaHostAlloc((void **)&g->guard, sizeof *g->guard,
-                                         cudaHostAllocMapped), "cudaHostAlloc");
+    int rc = ftrt__cuda_err(cudaSetDevice(device), "cudaSetDevice");
+    if (!rc) rc = ftrt__cuda_err(cudaDeviceGetStreamPriorityRange(&lo, &hi),
+                                 "cudaDeviceGetStreamPriorityRange");
+    if (!rc) rc = ftrt__cuda_err(cudaStreamCreateWithPriority(&g->stream, cudaStreamNonBlocking,
+                                                              hi),
+                                 "cudaStreamCreateWithPriority");
+    if (!rc) rc = ftrt__cuda_err(cudaEventCreateWithFlags(&g->ev_producer, cudaEventDisableTiming),
+                                 "cudaEventCreate");
+    if (!rc) rc = ftrt__cuda_err(cudaHostAlloc((void **)&g->guard, sizeof *g->guard,
+                                               cudaHostAllocMapped), "cudaHostAlloc");
     if (rc) {
         if (g->ev_producer) cudaEventDestroy(g->ev_producer);
         if (g->stream) cudaStreamDestroy(g->stream);
@@ -472,12 +430,10 @@ int ftrt_gpu_free(ftrt_gpu *g)
             ncclCommAbort(c);
     }
     cudaStreamSynchronize(g->stream);
-    for (int i = 0; i < g->dev.n; i++) cudaFree(g->dev.b[i].p);
-    for (int i = 0; i < g->host.n; i++) cudaFreeHost(g->host.b[i].p);
-    for (int i = 0; i < g->ngrave_dev; i++) cudaFree(g->grave_dev[i]); /* NCCL is gone, the */
-    for (int i = 0; i < g->ngrave_host; i++) cudaFreeHost(g->grave_host[i]); /* stream idle */
-    free(g->grave_dev);
-    free(g->grave_host);
+    ftrt__pool_clear(&g->dev);
+    ftrt__pool_clear(&g->host);
+    ftrt__grave_clear(&g->grave_dev, dev_free); /* NCCL is gone, the stream idle */
+    ftrt__grave_clear(&g->grave_host, host_free);
     cudaFreeHost((void *)g->guard);
     cudaEventDestroy(g->ev_producer);
     cudaStreamDestroy(g->stream);
@@ -497,8 +453,9 @@ static int valid_dtype_op(ftrt_dtype dtype, ftrt_op op)
 /* Orders the communication stream after the work queued so far on `producer`. */
 static int after_producer(ftrt_gpu *g, cudaStream_t producer)
 {
-    int rc = cuda_err(cudaEventRecord(g->ev_producer, producer), "cudaEventRecord");
-    if (!rc) rc = cuda_err(cudaStreamWaitEvent(g->stream, g->ev_producer, 0), "cudaStreamWaitEvent");
+    int rc = ftrt__cuda_err(cudaEventRecord(g->ev_producer, producer), "cudaEventRecord");
+    if (!rc) rc = ftrt__cuda_err(cudaStreamWaitEvent(g->stream, g->ev_producer, 0),
+                                 "cudaStreamWaitEvent");
     return rc;
 }
 
@@ -518,7 +475,8 @@ int ftrt_gpu_allreduce_start(ftrt_gpu *g, void *buf, size_t count, ftrt_dtype dt
 int ftrt_gpu_request_order(ftrt_request *req, cudaStream_t consumer)
 {
     if (!req || req->ops != &gpu_req_ops) return FTRT_EINVAL;
-    return cuda_err(cudaStreamWaitEvent(consumer, ((gpu_req *)req)->done, 0), "cudaStreamWaitEvent");
+    return ftrt__cuda_err(cudaStreamWaitEvent(consumer, ((gpu_req *)req)->done, 0),
+                          "cudaStreamWaitEvent");
 }
 
 /* ---- the GPU bucketer backend ---- */
@@ -535,8 +493,8 @@ static int bk_submit(void *arg, int bucket, const int *tensors, const ftrt__seg 
     gpu_bk *bk = arg;
     (void)bucket;
     for (int j = 0; j < n; j++) {
-        int rc = cuda_err(cudaStreamWaitEvent(bk->g->stream, bk->ev[tensors[j]], 0),
-                          "cudaStreamWaitEvent");
+        int rc = ftrt__cuda_err(cudaStreamWaitEvent(bk->g->stream, bk->ev[tensors[j]], 0),
+                                "cudaStreamWaitEvent");
         if (rc) return rc;
     }
     return gpu_submit(bk->g, segs, n, count, bk->dtype, FTRT_SUM, scale, req);
@@ -568,8 +526,8 @@ int ftrt_gpu_bucketer_create(ftrt_gpu *g, const size_t *counts, int ntensors, ft
     bk->ev = calloc((size_t)ntensors, sizeof *bk->ev);
     int rc = bk->ev ? 0 : -ENOMEM;
     for (int i = 0; !rc && i < ntensors; i++)
-        rc = cuda_err(cudaEventCreateWithFlags(&bk->ev[i], cudaEventDisableTiming),
-                      "cudaEventCreate");
+        rc = ftrt__cuda_err(cudaEventCreateWithFlags(&bk->ev[i], cudaEventDisableTiming),
+                            "cudaEventCreate");
     g->nbucketers++;
     ftrt_bucket_config c; /* whole buckets: NCCL pipelines inside a collective */
     if (cfg && cfg->size >= sizeof c) c = *cfg;
@@ -588,7 +546,7 @@ int ftrt_gpu_bucketer_ready(ftrt_bucketer *b, int tensor, void *ptr, cudaStream_
     if (!b || ftrt__bucketer_backend(b, &arg) != &gpu_backend) return FTRT_EINVAL;
     if (ftrt_bucketer_bucket_of(b, tensor) < 0) return FTRT_EINVAL;
     gpu_bk *bk = arg;
-    int rc = cuda_err(cudaEventRecord(bk->ev[tensor], producer), "cudaEventRecord");
+    int rc = ftrt__cuda_err(cudaEventRecord(bk->ev[tensor], producer), "cudaEventRecord");
     if (rc) return rc;
     return ftrt_bucketer_ready(b, tensor, ptr);
 }

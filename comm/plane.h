@@ -15,6 +15,7 @@
 #include <stddef.h>
 
 #include "base/ports.h"
+#include "comm/pool.h"
 #include "ftrt.h"
 
 typedef struct ftrt__plane {
@@ -22,8 +23,7 @@ typedef struct ftrt__plane {
     int rank, size;   /* this process's rank in comm and comm's size (logical rank order) */
     void *buf;        /* staging buffer for collectives (never reused once abandoned) */
     size_t buf_cap;
-    void **graveyard; /* buffers of abandoned collectives, freed after MPI_Finalize */
-    int ngraveyard;
+    ftrt__grave graveyard; /* buffers of abandoned collectives, freed after MPI_Finalize */
     unsigned gen;     /* +1 per communicator adopted (comm/async.c dups each one once) */
     struct ftrt__engine *async;     /* overlapped collectives (comm/async.h); NULL until used */
     struct ftrt__plane_hook *hooks; /* abandon listeners (the NCCL plane, comm/async.h) */

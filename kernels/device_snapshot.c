@@ -2,33 +2,21 @@
  * device_snapshot.c - device regions copied into pinned host staging on a side stream, with an
  * optional device CRC32C (see device_snapshot.h).
  */
-#include <errno.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "ftrt.h"
+#include "kernels/cuda_check.h"
 #include "kernels/device_snapshot.h"
 #include "kernels/kernels_gpu.h"
-#include "base/log.h"
-
-/* Maps a CUDA error to an ftrt code, logging the failing call. */
-static int cuda_err(cudaError_t e, const char *call)
-{
-    if (e == cudaSuccess) return 0;
-    (void)cudaGetLastError();
-    if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) return FTRT_ENODEV;
-    if (e == cudaErrorMemoryAllocation) return -ENOMEM;
-    ftrt_log_error("%s failed: %s (%s)", call, cudaGetErrorName(e), cudaGetErrorString(e));
-    return FTRT_ECUDA;
-}
 
 int ftrt__dev_pinned_alloc(void **out, size_t bytes)
 {
     *out = NULL;
-    return cuda_err(cudaHostAlloc(out, bytes ? bytes : 1, cudaHostAllocPortable | cudaHostAllocMapped),
-                    "cudaHostAlloc");
+    return ftrt__cuda_err(cudaHostAlloc(out, bytes ? bytes : 1,
+                                        cudaHostAllocPortable | cudaHostAllocMapped),
+                          "cudaHostAlloc");
 }
 
 void ftrt__dev_pinned_free(void *p)
@@ -53,29 +41,33 @@ int ftrt__dev_snapshot_start(ftrt__dev_snap *s, void *dst, const void *src, size
     s->bytes = bytes;
     s->want_crc = want_crc && bytes > 0;
     s->nchunks = (bytes + FTRT__SNAP_CHUNK - 1) / FTRT__SNAP_CHUNK;
-    int rc = cuda_err(cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming), "cudaEventCreate");
-    if (!rc) rc = cuda_err(cudaEventCreateWithFlags(&s->start, cudaEventDisableTiming),
-                           "cudaEventCreate");
+    int rc = ftrt__cuda_err(cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming),
+                            "cudaEventCreate");
+    if (!rc) rc = ftrt__cuda_err(cudaEventCreateWithFlags(&s->start, cudaEventDisableTiming),
+                                 "cudaEventCreate");
     if (!rc && s->want_crc) {
-        rc = cuda_err(cudaMalloc((void **)&s->crcs_dev, s->nchunks * sizeof(uint32_t)),
-                      "cudaMalloc");
-        if (!rc) rc = cuda_err(cudaHostAlloc((void **)&s->crcs_host, s->nchunks * sizeof(uint32_t),
-                                             cudaHostAllocDefault), "cudaHostAlloc");
+        rc = ftrt__cuda_err(cudaMalloc((void **)&s->crcs_dev, s->nchunks * sizeof(uint32_t)),
+                            "cudaMalloc");
+        if (!rc) rc = ftrt__cuda_err(cudaHostAlloc((void **)&s->crcs_host,
+                                                   s->nchunks * sizeof(uint32_t),
+                                                   cudaHostAllocDefault), "cudaHostAlloc");
     }
     /* Order: the side stream starts once the compute queued so far on `after` is done. */
-    if (!rc && after) rc = cuda_err(cudaEventRecord(s->start, after), "cudaEventRecord");
-    if (!rc && after) rc = cuda_err(cudaStreamWaitEvent(side, s->start, 0), "cudaStreamWaitEvent");
+    if (!rc && after) rc = ftrt__cuda_err(cudaEventRecord(s->start, after), "cudaEventRecord");
+    if (!rc && after)
+        rc = ftrt__cuda_err(cudaStreamWaitEvent(side, s->start, 0), "cudaStreamWaitEvent");
     if (!rc && bytes)
-        rc = cuda_err(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, side),
-                      "cudaMemcpyAsync");
+        rc = ftrt__cuda_err(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, side),
+                            "cudaMemcpyAsync");
     if (!rc && s->want_crc) {
-        rc = cuda_err(ftrt__kgpu_copy_crc32c_chunks(NULL, src, bytes, FTRT__SNAP_CHUNK,
-                                                    s->crcs_dev, side), "crc32c kernel");
-        if (!rc) rc = cuda_err(cudaMemcpyAsync(s->crcs_host, s->crcs_dev,
-                                               s->nchunks * sizeof(uint32_t),
-                                               cudaMemcpyDeviceToHost, side), "cudaMemcpyAsync");
+        rc = ftrt__cuda_err(ftrt__kgpu_copy_crc32c_chunks(NULL, src, bytes, FTRT__SNAP_CHUNK,
+                                                          s->crcs_dev, side), "crc32c kernel");
+        if (!rc) rc = ftrt__cuda_err(cudaMemcpyAsync(s->crcs_host, s->crcs_dev,
+                                                     s->nchunks * sizeof(uint32_t),
+                                                     cudaMemcpyDeviceToHost, side),
+                                     "cudaMemcpyAsync");
     }
-    if (!rc) rc = cuda_err(cudaEventRecord(s->done, side), "cudaEventRecord");
+    if (!rc) rc = ftrt__cuda_err(cudaEventRecord(s->done, side), "cudaEventRecord");
     if (rc) {
         /* Something may be queued on `side`: let it drain before freeing what it uses. */
         cudaStreamSynchronize(side);
@@ -90,7 +82,7 @@ int ftrt__dev_snapshot_start(ftrt__dev_snap *s, void *dst, const void *src, size
 int ftrt__dev_snapshot_order(ftrt__dev_snap *s, cudaStream_t stream)
 {
     if (!s || !s->started) return FTRT_EINVAL;
-    return cuda_err(cudaStreamWaitEvent(stream, s->done, 0), "cudaStreamWaitEvent");
+    return ftrt__cuda_err(cudaStreamWaitEvent(stream, s->done, 0), "cudaStreamWaitEvent");
 }
 
 int ftrt__dev_snapshot_test(ftrt__dev_snap *s)
@@ -98,7 +90,7 @@ int ftrt__dev_snapshot_test(ftrt__dev_snap *s)
     if (!s || !s->started) return FTRT_EINVAL;
     cudaError_t e = cudaEventQuery(s->done);
     if (e == cudaErrorNotReady) return 0;
-    int rc = cuda_err(e, "cudaEventQuery");
+    int rc = ftrt__cuda_err(e, "cudaEventQuery");
     return rc ? rc : 1;
 }
 
@@ -106,12 +98,7 @@ int ftrt__dev_snapshot_wait(ftrt__dev_snap *s, uint32_t *crc)
 {
     int rc;
     for (long i = 0; (rc = ftrt__dev_snapshot_test(s)) == 0; i++) {
-        if (i < 64) {
-            sched_yield();
-        } else {
-            struct timespec ts = {0, 50 * 1000};
-            nanosleep(&ts, NULL);
-        }
+        ftrt__polite(i, 64, 50 * 1000L);
     }
     if (rc < 0) return rc;
     if (crc) *crc = s->want_crc ? ftrt__k_crc32c_merge(0, s->crcs_host, s->bytes,

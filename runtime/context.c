@@ -300,7 +300,7 @@ int ftrt_finalize(ftrt_ctx *ctx)
     /* After a process of the world died, Open MPI 4.1's MPI_Finalize can hang in its PMIx
      * fence (seen in 1 of 3 runs with 4 trainers + 2 spares), so it is skipped then. */
     if (by_us && !lost) MPI_Finalize();
-    if (by_us || ctx->plane.ngraveyard == 0) ftrt__plane_free(&ctx->plane);
+    if (by_us || ctx->plane.graveyard.n == 0) ftrt__plane_free(&ctx->plane);
     if (lost) ftrt_log_info("%d process(es) of the world died during the job: not calling "
                             "MPI_Finalize", lost);
     ctx_free(ctx);

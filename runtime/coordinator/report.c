@@ -17,155 +17,164 @@
 #include "runtime/coordinator/coord.h"
 #include "base/log.h"
 
-/* Latest injection time (unix seconds) for pid/world rank at or before t_detect_wall in the
- * JSON-lines fault log, or -1. Lines that do not parse are skipped. */
+/* The job's totals, computed once for the JSON and the text. */
+typedef struct totals {
+    double wall, allocated, kept, rework_s, lost_s, ck_stall;
+    int64_t steps, rework_steps;
+    int nspares, ok, ck_abandoned;
+} totals;
 
-int ftrt__report_write(ftrt__coord *c)
+/* One failure's measured times: injection (fault log, or -1), detection bound, MTTD, MTTR. */
+typedef struct measured {
+    double inj, bound, mttd, mttr;
+} measured;
+
+static void totals_of(const ftrt__coord *c, totals *t)
 {
-    const ftrt_config *cfg = c->a->cfg;
-    double wall = c->t_end - c->t_start;
-    int nspares = c->W - 1 - c->N;
-    double allocated = (double)(c->N + nspares) * wall;
-    double kept = 0, rework_s = 0, lost_s = 0;
-    int64_t steps = 0;
+    memset(t, 0, sizeof *t);
+    t->wall = c->t_end - c->t_start;
+    t->nspares = c->W - 1 - c->N;
+    t->allocated = (double)(c->N + t->nspares) * t->wall;
     for (int w = 1; w < c->W; w++) {
         const ftrt__crank *r = &c->r[w];
-        kept += r->kept_s;
+        t->kept += r->kept_s;
         if (r->said_bye) {
-            rework_s += r->bye.rework_s;
-            lost_s += r->bye.lost_s;
+            t->rework_s += r->bye.rework_s;
+            t->lost_s += r->bye.lost_s;
+            t->ck_stall += r->bye.ckpt_stall_s; /* time blocked in checkpoint calls */
         }
-        if (r->steps_done > steps) steps = r->steps_done;
+        if (r->steps_done > t->steps) t->steps = r->steps_done;
     }
-    double goodput = allocated > 0 ? kept / allocated : 0;
-    int ok = c->result == FTRT_DONE;
+    for (int i = 0; i < c->ninc; i++) t->rework_steps += c->inc[i].rework_steps;
+    t->ok = c->result == FTRT_DONE;
+    /* abandoned: in flight at an epoch change or at the end */
+    t->ck_abandoned = c->nckpt_abandoned + ftrt__track_pending(c->ckpt_track);
+}
 
-    json_object *o = json_object_new_object();
+static measured measure(const ftrt__coord *c, const ftrt__incident *x)
+{
+    measured m;
+    m.inj = ftrt__incident_injected_at(c, x);
+    m.bound = x->t_detect - x->t_last_heard;
+    m.mttd = m.inj > 0 ? x->t_detect_wall - m.inj : m.bound;
+    m.mttr = x->recovered ? x->t_resumed - x->t_detect : -1;
+    return m;
+}
+
+/* ---- JSON sections (docs/report-schema.md "Report") ---- */
+
+static void summary_json(json_object *o, const ftrt__coord *c, const totals *t)
+{
     json_object_object_add(o, "schema", json_object_new_int(1));
-    json_object_object_add(o, "status", json_object_new_string(ok ? "finished" : "failed"));
-    json_object_object_add(o, "error", ok ? NULL : json_object_new_string(ftrt_err_name(c->result)));
-    json_object_object_add(o, "steps", json_object_new_int64(steps));
-    json_object_object_add(o, "wall_s", json_object_new_double(wall));
+    json_object_object_add(o, "status", json_object_new_string(t->ok ? "finished" : "failed"));
+    json_object_object_add(o, "error",
+                           t->ok ? NULL : json_object_new_string(ftrt_err_name(c->result)));
+    json_object_object_add(o, "steps", json_object_new_int64(t->steps));
+    json_object_object_add(o, "wall_s", json_object_new_double(t->wall));
     json_object_object_add(o, "trainers", json_object_new_int(c->N));
-    json_object_object_add(o, "spares", json_object_new_int(nspares));
+    json_object_object_add(o, "spares", json_object_new_int(t->nspares));
     json_object_object_add(o, "epoch", json_object_new_int(c->epoch));
-    json_object_object_add(o, "allocated_rank_s", json_object_new_double(allocated));
-    json_object_object_add(o, "kept_step_rank_s", json_object_new_double(kept));
-    json_object_object_add(o, "rework_rank_s", json_object_new_double(rework_s));
-    json_object_object_add(o, "lost_partial_step_rank_s", json_object_new_double(lost_s));
-    json_object_object_add(o, "goodput", json_object_new_double(goodput));
+    json_object_object_add(o, "allocated_rank_s", json_object_new_double(t->allocated));
+    json_object_object_add(o, "kept_step_rank_s", json_object_new_double(t->kept));
+    json_object_object_add(o, "rework_rank_s", json_object_new_double(t->rework_s));
+    json_object_object_add(o, "lost_partial_step_rank_s", json_object_new_double(t->lost_s));
+    json_object_object_add(o, "goodput",
+                           json_object_new_double(t->allocated > 0 ? t->kept / t->allocated : 0));
+}
+
+/* Checkpoints: committed, failed, skipped (staging busy under FTRT_CKPT_POLICY=skip),
+ * abandoned (totals_of), and stall_s, the trainers' time blocked in checkpoint calls. */
+static json_object *checkpoints_json(const ftrt__coord *c, int abandoned, double stall_s)
+{
     json_object *ck = json_object_new_object();
     json_object_object_add(ck, "committed", json_object_new_int(c->ncommitted));
     json_object_object_add(ck, "failed", json_object_new_int(c->nckpt_failed));
-    /* Checkpoint engine: skipped (staging busy under FTRT_CKPT_POLICY=skip), abandoned (in
-     * flight at an epoch change or at the end), and the trainers' time blocked in checkpoint
-     * calls, from their BYE. */
-    int ck_abandoned = c->nckpt_abandoned + ftrt__track_pending(c->ckpt_track);
-    double ck_stall = 0;
-    for (int w = 1; w < c->W; w++)
-        if (c->r[w].said_bye) ck_stall += c->r[w].bye.ckpt_stall_s;
     json_object_object_add(ck, "skipped", json_object_new_int(c->nckpt_skipped));
-    json_object_object_add(ck, "abandoned", json_object_new_int(ck_abandoned));
-    json_object_object_add(ck, "stall_rank_s", json_object_new_double(ck_stall));
+    json_object_object_add(ck, "abandoned", json_object_new_int(abandoned));
+    json_object_object_add(ck, "stall_rank_s", json_object_new_double(stall_s));
     json_object_object_add(ck, "last_committed_step", json_object_new_int64(c->last_committed));
-    json_object_object_add(o, "checkpoints", ck);
+    return ck;
+}
 
-    printf("ftrt report: job %s%s%s after %lld steps, %d trainers + %d spare(s), wall %.3f s\n",
-           ok ? "finished" : "FAILED", ok ? "" : ": ", ok ? "" : ftrt_err_name(c->result),
-           (long long)steps, c->N, nspares, wall);
-    printf("  failures: %d\n", c->ninc);
-    json_object *fl = json_object_new_array();
-    int64_t rework_steps = 0;
-    for (int i = 0; i < c->ninc; i++) {
-        const ftrt__incident *x = &c->inc[i];
-        double inj = ftrt__incident_injected_at(c, x);
-        double bound = x->t_detect - x->t_last_heard;
-        double mttd = inj > 0 ? x->t_detect_wall - inj : bound;
-        double mttr = x->recovered ? x->t_resumed - x->t_detect : -1;
-        rework_steps += x->rework_steps;
-        json_object *f = json_object_new_object();
-        const char *host = x->world_rank > 0 ? c->r[x->world_rank].host : NULL;
-        json_object_object_add(f, "world_rank",
-                               x->world_rank > 0 ? json_object_new_int(x->world_rank) : NULL);
-        json_object_object_add(f, "logical_rank", json_object_new_int(x->logical_rank));
-        json_object_object_add(f, "pid", json_object_new_int(x->pid));
-        json_object_object_add(f, "kind", json_object_new_string(ftrt__failure_kind_name(x->kind)));
-        json_object_object_add(f, "host", host ? json_object_new_string(host) : NULL);
-        json_object_object_add(f, "cause",
-                               json_object_new_string(x->host_lost ? "host_lost" : "rank"));
-        json_object_object_add(f, "spare_host",
-                               x->spare_world_rank >= 0
-                                   ? json_object_new_string(c->r[x->spare_world_rank].host)
-                                   : NULL);
-        json_object_object_add(f, "role", json_object_new_string(x->was_spare ? "spare" : "trainer"));
-        json_object_object_add(f, "detected_at", json_object_new_double(x->t_detect_wall));
-        json_object_object_add(f, "mttd_s", json_object_new_double(mttd));
-        json_object_object_add(f, "mttd_source",
-                               json_object_new_string(inj > 0 ? "fault_log" : "bound"));
-        json_object_object_add(f, "mttd_bound_s", json_object_new_double(bound));
-        json_object_object_add(f, "recovered", json_object_new_boolean(x->recovered));
-        json_object_object_add(f, "mttr_s", x->recovered ? json_object_new_double(mttr) : NULL);
-        json_object_object_add(f, "spare_world_rank",
-                               x->spare_world_rank >= 0 ? json_object_new_int(x->spare_world_rank) : NULL);
-        json_object_object_add(f, "epoch", json_object_new_int(x->epoch));
-        json_object_object_add(f, "resume_step",
-                               x->resume_step >= 0 ? json_object_new_int64(x->resume_step) : NULL);
-        json_object_object_add(f, "rework_steps", json_object_new_int64(x->rework_steps));
-        static const char *const from[] = {"peers", "replica", "checkpoint"};
-        json_object_object_add(f, "state_from",
-                               x->resume_step >= 0 && x->state_from >= 0 && x->state_from < 3
-                                   ? json_object_new_string(from[x->state_from])
-                                   : NULL);
-        const char *miss = x->resume_step >= 0 ? ftrt__replica_miss_name(x->replica_miss) : NULL;
-        json_object_object_add(f, "replica_miss", miss ? json_object_new_string(miss) : NULL);
-        json_object *sd = NULL;
-        if (x->kind == FK_SDC) {
-            sd = json_object_new_object();
-            json_object_object_add(sd, "step_detected", json_object_new_int64(x->sdc_step));
-            json_object_object_add(sd, "last_agreed_step",
-                                   x->sdc_agreed_step >= 0
-                                       ? json_object_new_int64(x->sdc_agreed_step)
-                                       : NULL);
-            json_object_object_add(sd, "majority", json_object_new_boolean(x->sdc_majority));
-            json_object_object_add(sd, "rollback_checkpoint_step",
-                                   x->sdc_ckpt >= 0 ? json_object_new_int64(x->sdc_ckpt) : NULL);
-            json_object_object_add(sd, "uncommitted_checkpoints",
-                                   json_object_new_int(x->sdc_uncommitted));
-        }
-        json_object_object_add(f, "sdc", sd);
-        json_object_array_add(fl, f);
-        const char *src = inj > 0 ? "from the fault log" : "upper bound";
-        if (x->host_lost) printf("    (host %s lost)\n", c->r[x->world_rank].host);
-        if (x->kind == FK_SDC && x->world_rank < 0)
-            printf("    #%d silent data corruption at step %lld, no majority: every member rolled "
-                   "back to checkpoint step %lld, MTTD %.1f ms (%s), %s%.1f ms, rework %lld "
-                   "steps\n", i + 1, (long long)x->sdc_step, (long long)x->sdc_ckpt, mttd * 1e3,
-                   src, x->recovered ? "MTTR " : "not recovered ", x->recovered ? mttr * 1e3 : 0.0,
-                   (long long)x->rework_steps);
-        else if (x->was_spare)
-            printf("    #%d hot spare (world rank %d, pid %d): %s, MTTD %.1f ms (%s), removed from "
-                   "the pool\n", i + 1, x->world_rank, x->pid, ftrt__failure_kind_name(x->kind),
-                   mttd * 1e3, src);
-        else if (x->recovered)
-            printf("    #%d logical rank %d (world rank %d, pid %d): %s, MTTD %.1f ms (%s), MTTR "
-                   "%.1f ms, hot spare world rank %d, resumed at step %lld (state from %s), "
-                   "rework %lld steps\n",
-                   i + 1, x->logical_rank, x->world_rank, x->pid, ftrt__failure_kind_name(x->kind),
-                   mttd * 1e3, src, mttr * 1e3, x->spare_world_rank, (long long)x->resume_step,
-                   x->state_from == FTRT__FROM_REPLICA      ? "partner replicas in memory"
-                   : x->state_from == FTRT__FROM_CHECKPOINT ? "the checkpoint"
-                                                            : "the survivors",
-                   (long long)x->rework_steps);
-        else
-            printf("    #%d logical rank %d (world rank %d, pid %d): %s, MTTD %.1f ms (%s), not "
-                   "recovered\n", i + 1, x->logical_rank, x->world_rank, x->pid,
-                   ftrt__failure_kind_name(x->kind), mttd * 1e3, src);
-    }
-    json_object_object_add(o, "failures", fl);
-    /* Silent data corruption check: how often replicas were compared and what the fingerprints
-     * cost the trainers (their seconds over the seconds of their kept steps). */
+/* A failure's who and detection: ranks, pid, kind, hosts, role, MTTD. */
+static void failure_detection_json(json_object *f, const ftrt__coord *c, const ftrt__incident *x,
+                                   const measured *m)
+{
+    const char *host = x->world_rank > 0 ? c->r[x->world_rank].host : NULL;
+    json_object_object_add(f, "world_rank",
+                           x->world_rank > 0 ? json_object_new_int(x->world_rank) : NULL);
+    json_object_object_add(f, "logical_rank", json_object_new_int(x->logical_rank));
+    json_object_object_add(f, "pid", json_object_new_int(x->pid));
+    json_object_object_add(f, "kind", json_object_new_string(ftrt__failure_kind_name(x->kind)));
+    json_object_object_add(f, "host", host ? json_object_new_string(host) : NULL);
+    json_object_object_add(f, "cause",
+                           json_object_new_string(x->host_lost ? "host_lost" : "rank"));
+    json_object_object_add(f, "spare_host",
+                           x->spare_world_rank >= 0
+                               ? json_object_new_string(c->r[x->spare_world_rank].host)
+                               : NULL);
+    json_object_object_add(f, "role", json_object_new_string(x->was_spare ? "spare" : "trainer"));
+    json_object_object_add(f, "detected_at", json_object_new_double(x->t_detect_wall));
+    json_object_object_add(f, "mttd_s", json_object_new_double(m->mttd));
+    json_object_object_add(f, "mttd_source",
+                           json_object_new_string(m->inj > 0 ? "fault_log" : "bound"));
+    json_object_object_add(f, "mttd_bound_s", json_object_new_double(m->bound));
+}
+
+/* A failure's recovery: MTTR, spare, epoch, resume step, rework, where the state came from. */
+static void failure_recovery_json(json_object *f, const ftrt__incident *x, const measured *m)
+{
+    static const char *const from[] = {"peers", "replica", "checkpoint"};
+    int resumed = x->resume_step >= 0;
+    json_object_object_add(f, "recovered", json_object_new_boolean(x->recovered));
+    json_object_object_add(f, "mttr_s", x->recovered ? json_object_new_double(m->mttr) : NULL);
+    json_object_object_add(f, "spare_world_rank",
+                           x->spare_world_rank >= 0 ? json_object_new_int(x->spare_world_rank)
+                                                    : NULL);
+    json_object_object_add(f, "epoch", json_object_new_int(x->epoch));
+    json_object_object_add(f, "resume_step",
+                           resumed ? json_object_new_int64(x->resume_step) : NULL);
+    json_object_object_add(f, "rework_steps", json_object_new_int64(x->rework_steps));
+    json_object_object_add(f, "state_from",
+                           resumed && x->state_from >= 0 && x->state_from < 3
+                               ? json_object_new_string(from[x->state_from])
+                               : NULL);
+    const char *miss = resumed ? ftrt__replica_miss_name(x->replica_miss) : NULL;
+    json_object_object_add(f, "replica_miss", miss ? json_object_new_string(miss) : NULL);
+}
+
+/* A silent data corruption's details (NULL for other kinds of failure). */
+static json_object *failure_sdc_json(const ftrt__incident *x)
+{
+    if (x->kind != FK_SDC) return NULL;
+    json_object *sd = json_object_new_object();
+    json_object_object_add(sd, "step_detected", json_object_new_int64(x->sdc_step));
+    json_object_object_add(sd, "last_agreed_step",
+                           x->sdc_agreed_step >= 0 ? json_object_new_int64(x->sdc_agreed_step)
+                                                   : NULL);
+    json_object_object_add(sd, "majority", json_object_new_boolean(x->sdc_majority));
+    json_object_object_add(sd, "rollback_checkpoint_step",
+                           x->sdc_ckpt >= 0 ? json_object_new_int64(x->sdc_ckpt) : NULL);
+    json_object_object_add(sd, "uncommitted_checkpoints", json_object_new_int(x->sdc_uncommitted));
+    return sd;
+}
+
+static json_object *failure_json(const ftrt__coord *c, const ftrt__incident *x,
+                                 const measured *m)
+{
+    json_object *f = json_object_new_object();
+    failure_detection_json(f, c, x, m);
+    failure_recovery_json(f, x, m);
+    json_object_object_add(f, "sdc", failure_sdc_json(x));
+    return f;
+}
+
+/* Silent data corruption check: how often replicas were compared and what the fingerprints
+ * cost the trainers (their seconds over the seconds of their kept steps). */
+static json_object *sdc_json(const ftrt__coord *c, const totals *t)
+{
     json_object *sdc = json_object_new_object();
-    json_object_object_add(sdc, "every", json_object_new_int(cfg->sdc_every));
+    json_object_object_add(sdc, "every", json_object_new_int(c->a->cfg->sdc_every));
     json_object_object_add(sdc, "checks", json_object_new_int(c->sdc_checks));
     json_object_object_add(sdc, "fingerprints", json_object_new_int64(c->sdc_nfp));
     json_object_object_add(sdc, "last_agreed_step", c->sdc_agreed_step >= 0
@@ -173,15 +182,12 @@ int ftrt__report_write(ftrt__coord *c)
                                                         : NULL);
     json_object_object_add(sdc, "fingerprint_rank_s", json_object_new_double(c->sdc_fp_s));
     json_object_object_add(sdc, "fingerprint_share_of_steps",
-                           json_object_new_double(kept > 0 ? c->sdc_fp_s / kept : 0));
-    json_object_object_add(o, "sdc", sdc);
-    if (cfg->sdc_every > 0 && c->sdc_nfp > 0)
-        printf("  silent data corruption check: every %d steps, %d comparison(s), fingerprints "
-               "%.4f%% of the trainers' step time\n", cfg->sdc_every, c->sdc_checks,
-               kept > 0 ? 100.0 * c->sdc_fp_s / kept : 0.0);
-    if (cfg->sdc_every > 0 && kept > 0 && c->sdc_fp_s / kept > 0.01)
-        printf("  (above 1%%: FTRT_SDC_EVERY=%d would bring it to 1%%)\n",
-               (int)(cfg->sdc_every * (c->sdc_fp_s / kept) / 0.01) + 1);
+                           json_object_new_double(t->kept > 0 ? c->sdc_fp_s / t->kept : 0));
+    return sdc;
+}
+
+static json_object *stragglers_json(const ftrt__coord *c)
+{
     json_object *sl = json_object_new_array();
     for (int w = 1; w < c->W; w++) {
         const ftrt__crank *r = &c->r[w];
@@ -192,25 +198,123 @@ int ftrt__report_write(ftrt__coord *c)
         json_object_object_add(s, "step", json_object_new_int64(r->straggler_step));
         json_object_object_add(s, "ratio_to_median", json_object_new_double(r->straggler_max));
         json_object_array_add(sl, s);
-        printf("  straggler: logical rank %d (world rank %d) at step %lld: %.2fx the median "
-               "compute time per step\n", r->logical, w, (long long)r->straggler_step,
-               r->straggler_max);
     }
-    json_object_object_add(o, "stragglers", sl);
+    return sl;
+}
+
+static json_object *control_plane_json(const ftrt__coord *c)
+{
     json_object *cpo = json_object_new_object();
-    json_object_object_add(cpo, "rejected_connections", json_object_new_int(c->rejected_connections));
+    json_object_object_add(cpo, "rejected_connections",
+                           json_object_new_int(c->rejected_connections));
     json_object_object_add(cpo, "protocol_errors", json_object_new_int(c->protocol_errors));
     json_object_object_add(cpo, "collective_hang_reports", json_object_new_int(c->stall_reports));
-    json_object_object_add(o, "control_plane", cpo);
+    return cpo;
+}
+
+/* ---- the human summary (stdout), in the same order ---- */
+
+static void header_text(const ftrt__coord *c, const totals *t)
+{
+    printf("ftrt report: job %s%s%s after %lld steps, %d trainers + %d spare(s), wall %.3f s\n",
+           t->ok ? "finished" : "FAILED", t->ok ? "" : ": ", t->ok ? "" : ftrt_err_name(c->result),
+           (long long)t->steps, c->N, t->nspares, t->wall);
+    printf("  failures: %d\n", c->ninc);
+}
+
+/* Failure #i+1, on one line (after a line naming its lost host, if any). */
+static void failure_text(const ftrt__coord *c, const ftrt__incident *x, int i, const measured *m)
+{
+    const char *src = m->inj > 0 ? "from the fault log" : "upper bound";
+    const char *kind = ftrt__failure_kind_name(x->kind);
+    if (x->host_lost) printf("    (host %s lost)\n", c->r[x->world_rank].host);
+    if (x->kind == FK_SDC && x->world_rank < 0)
+        printf("    #%d silent data corruption at step %lld, no majority: every member rolled "
+               "back to checkpoint step %lld, MTTD %.1f ms (%s), %s%.1f ms, rework %lld "
+               "steps\n", i + 1, (long long)x->sdc_step, (long long)x->sdc_ckpt, m->mttd * 1e3,
+               src, x->recovered ? "MTTR " : "not recovered ", x->recovered ? m->mttr * 1e3 : 0.0,
+               (long long)x->rework_steps);
+    else if (x->was_spare)
+        printf("    #%d hot spare (world rank %d, pid %d): %s, MTTD %.1f ms (%s), removed from "
+               "the pool\n", i + 1, x->world_rank, x->pid, kind, m->mttd * 1e3, src);
+    else if (x->recovered)
+        printf("    #%d logical rank %d (world rank %d, pid %d): %s, MTTD %.1f ms (%s), MTTR "
+               "%.1f ms, hot spare world rank %d, resumed at step %lld (state from %s), "
+               "rework %lld steps\n",
+               i + 1, x->logical_rank, x->world_rank, x->pid, kind, m->mttd * 1e3, src,
+               m->mttr * 1e3, x->spare_world_rank, (long long)x->resume_step,
+               x->state_from == FTRT__FROM_REPLICA      ? "partner replicas in memory"
+               : x->state_from == FTRT__FROM_CHECKPOINT ? "the checkpoint"
+                                                        : "the survivors",
+               (long long)x->rework_steps);
+    else
+        printf("    #%d logical rank %d (world rank %d, pid %d): %s, MTTD %.1f ms (%s), not "
+               "recovered\n", i + 1, x->logical_rank, x->world_rank, x->pid, kind,
+               m->mttd * 1e3, src);
+}
+
+static void sdc_text(const ftrt__coord *c, const totals *t)
+{
+    int every = c->a->cfg->sdc_every;
+    double share = t->kept > 0 ? c->sdc_fp_s / t->kept : 0; /* only printed when kept > 0 */
+    if (every > 0 && c->sdc_nfp > 0)
+        printf("  silent data corruption check: every %d steps, %d comparison(s), fingerprints "
+               "%.4f%% of the trainers' step time\n", every, c->sdc_checks,
+               t->kept > 0 ? 100.0 * c->sdc_fp_s / t->kept : 0.0);
+    if (every > 0 && t->kept > 0 && share > 0.01)
+        printf("  (above 1%%: FTRT_SDC_EVERY=%d would bring it to 1%%)\n",
+               (int)(every * share / 0.01) + 1);
+}
+
+static void stragglers_text(const ftrt__coord *c)
+{
+    for (int w = 1; w < c->W; w++) {
+        const ftrt__crank *r = &c->r[w];
+        if (r->straggler_max > 0)
+            printf("  straggler: logical rank %d (world rank %d) at step %lld: %.2fx the median "
+                   "compute time per step\n", r->logical, w, (long long)r->straggler_step,
+                   r->straggler_max);
+    }
+}
+
+/* The control plane's trouble (if any), rework and checkpoints. */
+static void closing_text(const ftrt__coord *c, const totals *t)
+{
     if (c->rejected_connections || c->protocol_errors)
         printf("  control plane: %d connection(s) rejected, %d protocol error(s)\n",
                c->rejected_connections, c->protocol_errors);
-    json_object_object_add(o, "rework_steps", json_object_new_int64(rework_steps));
-    printf("  rework: %lld completed step(s) computed again\n", (long long)rework_steps);
+    printf("  rework: %lld completed step(s) computed again\n", (long long)t->rework_steps);
     printf("  checkpoints: %d committed, %d failed, %d skipped, %d abandoned, last committed "
            "step %lld; training blocked %.3f rank-s in checkpoint calls\n",
-           c->ncommitted, c->nckpt_failed, c->nckpt_skipped, ck_abandoned,
-           (long long)c->last_committed, ck_stall);
+           c->ncommitted, c->nckpt_failed, c->nckpt_skipped, t->ck_abandoned,
+           (long long)c->last_committed, t->ck_stall);
+}
+
+/* ---- the report ---- */
+
+int ftrt__report_write(ftrt__coord *c)
+{
+    const ftrt_config *cfg = c->a->cfg;
+    totals t;
+    totals_of(c, &t);
+    json_object *o = json_object_new_object();
+    summary_json(o, c, &t);
+    json_object_object_add(o, "checkpoints", checkpoints_json(c, t.ck_abandoned, t.ck_stall));
+    header_text(c, &t);
+    json_object *fl = json_object_new_array();
+    for (int i = 0; i < c->ninc; i++) {
+        measured m = measure(c, &c->inc[i]); /* reads the fault log: once per failure */
+        json_object_array_add(fl, failure_json(c, &c->inc[i], &m));
+        failure_text(c, &c->inc[i], i, &m);
+    }
+    json_object_object_add(o, "failures", fl);
+    json_object_object_add(o, "sdc", sdc_json(c, &t));
+    sdc_text(c, &t);
+    json_object_object_add(o, "stragglers", stragglers_json(c));
+    stragglers_text(c);
+    json_object_object_add(o, "control_plane", control_plane_json(c));
+    json_object_object_add(o, "rework_steps", json_object_new_int64(t.rework_steps));
+    closing_text(c, &t);
     ftrt__ledger_report(c, o);
     fflush(stdout);
 

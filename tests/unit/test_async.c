@@ -195,9 +195,9 @@ static void epoch_change_fails_and_buries(void **state)
     assert_memory_equal(v, keep, sizeof v); /* application memory untouched */
     assert_memory_equal(w, keep, sizeof w);
     /* The started collective's staging is in the graveyard; the unstarted one's is not. */
-    assert_int_equal(x->e->ngrave, 1);
-    assert_ptr_equal(x->e->grave[0], buried);
-    assert_int_equal(x->e->npool, 1);
+    assert_int_equal(x->e->grave.n, 1);
+    assert_ptr_equal(x->e->grave.p[0], buried);
+    assert_int_equal(x->e->pool.n, 1);
     assert_int_equal(ftrt_request_free(&started->base), 0);
     assert_int_equal(ftrt_request_free(&queued->base), 0);
     /* Late "completion" of the dead collective must not matter. */
