@@ -14,7 +14,6 @@
 #include "base/clock.h"
 #include "base/ledger.h"
 #include "base/proto.h"
-#include "checkpoint/ckpt.h"
 #include "runtime/coordinator/coordinator.h"
 
 enum ftrt__phase { PH_INIT, PH_RUNNING, PH_COLLECT, PH_RESUMING, PH_ABORTING, PH_DONE };

@@ -33,6 +33,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "checkpoint/commit.h"
+#include "checkpoint/retention.h"
+#include "checkpoint/steps.h"
 #include "runtime/coordinator/coord.h"
 #include "runtime/coordinator/committer.h"
 #include "base/log.h"

@@ -30,10 +30,13 @@
 #include <cmocka.h>
 
 #include "base/clock.h"
+#include "base/fs.h"
+#include "base/knobs.h"
 #include "base/proto.h"
-#include "checkpoint/ckpt.h"
+#include "checkpoint/commit.h"
 #include "checkpoint/engine.h"
-#include "checkpoint/format.h"
+#include "checkpoint/restore.h"
+#include "checkpoint/steps.h"
 #include "ftrt.h"
 #include "helpers.h"
 
