@@ -1,9 +1,9 @@
 /*
- * test_ckpt_engine.c - the asynchronous checkpoint engine (checkpoint/engine.c) end to end in
- * one process, through its ports only (base/ports.h): an epoch watch, a fake host that records
- * SHARD_DONE, and a fake coordinator thread that commits each checkpoint with
- * ftrt__ckpt_commit() (N = 1) and hands the decision to the engine's commit callback, as the
- * agent thread does. Covered: snapshot semantics (state modified
+ * test_ckpt_engine.c - the asynchronous checkpoint engine (checkpoint/engine.c, stage.c,
+ * persist.c) end to end in one process, through its ports only (base/ports.h): an epoch watch,
+ * a fake host that records SHARD_DONE, and a fake coordinator thread that commits each
+ * checkpoint with ftrt__ckpt_commit() (N = 1) and hands the decision to the engine's commit
+ * callback, as the agent thread does. Covered: snapshot semantics (state modified
  * after wait_snapshot is not in the checkpoint), overlap with a reader, multi-piece regions
  * restored bit-exact, the wait and skip policies with slow writes, abandonment on an epoch
  * change (partial file removed, previous checkpoint stays), write failures reported through
