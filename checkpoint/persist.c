@@ -158,7 +158,7 @@ void *ftrt__ckpt_persist_main(void *arg)
 /* ---- streaming --------------------------------------------------------------------------- */
 
 int ftrt__ckpt_write_streaming(struct ftrt__ckpt_engine *e, int64_t step,
-                                const ftrt__region *regs, int n, int rank, int nranks)
+                               const ftrt__region *regs, int n, int rank, int nranks)
 {
     int epoch = e->watch->epoch;
     ftrt__region *kr = calloc(n > 0 ? (size_t)n : 1, sizeof *kr);

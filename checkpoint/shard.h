@@ -13,6 +13,16 @@
 #include "checkpoint/io.h"
 #include "checkpoint/region.h"
 
+/* Lays out the region table of rank's shard of nranks for regs[0..nregs) into ents (data_crc
+ * zeroed); table_bytes = 40 + 112 * nregs. Returns the file size (a multiple of 4096), or 0
+ * when it would not fit an off_t. */
+uint64_t ftrt__shard_layout(const ftrt__region *regs, int nregs, int rank, int nranks,
+                            ftrt__shard_ent *ents, uint32_t table_bytes);
+
+/* Checks a region array for the writer: count, names (1..63 bytes, unique), flags, pointers.
+ * Returns 0 or -EINVAL. */
+int ftrt__regions_check(const ftrt__region *regs, int nregs);
+
 /* Writes the shard of logical rank `rank` of `nranks` for checkpoint `step` into
  * <dir>/step-<step>/rank-<rank>.ftrt (creating the directories), through io_uring, and
  * fdatasyncs it before returning. Returns 0 or -errno (ENOSPC, EIO, EACCES, ...). On failure the
@@ -48,16 +58,6 @@ typedef struct ftrt__wstat {
 int ftrt__shard_write_image(ftrt__io *io, const char *dir, int64_t step, int rank,
                             const unsigned char *img, uint64_t bytes, const ftrt__wopts *o,
                             ftrt__wstat *st);
-
-/* Lays out the region table of rank's shard of nranks for regs[0..nregs) into ents (data_crc
- * zeroed); table_bytes = 40 + 112 * nregs. Returns the file size (a multiple of 4096), or 0
- * when it would not fit an off_t. */
-uint64_t ftrt__shard_layout(const ftrt__region *regs, int nregs, int rank, int nranks,
-                            ftrt__shard_ent *ents, uint32_t table_bytes);
-
-/* Checks a region array for the writer: count, names (1..63 bytes, unique), flags, pointers.
- * Returns 0 or -EINVAL. */
-int ftrt__regions_check(const ftrt__region *regs, int nregs);
 
 /* Opens <path> (a shard), checks its size and reads and validates its header + table.
  *   size: receives the file size; hdr/ents: as ftrt__shard_parse().

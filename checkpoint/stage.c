@@ -112,7 +112,6 @@ int ftrt__ckpt_staging_fit(struct ftrt__ckpt_engine *e, size_t need)
     pthread_mutex_unlock(&e->lock);
 
     for (int i = 0; i < FTRT__CKPT_MAX_SLOTS; i++) slot_unmap(&old[i]);
-    int rc = 0, got = 0;
     size_t cap = (need + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
     ftrt__ckpt_slot fresh[FTRT__CKPT_MAX_SLOTS] = {0};
     if (want == 0) {
@@ -123,8 +122,8 @@ int ftrt__ckpt_staging_fit(struct ftrt__ckpt_engine *e, size_t need)
                           "(training waits for the write)",
                           e->o.staging_mb, (double)need / 1048576.0);
     }
-    got = staging_alloc(fresh, want, cap);
-    if (want > 0 && got == 0) rc = -ENOMEM;
+    int got = staging_alloc(fresh, want, cap);
+    int rc = want > 0 && got == 0 ? -ENOMEM : 0;
     if (got > 0 && got < want)
         ftrt_log_warn("checkpoint: could map only %d of %d staging buffers of %.1f MiB", got,
                       want, (double)cap / 1048576.0);
