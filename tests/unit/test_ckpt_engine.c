@@ -134,6 +134,7 @@ static int teardown(void **state)
     pthread_cond_destroy(&f->cond);
     free(f);
     ftrt__knobs.ckpt_force_buffered = 0; /* test knobs are process-wide: reset them */
+    ftrt__knobs.io_force_sync = 0;
     ftrt__knobs.ckpt_no_fallocate = 0;
     ftrt__knobs.ckpt_write_delay_ms = 0;
     return 0;
@@ -496,6 +497,42 @@ static void buffered_fallback(void **state)
     free(p);
 }
 
+/* Without io_uring (the persist thread's ring refused): the image is written with pwrite, the
+ * slow-write knob and the abandon poll still act between requests, and what is written
+ * restores bit-exact. */
+static void sync_fallback(void **state)
+{
+    fixture *f = *state;
+    size_t n = 6u << 20;
+    unsigned char *p = malloc(n), *first = malloc(n);
+    fill(p, n, 61);
+    memcpy(first, p, n);
+    ftrt__knobs.io_force_sync = 1; /* before the first checkpoint starts the persist thread */
+    assert_int_equal(reg(f, "w", p, n, FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(ckpt(f, 1), 0);
+    assert_int_equal(ftrt__ckpt_wait_commit(f->e, 1, 20000), 0);
+    assert_false(stats(f).flags & FTRT_CKPT_STAT_FIXED); /* no ring, no registered buffers */
+    f->o.write_delay_ms = 20; /* 24 requests of 256 KiB: about half a second */
+    set_opts(f);
+    fill(p, n, 62);
+    assert_int_equal(ckpt(f, 2), 0);
+    for (int i = 0; i < 500 && !t_glob_count("%s/step-2/rank-0.ftrt.tmp.*", f->dir); i++)
+        usleep(2000);
+    assert_true(t_glob_count("%s/step-2/rank-0.ftrt.tmp.*", f->dir)); /* under way */
+    t_watch_announce(&f->w, 1);
+    assert_int_equal(ftrt__ckpt_wait_commit(f->e, 2, 20000), FTRT_ERECOVER);
+    ftrt__ckpt_quiesce(f->e);
+    ftrt__ckpt_drain(f->e);
+    assert_false(t_glob_count("%s/step-2/rank-0.ftrt.tmp.*", f->dir));
+    assert_false(exists("%s/step-2/rank-0.ftrt", f->dir));
+    assert_int_equal(stats(f).abandoned, 1);
+    const char *names[1] = {"w"};
+    unsigned fl[1] = {FTRT_REGION_REPLICATED};
+    void *want[1] = {first};
+    assert_int_equal(load_equals(f, 1, 1, names, &n, fl, want), 0);
+    free(p), free(first);
+}
+
 /* Finalize's drain waits for the write and the commit; freeing the engine with a write in
  * flight abandons it without leaking or hanging. */
 static void drain_and_free(void **state)
@@ -692,6 +729,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(regions_change, setup, teardown),
         cmocka_unit_test_setup_teardown(streaming_below_one_shard, setup, teardown),
         cmocka_unit_test_setup_teardown(buffered_fallback, setup, teardown),
+        cmocka_unit_test_setup_teardown(sync_fallback, setup, teardown),
         cmocka_unit_test_setup_teardown(drain_and_free, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_calls, setup, teardown),
         cmocka_unit_test(settings),
