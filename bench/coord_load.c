@@ -79,7 +79,7 @@
 #include "base/log.h"
 #include "base/net.h"
 #include "base/proto.h"
-#include "checkpoint/ckpt.h"
+#include "checkpoint/shard.h"
 #include "runtime/coordinator/coordinator.h"
 
 /* ---- settings ------------------------------------------------------------------------------ */

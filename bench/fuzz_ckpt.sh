@@ -13,8 +13,10 @@ export CPATH="${FTRT_BUILD:-$root/build}/include${CPATH:+:$CPATH}"
 secs=${1:-60}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-srcs=("$root/checkpoint/shard.c" "$root/base/crc32c.c" "$root/base/fs.c" "$root/base/clock.c" "$root/checkpoint/commit.c"
-      "$root/checkpoint/restore.c" "$root/checkpoint/uring.c" "$root/base/log.c"
+srcs=("$root/checkpoint/format.c" "$root/checkpoint/io.c" "$root/checkpoint/shard.c"
+      "$root/checkpoint/steps.c" "$root/checkpoint/commit.c" "$root/checkpoint/retention.c"
+      "$root/checkpoint/restore.c"
+      "$root/base/crc32c.c" "$root/base/fs.c" "$root/base/clock.c" "$root/base/log.c"
       "$root/base/error.c")
 for f in shard manifest; do
   clang -g -O1 -std=c11 -D_GNU_SOURCE -DFTRT_BUILDING_LIBRARY -DFTRT_FUZZ_STANDALONE \

@@ -1,8 +1,9 @@
 /*
- * ckpt_device.c - the checkpoint engine's device hook (checkpoint/ckpt.h,
- * ftrt__ckpt_device_ops), implemented with the device snapshot path (device_snapshot.h). Part
- * of libftrt_gpu only: a constructor installs it when the library loads, so FTRT_REGION_DEVICE
- * regions are accepted there and refused (FTRT_ENOTSUP) by the CPU-only libftrt.
+ * ckpt_device.c - the checkpoint engine's device hook (ckpt_device.h; its interface,
+ * ftrt__ckpt_device_ops, is engine.h's), implemented with the device snapshot path
+ * (kernels/device_snapshot.h). Part of libftrt_gpu only: a constructor installs it when the
+ * library loads, so FTRT_REGION_DEVICE regions are accepted there and refused (FTRT_ENOTSUP)
+ * by the CPU-only libftrt.
  *
  * snapshot: cudaMemcpyAsync into the (pinned) staging on a side stream of the calling thread
  *   (non-blocking, created at the thread's first snapshot), with the CRC32C computed on the
@@ -17,7 +18,7 @@
  */
 #include <stdint.h>
 
-#include "checkpoint/ckpt.h"
+#include "checkpoint/ckpt_device.h"
 #include "checkpoint/engine.h"
 #include "ftrt.h"
 #include "kernels/device_snapshot.h"
@@ -83,9 +84,6 @@ static void dev_unpin(void *p)
 
 static const ftrt__ckpt_device_ops device_ops = {dev_snapshot, dev_restore, dev_pin, dev_unpin};
 
-/* Installs the hook (the constructor below does it at load; unit tests call it, since a static
- * archive's constructor is not linked unless something refers to its object). */
-void ftrt__ckpt_device_install(void);
 void ftrt__ckpt_device_install(void) { ftrt__ckpt_device = &device_ops; }
 
 __attribute__((constructor)) static void install_device_hook(void) { ftrt__ckpt_device_install(); }

@@ -10,7 +10,8 @@
  * the region table it snapshots is passed in by the caller at each checkpoint.
  *
  * Threads: the application thread calls everything but ftrt__ckpt_on_commit (agent thread);
- * the engine runs a snapshot thread and a persist thread of its own. See engine.c.
+ * the engine runs a snapshot thread and a persist thread of its own. See engine.c (life cycle
+ * and API), stage.c (staging and snapshots) and persist.c (the persist thread).
  */
 #ifndef FTRT_CKPT_ENGINE_H
 #define FTRT_CKPT_ENGINE_H
@@ -19,11 +20,12 @@
 #include <stdint.h>
 
 #include "base/ports.h"
-#include "checkpoint/ckpt.h"
+#include "checkpoint/region.h"
 #include "ftrt.h"
 
-/* The device hook: set by the CUDA build (kernels/) before any device region is registered;
- * NULL otherwise, and device regions are then refused with FTRT_ENOTSUP. Calls come from the
+/* The device hook: installed by checkpoint/ckpt_device.c (ftrt__ckpt_device_install, run by a
+ * constructor when libftrt_gpu loads) before any device region is registered; NULL in the
+ * CPU-only libftrt, and device regions are then refused with FTRT_ENOTSUP. Calls come from the
  * engine's snapshot thread and from the application thread.
  *   snapshot: copies `bytes` of device memory at src into host staging dst (pinned when pin()
  *             succeeded) and returns once the bytes are there, with their CRC32C in *crc.

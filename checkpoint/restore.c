@@ -1,7 +1,7 @@
 /*
- * restore.c - loading a committed checkpoint into registered regions.
+ * restore.c - loading a committed checkpoint into registered regions (restore.h).
  *
- * The MANIFEST is parsed and validated first (json-c), then each needed shard is opened, its
+ * The MANIFEST is parsed and validated first (format.c), then each needed shard is opened, its
  * size and header CRC are checked against the MANIFEST, its region table is matched against
  * the registered regions (by name; size and flags must agree), and the data is read through
  * io_uring straight into region memory and verified with CRC32C. REPLICATED regions are
@@ -10,110 +10,20 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpoint/ckpt.h"
-#include "checkpoint/format.h"
-#include "ftrt.h"
+#include "base/clock.h"
+#include "base/fs.h"
 #include "base/log.h"
-
-#define MANIFEST_MAX (64u << 20)
-
-static int get_int(json_object *o, const char *key, int64_t lo, int64_t hi, int64_t *v)
-{
-    json_object *f;
-    if (!json_object_object_get_ex(o, key, &f) || !json_object_is_type(f, json_type_int))
-        return -1;
-    int64_t x = json_object_get_int64(f);
-    if (x < lo || x > hi) return -1;
-    *v = x;
-    return 0;
-}
-
-/* Validates the parsed MANIFEST; returns a description of the problem or NULL. */
-static const char *check_manifest(json_object *root, int64_t step, ftrt__manifest *m)
-{
-    int64_t v;
-    json_object *shards;
-    if (!json_object_is_type(root, json_type_object)) return "not a JSON object";
-    if (get_int(root, "format", 1, 1, &v) < 0) return "missing or unsupported \"format\"";
-    if (get_int(root, "step", 0, INT64_MAX, &v) < 0) return "missing or bad \"step\"";
-    if (v != step) return "\"step\" differs from the directory's step";
-    if (get_int(root, "nranks", 1, FTRT__MAX_RANKS, &v) < 0) return "missing or bad \"nranks\"";
-    m->nranks = (int)v;
-    if (!json_object_object_get_ex(root, "shards", &shards) ||
-        !json_object_is_type(shards, json_type_array))
-        return "missing \"shards\" array";
-    if (json_object_array_length(shards) != (size_t)m->nranks)
-        return "\"shards\" length differs from \"nranks\"";
-    m->bytes = calloc((size_t)m->nranks, sizeof *m->bytes);
-    m->hcrc = calloc((size_t)m->nranks, sizeof *m->hcrc);
-    if (!m->bytes || !m->hcrc) return "out of memory";
-    for (int i = 0; i < m->nranks; i++) {
-        json_object *s = json_object_array_get_idx(shards, (size_t)i), *f;
-        int64_t r, bytes, crc;
-        char want[32];
-        if (!json_object_is_type(s, json_type_object)) return "a shard entry is not an object";
-        if (get_int(s, "rank", 0, m->nranks - 1, &r) < 0) return "a shard has a bad \"rank\"";
-        if (m->bytes[r] != 0) return "two shard entries name the same rank";
-        if (get_int(s, "bytes", FTRT__SHARD_HDR_BYTES, INT64_MAX, &bytes) < 0)
-            return "a shard has a bad \"bytes\"";
-        if (get_int(s, "header_crc32c", 0, UINT32_MAX, &crc) < 0)
-            return "a shard has a bad \"header_crc32c\"";
-        snprintf(want, sizeof want, "rank-%d.ftrt", (int)r);
-        if (!json_object_object_get_ex(s, "file", &f) ||
-            !json_object_is_type(f, json_type_string) ||
-            strcmp(json_object_get_string(f), want) != 0)
-            return "a shard's \"file\" is not rank-<rank>.ftrt";
-        m->bytes[r] = (uint64_t)bytes;
-        m->hcrc[r] = (uint32_t)crc;
-    }
-    return NULL;
-}
-
-void ftrt__manifest_free(ftrt__manifest *m)
-{
-    free(m->bytes);
-    free(m->hcrc);
-    memset(m, 0, sizeof *m);
-}
-
-int ftrt__manifest_parse(const char *buf, size_t len, int64_t step, ftrt__manifest *m,
-                         const char **why)
-{
-    const char *bad = NULL;
-    int rc = 0;
-    memset(m, 0, sizeof *m);
-    if (len == 0 || len > MANIFEST_MAX) {
-        if (why) *why = "empty or too large";
-        return FTRT_ECORRUPT;
-    }
-    json_tokener *tok = json_tokener_new();
-    if (!tok) return -ENOMEM;
-    json_object *root = json_tokener_parse_ex(tok, buf, (int)len);
-    if (!root || json_tokener_get_error(tok) != json_tokener_success) {
-        bad = "not valid JSON";
-    } else {
-        for (size_t i = json_tokener_get_parse_end(tok); i < len && !bad; i++)
-            if (buf[i] != ' ' && buf[i] != '\n' && buf[i] != '\t' && buf[i] != '\r')
-                bad = "trailing bytes after the JSON object";
-        if (!bad) bad = check_manifest(root, step, m);
-        if (bad && strcmp(bad, "out of memory") == 0) rc = -ENOMEM;
-    }
-    json_object_put(root);
-    json_tokener_free(tok);
-    if (bad) {
-        ftrt__manifest_free(m);
-        if (why) *why = bad;
-        return rc ? rc : FTRT_ECORRUPT;
-    }
-    return 0;
-}
+#include "checkpoint/format.h"
+#include "checkpoint/io.h"
+#include "checkpoint/restore.h"
+#include "checkpoint/shard.h"
+#include "ftrt.h"
 
 static int read_manifest(const char *sdir, int64_t step, ftrt__manifest *m)
 {
@@ -131,7 +41,8 @@ static int read_manifest(const char *sdir, int64_t step, ftrt__manifest *m)
     const char *why = NULL;
     if (fstat(fd, &st) < 0) {
         rc = -errno;
-    } else if (!S_ISREG(st.st_mode) || st.st_size <= 0 || (uint64_t)st.st_size > MANIFEST_MAX) {
+    } else if (!S_ISREG(st.st_mode) || st.st_size <= 0 ||
+               (uint64_t)st.st_size > FTRT__MANIFEST_MAX) {
         why = "empty, too large or not a regular file";
     } else if (!(buf = malloc((size_t)st.st_size))) {
         rc = -ENOMEM;
@@ -254,7 +165,7 @@ static int load_shard(loader *L, const char *sdir, const ftrt__manifest *m, int6
     if (rc < 0) return rc;
     int fd = ftrt__shard_open(&L->io, path, &size, &h, &e);
     if (fd < 0) return fd;
-    int dfd = ftrt__open_direct(path, L->o->direct);
+    int dfd = ftrt__io_open_direct(path, L->o->direct);
     if (size != m->bytes[r]) {
         ftrt_log_warn("checkpoint shard %s is corrupt: %llu bytes, MANIFEST says %llu "
                       "(truncated?)",
@@ -329,7 +240,7 @@ int ftrt__ckpt_load_ex(const char *dir, int64_t step, int rank, int nranks,
         goto out;
     }
     loader L = {.o = o, .st = st};
-    ftrt__io_init(&L.io);
+    ftrt__io_init(&L.io, FTRT__IO_ENTRIES);
     if ((rc = ftrt__reader_init(&L.rd, &L.io, o->qd, o->chunk)) < 0) {
         ftrt__io_exit(&L.io);
         goto out;

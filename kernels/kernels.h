@@ -64,7 +64,7 @@ void ftrt__k_crc32c_chunks(const void *src, size_t bytes, size_t chunk, uint32_t
 
 /* Merges the per-chunk CRCs of ftrt__k_crc32c_chunks into the CRC32C of the whole `bytes`
  * (continued from `crc`, 0 for a fresh CRC): equals ftrt__crc32c(crc, src, bytes). Uses
- * ftrt__crc32c_combine (checkpoint/crc32c.c). */
+ * ftrt__crc32c_combine (base/crc32c.c). */
 uint32_t ftrt__k_crc32c_merge(uint32_t crc, const uint32_t *crcs, size_t bytes, size_t chunk);
 
 #ifdef __cplusplus

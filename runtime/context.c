@@ -1,6 +1,7 @@
 /*
- * context.c - ftrt_init/ftrt_finalize, roles, region registry, checkpoint and restore entry
- * points, step bookkeeping.
+ * context.c - ftrt_init/ftrt_finalize, roles, job info, rank queries and step bookkeeping (the
+ * region registry and the checkpoint and restore entry points are runtime/regions.c; the
+ * collectives runtime/data.c; ftrt_recover runtime/recovery.c).
  *
  * Start-up (docs/ARCHITECTURE.md "Roles"): world rank 0 opens the control-plane socket and
  * broadcasts {address, port, secret} with MPI_Bcast; every other rank connects, says hello and
@@ -323,7 +324,7 @@ int ftrt_size(const ftrt_ctx *ctx) { return ctx ? ctx->size : FTRT_ESTATE; }
 int ftrt_world_rank(const ftrt_ctx *ctx) { return ctx ? ctx->world_rank : FTRT_ESTATE; }
 int ftrt_epoch(const ftrt_ctx *ctx) { return ctx ? ctx->watch.epoch : FTRT_ESTATE; }
 
-/* ftrt_register/ftrt_unregister, ftrt_checkpoint* and ftrt_restore: checkpoint/engine.c. */
+/* ftrt_register/ftrt_unregister, ftrt_checkpoint* and ftrt_restore: runtime/regions.c. */
 
 int ftrt_step_done(ftrt_ctx *ctx, int64_t step)
 {

@@ -23,8 +23,8 @@
 #include "base/net.h"
 #include "base/ports.h"
 #include "base/proto.h"
-#include "checkpoint/ckpt.h"
 #include "checkpoint/engine.h"
+#include "checkpoint/region.h"
 #include "comm/plane.h"
 #include "ftrt.h"
 

@@ -18,6 +18,7 @@
 #include "base/knobs.h"
 #include "base/log.h"
 #include "comm/transfer.h"
+#include "checkpoint/restore.h"
 #include "runtime/internal.h"
 
 int ftrt__apply_plan(ftrt_ctx *ctx)

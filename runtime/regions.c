@@ -14,6 +14,9 @@
 
 #include "base/knobs.h"
 #include "base/log.h"
+#include "checkpoint/commit.h"
+#include "checkpoint/restore.h"
+#include "checkpoint/steps.h"
 #include "runtime/internal.h"
 
 void ftrt__ckpt_opts_from(const ftrt_config *cfg, ftrt__ckpt_opts *o)

@@ -13,7 +13,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "checkpoint/ckpt.h"
+#include "checkpoint/commit.h"
 #include "runtime/coordinator/committer.h"
 
 #define QMAX 64

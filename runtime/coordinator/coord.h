@@ -14,7 +14,6 @@
 #include "base/clock.h"
 #include "base/ledger.h"
 #include "base/proto.h"
-#include "checkpoint/ckpt.h"
 #include "runtime/coordinator/coordinator.h"
 
 enum ftrt__phase { PH_INIT, PH_RUNNING, PH_COLLECT, PH_RESUMING, PH_ABORTING, PH_DONE };
@@ -122,7 +121,7 @@ typedef struct ftrt__coord {
     int ncommitted, nckpt_failed;
     int nckpt_skipped;   /* a trainer skipped it (FTRT_CKPT_POLICY=skip, staging busy) */
     int nckpt_abandoned; /* in flight when the epoch changed */
-    struct ftrt__ckpt_track *ckpt_track; /* checkpoints in flight (checkpoint/track.c) */
+    struct ftrt__ckpt_track *ckpt_track; /* checkpoints in flight (track.c) */
     double t_start, t_end, abort_deadline;
     double status_written;
     int status_dirty; /* 1: progress (written at most every 0.25 s), 2: membership (now) */

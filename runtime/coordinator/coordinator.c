@@ -33,6 +33,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "checkpoint/commit.h"
+#include "checkpoint/retention.h"
+#include "checkpoint/steps.h"
 #include "runtime/coordinator/coord.h"
 #include "runtime/coordinator/committer.h"
 #include "base/log.h"
@@ -484,9 +487,9 @@ static void commits_drain(ftrt__coord *c)
     commits_take(c);
 }
 
-/* SHARD_DONE from world rank w: the checkpoint's table entry (checkpoint/track.c) takes the
- * report; once every trainer reported, the checkpoint is committed (on the commit thread, or
- * here when it could not be started), failed or skipped, and every trainer gets the COMMIT. */
+/* SHARD_DONE from world rank w: the checkpoint's table entry (track.c) takes the report; once
+ * every trainer reported, the checkpoint is committed (on the commit thread, or here when it
+ * could not be started), failed or skipped, and every trainer gets the COMMIT. */
 static void try_commit(ftrt__coord *c, int w, const ftrt__ckpt_msg *cm)
 {
     int64_t step = cm->step;

@@ -1,7 +1,7 @@
 /*
- * fuzz_ckpt_manifest.c - libFuzzer target for the MANIFEST parser (checkpoint/restore.c) and
- * the LATEST parser (checkpoint/commit.c). The first byte picks the parser and the step the
- * MANIFEST must name; the rest is the file's contents. Neither may crash or read outside the
+ * fuzz_ckpt_manifest.c - libFuzzer target for the MANIFEST parser and the LATEST parser
+ * (checkpoint/format.c). The first byte picks the parser and the step the MANIFEST must name;
+ * the rest is the file's contents. Neither may crash or read outside the
  * buffer; an accepted MANIFEST names every rank exactly once with a size of at least a header;
  * an accepted LATEST is canonical (printing the step gives back the same text).
  *
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint/ckpt.h"
+#include "base/knobs.h"
 #include "checkpoint/format.h"
 #include "ftrt.h"
 

@@ -1,5 +1,5 @@
 /*
- * fuzz_ckpt_shard.c - libFuzzer target for the shard header/table parser (checkpoint/shard.c):
+ * fuzz_ckpt_shard.c - libFuzzer target for the shard header/table parser (checkpoint/format.c):
  * arbitrary bytes are the start of a shard file; the first 8 bytes pick the file size the
  * parser checks region extents against (so that both "fits" and "truncated" are reached) and,
  * with their top bit, whether the header CRC is fixed up before parsing (so that mutations reach
@@ -18,7 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint/ckpt.h"
+#include "base/crc32c.h"
+#include "base/knobs.h"
 #include "checkpoint/format.h"
 #include "ftrt.h"
 

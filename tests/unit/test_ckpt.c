@@ -23,8 +23,13 @@
 #include <cmocka.h>
 
 #include "base/crc32c.h"
-#include "checkpoint/ckpt.h"
+#include "base/knobs.h"
+#include "checkpoint/commit.h"
 #include "checkpoint/format.h"
+#include "checkpoint/io.h"
+#include "checkpoint/restore.h"
+#include "checkpoint/shard.h"
+#include "checkpoint/steps.h"
 #include "ftrt.h"
 #include "helpers.h"
 
@@ -317,7 +322,7 @@ static void test_bitflip_data(void **st)
     ftrt__shard_hdr h;
     ftrt__shard_ent *e;
     uint64_t size;
-    ftrt__io_init(&io);
+    ftrt__io_init(&io, FTRT__IO_ENTRIES);
     int fd = ftrt__shard_open(&io, p, &size, &h, &e);
     ftrt__io_exit(&io);
     assert_true(fd >= 0);

@@ -16,8 +16,6 @@
 #include <cmocka.h>
 
 #include "base/crc32c.h"
-#include "checkpoint/ckpt.h"
-#include "checkpoint/format.h"
 
 static uint64_t rng = 0x1234567887654321ull;
 

@@ -1,9 +1,9 @@
 /*
- * test_ckpt_engine.c - the asynchronous checkpoint engine (checkpoint/engine.c) end to end in
- * one process, through its ports only (base/ports.h): an epoch watch, a fake host that records
- * SHARD_DONE, and a fake coordinator thread that commits each checkpoint with
- * ftrt__ckpt_commit() (N = 1) and hands the decision to the engine's commit callback, as the
- * agent thread does. Covered: snapshot semantics (state modified
+ * test_ckpt_engine.c - the asynchronous checkpoint engine (checkpoint/engine.c, stage.c,
+ * persist.c) end to end in one process, through its ports only (base/ports.h): an epoch watch,
+ * a fake host that records SHARD_DONE, and a fake coordinator thread that commits each
+ * checkpoint with ftrt__ckpt_commit() (N = 1) and hands the decision to the engine's commit
+ * callback, as the agent thread does. Covered: snapshot semantics (state modified
  * after wait_snapshot is not in the checkpoint), overlap with a reader, multi-piece regions
  * restored bit-exact, the wait and skip policies with slow writes, abandonment on an epoch
  * change (partial file removed, previous checkpoint stays), write failures reported through
@@ -30,10 +30,13 @@
 #include <cmocka.h>
 
 #include "base/clock.h"
+#include "base/fs.h"
+#include "base/knobs.h"
 #include "base/proto.h"
-#include "checkpoint/ckpt.h"
+#include "checkpoint/commit.h"
 #include "checkpoint/engine.h"
-#include "checkpoint/format.h"
+#include "checkpoint/restore.h"
+#include "checkpoint/steps.h"
 #include "ftrt.h"
 #include "helpers.h"
 
@@ -131,6 +134,7 @@ static int teardown(void **state)
     pthread_cond_destroy(&f->cond);
     free(f);
     ftrt__knobs.ckpt_force_buffered = 0; /* test knobs are process-wide: reset them */
+    ftrt__knobs.io_force_sync = 0;
     ftrt__knobs.ckpt_no_fallocate = 0;
     ftrt__knobs.ckpt_write_delay_ms = 0;
     return 0;
@@ -233,6 +237,31 @@ static ftrt_ckpt_stats stats(fixture *f)
     return s;
 }
 
+/* Loads `step` and compares its replicated region "w" with want[0..n). */
+static int load_w_equals(fixture *f, int64_t step, const void *want, size_t n)
+{
+    const char *names[1] = {"w"};
+    unsigned fl[1] = {FTRT_REGION_REPLICATED};
+    void *w[1] = {(void *)want};
+    return load_equals(f, step, 1, names, &n, fl, w);
+}
+
+/* Once the (slow) write of `step` is under way, announces `epoch`: the checkpoint is abandoned,
+ * its partial file removed, and nothing published. */
+static void abandon_write(fixture *f, int64_t step, int epoch)
+{
+    for (int i = 0; i < 500 && !t_glob_count("%s/step-%lld/rank-0.ftrt.tmp.*", f->dir,
+                                             (long long)step); i++)
+        usleep(2000);
+    assert_true(t_glob_count("%s/step-%lld/rank-0.ftrt.tmp.*", f->dir, (long long)step));
+    t_watch_announce(&f->w, epoch); /* the agent thread got FAILURE(epoch) */
+    assert_int_equal(ftrt__ckpt_wait_commit(f->e, step, 20000), FTRT_ERECOVER);
+    ftrt__ckpt_quiesce(f->e); /* what ftrt_recover() does */
+    ftrt__ckpt_drain(f->e);   /* the persist thread is done with it */
+    assert_false(t_glob_count("%s/step-%lld/rank-0.ftrt.tmp.*", f->dir, (long long)step));
+    assert_false(exists("%s/step-%lld/rank-0.ftrt", f->dir, (long long)step));
+}
+
 /* ---- tests ------------------------------------------------------------------------------- */
 
 /* The checkpoint holds the state at ftrt_checkpoint(), not what the application writes after
@@ -298,10 +327,7 @@ static void overlap_with_reader(void **state)
     memset(p, 0xEE, n);
     assert_int_equal(snap_wait(f), 0); /* nothing running: 0 */
     assert_int_equal(ftrt__ckpt_wait_commit(f->e, 1, 20000), 0);
-    const char *names[1] = {"w"};
-    unsigned fl[1] = {FTRT_REGION_REPLICATED};
-    void *want[1] = {copy};
-    assert_int_equal(load_equals(f, 1, 1, names, &n, fl, want), 0);
+    assert_int_equal(load_w_equals(f, 1, copy, n), 0);
     free(p), free(copy);
 }
 
@@ -361,24 +387,14 @@ static void epoch_change_abandons(void **state)
     fill(p, n, 12);
     int before = ndone(f);
     assert_int_equal(ckpt(f, 6), 0);
-    for (int i = 0; i < 500 && !t_glob_count("%s/step-6/rank-0.ftrt.tmp.*", f->dir); i++) usleep(2000);
-    assert_true(t_glob_count("%s/step-6/rank-0.ftrt.tmp.*", f->dir)); /* the write is under way */
-    t_watch_announce(&f->w, 1); /* the agent thread got FAILURE(epoch 1) */
-    assert_int_equal(ftrt__ckpt_wait_commit(f->e, 6, 20000), FTRT_ERECOVER);
-    ftrt__ckpt_quiesce(f->e); /* what ftrt_recover() does */
-    ftrt__ckpt_drain(f->e);   /* the persist thread is done with it */
-    assert_false(t_glob_count("%s/step-6/rank-0.ftrt.tmp.*", f->dir));
-    assert_false(exists("%s/step-6/rank-0.ftrt", f->dir));
+    abandon_write(f, 6, 1);
     usleep(100000);
     assert_int_equal(ndone(f), before); /* never reported */
     assert_int_equal(stats(f).abandoned, 1);
     int64_t steps[4];
     assert_int_equal(ftrt__ckpt_list(f->dir, steps, 4), 1);
     assert_int_equal(steps[0], 5);
-    const char *names[1] = {"w"};
-    unsigned fl[1] = {FTRT_REGION_REPLICATED};
-    void *want[1] = {first};
-    assert_int_equal(load_equals(f, 5, 1, names, &n, fl, want), 0);
+    assert_int_equal(load_w_equals(f, 5, first, n), 0);
     /* The new epoch checkpoints again. */
     f->w.epoch = 1;
     f->o.write_delay_ms = 0;
@@ -467,10 +483,7 @@ static void streaming_below_one_shard(void **state)
     ftrt_ckpt_stats s = stats(f);
     assert_true(s.flags & FTRT_CKPT_STAT_STREAMING);
     assert_int_equal(s.staging_slots, 0);
-    const char *names[1] = {"w"};
-    unsigned fl[1] = {FTRT_REGION_REPLICATED};
-    void *want[1] = {copy};
-    assert_int_equal(load_equals(f, 4, 1, names, &n, fl, want), 0);
+    assert_int_equal(load_w_equals(f, 4, copy, n), 0);
     free(p), free(copy);
 }
 
@@ -486,11 +499,33 @@ static void buffered_fallback(void **state)
     assert_int_equal(ckpt(f, 9), 0);
     assert_int_equal(ftrt__ckpt_wait_commit(f->e, 9, 20000), 0);
     assert_false(stats(f).flags & FTRT_CKPT_STAT_DIRECT);
-    const char *names[1] = {"w"};
-    unsigned fl[1] = {FTRT_REGION_REPLICATED};
-    void *want[1] = {p};
-    assert_int_equal(load_equals(f, 9, 1, names, &n, fl, want), 0);
+    assert_int_equal(load_w_equals(f, 9, p, n), 0);
     free(p);
+}
+
+/* Without io_uring (the persist thread's ring refused): the image is written with pwrite, the
+ * slow-write knob and the abandon poll still act between requests, and what is written
+ * restores bit-exact. */
+static void sync_fallback(void **state)
+{
+    fixture *f = *state;
+    size_t n = 6u << 20;
+    unsigned char *p = malloc(n), *first = malloc(n);
+    fill(p, n, 61);
+    memcpy(first, p, n);
+    ftrt__knobs.io_force_sync = 1; /* before the first checkpoint starts the persist thread */
+    assert_int_equal(reg(f, "w", p, n, FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(ckpt(f, 1), 0);
+    assert_int_equal(ftrt__ckpt_wait_commit(f->e, 1, 20000), 0);
+    assert_false(stats(f).flags & FTRT_CKPT_STAT_FIXED); /* no ring, no registered buffers */
+    f->o.write_delay_ms = 20; /* 24 requests of 256 KiB: about half a second */
+    set_opts(f);
+    fill(p, n, 62);
+    assert_int_equal(ckpt(f, 2), 0);
+    abandon_write(f, 2, 1);
+    assert_int_equal(stats(f).abandoned, 1);
+    assert_int_equal(load_w_equals(f, 1, first, n), 0);
+    free(p), free(first);
 }
 
 /* Finalize's drain waits for the write and the commit; freeing the engine with a write in
@@ -689,6 +724,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(regions_change, setup, teardown),
         cmocka_unit_test_setup_teardown(streaming_below_one_shard, setup, teardown),
         cmocka_unit_test_setup_teardown(buffered_fallback, setup, teardown),
+        cmocka_unit_test_setup_teardown(sync_fallback, setup, teardown),
         cmocka_unit_test_setup_teardown(drain_and_free, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_calls, setup, teardown),
         cmocka_unit_test(settings),

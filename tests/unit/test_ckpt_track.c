@@ -1,6 +1,6 @@
 /*
- * test_ckpt_track.c - the coordinator's table of checkpoints in flight (checkpoint/track.c):
- * a checkpoint is decided only when every trainer reported; interleaved steps (asynchronous
+ * test_ckpt_track.c - the coordinator's table of checkpoints in flight
+ * (runtime/coordinator/track.c): a checkpoint is decided only when every trainer reported; interleaved steps (asynchronous
  * persists, a skip reported before an older write finishes); errors win over skips; duplicate
  * reports ignored; an epoch change abandons older entries; overflow drops the oldest.
  */

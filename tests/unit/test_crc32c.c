@@ -13,8 +13,6 @@
 #include <cmocka.h>
 
 #include "base/crc32c.h"
-#include "checkpoint/ckpt.h"
-#include "checkpoint/format.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 

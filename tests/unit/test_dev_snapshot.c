@@ -17,15 +17,13 @@
 #include <cmocka.h>
 
 #include "base/crc32c.h"
-#include "checkpoint/ckpt.h"
+#include "checkpoint/ckpt_device.h"
 #include "checkpoint/engine.h"
 #include "ftrt.h"
 #include "kernels/device_snapshot.h"
 #include "kernels/kernels_gpu.h"
 
 #define CK(x) assert_int_equal((int)(x), (int)cudaSuccess)
-
-void ftrt__ckpt_device_install(void);
 
 static void fill(void *p, size_t n, unsigned seed)
 {

@@ -13,7 +13,6 @@
 #include <cmocka.h>
 
 #include "base/crc32c.h"
-#include "checkpoint/ckpt.h"
 #include "kernels/kernels.h"
 
 static void fill(void *p, size_t n, unsigned seed)

@@ -15,7 +15,6 @@
 #include <cmocka.h>
 
 #include "base/crc32c.h"
-#include "checkpoint/ckpt.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_gpu.h"
 

@@ -11,6 +11,9 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "checkpoint/commit.h"
+#include "checkpoint/shard.h"
+#include "checkpoint/steps.h"
 #include "ftrt.h"
 #include "helpers.h"
 #include "runtime/coordinator/coord.h"

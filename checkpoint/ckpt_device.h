@@ -1,0 +1,13 @@
+/*
+ * ckpt_device.h - the checkpoint engine's device hook for CUDA builds (ckpt_device.c, part of
+ * libftrt_gpu only): installs ftrt__ckpt_device (engine.h).
+ */
+#ifndef FTRT_CKPT_DEVICE_H
+#define FTRT_CKPT_DEVICE_H
+
+/* Installs the hook. A constructor in ckpt_device.c does it when the library loads; unit tests
+ * call it, since a static archive's constructor is not linked unless something refers to its
+ * object. */
+void ftrt__ckpt_device_install(void);
+
+#endif
