@@ -540,10 +540,23 @@ def case_main(cases, description=None, argv=None):
     if not (a.bin and a.work and a.case):
         ap.error("--bin, --work and a case are required")
     print(f"case {a.case}:", flush=True)
-    try:
+
+    def run_case():
         need_tool("mpirun")
         os.makedirs(a.work, exist_ok=True)
         rc = cases[a.case].fn(a)
+        if not rc:
+            print("PASS", flush=True)
+        return rc or 0
+    return exit_status(run_case)
+
+
+def exit_status(fn):
+    """Runs fn() and returns the test's exit status: fn's own (None counts as 0), 1 on Fail,
+    SKIP (77) on Skip or on a MissingDependency (which strict_deps() has already turned into a
+    Fail under CI, see missing_dep()). Prints FAIL or the reason for a skip."""
+    try:
+        return fn() or 0
     except Fail as e:
         print("FAIL:", e, flush=True)
         return 1
@@ -553,7 +566,3 @@ def case_main(cases, description=None, argv=None):
     except Skip as e:
         print(f"{e}: skipping", flush=True)
         return SKIP
-    if rc:
-        return rc
-    print("PASS", flush=True)
-    return 0

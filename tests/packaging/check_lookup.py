@@ -34,7 +34,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ftrt_harness as h  # noqa: E402
-from ftrt_harness import Fail, check  # noqa: E402
+from ftrt_harness import check  # noqa: E402
 from pkgtest import PY, clean_env, probe, run  # noqa: E402
 
 REPORT = {
@@ -149,11 +149,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Fail as e:
-        print("FAIL:", e, flush=True)
-        sys.exit(1)
-    except h.MissingDependency as e:
-        print(f"{e}: skipping (under CI this fails)", flush=True)
-        sys.exit(h.SKIP)
+    sys.exit(h.exit_status(main))

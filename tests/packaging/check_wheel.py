@@ -174,11 +174,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Fail as e:
-        print("FAIL:", e, flush=True)
-        sys.exit(1)
-    except h.MissingDependency as e:
-        print(f"{e}: skipping (under CI this fails)", flush=True)
-        sys.exit(h.SKIP)
+    sys.exit(h.exit_status(main))
