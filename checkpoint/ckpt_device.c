@@ -14,29 +14,28 @@
  *   snapshot is taken (ftrt_checkpoint_wait_snapshot()), as for host regions.
  * restore: a synchronous host-to-device copy on the same side stream.
  * pin / unpin: cudaHostRegister / cudaHostUnregister of staging buffers (DMA at full speed).
- * Without a usable device every call returns FTRT_ENODEV.
+ * Without a usable device every call returns FTRT_ENODEV; CUDA errors are mapped by
+ * kernels/cuda_check.h (FTRT_ECUDA, logged; -ENOMEM for an allocation failure).
  */
 #include <stdint.h>
 
 #include "checkpoint/ckpt_device.h"
 #include "checkpoint/engine.h"
 #include "ftrt.h"
+#include "kernels/cuda_check.h"
 #include "kernels/device_snapshot.h"
 #include "kernels/kernels_gpu.h"
-#include "base/log.h"
 
 static _Thread_local cudaStream_t side;
 
 static int side_stream(cudaStream_t *out)
 {
     if (!side) {
-        cudaError_t e = cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
+        int rc = ftrt__cuda_err(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking),
+                                "cudaStreamCreateWithFlags");
+        if (rc) {
             side = NULL;
-            if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) return FTRT_ENODEV;
-            ftrt_log_error("cudaStreamCreateWithFlags: %s", cudaGetErrorString(e));
-            return FTRT_ECUDA;
+            return rc;
         }
     }
     *out = side;
@@ -61,20 +60,15 @@ static int dev_restore(void *dst, const void *src, size_t bytes)
     cudaStream_t s;
     int rc = side_stream(&s);
     if (rc) return rc;
-    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-    if (e == cudaSuccess) return 0;
-    (void)cudaGetLastError();
-    ftrt_log_error("device restore of %zu bytes: %s", bytes, cudaGetErrorString(e));
-    return FTRT_ECUDA;
+    rc = ftrt__cuda_err(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s),
+                        "cudaMemcpyAsync (device restore)");
+    if (!rc) rc = ftrt__cuda_err(cudaStreamSynchronize(s), "cudaStreamSynchronize (device restore)");
+    return rc;
 }
 
 static int dev_pin(void *p, size_t bytes)
 {
-    cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterPortable);
-    if (e == cudaSuccess) return 0;
-    (void)cudaGetLastError();
-    return e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ? FTRT_ENODEV : FTRT_ECUDA;
+    return ftrt__cuda_err(cudaHostRegister(p, bytes, cudaHostRegisterPortable), "cudaHostRegister");
 }
 
 static void dev_unpin(void *p)

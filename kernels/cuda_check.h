@@ -1,6 +1,6 @@
 /*
  * cuda_check.h - the one mapping of CUDA runtime errors to ftrt error codes (internal; the GPU
- * sources of libftrt_gpu: kernels/device_snapshot.c, comm/nccl_plane.c).
+ * sources of libftrt_gpu: kernels/device_snapshot.c, comm/nccl_plane.c, checkpoint/ckpt_device.c).
  *
  * Every CUDA call of the library goes through ftrt__cuda_err, so that an error is reported the
  * same way wherever it happens: no usable device or driver is FTRT_ENODEV (a machine without a
