@@ -132,7 +132,8 @@ def main():
     jobdir = os.path.join(work, "job")
     os.makedirs(jobdir)
     script = os.path.join(jobdir, "train_torch.py")
-    shutil.copy(os.path.join(source, "examples", "train_torch.py"), script)
+    for name in ("train_torch.py", "example_args.py"):  # the example and its argument helper
+        shutil.copy(os.path.join(source, "examples", name), os.path.join(jobdir, name))
     status = os.path.join(jobdir, "status.json")
     report = os.path.join(jobdir, "report.json")
     args = ["--steps", str(a.steps), "--batch", "32", "--hidden", "64", "--seed", "7",
