@@ -781,7 +781,7 @@ int main(int argc, char **argv)
     double t = ftrt__now();
     char region_bytes[64] = "coord_load";
     ftrt__region reg = {.name = "w", .ptr = region_bytes, .bytes = sizeof region_bytes,
-                        .flags = FTRT_REGION_SHARDED};
+                        .kind = FTRT__KIND_SHARDED};
     for (int c = 0; c < opt_commits; c++)
         for (int r = 0; r < N; r++) {
             int rc = ftrt__shard_write(ckdir, 1000 * (c + 1), r, N, &reg, 1);

@@ -63,14 +63,14 @@ static int write_atomic(const char *d, const char *name, const char *text, size_
 
 /* ---- commit ------------------------------------------------------------------------------ */
 
-/* Checks that shard r's table agrees with shard 0's (same regions, flags, REPLICATED sizes). */
+/* Checks that shard r's table agrees with shard 0's (same regions, kinds, REPLICATED sizes). */
 static int same_table(const ftrt__shard_hdr *h0, const ftrt__shard_ent *e0,
                       const ftrt__shard_hdr *h, const ftrt__shard_ent *e)
 {
     if (h->nregions != h0->nregions) return 0;
     for (uint32_t i = 0; i < h->nregions; i++) {
-        if (strcmp(e[i].name, e0[i].name) != 0 || e[i].flags != e0[i].flags) return 0;
-        if (e[i].flags == FTRT_REGION_REPLICATED && e[i].total_bytes != e0[i].total_bytes)
+        if (strcmp(e[i].name, e0[i].name) != 0 || e[i].kind != e0[i].kind) return 0;
+        if (e[i].kind == FTRT__KIND_REPLICATED && e[i].total_bytes != e0[i].total_bytes)
             return 0;
     }
     return 1;
@@ -104,7 +104,7 @@ static int check_shards(const char *sdir, int64_t step, int nranks, json_object 
             rc = FTRT_ECORRUPT;
         } else if (r > 0 && !same_table(&h0, e0, &h, e)) {
             ftrt_log_warn("checkpoint shard %s: its region table differs from rank 0's (names, "
-                          "flags or REPLICATED sizes)",
+                          "kinds or REPLICATED sizes)",
                           path);
             rc = FTRT_ECORRUPT;
         } else {

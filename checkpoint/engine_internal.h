@@ -49,7 +49,7 @@ typedef struct ftrt__ckpt_job {
     int nregs;
     ftrt__shard_ent *ents;
     const unsigned char **src; /* region base pointers */
-    unsigned char *dev;        /* per region: device memory (FTRT_REGION_DEVICE) */
+    unsigned char *dev;        /* per region: device memory (FTRT__LOC_DEVICE) */
     ftrt__ckpt_piece *pieces;
     size_t npieces;
     _Atomic size_t next, done;
@@ -105,9 +105,6 @@ struct ftrt__ckpt_engine {
     ftrt__io io;           /* its ring, with the slots registered as fixed buffers */
     uint64_t reg_gen;
 };
-
-/* The kind bit of a region's flags (FTRT_REGION_REPLICATED or FTRT_REGION_SHARDED). */
-static inline unsigned ftrt__ckpt_kind(unsigned flags) { return flags & FTRT_REGION_SHARDED; }
 
 /* ---- jobs and records (inline: every file of the engine uses them) ----------------- */
 

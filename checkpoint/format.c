@@ -16,6 +16,7 @@
 
 #include "base/crc32c.h"
 #include "checkpoint/format.h"
+#include "checkpoint/region.h" /* FTRT__KIND_* */
 #include "ftrt.h"
 
 /* ---- little-endian codec ----------------------------------------------------------------- */
@@ -77,7 +78,7 @@ void ftrt__shard_encode(void *buf, ftrt__shard_hdr *hdr, const ftrt__shard_ent *
         unsigned char *e = p + FTRT__SHARD_HDR_BYTES + (size_t)i * FTRT__SHARD_ENT_BYTES;
         size_t nl = strnlen(ents[i].name, FTRT__NAME_MAX - 1);
         memcpy(e, ents[i].name, nl);
-        put_u32(e + 64, ents[i].flags);
+        put_u32(e + 64, ents[i].kind);
         put_u64(e + 72, ents[i].total_bytes);
         put_u64(e + 80, ents[i].slice_offset);
         put_u64(e + 88, ents[i].slice_bytes);
@@ -114,16 +115,16 @@ static const char *check_ent(const ftrt__shard_hdr *h, const ftrt__shard_ent *e,
                              uint64_t prev_end, uint64_t file_size)
 {
     if (e->name[0] == '\0') return "empty region name";
-    if (e->flags == FTRT_REGION_SHARDED) {
+    if (e->kind == FTRT__KIND_SHARDED) {
         if (e->slice_offset != 0 || e->slice_bytes != e->total_bytes)
             return "SHARDED region entry is not stored whole";
-    } else if (e->flags == FTRT_REGION_REPLICATED) {
+    } else if (e->kind == FTRT__KIND_REPLICATED) {
         uint64_t off, len;
         ftrt__slice(e->total_bytes, h->rank, h->nranks, &off, &len);
         if (e->slice_offset != off || e->slice_bytes != len)
             return "REPLICATED slice is not this rank's share";
     } else {
-        return "unknown region flags";
+        return "unknown region kind";
     }
     if (e->file_offset % FTRT__SHARD_ALIGN != 0) return "region data offset not 4 KiB-aligned";
     if (e->file_offset < prev_end) return "region data overlaps the table or previous region";
@@ -171,7 +172,7 @@ int ftrt__shard_parse(const void *buf, size_t len, uint64_t file_size, ftrt__sha
             bad = "reserved field not zero";
         if (!bad) {
             memcpy(e[i].name, q, FTRT__NAME_MAX);
-            e[i].flags = get_u32(q + 64);
+            e[i].kind = get_u32(q + 64);
             e[i].total_bytes = get_u64(q + 72);
             e[i].slice_offset = get_u64(q + 80);
             e[i].slice_bytes = get_u64(q + 88);

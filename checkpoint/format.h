@@ -27,7 +27,8 @@
  *
  *   then nregions table entries (FTRT__SHARD_ENT_BYTES = 112 bytes each):
  *        0    64  name, NUL-terminated, 1..63 bytes, unique in the table
- *       64     4  u32 flags (FTRT_REGION_REPLICATED or FTRT_REGION_SHARDED)
+ *       64     4  u32 kind: 0 REPLICATED, 1 SHARDED (the values of FTRT_REGION_REPLICATED and
+ *                 FTRT_REGION_SHARDED; a device region is stored as its kind, like a host one)
  *       68     4  u32 reserved (0)
  *       72     8  u64 total_bytes B of the region
  *       80     8  u64 slice_offset: REPLICATED: B*r/N; SHARDED: 0
@@ -79,7 +80,7 @@ typedef struct ftrt__shard_hdr {
 /* Decoded region table entry. */
 typedef struct ftrt__shard_ent {
     char name[FTRT__NAME_MAX];
-    uint32_t flags;
+    uint32_t kind; /* FTRT__KIND_REPLICATED or FTRT__KIND_SHARDED (region.h) once parsed */
     uint64_t total_bytes;
     uint64_t slice_offset;
     uint64_t slice_bytes;
@@ -111,7 +112,7 @@ int ftrt__shard_peek(const void *buf, size_t len, uint32_t *table_bytes, const c
 
 /* Decodes and validates the header + table in buf[0..len) of a shard whose file is file_size
  * bytes long: magic, version, sizes, counts, header CRC, names (terminated, non-empty,
- * unique), flags, slice geometry (REPLICATED slices must be exactly rank's 1/N share), data
+ * unique), kind, slice geometry (REPLICATED slices must be exactly rank's 1/N share), data
  * offsets (aligned, ordered, non-overlapping, within file_size, no overflow).
  *   hdr:  receives the header.
  *   ents: receives a malloc'd array of hdr->nregions entries (NULL when 0); caller frees.

@@ -81,7 +81,7 @@ static const ftrt__shard_ent *find_ent(const ftrt__shard_ent *e, uint32_t n, con
 }
 
 /* Matches the registered regions against a shard's table: every one must be there with the
- * same flags; sizes must agree for REPLICATED regions and, in this rank's own shard, for
+ * same kind; sizes must agree for REPLICATED regions and, in this rank's own shard, for
  * SHARDED ones (other ranks' SHARDED regions may have other sizes). */
 static int match_table(const char *path, const ftrt__shard_ent *e, uint32_t n,
                        const ftrt__region *regs, int nregs, int own, int log_extra)
@@ -92,13 +92,14 @@ static int match_table(const char *path, const ftrt__shard_ent *e, uint32_t n,
             ftrt_log_warn("checkpoint %s has no region \"%s\"", path, regs[i].name);
             return FTRT_EMISMATCH;
         }
-        if (x->flags != regs[i].flags) {
-            ftrt_log_warn("checkpoint %s: region \"%s\" is %s there but registered %s", path,
-                          regs[i].name, x->flags == FTRT_REGION_SHARDED ? "SHARDED" : "REPLICATED",
-                          regs[i].flags == FTRT_REGION_SHARDED ? "SHARDED" : "REPLICATED");
+        if (x->kind != (uint32_t)regs[i].kind) { /* parsed: x->kind is a valid kind */
+            ftrt_log_warn("checkpoint %s: region \"%s\" is %s there but registered %s (in %s "
+                          "memory)",
+                          path, regs[i].name, ftrt__kind_name((ftrt__region_kind)x->kind),
+                          ftrt__kind_name(regs[i].kind), ftrt__loc_name(regs[i].loc));
             return FTRT_EMISMATCH;
         }
-        if ((own || x->flags == FTRT_REGION_REPLICATED) &&
+        if ((own || x->kind == FTRT__KIND_REPLICATED) &&
             x->total_bytes != (uint64_t)regs[i].bytes) {
             ftrt_log_warn("checkpoint %s: region \"%s\" has %llu bytes there but %zu registered",
                           path, regs[i].name, (unsigned long long)x->total_bytes, regs[i].bytes);
@@ -185,7 +186,7 @@ static int load_shard(loader *L, const char *sdir, const ftrt__manifest *m, int6
     }
     for (int i = 0; i < nregs && rc == 0; i++) {
         const ftrt__shard_ent *x = find_ent(e, h.nregions, regs[i].name);
-        if (regs[i].flags == FTRT_REGION_SHARDED && r != rank) continue;
+        if (regs[i].kind == FTRT__KIND_SHARDED && r != rank) continue;
         if (x->slice_bytes == 0) {
             if (x->data_crc != 0) {
                 ftrt_log_warn("checkpoint shard %s is corrupt: empty region \"%s\" has a CRC",
@@ -226,9 +227,15 @@ int ftrt__ckpt_load_ex(const char *dir, int64_t step, int rank, int nranks,
         if (strnlen(regs[i].name, FTRT__NAME_MAX) >= FTRT__NAME_MAX ||
             (regs[i].bytes > 0 && !regs[i].ptr))
             return -EINVAL;
-        if (regs[i].flags == FTRT_REGION_SHARDED) any_sharded = 1;
-        else if (regs[i].flags == FTRT_REGION_REPLICATED) any_repl = 1;
+        if (regs[i].kind == FTRT__KIND_SHARDED) any_sharded = 1;
+        else if (regs[i].kind == FTRT__KIND_REPLICATED) any_repl = 1;
         else return -EINVAL;
+        if (regs[i].loc != FTRT__LOC_HOST) { /* the slices are read into host memory */
+            ftrt_log_error("checkpoint: cannot restore region \"%s\" of step %lld: it is in "
+                           "device memory, which the restore does not write yet",
+                           regs[i].name, (long long)step);
+            return FTRT_ENOTSUP;
+        }
     }
     if ((rc = ftrt__path(sdir, sizeof sdir, "%s/step-%lld", dir, (long long)step)) < 0) return rc;
     if ((rc = read_manifest(sdir, step, &m)) < 0) goto out;

@@ -46,8 +46,14 @@ int ftrt__regions_check(const ftrt__region *regs, int nregs)
     for (int i = 0; i < nregs; i++) {
         size_t nl = strnlen(regs[i].name, FTRT__NAME_MAX);
         if (nl == 0 || nl >= FTRT__NAME_MAX) return -EINVAL;
-        if (regs[i].flags != FTRT_REGION_REPLICATED && regs[i].flags != FTRT_REGION_SHARDED)
+        if (regs[i].kind != FTRT__KIND_REPLICATED && regs[i].kind != FTRT__KIND_SHARDED)
             return -EINVAL;
+        if (regs[i].loc != FTRT__LOC_HOST) {
+            ftrt_log_error("checkpoint: region \"%s\" is in device memory, which this path "
+                           "reads or writes on the host: not supported here yet",
+                           regs[i].name);
+            return FTRT_ENOTSUP;
+        }
         if (regs[i].bytes > 0 && !regs[i].ptr) return -EINVAL;
         for (int j = 0; j < i; j++)
             if (strcmp(regs[i].name, regs[j].name) == 0) return -EINVAL;
@@ -63,9 +69,9 @@ uint64_t ftrt__shard_layout(const ftrt__region *regs, int nregs, int rank, int n
     for (int i = 0; i < nregs; i++) {
         ftrt__shard_ent *e = &ents[i];
         memcpy(e->name, regs[i].name, strnlen(regs[i].name, FTRT__NAME_MAX - 1));
-        e->flags = regs[i].flags;
+        e->kind = regs[i].kind; /* the format stores the kind alone (format.h) */
         e->total_bytes = regs[i].bytes;
-        if (e->flags == FTRT_REGION_SHARDED) {
+        if (e->kind == FTRT__KIND_SHARDED) {
             e->slice_offset = 0;
             e->slice_bytes = e->total_bytes;
         } else {

@@ -163,9 +163,9 @@ int ftrt__ckpt_job_build(const ftrt__region *regs, int n, ftrt__ckpt_job *j)
     }
     for (int i = 0; i < n; i++) {
         kr[i] = regs[i];
-        kr[i].flags = ftrt__ckpt_kind(regs[i].flags);
+        kr[i].loc = FTRT__LOC_HOST; /* the layout's host view: the pieces copy device memory */
         j->src[i] = regs[i].ptr;
-        j->dev[i] = (regs[i].flags & FTRT_REGION_DEVICE) != 0;
+        j->dev[i] = regs[i].loc == FTRT__LOC_DEVICE;
     }
     int rc = ftrt__regions_check(kr, n);
     j->tb = FTRT__SHARD_HDR_BYTES + FTRT__SHARD_ENT_BYTES * (uint32_t)n;

@@ -309,8 +309,9 @@ FTRT_API int ftrt_epoch(const ftrt_ctx *ctx);
 #define FTRT_REGION_REPLICATED 0u
 #define FTRT_REGION_SHARDED 1u
 /* Or'ed with one of the above: the region is CUDA device memory. Snapshots copy it into pinned
- * staging on a side stream. Needs a libftrt built with CUDA; otherwise ftrt_register() refuses
- * it with FTRT_ENOTSUP. */
+ * staging on a side stream; nothing else reads or writes it yet, so ftrt_register() refuses it
+ * (FTRT_ENOTSUP) where another path would need it (see there), and ftrt_restore() refuses to
+ * load a checkpoint into it. Needs a libftrt built with CUDA. */
 #define FTRT_REGION_DEVICE 2u
 
 /*
@@ -325,8 +326,16 @@ FTRT_API int ftrt_epoch(const ftrt_ctx *ctx);
  * differ). Regions may be added and removed (ftrt_unregister()) between checkpoints; the next
  * checkpoint holds the regions registered when it starts.
  * Returns the region's current index (>= 0; indices shift when an earlier region is
- * unregistered), FTRT_EINVAL (bad name/ptr/flags, duplicate name), FTRT_ENOTSUP (a device
- * region without CUDA support), FTRT_ESTATE (not a trainer), or -ENOMEM.
+ * unregistered), FTRT_EINVAL (bad name/ptr, unknown flag bits, duplicate name), FTRT_ESTATE
+ * (not a trainer), -ENOMEM, or FTRT_ENOTSUP for a device region (ftrt_last_error() names it):
+ *  - in a libftrt without CUDA support;
+ *  - REPLICATED | DEVICE while the silent-data-corruption check is on (FTRT_SDC_EVERY > 0 with
+ *    two or more trainers) or the job has hot spares (FTRT_SPARES: the recovery's transfer to
+ *    a promoted spare carries host memory only);
+ *  - any device region while partner replicas are on (FTRT_SHARD_REPLICA_EVERY >= 0 with two
+ *    or more trainers) and a SHARDED region is registered or being registered (also when the
+ *    SHARDED one is a host region registered after the device one).
+ * Turning the named setting off lets the region be registered.
  */
 FTRT_API int ftrt_register(ftrt_ctx *ctx, const char *name, void *ptr, size_t bytes,
                            unsigned flags);
@@ -351,7 +360,8 @@ FTRT_API int ftrt_unregister(ftrt_ctx *ctx, const char *name);
  * Returns 1 when state was restored, 0 when there is nothing to restore (fresh start),
  * FTRT_ENOCKPT (checkpoints exist but none is usable), FTRT_EMISMATCH (regions differ from the
  * checkpoint, or SHARDED regions with a different number of trainers), FTRT_ERECOVER (a rank
- * failed meanwhile: call ftrt_recover()), FTRT_ESTATE, -errno.
+ * failed meanwhile: call ftrt_recover()), FTRT_ENOTSUP (a checkpoint exists and a device
+ * region is registered: not restored yet), FTRT_ESTATE, -errno.
  */
 FTRT_API int ftrt_restore(ftrt_ctx *ctx, int64_t *step);
 
@@ -639,7 +649,9 @@ FTRT_API int ftrt_bucketer_free(ftrt_bucketer *b);
  * trainers: each copies its regions and sends its sharded ones to its partner).
  * Returns 0, FTRT_EINVAL (step decreasing by more than a recovery allows), and only when a
  * replica refresh was due: FTRT_ERECOVER (a rank failed meanwhile: call ftrt_recover()), the
- * job's fatal code, FTRT_EMPI, FTRT_EMISMATCH (trainers refreshing different steps), -ENOMEM.
+ * job's fatal code, FTRT_EMPI, FTRT_EMISMATCH (trainers refreshing different steps), -ENOMEM;
+ * FTRT_ENOTSUP when a due fingerprint or refresh meets a device region (ftrt_register()
+ * refuses such a region in the first place).
  */
 FTRT_API int ftrt_step_done(ftrt_ctx *ctx, int64_t step);
 

@@ -330,7 +330,8 @@ int ftrt_step_done(ftrt_ctx *ctx, int64_t step)
 {
     if (!ctx || step < 0 || ctx->role != FTRT__ROLE_TRAINER) return FTRT_EINVAL;
     int rc = ftrt__timeline_step_done(ctx, step);
-    if (!rc) ftrt__sdc_step(ctx, step + 1); /* every FTRT_SDC_EVERY steps: fingerprint */
+    if (!rc && (rc = ftrt__sdc_step(ctx, step + 1)) > 0) /* every FTRT_SDC_EVERY steps */
+        rc = 0;
     if (!rc) rc = ftrt__replica_step(ctx, step + 1); /* every FTRT_SHARD_REPLICA_EVERY steps */
     return rc;
 }

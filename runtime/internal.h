@@ -186,30 +186,35 @@ int ftrt__resume_plan(struct ftrt_ctx *ctx, int64_t *step);
 void ftrt__ledger_resume(struct ftrt_ctx *ctx, int64_t resume_step);
 
 /* ---- silent data corruption check (sdc.c) ---- */
-/* The fingerprint of the REPLICATED host regions among regs[0..nregs) (SHARDED and device
- * regions are skipped), in registration order: each region's CRC32C mixed with the CRC32C of
- * its name and its size into one 64-bit value. Equal regions give equal values; any change of
- * up to 32 adjacent bits of one region changes it (CRC32C detects every such burst). *covered
- * (may be NULL) receives the number of regions covered. Pure; thread-safe for regions nobody
- * writes meanwhile. */
-uint64_t ftrt__sdc_fingerprint(const ftrt__region *regs, int nregs, int *covered);
+/* Into *fp, the fingerprint of the REPLICATED regions among regs[0..nregs) (SHARDED ones differ
+ * by design and are not compared), in registration order: each region's CRC32C mixed with the
+ * CRC32C of its name and its size into one 64-bit value. Equal regions give equal values; any
+ * change of up to 32 adjacent bits of one region changes it (CRC32C detects every such burst).
+ * *covered (may be NULL) receives the number of regions covered. Returns 0, or FTRT_ENOTSUP
+ * when a REPLICATED region is in device memory (not fingerprinted yet; logged naming it; *fp
+ * and *covered untouched). Pure but for that log; thread-safe for regions nobody writes
+ * meanwhile. */
+int ftrt__sdc_fingerprint(const ftrt__region *regs, int nregs, uint64_t *fp, int *covered);
 /* ftrt_step_done()'s check: when cfg.sdc_every > 0, steps_done is a multiple of it, there are
- * two or more trainers and a REPLICATED host region, fingerprints the regions now and sends
+ * two or more trainers and a REPLICATED region, fingerprints the regions now and sends
  * FINGERPRINT {steps_done, epoch, value, seconds} to the coordinator. Returns 1 when a
- * fingerprint was taken, else 0; a failed send is not an error here (a lost coordinator
- * reaches the application through its next ftrt call). Application thread. */
+ * fingerprint was taken, else 0, or FTRT_ENOTSUP (a REPLICATED device region: ftrt_register()
+ * refuses one while the check is on; this is the backstop); a failed send is not an error here
+ * (a lost coordinator reaches the application through its next ftrt call). Application
+ * thread. */
 int ftrt__sdc_step(struct ftrt_ctx *ctx, int64_t steps_done);
 
 /* ---- partner replicas (replica.c; docs/detection-and-recovery.md "Partner replicas") ---- */
 /* 1 when this trainer keeps replicas: FTRT_SHARD_REPLICA_EVERY >= 0, two or more trainers, a
- * SHARDED region, and no device region (host memory only, for now). */
+ * SHARDED region. (With a device region too, the refresh refuses: the images are host copies.) */
 int ftrt__replica_enabled(const struct ftrt_ctx *ctx);
 /* Collective over the trainers (all call it with the same step, the state being that of
  * `step` steps done): copies every region into this rank's image with its CRC32C, sends the
  * sharded part to the partner and keeps the image the partner sends, checked against its CRC
  * (a mismatch is logged and the image dropped). Both images are invalid while this runs.
  * Returns 0 (also when replicas are off), FTRT_ERECOVER (a failure meanwhile: watch set) or the
- * fatal code, FTRT_EMPI, FTRT_EMISMATCH (the partner sent another step), -ENOMEM. */
+ * fatal code, FTRT_EMPI, FTRT_EMISMATCH (the partner sent another step), -ENOMEM, FTRT_ENOTSUP
+ * (a device region is registered: logged naming it; on every member alike, before any exchange). */
 int ftrt__replica_refresh(struct ftrt_ctx *ctx, int64_t step);
 /* ftrt_step_done()'s part: every FTRT_SHARD_REPLICA_EVERY > 0 steps, a refresh (charged to the
  * ledger as checkpoint time). Returns what ftrt__replica_refresh returns, 0 when not due. */
@@ -223,7 +228,8 @@ void ftrt__replica_offer(struct ftrt_ctx *ctx, int64_t *own_step, int64_t *held_
  * plan's holder (CRC32C per chunk, comm/transfer.c) into its regions. Replicated regions of the
  * replaced ranks are left to the caller's transfer. st (may be NULL) sums the transfers.
  * Returns 0, FTRT_EMISMATCH (no image of the step, or a region table that differs), the
- * transfer's errors (FTRT_ECORRUPT, FTRT_ERECOVER, ...), -ENOMEM. */
+ * transfer's errors (FTRT_ECORRUPT, FTRT_ERECOVER, ...), -ENOMEM, FTRT_ENOTSUP (a device
+ * region). */
 struct ftrt__xfer_stat;
 int ftrt__replica_restore(struct ftrt_ctx *ctx, struct ftrt__xfer_stat *st);
 /* After this rank's state was restored at `step` by a transfer: takes its own image of it, so

@@ -55,18 +55,19 @@ int ftrt__apply_plan(ftrt_ctx *ctx)
     return 0;
 }
 
-/* FNV-1a over the region table (names, sizes, flags): every member must agree on it. */
+/* FNV-1a over the region table (names, sizes, kinds, locations): every member must agree on
+ * it. */
 static uint64_t regions_signature(const ftrt_ctx *ctx, int replicated_only)
 {
     uint64_t h = 1469598103934665603ull;
     for (int i = 0; i < ctx->nregs; i++) {
         const ftrt__region *r = &ctx->regs[i];
-        if (replicated_only && r->flags != FTRT_REGION_REPLICATED) continue;
+        if (replicated_only && r->kind != FTRT__KIND_REPLICATED) continue;
         uint64_t b = r->bytes;
+        unsigned char kl[2] = {(unsigned char)r->kind, (unsigned char)r->loc};
         const unsigned char *parts[3] = {(const unsigned char *)r->name,
-                                         (const unsigned char *)&b,
-                                         (const unsigned char *)&r->flags};
-        size_t lens[3] = {strlen(r->name), sizeof b, sizeof r->flags};
+                                         (const unsigned char *)&b, kl};
+        size_t lens[3] = {strlen(r->name), sizeof b, sizeof kl};
         for (int k = 0; k < 3; k++)
             for (size_t j = 0; j < lens[k]; j++) h = (h ^ parts[k][j]) * 1099511628211ull;
     }
@@ -103,16 +104,29 @@ static int transfer_state(ftrt_ctx *ctx)
         ftrt_log_error("recovery: members registered different replicated regions");
         return FTRT_EMISMATCH;
     }
+    /* The transfer reads and writes host memory: a REPLICATED device region some member would
+     * have to receive is refused, on every member alike (same table, same plan), before any
+     * byte moves. ftrt_register() refuses such a region when the job has hot spares. */
+    const int32_t *roles = ftrt__plan_roles_c(p);
+    int receivers = 0;
+    for (int l = 0; l < p->ntrainers; l++) receivers += roles[l] == FTRT__PLAN_NEEDS_STATE;
+    for (int i = 0; i < ctx->nregs && receivers > 0; i++)
+        if (ctx->regs[i].kind == FTRT__KIND_REPLICATED && ctx->regs[i].loc == FTRT__LOC_DEVICE) {
+            ftrt_log_error("recovery: region \"%s\" is REPLICATED device memory, which the "
+                           "state transfer to %d member(s) does not carry yet",
+                           ctx->regs[i].name, receivers);
+            return FTRT_ENOTSUP;
+        }
     /* Then only the members that lack the state receive it, striped over the up-to-date ones,
      * in CRC32C-checked chunks (comm/transfer.h). */
     ftrt__xfer_region *xr = calloc(ctx->nregs > 0 ? (size_t)ctx->nregs : 1, sizeof *xr);
     if (!xr) return -ENOMEM;
     int n = 0;
     for (int i = 0; i < ctx->nregs; i++)
-        if (ctx->regs[i].flags == FTRT_REGION_REPLICATED)
+        if (ctx->regs[i].kind == FTRT__KIND_REPLICATED)
             xr[n++] = (ftrt__xfer_region){ctx->regs[i].name, ctx->regs[i].ptr, ctx->regs[i].bytes};
     ftrt__xfer_stat xs;
-    rc = ftrt__xfer_replicated(&ctx->plane, xr, n, ftrt__plan_roles_c(p), FTRT__XFER_CHUNK,
+    rc = ftrt__xfer_replicated(&ctx->plane, xr, n, roles, FTRT__XFER_CHUNK,
                                ftrt__knobs.xfer_corrupt_chunk - 1,
                                ftrt__knobs.xfer_corrupt_times ? ftrt__knobs.xfer_corrupt_times : 1,
                                &xs);
@@ -147,7 +161,7 @@ int ftrt__resume_plan(ftrt_ctx *ctx, int64_t *step)
 static int has_sharded(const ftrt_ctx *ctx)
 {
     for (int i = 0; i < ctx->nregs; i++)
-        if (ctx->regs[i].flags == FTRT_REGION_SHARDED) return 1;
+        if (ctx->regs[i].kind == FTRT__KIND_SHARDED) return 1;
     return 0;
 }
 

@@ -105,21 +105,77 @@ int ftrt_checkpoint_stats(const ftrt_ctx *ctx, ftrt_ckpt_stats *out, size_t size
 
 /* ---- the region registry ---------------------------------------------------------------- */
 
+/* The public flags split once into kind and location (region.h), whose values they share. */
+_Static_assert(FTRT__KIND_REPLICATED == FTRT_REGION_REPLICATED &&
+                   FTRT__KIND_SHARDED == FTRT_REGION_SHARDED,
+               "a region's kind is stored in shards as its FTRT_REGION_* value");
+
+/* Device memory is read by the checkpoint engine's snapshot only. A device region is refused
+ * here (FTRT_ENOTSUP, the message naming it and what to turn off) when a path that would have
+ * to read or write it on the host is on for this job, so that the job learns it at start-up and
+ * not in a recovery; the paths themselves refuse it too (recovery.c, replica.c, sdc.c, the
+ * restore). A host SHARDED region is refused when a device region is already registered and
+ * partner replicas are on (their images copy every region). */
+static int device_refused(const ftrt_ctx *ctx, const char *name, ftrt__region_kind kind,
+                          ftrt__region_loc loc)
+{
+    int replicas = ctx->cfg.shard_replica_every >= 0 && ctx->size >= 2;
+    const char *dev = NULL; /* the device region that partner replicas would have to copy */
+    int sharded = kind == FTRT__KIND_SHARDED;
+    for (int i = 0; i < ctx->nregs; i++) {
+        if (ctx->regs[i].loc == FTRT__LOC_DEVICE && !dev) dev = ctx->regs[i].name;
+        sharded |= ctx->regs[i].kind == FTRT__KIND_SHARDED;
+    }
+    if (loc == FTRT__LOC_DEVICE) {
+        dev = name;
+        if (!ftrt__ckpt_device) {
+            ftrt_log_error("ftrt_register: region \"%s\" is device memory, but this libftrt "
+                           "has no CUDA support (build it with the CUDA toolkit)",
+                           name);
+            return FTRT_ENOTSUP;
+        }
+        if (kind == FTRT__KIND_REPLICATED && ctx->cfg.sdc_every > 0 && ctx->size >= 2) {
+            ftrt_log_error("ftrt_register: region \"%s\" is REPLICATED device memory, which "
+                           "the silent-data-corruption fingerprints do not cover yet "
+                           "(FTRT_SDC_EVERY=%d; set it to 0 to register the region)",
+                           name, ctx->cfg.sdc_every);
+            return FTRT_ENOTSUP;
+        }
+        if (kind == FTRT__KIND_REPLICATED && ctx->nspares > 0) {
+            ftrt_log_error("ftrt_register: region \"%s\" is REPLICATED device memory, which "
+                           "the recovery's state transfer to a promoted spare does not carry "
+                           "yet (%d hot spare(s); FTRT_SPARES=0 to register the region)",
+                           name, ctx->nspares);
+            return FTRT_ENOTSUP;
+        }
+    }
+    if (replicas && sharded && dev) {
+        ftrt_log_error("ftrt_register: region \"%s\" is device memory, which the partner "
+                       "replicas of a job with SHARDED regions do not hold yet "
+                       "(FTRT_SHARD_REPLICA_EVERY=%d; set it to -1 to register \"%s\")",
+                       dev, ctx->cfg.shard_replica_every, name);
+        return FTRT_ENOTSUP;
+    }
+    return 0;
+}
+
 int ftrt_register(ftrt_ctx *ctx, const char *name, void *ptr, size_t bytes, unsigned flags)
 {
     if (!ctx || !name || !*name || strlen(name) >= FTRT__NAME_MAX || (!ptr && bytes) ||
         (flags & ~(unsigned)(FTRT_REGION_SHARDED | FTRT_REGION_DEVICE))) {
-        ftrt_log_error("ftrt_register: bad argument (name \"%s\", ptr %p, flags %u)",
-                       name ? name : "(null)", ptr, flags);
+        ftrt_log_error("ftrt_register: bad argument (name \"%s\", ptr %p, flags %#x%s)",
+                       name ? name : "(null)", ptr, flags,
+                       flags & ~(unsigned)(FTRT_REGION_SHARDED | FTRT_REGION_DEVICE)
+                           ? ": unknown flag bits"
+                           : "");
         return FTRT_EINVAL;
     }
     if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
-    if ((flags & FTRT_REGION_DEVICE) && !ftrt__ckpt_device) {
-        ftrt_log_error("ftrt_register: region \"%s\" is device memory, but this libftrt has no "
-                       "CUDA support (build it with the CUDA toolkit)",
-                       name);
-        return FTRT_ENOTSUP;
-    }
+    ftrt__region_kind kind =
+        flags & FTRT_REGION_SHARDED ? FTRT__KIND_SHARDED : FTRT__KIND_REPLICATED;
+    ftrt__region_loc loc = flags & FTRT_REGION_DEVICE ? FTRT__LOC_DEVICE : FTRT__LOC_HOST;
+    int rc = device_refused(ctx, name, kind, loc);
+    if (rc) return rc;
     for (int i = 0; i < ctx->nregs; i++)
         if (!strcmp(ctx->regs[i].name, name)) {
             ftrt_log_error("ftrt_register: region \"%s\" is already registered", name);
@@ -137,7 +193,8 @@ int ftrt_register(ftrt_ctx *ctx, const char *name, void *ptr, size_t bytes, unsi
     snprintf(r->name, sizeof r->name, "%s", name);
     r->ptr = ptr;
     r->bytes = bytes;
-    r->flags = flags;
+    r->kind = kind;
+    r->loc = loc;
     return ctx->nregs++;
 }
 
@@ -181,6 +238,13 @@ static int restore_from_disk(ftrt_ctx *ctx, int64_t *step)
         *step = 0;
         return 0;
     }
+    for (int i = 0; i < ctx->nregs; i++) /* every trainer has the same table: all return here */
+        if (ctx->regs[i].loc == FTRT__LOC_DEVICE) {
+            ftrt_log_error("ftrt_restore: region \"%s\" is in device memory, which a restore "
+                           "from a checkpoint does not write yet (checkpoint %lld exists in %s)",
+                           ctx->regs[i].name, (long long)cand[0], ctx->cfg.ckpt_dir);
+            return FTRT_ENOTSUP;
+        }
     int last_err = FTRT_ENOCKPT;
     ftrt__load_opts o = {.qd = (unsigned)ctx->cfg.ckpt_qd,
                          .chunk = (size_t)ctx->cfg.ckpt_chunk_kb << 10,

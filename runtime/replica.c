@@ -49,7 +49,7 @@ static uint64_t shard_sig(const ftrt_ctx *ctx)
     uint64_t h = 1469598103934665603ull;
     for (int i = 0; i < ctx->nregs; i++) {
         const ftrt__region *r = &ctx->regs[i];
-        if (r->flags != FTRT_REGION_SHARDED) continue;
+        if (r->kind != FTRT__KIND_SHARDED) continue;
         uint64_t b = r->bytes;
         for (const char *c = r->name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
         for (size_t j = 0; j < sizeof b; j++) h = (h ^ ((b >> (8 * j)) & 0xff)) * 1099511628211ull;
@@ -61,11 +61,24 @@ int ftrt__replica_enabled(const ftrt_ctx *ctx)
 {
     if (ctx->cfg.shard_replica_every < 0 || ctx->size < 2) return 0;
     int sharded = 0;
-    for (int i = 0; i < ctx->nregs; i++) {
-        if (ctx->regs[i].flags & FTRT_REGION_DEVICE) return 0; /* host regions only, for now */
-        sharded |= ctx->regs[i].flags == FTRT_REGION_SHARDED;
-    }
+    for (int i = 0; i < ctx->nregs; i++) sharded |= ctx->regs[i].kind == FTRT__KIND_SHARDED;
     return sharded;
+}
+
+/* The images copy every region on the host: a device region is refused (FTRT_ENOTSUP, logged
+ * naming it), never left out. ftrt_register() refuses it already when replicas are on and
+ * SHARDED regions exist; this is the backstop. Every member has the same table, so a collective
+ * caller returns on every member alike. */
+static int refuse_device(const ftrt_ctx *ctx, const char *what)
+{
+    for (int i = 0; i < ctx->nregs; i++)
+        if (ctx->regs[i].loc == FTRT__LOC_DEVICE) {
+            ftrt_log_error("partner replica %s: region \"%s\" is in device memory, which the "
+                           "images in host memory do not hold yet",
+                           what, ctx->regs[i].name);
+            return FTRT_ENOTSUP;
+        }
+    return 0;
 }
 
 /* The image's bytes: sharded regions, then the others, each in registration order. */
@@ -74,7 +87,7 @@ static void layout(const ftrt_ctx *ctx, size_t *total, size_t *shard)
     *total = *shard = 0;
     for (int i = 0; i < ctx->nregs; i++) {
         *total += ctx->regs[i].bytes;
-        if (ctx->regs[i].flags == FTRT_REGION_SHARDED) *shard += ctx->regs[i].bytes;
+        if (ctx->regs[i].kind == FTRT__KIND_SHARDED) *shard += ctx->regs[i].bytes;
     }
 }
 
@@ -91,7 +104,7 @@ static uint32_t copy_regions(ftrt_ctx *ctx, unsigned char *img, int to_image, in
     for (int pass = 0; pass < passes; pass++) {
         for (int i = 0; i < ctx->nregs; i++) {
             ftrt__region *r = &ctx->regs[i];
-            if ((r->flags == FTRT_REGION_SHARDED) != (pass == 0)) continue;
+            if ((r->kind == FTRT__KIND_SHARDED) != (pass == 0)) continue;
             for (size_t o = 0; o < r->bytes; o += piece) {
                 size_t len = r->bytes - o < piece ? r->bytes - o : piece;
                 if (to_image) {
@@ -177,7 +190,9 @@ int ftrt__replica_refresh(ftrt_ctx *ctx, int64_t step)
 {
     ftrt__replica *rp = &ctx->rep;
     if (!ftrt__replica_enabled(ctx)) return 0;
-    int rc = ftrt__interrupted(ctx);
+    int rc = refuse_device(ctx, "refresh");
+    if (rc) return rc;
+    rc = ftrt__interrupted(ctx);
     if (rc) return rc;
     rc = partner_shift(ctx);
     if (rc) return rc;
@@ -313,6 +328,8 @@ int ftrt__replica_restore(ftrt_ctx *ctx, ftrt__xfer_stat *st)
     size_t total, shard;
     layout(ctx, &total, &shard);
     if (st) memset(st, 0, sizeof *st);
+    int rc0 = refuse_device(ctx, "restore");
+    if (rc0) return rc0;
     if (!needs) { /* a survivor: its own image of mem_step (offered in its REPORT) */
         if (rp->own_step != p->mem_step || rp->own_bytes != total || rp->own_shard != shard) {
             ftrt_log_error("recovery: no image of step %lld of this rank's regions in memory "
@@ -377,7 +394,8 @@ int ftrt__replica_restore(ftrt_ctx *ctx, ftrt__xfer_stat *st)
 
 void ftrt__replica_adopt(ftrt_ctx *ctx, int64_t step)
 {
-    if (ftrt__replica_enabled(ctx)) take_image(ctx, step, NULL); /* no memory: none, disk later */
+    if (ftrt__replica_enabled(ctx) && !refuse_device(ctx, "image"))
+        take_image(ctx, step, NULL); /* no memory: none, disk later */
 }
 
 void ftrt__replica_drop(ftrt_ctx *ctx)

@@ -80,7 +80,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 h3.nranks != h.nranks)
                 abort();
             for (uint32_t i = 0; i < h.nregions; i++)
-                if (strcmp(e3[i].name, e[i].name) || e3[i].flags != e[i].flags ||
+                if (strcmp(e3[i].name, e[i].name) || e3[i].kind != e[i].kind ||
                     e3[i].total_bytes != e[i].total_bytes || e3[i].file_offset != e[i].file_offset ||
                     e3[i].slice_offset != e[i].slice_offset ||
                     e3[i].slice_bytes != e[i].slice_bytes || e3[i].data_crc != e[i].data_crc)

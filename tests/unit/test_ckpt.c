@@ -24,6 +24,7 @@
 
 #include "base/crc32c.h"
 #include "base/knobs.h"
+#include "base/log.h"
 #include "checkpoint/commit.h"
 #include "checkpoint/format.h"
 #include "checkpoint/io.h"
@@ -80,14 +81,14 @@ static void fill(unsigned char *p, size_t n, uint64_t seed)
     }
 }
 
-static void add_region(state *s, const char *name, size_t bytes, unsigned flags)
+static void add_region(state *s, const char *name, size_t bytes, ftrt__region_kind kind)
 {
     assert_true(s->n < NREG);
     ftrt__region *g = &s->r[s->n++];
     memset(g, 0, sizeof *g);
     snprintf(g->name, sizeof g->name, "%s", name);
     g->bytes = bytes;
-    g->flags = flags;
+    g->kind = kind;
     g->ptr = bytes ? malloc(bytes) : NULL;
     if (bytes) assert_non_null(g->ptr);
 }
@@ -97,16 +98,16 @@ static void add_region(state *s, const char *name, size_t bytes, unsigned flags)
 static void make_state(state *s, int64_t step, int rank, int with_sharded, int blank)
 {
     memset(s, 0, sizeof *s);
-    add_region(s, "params", (1u << 20) + 13, FTRT_REGION_REPLICATED);
-    add_region(s, "opt.m", 7, FTRT_REGION_REPLICATED); /* fewer bytes than some nranks */
-    add_region(s, "empty", 0, FTRT_REGION_REPLICATED);
+    add_region(s, "params", (1u << 20) + 13, FTRT__KIND_REPLICATED);
+    add_region(s, "opt.m", 7, FTRT__KIND_REPLICATED); /* fewer bytes than some nranks */
+    add_region(s, "empty", 0, FTRT__KIND_REPLICATED);
     if (with_sharded) {
-        add_region(s, "rng", 100 + 37 * (size_t)rank, FTRT_REGION_SHARDED);
-        add_region(s, "data.cursor", 4096, FTRT_REGION_SHARDED);
+        add_region(s, "rng", 100 + 37 * (size_t)rank, FTRT__KIND_SHARDED);
+        add_region(s, "data.cursor", 4096, FTRT__KIND_SHARDED);
     }
     for (int i = 0; i < s->n; i++) {
         uint64_t seed = (uint64_t)step * 1000 + (uint64_t)i * 10 +
-                        (s->r[i].flags == FTRT_REGION_SHARDED ? (uint64_t)rank * 100000 + 7 : 0);
+                        (s->r[i].kind == FTRT__KIND_SHARDED ? (uint64_t)rank * 100000 + 7 : 0);
         if (s->r[i].bytes == 0) continue;
         if (blank) memset(s->r[i].ptr, 0, s->r[i].bytes);
         else fill(s->r[i].ptr, s->r[i].bytes, seed);
@@ -218,8 +219,8 @@ static void test_multi_chunk(void **st)
         size_t big = 3 * (8u << 20) + 12345;
         ftrt__knobs.io_force_sync = sync;
         make_tmpdir(dir, sizeof dir);
-        ftrt__region w[2] = {{.name = "big", .bytes = big, .flags = FTRT_REGION_SHARDED},
-                             {.name = "tail", .bytes = 5000, .flags = FTRT_REGION_REPLICATED}};
+        ftrt__region w[2] = {{.name = "big", .bytes = big, .kind = FTRT__KIND_SHARDED},
+                             {.name = "tail", .bytes = 5000, .kind = FTRT__KIND_REPLICATED}};
         w[0].ptr = malloc(big);
         w[1].ptr = malloc(5000);
         assert_non_null(w[0].ptr);
@@ -278,6 +279,29 @@ static void test_sharded_other_nranks(void **st)
     rm_rf(dir);
 }
 
+/* ftrt__ckpt_load of s as rank 0 of n with stderr (where warnings go) captured into msg. */
+static int load_logged(const char *dir, int64_t step, int n, state *s, char *msg, size_t cap)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/stderr.log", dir);
+    fflush(stderr);
+    int saved = dup(2), fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    assert_true(saved >= 0 && fd >= 0);
+    int level = ftrt__log_level;
+    ftrt__log_level = FTRT__LOG_WARN;
+    dup2(fd, 2);
+    int rc = ftrt__ckpt_load(dir, step, 0, n, s->r, s->n);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    ftrt__log_level = level;
+    ssize_t got = pread(fd, msg, cap - 1, 0);
+    close(fd);
+    unlink(path);
+    msg[got > 0 ? got : 0] = 0;
+    return rc;
+}
+
 /* Registered regions must match the checkpoint's by name, size and kind. */
 static void test_region_mismatch(void **st)
 {
@@ -287,15 +311,36 @@ static void test_region_mismatch(void **st)
     checkpoint_all(dir, 9, 2, 1, 2);
     state s;
     make_state(&s, 9, 0, 1, 1);
-    add_region(&s, "not-there", 16, FTRT_REGION_REPLICATED);
+    add_region(&s, "not-there", 16, FTRT__KIND_REPLICATED);
     assert_int_equal(ftrt__ckpt_load(dir, 9, 0, 2, s.r, s.n), FTRT_EMISMATCH);
     free_state(&s);
     make_state(&s, 9, 0, 1, 1);
     s.r[0].bytes -= 1; /* size differs */
     assert_int_equal(ftrt__ckpt_load(dir, 9, 0, 2, s.r, s.n), FTRT_EMISMATCH);
     s.r[0].bytes += 1;
-    s.r[1].flags = FTRT_REGION_SHARDED; /* kind differs */
-    assert_int_equal(ftrt__ckpt_load(dir, 9, 0, 2, s.r, s.n), FTRT_EMISMATCH);
+    s.r[1].kind = FTRT__KIND_SHARDED; /* kind differs: the message names both kinds */
+    char msg[4096];
+    assert_int_equal(load_logged(dir, 9, 2, &s, msg, sizeof msg), FTRT_EMISMATCH);
+    if (!strstr(msg, "region \"opt.m\" is REPLICATED there but registered SHARDED (in host "
+                     "memory)"))
+        fail_msg("unexpected message: %s", msg);
+    s.r[1].kind = FTRT__KIND_REPLICATED;
+    s.r[3].kind = FTRT__KIND_REPLICATED; /* "rng", SHARDED in the checkpoint */
+    assert_int_equal(load_logged(dir, 9, 2, &s, msg, sizeof msg), FTRT_EMISMATCH);
+    if (!strstr(msg, "region \"rng\" is SHARDED there but registered REPLICATED (in host "
+                     "memory)"))
+        fail_msg("unexpected message: %s", msg);
+    s.r[3].kind = FTRT__KIND_SHARDED;
+    assert_int_equal(ftrt__ckpt_load(dir, 9, 0, 2, s.r, s.n), 0); /* all agree again */
+    /* A device region is refused (the restore writes host memory), never skipped. */
+    s.r[3].loc = FTRT__LOC_DEVICE;
+    assert_int_equal(ftrt__ckpt_load(dir, 9, 0, 2, s.r, s.n), FTRT_ENOTSUP);
+    if (!strstr(ftrt_last_error(), "\"rng\"") || !strstr(ftrt_last_error(), "device"))
+        fail_msg("unexpected message: %s", ftrt_last_error());
+    /* So is the shard writer's (it reads host memory). */
+    assert_int_equal(ftrt__shard_write(dir, 10, 0, 2, s.r, s.n), FTRT_ENOTSUP);
+    assert_non_null(strstr(ftrt_last_error(), "\"rng\""));
+    s.r[3].loc = FTRT__LOC_HOST;
     free_state(&s);
     rm_rf(dir);
 }

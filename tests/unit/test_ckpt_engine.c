@@ -149,7 +149,7 @@ static int teardown(void **state)
 static void set_opts(fixture *f) { ftrt__ckpt_engine_set_opts(f->e, &f->o); }
 
 /* Adds a region to the registry; returns its index. */
-static int reg(fixture *f, const char *name, void *ptr, size_t bytes, unsigned flags)
+static int reg(fixture *f, const char *name, void *ptr, size_t bytes, ftrt__region_kind kind)
 {
     assert_true(f->nregs < 8);
     ftrt__region *r = &f->regs[f->nregs];
@@ -157,7 +157,7 @@ static int reg(fixture *f, const char *name, void *ptr, size_t bytes, unsigned f
     snprintf(r->name, sizeof r->name, "%s", name);
     r->ptr = ptr;
     r->bytes = bytes;
-    r->flags = flags;
+    r->kind = kind;
     return f->nregs++;
 }
 
@@ -196,7 +196,7 @@ static int snap_wait(fixture *f)
 
 /* Loads `step` into fresh buffers of the given sizes and compares them with want[]. */
 static int load_equals(fixture *f, int64_t step, int n, const char **names, const size_t *sizes,
-                       const unsigned *flags, void **want)
+                       const ftrt__region_kind *kinds, void **want)
 {
     ftrt__region r[8];
     assert_true(n <= 8);
@@ -204,7 +204,7 @@ static int load_equals(fixture *f, int64_t step, int n, const char **names, cons
         memset(&r[i], 0, sizeof r[i]);
         snprintf(r[i].name, sizeof r[i].name, "%s", names[i]);
         r[i].bytes = sizes[i];
-        r[i].flags = flags[i];
+        r[i].kind = kinds[i];
         r[i].ptr = calloc(1, sizes[i] ? sizes[i] : 1);
     }
     int rc = ftrt__ckpt_load(f->dir, step, 0, 1, r, n);
@@ -241,7 +241,7 @@ static ftrt_ckpt_stats stats(fixture *f)
 static int load_w_equals(fixture *f, int64_t step, const void *want, size_t n)
 {
     const char *names[1] = {"w"};
-    unsigned fl[1] = {FTRT_REGION_REPLICATED};
+    ftrt__region_kind fl[1] = {FTRT__KIND_REPLICATED};
     void *w[1] = {(void *)want};
     return load_equals(f, step, 1, names, &n, fl, w);
 }
@@ -275,8 +275,8 @@ static void snapshot_semantics(void **state)
     fill(b, sz[1], 2);
     memcpy(a1, a, sz[0]);
     memcpy(b1, b, sz[1]);
-    assert_int_equal(reg(f, "params", a, sz[0], FTRT_REGION_REPLICATED), 0);
-    assert_int_equal(reg(f, "rng", b, sz[1], FTRT_REGION_SHARDED), 1);
+    assert_int_equal(reg(f, "params", a, sz[0], FTRT__KIND_REPLICATED), 0);
+    assert_int_equal(reg(f, "rng", b, sz[1], FTRT__KIND_SHARDED), 1);
     assert_int_equal(stats(f).staging_slots, 0);
     assert_int_equal(ftrt__ckpt_prepare(f->e, f->regs, f->nregs, 0, 1), 0); /* staging before the first one */
     assert_int_equal(stats(f).staging_slots, 2);
@@ -286,7 +286,7 @@ static void snapshot_semantics(void **state)
     fill(b, sz[1], 4);
     assert_int_equal(ftrt__ckpt_wait_commit(f->e, 10, 20000), 0);
     const char *names[2] = {"params", "rng"};
-    unsigned fl[2] = {FTRT_REGION_REPLICATED, FTRT_REGION_SHARDED};
+    ftrt__region_kind fl[2] = {FTRT__KIND_REPLICATED, FTRT__KIND_SHARDED};
     void *want1[2] = {a1, b1}, *want2[2] = {a, b};
     assert_int_equal(load_equals(f, 10, 2, names, sz, fl, want1), 0);
     assert_int_equal(ckpt(f, 20), 0);
@@ -319,7 +319,7 @@ static void overlap_with_reader(void **state)
     unsigned char *p = malloc(n), *copy = malloc(n);
     fill(p, n, 9);
     memcpy(copy, p, n);
-    assert_int_equal(reg(f, "w", p, n, FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(reg(f, "w", p, n, FTRT__KIND_REPLICATED), 0);
     assert_int_equal(start(f, 1), 0);
     volatile uint64_t sum = 0; /* "forward and backward": reads only */
     for (size_t i = 0; i < n; i += 64) sum += p[i];
@@ -343,7 +343,7 @@ static void policies(void **state)
     set_opts(f);             /* one 2 MiB + 4 KiB shard */
     f->o.write_delay_ms = 40;
     set_opts(f);  /* 256 KiB requests: >= 9 x 40 ms */
-    assert_int_equal(reg(f, "w", p, n, FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(reg(f, "w", p, n, FTRT__KIND_REPLICATED), 0);
     assert_int_equal(ckpt(f, 1), 0);
     assert_int_equal(stats(f).staging_slots, 1);
     double t0 = ftrt__now();
@@ -379,7 +379,7 @@ static void epoch_change_abandons(void **state)
     unsigned char *p = malloc(n), *first = malloc(n);
     fill(p, n, 11);
     memcpy(first, p, n);
-    assert_int_equal(reg(f, "w", p, n, FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(reg(f, "w", p, n, FTRT__KIND_REPLICATED), 0);
     assert_int_equal(ckpt(f, 5), 0);
     assert_int_equal(ftrt__ckpt_wait_commit(f->e, 5, 20000), 0);
     f->o.write_delay_ms = 50;
@@ -417,7 +417,7 @@ static void write_failure_reported(void **state)
     size_t n = 100000;
     unsigned char *p = malloc(n);
     fill(p, n, 21);
-    assert_int_equal(reg(f, "w", p, n, FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(reg(f, "w", p, n, FTRT__KIND_REPLICATED), 0);
     assert_int_equal(ckpt(f, 1), 0);
     assert_int_equal(ftrt__ckpt_wait_commit(f->e, 1, 20000), 0);
     char blocker[4200];
@@ -446,19 +446,19 @@ static void regions_change(void **state)
         m[i] = malloc(sz[i]);
         fill(m[i], sz[i], 30 + (uint64_t)i);
     }
-    assert_int_equal(reg(f, "a", m[0], sz[0], FTRT_REGION_REPLICATED), 0);
-    assert_int_equal(reg(f, "b", m[1], sz[1], FTRT_REGION_SHARDED), 1);
+    assert_int_equal(reg(f, "a", m[0], sz[0], FTRT__KIND_REPLICATED), 0);
+    assert_int_equal(reg(f, "b", m[1], sz[1], FTRT__KIND_SHARDED), 1);
     assert_int_equal(ckpt(f, 1), 0);
     assert_int_equal(unreg(f, "b"), 0);
     assert_int_equal(unreg(f, "b"), FTRT_EINVAL);
-    assert_int_equal(reg(f, "c", m[2], sz[2], FTRT_REGION_REPLICATED), 1);
+    assert_int_equal(reg(f, "c", m[2], sz[2], FTRT__KIND_REPLICATED), 1);
     assert_int_equal(ckpt(f, 2), 0);
     assert_int_equal(ftrt__ckpt_wait_commit(f->e, 2, 20000), 0);
     assert_int_equal(ftrt__ckpt_wait_commit(f->e, 1, 20000), 0);
     const char *n1[2] = {"a", "b"}, *n2[2] = {"a", "c"};
     size_t s1[2] = {sz[0], sz[1]}, s2[2] = {sz[0], sz[2]};
-    unsigned f1[2] = {FTRT_REGION_REPLICATED, FTRT_REGION_SHARDED};
-    unsigned f2[2] = {FTRT_REGION_REPLICATED, FTRT_REGION_REPLICATED};
+    ftrt__region_kind f1[2] = {FTRT__KIND_REPLICATED, FTRT__KIND_SHARDED};
+    ftrt__region_kind f2[2] = {FTRT__KIND_REPLICATED, FTRT__KIND_REPLICATED};
     void *w1[2] = {m[0], m[1]}, *w2[2] = {m[0], m[2]};
     assert_int_equal(load_equals(f, 1, 2, n1, s1, f1, w1), 0);
     assert_int_equal(load_equals(f, 2, 2, n2, s2, f2, w2), 0);
@@ -476,7 +476,7 @@ static void streaming_below_one_shard(void **state)
     memcpy(copy, p, n);
     f->o.staging_mb = 1;
     set_opts(f);
-    assert_int_equal(reg(f, "w", p, n, FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(reg(f, "w", p, n, FTRT__KIND_REPLICATED), 0);
     assert_int_equal(ckpt(f, 4), 0);
     memset(p, 0, n);
     assert_int_equal(ftrt__ckpt_wait_commit(f->e, 4, 20000), 0);
@@ -495,7 +495,7 @@ static void buffered_fallback(void **state)
     unsigned char *p = malloc(n);
     fill(p, n, 51);
     ftrt__knobs.ckpt_force_buffered = 1;
-    assert_int_equal(reg(f, "w", p, n, FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(reg(f, "w", p, n, FTRT__KIND_REPLICATED), 0);
     assert_int_equal(ckpt(f, 9), 0);
     assert_int_equal(ftrt__ckpt_wait_commit(f->e, 9, 20000), 0);
     assert_false(stats(f).flags & FTRT_CKPT_STAT_DIRECT);
@@ -514,7 +514,7 @@ static void sync_fallback(void **state)
     fill(p, n, 61);
     memcpy(first, p, n);
     ftrt__knobs.io_force_sync = 1; /* before the first checkpoint starts the persist thread */
-    assert_int_equal(reg(f, "w", p, n, FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(reg(f, "w", p, n, FTRT__KIND_REPLICATED), 0);
     assert_int_equal(ckpt(f, 1), 0);
     assert_int_equal(ftrt__ckpt_wait_commit(f->e, 1, 20000), 0);
     assert_false(stats(f).flags & FTRT_CKPT_STAT_FIXED); /* no ring, no registered buffers */
@@ -536,7 +536,7 @@ static void drain_and_free(void **state)
     size_t n = 2u << 20;
     unsigned char *p = malloc(n);
     fill(p, n, 61);
-    assert_int_equal(reg(f, "w", p, n, FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(reg(f, "w", p, n, FTRT__KIND_REPLICATED), 0);
     f->o.write_delay_ms = 20;
     set_opts(f);
     assert_int_equal(ckpt(f, 1), 0);
@@ -574,8 +574,8 @@ static void bad_calls(void **state)
     assert_int_equal(ftrt__ckpt_wait_commit(f->e, 2, 50), FTRT_ETIMEDOUT);
     /* Duplicate names in the table are refused at the start. */
     char x[16] = {0};
-    reg(f, "dup", x, sizeof x, FTRT_REGION_REPLICATED);
-    reg(f, "dup", x, sizeof x, FTRT_REGION_REPLICATED);
+    reg(f, "dup", x, sizeof x, FTRT__KIND_REPLICATED);
+    reg(f, "dup", x, sizeof x, FTRT__KIND_REPLICATED);
     assert_int_equal(ckpt(f, 3), -EINVAL);
     /* A job that is over interrupts a start. */
     atomic_store(&f->w.fatal, FTRT_EABORT);
@@ -661,11 +661,11 @@ static void enospc(void **state)
     fill(a, small, 71);
     fill(b, big, 72);
     memcpy(a1, a, small);
-    assert_int_equal(reg(f, "a", a, small, FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(reg(f, "a", a, small, FTRT__KIND_REPLICATED), 0);
     assert_int_equal(ckpt(f, 1), 0);
     assert_int_equal(ftrt__ckpt_wait_commit(f->e, 1, 20000), 0);
     fill(a, small, 73);
-    assert_int_equal(reg(f, "b", b, big, FTRT_REGION_REPLICATED), 1);
+    assert_int_equal(reg(f, "b", b, big, FTRT__KIND_REPLICATED), 1);
     assert_int_equal(ckpt(f, 2), 0);
     assert_int_equal(ftrt__ckpt_wait_commit(f->e, 2, 20000), -ENOSPC); /* fallocate */
     ftrt__knobs.ckpt_no_fallocate = 1;
@@ -682,7 +682,7 @@ static void enospc(void **state)
     assert_int_equal(ftrt__ckpt_list(f->dir, steps, 4), 1);
     assert_int_equal(steps[0], 1);
     const char *names[1] = {"a"};
-    unsigned fl[1] = {FTRT_REGION_REPLICATED};
+    ftrt__region_kind fl[1] = {FTRT__KIND_REPLICATED};
     void *want[1] = {a1};
     assert_int_equal(load_equals(f, 1, 1, names, &small, fl, want), 0);
     /* Training goes on: without the big region the next checkpoint fits and commits. */

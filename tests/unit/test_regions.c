@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
@@ -84,6 +85,97 @@ static void registry(void **state)
     assert_int_equal(ctx->nregs, 1);
 }
 
+/* Unknown flag bits are FTRT_EINVAL with a message naming the region. */
+static void unknown_flags(void **state)
+{
+    fixture *f = *state;
+    char m[64];
+    assert_int_equal(ftrt_register(f->ctx, "odd", m, sizeof m, 4u), FTRT_EINVAL);
+    assert_non_null(strstr(ftrt_last_error(), "\"odd\""));
+    assert_non_null(strstr(ftrt_last_error(), "unknown flag bits"));
+    assert_int_equal(ftrt_register(f->ctx, "odd", m, sizeof m, 0x80000000u), FTRT_EINVAL);
+    assert_int_equal(f->ctx->nregs, 0);
+    /* The flags split into kind and location. */
+    assert_int_equal(ftrt_register(f->ctx, "r", m, 8, FTRT_REGION_REPLICATED), 0);
+    assert_int_equal(ftrt_register(f->ctx, "s", m + 8, 8, FTRT_REGION_SHARDED), 1);
+    assert_int_equal(f->ctx->regs[0].kind, FTRT__KIND_REPLICATED);
+    assert_int_equal(f->ctx->regs[0].loc, FTRT__LOC_HOST);
+    assert_int_equal(f->ctx->regs[1].kind, FTRT__KIND_SHARDED);
+    assert_int_equal(f->ctx->regs[1].loc, FTRT__LOC_HOST);
+}
+
+/* A stand-in for libftrt_gpu's device hook: ftrt_register() accepts device regions with it.
+ * Nothing here reads device memory (the pointers below are never dereferenced). */
+static int fake_snapshot(void *dst, const void *src, size_t bytes, uint32_t *crc)
+{
+    (void)dst, (void)src, (void)bytes, (void)crc;
+    return FTRT_ENOTSUP;
+}
+static const ftrt__ckpt_device_ops fake_device = {.snapshot = fake_snapshot};
+
+/* Expects ftrt_register() to refuse with FTRT_ENOTSUP and a message naming `who` and `why`. */
+static void refused(struct ftrt_ctx *ctx, const char *name, unsigned flags, const char *who,
+                    const char *why)
+{
+    char quoted[80];
+    int n0 = ctx->nregs;
+    assert_int_equal(ftrt_register(ctx, name, (void *)(uintptr_t)0x1000, 4096, flags),
+                     FTRT_ENOTSUP);
+    snprintf(quoted, sizeof quoted, "\"%s\"", who);
+    if (!strstr(ftrt_last_error(), quoted) || !strstr(ftrt_last_error(), why))
+        fail_msg("message \"%s\" lacks %s or %s", ftrt_last_error(), quoted, why);
+    assert_int_equal(ctx->nregs, n0);
+}
+
+/* Device regions are refused at registration where a path that cannot take them is on: the
+ * silent-data-corruption fingerprints, the state transfer to a promoted spare, the partner
+ * replicas; and the paths refuse them too instead of leaving them out. */
+static void device_refusals(void **state)
+{
+    fixture *f = *state;
+    struct ftrt_ctx *ctx = f->ctx;
+    void *dptr = (void *)(uintptr_t)0x1000; /* "device" memory: never read on the host */
+    const unsigned RD = FTRT_REGION_REPLICATED | FTRT_REGION_DEVICE;
+    const unsigned SD = FTRT_REGION_SHARDED | FTRT_REGION_DEVICE;
+    const ftrt__ckpt_device_ops *saved = ftrt__ckpt_device;
+    if (!saved) /* a CPU-only libftrt refuses every device region, as before */
+        refused(ctx, "gpu.params", RD, "gpu.params", "CUDA");
+    ftrt__ckpt_device = &fake_device;
+    ctx->size = 2;
+    ctx->cfg.sdc_every = 10;
+    ctx->cfg.shard_replica_every = 0;
+    ctx->nspares = 0;
+    refused(ctx, "gpu.params", RD, "gpu.params", "FTRT_SDC_EVERY");
+    ctx->cfg.sdc_every = 0;
+    ctx->nspares = 1;
+    refused(ctx, "gpu.params", RD, "gpu.params", "FTRT_SPARES");
+    ctx->nspares = 0;
+    /* Partner replicas on: a device region with a SHARDED one, in either order. */
+    refused(ctx, "gpu.shard", SD, "gpu.shard", "FTRT_SHARD_REPLICA_EVERY");
+    assert_int_equal(ftrt_register(ctx, "gpu.params", dptr, 4096, RD), 0);
+    assert_int_equal(ctx->regs[0].kind, FTRT__KIND_REPLICATED);
+    assert_int_equal(ctx->regs[0].loc, FTRT__LOC_DEVICE);
+    char host[64];
+    refused(ctx, "rng", FTRT_REGION_SHARDED, "gpu.params", "FTRT_SHARD_REPLICA_EVERY");
+    assert_int_equal(ftrt_register(ctx, "host.params", host, sizeof host, 0), 1);
+    /* With one trainer neither the fingerprints nor the replicas run. */
+    ctx->size = 1;
+    ctx->cfg.sdc_every = 10;
+    assert_int_equal(ftrt_register(ctx, "rng", host, 8, FTRT_REGION_SHARDED), 2);
+    assert_int_equal(ftrt_register(ctx, "gpu.shard", dptr, 4096, SD), 3);
+    assert_int_equal(ctx->regs[3].kind, FTRT__KIND_SHARDED);
+    assert_int_equal(ctx->regs[3].loc, FTRT__LOC_DEVICE);
+    /* The backstops, had a table got past the registration (here: the job grew to two). */
+    ctx->size = 2;
+    assert_int_equal(ftrt__sdc_step(ctx, 10), FTRT_ENOTSUP);
+    assert_non_null(strstr(ftrt_last_error(), "\"gpu.params\""));
+    assert_int_equal(ftrt__replica_refresh(ctx, 10), FTRT_ENOTSUP);
+    assert_non_null(strstr(ftrt_last_error(), "\"gpu.params\""));
+    ctx->cfg.shard_replica_every = -1;
+    assert_int_equal(ftrt__replica_refresh(ctx, 10), 0); /* replicas off: nothing to refuse */
+    ftrt__ckpt_device = saved;
+}
+
 /* Argument, role and state checks of the checkpoint and data-plane entry points. */
 static void entry_checks(void **state)
 {
@@ -127,6 +219,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(registry, setup, teardown),
+        cmocka_unit_test_setup_teardown(unknown_flags, setup, teardown),
+        cmocka_unit_test_setup_teardown(device_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(entry_checks, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

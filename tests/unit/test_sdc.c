@@ -74,6 +74,14 @@ static void judge_no_majority(void **state)
     assert_int_equal(ftrt__sdc_judge(three3, 3, bad), FTRT__SDC_SPLIT);
 }
 
+/* The fingerprint of regs, which must be computable (no REPLICATED device region). */
+static uint64_t fpv(const ftrt__region *regs, int n, int *covered)
+{
+    uint64_t fp = 0;
+    assert_int_equal(ftrt__sdc_fingerprint(regs, n, &fp, covered), 0);
+    return fp;
+}
+
 static void fingerprint(void **state)
 {
     (void)state;
@@ -88,41 +96,60 @@ static void fingerprint(void **state)
     memcpy(b, a, N);
     t_fill(s, 64, 2);
     t_fill(d, 256 * sizeof *d, 3);
-    ftrt__region ra[3] = {{"params", a, N, FTRT_REGION_REPLICATED},
-                          {"shard", s, 64, FTRT_REGION_SHARDED},
-                          {"dev", d, 256 * sizeof *d, FTRT_REGION_DEVICE}};
-    ftrt__region rb[3] = {{"params", b, N, FTRT_REGION_REPLICATED},
-                          {"shard", d, 64, FTRT_REGION_SHARDED}, /* sharded: not covered */
-                          {"dev", s, 64, FTRT_REGION_DEVICE}};   /* device: not covered */
+    ftrt__region ra[3] = {{"params", a, N, FTRT__KIND_REPLICATED, FTRT__LOC_HOST},
+                          {"shard", s, 64, FTRT__KIND_SHARDED, FTRT__LOC_HOST},
+                          {"dshard", d, 256 * sizeof *d, FTRT__KIND_SHARDED, FTRT__LOC_DEVICE}};
+    ftrt__region rb[3] = {{"params", b, N, FTRT__KIND_REPLICATED, FTRT__LOC_HOST},
+                          {"shard", d, 64, FTRT__KIND_SHARDED, FTRT__LOC_HOST}, /* sharded: */
+                          {"dshard", s, 64, FTRT__KIND_SHARDED, FTRT__LOC_DEVICE}}; /* differ */
     int covered = -1;
-    uint64_t fa = ftrt__sdc_fingerprint(ra, 3, &covered);
+    uint64_t fa = fpv(ra, 3, &covered);
     assert_int_equal(covered, 1);
-    assert_true(fa == ftrt__sdc_fingerprint(rb, 3, NULL)); /* equal replicas, equal values */
+    assert_true(fa == fpv(rb, 3, NULL)); /* equal replicas, equal values */
     for (int bit = 0; bit < 8; bit++) { /* one bit anywhere changes it, then restored */
         size_t off = (size_t)(bit * 12497) % N;
         b[off] ^= (unsigned char)(1u << bit);
-        assert_true(fa != ftrt__sdc_fingerprint(rb, 3, NULL));
+        assert_true(fa != fpv(rb, 3, NULL));
         b[off] ^= (unsigned char)(1u << bit);
-        assert_true(fa == ftrt__sdc_fingerprint(rb, 3, NULL));
+        assert_true(fa == fpv(rb, 3, NULL));
     }
     rb[0].bytes = N - 1; /* the size counts */
-    assert_true(fa != ftrt__sdc_fingerprint(rb, 3, NULL));
+    assert_true(fa != fpv(rb, 3, NULL));
     rb[0].bytes = N;
     snprintf(rb[0].name, sizeof rb[0].name, "paramz"); /* so does the name */
-    assert_true(fa != ftrt__sdc_fingerprint(rb, 3, NULL));
+    assert_true(fa != fpv(rb, 3, NULL));
     /* Two replicated regions: swapping their contents changes it (order counts). */
-    ftrt__region two[2] = {{"x", a, 64, FTRT_REGION_REPLICATED},
-                           {"y", s, 64, FTRT_REGION_REPLICATED}};
-    ftrt__region swapped[2] = {{"x", s, 64, FTRT_REGION_REPLICATED},
-                               {"y", a, 64, FTRT_REGION_REPLICATED}};
-    assert_true(ftrt__sdc_fingerprint(two, 2, &covered) != ftrt__sdc_fingerprint(swapped, 2, NULL));
+    ftrt__region two[2] = {{"x", a, 64, FTRT__KIND_REPLICATED, FTRT__LOC_HOST},
+                           {"y", s, 64, FTRT__KIND_REPLICATED, FTRT__LOC_HOST}};
+    ftrt__region swapped[2] = {{"x", s, 64, FTRT__KIND_REPLICATED, FTRT__LOC_HOST},
+                               {"y", a, 64, FTRT__KIND_REPLICATED, FTRT__LOC_HOST}};
+    assert_true(fpv(two, 2, &covered) != fpv(swapped, 2, NULL));
     assert_int_equal(covered, 2);
-    ftrt__sdc_fingerprint(NULL, 0, &covered);
+    fpv(NULL, 0, &covered);
     assert_int_equal(covered, 0);
     free(a);
     free(b);
     free(s);
     free(d);
+}
+
+/* A REPLICATED device region is refused (FTRT_ENOTSUP, the message naming it), not left out
+ * of the fingerprint; its memory is never read (the pointer here is not even mapped). */
+static void fingerprint_refuses_device(void **state)
+{
+    (void)state;
+    unsigned char a[64];
+    t_fill(a, sizeof a, 4);
+    ftrt__region r[2] = {{"params", a, sizeof a, FTRT__KIND_REPLICATED, FTRT__LOC_HOST},
+                         {"gpu.params", (void *)(uintptr_t)0x10, 4096, FTRT__KIND_REPLICATED,
+                          FTRT__LOC_DEVICE}};
+    uint64_t fp = 7;
+    int covered = -1;
+    assert_int_equal(ftrt__sdc_fingerprint(r, 2, &fp, &covered), FTRT_ENOTSUP);
+    assert_true(fp == 7);
+    assert_int_equal(covered, -1);
+    assert_non_null(strstr(ftrt_last_error(), "\"gpu.params\""));
+    assert_non_null(strstr(ftrt_last_error(), "device"));
 }
 
 static void message(void **state)
@@ -145,7 +172,7 @@ static void commit_step(const char *dir, int64_t step)
 {
     unsigned char buf[256];
     t_fill(buf, sizeof buf, (uint64_t)step);
-    ftrt__region r = {"params", buf, sizeof buf, FTRT_REGION_REPLICATED};
+    ftrt__region r = {"params", buf, sizeof buf, FTRT__KIND_REPLICATED, FTRT__LOC_HOST};
     assert_int_equal(ftrt__shard_write(dir, step, 0, 1, &r, 1), 0);
     assert_int_equal(ftrt__ckpt_commit(dir, step, 1, 100), 0);
 }
@@ -187,7 +214,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(judge_all_agree),    cmocka_unit_test(judge_one_bad_of_four),
         cmocka_unit_test(judge_two_bad_of_five), cmocka_unit_test(judge_no_majority),
-        cmocka_unit_test(fingerprint),        cmocka_unit_test(message),
+        cmocka_unit_test(fingerprint),        cmocka_unit_test(fingerprint_refuses_device),
+        cmocka_unit_test(message),
         cmocka_unit_test(uncommit)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
