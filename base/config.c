@@ -32,8 +32,8 @@
  * From this table come ftrt_config_init() (defaults, then the environment; a bad value is
  * logged by name and the default kept), the range checks of ftrt__config_check() (an
  * application-set field outside its range is refused; the default itself is always accepted,
- * e.g. spares = -1) and README.md's configuration table (ftrt__settings(), tools/settings_table.c,
- * ctest unit.settings_table). The doc is the README's "meaning" column: no '|'.
+ * e.g. spares = -1) and docs/configuration.md's settings table (ftrt__settings(), tools/settings_table.c,
+ * ctest unit.settings_table). The doc is that table's "meaning" column: no '|'.
  */
 #define FTRT__SETTINGS(X)                                                                          \
     X(spares, "FTRT_SPARES", INT, -1, 0, FTRT__MAX_WORLD, NULL,                                    \

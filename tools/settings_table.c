@@ -3,12 +3,12 @@
  * in base/config.c (FTRT__SETTINGS, read through ftrt__settings()), and its checker.
  *
  *   settings_table                          print the table
- *   settings_table --check README.md LIB.py exit 1 unless README.md holds exactly that table
+ *   settings_table --check DOC.md LIB.py    exit 1 unless DOC.md (docs/configuration.md) holds exactly that table
  *                                           between <!-- settings:begin --> and
  *                                           <!-- settings:end -->, and the ctypes mirror
  *                                           (class Config in bindings/python/ftrt/_lib.py) has
  *                                           ftrt_config's fields in order with their types
- *   settings_table --update README.md       rewrite README.md's table in place
+ *   settings_table --update DOC.md          rewrite DOC.md's table in place
  *
  * Built as build/tests/settings_table (linked with the internal archive); ctest
  * unit.settings_table runs --check.
@@ -124,7 +124,7 @@ static char *slurp(const char *path)
     return buf;
 }
 
-/* The README's table: [*b, *e) between the markers. Returns 0 or -1 (said). */
+/* The document's table: [*b, *e) between the markers. Returns 0 or -1 (said). */
 static int find_markers(const char *path, char *text, char **b, char **e)
 {
     char *begin = strstr(text, BEGIN);
@@ -147,9 +147,9 @@ static int check_readme(const char *path, const char *want)
     if (!bad && ((size_t)(e - b) != strlen(want) || memcmp(b, want, strlen(want)) != 0)) {
         fprintf(stderr,
                 "%s: the configuration table differs from the settings in base/config.c; "
-                "regenerate it: build/tests/settings_table --update README.md\n--- README.md\n"
+                "regenerate it: build/tests/settings_table --update %s\n--- %s\n"
                 "%.*s--- generated\n%s",
-                path, (int)(e - b), b, want);
+                path, path, path, (int)(e - b), b, want);
         bad = 1;
     }
     free(text);
@@ -237,7 +237,7 @@ int main(int argc, char **argv)
     } else if (argc == 3 && !strcmp(argv[1], "--update")) {
         rc = update_readme(argv[2], want);
     } else {
-        fprintf(stderr, "usage: %s [--check README.md _lib.py | --update README.md]\n", argv[0]);
+        fprintf(stderr, "usage: %s [--check docs/configuration.md _lib.py | --update docs/configuration.md]\n", argv[0]);
         rc = 2;
     }
     free(want);
