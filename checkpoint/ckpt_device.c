@@ -83,31 +83,29 @@ static int dev_crc(const void *src, size_t bytes, uint32_t *crc)
     return rc;
 }
 
+/* A copy on the side stream, waited for. */
+static int copy_sync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind)
+{
+    cudaStream_t s;
+    int rc = side_stream(&s);
+    if (!rc) rc = ftrt__cuda_err(cudaMemcpyAsync(dst, src, bytes, kind, s), "cudaMemcpyAsync");
+    if (!rc) rc = ftrt__cuda_err(cudaStreamSynchronize(s), "cudaStreamSynchronize (copy)");
+    return rc;
+}
+
 /* Host-to-device copy, then the CRC32C of what landed, computed on the device. */
 static int dev_from_host(void *dst, const void *src, size_t bytes, uint32_t expect)
 {
     if (!bytes) return expect == 0 ? 0 : FTRT_ECORRUPT;
-    cudaStream_t s;
-    int rc = side_stream(&s);
-    if (rc) return rc;
-    rc = ftrt__cuda_err(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s),
-                        "cudaMemcpyAsync (device restore)");
-    if (!rc) rc = ftrt__cuda_err(cudaStreamSynchronize(s), "cudaStreamSynchronize (device restore)");
     uint32_t crc = 0;
+    int rc = copy_sync(dst, src, bytes, cudaMemcpyHostToDevice);
     if (!rc) rc = dev_crc(dst, bytes, &crc);
     return rc ? rc : crc == expect ? 0 : FTRT_ECORRUPT;
 }
 
 static int dev_d2d(void *dst, const void *src, size_t bytes)
 {
-    if (!bytes) return 0;
-    cudaStream_t s;
-    int rc = side_stream(&s);
-    if (rc) return rc;
-    rc = ftrt__cuda_err(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s),
-                        "cudaMemcpyAsync (device to device)");
-    if (!rc) rc = ftrt__cuda_err(cudaStreamSynchronize(s), "cudaStreamSynchronize (d2d)");
-    return rc;
+    return bytes ? copy_sync(dst, src, bytes, cudaMemcpyDeviceToDevice) : 0;
 }
 
 static int dev_pin(void *p, size_t bytes)

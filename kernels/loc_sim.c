@@ -75,51 +75,44 @@ static int open_range(const void *p, size_t bytes, const char *what, sim_block *
     return set_prot(b, PROT_READ | PROT_WRITE);
 }
 
-static int sim_to_host(void *dst, const void *src, size_t bytes, uint32_t *crc)
+/* One backend call on one device range [dev, dev + bytes): opens its allocation, runs the host
+ * backend's operation, closes it again. */
+enum { OP_TO_HOST, OP_FROM_HOST, OP_CRC };
+static const char *const op_name[] = {"to_host", "from_host", "crc"};
+
+static int sim_op(int op, void *dev, void *host, size_t bytes, uint32_t *crc)
 {
-    *crc = 0;
-    if (!bytes) return 0;
     sim_block *b;
     pthread_mutex_lock(&sim_lock);
-    int rc = open_range(src, bytes, "to_host", &b);
+    int rc = open_range(dev, bytes, op_name[op], &b);
     if (rc == 0) {
-        rc = ftrt__loc_host.to_host(dst, src, bytes, crc);
+        const ftrt__loc_ops *h = &ftrt__loc_host;
+        rc = op == OP_TO_HOST     ? h->to_host(host, dev, bytes, crc)
+             : op == OP_FROM_HOST ? h->from_host(dev, host, bytes, *crc)
+                                  : h->crc(dev, bytes, crc);
         int rc2 = set_prot(b, PROT_NONE);
         if (!rc) rc = rc2;
     }
     pthread_mutex_unlock(&sim_lock);
     return rc;
+}
+
+static int sim_to_host(void *dst, const void *src, size_t bytes, uint32_t *crc)
+{
+    *crc = 0;
+    return bytes ? sim_op(OP_TO_HOST, (void *)src, dst, bytes, crc) : 0;
 }
 
 static int sim_from_host(void *dst, const void *src, size_t bytes, uint32_t expect)
 {
     if (!bytes) return expect == 0 ? 0 : FTRT_ECORRUPT;
-    sim_block *b;
-    pthread_mutex_lock(&sim_lock);
-    int rc = open_range(dst, bytes, "from_host", &b);
-    if (rc == 0) {
-        rc = ftrt__loc_host.from_host(dst, src, bytes, expect);
-        int rc2 = set_prot(b, PROT_NONE);
-        if (!rc) rc = rc2;
-    }
-    pthread_mutex_unlock(&sim_lock);
-    return rc;
+    return sim_op(OP_FROM_HOST, dst, (void *)src, bytes, &expect);
 }
 
 static int sim_crc(const void *src, size_t bytes, uint32_t *crc)
 {
     *crc = 0;
-    if (!bytes) return 0;
-    sim_block *b;
-    pthread_mutex_lock(&sim_lock);
-    int rc = open_range(src, bytes, "crc", &b);
-    if (rc == 0) {
-        rc = ftrt__loc_host.crc(src, bytes, crc);
-        int rc2 = set_prot(b, PROT_NONE);
-        if (!rc) rc = rc2;
-    }
-    pthread_mutex_unlock(&sim_lock);
-    return rc;
+    return bytes ? sim_op(OP_CRC, (void *)src, NULL, bytes, crc) : 0;
 }
 
 static int sim_d2d(void *dst, const void *src, size_t bytes)
