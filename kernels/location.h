@@ -20,9 +20,8 @@
  * owns all buffers (a backend never keeps a pointer after it returns); source and destination
  * do not overlap; bytes == 0 copies nothing (*crc = 0; from_host checks expect_crc == 0).
  * CRC32C values are those of base/crc32c.h started from 0 (ftrt__crc32c(0, p, bytes)). Each
- * returns 0 or a negative
- * code: FTRT_ECORRUPT (from_host: the CRC32C differs), FTRT_EINVAL (a pointer the backend does
- * not own), FTRT_ENODEV / FTRT_ECUDA (CUDA), -errno. Operations are thread-safe: several
+ * returns 0 or a negative code: FTRT_ECORRUPT (from_host: the CRC32C differs), FTRT_EINVAL (a
+ * pointer the backend does not own), FTRT_ENODEV / FTRT_ECUDA (CUDA), -errno. Operations are thread-safe: several
  * threads may call them at once (a backend may serialize them).
  */
 #ifndef FTRT_KERNELS_LOCATION_H
