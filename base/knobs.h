@@ -43,7 +43,10 @@
       "sources: the transfer must fail with FTRT_ECORRUPT)")                                  \
     X(replica_corrupt, "FTRT_TEST_REPLICA_CORRUPT", 1,                                         \
       "1: a trainer flips a bit of the partner replica it holds right after it arrived and was " \
-      "checked (memory corrupted while held: the recovery must not use it)")
+      "checked (memory corrupted while held: the recovery must not use it)")                    \
+    X(sim_device, "FTRT_TEST_SIM_DEVICE", 1,                                                   \
+      "1: ftrt_init() installs the simulated device (kernels/loc_sim.c, a test arrangement) as " \
+      "the device backend: FTRT_REGION_DEVICE regions live in ftrt__sim_alloc memory")
 
 struct ftrt__knobs {
 #define FTRT__KNOB_FIELD(field, env, max, doc) int32_t field;

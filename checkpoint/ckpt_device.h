@@ -1,6 +1,7 @@
 /*
- * ckpt_device.h - the checkpoint engine's device hook for CUDA builds (ckpt_device.c, part of
- * libftrt_gpu only): installs ftrt__ckpt_device (engine.h).
+ * ckpt_device.h - the CUDA backend of the location interface (ckpt_device.c, part of
+ * libftrt_gpu only): installs it as the active device backend (kernels/location.h), through
+ * which the checkpoint engine snapshots and restores device regions.
  */
 #ifndef FTRT_CKPT_DEVICE_H
 #define FTRT_CKPT_DEVICE_H

@@ -23,22 +23,13 @@
 #include "checkpoint/region.h"
 #include "ftrt.h"
 
-/* The device hook: installed by checkpoint/ckpt_device.c (ftrt__ckpt_device_install, run by a
- * constructor when libftrt_gpu loads) before any device region is registered; NULL in the
- * CPU-only libftrt, and device regions are then refused with FTRT_ENOTSUP. Calls come from the
- * engine's snapshot thread and from the application thread.
- *   snapshot: copies `bytes` of device memory at src into host staging dst (pinned when pin()
- *             succeeded) and returns once the bytes are there, with their CRC32C in *crc.
- *             Returns 0 or an ftrt code.
- *   restore:  copies `bytes` of host memory at src to device memory dst. Returns 0 or a code.
- *   pin/unpin: optional (may be NULL): page-lock a staging buffer for DMA, and undo it. */
-typedef struct ftrt__ckpt_device_ops {
-    int (*snapshot)(void *dst, const void *src, size_t bytes, uint32_t *crc);
-    int (*restore)(void *dst, const void *src, size_t bytes);
-    int (*pin)(void *p, size_t bytes);
-    void (*unpin)(void *p);
-} ftrt__ckpt_device_ops;
-extern const ftrt__ckpt_device_ops *ftrt__ckpt_device;
+/* Device regions (FTRT__LOC_DEVICE) are read and written through the active device backend of
+ * the location interface (kernels/location.h, ftrt__loc_device()): the snapshot copies them
+ * into staging with to_host (CRC32C included), the restore (restore.c) writes them with
+ * from_host (CRC32C checked), staging is pinned with pin / unpin when the backend has them.
+ * With no backend (the CPU-only libftrt without FTRT_TEST_SIM_DEVICE) device regions are
+ * refused with FTRT_ENOTSUP. Backend calls come from the engine's snapshot threads and from the
+ * application thread. */
 
 /* The engine's settings (the ftrt_config fields of the same names, validated there). */
 typedef struct ftrt__ckpt_opts {

@@ -4,7 +4,9 @@
  * The MANIFEST is parsed and validated first (format.c), then each needed shard is opened, its
  * size and header CRC are checked against the MANIFEST, its region table is matched against
  * the registered regions (by name; size and flags must agree), and the data is read through
- * io_uring straight into region memory and verified with CRC32C. REPLICATED regions are
+ * io_uring straight into region memory and verified with CRC32C; device regions are read into
+ * a host bounce buffer and written with the device backend's from_host (kernels/location.h),
+ * which checks the CRC32C of what landed. REPLICATED regions are
  * gathered from every shard's slice, so they restore to any number of trainers; SHARDED
  * regions come from the rank's own shard and need the checkpoint's number of trainers.
  */
@@ -17,6 +19,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/crc32c.h"
 #include "base/fs.h"
 #include "base/log.h"
 #include "checkpoint/format.h"
@@ -24,6 +27,7 @@
 #include "checkpoint/restore.h"
 #include "checkpoint/shard.h"
 #include "ftrt.h"
+#include "kernels/location.h"
 
 static int read_manifest(const char *sdir, int64_t step, ftrt__manifest *m)
 {
@@ -125,23 +129,61 @@ typedef struct loader {
     ftrt__load_stat *st;
 } loader;
 
-/* Reads one slice into dst and verifies its CRC (direct descriptor first when there is one). */
+/* Reads len bytes at file offset off into host memory dst, with their CRC32C (the direct
+ * descriptor first when there is one). */
+static int read_range(loader *L, int fd, int dfd, uint64_t off, void *dst, size_t len,
+                      uint32_t *crc)
+{
+    int rc = -EINVAL;
+    if (dfd >= 0) rc = ftrt__reader_read(&L->rd, dfd, off, dst, len, crc);
+    if (dfd < 0 || rc == -EINVAL) rc = ftrt__reader_read(&L->rd, fd, off, dst, len, crc);
+    return rc;
+}
+
+/* A device region's slice: read in pieces of qd * chunk bytes into a host bounce buffer, each
+ * written to device memory by the device backend's from_host, which checks that the piece's
+ * CRC32C (as read from the file) is what landed; *crc receives the CRC32C of the whole slice. */
+static int read_dev_slice(loader *L, int fd, int dfd, const ftrt__loc_ops *dev,
+                          const ftrt__shard_ent *x, unsigned char *dst, uint32_t *crc)
+{
+    size_t len = (size_t)x->slice_bytes, piece = L->o->chunk * L->o->qd;
+    if (piece > len) piece = len;
+    unsigned char *buf = malloc(piece);
+    if (!buf) return -ENOMEM;
+    int rc = 0;
+    *crc = 0;
+    for (size_t off = 0; off < len && rc == 0; off += piece) {
+        size_t n = len - off < piece ? len - off : piece;
+        uint32_t pcrc = 0;
+        rc = read_range(L, fd, dfd, x->file_offset + off, buf, n, &pcrc);
+        if (rc == 0) rc = dev->from_host(dst + off, buf, n, pcrc);
+        if (rc == FTRT_ECORRUPT)
+            ftrt_log_warn("checkpoint: region \"%s\": the %zu bytes at offset %zu did not reach "
+                          "%s device memory intact (CRC32C check after the copy)",
+                          x->name, n, off, dev->name);
+        *crc = ftrt__crc32c_combine(*crc, pcrc, n);
+    }
+    free(buf);
+    return rc;
+}
+
+/* Reads one slice into dst (host memory, or device memory through dev when dev is not NULL)
+ * and verifies its CRC. */
 static int read_slice(loader *L, int fd, int dfd, const char *path, const ftrt__shard_ent *x,
-                      void *dst)
+                      void *dst, const ftrt__loc_ops *dev)
 {
     if (x->slice_bytes > SIZE_MAX) return -EFBIG;
     uint32_t crc = 0;
-    int rc = -EINVAL;
-    if (dfd >= 0) rc = ftrt__reader_read(&L->rd, dfd, x->file_offset, dst, (size_t)x->slice_bytes, &crc);
-    if (dfd < 0 || rc == -EINVAL)
-        rc = ftrt__reader_read(&L->rd, fd, x->file_offset, dst, (size_t)x->slice_bytes, &crc);
+    int rc = dev ? read_dev_slice(L, fd, dfd, dev, x, dst, &crc)
+                 : read_range(L, fd, dfd, x->file_offset, dst, (size_t)x->slice_bytes, &crc);
     if (rc == -ENODATA) {
         ftrt_log_warn("checkpoint shard %s is corrupt: region \"%s\" truncated", path, x->name);
         return FTRT_ECORRUPT;
     }
+    if (rc == FTRT_ECORRUPT) return rc; /* logged */
     if (rc < 0) {
         ftrt_log_warn("checkpoint shard %s: reading region \"%s\" failed: %s", path, x->name,
-                      strerror(-rc));
+                      ftrt_strerror(rc));
         return rc;
     }
     if (crc != x->data_crc) {
@@ -195,7 +237,8 @@ static int load_shard(loader *L, const char *sdir, const ftrt__manifest *m, int6
             }
             continue;
         }
-        rc = read_slice(L, fd, dfd, path, x, (unsigned char *)regs[i].ptr + x->slice_offset);
+        rc = read_slice(L, fd, dfd, path, x, (unsigned char *)regs[i].ptr + x->slice_offset,
+                        regs[i].loc == FTRT__LOC_DEVICE ? ftrt__loc_device() : NULL);
     }
     free(e);
     if (dfd >= 0) close(dfd);
@@ -230,9 +273,9 @@ int ftrt__ckpt_load_ex(const char *dir, int64_t step, int rank, int nranks,
         if (regs[i].kind == FTRT__KIND_SHARDED) any_sharded = 1;
         else if (regs[i].kind == FTRT__KIND_REPLICATED) any_repl = 1;
         else return -EINVAL;
-        if (regs[i].loc != FTRT__LOC_HOST) { /* the slices are read into host memory */
+        if (regs[i].loc == FTRT__LOC_DEVICE && !ftrt__loc_device()) {
             ftrt_log_error("checkpoint: cannot restore region \"%s\" of step %lld: it is in "
-                           "device memory, which the restore does not write yet",
+                           "device memory and this process has no device backend",
                            regs[i].name, (long long)step);
             return FTRT_ENOTSUP;
         }

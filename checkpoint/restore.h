@@ -15,8 +15,9 @@
  * regions are reassembled from all shards' slices (works for any nranks); SHARDED regions come
  * from this rank's shard and need nranks equal to the checkpoint's.
  * Returns 0, FTRT_ECORRUPT, FTRT_EMISMATCH (region missing, kind or size differs, or SHARDED with
- * another nranks), -ENOENT, -errno, FTRT_ENOTSUP (a device region: not restored yet; logged at
- * error level naming it). The reason is logged at warn level. On failure region memory may
+ * another nranks), -ENOENT, -errno, FTRT_ENOTSUP (a device region and no device backend,
+ * kernels/location.h; logged at error level naming it). Device regions are written through the
+ * backend's from_host, CRC32C checked on arrival. The reason is logged at warn level. On failure region memory may
  * hold partial data. */
 int ftrt__ckpt_load(const char *dir, int64_t step, int rank, int nranks,
                     const ftrt__region *regs, int nregs);

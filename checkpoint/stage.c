@@ -28,18 +28,17 @@
 #include "base/log.h"
 #include "checkpoint/engine_internal.h"
 #include "checkpoint/shard.h"
+#include "kernels/location.h"
 
 #define PIECE_BYTES (8u << 20) /* snapshot work unit */
-
-/* engine.h: installed by ckpt_device.c in libftrt_gpu; NULL in libftrt. */
-const ftrt__ckpt_device_ops *ftrt__ckpt_device;
 
 /* ---- staging memory ---------------------------------------------------------------------- */
 
 static void slot_unmap(ftrt__ckpt_slot *s)
 {
     if (s->mem) {
-        if (ftrt__ckpt_device && ftrt__ckpt_device->unpin) ftrt__ckpt_device->unpin(s->mem);
+        const ftrt__loc_ops *dev = ftrt__loc_device();
+        if (dev && dev->unpin) dev->unpin(s->mem);
         ftrt__unmap_huge(s->mem, s->cap);
     }
     s->mem = NULL;
@@ -86,8 +85,8 @@ static int staging_alloc(ftrt__ckpt_slot *fresh, int want, size_t cap)
         fresh[got].mem = staging_map(cap);
         if (!fresh[got].mem) break;
         fresh[got].cap = cap;
-        if (ftrt__ckpt_device && ftrt__ckpt_device->pin)
-            ftrt__ckpt_device->pin(fresh[got].mem, cap); /* faster device copies; optional */
+        const ftrt__loc_ops *dev = ftrt__loc_device();
+        if (dev && dev->pin) dev->pin(fresh[got].mem, cap); /* faster device copies; optional */
     }
     return got;
 }
@@ -196,8 +195,10 @@ static void copy_piece(ftrt__ckpt_job *j, size_t i)
     unsigned char *dst = j->eng->slots[j->slot].mem + x->file_offset + p->off;
     if (atomic_load(&j->abandon)) return; /* the image will not be written */
     if (j->dev[p->reg]) {
-        int rc = ftrt__ckpt_device->snapshot(dst, j->src[p->reg] + x->slice_offset + p->off,
-                                             (size_t)p->len, &p->crc);
+        const ftrt__loc_ops *dev = ftrt__loc_device();
+        int rc = dev ? dev->to_host(dst, j->src[p->reg] + x->slice_offset + p->off,
+                                    (size_t)p->len, &p->crc)
+                     : FTRT_ENOTSUP;
         if (rc) {
             int zero = 0;
             atomic_compare_exchange_strong(&j->snap_err, &zero, rc);

@@ -309,9 +309,10 @@ FTRT_API int ftrt_epoch(const ftrt_ctx *ctx);
 #define FTRT_REGION_REPLICATED 0u
 #define FTRT_REGION_SHARDED 1u
 /* Or'ed with one of the above: the region is CUDA device memory. Snapshots copy it into pinned
- * staging on a side stream; nothing else reads or writes it yet, so ftrt_register() refuses it
- * (FTRT_ENOTSUP) where another path would need it (see there), and ftrt_restore() refuses to
- * load a checkpoint into it. Needs a libftrt built with CUDA. */
+ * staging on a side stream, and ftrt_restore() writes it back from a checkpoint (CRC32C
+ * checked on arrival); nothing else reads or writes it yet, so ftrt_register() refuses it
+ * (FTRT_ENOTSUP) where another path would need it (see there). Needs a libftrt built with CUDA
+ * (tests use a simulated device instead: the test knob FTRT_TEST_SIM_DEVICE=1). */
 #define FTRT_REGION_DEVICE 2u
 
 /*
@@ -360,8 +361,7 @@ FTRT_API int ftrt_unregister(ftrt_ctx *ctx, const char *name);
  * Returns 1 when state was restored, 0 when there is nothing to restore (fresh start),
  * FTRT_ENOCKPT (checkpoints exist but none is usable), FTRT_EMISMATCH (regions differ from the
  * checkpoint, or SHARDED regions with a different number of trainers), FTRT_ERECOVER (a rank
- * failed meanwhile: call ftrt_recover()), FTRT_ENOTSUP (a checkpoint exists and a device
- * region is registered: not restored yet), FTRT_ESTATE, -errno.
+ * failed meanwhile: call ftrt_recover()), FTRT_ESTATE, -errno.
  */
 FTRT_API int ftrt_restore(ftrt_ctx *ctx, int64_t *step);
 

@@ -13,7 +13,8 @@ function(ftrt_gpu_unit name lib)
 endfunction()
 ftrt_gpu_unit(kernels_gpu "ftrt_gpu_kernels;ftrt_internal")
 if(TARGET ftrt_gpu_internal) # with NCCL: libftrt_gpu's sources (the checkpoint hook, the plane)
-  ftrt_gpu_unit(dev_snapshot ftrt_gpu_internal)
+  # ftrt_gpu_kernels (device_snapshot.c) uses base/ objects of ftrt_gpu_internal: named again after it
+  ftrt_gpu_unit(dev_snapshot "ftrt_gpu_internal;ftrt_gpu_kernels;ftrt_gpu_internal")
   ftrt_gpu_unit(nccl ftrt_gpu_internal)
 endif()
 # Without CUDA the tree must still configure, build and run the CPU plane (not in sanitizer

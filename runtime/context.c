@@ -19,6 +19,7 @@
 #include "base/fs.h"
 #include "base/knobs.h"
 #include "base/log.h"
+#include "kernels/location.h"
 #include "runtime/coordinator/coordinator.h"
 #include "runtime/internal.h"
 
@@ -116,6 +117,8 @@ static int trainer_comm(ftrt_ctx *ctx)
 static int init_ctx(ftrt_ctx *ctx, const ftrt_config *cfg)
 {
     ftrt__knobs_load(); /* test knobs: before any thread starts */
+    if (ftrt__knobs.sim_device) /* a test arrangement (kernels/loc_sim.c): wins over CUDA's */
+        ftrt__loc_set_device(ftrt__loc_sim());
     if (cfg)
         ftrt__config_adopt(&ctx->cfg, cfg); /* a smaller (older) struct: defaults past its size */
     else

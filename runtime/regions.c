@@ -17,6 +17,7 @@
 #include "checkpoint/commit.h"
 #include "checkpoint/restore.h"
 #include "checkpoint/steps.h"
+#include "kernels/location.h"
 #include "runtime/internal.h"
 
 void ftrt__ckpt_opts_from(const ftrt_config *cfg, ftrt__ckpt_opts *o)
@@ -110,7 +111,8 @@ _Static_assert(FTRT__KIND_REPLICATED == FTRT_REGION_REPLICATED &&
                    FTRT__KIND_SHARDED == FTRT_REGION_SHARDED,
                "a region's kind is stored in shards as its FTRT_REGION_* value");
 
-/* Device memory is read by the checkpoint engine's snapshot only. A device region is refused
+/* Device memory is read by the checkpoint engine's snapshot and written by the restore from
+ * a checkpoint, both through the device backend (kernels/location.h). A device region is refused
  * here (FTRT_ENOTSUP, the message naming it and what to turn off) when a path that would have
  * to read or write it on the host is on for this job, so that the job learns it at start-up and
  * not in a recovery; the paths themselves refuse it too (recovery.c, replica.c, sdc.c, the
@@ -128,9 +130,10 @@ static int device_refused(const ftrt_ctx *ctx, const char *name, ftrt__region_ki
     }
     if (loc == FTRT__LOC_DEVICE) {
         dev = name;
-        if (!ftrt__ckpt_device) {
+        if (!ftrt__loc_device()) {
             ftrt_log_error("ftrt_register: region \"%s\" is device memory, but this libftrt "
-                           "has no CUDA support (build it with the CUDA toolkit)",
+                           "has no device backend (build it with the CUDA toolkit, or set the "
+                           "test knob FTRT_TEST_SIM_DEVICE=1 for the simulated device)",
                            name);
             return FTRT_ENOTSUP;
         }
@@ -238,13 +241,6 @@ static int restore_from_disk(ftrt_ctx *ctx, int64_t *step)
         *step = 0;
         return 0;
     }
-    for (int i = 0; i < ctx->nregs; i++) /* every trainer has the same table: all return here */
-        if (ctx->regs[i].loc == FTRT__LOC_DEVICE) {
-            ftrt_log_error("ftrt_restore: region \"%s\" is in device memory, which a restore "
-                           "from a checkpoint does not write yet (checkpoint %lld exists in %s)",
-                           ctx->regs[i].name, (long long)cand[0], ctx->cfg.ckpt_dir);
-            return FTRT_ENOTSUP;
-        }
     int last_err = FTRT_ENOCKPT;
     ftrt__load_opts o = {.qd = (unsigned)ctx->cfg.ckpt_qd,
                          .chunk = (size_t)ctx->cfg.ckpt_chunk_kb << 10,

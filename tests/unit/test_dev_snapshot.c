@@ -22,6 +22,7 @@
 #include "ftrt.h"
 #include "kernels/device_snapshot.h"
 #include "kernels/kernels_gpu.h"
+#include "kernels/location.h"
 
 #define CK(x) assert_int_equal((int)(x), (int)cudaSuccess)
 
@@ -81,27 +82,35 @@ static void engine_hook(void **state)
 {
     (void)state;
     ftrt__ckpt_device_install();
-    assert_non_null(ftrt__ckpt_device);
+    const ftrt__loc_ops *dev = ftrt__loc_device();
+    assert_non_null(dev);
     size_t n = (64u << 20) + 5;
     unsigned char *h = malloc(n), *staging = malloc(n), *back = malloc(n);
     fill(h, n, 77);
     unsigned char *d;
     CK(cudaMalloc((void **)&d, n));
     CK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
-    assert_int_equal(ftrt__ckpt_device->pin(staging, n), 0);
+    assert_int_equal(dev->pin(staging, n), 0);
     uint32_t crc = 0;
     double t0 = now();
-    assert_int_equal(ftrt__ckpt_device->snapshot(staging, d, n, &crc), 0);
+    assert_int_equal(dev->to_host(staging, d, n, &crc), 0);
     double t = now() - t0;
     printf("device snapshot of %.0f MiB with device CRC32C: %.2f ms (%.1f GB/s)\n",
            n / 1048576.0, t * 1e3, n / t / 1e9);
     assert_memory_equal(staging, h, n);
     assert_int_equal(crc, ftrt__crc32c(0, h, n));
     CK(cudaMemset(d, 0, n));
-    assert_int_equal(ftrt__ckpt_device->restore(d, staging, n), 0);
+    assert_int_equal(dev->from_host(d, staging, n, crc), 0);
+    uint32_t dcrc = 0;
+    assert_int_equal(dev->crc(d, n, &dcrc), 0);
+    assert_int_equal(dcrc, crc);
+    CK(cudaMemset(d, 0, n));
+    assert_int_equal(dev->from_host(d, staging, n, crc ^ 1u), FTRT_ECORRUPT);
+    CK(cudaMemset(d, 0, n));
+    assert_int_equal(dev->from_host(d, staging, n, crc), 0);
     CK(cudaMemcpy(back, d, n, cudaMemcpyDeviceToHost));
     assert_memory_equal(back, h, n);
-    ftrt__ckpt_device->unpin(staging);
+    dev->unpin(staging);
     cudaFree(d);
     free(h);
     free(staging);

@@ -16,6 +16,7 @@
 
 #include "ftrt.h"
 #include "helpers.h"
+#include "kernels/location.h"
 #include "runtime/internal.h"
 
 typedef struct fixture {
@@ -74,7 +75,7 @@ static void registry(void **state)
     assert_int_equal(ftrt_register(ctx, longname, m[2], 64, 0), FTRT_EINVAL);
     assert_int_equal(ftrt_register(ctx, "n", NULL, 64, 0), FTRT_EINVAL);
     assert_int_equal(ftrt_register(NULL, "n", m[2], 64, 0), FTRT_EINVAL);
-    if (!ftrt__ckpt_device) /* a CPU-only libftrt */
+    if (!ftrt__loc_device()) /* a CPU-only libftrt */
         assert_int_equal(ftrt_register(ctx, "gpu", m[2], 64,
                                        FTRT_REGION_REPLICATED | FTRT_REGION_DEVICE),
                          FTRT_ENOTSUP);
@@ -106,12 +107,12 @@ static void unknown_flags(void **state)
 
 /* A stand-in for libftrt_gpu's device hook: ftrt_register() accepts device regions with it.
  * Nothing here reads device memory (the pointers below are never dereferenced). */
-static int fake_snapshot(void *dst, const void *src, size_t bytes, uint32_t *crc)
+static int fake_to_host(void *dst, const void *src, size_t bytes, uint32_t *crc)
 {
     (void)dst, (void)src, (void)bytes, (void)crc;
     return FTRT_ENOTSUP;
 }
-static const ftrt__ckpt_device_ops fake_device = {.snapshot = fake_snapshot};
+static const ftrt__loc_ops fake_device = {.name = "fake", .to_host = fake_to_host};
 
 /* Expects ftrt_register() to refuse with FTRT_ENOTSUP and a message naming `who` and `why`. */
 static void refused(struct ftrt_ctx *ctx, const char *name, unsigned flags, const char *who,
@@ -137,10 +138,10 @@ static void device_refusals(void **state)
     void *dptr = (void *)(uintptr_t)0x1000; /* "device" memory: never read on the host */
     const unsigned RD = FTRT_REGION_REPLICATED | FTRT_REGION_DEVICE;
     const unsigned SD = FTRT_REGION_SHARDED | FTRT_REGION_DEVICE;
-    const ftrt__ckpt_device_ops *saved = ftrt__ckpt_device;
+    const ftrt__loc_ops *saved = ftrt__loc_device();
     if (!saved) /* a CPU-only libftrt refuses every device region, as before */
         refused(ctx, "gpu.params", RD, "gpu.params", "CUDA");
-    ftrt__ckpt_device = &fake_device;
+    ftrt__loc_set_device(&fake_device);
     ctx->size = 2;
     ctx->cfg.sdc_every = 10;
     ctx->cfg.shard_replica_every = 0;
@@ -173,7 +174,7 @@ static void device_refusals(void **state)
     assert_non_null(strstr(ftrt_last_error(), "\"gpu.params\""));
     ctx->cfg.shard_replica_every = -1;
     assert_int_equal(ftrt__replica_refresh(ctx, 10), 0); /* replicas off: nothing to refuse */
-    ftrt__ckpt_device = saved;
+    ftrt__loc_set_device(saved);
 }
 
 /* Argument, role and state checks of the checkpoint and data-plane entry points. */
