@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 
 #include "base/fs.h"
+#include "checkpoint/commit.h"
+#include "checkpoint/engine.h"
 #include "helpers.h"
 
 int t_tmpdir(char *buf, size_t cap, const char *tag)
@@ -164,3 +166,87 @@ void t_watch_init(ftrt__watch *w)
 }
 
 void t_watch_announce(ftrt__watch *w, int epoch) { atomic_store(&w->pending_epoch, epoch); }
+
+/* ---- a fake coordinator of the checkpoint engine ---- */
+
+static void coord_on_send(void *arg, uint32_t type, const void *payload, uint32_t len)
+{
+    t_coord *c = arg;
+    if (type != FTRT__MSG_SHARD_DONE || len != sizeof(ftrt__ckpt_msg)) return;
+    ftrt__ckpt_msg m;
+    memcpy(&m, payload, sizeof m);
+    pthread_mutex_lock(&c->lock);
+    if (c->ndone < T_COORD_MAX) c->done[c->ndone++] = m;
+    if (c->auto_commit && c->qtail - c->qhead < T_COORD_MAX) c->queue[c->qtail++ % T_COORD_MAX] = m;
+    pthread_cond_broadcast(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void *coord_main(void *arg)
+{
+    t_coord *c = arg;
+    pthread_mutex_lock(&c->lock);
+    for (;;) {
+        while (!c->stop && c->qhead == c->qtail) pthread_cond_wait(&c->cond, &c->lock);
+        if (c->stop) break;
+        ftrt__ckpt_msg m = c->queue[c->qhead++ % T_COORD_MAX];
+        pthread_mutex_unlock(&c->lock);
+        if (m.result == 0) m.result = ftrt__ckpt_commit(c->dir, m.step, 1, c->keep);
+        ftrt__ckpt_on_commit(c->e, m.step, m.epoch, m.result);
+        pthread_mutex_lock(&c->lock);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return NULL;
+}
+
+int t_coord_start(t_coord *c, t_host *h, struct ftrt__ckpt_engine *e, const char *dir, int keep)
+{
+    memset(c, 0, sizeof *c);
+    c->e = e;
+    c->dir = dir;
+    c->keep = keep;
+    c->auto_commit = 1;
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->cond, NULL);
+    h->on_send = coord_on_send;
+    h->on_send_arg = c;
+    return pthread_create(&c->thr, NULL, coord_main, c);
+}
+
+void t_coord_stop(t_coord *c)
+{
+    pthread_mutex_lock(&c->lock);
+    c->stop = 1;
+    pthread_cond_broadcast(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+    pthread_join(c->thr, NULL);
+}
+
+void t_coord_destroy(t_coord *c)
+{
+    pthread_mutex_destroy(&c->lock);
+    pthread_cond_destroy(&c->cond);
+}
+
+void t_coord_auto_commit(t_coord *c, int on)
+{
+    pthread_mutex_lock(&c->lock);
+    c->auto_commit = on;
+    pthread_mutex_unlock(&c->lock);
+}
+
+int t_coord_ndone(t_coord *c)
+{
+    pthread_mutex_lock(&c->lock);
+    int n = c->ndone;
+    pthread_mutex_unlock(&c->lock);
+    return n;
+}
+
+ftrt__ckpt_msg t_coord_done(t_coord *c, int i)
+{
+    pthread_mutex_lock(&c->lock);
+    ftrt__ckpt_msg m = c->done[i];
+    pthread_mutex_unlock(&c->lock);
+    return m;
+}

@@ -12,6 +12,9 @@
 #include <stdint.h>
 
 #include "base/ports.h"
+#include "base/proto.h"
+
+struct ftrt__ckpt_engine;
 
 /* Exit codes of a test program (ctest: SKIP_RETURN_CODE 77). */
 enum { T_EXIT_PASS = 0, T_EXIT_FAIL = 1, T_EXIT_SKIP = 77 };
@@ -65,5 +68,42 @@ int t_host_get(t_host *h, uint32_t type, int i, t_msg *out);
 void t_watch_init(ftrt__watch *w);
 /* What the agent thread does on a FAILURE message: announces `epoch`. */
 void t_watch_announce(ftrt__watch *w, int epoch);
+
+/* ---- a fake coordinator of the checkpoint engine ---- */
+
+enum { T_COORD_MAX = 64 };
+
+/* A thread of its own (as the agent is) that takes each SHARD_DONE the engine sends through a
+ * t_host, commits that step with ftrt__ckpt_commit(dir, step, 1, keep) when the shard was
+ * written (result 0), and hands the decision to ftrt__ckpt_on_commit(). Records every
+ * SHARD_DONE (done[], at most T_COORD_MAX). */
+typedef struct t_coord {
+    struct ftrt__ckpt_engine *e;
+    const char *dir;      /* the checkpoint directory (not copied: must outlive the coordinator) */
+    int keep;             /* retention passed to the commit */
+    pthread_t thr;
+    pthread_mutex_t lock; /* guards everything below */
+    pthread_cond_t cond;
+    int stop;
+    int auto_commit;      /* 1 (the default): queue each SHARD_DONE for a commit; 0: record only */
+    ftrt__ckpt_msg queue[T_COORD_MAX];
+    int qhead, qtail;
+    ftrt__ckpt_msg done[T_COORD_MAX];
+    int ndone;
+} t_coord;
+
+/* Starts c for engine e, made with the host of h (h's on_send is taken). Returns 0 or the
+ * pthread_create error. */
+int t_coord_start(t_coord *c, t_host *h, struct ftrt__ckpt_engine *e, const char *dir, int keep);
+/* Stops and joins the thread (before the engine is freed, as ftrt_finalize() stops the agent
+ * first). The engine may still send to c until t_coord_destroy(). */
+void t_coord_stop(t_coord *c);
+/* After the engine is freed: releases the lock and condition. */
+void t_coord_destroy(t_coord *c);
+/* Turns the commits of later SHARD_DONEs on or off. */
+void t_coord_auto_commit(t_coord *c, int on);
+/* SHARD_DONEs recorded so far, and the i-th of them (i < that count). */
+int t_coord_ndone(t_coord *c);
+ftrt__ckpt_msg t_coord_done(t_coord *c, int i);
 
 #endif

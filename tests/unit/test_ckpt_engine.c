@@ -42,8 +42,6 @@
 
 /* ---- the fixture: the engine with port fakes and a fake coordinator ------------------------ */
 
-enum { MAXDONE = 64 };
-
 typedef struct fixture {
     ftrt__watch w;        /* the epoch watch the agent thread would raise */
     t_host th;            /* the fake host: SHARD_DONE messages land here */
@@ -51,49 +49,9 @@ typedef struct fixture {
     struct ftrt__ckpt_engine *e;
     ftrt__region regs[8]; /* the registry the runtime would keep */
     int nregs;
-    /* the fake coordinator: a thread of its own (as the agent is) that commits each reported
-     * shard with ftrt__ckpt_commit() (N = 1) and hands the decision to the commit callback */
-    pthread_t thr;
-    pthread_mutex_t lock; /* guards everything below */
-    pthread_cond_t cond;
-    int stop;
-    int auto_commit;
-    ftrt__ckpt_msg queue[MAXDONE];
-    int qhead, qtail;
-    ftrt__ckpt_msg done[MAXDONE];
-    int ndone;
+    t_coord coord;        /* the fake coordinator: commits each shard (N = 1), keep 2 */
     char dir[4096];
 } fixture;
-
-static void on_send(void *arg, uint32_t type, const void *payload, uint32_t len)
-{
-    fixture *f = arg;
-    if (type != FTRT__MSG_SHARD_DONE || len != sizeof(ftrt__ckpt_msg)) return;
-    ftrt__ckpt_msg m;
-    memcpy(&m, payload, sizeof m);
-    pthread_mutex_lock(&f->lock);
-    if (f->ndone < MAXDONE) f->done[f->ndone++] = m;
-    if (f->auto_commit && f->qtail - f->qhead < MAXDONE) f->queue[f->qtail++ % MAXDONE] = m;
-    pthread_cond_broadcast(&f->cond);
-    pthread_mutex_unlock(&f->lock);
-}
-
-static void *coord_main(void *arg)
-{
-    fixture *f = arg;
-    pthread_mutex_lock(&f->lock);
-    for (;;) {
-        while (!f->stop && f->qhead == f->qtail) pthread_cond_wait(&f->cond, &f->lock);
-        if (f->stop) break;
-        ftrt__ckpt_msg c = f->queue[f->qhead++ % MAXDONE];
-        pthread_mutex_unlock(&f->lock);
-        if (c.result == 0) c.result = ftrt__ckpt_commit(f->dir, c.step, 1, 2);
-        ftrt__ckpt_on_commit(f->e, c.step, c.epoch, c.result);
-        pthread_mutex_lock(&f->lock);
-    }
-    pthread_mutex_unlock(&f->lock);
-    return NULL;
-}
 
 static int setup(void **state)
 {
@@ -108,13 +66,8 @@ static int setup(void **state)
     memcpy(f->o.dir, f->dir, strlen(f->dir) + 1);
     t_watch_init(&f->w);
     ftrt__host host = t_host_init(&f->th);
-    f->th.on_send = on_send;
-    f->th.on_send_arg = f;
-    pthread_mutex_init(&f->lock, NULL);
-    pthread_cond_init(&f->cond, NULL);
-    f->auto_commit = 1;
     assert_int_equal(ftrt__ckpt_engine_new(&f->o, &f->w, host, &f->e), 0);
-    assert_int_equal(pthread_create(&f->thr, NULL, coord_main, f), 0);
+    assert_int_equal(t_coord_start(&f->coord, &f->th, f->e, f->dir, 2), 0);
     *state = f;
     return 0;
 }
@@ -122,16 +75,11 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fixture *f = *state;
-    pthread_mutex_lock(&f->lock);
-    f->stop = 1;
-    pthread_cond_broadcast(&f->cond);
-    pthread_mutex_unlock(&f->lock);
-    pthread_join(f->thr, NULL); /* the "agent" stops first, as in ftrt_finalize() */
+    t_coord_stop(&f->coord); /* the "agent" stops first, as in ftrt_finalize() */
     ftrt__ckpt_engine_free(f->e);
+    t_coord_destroy(&f->coord);
     t_host_destroy(&f->th);
     t_rmtree(f->dir);
-    pthread_mutex_destroy(&f->lock);
-    pthread_cond_destroy(&f->cond);
     free(f);
     ftrt__knobs.ckpt_force_buffered = 0; /* test knobs are process-wide: reset them */
     ftrt__knobs.io_force_sync = 0;
@@ -212,22 +160,6 @@ static int load_equals(fixture *f, int64_t step, int n, const char **names, cons
         if (memcmp(r[i].ptr, want[i], sizes[i]) != 0) rc = 1;
     for (int i = 0; i < n; i++) free(r[i].ptr);
     return rc;
-}
-
-static int ndone(fixture *f)
-{
-    pthread_mutex_lock(&f->lock);
-    int n = f->ndone;
-    pthread_mutex_unlock(&f->lock);
-    return n;
-}
-
-static ftrt__ckpt_msg done_at(fixture *f, int i)
-{
-    pthread_mutex_lock(&f->lock);
-    ftrt__ckpt_msg m = f->done[i];
-    pthread_mutex_unlock(&f->lock);
-    return m;
 }
 
 static ftrt_ckpt_stats stats(fixture *f)
@@ -360,8 +292,8 @@ static void policies(void **state)
     assert_int_equal(s.skipped, 1);
     assert_int_equal(s.committed, 2);
     int skipped_reported = 0;
-    for (int i = 0; i < ndone(f); i++) {
-        ftrt__ckpt_msg m = done_at(f, i);
+    for (int i = 0; i < t_coord_ndone(&f->coord); i++) {
+        ftrt__ckpt_msg m = t_coord_done(&f->coord, i);
         if (m.step == 3) skipped_reported = m.result == FTRT_SKIPPED;
     }
     assert_true(skipped_reported);
@@ -385,11 +317,11 @@ static void epoch_change_abandons(void **state)
     f->o.write_delay_ms = 50;
     set_opts(f);
     fill(p, n, 12);
-    int before = ndone(f);
+    int before = t_coord_ndone(&f->coord);
     assert_int_equal(ckpt(f, 6), 0);
     abandon_write(f, 6, 1);
     usleep(100000);
-    assert_int_equal(ndone(f), before); /* never reported */
+    assert_int_equal(t_coord_ndone(&f->coord), before); /* never reported */
     assert_int_equal(stats(f).abandoned, 1);
     int64_t steps[4];
     assert_int_equal(ftrt__ckpt_list(f->dir, steps, 4), 1);
@@ -566,9 +498,7 @@ static void bad_calls(void **state)
     assert_int_equal(ckpt(f, 1), 0);
     assert_int_equal(ftrt__ckpt_wait_commit(f->e, 1, 20000), 0);
     /* A second start of an undecided step is refused. */
-    pthread_mutex_lock(&f->lock);
-    f->auto_commit = 0;
-    pthread_mutex_unlock(&f->lock);
+    t_coord_auto_commit(&f->coord, 0);
     assert_int_equal(ckpt(f, 2), 0);
     assert_int_equal(ckpt(f, 2), FTRT_EINVAL);
     assert_int_equal(ftrt__ckpt_wait_commit(f->e, 2, 50), FTRT_ETIMEDOUT);

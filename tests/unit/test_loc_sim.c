@@ -151,49 +151,14 @@ static void backends(void **state)
 
 /* ---- the checkpoint engine with device regions on the simulated device ---------------------- */
 
-enum { MAXQ = 16 };
-
 typedef struct fixture {
     ftrt__watch w;
     t_host th;
     ftrt__ckpt_opts o;
     struct ftrt__ckpt_engine *e;
-    pthread_t thr;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int stop;
-    ftrt__ckpt_msg q[MAXQ];
-    int qhead, qtail;
+    t_coord coord; /* the fake coordinator: commits each shard (N = 1), keep 4 */
     char dir[4096];
 } fixture;
-
-static void on_send(void *arg, uint32_t type, const void *payload, uint32_t len)
-{
-    fixture *f = arg;
-    if (type != FTRT__MSG_SHARD_DONE || len != sizeof(ftrt__ckpt_msg)) return;
-    pthread_mutex_lock(&f->lock);
-    if (f->qtail - f->qhead < MAXQ) memcpy(&f->q[f->qtail++ % MAXQ], payload, len);
-    pthread_cond_broadcast(&f->cond);
-    pthread_mutex_unlock(&f->lock);
-}
-
-/* The fake coordinator: commits each reported shard (N = 1) and calls the commit callback. */
-static void *coord_main(void *arg)
-{
-    fixture *f = arg;
-    pthread_mutex_lock(&f->lock);
-    for (;;) {
-        while (!f->stop && f->qhead == f->qtail) pthread_cond_wait(&f->cond, &f->lock);
-        if (f->stop) break;
-        ftrt__ckpt_msg c = f->q[f->qhead++ % MAXQ];
-        pthread_mutex_unlock(&f->lock);
-        if (c.result == 0) c.result = ftrt__ckpt_commit(f->dir, c.step, 1, 4);
-        ftrt__ckpt_on_commit(f->e, c.step, c.epoch, c.result);
-        pthread_mutex_lock(&f->lock);
-    }
-    pthread_mutex_unlock(&f->lock);
-    return NULL;
-}
 
 static int setup(void **state)
 {
@@ -204,12 +169,8 @@ static int setup(void **state)
     memcpy(f->o.dir, f->dir, strlen(f->dir) + 1);
     t_watch_init(&f->w);
     ftrt__host host = t_host_init(&f->th);
-    f->th.on_send = on_send;
-    f->th.on_send_arg = f;
-    pthread_mutex_init(&f->lock, NULL);
-    pthread_cond_init(&f->cond, NULL);
     assert_int_equal(ftrt__ckpt_engine_new(&f->o, &f->w, host, &f->e), 0);
-    assert_int_equal(pthread_create(&f->thr, NULL, coord_main, f), 0);
+    assert_int_equal(t_coord_start(&f->coord, &f->th, f->e, f->dir, 4), 0);
     ftrt__loc_set_device(ftrt__loc_sim());
     *state = f;
     return 0;
@@ -218,16 +179,11 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fixture *f = *state;
-    pthread_mutex_lock(&f->lock);
-    f->stop = 1;
-    pthread_cond_broadcast(&f->cond);
-    pthread_mutex_unlock(&f->lock);
-    pthread_join(f->thr, NULL);
+    t_coord_stop(&f->coord);
     ftrt__ckpt_engine_free(f->e);
+    t_coord_destroy(&f->coord);
     t_host_destroy(&f->th);
     t_rmtree(f->dir);
-    pthread_mutex_destroy(&f->lock);
-    pthread_cond_destroy(&f->cond);
     free(f);
     ftrt__loc_set_device(NULL);
     return 0;
