@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""MPI integration tests of device regions on the simulated device: real mpirun jobs of
+examples/train_mlp --device sim (parameters and momentum in the simulated device's memory,
+kernels/loc_sim.c, a test arrangement; every rank runs with FTRT_TEST_SIM_DEVICE=1), real
+processes killed by signals. Python 3 standard library only.
+
+Usage: device_itest.py --bin BUILD/examples/train_mlp --work DIR <case>
+       device_itest.py --list   (the cases, their ctest timeouts and fixtures: read by CMake)
+Cases (each compares the final parameters with a fault-free run's, byte for byte):
+  reference   a fault-free --device sim run (kept as DIR/device.params), byte-identical to the
+              same run with the state in host memory
+  relaunch    no hot spare: a trainer SIGKILLed after a committed checkpoint, the job fails with
+              FTRT_ENOSPARE; a relaunch restores the device regions from the checkpoint
+              (CRC32C checked on the way in) and finishes
+Exit 0 = pass, 1 = fail, 77 = skipped. Jobs, waits and kills: tests/harness/ftrt_harness.py.
+"""
+import os
+import shutil
+import signal
+import sys
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
+import ftrt_harness as h  # noqa: E402
+from ftrt_harness import check, same_bytes, trainer  # noqa: E402
+
+STEPS = 120
+# 3 trainers, a checkpoint every 20 steps, 10 ms per step at least: a few seconds per job.
+ARGS = ["--steps", str(STEPS), "--batch", "32", "--hidden", "64", "--seed", "11",
+        "--step-sleep-ms", "10", "--ckpt-every", "20"]
+ENV = {"FTRT_TEST_SIM_DEVICE": "1", "FTRT_SDC_EVERY": "0"}
+CASES = {}
+
+
+def job_of(args, name, np_=5, spares=1, device=True, fresh=True, extra=None, env=None):
+    """train_mlp with ARGS (+ --device sim) in WORK/name, np_ ranks (coordinator and spares
+    included)."""
+    job = h.train_job(os.path.join(args.work, name), args.bin, np_,
+                      ARGS + (["--device", "sim"] if device else []) + list(extra or []),
+                      spares=spares, fresh=fresh)
+    job.env.update(ENV)
+    job.env.update(env or {})
+    return job
+
+
+def ref_path(args):
+    return os.path.join(args.work, "device.params")
+
+
+def need_reference(args):
+    if not os.path.exists(ref_path(args)):
+        case_reference(args)
+
+
+def expect_identical(job, args):
+    check(same_bytes(job.params, ref_path(args)),
+          "final parameters are byte-identical to the fault-free run")
+
+
+@h.case(CASES, fixture="setup", timeout_s=120)
+def case_reference(args):
+    dev = job_of(args, "reference-device", np_=4, spares=0)
+    check(dev.run(90) == 0, "fault-free --device sim job exits 0")
+    rep = dev.load_report()
+    check(rep["status"] == "finished" and rep["steps"] == STEPS and not rep["failures"],
+          f"report: finished, {STEPS} steps, no failures")
+    check(rep["checkpoints"]["committed"] == STEPS // 20, "a checkpoint committed every 20 steps")
+    host = job_of(args, "reference-host", np_=4, spares=0, device=False)
+    check(host.run(90) == 0, "the same job with the state in host memory exits 0")
+    check(same_bytes(dev.params, host.params),
+          "device and host runs end with byte-identical parameters")
+    shutil.copyfile(dev.params, ref_path(args))
+
+
+@h.case(CASES, fixture="required", timeout_s=120)
+def case_relaunch(args):
+    need_reference(args)
+    job = job_of(args, "relaunch", np_=4, spares=0).start()
+    st = job.wait_status(lambda s: s["last_committed_step"] >= 40 and trainer(s, 1))
+    job.inject(signal.SIGKILL, trainer(st, 1), "sigkill")
+    rc = job.wait(60)
+    check(rc != 0, f"with no spare the job exits non-zero (got {rc})")
+    rep = job.load_report()
+    check(rep["status"] == "failed" and rep["error"] == "FTRT_ENOSPARE", "report: FTRT_ENOSPARE")
+    committed = rep["checkpoints"]["last_committed_step"]
+    check(committed >= 40, f"a committed checkpoint remains (step {committed})")
+    job2 = job_of(args, "relaunch", np_=4, spares=0, fresh=False,
+                  env={"FTRT_LOG": "info"}).start()
+    rc = job2.wait(90)
+    check(rc == 0 and f"resumed at step {committed}" in job2.out,
+          f"a relaunch restores step {committed} into device memory and finishes")
+    check(f"loaded step {committed}" in job2.out, "the restore read the checkpoint")
+    expect_identical(job2, args)
+
+
+if __name__ == "__main__":
+    sys.exit(h.case_main(CASES, __doc__))
