@@ -309,9 +309,10 @@ FTRT_API int ftrt_epoch(const ftrt_ctx *ctx);
 #define FTRT_REGION_REPLICATED 0u
 #define FTRT_REGION_SHARDED 1u
 /* Or'ed with one of the above: the region is CUDA device memory. Snapshots copy it into pinned
- * staging on a side stream, and ftrt_restore() writes it back from a checkpoint (CRC32C
- * checked on arrival); nothing else reads or writes it yet, so ftrt_register() refuses it
- * (FTRT_ENOTSUP) where another path would need it (see there). Needs a libftrt built with CUDA
+ * staging on a side stream, ftrt_restore() writes it back from a checkpoint (CRC32C checked on
+ * arrival), and a recovery moves a REPLICATED one from the survivors to the members that need
+ * it (a promoted spare) in CRC32C-checked chunks staged through host memory; ftrt_register()
+ * refuses it (FTRT_ENOTSUP) where another path would need it (see there). Needs a libftrt built with CUDA
  * (tests use a simulated device instead: the test knob FTRT_TEST_SIM_DEVICE=1). */
 #define FTRT_REGION_DEVICE 2u
 
@@ -331,8 +332,7 @@ FTRT_API int ftrt_epoch(const ftrt_ctx *ctx);
  * (not a trainer), -ENOMEM, or FTRT_ENOTSUP for a device region (ftrt_last_error() names it):
  *  - in a libftrt without CUDA support;
  *  - REPLICATED | DEVICE while the silent-data-corruption check is on (FTRT_SDC_EVERY > 0 with
- *    two or more trainers) or the job has hot spares (FTRT_SPARES: the recovery's transfer to
- *    a promoted spare carries host memory only);
+ *    two or more trainers);
  *  - any device region while partner replicas are on (FTRT_SHARD_REPLICA_EVERY >= 0 with two
  *    or more trainers) and a SHARDED region is registered or being registered (also when the
  *    SHARDED one is a host region registered after the device one).

@@ -112,12 +112,12 @@ _Static_assert(FTRT__KIND_REPLICATED == FTRT_REGION_REPLICATED &&
                "a region's kind is stored in shards as its FTRT_REGION_* value");
 
 /* Device memory is read by the checkpoint engine's snapshot and written by the restore from
- * a checkpoint, both through the device backend (kernels/location.h). A device region is refused
- * here (FTRT_ENOTSUP, the message naming it and what to turn off) when a path that would have
- * to read or write it on the host is on for this job, so that the job learns it at start-up and
- * not in a recovery; the paths themselves refuse it too (recovery.c, replica.c, sdc.c, the
- * restore). A host SHARDED region is refused when a device region is already registered and
- * partner replicas are on (their images copy every region). */
+ * a checkpoint, and moved by the recovery's state transfer, all through the device backend
+ * (kernels/location.h). A device region is refused here (FTRT_ENOTSUP, the message naming it
+ * and what to turn off) when a path that would have to read or write it on the host is on for
+ * this job, so that the job learns it at start-up and not in a recovery; the paths themselves
+ * refuse it too (replica.c, sdc.c, the restore). A host SHARDED region is refused when a device
+ * region is already registered and partner replicas are on (their images copy every region). */
 static int device_refused(const ftrt_ctx *ctx, const char *name, ftrt__region_kind kind,
                           ftrt__region_loc loc)
 {
@@ -142,13 +142,6 @@ static int device_refused(const ftrt_ctx *ctx, const char *name, ftrt__region_ki
                            "the silent-data-corruption fingerprints do not cover yet "
                            "(FTRT_SDC_EVERY=%d; set it to 0 to register the region)",
                            name, ctx->cfg.sdc_every);
-            return FTRT_ENOTSUP;
-        }
-        if (kind == FTRT__KIND_REPLICATED && ctx->nspares > 0) {
-            ftrt_log_error("ftrt_register: region \"%s\" is REPLICATED device memory, which "
-                           "the recovery's state transfer to a promoted spare does not carry "
-                           "yet (%d hot spare(s); FTRT_SPARES=0 to register the region)",
-                           name, ctx->nspares);
             return FTRT_ENOTSUP;
         }
     }

@@ -372,7 +372,7 @@ int ftrt__replica_restore(ftrt_ctx *ctx, ftrt__xfer_stat *st)
         char name[64];
         snprintf(name, sizeof name, "sharded image of logical rank %d", l);
         ftrt__xfer_region xr = {name, me == ss[l] ? rp->held : me == l ? rp->own : NULL,
-                                (size_t)sz[0]};
+                                (size_t)sz[0], NULL}; /* the images are host memory */
         ftrt__xfer_stat one;
         rc = ftrt__xfer_replicated(&ctx->plane, &xr, 1, r2, FTRT__XFER_CHUNK,
                                    ftrt__knobs.xfer_corrupt_chunk - 1,

@@ -12,6 +12,11 @@ Cases (each compares the final parameters with a fault-free run's, byte for byte
   relaunch    no hot spare: a trainer SIGKILLed after a committed checkpoint, the job fails with
               FTRT_ENOSPARE; a relaunch restores the device regions from the checkpoint
               (CRC32C checked on the way in) and finishes
+  spare       a trainer SIGKILLed mid-run with a hot spare: the spare takes its place and gets
+              the device regions from the survivors (state_from "peers": the recovery's
+              chunked, CRC32C-checked transfer staged through host memory), no checkpoint read;
+              the first chunk is corrupted on its way in once (FTRT_TEST_XFER_CORRUPT_CHUNK):
+              caught by the CRC32C check of the copy into device memory and sent again
 Exit 0 = pass, 1 = fail, 77 = skipped. Jobs, waits and kills: tests/harness/ftrt_harness.py.
 """
 import os
@@ -91,6 +96,30 @@ def case_relaunch(args):
           f"a relaunch restores step {committed} into device memory and finishes")
     check(f"loaded step {committed}" in job2.out, "the restore read the checkpoint")
     expect_identical(job2, args)
+
+
+@h.case(CASES, fixture="required", timeout_s=120)
+def case_spare(args):
+    need_reference(args)
+    job = job_of(args, "spare", np_=5, spares=1,
+                 env={"FTRT_LOG": "info", "FTRT_TEST_XFER_CORRUPT_CHUNK": "1"}).start()
+    victim = job.wait_trainer(2, min_steps=50)
+    job.inject(signal.SIGKILL, victim, "sigkill")
+    rc = job.wait(90)
+    check(rc == 0, f"job survives the kill and exits 0 (got {rc})")
+    rep = job.load_report()
+    check(len(rep["failures"]) == 1 and rep["failures"][0]["recovered"], "one failure, recovered")
+    f = rep["failures"][0]
+    check(f["spare_world_rank"] == 4, "the hot spare took the place")
+    check(f["state_from"] == "peers",
+          f"state from the survivors in memory (report says {f['state_from']})")
+    check(f["rework_steps"] <= 1, f"rework {f['rework_steps']} step(s)")
+    check("state transfer to 1 member(s)" in job.out and "reload checkpoint" not in job.out,
+          "the log shows the transfer to the spare and no checkpoint reload")
+    check("1 chunk(s) of region \"params\" failed their CRC32C" in job.out
+          and "1 chunk(s) retried" in job.out,
+          "the corrupted chunk was refused on its way into device memory and sent again")
+    expect_identical(job, args)
 
 
 if __name__ == "__main__":

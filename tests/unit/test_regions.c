@@ -129,8 +129,9 @@ static void refused(struct ftrt_ctx *ctx, const char *name, unsigned flags, cons
 }
 
 /* Device regions are refused at registration where a path that cannot take them is on: the
- * silent-data-corruption fingerprints, the state transfer to a promoted spare, the partner
- * replicas; and the paths refuse them too instead of leaving them out. */
+ * silent-data-corruption fingerprints, the partner replicas; and the paths refuse them too
+ * instead of leaving them out. Hot spares no longer refuse them (the state transfer carries
+ * them). */
 static void device_refusals(void **state)
 {
     fixture *f = *state;
@@ -148,8 +149,9 @@ static void device_refusals(void **state)
     ctx->nspares = 0;
     refused(ctx, "gpu.params", RD, "gpu.params", "FTRT_SDC_EVERY");
     ctx->cfg.sdc_every = 0;
-    ctx->nspares = 1;
-    refused(ctx, "gpu.params", RD, "gpu.params", "FTRT_SPARES");
+    ctx->nspares = 1; /* the recovery's transfer carries device regions to a promoted spare */
+    assert_int_equal(ftrt_register(ctx, "gpu.spared", dptr, 4096, RD), 0);
+    assert_int_equal(ftrt_unregister(ctx, "gpu.spared"), 0);
     ctx->nspares = 0;
     /* Partner replicas on: a device region with a SHARDED one, in either order. */
     refused(ctx, "gpu.shard", SD, "gpu.shard", "FTRT_SHARD_REPLICA_EVERY");
