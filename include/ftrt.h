@@ -310,9 +310,10 @@ FTRT_API int ftrt_epoch(const ftrt_ctx *ctx);
 #define FTRT_REGION_SHARDED 1u
 /* Or'ed with one of the above: the region is CUDA device memory. Snapshots copy it into pinned
  * staging on a side stream, ftrt_restore() writes it back from a checkpoint (CRC32C checked on
- * arrival), and a recovery moves a REPLICATED one from the survivors to the members that need
- * it (a promoted spare) in CRC32C-checked chunks staged through host memory; ftrt_register()
- * refuses it (FTRT_ENOTSUP) where another path would need it (see there). Needs a libftrt built with CUDA
+ * arrival), a recovery moves a REPLICATED one from the survivors to the members that need
+ * it (a promoted spare) in CRC32C-checked chunks staged through host memory, and partner
+ * replicas (FTRT_SHARD_REPLICA_EVERY) copy it into their images in pinned host memory and back;
+ * ftrt_register() refuses it (FTRT_ENOTSUP) where another path would need it (see there). Needs a libftrt built with CUDA
  * (tests use a simulated device instead: the test knob FTRT_TEST_SIM_DEVICE=1). */
 #define FTRT_REGION_DEVICE 2u
 
@@ -330,12 +331,10 @@ FTRT_API int ftrt_epoch(const ftrt_ctx *ctx);
  * Returns the region's current index (>= 0; indices shift when an earlier region is
  * unregistered), FTRT_EINVAL (bad name/ptr, unknown flag bits, duplicate name), FTRT_ESTATE
  * (not a trainer), -ENOMEM, or FTRT_ENOTSUP for a device region (ftrt_last_error() names it):
- *  - in a libftrt without CUDA support;
+ *  - with no device backend: a libftrt without CUDA support, unless the test knob
+ *    FTRT_TEST_SIM_DEVICE=1 installed the simulated device (ftrt_sim.h, a test arrangement);
  *  - REPLICATED | DEVICE while the silent-data-corruption check is on (FTRT_SDC_EVERY > 0 with
- *    two or more trainers);
- *  - any device region while partner replicas are on (FTRT_SHARD_REPLICA_EVERY >= 0 with two
- *    or more trainers) and a SHARDED region is registered or being registered (also when the
- *    SHARDED one is a host region registered after the device one).
+ *    two or more trainers).
  * Turning the named setting off lets the region be registered.
  */
 FTRT_API int ftrt_register(ftrt_ctx *ctx, const char *name, void *ptr, size_t bytes,

@@ -17,6 +17,12 @@ Cases (each compares the final parameters with a fault-free run's, byte for byte
               chunked, CRC32C-checked transfer staged through host memory), no checkpoint read;
               the first chunk is corrupted on its way in once (FTRT_TEST_XFER_CORRUPT_CHUNK):
               caught by the CRC32C check of the copy into device memory and sent again
+  replica     momentum SHARDED in device memory, partner replicas every 5 steps (images in host
+              memory, copied through the device backend); logical rank 0 holds at step 67, a
+              trainer SIGKILLed there: its shard comes from its partner's memory, resume at
+              the last replica (65, not the checkpoint at 60), rework 2 steps (<= K + 1)
+  replica_corrupt  the same with every held image corrupted after its check on arrival
+              (FTRT_TEST_REPLICA_CORRUPT=1): refused by the check before use, the checkpoint
 Exit 0 = pass, 1 = fail, 77 = skipped. Jobs, waits and kills: tests/harness/ftrt_harness.py.
 """
 import os
@@ -119,6 +125,61 @@ def case_spare(args):
     check("1 chunk(s) of region \"params\" failed their CRC32C" in job.out
           and "1 chunk(s) retried" in job.out,
           "the corrupted chunk was refused on its way into device memory and sent again")
+    expect_identical(job, args)
+
+
+# Partner replicas: a refresh every K steps; rank 0 holds at HOLD so that the fault lands when
+# the last replica is REPLICA_AT and the last committed checkpoint CKPT_AT (every 20 steps).
+K, HOLD, REPLICA_AT, CKPT_AT = 5, 67, 65, 60
+
+
+def replica_job(args, name, env=None):
+    job = job_of(args, name, np_=5, spares=1,
+                 extra=["--sharded-momentum", "--hold-at-step", str(HOLD), "--hold-ms", "3000"],
+                 env=dict({"FTRT_SHARD_REPLICA_EVERY": str(K), "FTRT_LOG": "info"}, **(env or {})))
+    return job.start()
+
+
+def kill_at_hold(job):
+    """SIGKILLs logical rank 2 once every trainer has done HOLD steps; returns the report's
+    failure."""
+    def held(st):
+        tr = [r for r in st["ranks"] if r["role"] == "trainer"]
+        return st.get("job") == "running" and tr and all(r["steps_done"] >= HOLD for r in tr)
+    st = job.wait_status(held, timeout=60)
+    job.inject(signal.SIGKILL, trainer(st, 2), "sigkill")
+    rc = job.wait(90)
+    check(rc == 0, f"job survives the kill and exits 0 (got {rc})")
+    rep = job.load_report()
+    check(len(rep["failures"]) == 1 and rep["failures"][0]["recovered"], "one failure, recovered")
+    return rep["failures"][0]
+
+
+@h.case(CASES, fixture="required", timeout_s=120)
+def case_replica(args):
+    need_reference(args)
+    job = replica_job(args, "replica")
+    f = kill_at_hold(job)
+    check(f["state_from"] == "replica",
+          f"state from the partner replicas in memory (report says {f['state_from']})")
+    check(f["resume_step"] == REPLICA_AT,
+          f"resumed at the last replica, step {REPLICA_AT} (got {f['resume_step']})")
+    check(f["rework_steps"] == HOLD - REPLICA_AT and f["rework_steps"] <= K + 1,
+          f"rework {HOLD - REPLICA_AT} steps <= K + 1 (got {f['rework_steps']})")
+    check("from the partner replicas in memory" in job.out and "reload checkpoint" not in job.out,
+          "the log shows the in-memory restore and no checkpoint reload")
+    expect_identical(job, args)
+
+
+@h.case(CASES, fixture="required", timeout_s=120)
+def case_replica_corrupt(args):
+    need_reference(args)
+    job = replica_job(args, "replica-corrupt", env={"FTRT_TEST_REPLICA_CORRUPT": "1"})
+    f = kill_at_hold(job)
+    check(f["state_from"] == "checkpoint" and f["resume_step"] == CKPT_AT,
+          f"the corrupted image is not used: checkpoint step {CKPT_AT} ({f['state_from']}, "
+          f"{f['resume_step']})")
+    check("fails its CRC32C" in job.out, "the corruption is caught by the CRC32C check")
     expect_identical(job, args)
 
 
