@@ -193,16 +193,17 @@ void ftrt__ledger_resume(struct ftrt_ctx *ctx, int64_t resume_step);
  * by design and are not compared), in registration order: each region's CRC32C mixed with the
  * CRC32C of its name and its size into one 64-bit value. Equal regions give equal values; any
  * change of up to 32 adjacent bits of one region changes it (CRC32C detects every such burst).
- * *covered (may be NULL) receives the number of regions covered. Returns 0, or FTRT_ENOTSUP
- * when a REPLICATED region is in device memory (not fingerprinted yet; logged naming it; *fp
- * and *covered untouched). Pure but for that log; thread-safe for regions nobody writes
- * meanwhile. */
+ * *covered (may be NULL) receives the number of regions covered. A device region's CRC32C is
+ * taken by the device backend's crc (on the device; ftrt__loc_device()). Returns 0, or
+ * FTRT_ENOTSUP (a REPLICATED device region and no device backend) or the backend's code, each
+ * logged naming the region (*fp and *covered then untouched). Pure but for that log;
+ * thread-safe for regions nobody writes meanwhile. */
 int ftrt__sdc_fingerprint(const ftrt__region *regs, int nregs, uint64_t *fp, int *covered);
 /* ftrt_step_done()'s check: when cfg.sdc_every > 0, steps_done is a multiple of it, there are
  * two or more trainers and a REPLICATED region, fingerprints the regions now and sends
  * FINGERPRINT {steps_done, epoch, value, seconds} to the coordinator. Returns 1 when a
- * fingerprint was taken, else 0, or FTRT_ENOTSUP (a REPLICATED device region: ftrt_register()
- * refuses one while the check is on; this is the backstop); a failed send is not an error here
+ * fingerprint was taken, else 0, or ftrt__sdc_fingerprint's error (a REPLICATED device region
+ * and no device backend: ftrt_register() refuses one; a device backend's failure); a failed send is not an error here
  * (a lost coordinator reaches the application through its next ftrt call). Application
  * thread. */
 int ftrt__sdc_step(struct ftrt_ctx *ctx, int64_t steps_done);

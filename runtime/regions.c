@@ -112,13 +112,12 @@ _Static_assert(FTRT__KIND_REPLICATED == FTRT_REGION_REPLICATED &&
                "a region's kind is stored in shards as its FTRT_REGION_* value");
 
 /* Device memory is read by the checkpoint engine's snapshot and written by the restore from
- * a checkpoint, moved by the recovery's state transfer and copied into and out of the partner
- * replicas' images, all through the device backend (kernels/location.h). A device region is
- * refused here (FTRT_ENOTSUP, the message naming it and what to turn off) when there is no
- * device backend, or when a path that cannot carry it is on for this job, so that the job
- * learns it at start-up and not in a recovery; that path refuses it too (sdc.c). */
-static int device_refused(const ftrt_ctx *ctx, const char *name, ftrt__region_kind kind,
-                          ftrt__region_loc loc)
+ * a checkpoint, moved by the recovery's state transfer, copied into and out of the partner
+ * replicas' images and fingerprinted by the silent-data-corruption check, all through the
+ * device backend (kernels/location.h). A device region is refused here (FTRT_ENOTSUP, the
+ * message naming it) when there is no device backend, so that the job learns it at
+ * registration and not in a recovery; every path refuses it too. */
+static int device_refused(const char *name, ftrt__region_loc loc)
 {
     if (loc != FTRT__LOC_DEVICE) return 0;
     if (!ftrt__loc_device()) {
@@ -126,13 +125,6 @@ static int device_refused(const ftrt_ctx *ctx, const char *name, ftrt__region_ki
                        "device backend (build it with the CUDA toolkit, or set the test knob "
                        "FTRT_TEST_SIM_DEVICE=1 for the simulated device)",
                        name);
-        return FTRT_ENOTSUP;
-    }
-    if (kind == FTRT__KIND_REPLICATED && ctx->cfg.sdc_every > 0 && ctx->size >= 2) {
-        ftrt_log_error("ftrt_register: region \"%s\" is REPLICATED device memory, which the "
-                       "silent-data-corruption fingerprints do not cover yet (FTRT_SDC_EVERY=%d; "
-                       "set it to 0 to register the region)",
-                       name, ctx->cfg.sdc_every);
         return FTRT_ENOTSUP;
     }
     return 0;
@@ -153,7 +145,7 @@ int ftrt_register(ftrt_ctx *ctx, const char *name, void *ptr, size_t bytes, unsi
     ftrt__region_kind kind =
         flags & FTRT_REGION_SHARDED ? FTRT__KIND_SHARDED : FTRT__KIND_REPLICATED;
     ftrt__region_loc loc = flags & FTRT_REGION_DEVICE ? FTRT__LOC_DEVICE : FTRT__LOC_HOST;
-    int rc = device_refused(ctx, name, kind, loc);
+    int rc = device_refused(name, loc);
     if (rc) return rc;
     for (int i = 0; i < ctx->nregs; i++)
         if (!strcmp(ctx->regs[i].name, name)) {

@@ -8,7 +8,8 @@ Usage: device_itest.py --bin BUILD/examples/train_mlp --work DIR <case>
        device_itest.py --list   (the cases, their ctest timeouts and fixtures: read by CMake)
 Cases (each compares the final parameters with a fault-free run's, byte for byte):
   reference   a fault-free --device sim run (kept as DIR/device.params), byte-identical to the
-              same run with the state in host memory
+              same run with the state in host memory; its device regions fingerprinted every
+              10 steps (the silent-data-corruption check, CRC32C through the device backend)
   relaunch    no hot spare: a trainer SIGKILLed after a committed checkpoint, the job fails with
               FTRT_ENOSPARE; a relaunch restores the device regions from the checkpoint
               (CRC32C checked on the way in) and finishes
@@ -39,7 +40,7 @@ STEPS = 120
 # 3 trainers, a checkpoint every 20 steps, 10 ms per step at least: a few seconds per job.
 ARGS = ["--steps", str(STEPS), "--batch", "32", "--hidden", "64", "--seed", "11",
         "--step-sleep-ms", "10", "--ckpt-every", "20"]
-ENV = {"FTRT_TEST_SIM_DEVICE": "1", "FTRT_SDC_EVERY": "0"}
+ENV = {"FTRT_TEST_SIM_DEVICE": "1"}  # the defaults otherwise: fingerprints every 10 steps
 CASES = {}
 
 
@@ -76,6 +77,9 @@ def case_reference(args):
     check(rep["status"] == "finished" and rep["steps"] == STEPS and not rep["failures"],
           f"report: finished, {STEPS} steps, no failures")
     check(rep["checkpoints"]["committed"] == STEPS // 20, "a checkpoint committed every 20 steps")
+    sdc = rep["sdc"]
+    check(sdc["checks"] == STEPS // 10 and sdc["last_agreed_step"] == STEPS,
+          f"the device regions fingerprinted every 10 steps, all agreeing ({sdc})")
     host = job_of(args, "reference-host", np_=4, spares=0, device=False)
     check(host.run(90) == 0, "the same job with the state in host memory exits 0")
     check(same_bytes(dev.params, host.params),

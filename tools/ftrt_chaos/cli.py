@@ -25,8 +25,11 @@ Kinds: kill-trainer, kill-spare, kill-two-trainers, hang-trainer (SIGSTOP), paus
   supervisor would), kill-beyond-spares (SIGKILL of spares + 1 trainers at once), flip-bit
   (silent data corruption: one bit of a live trainer's parameter memory flipped through
   /proc/<pid>/mem while it is stopped for a moment; needs --addr-prefix, where the job's
-  trainers publish "<pid> <params address> <bytes> <steps address>", e.g. train_mlp
-  --publish-addr; the verdict wants it detected within FTRT_SDC_EVERY steps as
+  trainers publish "<pid> <params address> <bytes> <steps address> [<busy address>]", e.g.
+  train_mlp --publish-addr; with a busy address (train_mlp --device sim: the parameters are
+  in the simulated device's memory, which /proc/<pid>/mem reaches although it is PROT_NONE)
+  the flip waits until the int32 there is 0, i.e. the trainer is not between reading its state
+  and writing it back; the verdict wants it detected within FTRT_SDC_EVERY steps as
   silent_data_corruption, the rank fenced and replaced (3+ trainers) or every member rolled
   back (2), and the final parameters byte-identical).
 Random mode: --random --mtbf S --seed N [--kinds k1,k2] [--max-faults N].
