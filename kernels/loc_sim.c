@@ -1,8 +1,8 @@
 /*
  * loc_sim.c - the simulated device: a backend of the location interface (location.h) whose
  * "device" memory the host cannot touch. THIS IS A TEST ARRANGEMENT, not a device: it lets the
- * device-region paths (checkpoint, restore, and later healing, replicas, fingerprints) run and
- * be tested in CI without a GPU, and catches any path that dereferences a device pointer on
+ * device-region paths (checkpoint, restore, the recovery's state transfer, partner replicas,
+ * fingerprints) run and be tested in CI without a GPU, and catches any path that dereferences a device pointer on
  * the host. Selected by the test knob FTRT_TEST_SIM_DEVICE=1 (base/knobs.h; ftrt_init()
  * installs it as the active device backend) or by a unit test (ftrt__loc_set_device).
  *
