@@ -203,8 +203,15 @@ class Injector:
 
     def inject_damage_shard(self, f, st):
         """corrupt-shard (one bit of region data flipped) or truncate-shard (cut to half) of
-        the newest committed shard."""
+        the newest committed shard, once an older committed step exists to fall back to
+        (waits for it up to 60 s while the job runs: with one committed step the damage would
+        leave a relaunch nothing to restore, a lost job rather than a test of the fallback)."""
         kind = f["kind"]
+        deadline = now() + 60
+        while len(committed_steps(self.ckpt) if self.ckpt else []) < 2:
+            if now() > deadline or self.job.poll() is not None:
+                return self.skip(kind, "no older committed step to fall back to")
+            time.sleep(0.01)
         path = self.newest_shard()
         if not path:
             return self.skip(kind, "no committed shard")
