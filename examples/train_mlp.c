@@ -10,6 +10,15 @@
  * momentum buffer is a second array of the same size. Both are registered with ftrt as
  * REPLICATED regions, so a recovery or a restart restores them exactly.
  *
+ * With --device sim the two arrays live in device memory of ftrt's simulated device
+ * (include/ftrt_sim.h: a test arrangement, no GPU; the job runs with FTRT_TEST_SIM_DEVICE=1)
+ * and are registered as FTRT_REGION_DEVICE regions: ftrt reaches them only through its device
+ * backend. The example computes on host copies, as a GPU program would with kernels: each
+ * step reads the parameters from the device for the forward and backward pass, and the update
+ * reads parameters and momentum again, applies momentum SGD and writes both back. So the
+ * device holds the state between steps, and a bit flipped there stays until the next update
+ * reads it. The arithmetic is the same as on the host: the final parameters are too.
+ *
  * Determinism: logical rank r's minibatch at step s is a pure function of (seed, s, r); every
  * rank computes the gradient sum over its minibatch in a fixed order in float32, ftrt's
  * allreduce is bitwise deterministic for a fixed number of trainers, and the update is applied
@@ -36,6 +45,7 @@
 
 #include "digits.h"
 #include "ftrt.h"
+#include "ftrt_sim.h"
 
 #define IN DIGITS_FEATURES  /* 64 inputs */
 #define OUT DIGITS_CLASSES  /* 10 outputs */
@@ -75,6 +85,7 @@ typedef struct options {
     const char *publish;    /* test hook: write "<pid> <params address> <bytes> <steps address>"
                                to <publish>.w<world rank> (tools/ftrt-chaos flip-bit) */
     int sharded_momentum;   /* register the momentum buffer SHARDED (recovery from checkpoint) */
+    int device_sim;         /* --device sim: state in the simulated device's memory */
 } options;
 
 static void usage(FILE *f)
@@ -113,6 +124,9 @@ static void usage(FILE *f)
           "                     an injector that flips a bit in its memory (ftrt-chaos flip-bit)\n"
           "  --sharded-momentum register the momentum buffer SHARDED: recoveries then reload the\n"
           "                     last committed checkpoint (exercises that path; same results)\n"
+          "  --device D         where parameters and momentum live: host (default) or sim, the\n"
+          "                     simulated device of ftrt_sim.h (a test arrangement: run the job\n"
+          "                     with FTRT_TEST_SIM_DEVICE=1); same results\n"
           "  --help             this text\n",
           f);
 }
@@ -188,7 +202,7 @@ enum {
     OPT_STEPS = 256, OPT_BATCH, OPT_HIDDEN, OPT_LR, OPT_MOMENTUM, OPT_SEED, OPT_CKPT_EVERY,
     OPT_CKPT_DIR, OPT_PARAMS_OUT, OPT_REPORT, OPT_DATA, OPT_SLEEP, OPT_HANG_RANK, OPT_HANG_STEP,
     OPT_SLOW_RANK, OPT_SLOW_MS, OPT_STEP_LOG, OPT_SHARDED_MOMENTUM, OPT_ERROR_RANK,
-    OPT_ERROR_STEP, OPT_HOLD_STEP, OPT_HOLD_MS, OPT_PUBLISH, OPT_HELP = 'h'
+    OPT_ERROR_STEP, OPT_HOLD_STEP, OPT_HOLD_MS, OPT_PUBLISH, OPT_DEVICE, OPT_HELP = 'h'
 };
 
 /* Returns 0 (run), 1 (--help printed: exit 0) or -1 (message printed: exit 2). */
@@ -218,6 +232,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"hold-at-step", required_argument, NULL, OPT_HOLD_STEP},
         {"hold-ms", required_argument, NULL, OPT_HOLD_MS},
         {"publish-addr", required_argument, NULL, OPT_PUBLISH},
+        {"device", required_argument, NULL, OPT_DEVICE},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -266,6 +281,11 @@ static int parse_options(int argc, char **argv, options *o)
             break;
         case OPT_HOLD_MS: rc = parse_i64("hold-ms", optarg, 0, 3600000, &o->hold_ms); break;
         case OPT_PUBLISH: rc = parse_path("publish-addr", optarg, 4000, &o->publish); break;
+        case OPT_DEVICE:
+            if (strcmp(optarg, "host") == 0) o->device_sim = 0;
+            else if (strcmp(optarg, "sim") == 0) o->device_sim = 1;
+            else rc = bad_value("device", "host or sim", optarg);
+            break;
         case OPT_ERROR_STEP:
             rc = parse_i64("error-at-step", optarg, 0, INT64_MAX / 2, &o->error_step);
             break;
@@ -753,17 +773,24 @@ static void append_step_log(const char *path, int rank, int64_t step, int epoch)
  * them (set before each ftrt_step_done() and at every resume), at an address an injector
  * outside the process reads while the process is stopped. */
 static volatile int64_t published_steps;
+/* With --device sim: 1 while the update has read the state from the device and not yet
+ * written it back (a bit flipped in device memory then would be overwritten: an injector that
+ * finds it set lets the process go on and tries again). */
+static volatile int32_t published_busy;
 
-/* Writes "<pid> <params address> <bytes> <published_steps address>\n" to <prefix>.w<world
- * rank> (temporary file, then rename). Returns 0 or -1 (message printed). */
-static int publish_addresses(const char *prefix, ftrt_ctx *ctx, const float *params, size_t bytes)
+/* Writes "<pid> <params address> <bytes> <published_steps address>" and, with --device sim,
+ * " <published_busy address>" (params then being the simulated device's memory) to
+ * <prefix>.w<world rank> (temporary file, then rename). Returns 0 or -1 (message printed). */
+static int publish_addresses(const char *prefix, ftrt_ctx *ctx, const float *params, size_t bytes,
+                             int device)
 {
-    char path[4096 + 32], tmp[4096 + 48];
+    char path[4096 + 32], tmp[4096 + 48], busy[32] = "";
     snprintf(path, sizeof path, "%s.w%d", prefix, ftrt_world_rank(ctx));
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (device) snprintf(busy, sizeof busy, " %#" PRIxPTR, (uintptr_t)&published_busy);
     FILE *f = fopen(tmp, "w");
-    int ok = f && fprintf(f, "%ld %#" PRIxPTR " %zu %#" PRIxPTR "\n", (long)getpid(),
-                          (uintptr_t)params, bytes, (uintptr_t)&published_steps) > 0;
+    int ok = f && fprintf(f, "%ld %#" PRIxPTR " %zu %#" PRIxPTR "%s\n", (long)getpid(),
+                          (uintptr_t)params, bytes, (uintptr_t)&published_steps, busy) > 0;
     if (f && fclose(f) != 0) ok = 0;
     if (ok && rename(tmp, path) != 0) ok = 0;
     if (!ok) {
@@ -774,10 +801,13 @@ static int publish_addresses(const char *prefix, ftrt_ctx *ctx, const float *par
     return 0;
 }
 
-/* Trains as a trainer of ctx; returns the process exit code (0, or 1 after a message). */
-/* The model's memory: parameters, momentum, gradient, activations, minibatch indices. */
+/* The model's memory: parameters, momentum, gradient, activations, minibatch indices; with
+ * --device sim also the device copies of parameters and momentum, which are then the state
+ * (params and mom being the host copies the computation works on). */
 typedef struct model {
     float *params, *mom, *grad;
+    float *dparams, *dmom; /* simulated device memory, or NULL (--device host) */
+    size_t n;              /* floats in params and mom */
     mlp_work w;
     uint32_t *idx;
 } model;
@@ -789,7 +819,59 @@ static void model_free(model *m)
     free(m->grad);
     free(m->mom);
     free(m->params);
+    ftrt_sim_free(m->dparams);
+    ftrt_sim_free(m->dmom);
     memset(m, 0, sizeof *m);
+}
+
+/* --device sim: the state's device copies, allocated and set from the host copies. Returns 0
+ * or -1 (said on stderr). */
+static int model_alloc_device(model *m)
+{
+    size_t bytes = m->n * sizeof(float);
+    int rc = ftrt_sim_alloc(bytes, (void **)&m->dparams);
+    if (rc == 0) rc = ftrt_sim_alloc(bytes, (void **)&m->dmom);
+    if (rc == 0) rc = ftrt_sim_write(m->dparams, m->params, bytes);
+    if (rc == 0) rc = ftrt_sim_write(m->dmom, m->mom, bytes);
+    if (rc != 0)
+        fprintf(stderr, "train_mlp: --device sim: cannot set up %.1f MiB of simulated device "
+                        "memory: %s (%s)\n", 2.0 * (double)bytes / 1048576.0, ftrt_strerror(rc),
+                ftrt_err_name(rc));
+    return rc == 0 ? 0 : -1;
+}
+
+/* --device sim: state_read copies the parameters (and, with mom, the momentum) from the
+ * device into the host copies, state_write both back. Return 0 or an ftrt code; nothing to do
+ * in host mode. */
+static int state_read(model *m, int mom)
+{
+    if (!m->dparams) return 0;
+    int rc = ftrt_sim_read(m->params, m->dparams, m->n * sizeof(float));
+    if (rc == 0 && mom) rc = ftrt_sim_read(m->mom, m->dmom, m->n * sizeof(float));
+    return rc;
+}
+
+static int state_write(model *m)
+{
+    if (!m->dparams) return 0;
+    int rc = ftrt_sim_write(m->dparams, m->params, m->n * sizeof(float));
+    if (rc == 0) rc = ftrt_sim_write(m->dmom, m->mom, m->n * sizeof(float));
+    return rc;
+}
+
+/* One momentum SGD update of the state: on the host copies, and with --device sim read from
+ * the device first and written back after (published_busy set meanwhile). Returns 0 or an
+ * ftrt code. */
+static int model_update(model *m, const options *o, float denom)
+{
+    published_busy = 1;
+    int rc = state_read(m, 1);
+    if (rc == 0) {
+        sgd_momentum(m->params, m->mom, m->grad, m->n, denom, o->lr, o->momentum);
+        rc = state_write(m);
+    }
+    published_busy = 0;
+    return rc;
 }
 
 /* Allocates the model and writes every page (initial weights, zero momentum), so that a hot
@@ -812,6 +894,8 @@ static int model_alloc(model *m, const options *o)
     mlp_init(m->params, hidden, o->seed);
     memset(m->mom, 0, n * sizeof *m->mom);
     memset(m->grad, 0, (n + 1) * sizeof *m->grad);
+    m->n = n;
+    if (o->device_sim && model_alloc_device(m) < 0) goto fail;
     return 0;
 fail:
     model_free(m);
@@ -832,13 +916,16 @@ static int run_trainer(ftrt_ctx *ctx, options *o, model *m, const digits *train,
         return 1;
     }
 
-    rc = ftrt_register(ctx, "params", params, n * sizeof *params, FTRT_REGION_REPLICATED);
+    /* The state ftrt keeps: the device copies with --device sim. */
+    const unsigned loc = m->dparams ? FTRT_REGION_DEVICE : 0;
+    rc = ftrt_register(ctx, "params", m->dparams ? (void *)m->dparams : params,
+                       n * sizeof *params, FTRT_REGION_REPLICATED | loc);
     if (rc < 0) {
         code = fatal(ctx, "ftrt_register(params)", step, rc);
         goto out;
     }
-    rc = ftrt_register(ctx, "momentum", mom, n * sizeof *mom,
-                       o->sharded_momentum ? FTRT_REGION_SHARDED : FTRT_REGION_REPLICATED);
+    rc = ftrt_register(ctx, "momentum", m->dmom ? (void *)m->dmom : mom, n * sizeof *mom,
+                       (o->sharded_momentum ? FTRT_REGION_SHARDED : FTRT_REGION_REPLICATED) | loc);
     if (rc < 0) {
         code = fatal(ctx, "ftrt_register(momentum)", step, rc);
         goto out;
@@ -864,7 +951,9 @@ static int run_trainer(ftrt_ctx *ctx, options *o, model *m, const digits *train,
         goto out;
     }
     published_steps = step;
-    if (o->publish && publish_addresses(o->publish, ctx, params, n * sizeof *params) < 0) goto out;
+    if (o->publish && publish_addresses(o->publish, ctx, m->dparams ? m->dparams : params,
+                                        n * sizeof *params, m->dparams != NULL) < 0)
+        goto out;
 
     /* For the goodput ledger's eMFU: a step's FLOPs (forward 2 and backward 4 multiply-adds'
      * worth per parameter per example, plus the update), and this CPU's peak, measured by this
@@ -897,6 +986,11 @@ static int run_trainer(ftrt_ctx *ctx, options *o, model *m, const digits *train,
             goto out;
         }
         minibatch_indices(o->seed, step, rank, train->n, idx, o->batch);
+        rc = state_read(m, 0); /* --device sim: this step's parameters from the device */
+        if (rc < 0) {
+            code = fatal(ctx, "ftrt_sim_read", step, rc);
+            goto out;
+        }
         grad[n] = mlp_grad_sum(params, &w, train, idx, o->batch, grad);
         if (rank == o->slow_rank && o->slow_ms > 0) sleep_ms(o->slow_ms);
         for (int k = 0; k < o->nhold && rank == 0; k++)
@@ -929,7 +1023,11 @@ static int run_trainer(ftrt_ctx *ctx, options *o, model *m, const digits *train,
         /* A checkpoint started after the previous step copied params and momentum while this
          * step's gradients were computed; the update must wait until that copy is done. */
         ftrt_checkpoint_wait_snapshot(ctx);
-        sgd_momentum(params, mom, grad, n, denom, o->lr, o->momentum);
+        rc = model_update(m, o, denom);
+        if (rc < 0) {
+            code = fatal(ctx, "the update's ftrt_sim_read/ftrt_sim_write", step, rc);
+            goto out;
+        }
         last_loss = grad[n] / denom;
         published_steps = step + 1; /* before ftrt_step_done, which may fingerprint the state */
         rc = ftrt_step_done(ctx, step);
@@ -979,6 +1077,10 @@ static int run_trainer(ftrt_ctx *ctx, options *o, model *m, const digits *train,
     }
 
     code = 0;
+    if (ftrt_rank(ctx) == 0 && (rc = state_read(m, 0)) < 0) {
+        code = fatal(ctx, "ftrt_sim_read", step, rc);
+        goto out;
+    }
     if (ftrt_rank(ctx) == 0) {
         size_t correct = mlp_correct(params, &w, test);
         if (isnan(last_loss))

@@ -308,11 +308,15 @@ FTRT_API int ftrt_epoch(const ftrt_ctx *ctx);
  * committed checkpoint and only restorable to the same number of trainers. */
 #define FTRT_REGION_REPLICATED 0u
 #define FTRT_REGION_SHARDED 1u
-/* Or'ed with one of the above: the region is CUDA device memory. Snapshots copy it into pinned
- * staging on a side stream, and ftrt_restore() writes it back from a checkpoint (CRC32C
- * checked on arrival); nothing else reads or writes it yet, so ftrt_register() refuses it
- * (FTRT_ENOTSUP) where another path would need it (see there). Needs a libftrt built with CUDA
- * (tests use a simulated device instead: the test knob FTRT_TEST_SIM_DEVICE=1). */
+/* Or'ed with one of the above: the region is CUDA device memory, which ftrt reaches only
+ * through its device backend, never by a host access. Snapshots copy it into pinned staging on
+ * a side stream; ftrt_restore() writes it back from a checkpoint (CRC32C checked on arrival); a
+ * recovery moves a REPLICATED one from the survivors to the members that need it (a promoted
+ * spare) in CRC32C-checked chunks staged through host memory; partner replicas
+ * (FTRT_SHARD_REPLICA_EVERY) copy it into their images in pinned host memory and back; the
+ * silent-data-corruption check fingerprints a REPLICATED one with a CRC32C computed on the
+ * device. Needs a libftrt built with CUDA (tests use the simulated device of ftrt_sim.h, a test
+ * arrangement, instead: the test knob FTRT_TEST_SIM_DEVICE=1). */
 #define FTRT_REGION_DEVICE 2u
 
 /*
@@ -320,23 +324,18 @@ FTRT_API int ftrt_epoch(const ftrt_ctx *ctx);
  *   name:  1..63 bytes, unique per context; copied.
  *   ptr:   stays owned by the caller, at the same address, while registered. ftrt reads it
  *          during a snapshot (from ftrt_checkpoint_start() until ftrt_checkpoint_wait_snapshot()
- *          or ftrt_checkpoint() returns) and writes it in ftrt_restore() and ftrt_recover();
- *          at no other time.
+ *          or ftrt_checkpoint() returns) and in ftrt_step_done() (fingerprints, partner
+ *          replica refreshes), and writes it in ftrt_restore() and ftrt_recover(); at no
+ *          other time.
  *   flags: FTRT_REGION_REPLICATED or FTRT_REGION_SHARDED, optionally | FTRT_REGION_DEVICE.
  * Every trainer registers the same regions in the same order (sizes of SHARDED regions may
  * differ). Regions may be added and removed (ftrt_unregister()) between checkpoints; the next
  * checkpoint holds the regions registered when it starts.
  * Returns the region's current index (>= 0; indices shift when an earlier region is
  * unregistered), FTRT_EINVAL (bad name/ptr, unknown flag bits, duplicate name), FTRT_ESTATE
- * (not a trainer), -ENOMEM, or FTRT_ENOTSUP for a device region (ftrt_last_error() names it):
- *  - in a libftrt without CUDA support;
- *  - REPLICATED | DEVICE while the silent-data-corruption check is on (FTRT_SDC_EVERY > 0 with
- *    two or more trainers) or the job has hot spares (FTRT_SPARES: the recovery's transfer to
- *    a promoted spare carries host memory only);
- *  - any device region while partner replicas are on (FTRT_SHARD_REPLICA_EVERY >= 0 with two
- *    or more trainers) and a SHARDED region is registered or being registered (also when the
- *    SHARDED one is a host region registered after the device one).
- * Turning the named setting off lets the region be registered.
+ * (not a trainer), -ENOMEM, or FTRT_ENOTSUP for a device region when there is no device
+ * backend (ftrt_last_error() names it): a libftrt without CUDA support, unless the test knob
+ * FTRT_TEST_SIM_DEVICE=1 installed the simulated device (ftrt_sim.h, a test arrangement).
  */
 FTRT_API int ftrt_register(ftrt_ctx *ctx, const char *name, void *ptr, size_t bytes,
                            unsigned flags);
@@ -650,8 +649,9 @@ FTRT_API int ftrt_bucketer_free(ftrt_bucketer *b);
  * Returns 0, FTRT_EINVAL (step decreasing by more than a recovery allows), and only when a
  * replica refresh was due: FTRT_ERECOVER (a rank failed meanwhile: call ftrt_recover()), the
  * job's fatal code, FTRT_EMPI, FTRT_EMISMATCH (trainers refreshing different steps), -ENOMEM;
- * FTRT_ENOTSUP when a due fingerprint or refresh meets a device region (ftrt_register()
- * refuses such a region in the first place).
+ * FTRT_ENOTSUP when a due fingerprint or refresh meets a device region and there is no device
+ * backend (ftrt_register() refuses such a region in the first place); a device backend's code
+ * (FTRT_ECUDA, ...) when a due fingerprint cannot read a device region.
  */
 FTRT_API int ftrt_step_done(ftrt_ctx *ctx, int64_t step);
 

@@ -76,6 +76,8 @@ def bad_inputs(cmd, train_mlp, f, d):
          {"FTRT_DEMO_DIR": under}, ["FTRT_DEMO_DIR", f]),
         ("train_mlp: --steps not a number", [train_mlp, "--steps", "x"], {}, ["--steps", "'x'"]),
         ("train_mlp: unknown option", [train_mlp, "--bogus"], {}, ["--bogus"]),
+        ("train_mlp: --device not host or sim", [train_mlp, "--device", "gpu"], {},
+         ["--device", "'gpu'"]),
         ("train_mlp: --steps without a value", [train_mlp, "--steps"], {}, ["--steps"]),
         ("train_mlp: --ckpt-dir under a regular file", [train_mlp, "--ckpt-dir", under], {},
          ["--ckpt-dir", under, f]),
