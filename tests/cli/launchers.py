@@ -48,6 +48,8 @@ def bad_inputs(cmd, train_mlp, f, d):
          {"FTRT_STATUS_FILE": os.path.join(under, "status.json")}, ["FTRT_STATUS_FILE", f]),
         ("ftrt-run: --summary in a missing directory",
          run + ["--summary", os.path.join(d, "no", "s.json"), "--", "true"], {}, ["--summary"]),
+        ("ftrt-run: FTRT_RUN_SUMMARY in a missing directory", run + ["--", "true"],
+         {"FTRT_RUN_SUMMARY": os.path.join(d, "no", "s.json")}, ["FTRT_RUN_SUMMARY"]),
         ("ftrt-run: unknown option", run + ["--bogus", "--", "true"], {}, ["--bogus"]),
         ("ftrt-run: no command", run, {}, ["no command"]),
         ("ftrt-run: --linger not a number", run + ["--linger", "x", "--", "true"], {},
