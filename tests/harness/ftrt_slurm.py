@@ -48,9 +48,8 @@ DAEMONS = ("munged", "slurmctld", "slurmscriptd", "slurmd")
 # end yet: a lost node holds it there until it is set DOWN).
 ENDED = ("COMPLETING", "COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT",
          "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
-DEBIAN = {"slurmctld": "slurmctld", "slurmd": "slurmd", "sbatch": "slurm-client",
-          "scontrol": "slurm-client", "sacct": "slurm-client", "sinfo": "slurm-client",
-          "munged": "munge", "mungekey": "munge"}
+# The programs a cluster needs (their Debian packages: ftrt_harness.DEBIAN_TOOLS).
+TOOLS = ("slurmctld", "slurmd", "sbatch", "scontrol", "sacct", "sinfo", "munged", "mungekey")
 
 
 def slurm_conf(d, ctl, ctl_addr, nodes, net, slurmd_timeout_s):
@@ -122,8 +121,8 @@ class SlurmCluster:
 
     # ---- start and stop ----------------------------------------------------------------------
     def __enter__(self):
-        for tool, pkg in DEBIAN.items():
-            h.need_tool(tool, pkg)
+        for tool in TOOLS:
+            h.need_tool(tool)
         self.dir = tempfile.mkdtemp(prefix="ftrt-slurm-")
         try:
             self._start()
