@@ -106,9 +106,9 @@ class SlurmCluster:
     but the last, the controller and munged on the last. Entering starts the daemons and waits
     until every node is idle; leaving stops them (SIGTERM, SIGKILL after 3 s), kills whatever
     else runs in the hosts (a job's processes), copies the logs to `keep` (a directory, if
-    given) and removes the cluster's directory, also when the body raised. Raises Fail for a
-    missing program (Skip outside CI: ftrt_harness.need_tool) or a daemon that does not come
-    up. slurmd_timeout_s: Slurm's SlurmdTimeout (a silent node is set DOWN after it; the tests
+    given) and removes the cluster's directory, also when the body raised. A missing program
+    ends the test through ftrt_harness.need_tool (a failure under CI, a skip otherwise); a
+    daemon that does not come up raises Fail with the tails of the logs. slurmd_timeout_s: Slurm's SlurmdTimeout (a silent node is set DOWN after it; the tests
     set nodes DOWN themselves with set_down(), as that timeout would)."""
 
     def __init__(self, hosts, keep=None, slurmd_timeout_s=30):
