@@ -85,7 +85,7 @@ def one(launcher, fault, work, a, hosts, hostfile):
 
 
 def summary(rows):
-    print(f"\n{'case':>8} {"figure":>26} {'mpirun median [min, max]':>28} "
+    print(f"\n{'case':>8} {'figure':>26} {'mpirun median [min, max]':>28} "
           f"{'Slurm median [min, max]':>28} {'Slurm / mpirun':>14}")
     for fault in FAULTS:
         for key, unit in (("mttd", "ms"), ("mttr", "ms"), ("end", "s")):
@@ -100,7 +100,7 @@ def summary(rows):
             ratio = (f"{med['slurm'] / med['mpirun']:.2f}"
                      if med["mpirun"] and med["slurm"] is not None else "-")
             what = {"mttd": "MTTD", "mttr": "MTTR", "end": "end after last rank"}[key]
-            print(f"{fault:>8} {what + " (" + unit + ")":>26} {cells[0]:>28} {cells[1]:>28} "
+            print(f"{fault:>8} {what + ' (' + unit + ')':>26} {cells[0]:>28} {cells[1]:>28} "
                   f"{ratio:>14}")
 
 
