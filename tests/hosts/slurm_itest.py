@@ -115,8 +115,8 @@ class Cluster:
                  else f"mpirun exited by itself ({s['mpirun_status']})"), flush=True)
         check(took <= EXIT_BOUND_S, f"the job ends within {EXIT_BOUND_S} s of the last rank's "
               f"exit ({took:.2f} s)")
-        left = [p for n in self.hosts.names for p in self.hosts.pids(n)
-                if p in sl.job_processes()]
+        marked = set(sl.job_processes())
+        left = [p for n in self.hosts.names for p in self.hosts.pids(n) if p in marked]
         check(not left, f"no process of the ftrt job left in the hosts ({left})")
         new = sessions() - self.sessions
         check(not new, f"no Open MPI session directory left in the hosts ({sorted(new)})")
@@ -153,7 +153,7 @@ def down_and_kept(c, job):
     with open(os.path.join(c.slurm.dir, "log", "slurmctld.log")) as f:
         log = f.read()
     check(re.search(rf"Killing JobId={job.jobid} StepId=0 on failed node {LOST}", log) and
-          f"StepId=0 due to failed node" not in log,
+          "StepId=0 due to failed node" not in log,
           "mpirun's daemon step was ended on the failed node only (srun --no-kill)")
 
 
