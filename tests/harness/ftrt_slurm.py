@@ -26,6 +26,7 @@ code; SlurmdParameters=config_overrides: each node has CPUS_PER_NODE CPUs whatev
 machine has (a relaunch on fewer nodes takes more tasks per node, as the mpirun tests
 oversubscribe). Python 3 standard library only; root.
 """
+import glob
 import os
 import re
 import shutil
@@ -189,8 +190,9 @@ class SlurmCluster:
         return False
 
     def stop(self):
-        """Stops the daemons and every process in the hosts, keeps the logs, removes the
-        directory. Idempotent."""
+        """Stops the daemons and every process in the hosts, removes Open MPI's session
+        directories of the hosts (<tmp>/ompi.<host>.*: a job that did not end cleanly leaves
+        them), keeps the logs, removes the cluster's directory. Idempotent."""
         for _, p in self.daemons:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
@@ -208,6 +210,9 @@ class SlurmCluster:
                 except ProcessLookupError:
                     pass
         self.daemons = []
+        for name in self.hosts.names:  # Open MPI's session directories of a job ended so
+            for d in glob.glob(os.path.join(tempfile.gettempdir(), f"ompi.{name}.*")):
+                shutil.rmtree(d, ignore_errors=True)
         if self.dir:
             if self.keep:
                 dst = os.path.join(self.keep, "slurm-logs")
