@@ -210,7 +210,7 @@ class SlurmCluster:
                 except ProcessLookupError:
                     pass
         self.daemons = []
-        for name in self.hosts.names:  # Open MPI's session directories of a job ended so
+        for name in self.hosts.names:  # Open MPI session directories a killed job left
             for d in glob.glob(os.path.join(tempfile.gettempdir(), f"ompi.{name}.*")):
                 shutil.rmtree(d, ignore_errors=True)
         if self.dir:

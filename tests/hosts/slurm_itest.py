@@ -18,7 +18,7 @@ Usage: slurm_itest.py --bin BUILD/examples/train_mlp --work DIR <case>
 Cases:
   cluster   the cluster itself: nodes named and addressed as their hosts, a batch script's exit
             status in sacct (2: the script refuses a missing program), and nothing left after it
-            (also after a failing body)
+            (also after a failing body); docs/slurm.md shows the batch script as it is
   kill      1 coordinator + 4 trainers + 1 spare; trainer logical rank 2 (world rank 3, on
             ftrt-s2) SIGKILLed: the spare (world rank 5, ftrt-s3) takes its place; sacct 0:0
   hostkill  1 + 3 trainers + 2 spares; every process of ftrt-s2 SIGKILLed (slurmd, slurmstepd,
@@ -159,7 +159,11 @@ def down_and_kept(c, job):
 
 @h.case(CASES, timeout_s=120)
 def case_cluster(args):
-    """The cluster: its nodes, a job's exit status in the accounting, a clean stop."""
+    """The cluster: its nodes, a job's exit status in the accounting, a clean stop; and the
+    batch script that docs/slurm.md shows is the one the tests submit."""
+    with open(sl.SBATCH_SCRIPT) as f, open(os.path.join(h.REPO, "docs", "slurm.md")) as g:
+        check(f"```bash\n{f.read()}```" in g.read(),
+              "docs/slurm.md shows examples/train_mlp.sbatch as it is")
     with cluster(args, "cluster") as c:
         st = c.slurm.node_states()
         check(st == {f"ftrt-s{i}": "idle" for i in (1, 2, 3)}, f"three idle nodes ({st})")
