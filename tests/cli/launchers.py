@@ -25,7 +25,8 @@ def launchers(train_mlp):
     py = [(f, [PY, os.path.join(REPO, f)]) for f in (
         "tools/ftrt-run", "tools/ftrt-chaos", "examples/train_torch.py", "examples/train_lm.py",
         "bench/chaos_campaign.py", "bench/coord_scale.py", "bench/mttr_size.py",
-        "bench/recovery.py", "bench/replica_rework.py", "bench/torch_overhead.py")]
+        "bench/recovery.py", "bench/replica_rework.py", "bench/slurm_recovery.py",
+        "bench/torch_overhead.py")]
     sh = [(f, ["bash", os.path.join(REPO, f)]) for f in (
         "examples/demo.sh", "scripts/ensure-deps.sh", "scripts/fresh-chroot-test.sh",
         "scripts/gpu-kit.sh", "scripts/gpu-run.sh", "scripts/gpu-sim.sh")]
@@ -48,6 +49,8 @@ def bad_inputs(cmd, train_mlp, f, d):
          {"FTRT_STATUS_FILE": os.path.join(under, "status.json")}, ["FTRT_STATUS_FILE", f]),
         ("ftrt-run: --summary in a missing directory",
          run + ["--summary", os.path.join(d, "no", "s.json"), "--", "true"], {}, ["--summary"]),
+        ("ftrt-run: FTRT_RUN_SUMMARY in a missing directory", run + ["--", "true"],
+         {"FTRT_RUN_SUMMARY": os.path.join(d, "no", "s.json")}, ["FTRT_RUN_SUMMARY"]),
         ("ftrt-run: unknown option", run + ["--bogus", "--", "true"], {}, ["--bogus"]),
         ("ftrt-run: no command", run, {}, ["no command"]),
         ("ftrt-run: --linger not a number", run + ["--linger", "x", "--", "true"], {},
@@ -103,6 +106,10 @@ def bad_inputs(cmd, train_mlp, f, d):
     cases += [
         ("bench/recovery.py: --bin missing", cmd["bench/recovery.py"] + [
             "--bin", os.path.join(d, "none")], {}, ["--bin", "none"]),
+        ("bench/slurm_recovery.py: --bin missing", cmd["bench/slurm_recovery.py"] + [
+            "--bin", os.path.join(d, "none")], {}, ["--bin", "none"]),
+        ("bench/slurm_recovery.py: --runs 0", cmd["bench/slurm_recovery.py"] + [
+            "--runs", "0"], {}, ["--runs"]),
         ("bench/torch_overhead.py: --work under a regular file",
          cmd["bench/torch_overhead.py"] + ["--work", under], {}, ["--work", f]),
         ("scripts/gpu-run.sh: --kit missing", cmd["scripts/gpu-run.sh"] + [

@@ -88,6 +88,9 @@ DEBIAN_MODULES = {
 DEBIAN_TOOLS = {
     "mpirun": "openmpi-bin", "fio": "fio", "cc": "gcc", "gcc": "gcc", "cmake": "cmake",
     "pkg-config": "pkg-config", "nm": "binutils", "objdump": "binutils", "ldd": "libc-bin",
+    "slurmctld": "slurmctld", "slurmd": "slurmd", "sbatch": "slurm-client",
+    "scontrol": "slurm-client", "sacct": "slurm-client", "sinfo": "slurm-client",
+    "munged": "munge", "mungekey": "munge",
 }
 
 
