@@ -43,6 +43,10 @@ SYSTEM_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sy
 # yield the CPU (the 2-core test machines run 6-7 ranks). Jobs under ftrt add
 # --enable-recovery (ULFM: a dead rank is reported, not fatal).
 MPIRUN_FLAGS = ["--oversubscribe", "--bind-to", "none", "--mca", "mpi_yield_when_idle", "1"]
+# The launcher of the jobs: FTRT_MPIRUN (ctest sets it to the `mpirun` of the Open MPI the
+# build was configured with: Debian's 4.1, or an Open MPI 5 for the build-ompi5 tests), else
+# `mpirun` on PATH. tools/ftrt-run adds what Open MPI 5 needs (`--with-ft ulfm`).
+MPIRUN = os.environ.get("FTRT_MPIRUN") or "mpirun"
 # Open MPI refuses to run as root without these.
 ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
@@ -152,9 +156,9 @@ def check(cond, msg):
 # ---- command lines and environments ----------------------------------------------------------
 
 def mpirun_cmd(np_, argv, recovery=True, extra=None):
-    """`mpirun [extra...] [--enable-recovery] MPIRUN_FLAGS -np np_ argv...` (argv[0]: the
+    """`MPIRUN [extra...] [--enable-recovery] MPIRUN_FLAGS -np np_ argv...` (argv[0]: the
     program; extra: more mpirun options, e.g. Hosts.mpirun_opts() for simulated hosts)."""
-    return (["mpirun"] + list(extra or []) + (["--enable-recovery"] if recovery else [])
+    return ([MPIRUN] + list(extra or []) + (["--enable-recovery"] if recovery else [])
             + MPIRUN_FLAGS + ["-np", str(np_)] + list(argv))
 
 
@@ -542,7 +546,7 @@ def case_main(cases, description=None, argv=None):
     print(f"case {a.case}:", flush=True)
 
     def run_case():
-        need_tool("mpirun")
+        need_tool(MPIRUN, DEBIAN_TOOLS["mpirun"])
         os.makedirs(a.work, exist_ok=True)
         rc = cases[a.case].fn(a)
         if not rc:
