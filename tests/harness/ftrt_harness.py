@@ -162,6 +162,19 @@ def mpirun_cmd(np_, argv, recovery=True, extra=None):
             + MPIRUN_FLAGS + ["-np", str(np_)] + list(argv))
 
 
+def open_mpi_major(launcher=None):
+    """Open MPI's major version of launcher (default MPIRUN) from `--version`, or None. 5 and
+    later: PRRTE and ULFM (tools/ftrt-run adds --with-ft ulfm)."""
+    import re
+    try:
+        out = subprocess.run([launcher or MPIRUN, "--version"], capture_output=True, text=True,
+                             timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"\(Open MPI\) (\d+)\.", out)
+    return int(m.group(1)) if m else None
+
+
 def ftrt_run_cmd(cmd, status=None, python=None, summary=None):
     """cmd under tools/ftrt-run (run by `python`, default this interpreter), which turns the
     job's real outcome into the exit status and, with status, names the job's status file;
