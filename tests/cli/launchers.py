@@ -25,7 +25,8 @@ def launchers(train_mlp):
     py = [(f, [PY, os.path.join(REPO, f)]) for f in (
         "tools/ftrt-run", "tools/ftrt-chaos", "examples/train_torch.py", "examples/train_lm.py",
         "bench/chaos_campaign.py", "bench/coord_scale.py", "bench/mttr_size.py",
-        "bench/recovery.py", "bench/replica_rework.py", "bench/torch_overhead.py")]
+        "bench/recovery.py", "bench/replica_rework.py", "bench/torch_overhead.py",
+        "bench/mpi_versions.py")]
     sh = [(f, ["bash", os.path.join(REPO, f)]) for f in (
         "examples/demo.sh", "scripts/ensure-deps.sh", "scripts/fresh-chroot-test.sh",
         "scripts/gpu-kit.sh", "scripts/gpu-run.sh", "scripts/gpu-sim.sh",
@@ -123,6 +124,8 @@ def bad_inputs(cmd, train_mlp, f, d):
          cmd["scripts/gpu-sim.sh"] + [under], {}, ["SCRATCH", f]),
         ("scripts/ensure-ompi5.sh: unknown option", cmd["scripts/ensure-ompi5.sh"] + [
             "--bogus"], {}, ["--bogus"]),
+        ("bench/mpi_versions.py: --bin5 missing", cmd["bench/mpi_versions.py"] + [
+            "--bin41", train_mlp, "--bin5", os.path.join(d, "none")], {}, ["--bin5", "none"]),
     ]
     return cases
 

@@ -438,10 +438,11 @@ class Hosts:
         self._lock.close()
         return False
 
-    def mpirun_opts(self, hostfile=None):
+    def mpirun_opts(self, hostfile=None, version=None):
         """mpirun options for the hosts (agent, hostfile, TCP on the hosts' subnet); hostfile:
-        another hostfile, e.g. from hostfile() with a subset of the hosts."""
-        opts = self._run("mpirun-opts").stdout.split()
+        another hostfile, e.g. from hostfile() with a subset of the hosts; version: Open MPI's
+        major version (default: that of FTRT_MPIRUN, else of `mpirun` on PATH)."""
+        opts = self._run("mpirun-opts", *([version] if version else [])).stdout.split()
         if hostfile:
             opts[opts.index("--hostfile") + 1] = hostfile
         return opts
