@@ -2,22 +2,26 @@
  * ulfm_rebuild.c - what a recovery's communicator rebuild costs under ULFM (Open MPI 5 with
  * `mpirun --with-ft ulfm`), and the two facts behind how comm/ulfm.c rebuilds (comm/ulfm.h).
  *
- *   mpirun --with-ft ulfm --oversubscribe -np N ulfm_rebuild [--reps R]
+ *   mpirun --with-ft ulfm --oversubscribe -np N ulfm_rebuild [--reps R] [--pool]
  *   mpirun --with-ft ulfm --oversubscribe -np 6 ulfm_rebuild --revoke
  *
  * Timing mode (N >= 4): world ranks 0..N-2 are the trainers, N-1 the hot spare. The trainers
- * build their communicator with MPI_Comm_create_from_group; trainer N-2 then SIGKILLs itself
- * and the others see their MPI_Iallreduce fail (ULFM). Then, R times, in alternating order,
- * with the survivors and the spare:
- *   create_group       MPI_Comm_create_group over MPI_COMM_WORLD of survivors + spare (what
- *                      ftrt does under Open MPI 4.1), called by the survivors: it fails under
- *                      ULFM, its error is printed
+ * build their communicator with MPI_Comm_create_from_group (and every rank a "pool"
+ * communicator of trainers + spare); trainer N-2 then SIGKILLs itself and the others see their
+ * MPI_Iallreduce fail (ULFM). The survivors try MPI_Comm_create_group over MPI_COMM_WORLD
+ * (ftrt's rebuild under Open MPI 4.1): under ULFM it fails, its error is printed. Then, R
+ * times, in an order that turns each round, with the survivors and the spare:
  *   create_from_group  MPI_Comm_create_from_group of survivors + spare (ftrt's rebuild under
  *                      ULFM, comm/ulfm.c)
  *   shrink             MPIX_Comm_shrink of the trainers' communicator (survivors only: it
  *                      cannot add the spare)
+ *   pool shrink+split  (--pool) MPIX_Comm_shrink of the pool by every survivor and the spare,
+ *                      then MPI_Comm_split into the new order: a rebuild with shrink that adds
+ *                      the spare, if every idle spare took part in every recovery. Open MPI
+ *                      5.0.11 aborts a live rank in it within a few rounds ("I have been
+ *                      reported dead by someone else") or hangs
  * Each call's time is the slowest participant's (the maximum over them, gathered afterwards).
- * Rank 0 prints the median, minimum and maximum over the R rounds and shrink / create_from_group.
+ * Rank 0 prints the median, minimum and maximum over the R rounds and the ratios of medians.
  *
  * --revoke (N = 6; trainers 0-3, spares 4 and 5): the recovery sequence twice, with the
  * survivors revoking the old communicator (MPIX_Comm_revoke) after the failure, as ULFM
@@ -85,64 +89,87 @@ static void print_row(const char *what, double *t, int n)
            t[n / 2] * 1e3, t[0] * 1e3, t[n - 1] * 1e3, n);
 }
 
-/* One round: the three rebuilds in `order`; fills the slowest participant's times. */
-static void round_once(MPI_Comm trainers, const int *members, int nm, int am_trainer, int k,
-                       int order, double *t_fg, double *t_sh, int *cg_err)
+/* The rebuilds of one round (fills the slowest participant's times, ms per method). */
+enum { FROM_GROUP, SHRINK, POOL, NMETHODS };
+static const char *const method_name[NMETHODS] = {"create_from_group", "shrink",
+                                                  "pool shrink+split"};
+
+typedef struct setup {
+    MPI_Comm trainers, pool; /* before the death: the trainers; trainers + spare */
+    MPI_Group next;          /* survivors + spare, in world rank order */
+    int am_trainer, logical; /* logical: rank in the next communicator */
+} setup;
+
+static double method(const setup *su, int m, int k)
 {
-    MPI_Group world, g;
-    MPI_Comm_group(MPI_COMM_WORLD, &world);
-    MPI_Group_incl(world, nm, members, &g);
-    MPI_Comm cg = MPI_COMM_NULL, fg = MPI_COMM_NULL, sh = MPI_COMM_NULL;
-    /* Only the survivors, who saw the failure: the spare may not have heard of it yet and
-     * would then wait in the collective for peers that already left it with the error. */
-    if (am_trainer) *cg_err = MPI_Comm_create_group(MPI_COMM_WORLD, g, 100 + k, &cg);
-    double t, mine[2] = {0, 0};
+    MPI_Comm c = MPI_COMM_NULL, sh = MPI_COMM_NULL;
     char tag[32];
-    snprintf(tag, sizeof tag, "bench.%d", k);
-    for (int s = 0; s < 2; s++) {
-        int which = (s + order) % 2;
-        t = MPI_Wtime();
-        if (which == 0) {
-            MPI_Comm_create_from_group(g, tag, MPI_INFO_NULL, MPI_ERRORS_RETURN, &fg);
-            mine[0] = MPI_Wtime() - t;
-        } else if (am_trainer) {
-            MPIX_Comm_shrink(trainers, &sh);
-            mine[1] = MPI_Wtime() - t;
-        }
+    double t = MPI_Wtime();
+    if (m == FROM_GROUP) {
+        snprintf(tag, sizeof tag, "bench.%d", k);
+        MPI_Comm_create_from_group(su->next, tag, MPI_INFO_NULL, MPI_ERRORS_RETURN, &c);
+    } else if (m == SHRINK) {
+        if (!su->am_trainer) return 0; /* the spare is not in it: shrink cannot add it */
+        MPIX_Comm_shrink(su->trainers, &c);
+    } else {
+        MPIX_Comm_shrink(su->pool, &sh); /* every survivor, spare included */
+        MPI_Comm_split(sh, 0, su->logical, &c);
     }
-    double worst[2];
-    MPI_Allreduce(mine, worst, 2, MPI_DOUBLE, MPI_MAX, fg); /* every member, spare included */
-    *t_fg = worst[0];
-    *t_sh = worst[1];
-    MPI_Group_free(&g);
-    MPI_Group_free(&world);
+    return MPI_Wtime() - t;
     /* not freed: MPI_Comm_free of these can hang in Open MPI 5.0.11 once a process died */
 }
 
-static int timing(int n, int reps)
+static void round_once(const setup *su, int k, int nmethods, double worst[NMETHODS])
+{
+    double mine[NMETHODS] = {0};
+    for (int i = 0; i < nmethods; i++) { /* a different order each round */
+        int m = (i + k) % nmethods;
+        mine[m] = method(su, m, k);
+    }
+    MPI_Comm all;
+    char tag[32];
+    snprintf(tag, sizeof tag, "bench.max.%d", k);
+    MPI_Comm_create_from_group(su->next, tag, MPI_INFO_NULL, MPI_ERRORS_RETURN, &all);
+    MPI_Allreduce(mine, worst, NMETHODS, MPI_DOUBLE, MPI_MAX, all);
+}
+
+static int timing(int n, int reps, int nmethods)
 {
     int me;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     int nt = n - 1, spare = n - 1, victim = n - 2;
-    int *ranks = malloc((size_t)n * sizeof *ranks);
+    int *ranks = malloc((size_t)n * sizeof *ranks), *members = malloc((size_t)n * sizeof *ranks);
     for (int i = 0; i < n; i++) ranks[i] = i;
-    MPI_Comm trainers = MPI_COMM_NULL;
-    if (me < nt) {
-        trainers = from_group(ranks, nt, "bench.trainers");
-        if (!train_until_failure(trainers, victim, 100000)) return 1;
+    setup su = {.trainers = MPI_COMM_NULL, .am_trainer = me < nt};
+    su.pool = from_group(ranks, n, "bench.pool");
+    int cg_err = MPI_SUCCESS;
+    int nm = 0;
+    for (int i = 0; i < n; i++)
+        if (i != victim) members[nm++] = i;
+    for (int i = 0; i < nm; i++)
+        if (members[i] == me) su.logical = i;
+    MPI_Group world;
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    MPI_Group_incl(world, nm, members, &su.next);
+    if (su.am_trainer) {
+        su.trainers = from_group(ranks, nt, "bench.trainers");
+        if (!train_until_failure(su.trainers, victim, 100000)) return 1;
+        /* MPI_Comm_create_group over the world (ftrt's rebuild under 4.1), survivors only: the
+         * spare may not have heard of the death yet and would then wait in the collective for
+         * peers that already left it with the error */
+        MPI_Comm cg = MPI_COMM_NULL;
+        cg_err = MPI_Comm_create_group(MPI_COMM_WORLD, su.next, 99, &cg);
         if (me == 0) MPI_Send(&me, 1, MPI_INT, spare, 7, MPI_COMM_WORLD); /* wake the spare */
     } else {
         int wake;
         MPI_Recv(&wake, 1, MPI_INT, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     }
-    /* survivors + spare, in world rank order */
-    int nm = 0, *members = malloc((size_t)n * sizeof *members);
-    for (int i = 0; i < n; i++)
-        if (i != victim) members[nm++] = i;
-    static double fg[MAXREPS], sh[MAXREPS];
-    int cg_err = MPI_SUCCESS;
-    for (int k = 0; k < reps; k++)
-        round_once(trainers, members, nm, me < nt, k, k % 2, &fg[k], &sh[k], &cg_err);
+    static double t[NMETHODS][MAXREPS];
+    for (int k = 0; k < reps; k++) {
+        double worst[NMETHODS];
+        round_once(&su, k, nmethods, worst);
+        for (int m = 0; m < NMETHODS; m++) t[m][k] = worst[m];
+    }
     if (me == 0) {
         char msg[MPI_MAX_ERROR_STRING] = "MPI_SUCCESS";
         int len = 0;
@@ -150,9 +177,12 @@ static int timing(int n, int reps)
         printf("ulfm_rebuild: %d ranks (%d trainers, 1 hot spare), trainer %d killed\n", n, nt,
                victim);
         printf("%-18s fails: %s\n", "create_group", msg);
-        print_row("create_from_group", fg, reps);
-        print_row("shrink", sh, reps);
-        printf("shrink / create_from_group (medians): %.2f\n", sh[reps / 2] / fg[reps / 2]);
+        for (int m = 0; m < nmethods; m++) print_row(method_name[m], t[m], reps);
+        printf("shrink / create_from_group (medians): %.2f\n",
+               t[SHRINK][reps / 2] / t[FROM_GROUP][reps / 2]);
+        if (nmethods > POOL)
+            printf("pool shrink+split / create_from_group (medians): %.2f\n",
+                   t[POOL][reps / 2] / t[FROM_GROUP][reps / 2]);
     }
     free(ranks);
     free(members);
@@ -190,16 +220,18 @@ static int revoke_twice(int n)
 
 int main(int argc, char **argv)
 {
-    int reps = 20, revoke = 0;
+    int reps = 20, revoke = 0, nmethods = POOL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
             reps = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--revoke")) {
             revoke = 1;
+        } else if (!strcmp(argv[i], "--pool")) {
+            nmethods = NMETHODS;
         } else {
             int help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
             fprintf(help ? stdout : stderr, "%susage: mpirun --with-ft ulfm -np N %s [--reps R] "
-                    "[--revoke]\n", help ? "" : "ulfm_rebuild: bad argument; ", argv[0]);
+                    "[--pool] [--revoke]\n", help ? "" : "ulfm_rebuild: bad argument; ", argv[0]);
             return help ? 0 : 2;
         }
     }
@@ -215,7 +247,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "ulfm_rebuild: needs at least 4 ranks\n");
         return 2;
     }
-    int rc = revoke ? revoke_twice(n) : timing(n, reps);
+    int rc = revoke ? revoke_twice(n) : timing(n, reps, nmethods);
     /* A process died: MPI_Finalize could wait on it (as ftrt, skip it). */
     fflush(stdout);
     _exit(rc);
