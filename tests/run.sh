@@ -48,7 +48,7 @@ echo "== Open MPI 5 with ULFM: build-ompi5 and ctest -L ulfm"
 if ompi5=$(bash scripts/ensure-ompi5.sh); then
   cmake -S . -B build-ompi5 -DFTRT_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DFTRT_WITH_CUDA=OFF -DMPI_HOME="$ompi5" >/dev/null
-  cmake --build build-ompi5 -j"$jobs" --target train_mlp ulfm_rebuild
+  cmake --build build-ompi5 -j"$jobs" --target train_mlp overlap_job ulfm_rebuild
   (cd build-ompi5 && ctest --output-on-failure -L ulfm "$@")
 elif [ "$FTRT_STRICT_DEPS" = 0 ]; then
   echo "== Open MPI 5 could not be installed (PyPI?): its stage is skipped (FTRT_STRICT_DEPS=0)"

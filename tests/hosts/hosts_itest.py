@@ -74,9 +74,12 @@ def one_host_reference(args, trainers):
 
 
 def sessions(hosts):
-    """Open MPI session directories of the simulated hosts now (every one is this test's)."""
+    """Open MPI session directories of the simulated hosts now (every one is this test's):
+    4.1's <tmp>/ompi.<host>.<uid>/*, and 5's <tmp>/ompi.<pid> (one per daemon and mpirun)."""
     tmp = tempfile.gettempdir()
-    return set(glob.glob(os.path.join(tmp, f"ompi.{hosts.prefix}*.*", "*")))
+    return set(glob.glob(os.path.join(tmp, f"ompi.{hosts.prefix}*.*", "*")) +
+               [d for d in glob.glob(os.path.join(tmp, "ompi.*"))
+                if os.path.basename(d)[5:].isdigit()])
 
 
 def hosts_job(args, hosts, name, spares, hostfile=None, fresh=True):
