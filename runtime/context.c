@@ -19,6 +19,7 @@
 #include "base/fs.h"
 #include "base/knobs.h"
 #include "base/log.h"
+#include "comm/ulfm.h"
 #include "kernels/location.h"
 #include "runtime/coordinator/coordinator.h"
 #include "runtime/internal.h"
@@ -106,7 +107,7 @@ static int trainer_comm(ftrt_ctx *ctx)
     MPI_Comm comm = MPI_COMM_NULL;
     if (MPI_Comm_group(MPI_COMM_WORLD, &world) != MPI_SUCCESS) return FTRT_EMPI;
     int rc = MPI_Group_range_incl(world, 1, range, &grp);
-    if (rc == MPI_SUCCESS) rc = MPI_Comm_create_group(MPI_COMM_WORLD, grp, 0, &comm);
+    if (rc == MPI_SUCCESS) rc = ftrt__comm_create(grp, 0, &comm); /* comm/ulfm.h */
     MPI_Group_free(&world);
     if (rc != MPI_SUCCESS) return FTRT_EMPI;
     MPI_Group_free(&grp);
@@ -180,6 +181,10 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
     MPI_Comm_rank(MPI_COMM_WORLD, &ctx->world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &ctx->world_size);
     ftrt__log_rank = ctx->world_rank;
+    if (ctx->world_rank == 0 && ftrt__ulfm_built() && !ftrt__ulfm_active())
+        ftrt_log_warn("libftrt is built against an Open MPI with ULFM, which is off in this "
+                      "job: a dead rank ends it. Launch with `mpirun --with-ft ulfm` "
+                      "(tools/ftrt-run adds it)");
 
     int rc = ftrt__config_check(&ctx->cfg, ctx->world_size, &ctx->nspares);
     ctx->ntrainers_initial = ctx->world_size - 1 - ctx->nspares;
@@ -335,6 +340,7 @@ int ftrt_step_done(ftrt_ctx *ctx, int64_t step)
     int rc = ftrt__timeline_step_done(ctx, step);
     if (!rc && (rc = ftrt__sdc_step(ctx, step + 1)) > 0) /* every FTRT_SDC_EVERY steps */
         rc = 0;
-    if (!rc) rc = ftrt__replica_step(ctx, step + 1); /* every FTRT_SHARD_REPLICA_EVERY steps */
+    if (!rc) /* every FTRT_SHARD_REPLICA_EVERY steps; ULFM: a dead partner is an epoch change */
+        rc = ftrt__plane_recheck(&ctx->plane, ftrt__replica_step(ctx, step + 1));
     return rc;
 }

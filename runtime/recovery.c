@@ -19,6 +19,7 @@
 #include "base/knobs.h"
 #include "base/log.h"
 #include "comm/transfer.h"
+#include "comm/ulfm.h"
 #include "checkpoint/restore.h"
 #include "kernels/location.h"
 #include "runtime/internal.h"
@@ -40,13 +41,15 @@ int ftrt__apply_plan(ftrt_ctx *ctx)
     int rc = MPI_Group_incl(world, p->ntrainers, p->members, &grp);
     MPI_Group_free(&world);
     if (rc != MPI_SUCCESS) return FTRT_EMPI;
-    rc = MPI_Comm_create_group(MPI_COMM_WORLD, grp, p->epoch, &comm);
+    rc = ftrt__comm_create(grp, p->epoch, &comm); /* comm/ulfm.h: also after a failure */
     MPI_Group_free(&grp);
+    if (rc != MPI_SUCCESS && ftrt__ulfm_is_failure(rc, MPI_COMM_NULL)) /* a member died */
+        return ftrt__ulfm_await_epoch(&ctx->watch, p->epoch);
     if (rc != MPI_SUCCESS) {
         char msg[MPI_MAX_ERROR_STRING];
         int len = 0;
         MPI_Error_string(rc, msg, &len);
-        ftrt_log_error("MPI_Comm_create_group for epoch %d failed: %s", p->epoch, msg);
+        ftrt_log_error("building the communicator of epoch %d failed: %s", p->epoch, msg);
         return FTRT_EMPI;
     }
     ftrt__plane_set(&ctx->plane, comm);
@@ -216,7 +219,7 @@ static int recover(ftrt_ctx *ctx, int64_t *step)
     rc = ftrt__apply_plan(ctx);
     if (rc) return rc;
     rc = ftrt__resume_plan(ctx, step);
-    if (rc) return rc;
+    if (rc) return ftrt__plane_recheck(&ctx->plane, rc); /* ULFM: a member died meanwhile */
     ftrt_log_info("recovered into epoch %d as logical rank %d in %.1f ms; resuming at step %lld",
                   ctx->watch.epoch, ctx->rank, (ftrt__now() - t0) * 1e3, (long long)*step);
     return 0;

@@ -17,6 +17,7 @@
 #include "checkpoint/commit.h"
 #include "checkpoint/restore.h"
 #include "checkpoint/steps.h"
+#include "comm/ulfm.h"
 #include "kernels/location.h"
 #include "runtime/internal.h"
 
@@ -57,7 +58,8 @@ int ftrt_checkpoint_start(ftrt_ctx *ctx, int64_t step)
     ftrt__ledger_mark(ctx, FTRT__IV_CKPT);
     /* Partner replicas of sharded state refreshed at each checkpoint (FTRT_SHARD_REPLICA_EVERY
      * = 0): collective, before the snapshot, which then runs as always. */
-    if (ctx->cfg.shard_replica_every == 0) rc = ftrt__replica_refresh(ctx, step);
+    if (ctx->cfg.shard_replica_every == 0) /* ULFM: a dead partner is an epoch change */
+        rc = ftrt__plane_recheck(&ctx->plane, ftrt__replica_refresh(ctx, step));
     if (!rc) rc = ftrt__ckpt_start(ctx->ckpt, step, ctx->regs, ctx->nregs, ctx->rank, ctx->size);
     if (rc == FTRT_ERECOVER)
         ftrt__ledger_failure(ctx);

@@ -26,10 +26,11 @@ def launchers(train_mlp):
         "tools/ftrt-run", "tools/ftrt-chaos", "examples/train_torch.py", "examples/train_lm.py",
         "bench/chaos_campaign.py", "bench/coord_scale.py", "bench/mttr_size.py",
         "bench/recovery.py", "bench/replica_rework.py", "bench/slurm_recovery.py",
-        "bench/torch_overhead.py")]
+        "bench/torch_overhead.py", "bench/mpi_versions.py")]
     sh = [(f, ["bash", os.path.join(REPO, f)]) for f in (
         "examples/demo.sh", "scripts/ensure-deps.sh", "scripts/fresh-chroot-test.sh",
-        "scripts/gpu-kit.sh", "scripts/gpu-run.sh", "scripts/gpu-sim.sh")]
+        "scripts/gpu-kit.sh", "scripts/gpu-run.sh", "scripts/gpu-sim.sh",
+        "scripts/ensure-ompi5.sh")]
     return py + sh + [("train_mlp", [train_mlp])]
 
 
@@ -41,7 +42,14 @@ def bad_inputs(cmd, train_mlp, f, d):
     plan = os.path.join(d, "plan.json")
     with open(plan, "w") as fh:
         fh.write('{"faults": [{"kind": "no-such-kind", "at_step": 1}]}')
+    fake = os.path.join(d, "other-mpi", "bin", "mpirun")  # not the launcher train_mlp needs
+    os.makedirs(os.path.dirname(fake), exist_ok=True)
+    with open(fake, "w") as fh:
+        fh.write("#!/bin/sh\necho 'mpirun (Open MPI) 5.0.0'\n")
+    os.chmod(fake, 0o755)
     cases = [
+        ("ftrt-run: a launcher of another Open MPI than the program links",
+         run + ["--", fake, "-np", "2", train_mlp], {}, [fake, train_mlp, "libmpi"]),
         ("ftrt-run: demo-style --status under a regular file",
          run + ["--status", os.path.join(under, "status.json"), "--", "true"], {},
          ["--status", under, f"{f} is not a directory"]),
@@ -122,6 +130,10 @@ def bad_inputs(cmd, train_mlp, f, d):
          cmd["scripts/gpu-kit.sh"] + ["--out", under], {}, ["--out", f]),
         ("scripts/gpu-sim.sh: SCRATCH under a regular file",
          cmd["scripts/gpu-sim.sh"] + [under], {}, ["SCRATCH", f]),
+        ("scripts/ensure-ompi5.sh: unknown option", cmd["scripts/ensure-ompi5.sh"] + [
+            "--bogus"], {}, ["--bogus"]),
+        ("bench/mpi_versions.py: --bin5 missing", cmd["bench/mpi_versions.py"] + [
+            "--bin41", train_mlp, "--bin5", os.path.join(d, "none")], {}, ["--bin5", "none"]),
     ]
     return cases
 

@@ -12,6 +12,10 @@ Cases:
               after the kill does not reach the output (tools/ftrt-run leaves it out)
   kill2       two trainers SIGKILLed one after the other (logical ranks 0 and 3) with two
               spares: both replaced, result byte-identical
+  latekill    as kill, but the ranks take the coordinator's announcement 300 ms late
+              (FTRT_TEST_EPOCH_DELAY_MS): under Open MPI 5 with ULFM the survivors' collectives
+              fail first (MPIX_ERR_PROC_FAILED), which must wait for the epoch change, not end
+              the job with FTRT_EMPI; under 4.1 they wait in the collective; byte-identical
   hang        SIGSTOP a trainer: declared failed by heartbeat timeout, fenced, replaced; result
               byte-identical
   relaunch    kill the whole job after a committed checkpoint, relaunch: it resumes from the
@@ -106,6 +110,35 @@ def case_kill(args):
           "the hot spare now holds logical rank 2")
     check([r for r in st["ranks"] if r["pid"] == victim["pid"]][0]["role"] == "failed",
           "the killed rank is marked failed")
+    expect_identical(job, args)
+
+
+@h.case(CASES, fixture="required")
+def case_latekill(args):
+    need_reference(args)
+    delay_ms = 300
+    job = mlp_job(args, "latekill")
+    job.env.update(FTRT_TEST_EPOCH_DELAY_MS=str(delay_ms), FTRT_LOG="info")
+    job.start()
+    victim = job.wait_trainer(2, 60)
+    job.inject(signal.SIGKILL, victim, "sigkill")
+    rc = job.wait(180)
+    check(rc == 0, f"job survives the kill and exits 0 (got {rc})")
+    check("FTRT_EMPI" not in job.out, "no rank left with FTRT_EMPI")
+    ulfm = (h.open_mpi_major() or 0) >= 5
+    seen = job.out.count("MPI reports a process failure")
+    if ulfm:
+        check(seen >= 1, f"Open MPI 5 (ULFM): survivors saw the failure in MPI first and waited "
+              f"for the epoch change ({seen} log lines)")
+    else:
+        check(seen == 0, "Open MPI 4.1 (no ULFM): no MPI-reported failure")
+    rep = job.load_report()
+    check(len(rep["failures"]) == 1 and rep["failures"][0]["recovered"],
+          "one failure, recovered")
+    mttr = rep["failures"][0]["mttr_s"]
+    check(mttr is not None and mttr >= delay_ms / 1e3,
+          f"MTTR {mttr * 1e3:.0f} ms includes the {delay_ms} ms the ranks took the announcement "
+          f"late")
     expect_identical(job, args)
 
 
