@@ -1157,6 +1157,10 @@ int main(int argc, char **argv)
     int code;
     if (rc == FTRT_DONE) {
         code = 0; /* the coordinator, or a spare that was never needed */
+    } else if (rc != 0 && ctx) { /* the coordinator, or a spare never needed, of a failed job */
+        fprintf(stderr, "train_mlp: the job failed: %s (%s)\n", ftrt_strerror(rc),
+                ftrt_err_name(rc));
+        code = 1;
     } else if (rc != 0) {
         fprintf(stderr, "train_mlp: ftrt_init: %s (%s)\n", ftrt_strerror(rc), ftrt_err_name(rc));
         code = 1;
