@@ -50,9 +50,11 @@ extern "C" {
  *    results.
  *  - FTRT_DONE: ftrt_init() of a rank that must not train (the coordinator, or a spare that was
  *    never needed).
- *  - FTRT_SKIP_MPI_FINALIZE: ftrt_finalize() when a process of the world died during the job,
- *    so the caller, which initialized MPI itself, must exit without calling MPI_Finalize (Open
- *    MPI 4.1's MPI_Finalize can hang in its PMIx fence after a process died).
+ *  - FTRT_SKIP_MPI_FINALIZE: ftrt_finalize() when a process of the world died during the job or
+ *    the job was aborted, so the caller, which initialized MPI itself, must exit without calling
+ *    MPI_Finalize (no process of the world calls it then: Open MPI 4.1's MPI_Finalize can hang
+ *    in its PMIx fence after a process died, or when some processes call it and others exit
+ *    without it).
  *  - FTRT_SKIPPED: ftrt_checkpoint()/ftrt_checkpoint_start() under FTRT_CKPT_POLICY=skip when
  *    the previous checkpoint is still being written, so this one was not taken (the coordinator
  *    counts it as skipped); ftrt_checkpoint_wait_commit() for such a checkpoint.
@@ -60,7 +62,7 @@ extern "C" {
 #define FTRT_ERROR_MAP(X)                                                                          \
     X(FTRT_DONE, 1, "this rank's role ended: finalize and exit without training")                 \
     X(FTRT_SKIP_MPI_FINALIZE, 2,                                                                   \
-      "a process died during the job: exit without calling MPI_Finalize")                          \
+      "a process died or the job was aborted: exit without calling MPI_Finalize")                          \
     X(FTRT_SKIPPED, 3,                                                                             \
       "checkpoint not taken: the previous one is still being written (FTRT_CKPT_POLICY=skip)")     \
     X(FTRT_ERECOVER, -1001,                                                                        \
@@ -254,8 +256,9 @@ typedef struct ftrt_ctx ftrt_ctx;
  *               ftrt_restore(), which hands it the replaced rank's state and resume step.
  *   FTRT_DONE   the coordinator, or a spare that was never needed, after the job ended
  *               successfully: call ftrt_finalize() and exit 0 without training.
- *   FTRT_ENOSPARE / FTRT_EABORT  (coordinator) the job failed; the report says why. *out is set:
- *               call ftrt_finalize() and exit non-zero.
+ *   FTRT_ENOSPARE / FTRT_EABORT / the code a trainer left with (FTRT_ENOCKPT, -EIO, ...)
+ *               (the coordinator, or a spare that was never needed) the job failed; the report
+ *               says why. *out is set: call ftrt_finalize() and exit non-zero.
  *   FTRT_ECONFIG bad configuration (e.g. world < 2); FTRT_EMPI; FTRT_ETIMEDOUT (a rank never
  *               connected); FTRT_ECOORD (a non-coordinator, or a waiting spare, lost the
  *               coordinator); -errno.
@@ -265,12 +268,15 @@ typedef struct ftrt_ctx ftrt_ctx;
 FTRT_API int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out);
 
 /*
- * Leaves the job: a trainer reports its statistics to the coordinator and waits (at most the
- * heartbeat timeout + 1 s) for its farewell, which says whether any process of the world died
- * during the job; then the control plane is closed and memory is freed. If ftrt_init()
- * initialized MPI, MPI is finalized here, except after a process died: then MPI_Finalize is
- * skipped, because Open MPI 4.1's MPI_Finalize can hang in its PMIx fence after a process died
- * under `mpirun --enable-recovery`; the process simply exits. NULL is accepted.
+ * Leaves the job: a trainer reports its statistics to the coordinator and waits for its
+ * farewell, which the coordinator sends once every trainer has said goodbye (as long as the
+ * coordinator is alive: one silent for the heartbeat timeout is given up) and which says
+ * whether any process of the world died; then the control plane is closed and memory is freed.
+ * If ftrt_init() initialized MPI, MPI is finalized here, except after a process died or when
+ * the job was aborted (ABORT from the coordinator, a failed job's coordinator or spare): then no
+ * process of the world calls MPI_Finalize, because Open MPI 4.1's MPI_Finalize can hang in its
+ * PMIx fence under `mpirun --enable-recovery` after a process died, or when some processes
+ * call it and others exit without it; the process simply exits. NULL is accepted.
  * Returns 0, or FTRT_SKIP_MPI_FINALIZE when the caller initialized MPI itself and must not call
  * MPI_Finalize. The context is freed in every case. Call from the thread that called ftrt_init().
  */

@@ -6,7 +6,7 @@
  * nothing: each allocation is an anonymous mapping that is PROT_NONE except inside ftrt's own
  * calls, so a host access to it outside them dies of SIGSEGV (a path that dereferences a
  * device pointer on the host is caught). Part of libftrt (kernels/loc_sim.c); the tests and
- * examples/train_mlp.c (--device sim) use it.
+ * examples/mlp_state.c (train_mlp --device sim) use it.
  *
  * A job uses it as its device when every rank runs with the test knob FTRT_TEST_SIM_DEVICE=1:
  * ftrt_init() then installs it as the device backend, and ftrt_register() accepts

@@ -95,7 +95,7 @@ static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *paylo
     case FTRT__MSG_SHUTDOWN:
     case FTRT__MSG_FAREWELL:
         memcpy(&em, payload, sizeof em);
-        cp->ranks_lost = em.value;
+        cp->job_end = em.value;
         if (h->type == FTRT__MSG_SHUTDOWN)
             cp->shutdown = 1;
         else

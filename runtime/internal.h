@@ -58,7 +58,8 @@ typedef struct ftrt__cp {
                                               ledger's periodic send, timeline.c) */
     int shutdown; /* SHUTDOWN received */
     int farewell; /* FAREWELL received (after our BYE) */
-    int ranks_lost; /* from SHUTDOWN/FAREWELL: processes of the world that died */
+    int job_end; /* from SHUTDOWN/FAREWELL: 0 (every process of the world finalizes MPI),
+                    > 0 (that many died) or < 0 (the job was aborted with that code) */
 } ftrt__cp;
 
 /* ---- in-memory partner replicas of sharded state (replica.c) ---- */
@@ -126,6 +127,7 @@ struct ftrt_ctx {
     int exit_code;    /* trainer: the error it leaves with (ftrt_set_exit_code), or 0 */
     int coord_result; /* coordinator: the job's outcome */
     int ranks_lost;   /* coordinator: processes of the world that died */
+    int coord_aborted; /* coordinator: the job was aborted (no process finalizes MPI) */
 };
 
 /* FTRT_ERECOVER when the epoch changed, the fatal code when the job is over, else 0. */

@@ -115,6 +115,7 @@ typedef struct ftrt__coord {
     int W, N;
     int *members; /* logical rank -> world rank */
     int epoch, phase, result;
+    int aborted; /* job_abort() ended the job: no process of the world calls MPI_Finalize */
     ftrt__incident *inc;
     int ninc;
     int64_t last_committed;

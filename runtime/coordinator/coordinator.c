@@ -107,20 +107,23 @@ static int live_spares(const ftrt__coord *c)
     return n;
 }
 
-/* Ends the job with `code`: members get ABORT, spares SHUTDOWN; ranks still connected at the
- * deadline are fenced. */
+/* Ends the job with `code`: members get ABORT, spares SHUTDOWN with the code (< 0: the job
+ * failed); ranks still connected at the deadline are fenced. No process of an aborted job calls
+ * MPI_Finalize (a member that gets ABORT may be stuck in a collective): Open MPI 4.1's
+ * MPI_Finalize can hang in its PMIx fence when some processes of the world call it and others
+ * exit without it, so the spares and the coordinator skip it too (a->aborted). */
 static void job_abort(ftrt__coord *c, int code, const char *why)
 {
     if (c->phase == PH_ABORTING || c->phase == PH_DONE) return;
     ftrt_log_error("aborting the job: %s (%s)", why, ftrt_err_name(code));
     c->result = code;
+    c->aborted = 1;
     c->phase = PH_ABORTING;
     c->abort_deadline = ftrt__now() + 2.0 + 3.0 * c->a->cfg->heartbeat_timeout_ms / 1000.0;
     ftrt__epoch_msg m = {.epoch = c->epoch, .value = code};
-    ftrt__epoch_msg s = {.epoch = c->epoch, .value = ranks_lost(c)};
     for (int w = 1; w < c->W; w++) {
         int spare = c->r[w].role == FTRT__ROLE_SPARE;
-        send_to(c, w, spare ? FTRT__MSG_SHUTDOWN : FTRT__MSG_ABORT, spare ? &s : &m, sizeof m);
+        send_to(c, w, spare ? FTRT__MSG_SHUTDOWN : FTRT__MSG_ABORT, &m, sizeof m);
         fanout_pump(c, w);
     }
     c->status_dirty |= 2; /* membership: write now */
@@ -846,20 +849,20 @@ static int handle(ftrt__coord *c, int w, const ftrt__msghdr *h, const void *payl
         r->kept_s = u.bye.kept_s;
         r->steps_done = u.bye.steps_done;
         c->status_dirty |= 1;
-        u.em = (ftrt__epoch_msg){.epoch = c->epoch, .value = ranks_lost(c)};
-        send_to(c, w, FTRT__MSG_FAREWELL, &u.em, sizeof u.em);
+        /* Its FAREWELL waits for the job's end (all_done(): every trainer said goodbye), so
+         * that every process of the world takes the same MPI_Finalize decision; an abort
+         * meanwhile reaches it as ABORT. */
         if (r->role == FTRT__ROLE_TRAINER) {
-            /* (u was reused for the FAREWELL: read the BYE from r->bye.) A trainer that stops
-             * with an error, or before its loop's end (the job's total
+            /* A trainer that stops with an error, or before its loop's end (the job's total
              * steps, when ftrt_set_job_info() gave them), or in the middle of a recovery, ends
              * the job as failed: the others cannot finish without it, and a spare would meet
              * the same error. */
-            char why[200];
+            char why[300];
             int code = 0;
             if (r->bye.exit_code < 0) {
                 code = r->bye.exit_code;
-                snprintf(why, sizeof why, "trainer logical rank %d (world rank %d) left with %s",
-                         r->logical, w, ftrt_err_name(code));
+                snprintf(why, sizeof why, "trainer logical rank %d (world rank %d) left with an "
+                         "error: %s", r->logical, w, ftrt_strerror(code));
             } else if (r->total_steps > 0 && r->bye.steps_done < r->total_steps) {
                 code = FTRT_EABORT;
                 snprintf(why, sizeof why, "trainer logical rank %d (world rank %d) left after "
@@ -1353,9 +1356,14 @@ int ftrt__coordinator_run(ftrt__coord_args *a, int listen_fd, uint64_t secret)
         if (c.phase == PH_RUNNING && c.maybe_done) {
             c.maybe_done = 0;
             if (all_done(&c)) {
+                /* The job's end, to every process at once: the trainers' FAREWELL and the
+                 * spares' SHUTDOWN say how many processes died (0: all call MPI_Finalize). */
                 ftrt__epoch_msg m = {.epoch = c.epoch, .value = ranks_lost(&c)};
-                for (int w = 1; w < c.W; w++)
+                for (int w = 1; w < c.W; w++) {
                     if (c.r[w].role == FTRT__ROLE_SPARE) send_to(&c, w, FTRT__MSG_SHUTDOWN, &m, sizeof m);
+                    if (c.r[w].role == FTRT__ROLE_TRAINER && c.r[w].said_bye)
+                        send_to(&c, w, FTRT__MSG_FAREWELL, &m, sizeof m);
+                }
                 c.phase = PH_DONE;
                 c.result = c.sdc_unresolved ? FTRT_ECORRUPT : FTRT_DONE;
             }
@@ -1401,6 +1409,7 @@ int ftrt__coordinator_run(ftrt__coord_args *a, int listen_fd, uint64_t secret)
     /* Ranks that never joined count as lost too: after an abort at start-up they never reach
      * MPI_Finalize, so the coordinator must not wait for them there. */
     a->ranks_lost = ranks_lost(&c);
+    a->aborted = c.aborted;
     for (int w = 1; w < c.W; w++) a->ranks_lost += !c.r[w].hello && c.r[w].role != FTRT__ROLE_FAILED;
     for (int w = 1; w < c.W; w++) {
         drop(&c, w);
