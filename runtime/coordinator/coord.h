@@ -1,20 +1,31 @@
 /*
- * coord.h - the coordinator's state (private to runtime/coordinator/).
- * Only the coordinator's (world rank 0's) main thread touches it.
+ * coord.h - the coordinator's state and the interfaces between its files (private to
+ * runtime/coordinator/). Only the coordinator's (world rank 0's) main thread touches it.
+ *
+ * The files, each calling only those listed before it (tools/check-layers refuses object
+ * cycles): conn.c (connections, sends, the silence watch, PINGs, the listener), job.c (the
+ * job's start, end and abort, fencing), commits.c (checkpoint commits), epoch.c (the epoch
+ * change: FAILURE out, REPORTs in, PLAN out, RESUMEDs in), failure.c (a rank declared failed:
+ * the incident, host loss, the spare), sdc_vote.c (silent data corruption: the vote on
+ * fingerprints), progress.c (stalled progress and stragglers), service.c (reading a rank's
+ * messages, silence timeouts) and coordinator.c (the loop: open, iterate, periodic work,
+ * close). plan.c holds their pure decisions (plan.h); names.c, status.c, report.c and
+ * goodput.c the outputs.
  */
 #ifndef FTRT_COORD_H
 #define FTRT_COORD_H
 
 #include <json-c/json.h>
 
-#include "base/fs.h"
-#include "runtime/coordinator/track.h"
 #include <stdio.h>
 
 #include "base/clock.h"
+#include "base/fs.h"
 #include "base/ledger.h"
 #include "base/proto.h"
 #include "runtime/coordinator/coordinator.h"
+#include "runtime/coordinator/plan.h"
+#include "runtime/coordinator/track.h"
 
 enum ftrt__phase { PH_INIT, PH_RUNNING, PH_COLLECT, PH_RESUMING, PH_ABORTING, PH_DONE };
 /* How a failure was detected. FK_SDC: silent data corruption, the rank's replicated regions
@@ -40,7 +51,7 @@ typedef struct ftrt__crank {
     int hello, pid, role, logical;
     char host[FTRT__HOST_MAX];
     double last_heard; /* monotonic */
-    /* the silence watch (coordinator.c "watch_"): a list of the connected ranks ordered by
+    /* the silence watch (conn.c "ftrt__silence_"): a list of the connected ranks ordered by
      * last_heard, oldest first; world ranks, 0 = none */
     int watch_prev, watch_next, watched;
     int64_t steps_done;
@@ -91,7 +102,7 @@ typedef struct ftrt__incident {
     int64_t resume_step, rework_steps;
     int state_from; /* where the resume step's state came from: FTRT__FROM_* */
     int replica_miss; /* sharded state from the checkpoint: why not from the partner replicas
-                         (FTRT__RMISS_*, coordinator.h); FTRT__RMISS_NONE otherwise */
+                         (FTRT__RMISS_*, plan.h); FTRT__RMISS_NONE otherwise */
     int recovered;
     int host_lost; /* every rank of this rank's host failed (check_host_lost) */
     /* FK_SDC only: the step whose fingerprints disagreed, the last step at which they all
@@ -103,11 +114,20 @@ typedef struct ftrt__incident {
 } ftrt__incident;
 
 /* Fingerprints of one (epoch, step) received so far, to compare the step once, when the last
- * member's arrives (coordinator.c sdc_take). */
+ * member's arrives (sdc_vote.c ftrt__sdc_vote_take). */
 typedef struct ftrt__sdc_count {
     int64_t step;
     int epoch, count;
 } ftrt__sdc_count;
+
+/* Scratch arrays of W entries each (no O(W) arrays on the stack), allocated once by
+ * coordinator.c. */
+typedef struct ftrt__coord_scratch {
+    int *i;               /* sdc_vote.c: world ranks of the replicas voted bad */
+    double *d1, *d2, *d3; /* progress.c: step times, compute per step, a sorted copy */
+    uint64_t *u64;        /* sdc_vote.c: the members' fingerprints of one step */
+    unsigned char *b;     /* sdc_vote.c: the verdict per member */
+} ftrt__coord_scratch;
 
 typedef struct ftrt__coord {
     ftrt__coord_args *a; /* what the runtime gave (coordinator.h) */
@@ -138,7 +158,7 @@ typedef struct ftrt__coord {
     int64_t progress_steps;
     double progress_t;
     int final_written; /* the report is written: the status file's last write says "final" */
-    /* silent data corruption check (FINGERPRINT messages; coordinator.c "sdc_") */
+    /* silent data corruption check (FINGERPRINT messages; sdc_vote.c) */
     int sdc_checks;            /* steps whose fingerprints were compared */
     int64_t sdc_agreed_step;   /* last step at which every member's fingerprint agreed, or -1 */
     double sdc_agreed_t;       /* monotonic: the first arrival of that step's fingerprints */
@@ -152,8 +172,9 @@ typedef struct ftrt__coord {
     int sdc_uncommitted;       /* checkpoints the last sdc_distrust() un-committed */
     ftrt__incident sdc_cur;    /* the SDC being reported: add_incident() copies its sdc_ fields */
     ftrt__sdc_count sdc_count[2 * FTRT__SDC_KEEP];
-    /* the loop at scale (coordinator.c; README "The coordinator at scale") */
-    int ep;                    /* epoll instance: listener, pending connections, ranks, commits */
+    /* the loop at scale (docs/detection-and-recovery.md "Control plane") */
+    int ep;                    /* epoll instance: listener, pending connections, ranks, commits
+                                  (keys: FTRT__KEY) */
     int watch_head, watch_tail; /* the silence watch (world ranks, 0 = empty) */
     int nhello;                /* ranks that said a valid hello */
     int nfailed;               /* ranks declared failed (role FTRT__ROLE_FAILED) */
@@ -165,14 +186,118 @@ typedef struct ftrt__coord {
     double status_cost;        /* seconds the last status file write took */
     struct ftrt__committer *committer; /* commits run off the loop (committer.h) */
     int64_t commit_submitted;  /* highest step handed to the committer, or -1 */
-    /* scratch arrays of W entries (no O(W) arrays on the stack) */
-    int64_t *s_i64;
-    int *s_int;
-    double *s_d1, *s_d2, *s_d3;
-    uint64_t *s_u64;
-    unsigned char *s_b;
+    ftrt__coord_scratch s;     /* scratch arrays of W entries */
+    struct ftrt__listener *lis; /* the listening socket and the connections without a hello */
 } ftrt__coord;
 
+/* epoll keys of c->ep: kind << 32 | index. */
+enum { FTRT__KEY_LISTEN = 1, FTRT__KEY_PENDING = 2, FTRT__KEY_RANK = 3, FTRT__KEY_COMMIT = 4 };
+#define FTRT__KEY(kind, i) (((uint64_t)(kind) << 32) | (uint32_t)(i))
+
+/* ---- conn.c: connections, sends, the silence watch, PINGs, the listener ---- */
+/* Sends one message to world rank w if it is connected; a failed send is logged (debug) and
+ * left to the connection's EOF. */
+void ftrt__coord_send(ftrt__coord *c, int w, uint32_t type, const void *p, uint32_t len);
+/* Closes world rank w's connection (which takes it out of the epoll set) and its watch. */
+void ftrt__coord_drop(ftrt__coord *c, int w);
+/* The silence watch: connected ranks ordered by last_heard, oldest first. touch: w was just
+ * heard and moves to the tail; remove: w leaves it. O(1). */
+void ftrt__silence_touch(ftrt__coord *c, int w);
+void ftrt__silence_remove(ftrt__coord *c, int w);
+/* Sends the PINGs that fell due by `now` (every rank one per PING period, spread over it). */
+void ftrt__ping_due(ftrt__coord *c, double now);
+/* Called with the index k of every message of a fan-out to every rank: every 256 messages the
+ * PINGs that fell due go out, so that a long fan-out never starves a rank of messages. */
+void ftrt__fanout_pump(ftrt__coord *c, int k);
+/* Milliseconds epoll may wait: until the next PINGs fall due (batches at least 2 ms apart), the
+ * silence watch's head expires, or 10 ms (the periodic work). */
+int ftrt__coord_wait_ms(const ftrt__coord *c, double now);
+/* The listener: listen_fd (nonblocking from here on, owned: closed by ftrt__listener_close,
+ * or here when nothing could be allocated) joins c->ep; each rank may have one pending
+ * connection per address it was offered (naddr). Returns 0 or -errno / -ENOMEM (then call
+ * ftrt__listener_close). */
+int ftrt__listener_open(ftrt__coord *c, int listen_fd, int naddr, uint64_t secret);
+/* Accepts every waiting connection (KEY_LISTEN readable). */
+void ftrt__listener_accept(ftrt__coord *c);
+/* Reads pending connection idx (KEY_PENDING readable): a valid HELLO makes it world rank w's
+ * connection (KEY_RANK); anything else closes it and counts it as rejected. */
+void ftrt__listener_identify(ftrt__coord *c, int idx);
+/* Closes pending connections that said no valid HELLO within 5 s (at most every 0.1 s). */
+void ftrt__listener_expire(ftrt__coord *c, double now);
+/* Closes the listener and every pending connection, frees it. */
+void ftrt__listener_close(ftrt__coord *c);
+
+/* ---- job.c: the job's start, end and abort ---- */
+/* Every rank said hello: WELCOME to each (role, logical rank, heartbeat period), PH_RUNNING. */
+void ftrt__job_start(ftrt__coord *c);
+/* Ends the job with `code` (logged with why): members get ABORT, spares SHUTDOWN; ranks still
+ * connected at the deadline are fenced (ftrt__job_check_end). No-op once aborting or done. */
+void ftrt__job_abort(ftrt__coord *c, int code, const char *why);
+/* SIGKILL to world rank w when it runs on the coordinator's host (a failed rank that may still
+ * be alive must never rejoin). */
+void ftrt__job_fence(ftrt__coord *c, int w);
+/* 1 once a member said BYE (the job is finishing: no recovery is possible any more). */
+int ftrt__job_finishing(const ftrt__coord *c);
+/* Hot spares still in the pool. O(W). */
+int ftrt__live_spares(const ftrt__coord *c);
+/* The end of the job, checked by the periodic work: every member said BYE or failed (spares
+ * get SHUTDOWN, PH_DONE), or an abort whose ranks all left or whose deadline passed (the
+ * others are fenced, PH_DONE). */
+void ftrt__job_check_end(ftrt__coord *c, double now);
+
+/* ---- commits.c: checkpoint commits ---- */
+/* SHARD_DONE from world rank w: once every trainer reported, the checkpoint is committed (on
+ * the commit thread), failed or skipped, and every member gets the COMMIT. */
+void ftrt__commit_shard_done(ftrt__coord *c, int w, const ftrt__ckpt_msg *cm);
+/* Takes the results of the commits the commit thread finished (KEY_COMMIT readable). */
+void ftrt__commits_take(ftrt__coord *c);
+/* Waits for the commits in flight and takes their results. */
+void ftrt__commits_drain(ftrt__coord *c);
+
+/* ---- epoch.c: the epoch change ---- */
+/* Opens epoch c->epoch + 1: PH_COLLECT, FAILURE {epoch, t_fail_wall} to every member not being
+ * promoted. */
+void ftrt__epoch_open(ftrt__coord *c, double t_fail_wall);
+/* In PH_COLLECT: once every surviving member reported for this epoch, the PLAN goes out
+ * (PH_RESUMING), or the job aborts when no plan exists. O(N). */
+void ftrt__epoch_check_reports(ftrt__coord *c);
+/* In PH_RESUMING: once every member said RESUMED, the incidents are recovered and the job runs
+ * again (PH_RUNNING). Returns 1 when it did (the caller then compares the fingerprints that
+ * arrived meanwhile), else 0. O(N). */
+int ftrt__epoch_check_resumed(ftrt__coord *c);
+
+/* ---- failure.c: a rank declared failed ---- */
+/* Records incident kind for world rank w (-1: silent data corruption with no rank named) with
+ * its detection and best known failure time. Returns it, or NULL without memory. */
+ftrt__incident *ftrt__incident_add(ftrt__coord *c, int w, int kind);
+/* Declares world rank w failed (kind: FK_*): dropped, fenced unless its connection was lost,
+ * its host checked for loss; a trainer is replaced by a hot spare in a new epoch (or joins the
+ * announced one), or the job aborts (no spare, during init or a plan being applied). */
+void ftrt__fail(ftrt__coord *c, int w, int kind);
+
+/* ---- sdc_vote.c: the vote on the replicas' fingerprints ---- */
+/* FINGERPRINT from world rank w: kept, and the step compared once every member sent it. */
+void ftrt__sdc_vote_take(ftrt__coord *c, int w, const ftrt__fingerprint_msg *m);
+/* Compares every step of this epoch that every member sent, oldest first (after a RESUMED). */
+void ftrt__sdc_vote_all(ftrt__coord *c);
+
+/* ---- progress.c: stalled progress and stragglers ---- */
+/* Every second: step times over the last window (the median arms the progress detector) and
+ * stragglers (compute per step above FTRT_STRAGGLER_RATIO x the median; reported only). */
+void ftrt__progress_window(ftrt__coord *c, double now);
+/* Declares failed a trainer whose collectives lag behind another's with no progress for the
+ * progress timeout; reports a hang with nobody behind once. O(N). */
+void ftrt__progress_check(ftrt__coord *c, double now);
+
+/* ---- service.c: reading the ranks ---- */
+/* Reads and handles everything available from world rank w (KEY_RANK readable); EOF or a
+ * malformed message declares it failed. */
+void ftrt__service(ftrt__coord *c, int w);
+/* Declares failed every watched rank silent for longer than the heartbeat timeout (a rank with
+ * unread bytes is read first). */
+void ftrt__check_timeouts(ftrt__coord *c, double now);
+
+/* ---- names.c ---- */
 /* Latest injection time (unix s) for pid / world rank w at or before t_wall in the JSON-lines
  * fault log (FTRT_FAULT_LOG), or -1. */
 double ftrt__fault_injected_at(const char *log, int pid, int w, double t_wall);
@@ -196,10 +321,6 @@ void ftrt__ledger_report(ftrt__coord *c, json_object *o);
 int ftrt__metrics_write(ftrt__coord *c, double t_wall);
 /* Prints the live progress line (stderr) when enabled. */
 void ftrt__progress_line(ftrt__coord *c, int final);
-
-/* The progress timeout in seconds: the configured one, or adaptive max(5 s, 10 x median step
- * time); 0 when adaptive and no step time is known yet (detector not armed). */
-double ftrt__progress_timeout(int configured_ms, double median_step_s);
 
 /* Writes the status file atomically (temp + rename). Returns 0 or -errno (logged once). */
 int ftrt__status_write(ftrt__coord *c);

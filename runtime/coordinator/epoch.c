@@ -1,0 +1,217 @@
+/*
+ * epoch.c - the epoch change after a failure (docs/ARCHITECTURE.md "Recovery"): FAILURE(E+1) to
+ * the survivors, their REPORTs, a PLAN with the resume step and each member's state source to
+ * every member, RESUMED from every member. The decisions themselves are plan.c's (pure); this
+ * file gathers the REPORTs for them, records the outcome in the incidents and sends the PLAN.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "runtime/coordinator/coord.h"
+
+void ftrt__epoch_open(ftrt__coord *c, double t_fail_wall)
+{
+    c->epoch++;
+    c->nreports = c->nresumed = 0;
+    c->phase = PH_COLLECT;
+    c->status_dirty |= 2; /* membership: write now */
+    ftrt__failure_msg m = {.epoch = c->epoch, .t_fail_wall = t_fail_wall};
+    for (int k = 0; k < c->N; k++) {
+        if (!c->r[c->members[k]].promoting)
+            ftrt__coord_send(c, c->members[k], FTRT__MSG_FAILURE, &m, sizeof m);
+        ftrt__fanout_pump(c, k);
+    }
+}
+
+/* What the plan is built from and what it decided. Arrays of N entries (logical ranks). */
+typedef struct plan_in {
+    int64_t *steps, *own, *held; /* each member's REPORT */
+    int32_t *held_of;
+    int *survivor;               /* 0: a promoted spare */
+    int sharded;                 /* a survivor registered sharded regions */
+    int64_t most;                /* the most steps a survivor reported */
+    /* the decision */
+    int64_t resume, ckpt, mem_step;
+    int source, miss;
+} plan_in;
+
+static void plan_in_free(plan_in *in)
+{
+    free(in->steps);
+    free(in->survivor);
+    free(in->held_of);
+}
+
+/* Fills in from the members' REPORTs. Returns 0 or -ENOMEM. */
+static int plan_gather(ftrt__coord *c, plan_in *in)
+{
+    size_t n = (size_t)(c->N > 0 ? c->N : 1);
+    in->steps = calloc(3 * n, sizeof *in->steps);
+    in->survivor = calloc(n, sizeof *in->survivor);
+    in->held_of = calloc(n, sizeof *in->held_of);
+    if (!in->steps || !in->survivor || !in->held_of) return -ENOMEM;
+    in->own = in->steps + n;
+    in->held = in->steps + 2 * n;
+    for (int l = 0; l < c->N; l++) {
+        const ftrt__crank *r = &c->r[c->members[l]];
+        in->survivor[l] = !r->promoting;
+        in->steps[l] = r->report_steps;
+        in->own[l] = r->own_step;
+        in->held[l] = r->held_step;
+        in->held_of[l] = r->held_of;
+        if (in->survivor[l]) {
+            in->sharded |= r->has_sharded;
+            if (r->report_steps > in->most) in->most = r->report_steps;
+        }
+    }
+    return 0;
+}
+
+/* Decides the resume step, the source and where sharded state comes from (plan.c); shard_src
+ * (N entries) receives the memory plan's holders. Returns 0 or the code to abort with. */
+static int plan_decide(ftrt__coord *c, plan_in *in, int32_t *shard_src)
+{
+    in->mem_step = -1;
+    in->miss = FTRT__RMISS_NONE;
+    for (int l = 0; l < c->N; l++) shard_src[l] = -1;
+    int rc = ftrt__plan_compute(in->steps, in->survivor, c->N, in->sharded, c->last_committed,
+                                &in->resume, &in->source, &in->ckpt);
+    /* Sharded state: from the partner replicas in memory where they cover every replaced
+     * rank at a step no older than the committed checkpoint, else from the checkpoint. */
+    if (in->sharded && c->sdc_rollback < 0 &&
+        ftrt__plan_replica(in->survivor, in->own, in->held, in->held_of, c->N, c->last_committed,
+                           &in->mem_step, shard_src) == 1) {
+        rc = 0;
+        in->resume = in->mem_step;
+        in->ckpt = -1;
+    } else if (in->sharded) {
+        in->miss = c->sdc_rollback >= 0
+                       ? FTRT__RMISS_SDC_ROLLBACK
+                       : ftrt__plan_replica_miss(in->survivor, in->own, in->held, in->held_of,
+                                                 c->N, c->last_committed);
+        ftrt_log_info("epoch %d: partner replicas not used (%s)", c->epoch,
+                      ftrt__replica_miss_name(in->miss));
+    }
+    if (rc) return rc;
+    if (c->sdc_rollback >= 0) { /* silent data corruption: back to verified state (sdc_vote.c) */
+        in->resume = in->ckpt = c->sdc_rollback;
+        c->sdc_verified_below = c->sdc_rollback + 1; /* what every member reloads is verified */
+        c->sdc_rollback = -1;
+    }
+    return 0;
+}
+
+/* The incidents this plan recovers: resume step, rework, epoch, where the state came from. */
+static void plan_record(ftrt__coord *c, const plan_in *in)
+{
+    for (int i = 0; i < c->ninc; i++) {
+        ftrt__incident *x = &c->inc[i];
+        if (x->recovered || x->resume_step >= 0 || x->was_spare) continue;
+        x->t_plan_wall = ftrt__wallclock();
+        x->resume_step = in->resume;
+        int64_t before = x->steps_at_failure > in->most ? x->steps_at_failure : in->most;
+        x->rework_steps = before > in->resume ? before - in->resume : 0;
+        x->epoch = c->epoch;
+        x->state_from = in->ckpt >= 0       ? FTRT__FROM_CHECKPOINT
+                        : in->mem_step >= 0 ? FTRT__FROM_REPLICA
+                                            : FTRT__FROM_PEERS;
+        x->replica_miss = in->ckpt >= 0 ? in->miss : FTRT__RMISS_NONE;
+    }
+}
+
+/* Fills the plan's fixed part, members and roles (who receives state: spares, and survivors
+ * behind), then sends it to every member with its logical rank. */
+static void plan_send(ftrt__coord *c, const plan_in *in, ftrt__plan *p, size_t len)
+{
+    int32_t *role = ftrt__plan_roles(p);
+    p->resume_step = in->resume;
+    p->ckpt_step = in->ckpt;
+    p->mem_step = in->mem_step;
+    p->rework_until = in->most > in->resume ? in->most : in->resume;
+    p->epoch = c->epoch;
+    p->source = in->source; /* the most advanced survivor: up to date in every kind of plan */
+    memcpy(p->members, c->members, (size_t)c->N * sizeof(int32_t));
+    for (int l = 0; l < c->N; l++) {
+        const ftrt__crank *r = &c->r[c->members[l]];
+        if (in->mem_step >= 0) /* every survivor restores its own image of mem_step */
+            role[l] = r->promoting ? FTRT__PLAN_NEEDS_STATE : FTRT__PLAN_UP_TO_DATE;
+        else
+            role[l] = in->ckpt < 0 && (r->promoting || r->report_steps != in->resume)
+                          ? FTRT__PLAN_NEEDS_STATE
+                          : FTRT__PLAN_UP_TO_DATE;
+    }
+    for (int l = 0; l < c->N; l++) {
+        p->logical_rank = l;
+        ftrt__coord_send(c, c->members[l], FTRT__MSG_PLAN, p, (uint32_t)len);
+        ftrt__fanout_pump(c, l);
+    }
+}
+
+static void send_plan(ftrt__coord *c)
+{
+    plan_in in = {0};
+    size_t len = ftrt__plan_size(c->N);
+    ftrt__plan *p = calloc(1, len);
+    if (!p || plan_gather(c, &in)) {
+        ftrt__job_abort(c, -ENOMEM, "out of memory building the recovery plan");
+        goto out;
+    }
+    p->ntrainers = c->N;
+    int rc = plan_decide(c, &in, ftrt__plan_shard_src(p));
+    if (rc) {
+        ftrt__job_abort(c, rc, rc == FTRT_ENOCKPT ? "sharded state needs a committed checkpoint "
+                                                    "(or partner replicas in memory) and none "
+                                                    "exists"
+                                                  : "no survivor holds the state");
+        goto out;
+    }
+    plan_record(c, &in);
+    plan_send(c, &in, p, len);
+    ftrt_log_info("epoch %d plan: resume at step %lld, state from logical rank %d%s", c->epoch,
+                  (long long)in.resume, in.source,
+                  in.ckpt >= 0       ? " (checkpoint)"
+                  : in.mem_step >= 0 ? " (partner replicas in memory)"
+                                     : "");
+    c->phase = PH_RESUMING;
+    c->status_dirty |= 2; /* membership: write now */
+out:
+    plan_in_free(&in);
+    free(p);
+}
+
+void ftrt__epoch_check_reports(ftrt__coord *c)
+{
+    if (c->phase != PH_COLLECT) return;
+    for (int l = 0; l < c->N; l++) {
+        ftrt__crank *r = &c->r[c->members[l]];
+        if (!r->promoting && r->reported_epoch != c->epoch) return;
+    }
+    send_plan(c);
+}
+
+int ftrt__epoch_check_resumed(ftrt__coord *c)
+{
+    if (c->phase != PH_RESUMING) return 0;
+    for (int l = 0; l < c->N; l++)
+        if (c->r[c->members[l]].resumed_epoch != c->epoch) return 0;
+    double now = ftrt__now();
+    for (int i = 0; i < c->ninc; i++)
+        if (!c->inc[i].recovered && c->inc[i].resume_step >= 0) {
+            c->inc[i].recovered = 1;
+            c->inc[i].t_resumed = now;
+        }
+    c->npromoting = 0;
+    for (int l = 0; l < c->N; l++) {
+        ftrt__crank *r = &c->r[c->members[l]];
+        r->promoting = 0;
+        r->waits = 0; /* members count collectives from the start of the epoch */
+        r->last_change = now;
+        r->win_t = 0;
+    }
+    c->phase = PH_RUNNING;
+    c->status_dirty |= 2; /* membership: write now */
+    ftrt_log_warn("epoch %d: every member is back in the training loop", c->epoch);
+    return 1;
+}
