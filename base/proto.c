@@ -2,6 +2,7 @@
 #include "base/proto.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,9 +46,10 @@ int ftrt__msg_check(const ftrt__msghdr *h)
                    ? 0
                    : FTRT_EPROTO;
     if (h->type == FTRT__MSG_PLAN) {
-        /* 3 x ntrainers int32: members, roles, sharded-image sources (ftrt__plan_size) */
-        if (h->len < sizeof(ftrt__plan) || (h->len - sizeof(ftrt__plan)) % (3 * sizeof(int32_t)) ||
-            (h->len - sizeof(ftrt__plan)) / (3 * sizeof(int32_t)) > FTRT__MAX_WORLD)
+        /* int32 entries: 3 per replaced rank, 1 per survivor behind, 1 per member (whole
+         * table), each count at most FTRT__MAX_WORLD (ftrt__plan_msg_size) */
+        if (h->len < sizeof(ftrt__plan_msg) || (h->len - sizeof(ftrt__plan_msg)) % sizeof(int32_t) ||
+            (h->len - sizeof(ftrt__plan_msg)) / sizeof(int32_t) > 5 * (size_t)FTRT__MAX_WORLD)
             return FTRT_EPROTO;
         return 0;
     }
@@ -105,6 +107,74 @@ int ftrt__plan_check(const ftrt__plan *p, size_t len)
                            role[ss[i]] != FTRT__PLAN_UP_TO_DATE))
             return FTRT_EPROTO;
     }
+    return 0;
+}
+
+size_t ftrt__plan_msg_size(int nrepl, int nbehind, int nmembers)
+{
+    return sizeof(ftrt__plan_msg) + (3 * (size_t)nrepl + (size_t)nbehind + (size_t)nmembers) *
+                                         sizeof(int32_t);
+}
+
+int ftrt__plan_msg_check(const ftrt__plan_msg *m, size_t len)
+{
+    if (len < sizeof *m) return FTRT_EPROTO;
+    int n = m->ntrainers;
+    if (n < 1 || n >= FTRT__MAX_WORLD || m->nrepl < 0 || m->nrepl > n || m->nbehind < 0 ||
+        m->nbehind > n || (m->nmembers != 0 && m->nmembers != n) ||
+        len != ftrt__plan_msg_size(m->nrepl, m->nbehind, m->nmembers) ||
+        (m->nmembers == 0) != (m->logical_rank == -1) || m->logical_rank < -1 ||
+        m->logical_rank >= n)
+        return FTRT_EPROTO;
+    const int32_t *d = m->data;
+    for (int i = 0; i < m->nrepl; i++, d += 3)
+        if (d[0] < 0 || d[0] >= n || d[1] < 1 || d[1] >= FTRT__MAX_WORLD || d[2] < -1 || d[2] >= n)
+            return FTRT_EPROTO;
+    for (int i = 0; i < m->nbehind; i++, d++)
+        if (*d < 0 || *d >= n) return FTRT_EPROTO;
+    for (int i = 0; i < m->nmembers; i++, d++)
+        if (*d < 1 || *d >= FTRT__MAX_WORLD) return FTRT_EPROTO;
+    return 0;
+}
+
+void ftrt__plan_initial_members(int32_t *members, int n)
+{
+    for (int l = 0; l < n; l++) members[l] = l + 1;
+}
+
+int ftrt__plan_expand(const ftrt__plan_msg *m, size_t len, const int32_t *prev, int prev_n,
+                      int logical, ftrt__plan **out, size_t *out_len)
+{
+    *out = NULL;
+    if (ftrt__plan_msg_check(m, len)) return FTRT_EPROTO;
+    int n = m->ntrainers;
+    const int32_t *repl = m->data, *behind = repl + 3 * m->nrepl, *table = behind + m->nbehind;
+    if (m->nmembers == 0 && (!prev || prev_n != n)) return FTRT_EPROTO;
+    size_t plen = ftrt__plan_size(n);
+    ftrt__plan *p = malloc(plen);
+    if (!p) return -ENOMEM;
+    memcpy(p, m, offsetof(ftrt__plan, members)); /* the fixed part: the same layout */
+    p->logical_rank = m->nmembers ? m->logical_rank : logical;
+    int32_t *role = ftrt__plan_roles(p), *ss = ftrt__plan_shard_src(p);
+    memcpy(p->members, m->nmembers ? table : prev, (size_t)n * sizeof(int32_t));
+    for (int l = 0; l < n; l++) {
+        role[l] = FTRT__PLAN_UP_TO_DATE;
+        ss[l] = -1;
+    }
+    for (int i = 0; i < m->nrepl; i++) {
+        const int32_t *e = repl + 3 * i;
+        p->members[e[0]] = e[1];
+        ss[e[0]] = e[2];
+        if (m->ckpt_step < 0) role[e[0]] = FTRT__PLAN_NEEDS_STATE;
+    }
+    for (int i = 0; i < m->nbehind; i++) role[behind[i]] = FTRT__PLAN_NEEDS_STATE;
+    int rc = ftrt__plan_check(p, plen);
+    if (rc) {
+        free(p);
+        return rc == -ENOMEM ? rc : FTRT_EPROTO;
+    }
+    *out = p;
+    *out_len = plen;
     return 0;
 }
 

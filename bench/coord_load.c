@@ -127,6 +127,8 @@ static int expect_epoch;           /* FAILURE/PLAN of this epoch belong to the t
 static int64_t commit_result_bad;  /* COMMIT with a nonzero result */
 static _Atomic int unexpected_eof, unexpected_failure, aborts, tx_blocked;
 static _Atomic int trial_open;     /* 1 while a kill or silence trial expects a failure */
+static _Atomic long long plan_bytes; /* PLAN bytes received by all agents (header included) */
+static _Atomic long long plan_msg_max; /* the largest PLAN message received, bytes */
 static double trial_t_ref;         /* the trial's close time, or the silent agent's last send */
 
 static void ev_reset(void)
@@ -388,9 +390,14 @@ static void take(worker *k, agent *a, const ftrt__msghdr *h, const uint8_t *p, d
         pthread_mutex_unlock(&ev_lock);
         if (ours) ev_note(EV_PLAN, now);
         else atomic_fetch_add(&unexpected_failure, 1);
+        long long bytes = (long long)(sizeof *h + h->len);
+        atomic_fetch_add(&plan_bytes, bytes);
+        long long mx = atomic_load(&plan_msg_max);
+        while (bytes > mx && !atomic_compare_exchange_weak(&plan_msg_max, &mx, bytes)) {}
         a->epoch = pl.epoch;
         atomic_store(&a->role, FTRT__ROLE_TRAINER);
-        atomic_store(&a->logical, pl.logical_rank);
+        if (pl.logical_rank >= 0) /* (a survivor's PLAN may leave it out: it keeps its own) */
+            atomic_store(&a->logical, pl.logical_rank);
         a->recovering = 0;
         a->step_base = a->epoch_step0 = pl.resume_step;
         a->t_base = now;
@@ -988,6 +995,7 @@ int main(int argc, char **argv)
     double *plan_f = calloc((size_t)ntrial + 1, sizeof(double));
     double *plan_l = calloc((size_t)ntrial + 1, sizeof(double));
     double *sil = calloc((size_t)ntrial + 1, sizeof(double));
+    double *plan_b = calloc((size_t)ntrial + 1, sizeof(double));
     int nk = 0, ns = 0, np = 0, epoch = 0;
     for (int tr = 0; tr < ntrial; tr++) {
         int silent = tr >= opt_kills;
@@ -1000,6 +1008,7 @@ int main(int argc, char **argv)
         }
         if (victim < 0) break;
         ev_reset();
+        atomic_store(&plan_bytes, 0);
         pthread_mutex_lock(&ev_lock);
         expect_epoch = ++epoch;
         pthread_mutex_unlock(&ev_lock);
@@ -1036,6 +1045,7 @@ int main(int argc, char **argv)
         double rl, pf, pl;
         ev_get(EV_REPORT_SENT, NULL, &rl);
         ev_get(EV_PLAN, &pf, &pl);
+        plan_b[np] = (double)atomic_load(&plan_bytes);
         plan_f[np] = pf - rl;
         plan_l[np++] = pl - rl;
         atomic_store(&trial_open, 0);
@@ -1086,7 +1096,7 @@ int main(int argc, char **argv)
     double fan50 = quant(fan, nk, 0.5), fanmax = nk ? fan[nk - 1] : NAN;
     double sil50 = quant(sil, ns, 0.5), silmax = ns ? sil[ns - 1] : NAN;
     double pf50 = quant(plan_f, np, 0.5), pl50 = quant(plan_l, np, 0.5),
-           plmax = np ? plan_l[np - 1] : NAN;
+           plmax = np ? plan_l[np - 1] : NAN, pb50 = quant(plan_b, np, 0.5);
     int fp = atomic_load(&unexpected_eof) + atomic_load(&unexpected_failure);
     printf("commit (last SHARD_DONE -> COMMIT, %d): first p50 %.1f ms, last p50 %.1f ms max "
            "%.1f ms\n", ncm, cmf50 * 1e3, cml50 * 1e3, cmlmax * 1e3);
@@ -1094,8 +1104,9 @@ int main(int argc, char **argv)
            "ms max %.1f ms\n", nk, mttd50 * 1e3, mttdmax * 1e3, fan50 * 1e3, fanmax * 1e3);
     printf("silence (timeout expiry -> FAILURE, %d): p50 %.2f ms max %.2f ms\n", ns, sil50 * 1e3,
            silmax * 1e3);
-    printf("plan (last REPORT -> PLAN, %d): first p50 %.1f ms, last p50 %.1f ms max %.1f ms\n",
-           np, pf50 * 1e3, pl50 * 1e3, plmax * 1e3);
+    printf("plan (last REPORT -> PLAN, %d): first p50 %.1f ms, last p50 %.1f ms max %.1f ms; "
+           "PLAN bytes to all members per recovery p50 %.0f, largest message %lld\n",
+           np, pf50 * 1e3, pl50 * 1e3, plmax * 1e3, pb50, (long long)atomic_load(&plan_msg_max));
     printf("false positives %d (connections closed %d, failures %d); aborts %d; sends that "
            "found a full socket %d; coordinator silence at the agents over the whole run max "
            "%.0f ms; RSS at the end %.1f MiB (peak %.1f); end (last BYE -> exit) %.2f s\n",
@@ -1107,13 +1118,15 @@ int main(int argc, char **argv)
            "commit_first_ms=%.2f commit_last_ms=%.2f commit_max_ms=%.2f mttd_p50_ms=%.3f "
            "mttd_max_ms=%.3f fanout_p50_ms=%.2f fanout_max_ms=%.2f silent_p50_ms=%.2f "
            "silent_max_ms=%.2f plan_first_ms=%.2f plan_last_ms=%.2f plan_max_ms=%.2f "
+           "plan_bytes=%.0f plan_msg_max=%lld "
            "false_pos=%d aborts=%d tx_blocked=%d end_s=%.3f kills=%d silents=%d commits=%d "
            "fails=%d\n",
            N, opt_s, W, startup, cpu, gen_cpu, rss_steady, rss_end, hwm, p50 * 1e3, p99 * 1e3,
            pmax * 1e3, gap_steady * 1e3, gap_all * 1e3, (hb1 - hb0) / dt, hb_expected(W),
            late_steady * 1e3, cmf50 * 1e3, cml50 * 1e3, cmlmax * 1e3, mttd50 * 1e3,
            mttdmax * 1e3, fan50 * 1e3, fanmax * 1e3, sil50 * 1e3, silmax * 1e3, pf50 * 1e3,
-           pl50 * 1e3, plmax * 1e3, fp, atomic_load(&aborts), atomic_load(&tx_blocked), end_s,
+           pl50 * 1e3, plmax * 1e3, pb50, (long long)atomic_load(&plan_msg_max), fp,
+           atomic_load(&aborts), atomic_load(&tx_blocked), end_s,
            nk, ns, ncm, fails);
     fflush(stdout);
     if (!opt_keep && !opt_dir[0]) {
@@ -1128,6 +1141,7 @@ int main(int argc, char **argv)
     free(fan);
     free(plan_f);
     free(plan_l);
+    free(plan_b);
     free(sil);
     for (int w = 1; w < W; w++) {
         if (agents[w].fd >= 0) close(agents[w].fd);

@@ -29,6 +29,8 @@ COLS = [  # (RESULT key, label, format)
     ("fanout_max_ms", "crash: close -> last survivor's FAILURE max (ms)", "{:.1f}"),
     ("silent_max_ms", "silence: timeout expiry -> FAILURE max (ms)", "{:.2f}"),
     ("plan_last_ms", "last REPORT -> last PLAN p50 (ms)", "{:.1f}"),
+    ("plan_bytes", "PLAN bytes to all members per recovery, p50", "{:.0f}"),
+    ("plan_msg_max", "largest PLAN message (bytes)", "{:.0f}"),
     ("commit_last_ms", "last SHARD_DONE -> last COMMIT p50 (ms)", "{:.1f}"),
     ("rss_mib", "RSS, steady (MiB)", "{:.1f}"),
     ("hwm_mib", "peak RSS (MiB)", "{:.1f}"),

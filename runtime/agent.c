@@ -42,6 +42,58 @@ static void set_fatal(ftrt_ctx *ctx, int code)
     atomic_compare_exchange_strong(&ctx->watch.fatal, &zero, code);
 }
 
+/* WELCOME: a trainer starts from the initial membership (base/proto.h), which the PLANs'
+ * deltas then change. cp.lock held. Returns 0 or -ENOMEM. */
+static int take_welcome(ftrt__cp *cp, const void *payload)
+{
+    memcpy(&cp->welcome, payload, sizeof cp->welcome);
+    cp->welcomed = 1;
+    cp->logical = cp->welcome.logical_rank;
+    if (cp->welcome.role != FTRT__ROLE_TRAINER || cp->welcome.ntrainers < 1) return 0;
+    int32_t *m = malloc((size_t)cp->welcome.ntrainers * sizeof *m);
+    if (!m) return -ENOMEM;
+    ftrt__plan_initial_members(m, cp->welcome.ntrainers);
+    free(cp->members);
+    cp->members = m;
+    cp->nmembers = cp->welcome.ntrainers;
+    return 0;
+}
+
+/* PLAN: expanded against the membership this rank knows (base/proto.h ftrt__plan_expand); it
+ * must name this rank where it says this rank is. cp.lock held. Returns 0 or FTRT_EPROTO
+ * (-ENOMEM is not a protocol error: the plan is lost, and the recovery waits for it). */
+static int take_plan(struct ftrt_ctx *ctx, const void *payload, size_t len)
+{
+    ftrt__cp *cp = &ctx->cp;
+    ftrt__plan_msg *m = malloc(len);
+    if (!m) return 0;
+    memcpy(m, payload, len);
+    ftrt__plan *p = NULL;
+    size_t plen = 0;
+    int rc = ftrt__plan_expand(m, len, cp->members, cp->nmembers, cp->logical, &p, &plen);
+    free(m);
+    if (rc == -ENOMEM) return 0;
+    if (rc || p->members[p->logical_rank] != ctx->world_rank) {
+        free(p);
+        return FTRT_EPROTO;
+    }
+    int32_t *members = realloc(cp->members, (size_t)p->ntrainers * sizeof *members);
+    if (!members) {
+        free(p);
+        return 0;
+    }
+    memcpy(members, p->members, (size_t)p->ntrainers * sizeof *members);
+    cp->members = members;
+    cp->nmembers = p->ntrainers;
+    cp->logical = p->logical_rank;
+    free(cp->plan);
+    cp->plan = p;
+    cp->plan_len = plen;
+    if (p->epoch > atomic_load(&ctx->watch.pending_epoch))
+        atomic_store(&ctx->watch.pending_epoch, p->epoch);
+    return 0;
+}
+
 /* Handles one message from the coordinator. Returns 0, or FTRT_EPROTO for a bad one. */
 static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *payload)
 {
@@ -51,8 +103,7 @@ static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *paylo
     pthread_mutex_lock(&cp->lock);
     switch (h->type) {
     case FTRT__MSG_WELCOME:
-        memcpy(&cp->welcome, payload, sizeof cp->welcome);
-        cp->welcomed = 1;
+        if (take_welcome(cp, payload)) set_fatal(ctx, -ENOMEM);
         break;
     case FTRT__MSG_FAILURE: {
         ftrt__failure_msg fm;
@@ -63,22 +114,12 @@ static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *paylo
         ftrt_log_info("epoch %d announced: a rank failed", fm.epoch);
         break;
     }
-    case FTRT__MSG_PLAN: {
-        ftrt__plan *p = malloc(h->len);
-        if (!p) break;
-        memcpy(p, payload, h->len);
-        if (ftrt__plan_check(p, h->len)) {
-            free(p);
+    case FTRT__MSG_PLAN:
+        if (take_plan(ctx, payload, h->len)) {
             pthread_mutex_unlock(&cp->lock);
             return FTRT_EPROTO;
         }
-        free(cp->plan);
-        cp->plan = p;
-        cp->plan_len = h->len;
-        if (p->epoch > atomic_load(&ctx->watch.pending_epoch))
-            atomic_store(&ctx->watch.pending_epoch, p->epoch);
         break;
-    }
     case FTRT__MSG_COMMIT:
         memcpy(&cm, payload, sizeof cm);
         cp->commit_step = cm.step;

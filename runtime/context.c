@@ -49,6 +49,7 @@ static void ctx_free(ftrt_ctx *ctx)
     ftrt__agent_stop(ctx);
     ftrt__ckpt_engine_free(ctx->ckpt); /* after the agent: it calls into the engine */
     free(ctx->cp.plan);
+    free(ctx->cp.members);
     free(ctx->plan);
     free(ctx->regs);
     free(ctx->step_s);
@@ -127,6 +128,7 @@ static int init_ctx(ftrt_ctx *ctx, const ftrt_config *cfg)
     ctx->t_start = ftrt__now();
     ftrt__replica_free(ctx); /* no partner replicas yet (steps -1) */
     ctx->cp.fd = -1;
+    ctx->cp.logical = -1;
     ctx->cp.wake[0] = ctx->cp.wake[1] = -1;
     ctx->hostif = ftrt__host_of(ctx);
     ftrt__plane_init(&ctx->plane, &ctx->watch, ctx->hostif, ctx->cfg.async_progress,

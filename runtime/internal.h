@@ -47,8 +47,12 @@ typedef struct ftrt__cp {
     /* guarded by lock */
     int welcomed;
     ftrt__welcome welcome;
-    ftrt__plan *plan; /* newest PLAN received (malloc'd) */
+    ftrt__plan *plan; /* newest PLAN received, expanded (malloc'd; base/proto.h) */
     size_t plan_len;
+    int32_t *members; /* the membership as of the newest plan (WELCOME: the initial one), by
+                         logical rank, nmembers entries (malloc'd; NULL for a spare) */
+    int nmembers;
+    int logical;      /* this rank's logical rank in it (-1: a spare) */
     int64_t commit_step;
     int commit_result;
     int commit_seen;

@@ -29,6 +29,7 @@ void ftrt__epoch_open(ftrt__coord *c, double t_fail_wall)
 typedef struct plan_in {
     int64_t *steps, *own, *held; /* each member's REPORT */
     int32_t *held_of;
+    int32_t *shard_src;          /* the memory plan's holder of each replaced rank's image */
     int *survivor;               /* 0: a promoted spare */
     int sharded;                 /* a survivor registered sharded regions */
     int64_t most;                /* the most steps a survivor reported */
@@ -42,6 +43,7 @@ static void plan_in_free(plan_in *in)
     free(in->steps);
     free(in->survivor);
     free(in->held_of);
+    free(in->shard_src);
 }
 
 /* Fills in from the members' REPORTs. Returns 0 or -ENOMEM. */
@@ -51,7 +53,8 @@ static int plan_gather(ftrt__coord *c, plan_in *in)
     in->steps = calloc(3 * n, sizeof *in->steps);
     in->survivor = calloc(n, sizeof *in->survivor);
     in->held_of = calloc(n, sizeof *in->held_of);
-    if (!in->steps || !in->survivor || !in->held_of) return -ENOMEM;
+    in->shard_src = calloc(n, sizeof *in->shard_src);
+    if (!in->steps || !in->survivor || !in->held_of || !in->shard_src) return -ENOMEM;
     in->own = in->steps + n;
     in->held = in->steps + 2 * n;
     for (int l = 0; l < c->N; l++) {
@@ -69,10 +72,11 @@ static int plan_gather(ftrt__coord *c, plan_in *in)
     return 0;
 }
 
-/* Decides the resume step, the source and where sharded state comes from (plan.c); shard_src
- * (N entries) receives the memory plan's holders. Returns 0 or the code to abort with. */
-static int plan_decide(ftrt__coord *c, plan_in *in, int32_t *shard_src)
+/* Decides the resume step, the source and where sharded state comes from (plan.c). Returns 0
+ * or the code to abort with. */
+static int plan_decide(ftrt__coord *c, plan_in *in)
 {
+    int32_t *shard_src = in->shard_src;
     in->mem_step = -1;
     in->miss = FTRT__RMISS_NONE;
     for (int l = 0; l < c->N; l++) shard_src[l] = -1;
@@ -121,45 +125,90 @@ static void plan_record(ftrt__coord *c, const plan_in *in)
     }
 }
 
-/* Fills the plan's fixed part, members and roles (who receives state: spares, and survivors
- * behind), then sends it to every member with its logical rank. */
-static void plan_send(ftrt__coord *c, const plan_in *in, ftrt__plan *p, size_t len)
+/* The PLAN for the survivors (logical_rank -1, each keeps its own): the replaced ranks with
+ * their new world ranks and sharded-image sources, then the survivors behind the resume step
+ * (a peers plan: they receive the replicated state too). The caller frees it; NULL without
+ * memory. *len receives its size. */
+static ftrt__plan_msg *plan_delta(ftrt__coord *c, const plan_in *in, size_t *len)
 {
-    int32_t *role = ftrt__plan_roles(p);
-    p->resume_step = in->resume;
-    p->ckpt_step = in->ckpt;
-    p->mem_step = in->mem_step;
-    p->rework_until = in->most > in->resume ? in->most : in->resume;
-    p->epoch = c->epoch;
-    p->source = in->source; /* the most advanced survivor: up to date in every kind of plan */
-    memcpy(p->members, c->members, (size_t)c->N * sizeof(int32_t));
+    int nrepl = 0, nbehind = 0;
     for (int l = 0; l < c->N; l++) {
         const ftrt__crank *r = &c->r[c->members[l]];
-        if (in->mem_step >= 0) /* every survivor restores its own image of mem_step */
-            role[l] = r->promoting ? FTRT__PLAN_NEEDS_STATE : FTRT__PLAN_UP_TO_DATE;
-        else
-            role[l] = in->ckpt < 0 && (r->promoting || r->report_steps != in->resume)
-                          ? FTRT__PLAN_NEEDS_STATE
-                          : FTRT__PLAN_UP_TO_DATE;
+        nrepl += r->promoting;
+        nbehind += !r->promoting && in->ckpt < 0 && in->mem_step < 0 &&
+                   r->report_steps != in->resume;
+    }
+    *len = ftrt__plan_msg_size(nrepl, nbehind, 0);
+    ftrt__plan_msg *m = calloc(1, *len);
+    if (!m) return NULL;
+    *m = (ftrt__plan_msg){.resume_step = in->resume, .ckpt_step = in->ckpt,
+                          .mem_step = in->mem_step, .epoch = c->epoch, .ntrainers = c->N,
+                          .rework_until = in->most > in->resume ? in->most : in->resume,
+                          .source = in->source, /* the most advanced survivor: up to date in
+                                                   every kind of plan */
+                          .logical_rank = -1, .nrepl = nrepl, .nbehind = nbehind};
+    int32_t *repl = m->data, *behind = m->data + 3 * nrepl;
+    for (int l = 0; l < c->N; l++) {
+        const ftrt__crank *r = &c->r[c->members[l]];
+        if (r->promoting) {
+            *repl++ = l;
+            *repl++ = c->members[l];
+            *repl++ = in->shard_src[l];
+        } else if (in->ckpt < 0 && in->mem_step < 0 && r->report_steps != in->resume) {
+            *behind++ = l;
+        }
+    }
+    return m;
+}
+
+/* The same plan with the whole membership, for the promoted spares (which know none); its
+ * logical_rank is set per recipient. NULL without memory. */
+static ftrt__plan_msg *plan_full(ftrt__coord *c, const ftrt__plan_msg *delta, size_t dlen,
+                                 size_t *len)
+{
+    *len = dlen + (size_t)c->N * sizeof(int32_t);
+    ftrt__plan_msg *m = malloc(*len);
+    if (!m) return NULL;
+    memcpy(m, delta, dlen);
+    m->nmembers = c->N;
+    memcpy((char *)m + dlen, c->members, (size_t)c->N * sizeof(int32_t));
+    return m;
+}
+
+/* Sends the PLAN: the delta to every survivor, the whole table to each promoted spare.
+ * Returns 0 or -ENOMEM. */
+static int plan_send(ftrt__coord *c, const plan_in *in)
+{
+    size_t dlen, flen = 0;
+    ftrt__plan_msg *delta = plan_delta(c, in, &dlen);
+    ftrt__plan_msg *full = delta && delta->nrepl ? plan_full(c, delta, dlen, &flen) : NULL;
+    if (!delta || (delta->nrepl && !full)) {
+        free(delta);
+        return -ENOMEM;
     }
     for (int l = 0; l < c->N; l++) {
-        p->logical_rank = l;
-        ftrt__coord_send(c, c->members[l], FTRT__MSG_PLAN, p, (uint32_t)len);
+        int w = c->members[l];
+        if (c->r[w].promoting) {
+            full->logical_rank = l;
+            ftrt__coord_send(c, w, FTRT__MSG_PLAN, full, (uint32_t)flen);
+        } else {
+            ftrt__coord_send(c, w, FTRT__MSG_PLAN, delta, (uint32_t)dlen);
+        }
         ftrt__fanout_pump(c, l);
     }
+    free(delta);
+    free(full);
+    return 0;
 }
 
 static void send_plan(ftrt__coord *c)
 {
     plan_in in = {0};
-    size_t len = ftrt__plan_size(c->N);
-    ftrt__plan *p = calloc(1, len);
-    if (!p || plan_gather(c, &in)) {
+    if (plan_gather(c, &in)) {
         ftrt__job_abort(c, -ENOMEM, "out of memory building the recovery plan");
         goto out;
     }
-    p->ntrainers = c->N;
-    int rc = plan_decide(c, &in, ftrt__plan_shard_src(p));
+    int rc = plan_decide(c, &in);
     if (rc) {
         ftrt__job_abort(c, rc, rc == FTRT_ENOCKPT ? "sharded state needs a committed checkpoint "
                                                     "(or partner replicas in memory) and none "
@@ -168,7 +217,10 @@ static void send_plan(ftrt__coord *c)
         goto out;
     }
     plan_record(c, &in);
-    plan_send(c, &in, p, len);
+    if (plan_send(c, &in)) {
+        ftrt__job_abort(c, -ENOMEM, "out of memory building the recovery plan");
+        goto out;
+    }
     ftrt_log_info("epoch %d plan: resume at step %lld, state from logical rank %d%s", c->epoch,
                   (long long)in.resume, in.source,
                   in.ckpt >= 0       ? " (checkpoint)"
@@ -178,7 +230,6 @@ static void send_plan(ftrt__coord *c)
     c->status_dirty |= 2; /* membership: write now */
 out:
     plan_in_free(&in);
-    free(p);
 }
 
 void ftrt__epoch_check_reports(ftrt__coord *c)

@@ -55,6 +55,7 @@ static int setup(void **state)
     ctx->cfg.heartbeat_ms = 10;
     ctx->cfg.init_timeout_ms = 5000;
     ctx->world_rank = 3;
+    ctx->cp.logical = -1;
     snprintf(ctx->host, sizeof ctx->host, "testhost");
     ctx->cp.fd = -1;
     ctx->cp.wake[0] = ctx->cp.wake[1] = -1;
@@ -87,6 +88,7 @@ static int teardown(void **state)
     close(f->listen_fd);
     ftrt__rx_free(&f->rx);
     free(f->ctx->cp.plan);
+    free(f->ctx->cp.members);
     pthread_mutex_destroy(&f->ctx->cp.lock);
     pthread_mutex_destroy(&f->ctx->cp.send_lock);
     pthread_cond_destroy(&f->ctx->cp.cond);
@@ -127,19 +129,28 @@ static void failure_and_plan(void **state)
     assert_int_equal(ftrt__interrupted(ctx), FTRT_ERECOVER);
     assert_true(atomic_load(&ctx->cp.t_fail_wall) == 1234.5);
 
-    size_t len = ftrt__plan_size(2);
-    ftrt__plan *p = calloc(1, len);
-    p->epoch = 1, p->ntrainers = 2, p->source = 0, p->logical_rank = 1, p->resume_step = 9;
-    p->members[0] = 1, p->members[1] = 4;
+    /* the delta from the initial membership (world ranks 1..4): logical rank 1 is now world
+     * rank 5, which needs state; this rank keeps logical rank 2 */
+    size_t len = ftrt__plan_msg_size(1, 0, 0);
+    ftrt__plan_msg *p = calloc(1, len);
+    p->epoch = 1, p->ntrainers = 4, p->source = 0, p->logical_rank = -1, p->resume_step = 9;
     p->ckpt_step = p->mem_step = -1;
-    ftrt__plan_shard_src(p)[0] = ftrt__plan_shard_src(p)[1] = -1;
+    p->nrepl = 1;
+    p->data[0] = 1, p->data[1] = 5, p->data[2] = -1;
     assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_PLAN, p, (uint32_t)len), 0);
     free(p);
     pthread_mutex_lock(&ctx->cp.lock);
     for (int i = 0; i < 500 && !ctx->cp.plan; i++) ftrt__cp_wait(ctx, 10);
     assert_non_null(ctx->cp.plan);
     assert_int_equal(ctx->cp.plan->resume_step, 9);
-    assert_int_equal(ctx->cp.plan->members[1], 4);
+    assert_int_equal(ctx->cp.plan->logical_rank, 2);
+    int32_t want[4] = {1, 5, 3, 4};
+    for (int l = 0; l < 4; l++) {
+        assert_int_equal(ctx->cp.plan->members[l], want[l]);
+        assert_int_equal(ftrt__plan_roles(ctx->cp.plan)[l],
+                         l == 1 ? FTRT__PLAN_NEEDS_STATE : FTRT__PLAN_UP_TO_DATE);
+        assert_int_equal(ctx->cp.members[l], want[l]); /* the next delta applies to this */
+    }
     pthread_mutex_unlock(&ctx->cp.lock);
     ctx->watch.epoch = 1;
     assert_int_equal(ftrt__interrupted(ctx), 0);
@@ -194,9 +205,10 @@ static void coordinator_loss(void **state)
 static void malformed_plan(void **state)
 {
     fixture *f = *state;
-    size_t len = ftrt__plan_size(2);
-    ftrt__plan *p = calloc(1, len);
-    p->epoch = 1, p->ntrainers = 2, p->members[0] = 4, p->members[1] = 4; /* duplicate */
+    size_t len = ftrt__plan_msg_size(0, 0, 2);
+    ftrt__plan_msg *p = calloc(1, len);
+    p->epoch = 1, p->ntrainers = 2, p->nmembers = 2, p->logical_rank = 0;
+    p->data[0] = 3, p->data[1] = 3; /* duplicate member */
     assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_PLAN, p, (uint32_t)len), 0);
     free(p);
     for (int i = 0; i < 500 && ftrt__interrupted(f->ctx) == 0; i++) usleep(10000);
@@ -204,6 +216,36 @@ static void malformed_plan(void **state)
     pthread_mutex_lock(&f->ctx->cp.lock);
     assert_null(f->ctx->cp.plan); /* the bad plan was never adopted */
     pthread_mutex_unlock(&f->ctx->cp.lock);
+}
+
+/* A well-formed plan that puts another world rank where it says this rank is, or a delta for a
+ * rank that knows no membership (it was never welcomed as a trainer), is refused the same way. */
+static void plan_for_another_rank(void **state)
+{
+    fixture *f = *state;
+    size_t len = ftrt__plan_msg_size(0, 0, 2);
+    ftrt__plan_msg *p = calloc(1, len);
+    p->epoch = 1, p->ntrainers = 2, p->nmembers = 2, p->logical_rank = 0;
+    p->data[0] = 4, p->data[1] = 3; /* this rank (world 3) is logical rank 1, not 0 */
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_PLAN, p, (uint32_t)len), 0);
+    free(p);
+    for (int i = 0; i < 500 && ftrt__interrupted(f->ctx) == 0; i++) usleep(10000);
+    assert_int_equal(ftrt__interrupted(f->ctx), FTRT_ECOORD);
+    pthread_mutex_lock(&f->ctx->cp.lock);
+    assert_null(f->ctx->cp.plan);
+    pthread_mutex_unlock(&f->ctx->cp.lock);
+}
+
+static void delta_without_membership(void **state)
+{
+    fixture *f = *state;
+    size_t len = ftrt__plan_msg_size(0, 0, 0);
+    ftrt__plan_msg *p = calloc(1, len);
+    p->epoch = 1, p->ntrainers = 2, p->logical_rank = -1;
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_PLAN, p, (uint32_t)len), 0);
+    free(p);
+    for (int i = 0; i < 500 && ftrt__interrupted(f->ctx) == 0; i++) usleep(10000);
+    assert_int_equal(ftrt__interrupted(f->ctx), FTRT_ECOORD);
 }
 
 int main(void)
@@ -215,6 +257,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(abort_is_fatal, setup, teardown),
         cmocka_unit_test_setup_teardown(coordinator_loss, setup, teardown),
         cmocka_unit_test_setup_teardown(malformed_plan, setup, teardown),
+        cmocka_unit_test_setup_teardown(plan_for_another_rank, setup, teardown),
+        cmocka_unit_test_setup_teardown(delta_without_membership, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
