@@ -17,6 +17,9 @@
 #include "base/ledger.h"
 
 #define FTRT__MAGIC 0x46545254u /* "FTRT" */
+/* This protocol has host agents (HOST_HELLO, RELAY, MULTI, HOST_BEAT, RANK_LOST): a program
+ * built against more than one version of this header can test it (bench/coord_load.c). */
+#define FTRT__PROTO_HOST_AGENTS 2
 /* Largest payload of any message but a PLAN, bytes. A PLAN (ftrt__plan_msg) carries the
  * membership delta, and the whole membership only to a promoted spare: it may be up to
  * ftrt__plan_msg_size(FTRT__MAX_WORLD, FTRT__MAX_WORLD, FTRT__MAX_WORLD) bytes; it only goes from
@@ -44,6 +47,22 @@ enum ftrt__msg_type {
     FTRT__MSG_LEDGER,         /* rank -> coord, every second and at the end: timeline */
     FTRT__MSG_FINGERPRINT,    /* trainer -> coord, every FTRT_SDC_EVERY steps: fingerprint of
                                  the replicated regions (silent data corruption check) */
+    /* host agents (runtime/hostagent.c; docs/detection-and-recovery.md "Host agents") */
+    FTRT__MSG_HOST_HELLO,     /* host agent -> coord: joins, with the job secret (ftrt__hello:
+                                 world_rank and pid are the agent's process's) */
+    FTRT__MSG_RELAY,          /* host agent <-> coord: one message from / to one rank of its
+                                 host (ftrt__relay, then the whole message) */
+    FTRT__MSG_MULTI,          /* coord -> host agent: one message to several ranks of its host
+                                 (ftrt__multi, then the whole message) */
+    FTRT__MSG_HOST_BEAT,      /* host agent -> coord, every heartbeat period: the newest
+                                 HEARTBEAT of each rank it serves (ftrt__host_beat) */
+    FTRT__MSG_RANK_LOST,      /* host agent -> coord: a rank of its host closed its socket
+                                 without BYE (died) or fell silent (ftrt__rank_lost) */
+    FTRT__MSG_HOSTED,         /* host agent -> rank, after its HELLO: the rank is served by a
+                                 host agent (value: the agent's world rank) */
+    FTRT__MSG_COORD_LOST,     /* host agent -> rank: the coordinator is lost (value FTRT_ECOORD) */
+    FTRT__MSG_CUT,            /* coord -> host agent: close this rank's socket, the coordinator
+                                 declared it failed (ftrt__relay, nothing after it) */
     FTRT__MSG_TYPE_END
 };
 
@@ -227,6 +246,82 @@ void ftrt__plan_initial_members(int32_t *members, int n);
  * -ENOMEM. O(ntrainers). Thread-safe. */
 int ftrt__plan_expand(const ftrt__plan_msg *m, size_t len, const int32_t *prev, int prev_n,
                       int logical, ftrt__plan **out, size_t *out_len);
+
+/* RELAY: this prefix, then one whole message (header and payload) from or to world_rank. */
+typedef struct ftrt__relay {
+    int32_t world_rank;
+    int32_t pad;
+} ftrt__relay;
+
+/* MULTI: this prefix with n world ranks (all of the receiving host agent), then one whole
+ * message for each of them. */
+typedef struct ftrt__multi {
+    int32_t n;
+    int32_t pad;
+    int32_t world_ranks[];
+} ftrt__multi;
+
+/* HOST_BEAT: n of these, after {int32 n, int32 pad}. */
+typedef struct ftrt__beat {
+    int32_t world_rank;
+    int32_t pad;
+    ftrt__heartbeat hb;
+} ftrt__beat;
+
+typedef struct ftrt__host_beat {
+    int32_t n;
+    int32_t pad;
+    ftrt__beat e[];
+} ftrt__host_beat;
+
+/* Why a host agent reports a rank lost (RANK_LOST). */
+enum { FTRT__LOST_CLOSED = 0, FTRT__LOST_SILENT = 1, FTRT__LOST_PROTOCOL = 2 };
+
+typedef struct ftrt__rank_lost {
+    int32_t world_rank;
+    int32_t why;   /* FTRT__LOST_* */
+    double t_wall; /* when the agent saw it (wall seconds) */
+} ftrt__rank_lost;
+
+/* Opens a RELAY payload of len bytes: *w, the inner header *h (checked with ftrt__msg_check; a
+ * host-agent type inside is refused) and *inner, its payload (inside `payload`). Returns 0 or
+ * FTRT_EPROTO. Pure, thread-safe. */
+int ftrt__relay_open(const void *payload, size_t len, int32_t *w, ftrt__msghdr *h,
+                     const void **inner);
+
+/* Opens a MULTI payload of len bytes: *n world ranks at *ranks (inside `payload`, each in
+ * [1, FTRT__MAX_WORLD)), the inner header *h and *inner as ftrt__relay_open. Returns 0 or
+ * FTRT_EPROTO. Pure, thread-safe. */
+int ftrt__multi_open(const void *payload, size_t len, int32_t *n, const int32_t **ranks,
+                     ftrt__msghdr *h, const void **inner);
+
+/* Checks a HOST_BEAT payload of len bytes: n matches len. Returns 0 or FTRT_EPROTO. */
+int ftrt__host_beat_check(const ftrt__host_beat *b, size_t len);
+
+/* Sends one message whose payload is prefix (plen bytes) followed, when inner_type != 0, by a
+ * whole inner message {inner_type, len} and its payload, in one sendmsg() (RELAY, MULTI). With
+ * inner_type 0 it is ftrt__msg_send of prefix. Returns 0 or -errno. The caller serializes
+ * senders. */
+int ftrt__msg_send2(int fd, uint32_t type, const void *prefix, uint32_t plen, uint32_t inner_type,
+                    const void *payload, uint32_t len);
+
+/* An outgoing byte buffer: whole messages appended, then written in one go. */
+typedef struct ftrt__txbuf {
+    uint8_t *buf;
+    size_t used, cap;
+} ftrt__txbuf;
+
+/* Appends the message ftrt__msg_send2 would send to tx. Returns 0 or -ENOMEM. */
+int ftrt__tx_put(ftrt__txbuf *tx, uint32_t type, const void *prefix, uint32_t plen,
+                 uint32_t inner_type, const void *payload, uint32_t len);
+/* Appends everything buffered in src to dst and empties src. Returns 0 or -ENOMEM (both
+ * unchanged). */
+int ftrt__tx_move(ftrt__txbuf *dst, ftrt__txbuf *src);
+/* Writes everything buffered on fd (blocking, retrying EINTR and short writes) and empties tx.
+ * Returns 0 or -errno (tx emptied either way). */
+int ftrt__tx_flush(int fd, ftrt__txbuf *tx);
+/* Frees tx's buffer. */
+void ftrt__tx_free(ftrt__txbuf *tx);
 
 typedef struct ftrt__ckpt_msg { /* SHARD_DONE and COMMIT */
     int64_t step;

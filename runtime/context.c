@@ -188,11 +188,14 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
 
     /* World rank 0 opens the control plane and broadcasts where it is (or its error). */
     bootstrap b = {.rc = rc};
-    int listen_fd = -1;
+    int listen_fd = -1, local_fd = -1;
     if (ctx->world_rank == 0 && !rc) {
         listen_fd = ftrt__listen(ctx->cfg.coord_addr, b.addrs, sizeof b.addrs, &b.port);
         if (listen_fd < 0) b.rc = listen_fd;
         else if ((b.rc = ftrt__random(&b.secret, sizeof b.secret)) != 0) close(listen_fd);
+        /* This host's local socket, before any other rank learns the secret: the ranks of the
+         * coordinator's host reach the coordinator itself through it, not a host agent. */
+        if (!b.rc && ctx->cfg.host_agents) local_fd = ftrt__local_listen(b.secret);
         if (!b.rc) {
             /* Every rank learns it at once: a job that cannot checkpoint (nor write its status
              * file, which lives there by default) does not start. */
@@ -207,6 +210,7 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
         }
     }
     if (MPI_Bcast(&b, sizeof b, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) b.rc = FTRT_EMPI;
+    if (b.rc && local_fd >= 0) close(local_fd);
     if (b.rc) {
         if (ctx->mpi_initialized_by_us) MPI_Finalize();
         ctx_free(ctx);
@@ -227,7 +231,8 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
                                .ntrainers = ctx->ntrainers_initial, .t_start = ctx->t_start,
                                .t_start_wall = ctx->ledger.t_open,
                                .status_file = ctx->status_file, .host = ctx->host,
-                               .addr = ctx->coord_addr, .port = ctx->coord_port};
+                               .addr = ctx->coord_addr, .port = ctx->coord_port,
+                               .local_fd = local_fd};
         int res = ftrt__coordinator_run(&ca, listen_fd, b.secret);
         ctx->ranks_lost = ca.ranks_lost;
         ctx->coord_result = res;

@@ -2,8 +2,8 @@
 # Builds ftrt and runs the whole test suite through ctest:
 #   1. a -Werror build, every test (cmocka units and real mpirun jobs with killed ranks);
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build, every test again;
-#   3. a ThreadSanitizer build of the tests where threads meet (the control-plane agent, the
-#      checkpoint engine, the progress thread of overlapped collectives).
+#   3. a ThreadSanitizer build of the tests where threads meet (the control-plane agent and the
+#      host agent, the checkpoint engine, the progress thread of overlapped collectives).
 # Installs missing Debian packages first when run as root. Usage: tests/run.sh [ctest args]
 #
 # Missing dependencies: scripts/ensure-deps.sh has just installed every package of its list, so
@@ -36,9 +36,9 @@ cmake --build build-asan -j"$jobs"
 if [ -f tests/unit/test_agent.c ]; then
   echo "== ThreadSanitizer build: tests where threads meet"
   cmake -S . -B build-tsan -DFTRT_WERROR=ON -DCMAKE_BUILD_TYPE=Debug -DFTRT_SANITIZE=thread >/dev/null
-  cmake --build build-tsan -j"$jobs" --target test_agent test_ckpt_engine test_async
-  # The checkpoint engine: application, snapshot, persist and agent threads. The overlapped
-  # collectives' request engine: application and progress threads.
-  (cd build-tsan && ctest --output-on-failure -R '^unit\.(agent|ckpt_engine|ckpt_enospc|async)$')
+  cmake --build build-tsan -j"$jobs" --target test_agent test_hostagent test_ckpt_engine test_async
+  # The agent and host agent threads. The checkpoint engine: application, snapshot, persist and
+  # agent threads. The overlapped collectives' request engine: application and progress threads.
+  (cd build-tsan && ctest --output-on-failure -R '^unit\.(agent|hostagent|ckpt_engine|ckpt_enospc|async)$')
 fi
 echo "== all tests passed"

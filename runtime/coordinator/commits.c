@@ -27,11 +27,9 @@ static void commit_done(ftrt__coord *c, int64_t step, int epoch, int result)
         if (c->ncommitted == 1) c->first_commit_wall = c->last_commit_wall;
         c->status_dirty |= 1;
     }
-    ftrt__ckpt_msg m = {.step = step, .epoch = epoch, .result = result};
-    for (int k = 0; k < c->N; k++) {
-        ftrt__coord_send(c, c->members[k], FTRT__MSG_COMMIT, &m, sizeof m);
-        ftrt__fanout_pump(c, k);
-    }
+    c->last_commit = (ftrt__ckpt_msg){.step = step, .epoch = epoch, .result = result};
+    ftrt__coord_multicast(c, c->members, c->N, FTRT__MSG_COMMIT, &c->last_commit,
+                          sizeof c->last_commit);
 }
 
 void ftrt__commits_take(ftrt__coord *c)

@@ -1,7 +1,8 @@
 /*
- * conn.c - the coordinator's connections: sends, the silence watch, the PINGs that tell every
- * rank the coordinator is alive, and the listener with the connections that have not said a
- * valid HELLO yet.
+ * conn.c - the coordinator's connections: sends (to a rank's own connection, or through its
+ * host agent: RELAY, and MULTI for a fan-out), the silence watch, the PINGs that tell every
+ * rank the coordinator is alive, and the listeners (TCP, and the abstract Unix socket of the
+ * coordinator's host) with the connections that have not said a valid HELLO yet.
  *
  * At scale (docs/detection-and-recovery.md "Control plane", bench/coord_load.c) every piece is
  * O(1) per message: the silence watch is a list of the connected ranks ordered by the time each
@@ -12,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stddef.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdlib.h>
@@ -25,43 +27,125 @@
 
 void ftrt__coord_send(ftrt__coord *c, int w, uint32_t type, const void *p, uint32_t len)
 {
-    if (c->r[w].fd < 0) return;
-    int rc = ftrt__msg_send(c->r[w].fd, type, p, len);
+    const ftrt__crank *r = &c->r[w];
+    int rc = 0;
+    if (r->fd >= 0) {
+        rc = ftrt__msg_send(r->fd, type, p, len);
+    } else if (r->link >= 0 && c->hl[r->link].fd >= 0) {
+        ftrt__relay pre = {.world_rank = w};
+        rc = ftrt__msg_send2(c->hl[r->link].fd, FTRT__MSG_RELAY, &pre, sizeof pre, type, p, len);
+    }
     if (rc) ftrt_log_debug("send to world rank %d failed: %s", w, ftrt_strerror(rc));
+}
+
+int ftrt__rank_connected(const ftrt__coord *c, int w)
+{
+    return c->r[w].fd >= 0 || c->r[w].link >= 0;
+}
+
+/* One MULTI to host agent h for the cnt world ranks at list. */
+static void multi_send(ftrt__coord *c, int h, int *list, int cnt, uint32_t type, const void *p,
+                       uint32_t len)
+{
+    if (c->hl[h].fd < 0 || cnt == 0) return;
+    /* the prefix {n, pad, ranks} is built in place just before the list (mc_list has room:
+     * each host's run starts at an offset that leaves 2 entries free, see multicast) */
+    int32_t *pre = (int32_t *)list - 2;
+    pre[0] = cnt;
+    pre[1] = 0;
+    int rc = ftrt__msg_send2(c->hl[h].fd, FTRT__MSG_MULTI, pre,
+                             (uint32_t)((size_t)(cnt + 2) * sizeof(int32_t)), type, p, len);
+    if (rc) ftrt_log_debug("multicast to host agent %d failed: %s", h, ftrt_strerror(rc));
+}
+
+void ftrt__coord_multicast(ftrt__coord *c, const int *ws, int n, uint32_t type, const void *p,
+                           uint32_t len)
+{
+    int *cnt = c->mc_cnt, *off = c->mc_off, *list = c->mc_list;
+    for (int h = 0; h < c->nhl; h++) cnt[h] = 0;
+    for (int i = 0; i < n; i++) {
+        const ftrt__crank *r = &c->r[ws[i]];
+        if (r->fd >= 0) ftrt__coord_send(c, ws[i], type, p, len);
+        else if (r->link >= 0) cnt[r->link]++;
+        if ((i & 255) == 255) ftrt__ping_due(c, ftrt__now());
+    }
+    int at = 0; /* each host's run, with 2 free entries before it for the MULTI prefix */
+    for (int h = 0; h < c->nhl; h++) {
+        off[h] = at + 2;
+        at += cnt[h] ? cnt[h] + 2 : 0;
+        cnt[h] = 0;
+    }
+    for (int i = 0; i < n; i++) {
+        const ftrt__crank *r = &c->r[ws[i]];
+        if (r->fd < 0 && r->link >= 0) list[off[r->link] + cnt[r->link]++] = ws[i];
+    }
+    for (int h = 0; h < c->nhl; h++) {
+        multi_send(c, h, list + off[h], cnt[h], type, p, len);
+        if ((h & 255) == 255) ftrt__ping_due(c, ftrt__now());
+    }
+    ftrt__ping_due(c, ftrt__now());
 }
 
 void ftrt__coord_drop(ftrt__coord *c, int w)
 {
+    ftrt__crank *r = &c->r[w];
     ftrt__silence_remove(c, w);
-    if (c->r[w].fd >= 0) close(c->r[w].fd); /* (which also takes it out of the epoll set) */
-    c->r[w].fd = -1;
-    ftrt__rx_free(&c->r[w].rx);
+    if (r->fd >= 0) close(r->fd); /* (which also takes it out of the epoll set) */
+    r->fd = -1;
+    ftrt__rx_free(&r->rx);
+    if (r->link >= 0) { /* its host agent closes its socket (it may still be alive) */
+        ftrt__relay cut = {.world_rank = w};
+        if (c->hl[r->link].fd >= 0) ftrt__msg_send(c->hl[r->link].fd, FTRT__MSG_CUT, &cut, sizeof cut);
+        c->hl[r->link].nranks--;
+    }
+    r->link = -1;
+    if (r->orphan_until > 0) c->norphans--;
+    r->orphan_until = 0;
 }
 
-/* ---- the silence watch: connected ranks ordered by last_heard, oldest first -------------- */
-
-void ftrt__silence_remove(ftrt__coord *c, int w)
+void ftrt__host_drop(ftrt__coord *c, int h)
 {
-    ftrt__crank *r = &c->r[w];
-    if (!r->watched) return;
-    if (r->watch_prev) c->r[r->watch_prev].watch_next = r->watch_next;
-    else c->watch_head = r->watch_next;
-    if (r->watch_next) c->r[r->watch_next].watch_prev = r->watch_prev;
-    else c->watch_tail = r->watch_prev;
-    r->watch_prev = r->watch_next = 0;
-    r->watched = 0;
+    ftrt__hlink *l = &c->hl[h];
+    ftrt__silence_remove(c, c->W + h);
+    if (l->fd >= 0) close(l->fd);
+    l->fd = -1;
+    ftrt__rx_free(&l->rx);
 }
 
-void ftrt__silence_touch(ftrt__coord *c, int w)
+/* ---- the silence watch: connections ordered by when they were last heard, oldest first -- */
+
+static ftrt__wnode *node(ftrt__coord *c, int id)
 {
-    ftrt__silence_remove(c, w);
-    ftrt__crank *r = &c->r[w];
-    r->watch_prev = c->watch_tail;
-    r->watch_next = 0;
-    if (c->watch_tail) c->r[c->watch_tail].watch_next = w;
-    else c->watch_head = w;
-    c->watch_tail = w;
-    r->watched = 1;
+    return id < c->W ? &c->r[id].wn : &c->hl[id - c->W].wn;
+}
+
+double ftrt__silence_last(const ftrt__coord *c, int id)
+{
+    return id < c->W ? c->r[id].last_heard : c->hl[id - c->W].last_heard;
+}
+
+void ftrt__silence_remove(ftrt__coord *c, int id)
+{
+    ftrt__wnode *n = node(c, id);
+    if (!n->on) return;
+    if (n->prev) node(c, n->prev)->next = n->next;
+    else c->watch_head = n->next;
+    if (n->next) node(c, n->next)->prev = n->prev;
+    else c->watch_tail = n->prev;
+    n->prev = n->next = 0;
+    n->on = 0;
+}
+
+void ftrt__silence_touch(ftrt__coord *c, int id)
+{
+    ftrt__silence_remove(c, id);
+    ftrt__wnode *n = node(c, id);
+    n->prev = c->watch_tail;
+    n->next = 0;
+    if (c->watch_tail) node(c, c->watch_tail)->next = id;
+    else c->watch_head = id;
+    c->watch_tail = id;
+    n->on = 1;
 }
 
 /* ---- PINGs ------------------------------------------------------------------------------- */
@@ -79,12 +163,13 @@ static double ping_period(const ftrt__coord *c)
     return p > hb ? p : hb;
 }
 
-/* Rank w gets its PING at the fraction (w - 1) / (W - 1) of the round, so that they are spread
- * over the period instead of going out W at once (which at 16,384 ranks held the loop for tens
- * of ms). */
+/* Connection id (a rank's own, or W + h for host agent h) gets its PING at the fraction
+ * (id - 1) / (ids - 1) of the round, so that they are spread over the period instead of going
+ * out all at once (which at 16,384 ranks held the loop for tens of ms). */
 void ftrt__ping_due(ftrt__coord *c, double now)
 {
     double period = ping_period(c);
+    int ids = c->W + c->nhl;
     if (c->ping_round == 0) {
         c->ping_round = now;
         c->ping_next = 1;
@@ -92,10 +177,14 @@ void ftrt__ping_due(ftrt__coord *c, double now)
     ftrt__epoch_msg m = {.epoch = c->epoch};
     for (;;) {
         double frac = (now - c->ping_round) / period;
-        int upto = frac >= 1 ? c->W : 1 + (int)((c->W - 1) * frac);
-        for (; c->ping_next < upto; c->ping_next++)
-            if (c->r[c->ping_next].fd >= 0)
-                ftrt__coord_send(c, c->ping_next, FTRT__MSG_PING, &m, sizeof m);
+        int upto = frac >= 1 ? ids : 1 + (int)((ids - 1) * frac);
+        for (; c->ping_next < upto; c->ping_next++) {
+            int id = c->ping_next;
+            if (id < c->W && c->r[id].fd >= 0)
+                ftrt__coord_send(c, id, FTRT__MSG_PING, &m, sizeof m);
+            else if (id >= c->W && c->hl[id - c->W].fd >= 0)
+                ftrt__msg_send(c->hl[id - c->W].fd, FTRT__MSG_PING, &m, sizeof m);
+        }
         if (frac < 1) return;
         c->ping_round += period;
         if (now - c->ping_round >= period) c->ping_round = now; /* fell behind: start again */
@@ -111,13 +200,14 @@ void ftrt__fanout_pump(ftrt__coord *c, int k)
 int ftrt__coord_wait_ms(const ftrt__coord *c, double now)
 {
     double period = ping_period(c), t = now + 0.010;
-    double tp = c->ping_next < c->W
-                    ? c->ping_round + period * (c->ping_next - 1) / (c->W > 1 ? c->W - 1 : 1)
+    int ids = c->W + c->nhl;
+    double tp = c->ping_next < ids
+                    ? c->ping_round + period * (c->ping_next - 1) / (ids > 1 ? ids - 1 : 1)
                     : c->ping_round + period;
     if (tp < now + 0.002) tp = now + 0.002;
     if (tp < t) t = tp;
     if (c->watch_head && c->phase != PH_INIT && c->phase != PH_ABORTING) {
-        double tw = c->r[c->watch_head].last_heard + c->a->cfg->heartbeat_timeout_ms / 1000.0;
+        double tw = ftrt__silence_last(c, c->watch_head) + c->a->cfg->heartbeat_timeout_ms / 1000.0;
         if (tw < t) t = tw;
     }
     double ms = ceil((t - now) * 1000.0);
@@ -133,7 +223,7 @@ typedef struct pending {
 } pending;
 
 typedef struct ftrt__listener {
-    int fd;
+    int fd[2];          /* TCP; the abstract Unix socket of the coordinator's host (or -1) */
     uint64_t secret;
     pending *pend;      /* npend slots */
     int *pfree;         /* free slot indices, nfree of them */
@@ -141,17 +231,19 @@ typedef struct ftrt__listener {
     double last_check;  /* monotonic: the last expiry scan */
 } ftrt__listener;
 
-int ftrt__listener_open(ftrt__coord *c, int listen_fd, int naddr, uint64_t secret)
+int ftrt__listener_open(ftrt__coord *c, int listen_fd, int local_fd, int naddr, uint64_t secret)
 {
     ftrt__listener *l = calloc(1, sizeof *l);
     if (!l) {
         close(listen_fd);
+        if (local_fd >= 0) close(local_fd);
         return -ENOMEM;
     }
     c->lis = l;
-    l->fd = listen_fd;
+    l->fd[0] = listen_fd;
+    l->fd[1] = local_fd;
     l->secret = secret;
-    l->npend = c->W * (naddr > 0 ? naddr : 1);
+    l->npend = c->W * ((naddr > 0 ? naddr : 1) + 1);
     l->pend = calloc((size_t)l->npend, sizeof *l->pend);
     l->pfree = calloc((size_t)l->npend, sizeof *l->pfree);
     if (!l->pend || !l->pfree) return -ENOMEM;
@@ -159,10 +251,13 @@ int ftrt__listener_open(ftrt__coord *c, int listen_fd, int naddr, uint64_t secre
         l->pend[k].fd = -1;
         l->pfree[l->nfree++] = k;
     }
-    int fl = fcntl(listen_fd, F_GETFL);
-    if (fl < 0 || fcntl(listen_fd, F_SETFL, fl | O_NONBLOCK)) return -errno;
-    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = FTRT__KEY(FTRT__KEY_LISTEN, 0)};
-    if (epoll_ctl(c->ep, EPOLL_CTL_ADD, listen_fd, &ev)) return -errno;
+    for (int i = 0; i < 2; i++) {
+        if (l->fd[i] < 0) continue;
+        int fl = fcntl(l->fd[i], F_GETFL);
+        if (fl < 0 || fcntl(l->fd[i], F_SETFL, fl | O_NONBLOCK)) return -errno;
+        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = FTRT__KEY(FTRT__KEY_LISTEN, i)};
+        if (epoll_ctl(c->ep, EPOLL_CTL_ADD, l->fd[i], &ev)) return -errno;
+    }
     return 0;
 }
 
@@ -174,15 +269,15 @@ static void pending_free(ftrt__listener *l, int k)
     l->nopen--;
 }
 
-/* Accepts the connections waiting on the (nonblocking) listener into free pending slots
- * (TCP_NODELAY: the coordinator's messages are small and latency-bound). The listener stays
- * open for the whole job: later connections can never join (every world rank has said hello),
- * but they are read, rejected and counted. */
-void ftrt__listener_accept(ftrt__coord *c)
+/* Accepts the connections waiting on (nonblocking) listener idx into free pending slots
+ * (TCP_NODELAY: the coordinator's messages are small and latency-bound). The listeners stay
+ * open for the whole job: later connections are read, and join only as a rank coming back or
+ * a host agent, else they are rejected and counted. */
+void ftrt__listener_accept(ftrt__coord *c, int idx)
 {
     ftrt__listener *l = c->lis;
     for (;;) {
-        int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
+        int fd = accept4(l->fd[idx], NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0) return; /* EAGAIN: none left (or an error the next readiness retries) */
         if (l->nfree == 0) {
             close(fd);
@@ -190,7 +285,7 @@ void ftrt__listener_accept(ftrt__coord *c)
             continue;
         }
         int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (idx == 0) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         int slot = l->pfree[--l->nfree];
         struct epoll_event ev = {.events = EPOLLIN, .data.u64 = FTRT__KEY(FTRT__KEY_PENDING, slot)};
         if (epoll_ctl(c->ep, EPOLL_CTL_ADD, fd, &ev)) {
@@ -204,28 +299,64 @@ void ftrt__listener_accept(ftrt__coord *c)
     }
 }
 
-/* A valid HELLO from world rank w on pending connection p: it becomes w's connection. */
-static void adopt(ftrt__coord *c, pending *p, const ftrt__hello *hello)
+/* Hands pending connection p over to id's epoll key; its buffered bytes go with it. */
+static void hand_over(ftrt__coord *c, pending *p, uint64_t key, int *fd, ftrt__rxbuf *rx)
 {
-    int w = hello->world_rank;
-    ftrt__crank *r = &c->r[w];
-    r->fd = p->fd;
-    r->rx = p->rx; /* bytes after the HELLO stay in r->rx for ftrt__service() */
-    r->hello = 1;
-    r->pid = hello->pid;
-    memcpy(r->host, hello->host, sizeof r->host);
-    r->last_heard = ftrt__now();
-    c->nhello++;
-    ftrt__silence_touch(c, w);
-    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = FTRT__KEY(FTRT__KEY_RANK, w)};
-    if (epoll_ctl(c->ep, EPOLL_CTL_MOD, r->fd, &ev)) ftrt_log_error("epoll_ctl: %s", strerror(errno));
+    *fd = p->fd;
+    *rx = p->rx; /* bytes after the HELLO stay for the service functions */
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = key};
+    if (epoll_ctl(c->ep, EPOLL_CTL_MOD, p->fd, &ev)) ftrt_log_error("epoll_ctl: %s", strerror(errno));
     p->fd = -1;
     memset(&p->rx, 0, sizeof p->rx);
 }
 
+/* A valid HELLO from world rank w on pending connection p: it becomes w's connection. A rank
+ * that joined before may come back (its host agent was lost, or froze) unless it was declared
+ * failed or has its own connection already. Returns 1 when adopted. */
+static int adopt(ftrt__coord *c, pending *p, const ftrt__hello *hello, int *rejoined)
+{
+    int w = hello->world_rank;
+    ftrt__crank *r = &c->r[w];
+    if (r->hello && (r->role == FTRT__ROLE_FAILED || r->fd >= 0)) return 0;
+    *rejoined = r->hello ? w : 0;
+    if (r->hello) {
+        ftrt__coord_drop(c, w); /* off its host agent, or no longer an orphan */
+        ftrt_log_warn("world rank %d (%s) is back on its own connection: its host agent was lost",
+                      w, r->host);
+    } else {
+        c->nhello++;
+    }
+    hand_over(c, p, FTRT__KEY(FTRT__KEY_RANK, w), &r->fd, &r->rx);
+    r->hello = 1;
+    r->lost_t = 0;
+    r->pid = hello->pid;
+    memcpy(r->host, hello->host, sizeof r->host);
+    r->last_heard = ftrt__now();
+    ftrt__silence_touch(c, w);
+    return 1;
+}
+
+/* A valid HOST_HELLO on pending connection p: a host agent, serving no rank yet. */
+static int adopt_host(ftrt__coord *c, pending *p, const ftrt__hello *hello)
+{
+    if (c->nhl >= c->W) return 0;
+    int h = c->nhl++;
+    ftrt__hlink *l = &c->hl[h];
+    memset(l, 0, sizeof *l);
+    hand_over(c, p, FTRT__KEY(FTRT__KEY_HOST, h), &l->fd, &l->rx);
+    l->agent_w = hello->world_rank;
+    l->pid = hello->pid;
+    memcpy(l->host, hello->host, sizeof l->host);
+    l->last_heard = ftrt__now();
+    ftrt__silence_touch(c, c->W + h);
+    ftrt_log_info("host agent of %s joined (in world rank %d, pid %d)", l->host, l->agent_w, l->pid);
+    return 1;
+}
+
 /* Reads pending connection p: 1 when it is done with (adopted or closed), 0 when it needs more
- * bytes. */
-static int identify(ftrt__coord *c, pending *p)
+ * bytes. *rejoined: the world rank of a rank that had joined before and came back, else 0; or
+ * -(h + 1) when it became host agent h's connection. */
+static int identify(ftrt__coord *c, pending *p, int *rejoined)
 {
     ssize_t got = ftrt__rx_fill(&p->rx, p->fd);
     if (got == -EAGAIN) return 0;
@@ -241,15 +372,16 @@ static int identify(ftrt__coord *c, pending *p)
     ftrt__hello hello;
     if (got > 0 && p->rx.used >= sizeof h) { /* anything but a HELLO first: rejected at once */
         memcpy(&h, p->rx.buf, sizeof h);
-        if (h.type != FTRT__MSG_HELLO) got = -EPROTO;
+        if (h.type != FTRT__MSG_HELLO && h.type != FTRT__MSG_HOST_HELLO) got = -EPROTO;
     }
     if (got > 0 && ftrt__rx_next(&p->rx, &h, &payload) == 0) return 0; /* need more bytes */
-    if (got > 0 && h.type == FTRT__MSG_HELLO && h.len == sizeof hello) {
+    if (got > 0 && h.len == sizeof hello) {
         memcpy(&hello, payload, sizeof hello);
         hello.host[FTRT__HOST_MAX - 1] = 0;
         int w = hello.world_rank;
-        if (hello.secret == c->lis->secret && w > 0 && w < c->W && !c->r[w].hello) {
-            adopt(c, p, &hello);
+        if (hello.secret == c->lis->secret && w > 0 && w < c->W &&
+            (h.type == FTRT__MSG_HELLO ? adopt(c, p, &hello, rejoined) : adopt_host(c, p, &hello))) {
+            if (h.type == FTRT__MSG_HOST_HELLO) *rejoined = -c->nhl; /* -(h + 1) */
             return 1;
         }
     }
@@ -261,11 +393,15 @@ static int identify(ftrt__coord *c, pending *p)
     return 1;
 }
 
-void ftrt__listener_identify(ftrt__coord *c, int idx)
+int ftrt__listener_identify(ftrt__coord *c, int idx)
 {
     ftrt__listener *l = c->lis;
-    if (l->pend[idx].fd < 0) return;
-    if (identify(c, &l->pend[idx])) pending_free(l, idx);
+    pending *p = &l->pend[idx];
+    if (p->fd < 0) return 0;
+    int rejoined = 0;
+    if (!identify(c, p, &rejoined)) return 0;
+    pending_free(l, idx);
+    return rejoined;
 }
 
 void ftrt__listener_expire(ftrt__coord *c, double now)
@@ -291,7 +427,8 @@ void ftrt__listener_close(ftrt__coord *c)
             close(l->pend[k].fd);
             ftrt__rx_free(&l->pend[k].rx);
         }
-    if (l->fd >= 0) close(l->fd);
+    for (int i = 0; i < 2; i++)
+        if (l->fd[i] >= 0) close(l->fd[i]);
     free(l->pend);
     free(l->pfree);
     free(l);

@@ -45,15 +45,35 @@ typedef struct ftrt__sdc_fp {
     double t; /* monotonic: when it arrived */
 } ftrt__sdc_fp;
 
+/* A node of the silence watch (conn.c "ftrt__silence_"): a list of the connections ordered by
+ * the time each was last heard, oldest first. Ids: world rank w for a rank's own connection,
+ * W + h for host agent h's; 0 = none. */
+typedef struct ftrt__wnode {
+    int prev, next, on;
+} ftrt__wnode;
+
+/* A host agent's connection (runtime/hostagent.c): it carries the ranks of one host. */
+typedef struct ftrt__hlink {
+    int fd;             /* -1 once lost */
+    ftrt__rxbuf rx;
+    double last_heard;  /* monotonic */
+    ftrt__wnode wn;
+    int agent_w, pid;   /* the process the agent lives in */
+    char host[FTRT__HOST_MAX];
+    int nranks;         /* ranks it serves now */
+} ftrt__hlink;
+
 typedef struct ftrt__crank {
-    int fd;
+    int fd;             /* its own connection (TCP, or Unix on the coordinator's host), or -1 */
+    int link;           /* else the host agent serving it (index into c->hl), or -1 */
     ftrt__rxbuf rx;
     int hello, pid, role, logical;
     char host[FTRT__HOST_MAX];
     double last_heard; /* monotonic */
-    /* the silence watch (conn.c "ftrt__silence_"): a list of the connected ranks ordered by
-     * last_heard, oldest first; world ranks, 0 = none */
-    int watch_prev, watch_next, watched;
+    ftrt__wnode wn;    /* its own connection in the silence watch */
+    double orphan_until; /* > 0: its host agent was lost; it may come back until then */
+    double lost_t;       /* monotonic: when its host agent was lost (0: never) */
+    int orphan_kind;     /* the failure kind if it does not */
     int64_t steps_done;
     int64_t waits;      /* collective waits entered (heartbeat) */
     double compute_s;   /* time outside collective waits (heartbeat) */
@@ -127,6 +147,7 @@ typedef struct ftrt__coord_scratch {
     double *d1, *d2, *d3; /* progress.c: step times, compute per step, a sorted copy */
     uint64_t *u64;        /* sdc_vote.c: the members' fingerprints of one step */
     unsigned char *b;     /* sdc_vote.c: the verdict per member */
+    int *fan;             /* job.c, epoch.c: the world ranks of one fan-out */
 } ftrt__coord_scratch;
 
 typedef struct ftrt__coord {
@@ -173,9 +194,19 @@ typedef struct ftrt__coord {
     ftrt__incident sdc_cur;    /* the SDC being reported: add_incident() copies its sdc_ fields */
     ftrt__sdc_count sdc_count[2 * FTRT__SDC_KEEP];
     /* the loop at scale (docs/detection-and-recovery.md "Control plane") */
-    int ep;                    /* epoll instance: listener, pending connections, ranks, commits
-                                  (keys: FTRT__KEY) */
-    int watch_head, watch_tail; /* the silence watch (world ranks, 0 = empty) */
+    int ep;                    /* epoll instance: listeners, pending connections, ranks, host
+                                  agents, commits (keys: FTRT__KEY) */
+    int watch_head, watch_tail; /* the silence watch (ids, 0 = empty) */
+    ftrt__hlink *hl;           /* host agents' connections, nhl of them (capacity W) */
+    int nhl;
+    int norphans;              /* ranks whose host agent was lost, not back yet */
+    int *mc_list, *mc_cnt, *mc_off; /* ftrt__coord_multicast's scratch (W entries each) */
+    double epoch_t_fail;       /* the current epoch's FAILURE: its failure time (wall) */
+    uint64_t secret;           /* the job's hello secret */
+    int hb_ms;                 /* the heartbeat period the WELCOME asks for */
+    ftrt__plan_msg *plan_delta, *plan_full; /* the current epoch's PLANs (until resumed) */
+    size_t plan_delta_len, plan_full_len;
+    ftrt__ckpt_msg last_commit; /* the newest COMMIT sent (step -1: none) */
     int nhello;                /* ranks that said a valid hello */
     int nfailed;               /* ranks declared failed (role FTRT__ROLE_FAILED) */
     int nreports, nresumed;    /* REPORTs / RESUMEDs of the current epoch's members so far */
@@ -191,20 +222,37 @@ typedef struct ftrt__coord {
 } ftrt__coord;
 
 /* epoll keys of c->ep: kind << 32 | index. */
-enum { FTRT__KEY_LISTEN = 1, FTRT__KEY_PENDING = 2, FTRT__KEY_RANK = 3, FTRT__KEY_COMMIT = 4 };
+enum { FTRT__KEY_LISTEN = 1, FTRT__KEY_PENDING = 2, FTRT__KEY_RANK = 3, FTRT__KEY_COMMIT = 4,
+       FTRT__KEY_HOST = 5 };
 #define FTRT__KEY(kind, i) (((uint64_t)(kind) << 32) | (uint32_t)(i))
 
-/* ---- conn.c: connections, sends, the silence watch, PINGs, the listener ---- */
-/* Sends one message to world rank w if it is connected; a failed send is logged (debug) and
- * left to the connection's EOF. */
+/* ---- conn.c: connections, sends, the silence watch, PINGs, the listeners ---- */
+/* Sends one message to world rank w: on its own connection, or through its host agent (a
+ * RELAY); nothing when it has neither. A failed send is logged (debug) and left to the
+ * connection's EOF. */
 void ftrt__coord_send(ftrt__coord *c, int w, uint32_t type, const void *p, uint32_t len);
-/* Closes world rank w's connection (which takes it out of the epoll set) and its watch. */
+/* Sends one message to each of the n world ranks ws[] (the order is not kept): one send per
+ * rank with its own connection, one MULTI per host agent for the others (O(hosts) sends);
+ * then the PINGs that fell due. */
+void ftrt__coord_multicast(ftrt__coord *c, const int *ws, int n, uint32_t type, const void *p,
+                           uint32_t len);
+/* 1 when world rank w can be reached: its own connection or a host agent. */
+int ftrt__rank_connected(const ftrt__coord *c, int w);
+/* Takes world rank w off the control plane: closes its own connection (which takes it out of
+ * the epoll set) or detaches it from its host agent (CUT: the agent closes its socket), and
+ * takes it out of the watch. */
 void ftrt__coord_drop(ftrt__coord *c, int w);
-/* The silence watch: connected ranks ordered by last_heard, oldest first. touch: w was just
- * heard and moves to the tail; remove: w leaves it. O(1). */
-void ftrt__silence_touch(ftrt__coord *c, int w);
-void ftrt__silence_remove(ftrt__coord *c, int w);
-/* Sends the PINGs that fell due by `now` (every rank one per PING period, spread over it). */
+/* Closes host agent h's connection and takes it out of the watch (its ranks stay attached:
+ * the caller decides what becomes of them). */
+void ftrt__host_drop(ftrt__coord *c, int h);
+/* The silence watch over ids (world rank w, or W + h for host agent h). touch: id was just
+ * heard and moves to the tail; remove: it leaves the watch. O(1). */
+void ftrt__silence_touch(ftrt__coord *c, int id);
+void ftrt__silence_remove(ftrt__coord *c, int id);
+/* When id was last heard (monotonic). */
+double ftrt__silence_last(const ftrt__coord *c, int id);
+/* Sends the PINGs that fell due by `now`: every connection (a rank's own, or a host agent's)
+ * one per PING period, spread over it. */
 void ftrt__ping_due(ftrt__coord *c, double now);
 /* Called with the index k of every message of a fan-out to every rank: every 256 messages the
  * PINGs that fell due go out, so that a long fan-out never starves a rank of messages. */
@@ -212,19 +260,23 @@ void ftrt__fanout_pump(ftrt__coord *c, int k);
 /* Milliseconds epoll may wait: until the next PINGs fall due (batches at least 2 ms apart), the
  * silence watch's head expires, or 10 ms (the periodic work). */
 int ftrt__coord_wait_ms(const ftrt__coord *c, double now);
-/* The listener: listen_fd (nonblocking from here on, owned: closed by ftrt__listener_close,
- * or here when nothing could be allocated) joins c->ep; each rank may have one pending
- * connection per address it was offered (naddr). Returns 0 or -errno / -ENOMEM (then call
- * ftrt__listener_close). */
-int ftrt__listener_open(ftrt__coord *c, int listen_fd, int naddr, uint64_t secret);
-/* Accepts every waiting connection (KEY_LISTEN readable). */
-void ftrt__listener_accept(ftrt__coord *c);
+/* The listeners: listen_fd (TCP) and local_fd (the abstract Unix socket the ranks of the
+ * coordinator's host reach it through; -1: none) become nonblocking and owned (closed by
+ * ftrt__listener_close, or here when nothing could be allocated) and join c->ep; each rank may
+ * have one pending connection per address it was offered (naddr) and a local one. Returns 0 or
+ * -errno / -ENOMEM (then call ftrt__listener_close). */
+int ftrt__listener_open(ftrt__coord *c, int listen_fd, int local_fd, int naddr, uint64_t secret);
+/* Accepts every waiting connection on listener idx (KEY_LISTEN readable). */
+void ftrt__listener_accept(ftrt__coord *c, int idx);
 /* Reads pending connection idx (KEY_PENDING readable): a valid HELLO makes it world rank w's
- * connection (KEY_RANK); anything else closes it and counts it as rejected. */
-void ftrt__listener_identify(ftrt__coord *c, int idx);
+ * connection (KEY_RANK), a valid HOST_HELLO a host agent's (KEY_HOST); anything else closes it
+ * and counts it as rejected. Returns w when a rank that had joined before came back on its own
+ * connection (its host agent was lost: the caller catches it up), -(h + 1) when host agent h
+ * joined (the caller handles what came with its HOST_HELLO), else 0. */
+int ftrt__listener_identify(ftrt__coord *c, int idx);
 /* Closes pending connections that said no valid HELLO within 5 s (at most every 0.1 s). */
 void ftrt__listener_expire(ftrt__coord *c, double now);
-/* Closes the listener and every pending connection, frees it. */
+/* Closes the listeners and every pending connection, frees them. */
 void ftrt__listener_close(ftrt__coord *c);
 
 /* ---- job.c: the job's start, end and abort ---- */
@@ -258,6 +310,9 @@ void ftrt__commits_drain(ftrt__coord *c);
 /* Opens epoch c->epoch + 1: PH_COLLECT, FAILURE {epoch, t_fail_wall} to every member not being
  * promoted. */
 void ftrt__epoch_open(ftrt__coord *c, double t_fail_wall);
+/* Sends world rank w the current epoch's PLAN again (it came back after its host agent was
+ * lost before it said RESUMED). */
+void ftrt__epoch_resend_plan(ftrt__coord *c, int w);
 /* In PH_COLLECT: once every surviving member reported for this epoch, the PLAN goes out
  * (PH_RESUMING), or the job aborts when no plan exists. O(N). */
 void ftrt__epoch_check_reports(ftrt__coord *c);
@@ -274,6 +329,14 @@ ftrt__incident *ftrt__incident_add(ftrt__coord *c, int w, int kind);
  * its host checked for loss; a trainer is replaced by a hot spare in a new epoch (or joins the
  * announced one), or the job aborts (no spare, during init or a plan being applied). */
 void ftrt__fail(ftrt__coord *c, int w, int kind);
+/* Host agent h is lost (kind: FK_CONNECTION_LOST on EOF, FK_HEARTBEAT_TIMEOUT on silence,
+ * FK_PROTOCOL): the process it lived in is declared failed, and every other rank it served
+ * becomes an orphan that may come back on its own connection within the orphan grace; ranks
+ * that said BYE are simply detached. */
+void ftrt__host_lost(ftrt__coord *c, int h, int kind);
+/* Declares failed (with the kind their host agent was lost by) the orphans whose grace is
+ * over. O(W) while there are orphans, else O(1). */
+void ftrt__orphans_expire(ftrt__coord *c, double now);
 
 /* ---- sdc_vote.c: the vote on the replicas' fingerprints ---- */
 /* FINGERPRINT from world rank w: kept, and the step compared once every member sent it. */
@@ -289,12 +352,19 @@ void ftrt__progress_window(ftrt__coord *c, double now);
  * progress timeout; reports a hang with nobody behind once. O(N). */
 void ftrt__progress_check(ftrt__coord *c, double now);
 
-/* ---- service.c: reading the ranks ---- */
-/* Reads and handles everything available from world rank w (KEY_RANK readable); EOF or a
- * malformed message declares it failed. */
+/* ---- service.c: reading the ranks and the host agents ---- */
+/* Reads and handles everything available from world rank w's own connection (KEY_RANK
+ * readable); EOF or a malformed message declares it failed. */
 void ftrt__service(ftrt__coord *c, int w);
-/* Declares failed every watched rank silent for longer than the heartbeat timeout (a rank with
- * unread bytes is read first). */
+/* Reads and handles everything available from host agent h (KEY_HOST readable): its ranks'
+ * relayed messages and HELLOs, its HOST_BEATs, its RANK_LOSTs; EOF or a malformed message loses
+ * the host agent (ftrt__host_lost). */
+void ftrt__service_host(ftrt__coord *c, int h);
+/* World rank w came back after its host agent was lost: what it may have missed (WELCOME, the
+ * epoch's FAILURE or PLAN, the newest COMMIT, FAREWELL, the abort) is sent again. */
+void ftrt__rank_rejoined(ftrt__coord *c, int w);
+/* Declares failed every watched connection silent for longer than the heartbeat timeout: a
+ * rank's own, or a host agent's (ftrt__host_lost); one with unread bytes is read first. */
 void ftrt__check_timeouts(ftrt__coord *c, double now);
 
 /* ---- names.c ---- */

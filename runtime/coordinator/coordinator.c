@@ -56,7 +56,8 @@ static int scratch_alloc(ftrt__coord_scratch *s, size_t n)
     s->d3 = calloc(n, sizeof *s->d3);
     s->u64 = calloc(n, sizeof *s->u64);
     s->b = calloc(n, 1);
-    return s->i && s->d1 && s->d2 && s->d3 && s->u64 && s->b ? 0 : -ENOMEM;
+    s->fan = calloc(n, sizeof *s->fan);
+    return s->i && s->d1 && s->d2 && s->d3 && s->u64 && s->b && s->fan ? 0 : -ENOMEM;
 }
 
 static void scratch_free(ftrt__coord_scratch *s)
@@ -67,6 +68,7 @@ static void scratch_free(ftrt__coord_scratch *s)
     free(s->d3);
     free(s->u64);
     free(s->b);
+    free(s->fan);
 }
 
 /* The commit thread, with its eventfd in the loop; without it commits run inside the loop. */
@@ -84,29 +86,46 @@ static void committer_open(ftrt__coord *c)
     epoll_ctl(c->ep, EPOLL_CTL_ADD, ftrt__committer_fd(c->committer), &cev);
 }
 
-/* Everything the loop needs: the rank table, the scratch arrays, epoll, the listener, the
- * newest committed step, the commit thread. Returns 0 or -errno (everything freed by
- * coord_close, listen_fd included). */
-static int coord_open(ftrt__coord *c, int listen_fd, uint64_t secret)
+/* The rank table and the host agents' table, with the multicast's scratch. Returns 0 or
+ * -ENOMEM. */
+static int tables_alloc(ftrt__coord *c)
+{
+    size_t w = (size_t)c->W;
+    c->r = calloc(w, sizeof *c->r);
+    c->members = calloc((size_t)(c->N > 0 ? c->N : 1), sizeof *c->members);
+    c->hl = calloc(w, sizeof *c->hl);
+    c->mc_list = calloc(3 * w, sizeof *c->mc_list);
+    c->mc_cnt = calloc(w, sizeof *c->mc_cnt);
+    c->mc_off = calloc(w, sizeof *c->mc_off);
+    for (int x = 0; c->r && x < c->W; x++) {
+        c->r[x].fd = -1;
+        c->r[x].link = -1;
+        c->r[x].logical = -1;
+        c->r[x].resumed_epoch = -1;
+        c->r[x].reported_epoch = -1;
+    }
+    c->last_commit.step = -1;
+    return c->r && c->members && c->hl && c->mc_list && c->mc_cnt && c->mc_off ? 0 : -ENOMEM;
+}
+
+/* Everything the loop needs: the tables, the scratch arrays, epoll, the listeners, the newest
+ * committed step, the commit thread. Returns 0 or -errno (everything freed by coord_close,
+ * listen_fd and local_fd included). */
+static int coord_open(ftrt__coord *c, int listen_fd, int local_fd, uint64_t secret)
 {
     const ftrt__coord_args *a = c->a;
-    c->r = calloc((size_t)c->W, sizeof *c->r);
-    c->members = calloc((size_t)(c->N > 0 ? c->N : 1), sizeof *c->members);
-    for (int w = 0; c->r && w < c->W; w++) {
-        c->r[w].fd = -1;
-        c->r[w].logical = -1;
-        c->r[w].resumed_epoch = -1;
-        c->r[w].reported_epoch = -1;
-    }
+    int rc = tables_alloc(c);
+    c->secret = secret;
     c->ep = epoll_create1(EPOLL_CLOEXEC);
     if (c->ep < 0) {
         int e = -errno;
         close(listen_fd);
+        if (local_fd >= 0) close(local_fd);
         return e;
     }
-    int rc = ftrt__listener_open(c, listen_fd, count_addrs(a->addr), secret);
-    if (rc) return rc;
-    if (!c->r || !c->members || scratch_alloc(&c->s, (size_t)c->W)) return -ENOMEM;
+    int lrc = ftrt__listener_open(c, listen_fd, local_fd, count_addrs(a->addr), secret);
+    if (lrc) return lrc;
+    if (rc || scratch_alloc(&c->s, (size_t)c->W)) return -ENOMEM;
     c->r[0].role = FTRT__ROLE_COORD;
     c->r[0].hello = 1;
     c->r[0].pid = (int)getpid();
@@ -121,9 +140,14 @@ static int coord_open(ftrt__coord *c, int listen_fd, uint64_t secret)
 static void dispatch(ftrt__coord *c, uint64_t key)
 {
     uint32_t kind = (uint32_t)(key >> 32), idx = (uint32_t)key;
-    if (kind == FTRT__KEY_LISTEN) ftrt__listener_accept(c);
-    else if (kind == FTRT__KEY_PENDING) ftrt__listener_identify(c, (int)idx);
+    int w;
+    if (kind == FTRT__KEY_LISTEN) ftrt__listener_accept(c, (int)idx);
+    else if (kind == FTRT__KEY_PENDING && (w = ftrt__listener_identify(c, (int)idx)) > 0)
+        ftrt__rank_rejoined(c, w);
+    else if (kind == FTRT__KEY_PENDING && w < 0)
+        ftrt__service_host(c, -w - 1); /* (its ranks' HELLOs came with it) */
     else if (kind == FTRT__KEY_RANK && c->r[idx].fd >= 0) ftrt__service(c, (int)idx);
+    else if (kind == FTRT__KEY_HOST && c->hl[idx].fd >= 0) ftrt__service_host(c, (int)idx);
     else if (kind == FTRT__KEY_COMMIT) ftrt__commits_take(c);
 }
 
@@ -180,6 +204,7 @@ static void coord_periodic(ftrt__coord *c, loop_timers *t, double now)
     if (now < t->next_periodic) return;
     t->next_periodic = now + 0.010;
     ftrt__listener_expire(c, now);
+    if (c->norphans > 0) ftrt__orphans_expire(c, now);
     if (c->phase == PH_RUNNING && now - c->last_window >= 1.0) {
         ftrt__progress_window(c, now);
         c->last_window = now;
@@ -231,12 +256,19 @@ static void coord_close(ftrt__coord *c)
         ftrt__coord_drop(c, w);
         free(c->r[w].tl);
     }
+    for (int h = 0; h < c->nhl; h++) ftrt__host_drop(c, h);
     ftrt__listener_close(c);
     ftrt__committer_stop(c->committer);
     if (c->ep >= 0) close(c->ep);
     ftrt__track_free(c->ckpt_track);
     free(c->r);
     free(c->members);
+    free(c->hl);
+    free(c->mc_list);
+    free(c->mc_cnt);
+    free(c->mc_off);
+    free(c->plan_delta);
+    free(c->plan_full);
     free(c->inc);
     scratch_free(&c->s);
 }
@@ -249,8 +281,9 @@ int ftrt__coordinator_run(ftrt__coord_args *a, int listen_fd, uint64_t secret)
                      .sdc_judged_step = -1, .sdc_rollback = -1, .ep = -1,
                      .commit_submitted = -1};
     struct epoll_event *evs = calloc(MAXEV, sizeof *evs);
-    int rc = evs ? coord_open(&c, listen_fd, secret) : -ENOMEM;
+    int rc = evs ? coord_open(&c, listen_fd, a->local_fd, secret) : -ENOMEM;
     if (!evs && listen_fd >= 0) close(listen_fd);
+    if (!evs && a->local_fd >= 0) close(a->local_fd);
     if (rc) {
         coord_close(&c);
         free(evs);

@@ -17,11 +17,32 @@ void ftrt__epoch_open(ftrt__coord *c, double t_fail_wall)
     c->nreports = c->nresumed = 0;
     c->phase = PH_COLLECT;
     c->status_dirty |= 2; /* membership: write now */
+    c->epoch_t_fail = t_fail_wall;
     ftrt__failure_msg m = {.epoch = c->epoch, .t_fail_wall = t_fail_wall};
-    for (int k = 0; k < c->N; k++) {
-        if (!c->r[c->members[k]].promoting)
-            ftrt__coord_send(c, c->members[k], FTRT__MSG_FAILURE, &m, sizeof m);
-        ftrt__fanout_pump(c, k);
+    int n = 0;
+    for (int k = 0; k < c->N; k++)
+        if (!c->r[c->members[k]].promoting) c->s.fan[n++] = c->members[k];
+    ftrt__coord_multicast(c, c->s.fan, n, FTRT__MSG_FAILURE, &m, sizeof m);
+}
+
+/* The current epoch's PLANs are kept until every member resumed (a rank that comes back after
+ * its host agent was lost gets its own again). */
+static void plans_forget(ftrt__coord *c)
+{
+    free(c->plan_delta);
+    free(c->plan_full);
+    c->plan_delta = c->plan_full = NULL;
+    c->plan_delta_len = c->plan_full_len = 0;
+}
+
+void ftrt__epoch_resend_plan(ftrt__coord *c, int w)
+{
+    const ftrt__crank *r = &c->r[w];
+    if (r->promoting && c->plan_full) {
+        c->plan_full->logical_rank = r->logical;
+        ftrt__coord_send(c, w, FTRT__MSG_PLAN, c->plan_full, (uint32_t)c->plan_full_len);
+    } else if (!r->promoting && c->plan_delta) {
+        ftrt__coord_send(c, w, FTRT__MSG_PLAN, c->plan_delta, (uint32_t)c->plan_delta_len);
     }
 }
 
@@ -175,8 +196,8 @@ static ftrt__plan_msg *plan_full(ftrt__coord *c, const ftrt__plan_msg *delta, si
     return m;
 }
 
-/* Sends the PLAN: the delta to every survivor, the whole table to each promoted spare.
- * Returns 0 or -ENOMEM. */
+/* Sends the PLAN: the delta to every survivor (one multicast), the whole table to each
+ * promoted spare. Returns 0 or -ENOMEM. */
 static int plan_send(ftrt__coord *c, const plan_in *in)
 {
     size_t dlen, flen = 0;
@@ -186,18 +207,18 @@ static int plan_send(ftrt__coord *c, const plan_in *in)
         free(delta);
         return -ENOMEM;
     }
+    plans_forget(c);
+    c->plan_delta = delta;
+    c->plan_delta_len = dlen;
+    c->plan_full = full;
+    c->plan_full_len = flen;
+    int n = 0;
     for (int l = 0; l < c->N; l++) {
         int w = c->members[l];
-        if (c->r[w].promoting) {
-            full->logical_rank = l;
-            ftrt__coord_send(c, w, FTRT__MSG_PLAN, full, (uint32_t)flen);
-        } else {
-            ftrt__coord_send(c, w, FTRT__MSG_PLAN, delta, (uint32_t)dlen);
-        }
-        ftrt__fanout_pump(c, l);
+        if (c->r[w].promoting) ftrt__epoch_resend_plan(c, w);
+        else c->s.fan[n++] = w;
     }
-    free(delta);
-    free(full);
+    ftrt__coord_multicast(c, c->s.fan, n, FTRT__MSG_PLAN, delta, (uint32_t)dlen);
     return 0;
 }
 
@@ -263,6 +284,7 @@ int ftrt__epoch_check_resumed(ftrt__coord *c)
     }
     c->phase = PH_RUNNING;
     c->status_dirty |= 2; /* membership: write now */
+    plans_forget(c);
     ftrt_log_warn("epoch %d: every member is back in the training loop", c->epoch);
     return 1;
 }

@@ -43,11 +43,12 @@ ftrt__incident *ftrt__incident_add(ftrt__coord *c, int w, int kind)
     if (kind == FK_SDC) incident_sdc(c, i, w);
     /* The best known failure time: the injection time when a fault injector logged one, the
      * detection itself for a connection loss (the kernel closes a dead process's sockets at
-     * once), else the last message heard (refined for stalls by the caller); for silent data
+     * once; for a rank that did not come back after its host agent was lost, that loss), else the last message heard (refined for stalls by the caller); for silent data
      * corruption, the arrival of the rank's last fingerprint that agreed. */
     double inj = ftrt__incident_injected_at(c, i);
+    double lost = w > 0 && c->r[w].lost_t > 0 ? c->r[w].lost_t : i->t_detect; /* its agent's */
     i->t_fail_wall = inj > 0 ? inj
-                     : kind == FK_CONNECTION_LOST ? i->t_detect_wall
+                     : kind == FK_CONNECTION_LOST ? i->t_detect_wall - (i->t_detect - lost)
                                                   : i->t_detect_wall - (i->t_detect - i->t_last_heard);
     /* The slot's ledger counts the rank as down from its failure; a corrupted rank computed
      * (and was paid for) until it was fenced. */
@@ -184,4 +185,59 @@ void ftrt__fail(ftrt__coord *c, int w, int kind)
     ftrt_log_warn("trainer logical rank %d (world rank %d, pid %d) failed: %s", r->logical, w,
                   r->pid, ftrt__failure_kind_name(kind));
     if (recoverable(c, w)) replace(c, w, kind, inc);
+}
+
+/* ---- host agents ------------------------------------------------------------------------- */
+
+/* Seconds an orphan (a rank whose host agent was lost) has to come back on its own connection:
+ * it sees its agent's socket close at once and reconnects in milliseconds; a rank that does not
+ * died with the agent (a lost host). Short, so that a lost host is still detected within its
+ * bound (docs/testing.md "Host faults"). */
+static double orphan_grace(const ftrt__coord *c)
+{
+    double half = c->a->cfg->heartbeat_timeout_ms / 2000.0;
+    return half < 0.25 ? half : 0.25;
+}
+
+void ftrt__host_lost(ftrt__coord *c, int h, int kind)
+{
+    ftrt__hlink *l = &c->hl[h];
+    if (l->fd < 0) return;
+    int aborting = c->phase == PH_ABORTING || c->phase == PH_DONE;
+    ftrt__host_drop(c, h);
+    if (!aborting)
+        ftrt_log_warn("host agent of %s (in world rank %d) lost: %s; %d rank(s) of its host may "
+                      "come back on their own connection", l->host, l->agent_w,
+                      ftrt__failure_kind_name(kind), l->nranks - 1);
+    double until = ftrt__now() + orphan_grace(c);
+    for (int w = 1; w < c->W; w++) {
+        ftrt__crank *r = &c->r[w];
+        if (r->link != h) continue;
+        if (r->said_bye || aborting || r->role == FTRT__ROLE_FAILED) {
+            ftrt__coord_drop(c, w);
+        } else if (w == l->agent_w) {
+            ftrt__fail(c, w, kind); /* the process the agent lived in */
+        } else {
+            l->nranks--;
+            r->link = -1;
+            r->orphan_until = until;
+            r->lost_t = until - orphan_grace(c);
+            r->orphan_kind = kind;
+            c->norphans++;
+        }
+    }
+}
+
+void ftrt__orphans_expire(ftrt__coord *c, double now)
+{
+    for (int w = 1; w < c->W && c->norphans > 0; w++) {
+        ftrt__crank *r = &c->r[w];
+        if (r->orphan_until <= 0 || now < r->orphan_until) continue;
+        int kind = r->orphan_kind;
+        ftrt__coord_drop(c, w); /* (no longer an orphan) */
+        if (c->phase == PH_ABORTING || c->phase == PH_DONE || r->said_bye) continue;
+        ftrt_log_warn("world rank %d (%s) did not come back after its host agent was lost",
+                      w, r->host);
+        ftrt__fail(c, w, kind);
+    }
 }

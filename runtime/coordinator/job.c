@@ -10,15 +10,20 @@
 #include "base/log.h"
 #include "runtime/coordinator/coord.h"
 
+/* (The heartbeat period the coordinator asks for depends on how many connections send it
+ * heartbeats: each rank's own, and one per host agent.) */
 void ftrt__job_start(ftrt__coord *c)
 {
+    int links = c->nhl + 1;
+    for (int w = 1; w < c->W; w++) links += c->r[w].fd >= 0;
+    c->hb_ms = ftrt__heartbeat_period_ms(c->a->cfg->heartbeat_ms, c->a->cfg->heartbeat_timeout_ms,
+                                         links);
     for (int w = 1; w < c->W; w++) {
         ftrt__crank *r = &c->r[w];
         r->role = w <= c->N ? FTRT__ROLE_TRAINER : FTRT__ROLE_SPARE;
         r->logical = w <= c->N ? w - 1 : -1;
         ftrt__welcome m = {.role = r->role, .logical_rank = r->logical, .ntrainers = c->N,
-                           .heartbeat_ms = ftrt__heartbeat_period_ms(
-                               c->a->cfg->heartbeat_ms, c->a->cfg->heartbeat_timeout_ms, c->W)};
+                           .heartbeat_ms = c->hb_ms};
         ftrt__coord_send(c, w, FTRT__MSG_WELCOME, &m, sizeof m);
         ftrt__fanout_pump(c, w);
     }
@@ -47,11 +52,12 @@ void ftrt__job_abort(ftrt__coord *c, int code, const char *why)
     c->abort_deadline = ftrt__now() + 2.0 + 3.0 * c->a->cfg->heartbeat_timeout_ms / 1000.0;
     ftrt__epoch_msg m = {.epoch = c->epoch, .value = code};
     ftrt__epoch_msg s = {.epoch = c->epoch, .value = c->nfailed};
-    for (int w = 1; w < c->W; w++) {
-        int spare = c->r[w].role == FTRT__ROLE_SPARE;
-        ftrt__coord_send(c, w, spare ? FTRT__MSG_SHUTDOWN : FTRT__MSG_ABORT, spare ? &s : &m,
-                         sizeof m);
-        ftrt__fanout_pump(c, w);
+    for (int spare = 0; spare < 2; spare++) {
+        int n = 0;
+        for (int w = 1; w < c->W; w++)
+            if ((c->r[w].role == FTRT__ROLE_SPARE) == spare) c->s.fan[n++] = w;
+        ftrt__coord_multicast(c, c->s.fan, n, spare ? FTRT__MSG_SHUTDOWN : FTRT__MSG_ABORT,
+                              spare ? &s : &m, sizeof m);
     }
     c->status_dirty |= 2; /* membership: write now */
 }
@@ -84,7 +90,7 @@ static int all_done(const ftrt__coord *c)
 static int any_connected(const ftrt__coord *c)
 {
     for (int w = 1; w < c->W; w++)
-        if (c->r[w].fd >= 0 && c->r[w].role != FTRT__ROLE_SPARE) return 1;
+        if (ftrt__rank_connected(c, w) && c->r[w].role != FTRT__ROLE_SPARE) return 1;
     return 0;
 }
 
@@ -94,16 +100,17 @@ void ftrt__job_check_end(ftrt__coord *c, double now)
         c->maybe_done = 0;
         if (all_done(c)) {
             ftrt__epoch_msg m = {.epoch = c->epoch, .value = c->nfailed};
+            int n = 0;
             for (int w = 1; w < c->W; w++)
-                if (c->r[w].role == FTRT__ROLE_SPARE)
-                    ftrt__coord_send(c, w, FTRT__MSG_SHUTDOWN, &m, sizeof m);
+                if (c->r[w].role == FTRT__ROLE_SPARE) c->s.fan[n++] = w;
+            ftrt__coord_multicast(c, c->s.fan, n, FTRT__MSG_SHUTDOWN, &m, sizeof m);
             c->phase = PH_DONE;
             c->result = c->sdc_unresolved ? FTRT_ECORRUPT : FTRT_DONE;
         }
     }
     if (c->phase == PH_ABORTING && (!any_connected(c) || now > c->abort_deadline)) {
         for (int w = 1; w < c->W; w++)
-            if (c->r[w].fd >= 0 && c->r[w].role != FTRT__ROLE_SPARE) {
+            if (ftrt__rank_connected(c, w) && c->r[w].role != FTRT__ROLE_SPARE) {
                 ftrt_log_warn("world rank %d did not leave after the abort", w);
                 ftrt__job_fence(c, w);
             }

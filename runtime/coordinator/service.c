@@ -1,9 +1,12 @@
 /*
- * service.c - reading the ranks: everything that arrives on an identified rank's connection is
- * handled here, one function per message type (HEARTBEAT, LEDGER, REPORT, RESUMED,
- * SHARD_DONE, FINGERPRINT, BYE), and a connection's EOF or a malformed message declares the
- * rank failed; the silence timeouts (the head of the silence watch) are checked here too, since
- * a rank with unread bytes is read before it is called silent.
+ * service.c - reading the ranks and the host agents: everything that arrives from an identified
+ * rank, on its own connection or relayed by its host agent, is handled here, one function per
+ * message type (HEARTBEAT, LEDGER, REPORT, RESUMED, SHARD_DONE, FINGERPRINT, BYE), and what a
+ * host agent says for its host (its ranks' HELLOs, HOST_BEAT, RANK_LOST); a connection's EOF or
+ * a malformed message declares the rank (or loses the host agent) failed; a rank that comes
+ * back after its host agent was lost is caught up; the silence timeouts (the head of the
+ * silence watch) are checked here too, since a connection with unread bytes is read before it
+ * is called silent.
  */
 #include <errno.h>
 #include <poll.h>
@@ -164,6 +167,19 @@ static int handle(ftrt__coord *c, int w, const ftrt__msghdr *h, const void *payl
     }
 }
 
+/* Handles every whole message buffered in rx as world rank w's. Returns 0, or FTRT_EPROTO on a
+ * malformed one (w is then failed by the caller). */
+static int handle_all(ftrt__coord *c, int w)
+{
+    ftrt__crank *r = &c->r[w];
+    ftrt__msghdr h;
+    const void *payload;
+    int rc;
+    while (r->fd >= 0 && (rc = ftrt__rx_next(&r->rx, &h, &payload)) == 1)
+        if (handle(c, w, &h, payload)) return FTRT_EPROTO;
+    return r->fd >= 0 && rc < 0 ? FTRT_EPROTO : 0;
+}
+
 void ftrt__service(ftrt__coord *c, int w)
 {
     ftrt__crank *r = &c->r[w];
@@ -176,36 +192,195 @@ void ftrt__service(ftrt__coord *c, int w)
     }
     r->last_heard = ftrt__now();
     if (!r->said_bye) ftrt__silence_touch(c, w);
-    ftrt__msghdr h;
-    const void *payload;
-    int rc;
-    while (r->fd >= 0 && (rc = ftrt__rx_next(&r->rx, &h, &payload)) == 1)
-        if (handle(c, w, &h, payload)) {
-            rc = FTRT_EPROTO;
-            break;
-        }
-    if (r->fd >= 0 && rc < 0) {
+    if (handle_all(c, w)) {
         c->protocol_errors++;
         ftrt_log_error("malformed message from world rank %d", w);
         ftrt__fail(c, w, FK_PROTOCOL);
     }
 }
 
-/* The head of the watch, oldest first, O(1) per rank looked at. Bytes that arrived while the
- * loop was busy (a long fan-out) are not silence: a rank with something to read is read first. */
+/* ---- host agents ------------------------------------------------------------------------- */
+
+/* A rank's HELLO relayed by host agent h: the rank joins through it (or comes back through it
+ * after its own agent was lost). Returns 0, or FTRT_EPROTO for a HELLO that can never be
+ * right (a wrong secret: the agent let it through). */
+static int host_attach(ftrt__coord *c, int h, int w, const ftrt__hello *hello)
+{
+    ftrt__crank *r = &c->r[w];
+    if (hello->secret != c->secret) return FTRT_EPROTO;
+    if (r->link == h) return 0;                       /* again: nothing new */
+    if (r->hello && (r->role == FTRT__ROLE_FAILED || r->fd >= 0)) return 0; /* too late */
+    int rejoined = r->hello;
+    if (rejoined) ftrt__coord_drop(c, w);
+    else c->nhello++;
+    r->link = h;
+    c->hl[h].nranks++;
+    r->hello = 1;
+    r->lost_t = 0;
+    r->pid = hello->pid;
+    memcpy(r->host, hello->host, sizeof r->host);
+    r->host[FTRT__HOST_MAX - 1] = 0;
+    r->last_heard = ftrt__now();
+    if (rejoined) ftrt__rank_rejoined(c, w);
+    return 0;
+}
+
+/* One RELAY from host agent h. Messages of a rank it does not serve (one that left it for its
+ * own connection, or was declared failed) are stale and dropped. */
+static int host_relay(ftrt__coord *c, int h, const void *payload, size_t len)
+{
+    int32_t w;
+    ftrt__msghdr ih;
+    const void *inner;
+    if (ftrt__relay_open(payload, len, &w, &ih, &inner) || w >= c->W) return FTRT_EPROTO;
+    if (ih.type == FTRT__MSG_HELLO) {
+        ftrt__hello hello;
+        if (ih.len != sizeof hello) return FTRT_EPROTO;
+        memcpy(&hello, inner, sizeof hello);
+        if (hello.world_rank != w) return FTRT_EPROTO;
+        return host_attach(c, h, w, &hello);
+    }
+    if (c->r[w].link != h) return 0;
+    c->r[w].last_heard = ftrt__now();
+    if (handle(c, w, &ih, inner)) {
+        c->protocol_errors++;
+        ftrt_log_error("malformed message from world rank %d (through the host agent of %s)", w,
+                       c->hl[h].host);
+        ftrt__fail(c, w, FK_PROTOCOL);
+    }
+    return 0;
+}
+
+/* HOST_BEAT: the newest heartbeat of each rank host agent h serves. */
+static int host_beat(ftrt__coord *c, int h, const void *payload, size_t len)
+{
+    ftrt__host_beat *b = malloc(len);
+    if (!b) return 0; /* a lost beat is not a protocol error: the next one follows */
+    memcpy(b, payload, len);
+    int rc = ftrt__host_beat_check(b, len);
+    double now = ftrt__now();
+    for (int i = 0; !rc && i < b->n; i++) {
+        int w = b->e[i].world_rank;
+        if (w < 1 || w >= c->W || c->r[w].link != h) continue;
+        c->r[w].last_heard = now;
+        take_heartbeat(c, &c->r[w], &b->e[i].hb);
+    }
+    free(b);
+    return rc;
+}
+
+/* RANK_LOST: a rank of host agent h's host died (its socket closed without BYE) or fell
+ * silent for the heartbeat timeout; the agent saw it first. */
+static int host_rank_lost(ftrt__coord *c, int h, const void *payload)
+{
+    ftrt__rank_lost m;
+    memcpy(&m, payload, sizeof m);
+    int w = m.world_rank;
+    if (w < 1 || w >= c->W || c->r[w].link != h) return 0; /* not (or no longer) its rank */
+    if (c->r[w].said_bye || c->phase == PH_ABORTING) {
+        ftrt__coord_drop(c, w);
+        return 0;
+    }
+    ftrt__fail(c, w, m.why == FTRT__LOST_SILENT     ? FK_HEARTBEAT_TIMEOUT
+                     : m.why == FTRT__LOST_PROTOCOL ? FK_PROTOCOL
+                                                    : FK_CONNECTION_LOST);
+    return 0;
+}
+
+/* One message from host agent h. Returns 0 or FTRT_EPROTO. */
+static int host_handle(ftrt__coord *c, int h, const ftrt__msghdr *m, const void *payload)
+{
+    switch (m->type) {
+    case FTRT__MSG_RELAY: return host_relay(c, h, payload, m->len);
+    case FTRT__MSG_HOST_BEAT: return host_beat(c, h, payload, m->len);
+    case FTRT__MSG_RANK_LOST: return host_rank_lost(c, h, payload);
+    default: return FTRT_EPROTO;
+    }
+}
+
+void ftrt__service_host(ftrt__coord *c, int h)
+{
+    ftrt__hlink *l = &c->hl[h];
+    ssize_t got = ftrt__rx_fill(&l->rx, l->fd);
+    if (got == -EAGAIN && l->rx.used == 0) return; /* (bytes may be buffered: at its adoption) */
+    if (got == 0 || (got < 0 && got != -EAGAIN)) {
+        ftrt__host_lost(c, h, FK_CONNECTION_LOST);
+        return;
+    }
+    if (got > 0) {
+        l->last_heard = ftrt__now();
+        ftrt__silence_touch(c, c->W + h);
+    }
+    ftrt__msghdr m;
+    const void *payload;
+    int rc;
+    while (l->fd >= 0 && (rc = ftrt__rx_next(&l->rx, &m, &payload)) == 1)
+        if (host_handle(c, h, &m, payload)) {
+            rc = FTRT_EPROTO;
+            break;
+        }
+    if (l->fd >= 0 && rc < 0) {
+        c->protocol_errors++;
+        ftrt_log_error("malformed message from the host agent of %s", l->host);
+        ftrt__host_lost(c, h, FK_PROTOCOL);
+    }
+}
+
+/* ---- a rank that came back --------------------------------------------------------------- */
+
+/* What job_abort() sent it: ABORT to a member, SHUTDOWN to a spare. */
+static void resend_abort(ftrt__coord *c, int w)
+{
+    int spare = c->r[w].role == FTRT__ROLE_SPARE;
+    ftrt__epoch_msg m = {.epoch = c->epoch, .value = spare ? c->nfailed : c->result};
+    ftrt__coord_send(c, w, spare ? FTRT__MSG_SHUTDOWN : FTRT__MSG_ABORT, &m, sizeof m);
+}
+
+void ftrt__rank_rejoined(ftrt__coord *c, int w)
+{
+    ftrt__crank *r = &c->r[w];
+    if (c->phase == PH_INIT) return; /* its WELCOME comes with everyone's */
+    if (c->phase == PH_ABORTING || c->phase == PH_DONE) {
+        resend_abort(c, w);
+        return;
+    }
+    ftrt__welcome wm = {.role = r->role, .logical_rank = r->logical, .ntrainers = c->N,
+                        .heartbeat_ms = c->hb_ms};
+    ftrt__coord_send(c, w, FTRT__MSG_WELCOME, &wm, sizeof wm); /* (a repeat is ignored) */
+    if (r->said_bye) {
+        ftrt__epoch_msg em = {.epoch = c->epoch, .value = c->nfailed};
+        ftrt__coord_send(c, w, FTRT__MSG_FAREWELL, &em, sizeof em);
+        return;
+    }
+    if (r->role != FTRT__ROLE_TRAINER) return;
+    if (c->phase == PH_COLLECT && !r->promoting) {
+        ftrt__failure_msg fm = {.epoch = c->epoch, .t_fail_wall = c->epoch_t_fail};
+        ftrt__coord_send(c, w, FTRT__MSG_FAILURE, &fm, sizeof fm);
+    } else if (c->phase == PH_RESUMING && r->resumed_epoch != c->epoch) {
+        ftrt__epoch_resend_plan(c, w);
+    }
+    if (c->last_commit.step >= 0)
+        ftrt__coord_send(c, w, FTRT__MSG_COMMIT, &c->last_commit, sizeof c->last_commit);
+}
+
+/* The head of the watch, oldest first, O(1) per connection looked at. Bytes that arrived while
+ * the loop was busy (a long fan-out) are not silence: a connection with something to read is
+ * read first. */
 void ftrt__check_timeouts(ftrt__coord *c, double now)
 {
     double limit = c->a->cfg->heartbeat_timeout_ms / 1000.0;
     while (c->watch_head && c->phase != PH_ABORTING && c->phase != PH_DONE) {
-        int w = c->watch_head;
-        ftrt__crank *r = &c->r[w];
-        if (now - r->last_heard <= limit) break;
-        struct pollfd pf = {.fd = r->fd, .events = POLLIN};
-        if (r->fd >= 0 && poll(&pf, 1, 0) > 0) {
-            ftrt__service(c, w);
-            if (c->watch_head != w || now - r->last_heard <= limit) continue;
+        int id = c->watch_head;
+        if (now - ftrt__silence_last(c, id) <= limit) break;
+        int fd = id < c->W ? c->r[id].fd : c->hl[id - c->W].fd;
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (fd >= 0 && poll(&pf, 1, 0) > 0) {
+            if (id < c->W) ftrt__service(c, id);
+            else ftrt__service_host(c, id - c->W);
+            if (c->watch_head != id || now - ftrt__silence_last(c, id) <= limit) continue;
         }
-        if (c->watch_head == w) ftrt__fail(c, w, FK_HEARTBEAT_TIMEOUT);
-        if (c->watch_head == w) ftrt__silence_remove(c, w); /* (not failed: the coordinator) */
+        if (c->watch_head == id && id < c->W) ftrt__fail(c, id, FK_HEARTBEAT_TIMEOUT);
+        else if (c->watch_head == id) ftrt__host_lost(c, id - c->W, FK_HEARTBEAT_TIMEOUT);
+        if (c->watch_head == id) ftrt__silence_remove(c, id); /* (not failed: the coordinator) */
     }
 }

@@ -22,6 +22,7 @@
 typedef struct fixture {
     struct ftrt_ctx *ctx;
     int listen_fd, coord_fd;
+    int local_fd; /* setup_hosted: the host's local socket, held by the test as a host agent */
     ftrt__rxbuf rx;
 } fixture;
 
@@ -47,13 +48,17 @@ static int coord_recv(fixture *f, uint32_t type, void *out, size_t len)
     return 0;
 }
 
-static int setup(void **state)
+/* The agent of world rank 3 against a fake coordinator on TCP. hosted: the test holds this
+ * host's local socket first, so the agent reaches it there, as it would a host agent (the TCP
+ * listener is then where it falls back to). */
+static int setup_with(void **state, int hosted)
 {
     fixture *f = calloc(1, sizeof *f);
     struct ftrt_ctx *ctx = calloc(1, sizeof *ctx);
     ftrt_config_init(&ctx->cfg, sizeof ctx->cfg);
     ctx->cfg.heartbeat_ms = 10;
     ctx->cfg.init_timeout_ms = 5000;
+    ctx->cfg.host_agents = hosted;
     ctx->world_rank = 3;
     ctx->cp.logical = -1;
     snprintf(ctx->host, sizeof ctx->host, "testhost");
@@ -66,19 +71,27 @@ static int setup(void **state)
     int port;
     f->listen_fd = ftrt__listen("127.0.0.1", addr, sizeof addr, &port);
     assert_true(f->listen_fd >= 0);
-    assert_int_equal(ftrt__agent_start(ctx, addr, port, 0x5ec2e7ull), 0);
-    f->coord_fd = accept(f->listen_fd, NULL, NULL);
+    snprintf(ctx->coord_addr, sizeof ctx->coord_addr, "%s", addr);
+    ctx->coord_port = port;
+    uint64_t secret = 0x5ec2e7ull ^ (uint64_t)getpid() << 24; /* (one job per test process) */
+    f->local_fd = hosted ? ftrt__local_listen(secret) : -1;
+    if (hosted) assert_true(f->local_fd >= 0);
+    assert_int_equal(ftrt__agent_start(ctx, addr, port, secret), 0);
+    f->coord_fd = accept(hosted ? f->local_fd : f->listen_fd, NULL, NULL);
     assert_true(f->coord_fd >= 0);
     f->ctx = ctx;
     *state = f;
     ftrt__hello hello;
     assert_true(coord_recv(f, FTRT__MSG_HELLO, &hello, sizeof hello));
-    assert_int_equal(hello.secret, 0x5ec2e7ull);
+    assert_int_equal(hello.secret, secret);
     assert_int_equal(hello.world_rank, 3);
     assert_int_equal(hello.pid, getpid());
     assert_string_equal(hello.host, "testhost");
     return 0;
 }
+
+static int setup(void **state) { return setup_with(state, 0); }
+static int setup_hosted(void **state) { return setup_with(state, 1); }
 
 static int teardown(void **state)
 {
@@ -86,6 +99,7 @@ static int teardown(void **state)
     ftrt__agent_stop(f->ctx);
     if (f->coord_fd >= 0) close(f->coord_fd);
     close(f->listen_fd);
+    if (f->local_fd >= 0) close(f->local_fd);
     ftrt__rx_free(&f->rx);
     free(f->ctx->cp.plan);
     free(f->ctx->cp.members);
@@ -248,6 +262,50 @@ static void delta_without_membership(void **state)
     assert_int_equal(ftrt__interrupted(f->ctx), FTRT_ECOORD);
 }
 
+/* Served by a host agent (HOSTED) that dies with a REPORT in flight: the rank connects to the
+ * coordinator directly, says HELLO again and sends its REPORT again; the job goes on (no fatal
+ * code, the epoch change still pending). */
+static void host_agent_lost(void **state)
+{
+    fixture *f = *state;
+    struct ftrt_ctx *ctx = f->ctx;
+    ftrt__epoch_msg hosted = {.value = 7};
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_HOSTED, &hosted, sizeof hosted), 0);
+    ftrt__failure_msg fm = {.epoch = 1, .t_fail_wall = 1.0};
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_FAILURE, &fm, sizeof fm), 0);
+    for (int i = 0; i < 500 && ftrt__interrupted(ctx) == 0; i++) usleep(10000);
+    assert_int_equal(ftrt__interrupted(ctx), FTRT_ERECOVER);
+    ftrt__report rep = {.steps_done = 41, .epoch = 1, .own_step = -1, .held_step = -1};
+    assert_int_equal(ftrt__agent_send(ctx, FTRT__MSG_REPORT, &rep, sizeof rep), 0);
+    ftrt__report got;
+    assert_true(coord_recv(f, FTRT__MSG_REPORT, &got, sizeof got));
+    close(f->coord_fd); /* the host agent's process died */
+    ftrt__rx_free(&f->rx);
+    f->coord_fd = accept(f->listen_fd, NULL, NULL);
+    assert_true(f->coord_fd >= 0);
+    ftrt__hello hello;
+    assert_true(coord_recv(f, FTRT__MSG_HELLO, &hello, sizeof hello));
+    assert_int_equal(hello.world_rank, 3);
+    assert_true(coord_recv(f, FTRT__MSG_REPORT, &got, sizeof got));
+    assert_int_equal(got.steps_done, 41);
+    assert_int_equal(got.epoch, 1);
+    assert_int_equal(ftrt__interrupted(ctx), FTRT_ERECOVER); /* not FTRT_ECOORD */
+    ftrt__heartbeat hb;
+    assert_true(coord_recv(f, FTRT__MSG_HEARTBEAT, &hb, sizeof hb)); /* alive, direct now */
+}
+
+/* A host agent that lost the coordinator says so: every ftrt call returns FTRT_ECOORD. */
+static void host_agent_says_coord_lost(void **state)
+{
+    fixture *f = *state;
+    ftrt__epoch_msg m = {.value = 7};
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_HOSTED, &m, sizeof m), 0);
+    m.value = FTRT_ECOORD;
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_COORD_LOST, &m, sizeof m), 0);
+    for (int i = 0; i < 500 && ftrt__interrupted(f->ctx) == 0; i++) usleep(10000);
+    assert_int_equal(ftrt__interrupted(f->ctx), FTRT_ECOORD);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -259,6 +317,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(malformed_plan, setup, teardown),
         cmocka_unit_test_setup_teardown(plan_for_another_rank, setup, teardown),
         cmocka_unit_test_setup_teardown(delta_without_membership, setup, teardown),
+        cmocka_unit_test_setup_teardown(host_agent_lost, setup_hosted, teardown),
+        cmocka_unit_test_setup_teardown(host_agent_says_coord_lost, setup_hosted, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
