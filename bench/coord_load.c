@@ -605,7 +605,8 @@ static void host_take(worker *k, hostsim *hs, const ftrt__msghdr *h, const uint8
             memcpy(&w, ws + i, sizeof w);
             if (w >= hs->first_w && w < hs->first_w + hs->n) take(k, &agents[w], &ih, inner, now);
         }
-    } else if (h->type != FTRT__MSG_PING) {
+    } else if (h->type != FTRT__MSG_PING && h->type != FTRT__MSG_CUT) {
+        /* (CUT: a rank the coordinator declared failed; the trial's rank is gone already) */
         fprintf(stderr, "coord_load: unexpected message type %u to a host agent\n", h->type);
     }
 }
@@ -1293,7 +1294,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < opt_threads; i++) {
         worker *k = &workers[i];
         pthread_mutex_lock(&k->lock); /* (the worker reads them once job_started is set) */
-        for (int j = 0; j < k->n; j++) {
+        for (int j = 0; j < k->na; j++) {
             agent *a = k->a[j];
             a->t_base = t_job0;
             a->t_wall_base = t_job0_wall;
