@@ -105,8 +105,8 @@
       "K > 0 = every K steps (in `ftrt_step_done()`), -1 = off")                                    \
     X(host_agents, "FTRT_HOST_AGENTS", INT, 1, 0, 1, NULL,                                         \
       "1 = the ranks of each host reach the coordinator through one host agent (a thread in one "  \
-      "of them; on the coordinator's host, the coordinator itself), 0 = each rank has its own "    \
-      "TCP connection to the coordinator")
+      "of them; those of the coordinator's host connect to it directly), 0 = each rank has its "  \
+      "own TCP connection to the coordinator")
 
 /* The default in the descriptor's number or string slot, by kind. */
 #define FTRT__DEFNUM_INT(d) (double)(d)

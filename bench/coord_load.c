@@ -1187,7 +1187,7 @@ int main(int argc, char **argv)
                                .status_file = status, .host = "coordhost", .addr = addrs,
                                .port = port,
 #ifdef FTRT__PROTO_HOST_AGENTS
-                               .local_fd = -1
+                               .mark_fd = -1
 #endif
         };
         int rc = ftrt__coordinator_run(&ca, lfd, the_secret);

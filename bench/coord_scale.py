@@ -9,10 +9,11 @@ batched, rank deaths reported by the host agent, and whole hosts killed and cut 
 the other at each size so that all see the same machine state; then prints one table per size:
 the figures of each run and the ratios to the before run.
 
-Usage: bench/coord_scale.py [--before BIN] --after BIN [--per-host K] [--host-kills H]
+Usage: bench/coord_scale.py [--before BIN] --after BIN [--per-host K [--hosts-only]] [--host-kills H]
                             [--host-silents G] [--threads T] [--steady S] [--kills K]
                             [--silents Q] [--commits C] [--spares S] [--limit SECONDS] N [N ...]
---before is optional (without it, only the after columns are printed). Each run is bounded by
+--before is optional (without it, only the after columns are printed); --hosts-only runs only
+the host agents' column (for sizes where one connection per rank does not fit the machine). Each run is bounded by
 --limit seconds (default 580); a run that does not finish in time prints what it measured so
 far and its column shows "-". Exit status 0 when every run of --after passed.
 """
@@ -114,14 +115,14 @@ def ratio(before, after, key):
 def table(n, args, runs):
     names = [name for name, _ in runs]
     print(f"N = {n} trainers")
-    print("| figure | " + " | ".join(names) + " | " +
-          " | ".join(f"{nm} / before" for nm in names[1:]) + " |")
-    print("|---|" + "---:|" * (2 * len(names) - 1))
-    before = runs[0][1]
+    cols = names + ([f"{nm} / before" for nm in names[1:]] if names[0] == "before" else [])
+    print("| figure | " + " | ".join(cols) + " |")
+    print("|---|" + "---:|" * len(cols))
+    before = runs[0][1] if runs[0][0] == "before" else None
     for key, label, f in COLS:
         cells = [fmt(res, key, f) for _, res in runs]
-        ratios = [ratio(before, res, key) for _, res in runs[1:]]
-        print(f"| {label} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+        ratios = [ratio(before, res, key) for _, res in runs[1:]] if before else []
+        print(f"| {label} | " + " | ".join(cells + ratios) + " |")
     print()
 
 
@@ -130,6 +131,7 @@ def main():
     ap.add_argument("--before")
     ap.add_argument("--after", required=True)
     ap.add_argument("--per-host", type=int, default=0)
+    ap.add_argument("--hosts-only", action="store_true")
     ap.add_argument("--host-kills", type=int, default=2)
     ap.add_argument("--host-silents", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
@@ -147,9 +149,10 @@ def main():
         runs = []
         if args.before:
             runs.append(("before", run(args.before, n, args)[0]))
-        res, rc = run(args.after, n, args)
-        ok &= rc == 0
-        runs.append(("after", res))
+        if not (args.hosts_only and args.per_host):
+            res, rc = run(args.after, n, args)
+            ok &= rc == 0
+            runs.append(("after", res))
         if args.per_host:
             res, rc = run(args.after, n, args, args.per_host)
             ok &= rc == 0

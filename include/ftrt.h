@@ -219,9 +219,9 @@ typedef struct ftrt_config {
     int host_agents;          /* FTRT_HOST_AGENTS: 1 (default) = the ranks of each host reach
                                  the coordinator through one host agent, a thread in one of them
                                  that batches their heartbeats and relays their messages
-                                 (docs/detection-and-recovery.md "Host agents"); on the
-                                 coordinator's host through a local socket to the coordinator
-                                 itself. 0 = each rank has its own TCP connection */
+                                 (docs/detection-and-recovery.md "Host agents"); the ranks of
+                                 the coordinator's host connect to it directly. 0 = each rank has
+                                 its own TCP connection */
 } ftrt_config;
 
 /* FTRT_CKPT_POLICY values. */

@@ -9,8 +9,8 @@
  * With host agents (FTRT_HOST_AGENTS=1, docs/detection-and-recovery.md "Host agents") the
  * connection goes to this host's local socket: the first rank of the host to bind it runs the
  * host agent (runtime/hostagent.c) in a thread of its process, and every rank of the host, that
- * one included, talks to it as it would to the coordinator (on the coordinator's own host the
- * coordinator holds the socket). A rank that learns it is served by a host agent (HOSTED) and
+ * one included, talks to it as it would to the coordinator (on the coordinator's own host, which
+ * the coordinator marks, ranks connect to it directly). A rank that learns it is served by a host agent (HOSTED) and
  * then loses it (the socket closes: the agent's process died; or silence for half the
  * heartbeat timeout: it froze) connects to the coordinator directly and says HELLO again; the
  * messages it may have lost with the agent (its newest REPORT, RESUMED, BYE, SHARD_DONEs) go
@@ -333,9 +333,11 @@ static void *agent_main(void *arg)
 
 /* This host's local socket: binds it (and starts the host agent in this process) when no
  * process of the host holds it yet, then connects to it. Returns the fd, or -errno: the rank
- * then connects to the coordinator directly. */
+ * then connects to the coordinator directly (as it does on the coordinator's host, which the
+ * coordinator marks). */
 static int local_upstream(struct ftrt_ctx *ctx, const char *addr, int port, uint64_t secret)
 {
+    if (ftrt__local_marked(secret)) return -EEXIST;
     int lfd = ftrt__local_listen(secret);
     if (lfd >= 0) {
         ftrt__hostagent_args ha = {.secret = secret, .addrs = addr, .port = port,
@@ -357,7 +359,7 @@ static int local_upstream(struct ftrt_ctx *ctx, const char *addr, int port, uint
 int ftrt__agent_start(struct ftrt_ctx *ctx, const char *addr, int port, uint64_t secret)
 {
     ftrt__cp *cp = &ctx->cp;
-    char used[64] = "this host's local socket";
+    char used[64] = "this host's agent";
     int fd = ctx->cfg.host_agents ? local_upstream(ctx, addr, port, secret) : -1;
     if (fd < 0) fd = ftrt__connect_any(addr, port, ctx->cfg.init_timeout_ms, used, sizeof used);
     if (fd < 0) {

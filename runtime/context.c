@@ -193,9 +193,9 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
         listen_fd = ftrt__listen(ctx->cfg.coord_addr, b.addrs, sizeof b.addrs, &b.port);
         if (listen_fd < 0) b.rc = listen_fd;
         else if ((b.rc = ftrt__random(&b.secret, sizeof b.secret)) != 0) close(listen_fd);
-        /* This host's local socket, before any other rank learns the secret: the ranks of the
-         * coordinator's host reach the coordinator itself through it, not a host agent. */
-        if (!b.rc && ctx->cfg.host_agents) local_fd = ftrt__local_listen(b.secret);
+        /* The coordinator's mark on this host, before any other rank learns the secret: the
+         * ranks of this host connect to the coordinator directly, not through a host agent. */
+        if (!b.rc && ctx->cfg.host_agents) local_fd = ftrt__local_mark(b.secret);
         if (!b.rc) {
             /* Every rank learns it at once: a job that cannot checkpoint (nor write its status
              * file, which lives there by default) does not start. */
@@ -232,7 +232,7 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
                                .t_start_wall = ctx->ledger.t_open,
                                .status_file = ctx->status_file, .host = ctx->host,
                                .addr = ctx->coord_addr, .port = ctx->coord_port,
-                               .local_fd = local_fd};
+                               .mark_fd = local_fd};
         int res = ftrt__coordinator_run(&ca, listen_fd, b.secret);
         ctx->ranks_lost = ca.ranks_lost;
         ctx->coord_result = res;

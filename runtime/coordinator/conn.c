@@ -1,8 +1,8 @@
 /*
  * conn.c - the coordinator's connections: sends (to a rank's own connection, or through its
  * host agent: RELAY, and MULTI for a fan-out), the silence watch, the PINGs that tell every
- * rank the coordinator is alive, and the listeners (TCP, and the abstract Unix socket of the
- * coordinator's host) with the connections that have not said a valid HELLO yet.
+ * rank the coordinator is alive, and the listener with the connections that have not said a
+ * valid HELLO yet (a rank's, or a host agent's).
  *
  * At scale (docs/detection-and-recovery.md "Control plane", bench/coord_load.c) every piece is
  * O(1) per message: the silence watch is a list of the connected ranks ordered by the time each
@@ -223,7 +223,7 @@ typedef struct pending {
 } pending;
 
 typedef struct ftrt__listener {
-    int fd[2];          /* TCP; the abstract Unix socket of the coordinator's host (or -1) */
+    int fd;
     uint64_t secret;
     pending *pend;      /* npend slots */
     int *pfree;         /* free slot indices, nfree of them */
@@ -231,19 +231,17 @@ typedef struct ftrt__listener {
     double last_check;  /* monotonic: the last expiry scan */
 } ftrt__listener;
 
-int ftrt__listener_open(ftrt__coord *c, int listen_fd, int local_fd, int naddr, uint64_t secret)
+int ftrt__listener_open(ftrt__coord *c, int listen_fd, int naddr, uint64_t secret)
 {
     ftrt__listener *l = calloc(1, sizeof *l);
     if (!l) {
         close(listen_fd);
-        if (local_fd >= 0) close(local_fd);
         return -ENOMEM;
     }
     c->lis = l;
-    l->fd[0] = listen_fd;
-    l->fd[1] = local_fd;
+    l->fd = listen_fd;
     l->secret = secret;
-    l->npend = c->W * ((naddr > 0 ? naddr : 1) + 1);
+    l->npend = c->W * (naddr > 0 ? naddr : 1);
     l->pend = calloc((size_t)l->npend, sizeof *l->pend);
     l->pfree = calloc((size_t)l->npend, sizeof *l->pfree);
     if (!l->pend || !l->pfree) return -ENOMEM;
@@ -251,13 +249,10 @@ int ftrt__listener_open(ftrt__coord *c, int listen_fd, int local_fd, int naddr, 
         l->pend[k].fd = -1;
         l->pfree[l->nfree++] = k;
     }
-    for (int i = 0; i < 2; i++) {
-        if (l->fd[i] < 0) continue;
-        int fl = fcntl(l->fd[i], F_GETFL);
-        if (fl < 0 || fcntl(l->fd[i], F_SETFL, fl | O_NONBLOCK)) return -errno;
-        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = FTRT__KEY(FTRT__KEY_LISTEN, i)};
-        if (epoll_ctl(c->ep, EPOLL_CTL_ADD, l->fd[i], &ev)) return -errno;
-    }
+    int fl = fcntl(listen_fd, F_GETFL);
+    if (fl < 0 || fcntl(listen_fd, F_SETFL, fl | O_NONBLOCK)) return -errno;
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = FTRT__KEY(FTRT__KEY_LISTEN, 0)};
+    if (epoll_ctl(c->ep, EPOLL_CTL_ADD, listen_fd, &ev)) return -errno;
     return 0;
 }
 
@@ -269,15 +264,15 @@ static void pending_free(ftrt__listener *l, int k)
     l->nopen--;
 }
 
-/* Accepts the connections waiting on (nonblocking) listener idx into free pending slots
- * (TCP_NODELAY: the coordinator's messages are small and latency-bound). The listeners stay
+/* Accepts the connections waiting on the (nonblocking) listener into free pending slots
+ * (TCP_NODELAY: the coordinator's messages are small and latency-bound). The listener stays
  * open for the whole job: later connections are read, and join only as a rank coming back or
  * a host agent, else they are rejected and counted. */
-void ftrt__listener_accept(ftrt__coord *c, int idx)
+void ftrt__listener_accept(ftrt__coord *c)
 {
     ftrt__listener *l = c->lis;
     for (;;) {
-        int fd = accept4(l->fd[idx], NULL, NULL, SOCK_CLOEXEC);
+        int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0) return; /* EAGAIN: none left (or an error the next readiness retries) */
         if (l->nfree == 0) {
             close(fd);
@@ -285,7 +280,7 @@ void ftrt__listener_accept(ftrt__coord *c, int idx)
             continue;
         }
         int one = 1;
-        if (idx == 0) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         int slot = l->pfree[--l->nfree];
         struct epoll_event ev = {.events = EPOLLIN, .data.u64 = FTRT__KEY(FTRT__KEY_PENDING, slot)};
         if (epoll_ctl(c->ep, EPOLL_CTL_ADD, fd, &ev)) {
@@ -427,8 +422,7 @@ void ftrt__listener_close(ftrt__coord *c)
             close(l->pend[k].fd);
             ftrt__rx_free(&l->pend[k].rx);
         }
-    for (int i = 0; i < 2; i++)
-        if (l->fd[i] >= 0) close(l->fd[i]);
+    if (l->fd >= 0) close(l->fd);
     free(l->pend);
     free(l->pfree);
     free(l);

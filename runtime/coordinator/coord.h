@@ -202,6 +202,7 @@ typedef struct ftrt__coord {
     int norphans;              /* ranks whose host agent was lost, not back yet */
     int *mc_list, *mc_cnt, *mc_off; /* ftrt__coord_multicast's scratch (W entries each) */
     double epoch_t_fail;       /* the current epoch's FAILURE: its failure time (wall) */
+    int mark_fd;               /* the coordinator's mark on its host (ftrt__local_mark), or -1 */
     uint64_t secret;           /* the job's hello secret */
     int hb_ms;                 /* the heartbeat period the WELCOME asks for */
     ftrt__plan_msg *plan_delta, *plan_full; /* the current epoch's PLANs (until resumed) */
@@ -226,7 +227,7 @@ enum { FTRT__KEY_LISTEN = 1, FTRT__KEY_PENDING = 2, FTRT__KEY_RANK = 3, FTRT__KE
        FTRT__KEY_HOST = 5 };
 #define FTRT__KEY(kind, i) (((uint64_t)(kind) << 32) | (uint32_t)(i))
 
-/* ---- conn.c: connections, sends, the silence watch, PINGs, the listeners ---- */
+/* ---- conn.c: connections, sends, the silence watch, PINGs, the listener ---- */
 /* Sends one message to world rank w: on its own connection, or through its host agent (a
  * RELAY); nothing when it has neither. A failed send is logged (debug) and left to the
  * connection's EOF. */
@@ -260,14 +261,13 @@ void ftrt__fanout_pump(ftrt__coord *c, int k);
 /* Milliseconds epoll may wait: until the next PINGs fall due (batches at least 2 ms apart), the
  * silence watch's head expires, or 10 ms (the periodic work). */
 int ftrt__coord_wait_ms(const ftrt__coord *c, double now);
-/* The listeners: listen_fd (TCP) and local_fd (the abstract Unix socket the ranks of the
- * coordinator's host reach it through; -1: none) become nonblocking and owned (closed by
- * ftrt__listener_close, or here when nothing could be allocated) and join c->ep; each rank may
- * have one pending connection per address it was offered (naddr) and a local one. Returns 0 or
- * -errno / -ENOMEM (then call ftrt__listener_close). */
-int ftrt__listener_open(ftrt__coord *c, int listen_fd, int local_fd, int naddr, uint64_t secret);
-/* Accepts every waiting connection on listener idx (KEY_LISTEN readable). */
-void ftrt__listener_accept(ftrt__coord *c, int idx);
+/* The listener: listen_fd (nonblocking from here on, owned: closed by ftrt__listener_close,
+ * or here when nothing could be allocated) joins c->ep; each rank may have one pending
+ * connection per address it was offered (naddr). Returns 0 or -errno / -ENOMEM (then call
+ * ftrt__listener_close). */
+int ftrt__listener_open(ftrt__coord *c, int listen_fd, int naddr, uint64_t secret);
+/* Accepts every waiting connection (KEY_LISTEN readable). */
+void ftrt__listener_accept(ftrt__coord *c);
 /* Reads pending connection idx (KEY_PENDING readable): a valid HELLO makes it world rank w's
  * connection (KEY_RANK), a valid HOST_HELLO a host agent's (KEY_HOST); anything else closes it
  * and counts it as rejected. Returns w when a rank that had joined before came back on its own
@@ -276,7 +276,7 @@ void ftrt__listener_accept(ftrt__coord *c, int idx);
 int ftrt__listener_identify(ftrt__coord *c, int idx);
 /* Closes pending connections that said no valid HELLO within 5 s (at most every 0.1 s). */
 void ftrt__listener_expire(ftrt__coord *c, double now);
-/* Closes the listeners and every pending connection, frees them. */
+/* Closes the listener and every pending connection, frees it. */
 void ftrt__listener_close(ftrt__coord *c);
 
 /* ---- job.c: the job's start, end and abort ---- */

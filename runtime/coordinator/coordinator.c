@@ -108,10 +108,10 @@ static int tables_alloc(ftrt__coord *c)
     return c->r && c->members && c->hl && c->mc_list && c->mc_cnt && c->mc_off ? 0 : -ENOMEM;
 }
 
-/* Everything the loop needs: the tables, the scratch arrays, epoll, the listeners, the newest
+/* Everything the loop needs: the tables, the scratch arrays, epoll, the listener, the newest
  * committed step, the commit thread. Returns 0 or -errno (everything freed by coord_close,
- * listen_fd and local_fd included). */
-static int coord_open(ftrt__coord *c, int listen_fd, int local_fd, uint64_t secret)
+ * listen_fd included). */
+static int coord_open(ftrt__coord *c, int listen_fd, uint64_t secret)
 {
     const ftrt__coord_args *a = c->a;
     int rc = tables_alloc(c);
@@ -120,10 +120,9 @@ static int coord_open(ftrt__coord *c, int listen_fd, int local_fd, uint64_t secr
     if (c->ep < 0) {
         int e = -errno;
         close(listen_fd);
-        if (local_fd >= 0) close(local_fd);
         return e;
     }
-    int lrc = ftrt__listener_open(c, listen_fd, local_fd, count_addrs(a->addr), secret);
+    int lrc = ftrt__listener_open(c, listen_fd, count_addrs(a->addr), secret);
     if (lrc) return lrc;
     if (rc || scratch_alloc(&c->s, (size_t)c->W)) return -ENOMEM;
     c->r[0].role = FTRT__ROLE_COORD;
@@ -141,7 +140,7 @@ static void dispatch(ftrt__coord *c, uint64_t key)
 {
     uint32_t kind = (uint32_t)(key >> 32), idx = (uint32_t)key;
     int w;
-    if (kind == FTRT__KEY_LISTEN) ftrt__listener_accept(c, (int)idx);
+    if (kind == FTRT__KEY_LISTEN) ftrt__listener_accept(c);
     else if (kind == FTRT__KEY_PENDING && (w = ftrt__listener_identify(c, (int)idx)) > 0)
         ftrt__rank_rejoined(c, w);
     else if (kind == FTRT__KEY_PENDING && w < 0)
@@ -258,6 +257,7 @@ static void coord_close(ftrt__coord *c)
     }
     for (int h = 0; h < c->nhl; h++) ftrt__host_drop(c, h);
     ftrt__listener_close(c);
+    if (c->mark_fd >= 0) close(c->mark_fd);
     ftrt__committer_stop(c->committer);
     if (c->ep >= 0) close(c->ep);
     ftrt__track_free(c->ckpt_track);
@@ -279,11 +279,10 @@ int ftrt__coordinator_run(ftrt__coord_args *a, int listen_fd, uint64_t secret)
                      .last_committed = -1, .t_start = a->t_start,
                      .t_start_wall = a->t_start_wall, .sdc_agreed_step = -1,
                      .sdc_judged_step = -1, .sdc_rollback = -1, .ep = -1,
-                     .commit_submitted = -1};
+                     .commit_submitted = -1, .mark_fd = a->mark_fd};
     struct epoll_event *evs = calloc(MAXEV, sizeof *evs);
-    int rc = evs ? coord_open(&c, listen_fd, a->local_fd, secret) : -ENOMEM;
+    int rc = evs ? coord_open(&c, listen_fd, secret) : -ENOMEM;
     if (!evs && listen_fd >= 0) close(listen_fd);
-    if (!evs && a->local_fd >= 0) close(a->local_fd);
     if (rc) {
         coord_close(&c);
         free(evs);

@@ -20,8 +20,8 @@ typedef struct ftrt__coord_args {
     const char *host;        /* this host's name */
     const char *addr;        /* the control plane's address and port */
     int port;
-    int local_fd;            /* the listening abstract Unix socket the ranks of this host reach
-                                the coordinator through (owned; -1: none) */
+    int mark_fd;             /* the coordinator's mark on its host (ftrt__local_mark): held for
+                                the job, closed at its end (owned; -1: none) */
     int ranks_lost;          /* out: processes of the world that died during the job */
 } ftrt__coord_args;
 

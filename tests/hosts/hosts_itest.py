@@ -194,7 +194,7 @@ def case_faultfree(args):
         check(agents[:2] == [None, None] and agents[2] == agents[3] in (2, 3)
               and agents[4] == agents[5] in (4, 5),
               f"ftrt-h2 and ftrt-h3 each reach the coordinator through one host agent in one of "
-              f"their ranks, ftrt-h1's rank through the coordinator's local socket ({agents})")
+              f"their ranks, ftrt-h1's rank (the coordinator's host) directly ({agents})")
         run_to_end(job, hosts, 0, before)
         rep = job.load_report()
         check(rep["status"] == "finished" and not rep["failures"], "finished, no failures")
