@@ -99,7 +99,8 @@
       "none is)")                                                                                  \
     X(sdc_every, "FTRT_SDC_EVERY", INT, 10, 0, 1000000, NULL,                                      \
       "silent data corruption check: every this many steps each trainer fingerprints its "        \
-      "replicated host regions (CRC32C) and the coordinator compares the replicas; 0 = off")    \
+      "replicated regions (CRC32C; device regions on the device) and the coordinator compares "  \
+      "the replicas; 0 = off")                                                                   \
     X(shard_replica_every, "FTRT_SHARD_REPLICA_EVERY", INT, 0, -1, 1000000, NULL,                  \
       "in-memory partner replicas of sharded regions: 0 = refreshed at each checkpoint snapshot, " \
       "K > 0 = every K steps (in `ftrt_step_done()`), -1 = off")                                    \

@@ -46,7 +46,11 @@
       "checked (memory corrupted while held: the recovery must not use it)")                    \
     X(sim_device, "FTRT_TEST_SIM_DEVICE", 1,                                                   \
       "1: ftrt_init() installs the simulated device (kernels/loc_sim.c, a test arrangement) as " \
-      "the device backend: FTRT_REGION_DEVICE regions live in ftrt__sim_alloc memory")
+      "the device backend: FTRT_REGION_DEVICE regions live in ftrt__sim_alloc memory")          \
+    X(epoch_delay_ms, "FTRT_TEST_EPOCH_DELAY_MS", 60000,                                       \
+      "ranks take the coordinator's failure announcement this long (ms) late, so that MPI "    \
+      "reports a dead process first (ULFM, comm/ulfm.h: the collective must wait for the "     \
+      "epoch change, not fail)")
 
 struct ftrt__knobs {
 #define FTRT__KNOB_FIELD(field, env, max, doc) int32_t field;

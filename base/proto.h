@@ -42,7 +42,7 @@ enum ftrt__msg_type {
     FTRT__MSG_BYE,            /* trainer -> coord: finished, with statistics */
     FTRT__MSG_SHUTDOWN,       /* coord -> spares: job over */
     FTRT__MSG_ABORT,          /* coord -> all: job failed, with the code */
-    FTRT__MSG_FAREWELL,       /* coord -> trainer after BYE: ranks lost in the job */
+    FTRT__MSG_FAREWELL,       /* coord -> trainer after BYE, at the job's end: ranks lost */
     FTRT__MSG_PING,           /* coord -> every rank, each heartbeat period: coordinator alive */
     FTRT__MSG_LEDGER,         /* rank -> coord, every second and at the end: timeline */
     FTRT__MSG_FINGERPRINT,    /* trainer -> coord, every FTRT_SDC_EVERY steps: fingerprint of
@@ -118,7 +118,9 @@ typedef struct ftrt__heartbeat {
 } ftrt__heartbeat;
 
 typedef struct ftrt__epoch_msg { /* FAILURE, RESUMED, ABORT (value: code), SHUTDOWN and
-                                   FAREWELL (value: number of ranks lost in the job) */
+                                   FAREWELL (value: the job's end: 0 every process of the world
+                                   calls MPI_Finalize, > 0 that many processes died, < 0 the
+                                   job was aborted with that code: none calls it) */
     int32_t epoch;
     int32_t value;
 } ftrt__epoch_msg;

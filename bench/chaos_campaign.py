@@ -39,16 +39,26 @@ is compared with a fault-free sharded run, and two more kinds are drawn:
 and ftrt-chaos's verdict checks, for every trainer recovered in place, that its state came from
 its partner's replica (rework <= K + 1 steps) when that partner survived, else from the
 checkpoint. The per-kind table then shows where the state came from and the rework.
+With --device sim every run keeps the parameters and momentum in the simulated device's
+memory (train_mlp --device sim, FTRT_TEST_SIM_DEVICE=1: a test arrangement, no GPU): the
+checkpoints, restores, the state transfer to a promoted spare, the partner replicas (with
+--sharded) and the fingerprints (flip-bit flips a bit in the device arena) all go through the
+device backend; compared with a fault-free --device sim run.
+
+Each run's line and the per-kind table say where every lost trainer's state came from: its
+in-place recovery's state_from (peers, replica, checkpoint, with the replica miss), and for
+each relaunch the checkpoint step it resumed at (read from the launch's log).
 --summary FILE writes the per-kind table and every run's row as JSON.
 
 Usage: bench/chaos_campaign.py [--runs 50] [--seed 1] [--bin build/examples/train_mlp]
-                               [--sharded K] [--kinds k1,k2] [--summary FILE]
-                               [--hosts N [--slots S]]
+                               [--sharded K] [--device host|sim] [--kinds k1,k2]
+                               [--summary FILE] [--hosts N [--slots S]]
 """
 import argparse
 import json
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -122,11 +132,16 @@ def main():
     ap.add_argument("--sharded", type=int, metavar="K",
                     help="sharded momentum with partner replicas every K steps (0: at each "
                          "checkpoint), and the kinds kill-partners, corrupt-replica")
+    ap.add_argument("--device", choices=("host", "sim"), default="host",
+                    help="where train_mlp keeps parameters and momentum: host memory or the "
+                         "simulated device (a test arrangement; FTRT_TEST_SIM_DEVICE=1)")
     ap.add_argument("--summary", help="write the per-kind table and the runs as JSON here")
     ap.add_argument("--hosts-prefix", default="ftrt-c")
     a = ap.parse_args()
     example_args.check_paths(ap, a, outputs=("summary",), inputs=("bin",))
     if a.hosts is not None:
+        if a.device != "host":
+            ap.error("--device sim runs on one host only (without --hosts)")
         return hosts_campaign(a)
     kinds = KINDS + (SHARDED_KINDS if a.sharded is not None else [])
     if a.kinds:
@@ -140,10 +155,14 @@ def main():
     work = tempfile.mkdtemp(prefix="ftrt-campaign-")
     ns = argparse.Namespace(bin=a.bin, work=work)
     sharded_args = ["--sharded-momentum"] if a.sharded is not None else []
-    ref = chaos_cases.reference(ns, sharded_args)
+    device_args = ["--device", "sim"] if a.device == "sim" else []
+    device_env = {"FTRT_TEST_SIM_DEVICE": "1"} if a.device == "sim" else {}
+    ref = chaos_cases.reference(ns, sharded_args + device_args)
     print(f"campaign: {a.runs} runs, seed {a.seed}, kinds {','.join(kinds)}"
           + (f", sharded momentum, replicas every {a.sharded} steps" if a.sharded is not None
-             else "") + f", work dir {work}", flush=True)
+             else "")
+          + (", state in the simulated device's memory" if device_args else "")
+          + f", work dir {work}", flush=True)
     matrix, mttd_crash, mttd_hang, mttd_sdc, mttr, rows = {}, [], [], [], [], []
     per = {}  # kind -> runs, passed, true MTTDs, MTTRs, state_from counts, rework steps
     for i in range(a.runs):
@@ -173,8 +192,8 @@ def main():
                "--reference", ref, "--params", params, "--json", os.path.join(d, "v.json"),
                "--timeout", "120", "--seed", str(rng.randrange(1 << 30))] + opts + ["--"] + \
             chaos_cases.job_cmd(a.bin, 7, ["--ckpt-dir", ckpt, "--params-out", params] + targs +
-                                sharded_args)
-        env = h.job_env(extra, spares=2, heartbeat_timeout_ms=1000)
+                                sharded_args + device_args)
+        env = h.job_env(dict(extra, **device_env), spares=2, heartbeat_timeout_ms=1000)
         with open(os.path.join(d, "chaos.out"), "w") as out:
             rc = subprocess.call(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
         v = json.load(open(os.path.join(d, "v.json"))) if os.path.exists(
@@ -188,24 +207,26 @@ def main():
         pk["runs"] += 1
         pk["passed"] += rc == 0
         pk["relaunches"] += relaunches
+        sources = state_sources(v)
+        for src in sources:  # the relaunches' steps are in the run's line
+            src = re.sub(r" step \d+", "", src)
+            pk["state_from"][src] = pk["state_from"].get(src, 0) + 1
         for inj in v.get("injections", []):
             for m in inj.get("measured", []):
                 pk["mttd_s"].append(m["true_mttd_s"])
                 if m.get("mttr_s") is not None and m.get("recovered"):
                     pk["mttr_s"].append(m["mttr_s"])
                 if m.get("state_from") and m.get("recovered"):
-                    key2 = m["state_from"] + (f" ({m['replica_miss']})"
-                                              if m.get("replica_miss") else "")
-                    pk["state_from"][key2] = pk["state_from"].get(key2, 0) + 1
                     pk["rework_steps"].append(m.get("rework_steps") or 0)
                 (mttd_crash if m["detect_kind"] == "connection_lost" else
                  mttd_sdc if m["detect_kind"] == "silent_data_corruption" else mttd_hang).append(
                     m["true_mttd_s"])
                 if m.get("mttr_s") is not None:
                     mttr.append(m["mttr_s"])
-        rows.append((i, kind, fault["at_step"], outcome, relaunches))
+        rows.append((i, kind, fault["at_step"], outcome, relaunches, "; ".join(sources)))
         print(f"run {i:3d}  {kind:<20} step {fault['at_step']:3d}  {outcome}"
               f"{'  relaunches ' + str(relaunches) if relaunches else ''}"
+              f"  state: {'; '.join(sources) or 'none lost'}"
               f"{'' if rc == 0 else '  (' + d + ')'}", flush=True)
     print("\nfault kind x outcome")
     for (kind, out), n in sorted(matrix.items()):
@@ -223,14 +244,45 @@ def main():
         with open(a.summary, "w") as f:
             json.dump({"runs": a.runs, "seed": a.seed, "kinds": kinds, "sharded": a.sharded,
                        "failed": fails, "work": work, "per_kind": table,
-                       "rows": [dict(zip(("run", "kind", "at_step", "outcome", "relaunches"), r))
-                                for r in rows]}, f, indent=1)
+                       "device": a.device,
+                       "rows": [dict(zip(("run", "kind", "at_step", "outcome", "relaunches",
+                                          "state_from"), r)) for r in rows]}, f, indent=1)
     return 1 if fails else 0
+
+
+def state_sources(v):
+    """Where each lost trainer's state came from in one ftrt-chaos run (its verdict JSON v), in
+    launch order: per failure recovered in place, the launch report's state_from and resume
+    step (with the replica miss: why not from the partner's memory); per relaunch, the
+    checkpoint step that launch resumed at (train_mlp's "resumed at step N" in the launch's
+    log; "fresh start" when none)."""
+    out = []
+    for j, ln in enumerate(v.get("launches", [])):
+        if j > 0:
+            try:
+                with open(ln["log"]) as f:
+                    found = re.findall(r"resumed at step (\d+)", f.read())
+            except (OSError, KeyError):
+                found = []
+            out.append(f"relaunch: checkpoint step {found[0]}" if found
+                       else "relaunch: fresh start")
+        try:
+            with open(ln["report"]) as f:
+                failures = json.load(f).get("failures", [])
+        except (OSError, KeyError, TypeError, ValueError):
+            failures = []
+        for x in failures:
+            if x.get("recovered") and x.get("state_from"):
+                out.append(f"{x['state_from']} step {x.get('resume_step')}"
+                           + (f" ({x['replica_miss']})" if x.get("replica_miss") else ""))
+    return out
 
 
 def per_kind_table(per):
     """Prints and returns the per-kind table: runs, passed, median true MTTD and MTTR (in-place
-    recoveries), where the lost trainers' state came from, and their rework steps."""
+    recoveries), where the lost trainers' state came from (state_sources: in-place recoveries
+    and relaunches; the relaunch's step is left out here, it is in each run's line), and the
+    in-place recoveries' rework steps."""
     def med(v, k=1e3):
         return round(statistics.median(v) * k, 1) if v else None
     table = {}

@@ -25,7 +25,8 @@
 
 /* Device regions (FTRT__LOC_DEVICE) are read and written through the active device backend of
  * the location interface (kernels/location.h, ftrt__loc_device()): the snapshot copies them
- * into staging with to_host (CRC32C included), the restore (restore.c) writes them with
+ * into staging with to_host (CRC32C included), so does the synchronous writer (shard.c) into its
+ * bounded buffers, the restore (restore.c) writes them with
  * from_host (CRC32C checked), staging is pinned with pin / unpin when the backend has them.
  * With no backend (the CPU-only libftrt without FTRT_TEST_SIM_DEVICE) device regions are
  * refused with FTRT_ENOTSUP. Backend calls come from the engine's snapshot threads and from the

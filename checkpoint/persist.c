@@ -161,14 +161,6 @@ int ftrt__ckpt_write_streaming(struct ftrt__ckpt_engine *e, int64_t step,
                                const ftrt__region *regs, int n, int rank, int nranks)
 {
     int epoch = e->watch->epoch;
-    for (int i = 0; i < n; i++) /* the streaming writer reads regions on the host */
-        if (regs[i].loc != FTRT__LOC_HOST) {
-            ftrt_log_error("ftrt_checkpoint of step %lld: region \"%s\" is in device memory, "
-                           "which a synchronous (streaming) checkpoint cannot read yet: give "
-                           "the staging room for one shard (FTRT_CKPT_STAGING_MB)",
-                           (long long)step, regs[i].name);
-            return FTRT_ENOTSUP;
-        }
     pthread_mutex_lock(&e->lock);
     ftrt__ckpt_rec *r = ftrt__ckpt_rec_new(e, step, epoch);
     e->st.started++;

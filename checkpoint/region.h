@@ -31,8 +31,9 @@ typedef struct ftrt__region {
     void *ptr;
     size_t bytes;
     ftrt__region_kind kind;
-    ftrt__region_loc loc; /* FTRT__LOC_DEVICE: only the checkpoint engine's snapshot (through
-                             its device hook) reads it; the other paths refuse it (FTRT_ENOTSUP) */
+    ftrt__region_loc loc; /* FTRT__LOC_DEVICE: never dereferenced on the host; every path
+                             reaches it through the device backend (kernels/location.h) and
+                             refuses it (FTRT_ENOTSUP) when there is none */
 } ftrt__region;
 
 /* "REPLICATED" / "SHARDED", for messages. */

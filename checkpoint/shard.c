@@ -9,8 +9,8 @@
  *
  * ftrt__shard_write (streaming: the engine when staging cannot hold a shard, tests, benches):
  * the data of every region (a REPLICATED region's 1/N slice, a SHARDED region whole) is copied
- * into a few 4 KiB-aligned staging buffers of at most 8 MiB with the fused copy + CRC32C and
- * written with up to FTRT__IO_DEPTH writes in flight; then the header and table (which carry
+ * into a few 4 KiB-aligned staging buffers of at most 8 MiB with the fused copy + CRC32C (a
+ * device region through the device backend's to_host, kernels/location.h) and written with up to FTRT__IO_DEPTH writes in flight; then the header and table (which carry
  * the CRCs) are written at offset 0.
  *
  * ftrt__shard_write_image (the engine's persist thread): the staging slot already holds the
@@ -36,6 +36,7 @@
 #include "base/log.h"
 #include "checkpoint/shard.h"
 #include "ftrt.h"
+#include "kernels/location.h"
 
 /* ---- layout ------------------------------------------------------------------------------ */
 
@@ -48,9 +49,9 @@ int ftrt__regions_check(const ftrt__region *regs, int nregs)
         if (nl == 0 || nl >= FTRT__NAME_MAX) return -EINVAL;
         if (regs[i].kind != FTRT__KIND_REPLICATED && regs[i].kind != FTRT__KIND_SHARDED)
             return -EINVAL;
-        if (regs[i].loc != FTRT__LOC_HOST) {
-            ftrt_log_error("checkpoint: region \"%s\" is in device memory, which this path "
-                           "reads or writes on the host: not supported here yet",
+        if (regs[i].loc == FTRT__LOC_DEVICE && !ftrt__loc_device()) {
+            ftrt_log_error("checkpoint: region \"%s\" is in device memory, and this process "
+                           "has no device backend to read it through",
                            regs[i].name);
             return FTRT_ENOTSUP;
         }
@@ -170,8 +171,26 @@ typedef struct data_src {
     size_t chunk; /* staging buffer size */
 } data_src;
 
+/* Copies seg bytes of region data into dst and folds their CRC32C into *crc: host memory with
+ * the fused copy + CRC32C, device memory through the device backend's to_host (kernels/
+ * location.h). Returns 0 or the backend's code. */
+static int copy_slice(unsigned char *dst, const unsigned char *src, uint64_t seg,
+                      ftrt__region_loc loc, uint32_t *crc)
+{
+    if (loc == FTRT__LOC_HOST) {
+        *crc = ftrt__copy_crc32c(dst, src, seg, *crc);
+        return 0;
+    }
+    const ftrt__loc_ops *dev = ftrt__loc_device();
+    uint32_t c = 0;
+    int rc = dev ? dev->to_host(dst, src, seg, &c) : FTRT_ENOTSUP;
+    if (rc == 0) *crc = ftrt__crc32c_combine(*crc, c, seg);
+    return rc;
+}
+
 /* Fills the slot's staging buffer with the file bytes [pos, pos + n): slice data (copied with
- * its CRC folded into ents[i].data_crc) and zero padding. */
+ * its CRC folded into ents[i].data_crc) and zero padding. Returns 1, 0 at the end, or a
+ * device backend's error code. */
 static int data_next(void *arg, ftrt__io_req *r)
 {
     data_src *s = arg;
@@ -190,7 +209,12 @@ static int data_next(void *arg, ftrt__io_req *r)
             if (seg > stop - cur) seg = stop - cur;
             const unsigned char *src = (const unsigned char *)s->regs[s->idx].ptr +
                                        e->slice_offset + (cur - e->file_offset);
-            e->data_crc = ftrt__copy_crc32c(dst + (cur - s->pos), src, seg, e->data_crc);
+            int rc = copy_slice(dst + (cur - s->pos), src, seg, s->regs[s->idx].loc, &e->data_crc);
+            if (rc < 0) {
+                ftrt_log_error("checkpoint: reading device region \"%s\" failed: %s",
+                               s->regs[s->idx].name, ftrt_strerror(rc));
+                return rc;
+            }
             cur += seg;
         } else {
             uint64_t gap_end = e && e->file_offset < stop ? e->file_offset : stop;

@@ -20,15 +20,18 @@ uint64_t ftrt__shard_layout(const ftrt__region *regs, int nregs, int rank, int n
                             ftrt__shard_ent *ents, uint32_t table_bytes);
 
 /* Checks a region array for the writer: count, names (1..63 bytes, unique), kinds, pointers,
- * and host memory (the writer reads the regions on the host; the engine hands it host views of
- * device regions). Returns 0, -EINVAL, or FTRT_ENOTSUP for a device region (logged, naming it). */
+ * and a device backend for device regions (the writer reads them through its to_host,
+ * kernels/location.h). Returns 0, -EINVAL, or FTRT_ENOTSUP for a device region when there is no
+ * device backend (logged, naming it). */
 int ftrt__regions_check(const ftrt__region *regs, int nregs);
 
 /* Writes the shard of logical rank `rank` of `nranks` for checkpoint `step` into
  * <dir>/step-<step>/rank-<rank>.ftrt (creating the directories), through io_uring, and
- * fdatasyncs it before returning. Returns 0 or -errno (ENOSPC, EIO, EACCES, ...), FTRT_ENOTSUP for a device region
- * (ftrt__regions_check). On failure the
- * partial file is removed; nothing committed is touched. */
+ * fdatasyncs it before returning. Device regions are read through the device backend in
+ * chunks of the staging buffers (never whole on the host). Returns 0 or -errno (ENOSPC, EIO,
+ * EACCES, ...), FTRT_ENOTSUP for a device region without a device backend
+ * (ftrt__regions_check), or the backend's error code (logged, naming the region). On failure
+ * the partial file is removed; nothing committed is touched. */
 int ftrt__shard_write(const char *dir, int64_t step, int rank, int nranks,
                       const ftrt__region *regs, int nregs);
 

@@ -9,6 +9,8 @@
  *    to the progress side: the progress thread, or in inline mode the application thread;
  *  - a request's state is an atomic that hands the request back to the application: once it
  *    reads DONE or FAILED (acquire), the engine never touches the request again.
+ * Under ULFM (comm/ulfm.h) an MPI error that is a process failure fails the request with the
+ * coordinator's epoch change (FTRT_ERECOVER), not FTRT_EMPI, once that change arrives.
  * Open MPI 4.1 has no asynchronous progress of its own ("OMPI progress: no" in ompi_info):
  * a nonblocking collective advances only inside MPI calls, which is why a thread makes them.
  */
@@ -23,6 +25,7 @@
 #include "base/log.h"
 #include "comm/async.h"
 #include "comm/plane.h"
+#include "comm/ulfm.h"
 
 #define POOL_MAX 64            /* staging buffers kept for reuse */
 #define SPIN_POLLS 16          /* polls with sched_yield before sleeping between polls */
@@ -382,9 +385,10 @@ static int mpi_bind(void *arg, ftrt__areq *r)
         if (!g) return -ENOMEM;
         g->comm = MPI_COMM_NULL;
         g->plane_gen = p->gen;
-        if (MPI_Comm_idup(p->comm, &g->comm, &g->idup) != MPI_SUCCESS) {
+        int err = MPI_Comm_idup(p->comm, &g->comm, &g->idup);
+        if (err != MPI_SUCCESS) {
             free(g);
-            return FTRT_EMPI;
+            return ftrt__ulfm_error(err, p->comm, p->watch, p->watch->epoch);
         }
         g->next = e->gens;
         e->gens = g;
@@ -393,13 +397,21 @@ static int mpi_bind(void *arg, ftrt__areq *r)
     return 0;
 }
 
+/* The code for MPI error err of request r on comm: FTRT_EMPI, or under ULFM, for a process
+ * failure, the epoch change once it arrives (comm/ulfm.h; the progress thread may wait here). */
+static int mpi_error(ftrt__areq *r, int err, MPI_Comm comm)
+{
+    return ftrt__ulfm_error(err, comm, r->eng->watch, r->epoch);
+}
+
 static int mpi_ready(void *arg, ftrt__areq *r)
 {
     (void)arg;
     ftrt__agen *g = r->gen;
     if (!g->ready) {
         int done = 0;
-        if (MPI_Test(&g->idup, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return FTRT_EMPI;
+        int err = MPI_Test(&g->idup, &done, MPI_STATUS_IGNORE);
+        if (err != MPI_SUCCESS) return mpi_error(r, err, g->comm);
         if (!done) return 0;
         MPI_Comm_set_errhandler(g->comm, MPI_ERRORS_RETURN);
         g->ready = 1;
@@ -413,17 +425,17 @@ static int mpi_start(void *arg, ftrt__areq *r, int chunk, void *buf, size_t coun
     (void)arg;
     size_t es;
     MPI_Datatype t = ftrt__mpi_type(r->dtype, &es);
-    if (MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, t, ftrt__mpi_op(r->op), r->gen->comm,
-                       &r->mreqs[chunk]) != MPI_SUCCESS)
-        return FTRT_EMPI;
-    return 0;
+    int err = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, t, ftrt__mpi_op(r->op), r->gen->comm,
+                             &r->mreqs[chunk]);
+    return err == MPI_SUCCESS ? 0 : mpi_error(r, err, r->gen->comm);
 }
 
 static int mpi_test(void *arg, ftrt__areq *r, int chunk)
 {
     (void)arg;
     int flag = 0;
-    if (MPI_Test(&r->mreqs[chunk], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) return FTRT_EMPI;
+    int err = MPI_Test(&r->mreqs[chunk], &flag, MPI_STATUS_IGNORE);
+    if (err != MPI_SUCCESS) return mpi_error(r, err, r->gen->comm);
     return flag ? 1 : 0;
 }
 

@@ -7,6 +7,10 @@
  * is abandoned together with its communicator and staging buffer, which go to a graveyard and
  * are never reused: a late write from the dead epoch cannot land in live state.
  *
+ * Under ULFM (Open MPI 5, comm/ulfm.h) a process failure reported by MPI (MPIX_ERR_PROC_FAILED
+ * at the start of a collective or at its completion) waits for the coordinator's epoch change
+ * and returns FTRT_ERECOVER, as if the watch had interrupted the wait.
+ *
  * Determinism: the reduction runs on a communicator whose rank order is the logical rank
  * order, with the same count and datatype, so Open MPI's algorithm choice and summation order
  * are the same whichever process holds a logical rank; the sums are bitwise those a fault-free
@@ -21,6 +25,7 @@
 #include "base/log.h"
 #include "comm/async.h"
 #include "comm/plane.h"
+#include "comm/ulfm.h"
 
 void ftrt__plane_init(ftrt__plane *p, ftrt__watch *w, ftrt__host host, int async_progress,
                       int progress_poll_us)
@@ -97,7 +102,8 @@ int ftrt__plane_waitall(ftrt__plane *p, int n, MPI_Request *reqs)
      * so oversubscribed ranks leave the CPU to the peers they wait on. */
     for (long i = 0;; i++) {
         int done = 0;
-        if (MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) return FTRT_EMPI;
+        int e = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
+        if (e != MPI_SUCCESS) return ftrt__plane_mpi_error(p, e);
         if (done) return 0;
         int rc = ftrt__watch_check(p->watch);
         if (rc) return rc;
@@ -128,9 +134,9 @@ int ftrt__plane_allreduce(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dt
     for (size_t off = 0; off < count; off += chunk) {
         size_t n = count - off < chunk ? count - off : chunk;
         MPI_Request req;
-        if (MPI_Iallreduce(MPI_IN_PLACE, (char *)p->buf + off * es, (int)n, t, o, p->comm,
-                           &req) != MPI_SUCCESS)
-            return FTRT_EMPI;
+        int e = MPI_Iallreduce(MPI_IN_PLACE, (char *)p->buf + off * es, (int)n, t, o, p->comm,
+                               &req);
+        if (e != MPI_SUCCESS) return ftrt__plane_mpi_error(p, e);
         rc = ftrt__plane_wait(p, &req);
         if (rc) return ftrt__watch_note(p->watch, rc);
     }
@@ -144,8 +150,8 @@ int ftrt__plane_bcast(ftrt__plane *p, void *buf, size_t bytes, int root)
     for (size_t off = 0; off < bytes; off += chunk) {
         size_t n = bytes - off < chunk ? bytes - off : chunk;
         MPI_Request req;
-        if (MPI_Ibcast((char *)buf + off, (int)n, MPI_BYTE, root, p->comm, &req) != MPI_SUCCESS)
-            return FTRT_EMPI;
+        int e = MPI_Ibcast((char *)buf + off, (int)n, MPI_BYTE, root, p->comm, &req);
+        if (e != MPI_SUCCESS) return ftrt__plane_mpi_error(p, e);
         int rc = ftrt__plane_wait(p, &req);
         if (rc) return rc;
     }

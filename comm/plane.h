@@ -77,7 +77,9 @@ void ftrt__plane_stop(ftrt__plane *p);
 
 /* Waits for MPI request *req, polling it with the watch and yielding the CPU politely, inside
  * the host's wait bracket. Returns 0 when complete, else FTRT_EMPI or the watch's code (the
- * request is then abandoned). */
+ * request is then abandoned). In these waits and in the collectives below, an MPI error that
+ * ULFM reports as a process failure is not FTRT_EMPI: the call returns when the coordinator's
+ * epoch change arrives, with the watch's code (comm/ulfm.h). */
 int ftrt__plane_wait(ftrt__plane *p, MPI_Request *req);
 /* Waits for reqs[0..n), polling them with the watch like ftrt__plane_wait but outside the
  * host's wait bracket (waits that are part of a recovery, not of training). Returns 0, FTRT_EMPI

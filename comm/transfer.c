@@ -11,8 +11,17 @@
  * Every member then adds the receivers' mismatch flags (an allreduce), so that all agree on
  * what the next attempt resends. Within one (source, receiver) pair messages are matched in
  * posting order (MPI's non-overtaking rule), so one data tag and one CRC tag suffice.
+ *
+ * A device region (ftrt__xfer_region.loc set) is never read or written on the host: it goes
+ * through host staging of at most STAGE_CHUNKS chunks per member (page-locked where the backend
+ * can pin), window after window of chunks: a source copies each chunk it sends into the staging
+ * with the backend's to_host (which gives the chunk's CRC32C in the same pass), a receiver
+ * receives into the staging and copies each chunk into device memory with from_host, which
+ * checks it against the source's CRC32C. The same schedule, the same retries; the CRC arrays
+ * travel per window. A host region is one window, sent from and received into its memory.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,8 +30,12 @@
 #include "base/log.h"
 #include "base/proto.h"
 #include "comm/transfer.h"
+#include "ftrt.h"
 
 enum { TAG_DATA = 7101, TAG_CRC = 7102 };
+
+/* Chunks of a device region staged in host memory at once, per member: the window. */
+#define STAGE_CHUNKS 8
 
 typedef struct sched {
     int ns, nr;
@@ -30,83 +43,144 @@ typedef struct sched {
     int si, ri;      /* this member's index in src / rcv, or -1 */
 } sched;
 
+/* One attempt's view of region r: chunks [0, nk) of `chunk` bytes, global index g0 + k; the
+ * window [k0, k1) is in flight; stage (device regions) holds chunk k at (k - k0) * chunk. */
+typedef struct win {
+    const ftrt__xfer_region *r;
+    size_t chunk;
+    int64_t nk, g0, k0, k1;
+    int attempt;
+    unsigned char *stage; /* NULL: host memory, sent from and received into r->ptr */
+} win;
+
 static int owner(const sched *s, int64_t g, int attempt) { return (int)((g + attempt) % s->ns); }
 
-/* One attempt over region r (chunks [0, nk) of `chunk` bytes, global index g0 + k) for the
- * (receiver, chunk) pairs with pend[j * nk + k] != 0. bad[] receives this member's
- * mismatches (receivers only). */
-static int attempt_once(ftrt__plane *p, const sched *s, const ftrt__xfer_region *r, size_t chunk,
-                        int64_t nk, int64_t g0, int attempt, const int64_t *pend, int64_t *bad,
-                        int corrupt, int corrupt_attempts, ftrt__xfer_stat *st)
+static size_t chunk_len(const win *w, int64_t k)
+{
+    size_t off = (size_t)k * w->chunk;
+    return w->r->bytes - off < w->chunk ? w->r->bytes - off : w->chunk;
+}
+
+/* Where chunk k travels from or to: region memory (host) or its staging slot (device). */
+static unsigned char *chunk_buf(const win *w, int64_t k)
+{
+    return w->stage ? w->stage + (size_t)(k - w->k0) * w->chunk
+                    : (unsigned char *)w->r->ptr + (size_t)k * w->chunk;
+}
+
+/* The source's side of chunk k: its CRC32C, and for a device region the chunk staged into host
+ * memory with it (to_host). Returns 0 or the backend's code. */
+static int source_stage(const win *w, int64_t k, uint32_t *crc)
+{
+    if (!w->stage) {
+        *crc = ftrt__crc32c(0, chunk_buf(w, k), chunk_len(w, k));
+        return 0;
+    }
+    const unsigned char *dev = (const unsigned char *)w->r->ptr + (size_t)k * w->chunk;
+    return w->r->loc->to_host(chunk_buf(w, k), dev, chunk_len(w, k), crc);
+}
+
+/* The receiver's side of chunk k once it arrived: checked against want (a device region's
+ * chunk copied into device memory with from_host, which checks it). *bad = 1 on a mismatch.
+ * Returns 0 or the backend's code (other than the mismatch). */
+static int receiver_land(const win *w, int64_t k, uint32_t want, int64_t *bad)
+{
+    size_t len = chunk_len(w, k);
+    int rc = 0;
+    if (!w->stage) {
+        if (ftrt__crc32c(0, chunk_buf(w, k), len) != want) *bad = 1;
+    } else {
+        unsigned char *dev = (unsigned char *)w->r->ptr + (size_t)k * w->chunk;
+        rc = w->r->loc->from_host(dev, chunk_buf(w, k), len, want);
+        if (rc == FTRT_ECORRUPT) *bad = 1, rc = 0;
+    }
+    return rc;
+}
+
+/* Posts this member's receives and sends of window w for the (receiver, chunk) pairs with
+ * pend[j * nk + k] != 0: a receiver's data and each sending source's CRC array (one entry per
+ * chunk of the window); a source's chunks, each staged and CRC'd once, at its first receiver.
+ * Returns the number of requests posted in *q. */
+static int post_window(ftrt__plane *p, const sched *s, const win *w, const int64_t *pend,
+                       MPI_Request *req, int *q, uint32_t *crc_in, uint32_t *crc_out, int *from,
+                       ftrt__xfer_stat *st)
 {
     MPI_Comm comm = p->comm;
-    size_t nreq = (size_t)(s->ri >= 0 ? nk + s->ns : 0) +
-                  (size_t)(s->si >= 0 ? (nk + 1) * s->nr : 0);
+    int64_t nk = w->nk;
+    size_t wn = (size_t)(w->k1 - w->k0);
+    int rc = 0;
+    for (int64_t k = w->k0; s->ri >= 0 && k < w->k1 && !rc; k++) {
+        if (!pend[(int64_t)s->ri * nk + k]) continue;
+        int o = owner(s, w->g0 + k, w->attempt);
+        from[o] = 1;
+        if (MPI_Irecv(chunk_buf(w, k), (int)chunk_len(w, k), MPI_BYTE, s->src[o], TAG_DATA, comm,
+                      &req[(*q)++]) != MPI_SUCCESS)
+            rc = FTRT_EMPI;
+    }
+    for (int o = 0; s->ri >= 0 && o < s->ns && !rc; o++)
+        if (from[o] && MPI_Irecv(crc_in + (size_t)o * wn, (int)wn, MPI_UINT32_T,
+                                 s->src[o], TAG_CRC, comm, &req[(*q)++]) != MPI_SUCCESS)
+            rc = FTRT_EMPI;
+    for (int j = 0; s->si >= 0 && j < s->nr && !rc; j++) {
+        int any = 0;
+        for (int64_t k = w->k0; k < w->k1 && !rc; k++) {
+            if (!pend[(int64_t)j * nk + k] || owner(s, w->g0 + k, w->attempt) != s->si) continue;
+            int64_t first = 0;
+            while (first < j && !pend[first * nk + k]) first++;
+            uint32_t *c = &crc_out[(size_t)j * wn + (size_t)(k - w->k0)];
+            if (first < j)
+                *c = crc_out[(size_t)first * wn + (size_t)(k - w->k0)];
+            else
+                rc = source_stage(w, k, c);
+            if (!rc && MPI_Isend(chunk_buf(w, k), (int)chunk_len(w, k), MPI_BYTE, s->rcv[j],
+                                 TAG_DATA, comm, &req[(*q)++]) != MPI_SUCCESS)
+                rc = FTRT_EMPI;
+            if (st) st->bytes_sent += chunk_len(w, k);
+            any = 1;
+        }
+        if (any && !rc &&
+            MPI_Isend(crc_out + (size_t)j * wn, (int)wn, MPI_UINT32_T, s->rcv[j], TAG_CRC,
+                      comm, &req[(*q)++]) != MPI_SUCCESS)
+            rc = FTRT_EMPI;
+    }
+    return rc;
+}
+
+/* One window of one attempt: post, wait, then (receivers) check each chunk that arrived. bad[]
+ * receives this member's mismatches. On an error or an interruption the requests are
+ * abandoned (the recovery fails) and *abandoned is set: buffers MPI may still write into
+ * (the staging, the CRC arrays) must then be buried, never freed. */
+static int attempt_window(ftrt__plane *p, const sched *s, const win *w, const int64_t *pend,
+                          int64_t *bad, int corrupt, int corrupt_attempts, ftrt__xfer_stat *st,
+                          int *abandoned)
+{
+    size_t wn = (size_t)(w->k1 - w->k0); /* >= 1 */
+    if (wn == 0 || wn > (size_t)INT_MAX || s->ns < 0 || s->nr < 0) return FTRT_EINVAL;
+    size_t nreq = (s->ri >= 0 ? wn + (size_t)s->ns : 0) + (s->si >= 0 ? (wn + 1) * (size_t)s->nr : 0);
     MPI_Request *req = malloc((nreq ? nreq : 1) * sizeof *req);
-    uint32_t *crc_in = s->ri >= 0 ? calloc((size_t)s->ns * (size_t)(nk ? nk : 1), 4) : NULL;
-    uint32_t *crc_out = s->si >= 0 ? calloc((size_t)s->nr * (size_t)(nk ? nk : 1), 4) : NULL;
+    uint32_t *crc_in = s->ri >= 0 ? calloc((size_t)s->ns * wn, 4) : NULL;
+    uint32_t *crc_out = s->si >= 0 ? calloc((size_t)s->nr * wn, 4) : NULL;
     int *from = s->ri >= 0 ? calloc((size_t)s->ns, sizeof *from) : NULL;
     int rc = 0, q = 0;
-    if (!req || (s->ri >= 0 && (!crc_in || !from)) || (s->si >= 0 && !crc_out)) {
-        rc = -ENOMEM;
-        goto out;
-    }
-    unsigned char *base = r->ptr;
-    /* receiver: data straight into region memory, then each sending source's CRC array */
-    if (s->ri >= 0) {
-        for (int64_t k = 0; k < nk && !rc; k++) {
-            if (!pend[(int64_t)s->ri * nk + k]) continue;
-            size_t off = (size_t)k * chunk, len = r->bytes - off < chunk ? r->bytes - off : chunk;
-            int o = owner(s, g0 + k, attempt);
-            from[o] = 1;
-            if (MPI_Irecv(base + off, (int)len, MPI_BYTE, s->src[o], TAG_DATA, comm, &req[q++]) !=
-                MPI_SUCCESS)
-                rc = FTRT_EMPI;
-        }
-        for (int o = 0; o < s->ns && !rc; o++)
-            if (from[o] && MPI_Irecv(crc_in + (size_t)o * (size_t)nk, (int)nk, MPI_UINT32_T,
-                                     s->src[o], TAG_CRC, comm, &req[q++]) != MPI_SUCCESS)
-                rc = FTRT_EMPI;
-    }
-    /* source: the chunks it owns this attempt, to each receiver still needing them (each
-     * chunk's CRC32C computed once, at its first receiver) */
-    if (s->si >= 0) {
-        for (int j = 0; j < s->nr && !rc; j++) {
-            int any = 0;
-            for (int64_t k = 0; k < nk && !rc; k++) {
-                if (!pend[(int64_t)j * nk + k] || owner(s, g0 + k, attempt) != s->si) continue;
-                size_t off = (size_t)k * chunk, len = r->bytes - off < chunk ? r->bytes - off : chunk;
-                int64_t first = 0;
-                while (first < j && !pend[first * nk + k]) first++;
-                crc_out[(size_t)j * (size_t)nk + (size_t)k] =
-                    first < j ? crc_out[(size_t)first * (size_t)nk + (size_t)k]
-                              : ftrt__crc32c(0, base + off, len);
-                if (MPI_Isend(base + off, (int)len, MPI_BYTE, s->rcv[j], TAG_DATA, comm,
-                              &req[q++]) != MPI_SUCCESS)
-                    rc = FTRT_EMPI;
-                if (st) st->bytes_sent += len;
-                any = 1;
-            }
-            if (any && !rc &&
-                MPI_Isend(crc_out + (size_t)j * (size_t)nk, (int)nk, MPI_UINT32_T, s->rcv[j],
-                          TAG_CRC, comm, &req[q++]) != MPI_SUCCESS)
-                rc = FTRT_EMPI;
-        }
-    }
-    /* On an error or an interruption the requests are abandoned (the recovery fails). */
+    if (!req || (s->ri >= 0 && (!crc_in || !from)) || (s->si >= 0 && !crc_out)) rc = -ENOMEM;
+    if (!rc) rc = post_window(p, s, w, pend, req, &q, crc_in, crc_out, from, st);
     if (!rc) rc = ftrt__plane_waitall(p, q, req);
-    if (!rc && s->ri >= 0) {
-        for (int64_t k = 0; k < nk; k++) {
-            if (!pend[(int64_t)s->ri * nk + k]) continue;
-            size_t off = (size_t)k * chunk, len = r->bytes - off < chunk ? r->bytes - off : chunk;
-            if (attempt < corrupt_attempts && corrupt >= 0 && g0 + k == corrupt && len > 0)
-                base[off] ^= 0x10; /* test knob: a bit flipped on the way */
-            uint32_t want = crc_in[(size_t)owner(s, g0 + k, attempt) * (size_t)nk + (size_t)k];
-            if (ftrt__crc32c(0, base + off, len) != want) bad[(int64_t)s->ri * nk + k] = 1;
-            if (st) st->bytes_received += len;
-        }
+    if (rc && q > 0) { /* MPI may still complete what was posted */
+        *abandoned = 1;
+        ftrt__plane_bury(p, crc_in);
+        ftrt__plane_bury(p, crc_out);
+        crc_in = crc_out = NULL;
     }
-out:
+    for (int64_t k = w->k0; !rc && s->ri >= 0 && k < w->k1; k++) {
+        if (!pend[(int64_t)s->ri * w->nk + k]) continue;
+        size_t len = chunk_len(w, k);
+        if (w->attempt < corrupt_attempts && corrupt >= 0 && w->g0 + k == corrupt && len > 0)
+            chunk_buf(w, k)[0] ^= 0x10; /* test knob: a bit flipped on the way */
+        int o = owner(s, w->g0 + k, w->attempt);
+        rc = receiver_land(w, k, crc_in[(size_t)o * wn + (size_t)(k - w->k0)],
+                           &bad[(int64_t)s->ri * w->nk + k]);
+        if (st) st->bytes_received += len;
+    }
     free(req);
     free(crc_in);
     free(crc_out);
@@ -114,7 +188,51 @@ out:
     return rc;
 }
 
-/* Region r over every attempt; *retried counts the chunks sent again. */
+/* Host staging for the windows of a device region: STAGE_CHUNKS chunks at most (fewer when the
+ * region is smaller), page-locked through the backend's pin where it has one. NULL for a host
+ * region; *rc = -ENOMEM when it cannot be had. */
+static unsigned char *stage_new(const ftrt__xfer_region *r, size_t chunk, int64_t nk, int *rc)
+{
+    *rc = 0;
+    if (!r->loc) return NULL;
+    size_t n = (size_t)(nk < STAGE_CHUNKS ? nk : STAGE_CHUNKS) * chunk;
+    void *b = NULL;
+    if (posix_memalign(&b, 4096, n) != 0) {
+        *rc = -ENOMEM;
+        return NULL;
+    }
+    if (r->loc->pin && r->loc->pin(b, n) != 0)
+        ftrt_log_debug("state transfer: staging of %zu bytes not page-locked", n);
+    return b;
+}
+
+/* Releases the staging: unpinned, and freed, or buried when MPI may still write into it. */
+static void stage_free(ftrt__plane *p, const ftrt__xfer_region *r, unsigned char *b,
+                       int abandoned)
+{
+    if (!b) return;
+    if (r->loc->unpin) r->loc->unpin(b);
+    if (abandoned)
+        ftrt__plane_bury(p, b);
+    else
+        free(b);
+}
+
+/* One attempt over region r: its windows in order (a host region is one window). */
+static int attempt_once(ftrt__plane *p, const sched *s, win *w, const int64_t *pend,
+                        int64_t *bad, int corrupt, int corrupt_attempts, ftrt__xfer_stat *st,
+                        int *abandoned)
+{
+    int64_t step = w->stage ? STAGE_CHUNKS : w->nk;
+    int rc = 0;
+    for (w->k0 = 0; w->k0 < w->nk && !rc; w->k0 += step) {
+        w->k1 = w->nk - w->k0 < step ? w->nk : w->k0 + step;
+        rc = attempt_window(p, s, w, pend, bad, corrupt, corrupt_attempts, st, abandoned);
+    }
+    return rc;
+}
+
+/* Region r over every attempt; st->chunks_retried counts the chunks sent again. */
 static int transfer_region(ftrt__plane *p, const sched *s, const ftrt__xfer_region *r,
                            size_t chunk, int64_t g0, int corrupt, int corrupt_attempts,
                            ftrt__xfer_stat *st)
@@ -123,17 +241,21 @@ static int transfer_region(ftrt__plane *p, const sched *s, const ftrt__xfer_regi
     if (nk == 0) return 0;
     size_t cells = (size_t)s->nr * (size_t)nk;
     int64_t *pend = malloc(cells * sizeof *pend), *bad = calloc(cells, sizeof *bad);
-    if (!pend || !bad) {
+    int rc = 0, abandoned = 0;
+    win w = {.r = r, .chunk = chunk, .nk = nk, .g0 = g0};
+    if (pend && bad && (s->si >= 0 || s->ri >= 0)) w.stage = stage_new(r, chunk, nk, &rc);
+    if (!pend || !bad || rc) {
         free(pend);
         free(bad);
         return -ENOMEM;
     }
     for (size_t i = 0; i < cells; i++) pend[i] = 1;
     /* Every source once; a lone source gets a second try (a transient corruption). */
-    int attempts = s->ns > 1 ? s->ns : 2, rc = 0;
+    int attempts = s->ns > 1 ? s->ns : 2;
     for (int a = 0; a < attempts; a++) {
         memset(bad, 0, cells * sizeof *bad);
-        rc = attempt_once(p, s, r, chunk, nk, g0, a, pend, bad, corrupt, corrupt_attempts, st);
+        w.attempt = a;
+        rc = attempt_once(p, s, &w, pend, bad, corrupt, corrupt_attempts, st, &abandoned);
         if (rc) break;
         rc = ftrt__plane_allreduce(p, bad, cells, FTRT_INT64, FTRT_SUM); /* all agree */
         if (rc) break;
@@ -152,6 +274,10 @@ static int transfer_region(ftrt__plane *p, const sched *s, const ftrt__xfer_regi
         ftrt_log_error("state transfer of region \"%s\" failed: chunks arrived corrupted from "
                        "every source (silent data corruption on a source, or on the way)",
                        r->name);
+    else if (rc && rc != FTRT_ERECOVER && r->loc)
+        ftrt_log_error("state transfer of device region \"%s\" failed: %s", r->name,
+                       ftrt_strerror(rc));
+    stage_free(p, r, w.stage, abandoned);
     free(pend);
     free(bad);
     return rc;

@@ -19,12 +19,16 @@
 #include <stdint.h>
 
 #include "comm/plane.h"
+#include "kernels/location.h"
 
 /* One replicated region: the same bytes on every up-to-date member. */
 typedef struct ftrt__xfer_region {
     const char *name; /* for messages */
-    void *ptr;        /* host memory, bytes long: read at sources, written at receivers */
+    void *ptr;        /* bytes long: read at sources, written at receivers */
     size_t bytes;
+    const ftrt__loc_ops *loc; /* NULL: ptr is host memory; else device memory of this backend,
+                                 reached only through it, staged through host buffers of at
+                                 most 8 chunks (transfer.c) */
 } ftrt__xfer_region;
 
 typedef struct ftrt__xfer_stat {
@@ -48,7 +52,8 @@ typedef struct ftrt__xfer_stat {
  *   st:            may be NULL; receives this member's figures.
  * Returns 0; FTRT_ECORRUPT (a chunk failed its CRC from every source; logged with the region);
  * FTRT_EINVAL (no source, bad arguments); FTRT_ERECOVER or a fatal code (the watch: a failure
- * during the transfer); FTRT_EMPI; -ENOMEM. Application thread. */
+ * during the transfer); FTRT_EMPI; -ENOMEM; a device backend's code (FTRT_ECUDA, ...). On an
+ * error a receiver's regions may hold some of the bytes. Application thread. */
 int ftrt__xfer_replicated(ftrt__plane *p, const ftrt__xfer_region *regs, int n,
                           const int32_t *role, size_t chunk, int corrupt_chunk,
                           int corrupt_attempts, ftrt__xfer_stat *st);

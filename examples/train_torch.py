@@ -48,7 +48,7 @@ GOLDEN = 0x9E3779B97F4A7C15
 
 
 # ------------------------------------------------------------------------------------------
-# Data: the digits CSV, the split and the minibatch rule of examples/train_mlp.c
+# Data: the digits CSV, the split and the minibatch rule of examples/train_mlp (mlp_model.c)
 # ------------------------------------------------------------------------------------------
 
 def mix64(z):
@@ -85,7 +85,7 @@ def split(x, y):
 
 
 def minibatch_indices(seed, step, rank, n_train, batch):
-    """train_mlp.c's minibatch_indices(): `batch` indices in [0, n_train), with replacement."""
+    """mlp_model.c's minibatch_indices(): `batch` indices in [0, n_train), with replacement."""
     s = mix64((seed ^ 0x6D696E6962617463) & M64)
     s = mix64(s ^ (step & M64))
     s = mix64((s + GOLDEN * ((rank & 0xFFFFFFFF) + 1)) & M64)

@@ -50,9 +50,11 @@ extern "C" {
  *    results.
  *  - FTRT_DONE: ftrt_init() of a rank that must not train (the coordinator, or a spare that was
  *    never needed).
- *  - FTRT_SKIP_MPI_FINALIZE: ftrt_finalize() when a process of the world died during the job,
- *    so the caller, which initialized MPI itself, must exit without calling MPI_Finalize (Open
- *    MPI 4.1's MPI_Finalize can hang in its PMIx fence after a process died).
+ *  - FTRT_SKIP_MPI_FINALIZE: ftrt_finalize() when a process of the world died during the job or
+ *    the job was aborted, so the caller, which initialized MPI itself, must exit without calling
+ *    MPI_Finalize (no process of the world calls it then: Open MPI 4.1's MPI_Finalize can hang
+ *    in its PMIx fence after a process died, or when some processes call it and others exit
+ *    without it).
  *  - FTRT_SKIPPED: ftrt_checkpoint()/ftrt_checkpoint_start() under FTRT_CKPT_POLICY=skip when
  *    the previous checkpoint is still being written, so this one was not taken (the coordinator
  *    counts it as skipped); ftrt_checkpoint_wait_commit() for such a checkpoint.
@@ -60,7 +62,7 @@ extern "C" {
 #define FTRT_ERROR_MAP(X)                                                                          \
     X(FTRT_DONE, 1, "this rank's role ended: finalize and exit without training")                 \
     X(FTRT_SKIP_MPI_FINALIZE, 2,                                                                   \
-      "a process died during the job: exit without calling MPI_Finalize")                          \
+      "a process died or the job was aborted: exit without calling MPI_Finalize")                          \
     X(FTRT_SKIPPED, 3,                                                                             \
       "checkpoint not taken: the previous one is still being written (FTRT_CKPT_POLICY=skip)")     \
     X(FTRT_ERECOVER, -1001,                                                                        \
@@ -260,8 +262,9 @@ typedef struct ftrt_ctx ftrt_ctx;
  *               ftrt_restore(), which hands it the replaced rank's state and resume step.
  *   FTRT_DONE   the coordinator, or a spare that was never needed, after the job ended
  *               successfully: call ftrt_finalize() and exit 0 without training.
- *   FTRT_ENOSPARE / FTRT_EABORT  (coordinator) the job failed; the report says why. *out is set:
- *               call ftrt_finalize() and exit non-zero.
+ *   FTRT_ENOSPARE / FTRT_EABORT / the code a trainer left with (FTRT_ENOCKPT, -EIO, ...)
+ *               (the coordinator, or a spare that was never needed) the job failed; the report
+ *               says why. *out is set: call ftrt_finalize() and exit non-zero.
  *   FTRT_ECONFIG bad configuration (e.g. world < 2); FTRT_EMPI; FTRT_ETIMEDOUT (a rank never
  *               connected); FTRT_ECOORD (a non-coordinator, or a waiting spare, lost the
  *               coordinator); -errno.
@@ -271,12 +274,15 @@ typedef struct ftrt_ctx ftrt_ctx;
 FTRT_API int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out);
 
 /*
- * Leaves the job: a trainer reports its statistics to the coordinator and waits (at most the
- * heartbeat timeout + 1 s) for its farewell, which says whether any process of the world died
- * during the job; then the control plane is closed and memory is freed. If ftrt_init()
- * initialized MPI, MPI is finalized here, except after a process died: then MPI_Finalize is
- * skipped, because Open MPI 4.1's MPI_Finalize can hang in its PMIx fence after a process died
- * under `mpirun --enable-recovery`; the process simply exits. NULL is accepted.
+ * Leaves the job: a trainer reports its statistics to the coordinator and waits for its
+ * farewell, which the coordinator sends once every trainer has said goodbye (as long as the
+ * coordinator is alive: one silent for the heartbeat timeout is given up) and which says
+ * whether any process of the world died; then the control plane is closed and memory is freed.
+ * If ftrt_init() initialized MPI, MPI is finalized here, except after a process died or when
+ * the job was aborted (ABORT from the coordinator, a failed job's coordinator or spare): then no
+ * process of the world calls MPI_Finalize, because Open MPI 4.1's MPI_Finalize can hang in its
+ * PMIx fence under `mpirun --enable-recovery` after a process died, or when some processes
+ * call it and others exit without it; the process simply exits. NULL is accepted.
  * Returns 0, or FTRT_SKIP_MPI_FINALIZE when the caller initialized MPI itself and must not call
  * MPI_Finalize. The context is freed in every case. Call from the thread that called ftrt_init().
  */
@@ -314,11 +320,15 @@ FTRT_API int ftrt_epoch(const ftrt_ctx *ctx);
  * committed checkpoint and only restorable to the same number of trainers. */
 #define FTRT_REGION_REPLICATED 0u
 #define FTRT_REGION_SHARDED 1u
-/* Or'ed with one of the above: the region is CUDA device memory. Snapshots copy it into pinned
- * staging on a side stream, and ftrt_restore() writes it back from a checkpoint (CRC32C
- * checked on arrival); nothing else reads or writes it yet, so ftrt_register() refuses it
- * (FTRT_ENOTSUP) where another path would need it (see there). Needs a libftrt built with CUDA
- * (tests use a simulated device instead: the test knob FTRT_TEST_SIM_DEVICE=1). */
+/* Or'ed with one of the above: the region is CUDA device memory, which ftrt reaches only
+ * through its device backend, never by a host access. Snapshots copy it into pinned staging on
+ * a side stream; ftrt_restore() writes it back from a checkpoint (CRC32C checked on arrival); a
+ * recovery moves a REPLICATED one from the survivors to the members that need it (a promoted
+ * spare) in CRC32C-checked chunks staged through host memory; partner replicas
+ * (FTRT_SHARD_REPLICA_EVERY) copy it into their images in pinned host memory and back; the
+ * silent-data-corruption check fingerprints a REPLICATED one with a CRC32C computed on the
+ * device. Needs a libftrt built with CUDA (tests use the simulated device of ftrt_sim.h, a test
+ * arrangement, instead: the test knob FTRT_TEST_SIM_DEVICE=1). */
 #define FTRT_REGION_DEVICE 2u
 
 /*
@@ -326,23 +336,18 @@ FTRT_API int ftrt_epoch(const ftrt_ctx *ctx);
  *   name:  1..63 bytes, unique per context; copied.
  *   ptr:   stays owned by the caller, at the same address, while registered. ftrt reads it
  *          during a snapshot (from ftrt_checkpoint_start() until ftrt_checkpoint_wait_snapshot()
- *          or ftrt_checkpoint() returns) and writes it in ftrt_restore() and ftrt_recover();
- *          at no other time.
+ *          or ftrt_checkpoint() returns) and in ftrt_step_done() (fingerprints, partner
+ *          replica refreshes), and writes it in ftrt_restore() and ftrt_recover(); at no
+ *          other time.
  *   flags: FTRT_REGION_REPLICATED or FTRT_REGION_SHARDED, optionally | FTRT_REGION_DEVICE.
  * Every trainer registers the same regions in the same order (sizes of SHARDED regions may
  * differ). Regions may be added and removed (ftrt_unregister()) between checkpoints; the next
  * checkpoint holds the regions registered when it starts.
  * Returns the region's current index (>= 0; indices shift when an earlier region is
  * unregistered), FTRT_EINVAL (bad name/ptr, unknown flag bits, duplicate name), FTRT_ESTATE
- * (not a trainer), -ENOMEM, or FTRT_ENOTSUP for a device region (ftrt_last_error() names it):
- *  - in a libftrt without CUDA support;
- *  - REPLICATED | DEVICE while the silent-data-corruption check is on (FTRT_SDC_EVERY > 0 with
- *    two or more trainers) or the job has hot spares (FTRT_SPARES: the recovery's transfer to
- *    a promoted spare carries host memory only);
- *  - any device region while partner replicas are on (FTRT_SHARD_REPLICA_EVERY >= 0 with two
- *    or more trainers) and a SHARDED region is registered or being registered (also when the
- *    SHARDED one is a host region registered after the device one).
- * Turning the named setting off lets the region be registered.
+ * (not a trainer), -ENOMEM, or FTRT_ENOTSUP for a device region when there is no device
+ * backend (ftrt_last_error() names it): a libftrt without CUDA support, unless the test knob
+ * FTRT_TEST_SIM_DEVICE=1 installed the simulated device (ftrt_sim.h, a test arrangement).
  */
 FTRT_API int ftrt_register(ftrt_ctx *ctx, const char *name, void *ptr, size_t bytes,
                            unsigned flags);
@@ -656,8 +661,9 @@ FTRT_API int ftrt_bucketer_free(ftrt_bucketer *b);
  * Returns 0, FTRT_EINVAL (step decreasing by more than a recovery allows), and only when a
  * replica refresh was due: FTRT_ERECOVER (a rank failed meanwhile: call ftrt_recover()), the
  * job's fatal code, FTRT_EMPI, FTRT_EMISMATCH (trainers refreshing different steps), -ENOMEM;
- * FTRT_ENOTSUP when a due fingerprint or refresh meets a device region (ftrt_register()
- * refuses such a region in the first place).
+ * FTRT_ENOTSUP when a due fingerprint or refresh meets a device region and there is no device
+ * backend (ftrt_register() refuses such a region in the first place); a device backend's code
+ * (FTRT_ECUDA, ...) when a due fingerprint cannot read a device region.
  */
 FTRT_API int ftrt_step_done(ftrt_ctx *ctx, int64_t step);
 

@@ -1,8 +1,8 @@
 /*
  * loc_sim.c - the simulated device: a backend of the location interface (location.h) whose
  * "device" memory the host cannot touch. THIS IS A TEST ARRANGEMENT, not a device: it lets the
- * device-region paths (checkpoint, restore, and later healing, replicas, fingerprints) run and
- * be tested in CI without a GPU, and catches any path that dereferences a device pointer on
+ * device-region paths (checkpoint, restore, the recovery's state transfer, partner replicas,
+ * fingerprints) run and be tested in CI without a GPU, and catches any path that dereferences a device pointer on
  * the host. Selected by the test knob FTRT_TEST_SIM_DEVICE=1 (base/knobs.h; ftrt_init()
  * installs it as the active device backend) or by a unit test (ftrt__loc_set_device).
  *
@@ -23,8 +23,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/crc32c.h"
 #include "base/log.h"
 #include "ftrt.h"
+#include "ftrt_sim.h"
 #include "kernels/location.h"
 
 #define SIM_MAX 4096 /* live allocations */
@@ -183,5 +185,43 @@ int ftrt__sim_write(void *dst_dev, const void *src_host, size_t bytes)
 int ftrt__sim_read(void *dst_host, const void *src_dev, size_t bytes)
 {
     uint32_t crc;
-    return sim_to_host(dst_host, src_dev, bytes, &crc);
+    int rc = sim_to_host(dst_host, src_dev, bytes, &crc);
+    if (rc == 0 && bytes && ftrt__crc32c(0, dst_host, bytes) != crc) rc = FTRT_ECORRUPT;
+    return rc;
+}
+
+/* ---- the public face (ftrt_sim.h) ---------------------------------------------------------- */
+
+FTRT_API int ftrt_sim_alloc(size_t bytes, void **dev)
+{
+    if (!dev || bytes == 0) return FTRT_EINVAL;
+    *dev = ftrt__sim_alloc(bytes);
+    return *dev ? 0 : -ENOMEM;
+}
+
+FTRT_API int ftrt_sim_free(void *dev)
+{
+    if (!dev) return 0;
+    pthread_mutex_lock(&sim_lock);
+    int found = 0;
+    for (int i = 0; i < nblocks && !found; i++) found = blocks[i].base == dev;
+    pthread_mutex_unlock(&sim_lock);
+    if (!found) {
+        ftrt_log_error("ftrt_sim_free(%p): not the start of a simulated device allocation", dev);
+        return FTRT_EINVAL;
+    }
+    ftrt__sim_free(dev);
+    return 0;
+}
+
+FTRT_API int ftrt_sim_write(void *dst_dev, const void *src_host, size_t bytes)
+{
+    if (!dst_dev || !src_host) return FTRT_EINVAL;
+    return ftrt__sim_write(dst_dev, src_host, bytes);
+}
+
+FTRT_API int ftrt_sim_read(void *dst_host, const void *src_dev, size_t bytes)
+{
+    if (!dst_host || !src_dev) return FTRT_EINVAL;
+    return ftrt__sim_read(dst_host, src_dev, bytes);
 }

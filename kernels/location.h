@@ -81,9 +81,11 @@ const ftrt__loc_ops *ftrt__loc_sim(void);
 void *ftrt__sim_alloc(size_t bytes);
 /* Frees an allocation of ftrt__sim_alloc (NULL: no-op; any other pointer: logged, ignored). */
 void ftrt__sim_free(void *p);
-/* For tests (and train_mlp's simulated device): copy host -> simulated device memory at
- * dst_dev, and simulated device -> host from src_dev, through the backend. Return 0 or
- * FTRT_EINVAL (not inside one allocation). */
+/* For tests (and, through ftrt_sim.h's ftrt_sim_write / ftrt_sim_read, for programs): copy
+ * host -> simulated device memory at dst_dev, and simulated device -> host from src_dev,
+ * through the backend, each checked with CRC32C on arrival. Return 0, FTRT_EINVAL (not inside
+ * one allocation) or FTRT_ECORRUPT. The public ftrt_sim_* functions of include/ftrt_sim.h
+ * wrap these four. */
 int ftrt__sim_write(void *dst_dev, const void *src_host, size_t bytes);
 int ftrt__sim_read(void *dst_host, const void *src_dev, size_t bytes);
 

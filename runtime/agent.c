@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/knobs.h"
 #include "base/log.h"
 #include "runtime/internal.h"
 
@@ -129,6 +130,11 @@ static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *paylo
     ftrt__cp *cp = &ctx->cp;
     ftrt__epoch_msg em;
     ftrt__ckpt_msg cm;
+    if (h->type == FTRT__MSG_FAILURE && ftrt__knobs.epoch_delay_ms > 0) { /* test knob */
+        struct timespec ts = {ftrt__knobs.epoch_delay_ms / 1000,
+                              (ftrt__knobs.epoch_delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     pthread_mutex_lock(&cp->lock);
     switch (h->type) {
     case FTRT__MSG_WELCOME:
@@ -159,7 +165,7 @@ static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *paylo
     case FTRT__MSG_SHUTDOWN:
     case FTRT__MSG_FAREWELL:
         memcpy(&em, payload, sizeof em);
-        cp->ranks_lost = em.value;
+        cp->job_end = em.value;
         if (h->type == FTRT__MSG_SHUTDOWN)
             cp->shutdown = 1;
         else

@@ -19,6 +19,7 @@
 #include "base/fs.h"
 #include "base/knobs.h"
 #include "base/log.h"
+#include "comm/ulfm.h"
 #include "kernels/location.h"
 #include "runtime/coordinator/coordinator.h"
 #include "runtime/internal.h"
@@ -74,18 +75,23 @@ static int wait_welcome(ftrt_ctx *ctx)
     return rc;
 }
 
-/* A spare waits here until it is promoted (returns 0) or the job ends (FTRT_DONE). */
-static int spare_wait(ftrt_ctx *ctx)
+/* A spare waits here until it is promoted (returns 0) or the job ends: FTRT_DONE, or the code
+ * of an aborted job (*ended set: SHUTDOWN said so), or the fatal code of a lost coordinator. */
+static int spare_wait(ftrt_ctx *ctx, int *ended)
 {
+    *ended = 0;
     pthread_mutex_lock(&ctx->cp.lock);
     for (;;) {
         if (ctx->cp.plan) break;
         int fatal = atomic_load(&ctx->watch.fatal);
         if (ctx->cp.shutdown || fatal) {
+            *ended = ctx->cp.shutdown;
+            int end = ctx->cp.job_end;
             pthread_mutex_unlock(&ctx->cp.lock);
-            /* SHUTDOWN: the job is over (successfully or not, the coordinator reports which);
-             * a lost coordinator is an error this spare reports itself. */
-            return ctx->cp.shutdown ? FTRT_DONE : fatal;
+            /* SHUTDOWN: the job is over, failed when it carries the abort's code (< 0); a lost
+             * coordinator is an error this spare reports itself. */
+            if (!*ended) return fatal;
+            return end < 0 ? end : FTRT_DONE;
         }
         ftrt__cp_wait(ctx, 1000);
     }
@@ -107,7 +113,7 @@ static int trainer_comm(ftrt_ctx *ctx)
     MPI_Comm comm = MPI_COMM_NULL;
     if (MPI_Comm_group(MPI_COMM_WORLD, &world) != MPI_SUCCESS) return FTRT_EMPI;
     int rc = MPI_Group_range_incl(world, 1, range, &grp);
-    if (rc == MPI_SUCCESS) rc = MPI_Comm_create_group(MPI_COMM_WORLD, grp, 0, &comm);
+    if (rc == MPI_SUCCESS) rc = ftrt__comm_create(grp, 0, &comm); /* comm/ulfm.h */
     MPI_Group_free(&world);
     if (rc != MPI_SUCCESS) return FTRT_EMPI;
     MPI_Group_free(&grp);
@@ -182,6 +188,10 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
     MPI_Comm_rank(MPI_COMM_WORLD, &ctx->world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &ctx->world_size);
     ftrt__log_rank = ctx->world_rank;
+    if (ctx->world_rank == 0 && ftrt__ulfm_built() && !ftrt__ulfm_active())
+        ftrt_log_warn("libftrt is built against an Open MPI with ULFM, which is off in this "
+                      "job: a dead rank ends it. Launch with `mpirun --with-ft ulfm` "
+                      "(tools/ftrt-run adds it)");
 
     int rc = ftrt__config_check(&ctx->cfg, ctx->world_size, &ctx->nspares);
     ctx->ntrainers_initial = ctx->world_size - 1 - ctx->nspares;
@@ -235,6 +245,7 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
                                .mark_fd = local_fd};
         int res = ftrt__coordinator_run(&ca, listen_fd, b.secret);
         ctx->ranks_lost = ca.ranks_lost;
+        ctx->coord_aborted = ca.aborted;
         ctx->coord_result = res;
         return res;
     }
@@ -252,8 +263,11 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
     *out = ctx;
     if (ctx->role == FTRT__ROLE_SPARE) {
         ftrt__ledger_mark(ctx, FTRT__IV_SPARE_IDLE);
-        rc = spare_wait(ctx);
-        if (rc < 0) {
+        int ended;
+        rc = spare_wait(ctx, &ended);
+        if (rc < 0 && ended) { /* the job failed: *out stays set, ftrt_finalize() follows */
+            ftrt_log_info("the job failed (%s); this hot spare was not needed", ftrt_err_name(rc));
+        } else if (rc < 0) {
             ftrt_log_error("hot spare leaves the job: %s", ftrt_strerror(rc));
             ctx_free(ctx);
             *out = NULL;
@@ -265,11 +279,19 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
     return rc;
 }
 
-/* Says goodbye and learns whether any process of the world died during the job. */
-static int ranks_lost(ftrt_ctx *ctx)
+/* Says goodbye (a trainer) and learns how the job ended, which decides MPI_Finalize: every
+ * process of the world calls it, or none does (Open MPI 4.1's MPI_Finalize can hang in its
+ * PMIx fence when some call it and others exit without it, and after a process died).
+ * Returns 0 (every process calls it), > 0 (that many processes died) or < 0 (the job was
+ * aborted with that code, or this rank lost the coordinator: none calls it). A trainer waits
+ * for its FAREWELL, which the coordinator sends once every trainer said goodbye, for as long
+ * as the coordinator is alive (the agent declares it lost after the heartbeat timeout). */
+static int job_end(ftrt_ctx *ctx)
 {
-    if (ctx->role == FTRT__ROLE_COORD) return ctx->ranks_lost;
-    int lost = 1; /* no answer, or the job failed: assume a process died */
+    if (ctx->role == FTRT__ROLE_COORD) {
+        if (!ctx->coord_aborted) return ctx->ranks_lost;
+        return ctx->coord_result < 0 ? ctx->coord_result : FTRT_EABORT;
+    }
     pthread_mutex_lock(&ctx->cp.lock);
     if (ctx->role == FTRT__ROLE_TRAINER && ctx->cp.fd >= 0 && !atomic_load(&ctx->watch.fatal)) {
         pthread_mutex_unlock(&ctx->cp.lock);
@@ -287,14 +309,14 @@ static int ranks_lost(ftrt_ctx *ctx)
         pthread_mutex_unlock(&ctx->cp.lock);
         int rc = ftrt__agent_send(ctx, FTRT__MSG_BYE, &bye, sizeof bye);
         pthread_mutex_lock(&ctx->cp.lock);
-        double deadline = ftrt__now() + ctx->cfg.heartbeat_timeout_ms / 1000.0 + 1.0;
-        while (!rc && !ctx->cp.farewell && !atomic_load(&ctx->watch.fatal) && ftrt__now() < deadline)
+        while (!rc && !ctx->cp.farewell && !atomic_load(&ctx->watch.fatal))
             ftrt__cp_wait(ctx, 10);
     }
-    if ((ctx->cp.farewell || ctx->cp.shutdown) && !atomic_load(&ctx->watch.fatal))
-        lost = ctx->cp.ranks_lost;
+    int fatal = atomic_load(&ctx->watch.fatal), end = FTRT_ECOORD; /* no answer: assume the worst */
+    if ((ctx->cp.farewell || ctx->cp.shutdown) && !fatal) end = ctx->cp.job_end;
+    else if (fatal) end = fatal;
     pthread_mutex_unlock(&ctx->cp.lock);
-    return lost;
+    return end;
 }
 
 int ftrt_finalize(ftrt_ctx *ctx)
@@ -304,18 +326,19 @@ int ftrt_finalize(ftrt_ctx *ctx)
         ftrt__ledger_mark(ctx, FTRT__IV_TEARDOWN); /* after the last step: not a training stall */
         ftrt__ckpt_drain(ctx->ckpt); /* checkpoints finish (or are abandoned) before the BYE */
     }
-    int lost = ranks_lost(ctx);
+    int end = job_end(ctx);
     ftrt__agent_stop(ctx);
     ftrt__plane_stop(&ctx->plane); /* the progress thread makes MPI calls: stop it first */
     int by_us = ctx->mpi_initialized_by_us;
-    /* After a process of the world died, Open MPI 4.1's MPI_Finalize can hang in its PMIx
-     * fence (seen in 1 of 3 runs with 4 trainers + 2 spares), so it is skipped then. */
-    if (by_us && !lost) MPI_Finalize();
+    if (by_us && !end) MPI_Finalize();
     if (by_us || ctx->plane.graveyard.n == 0) ftrt__plane_free(&ctx->plane);
-    if (lost) ftrt_log_info("%d process(es) of the world died during the job: not calling "
-                            "MPI_Finalize", lost);
+    if (end > 0)
+        ftrt_log_info("%d process(es) of the world died during the job: not calling "
+                      "MPI_Finalize", end);
+    else if (end < 0)
+        ftrt_log_info("the job ended with %s: not calling MPI_Finalize", ftrt_err_name(end));
     ctx_free(ctx);
-    return lost && !by_us ? FTRT_SKIP_MPI_FINALIZE : 0;
+    return end && !by_us ? FTRT_SKIP_MPI_FINALIZE : 0;
 }
 
 int ftrt_set_exit_code(ftrt_ctx *ctx, int code)
@@ -342,6 +365,7 @@ int ftrt_step_done(ftrt_ctx *ctx, int64_t step)
     int rc = ftrt__timeline_step_done(ctx, step);
     if (!rc && (rc = ftrt__sdc_step(ctx, step + 1)) > 0) /* every FTRT_SDC_EVERY steps */
         rc = 0;
-    if (!rc) rc = ftrt__replica_step(ctx, step + 1); /* every FTRT_SHARD_REPLICA_EVERY steps */
+    if (!rc) /* every FTRT_SHARD_REPLICA_EVERY steps; ULFM: a dead partner is an epoch change */
+        rc = ftrt__plane_recheck(&ctx->plane, ftrt__replica_step(ctx, step + 1));
     return rc;
 }

@@ -69,7 +69,8 @@ typedef struct ftrt__cp {
                                               ledger's periodic send, timeline.c) */
     int shutdown; /* SHUTDOWN received */
     int farewell; /* FAREWELL received (after our BYE) */
-    int ranks_lost; /* from SHUTDOWN/FAREWELL: processes of the world that died */
+    int job_end; /* from SHUTDOWN/FAREWELL: 0 (every process of the world finalizes MPI),
+                    > 0 (that many died) or < 0 (the job was aborted with that code) */
 } ftrt__cp;
 
 /* ---- in-memory partner replicas of sharded state (replica.c) ---- */
@@ -85,6 +86,9 @@ typedef struct ftrt__replica {
     uint32_t held_crc;
     uint64_t held_sig;
     int shift, shift_epoch; /* partner = logical rank + shift (mod size), for that epoch */
+    /* The device backend that page-locked own / held (pinned host memory, so that copies of
+     * device regions run at DMA speed), or NULL: not pinned. */
+    const struct ftrt__loc_ops *own_pin, *held_pin;
 } ftrt__replica;
 
 /* ---- the context ---- */
@@ -135,6 +139,7 @@ struct ftrt_ctx {
     int exit_code;    /* trainer: the error it leaves with (ftrt_set_exit_code), or 0 */
     int coord_result; /* coordinator: the job's outcome */
     int ranks_lost;   /* coordinator: processes of the world that died */
+    int coord_aborted; /* coordinator: the job was aborted (no process finalizes MPI) */
 };
 
 /* FTRT_ERECOVER when the epoch changed, the fatal code when the job is over, else 0. */
@@ -225,23 +230,25 @@ void ftrt__ledger_resume(struct ftrt_ctx *ctx, int64_t resume_step);
  * by design and are not compared), in registration order: each region's CRC32C mixed with the
  * CRC32C of its name and its size into one 64-bit value. Equal regions give equal values; any
  * change of up to 32 adjacent bits of one region changes it (CRC32C detects every such burst).
- * *covered (may be NULL) receives the number of regions covered. Returns 0, or FTRT_ENOTSUP
- * when a REPLICATED region is in device memory (not fingerprinted yet; logged naming it; *fp
- * and *covered untouched). Pure but for that log; thread-safe for regions nobody writes
- * meanwhile. */
+ * *covered (may be NULL) receives the number of regions covered. A device region's CRC32C is
+ * taken by the device backend's crc (on the device; ftrt__loc_device()). Returns 0, or
+ * FTRT_ENOTSUP (a REPLICATED device region and no device backend) or the backend's code, each
+ * logged naming the region (*fp and *covered then untouched). Pure but for that log;
+ * thread-safe for regions nobody writes meanwhile. */
 int ftrt__sdc_fingerprint(const ftrt__region *regs, int nregs, uint64_t *fp, int *covered);
 /* ftrt_step_done()'s check: when cfg.sdc_every > 0, steps_done is a multiple of it, there are
  * two or more trainers and a REPLICATED region, fingerprints the regions now and sends
  * FINGERPRINT {steps_done, epoch, value, seconds} to the coordinator. Returns 1 when a
- * fingerprint was taken, else 0, or FTRT_ENOTSUP (a REPLICATED device region: ftrt_register()
- * refuses one while the check is on; this is the backstop); a failed send is not an error here
+ * fingerprint was taken, else 0, or ftrt__sdc_fingerprint's error (a REPLICATED device region
+ * and no device backend: ftrt_register() refuses one; a device backend's failure); a failed send is not an error here
  * (a lost coordinator reaches the application through its next ftrt call). Application
  * thread. */
 int ftrt__sdc_step(struct ftrt_ctx *ctx, int64_t steps_done);
 
 /* ---- partner replicas (replica.c; docs/detection-and-recovery.md "Partner replicas") ---- */
 /* 1 when this trainer keeps replicas: FTRT_SHARD_REPLICA_EVERY >= 0, two or more trainers, a
- * SHARDED region. (With a device region too, the refresh refuses: the images are host copies.) */
+ * SHARDED region. The images are host memory (pinned where the device backend can pin);
+ * device regions are copied into and out of them through the device backend. */
 int ftrt__replica_enabled(const struct ftrt_ctx *ctx);
 /* Collective over the trainers (all call it with the same step, the state being that of
  * `step` steps done): copies every region into this rank's image with its CRC32C, sends the
@@ -249,7 +256,9 @@ int ftrt__replica_enabled(const struct ftrt_ctx *ctx);
  * (a mismatch is logged and the image dropped). Both images are invalid while this runs.
  * Returns 0 (also when replicas are off), FTRT_ERECOVER (a failure meanwhile: watch set) or the
  * fatal code, FTRT_EMPI, FTRT_EMISMATCH (the partner sent another step), -ENOMEM, FTRT_ENOTSUP
- * (a device region is registered: logged naming it; on every member alike, before any exchange). */
+ * (a device region and no device backend: logged naming it; on every member alike, before any
+ * exchange). A device backend's error while copying a device region into the image leaves
+ * this rank without an image of the step (logged), as -ENOMEM does. */
 int ftrt__replica_refresh(struct ftrt_ctx *ctx, int64_t step);
 /* ftrt_step_done()'s part: every FTRT_SHARD_REPLICA_EVERY > 0 steps, a refresh (charged to the
  * ledger as checkpoint time). Returns what ftrt__replica_refresh returns, 0 when not due. */
@@ -262,9 +271,11 @@ void ftrt__replica_offer(struct ftrt_ctx *ctx, int64_t *own_step, int64_t *held_
  * its own image back into its regions; each replaced rank receives its sharded image from the
  * plan's holder (CRC32C per chunk, comm/transfer.c) into its regions. Replicated regions of the
  * replaced ranks are left to the caller's transfer. st (may be NULL) sums the transfers.
- * Returns 0, FTRT_EMISMATCH (no image of the step, or a region table that differs), the
- * transfer's errors (FTRT_ECORRUPT, FTRT_ERECOVER, ...), -ENOMEM, FTRT_ENOTSUP (a device
- * region). */
+ * Device regions are written through the device backend, each piece checked against the
+ * CRC32C of the image bytes it came from. Returns 0, FTRT_EMISMATCH (no image of the step, or a
+ * region table that differs), the transfer's errors (FTRT_ECORRUPT, FTRT_ERECOVER, ...),
+ * -ENOMEM, FTRT_ENOTSUP (a device region and no device backend), a device backend's code
+ * (FTRT_ECORRUPT: a piece changed on its way into device memory). */
 struct ftrt__xfer_stat;
 int ftrt__replica_restore(struct ftrt_ctx *ctx, struct ftrt__xfer_stat *st);
 /* After this rank's state was restored at `step` by a transfer: takes its own image of it, so

@@ -5,9 +5,10 @@
  * if a newer epoch folds in another failure), abandon the old communicator and its buffers,
  * build the new one with MPI_Comm_create_group over the plan's members ordered by logical rank
  * (collective over that group only, so the dead process is never touched), then transfer state:
- * replicated regions by broadcast from the most advanced survivor, or, when sharded regions
- * exist, the partner replicas in memory (runtime/replica.c) where they cover the lost ranks,
- * else a reload of the plan's committed checkpoint. A promoted spare runs the same steps from
+ * replicated regions (host or device memory) from the up-to-date survivors to the members that
+ * need them (comm/transfer.c), or, when sharded regions exist, the partner replicas in memory
+ * (runtime/replica.c) where they cover the lost ranks, else a reload of the plan's committed
+ * checkpoint. A promoted spare runs the same steps from
  * ftrt_init() (communicator) and ftrt_restore() (state).
  */
 #include <errno.h>
@@ -18,7 +19,9 @@
 #include "base/knobs.h"
 #include "base/log.h"
 #include "comm/transfer.h"
+#include "comm/ulfm.h"
 #include "checkpoint/restore.h"
+#include "kernels/location.h"
 #include "runtime/internal.h"
 
 int ftrt__apply_plan(ftrt_ctx *ctx)
@@ -38,13 +41,15 @@ int ftrt__apply_plan(ftrt_ctx *ctx)
     int rc = MPI_Group_incl(world, p->ntrainers, p->members, &grp);
     MPI_Group_free(&world);
     if (rc != MPI_SUCCESS) return FTRT_EMPI;
-    rc = MPI_Comm_create_group(MPI_COMM_WORLD, grp, p->epoch, &comm);
+    rc = ftrt__comm_create(grp, p->epoch, &comm); /* comm/ulfm.h: also after a failure */
     MPI_Group_free(&grp);
+    if (rc != MPI_SUCCESS && ftrt__ulfm_is_failure(rc, MPI_COMM_NULL)) /* a member died */
+        return ftrt__ulfm_await_epoch(&ctx->watch, p->epoch);
     if (rc != MPI_SUCCESS) {
         char msg[MPI_MAX_ERROR_STRING];
         int len = 0;
         MPI_Error_string(rc, msg, &len);
-        ftrt_log_error("MPI_Comm_create_group for epoch %d failed: %s", p->epoch, msg);
+        ftrt_log_error("building the communicator of epoch %d failed: %s", p->epoch, msg);
         return FTRT_EMPI;
     }
     ftrt__plane_set(&ctx->plane, comm);
@@ -74,7 +79,8 @@ static uint64_t regions_signature(const ftrt_ctx *ctx, int replicated_only)
     return h;
 }
 
-/* State transfer of the plan: broadcast of replicated regions from the source, or a reload of
+/* State transfer of the plan: replicated regions (host and device) from the up-to-date members
+ * to those that need them, after the sharded state from the partner replicas; or a reload of
  * the plan's checkpoint. Returns 0 or an error code. */
 static int transfer_state(ftrt_ctx *ctx)
 {
@@ -104,27 +110,25 @@ static int transfer_state(ftrt_ctx *ctx)
         ftrt_log_error("recovery: members registered different replicated regions");
         return FTRT_EMISMATCH;
     }
-    /* The transfer reads and writes host memory: a REPLICATED device region some member would
-     * have to receive is refused, on every member alike (same table, same plan), before any
-     * byte moves. ftrt_register() refuses such a region when the job has hot spares. */
-    const int32_t *roles = ftrt__plan_roles_c(p);
-    int receivers = 0;
-    for (int l = 0; l < p->ntrainers; l++) receivers += roles[l] == FTRT__PLAN_NEEDS_STATE;
-    for (int i = 0; i < ctx->nregs && receivers > 0; i++)
-        if (ctx->regs[i].kind == FTRT__KIND_REPLICATED && ctx->regs[i].loc == FTRT__LOC_DEVICE) {
-            ftrt_log_error("recovery: region \"%s\" is REPLICATED device memory, which the "
-                           "state transfer to %d member(s) does not carry yet",
-                           ctx->regs[i].name, receivers);
-            return FTRT_ENOTSUP;
-        }
     /* Then only the members that lack the state receive it, striped over the up-to-date ones,
-     * in CRC32C-checked chunks (comm/transfer.h). */
+     * in CRC32C-checked chunks (comm/transfer.h); device regions through the device backend,
+     * staged chunk by chunk in host memory. */
+    const int32_t *roles = ftrt__plan_roles_c(p);
     ftrt__xfer_region *xr = calloc(ctx->nregs > 0 ? (size_t)ctx->nregs : 1, sizeof *xr);
     if (!xr) return -ENOMEM;
     int n = 0;
-    for (int i = 0; i < ctx->nregs; i++)
-        if (ctx->regs[i].kind == FTRT__KIND_REPLICATED)
-            xr[n++] = (ftrt__xfer_region){ctx->regs[i].name, ctx->regs[i].ptr, ctx->regs[i].bytes};
+    for (int i = 0; i < ctx->nregs; i++) {
+        const ftrt__region *r = &ctx->regs[i];
+        if (r->kind != FTRT__KIND_REPLICATED) continue;
+        const ftrt__loc_ops *loc = r->loc == FTRT__LOC_DEVICE ? ftrt__loc_device() : NULL;
+        if (r->loc == FTRT__LOC_DEVICE && !loc) { /* (ftrt_register refuses this) */
+            ftrt_log_error("recovery: region \"%s\" is device memory and there is no device "
+                           "backend to move it through", r->name);
+            free(xr);
+            return FTRT_ENOTSUP;
+        }
+        xr[n++] = (ftrt__xfer_region){r->name, r->ptr, r->bytes, loc};
+    }
     ftrt__xfer_stat xs;
     rc = ftrt__xfer_replicated(&ctx->plane, xr, n, roles, FTRT__XFER_CHUNK,
                                ftrt__knobs.xfer_corrupt_chunk - 1,
@@ -215,7 +219,7 @@ static int recover(ftrt_ctx *ctx, int64_t *step)
     rc = ftrt__apply_plan(ctx);
     if (rc) return rc;
     rc = ftrt__resume_plan(ctx, step);
-    if (rc) return rc;
+    if (rc) return ftrt__plane_recheck(&ctx->plane, rc); /* ULFM: a member died meanwhile */
     ftrt_log_info("recovered into epoch %d as logical rank %d in %.1f ms; resuming at step %lld",
                   ctx->watch.epoch, ctx->rank, (ftrt__now() - t0) * 1e3, (long long)*step);
     return 0;

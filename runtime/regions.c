@@ -17,6 +17,7 @@
 #include "checkpoint/commit.h"
 #include "checkpoint/restore.h"
 #include "checkpoint/steps.h"
+#include "comm/ulfm.h"
 #include "kernels/location.h"
 #include "runtime/internal.h"
 
@@ -57,7 +58,8 @@ int ftrt_checkpoint_start(ftrt_ctx *ctx, int64_t step)
     ftrt__ledger_mark(ctx, FTRT__IV_CKPT);
     /* Partner replicas of sharded state refreshed at each checkpoint (FTRT_SHARD_REPLICA_EVERY
      * = 0): collective, before the snapshot, which then runs as always. */
-    if (ctx->cfg.shard_replica_every == 0) rc = ftrt__replica_refresh(ctx, step);
+    if (ctx->cfg.shard_replica_every == 0) /* ULFM: a dead partner is an epoch change */
+        rc = ftrt__plane_recheck(&ctx->plane, ftrt__replica_refresh(ctx, step));
     if (!rc) rc = ftrt__ckpt_start(ctx->ckpt, step, ctx->regs, ctx->nregs, ctx->rank, ctx->size);
     if (rc == FTRT_ERECOVER)
         ftrt__ledger_failure(ctx);
@@ -112,51 +114,19 @@ _Static_assert(FTRT__KIND_REPLICATED == FTRT_REGION_REPLICATED &&
                "a region's kind is stored in shards as its FTRT_REGION_* value");
 
 /* Device memory is read by the checkpoint engine's snapshot and written by the restore from
- * a checkpoint, both through the device backend (kernels/location.h). A device region is refused
- * here (FTRT_ENOTSUP, the message naming it and what to turn off) when a path that would have
- * to read or write it on the host is on for this job, so that the job learns it at start-up and
- * not in a recovery; the paths themselves refuse it too (recovery.c, replica.c, sdc.c, the
- * restore). A host SHARDED region is refused when a device region is already registered and
- * partner replicas are on (their images copy every region). */
-static int device_refused(const ftrt_ctx *ctx, const char *name, ftrt__region_kind kind,
-                          ftrt__region_loc loc)
+ * a checkpoint, moved by the recovery's state transfer, copied into and out of the partner
+ * replicas' images and fingerprinted by the silent-data-corruption check, all through the
+ * device backend (kernels/location.h). A device region is refused here (FTRT_ENOTSUP, the
+ * message naming it) when there is no device backend, so that the job learns it at
+ * registration and not in a recovery; every path refuses it too. */
+static int device_refused(const char *name, ftrt__region_loc loc)
 {
-    int replicas = ctx->cfg.shard_replica_every >= 0 && ctx->size >= 2;
-    const char *dev = NULL; /* the device region that partner replicas would have to copy */
-    int sharded = kind == FTRT__KIND_SHARDED;
-    for (int i = 0; i < ctx->nregs; i++) {
-        if (ctx->regs[i].loc == FTRT__LOC_DEVICE && !dev) dev = ctx->regs[i].name;
-        sharded |= ctx->regs[i].kind == FTRT__KIND_SHARDED;
-    }
-    if (loc == FTRT__LOC_DEVICE) {
-        dev = name;
-        if (!ftrt__loc_device()) {
-            ftrt_log_error("ftrt_register: region \"%s\" is device memory, but this libftrt "
-                           "has no device backend (build it with the CUDA toolkit, or set the "
-                           "test knob FTRT_TEST_SIM_DEVICE=1 for the simulated device)",
-                           name);
-            return FTRT_ENOTSUP;
-        }
-        if (kind == FTRT__KIND_REPLICATED && ctx->cfg.sdc_every > 0 && ctx->size >= 2) {
-            ftrt_log_error("ftrt_register: region \"%s\" is REPLICATED device memory, which "
-                           "the silent-data-corruption fingerprints do not cover yet "
-                           "(FTRT_SDC_EVERY=%d; set it to 0 to register the region)",
-                           name, ctx->cfg.sdc_every);
-            return FTRT_ENOTSUP;
-        }
-        if (kind == FTRT__KIND_REPLICATED && ctx->nspares > 0) {
-            ftrt_log_error("ftrt_register: region \"%s\" is REPLICATED device memory, which "
-                           "the recovery's state transfer to a promoted spare does not carry "
-                           "yet (%d hot spare(s); FTRT_SPARES=0 to register the region)",
-                           name, ctx->nspares);
-            return FTRT_ENOTSUP;
-        }
-    }
-    if (replicas && sharded && dev) {
-        ftrt_log_error("ftrt_register: region \"%s\" is device memory, which the partner "
-                       "replicas of a job with SHARDED regions do not hold yet "
-                       "(FTRT_SHARD_REPLICA_EVERY=%d; set it to -1 to register \"%s\")",
-                       dev, ctx->cfg.shard_replica_every, name);
+    if (loc != FTRT__LOC_DEVICE) return 0;
+    if (!ftrt__loc_device()) {
+        ftrt_log_error("ftrt_register: region \"%s\" is device memory, but this libftrt has no "
+                       "device backend (build it with the CUDA toolkit, or set the test knob "
+                       "FTRT_TEST_SIM_DEVICE=1 for the simulated device)",
+                       name);
         return FTRT_ENOTSUP;
     }
     return 0;
@@ -177,7 +147,7 @@ int ftrt_register(ftrt_ctx *ctx, const char *name, void *ptr, size_t bytes, unsi
     ftrt__region_kind kind =
         flags & FTRT_REGION_SHARDED ? FTRT__KIND_SHARDED : FTRT__KIND_REPLICATED;
     ftrt__region_loc loc = flags & FTRT_REGION_DEVICE ? FTRT__LOC_DEVICE : FTRT__LOC_HOST;
-    int rc = device_refused(ctx, name, kind, loc);
+    int rc = device_refused(name, loc);
     if (rc) return rc;
     for (int i = 0; i < ctx->nregs; i++)
         if (!strcmp(ctx->regs[i].name, name)) {

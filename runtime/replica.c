@@ -12,6 +12,11 @@
  * does (hostnames agreed per epoch), else s = 1: a cyclic shift, so every trainer holds exactly
  * one image and a lost host never takes a rank and its replica together when s exists.
  *
+ * The images are host memory, page-locked where the device backend can pin (CUDA): device
+ * regions, SHARDED or REPLICATED, are copied into them with the backend's to_host (which gives
+ * the CRC32C in the same pass) and back with its from_host (checked against the image's CRC32C
+ * on the way in), never read on the host.
+ *
  * Each image carries the CRC32C of its bytes, taken at the copy; the partner checks it on
  * arrival and, like the owner for its own image, again just before it offers the image to a
  * recovery (REPORT). The coordinator resumes from memory only when every survivor holds its own
@@ -29,6 +34,7 @@
 #include "base/knobs.h"
 #include "base/log.h"
 #include "comm/transfer.h"
+#include "kernels/location.h"
 #include "runtime/internal.h"
 
 enum { TAG_HDR = 7201, TAG_IMG = 7202 };
@@ -65,17 +71,19 @@ int ftrt__replica_enabled(const ftrt_ctx *ctx)
     return sharded;
 }
 
-/* The images copy every region on the host: a device region is refused (FTRT_ENOTSUP, logged
- * naming it), never left out. ftrt_register() refuses it already when replicas are on and
- * SHARDED regions exist; this is the backstop. Every member has the same table, so a collective
+/* The device backend of this rank's device regions: NULL when it has none. A device region
+ * with no backend is refused (FTRT_ENOTSUP, logged naming it; ftrt_register() refuses it
+ * already, this is the backstop). Every member has the same table and backend, so a collective
  * caller returns on every member alike. */
-static int refuse_device(const ftrt_ctx *ctx, const char *what)
+static int device_of(const ftrt_ctx *ctx, const char *what, const ftrt__loc_ops **dev)
 {
+    *dev = NULL;
     for (int i = 0; i < ctx->nregs; i++)
         if (ctx->regs[i].loc == FTRT__LOC_DEVICE) {
-            ftrt_log_error("partner replica %s: region \"%s\" is in device memory, which the "
-                           "images in host memory do not hold yet",
-                           what, ctx->regs[i].name);
+            *dev = ftrt__loc_device();
+            if (*dev) return 0;
+            ftrt_log_error("partner replica %s: region \"%s\" is in device memory, and there is "
+                           "no device backend to copy it through", what, ctx->regs[i].name);
             return FTRT_ENOTSUP;
         }
     return 0;
@@ -91,43 +99,74 @@ static void layout(const ftrt_ctx *ctx, size_t *total, size_t *shard)
     }
 }
 
+/* One piece of region r (len bytes at offset o) into the image at img (to_image, its CRC32C
+ * continued into *crc) or back. Host regions with memcpy, the CRC taken right after the copy,
+ * from the cache; device regions through the backend: to_host gives the piece's CRC32C in the
+ * same pass, from_host checks it against the image's bytes. Returns 0 or the backend's code. */
+static int copy_piece(const ftrt__region *r, const ftrt__loc_ops *dev, unsigned char *img,
+                      size_t o, size_t len, int to_image, uint32_t *crc)
+{
+    unsigned char *reg = (unsigned char *)r->ptr + o;
+    uint32_t c;
+    int rc = 0;
+    if (r->loc == FTRT__LOC_HOST) {
+        memcpy(to_image ? img : reg, to_image ? reg : img, len);
+        if (to_image) *crc = ftrt__crc32c(*crc, img, len);
+    } else if (to_image) {
+        rc = dev->to_host(img, reg, len, &c);
+        if (rc == 0) *crc = ftrt__crc32c_combine(*crc, c, len);
+    } else {
+        rc = dev->from_host(reg, img, len, ftrt__crc32c(0, img, len));
+    }
+    if (rc) ftrt_log_error("partner replica: copying device region \"%s\" %s the image failed: %s",
+                           r->name, to_image ? "into" : "out of", ftrt_strerror(rc));
+    return rc;
+}
+
 /* Copies the regions into img (to_image) or back, sharded ones first; with passes = 1 only the
- * sharded ones. When to_image, returns the CRC32C of the whole image and *crc_shard (may be NULL)
- * that of its sharded part (the sharded regions come first: the running CRC at the end of the
- * first pass), each chunk's CRC taken right after its copy, from the cache; 0 else. */
-static uint32_t copy_regions(ftrt_ctx *ctx, unsigned char *img, int to_image, int passes,
-                             uint32_t *crc_shard)
+ * sharded ones, in pieces of 1 MiB. When to_image, *crc_all (may be NULL) receives the CRC32C of
+ * the whole image and *crc_shard (may be NULL) that of its sharded part (the sharded regions
+ * come first: the running CRC at the end of the first pass). Returns 0 or a device backend's
+ * code (the image, or the regions, then hold part of the bytes). */
+static int copy_regions(ftrt_ctx *ctx, const ftrt__loc_ops *dev, unsigned char *img,
+                        int to_image, int passes, uint32_t *crc_all, uint32_t *crc_shard)
 {
     const size_t piece = (size_t)1 << 20;
     size_t off = 0;
     uint32_t crc = 0;
-    for (int pass = 0; pass < passes; pass++) {
-        for (int i = 0; i < ctx->nregs; i++) {
+    int rc = 0;
+    for (int pass = 0; pass < passes && !rc; pass++) {
+        for (int i = 0; i < ctx->nregs && !rc; i++) {
             ftrt__region *r = &ctx->regs[i];
             if ((r->kind == FTRT__KIND_SHARDED) != (pass == 0)) continue;
-            for (size_t o = 0; o < r->bytes; o += piece) {
+            for (size_t o = 0; o < r->bytes && !rc; o += piece) {
                 size_t len = r->bytes - o < piece ? r->bytes - o : piece;
-                if (to_image) {
-                    memcpy(img + off + o, (unsigned char *)r->ptr + o, len);
-                    crc = ftrt__crc32c(crc, img + off + o, len);
-                } else {
-                    memcpy((unsigned char *)r->ptr + o, img + off + o, len);
-                }
+                rc = copy_piece(r, dev, img + off + o, o, len, to_image, &crc);
             }
             off += r->bytes;
         }
         if (pass == 0 && crc_shard) *crc_shard = crc;
     }
-    return crc;
+    if (crc_all) *crc_all = crc;
+    return rc;
 }
 
-static int grow(unsigned char **buf, size_t *cap, size_t want)
+/* Makes *buf hold at least `want` bytes. With a device backend that can pin (dev->pin), the
+ * buffer is page-locked (*pinned: by whom), re-pinned after it moved; without, or when pinning
+ * fails, it is ordinary memory (the copies work, slower). Returns 0 or -ENOMEM. */
+static int grow(unsigned char **buf, size_t *cap, size_t want, const ftrt__loc_ops *dev,
+                const ftrt__loc_ops **pinned)
 {
-    if (*cap >= want) return 0;
-    unsigned char *p = realloc(*buf, want ? want : 1);
-    if (!p) return -ENOMEM;
-    *buf = p;
-    *cap = want;
+    if (*cap >= want && (*pinned || !dev || !dev->pin)) return 0;
+    if (*pinned) (*pinned)->unpin(*buf);
+    *pinned = NULL;
+    if (*cap < want) {
+        unsigned char *p = realloc(*buf, want ? want : 1);
+        if (!p) return -ENOMEM;
+        *buf = p;
+        *cap = want;
+    }
+    if (dev && dev->pin && dev->unpin && dev->pin(*buf, *cap) == 0) *pinned = dev;
     return 0;
 }
 
@@ -171,15 +210,17 @@ static int partner_shift(ftrt_ctx *ctx)
 }
 
 /* Takes this rank's own image of `step` (all its regions, one pass for the copy and both CRCs);
- * *crc_shard receives the CRC32C of its sharded part. Returns 0, or -ENOMEM (no image kept). */
-static int take_image(ftrt_ctx *ctx, int64_t step, uint32_t *crc_shard)
+ * *crc_shard receives the CRC32C of its sharded part. Returns 0, -ENOMEM or a device backend's
+ * code (no image kept). */
+static int take_image(ftrt_ctx *ctx, const ftrt__loc_ops *dev, int64_t step, uint32_t *crc_shard)
 {
     ftrt__replica *rp = &ctx->rep;
     size_t total, shard;
     layout(ctx, &total, &shard);
     rp->own_step = -1; /* invalid until the copy is complete */
-    if (grow(&rp->own, &rp->own_cap, total)) return -ENOMEM;
-    rp->own_crc_all = copy_regions(ctx, rp->own, 1, 2, crc_shard);
+    if (grow(&rp->own, &rp->own_cap, total, dev, &rp->own_pin)) return -ENOMEM;
+    int rc = copy_regions(ctx, dev, rp->own, 1, 2, &rp->own_crc_all, crc_shard);
+    if (rc) return rc;
     rp->own_bytes = total;
     rp->own_shard = shard;
     rp->own_step = step;
@@ -190,7 +231,8 @@ int ftrt__replica_refresh(ftrt_ctx *ctx, int64_t step)
 {
     ftrt__replica *rp = &ctx->rep;
     if (!ftrt__replica_enabled(ctx)) return 0;
-    int rc = refuse_device(ctx, "refresh");
+    const ftrt__loc_ops *dev;
+    int rc = device_of(ctx, "refresh", &dev);
     if (rc) return rc;
     rc = ftrt__interrupted(ctx);
     if (rc) return rc;
@@ -201,12 +243,13 @@ int ftrt__replica_refresh(ftrt_ctx *ctx, int64_t step)
     img_hdr out = {.step = step, .bytes = shard, .sig = shard_sig(ctx), .from = ctx->rank};
     img_hdr *inp = malloc(sizeof *inp); /* heap: buried if the exchange is abandoned */
     if (!inp) return -ENOMEM;
-    if (take_image(ctx, step, &out.crc)) {
+    int trc = take_image(ctx, dev, step, &out.crc);
+    if (trc) {
         /* No image this time; the partner still gets a header (step -1: nothing follows), so
          * that its exchange completes, and recoveries meanwhile use the checkpoint. */
-        ftrt_log_warn("partner replica of step %lld: no memory for a %zu-byte image; this "
-                      "rank keeps none (a recovery of it uses the checkpoint)", (long long)step,
-                      total);
+        ftrt_log_warn("partner replica of step %lld: no %zu-byte image (%s); this rank keeps "
+                      "none (a recovery of it uses the checkpoint)", (long long)step, total,
+                      ftrt_strerror(trc));
         out.step = -1;
         out.bytes = 0;
     }
@@ -234,7 +277,7 @@ int ftrt__replica_refresh(ftrt_ctx *ctx, int64_t step)
                        (long long)step);
         return FTRT_EMISMATCH;
     }
-    rc = grow(&rp->held, &rp->held_cap, (size_t)in.bytes);
+    rc = grow(&rp->held, &rp->held_cap, (size_t)in.bytes, dev, &rp->held_pin);
     if (rc) return rc; /* (the partner's send is left unmatched: it waits until a detector
                           fences a rank; rare, and logged by the caller) */
     size_t npieces_in = ((size_t)in.bytes + PIECE - 1) / PIECE;
@@ -255,6 +298,8 @@ int ftrt__replica_refresh(ftrt_ctx *ctx, int64_t step)
     if (!rc) rc = ftrt__plane_waitall(&ctx->plane, q, req);
     free(req);
     if (rc) { /* receives into held may still complete: that buffer is never reused */
+        if (rp->held_pin) rp->held_pin->unpin(rp->held);
+        rp->held_pin = NULL;
         ftrt__plane_bury(&ctx->plane, rp->held);
         rp->held = NULL;
         rp->held_cap = 0;
@@ -328,25 +373,25 @@ int ftrt__replica_restore(ftrt_ctx *ctx, ftrt__xfer_stat *st)
     size_t total, shard;
     layout(ctx, &total, &shard);
     if (st) memset(st, 0, sizeof *st);
-    int rc0 = refuse_device(ctx, "restore");
-    if (rc0) return rc0;
+    const ftrt__loc_ops *dev;
+    int rc = device_of(ctx, "restore", &dev);
+    if (rc) return rc;
     if (!needs) { /* a survivor: its own image of mem_step (offered in its REPORT) */
         if (rp->own_step != p->mem_step || rp->own_bytes != total || rp->own_shard != shard) {
             ftrt_log_error("recovery: no image of step %lld of this rank's regions in memory "
                            "(have step %lld)", (long long)p->mem_step, (long long)rp->own_step);
             return FTRT_EMISMATCH;
         }
-        copy_regions(ctx, rp->own, 0, 2, NULL);
+        rc = copy_regions(ctx, dev, rp->own, 0, 2, NULL, NULL);
     } else {
-        int rc = grow(&rp->own, &rp->own_cap, total);
-        if (rc) return rc;
+        rc = grow(&rp->own, &rp->own_cap, total, dev, &rp->own_pin);
         rp->own_step = -1;
     }
+    if (rc) return rc;
     /* Each replaced rank's sharded image, from the survivor holding it, CRC-checked per chunk
      * (comm/transfer.c with one source, one receiver, the others bystanders). */
     int32_t *r2 = malloc((size_t)p->ntrainers * sizeof *r2);
     if (!r2) return -ENOMEM;
-    int rc = 0;
     for (int l = 0; l < p->ntrainers && !rc; l++) {
         if (ss[l] < 0) continue;
         /* every member learns the image's size from its holder and receiver */
@@ -372,7 +417,7 @@ int ftrt__replica_restore(ftrt_ctx *ctx, ftrt__xfer_stat *st)
         char name[64];
         snprintf(name, sizeof name, "sharded image of logical rank %d", l);
         ftrt__xfer_region xr = {name, me == ss[l] ? rp->held : me == l ? rp->own : NULL,
-                                (size_t)sz[0]};
+                                (size_t)sz[0], NULL}; /* the images are host memory */
         ftrt__xfer_stat one;
         rc = ftrt__xfer_replicated(&ctx->plane, &xr, 1, r2, FTRT__XFER_CHUNK,
                                    ftrt__knobs.xfer_corrupt_chunk - 1,
@@ -388,14 +433,16 @@ int ftrt__replica_restore(ftrt_ctx *ctx, ftrt__xfer_stat *st)
     }
     free(r2);
     if (rc) return rc;
-    if (needs) copy_regions(ctx, rp->own, 0, 1, NULL); /* the sharded part arrived into its image */
-    return 0;
+    if (needs) /* the sharded part arrived into its image */
+        rc = copy_regions(ctx, dev, rp->own, 0, 1, NULL, NULL);
+    return rc;
 }
 
 void ftrt__replica_adopt(ftrt_ctx *ctx, int64_t step)
 {
-    if (ftrt__replica_enabled(ctx) && !refuse_device(ctx, "image"))
-        take_image(ctx, step, NULL); /* no memory: none, disk later */
+    const ftrt__loc_ops *dev;
+    if (ftrt__replica_enabled(ctx) && !device_of(ctx, "image", &dev))
+        take_image(ctx, dev, step, NULL); /* no memory: none, disk later */
 }
 
 void ftrt__replica_drop(ftrt_ctx *ctx)
@@ -406,6 +453,8 @@ void ftrt__replica_drop(ftrt_ctx *ctx)
 
 void ftrt__replica_free(ftrt_ctx *ctx)
 {
+    if (ctx->rep.own_pin) ctx->rep.own_pin->unpin(ctx->rep.own);
+    if (ctx->rep.held_pin) ctx->rep.held_pin->unpin(ctx->rep.held);
     free(ctx->rep.own);
     free(ctx->rep.held);
     memset(&ctx->rep, 0, sizeof ctx->rep);

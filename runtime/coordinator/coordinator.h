@@ -23,6 +23,9 @@ typedef struct ftrt__coord_args {
     int mark_fd;             /* the coordinator's mark on its host (ftrt__local_mark): held for
                                 the job, closed at its end (owned; -1: none) */
     int ranks_lost;          /* out: processes of the world that died during the job */
+    int aborted;             /* out: 1 when the job was aborted (every member got ABORT, the
+                                spares a SHUTDOWN with the code): no process of the world
+                                calls MPI_Finalize then, the coordinator included */
 } ftrt__coord_args;
 
 /* Runs the coordinator on world rank 0 until the job ends. listen_fd (the control plane's

@@ -48,16 +48,16 @@ void ftrt__job_abort(ftrt__coord *c, int code, const char *why)
     if (c->phase == PH_ABORTING || c->phase == PH_DONE) return;
     ftrt_log_error("aborting the job: %s (%s)", why, ftrt_err_name(code));
     c->result = code;
+    c->aborted = 1;
     c->phase = PH_ABORTING;
     c->abort_deadline = ftrt__now() + 2.0 + 3.0 * c->a->cfg->heartbeat_timeout_ms / 1000.0;
     ftrt__epoch_msg m = {.epoch = c->epoch, .value = code};
-    ftrt__epoch_msg s = {.epoch = c->epoch, .value = c->nfailed};
     for (int spare = 0; spare < 2; spare++) {
         int n = 0;
         for (int w = 1; w < c->W; w++)
             if ((c->r[w].role == FTRT__ROLE_SPARE) == spare) c->s.fan[n++] = w;
-        ftrt__coord_multicast(c, c->s.fan, n, spare ? FTRT__MSG_SHUTDOWN : FTRT__MSG_ABORT,
-                              spare ? &s : &m, sizeof m);
+        ftrt__coord_multicast(c, c->s.fan, n, spare ? FTRT__MSG_SHUTDOWN : FTRT__MSG_ABORT, &m,
+                              sizeof m);
     }
     c->status_dirty |= 2; /* membership: write now */
 }
@@ -99,11 +99,19 @@ void ftrt__job_check_end(ftrt__coord *c, double now)
     if (c->phase == PH_RUNNING && c->maybe_done) {
         c->maybe_done = 0;
         if (all_done(c)) {
+            /* The job's end, to every process at once: the trainers' FAREWELL and the spares'
+             * SHUTDOWN say how many processes died (0: all call MPI_Finalize). */
             ftrt__epoch_msg m = {.epoch = c->epoch, .value = c->nfailed};
-            int n = 0;
-            for (int w = 1; w < c->W; w++)
-                if (c->r[w].role == FTRT__ROLE_SPARE) c->s.fan[n++] = w;
-            ftrt__coord_multicast(c, c->s.fan, n, FTRT__MSG_SHUTDOWN, &m, sizeof m);
+            for (int farewell = 0; farewell < 2; farewell++) {
+                int n = 0;
+                for (int w = 1; w < c->W; w++)
+                    if (farewell ? c->r[w].role == FTRT__ROLE_TRAINER && c->r[w].said_bye
+                                 : c->r[w].role == FTRT__ROLE_SPARE)
+                        c->s.fan[n++] = w;
+                ftrt__coord_multicast(c, c->s.fan, n,
+                                      farewell ? FTRT__MSG_FAREWELL : FTRT__MSG_SHUTDOWN, &m,
+                                      sizeof m);
+            }
             c->phase = PH_DONE;
             c->result = c->sdc_unresolved ? FTRT_ECORRUPT : FTRT_DONE;
         }

@@ -104,12 +104,12 @@ static void take_resumed(ftrt__coord *c, ftrt__crank *r, const ftrt__epoch_msg *
  * others cannot finish without it, and a spare would meet the same error. */
 static void judge_bye(ftrt__coord *c, int w, const ftrt__crank *r)
 {
-    char why[200];
+    char why[300];
     int code = 0;
     if (r->bye.exit_code < 0) {
         code = r->bye.exit_code;
-        snprintf(why, sizeof why, "trainer logical rank %d (world rank %d) left with %s",
-                 r->logical, w, ftrt_err_name(code));
+        snprintf(why, sizeof why, "trainer logical rank %d (world rank %d) left with an error: %s",
+                 r->logical, w, ftrt_strerror(code));
     } else if (r->total_steps > 0 && r->bye.steps_done < r->total_steps) {
         code = FTRT_EABORT;
         snprintf(why, sizeof why, "trainer logical rank %d (world rank %d) left after %lld of "
@@ -133,8 +133,9 @@ static void take_bye(ftrt__coord *c, int w, const ftrt__bye *bye)
     r->kept_s = bye->kept_s;
     r->steps_done = bye->steps_done;
     c->status_dirty |= 1;
-    ftrt__epoch_msg em = {.epoch = c->epoch, .value = c->nfailed};
-    ftrt__coord_send(c, w, FTRT__MSG_FAREWELL, &em, sizeof em);
+    /* Its FAREWELL waits for the job's end (ftrt__job_check_end: every trainer said goodbye),
+     * so that every process of the world takes the same MPI_Finalize decision; an abort
+     * meanwhile reaches it as ABORT. */
     if (r->role == FTRT__ROLE_TRAINER) judge_bye(c, w, r);
 }
 
@@ -328,11 +329,11 @@ void ftrt__service_host(ftrt__coord *c, int h)
 
 /* ---- a rank that came back --------------------------------------------------------------- */
 
-/* What job_abort() sent it: ABORT to a member, SHUTDOWN to a spare. */
+/* What job_abort() sent it: ABORT to a member, SHUTDOWN with the code to a spare. */
 static void resend_abort(ftrt__coord *c, int w)
 {
     int spare = c->r[w].role == FTRT__ROLE_SPARE;
-    ftrt__epoch_msg m = {.epoch = c->epoch, .value = spare ? c->nfailed : c->result};
+    ftrt__epoch_msg m = {.epoch = c->epoch, .value = c->result};
     ftrt__coord_send(c, w, spare ? FTRT__MSG_SHUTDOWN : FTRT__MSG_ABORT, &m, sizeof m);
 }
 
@@ -347,11 +348,7 @@ void ftrt__rank_rejoined(ftrt__coord *c, int w)
     ftrt__welcome wm = {.role = r->role, .logical_rank = r->logical, .ntrainers = c->N,
                         .heartbeat_ms = c->hb_ms};
     ftrt__coord_send(c, w, FTRT__MSG_WELCOME, &wm, sizeof wm); /* (a repeat is ignored) */
-    if (r->said_bye) {
-        ftrt__epoch_msg em = {.epoch = c->epoch, .value = c->nfailed};
-        ftrt__coord_send(c, w, FTRT__MSG_FAREWELL, &em, sizeof em);
-        return;
-    }
+    if (r->said_bye) return; /* its FAREWELL comes at the job's end, on its new connection */
     if (r->role != FTRT__ROLE_TRAINER) return;
     if (c->phase == PH_COLLECT && !r->promoting) {
         ftrt__failure_msg fm = {.epoch = c->epoch, .t_fail_wall = c->epoch_t_fail};

@@ -25,10 +25,12 @@ def launchers(train_mlp):
     py = [(f, [PY, os.path.join(REPO, f)]) for f in (
         "tools/ftrt-run", "tools/ftrt-chaos", "examples/train_torch.py", "examples/train_lm.py",
         "bench/chaos_campaign.py", "bench/coord_scale.py", "bench/mttr_size.py",
-        "bench/recovery.py", "bench/replica_rework.py", "bench/torch_overhead.py")]
+        "bench/recovery.py", "bench/replica_rework.py", "bench/slurm_recovery.py",
+        "bench/torch_overhead.py", "bench/mpi_versions.py")]
     sh = [(f, ["bash", os.path.join(REPO, f)]) for f in (
         "examples/demo.sh", "scripts/ensure-deps.sh", "scripts/fresh-chroot-test.sh",
-        "scripts/gpu-kit.sh", "scripts/gpu-run.sh", "scripts/gpu-sim.sh")]
+        "scripts/gpu-kit.sh", "scripts/gpu-run.sh", "scripts/gpu-sim.sh",
+        "scripts/ensure-ompi5.sh")]
     return py + sh + [("train_mlp", [train_mlp])]
 
 
@@ -40,7 +42,14 @@ def bad_inputs(cmd, train_mlp, f, d):
     plan = os.path.join(d, "plan.json")
     with open(plan, "w") as fh:
         fh.write('{"faults": [{"kind": "no-such-kind", "at_step": 1}]}')
+    fake = os.path.join(d, "other-mpi", "bin", "mpirun")  # not the launcher train_mlp needs
+    os.makedirs(os.path.dirname(fake), exist_ok=True)
+    with open(fake, "w") as fh:
+        fh.write("#!/bin/sh\necho 'mpirun (Open MPI) 5.0.0'\n")
+    os.chmod(fake, 0o755)
     cases = [
+        ("ftrt-run: a launcher of another Open MPI than the program links",
+         run + ["--", fake, "-np", "2", train_mlp], {}, [fake, train_mlp, "libmpi"]),
         ("ftrt-run: demo-style --status under a regular file",
          run + ["--status", os.path.join(under, "status.json"), "--", "true"], {},
          ["--status", under, f"{f} is not a directory"]),
@@ -48,6 +57,8 @@ def bad_inputs(cmd, train_mlp, f, d):
          {"FTRT_STATUS_FILE": os.path.join(under, "status.json")}, ["FTRT_STATUS_FILE", f]),
         ("ftrt-run: --summary in a missing directory",
          run + ["--summary", os.path.join(d, "no", "s.json"), "--", "true"], {}, ["--summary"]),
+        ("ftrt-run: FTRT_RUN_SUMMARY in a missing directory", run + ["--", "true"],
+         {"FTRT_RUN_SUMMARY": os.path.join(d, "no", "s.json")}, ["FTRT_RUN_SUMMARY"]),
         ("ftrt-run: unknown option", run + ["--bogus", "--", "true"], {}, ["--bogus"]),
         ("ftrt-run: no command", run, {}, ["no command"]),
         ("ftrt-run: --linger not a number", run + ["--linger", "x", "--", "true"], {},
@@ -76,6 +87,8 @@ def bad_inputs(cmd, train_mlp, f, d):
          {"FTRT_DEMO_DIR": under}, ["FTRT_DEMO_DIR", f]),
         ("train_mlp: --steps not a number", [train_mlp, "--steps", "x"], {}, ["--steps", "'x'"]),
         ("train_mlp: unknown option", [train_mlp, "--bogus"], {}, ["--bogus"]),
+        ("train_mlp: --device not host or sim", [train_mlp, "--device", "gpu"], {},
+         ["--device", "'gpu'"]),
         ("train_mlp: --steps without a value", [train_mlp, "--steps"], {}, ["--steps"]),
         ("train_mlp: --ckpt-dir under a regular file", [train_mlp, "--ckpt-dir", under], {},
          ["--ckpt-dir", under, f]),
@@ -101,6 +114,10 @@ def bad_inputs(cmd, train_mlp, f, d):
     cases += [
         ("bench/recovery.py: --bin missing", cmd["bench/recovery.py"] + [
             "--bin", os.path.join(d, "none")], {}, ["--bin", "none"]),
+        ("bench/slurm_recovery.py: --bin missing", cmd["bench/slurm_recovery.py"] + [
+            "--bin", os.path.join(d, "none")], {}, ["--bin", "none"]),
+        ("bench/slurm_recovery.py: --runs 0", cmd["bench/slurm_recovery.py"] + [
+            "--runs", "0"], {}, ["--runs"]),
         ("bench/torch_overhead.py: --work under a regular file",
          cmd["bench/torch_overhead.py"] + ["--work", under], {}, ["--work", f]),
         ("scripts/gpu-run.sh: --kit missing", cmd["scripts/gpu-run.sh"] + [
@@ -113,6 +130,10 @@ def bad_inputs(cmd, train_mlp, f, d):
          cmd["scripts/gpu-kit.sh"] + ["--out", under], {}, ["--out", f]),
         ("scripts/gpu-sim.sh: SCRATCH under a regular file",
          cmd["scripts/gpu-sim.sh"] + [under], {}, ["SCRATCH", f]),
+        ("scripts/ensure-ompi5.sh: unknown option", cmd["scripts/ensure-ompi5.sh"] + [
+            "--bogus"], {}, ["--bogus"]),
+        ("bench/mpi_versions.py: --bin5 missing", cmd["bench/mpi_versions.py"] + [
+            "--bin41", train_mlp, "--bin5", os.path.join(d, "none")], {}, ["--bin5", "none"]),
     ]
     return cases
 

@@ -43,6 +43,10 @@ SYSTEM_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sy
 # yield the CPU (the 2-core test machines run 6-7 ranks). Jobs under ftrt add
 # --enable-recovery (ULFM: a dead rank is reported, not fatal).
 MPIRUN_FLAGS = ["--oversubscribe", "--bind-to", "none", "--mca", "mpi_yield_when_idle", "1"]
+# The launcher of the jobs: FTRT_MPIRUN (ctest sets it to the `mpirun` of the Open MPI the
+# build was configured with: Debian's 4.1, or an Open MPI 5 for the build-ompi5 tests), else
+# `mpirun` on PATH. tools/ftrt-run adds what Open MPI 5 needs (`--with-ft ulfm`).
+MPIRUN = os.environ.get("FTRT_MPIRUN") or "mpirun"
 # Open MPI refuses to run as root without these.
 ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
@@ -88,6 +92,9 @@ DEBIAN_MODULES = {
 DEBIAN_TOOLS = {
     "mpirun": "openmpi-bin", "fio": "fio", "cc": "gcc", "gcc": "gcc", "cmake": "cmake",
     "pkg-config": "pkg-config", "nm": "binutils", "objdump": "binutils", "ldd": "libc-bin",
+    "slurmctld": "slurmctld", "slurmd": "slurmd", "sbatch": "slurm-client",
+    "scontrol": "slurm-client", "sacct": "slurm-client", "sinfo": "slurm-client",
+    "munged": "munge", "mungekey": "munge",
 }
 
 
@@ -152,10 +159,23 @@ def check(cond, msg):
 # ---- command lines and environments ----------------------------------------------------------
 
 def mpirun_cmd(np_, argv, recovery=True, extra=None):
-    """`mpirun [extra...] [--enable-recovery] MPIRUN_FLAGS -np np_ argv...` (argv[0]: the
+    """`MPIRUN [extra...] [--enable-recovery] MPIRUN_FLAGS -np np_ argv...` (argv[0]: the
     program; extra: more mpirun options, e.g. Hosts.mpirun_opts() for simulated hosts)."""
-    return (["mpirun"] + list(extra or []) + (["--enable-recovery"] if recovery else [])
+    return ([MPIRUN] + list(extra or []) + (["--enable-recovery"] if recovery else [])
             + MPIRUN_FLAGS + ["-np", str(np_)] + list(argv))
+
+
+def open_mpi_major(launcher=None):
+    """Open MPI's major version of launcher (default MPIRUN) from `--version`, or None. 5 and
+    later: PRRTE and ULFM (tools/ftrt-run adds --with-ft ulfm)."""
+    import re
+    try:
+        out = subprocess.run([launcher or MPIRUN, "--version"], capture_output=True, text=True,
+                             timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"\(Open MPI\) (\d+)\.", out)
+    return int(m.group(1)) if m else None
 
 
 def ftrt_run_cmd(cmd, status=None, python=None, summary=None):
@@ -421,10 +441,11 @@ class Hosts:
         self._lock.close()
         return False
 
-    def mpirun_opts(self, hostfile=None):
+    def mpirun_opts(self, hostfile=None, version=None):
         """mpirun options for the hosts (agent, hostfile, TCP on the hosts' subnet); hostfile:
-        another hostfile, e.g. from hostfile() with a subset of the hosts."""
-        opts = self._run("mpirun-opts").stdout.split()
+        another hostfile, e.g. from hostfile() with a subset of the hosts; version: Open MPI's
+        major version (default: that of FTRT_MPIRUN, else of `mpirun` on PATH)."""
+        opts = self._run("mpirun-opts", *([version] if version else [])).stdout.split()
         if hostfile:
             opts[opts.index("--hostfile") + 1] = hostfile
         return opts
@@ -542,7 +563,7 @@ def case_main(cases, description=None, argv=None):
     print(f"case {a.case}:", flush=True)
 
     def run_case():
-        need_tool("mpirun")
+        need_tool(MPIRUN, DEBIAN_TOOLS["mpirun"])
         os.makedirs(a.work, exist_ok=True)
         rc = cases[a.case].fn(a)
         if not rc:

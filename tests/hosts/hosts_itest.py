@@ -19,7 +19,11 @@ Cases:
   kill       the same; trainer logical rank 2 (world rank 3, on ftrt-h2) SIGKILLed: the spare
              (world rank 5, ftrt-h3) takes its place
   hostkill   1 + 3 trainers + 2 spares; every process of ftrt-h2 SIGKILLed (its orted and both
-             its trainers): both spares (ftrt-h3) take their places
+             its trainers): both spares (ftrt-h3) take their places. Under Open MPI 5 (PRRTE
+             3.0) a lost daemon ends the whole job in mpirun ("PRTE has lost communication with
+             a remote daemon"), which no setting of that release prevents: the job must end
+             non-zero within the bound, and a relaunch on ftrt-h1 and ftrt-h3 resumes from the
+             last committed checkpoint and finishes byte-identical
   linkcut    1 + 3 trainers + 2 spares; ftrt-h2's link taken down: both its trainers are
              declared failed by heartbeat timeout (1 s) and replaced
   nospare    1 + 4 trainers + 1 spare; ftrt-h2 killed (two trainers, one spare): the job fails
@@ -73,9 +77,12 @@ def one_host_reference(args, trainers):
 
 
 def sessions(hosts):
-    """Open MPI session directories of the simulated hosts now (every one is this test's)."""
+    """Open MPI session directories of the simulated hosts now (every one is this test's):
+    4.1's <tmp>/ompi.<host>.<uid>/*, and 5's <tmp>/ompi.<pid> (one per daemon and mpirun)."""
     tmp = tempfile.gettempdir()
-    return set(glob.glob(os.path.join(tmp, f"ompi.{hosts.prefix}*.*", "*")))
+    return set(glob.glob(os.path.join(tmp, f"ompi.{hosts.prefix}*.*", "*")) +
+               [d for d in glob.glob(os.path.join(tmp, "ompi.*"))
+                if os.path.basename(d)[5:].isdigit()])
 
 
 def hosts_job(args, hosts, name, spares, hostfile=None, fresh=True):
@@ -228,6 +235,8 @@ def case_hostkill(args):
     with h.Hosts(3, 2) as hosts:
         before = sessions(hosts)
         job = hosts_job(args, hosts, "hostkill", spares=2).start()
+        if (h.open_mpi_major() or 0) >= 5:
+            return hostkill_prrte(args, hosts, job, before, r3)
         job.wait_trainer(1, 40)
         ranks = hosts.kill_host("ftrt-h2", job)
         check(sorted(r["world_rank"] for r in ranks) == [2, 3],
@@ -245,6 +254,27 @@ def case_hostkill(args):
         check(len({f["epoch"] for f in fl}) == 1 and rep["epoch"] == 1,
               "the lost host's two ranks were replaced in one epoch")
         check(same_bytes(job.params, r3), "final parameters byte-identical to the one-host run")
+
+
+def hostkill_prrte(args, hosts, job, before, r3):
+    """hostkill under Open MPI 5: PRRTE 3.0's mpirun ends the job when it loses a daemon
+    (errmgr_dvm.c: "Comm failure: daemon ... aborting"); ftrt's part is a true, bounded end and
+    a relaunch without the host that resumes from the last committed checkpoint."""
+    job.wait_status(lambda s: s["last_committed_step"] >= 25 and trainer(s, 1))
+    hosts.kill_host("ftrt-h2", job)
+    run_to_end(job, hosts, None, before)
+    # PRRTE words it one of two ways (errmgr_dvm.c: "node-died" or "failed-daemon")
+    check("lost communication with a remote daemon" in job.out or
+          "daemon failed to report back" in job.out,
+          "Open MPI 5 (PRRTE 3.0): mpirun ended the job because it lost ftrt-h2's daemon")
+    with open(os.path.join(job.ckpt, "LATEST")) as f:
+        latest = int(f.read().strip()[5:])
+    hf = hosts.hostfile(os.path.join(job.dir, "hostfile.relaunch"), ["ftrt-h1", "ftrt-h3"], 3)
+    job2 = hosts_job(args, hosts, "hostkill", spares=2, hostfile=hf, fresh=False).start()
+    run_to_end(job2, hosts, 0, before)
+    check(f"resumed at step {latest}" in job2.out,
+          f"the relaunch on ftrt-h1 and ftrt-h3 resumed at step {latest}")
+    check(same_bytes(job2.params, r3), "final parameters byte-identical to the one-host run")
 
 
 @h.case(CASES, fixture="required")

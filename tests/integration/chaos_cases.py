@@ -88,6 +88,15 @@ CASES = {
     "flip-bit-2": (3, 0, ["--ckpt-every", "10"],
                    [{"kind": "flip-bit", "at_step": 60, "target": "trainer:1"}], [],
                    {"FTRT_SDC_EVERY": "2", "FTRT_COORD_ADDR": "127.0.0.1"}),
+    # The same as flip-bit with the parameters and momentum in the simulated device's memory
+    # (train_mlp --device sim, FTRT_TEST_SIM_DEVICE=1: a test arrangement, no GPU): the bit is
+    # flipped in the device arena (PROT_NONE, which /proc/<pid>/mem still writes), the
+    # fingerprints are CRC32Cs taken through the device backend; detected, the rank fenced and
+    # replaced, byte-identical.
+    "flip-bit-device": (6, 1, ["--ckpt-every", "2", "--device", "sim"],
+                        [{"kind": "flip-bit", "at_step": 60, "target": "trainer:2"}], [],
+                        {"FTRT_SDC_EVERY": "4", "FTRT_CKPT_KEEP": "4",
+                         "FTRT_TEST_SIM_DEVICE": "1"}),
     "fail-during-recovery": (7, 2, [], [{"kind": "kill-trainer", "at_step": 60,
                                          "target": "trainer:1",
                                          "then": [{"kind": "kill-trainer", "delay_s": 0.4,
@@ -144,7 +153,7 @@ def job_cmd(binary, np_, args):
 
 def reference(a, args, trainers=4):
     """Params of a fault-free one-host run with these training args and this many trainers
-    (no spare), cached."""
+    (no spare), cached. With --device sim, the job runs with FTRT_TEST_SIM_DEVICE=1."""
     key = hashlib.sha1(" ".join(args).encode()).hexdigest()[:12] + \
         (f"-{trainers}t" if trainers != 4 else "")
     path = os.path.join(a.work, f"reference-{key}.params")
@@ -155,7 +164,8 @@ def reference(a, args, trainers=4):
     os.makedirs(d)
     cmd = job_cmd(a.bin, trainers + 1, args + ["--ckpt-dir", os.path.join(d, "ckpt"),
                                                "--params-out", path + ".tmp"])
-    job = h.Job(d, cmd, h.job_env(spares=0), echo=False)
+    sim = {"FTRT_TEST_SIM_DEVICE": "1"} if "sim" in args else {}
+    job = h.Job(d, cmd, h.job_env(sim, spares=0), echo=False)
     rc = job.run(300)
     if rc != 0 or not os.path.exists(path + ".tmp"):
         print(job.out[-6000:])

@@ -12,6 +12,10 @@ Cases:
               after the kill does not reach the output (tools/ftrt-run leaves it out)
   kill2       two trainers SIGKILLed one after the other (logical ranks 0 and 3) with two
               spares: both replaced, result byte-identical
+  latekill    as kill, but the ranks take the coordinator's announcement 300 ms late
+              (FTRT_TEST_EPOCH_DELAY_MS): under Open MPI 5 with ULFM the survivors' collectives
+              fail first (MPIX_ERR_PROC_FAILED), which must wait for the epoch change, not end
+              the job with FTRT_EMPI; under 4.1 they wait in the collective; byte-identical
   hang        SIGSTOP a trainer: declared failed by heartbeat timeout, fenced, replaced; result
               byte-identical
   relaunch    kill the whole job after a committed checkpoint, relaunch: it resumes from the
@@ -26,6 +30,15 @@ Cases:
   ckptenospc  the checkpoint file system fills up: those checkpoints fail, training goes on
   apperror    a trainer stops with an application error (ftrt_set_exit_code): the job ends
               promptly as failed, with that error, and no spare is spent on it
+  nockpt      the only committed checkpoint damaged (a bit flipped in a shard), then a
+              relaunch under plain mpirun: restore fails with FTRT_ENOCKPT on every trainer; the
+              launch ends by itself within seconds, every process exits non-zero and none
+              calls MPI_Finalize (some calling it while others exit without it could hang
+              forever), an error names the directory; through ftrt-run: exit 1, last line
+              names the cause
+  lateerror   logical rank 0 fails after its last step (--params-out not writable) while the
+              other trainer finished, under plain mpirun: the job ends failed (EIO) within
+              seconds, and no process calls MPI_Finalize
   ckptnotdir  the checkpoint directory cannot be created (a regular file in its place): with
               train_mlp --ckpt-dir, train_mlp stops before joining the job with a line naming
               the option; with FTRT_CKPT_DIR, every rank stops at ftrt_init with an error
@@ -106,6 +119,35 @@ def case_kill(args):
           "the hot spare now holds logical rank 2")
     check([r for r in st["ranks"] if r["pid"] == victim["pid"]][0]["role"] == "failed",
           "the killed rank is marked failed")
+    expect_identical(job, args)
+
+
+@h.case(CASES, fixture="required")
+def case_latekill(args):
+    need_reference(args)
+    delay_ms = 300
+    job = mlp_job(args, "latekill")
+    job.env.update(FTRT_TEST_EPOCH_DELAY_MS=str(delay_ms), FTRT_LOG="info")
+    job.start()
+    victim = job.wait_trainer(2, 60)
+    job.inject(signal.SIGKILL, victim, "sigkill")
+    rc = job.wait(180)
+    check(rc == 0, f"job survives the kill and exits 0 (got {rc})")
+    check("FTRT_EMPI" not in job.out, "no rank left with FTRT_EMPI")
+    ulfm = (h.open_mpi_major() or 0) >= 5
+    seen = job.out.count("MPI reports a process failure")
+    if ulfm:
+        check(seen >= 1, f"Open MPI 5 (ULFM): survivors saw the failure in MPI first and waited "
+              f"for the epoch change ({seen} log lines)")
+    else:
+        check(seen == 0, "Open MPI 4.1 (no ULFM): no MPI-reported failure")
+    rep = job.load_report()
+    check(len(rep["failures"]) == 1 and rep["failures"][0]["recovered"],
+          "one failure, recovered")
+    mttr = rep["failures"][0]["mttr_s"]
+    check(mttr is not None and mttr >= delay_ms / 1e3,
+          f"MTTR {mttr * 1e3:.0f} ms includes the {delay_ms} ms the ranks took the announcement "
+          f"late")
     expect_identical(job, args)
 
 
@@ -325,6 +367,146 @@ def case_ckptnotdir(args):
           f"ftrt-run's last line names the cause ({last})")
     check(took < 60, f"bounded exit ({took:.1f} s)")
     print(f"ckptnotdir: exit {rc} after {took:.1f} s")
+
+
+# Jobs that end failed without a dead process, launched the way tools/ftrt-chaos launches
+# one-host jobs: under plain mpirun (no tools/ftrt-run to clean up after a hang). Open MPI
+# 4.1's MPI_Finalize can hang in its PMIx fence when some processes of the world call it and
+# others exit without it, so every process must take the same decision; FTRT_LOG=info makes
+# each one log it. Small jobs: 1 coordinator + 2 trainers + 1 spare, 20 steps of a tiny MLP.
+# A launch that hangs never ends: END_BOUND_S leaves room for a loaded machine under ASan.
+END_ARGS = ["--steps", "20", "--batch", "8", "--hidden", "16", "--seed", "7", "--ckpt-every",
+            "20"]
+END_NP, END_SPARES = 4, 1
+END_BOUND_S = 20
+
+
+def plain_mpirun_job(d, binary, train_args, ckpt, params=None):
+    """train_mlp under plain `mpirun --enable-recovery` in d, each rank wrapped by sh so that
+    its own exit status lands in d/exit.<world rank>; FTRT_LOG=info, the status file in ckpt."""
+    wrapper = ['sh', '-c', '"$@"; echo $? > "$FTRT_ITEST_EXIT.$OMPI_COMM_WORLD_RANK"', 'sh']
+    argv = [binary] + train_args + ["--ckpt-dir", ckpt, "--report", os.path.join(d, "report.json")]
+    if params:
+        argv += ["--params-out", params]
+    env = h.job_env({"FTRT_LOG": "info", "FTRT_ITEST_EXIT": os.path.join(d, "exit"),
+                     "FTRT_PEAK_FLOPS": "1e9"},  # no matmul benchmark (slow under ASan)
+                    spares=END_SPARES)
+    job = h.Job(d, h.mpirun_cmd(END_NP, wrapper + argv), env, status=os.path.join(ckpt, "status.json"))
+    job.ckpt, job.report = ckpt, os.path.join(d, "report.json")
+    for w in range(END_NP):
+        if os.path.exists(os.path.join(d, f"exit.{w}")):
+            os.unlink(os.path.join(d, f"exit.{w}"))
+    return job
+
+
+def rank_exits(job):
+    """{world rank: exit status} from the sh wrappers' files (a rank missing: not exited)."""
+    out = {}
+    for w in range(END_NP):
+        try:
+            with open(os.path.join(job.dir, f"exit.{w}")) as f:
+                out[w] = int(f.read().strip())
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def check_finalize_skipped(job):
+    """Every world rank logged that it does not call MPI_Finalize (an aborted job: none does)."""
+    skipped = sorted(w for w in range(END_NP)
+                     if any(l.startswith(f"ftrt[w{w}] ") and "not calling MPI_Finalize" in l
+                            for l in job.out.splitlines()))
+    check(skipped == list(range(END_NP)),
+          f"every process of the aborted job skips MPI_Finalize (those that said so: {skipped})")
+
+
+def flip_data_bit(path):
+    """Flips one bit in the middle of the first region's data of a checkpoint shard (its region
+    table, checkpoint/format.h: u32 nregions at byte 32, 112-byte entries from byte 40 with u64
+    slice_bytes at +88 and u64 file_offset at +96). Returns the offset."""
+    import struct
+    with open(path, "r+b") as f:
+        head = f.read(4096)
+        (nreg,) = struct.unpack_from("<I", head, 32)
+        nbytes, foff = struct.unpack_from("<QQ", head, 40 + 88)
+        if nreg < 1 or nbytes < 1:
+            raise Fail(f"{path}: no region data to damage")
+        off = foff + nbytes // 2
+        f.seek(off)
+        b = f.read(1)
+        f.seek(off)
+        f.write(bytes([b[0] ^ 0x10]))
+    return off
+
+
+@h.case(CASES, timeout_s=120)
+def case_nockpt(args):
+    d = os.path.join(args.work, "nockpt")
+    first = h.train_job(d, args.bin, END_NP, END_ARGS, spares=END_SPARES)
+    first.env["FTRT_PEAK_FLOPS"] = "1e9"
+    rc = first.run(60)
+    check(rc == 0, f"the first launch finishes (got {rc})")
+    with open(os.path.join(first.ckpt, "LATEST")) as f:
+        latest = f.read().strip()
+    steps = sorted(e for e in os.listdir(first.ckpt) if e.startswith("step-"))
+    check(latest == "step-20" and steps == ["step-20"], f"one committed step ({steps}, LATEST "
+          f"{latest})")
+    shard = os.path.join(first.ckpt, "step-20", "rank-0.ftrt")
+    print(f"  flipped a bit of {shard} at byte {flip_data_bit(shard)}", flush=True)
+    args40 = END_ARGS[:]
+    args40[1] = "40"
+    # The relaunch under plain mpirun: it must end by itself, every process with a non-zero
+    # status, none calling MPI_Finalize (before the fix, the coordinator and the spare called
+    # it while the trainers exited without: they could hang there forever).
+    job = plain_mpirun_job(os.path.join(d, "plain"), args.bin, args40, first.ckpt)
+    rc = job.run(60)
+    print(f"  plain mpirun exited {rc} after {job.elapsed:.1f} s (Open MPI 4.1's mpirun "
+          f"--enable-recovery exits 0 whatever its ranks' statuses)", flush=True)
+    check(job.elapsed < END_BOUND_S, f"the launch ends by itself ({job.elapsed:.1f} s)")
+    check(f"no usable checkpoint in {first.ckpt}" in job.out, "an error names the cause and the "
+          "directory")
+    check_finalize_skipped(job)
+    exits = rank_exits(job)
+    check(len(exits) == END_NP and all(v != 0 for v in exits.values()),
+          f"every process of the failed job exits non-zero (world rank: status {exits})")
+    rep = job.load_report()
+    check(rep["status"] == "failed" and rep["error"] == "FTRT_ENOCKPT",
+          f"report: failed, FTRT_ENOCKPT (got {rep['status']}, {rep['error']})")
+    st = h.load_json(job.status)
+    check(st["job"] == "failed", f"status file says failed (got {st['job']})")
+    with open(os.path.join(first.ckpt, "LATEST")) as f:
+        check(f.read().strip() == "step-20", "the committed checkpoint is left as it was")
+    # Through tools/ftrt-run, the supported launcher: exit 1, its last line names the cause.
+    again = h.train_job(d, args.bin, END_NP, args40, spares=END_SPARES, fresh=False)
+    rc = again.run(60)
+    last = again.out.rstrip().splitlines()[-1]
+    check(rc == 1, f"ftrt-run exits 1 (got {rc})")
+    check(last.startswith("ftrt-run: ") and "no usable checkpoint in" in last,
+          f"ftrt-run's last line names the cause ({last})")
+    print(f"nockpt: plain mpirun {job.elapsed:.1f} s, rank exits {exits}; ftrt-run exit {rc}")
+
+
+@h.case(CASES, timeout_s=120)
+def case_lateerror(args):
+    d = os.path.join(args.work, "lateerror")
+    ckpt = os.path.join(d, "ckpt")
+    shutil.rmtree(d, ignore_errors=True)
+    # Logical rank 0 finishes its steps, then cannot write --params-out (a missing directory):
+    # its goodbye carries -EIO after the other trainer may have said goodbye already.
+    job = plain_mpirun_job(d, args.bin, END_ARGS, ckpt,
+                           params=os.path.join(d, "no-such-dir", "final.params"))
+    rc = job.run(60)
+    print(f"  plain mpirun exited {rc} after {job.elapsed:.1f} s", flush=True)
+    check(job.elapsed < END_BOUND_S, f"the launch ends by itself ({job.elapsed:.1f} s)")
+    check("cannot create" in job.out and "no-such-dir" in job.out, "train_mlp said why")
+    rep = job.load_report()
+    check(rep["status"] == "failed" and rep["error"] == "EIO",
+          f"report: failed, EIO (got {rep['status']}, {rep['error']})")
+    check_finalize_skipped(job)
+    exits = rank_exits(job)
+    check(len(exits) == END_NP and exits.get(0) and exits.get(END_NP - 1),
+          f"every process exited, the coordinator and the unused spare non-zero ({exits})")
+    print(f"lateerror: plain mpirun {job.elapsed:.1f} s, rank exits {exits}")
 
 
 # Checkpoint engine cases. A bigger model (12 MB of state, 3 MB shards) written slowly

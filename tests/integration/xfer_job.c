@@ -9,6 +9,10 @@
  *  3. chunk 0 corrupted from every source: FTRT_ECORRUPT on every member; with a lone source
  *     corrupted once, its second try repairs it;
  *  4. nobody needs state: nothing moves.
+ * Then the same cases with the regions in device memory of the simulated device
+ * (kernels/loc_sim.c, a test arrangement: PROT_NONE outside its calls, so a host access to
+ * them would kill the process) and 256 KiB chunks, so that the device regions go through the
+ * host staging in several windows of chunks.
  * Exit 0 when every rank passed (the result is agreed with an allreduce), 1 otherwise.
  */
 #include <mpi.h>
@@ -21,8 +25,9 @@
 #include "base/proto.h"
 #include "comm/plane.h"
 #include "comm/transfer.h"
+#include "kernels/location.h"
 
-static int fails;
+static int fails, me;
 #define CHECK(c, ...)                                                                              \
     do {                                                                                           \
         if (!(c)) {                                                                                \
@@ -42,35 +47,53 @@ static void fill(unsigned char *p, size_t n, unsigned seed)
     }
 }
 
-int main(int argc, char **argv)
-{
-    int provided, me, n;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &me);
-    MPI_Comm_size(MPI_COMM_WORLD, &n);
-    if (n != 4) {
-        if (me == 0) fprintf(stderr, "xfer_job: run with 4 processes\n");
-        MPI_Finalize();
-        return 2;
-    }
-    static ftrt__watch w; /* epoch 0, nothing pending */
-    ftrt__plane p;
-    ftrt__plane_init(&p, &w, (ftrt__host){0}, 0, 50);
-    MPI_Comm comm;
-    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
-    ftrt__plane_set(&p, comm);
+/* The regions' memory: host (malloc) or simulated device memory (dev). */
+typedef struct mem {
+    int dev;
+    unsigned char *p[3];
+} mem;
 
+static void mem_set(const mem *m, int i, const unsigned char *src, size_t n)
+{
+    if (m->dev)
+        ftrt__sim_write(m->p[i], src, n);
+    else
+        memcpy(m->p[i], src, n);
+}
+
+static void mem_fill(const mem *m, int i, int byte, size_t n)
+{
+    unsigned char *b = malloc(n + 1);
+    memset(b, byte, n);
+    mem_set(m, i, b, n);
+    free(b);
+}
+
+/* 1 when region i holds want[0..n). */
+static int mem_equals(const mem *m, int i, const unsigned char *want, size_t n)
+{
+    if (!m->dev) return memcmp(m->p[i], want, n) == 0;
+    unsigned char *b = malloc(n + 1);
+    int ok = ftrt__sim_read(b, m->p[i], n) == 0 && memcmp(b, want, n) == 0;
+    free(b);
+    return ok;
+}
+
+/* Every case over the regions of m, in chunks of `chunk` bytes. */
+static void run_cases(ftrt__plane *p, const mem *m, size_t chunk)
+{
+    const char *where = m->dev ? "device (simulated)" : "host";
     size_t sizes[3] = {(size_t)9 << 20 | 4321, 0, 77777}; /* 3 chunks of 4 MiB, ..., 1 */
-    unsigned char *mem[3], *want[3];
+    unsigned char *want[3];
     for (int i = 0; i < 3; i++) {
-        mem[i] = malloc(sizes[i] + 1);
         want[i] = malloc(sizes[i] + 1);
         fill(want[i], sizes[i], 100u + (unsigned)i);
     }
-    ftrt__xfer_region regs[3] = {{"params", mem[0], sizes[0]}, {"empty", mem[1], 0},
-                                 {"momentum", mem[2], sizes[2]}};
-    size_t chunk = (size_t)4 << 20;
+    const ftrt__loc_ops *loc = m->dev ? ftrt__loc_sim() : NULL;
+    ftrt__xfer_region regs[3] = {{"params", m->p[0], sizes[0], loc}, {"empty", m->p[1], 0, loc},
+                                 {"momentum", m->p[2], sizes[2], loc}};
     uint64_t total = sizes[0] + sizes[2];
+    int mom_chunk = (int)((sizes[0] + chunk - 1) / chunk); /* the global index of momentum's */
 
     /* 1. logical ranks 1 and 3 need state; 0 and 2 hold it */
     int32_t role[4] = {FTRT__PLAN_UP_TO_DATE, FTRT__PLAN_NEEDS_STATE, FTRT__PLAN_UP_TO_DATE,
@@ -78,14 +101,14 @@ int main(int argc, char **argv)
     int receiver = role[me] == FTRT__PLAN_NEEDS_STATE;
     for (int i = 0; i < 3; i++) {
         if (receiver)
-            memset(mem[i], 0xAB, sizes[i]);
+            mem_fill(m, i, 0xAB, sizes[i]);
         else
-            memcpy(mem[i], want[i], sizes[i]);
+            mem_set(m, i, want[i], sizes[i]);
     }
     ftrt__xfer_stat st;
-    int rc = ftrt__xfer_replicated(&p, regs, 3, role, chunk, -1, 0, &st);
-    CHECK(rc == 0, "transfer returned %d", rc);
-    for (int i = 0; i < 3; i++) CHECK(!memcmp(mem[i], want[i], sizes[i]), "region %d differs", i);
+    int rc = ftrt__xfer_replicated(p, regs, 3, role, chunk, -1, 0, &st);
+    CHECK(rc == 0, "%s: transfer returned %d", where, rc);
+    for (int i = 0; i < 3; i++) CHECK(mem_equals(m, i, want[i], sizes[i]), "region %d differs", i);
     CHECK(st.sources == 2 && st.receivers == 2, "%d sources, %d receivers", st.sources,
           st.receivers);
     CHECK(st.chunks_retried == 0, "%d retries", st.chunks_retried);
@@ -101,27 +124,29 @@ int main(int argc, char **argv)
     CHECK(all == 2 * total, "all sent %llu, want %llu", (unsigned long long)all,
           (unsigned long long)(2 * total));
     if (me == 0)
-        printf("case 1: %.1f MiB to 2 receivers from 2 sources in %.1f ms\n",
+        printf("%s, case 1: %.1f MiB to 2 receivers from 2 sources in %.1f ms\n", where,
                (double)total / 1048576.0, st.seconds * 1e3);
 
-    /* 2. chunk 3 (the "momentum" region's only chunk) corrupted on the way once */
+    /* 2. the "momentum" region's only chunk corrupted on the way once */
     for (int i = 0; i < 3; i++)
-        if (receiver) memset(mem[i], 0xCD, sizes[i]);
-    rc = ftrt__xfer_replicated(&p, regs, 3, role, chunk, 3, 1, &st);
-    CHECK(rc == 0, "transfer returned %d", rc);
-    for (int i = 0; i < 3; i++) CHECK(!memcmp(mem[i], want[i], sizes[i]), "region %d differs", i);
+        if (receiver) mem_fill(m, i, 0xCD, sizes[i]);
+    rc = ftrt__xfer_replicated(p, regs, 3, role, chunk, mom_chunk, 1, &st);
+    CHECK(rc == 0, "%s: transfer returned %d", where, rc);
+    for (int i = 0; i < 3; i++) CHECK(mem_equals(m, i, want[i], sizes[i]), "region %d differs", i);
     CHECK(st.chunks_retried == 2, "%d retries (want 2: the chunk at each receiver)",
           st.chunks_retried);
-    if (me == 0) printf("case 2: corrupted chunk caught and resent (%d retries)\n", st.chunks_retried);
+    if (me == 0)
+        printf("%s, case 2: corrupted chunk caught and resent (%d retries)\n", where,
+               st.chunks_retried);
 
     /* 3. chunk 0 arrives corrupted from every source (the knob on every attempt): every
      * member fails with FTRT_ECORRUPT, none uses the bad bytes silently */
     for (int i = 0; i < 3; i++)
-        if (receiver) memset(mem[i], 0xEF, sizes[i]);
-    rc = ftrt__xfer_replicated(&p, regs, 3, role, chunk, 0, 1000, &st);
+        if (receiver) mem_fill(m, i, 0xEF, sizes[i]);
+    rc = ftrt__xfer_replicated(p, regs, 3, role, chunk, 0, 1000, &st);
     CHECK(rc == FTRT_ECORRUPT, "every source bad: transfer returned %d, want FTRT_ECORRUPT", rc);
     CHECK(st.chunks_retried == 4, "%d retries (want 2 attempts x 2 receivers)", st.chunks_retried);
-    if (me == 0) printf("case 3: a chunk corrupted from every source: FTRT_ECORRUPT\n");
+    if (me == 0) printf("%s, case 3: a chunk corrupted from every source: FTRT_ECORRUPT\n", where);
 
     /* 3b. a lone source, chunk 0 corrupted on the first attempt: the second try repairs it */
     int32_t role1[4] = {FTRT__PLAN_UP_TO_DATE, FTRT__PLAN_NEEDS_STATE, FTRT__PLAN_NEEDS_STATE,
@@ -129,24 +154,53 @@ int main(int argc, char **argv)
     receiver = role1[me] == FTRT__PLAN_NEEDS_STATE;
     for (int i = 0; i < 3; i++) {
         if (receiver)
-            memset(mem[i], 0xEF, sizes[i]);
+            mem_fill(m, i, 0xEF, sizes[i]);
         else
-            memcpy(mem[i], want[i], sizes[i]);
+            mem_set(m, i, want[i], sizes[i]);
     }
-    rc = ftrt__xfer_replicated(&p, regs, 3, role1, chunk, 0, 1, &st);
-    CHECK(rc == 0, "lone source: transfer returned %d", rc);
-    for (int i = 0; i < 3; i++) CHECK(!memcmp(mem[i], want[i], sizes[i]), "region %d differs", i);
+    rc = ftrt__xfer_replicated(p, regs, 3, role1, chunk, 0, 1, &st);
+    CHECK(rc == 0, "%s: lone source: transfer returned %d", where, rc);
+    for (int i = 0; i < 3; i++) CHECK(mem_equals(m, i, want[i], sizes[i]), "region %d differs", i);
     CHECK(st.chunks_retried == 3, "%d retries (want 3)", st.chunks_retried);
 
     /* 4. nobody needs state */
     int32_t none[4] = {0, 0, 0, 0};
-    rc = ftrt__xfer_replicated(&p, regs, 3, none, chunk, -1, 0, &st);
+    rc = ftrt__xfer_replicated(p, regs, 3, none, chunk, -1, 0, &st);
     CHECK(rc == 0 && st.bytes_sent == 0 && st.bytes_received == 0, "idle transfer moved bytes");
+    for (int i = 0; i < 3; i++) free(want[i]);
+}
+
+int main(int argc, char **argv)
+{
+    int provided, n;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    if (n != 4) {
+        if (me == 0) fprintf(stderr, "xfer_job: run with 4 processes\n");
+        MPI_Finalize();
+        return 2;
+    }
+    static ftrt__watch w; /* epoch 0, nothing pending */
+    ftrt__plane p;
+    ftrt__plane_init(&p, &w, (ftrt__host){0}, 0, 50);
+    MPI_Comm comm;
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    ftrt__plane_set(&p, comm);
+
+    size_t sizes[3] = {(size_t)9 << 20 | 4321, 1, 77777};
+    mem host = {.dev = 0}, dev = {.dev = 1};
+    for (int i = 0; i < 3; i++) {
+        host.p[i] = malloc(sizes[i] + 1);
+        dev.p[i] = ftrt__sim_alloc(sizes[i]); /* (the empty region gets a byte of its own) */
+    }
+    run_cases(&p, &host, (size_t)4 << 20);
+    run_cases(&p, &dev, (size_t)256 << 10);
 
     int bad = fails, anybad = 0;
     MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (me == 0) printf("xfer_job: %s\n", anybad ? "FAILED" : "passed");
-    for (int i = 0; i < 3; i++) free(mem[i]), free(want[i]);
+    for (int i = 0; i < 3; i++) free(host.p[i]), ftrt__sim_free(dev.p[i]);
     MPI_Comm_free(&comm);
     MPI_Finalize();
     return anybad ? 1 : 0;

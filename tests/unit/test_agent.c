@@ -170,7 +170,8 @@ static void failure_and_plan(void **state)
     assert_int_equal(ftrt__interrupted(ctx), 0);
 }
 
-/* FAREWELL (after BYE) and SHUTDOWN tell how many processes of the world died. */
+/* FAREWELL (after BYE) and SHUTDOWN tell how the job ended: how many processes of the world
+ * died, or the code of an abort (< 0). */
 static void farewell_and_shutdown(void **state)
 {
     fixture *f = *state;
@@ -179,15 +180,15 @@ static void farewell_and_shutdown(void **state)
     pthread_mutex_lock(&f->ctx->cp.lock);
     for (int i = 0; i < 500 && !f->ctx->cp.farewell; i++) ftrt__cp_wait(f->ctx, 10);
     assert_int_equal(f->ctx->cp.farewell, 1);
-    assert_int_equal(f->ctx->cp.ranks_lost, 3);
+    assert_int_equal(f->ctx->cp.job_end, 3);
     assert_int_equal(f->ctx->cp.shutdown, 0);
     pthread_mutex_unlock(&f->ctx->cp.lock);
-    m.value = 0;
+    m.value = FTRT_ENOCKPT; /* a spare's SHUTDOWN after an abort */
     assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_SHUTDOWN, &m, sizeof m), 0);
     pthread_mutex_lock(&f->ctx->cp.lock);
     for (int i = 0; i < 500 && !f->ctx->cp.shutdown; i++) ftrt__cp_wait(f->ctx, 10);
     assert_int_equal(f->ctx->cp.shutdown, 1);
-    assert_int_equal(f->ctx->cp.ranks_lost, 0);
+    assert_int_equal(f->ctx->cp.job_end, FTRT_ENOCKPT);
     pthread_mutex_unlock(&f->ctx->cp.lock);
     /* the coordinator closing after SHUTDOWN is not a failure */
     close(f->coord_fd);

@@ -332,12 +332,13 @@ static void test_region_mismatch(void **st)
         fail_msg("unexpected message: %s", msg);
     s.r[3].kind = FTRT__KIND_SHARDED;
     assert_int_equal(ftrt__ckpt_load(dir, 9, 0, 2, s.r, s.n), 0); /* all agree again */
-    /* A device region is refused (the restore writes host memory), never skipped. */
+    /* A device region without a device backend is refused, never skipped (this test installs
+     * none; test_loc_sim.c restores device regions through the simulated device). */
     s.r[3].loc = FTRT__LOC_DEVICE;
     assert_int_equal(ftrt__ckpt_load(dir, 9, 0, 2, s.r, s.n), FTRT_ENOTSUP);
     if (!strstr(ftrt_last_error(), "\"rng\"") || !strstr(ftrt_last_error(), "device"))
         fail_msg("unexpected message: %s", ftrt_last_error());
-    /* So is the shard writer's (it reads host memory). */
+    /* So is the synchronous shard writer's (it reads device regions through the backend). */
     assert_int_equal(ftrt__shard_write(dir, 10, 0, 2, s.r, s.n), FTRT_ENOTSUP);
     assert_non_null(strstr(ftrt_last_error(), "\"rng\""));
     s.r[3].loc = FTRT__LOC_HOST;

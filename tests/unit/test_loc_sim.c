@@ -9,7 +9,9 @@
  *    asynchronous engine, restored into device memory byte-identical (read back through the
  *    backend); a bit flipped in the newest shard makes its load fail with FTRT_ECORRUPT while
  *    the previous checkpoint (the one ftrt_restore falls back to) still loads intact; without a
- *    device backend the load refuses device regions (FTRT_ENOTSUP).
+ *    device backend the load refuses device regions (FTRT_ENOTSUP);
+ *  - the same through the synchronous path (staging below one shard: the streaming writer
+ *    reads device regions through the backend), and its refusal without a backend.
  * The engine runs with port fakes and a fake coordinator thread, as in test_ckpt_engine.c.
  */
 #include <errno.h>
@@ -34,6 +36,7 @@
 #include "checkpoint/commit.h"
 #include "checkpoint/engine.h"
 #include "checkpoint/restore.h"
+#include "checkpoint/shard.h"
 #include "ftrt.h"
 #include "helpers.h"
 #include "kernels/location.h"
@@ -303,12 +306,54 @@ static void device_checkpoint_restore(void **state)
     free(h), free(s1), free(r1), free(h1), free(s2), free(r2), free(h2), free(zero);
 }
 
+/* Staging smaller than one shard: the engine writes synchronously (checkpoint/shard.c's
+ * streaming writer), reading the device regions through the backend in staging-sized pieces;
+ * the checkpoint commits and restores byte-identical into device memory. */
+static void device_streaming_checkpoint(void **state)
+{
+    fixture *f = *state;
+    size_t ns = (3u << 20) + 11, nr = 5000, nh = 333;
+    unsigned char *ds = ftrt__sim_alloc(ns), *dr = ftrt__sim_alloc(nr), *h = malloc(nh);
+    unsigned char *s1 = malloc(ns), *r1 = malloc(nr), *h1 = malloc(nh), *zero = calloc(1, ns);
+    assert_true(ds && dr && h && s1 && r1 && h1 && zero);
+    ftrt__region regs[3] = {
+        region("dev.params", dr, nr, FTRT__KIND_REPLICATED, FTRT__LOC_DEVICE),
+        region("host.x", h, nh, FTRT__KIND_REPLICATED, FTRT__LOC_HOST),
+        region("dev.shard", ds, ns, FTRT__KIND_SHARDED, FTRT__LOC_DEVICE)};
+    t_fill(s1, ns, 7), t_fill(r1, nr, 8), t_fill(h1, nh, 9);
+    assert_int_equal(ftrt__sim_write(ds, s1, ns), 0);
+    assert_int_equal(ftrt__sim_write(dr, r1, nr), 0);
+    memcpy(h, h1, nh);
+    f->o.staging_mb = 1;
+    ftrt__ckpt_engine_set_opts(f->e, &f->o);
+    checkpoint(f, 3, regs, 3);
+    ftrt_ckpt_stats st;
+    ftrt__ckpt_stats(f->e, &st, sizeof st);
+    assert_true(st.flags & FTRT_CKPT_STAT_STREAMING);
+    assert_int_equal(ftrt__sim_write(ds, zero, ns), 0);
+    assert_int_equal(ftrt__sim_write(dr, zero, nr), 0);
+    memset(h, 0, nh);
+    assert_int_equal(load(f, 3, regs, 3), 0);
+    dev_equals(ds, s1, ns);
+    dev_equals(dr, r1, nr);
+    assert_memory_equal(h, h1, nh);
+    /* The writer refuses device regions when there is no backend to read them through. */
+    ftrt__loc_set_device(NULL);
+    assert_int_equal(ftrt__shard_write(f->dir, 4, 0, 1, regs, 3), FTRT_ENOTSUP);
+    assert_non_null(strstr(ftrt_last_error(), "\"dev.params\""));
+    ftrt__loc_set_device(ftrt__loc_sim());
+    ftrt__sim_free(ds);
+    ftrt__sim_free(dr);
+    free(h), free(s1), free(r1), free(h1), free(zero);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(arena_traps),
         cmocka_unit_test(backends),
         cmocka_unit_test_setup_teardown(device_checkpoint_restore, setup, teardown),
+        cmocka_unit_test_setup_teardown(device_streaming_checkpoint, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

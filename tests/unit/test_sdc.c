@@ -16,6 +16,7 @@
 #include "checkpoint/steps.h"
 #include "ftrt.h"
 #include "helpers.h"
+#include "kernels/location.h"
 #include "runtime/coordinator/coord.h"
 #include "runtime/internal.h"
 
@@ -74,7 +75,8 @@ static void judge_no_majority(void **state)
     assert_int_equal(ftrt__sdc_judge(three3, 3, bad), FTRT__SDC_SPLIT);
 }
 
-/* The fingerprint of regs, which must be computable (no REPLICATED device region). */
+/* The fingerprint of regs, which must be computable (a REPLICATED device region needs a device
+ * backend). */
 static uint64_t fpv(const ftrt__region *regs, int n, int *covered)
 {
     uint64_t fp = 0;
@@ -133,23 +135,47 @@ static void fingerprint(void **state)
     free(d);
 }
 
-/* A REPLICATED device region is refused (FTRT_ENOTSUP, the message naming it), not left out
- * of the fingerprint; its memory is never read (the pointer here is not even mapped). */
-static void fingerprint_refuses_device(void **state)
+/* A REPLICATED device region is fingerprinted through the device backend's crc (here the
+ * simulated device, whose memory is PROT_NONE outside its calls: a host read would kill the
+ * test): the same value as a host region with the same name and bytes, and one flipped bit in
+ * device memory changes it. With no device backend it is refused (FTRT_ENOTSUP, the message
+ * naming it), not left out; its memory is never read (the pointer then is not even mapped). */
+static void fingerprint_device(void **state)
 {
     (void)state;
-    unsigned char a[64];
-    t_fill(a, sizeof a, 4);
-    ftrt__region r[2] = {{"params", a, sizeof a, FTRT__KIND_REPLICATED, FTRT__LOC_HOST},
+    enum { N = 50001 };
+    unsigned char *a = malloc(N), *b = malloc(N);
+    unsigned char *d = ftrt__sim_alloc(N);
+    assert_true(a && b && d);
+    t_fill(a, N, 4);
+    assert_int_equal(ftrt__sim_write(d, a, N), 0);
+    ftrt__region host[2] = {{"params", a, N, FTRT__KIND_REPLICATED, FTRT__LOC_HOST},
+                            {"shard", b, 64, FTRT__KIND_SHARDED, FTRT__LOC_HOST}};
+    ftrt__region dev[2] = {{"params", d, N, FTRT__KIND_REPLICATED, FTRT__LOC_DEVICE},
+                           {"shard", b, 64, FTRT__KIND_SHARDED, FTRT__LOC_HOST}};
+    ftrt__loc_set_device(ftrt__loc_sim());
+    int covered = -1;
+    uint64_t fh = fpv(host, 2, NULL), fd = fpv(dev, 2, &covered);
+    assert_int_equal(covered, 1);
+    assert_true(fh == fd); /* a device replica compares equal to a host one */
+    memcpy(b, a, N);
+    b[N / 3] ^= 0x08; /* one bit flipped in device memory */
+    assert_int_equal(ftrt__sim_write(d, b, N), 0);
+    assert_true(fpv(dev, 2, NULL) != fh);
+    ftrt__loc_set_device(NULL);
+    ftrt__region r[2] = {{"params", a, N, FTRT__KIND_REPLICATED, FTRT__LOC_HOST},
                          {"gpu.params", (void *)(uintptr_t)0x10, 4096, FTRT__KIND_REPLICATED,
                           FTRT__LOC_DEVICE}};
     uint64_t fp = 7;
-    int covered = -1;
+    covered = -1;
     assert_int_equal(ftrt__sdc_fingerprint(r, 2, &fp, &covered), FTRT_ENOTSUP);
     assert_true(fp == 7);
     assert_int_equal(covered, -1);
     assert_non_null(strstr(ftrt_last_error(), "\"gpu.params\""));
     assert_non_null(strstr(ftrt_last_error(), "device"));
+    ftrt__sim_free(d);
+    free(a);
+    free(b);
 }
 
 static void message(void **state)
@@ -215,7 +241,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(judge_all_agree),    cmocka_unit_test(judge_one_bad_of_four),
         cmocka_unit_test(judge_two_bad_of_five), cmocka_unit_test(judge_no_majority),
-        cmocka_unit_test(fingerprint),        cmocka_unit_test(fingerprint_refuses_device),
+        cmocka_unit_test(fingerprint),        cmocka_unit_test(fingerprint_device),
         cmocka_unit_test(message),
         cmocka_unit_test(uncommit)};
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -87,12 +87,13 @@ class Chaos(Injector, Verdict):
             return any("exited_at" not in w for inj in self.injections
                        if inj["launch"] == len(self.launches) for w in inj.get("watch", []))
 
-    def injector(self, faults):
+    def injector(self, faults, deadline):
         """Injects the faults as their triggers come while the launch runs, observing the
-        status file and the committed steps; returns the faults not injected."""
+        status file and the committed steps, until the launch ends or the monotonic deadline
+        (the launch's --timeout) passes; returns the faults not injected."""
         t_running = None
         pending = list(faults)
-        while self.job.poll() is None:
+        while self.job.poll() is None and now() < deadline:
             if not pending and not self.ckpt and not self.watching():
                 break
             st = self.st()
@@ -129,7 +130,7 @@ class Chaos(Injector, Verdict):
         print(f"ftrt-chaos: launch {n}: {' '.join(cmd)}", flush=True)
         self.job = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
-        left = self.injector(plan)
+        left = self.injector(plan, t0 + self.a.timeout)
         try:
             rc = self.job.wait(timeout=max(1, self.a.timeout - (now() - t0)))
         except subprocess.TimeoutExpired:

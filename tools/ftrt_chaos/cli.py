@@ -19,14 +19,18 @@ Plan (JSON): {"faults": [{"kind": K, "at_step": N | "at_s": T, "target": "traine
   "delay_s" (e.g. corrupt, then kill the coordinator so that the relaunch has to restore).
 Kinds: kill-trainer, kill-spare, kill-two-trainers, hang-trainer (SIGSTOP), pause-trainer
   (SIGSTOP, then SIGCONT after --pause-ms: must NOT be declared failed), kill-during-ckpt,
-  corrupt-shard (bit flip in the newest committed shard), truncate-shard, enospc (fills the
+  corrupt-shard (bit flip in the newest committed shard, once an older committed step exists
+  to fall back to), truncate-shard, enospc (fills the
   checkpoint file system; needs --ckpt-tmpfs), kill-coordinator, hang-coordinator (SIGSTOP:
   every other rank must leave within --coord-exit-s; then the frozen coordinator is killed, as a
   supervisor would), kill-beyond-spares (SIGKILL of spares + 1 trainers at once), flip-bit
   (silent data corruption: one bit of a live trainer's parameter memory flipped through
   /proc/<pid>/mem while it is stopped for a moment; needs --addr-prefix, where the job's
-  trainers publish "<pid> <params address> <bytes> <steps address>", e.g. train_mlp
-  --publish-addr; the verdict wants it detected within FTRT_SDC_EVERY steps as
+  trainers publish "<pid> <params address> <bytes> <steps address> [<busy address>]", e.g.
+  train_mlp --publish-addr; with a busy address (train_mlp --device sim: the parameters are
+  in the simulated device's memory, which /proc/<pid>/mem reaches although it is PROT_NONE)
+  the flip waits until the int32 there is 0, i.e. the trainer is not between reading its state
+  and writing it back; the verdict wants it detected within FTRT_SDC_EVERY steps as
   silent_data_corruption, the rank fenced and replaced (3+ trainers) or every member rolled
   back (2), and the final parameters byte-identical).
 Random mode: --random --mtbf S --seed N [--kinds k1,k2] [--max-faults N].
@@ -126,7 +130,9 @@ def parser():
     ap.add_argument("--relaunch", type=int, default=0)
     ap.add_argument("--reference")
     ap.add_argument("--params")
-    ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--timeout", type=float, default=300,
+                    help="seconds per launch, injections included; past them the launch is "
+                         "killed (exit 124)")
     ap.add_argument("--pause-ms", type=int, default=400)
     ap.add_argument("--enospc-hold-s", type=float, default=0.6)
     ap.add_argument("--coord-exit-s", type=float, default=5.0,

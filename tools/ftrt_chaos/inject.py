@@ -203,8 +203,15 @@ class Injector:
 
     def inject_damage_shard(self, f, st):
         """corrupt-shard (one bit of region data flipped) or truncate-shard (cut to half) of
-        the newest committed shard."""
+        the newest committed shard, once an older committed step exists to fall back to
+        (waits for it up to 60 s while the job runs: with one committed step the damage would
+        leave a relaunch nothing to restore, a lost job rather than a test of the fallback)."""
         kind = f["kind"]
+        deadline = now() + 60
+        while len(committed_steps(self.ckpt) if self.ckpt else []) < 2:
+            if now() > deadline or self.job.poll() is not None:
+                return self.skip(kind, "no older committed step to fall back to")
+            time.sleep(0.01)
         path = self.newest_shard()
         if not path:
             return self.skip(kind, "no committed shard")
@@ -235,16 +242,43 @@ class Injector:
         return True
 
     def published(self, world_rank):
-        """(pid, params address, bytes, steps address) that trainer world_rank published
-        (train_mlp --publish-addr), or None."""
+        """(pid, params address, bytes, steps address, busy address or None) that trainer
+        world_rank published (train_mlp --publish-addr; the busy address with --device sim),
+        or None."""
         if not self.a.addr_prefix:
             return None
         try:
             with open(f"{self.a.addr_prefix}.w{world_rank}") as f:
-                pid, addr, nbytes, steps = f.read().split()
-            return int(pid), int(addr, 16), int(nbytes), int(steps, 16)
+                fields = f.read().split()
+            if len(fields) not in (4, 5):
+                return None
+            busy = int(fields[4], 16) if len(fields) == 5 else None
+            return (int(fields[0]), int(fields[1], 16), int(fields[2]), int(fields[3], 16),
+                    busy)
         except (OSError, ValueError):
             return None
+
+    def stopped_idle(self, t, pid, busy_addr, tries=500):
+        """stopped(pid) at a moment when the int32 at busy_addr (None: no such flag) is 0: the
+        trainer is not between reading its device state and writing it back, which would
+        overwrite a flip. Else lets it go on for a millisecond and tries again. True when
+        stopped so."""
+        for _ in range(tries):
+            if not self.stopped(pid):
+                return False
+            if busy_addr is None:
+                return True
+            try:
+                with open(f"/proc/{pid}/mem", "rb", buffering=0) as m:
+                    m.seek(busy_addr)
+                    (busy,) = struct.unpack("<i", m.read(4))
+            except OSError:
+                return False
+            if busy == 0:
+                return True
+            self.signal_all([t], signal.SIGCONT)
+            time.sleep(0.001)
+        return False
 
     def stopped(self, pid, timeout=2.0):
         """SIGSTOP pid and wait until every thread of it is stopped. True when it is."""
@@ -269,7 +303,9 @@ class Injector:
         float32 of its parameters through /proc/<pid>/mem, logs the ground truth and lets it
         go on (SIGCONT) - a pause of a few milliseconds, far below the heartbeat timeout.
         Stopped, the trainer cannot be half-way through writing that float, so the flip
-        cannot be lost. The bit is one of --flip-bits (default 16-22: the upper mantissa) of a
+        cannot be lost; with a published busy flag (state in device memory, train_mlp
+        --device sim) it is stopped only while not between reading that state and writing it
+        back (stopped_idle). The bit is one of --flip-bits (default 16-22: the upper mantissa) of a
         weight with |w| >= --flip-min-abs: big enough that the next updates' rounding never
         absorbs it, small enough that the weight stays finite (a flip of the exponent's top
         bits makes it ~1e38, and within a step every replica holds the same NaN: divergence,
@@ -277,11 +313,11 @@ class Injector:
         pub = self.published(t["world_rank"])
         if not pub:
             return f"nothing published for world rank {t['world_rank']} (--addr-prefix)"
-        pid, addr, nbytes, steps_addr = pub
+        pid, addr, nbytes, steps_addr, busy_addr = pub
         if pid != t["pid"] or nbytes < 4:
             return f"the published pid {pid} is not the trainer's ({t['pid']})"
         lo, hi = (int(x) for x in self.a.flip_bits.split("-"))
-        if not self.stopped(pid):
+        if not self.stopped_idle(t, pid, busy_addr):
             self.signal_all([t], signal.SIGCONT)
             return f"could not stop pid {pid}"
         try:

@@ -476,8 +476,9 @@ def init(cfg: Optional[Config] = None) -> Context:
 
     Returns a Context: is_trainer True for a trainer (also a promoted hot spare, which
     returns later in the job), False for the coordinator or an unused spare after a
-    successful job (finalize() and exit 0). Raises FtrtNoSpare/FtrtAborted on the coordinator
-    of a failed job (the context is finalized first; exit non-zero), FtrtConfigError,
+    successful job (finalize() and exit 0). Raises the job's error (FtrtNoSpare, FtrtAborted,
+    the code a trainer left with) on the coordinator or an unused spare of a failed job (the
+    context is finalized first; exit non-zero), FtrtConfigError,
     FtrtMPIError, FtrtTimeout, FtrtCoordLost, -errno. Call once per process."""
     if cfg is None:
         cfg = Config.from_env()

@@ -1,0 +1,51 @@
+/*
+ * mlp_options.h - the command line of examples/train_mlp: its options, parsed and checked
+ * before the process joins the job (examples/mlp_options.c). The options are read by the
+ * training loop (examples/train_mlp.c) and the model's memory (examples/mlp_state.c).
+ */
+#ifndef FTRT_EXAMPLE_MLP_OPTIONS_H
+#define FTRT_EXAMPLE_MLP_OPTIONS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct options {
+    int64_t steps;       /* total optimizer steps */
+    size_t batch;        /* minibatch per logical rank */
+    size_t hidden;       /* hidden units H */
+    float lr;            /* learning rate */
+    float momentum;      /* SGD momentum mu */
+    uint64_t seed;       /* initial weights and minibatch sampling */
+    int64_t ckpt_every;  /* steps between checkpoints; 0 = never */
+    int64_t sleep_ms;    /* sleep after each step */
+    int64_t hang_step;   /* fault injection: logical rank hang_rank spins in its own code... */
+    int64_t hang_rank;   /* ...from step hang_step on, in epoch 0 only (-1 = off) */
+    int64_t error_step;  /* fault injection: logical rank error_rank stops at error_step with an */
+    int64_t error_rank;  /* application error (ftrt_set_exit_code), -1 = off */
+    int64_t hold_step[8]; /* timing knob: logical rank 0 sleeps hold_ms the first time it */
+    int nhold;            /* reaches each of these steps (a fault lands mid-interval) */
+    int64_t hold_ms;
+    int64_t slow_rank;   /* straggler injection: this logical rank computes slow_ms longer */
+    int64_t slow_ms;
+    const char *ckpt_dir;   /* NULL = ftrt's default (FTRT_CKPT_DIR or "ftrt-ckpt") */
+    const char *report;     /* NULL = ftrt's default (FTRT_REPORT) */
+    const char *params_out; /* NULL = do not write */
+    const char *data;       /* data set path */
+    const char *step_log;   /* append "<logical rank> <step> <epoch>" per completed step */
+    const char *publish;    /* test hook: write "<pid> <params address> <bytes> <steps address>"
+                               to <publish>.w<world rank> (tools/ftrt-chaos flip-bit) */
+    int sharded_momentum;   /* register the momentum buffer SHARDED (recovery from checkpoint) */
+    int device_sim;         /* --device sim: state in the simulated device's memory */
+} options;
+
+/* Parses argv into *o (defaults first). Returns 0 (run), 1 (--help printed on stdout: exit 0)
+ * or -1 (a one-line message naming the option printed on stderr: exit 2). */
+int parse_options(int argc, char **argv, options *o);
+
+/* Checks the paths of --ckpt-dir, --params-out, --report and --step-log before the job starts
+ * (each must be, or be creatable in, a directory of the right kind), so that every process
+ * stops at once instead of failing inside the job. Returns 0 or -1 (a one-line message naming
+ * the option, printed by world rank 0 only or when not under mpirun). */
+int check_paths(const options *o);
+
+#endif

@@ -1,0 +1,56 @@
+/*
+ * mlp_state.h - the memory of examples/train_mlp's model (examples/mlp_state.c): the state
+ * ftrt keeps (parameters and momentum, on the host or, with --device sim, in the simulated
+ * device's memory), the host buffers the step computes in, the momentum SGD update between
+ * them, and the test hook that publishes where the state is for a fault injector.
+ */
+#ifndef FTRT_EXAMPLE_MLP_STATE_H
+#define FTRT_EXAMPLE_MLP_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ftrt.h"
+#include "mlp_model.h"
+#include "mlp_options.h"
+
+/* The model's memory: parameters, momentum, gradient, activations, minibatch indices; with
+ * --device sim also the device copies of parameters and momentum, which are then the state
+ * (params and mom being the host copies the computation works on). */
+typedef struct model {
+    float *params, *mom, *grad;
+    float *dparams, *dmom; /* simulated device memory, or NULL (--device host) */
+    size_t n;              /* floats in params and mom */
+    mlp_work w;
+    uint32_t *idx;
+} model;
+
+/* Allocates the model for o (--hidden, --batch, --seed, --device) and writes every page
+ * (initial weights, zero momentum), so that a hot spare that is promoted only receives state:
+ * done before ftrt_init() on every rank that may train. Returns 0 or -1 (said on stderr;
+ * nothing left allocated). model_free() frees it and zeroes *m (also a zeroed one). */
+int model_alloc(model *m, const options *o);
+void model_free(model *m);
+
+/* --device sim: copies the parameters (and, with mom, the momentum) from the device into the
+ * host copies. Returns 0 or an ftrt code; nothing to do in host mode. */
+int state_read(model *m, int mom);
+
+/* One momentum SGD update of the state with the mean gradient m->grad / denom: on the host
+ * copies, and with --device sim read from the device first and written back after
+ * (published_busy set meanwhile). Returns 0 or an ftrt code. */
+int model_update(model *m, const options *o, float denom);
+
+/* Test hook (--publish-addr, tools/ftrt-chaos flip-bit): the steps this trainer has done, as
+ * the training loop counts them (set before each ftrt_step_done() and at every resume), and
+ * with --device sim a flag set while an update holds the state on the host. */
+extern volatile int64_t published_steps;
+extern volatile int32_t published_busy;
+
+/* Writes "<pid> <params address> <bytes> <published_steps address>" and, with device,
+ * " <published_busy address>" to <prefix>.w<world rank> (temporary file, then rename).
+ * Returns 0 or -1 (message printed). */
+int publish_addresses(const char *prefix, ftrt_ctx *ctx, const float *params, size_t bytes,
+                      int device);
+
+#endif

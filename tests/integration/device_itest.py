@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""MPI integration tests of device regions on the simulated device: real mpirun jobs of
+examples/train_mlp --device sim (parameters and momentum in the simulated device's memory,
+kernels/loc_sim.c, a test arrangement; every rank runs with FTRT_TEST_SIM_DEVICE=1), real
+processes killed by signals. Python 3 standard library only.
+
+Usage: device_itest.py --bin BUILD/examples/train_mlp --work DIR <case>
+       device_itest.py --list   (the cases, their ctest timeouts and fixtures: read by CMake)
+Cases (each compares the final parameters with a fault-free run's, byte for byte):
+  reference   a fault-free --device sim run (kept as DIR/device.params), byte-identical to the
+              same run with the state in host memory; its device regions fingerprinted every
+              10 steps (the silent-data-corruption check, CRC32C through the device backend)
+  relaunch    no hot spare: a trainer SIGKILLed after a committed checkpoint, the job fails with
+              FTRT_ENOSPARE; a relaunch restores the device regions from the checkpoint
+              (CRC32C checked on the way in) and finishes
+  spare       a trainer SIGKILLed mid-run with a hot spare: the spare takes its place and gets
+              the device regions from the survivors (state_from "peers": the recovery's
+              chunked, CRC32C-checked transfer staged through host memory), no checkpoint read;
+              the first chunk is corrupted on its way in once (FTRT_TEST_XFER_CORRUPT_CHUNK):
+              caught by the CRC32C check of the copy into device memory and sent again
+  replica     momentum SHARDED in device memory, partner replicas every 5 steps (images in host
+              memory, copied through the device backend); logical rank 0 holds at step 67, a
+              trainer SIGKILLed there: its shard comes from its partner's memory, resume at
+              the last replica (65, not the checkpoint at 60), rework 2 steps (<= K + 1)
+(The images are host memory whatever the regions' location, so a corrupted image is refused
+before use by the same check as mpi.replica_corrupt's; not repeated here, to keep CI short.)
+Exit 0 = pass, 1 = fail, 77 = skipped. Jobs, waits and kills: tests/harness/ftrt_harness.py.
+"""
+import os
+import re
+import shutil
+import signal
+import sys
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
+import ftrt_harness as h  # noqa: E402
+from ftrt_harness import check, same_bytes, trainer  # noqa: E402
+
+STEPS = 120
+# 3 trainers, a checkpoint every 20 steps, 10 ms per step at least: a few seconds per job.
+ARGS = ["--steps", str(STEPS), "--batch", "32", "--hidden", "64", "--seed", "11",
+        "--step-sleep-ms", "10", "--ckpt-every", "20"]
+ENV = {"FTRT_TEST_SIM_DEVICE": "1"}  # the defaults otherwise: fingerprints every 10 steps
+CASES = {}
+
+
+def job_of(args, name, np_=5, spares=1, device=True, fresh=True, extra=None, env=None):
+    """train_mlp with ARGS (+ --device sim) in WORK/name, np_ ranks (coordinator and spares
+    included)."""
+    job = h.train_job(os.path.join(args.work, name), args.bin, np_,
+                      ARGS + (["--device", "sim"] if device else []) + list(extra or []),
+                      spares=spares, fresh=fresh)
+    job.env.update(ENV)
+    job.env.update(env or {})
+    return job
+
+
+def ref_path(args):
+    return os.path.join(args.work, "device.params")
+
+
+def need_reference(args):
+    if not os.path.exists(ref_path(args)):
+        case_reference(args)
+
+
+def expect_identical(job, args):
+    check(same_bytes(job.params, ref_path(args)),
+          "final parameters are byte-identical to the fault-free run")
+
+
+@h.case(CASES, fixture="setup", timeout_s=120)
+def case_reference(args):
+    dev = job_of(args, "reference-device", np_=4, spares=0)
+    check(dev.run(90) == 0, "fault-free --device sim job exits 0")
+    rep = dev.load_report()
+    check(rep["status"] == "finished" and rep["steps"] == STEPS and not rep["failures"],
+          f"report: finished, {STEPS} steps, no failures")
+    check(rep["checkpoints"]["committed"] == STEPS // 20, "a checkpoint committed every 20 steps")
+    sdc = rep["sdc"]
+    check(sdc["checks"] == STEPS // 10 and sdc["last_agreed_step"] == STEPS,
+          f"the device regions fingerprinted every 10 steps, all agreeing ({sdc})")
+    host = job_of(args, "reference-host", np_=4, spares=0, device=False)
+    check(host.run(90) == 0, "the same job with the state in host memory exits 0")
+    check(same_bytes(dev.params, host.params),
+          "device and host runs end with byte-identical parameters")
+    shutil.copyfile(dev.params, ref_path(args))
+
+
+@h.case(CASES, fixture="required", timeout_s=120)
+def case_relaunch(args):
+    need_reference(args)
+    job = job_of(args, "relaunch", np_=4, spares=0).start()
+    st = job.wait_status(lambda s: s["last_committed_step"] >= 40 and trainer(s, 1))
+    job.inject(signal.SIGKILL, trainer(st, 1), "sigkill")
+    rc = job.wait(60)
+    check(rc != 0, f"with no spare the job exits non-zero (got {rc})")
+    rep = job.load_report()
+    check(rep["status"] == "failed" and rep["error"] == "FTRT_ENOSPARE", "report: FTRT_ENOSPARE")
+    committed = rep["checkpoints"]["last_committed_step"]
+    check(committed >= 40, f"a committed checkpoint remains (step {committed})")
+    job2 = job_of(args, "relaunch", np_=4, spares=0, fresh=False,
+                  env={"FTRT_LOG": "info"}).start()
+    rc = job2.wait(90)
+    check(rc == 0 and f"resumed at step {committed}" in job2.out,
+          f"a relaunch restores step {committed} into device memory and finishes")
+    check(f"loaded step {committed}" in job2.out, "the restore read the checkpoint")
+    expect_identical(job2, args)
+
+
+@h.case(CASES, fixture="required", timeout_s=120)
+def case_spare(args):
+    need_reference(args)
+    job = job_of(args, "spare", np_=5, spares=1,
+                 env={"FTRT_LOG": "info", "FTRT_TEST_XFER_CORRUPT_CHUNK": "1"}).start()
+    victim = job.wait_trainer(2, min_steps=50)
+    job.inject(signal.SIGKILL, victim, "sigkill")
+    rc = job.wait(90)
+    check(rc == 0, f"job survives the kill and exits 0 (got {rc})")
+    rep = job.load_report()
+    check(len(rep["failures"]) == 1 and rep["failures"][0]["recovered"], "one failure, recovered")
+    f = rep["failures"][0]
+    check(f["spare_world_rank"] == 4, "the hot spare took the place")
+    check(f["state_from"] == "peers",
+          f"state from the survivors in memory (report says {f['state_from']})")
+    check(f["rework_steps"] <= 1, f"rework {f['rework_steps']} step(s)")
+    # The spare receives the state; so does a survivor that was a step behind the others when
+    # the failure came (then 2 receivers, each refusing its corrupted first chunk once).
+    got = re.findall(r"state transfer to (\d+) member\(s\)", job.out)
+    check(got and got[0] in ("1", "2") and "reload checkpoint" not in job.out,
+          f"the log shows the transfer to the spare ({got[:1]} receiver(s)) and no checkpoint "
+          f"reload")
+    check(f"{got[0]} chunk(s) of region \"params\" failed their CRC32C" in job.out
+          and f"{got[0]} chunk(s) retried" in job.out,
+          "the corrupted chunk was refused on its way into device memory and sent again")
+    expect_identical(job, args)
+
+
+# Partner replicas: a refresh every K steps; rank 0 holds at HOLD so that the fault lands when
+# the last replica is REPLICA_AT and the last committed checkpoint CKPT_AT (every 20 steps).
+K, HOLD, REPLICA_AT, CKPT_AT = 5, 67, 65, 60
+
+
+def replica_job(args, name, env=None):
+    job = job_of(args, name, np_=5, spares=1,
+                 extra=["--sharded-momentum", "--hold-at-step", str(HOLD), "--hold-ms", "2000"],
+                 env=dict({"FTRT_SHARD_REPLICA_EVERY": str(K), "FTRT_LOG": "info"}, **(env or {})))
+    return job.start()
+
+
+def kill_at_hold(job):
+    """SIGKILLs logical rank 2 once every trainer has done HOLD steps; returns the report's
+    failure."""
+    def held(st):
+        tr = [r for r in st["ranks"] if r["role"] == "trainer"]
+        return st.get("job") == "running" and tr and all(r["steps_done"] >= HOLD for r in tr)
+    st = job.wait_status(held, timeout=60)
+    job.inject(signal.SIGKILL, trainer(st, 2), "sigkill")
+    rc = job.wait(90)
+    check(rc == 0, f"job survives the kill and exits 0 (got {rc})")
+    rep = job.load_report()
+    check(len(rep["failures"]) == 1 and rep["failures"][0]["recovered"], "one failure, recovered")
+    return rep["failures"][0]
+
+
+@h.case(CASES, fixture="required", timeout_s=120)
+def case_replica(args):
+    need_reference(args)
+    job = replica_job(args, "replica")
+    f = kill_at_hold(job)
+    check(f["state_from"] == "replica",
+          f"state from the partner replicas in memory (report says {f['state_from']})")
+    check(f["resume_step"] == REPLICA_AT,
+          f"resumed at the last replica, step {REPLICA_AT}, not the checkpoint's {CKPT_AT} "
+          f"(got {f['resume_step']})")
+    check(f["rework_steps"] == HOLD - REPLICA_AT and f["rework_steps"] <= K + 1,
+          f"rework {HOLD - REPLICA_AT} steps <= K + 1 (got {f['rework_steps']})")
+    check("from the partner replicas in memory" in job.out and "reload checkpoint" not in job.out,
+          "the log shows the in-memory restore and no checkpoint reload")
+    expect_identical(job, args)
+
+
+if __name__ == "__main__":
+    sys.exit(h.case_main(CASES, __doc__))
