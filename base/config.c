@@ -103,7 +103,11 @@
       "the replicas; 0 = off")                                                                   \
     X(shard_replica_every, "FTRT_SHARD_REPLICA_EVERY", INT, 0, -1, 1000000, NULL,                  \
       "in-memory partner replicas of sharded regions: 0 = refreshed at each checkpoint snapshot, " \
-      "K > 0 = every K steps (in `ftrt_step_done()`), -1 = off")
+      "K > 0 = every K steps (in `ftrt_step_done()`), -1 = off")                                    \
+    X(host_agents, "FTRT_HOST_AGENTS", INT, 1, 0, 1, NULL,                                         \
+      "1 = the ranks of each host reach the coordinator through one host agent (a thread in one "  \
+      "of them; those of the coordinator's host connect to it directly), 0 = each rank has its "  \
+      "own TCP connection to the coordinator")
 
 /* The default in the descriptor's number or string slot, by kind. */
 #define FTRT__DEFNUM_INT(d) (double)(d)

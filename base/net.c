@@ -10,7 +10,9 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <stddef.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -172,6 +174,71 @@ int ftrt__connect_any(const char *addrs, int port, int timeout_ms, char *used, s
         }
         if (ftrt__now() > deadline) return -ETIMEDOUT;
         struct timespec ts = {0, 20 * 1000 * 1000}; /* the coordinator may not listen yet */
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* The abstract address of the job's local socket (suffix "") or of the coordinator's mark
+ * (suffix ".c"); *len receives its length. */
+static struct sockaddr_un local_addr(uint64_t secret, const char *suffix, socklen_t *len)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    int n = snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "ftrt.%016llx%s",
+                     (unsigned long long)secret, suffix);
+    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+    return a;
+}
+
+int ftrt__local_mark(uint64_t secret)
+{
+    socklen_t len;
+    struct sockaddr_un a = local_addr(secret, ".c", &len);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -errno;
+    if (bind(fd, (struct sockaddr *)&a, len)) {
+        int e = -errno;
+        close(fd);
+        return e;
+    }
+    return fd;
+}
+
+int ftrt__local_marked(uint64_t secret)
+{
+    int fd = ftrt__local_mark(secret);
+    if (fd >= 0) close(fd); /* (nobody held it: released at once) */
+    return fd == -EADDRINUSE;
+}
+
+int ftrt__local_listen(uint64_t secret)
+{
+    socklen_t len;
+    struct sockaddr_un a = local_addr(secret, "", &len);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -errno;
+    if (bind(fd, (struct sockaddr *)&a, len) || listen(fd, 1024)) {
+        int e = -errno;
+        close(fd);
+        return e;
+    }
+    return fd;
+}
+
+int ftrt__local_connect(uint64_t secret, int timeout_ms)
+{
+    socklen_t len;
+    struct sockaddr_un a = local_addr(secret, "", &len);
+    double end = ftrt__now() + timeout_ms / 1000.0;
+    for (;;) {
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) return -errno;
+        if (connect(fd, (struct sockaddr *)&a, len) == 0) return fd;
+        int e = errno;
+        close(fd);
+        /* bound but not listening yet (the holder is between bind and listen), or its backlog
+         * is full: try again; nobody there: give up */
+        if ((e != EAGAIN && e != ECONNREFUSED) || ftrt__now() >= end) return -e;
+        struct timespec ts = {0, 2000000};
         nanosleep(&ts, NULL);
     }
 }

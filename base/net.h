@@ -5,6 +5,7 @@
 #define FTRT_BASE_NET_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Most addresses a list of ftrt__host_addrs / ftrt__connect_any holds, and room for them. */
 #define FTRT__ADDRS_N 16
@@ -26,5 +27,22 @@ int ftrt__host_addrs(char *out, size_t cap);
  * receives the address that answered. Returns the fd (blocking, TCP_NODELAY) or -errno
  * (-EINVAL: no address parsed, -ETIMEDOUT). Thread-safe. */
 int ftrt__connect_any(const char *addrs, int port, int timeout_ms, char *used, size_t cap);
+
+/* The job's local socket: an abstract Unix stream socket named after the job secret
+ * ("\0ftrt.<secret in hex>"). Abstract names belong to a network namespace, so every process
+ * of one host (one namespace) finds the same one, and it vanishes with the last descriptor.
+ * ftrt__local_listen binds and listens on it: the fd, or -EADDRINUSE when a process of this
+ * host holds it already, or -errno. ftrt__local_connect connects to it, retrying while it is
+ * bound but not listening yet, for at most timeout_ms: the fd (blocking), or -errno
+ * (-ECONNREFUSED / -ENOENT: nobody holds it). Thread-safe. */
+int ftrt__local_listen(uint64_t secret);
+int ftrt__local_connect(uint64_t secret, int timeout_ms);
+/* The coordinator's mark on its host: another abstract name of the job ("...c"), bound and
+ * held (not listened on) by the coordinator for the whole job, so that the ranks of its host
+ * know to connect to it directly instead of through a host agent. ftrt__local_mark binds it:
+ * the fd, or -errno. ftrt__local_marked: 1 when a process of this host holds it, else 0.
+ * Thread-safe. */
+int ftrt__local_mark(uint64_t secret);
+int ftrt__local_marked(uint64_t secret);
 
 #endif

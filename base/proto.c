@@ -2,6 +2,7 @@
 #include "base/proto.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,11 @@ static size_t fixed_size(uint32_t type)
     case FTRT__MSG_WELCOME: return sizeof(ftrt__welcome);
     case FTRT__MSG_HEARTBEAT: return sizeof(ftrt__heartbeat);
     case FTRT__MSG_FAILURE: return sizeof(ftrt__failure_msg);
+    case FTRT__MSG_HOST_HELLO: return sizeof(ftrt__hello);
+    case FTRT__MSG_RANK_LOST: return sizeof(ftrt__rank_lost);
+    case FTRT__MSG_CUT: return sizeof(ftrt__relay);
+    case FTRT__MSG_HOSTED:
+    case FTRT__MSG_COORD_LOST:
     case FTRT__MSG_RESUMED:
     case FTRT__MSG_SHUTDOWN:
     case FTRT__MSG_FAREWELL:
@@ -34,20 +40,43 @@ static size_t fixed_size(uint32_t type)
     }
 }
 
+/* The largest PLAN payload (ftrt__plan_msg with every count at FTRT__MAX_WORLD), and the most a
+ * RELAY or MULTI may wrap around one (a MULTI's list holds at most FTRT__MAX_WORLD ranks). */
+#define PLAN_MAX (sizeof(ftrt__plan_msg) + 5 * (size_t)FTRT__MAX_WORLD * sizeof(int32_t))
+#define WRAP_MAX (sizeof(ftrt__multi) + (size_t)FTRT__MAX_WORLD * 4 + sizeof(ftrt__msghdr) + PLAN_MAX)
+
+/* The types whose payload may exceed FTRT__MSG_MAX, and their limit. */
+static size_t big_limit(uint32_t type)
+{
+    if (type == FTRT__MSG_PLAN) return PLAN_MAX;
+    if (type == FTRT__MSG_RELAY || type == FTRT__MSG_MULTI) return WRAP_MAX;
+    return FTRT__MSG_MAX;
+}
+
 int ftrt__msg_check(const ftrt__msghdr *h)
 {
     if (h->magic != FTRT__MAGIC || h->type == 0 || h->type >= FTRT__MSG_TYPE_END ||
-        (h->len > FTRT__MSG_MAX && h->type != FTRT__MSG_PLAN))
+        h->len > big_limit(h->type))
         return FTRT_EPROTO;
+    if (h->type == FTRT__MSG_RELAY)
+        return h->len >= sizeof(ftrt__relay) + sizeof(ftrt__msghdr) ? 0 : FTRT_EPROTO;
+    if (h->type == FTRT__MSG_MULTI)
+        return h->len >= sizeof(ftrt__multi) + sizeof(ftrt__msghdr) ? 0 : FTRT_EPROTO;
+    if (h->type == FTRT__MSG_HOST_BEAT)
+        return h->len >= sizeof(ftrt__host_beat) &&
+                       (h->len - sizeof(ftrt__host_beat)) % sizeof(ftrt__beat) == 0
+                   ? 0
+                   : FTRT_EPROTO;
     if (h->type == FTRT__MSG_LEDGER)
         return h->len >= sizeof(ftrt__ledger_msg) &&
                        (h->len - sizeof(ftrt__ledger_msg)) % sizeof(ftrt__interval) == 0
                    ? 0
                    : FTRT_EPROTO;
     if (h->type == FTRT__MSG_PLAN) {
-        /* 3 x ntrainers int32: members, roles, sharded-image sources (ftrt__plan_size) */
-        if (h->len < sizeof(ftrt__plan) || (h->len - sizeof(ftrt__plan)) % (3 * sizeof(int32_t)) ||
-            (h->len - sizeof(ftrt__plan)) / (3 * sizeof(int32_t)) > FTRT__MAX_WORLD)
+        /* int32 entries: 3 per replaced rank, 1 per survivor behind, 1 per member (whole
+         * table), each count at most FTRT__MAX_WORLD (ftrt__plan_msg_size) */
+        if (h->len < sizeof(ftrt__plan_msg) || (h->len - sizeof(ftrt__plan_msg)) % sizeof(int32_t) ||
+            h->len > PLAN_MAX)
             return FTRT_EPROTO;
         return 0;
     }
@@ -108,6 +137,127 @@ int ftrt__plan_check(const ftrt__plan *p, size_t len)
     return 0;
 }
 
+size_t ftrt__plan_msg_size(int nrepl, int nbehind, int nmembers)
+{
+    return sizeof(ftrt__plan_msg) + (3 * (size_t)nrepl + (size_t)nbehind + (size_t)nmembers) *
+                                         sizeof(int32_t);
+}
+
+int ftrt__plan_msg_check(const ftrt__plan_msg *m, size_t len)
+{
+    if (len < sizeof *m) return FTRT_EPROTO;
+    int n = m->ntrainers;
+    if (n < 1 || n >= FTRT__MAX_WORLD || m->nrepl < 0 || m->nrepl > n || m->nbehind < 0 ||
+        m->nbehind > n || (m->nmembers != 0 && m->nmembers != n) ||
+        len != ftrt__plan_msg_size(m->nrepl, m->nbehind, m->nmembers) ||
+        (m->nmembers == 0) != (m->logical_rank == -1) || m->logical_rank < -1 ||
+        m->logical_rank >= n)
+        return FTRT_EPROTO;
+    const int32_t *d = m->data;
+    for (int i = 0; i < m->nrepl; i++, d += 3)
+        if (d[0] < 0 || d[0] >= n || d[1] < 1 || d[1] >= FTRT__MAX_WORLD || d[2] < -1 || d[2] >= n)
+            return FTRT_EPROTO;
+    for (int i = 0; i < m->nbehind; i++, d++)
+        if (*d < 0 || *d >= n) return FTRT_EPROTO;
+    for (int i = 0; i < m->nmembers; i++, d++)
+        if (*d < 1 || *d >= FTRT__MAX_WORLD) return FTRT_EPROTO;
+    return 0;
+}
+
+void ftrt__plan_initial_members(int32_t *members, int n)
+{
+    for (int l = 0; l < n; l++) members[l] = l + 1;
+}
+
+int ftrt__plan_expand(const ftrt__plan_msg *m, size_t len, const int32_t *prev, int prev_n,
+                      int logical, ftrt__plan **out, size_t *out_len)
+{
+    *out = NULL;
+    if (ftrt__plan_msg_check(m, len)) return FTRT_EPROTO;
+    int n = m->ntrainers;
+    const int32_t *repl = m->data, *behind = repl + 3 * m->nrepl, *table = behind + m->nbehind;
+    if (m->nmembers == 0 && (!prev || prev_n != n)) return FTRT_EPROTO;
+    size_t plen = ftrt__plan_size(n);
+    ftrt__plan *p = malloc(plen);
+    if (!p) return -ENOMEM;
+    memcpy(p, m, offsetof(ftrt__plan, members)); /* the fixed part: the same layout */
+    p->logical_rank = m->nmembers ? m->logical_rank : logical;
+    int32_t *role = ftrt__plan_roles(p), *ss = ftrt__plan_shard_src(p);
+    memcpy(p->members, m->nmembers ? table : prev, (size_t)n * sizeof(int32_t));
+    for (int l = 0; l < n; l++) {
+        role[l] = FTRT__PLAN_UP_TO_DATE;
+        ss[l] = -1;
+    }
+    for (int i = 0; i < m->nrepl; i++) {
+        const int32_t *e = repl + 3 * i;
+        p->members[e[0]] = e[1];
+        ss[e[0]] = e[2];
+        if (m->ckpt_step < 0) role[e[0]] = FTRT__PLAN_NEEDS_STATE;
+    }
+    for (int i = 0; i < m->nbehind; i++) role[behind[i]] = FTRT__PLAN_NEEDS_STATE;
+    int rc = ftrt__plan_check(p, plen);
+    if (rc) {
+        free(p);
+        return rc == -ENOMEM ? rc : FTRT_EPROTO;
+    }
+    *out = p;
+    *out_len = plen;
+    return 0;
+}
+
+/* Whether a message of this type may travel inside a RELAY or MULTI: a rank's own messages,
+ * not the host agents'. */
+static int wrappable(uint32_t type)
+{
+    return type < FTRT__MSG_HOST_HELLO || type == FTRT__MSG_HOSTED || type == FTRT__MSG_COORD_LOST;
+}
+
+static int inner_open(const uint8_t *p, size_t len, ftrt__msghdr *h, const void **inner)
+{
+    if (len < sizeof *h) return FTRT_EPROTO;
+    memcpy(h, p, sizeof *h);
+    if (ftrt__msg_check(h) || !wrappable(h->type) || h->len != len - sizeof *h) return FTRT_EPROTO;
+    *inner = p + sizeof *h;
+    return 0;
+}
+
+int ftrt__relay_open(const void *payload, size_t len, int32_t *w, ftrt__msghdr *h,
+                     const void **inner)
+{
+    if (len < sizeof(ftrt__relay)) return FTRT_EPROTO;
+    ftrt__relay r;
+    memcpy(&r, payload, sizeof r);
+    if (r.world_rank < 1 || r.world_rank >= FTRT__MAX_WORLD) return FTRT_EPROTO;
+    *w = r.world_rank;
+    return inner_open((const uint8_t *)payload + sizeof r, len - sizeof r, h, inner);
+}
+
+int ftrt__multi_open(const void *payload, size_t len, int32_t *n, const int32_t **ranks,
+                     ftrt__msghdr *h, const void **inner)
+{
+    if (len < sizeof(ftrt__multi)) return FTRT_EPROTO;
+    ftrt__multi m;
+    memcpy(&m, payload, sizeof m);
+    if (m.n < 1 || m.n > FTRT__MAX_WORLD || (size_t)m.n * 4 > len - sizeof m) return FTRT_EPROTO;
+    const int32_t *list = (const int32_t *)((const uint8_t *)payload + sizeof m);
+    for (int i = 0; i < m.n; i++) {
+        int32_t x;
+        memcpy(&x, list + i, sizeof x);
+        if (x < 1 || x >= FTRT__MAX_WORLD) return FTRT_EPROTO;
+    }
+    *n = m.n;
+    *ranks = list;
+    size_t off = sizeof m + (size_t)m.n * 4;
+    return inner_open((const uint8_t *)payload + off, len - off, h, inner);
+}
+
+int ftrt__host_beat_check(const ftrt__host_beat *b, size_t len)
+{
+    if (len < sizeof *b || b->n < 0 || len != sizeof *b + (size_t)b->n * sizeof(ftrt__beat))
+        return FTRT_EPROTO;
+    return 0;
+}
+
 static int write_all(int fd, const void *buf, size_t len)
 {
     const uint8_t *p = buf;
@@ -159,6 +309,96 @@ int ftrt__msg_send(int fd, uint32_t type, const void *payload, uint32_t len)
     return 0;
 }
 
+int ftrt__msg_send2(int fd, uint32_t type, const void *prefix, uint32_t plen, uint32_t inner_type,
+                    const void *payload, uint32_t len)
+{
+    if (!inner_type) return ftrt__msg_send(fd, type, prefix, plen);
+    ftrt__msghdr h = {FTRT__MAGIC, type, plen + (uint32_t)sizeof(ftrt__msghdr) + len};
+    ftrt__msghdr ih = {FTRT__MAGIC, inner_type, len};
+    struct iovec iov[4] = {{&h, sizeof h}, {(void *)prefix, plen}, {&ih, sizeof ih},
+                           {(void *)payload, len}};
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 4};
+    size_t left = sizeof h + plen + sizeof ih + len;
+    while (left > 0) {
+        ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        left -= (size_t)n;
+        while (n > 0 && mh.msg_iovlen > 0) { /* skip what was sent */
+            size_t k = (size_t)n < mh.msg_iov[0].iov_len ? (size_t)n : mh.msg_iov[0].iov_len;
+            mh.msg_iov[0].iov_base = (uint8_t *)mh.msg_iov[0].iov_base + k;
+            mh.msg_iov[0].iov_len -= k;
+            n -= (ssize_t)k;
+            if (mh.msg_iov[0].iov_len == 0) {
+                mh.msg_iov++;
+                mh.msg_iovlen--;
+            }
+        }
+    }
+    return 0;
+}
+
+int ftrt__tx_put(ftrt__txbuf *tx, uint32_t type, const void *prefix, uint32_t plen,
+                 uint32_t inner_type, const void *payload, uint32_t len)
+{
+    size_t body = plen + (inner_type ? sizeof(ftrt__msghdr) + len : 0);
+    size_t need = tx->used + sizeof(ftrt__msghdr) + body;
+    if (need > tx->cap) {
+        size_t nc = tx->cap ? tx->cap : 4096;
+        while (nc < need) nc *= 2;
+        uint8_t *nb = realloc(tx->buf, nc);
+        if (!nb) return -ENOMEM;
+        tx->buf = nb;
+        tx->cap = nc;
+    }
+    ftrt__msghdr h = {FTRT__MAGIC, type, (uint32_t)body};
+    uint8_t *p = tx->buf + tx->used;
+    memcpy(p, &h, sizeof h);
+    p += sizeof h;
+    if (plen) memcpy(p, prefix, plen);
+    p += plen;
+    if (inner_type) {
+        ftrt__msghdr ih = {FTRT__MAGIC, inner_type, len};
+        memcpy(p, &ih, sizeof ih);
+        if (len) memcpy(p + sizeof ih, payload, len);
+    }
+    tx->used = need;
+    return 0;
+}
+
+int ftrt__tx_move(ftrt__txbuf *dst, ftrt__txbuf *src)
+{
+    if (src->used == 0) return 0;
+    size_t need = dst->used + src->used;
+    if (need > dst->cap) {
+        size_t nc = dst->cap ? dst->cap : 4096;
+        while (nc < need) nc *= 2;
+        uint8_t *nb = realloc(dst->buf, nc);
+        if (!nb) return -ENOMEM;
+        dst->buf = nb;
+        dst->cap = nc;
+    }
+    memcpy(dst->buf + dst->used, src->buf, src->used);
+    dst->used = need;
+    src->used = 0;
+    return 0;
+}
+
+int ftrt__tx_flush(int fd, ftrt__txbuf *tx)
+{
+    int rc = tx->used ? write_all(fd, tx->buf, tx->used) : 0;
+    tx->used = 0;
+    return rc;
+}
+
+void ftrt__tx_free(ftrt__txbuf *tx)
+{
+    free(tx->buf);
+    memset(tx, 0, sizeof *tx);
+}
+
 static void rx_compact(ftrt__rxbuf *rx)
 {
     if (rx->consumed) {
@@ -177,7 +417,7 @@ ssize_t ftrt__rx_fill(ftrt__rxbuf *rx, int fd)
         ftrt__msghdr h;
         if (rx->used >= sizeof h) { /* a PLAN may be larger: room for the one announced */
             memcpy(&h, rx->buf, sizeof h);
-            if (h.type == FTRT__MSG_PLAN && ftrt__msg_check(&h) == 0 &&
+            if (big_limit(h.type) > FTRT__MSG_MAX && ftrt__msg_check(&h) == 0 &&
                 sizeof h + h.len + 4096 > limit)
                 limit = sizeof h + h.len + 4096;
         }

@@ -17,12 +17,16 @@
 #include "base/ledger.h"
 
 #define FTRT__MAGIC 0x46545254u /* "FTRT" */
-/* Largest payload of any message but a PLAN, bytes. A PLAN carries three int32 per trainer and
- * may be up to ftrt__plan_size(FTRT__MAX_WORLD) bytes (768 KiB and its fixed part): it only goes
- * from the coordinator to a rank, and the coordinator refuses one from a rank. */
+/* This protocol has host agents (HOST_HELLO, RELAY, MULTI, HOST_BEAT, RANK_LOST): a program
+ * built against more than one version of this header can test it (bench/coord_load.c). */
+#define FTRT__PROTO_HOST_AGENTS 2
+/* Largest payload of any message but a PLAN, bytes. A PLAN (ftrt__plan_msg) carries the
+ * membership delta, and the whole membership only to a promoted spare: it may be up to
+ * ftrt__plan_msg_size(FTRT__MAX_WORLD, FTRT__MAX_WORLD, FTRT__MAX_WORLD) bytes; it only goes from
+ * the coordinator to a rank, and the coordinator refuses one from a rank. */
 #define FTRT__MSG_MAX 65536u
 /* Most processes in one job's world (coordinator + trainers + spares). */
-#define FTRT__MAX_WORLD 65536
+#define FTRT__MAX_WORLD 262144
 #define FTRT__HOST_MAX 64
 
 enum ftrt__msg_type {
@@ -31,7 +35,7 @@ enum ftrt__msg_type {
     FTRT__MSG_HEARTBEAT,      /* rank -> coord: liveness and progress */
     FTRT__MSG_FAILURE,        /* coord -> trainers: epoch changed */
     FTRT__MSG_REPORT,         /* trainer -> coord: progress for the recovery plan */
-    FTRT__MSG_PLAN,           /* coord -> members: new membership and resume step */
+    FTRT__MSG_PLAN,           /* coord -> members: membership delta and resume step */
     FTRT__MSG_RESUMED,        /* member -> coord: back in the training loop */
     FTRT__MSG_SHARD_DONE,     /* trainer -> coord: shard durable (or failed) */
     FTRT__MSG_COMMIT,         /* coord -> trainers: checkpoint committed (or failed) */
@@ -43,6 +47,22 @@ enum ftrt__msg_type {
     FTRT__MSG_LEDGER,         /* rank -> coord, every second and at the end: timeline */
     FTRT__MSG_FINGERPRINT,    /* trainer -> coord, every FTRT_SDC_EVERY steps: fingerprint of
                                  the replicated regions (silent data corruption check) */
+    /* host agents (runtime/hostagent.c; docs/detection-and-recovery.md "Host agents") */
+    FTRT__MSG_HOST_HELLO,     /* host agent -> coord: joins, with the job secret (ftrt__hello:
+                                 world_rank and pid are the agent's process's) */
+    FTRT__MSG_RELAY,          /* host agent <-> coord: one message from / to one rank of its
+                                 host (ftrt__relay, then the whole message) */
+    FTRT__MSG_MULTI,          /* coord -> host agent: one message to several ranks of its host
+                                 (ftrt__multi, then the whole message) */
+    FTRT__MSG_HOST_BEAT,      /* host agent -> coord, every heartbeat period: the newest
+                                 HEARTBEAT of each rank it serves (ftrt__host_beat) */
+    FTRT__MSG_RANK_LOST,      /* host agent -> coord: a rank of its host closed its socket
+                                 without BYE (died) or fell silent (ftrt__rank_lost) */
+    FTRT__MSG_HOSTED,         /* host agent -> rank, after its HELLO: the rank is served by a
+                                 host agent (value: the agent's world rank) */
+    FTRT__MSG_COORD_LOST,     /* host agent -> rank: the coordinator is lost (value FTRT_ECOORD) */
+    FTRT__MSG_CUT,            /* coord -> host agent: close this rank's socket, the coordinator
+                                 declared it failed (ftrt__relay, nothing after it) */
     FTRT__MSG_TYPE_END
 };
 
@@ -142,6 +162,9 @@ typedef struct ftrt__report {
     int32_t pad;
 } ftrt__report;
 
+/* A recovery plan as a member applies it (runtime/recovery.c, runtime/replica.c): the whole
+ * membership, every member's role and the sharded-image sources. Built at the member from the
+ * PLAN it receives (ftrt__plan_expand), never sent as such. */
 typedef struct ftrt__plan {
     int64_t resume_step;
     int64_t ckpt_step; /* >= 0: every member reloads this committed checkpoint */
@@ -179,6 +202,129 @@ static inline const int32_t *ftrt__plan_shard_src_c(const ftrt__plan *p)
     return p->members + 2 * p->ntrainers;
 }
 
+/* PLAN on the wire: O(k + b) bytes for a survivor, k the logical ranks replaced since the
+ * previous plan (the membership delta) and b the survivors behind the resume step, instead of
+ * the whole N-entry table to each of N members (O(N^2) in all). Every survivor gets the same
+ * message (logical_rank -1: it keeps its own; the initial membership is world ranks 1..N in
+ * logical order, ftrt__plan_initial_members), so the coordinator builds it once; a promoted
+ * spare, which knows no membership, gets the whole table as well (nmembers = ntrainers) and its
+ * logical rank. The first 48 bytes are laid out as ftrt__plan's. Roles follow from the rest: a
+ * replaced rank needs state unless the plan reloads a checkpoint (ckpt_step >= 0), a listed
+ * survivor behind needs state, every other member is up to date. */
+typedef struct ftrt__plan_msg {
+    int64_t resume_step, ckpt_step, rework_until, mem_step; /* as in ftrt__plan */
+    int32_t epoch;
+    int32_t ntrainers;
+    int32_t source;
+    int32_t logical_rank; /* the recipient's when nmembers > 0, else -1 */
+    int32_t nrepl;        /* replaced logical ranks: {logical, world, sharded-image source} */
+    int32_t nbehind;      /* survivors behind the resume step: {logical} */
+    int32_t nmembers;     /* 0, or ntrainers: the world ranks of the whole membership follow */
+    int32_t pad;
+    int32_t data[];       /* 3 x nrepl, then nbehind, then nmembers int32 */
+} ftrt__plan_msg;
+
+/* Size of a PLAN payload with nrepl replaced ranks, nbehind survivors behind and nmembers
+ * member entries. */
+size_t ftrt__plan_msg_size(int nrepl, int nbehind, int nmembers);
+
+/* Checks a received PLAN payload of len bytes: the counts match len (nrepl and nbehind at most
+ * ntrainers, nmembers 0 or ntrainers, ntrainers in [1, FTRT__MAX_WORLD)), logical ranks and
+ * sources in [0, ntrainers) (a sharded-image source may be -1), world ranks in
+ * [1, FTRT__MAX_WORLD), logical_rank -1 exactly when nmembers is 0. The membership itself is
+ * checked once expanded (ftrt__plan_check). Returns 0 or FTRT_EPROTO. O(len). Thread-safe. */
+int ftrt__plan_msg_check(const ftrt__plan_msg *m, size_t len);
+
+/* Fills members[0..n) with the membership a job starts with: logical rank l is world rank l + 1
+ * (the coordinator is world rank 0, spares follow the trainers). */
+void ftrt__plan_initial_members(int32_t *members, int n);
+
+/* Builds the plan a member applies from a PLAN payload m (len bytes, checked here) and the
+ * membership it knew before (prev: prev_n world ranks by logical rank; unused when m carries
+ * the whole table, may then be NULL), for the member of logical rank `logical` (unused when m
+ * names the recipient's). *out (malloc'd, the caller frees it) receives the plan and *out_len
+ * its size (ftrt__plan_size(ntrainers)); it passed ftrt__plan_check. Returns 0, FTRT_EPROTO (a
+ * malformed message, prev_n != ntrainers without a table, or a plan that fails its check), or
+ * -ENOMEM. O(ntrainers). Thread-safe. */
+int ftrt__plan_expand(const ftrt__plan_msg *m, size_t len, const int32_t *prev, int prev_n,
+                      int logical, ftrt__plan **out, size_t *out_len);
+
+/* RELAY: this prefix, then one whole message (header and payload) from or to world_rank. */
+typedef struct ftrt__relay {
+    int32_t world_rank;
+    int32_t pad;
+} ftrt__relay;
+
+/* MULTI: this prefix with n world ranks (all of the receiving host agent), then one whole
+ * message for each of them. */
+typedef struct ftrt__multi {
+    int32_t n;
+    int32_t pad;
+    int32_t world_ranks[];
+} ftrt__multi;
+
+/* HOST_BEAT: n of these, after {int32 n, int32 pad}. */
+typedef struct ftrt__beat {
+    int32_t world_rank;
+    int32_t pad;
+    ftrt__heartbeat hb;
+} ftrt__beat;
+
+typedef struct ftrt__host_beat {
+    int32_t n;
+    int32_t pad;
+    ftrt__beat e[];
+} ftrt__host_beat;
+
+/* Why a host agent reports a rank lost (RANK_LOST). */
+enum { FTRT__LOST_CLOSED = 0, FTRT__LOST_SILENT = 1, FTRT__LOST_PROTOCOL = 2 };
+
+typedef struct ftrt__rank_lost {
+    int32_t world_rank;
+    int32_t why;   /* FTRT__LOST_* */
+    double t_wall; /* when the agent saw it (wall seconds) */
+} ftrt__rank_lost;
+
+/* Opens a RELAY payload of len bytes: *w, the inner header *h (checked with ftrt__msg_check; a
+ * host-agent type inside is refused) and *inner, its payload (inside `payload`). Returns 0 or
+ * FTRT_EPROTO. Pure, thread-safe. */
+int ftrt__relay_open(const void *payload, size_t len, int32_t *w, ftrt__msghdr *h,
+                     const void **inner);
+
+/* Opens a MULTI payload of len bytes: *n world ranks at *ranks (inside `payload`, each in
+ * [1, FTRT__MAX_WORLD)), the inner header *h and *inner as ftrt__relay_open. Returns 0 or
+ * FTRT_EPROTO. Pure, thread-safe. */
+int ftrt__multi_open(const void *payload, size_t len, int32_t *n, const int32_t **ranks,
+                     ftrt__msghdr *h, const void **inner);
+
+/* Checks a HOST_BEAT payload of len bytes: n matches len. Returns 0 or FTRT_EPROTO. */
+int ftrt__host_beat_check(const ftrt__host_beat *b, size_t len);
+
+/* Sends one message whose payload is prefix (plen bytes) followed, when inner_type != 0, by a
+ * whole inner message {inner_type, len} and its payload, in one sendmsg() (RELAY, MULTI). With
+ * inner_type 0 it is ftrt__msg_send of prefix. Returns 0 or -errno. The caller serializes
+ * senders. */
+int ftrt__msg_send2(int fd, uint32_t type, const void *prefix, uint32_t plen, uint32_t inner_type,
+                    const void *payload, uint32_t len);
+
+/* An outgoing byte buffer: whole messages appended, then written in one go. */
+typedef struct ftrt__txbuf {
+    uint8_t *buf;
+    size_t used, cap;
+} ftrt__txbuf;
+
+/* Appends the message ftrt__msg_send2 would send to tx. Returns 0 or -ENOMEM. */
+int ftrt__tx_put(ftrt__txbuf *tx, uint32_t type, const void *prefix, uint32_t plen,
+                 uint32_t inner_type, const void *payload, uint32_t len);
+/* Appends everything buffered in src to dst and empties src. Returns 0 or -ENOMEM (both
+ * unchanged). */
+int ftrt__tx_move(ftrt__txbuf *dst, ftrt__txbuf *src);
+/* Writes everything buffered on fd (blocking, retrying EINTR and short writes) and empties tx.
+ * Returns 0 or -errno (tx emptied either way). */
+int ftrt__tx_flush(int fd, ftrt__txbuf *tx);
+/* Frees tx's buffer. */
+void ftrt__tx_free(ftrt__txbuf *tx);
+
 typedef struct ftrt__ckpt_msg { /* SHARD_DONE and COMMIT */
     int64_t step;
     int32_t epoch;
@@ -206,18 +352,18 @@ typedef struct ftrt__bye {
 } ftrt__bye;
 
 /* Checks a received header: magic, known type, payload within FTRT__MSG_MAX and of the size the
- * type requires (PLAN: at least the fixed part and a whole number of members, at most
- * FTRT__MAX_WORLD, which may exceed FTRT__MSG_MAX). Returns 0 or FTRT_EPROTO. Pure function,
- * thread-safe. */
+ * type requires (PLAN: at least the fixed part of ftrt__plan_msg and a whole number of int32,
+ * at most 5 x FTRT__MAX_WORLD of them, which may exceed FTRT__MSG_MAX). Returns 0 or
+ * FTRT_EPROTO. Pure function, thread-safe. */
 int ftrt__msg_check(const ftrt__msghdr *h);
 
-/* Checks a received PLAN payload of len bytes: ntrainers matches len, source and logical_rank
- * in range, member world ranks in [1, FTRT__MAX_WORLD) and distinct. Returns 0 or FTRT_EPROTO
- * (-ENOMEM when the scratch bitmap of FTRT__MAX_WORLD bits cannot be allocated). O(ntrainers).
- * Thread-safe. */
+/* Checks an expanded plan of len bytes: ntrainers matches len, source and logical_rank in
+ * range, member world ranks in [1, FTRT__MAX_WORLD) and distinct, roles and sharded-image
+ * sources consistent. Returns 0 or FTRT_EPROTO (-ENOMEM when the scratch bitmap of
+ * FTRT__MAX_WORLD bits cannot be allocated). O(ntrainers). Thread-safe. */
 int ftrt__plan_check(const ftrt__plan *p, size_t len);
 
-/* Size of a PLAN payload carrying n members. */
+/* Size of an expanded plan of n members. */
 size_t ftrt__plan_size(int n);
 
 /* Sends one message (header + len payload bytes) on a blocking socket in one sendmsg() (so

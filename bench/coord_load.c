@@ -87,6 +87,8 @@
 static int opt_n = 256, opt_s = 8, opt_kills = 5, opt_silents = 3, opt_commits = 3;
 static int opt_threads = 2, opt_hb_ms = 100, opt_timeout_ms = 1000, opt_step_ms = 500;
 static int opt_sdc_every = 10, opt_keep = 0;
+static int opt_per_host = 0;               /* > 0: host agents, this many ranks per host */
+static int opt_host_kills = 0, opt_host_silents = 0;
 static double opt_steady = 10.0;
 static unsigned opt_seed = 1;
 static char opt_dir[512];
@@ -97,6 +99,8 @@ enum { ST_ALIVE, ST_KILLED, ST_SILENT, ST_GONE };
 
 typedef struct agent {
     int fd, w;
+    int host;               /* --per-host: its simulated host (index into hosts), else -1 */
+    int lost_sent;          /* --per-host: its host agent reported it (RANK_LOST) */
     _Atomic int role, state, logical;
     _Atomic int up;         /* connected and said hello (set by the main thread after fd) */
     int epoch;
@@ -116,6 +120,24 @@ typedef struct agent {
     size_t tx_used, tx_cap;
 } agent;
 
+/* --per-host: a simulated host agent (runtime/hostagent.c): one connection for the ranks
+ * first_w .. first_w + n - 1, a HOST_BEAT per period with their heartbeats, their other
+ * messages relayed (RELAY), the coordinator's RELAY and MULTI delivered to them, RANK_LOST when
+ * one of them dies (a kill trial: what the real agent sends when the rank's socket closes) or
+ * falls silent (a silence trial, after the heartbeat timeout). */
+typedef struct hostsim {
+    int fd, h, first_w, n;
+    _Atomic int state;      /* ST_ALIVE, ST_KILLED (connection closed), ST_SILENT, ST_GONE */
+    double next_hb, last_send, last_rx;
+    uint8_t *rx;
+    size_t rx_used, rx_cap;
+    uint8_t *tx;
+    size_t tx_used, tx_cap;
+} hostsim;
+
+static hostsim *hosts;
+static int nhosts;
+
 /* Events whose first and last times (monotonic s) and counts a trial watches. */
 enum { EV_WELCOME, EV_FAILURE, EV_PLAN, EV_COMMIT, EV_REPORT_SENT, EV_RESUMED_SENT,
        EV_SHARD_SENT, EV_BYE_SENT, EV_END, EV_N };
@@ -127,6 +149,8 @@ static int expect_epoch;           /* FAILURE/PLAN of this epoch belong to the t
 static int64_t commit_result_bad;  /* COMMIT with a nonzero result */
 static _Atomic int unexpected_eof, unexpected_failure, aborts, tx_blocked;
 static _Atomic int trial_open;     /* 1 while a kill or silence trial expects a failure */
+static _Atomic long long plan_bytes; /* PLAN bytes received by all agents (header included) */
+static _Atomic long long plan_msg_max; /* the largest PLAN message received, bytes */
 static double trial_t_ref;         /* the trial's close time, or the silent agent's last send */
 
 static void ev_reset(void)
@@ -170,7 +194,7 @@ static int ev_wait(int e, int n, double timeout_s)
 
 /* ---- workers ------------------------------------------------------------------------------- */
 
-enum { CMD_KILL = 1, CMD_SILENCE, CMD_SHARD, CMD_BYE };
+enum { CMD_KILL = 1, CMD_SILENCE, CMD_SHARD, CMD_BYE, CMD_KILL_HOST, CMD_SILENCE_HOST };
 typedef struct cmd {
     int op, w;
     int64_t arg;
@@ -178,8 +202,10 @@ typedef struct cmd {
 
 typedef struct worker {
     int id, ep, evfd;
-    agent **a; /* its agents, in heartbeat phase order */
-    int n, cursor;
+    agent **a; /* its agents, in heartbeat phase order (direct) */
+    hostsim **hs; /* --per-host: its hosts, in heartbeat phase order */
+    int na;       /* its agents */
+    int n, cursor; /* its heartbeat units (agents, or hosts with --per-host) */
     pthread_t th;
     pthread_mutex_t lock;
     cmd q[64];
@@ -192,6 +218,8 @@ typedef struct worker {
     _Atomic int measure_gaps; /* 0 before every agent is welcomed */
     uint8_t *buf;             /* one agent's outgoing messages of one heartbeat */
     size_t cap;
+    void *beat;               /* --per-host: one HOST_BEAT being built */
+    size_t beat_cap;
 } worker;
 
 static worker *workers;
@@ -210,75 +238,143 @@ static int64_t steps_now(const agent *a, double now)
     return a->step_base + (dt > 0 ? (int64_t)(dt / step_s) : 0);
 }
 
-/* Appends one framed message to the worker's buffer at *off. */
-static void put(worker *k, size_t *off, uint32_t type, const void *p, uint32_t len)
+/* Makes room for need bytes in the worker's buffer. */
+static void room(worker *k, size_t need)
 {
-    size_t need = *off + sizeof(ftrt__msghdr) + len;
-    if (need > k->cap) {
-        size_t nc = k->cap ? k->cap : 4096;
-        while (nc < need) nc *= 2;
-        uint8_t *b = realloc(k->buf, nc);
-        if (!b) abort();
-        k->buf = b;
-        k->cap = nc;
+    if (need <= k->cap) return;
+    size_t nc = k->cap ? k->cap : 4096;
+    while (nc < need) nc *= 2;
+    uint8_t *b = realloc(k->buf, nc);
+    if (!b) abort();
+    k->buf = b;
+    k->cap = nc;
+}
+
+/* Appends one framed message to the worker's buffer at *off; with relay_w > 0 wrapped in a
+ * RELAY from that rank, as a host agent forwards it (--per-host). */
+static void put_r(worker *k, size_t *off, int relay_w, uint32_t type, const void *p, uint32_t len)
+{
+    size_t pre = relay_w > 0 ? sizeof(ftrt__msghdr) + 8 : 0;
+    size_t need = *off + pre + sizeof(ftrt__msghdr) + len;
+    room(k, need);
+    if (pre) {
+#ifdef FTRT__PROTO_HOST_AGENTS
+        ftrt__msghdr rh = {FTRT__MAGIC, FTRT__MSG_RELAY, (uint32_t)(8 + sizeof rh + len)};
+        int32_t rw[2] = {relay_w, 0};
+        memcpy(k->buf + *off, &rh, sizeof rh);
+        memcpy(k->buf + *off + sizeof rh, rw, sizeof rw);
+#else
+        abort(); /* (--per-host is refused without host agents) */
+#endif
     }
     ftrt__msghdr h = {FTRT__MAGIC, type, len};
-    memcpy(k->buf + *off, &h, sizeof h);
-    if (len) memcpy(k->buf + *off + sizeof h, p, len);
+    memcpy(k->buf + *off + pre, &h, sizeof h);
+    if (len) memcpy(k->buf + *off + pre + sizeof h, p, len);
     *off = need;
 }
 
-/* Sends what is buffered for agent a, keeping order: what the socket does not take now is kept
- * and sent when it is writable again. */
-static void flush(worker *k, agent *a, const uint8_t *p, size_t len)
+static void put(worker *k, size_t *off, uint32_t type, const void *p, uint32_t len)
 {
-    if (a->fd < 0) return;
-    if (a->tx_used == 0) {
-        ssize_t s = send(a->fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    put_r(k, off, 0, type, p, len);
+}
+
+/* The rank a message of agent a is relayed for (--per-host), else 0. */
+static int relay_of(const agent *a) { return a->host >= 0 ? a->w : 0; }
+
+/* Sends len bytes at p on fd, keeping order: what the socket does not take now is kept in
+ * *tx and sent when it is writable again (epoll key id). */
+static void flush_to(worker *k, int fd, uint32_t id, uint8_t **tx, size_t *used, size_t *cap,
+                     const uint8_t *p, size_t len)
+{
+    if (fd < 0) return;
+    if (*used == 0) {
+        ssize_t s = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (s < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return; /* EOF is read later */
         if (s < 0) s = 0;
         p += s;
         len -= (size_t)s;
         if (len == 0) return;
         atomic_fetch_add(&tx_blocked, 1);
-        struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.u32 = (uint32_t)a->w};
-        epoll_ctl(k->ep, EPOLL_CTL_MOD, a->fd, &ev);
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.u32 = id};
+        epoll_ctl(k->ep, EPOLL_CTL_MOD, fd, &ev);
     }
-    if (a->tx_used + len > a->tx_cap) {
-        size_t nc = a->tx_cap ? a->tx_cap : 4096;
-        while (nc < a->tx_used + len) nc *= 2;
-        uint8_t *b = realloc(a->tx, nc);
+    if (*used + len > *cap) {
+        size_t nc = *cap ? *cap : 4096;
+        while (nc < *used + len) nc *= 2;
+        uint8_t *b = realloc(*tx, nc);
         if (!b) abort();
-        a->tx = b;
-        a->tx_cap = nc;
+        *tx = b;
+        *cap = nc;
     }
-    memcpy(a->tx + a->tx_used, p, len);
-    a->tx_used += len;
+    memcpy(*tx + *used, p, len);
+    *used += len;
+}
+
+/* The socket fd (epoll key id) is writable again: sends what waited in tx. */
+static void drain_tx(worker *k, int fd, uint32_t id, uint8_t *tx, size_t *used)
+{
+    ssize_t n = send(fd, tx, *used, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+        memmove(tx, tx + n, *used - (size_t)n);
+        *used -= (size_t)n;
+    }
+    if (*used == 0) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = id};
+        epoll_ctl(k->ep, EPOLL_CTL_MOD, fd, &ev);
+    }
+}
+
+/* The epoll key of host h's connection (agents use their world rank; 0 is the command queue). */
+#define HOST_ID(h) (0x80000000u | (uint32_t)(h))
+
+/* Sends what is buffered for agent a (through its host agent's connection with --per-host). */
+static void flush(worker *k, agent *a, const uint8_t *p, size_t len)
+{
+    if (a->host >= 0) {
+        hostsim *hs = &hosts[a->host];
+        flush_to(k, hs->fd, HOST_ID(hs->h), &hs->tx, &hs->tx_used, &hs->tx_cap, p, len);
+        hs->last_send = ftrt__now();
+        return;
+    }
+    flush_to(k, a->fd, (uint32_t)a->w, &a->tx, &a->tx_used, &a->tx_cap, p, len);
 }
 
 static void send_one(worker *k, agent *a, uint32_t type, const void *p, uint32_t len)
 {
     size_t off = 0;
-    put(k, &off, type, p, len);
+    put_r(k, &off, relay_of(a), type, p, len);
     flush(k, a, k->buf, off);
     a->last_send = ftrt__now();
 }
 
 /* The heartbeat period's messages of agent a: HEARTBEAT, LEDGER, maybe FINGERPRINT. */
-static void heartbeat(worker *k, agent *a, double now, int final)
+/* Agent a's HEARTBEAT now. */
+static ftrt__heartbeat hb_of(const agent *a, double now)
 {
     int64_t steps = steps_now(a, now);
-    size_t off = 0;
-    ftrt__heartbeat hb = {.steps_done = steps,
-                          .waits = 2 * (steps - a->epoch_step0 > 0 ? steps - a->epoch_step0 : 0),
-                          .kept_s = (double)steps * step_s,
-                          .compute_s = (double)steps * step_s * 0.8,
-                          .epoch = a->epoch};
-    put(k, &off, FTRT__MSG_HEARTBEAT, &hb, sizeof hb);
-    /* A real agent sends the HEARTBEAT and the LEDGER in two send()s (agent.c, timeline.c):
-     * two segments, which the coordinator may read in one recv() or two. */
-    flush(k, a, k->buf, off);
-    off = 0;
+    return (ftrt__heartbeat){.steps_done = steps,
+                             .waits = 2 * (steps - a->epoch_step0 > 0 ? steps - a->epoch_step0 : 0),
+                             .kept_s = (double)steps * step_s,
+                             .compute_s = (double)steps * step_s * 0.8,
+                             .epoch = a->epoch};
+}
+
+/* The heartbeat period's messages of agent a: HEARTBEAT, LEDGER, maybe FINGERPRINT, each its
+ * own send(). With --per-host (a->host >= 0) they are appended at *hoff for its host agent's one
+ * write instead, without the HEARTBEAT, which the host's HOST_BEAT carries. */
+static void heartbeat(worker *k, agent *a, double now, int final, size_t *hoff)
+{
+    int hosted = a->host >= 0;
+    size_t off0 = 0, *off = hosted ? hoff : &off0;
+    int64_t steps = steps_now(a, now);
+    if (!hosted) {
+        ftrt__heartbeat hb = hb_of(a, now);
+        put(k, off, FTRT__MSG_HEARTBEAT, &hb, sizeof hb);
+        /* A real agent sends the HEARTBEAT and the LEDGER in two send()s (agent.c,
+         * timeline.c): two segments, which the coordinator may read in one recv() or two. */
+        flush(k, a, k->buf, *off);
+        *off = 0;
+    }
     if (!final && now < a->next_ledger) goto fingerprint; /* LEDGER once a second (agent.c) */
     a->next_ledger = now + 1.0;
     enum { CHUNK = 512 };
@@ -307,27 +403,32 @@ static void heartbeat(worker *k, agent *a, double now, int final)
     m->kept_steps = steps;
     m->n = n;
     m->final = final;
-    put(k, &off, FTRT__MSG_LEDGER, m, (uint32_t)ftrt__ledger_msg_size(n));
+    put_r(k, off, relay_of(a), FTRT__MSG_LEDGER, m, (uint32_t)ftrt__ledger_msg_size(n));
 fingerprint:
     if (a->role == FTRT__ROLE_TRAINER && opt_sdc_every > 0 && !a->recovering) {
         int64_t s = steps / opt_sdc_every * opt_sdc_every;
         if (s > 0 && s > a->fp_step) {
             ftrt__fingerprint_msg fp = {.step = s, .fp = 0x5eedf00dULL, .seconds = 1e-5,
                                         .epoch = a->epoch, .nregions = 1};
-            flush(k, a, k->buf, off); /* (the application thread sends it, separately) */
-            off = 0;
-            put(k, &off, FTRT__MSG_FINGERPRINT, &fp, sizeof fp);
+            if (!hosted) { /* (the application thread sends it, separately) */
+                flush(k, a, k->buf, *off);
+                *off = 0;
+            }
+            put_r(k, off, relay_of(a), FTRT__MSG_FINGERPRINT, &fp, sizeof fp);
             a->fp_step = s;
         }
     }
-    flush(k, a, k->buf, off);
+    if (!hosted) flush(k, a, k->buf, *off);
     a->last_send = now;
 }
 
-/* Heartbeats per second the coordinator asked the W - 1 ranks for (its WELCOME's period). */
+/* Heartbeats per second the coordinator asked for: from the W - 1 ranks (its WELCOME's period
+ * for W connections), or with --per-host one HOST_BEAT per host per period. */
 static double hb_expected(int W)
 {
-    return (W - 1) * 1000.0 / ftrt__heartbeat_period_ms(opt_hb_ms, opt_timeout_ms, W);
+    int links = opt_per_host > 0 ? nhosts + 1 : W;
+    return (opt_per_host > 0 ? nhosts : W - 1) * 1000.0 /
+           ftrt__heartbeat_period_ms(opt_hb_ms, opt_timeout_ms, links);
 }
 
 static void agent_gone(worker *k, agent *a, int expected)
@@ -388,9 +489,14 @@ static void take(worker *k, agent *a, const ftrt__msghdr *h, const uint8_t *p, d
         pthread_mutex_unlock(&ev_lock);
         if (ours) ev_note(EV_PLAN, now);
         else atomic_fetch_add(&unexpected_failure, 1);
+        long long bytes = (long long)(sizeof *h + h->len);
+        atomic_fetch_add(&plan_bytes, bytes);
+        long long mx = atomic_load(&plan_msg_max);
+        while (bytes > mx && !atomic_compare_exchange_weak(&plan_msg_max, &mx, bytes)) {}
         a->epoch = pl.epoch;
         atomic_store(&a->role, FTRT__ROLE_TRAINER);
-        atomic_store(&a->logical, pl.logical_rank);
+        if (pl.logical_rank >= 0) /* (a survivor's PLAN may leave it out: it keeps its own) */
+            atomic_store(&a->logical, pl.logical_rank);
         a->recovering = 0;
         a->step_base = a->epoch_step0 = pl.resume_step;
         a->t_base = now;
@@ -464,9 +570,166 @@ static void on_readable(worker *k, agent *a, double now)
     a->rx_used -= off;
 }
 
+#ifdef FTRT__PROTO_HOST_AGENTS
+/* ---- --per-host: simulated host agents ------------------------------------------------------ */
+
+static void host_gone(worker *k, hostsim *hs, int expected)
+{
+    if (hs->fd >= 0) {
+        epoll_ctl(k->ep, EPOLL_CTL_DEL, hs->fd, NULL);
+        close(hs->fd);
+    }
+    hs->fd = -1;
+    for (int i = 0; i < hs->n; i++) {
+        agent *a = &agents[hs->first_w + i];
+        if (!expected && atomic_load(&a->state) == ST_ALIVE &&
+            atomic_fetch_add(&unexpected_eof, 1) < 5)
+            fprintf(stderr, "coord_load: the coordinator closed the connection of world rank "
+                            "%d's host agent (a false positive unless the job ended)\n", a->w);
+        atomic_store(&a->state, ST_GONE);
+    }
+    atomic_store(&hs->state, ST_GONE);
+}
+
+/* One message from the coordinator to host hs: RELAY and MULTI go to their ranks. */
+static void host_take(worker *k, hostsim *hs, const ftrt__msghdr *h, const uint8_t *p, double now)
+{
+    int32_t w, n;
+    const int32_t *ws;
+    ftrt__msghdr ih;
+    const void *inner;
+    if (h->type == FTRT__MSG_RELAY && !ftrt__relay_open(p, h->len, &w, &ih, &inner)) {
+        if (w >= hs->first_w && w < hs->first_w + hs->n) take(k, &agents[w], &ih, inner, now);
+    } else if (h->type == FTRT__MSG_MULTI && !ftrt__multi_open(p, h->len, &n, &ws, &ih, &inner)) {
+        for (int i = 0; i < n; i++) {
+            memcpy(&w, ws + i, sizeof w);
+            if (w >= hs->first_w && w < hs->first_w + hs->n) take(k, &agents[w], &ih, inner, now);
+        }
+    } else if (h->type != FTRT__MSG_PING && h->type != FTRT__MSG_CUT) {
+        /* (CUT: a rank the coordinator declared failed; the trial's rank is gone already) */
+        fprintf(stderr, "coord_load: unexpected message type %u to a host agent\n", h->type);
+    }
+}
+
+static void host_readable(worker *k, hostsim *hs, double now)
+{
+    if (hs->rx_cap - hs->rx_used < 65536) {
+        size_t nc = hs->rx_cap ? hs->rx_cap * 2 : 65536 * 2;
+        uint8_t *b = realloc(hs->rx, nc);
+        if (!b) abort();
+        hs->rx = b;
+        hs->rx_cap = nc;
+    }
+    ssize_t got = recv(hs->fd, hs->rx + hs->rx_used, hs->rx_cap - hs->rx_used, MSG_DONTWAIT);
+    if (got < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (got <= 0) {
+        host_gone(k, hs, atomic_load(&hs->state) != ST_ALIVE);
+        return;
+    }
+    if (atomic_load(&k->measure_gaps) && hs->last_rx > 0 && now - hs->last_rx > k->gap_max &&
+        atomic_load(&hs->state) == ST_ALIVE)
+        k->gap_max = now - hs->last_rx;
+    hs->last_rx = now;
+    hs->rx_used += (size_t)got;
+    size_t off = 0;
+    while (hs->rx_used - off >= sizeof(ftrt__msghdr)) {
+        ftrt__msghdr h;
+        memcpy(&h, hs->rx + off, sizeof h);
+        if (h.magic != FTRT__MAGIC) {
+            fprintf(stderr, "coord_load: bad magic from the coordinator to host %d\n", hs->h);
+            host_gone(k, hs, 1);
+            return;
+        }
+        if (hs->rx_used - off < sizeof h + h.len) break;
+        host_take(k, hs, &h, hs->rx + off + sizeof h, now);
+        off += sizeof h + h.len;
+    }
+    memmove(hs->rx, hs->rx + off, hs->rx_used - off);
+    hs->rx_used -= off;
+}
+
+/* RANK_LOST for agent a, from its host agent (appended at *off). */
+static void put_lost(worker *k, size_t *off, agent *a, int why)
+{
+    ftrt__rank_lost m = {.world_rank = a->w, .why = why, .t_wall = ftrt__wallclock()};
+    put(k, off, FTRT__MSG_RANK_LOST, &m, sizeof m);
+    a->lost_sent = 1;
+}
+
+/* Host hs's heartbeat period, in one write: the HOST_BEAT with the heartbeats of its live
+ * ranks, their LEDGERs and FINGERPRINTs, and RANK_LOST for a rank silent for the timeout. */
+static void host_beat(worker *k, hostsim *hs, double now)
+{
+    size_t off = 0, len = sizeof(ftrt__host_beat) + (size_t)hs->n * sizeof(ftrt__beat);
+    if (len > k->beat_cap) { /* (aligned: the worker's buffer is not) */
+        free(k->beat);
+        k->beat = malloc(len);
+        if (!k->beat) abort();
+        k->beat_cap = len;
+    }
+    ftrt__host_beat *b = k->beat;
+    b->n = 0;
+    b->pad = 0;
+    for (int i = 0; i < hs->n; i++) {
+        agent *a = &agents[hs->first_w + i];
+        if (atomic_load(&a->state) == ST_ALIVE)
+            b->e[b->n++] = (ftrt__beat){.world_rank = a->w, .hb = hb_of(a, now)};
+    }
+    put(k, &off, FTRT__MSG_HOST_BEAT, b, (uint32_t)(sizeof *b + (size_t)b->n * sizeof(ftrt__beat)));
+    double limit = opt_timeout_ms / 1000.0;
+    for (int i = 0; i < hs->n; i++) {
+        agent *a = &agents[hs->first_w + i];
+        int st = atomic_load(&a->state);
+        if (st == ST_ALIVE) heartbeat(k, a, now, 0, &off);
+        else if (st == ST_SILENT && !a->lost_sent && now - a->last_send > limit)
+            put_lost(k, &off, a, FTRT__LOST_SILENT); /* the agent times a rank's silence */
+    }
+    flush_to(k, hs->fd, HOST_ID(hs->h), &hs->tx, &hs->tx_used, &hs->tx_cap, k->buf, off);
+    hs->last_send = now;
+}
+
+/* Host commands: a rank dies (its agent reports it at once), a host is killed (its
+ * connection closes) or cut off (it falls silent). Returns 1 when c was one. */
+static int host_cmd(worker *k, const cmd *c)
+{
+    agent *a = &agents[c->w];
+    hostsim *hs = a->host >= 0 ? &hosts[a->host] : NULL;
+    if (!hs) return 0;
+    double now = ftrt__now();
+    if (c->op == CMD_KILL) {
+        size_t off = 0;
+        atomic_store(&a->state, ST_KILLED);
+        a->last_send = now; /* (taken before the send: the coordinator may answer first) */
+        put_lost(k, &off, a, FTRT__LOST_CLOSED);
+        flush_to(k, hs->fd, HOST_ID(hs->h), &hs->tx, &hs->tx_used, &hs->tx_cap, k->buf, off);
+    } else if (c->op == CMD_SILENCE) {
+        atomic_store(&a->state, ST_SILENT);
+    } else if (c->op == CMD_KILL_HOST || c->op == CMD_SILENCE_HOST) {
+        for (int i = 0; i < hs->n; i++)
+            atomic_store(&agents[hs->first_w + i].state, c->op == CMD_KILL_HOST ? ST_KILLED : ST_SILENT);
+        atomic_store(&hs->state, c->op == CMD_KILL_HOST ? ST_KILLED : ST_SILENT);
+        if (c->op == CMD_KILL_HOST && hs->fd >= 0) {
+            epoll_ctl(k->ep, EPOLL_CTL_DEL, hs->fd, NULL);
+            close(hs->fd); /* what the kernel does when every process of the host dies */
+            hs->fd = -1;
+        }
+        a->last_send = c->op == CMD_KILL_HOST ? now : hs->last_send;
+    } else {
+        return 0;
+    }
+    pthread_mutex_lock(&ev_lock);
+    trial_t_ref = a->last_send;
+    pthread_mutex_unlock(&ev_lock);
+    return 1;
+}
+#endif
+
 static void run_cmd(worker *k, const cmd *c)
 {
     double now = ftrt__now();
+#ifdef FTRT__PROTO_HOST_AGENTS
+    if (c->w > 0 && host_cmd(k, c)) return;
+#endif
     if (c->op == CMD_KILL || c->op == CMD_SILENCE) {
         agent *a = &agents[c->w];
         if (c->op == CMD_KILL) {
@@ -486,7 +749,7 @@ static void run_cmd(worker *k, const cmd *c)
         pthread_mutex_unlock(&ev_lock);
         return;
     }
-    for (int i = 0; i < k->n; i++) {
+    for (int i = 0; i < k->na; i++) {
         agent *a = k->a[i];
         if (atomic_load(&a->state) != ST_ALIVE || a->role != FTRT__ROLE_TRAINER) continue;
         if (c->op == CMD_SHARD) {
@@ -494,7 +757,9 @@ static void run_cmd(worker *k, const cmd *c)
             send_one(k, a, FTRT__MSG_SHARD_DONE, &cm, sizeof cm);
             ev_note(EV_SHARD_SENT, ftrt__now());
         } else if (c->op == CMD_BYE) {
-            heartbeat(k, a, now, 1);
+            size_t off = 0;
+            heartbeat(k, a, now, 1, &off);
+            if (off) flush(k, a, k->buf, off);
             int64_t steps = steps_now(a, now);
             ftrt__bye b = {.steps_done = steps, .kept_s = (double)steps * step_s};
             send_one(k, a, FTRT__MSG_BYE, &b, sizeof b);
@@ -503,34 +768,52 @@ static void run_cmd(worker *k, const cmd *c)
     }
 }
 
+/* The next unit's (agent's, or host's with --per-host) due time. */
+static double next_due(const worker *k)
+{
+    if (!k->n) return ftrt__now() + 0.02;
+    return opt_per_host ? k->hs[k->cursor]->next_hb : k->a[k->cursor]->next_hb;
+}
+
+/* Heartbeats due: the units are in phase order, each due once per period; like a real agent
+ * thread, an agent heartbeats from its hello on (before its WELCOME). Returns the ms epoll may
+ * wait. */
+static int beats_due(worker *k, double now)
+{
+    for (int guard = 0; guard < k->n; guard++) {
+        double *next = opt_per_host ? &k->hs[k->cursor]->next_hb : &k->a[k->cursor]->next_hb;
+        if (*next > now) break;
+        double late = now - *next;
+        agent *a = opt_per_host ? &agents[k->hs[k->cursor]->first_w] : k->a[k->cursor];
+        int live = opt_per_host ? atomic_load(&k->hs[k->cursor]->state) == ST_ALIVE &&
+                                      k->hs[k->cursor]->fd >= 0
+                                : atomic_load(&a->state) == ST_ALIVE && a->fd >= 0;
+        if (atomic_load(&a->up) && live) {
+            if (late > k->hb_late_max && atomic_load(&k->measure_gaps)) k->hb_late_max = late;
+#ifdef FTRT__PROTO_HOST_AGENTS
+            if (opt_per_host) host_beat(k, k->hs[k->cursor], now);
+            else
+#endif
+                heartbeat(k, a, now, 0, NULL);
+            atomic_fetch_add(&k->hb_sent, 1);
+        }
+        double p = a->hb_s > 0 ? a->hb_s : hb_s;
+        *next += p;
+        if (*next < now) *next = now + p * 0.5; /* fell behind: catch up */
+        k->cursor = (k->cursor + 1) % k->n;
+    }
+    double d = next_due(k) - ftrt__now();
+    int ms = d <= 0 ? 0 : (int)(d * 1000.0) + 1;
+    return ms > 20 ? 20 : ms;
+}
+
 static void *worker_main(void *arg)
 {
     worker *k = arg;
     struct epoll_event evs[256];
     while (!atomic_load(&k->stop)) {
         double now = ftrt__now();
-        /* Heartbeats due: the agents are in phase order, each due once per period; like a
-         * real agent thread, an agent heartbeats from its hello on (before its WELCOME). */
-        for (int guard = 0; guard < k->n; guard++) {
-            agent *a = k->a[k->cursor];
-            if (a->next_hb > now) break;
-            double late = now - a->next_hb;
-            if (atomic_load(&a->up) && atomic_load(&a->state) == ST_ALIVE && a->fd >= 0) {
-                if (late > k->hb_late_max && atomic_load(&k->measure_gaps)) k->hb_late_max = late;
-                heartbeat(k, a, now, 0);
-                atomic_fetch_add(&k->hb_sent, 1);
-            }
-            double p = a->hb_s > 0 ? a->hb_s : hb_s;
-            a->next_hb += p;
-            if (a->next_hb < now) a->next_hb = now + p * 0.5; /* fell behind: catch up */
-            k->cursor = (k->cursor + 1) % k->n;
-        }
-        int ms = 1;
-        if (k->n) {
-            double d = k->a[k->cursor]->next_hb - ftrt__now();
-            ms = d <= 0 ? 0 : (int)(d * 1000.0) + 1;
-            if (ms > 20) ms = 20;
-        }
+        int ms = beats_due(k, now);
         int ne = epoll_wait(k->ep, evs, 256, ms);
         now = ftrt__now();
         for (int i = 0; i < ne; i++) {
@@ -547,30 +830,45 @@ static void *worker_main(void *arg)
                 for (int j = 0; j < qn; j++) run_cmd(k, &q[j]);
                 continue;
             }
+#ifdef FTRT__PROTO_HOST_AGENTS
+            if (id & 0x80000000u) {
+                hostsim *hs = &hosts[id & 0x7fffffffu];
+                if (hs->fd < 0) continue;
+                if ((evs[i].events & EPOLLOUT) && hs->tx_used)
+                    drain_tx(k, hs->fd, id, hs->tx, &hs->tx_used);
+                if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) host_readable(k, hs, now);
+                continue;
+            }
+#endif
             agent *a = &agents[id];
             if (a->fd < 0) continue;
-            if ((evs[i].events & EPOLLOUT) && a->tx_used) {
-                ssize_t s = send(a->fd, a->tx, a->tx_used, MSG_NOSIGNAL | MSG_DONTWAIT);
-                if (s > 0) {
-                    memmove(a->tx, a->tx + s, a->tx_used - (size_t)s);
-                    a->tx_used -= (size_t)s;
-                }
-                if (a->tx_used == 0) {
-                    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = id};
-                    epoll_ctl(k->ep, EPOLL_CTL_MOD, a->fd, &ev);
-                }
-            }
+            if ((evs[i].events & EPOLLOUT) && a->tx_used) drain_tx(k, a->fd, id, a->tx, &a->tx_used);
             if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) on_readable(k, a, now);
         }
     }
     return NULL;
 }
 
+/* The simulated host of world rank w with --per-host (trainers fill the first hosts, spares
+ * their own), else -1. */
+static int host_of(int w)
+{
+    if (opt_per_host <= 0) return -1;
+    int th = (N + opt_per_host - 1) / opt_per_host;
+    return w <= N ? (w - 1) / opt_per_host : th + (w - 1 - N) / opt_per_host;
+}
+
+/* The worker thread that carries world rank w. */
+static int worker_of(int w)
+{
+    return opt_per_host > 0 ? host_of(w) % opt_threads : (w - 1) % opt_threads;
+}
+
 static void post(int op, int w, int64_t arg)
 {
     for (int i = 0; i < opt_threads; i++) {
         worker *k = &workers[i];
-        if (w > 0 && (w - 1) % opt_threads != i) continue;
+        if (w > 0 && worker_of(w) != i) continue;
         pthread_mutex_lock(&k->lock);
         if (k->qn < 64) k->q[k->qn++] = (cmd){op, w, arg};
         pthread_mutex_unlock(&k->lock);
@@ -687,7 +985,8 @@ static void usage(void)
     fprintf(stderr,
             "usage: coord_load [-n trainers] [-s spares] [--steady s] [--kills k] [--silents q]\n"
             "                  [--commits c] [--threads t] [--hb-ms ms] [--timeout-ms ms]\n"
-            "                  [--step-ms ms] [--sdc-every k] [--dir path] [--seed x] [--keep]\n");
+            "                  [--step-ms ms] [--sdc-every k] [--dir path] [--seed x] [--keep]\n"
+            "                  [--per-host k [--host-kills h] [--host-silents g]]\n");
 }
 
 static int parse(int argc, char **argv)
@@ -697,6 +996,7 @@ static int parse(int argc, char **argv)
         {"commits", 1, 0, 'c'},    {"threads", 1, 0, 't'},    {"hb-ms", 1, 0, 'H'},
         {"timeout-ms", 1, 0, 'T'}, {"step-ms", 1, 0, 'S'},    {"sdc-every", 1, 0, 'F'},
         {"dir", 1, 0, 'D'},        {"seed", 1, 0, 'r'},       {"keep", 0, 0, 'K'},
+        {"per-host", 1, 0, 'P'},   {"host-kills", 1, 0, 'X'}, {"host-silents", 1, 0, 'Y'},
         {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "n:s:h", lo, NULL)) != -1) {
@@ -715,16 +1015,87 @@ static int parse(int argc, char **argv)
         case 'D': snprintf(opt_dir, sizeof opt_dir, "%s", optarg); break;
         case 'r': opt_seed = (unsigned)strtoul(optarg, NULL, 0); break;
         case 'K': opt_keep = 1; break;
+        case 'P': opt_per_host = atoi(optarg); break;
+        case 'X': opt_host_kills = atoi(optarg); break;
+        case 'Y': opt_host_silents = atoi(optarg); break;
         default: usage(); return -1;
         }
     }
-    if (opt_n < 2 || opt_s < opt_kills + opt_silents || opt_threads < 1 || opt_threads > 64 ||
-        opt_hb_ms < 1 || opt_timeout_ms <= opt_hb_ms || opt_step_ms < 1 || opt_steady < 0) {
-        fprintf(stderr, "coord_load: need n >= 2, spares >= kills + silents, 1..64 threads, "
+    int host_trials = opt_per_host > 0 ? opt_host_kills + opt_host_silents : 0;
+    if (opt_n < 2 || opt_s < opt_kills + opt_silents + host_trials * opt_per_host ||
+        opt_threads < 1 || opt_threads > 64 || opt_hb_ms < 1 || opt_timeout_ms <= opt_hb_ms ||
+        opt_step_ms < 1 || opt_steady < 0 || opt_per_host < 0 ||
+        (opt_per_host > 0 && opt_n < 2 * opt_per_host)) {
+        fprintf(stderr, "coord_load: need n >= 2 (2 hosts' worth with --per-host), spares >= "
+                        "kills + silents + per-host x (host-kills + host-silents), 1..64 threads, "
                         "timeout > heartbeat\n");
         return -1;
     }
+#ifndef FTRT__PROTO_HOST_AGENTS
+    if (opt_per_host > 0) {
+        fprintf(stderr, "coord_load: --per-host: this build's protocol has no host agents\n");
+        return -1;
+    }
+#endif
     return 0;
+}
+
+/* A trainer that is alive (with --per-host not the one its host agent's process is: that is
+ * a host agent's loss, not a rank's), at random; -1 when none is. */
+static int pick_rank(void)
+{
+    for (int tries = 0; tries < 100000; tries++) {
+        int w = 1 + rand() % (W - 1);
+        if (atomic_load(&agents[w].role) == FTRT__ROLE_TRAINER &&
+            atomic_load(&agents[w].state) == ST_ALIVE &&
+            (agents[w].host < 0 || hosts[agents[w].host].first_w != w))
+            return w;
+    }
+    return -1;
+}
+
+/* The first rank of a host whose ranks are all live trainers, at random; -1 when none is. */
+static int pick_host(void)
+{
+    for (int tries = 0; tries < 100000 && nhosts > 0; tries++) {
+        hostsim *hs = &hosts[rand() % nhosts];
+        int ok = atomic_load(&hs->state) == ST_ALIVE;
+        for (int i = 0; i < hs->n && ok; i++) {
+            agent *a = &agents[hs->first_w + i];
+            ok = atomic_load(&a->role) == FTRT__ROLE_TRAINER && atomic_load(&a->state) == ST_ALIVE;
+        }
+        if (ok) return hs->first_w;
+    }
+    return -1;
+}
+
+/* The hello of connection u: world rank u + 1's HELLO; with --per-host, host u's HOST_HELLO
+ * (from its first rank's process) and the HELLO of each of its ranks, relayed. Returns 0 or -1. */
+static int say_hello(int fd, int u)
+{
+    ftrt__hello h = {.secret = the_secret, .pid = 0};
+    if (opt_per_host <= 0) {
+        int w = u + 1;
+        h.world_rank = w;
+        if (w <= N) snprintf(h.host, sizeof h.host, "sim-%d", (w - 1) / 8);
+        else snprintf(h.host, sizeof h.host, "spare-%d", w - N);
+        return ftrt__msg_send(fd, FTRT__MSG_HELLO, &h, sizeof h) ? -1 : 0;
+    }
+#ifdef FTRT__PROTO_HOST_AGENTS
+    hostsim *hs = &hosts[u];
+    snprintf(h.host, sizeof h.host, "host-%d", u);
+    h.world_rank = hs->first_w;
+    if (ftrt__msg_send(fd, FTRT__MSG_HOST_HELLO, &h, sizeof h)) return -1;
+    for (int i = 0; i < hs->n; i++) {
+        ftrt__relay pre = {.world_rank = hs->first_w + i};
+        h.world_rank = hs->first_w + i;
+        if (ftrt__msg_send2(fd, FTRT__MSG_RELAY, &pre, sizeof pre, FTRT__MSG_HELLO, &h, sizeof h))
+            return -1;
+    }
+    return 0;
+#else
+    return -1;
+#endif
 }
 
 int main(int argc, char **argv)
@@ -814,7 +1185,11 @@ int main(int argc, char **argv)
         ftrt__coord_args ca = {.cfg = &cfg, .world_size = W, .ntrainers = N,
                                .t_start = ftrt__now(), .t_start_wall = ftrt__wallclock(),
                                .status_file = status, .host = "coordhost", .addr = addrs,
-                               .port = port};
+                               .port = port,
+#ifdef FTRT__PROTO_HOST_AGENTS
+                               .mark_fd = -1
+#endif
+        };
         int rc = ftrt__coordinator_run(&ca, lfd, the_secret);
         fflush(NULL);
         _exit(rc == FTRT_DONE ? 0 : 1);
@@ -831,58 +1206,74 @@ int main(int argc, char **argv)
         k->ep = epoll_create1(EPOLL_CLOEXEC);
         k->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         pthread_mutex_init(&k->lock, NULL);
-        k->a = calloc((size_t)(W / opt_threads + 2), sizeof *k->a);
+        k->a = calloc((size_t)W, sizeof *k->a);
         struct epoll_event ev = {.events = EPOLLIN, .data.u32 = 0};
         epoll_ctl(k->ep, EPOLL_CTL_ADD, k->evfd, &ev);
     }
+    nhosts = opt_per_host > 0 ? host_of(W - 1) + 1 : 0;
+    hosts = calloc((size_t)(nhosts ? nhosts : 1), sizeof *hosts);
+    if (!hosts) return 2;
+    for (int i = 0; i < opt_threads; i++)
+        workers[i].hs = calloc((size_t)(nhosts / opt_threads + 2), sizeof(hostsim *));
     for (int w = 1; w < W; w++) {
         agent *a = &agents[w];
         a->fd = -1;
         a->w = w;
+        a->host = host_of(w);
         a->role = FTRT__ROLE_SPARE;
         a->logical = -1;
-        worker *k = &workers[(w - 1) % opt_threads];
-        k->a[k->n++] = a;
+        worker *k = &workers[worker_of(w)];
+        k->a[k->na++] = a;
+        if (a->host < 0) {
+            k->a[k->n++] = a; /* (the same slot: units are the agents) */
+            continue;
+        }
+        hostsim *hs = &hosts[a->host];
+        if (hs->n++ == 0) {
+            hs->fd = -1;
+            hs->h = a->host;
+            hs->first_w = w;
+            k->hs[k->n++] = hs;
+        }
     }
     t = ftrt__now();
     double t_connect0 = t;
     for (int i = 0; i < opt_threads; i++) { /* heartbeat phases spread over the period */
         worker *k = &workers[i];
         for (int j = 0; j < k->n; j++) {
-            k->a[j]->next_hb = t + hb_s * (1.0 + (double)j / k->n);
-            k->a[j]->last_rx = t;
+            double *next = opt_per_host ? &k->hs[j]->next_hb : &k->a[j]->next_hb;
+            *next = t + hb_s * (1.0 + (double)j / k->n);
+            if (opt_per_host) k->hs[j]->last_rx = t;
+            else k->a[j]->last_rx = t;
         }
     }
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     for (int i = 0; i < opt_threads; i++) pthread_create(&workers[i].th, NULL, worker_main, &workers[i]);
-    for (int w = 1; w < W; w++) {
-        agent *a = &agents[w];
+    int units = opt_per_host ? nhosts : W - 1;
+    for (int u = 0; u < units; u++) {
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         int one = 1;
         if (fd < 0 || setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) ||
-            connect(fd, (struct sockaddr *)&sa, sizeof sa)) {
-            fprintf(stderr, "coord_load: connect of world rank %d failed: %s\n", w, strerror(errno));
-            kill(coord_pid, SIGKILL);
-            return 2;
-        }
-        ftrt__hello h = {.secret = the_secret, .world_rank = w, .pid = 0};
-        if (w <= N)
-            snprintf(h.host, sizeof h.host, "sim-%d", (w - 1) / 8);
-        else
-            snprintf(h.host, sizeof h.host, "spare-%d", w - N);
-        if (ftrt__msg_send(fd, FTRT__MSG_HELLO, &h, sizeof h)) {
+            connect(fd, (struct sockaddr *)&sa, sizeof sa) || say_hello(fd, u)) {
+            fprintf(stderr, "coord_load: connect of %s %d failed: %s\n",
+                    opt_per_host ? "host" : "world rank", opt_per_host ? u : u + 1, strerror(errno));
             kill(coord_pid, SIGKILL);
             return 2;
         }
         fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-        a->fd = fd;
-        worker *k = &workers[(w - 1) % opt_threads];
-        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)w};
+        int w0 = opt_per_host ? hosts[u].first_w : u + 1;
+        worker *k = &workers[worker_of(w0)];
+        struct epoll_event ev = {.events = EPOLLIN,
+                                 .data.u32 = opt_per_host ? HOST_ID(u) : (uint32_t)w0};
+        if (opt_per_host) hosts[u].fd = fd;
+        else agents[w0].fd = fd;
         epoll_ctl(k->ep, EPOLL_CTL_ADD, fd, &ev);
-        atomic_store(&a->up, 1);
-        if (w % 4096 == 0)
-            fprintf(stderr, "coord_load: %d connected after %.2f s\n", w, ftrt__now() - t_connect0);
+        for (int i = 0; i < (opt_per_host ? hosts[u].n : 1); i++)
+            atomic_store(&agents[w0 + i].up, 1);
+        int w1 = w0 + (opt_per_host ? hosts[u].n : 1) - 1; /* (every 4,096 ranks) */
+        if (w1 / 4096 != (w0 - 1) / 4096)
+            fprintf(stderr, "coord_load: %d connected after %.2f s\n", w1, ftrt__now() - t_connect0);
         /* (The coordinator accepts while this loop runs; a full backlog slows connect() down.) */
     }
     int ok = ev_wait(EV_WELCOME, W - 1, 600.0);
@@ -903,7 +1294,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < opt_threads; i++) {
         worker *k = &workers[i];
         pthread_mutex_lock(&k->lock); /* (the worker reads them once job_started is set) */
-        for (int j = 0; j < k->n; j++) {
+        for (int j = 0; j < k->na; j++) {
             agent *a = k->a[j];
             a->t_base = t_job0;
             a->t_wall_base = t_job0_wall;
@@ -982,31 +1373,38 @@ int main(int argc, char **argv)
 
     /* Crash and silence trials. */
     srand(opt_seed);
-    int ntrial = opt_kills + opt_silents;
+    int nrank_trials = opt_kills + opt_silents;
+    int ntrial = nrank_trials + (opt_per_host > 0 ? opt_host_kills + opt_host_silents : 0);
+    double *hk_first = calloc((size_t)ntrial + 1, sizeof(double));
+    double *hk_plan = calloc((size_t)ntrial + 1, sizeof(double));
+    double *hq_first = calloc((size_t)ntrial + 1, sizeof(double));
+    double *hq_plan = calloc((size_t)ntrial + 1, sizeof(double));
+    int nhk = 0, nhq = 0;
     double *mttd = calloc((size_t)ntrial + 1, sizeof(double));
     double *fan = calloc((size_t)ntrial + 1, sizeof(double));
     double *plan_f = calloc((size_t)ntrial + 1, sizeof(double));
     double *plan_l = calloc((size_t)ntrial + 1, sizeof(double));
     double *sil = calloc((size_t)ntrial + 1, sizeof(double));
+    double *plan_b = calloc((size_t)ntrial + 1, sizeof(double));
     int nk = 0, ns = 0, np = 0, epoch = 0;
     for (int tr = 0; tr < ntrial; tr++) {
-        int silent = tr >= opt_kills;
-        int victim = -1;
-        for (int tries = 0; tries < 100000 && victim < 0; tries++) {
-            int w = 1 + rand() % (W - 1);
-            if (atomic_load(&agents[w].role) == FTRT__ROLE_TRAINER &&
-                atomic_load(&agents[w].state) == ST_ALIVE)
-                victim = w;
-        }
+        int silent = tr >= opt_kills && tr < nrank_trials;
+        int host_trial = tr >= nrank_trials, host_silent = tr >= nrank_trials + opt_host_kills;
+        int victim = host_trial ? pick_host() : pick_rank();
         if (victim < 0) break;
         ev_reset();
+        atomic_store(&plan_bytes, 0);
         pthread_mutex_lock(&ev_lock);
         expect_epoch = ++epoch;
         pthread_mutex_unlock(&ev_lock);
         atomic_store(&trial_open, 1);
-        post(silent ? CMD_SILENCE : CMD_KILL, victim, 0);
-        /* Survivors: every trainer but the victim gets the FAILURE (the spare does not). */
-        int got = ev_wait(EV_FAILURE, N - 1, opt_timeout_ms / 1000.0 + 30);
+        post(host_trial ? (host_silent ? CMD_SILENCE_HOST : CMD_KILL_HOST)
+                        : (silent ? CMD_SILENCE : CMD_KILL),
+             victim, 0);
+        /* Survivors: every trainer but the victims gets the FAILURE (the spares do not; a lost
+         * host's ranks cannot). */
+        int lost = host_trial ? hosts[agents[victim].host].n : 1;
+        int got = ev_wait(EV_FAILURE, N - lost, opt_timeout_ms / 1000.0 + 30);
         double ff, fl;
         ev_get(EV_FAILURE, &ff, &fl);
         pthread_mutex_lock(&ev_lock);
@@ -1014,13 +1412,16 @@ int main(int argc, char **argv)
         pthread_mutex_unlock(&ev_lock);
         if (!got) {
             fprintf(stderr, "coord_load: trial %d: %d of %d FAILURE received\n", tr,
-                    ev_get(EV_FAILURE, NULL, NULL), N - 1);
+                    ev_get(EV_FAILURE, NULL, NULL), N - lost);
             fails++;
             atomic_store(&trial_open, 0);
             break;
         }
-        if (silent) {
-            sil[ns++] = ff - (t_ref + opt_timeout_ms / 1000.0);
+        double t_exp = t_ref + (silent || host_silent ? opt_timeout_ms / 1000.0 : 0);
+        if (host_trial) {
+            /* (the PLAN goes out once every rank of the host was declared and replaced) */
+        } else if (silent) {
+            sil[ns++] = ff - t_exp;
         } else {
             mttd[nk] = ff - t_ref;
             fan[nk++] = fl - t_ref;
@@ -1036,8 +1437,17 @@ int main(int argc, char **argv)
         double rl, pf, pl;
         ev_get(EV_REPORT_SENT, NULL, &rl);
         ev_get(EV_PLAN, &pf, &pl);
-        plan_f[np] = pf - rl;
-        plan_l[np++] = pl - rl;
+        if (host_trial && host_silent) {
+            hq_first[nhq] = ff - t_exp;
+            hq_plan[nhq++] = pf - t_exp;
+        } else if (host_trial) {
+            hk_first[nhk] = ff - t_exp;
+            hk_plan[nhk++] = pf - t_exp;
+        } else {
+            plan_b[np] = (double)atomic_load(&plan_bytes);
+            plan_f[np] = pf - rl;
+            plan_l[np++] = pl - rl;
+        }
         atomic_store(&trial_open, 0);
         usleep(500000); /* the coordinator takes the RESUMEDs and is back to running */
     }
@@ -1082,11 +1492,16 @@ int main(int argc, char **argv)
 
     double cmf50 = quant(cm_first, ncm, 0.5), cml50 = quant(cm_last, ncm, 0.5),
            cmlmax = ncm ? cm_last[ncm - 1] : NAN;
-    double mttd50 = quant(mttd, nk, 0.5), mttdmax = nk ? mttd[nk - 1] : NAN;
+    double mttd50 = quant(mttd, nk, 0.5), mttd99 = quant(mttd, nk, 0.99),
+           mttdmax = nk ? mttd[nk - 1] : NAN;
+    double hk50 = quant(hk_first, nhk, 0.5), hkmax = nhk ? hk_first[nhk - 1] : NAN;
+    double hkp50 = quant(hk_plan, nhk, 0.5), hkpmax = nhk ? hk_plan[nhk - 1] : NAN;
+    double hq50 = quant(hq_first, nhq, 0.5), hqmax = nhq ? hq_first[nhq - 1] : NAN;
+    double hqpmax = quant(hq_plan, nhq, 1.0);
     double fan50 = quant(fan, nk, 0.5), fanmax = nk ? fan[nk - 1] : NAN;
     double sil50 = quant(sil, ns, 0.5), silmax = ns ? sil[ns - 1] : NAN;
     double pf50 = quant(plan_f, np, 0.5), pl50 = quant(plan_l, np, 0.5),
-           plmax = np ? plan_l[np - 1] : NAN;
+           plmax = np ? plan_l[np - 1] : NAN, pb50 = quant(plan_b, np, 0.5);
     int fp = atomic_load(&unexpected_eof) + atomic_load(&unexpected_failure);
     printf("commit (last SHARD_DONE -> COMMIT, %d): first p50 %.1f ms, last p50 %.1f ms max "
            "%.1f ms\n", ncm, cmf50 * 1e3, cml50 * 1e3, cmlmax * 1e3);
@@ -1094,8 +1509,15 @@ int main(int argc, char **argv)
            "ms max %.1f ms\n", nk, mttd50 * 1e3, mttdmax * 1e3, fan50 * 1e3, fanmax * 1e3);
     printf("silence (timeout expiry -> FAILURE, %d): p50 %.2f ms max %.2f ms\n", ns, sil50 * 1e3,
            silmax * 1e3);
-    printf("plan (last REPORT -> PLAN, %d): first p50 %.1f ms, last p50 %.1f ms max %.1f ms\n",
-           np, pf50 * 1e3, pl50 * 1e3, plmax * 1e3);
+    if (opt_per_host > 0)
+        printf("host lost (%d ranks per host agent; kill: close -> first FAILURE, %d: p50 %.2f ms "
+               "max %.2f ms; -> PLAN with every rank of the host replaced p50 %.1f ms max %.1f ms; "
+               "cut: timeout expiry -> first FAILURE, %d: p50 %.2f ms max %.2f ms, -> PLAN max "
+               "%.1f ms)\n", opt_per_host, nhk, hk50 * 1e3, hkmax * 1e3, hkp50 * 1e3,
+               hkpmax * 1e3, nhq, hq50 * 1e3, hqmax * 1e3, hqpmax * 1e3);
+    printf("plan (last REPORT -> PLAN, %d): first p50 %.1f ms, last p50 %.1f ms max %.1f ms; "
+           "PLAN bytes to all members per recovery p50 %.0f, largest message %lld\n",
+           np, pf50 * 1e3, pl50 * 1e3, plmax * 1e3, pb50, (long long)atomic_load(&plan_msg_max));
     printf("false positives %d (connections closed %d, failures %d); aborts %d; sends that "
            "found a full socket %d; coordinator silence at the agents over the whole run max "
            "%.0f ms; RSS at the end %.1f MiB (peak %.1f); end (last BYE -> exit) %.2f s\n",
@@ -1107,36 +1529,55 @@ int main(int argc, char **argv)
            "commit_first_ms=%.2f commit_last_ms=%.2f commit_max_ms=%.2f mttd_p50_ms=%.3f "
            "mttd_max_ms=%.3f fanout_p50_ms=%.2f fanout_max_ms=%.2f silent_p50_ms=%.2f "
            "silent_max_ms=%.2f plan_first_ms=%.2f plan_last_ms=%.2f plan_max_ms=%.2f "
+           "plan_bytes=%.0f plan_msg_max=%lld "
            "false_pos=%d aborts=%d tx_blocked=%d end_s=%.3f kills=%d silents=%d commits=%d "
-           "fails=%d\n",
+           "fails=%d per_host=%d hosts=%d mttd_p99_ms=%.3f hostkill_p50_ms=%.3f "
+           "hostkill_max_ms=%.3f hostkill_plan_p50_ms=%.2f hostkill_plan_max_ms=%.2f "
+           "hostcut_p50_ms=%.3f hostcut_max_ms=%.3f hostcut_plan_max_ms=%.2f\n",
            N, opt_s, W, startup, cpu, gen_cpu, rss_steady, rss_end, hwm, p50 * 1e3, p99 * 1e3,
            pmax * 1e3, gap_steady * 1e3, gap_all * 1e3, (hb1 - hb0) / dt, hb_expected(W),
            late_steady * 1e3, cmf50 * 1e3, cml50 * 1e3, cmlmax * 1e3, mttd50 * 1e3,
            mttdmax * 1e3, fan50 * 1e3, fanmax * 1e3, sil50 * 1e3, silmax * 1e3, pf50 * 1e3,
-           pl50 * 1e3, plmax * 1e3, fp, atomic_load(&aborts), atomic_load(&tx_blocked), end_s,
-           nk, ns, ncm, fails);
+           pl50 * 1e3, plmax * 1e3, pb50, (long long)atomic_load(&plan_msg_max), fp,
+           atomic_load(&aborts), atomic_load(&tx_blocked), end_s,
+           nk, ns, ncm, fails, opt_per_host, nhosts, mttd99 * 1e3, hk50 * 1e3, hkmax * 1e3,
+           hkp50 * 1e3, hkpmax * 1e3, hq50 * 1e3, hqmax * 1e3, hqpmax * 1e3);
     fflush(stdout);
     if (!opt_keep && !opt_dir[0]) {
         char cmdl[800];
         snprintf(cmdl, sizeof cmdl, "rm -rf '%s'", dir);
         if (system(cmdl) != 0) fprintf(stderr, "coord_load: could not remove %s\n", dir);
     }
-    int complete = nk == opt_kills && ns == opt_silents && ncm == opt_commits;
+    int complete = nk == opt_kills && ns == opt_silents && ncm == opt_commits &&
+                   (opt_per_host <= 0 || (nhk == opt_host_kills && nhq == opt_host_silents));
     free(cm_first);
     free(cm_last);
     free(mttd);
     free(fan);
     free(plan_f);
     free(plan_l);
+    free(plan_b);
     free(sil);
+    free(hk_first);
+    free(hk_plan);
+    free(hq_first);
+    free(hq_plan);
     for (int w = 1; w < W; w++) {
         if (agents[w].fd >= 0) close(agents[w].fd);
         free(agents[w].rx);
         free(agents[w].tx);
     }
+    for (int h = 0; h < nhosts; h++) {
+        if (hosts[h].fd >= 0) close(hosts[h].fd);
+        free(hosts[h].rx);
+        free(hosts[h].tx);
+    }
+    free(hosts);
     for (int i = 0; i < opt_threads; i++) {
         close(workers[i].ep);
         close(workers[i].evfd);
+        free(workers[i].hs);
+        free(workers[i].beat);
         free(workers[i].a);
         free(workers[i].buf);
         pthread_mutex_destroy(&workers[i].lock);

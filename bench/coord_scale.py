@@ -1,15 +1,21 @@
 #!/usr/bin/env python3
-"""coord_scale.py - the coordinator at scale, before and after, in one run (README "The
-coordinator at scale").
+"""coord_scale.py - the coordinator at scale, before and after, in one run (docs/benchmarks.md
+"Coordinator at scale").
 
-Runs bench/coord_load (see its header) with each binary given, at each size, one after the
-other (before then after at each size, so that both see the same machine state), and prints
-one table: the figures of each binary and the ratio after / before.
+Runs bench/coord_load (see its header) at each size: the --before binary and the --after
+binary with one TCP connection per simulated rank, and, with --per-host K, the --after binary
+again with host agents (K ranks per simulated host: one connection per host, heartbeats
+batched, rank deaths reported by the host agent, and whole hosts killed and cut off), one after
+the other at each size so that all see the same machine state; then prints one table per size:
+the figures of each run and the ratios to the before run.
 
-Usage: bench/coord_scale.py [--before BIN] [--after BIN] [--threads T] [--steady S]
-                            [--kills K] [--silents Q] [--commits C] [--spares S] N [N ...]
---before is optional (without it, only the after column is printed). Each run is bounded by
---limit seconds (default 580). Exit status 0 when every run of --after passed.
+Usage: bench/coord_scale.py [--before BIN] --after BIN [--per-host K [--hosts-only]] [--host-kills H]
+                            [--host-silents G] [--threads T] [--steady S] [--kills K]
+                            [--silents Q] [--commits C] [--spares S] [--limit SECONDS] N [N ...]
+--before is optional (without it, only the after columns are printed); --hosts-only runs only
+the host agents' column (for sizes where one connection per rank does not fit the machine). Each run is bounded by
+--limit seconds (default 580); a run that does not finish in time prints what it measured so
+far and its column shows "-". Exit status 0 when every run of --after passed.
 """
 import os
 import subprocess
@@ -24,37 +30,60 @@ COLS = [  # (RESULT key, label, format)
     ("probe_p99_ms", "loop latency p99 (ms)", "{:.2f}"),
     ("gap_steady_ms", "longest coordinator silence at an agent, steady (ms)", "{:.0f}"),
     ("gap_all_ms", "longest coordinator silence at an agent, whole run (ms)", "{:.0f}"),
-    ("mttd_p50_ms", "crash: close -> first FAILURE p50 (ms)", "{:.2f}"),
-    ("mttd_max_ms", "crash: close -> first FAILURE max (ms)", "{:.2f}"),
-    ("fanout_max_ms", "crash: close -> last survivor's FAILURE max (ms)", "{:.1f}"),
-    ("silent_max_ms", "silence: timeout expiry -> FAILURE max (ms)", "{:.2f}"),
+    ("mttd_p50_ms", "rank crash: detection -> first FAILURE p50 (ms)", "{:.2f}"),
+    ("mttd_p99_ms", "rank crash: detection -> first FAILURE p99 (ms)", "{:.2f}"),
+    ("fanout_max_ms", "rank crash: -> last survivor's FAILURE max (ms)", "{:.1f}"),
+    ("silent_max_ms", "rank silence: timeout expiry -> FAILURE max (ms)", "{:.2f}"),
+    ("hostkill_p50_ms", "host killed: close -> first FAILURE p50 (ms)", "{:.2f}"),
+    ("hostkill_plan_max_ms", "host killed: close -> PLAN (all its ranks replaced) max (ms)",
+     "{:.1f}"),
+    ("hostcut_max_ms", "host cut off: timeout expiry -> first FAILURE max (ms)", "{:.2f}"),
+    ("hostcut_plan_max_ms", "host cut off: timeout expiry -> PLAN max (ms)", "{:.1f}"),
     ("plan_last_ms", "last REPORT -> last PLAN p50 (ms)", "{:.1f}"),
+    ("plan_bytes", "PLAN bytes to all members per recovery, p50", "{:.0f}"),
+    ("plan_msg_max", "largest PLAN message (bytes)", "{:.0f}"),
     ("commit_last_ms", "last SHARD_DONE -> last COMMIT p50 (ms)", "{:.1f}"),
     ("rss_mib", "RSS, steady (MiB)", "{:.1f}"),
     ("hwm_mib", "peak RSS (MiB)", "{:.1f}"),
     ("startup_s", "start-up: connect + hello of all (s)", "{:.2f}"),
     ("end_s", "last BYE -> coordinator exit (s)", "{:.2f}"),
     ("false_pos", "false positives", "{:.0f}"),
-    ("hb_rate", "heartbeats sent by the generator (/s)", "{:.0f}"),
+    ("hb_rate", "heartbeat messages sent by the generator (/s)", "{:.0f}"),
     ("gen_cpu", "generator CPU (cores)", "{:.2f}"),
 ]
 
 
-def run(binary, n, args):
-    cmd = [binary, "-n", str(n), "-s", str(args.spares), "--steady", str(args.steady),
-           "--kills", str(args.kills), "--silents", str(args.silents), "--commits",
-           str(args.commits), "--threads", str(args.threads)]
+def show(out, err):
+    for line in (out or "").splitlines():
+        if not line.startswith("RESULT"):
+            print("  " + line)
+    for line in (err or "").splitlines()[:8]:
+        print("  ! " + line)
+
+
+def text(b):
+    return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+
+
+def run(binary, n, args, per_host=0):
+    spares = args.spares
+    cmd = [binary, "-n", str(n), "--steady", str(args.steady), "--kills", str(args.kills),
+           "--silents", str(args.silents), "--commits", str(args.commits), "--threads",
+           str(args.threads)]
+    if per_host:
+        need = args.kills + args.silents + per_host * (args.host_kills + args.host_silents)
+        spares = max(spares, -(-need // per_host) * per_host)  # whole spare hosts
+        cmd += ["--per-host", str(per_host), "--host-kills", str(args.host_kills),
+                "--host-silents", str(args.host_silents)]
+    cmd[3:3] = ["-s", str(spares)]
     print("$ " + " ".join(cmd), flush=True)
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.limit)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as e:
+        show(text(e.stdout), text(e.stderr))
         print(f"  timed out after {args.limit} s", flush=True)
         return None, 1
-    for line in p.stdout.splitlines():
-        if not line.startswith("RESULT"):
-            print("  " + line)
-    for line in p.stderr.splitlines()[:8]:
-        print("  ! " + line)
+    show(p.stdout, p.stderr)
     res = None
     for line in p.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -69,10 +98,42 @@ def run(binary, n, args):
     return res, p.returncode
 
 
+def fmt(res, key, f):
+    if res is None or key not in res or res[key] != res[key]:  # missing or NaN
+        return "-"
+    return f.format(res[key])
+
+
+def ratio(before, after, key):
+    if before and after and key in before and key in after:
+        x, y = before[key], after[key]
+        if x == x and y == y and x > 0:
+            return f"{y / x:.2f}"
+    return "-"
+
+
+def table(n, args, runs):
+    names = [name for name, _ in runs]
+    print(f"N = {n} trainers")
+    cols = names + ([f"{nm} / before" for nm in names[1:]] if names[0] == "before" else [])
+    print("| figure | " + " | ".join(cols) + " |")
+    print("|---|" + "---:|" * len(cols))
+    before = runs[0][1] if runs[0][0] == "before" else None
+    for key, label, f in COLS:
+        cells = [fmt(res, key, f) for _, res in runs]
+        ratios = [ratio(before, res, key) for _, res in runs[1:]] if before else []
+        print(f"| {label} | " + " | ".join(cells + ratios) + " |")
+    print()
+
+
 def main():
     ap = example_args.Parser()
     ap.add_argument("--before")
     ap.add_argument("--after", required=True)
+    ap.add_argument("--per-host", type=int, default=0)
+    ap.add_argument("--hosts-only", action="store_true")
+    ap.add_argument("--host-kills", type=int, default=2)
+    ap.add_argument("--host-silents", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steady", type=float, default=10)
     ap.add_argument("--kills", type=int, default=5)
@@ -83,33 +144,23 @@ def main():
     ap.add_argument("sizes", type=int, nargs="+")
     args = ap.parse_args()
     example_args.check_paths(ap, args, inputs=("before", "after"))
-    rows = []
-    ok = True
+    tables, ok = [], True
     for n in args.sizes:
-        before = run(args.before, n, args)[0] if args.before else None
-        after, rc = run(args.after, n, args)
-        ok &= rc == 0
-        rows.append((n, before, after))
-
-    def fmt(res, key, f):
-        if res is None or key not in res or res[key] != res[key]:  # missing or NaN
-            return "-"
-        return f.format(res[key])
-
+        runs = []
+        if args.before:
+            runs.append(("before", run(args.before, n, args)[0]))
+        if not (args.hosts_only and args.per_host):
+            res, rc = run(args.after, n, args)
+            ok &= rc == 0
+            runs.append(("after", res))
+        if args.per_host:
+            res, rc = run(args.after, n, args, args.per_host)
+            ok &= rc == 0
+            runs.append((f"after, {args.per_host} per host agent", res))
+        tables.append((n, runs))
     print()
-    for n, before, after in rows:
-        print(f"N = {n} trainers + {args.spares} spares")
-        print("| figure | before | after | after / before |")
-        print("|---|---:|---:|---:|")
-        for key, label, f in COLS:
-            b, a = fmt(before, key, f), fmt(after, key, f)
-            ratio = "-"
-            if before and after and key in before and key in after:
-                x, y = before[key], after[key]
-                if x == x and y == y and x > 0:
-                    ratio = f"{y / x:.2f}"
-            print(f"| {label} | {b} | {a} | {ratio} |")
-        print()
+    for n, runs in tables:
+        table(n, args, runs)
     return 0 if ok else 1
 
 

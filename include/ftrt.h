@@ -218,6 +218,12 @@ typedef struct ftrt_config {
                                  default) or every K > 0 steps in ftrt_step_done(); a recovery
                                  then takes a lost rank's shard from its partner's memory instead
                                  of the disk. -1 = off */
+    int host_agents;          /* FTRT_HOST_AGENTS: 1 (default) = the ranks of each host reach
+                                 the coordinator through one host agent, a thread in one of them
+                                 that batches their heartbeats and relays their messages
+                                 (docs/detection-and-recovery.md "Host agents"); the ranks of
+                                 the coordinator's host connect to it directly. 0 = each rank has
+                                 its own TCP connection */
 } ftrt_config;
 
 /* FTRT_CKPT_POLICY values. */

@@ -50,6 +50,7 @@ static void ctx_free(ftrt_ctx *ctx)
     ftrt__agent_stop(ctx);
     ftrt__ckpt_engine_free(ctx->ckpt); /* after the agent: it calls into the engine */
     free(ctx->cp.plan);
+    free(ctx->cp.members);
     free(ctx->plan);
     free(ctx->regs);
     free(ctx->step_s);
@@ -133,6 +134,7 @@ static int init_ctx(ftrt_ctx *ctx, const ftrt_config *cfg)
     ctx->t_start = ftrt__now();
     ftrt__replica_free(ctx); /* no partner replicas yet (steps -1) */
     ctx->cp.fd = -1;
+    ctx->cp.logical = -1;
     ctx->cp.wake[0] = ctx->cp.wake[1] = -1;
     ctx->hostif = ftrt__host_of(ctx);
     ftrt__plane_init(&ctx->plane, &ctx->watch, ctx->hostif, ctx->cfg.async_progress,
@@ -196,11 +198,14 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
 
     /* World rank 0 opens the control plane and broadcasts where it is (or its error). */
     bootstrap b = {.rc = rc};
-    int listen_fd = -1;
+    int listen_fd = -1, local_fd = -1;
     if (ctx->world_rank == 0 && !rc) {
         listen_fd = ftrt__listen(ctx->cfg.coord_addr, b.addrs, sizeof b.addrs, &b.port);
         if (listen_fd < 0) b.rc = listen_fd;
         else if ((b.rc = ftrt__random(&b.secret, sizeof b.secret)) != 0) close(listen_fd);
+        /* The coordinator's mark on this host, before any other rank learns the secret: the
+         * ranks of this host connect to the coordinator directly, not through a host agent. */
+        if (!b.rc && ctx->cfg.host_agents) local_fd = ftrt__local_mark(b.secret);
         if (!b.rc) {
             /* Every rank learns it at once: a job that cannot checkpoint (nor write its status
              * file, which lives there by default) does not start. */
@@ -215,6 +220,7 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
         }
     }
     if (MPI_Bcast(&b, sizeof b, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) b.rc = FTRT_EMPI;
+    if (b.rc && local_fd >= 0) close(local_fd);
     if (b.rc) {
         if (ctx->mpi_initialized_by_us) MPI_Finalize();
         ctx_free(ctx);
@@ -235,7 +241,8 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
                                .ntrainers = ctx->ntrainers_initial, .t_start = ctx->t_start,
                                .t_start_wall = ctx->ledger.t_open,
                                .status_file = ctx->status_file, .host = ctx->host,
-                               .addr = ctx->coord_addr, .port = ctx->coord_port};
+                               .addr = ctx->coord_addr, .port = ctx->coord_port,
+                               .mark_fd = local_fd};
         int res = ftrt__coordinator_run(&ca, listen_fd, b.secret);
         ctx->ranks_lost = ca.ranks_lost;
         ctx->coord_aborted = ca.aborted;

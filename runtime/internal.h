@@ -32,8 +32,15 @@
 typedef struct ftrt__cp {
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    pthread_mutex_t send_lock; /* serializes writers of fd */
+    pthread_mutex_t send_lock; /* serializes writers of fd; guards fd, hosted, fell_back, kept */
     int fd;
+    int hosted;    /* a host agent serves this rank (it said HOSTED) */
+    int fell_back; /* the host agent was lost: fd is the coordinator's own connection now */
+    uint64_t secret;
+    struct {       /* the newest REPORT, RESUMED, BYE and two SHARD_DONEs sent (agent.c) */
+        uint32_t type, len;
+        unsigned char payload[128];
+    } kept[5];
     int wake[2]; /* pipe: wakes the agent to stop */
     pthread_t thread;
     int thread_started;
@@ -47,8 +54,12 @@ typedef struct ftrt__cp {
     /* guarded by lock */
     int welcomed;
     ftrt__welcome welcome;
-    ftrt__plan *plan; /* newest PLAN received (malloc'd) */
+    ftrt__plan *plan; /* newest PLAN received, expanded (malloc'd; base/proto.h) */
     size_t plan_len;
+    int32_t *members; /* the membership as of the newest plan (WELCOME: the initial one), by
+                         logical rank, nmembers entries (malloc'd; NULL for a spare) */
+    int nmembers;
+    int logical;      /* this rank's logical rank in it (-1: a spare) */
     int64_t commit_step;
     int commit_result;
     int commit_seen;
@@ -104,6 +115,7 @@ struct ftrt_ctx {
 
     ftrt__plane plane;
     ftrt__cp cp;
+    struct ftrt__hostagent *ha; /* this host's agent when it lives in this process (hostagent.c) */
     ftrt__replica rep; /* application thread only */
 
     /* step timing for the report */
@@ -175,6 +187,29 @@ int ftrt__agent_send(struct ftrt_ctx *ctx, uint32_t type, const void *payload, u
 void ftrt__agent_stop(struct ftrt_ctx *ctx);
 /* Waits (cp.lock held by the caller) on cp.cond for at most ms milliseconds. */
 void ftrt__cp_wait(struct ftrt_ctx *ctx, int ms);
+
+/* ---- host agent (hostagent.c; docs/detection-and-recovery.md "Host agents") ---- */
+typedef struct ftrt__hostagent_args {
+    uint64_t secret;          /* the job's hello secret */
+    const char *addrs;        /* the coordinator's addresses (ftrt__connect_any) and port */
+    int port;
+    int world_rank;           /* of the process the agent runs in */
+    const char *host;         /* this host's name */
+    int heartbeat_ms, heartbeat_timeout_ms, init_timeout_ms; /* the job's settings */
+} ftrt__hostagent_args;
+struct ftrt__hostagent;
+/* Starts this host's agent on lfd, the host's local socket, listening (owned): a thread that
+ * connects to the coordinator (HOST_HELLO), serves the ranks that connect to lfd (their HELLO
+ * answered with HOSTED and relayed, their HEARTBEATs batched into one HOST_BEAT per period,
+ * their other messages relayed, the coordinator's RELAY and MULTI delivered, a PING to each
+ * every period), reports a rank whose socket closes without BYE or that falls silent
+ * (RANK_LOST), and tells every rank when the coordinator is lost (COORD_LOST). *out receives
+ * it. a's strings are copied. Returns 0 or -errno (thread, memory; lfd closed). */
+int ftrt__hostagent_start(struct ftrt__hostagent **out, int lfd, const ftrt__hostagent_args *a);
+/* Stops taking new ranks and, once the ranks it serves have all closed their sockets or
+ * wait_s seconds passed, closes the coordinator's connection and joins the thread; frees it.
+ * NULL is a no-op. */
+void ftrt__hostagent_stop(struct ftrt__hostagent *ha, double wait_s);
 
 /* ---- recovery (recovery.c) ---- */
 /* Bytes per chunk of the recovery's state transfer (comm/transfer.h). */

@@ -1,20 +1,31 @@
 /*
- * coord.h - the coordinator's state (private to runtime/coordinator/).
- * Only the coordinator's (world rank 0's) main thread touches it.
+ * coord.h - the coordinator's state and the interfaces between its files (private to
+ * runtime/coordinator/). Only the coordinator's (world rank 0's) main thread touches it.
+ *
+ * The files, each calling only those listed before it (tools/check-layers refuses object
+ * cycles): conn.c (connections, sends, the silence watch, PINGs, the listener), job.c (the
+ * job's start, end and abort, fencing), commits.c (checkpoint commits), epoch.c (the epoch
+ * change: FAILURE out, REPORTs in, PLAN out, RESUMEDs in), failure.c (a rank declared failed:
+ * the incident, host loss, the spare), sdc_vote.c (silent data corruption: the vote on
+ * fingerprints), progress.c (stalled progress and stragglers), service.c (reading a rank's
+ * messages, silence timeouts) and coordinator.c (the loop: open, iterate, periodic work,
+ * close). plan.c holds their pure decisions (plan.h); names.c, status.c, report.c and
+ * goodput.c the outputs.
  */
 #ifndef FTRT_COORD_H
 #define FTRT_COORD_H
 
 #include <json-c/json.h>
 
-#include "base/fs.h"
-#include "runtime/coordinator/track.h"
 #include <stdio.h>
 
 #include "base/clock.h"
+#include "base/fs.h"
 #include "base/ledger.h"
 #include "base/proto.h"
 #include "runtime/coordinator/coordinator.h"
+#include "runtime/coordinator/plan.h"
+#include "runtime/coordinator/track.h"
 
 enum ftrt__phase { PH_INIT, PH_RUNNING, PH_COLLECT, PH_RESUMING, PH_ABORTING, PH_DONE };
 /* How a failure was detected. FK_SDC: silent data corruption, the rank's replicated regions
@@ -34,15 +45,35 @@ typedef struct ftrt__sdc_fp {
     double t; /* monotonic: when it arrived */
 } ftrt__sdc_fp;
 
+/* A node of the silence watch (conn.c "ftrt__silence_"): a list of the connections ordered by
+ * the time each was last heard, oldest first. Ids: world rank w for a rank's own connection,
+ * W + h for host agent h's; 0 = none. */
+typedef struct ftrt__wnode {
+    int prev, next, on;
+} ftrt__wnode;
+
+/* A host agent's connection (runtime/hostagent.c): it carries the ranks of one host. */
+typedef struct ftrt__hlink {
+    int fd;             /* -1 once lost */
+    ftrt__rxbuf rx;
+    double last_heard;  /* monotonic */
+    ftrt__wnode wn;
+    int agent_w, pid;   /* the process the agent lives in */
+    char host[FTRT__HOST_MAX];
+    int nranks;         /* ranks it serves now */
+} ftrt__hlink;
+
 typedef struct ftrt__crank {
-    int fd;
+    int fd;             /* its own connection (TCP, or Unix on the coordinator's host), or -1 */
+    int link;           /* else the host agent serving it (index into c->hl), or -1 */
     ftrt__rxbuf rx;
     int hello, pid, role, logical;
     char host[FTRT__HOST_MAX];
     double last_heard; /* monotonic */
-    /* the silence watch (coordinator.c "watch_"): a list of the connected ranks ordered by
-     * last_heard, oldest first; world ranks, 0 = none */
-    int watch_prev, watch_next, watched;
+    ftrt__wnode wn;    /* its own connection in the silence watch */
+    double orphan_until; /* > 0: its host agent was lost; it may come back until then */
+    double lost_t;       /* monotonic: when its host agent was lost (0: never) */
+    int orphan_kind;     /* the failure kind if it does not */
     int64_t steps_done;
     int64_t waits;      /* collective waits entered (heartbeat) */
     double compute_s;   /* time outside collective waits (heartbeat) */
@@ -91,7 +122,7 @@ typedef struct ftrt__incident {
     int64_t resume_step, rework_steps;
     int state_from; /* where the resume step's state came from: FTRT__FROM_* */
     int replica_miss; /* sharded state from the checkpoint: why not from the partner replicas
-                         (FTRT__RMISS_*, coordinator.h); FTRT__RMISS_NONE otherwise */
+                         (FTRT__RMISS_*, plan.h); FTRT__RMISS_NONE otherwise */
     int recovered;
     int host_lost; /* every rank of this rank's host failed (check_host_lost) */
     /* FK_SDC only: the step whose fingerprints disagreed, the last step at which they all
@@ -103,11 +134,21 @@ typedef struct ftrt__incident {
 } ftrt__incident;
 
 /* Fingerprints of one (epoch, step) received so far, to compare the step once, when the last
- * member's arrives (coordinator.c sdc_take). */
+ * member's arrives (sdc_vote.c ftrt__sdc_vote_take). */
 typedef struct ftrt__sdc_count {
     int64_t step;
     int epoch, count;
 } ftrt__sdc_count;
+
+/* Scratch arrays of W entries each (no O(W) arrays on the stack), allocated once by
+ * coordinator.c. */
+typedef struct ftrt__coord_scratch {
+    int *i;               /* sdc_vote.c: world ranks of the replicas voted bad */
+    double *d1, *d2, *d3; /* progress.c: step times, compute per step, a sorted copy */
+    uint64_t *u64;        /* sdc_vote.c: the members' fingerprints of one step */
+    unsigned char *b;     /* sdc_vote.c: the verdict per member */
+    int *fan;             /* job.c, epoch.c: the world ranks of one fan-out */
+} ftrt__coord_scratch;
 
 typedef struct ftrt__coord {
     ftrt__coord_args *a; /* what the runtime gave (coordinator.h) */
@@ -139,7 +180,7 @@ typedef struct ftrt__coord {
     int64_t progress_steps;
     double progress_t;
     int final_written; /* the report is written: the status file's last write says "final" */
-    /* silent data corruption check (FINGERPRINT messages; coordinator.c "sdc_") */
+    /* silent data corruption check (FINGERPRINT messages; sdc_vote.c) */
     int sdc_checks;            /* steps whose fingerprints were compared */
     int64_t sdc_agreed_step;   /* last step at which every member's fingerprint agreed, or -1 */
     double sdc_agreed_t;       /* monotonic: the first arrival of that step's fingerprints */
@@ -153,9 +194,21 @@ typedef struct ftrt__coord {
     int sdc_uncommitted;       /* checkpoints the last sdc_distrust() un-committed */
     ftrt__incident sdc_cur;    /* the SDC being reported: add_incident() copies its sdc_ fields */
     ftrt__sdc_count sdc_count[2 * FTRT__SDC_KEEP];
-    /* the loop at scale (coordinator.c; README "The coordinator at scale") */
-    int ep;                    /* epoll instance: listener, pending connections, ranks, commits */
-    int watch_head, watch_tail; /* the silence watch (world ranks, 0 = empty) */
+    /* the loop at scale (docs/detection-and-recovery.md "Control plane") */
+    int ep;                    /* epoll instance: listeners, pending connections, ranks, host
+                                  agents, commits (keys: FTRT__KEY) */
+    int watch_head, watch_tail; /* the silence watch (ids, 0 = empty) */
+    ftrt__hlink *hl;           /* host agents' connections, nhl of them (capacity W) */
+    int nhl;
+    int norphans;              /* ranks whose host agent was lost, not back yet */
+    int *mc_list, *mc_cnt, *mc_off; /* ftrt__coord_multicast's scratch (W entries each) */
+    double epoch_t_fail;       /* the current epoch's FAILURE: its failure time (wall) */
+    int mark_fd;               /* the coordinator's mark on its host (ftrt__local_mark), or -1 */
+    uint64_t secret;           /* the job's hello secret */
+    int hb_ms;                 /* the heartbeat period the WELCOME asks for */
+    ftrt__plan_msg *plan_delta, *plan_full; /* the current epoch's PLANs (until resumed) */
+    size_t plan_delta_len, plan_full_len;
+    ftrt__ckpt_msg last_commit; /* the newest COMMIT sent (step -1: none) */
     int nhello;                /* ranks that said a valid hello */
     int nfailed;               /* ranks declared failed (role FTRT__ROLE_FAILED) */
     int nreports, nresumed;    /* REPORTs / RESUMEDs of the current epoch's members so far */
@@ -166,14 +219,160 @@ typedef struct ftrt__coord {
     double status_cost;        /* seconds the last status file write took */
     struct ftrt__committer *committer; /* commits run off the loop (committer.h) */
     int64_t commit_submitted;  /* highest step handed to the committer, or -1 */
-    /* scratch arrays of W entries (no O(W) arrays on the stack) */
-    int64_t *s_i64;
-    int *s_int;
-    double *s_d1, *s_d2, *s_d3;
-    uint64_t *s_u64;
-    unsigned char *s_b;
+    ftrt__coord_scratch s;     /* scratch arrays of W entries */
+    struct ftrt__listener *lis; /* the listening socket and the connections without a hello */
 } ftrt__coord;
 
+/* epoll keys of c->ep: kind << 32 | index. */
+enum { FTRT__KEY_LISTEN = 1, FTRT__KEY_PENDING = 2, FTRT__KEY_RANK = 3, FTRT__KEY_COMMIT = 4,
+       FTRT__KEY_HOST = 5 };
+#define FTRT__KEY(kind, i) (((uint64_t)(kind) << 32) | (uint32_t)(i))
+
+/* ---- conn.c: connections, sends, the silence watch, PINGs, the listener ---- */
+/* Sends one message to world rank w: on its own connection, or through its host agent (a
+ * RELAY); nothing when it has neither. A failed send is logged (debug) and left to the
+ * connection's EOF. */
+void ftrt__coord_send(ftrt__coord *c, int w, uint32_t type, const void *p, uint32_t len);
+/* Sends one message to each of the n world ranks ws[] (the order is not kept): one send per
+ * rank with its own connection, one MULTI per host agent for the others (O(hosts) sends);
+ * then the PINGs that fell due. */
+void ftrt__coord_multicast(ftrt__coord *c, const int *ws, int n, uint32_t type, const void *p,
+                           uint32_t len);
+/* 1 when world rank w can be reached: its own connection or a host agent. */
+int ftrt__rank_connected(const ftrt__coord *c, int w);
+/* Takes world rank w off the control plane: closes its own connection (which takes it out of
+ * the epoll set) or detaches it from its host agent (CUT: the agent closes its socket), and
+ * takes it out of the watch. */
+void ftrt__coord_drop(ftrt__coord *c, int w);
+/* Closes host agent h's connection and takes it out of the watch (its ranks stay attached:
+ * the caller decides what becomes of them). */
+void ftrt__host_drop(ftrt__coord *c, int h);
+/* The silence watch over ids (world rank w, or W + h for host agent h). touch: id was just
+ * heard and moves to the tail; remove: it leaves the watch. O(1). */
+void ftrt__silence_touch(ftrt__coord *c, int id);
+void ftrt__silence_remove(ftrt__coord *c, int id);
+/* When id was last heard (monotonic). */
+double ftrt__silence_last(const ftrt__coord *c, int id);
+/* Sends the PINGs that fell due by `now`: every connection (a rank's own, or a host agent's)
+ * one per PING period, spread over it. */
+void ftrt__ping_due(ftrt__coord *c, double now);
+/* Called with the index k of every message of a fan-out to every rank: every 256 messages the
+ * PINGs that fell due go out, so that a long fan-out never starves a rank of messages. */
+void ftrt__fanout_pump(ftrt__coord *c, int k);
+/* Milliseconds epoll may wait: until the next PINGs fall due (batches at least 2 ms apart), the
+ * silence watch's head expires, or 10 ms (the periodic work). */
+int ftrt__coord_wait_ms(const ftrt__coord *c, double now);
+/* The listener: listen_fd (nonblocking from here on, owned: closed by ftrt__listener_close,
+ * or here when nothing could be allocated) joins c->ep; each rank may have one pending
+ * connection per address it was offered (naddr). Returns 0 or -errno / -ENOMEM (then call
+ * ftrt__listener_close). */
+int ftrt__listener_open(ftrt__coord *c, int listen_fd, int naddr, uint64_t secret);
+/* Accepts every waiting connection (KEY_LISTEN readable). */
+void ftrt__listener_accept(ftrt__coord *c);
+/* Reads pending connection idx (KEY_PENDING readable): a valid HELLO makes it world rank w's
+ * connection (KEY_RANK), a valid HOST_HELLO a host agent's (KEY_HOST); anything else closes it
+ * and counts it as rejected. Returns w when a rank that had joined before came back on its own
+ * connection (its host agent was lost: the caller catches it up), -(h + 1) when host agent h
+ * joined (the caller handles what came with its HOST_HELLO), else 0. */
+int ftrt__listener_identify(ftrt__coord *c, int idx);
+/* Closes pending connections that said no valid HELLO within 5 s (at most every 0.1 s). */
+void ftrt__listener_expire(ftrt__coord *c, double now);
+/* Closes the listener and every pending connection, frees it. */
+void ftrt__listener_close(ftrt__coord *c);
+
+/* ---- job.c: the job's start, end and abort ---- */
+/* Every rank said hello: WELCOME to each (role, logical rank, heartbeat period), PH_RUNNING. */
+void ftrt__job_start(ftrt__coord *c);
+/* Ends the job with `code` (logged with why): members get ABORT, spares SHUTDOWN with the code
+ * (< 0: the job failed); ranks still connected at the deadline are fenced (ftrt__job_check_end).
+ * No process of an aborted job calls MPI_Finalize (a member that gets ABORT may be stuck in a
+ * collective): Open MPI 4.1's MPI_Finalize can hang in its PMIx fence when some processes of the
+ * world call it and others exit without it, so the spares and the coordinator skip it too
+ * (c->aborted, a->aborted). No-op once aborting or done. */
+void ftrt__job_abort(ftrt__coord *c, int code, const char *why);
+/* SIGKILL to world rank w when it runs on the coordinator's host (a failed rank that may still
+ * be alive must never rejoin). */
+void ftrt__job_fence(ftrt__coord *c, int w);
+/* 1 once a member said BYE (the job is finishing: no recovery is possible any more). */
+int ftrt__job_finishing(const ftrt__coord *c);
+/* Hot spares still in the pool. O(W). */
+int ftrt__live_spares(const ftrt__coord *c);
+/* The end of the job, checked by the periodic work: every member said BYE or failed (the
+ * trainers that said BYE get their FAREWELL, the spares SHUTDOWN, PH_DONE), or an abort whose
+ * ranks all left or whose deadline passed (the others are fenced, PH_DONE). */
+void ftrt__job_check_end(ftrt__coord *c, double now);
+
+/* ---- commits.c: checkpoint commits ---- */
+/* SHARD_DONE from world rank w: once every trainer reported, the checkpoint is committed (on
+ * the commit thread), failed or skipped, and every member gets the COMMIT. */
+void ftrt__commit_shard_done(ftrt__coord *c, int w, const ftrt__ckpt_msg *cm);
+/* Takes the results of the commits the commit thread finished (KEY_COMMIT readable). */
+void ftrt__commits_take(ftrt__coord *c);
+/* Waits for the commits in flight and takes their results. */
+void ftrt__commits_drain(ftrt__coord *c);
+
+/* ---- epoch.c: the epoch change ---- */
+/* Opens epoch c->epoch + 1: PH_COLLECT, FAILURE {epoch, t_fail_wall} to every member not being
+ * promoted. */
+void ftrt__epoch_open(ftrt__coord *c, double t_fail_wall);
+/* Sends world rank w the current epoch's PLAN again (it came back after its host agent was
+ * lost before it said RESUMED). */
+void ftrt__epoch_resend_plan(ftrt__coord *c, int w);
+/* In PH_COLLECT: once every surviving member reported for this epoch, the PLAN goes out
+ * (PH_RESUMING), or the job aborts when no plan exists. O(N). */
+void ftrt__epoch_check_reports(ftrt__coord *c);
+/* In PH_RESUMING: once every member said RESUMED, the incidents are recovered and the job runs
+ * again (PH_RUNNING). Returns 1 when it did (the caller then compares the fingerprints that
+ * arrived meanwhile), else 0. O(N). */
+int ftrt__epoch_check_resumed(ftrt__coord *c);
+
+/* ---- failure.c: a rank declared failed ---- */
+/* Records incident kind for world rank w (-1: silent data corruption with no rank named) with
+ * its detection and best known failure time. Returns it, or NULL without memory. */
+ftrt__incident *ftrt__incident_add(ftrt__coord *c, int w, int kind);
+/* Declares world rank w failed (kind: FK_*): dropped, fenced unless its connection was lost,
+ * its host checked for loss; a trainer is replaced by a hot spare in a new epoch (or joins the
+ * announced one), or the job aborts (no spare, during init or a plan being applied). */
+void ftrt__fail(ftrt__coord *c, int w, int kind);
+/* Host agent h is lost (kind: FK_CONNECTION_LOST on EOF, FK_HEARTBEAT_TIMEOUT on silence,
+ * FK_PROTOCOL): the process it lived in is declared failed, and every other rank it served
+ * becomes an orphan that may come back on its own connection within the orphan grace; ranks
+ * that said BYE are simply detached. */
+void ftrt__host_lost(ftrt__coord *c, int h, int kind);
+/* Declares failed (with the kind their host agent was lost by) the orphans whose grace is
+ * over. O(W) while there are orphans, else O(1). */
+void ftrt__orphans_expire(ftrt__coord *c, double now);
+
+/* ---- sdc_vote.c: the vote on the replicas' fingerprints ---- */
+/* FINGERPRINT from world rank w: kept, and the step compared once every member sent it. */
+void ftrt__sdc_vote_take(ftrt__coord *c, int w, const ftrt__fingerprint_msg *m);
+/* Compares every step of this epoch that every member sent, oldest first (after a RESUMED). */
+void ftrt__sdc_vote_all(ftrt__coord *c);
+
+/* ---- progress.c: stalled progress and stragglers ---- */
+/* Every second: step times over the last window (the median arms the progress detector) and
+ * stragglers (compute per step above FTRT_STRAGGLER_RATIO x the median; reported only). */
+void ftrt__progress_window(ftrt__coord *c, double now);
+/* Declares failed a trainer whose collectives lag behind another's with no progress for the
+ * progress timeout; reports a hang with nobody behind once. O(N). */
+void ftrt__progress_check(ftrt__coord *c, double now);
+
+/* ---- service.c: reading the ranks and the host agents ---- */
+/* Reads and handles everything available from world rank w's own connection (KEY_RANK
+ * readable); EOF or a malformed message declares it failed. */
+void ftrt__service(ftrt__coord *c, int w);
+/* Reads and handles everything available from host agent h (KEY_HOST readable): its ranks'
+ * relayed messages and HELLOs, its HOST_BEATs, its RANK_LOSTs; EOF or a malformed message loses
+ * the host agent (ftrt__host_lost). */
+void ftrt__service_host(ftrt__coord *c, int h);
+/* World rank w came back after its host agent was lost: what it may have missed (WELCOME, the
+ * epoch's FAILURE or PLAN, the newest COMMIT, the abort) is sent again. */
+void ftrt__rank_rejoined(ftrt__coord *c, int w);
+/* Declares failed every watched connection silent for longer than the heartbeat timeout: a
+ * rank's own, or a host agent's (ftrt__host_lost); one with unread bytes is read first. */
+void ftrt__check_timeouts(ftrt__coord *c, double now);
+
+/* ---- names.c ---- */
 /* Latest injection time (unix s) for pid / world rank w at or before t_wall in the JSON-lines
  * fault log (FTRT_FAULT_LOG), or -1. */
 double ftrt__fault_injected_at(const char *log, int pid, int w, double t_wall);
@@ -197,10 +396,6 @@ void ftrt__ledger_report(ftrt__coord *c, json_object *o);
 int ftrt__metrics_write(ftrt__coord *c, double t_wall);
 /* Prints the live progress line (stderr) when enabled. */
 void ftrt__progress_line(ftrt__coord *c, int final);
-
-/* The progress timeout in seconds: the configured one, or adaptive max(5 s, 10 x median step
- * time); 0 when adaptive and no step time is known yet (detector not armed). */
-double ftrt__progress_timeout(int configured_ms, double median_step_s);
 
 /* Writes the status file atomically (temp + rename). Returns 0 or -errno (logged once). */
 int ftrt__status_write(ftrt__coord *c);

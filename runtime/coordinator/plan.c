@@ -1,6 +1,6 @@
-/* plan.c - the recovery plan's resume step and state source, and the verdict on replicas'
- * fingerprints (pure; see coordinator.h). */
-#include "runtime/coordinator/coordinator.h"
+/* plan.c - the recovery plan's resume step and state source, the verdict on replicas'
+ * fingerprints and the progress timeout (pure; the contracts are in plan.h). */
+#include "runtime/coordinator/plan.h"
 
 int ftrt__plan_compute(const int64_t *steps_done, const int *survivor, int n, int has_sharded,
                        int64_t last_committed, int64_t *resume, int *source, int64_t *ckpt)
@@ -99,4 +99,12 @@ int ftrt__sdc_judge(const uint64_t *fp, int n, unsigned char *bad)
     for (int i = 0; i < n; i++) bad[i] = (unsigned char)(majority && fp[i] != cand);
     if (held == n) return FTRT__SDC_AGREE;
     return majority ? FTRT__SDC_MAJORITY : FTRT__SDC_SPLIT;
+}
+
+double ftrt__progress_timeout(int configured_ms, double median_step_s)
+{
+    if (configured_ms > 0) return configured_ms / 1000.0;
+    if (!(median_step_s > 0)) return 0;
+    double t = 10.0 * median_step_s;
+    return t > 5.0 ? t : 5.0;
 }

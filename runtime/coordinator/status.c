@@ -28,8 +28,9 @@ static const char *rank_state(const ftrt__coord *c, int w)
     const ftrt__crank *r = &c->r[w];
     if (w == 0) return "coordinator";
     if (r->role == FTRT__ROLE_FAILED) return "dead";
-    if (r->said_bye || (r->hello && r->fd < 0)) return "left";
-    if (c->phase == PH_DONE && r->fd >= 0 && c->result != FTRT_DONE) return "stuck";
+    if (r->said_bye || (r->hello && !ftrt__rank_connected(c, w) && r->orphan_until <= 0))
+        return "left";
+    if (c->phase == PH_DONE && ftrt__rank_connected(c, w) && c->result != FTRT_DONE) return "stuck";
     if (c->phase == PH_DONE && r->role == FTRT__ROLE_SPARE) return "left"; /* SHUTDOWN sent */
     return r->hello ? "running" : "joining";
 }
@@ -96,6 +97,10 @@ int ftrt__status_write(ftrt__coord *c)
         json_object_object_add(x, "last_step", json_object_new_int64(r->steps_done - 1));
         const char *st = rank_state(c, w);
         json_object_object_add(x, "state", json_object_new_string(st));
+        /* the world rank of the process its host agent lives in; null: its own connection */
+        json_object_object_add(x, "host_agent", r->link >= 0 && w > 0
+                                                    ? json_object_new_int(c->hl[r->link].agent_w)
+                                                    : NULL);
         if (w > 0 && (!strcmp(st, "running") || !strcmp(st, "joining"))) accounted = 0;
         json_object_array_add(ranks, x);
     }

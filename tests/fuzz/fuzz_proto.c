@@ -1,7 +1,7 @@
 /*
  * fuzz_proto.c - libFuzzer target for the control-plane parser: arbitrary bytes are fed to the
  * incremental receiver in random-sized pieces (the first byte picks the piece size), every
- * whole message is validated (ftrt__msg_check; ftrt__plan_check for PLAN, ftrt__ledger_msg_check
+ * whole message is validated (ftrt__msg_check; ftrt__plan_expand for PLAN, ftrt__ledger_msg_check
  * for LEDGER) and decoded the way the coordinator and agent decode it (copy into the
  * fixed-layout struct, or the checked variable-size one).
  *
@@ -32,17 +32,22 @@ static void decode(const ftrt__msghdr *h, const void *payload)
         ftrt__bye bye;
         ftrt__fingerprint_msg fpm;
     } u;
-    if (h->type == FTRT__MSG_PLAN) {
-        ftrt__plan *p = malloc(h->len ? h->len : 1);
-        if (!p) return;
-        memcpy(p, payload, h->len);
-        if (ftrt__plan_check(p, h->len) == 0) {
+    if (h->type == FTRT__MSG_PLAN) { /* expanded as a survivor of a 4-trainer job would */
+        ftrt__plan_msg *m = malloc(h->len ? h->len : 1);
+        if (!m) return;
+        memcpy(m, payload, h->len);
+        static const int32_t prev[4] = {1, 2, 3, 4};
+        ftrt__plan *p = NULL;
+        size_t plen = 0;
+        if (ftrt__plan_expand(m, h->len, prev, 4, 1, &p, &plen) == 0) {
             /* a valid plan's members are in range: touch them all */
+            if (plen != ftrt__plan_size(p->ntrainers)) abort();
             volatile int32_t sum = 0;
             for (int i = 0; i < p->ntrainers; i++) sum += p->members[i];
             (void)sum;
         }
         free(p);
+        free(m);
     } else if (h->type == FTRT__MSG_LEDGER) { /* variable size, checked as take_ledger() does */
         ftrt__ledger_msg *m = malloc(h->len);
         if (!m) return;

@@ -31,6 +31,9 @@ Cases:
              from the last committed checkpoint and finishes byte-identical
   coordhost  1 + 4 trainers + 1 spare; ftrt-h1 (the coordinator's host) killed: the job ends
              with a non-zero status; a relaunch on ftrt-h2 and ftrt-h3 resumes and finishes
+  agentkill  1 + 4 trainers + 1 spare; the process ftrt-h2's host agent lives in SIGKILLed: its
+             trainer is replaced by the spare (ftrt-h3), the other rank of ftrt-h2 goes on
+             with its own connection to the coordinator
 Each case prints "measured:" lines: the exit after the last rank's exit, MTTD and MTTR.
 Exit 0 = pass, 1 = fail, 77 = skipped.
 """
@@ -190,9 +193,15 @@ def case_faultfree(args):
         before = sessions(hosts)
         job = hosts_job(args, hosts, "faultfree", spares=1).start()
         job.wait_trainer(0, 20)
-        check([r["host"] for r in job.status_json()["ranks"]] ==
+        st = job.status_json()
+        check([r["host"] for r in st["ranks"]] ==
               ["ftrt-h1", "ftrt-h1", "ftrt-h2", "ftrt-h2", "ftrt-h3", "ftrt-h3"],
               "two ranks on each of the three hosts, each with its own hostname")
+        agents = [r["host_agent"] for r in st["ranks"]]
+        check(agents[:2] == [None, None] and agents[2] == agents[3] in (2, 3)
+              and agents[4] == agents[5] in (4, 5),
+              f"ftrt-h2 and ftrt-h3 each reach the coordinator through one host agent in one of "
+              f"their ranks, ftrt-h1's rank (the coordinator's host) directly ({agents})")
         run_to_end(job, hosts, 0, before)
         rep = job.load_report()
         check(rep["status"] == "finished" and not rep["failures"], "finished, no failures")
@@ -333,6 +342,35 @@ def case_coordhost(args):
         check(f"resumed at step {latest}" in job2.out,
               f"the relaunch on ftrt-h2 and ftrt-h3 resumed at step {latest}")
         check(same_bytes(job2.params, r4), "final parameters byte-identical to the one-host run")
+
+
+@h.case(CASES, fixture="required")
+def case_agentkill(args):
+    r4 = need_reference(args, 4)
+    with h.Hosts(3, 2) as hosts:
+        before = sessions(hosts)
+        job = hosts_job(args, hosts, "agentkill", spares=1).start()
+        job.wait_trainer(1, 40)
+        st = job.status_json()
+        a = [r["host_agent"] for r in st["ranks"] if r["host"] == "ftrt-h2"]
+        check(len(a) == 2 and a[0] == a[1] and a[0] in (2, 3),
+              f"ftrt-h2's ranks (world 2, 3) share one host agent, in one of them ({a})")
+        victim = [r for r in st["ranks"] if r["world_rank"] == a[0]][0]
+        other = 5 - a[0]
+        job.inject(signal.SIGKILL, victim, "sigkill")
+        st = job.wait_status(lambda s: s["ranks"][other]["host_agent"] is None
+                             and s["ranks"][other]["state"] == "running", 20)
+        check(st["ranks"][other]["role"] == "trainer",
+              f"world rank {other}, ftrt-h2's other trainer, is back on its own connection")
+        run_to_end(job, hosts, 0, before)
+        rep = job.load_report()
+        print_failures(rep)
+        fl = rep["failures"]
+        check(len(fl) == 1 and fl[0]["world_rank"] == a[0] and fl[0]["recovered"]
+              and fl[0]["kind"] == "connection_lost" and fl[0]["spare_world_rank"] == 5,
+              f"one failure: world rank {a[0]} (the agent's process), connection lost, recovered "
+              f"by the spare on ftrt-h3; world rank {other} not failed")
+        check(same_bytes(job.params, r4), "final parameters byte-identical to the one-host run")
 
 
 @h.case(CASES, fixture="required")

@@ -22,6 +22,7 @@
 typedef struct fixture {
     struct ftrt_ctx *ctx;
     int listen_fd, coord_fd;
+    int local_fd; /* setup_hosted: the host's local socket, held by the test as a host agent */
     ftrt__rxbuf rx;
 } fixture;
 
@@ -47,14 +48,19 @@ static int coord_recv(fixture *f, uint32_t type, void *out, size_t len)
     return 0;
 }
 
-static int setup(void **state)
+/* The agent of world rank 3 against a fake coordinator on TCP. hosted: the test holds this
+ * host's local socket first, so the agent reaches it there, as it would a host agent (the TCP
+ * listener is then where it falls back to). */
+static int setup_with(void **state, int hosted)
 {
     fixture *f = calloc(1, sizeof *f);
     struct ftrt_ctx *ctx = calloc(1, sizeof *ctx);
     ftrt_config_init(&ctx->cfg, sizeof ctx->cfg);
     ctx->cfg.heartbeat_ms = 10;
     ctx->cfg.init_timeout_ms = 5000;
+    ctx->cfg.host_agents = hosted;
     ctx->world_rank = 3;
+    ctx->cp.logical = -1;
     snprintf(ctx->host, sizeof ctx->host, "testhost");
     ctx->cp.fd = -1;
     ctx->cp.wake[0] = ctx->cp.wake[1] = -1;
@@ -65,19 +71,27 @@ static int setup(void **state)
     int port;
     f->listen_fd = ftrt__listen("127.0.0.1", addr, sizeof addr, &port);
     assert_true(f->listen_fd >= 0);
-    assert_int_equal(ftrt__agent_start(ctx, addr, port, 0x5ec2e7ull), 0);
-    f->coord_fd = accept(f->listen_fd, NULL, NULL);
+    snprintf(ctx->coord_addr, sizeof ctx->coord_addr, "%s", addr);
+    ctx->coord_port = port;
+    uint64_t secret = 0x5ec2e7ull ^ (uint64_t)getpid() << 24; /* (one job per test process) */
+    f->local_fd = hosted ? ftrt__local_listen(secret) : -1;
+    if (hosted) assert_true(f->local_fd >= 0);
+    assert_int_equal(ftrt__agent_start(ctx, addr, port, secret), 0);
+    f->coord_fd = accept(hosted ? f->local_fd : f->listen_fd, NULL, NULL);
     assert_true(f->coord_fd >= 0);
     f->ctx = ctx;
     *state = f;
     ftrt__hello hello;
     assert_true(coord_recv(f, FTRT__MSG_HELLO, &hello, sizeof hello));
-    assert_int_equal(hello.secret, 0x5ec2e7ull);
+    assert_int_equal(hello.secret, secret);
     assert_int_equal(hello.world_rank, 3);
     assert_int_equal(hello.pid, getpid());
     assert_string_equal(hello.host, "testhost");
     return 0;
 }
+
+static int setup(void **state) { return setup_with(state, 0); }
+static int setup_hosted(void **state) { return setup_with(state, 1); }
 
 static int teardown(void **state)
 {
@@ -85,8 +99,10 @@ static int teardown(void **state)
     ftrt__agent_stop(f->ctx);
     if (f->coord_fd >= 0) close(f->coord_fd);
     close(f->listen_fd);
+    if (f->local_fd >= 0) close(f->local_fd);
     ftrt__rx_free(&f->rx);
     free(f->ctx->cp.plan);
+    free(f->ctx->cp.members);
     pthread_mutex_destroy(&f->ctx->cp.lock);
     pthread_mutex_destroy(&f->ctx->cp.send_lock);
     pthread_cond_destroy(&f->ctx->cp.cond);
@@ -127,19 +143,28 @@ static void failure_and_plan(void **state)
     assert_int_equal(ftrt__interrupted(ctx), FTRT_ERECOVER);
     assert_true(atomic_load(&ctx->cp.t_fail_wall) == 1234.5);
 
-    size_t len = ftrt__plan_size(2);
-    ftrt__plan *p = calloc(1, len);
-    p->epoch = 1, p->ntrainers = 2, p->source = 0, p->logical_rank = 1, p->resume_step = 9;
-    p->members[0] = 1, p->members[1] = 4;
+    /* the delta from the initial membership (world ranks 1..4): logical rank 1 is now world
+     * rank 5, which needs state; this rank keeps logical rank 2 */
+    size_t len = ftrt__plan_msg_size(1, 0, 0);
+    ftrt__plan_msg *p = calloc(1, len);
+    p->epoch = 1, p->ntrainers = 4, p->source = 0, p->logical_rank = -1, p->resume_step = 9;
     p->ckpt_step = p->mem_step = -1;
-    ftrt__plan_shard_src(p)[0] = ftrt__plan_shard_src(p)[1] = -1;
+    p->nrepl = 1;
+    p->data[0] = 1, p->data[1] = 5, p->data[2] = -1;
     assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_PLAN, p, (uint32_t)len), 0);
     free(p);
     pthread_mutex_lock(&ctx->cp.lock);
     for (int i = 0; i < 500 && !ctx->cp.plan; i++) ftrt__cp_wait(ctx, 10);
     assert_non_null(ctx->cp.plan);
     assert_int_equal(ctx->cp.plan->resume_step, 9);
-    assert_int_equal(ctx->cp.plan->members[1], 4);
+    assert_int_equal(ctx->cp.plan->logical_rank, 2);
+    int32_t want[4] = {1, 5, 3, 4};
+    for (int l = 0; l < 4; l++) {
+        assert_int_equal(ctx->cp.plan->members[l], want[l]);
+        assert_int_equal(ftrt__plan_roles(ctx->cp.plan)[l],
+                         l == 1 ? FTRT__PLAN_NEEDS_STATE : FTRT__PLAN_UP_TO_DATE);
+        assert_int_equal(ctx->cp.members[l], want[l]); /* the next delta applies to this */
+    }
     pthread_mutex_unlock(&ctx->cp.lock);
     ctx->watch.epoch = 1;
     assert_int_equal(ftrt__interrupted(ctx), 0);
@@ -195,9 +220,10 @@ static void coordinator_loss(void **state)
 static void malformed_plan(void **state)
 {
     fixture *f = *state;
-    size_t len = ftrt__plan_size(2);
-    ftrt__plan *p = calloc(1, len);
-    p->epoch = 1, p->ntrainers = 2, p->members[0] = 4, p->members[1] = 4; /* duplicate */
+    size_t len = ftrt__plan_msg_size(0, 0, 2);
+    ftrt__plan_msg *p = calloc(1, len);
+    p->epoch = 1, p->ntrainers = 2, p->nmembers = 2, p->logical_rank = 0;
+    p->data[0] = 3, p->data[1] = 3; /* duplicate member */
     assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_PLAN, p, (uint32_t)len), 0);
     free(p);
     for (int i = 0; i < 500 && ftrt__interrupted(f->ctx) == 0; i++) usleep(10000);
@@ -205,6 +231,80 @@ static void malformed_plan(void **state)
     pthread_mutex_lock(&f->ctx->cp.lock);
     assert_null(f->ctx->cp.plan); /* the bad plan was never adopted */
     pthread_mutex_unlock(&f->ctx->cp.lock);
+}
+
+/* A well-formed plan that puts another world rank where it says this rank is, or a delta for a
+ * rank that knows no membership (it was never welcomed as a trainer), is refused the same way. */
+static void plan_for_another_rank(void **state)
+{
+    fixture *f = *state;
+    size_t len = ftrt__plan_msg_size(0, 0, 2);
+    ftrt__plan_msg *p = calloc(1, len);
+    p->epoch = 1, p->ntrainers = 2, p->nmembers = 2, p->logical_rank = 0;
+    p->data[0] = 4, p->data[1] = 3; /* this rank (world 3) is logical rank 1, not 0 */
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_PLAN, p, (uint32_t)len), 0);
+    free(p);
+    for (int i = 0; i < 500 && ftrt__interrupted(f->ctx) == 0; i++) usleep(10000);
+    assert_int_equal(ftrt__interrupted(f->ctx), FTRT_ECOORD);
+    pthread_mutex_lock(&f->ctx->cp.lock);
+    assert_null(f->ctx->cp.plan);
+    pthread_mutex_unlock(&f->ctx->cp.lock);
+}
+
+static void delta_without_membership(void **state)
+{
+    fixture *f = *state;
+    size_t len = ftrt__plan_msg_size(0, 0, 0);
+    ftrt__plan_msg *p = calloc(1, len);
+    p->epoch = 1, p->ntrainers = 2, p->logical_rank = -1;
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_PLAN, p, (uint32_t)len), 0);
+    free(p);
+    for (int i = 0; i < 500 && ftrt__interrupted(f->ctx) == 0; i++) usleep(10000);
+    assert_int_equal(ftrt__interrupted(f->ctx), FTRT_ECOORD);
+}
+
+/* Served by a host agent (HOSTED) that dies with a REPORT in flight: the rank connects to the
+ * coordinator directly, says HELLO again and sends its REPORT again; the job goes on (no fatal
+ * code, the epoch change still pending). */
+static void host_agent_lost(void **state)
+{
+    fixture *f = *state;
+    struct ftrt_ctx *ctx = f->ctx;
+    ftrt__epoch_msg hosted = {.value = 7};
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_HOSTED, &hosted, sizeof hosted), 0);
+    ftrt__failure_msg fm = {.epoch = 1, .t_fail_wall = 1.0};
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_FAILURE, &fm, sizeof fm), 0);
+    for (int i = 0; i < 500 && ftrt__interrupted(ctx) == 0; i++) usleep(10000);
+    assert_int_equal(ftrt__interrupted(ctx), FTRT_ERECOVER);
+    ftrt__report rep = {.steps_done = 41, .epoch = 1, .own_step = -1, .held_step = -1};
+    assert_int_equal(ftrt__agent_send(ctx, FTRT__MSG_REPORT, &rep, sizeof rep), 0);
+    ftrt__report got;
+    assert_true(coord_recv(f, FTRT__MSG_REPORT, &got, sizeof got));
+    close(f->coord_fd); /* the host agent's process died */
+    ftrt__rx_free(&f->rx);
+    f->coord_fd = accept(f->listen_fd, NULL, NULL);
+    assert_true(f->coord_fd >= 0);
+    ftrt__hello hello;
+    assert_true(coord_recv(f, FTRT__MSG_HELLO, &hello, sizeof hello));
+    assert_int_equal(hello.world_rank, 3);
+    assert_true(coord_recv(f, FTRT__MSG_REPORT, &got, sizeof got));
+    assert_int_equal(got.steps_done, 41);
+    assert_int_equal(got.epoch, 1);
+    assert_int_equal(ftrt__interrupted(ctx), FTRT_ERECOVER); /* not FTRT_ECOORD */
+    ftrt__heartbeat hb;
+    assert_true(coord_recv(f, FTRT__MSG_HEARTBEAT, &hb, sizeof hb)); /* alive, direct now */
+}
+
+/* A host agent that lost the coordinator says so: every ftrt call returns FTRT_ECOORD. */
+static void host_agent_says_coord_lost(void **state)
+{
+    fixture *f = *state;
+    ftrt__epoch_msg m = {.value = 7};
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_HOSTED, &m, sizeof m), 0);
+    m.value = FTRT_ECOORD;
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_COORD_LOST, &m, sizeof m), 0);
+    for (int i = 0; i < 500 && ftrt__interrupted(f->ctx) == 0; i++) usleep(10000);
+    assert_int_equal(ftrt__interrupted(f->ctx), FTRT_ECOORD);
 }
 
 int main(void)
@@ -216,6 +316,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(abort_is_fatal, setup, teardown),
         cmocka_unit_test_setup_teardown(coordinator_loss, setup, teardown),
         cmocka_unit_test_setup_teardown(malformed_plan, setup, teardown),
+        cmocka_unit_test_setup_teardown(plan_for_another_rank, setup, teardown),
+        cmocka_unit_test_setup_teardown(delta_without_membership, setup, teardown),
+        cmocka_unit_test_setup_teardown(host_agent_lost, setup_hosted, teardown),
+        cmocka_unit_test_setup_teardown(host_agent_says_coord_lost, setup_hosted, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,7 +6,7 @@
 #include <cmocka.h>
 
 #include "ftrt.h"
-#include "runtime/coordinator/coord.h"
+#include "runtime/coordinator/plan.h"
 #include "runtime/internal.h"
 
 static void most_advanced_survivor(void **state)

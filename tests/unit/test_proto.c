@@ -31,14 +31,15 @@ static void header_checks(void **state)
     h.type = 0;
     assert_int_equal(ftrt__msg_check(&h), FTRT_EPROTO);
     h.type = FTRT__MSG_PLAN;
-    for (int n = 1; n <= 9; n++) { /* every world size, odd ones included */
-        h.len = (uint32_t)ftrt__plan_size(n);
+    for (int n = 0; n <= 9; n++) { /* every count, odd ones included */
+        h.len = (uint32_t)ftrt__plan_msg_size(n, n % 3, n ? 2 * n : 0);
         assert_int_equal(ftrt__msg_check(&h), 0);
     }
-    h.len = (uint32_t)ftrt__plan_size(4);
-    assert_int_equal(ftrt__msg_check(&h), 0);
-    h.len = (uint32_t)ftrt__plan_size(4) + 2; /* not a whole member */
+    h.len = (uint32_t)ftrt__plan_msg_size(4, 0, 0) + 2; /* not a whole entry */
     assert_int_equal(ftrt__msg_check(&h), FTRT_EPROTO);
+    h.len = sizeof(ftrt__plan_msg) - 4; /* shorter than the fixed part */
+    assert_int_equal(ftrt__msg_check(&h), FTRT_EPROTO);
+    h.type = FTRT__MSG_REPORT;
     h.len = FTRT__MSG_MAX + 4; /* oversized */
     assert_int_equal(ftrt__msg_check(&h), FTRT_EPROTO);
 }
@@ -102,33 +103,114 @@ static void plan_checks(void **state)
     free(p);
 }
 
-/* A PLAN for 16,384 trainers (192 KiB, more than FTRT__MSG_MAX) passes the header check, goes
- * through ftrt__msg_send and the receive buffer whole, and is checked in O(n); one member more
- * than FTRT__MAX_WORLD is refused, and other types stay bounded by FTRT__MSG_MAX. */
+/* A survivor's PLAN is the membership delta: O(replaced + behind) bytes whatever the number of
+ * trainers; expanded against the membership it knew, it gives every member's world rank, role
+ * and sharded-image source. */
+static void plan_delta(void **state)
+{
+    (void)state;
+    int32_t prev[6];
+    ftrt__plan_initial_members(prev, 6);
+    for (int l = 0; l < 6; l++) assert_int_equal(prev[l], l + 1);
+    assert_int_equal(ftrt__plan_msg_size(2, 1, 0), ftrt__plan_msg_size(2, 1, 0)); /* no N in it */
+    size_t len = ftrt__plan_msg_size(2, 1, 0);
+    ftrt__plan_msg *m = calloc(1, len);
+    *m = (ftrt__plan_msg){.resume_step = 30, .ckpt_step = -1, .mem_step = -1, .epoch = 2,
+                          .ntrainers = 6, .source = 0, .logical_rank = -1, .nrepl = 2,
+                          .nbehind = 1};
+    int32_t d[] = {1, 7, -1, 4, 8, -1, 5}; /* logical 1 -> world 7, 4 -> 8; logical 5 behind */
+    memcpy(m->data, d, sizeof d);
+    ftrt__plan *p = NULL;
+    size_t plen = 0;
+    assert_int_equal(ftrt__plan_expand(m, len, prev, 6, 3, &p, &plen), 0);
+    int32_t want_w[6] = {1, 7, 3, 4, 8, 6}, want_role[6] = {0, 1, 0, 0, 1, 1};
+    for (int l = 0; l < 6; l++) {
+        assert_int_equal(p->members[l], want_w[l]);
+        assert_int_equal(ftrt__plan_roles(p)[l], want_role[l]);
+        assert_int_equal(ftrt__plan_shard_src(p)[l], -1);
+    }
+    assert_int_equal(p->logical_rank, 3);
+    assert_int_equal(p->resume_step, 30);
+    assert_int_equal(p->epoch, 2);
+    free(p);
+    /* a checkpoint plan: every member reloads it, nobody needs state from peers */
+    m->ckpt_step = 20, m->resume_step = 20, m->nbehind = 0;
+    size_t len2 = ftrt__plan_msg_size(2, 0, 0);
+    assert_int_equal(ftrt__plan_expand(m, len2, prev, 6, 3, &p, &plen), 0);
+    for (int l = 0; l < 6; l++) assert_int_equal(ftrt__plan_roles(p)[l], FTRT__PLAN_UP_TO_DATE);
+    free(p);
+    /* a memory plan: the replaced ranks receive their sharded image from the named holder */
+    m->ckpt_step = -1, m->mem_step = 20;
+    m->data[2] = 2, m->data[5] = 5;
+    assert_int_equal(ftrt__plan_expand(m, len2, prev, 6, 3, &p, &plen), 0);
+    assert_int_equal(ftrt__plan_shard_src(p)[1], 2);
+    assert_int_equal(ftrt__plan_shard_src(p)[4], 5);
+    assert_int_equal(ftrt__plan_roles(p)[4], FTRT__PLAN_NEEDS_STATE);
+    free(p);
+    /* refused: another membership size, a sharded-image source that is itself replaced, bad
+     * counts, ranks and lengths, a logical rank with no table */
+    assert_int_equal(ftrt__plan_expand(m, len2, prev, 5, 3, &p, &plen), FTRT_EPROTO);
+    assert_int_equal(ftrt__plan_expand(m, len2, NULL, 0, 3, &p, &plen), FTRT_EPROTO);
+    m->data[5] = 1; /* logical 1 is replaced too: it holds no image */
+    assert_int_equal(ftrt__plan_expand(m, len2, prev, 6, 3, &p, &plen), FTRT_EPROTO);
+    m->data[5] = 5;
+    assert_null(p);
+    assert_int_equal(ftrt__plan_msg_check(m, len2), 0);
+    assert_int_equal(ftrt__plan_msg_check(m, len2 + 4), FTRT_EPROTO);
+    m->data[0] = 6; /* logical rank out of range */
+    assert_int_equal(ftrt__plan_msg_check(m, len2), FTRT_EPROTO);
+    m->data[0] = 1, m->data[1] = 0; /* the coordinator is never a member */
+    assert_int_equal(ftrt__plan_msg_check(m, len2), FTRT_EPROTO);
+    m->data[1] = 7, m->data[2] = -2;
+    assert_int_equal(ftrt__plan_msg_check(m, len2), FTRT_EPROTO);
+    m->data[2] = 2, m->logical_rank = 1; /* a logical rank only with the whole table */
+    assert_int_equal(ftrt__plan_msg_check(m, len2), FTRT_EPROTO);
+    m->logical_rank = -1, m->nrepl = 7; /* more replaced ranks than trainers */
+    assert_int_equal(ftrt__plan_msg_check(m, ftrt__plan_msg_size(7, 0, 0)), FTRT_EPROTO);
+    m->nrepl = 2, m->nmembers = 5; /* a table of another size */
+    assert_int_equal(ftrt__plan_msg_check(m, ftrt__plan_msg_size(2, 0, 5)), FTRT_EPROTO);
+    m->nmembers = 0, m->ntrainers = 0;
+    assert_int_equal(ftrt__plan_msg_check(m, len2), FTRT_EPROTO);
+    free(m);
+}
+
+/* The PLAN a promoted spare gets in a job of 16,384 trainers carries the whole membership
+ * (64 KiB and more than FTRT__MSG_MAX): it passes the header check, goes through
+ * ftrt__msg_send and the receive buffer whole, and expands in O(n); a duplicate member is found
+ * without an O(n^2) scan; a header announcing more than 5 x FTRT__MAX_WORLD entries is refused,
+ * and other types stay bounded by FTRT__MSG_MAX. */
 static void large_plan(void **state)
 {
     (void)state;
     const int n = 16384;
-    size_t len = ftrt__plan_size(n);
+    size_t len = ftrt__plan_msg_size(1, 0, n);
     assert_true(len > FTRT__MSG_MAX);
-    ftrt__plan *p = calloc(1, len);
+    ftrt__plan_msg *p = calloc(1, len);
     assert_non_null(p);
     p->ntrainers = n;
     p->resume_step = 7;
     p->logical_rank = n - 1;
     p->ckpt_step = p->mem_step = -1;
-    int32_t *ss = ftrt__plan_shard_src(p);
-    for (int i = 0; i < n; i++) {
-        p->members[i] = n - i; /* world ranks n..1 */
-        ss[i] = -1;
-    }
-    assert_int_equal(ftrt__plan_check(p, len), 0);
-    p->members[n - 1] = p->members[0]; /* a duplicate, found without an O(n^2) scan */
-    assert_int_equal(ftrt__plan_check(p, len), FTRT_EPROTO);
-    p->members[n - 1] = 1;
+    p->nrepl = 1, p->nmembers = n;
+    p->data[0] = n - 1, p->data[1] = 1, p->data[2] = -1; /* logical n - 1 is world rank 1 now */
+    int32_t *table = p->data + 3;
+    for (int i = 0; i < n; i++) table[i] = n - i; /* world ranks n..1 */
+    ftrt__plan *x = NULL;
+    size_t xlen = 0;
+    assert_int_equal(ftrt__plan_expand(p, len, NULL, 0, -1, &x, &xlen), 0);
+    assert_int_equal(xlen, ftrt__plan_size(n));
+    assert_int_equal(x->members[0], n);
+    assert_int_equal(x->members[n - 1], 1);
+    assert_int_equal(x->logical_rank, n - 1);
+    assert_int_equal(ftrt__plan_roles(x)[n - 1], FTRT__PLAN_NEEDS_STATE);
+    free(x);
+    table[n / 2] = table[n / 3]; /* a duplicate member */
+    assert_int_equal(ftrt__plan_expand(p, len, NULL, 0, -1, &x, &xlen), FTRT_EPROTO);
+    assert_null(x);
+    table[n / 2] = n - n / 2;
     ftrt__msghdr h = {FTRT__MAGIC, FTRT__MSG_PLAN, (uint32_t)len};
     assert_int_equal(ftrt__msg_check(&h), 0);
-    h.len = (uint32_t)ftrt__plan_size(FTRT__MAX_WORLD + 1);
+    h.len = (uint32_t)(sizeof(ftrt__plan_msg) + (5 * (size_t)FTRT__MAX_WORLD + 1) * 4);
     assert_int_equal(ftrt__msg_check(&h), FTRT_EPROTO);
     h.type = FTRT__MSG_LEDGER;
     h.len = (uint32_t)ftrt__ledger_msg_size((int)((len - sizeof(ftrt__ledger_msg)) /
@@ -244,7 +326,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(header_checks), cmocka_unit_test(plan_checks), cmocka_unit_test(heartbeat_period),
-        cmocka_unit_test(large_plan),
+        cmocka_unit_test(plan_delta), cmocka_unit_test(large_plan),
         cmocka_unit_test(incremental_receive), cmocka_unit_test(send_and_malformed)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

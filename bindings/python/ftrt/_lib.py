@@ -274,6 +274,7 @@ class Config(_StrFields):
         ("progress_poll_us", ctypes.c_int),
         ("sdc_every", ctypes.c_int),
         ("shard_replica_every", ctypes.c_int),
+        ("host_agents", ctypes.c_int),
     ]
 
     @classmethod

@@ -1,0 +1,430 @@
+/*
+ * conn.c - the coordinator's connections: sends (to a rank's own connection, or through its
+ * host agent: RELAY, and MULTI for a fan-out), the silence watch, the PINGs that tell every
+ * rank the coordinator is alive, and the listener with the connections that have not said a
+ * valid HELLO yet (a rank's, or a host agent's).
+ *
+ * At scale (docs/detection-and-recovery.md "Control plane", bench/coord_load.c) every piece is
+ * O(1) per message: the silence watch is a list of the connected ranks ordered by the time each
+ * was last heard, so only its head is ever compared with the timeout; the PINGs of a period are
+ * spread over it in batches at most 2 ms apart, and long fan-outs keep them going
+ * (ftrt__fanout_pump).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stddef.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "runtime/coordinator/coord.h"
+
+void ftrt__coord_send(ftrt__coord *c, int w, uint32_t type, const void *p, uint32_t len)
+{
+    const ftrt__crank *r = &c->r[w];
+    int rc = 0;
+    if (r->fd >= 0) {
+        rc = ftrt__msg_send(r->fd, type, p, len);
+    } else if (r->link >= 0 && c->hl[r->link].fd >= 0) {
+        ftrt__relay pre = {.world_rank = w};
+        rc = ftrt__msg_send2(c->hl[r->link].fd, FTRT__MSG_RELAY, &pre, sizeof pre, type, p, len);
+    }
+    if (rc) ftrt_log_debug("send to world rank %d failed: %s", w, ftrt_strerror(rc));
+}
+
+int ftrt__rank_connected(const ftrt__coord *c, int w)
+{
+    return c->r[w].fd >= 0 || c->r[w].link >= 0;
+}
+
+/* One MULTI to host agent h for the cnt world ranks at list. */
+static void multi_send(ftrt__coord *c, int h, int *list, int cnt, uint32_t type, const void *p,
+                       uint32_t len)
+{
+    if (c->hl[h].fd < 0 || cnt == 0) return;
+    /* the prefix {n, pad, ranks} is built in place just before the list (mc_list has room:
+     * each host's run starts at an offset that leaves 2 entries free, see multicast) */
+    int32_t *pre = (int32_t *)list - 2;
+    pre[0] = cnt;
+    pre[1] = 0;
+    int rc = ftrt__msg_send2(c->hl[h].fd, FTRT__MSG_MULTI, pre,
+                             (uint32_t)((size_t)(cnt + 2) * sizeof(int32_t)), type, p, len);
+    if (rc) ftrt_log_debug("multicast to host agent %d failed: %s", h, ftrt_strerror(rc));
+}
+
+void ftrt__coord_multicast(ftrt__coord *c, const int *ws, int n, uint32_t type, const void *p,
+                           uint32_t len)
+{
+    int *cnt = c->mc_cnt, *off = c->mc_off, *list = c->mc_list;
+    for (int h = 0; h < c->nhl; h++) cnt[h] = 0;
+    for (int i = 0; i < n; i++) {
+        const ftrt__crank *r = &c->r[ws[i]];
+        if (r->fd >= 0) ftrt__coord_send(c, ws[i], type, p, len);
+        else if (r->link >= 0) cnt[r->link]++;
+        if ((i & 255) == 255) ftrt__ping_due(c, ftrt__now());
+    }
+    int at = 0; /* each host's run, with 2 free entries before it for the MULTI prefix */
+    for (int h = 0; h < c->nhl; h++) {
+        off[h] = at + 2;
+        at += cnt[h] ? cnt[h] + 2 : 0;
+        cnt[h] = 0;
+    }
+    for (int i = 0; i < n; i++) {
+        const ftrt__crank *r = &c->r[ws[i]];
+        if (r->fd < 0 && r->link >= 0) list[off[r->link] + cnt[r->link]++] = ws[i];
+    }
+    for (int h = 0; h < c->nhl; h++) {
+        multi_send(c, h, list + off[h], cnt[h], type, p, len);
+        if ((h & 255) == 255) ftrt__ping_due(c, ftrt__now());
+    }
+    ftrt__ping_due(c, ftrt__now());
+}
+
+void ftrt__coord_drop(ftrt__coord *c, int w)
+{
+    ftrt__crank *r = &c->r[w];
+    ftrt__silence_remove(c, w);
+    if (r->fd >= 0) close(r->fd); /* (which also takes it out of the epoll set) */
+    r->fd = -1;
+    ftrt__rx_free(&r->rx);
+    if (r->link >= 0) { /* its host agent closes its socket (it may still be alive) */
+        ftrt__relay cut = {.world_rank = w};
+        if (c->hl[r->link].fd >= 0) ftrt__msg_send(c->hl[r->link].fd, FTRT__MSG_CUT, &cut, sizeof cut);
+        c->hl[r->link].nranks--;
+    }
+    r->link = -1;
+    if (r->orphan_until > 0) c->norphans--;
+    r->orphan_until = 0;
+}
+
+void ftrt__host_drop(ftrt__coord *c, int h)
+{
+    ftrt__hlink *l = &c->hl[h];
+    ftrt__silence_remove(c, c->W + h);
+    if (l->fd >= 0) close(l->fd);
+    l->fd = -1;
+    ftrt__rx_free(&l->rx);
+}
+
+/* ---- the silence watch: connections ordered by when they were last heard, oldest first -- */
+
+static ftrt__wnode *node(ftrt__coord *c, int id)
+{
+    return id < c->W ? &c->r[id].wn : &c->hl[id - c->W].wn;
+}
+
+double ftrt__silence_last(const ftrt__coord *c, int id)
+{
+    return id < c->W ? c->r[id].last_heard : c->hl[id - c->W].last_heard;
+}
+
+void ftrt__silence_remove(ftrt__coord *c, int id)
+{
+    ftrt__wnode *n = node(c, id);
+    if (!n->on) return;
+    if (n->prev) node(c, n->prev)->next = n->next;
+    else c->watch_head = n->next;
+    if (n->next) node(c, n->next)->prev = n->prev;
+    else c->watch_tail = n->prev;
+    n->prev = n->next = 0;
+    n->on = 0;
+}
+
+void ftrt__silence_touch(ftrt__coord *c, int id)
+{
+    ftrt__silence_remove(c, id);
+    ftrt__wnode *n = node(c, id);
+    n->prev = c->watch_tail;
+    n->next = 0;
+    if (c->watch_tail) node(c, c->watch_tail)->next = id;
+    else c->watch_head = id;
+    c->watch_tail = id;
+    n->on = 1;
+}
+
+/* ---- PINGs ------------------------------------------------------------------------------- */
+
+/* Seconds between two PINGs to one rank: a quarter of the heartbeat timeout (a rank declares
+ * the coordinator lost after that much silence, so three PINGs may be late before it would),
+ * and never less than the heartbeat period. Each PING costs a send (on loopback also the
+ * receiver's TCP processing, about 3 us): at 16,384 ranks a PING every 100 ms was a third of a
+ * core by itself. */
+static double ping_period(const ftrt__coord *c)
+{
+    double p = c->a->cfg->heartbeat_timeout_ms / 4000.0,
+           hb = ftrt__heartbeat_period_ms(c->a->cfg->heartbeat_ms, c->a->cfg->heartbeat_timeout_ms,
+                                          c->W) / 1000.0;
+    return p > hb ? p : hb;
+}
+
+/* Connection id (a rank's own, or W + h for host agent h) gets its PING at the fraction
+ * (id - 1) / (ids - 1) of the round, so that they are spread over the period instead of going
+ * out all at once (which at 16,384 ranks held the loop for tens of ms). */
+void ftrt__ping_due(ftrt__coord *c, double now)
+{
+    double period = ping_period(c);
+    int ids = c->W + c->nhl;
+    if (c->ping_round == 0) {
+        c->ping_round = now;
+        c->ping_next = 1;
+    }
+    ftrt__epoch_msg m = {.epoch = c->epoch};
+    for (;;) {
+        double frac = (now - c->ping_round) / period;
+        int upto = frac >= 1 ? ids : 1 + (int)((ids - 1) * frac);
+        for (; c->ping_next < upto; c->ping_next++) {
+            int id = c->ping_next;
+            if (id < c->W && c->r[id].fd >= 0)
+                ftrt__coord_send(c, id, FTRT__MSG_PING, &m, sizeof m);
+            else if (id >= c->W && c->hl[id - c->W].fd >= 0)
+                ftrt__msg_send(c->hl[id - c->W].fd, FTRT__MSG_PING, &m, sizeof m);
+        }
+        if (frac < 1) return;
+        c->ping_round += period;
+        if (now - c->ping_round >= period) c->ping_round = now; /* fell behind: start again */
+        c->ping_next = 1;
+    }
+}
+
+void ftrt__fanout_pump(ftrt__coord *c, int k)
+{
+    if ((k & 255) == 255) ftrt__ping_due(c, ftrt__now());
+}
+
+int ftrt__coord_wait_ms(const ftrt__coord *c, double now)
+{
+    double period = ping_period(c), t = now + 0.010;
+    int ids = c->W + c->nhl;
+    double tp = c->ping_next < ids
+                    ? c->ping_round + period * (c->ping_next - 1) / (ids > 1 ? ids - 1 : 1)
+                    : c->ping_round + period;
+    if (tp < now + 0.002) tp = now + 0.002;
+    if (tp < t) t = tp;
+    if (c->watch_head && c->phase != PH_INIT && c->phase != PH_ABORTING) {
+        double tw = ftrt__silence_last(c, c->watch_head) + c->a->cfg->heartbeat_timeout_ms / 1000.0;
+        if (tw < t) t = tw;
+    }
+    double ms = ceil((t - now) * 1000.0);
+    return ms < 0 ? 0 : (int)ms;
+}
+
+/* ---- the listener and the connections without a hello yet ------------------------------- */
+
+typedef struct pending {
+    int fd;
+    ftrt__rxbuf rx;
+    double since;
+} pending;
+
+typedef struct ftrt__listener {
+    int fd;
+    uint64_t secret;
+    pending *pend;      /* npend slots */
+    int *pfree;         /* free slot indices, nfree of them */
+    int npend, nfree, nopen;
+    double last_check;  /* monotonic: the last expiry scan */
+} ftrt__listener;
+
+int ftrt__listener_open(ftrt__coord *c, int listen_fd, int naddr, uint64_t secret)
+{
+    ftrt__listener *l = calloc(1, sizeof *l);
+    if (!l) {
+        close(listen_fd);
+        return -ENOMEM;
+    }
+    c->lis = l;
+    l->fd = listen_fd;
+    l->secret = secret;
+    l->npend = c->W * (naddr > 0 ? naddr : 1);
+    l->pend = calloc((size_t)l->npend, sizeof *l->pend);
+    l->pfree = calloc((size_t)l->npend, sizeof *l->pfree);
+    if (!l->pend || !l->pfree) return -ENOMEM;
+    for (int k = l->npend - 1; k >= 0; k--) {
+        l->pend[k].fd = -1;
+        l->pfree[l->nfree++] = k;
+    }
+    int fl = fcntl(listen_fd, F_GETFL);
+    if (fl < 0 || fcntl(listen_fd, F_SETFL, fl | O_NONBLOCK)) return -errno;
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = FTRT__KEY(FTRT__KEY_LISTEN, 0)};
+    if (epoll_ctl(c->ep, EPOLL_CTL_ADD, listen_fd, &ev)) return -errno;
+    return 0;
+}
+
+/* Frees pending slot k (its connection already closed or handed over). */
+static void pending_free(ftrt__listener *l, int k)
+{
+    l->pend[k].fd = -1;
+    l->pfree[l->nfree++] = k;
+    l->nopen--;
+}
+
+/* Accepts the connections waiting on the (nonblocking) listener into free pending slots
+ * (TCP_NODELAY: the coordinator's messages are small and latency-bound). The listener stays
+ * open for the whole job: later connections are read, and join only as a rank coming back or
+ * a host agent, else they are rejected and counted. */
+void ftrt__listener_accept(ftrt__coord *c)
+{
+    ftrt__listener *l = c->lis;
+    for (;;) {
+        int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0) return; /* EAGAIN: none left (or an error the next readiness retries) */
+        if (l->nfree == 0) {
+            close(fd);
+            c->rejected_connections++;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        int slot = l->pfree[--l->nfree];
+        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = FTRT__KEY(FTRT__KEY_PENDING, slot)};
+        if (epoll_ctl(c->ep, EPOLL_CTL_ADD, fd, &ev)) {
+            close(fd);
+            l->pfree[l->nfree++] = slot;
+            continue;
+        }
+        l->pend[slot].fd = fd;
+        l->pend[slot].since = ftrt__now();
+        l->nopen++;
+    }
+}
+
+/* Hands pending connection p over to id's epoll key; its buffered bytes go with it. */
+static void hand_over(ftrt__coord *c, pending *p, uint64_t key, int *fd, ftrt__rxbuf *rx)
+{
+    *fd = p->fd;
+    *rx = p->rx; /* bytes after the HELLO stay for the service functions */
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = key};
+    if (epoll_ctl(c->ep, EPOLL_CTL_MOD, p->fd, &ev)) ftrt_log_error("epoll_ctl: %s", strerror(errno));
+    p->fd = -1;
+    memset(&p->rx, 0, sizeof p->rx);
+}
+
+/* A valid HELLO from world rank w on pending connection p: it becomes w's connection. A rank
+ * that joined before may come back (its host agent was lost, or froze) unless it was declared
+ * failed or has its own connection already. Returns 1 when adopted. */
+static int adopt(ftrt__coord *c, pending *p, const ftrt__hello *hello, int *rejoined)
+{
+    int w = hello->world_rank;
+    ftrt__crank *r = &c->r[w];
+    if (r->hello && (r->role == FTRT__ROLE_FAILED || r->fd >= 0)) return 0;
+    *rejoined = r->hello ? w : 0;
+    if (r->hello) {
+        ftrt__coord_drop(c, w); /* off its host agent, or no longer an orphan */
+        ftrt_log_warn("world rank %d (%s) is back on its own connection: its host agent was lost",
+                      w, r->host);
+    } else {
+        c->nhello++;
+    }
+    hand_over(c, p, FTRT__KEY(FTRT__KEY_RANK, w), &r->fd, &r->rx);
+    r->hello = 1;
+    r->lost_t = 0;
+    r->pid = hello->pid;
+    memcpy(r->host, hello->host, sizeof r->host);
+    r->last_heard = ftrt__now();
+    ftrt__silence_touch(c, w);
+    return 1;
+}
+
+/* A valid HOST_HELLO on pending connection p: a host agent, serving no rank yet. */
+static int adopt_host(ftrt__coord *c, pending *p, const ftrt__hello *hello)
+{
+    if (c->nhl >= c->W) return 0;
+    int h = c->nhl++;
+    ftrt__hlink *l = &c->hl[h];
+    memset(l, 0, sizeof *l);
+    hand_over(c, p, FTRT__KEY(FTRT__KEY_HOST, h), &l->fd, &l->rx);
+    l->agent_w = hello->world_rank;
+    l->pid = hello->pid;
+    memcpy(l->host, hello->host, sizeof l->host);
+    l->last_heard = ftrt__now();
+    ftrt__silence_touch(c, c->W + h);
+    ftrt_log_info("host agent of %s joined (in world rank %d, pid %d)", l->host, l->agent_w, l->pid);
+    return 1;
+}
+
+/* Reads pending connection p: 1 when it is done with (adopted or closed), 0 when it needs more
+ * bytes. *rejoined: the world rank of a rank that had joined before and came back, else 0; or
+ * -(h + 1) when it became host agent h's connection. */
+static int identify(ftrt__coord *c, pending *p, int *rejoined)
+{
+    ssize_t got = ftrt__rx_fill(&p->rx, p->fd);
+    if (got == -EAGAIN) return 0;
+    if (got == 0 && p->rx.used == 0) {
+        /* Closed without a byte: a rank's other connection attempt that lost the race to the
+         * first answering address (ftrt__connect_any), not an intruder. */
+        close(p->fd);
+        ftrt__rx_free(&p->rx);
+        return 1;
+    }
+    ftrt__msghdr h;
+    const void *payload;
+    ftrt__hello hello;
+    if (got > 0 && p->rx.used >= sizeof h) { /* anything but a HELLO first: rejected at once */
+        memcpy(&h, p->rx.buf, sizeof h);
+        if (h.type != FTRT__MSG_HELLO && h.type != FTRT__MSG_HOST_HELLO) got = -EPROTO;
+    }
+    if (got > 0 && ftrt__rx_next(&p->rx, &h, &payload) == 0) return 0; /* need more bytes */
+    if (got > 0 && h.len == sizeof hello) {
+        memcpy(&hello, payload, sizeof hello);
+        hello.host[FTRT__HOST_MAX - 1] = 0;
+        int w = hello.world_rank;
+        if (hello.secret == c->lis->secret && w > 0 && w < c->W &&
+            (h.type == FTRT__MSG_HELLO ? adopt(c, p, &hello, rejoined) : adopt_host(c, p, &hello))) {
+            if (h.type == FTRT__MSG_HOST_HELLO) *rejoined = -c->nhl; /* -(h + 1) */
+            return 1;
+        }
+    }
+    c->rejected_connections++;
+    ftrt_log_warn("rejected a control-plane connection (bad hello, secret or world rank); %d so far",
+                  c->rejected_connections);
+    close(p->fd);
+    ftrt__rx_free(&p->rx);
+    return 1;
+}
+
+int ftrt__listener_identify(ftrt__coord *c, int idx)
+{
+    ftrt__listener *l = c->lis;
+    pending *p = &l->pend[idx];
+    if (p->fd < 0) return 0;
+    int rejoined = 0;
+    if (!identify(c, p, &rejoined)) return 0;
+    pending_free(l, idx);
+    return rejoined;
+}
+
+void ftrt__listener_expire(ftrt__coord *c, double now)
+{
+    ftrt__listener *l = c->lis;
+    if (l->nopen == 0 || now - l->last_check < 0.1) return;
+    l->last_check = now;
+    for (int k = 0; k < l->npend; k++)
+        if (l->pend[k].fd >= 0 && now - l->pend[k].since > 5.0) { /* no valid hello in time */
+            close(l->pend[k].fd);
+            ftrt__rx_free(&l->pend[k].rx);
+            pending_free(l, k);
+            c->rejected_connections++;
+        }
+}
+
+void ftrt__listener_close(ftrt__coord *c)
+{
+    ftrt__listener *l = c->lis;
+    if (!l) return;
+    for (int k = 0; l->pend && k < l->npend; k++)
+        if (l->pend[k].fd >= 0) {
+            close(l->pend[k].fd);
+            ftrt__rx_free(&l->pend[k].rx);
+        }
+    if (l->fd >= 0) close(l->fd);
+    free(l->pend);
+    free(l->pfree);
+    free(l);
+    c->lis = NULL;
+}

@@ -1,0 +1,290 @@
+/*
+ * epoch.c - the epoch change after a failure (docs/ARCHITECTURE.md "Recovery"): FAILURE(E+1) to
+ * the survivors, their REPORTs, a PLAN with the resume step and each member's state source to
+ * every member, RESUMED from every member. The decisions themselves are plan.c's (pure); this
+ * file gathers the REPORTs for them, records the outcome in the incidents and sends the PLAN.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "runtime/coordinator/coord.h"
+
+void ftrt__epoch_open(ftrt__coord *c, double t_fail_wall)
+{
+    c->epoch++;
+    c->nreports = c->nresumed = 0;
+    c->phase = PH_COLLECT;
+    c->status_dirty |= 2; /* membership: write now */
+    c->epoch_t_fail = t_fail_wall;
+    ftrt__failure_msg m = {.epoch = c->epoch, .t_fail_wall = t_fail_wall};
+    int n = 0;
+    for (int k = 0; k < c->N; k++)
+        if (!c->r[c->members[k]].promoting) c->s.fan[n++] = c->members[k];
+    ftrt__coord_multicast(c, c->s.fan, n, FTRT__MSG_FAILURE, &m, sizeof m);
+}
+
+/* The current epoch's PLANs are kept until every member resumed (a rank that comes back after
+ * its host agent was lost gets its own again). */
+static void plans_forget(ftrt__coord *c)
+{
+    free(c->plan_delta);
+    free(c->plan_full);
+    c->plan_delta = c->plan_full = NULL;
+    c->plan_delta_len = c->plan_full_len = 0;
+}
+
+void ftrt__epoch_resend_plan(ftrt__coord *c, int w)
+{
+    const ftrt__crank *r = &c->r[w];
+    if (r->promoting && c->plan_full) {
+        c->plan_full->logical_rank = r->logical;
+        ftrt__coord_send(c, w, FTRT__MSG_PLAN, c->plan_full, (uint32_t)c->plan_full_len);
+    } else if (!r->promoting && c->plan_delta) {
+        ftrt__coord_send(c, w, FTRT__MSG_PLAN, c->plan_delta, (uint32_t)c->plan_delta_len);
+    }
+}
+
+/* What the plan is built from and what it decided. Arrays of N entries (logical ranks). */
+typedef struct plan_in {
+    int64_t *steps, *own, *held; /* each member's REPORT */
+    int32_t *held_of;
+    int32_t *shard_src;          /* the memory plan's holder of each replaced rank's image */
+    int *survivor;               /* 0: a promoted spare */
+    int sharded;                 /* a survivor registered sharded regions */
+    int64_t most;                /* the most steps a survivor reported */
+    /* the decision */
+    int64_t resume, ckpt, mem_step;
+    int source, miss;
+} plan_in;
+
+static void plan_in_free(plan_in *in)
+{
+    free(in->steps);
+    free(in->survivor);
+    free(in->held_of);
+    free(in->shard_src);
+}
+
+/* Fills in from the members' REPORTs. Returns 0 or -ENOMEM. */
+static int plan_gather(ftrt__coord *c, plan_in *in)
+{
+    size_t n = (size_t)(c->N > 0 ? c->N : 1);
+    in->steps = calloc(3 * n, sizeof *in->steps);
+    in->survivor = calloc(n, sizeof *in->survivor);
+    in->held_of = calloc(n, sizeof *in->held_of);
+    in->shard_src = calloc(n, sizeof *in->shard_src);
+    if (!in->steps || !in->survivor || !in->held_of || !in->shard_src) return -ENOMEM;
+    in->own = in->steps + n;
+    in->held = in->steps + 2 * n;
+    for (int l = 0; l < c->N; l++) {
+        const ftrt__crank *r = &c->r[c->members[l]];
+        in->survivor[l] = !r->promoting;
+        in->steps[l] = r->report_steps;
+        in->own[l] = r->own_step;
+        in->held[l] = r->held_step;
+        in->held_of[l] = r->held_of;
+        if (in->survivor[l]) {
+            in->sharded |= r->has_sharded;
+            if (r->report_steps > in->most) in->most = r->report_steps;
+        }
+    }
+    return 0;
+}
+
+/* Decides the resume step, the source and where sharded state comes from (plan.c). Returns 0
+ * or the code to abort with. */
+static int plan_decide(ftrt__coord *c, plan_in *in)
+{
+    int32_t *shard_src = in->shard_src;
+    in->mem_step = -1;
+    in->miss = FTRT__RMISS_NONE;
+    for (int l = 0; l < c->N; l++) shard_src[l] = -1;
+    int rc = ftrt__plan_compute(in->steps, in->survivor, c->N, in->sharded, c->last_committed,
+                                &in->resume, &in->source, &in->ckpt);
+    /* Sharded state: from the partner replicas in memory where they cover every replaced
+     * rank at a step no older than the committed checkpoint, else from the checkpoint. */
+    if (in->sharded && c->sdc_rollback < 0 &&
+        ftrt__plan_replica(in->survivor, in->own, in->held, in->held_of, c->N, c->last_committed,
+                           &in->mem_step, shard_src) == 1) {
+        rc = 0;
+        in->resume = in->mem_step;
+        in->ckpt = -1;
+    } else if (in->sharded) {
+        in->miss = c->sdc_rollback >= 0
+                       ? FTRT__RMISS_SDC_ROLLBACK
+                       : ftrt__plan_replica_miss(in->survivor, in->own, in->held, in->held_of,
+                                                 c->N, c->last_committed);
+        ftrt_log_info("epoch %d: partner replicas not used (%s)", c->epoch,
+                      ftrt__replica_miss_name(in->miss));
+    }
+    if (rc) return rc;
+    if (c->sdc_rollback >= 0) { /* silent data corruption: back to verified state (sdc_vote.c) */
+        in->resume = in->ckpt = c->sdc_rollback;
+        c->sdc_verified_below = c->sdc_rollback + 1; /* what every member reloads is verified */
+        c->sdc_rollback = -1;
+    }
+    return 0;
+}
+
+/* The incidents this plan recovers: resume step, rework, epoch, where the state came from. */
+static void plan_record(ftrt__coord *c, const plan_in *in)
+{
+    for (int i = 0; i < c->ninc; i++) {
+        ftrt__incident *x = &c->inc[i];
+        if (x->recovered || x->resume_step >= 0 || x->was_spare) continue;
+        x->t_plan_wall = ftrt__wallclock();
+        x->resume_step = in->resume;
+        int64_t before = x->steps_at_failure > in->most ? x->steps_at_failure : in->most;
+        x->rework_steps = before > in->resume ? before - in->resume : 0;
+        x->epoch = c->epoch;
+        x->state_from = in->ckpt >= 0       ? FTRT__FROM_CHECKPOINT
+                        : in->mem_step >= 0 ? FTRT__FROM_REPLICA
+                                            : FTRT__FROM_PEERS;
+        x->replica_miss = in->ckpt >= 0 ? in->miss : FTRT__RMISS_NONE;
+    }
+}
+
+/* The PLAN for the survivors (logical_rank -1, each keeps its own): the replaced ranks with
+ * their new world ranks and sharded-image sources, then the survivors behind the resume step
+ * (a peers plan: they receive the replicated state too). The caller frees it; NULL without
+ * memory. *len receives its size. */
+static ftrt__plan_msg *plan_delta(ftrt__coord *c, const plan_in *in, size_t *len)
+{
+    int nrepl = 0, nbehind = 0;
+    for (int l = 0; l < c->N; l++) {
+        const ftrt__crank *r = &c->r[c->members[l]];
+        nrepl += r->promoting;
+        nbehind += !r->promoting && in->ckpt < 0 && in->mem_step < 0 &&
+                   r->report_steps != in->resume;
+    }
+    *len = ftrt__plan_msg_size(nrepl, nbehind, 0);
+    ftrt__plan_msg *m = calloc(1, *len);
+    if (!m) return NULL;
+    *m = (ftrt__plan_msg){.resume_step = in->resume, .ckpt_step = in->ckpt,
+                          .mem_step = in->mem_step, .epoch = c->epoch, .ntrainers = c->N,
+                          .rework_until = in->most > in->resume ? in->most : in->resume,
+                          .source = in->source, /* the most advanced survivor: up to date in
+                                                   every kind of plan */
+                          .logical_rank = -1, .nrepl = nrepl, .nbehind = nbehind};
+    int32_t *repl = m->data, *behind = m->data + 3 * nrepl;
+    for (int l = 0; l < c->N; l++) {
+        const ftrt__crank *r = &c->r[c->members[l]];
+        if (r->promoting) {
+            *repl++ = l;
+            *repl++ = c->members[l];
+            *repl++ = in->shard_src[l];
+        } else if (in->ckpt < 0 && in->mem_step < 0 && r->report_steps != in->resume) {
+            *behind++ = l;
+        }
+    }
+    return m;
+}
+
+/* The same plan with the whole membership, for the promoted spares (which know none); its
+ * logical_rank is set per recipient. NULL without memory. */
+static ftrt__plan_msg *plan_full(ftrt__coord *c, const ftrt__plan_msg *delta, size_t dlen,
+                                 size_t *len)
+{
+    *len = dlen + (size_t)c->N * sizeof(int32_t);
+    ftrt__plan_msg *m = malloc(*len);
+    if (!m) return NULL;
+    memcpy(m, delta, dlen);
+    m->nmembers = c->N;
+    memcpy((char *)m + dlen, c->members, (size_t)c->N * sizeof(int32_t));
+    return m;
+}
+
+/* Sends the PLAN: the delta to every survivor (one multicast), the whole table to each
+ * promoted spare. Returns 0 or -ENOMEM. */
+static int plan_send(ftrt__coord *c, const plan_in *in)
+{
+    size_t dlen, flen = 0;
+    ftrt__plan_msg *delta = plan_delta(c, in, &dlen);
+    ftrt__plan_msg *full = delta && delta->nrepl ? plan_full(c, delta, dlen, &flen) : NULL;
+    if (!delta || (delta->nrepl && !full)) {
+        free(delta);
+        return -ENOMEM;
+    }
+    plans_forget(c);
+    c->plan_delta = delta;
+    c->plan_delta_len = dlen;
+    c->plan_full = full;
+    c->plan_full_len = flen;
+    int n = 0;
+    for (int l = 0; l < c->N; l++) {
+        int w = c->members[l];
+        if (c->r[w].promoting) ftrt__epoch_resend_plan(c, w);
+        else c->s.fan[n++] = w;
+    }
+    ftrt__coord_multicast(c, c->s.fan, n, FTRT__MSG_PLAN, delta, (uint32_t)dlen);
+    return 0;
+}
+
+static void send_plan(ftrt__coord *c)
+{
+    plan_in in = {0};
+    if (plan_gather(c, &in)) {
+        ftrt__job_abort(c, -ENOMEM, "out of memory building the recovery plan");
+        goto out;
+    }
+    int rc = plan_decide(c, &in);
+    if (rc) {
+        ftrt__job_abort(c, rc, rc == FTRT_ENOCKPT ? "sharded state needs a committed checkpoint "
+                                                    "(or partner replicas in memory) and none "
+                                                    "exists"
+                                                  : "no survivor holds the state");
+        goto out;
+    }
+    plan_record(c, &in);
+    if (plan_send(c, &in)) {
+        ftrt__job_abort(c, -ENOMEM, "out of memory building the recovery plan");
+        goto out;
+    }
+    ftrt_log_info("epoch %d plan: resume at step %lld, state from logical rank %d%s", c->epoch,
+                  (long long)in.resume, in.source,
+                  in.ckpt >= 0       ? " (checkpoint)"
+                  : in.mem_step >= 0 ? " (partner replicas in memory)"
+                                     : "");
+    c->phase = PH_RESUMING;
+    c->status_dirty |= 2; /* membership: write now */
+out:
+    plan_in_free(&in);
+}
+
+void ftrt__epoch_check_reports(ftrt__coord *c)
+{
+    if (c->phase != PH_COLLECT) return;
+    for (int l = 0; l < c->N; l++) {
+        ftrt__crank *r = &c->r[c->members[l]];
+        if (!r->promoting && r->reported_epoch != c->epoch) return;
+    }
+    send_plan(c);
+}
+
+int ftrt__epoch_check_resumed(ftrt__coord *c)
+{
+    if (c->phase != PH_RESUMING) return 0;
+    for (int l = 0; l < c->N; l++)
+        if (c->r[c->members[l]].resumed_epoch != c->epoch) return 0;
+    double now = ftrt__now();
+    for (int i = 0; i < c->ninc; i++)
+        if (!c->inc[i].recovered && c->inc[i].resume_step >= 0) {
+            c->inc[i].recovered = 1;
+            c->inc[i].t_resumed = now;
+        }
+    c->npromoting = 0;
+    for (int l = 0; l < c->N; l++) {
+        ftrt__crank *r = &c->r[c->members[l]];
+        r->promoting = 0;
+        r->waits = 0; /* members count collectives from the start of the epoch */
+        r->last_change = now;
+        r->win_t = 0;
+    }
+    c->phase = PH_RUNNING;
+    c->status_dirty |= 2; /* membership: write now */
+    plans_forget(c);
+    ftrt_log_warn("epoch %d: every member is back in the training loop", c->epoch);
+    return 1;
+}

@@ -1,0 +1,243 @@
+/*
+ * failure.c - a rank declared failed (docs/detection-and-recovery.md "Failure detection"): the
+ * incident with its detection and best known failure time, the check for a lost host, the
+ * fence, and for a trainer the hot spare that takes its logical rank in a new epoch (or in the
+ * epoch already announced, so that a lost host takes as many spares as it held trainers in one
+ * epoch change).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "runtime/coordinator/coord.h"
+
+/* Silent data corruption: what sdc_vote.c found (c->sdc_cur) goes into the incident. */
+static void incident_sdc(ftrt__coord *c, ftrt__incident *i, int w)
+{
+    i->sdc_step = c->sdc_cur.sdc_step;
+    i->sdc_agreed_step = c->sdc_cur.sdc_agreed_step;
+    i->sdc_ckpt = c->sdc_cur.sdc_ckpt;
+    i->sdc_majority = c->sdc_cur.sdc_majority;
+    i->sdc_uncommitted = c->sdc_cur.sdc_uncommitted;
+    i->t_last_heard = w > 0 && c->r[w].sdc_agreed_t > 0 ? c->r[w].sdc_agreed_t
+                                                         : c->sdc_cur.t_last_heard;
+}
+
+ftrt__incident *ftrt__incident_add(ftrt__coord *c, int w, int kind)
+{
+    ftrt__incident *n = realloc(c->inc, (size_t)(c->ninc + 1) * sizeof *n);
+    if (!n) return NULL;
+    c->inc = n;
+    ftrt__incident *i = &c->inc[c->ninc++];
+    memset(i, 0, sizeof *i);
+    i->world_rank = w; /* -1: silent data corruption with no rank named */
+    i->logical_rank = w > 0 ? c->r[w].logical : -1;
+    i->pid = w > 0 ? c->r[w].pid : -1;
+    i->kind = kind;
+    i->t_detect = ftrt__now();
+    i->t_detect_wall = ftrt__wallclock();
+    i->t_last_heard = w > 0 ? c->r[w].last_heard : i->t_detect;
+    i->spare_world_rank = -1;
+    i->resume_step = -1;
+    i->sdc_step = i->sdc_agreed_step = i->sdc_ckpt = -1;
+    if (kind == FK_SDC) incident_sdc(c, i, w);
+    /* The best known failure time: the injection time when a fault injector logged one, the
+     * detection itself for a connection loss (the kernel closes a dead process's sockets at
+     * once; for a rank that did not come back after its host agent was lost, that loss), else the last message heard (refined for stalls by the caller); for silent data
+     * corruption, the arrival of the rank's last fingerprint that agreed. */
+    double inj = ftrt__incident_injected_at(c, i);
+    double lost = w > 0 && c->r[w].lost_t > 0 ? c->r[w].lost_t : i->t_detect; /* its agent's */
+    i->t_fail_wall = inj > 0 ? inj
+                     : kind == FK_CONNECTION_LOST ? i->t_detect_wall - (i->t_detect - lost)
+                                                  : i->t_detect_wall - (i->t_detect - i->t_last_heard);
+    /* The slot's ledger counts the rank as down from its failure; a corrupted rank computed
+     * (and was paid for) until it was fenced. */
+    if (w > 0) c->r[w].t_fail_wall = kind == FK_SDC ? i->t_detect_wall : i->t_fail_wall;
+    int64_t most = 0;
+    for (int x = 1; x < c->W; x++)
+        if (c->r[x].steps_done > most) most = c->r[x].steps_done;
+    i->steps_at_failure = most;
+    return i;
+}
+
+/* 1 when a rank of world rank >= 1 on host h has failed in this job. */
+static int host_has_failed(const ftrt__coord *c, const char *h)
+{
+    for (int x = 1; x < c->W; x++)
+        if (c->r[x].role == FTRT__ROLE_FAILED && !strcmp(c->r[x].host, h)) return 1;
+    return 0;
+}
+
+/* The hot spare to promote for a rank that failed on host h: one on another host where the
+ * choice exists (a host that lost a rank may be losing the rest), and among those one on a
+ * host that lost none; ties go to the lowest world rank. -1 when no spare is left. */
+static int pick_spare(const ftrt__coord *c, const char *h)
+{
+    int best = -1, best_score = -1;
+    for (int x = 1; x < c->W; x++) {
+        if (c->r[x].role != FTRT__ROLE_SPARE) continue;
+        int score = (strcmp(c->r[x].host, h) != 0) * 2 + !host_has_failed(c, c->r[x].host);
+        if (score > best_score) {
+            best = x;
+            best_score = score;
+        }
+    }
+    return best;
+}
+
+/* After world rank w failed: when every rank on its host has now failed (and the host held
+ * two or more, so that a process crash is not mistaken for a host), the host is lost: its
+ * ranks' incidents are marked so, and the log says it once. */
+static void check_host_lost(ftrt__coord *c, int w)
+{
+    const char *h = c->r[w].host;
+    int n = 0;
+    for (int x = 0; x < c->W; x++) {
+        if (strcmp(c->r[x].host, h) != 0) continue;
+        if (c->r[x].role != FTRT__ROLE_FAILED) return; /* the coordinator's host is never lost */
+        n++;
+    }
+    if (n < 2) return;
+    int marked = 0;
+    for (int i = 0; i < c->ninc; i++)
+        if (!strcmp(c->r[c->inc[i].world_rank].host, h) && !c->inc[i].host_lost) {
+            c->inc[i].host_lost = 1;
+            marked++;
+        }
+    if (marked) ftrt_log_warn("host %s lost: all %d of its ranks failed", h, n);
+}
+
+/* Whether a trainer's failure can be recovered now; if not, the job ends (or is ending). */
+static int recoverable(ftrt__coord *c, int w)
+{
+    if (c->phase == PH_ABORTING || c->phase == PH_DONE) return 0;
+    if (ftrt__job_finishing(c)) {
+        ftrt_log_warn("the job is finishing; no recovery for world rank %d", w);
+        return 0;
+    }
+    if (c->phase == PH_RESUMING) {
+        ftrt__job_abort(c, FTRT_EABORT, "a member failed while the recovery plan was being applied");
+        return 0;
+    }
+    return 1;
+}
+
+/* Trainer w failed: a hot spare takes its logical rank, in the announced epoch or a new one. */
+static void replace(ftrt__coord *c, int w, int kind, ftrt__incident *inc)
+{
+    ftrt__crank *r = &c->r[w];
+    int spare = pick_spare(c, r->host);
+    if (spare < 0) {
+        ftrt__job_abort(c, FTRT_ENOSPARE, "a trainer failed and no hot spare is left");
+        return;
+    }
+    int l = r->logical;
+    c->members[l] = spare;
+    c->r[spare].role = FTRT__ROLE_TRAINER;
+    c->r[spare].logical = l;
+    c->r[spare].promoting = 1;
+    c->npromoting++;
+    if (inc) inc->spare_world_rank = spare;
+    if (c->phase == PH_COLLECT) {
+        /* The announced epoch's plan is not out yet: this failure joins it, so that a lost
+         * host takes as many spares as it held trainers in one epoch. */
+        ftrt_log_warn("epoch %d: hot spare world rank %d (%s) also takes logical rank %d",
+                      c->epoch, spare, c->r[spare].host, l);
+        ftrt__epoch_check_reports(c);
+        return;
+    }
+    ftrt_log_warn("epoch %d: hot spare world rank %d (%s) takes logical rank %d", c->epoch + 1,
+                  spare, c->r[spare].host, l);
+    /* (The trainers learn of silent data corruption at its detection: their ledger's detection
+     * wait starts there.) */
+    ftrt__epoch_open(c, !inc ? ftrt__wallclock()
+                        : kind == FK_SDC ? inc->t_detect_wall : inc->t_fail_wall);
+}
+
+void ftrt__fail(ftrt__coord *c, int w, int kind)
+{
+    ftrt__crank *r = &c->r[w];
+    if (r->role == FTRT__ROLE_FAILED || r->role == FTRT__ROLE_COORD) return;
+    int old_role = r->role;
+    r->role = FTRT__ROLE_FAILED;
+    c->nfailed++;
+    c->maybe_done = 1;
+    ftrt__coord_drop(c, w);
+    if (kind != FK_CONNECTION_LOST) ftrt__job_fence(c, w);
+    c->status_dirty |= 2; /* membership: write now */
+    if (c->phase == PH_INIT) {
+        ftrt__job_abort(c, FTRT_EABORT, "a rank failed during initialization");
+        return;
+    }
+    ftrt__incident *inc = ftrt__incident_add(c, w, kind);
+    check_host_lost(c, w);
+    if (old_role == FTRT__ROLE_SPARE) {
+        if (inc) inc->was_spare = 1;
+        ftrt_log_warn("hot spare world rank %d failed (%s) and leaves the pool; %d spare(s) left",
+                      w, ftrt__failure_kind_name(kind), ftrt__live_spares(c));
+        return;
+    }
+    /* A stalled rank kept sending heartbeats: what is known is when it last made progress. */
+    if (inc && kind == FK_PROGRESS_STALL) {
+        inc->t_last_heard = r->last_change;
+        inc->t_fail_wall = r->t_fail_wall = inc->t_detect_wall - (inc->t_detect - r->last_change);
+    }
+    ftrt_log_warn("trainer logical rank %d (world rank %d, pid %d) failed: %s", r->logical, w,
+                  r->pid, ftrt__failure_kind_name(kind));
+    if (recoverable(c, w)) replace(c, w, kind, inc);
+}
+
+/* ---- host agents ------------------------------------------------------------------------- */
+
+/* Seconds an orphan (a rank whose host agent was lost) has to come back on its own connection:
+ * it sees its agent's socket close at once and reconnects in milliseconds; a rank that does not
+ * died with the agent (a lost host). Short, so that a lost host is still detected within its
+ * bound (docs/testing.md "Host faults"). */
+static double orphan_grace(const ftrt__coord *c)
+{
+    double half = c->a->cfg->heartbeat_timeout_ms / 2000.0;
+    return half < 0.25 ? half : 0.25;
+}
+
+void ftrt__host_lost(ftrt__coord *c, int h, int kind)
+{
+    ftrt__hlink *l = &c->hl[h];
+    if (l->fd < 0) return;
+    int aborting = c->phase == PH_ABORTING || c->phase == PH_DONE;
+    ftrt__host_drop(c, h);
+    if (!aborting)
+        ftrt_log_warn("host agent of %s (in world rank %d) lost: %s; %d rank(s) of its host may "
+                      "come back on their own connection", l->host, l->agent_w,
+                      ftrt__failure_kind_name(kind), l->nranks - 1);
+    double until = ftrt__now() + orphan_grace(c);
+    for (int w = 1; w < c->W; w++) {
+        ftrt__crank *r = &c->r[w];
+        if (r->link != h) continue;
+        if (r->said_bye || aborting || r->role == FTRT__ROLE_FAILED) {
+            ftrt__coord_drop(c, w);
+        } else if (w == l->agent_w) {
+            ftrt__fail(c, w, kind); /* the process the agent lived in */
+        } else {
+            l->nranks--;
+            r->link = -1;
+            r->orphan_until = until;
+            r->lost_t = until - orphan_grace(c);
+            r->orphan_kind = kind;
+            c->norphans++;
+        }
+    }
+}
+
+void ftrt__orphans_expire(ftrt__coord *c, double now)
+{
+    for (int w = 1; w < c->W && c->norphans > 0; w++) {
+        ftrt__crank *r = &c->r[w];
+        if (r->orphan_until <= 0 || now < r->orphan_until) continue;
+        int kind = r->orphan_kind;
+        ftrt__coord_drop(c, w); /* (no longer an orphan) */
+        if (c->phase == PH_ABORTING || c->phase == PH_DONE || r->said_bye) continue;
+        ftrt_log_warn("world rank %d (%s) did not come back after its host agent was lost",
+                      w, r->host);
+        ftrt__fail(c, w, kind);
+    }
+}

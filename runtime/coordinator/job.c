@@ -1,0 +1,127 @@
+/*
+ * job.c - the job's phases as the coordinator sees them: the start (every rank said hello:
+ * WELCOME with its role), the end (every member said BYE or failed: spares get SHUTDOWN), and
+ * the abort (ABORT to the members, SHUTDOWN to the spares, ranks that do not leave fenced with
+ * SIGKILL after a deadline).
+ */
+#include <signal.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "runtime/coordinator/coord.h"
+
+/* (The heartbeat period the coordinator asks for depends on how many connections send it
+ * heartbeats: each rank's own, and one per host agent.) */
+void ftrt__job_start(ftrt__coord *c)
+{
+    int links = c->nhl + 1;
+    for (int w = 1; w < c->W; w++) links += c->r[w].fd >= 0;
+    c->hb_ms = ftrt__heartbeat_period_ms(c->a->cfg->heartbeat_ms, c->a->cfg->heartbeat_timeout_ms,
+                                         links);
+    for (int w = 1; w < c->W; w++) {
+        ftrt__crank *r = &c->r[w];
+        r->role = w <= c->N ? FTRT__ROLE_TRAINER : FTRT__ROLE_SPARE;
+        r->logical = w <= c->N ? w - 1 : -1;
+        ftrt__welcome m = {.role = r->role, .logical_rank = r->logical, .ntrainers = c->N,
+                           .heartbeat_ms = c->hb_ms};
+        ftrt__coord_send(c, w, FTRT__MSG_WELCOME, &m, sizeof m);
+        ftrt__fanout_pump(c, w);
+    }
+    for (int l = 0; l < c->N; l++) {
+        c->members[l] = l + 1;
+        c->r[l + 1].last_change = ftrt__now();
+    }
+    c->phase = PH_RUNNING;
+    c->status_dirty |= 2; /* membership: write now */
+    ftrt_log_info("job started: %d trainers, %d spare(s)", c->N, c->W - 1 - c->N);
+}
+
+int ftrt__live_spares(const ftrt__coord *c)
+{
+    int n = 0;
+    for (int w = 1; w < c->W; w++) n += c->r[w].role == FTRT__ROLE_SPARE;
+    return n;
+}
+
+void ftrt__job_abort(ftrt__coord *c, int code, const char *why)
+{
+    if (c->phase == PH_ABORTING || c->phase == PH_DONE) return;
+    ftrt_log_error("aborting the job: %s (%s)", why, ftrt_err_name(code));
+    c->result = code;
+    c->aborted = 1;
+    c->phase = PH_ABORTING;
+    c->abort_deadline = ftrt__now() + 2.0 + 3.0 * c->a->cfg->heartbeat_timeout_ms / 1000.0;
+    ftrt__epoch_msg m = {.epoch = c->epoch, .value = code};
+    for (int spare = 0; spare < 2; spare++) {
+        int n = 0;
+        for (int w = 1; w < c->W; w++)
+            if ((c->r[w].role == FTRT__ROLE_SPARE) == spare) c->s.fan[n++] = w;
+        ftrt__coord_multicast(c, c->s.fan, n, spare ? FTRT__MSG_SHUTDOWN : FTRT__MSG_ABORT, &m,
+                              sizeof m);
+    }
+    c->status_dirty |= 2; /* membership: write now */
+}
+
+void ftrt__job_fence(ftrt__coord *c, int w)
+{
+    ftrt__crank *r = &c->r[w];
+    if (r->pid > 0 && !strcmp(r->host, c->a->host)) {
+        ftrt_log_warn("fencing world rank %d (pid %d) with SIGKILL", w, r->pid);
+        kill(r->pid, SIGKILL);
+    }
+}
+
+int ftrt__job_finishing(const ftrt__coord *c)
+{
+    for (int l = 0; l < c->N; l++)
+        if (c->r[c->members[l]].said_bye) return 1;
+    return 0;
+}
+
+static int all_done(const ftrt__coord *c)
+{
+    for (int l = 0; l < c->N; l++) {
+        const ftrt__crank *r = &c->r[c->members[l]];
+        if (!r->said_bye && r->role != FTRT__ROLE_FAILED) return 0;
+    }
+    return 1;
+}
+
+static int any_connected(const ftrt__coord *c)
+{
+    for (int w = 1; w < c->W; w++)
+        if (ftrt__rank_connected(c, w) && c->r[w].role != FTRT__ROLE_SPARE) return 1;
+    return 0;
+}
+
+void ftrt__job_check_end(ftrt__coord *c, double now)
+{
+    if (c->phase == PH_RUNNING && c->maybe_done) {
+        c->maybe_done = 0;
+        if (all_done(c)) {
+            /* The job's end, to every process at once: the trainers' FAREWELL and the spares'
+             * SHUTDOWN say how many processes died (0: all call MPI_Finalize). */
+            ftrt__epoch_msg m = {.epoch = c->epoch, .value = c->nfailed};
+            for (int farewell = 0; farewell < 2; farewell++) {
+                int n = 0;
+                for (int w = 1; w < c->W; w++)
+                    if (farewell ? c->r[w].role == FTRT__ROLE_TRAINER && c->r[w].said_bye
+                                 : c->r[w].role == FTRT__ROLE_SPARE)
+                        c->s.fan[n++] = w;
+                ftrt__coord_multicast(c, c->s.fan, n,
+                                      farewell ? FTRT__MSG_FAREWELL : FTRT__MSG_SHUTDOWN, &m,
+                                      sizeof m);
+            }
+            c->phase = PH_DONE;
+            c->result = c->sdc_unresolved ? FTRT_ECORRUPT : FTRT_DONE;
+        }
+    }
+    if (c->phase == PH_ABORTING && (!any_connected(c) || now > c->abort_deadline)) {
+        for (int w = 1; w < c->W; w++)
+            if (ftrt__rank_connected(c, w) && c->r[w].role != FTRT__ROLE_SPARE) {
+                ftrt_log_warn("world rank %d did not leave after the abort", w);
+                ftrt__job_fence(c, w);
+            }
+        c->phase = PH_DONE;
+    }
+}

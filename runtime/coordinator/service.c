@@ -1,0 +1,383 @@
+/*
+ * service.c - reading the ranks and the host agents: everything that arrives from an identified
+ * rank, on its own connection or relayed by its host agent, is handled here, one function per
+ * message type (HEARTBEAT, LEDGER, REPORT, RESUMED, SHARD_DONE, FINGERPRINT, BYE), and what a
+ * host agent says for its host (its ranks' HELLOs, HOST_BEAT, RANK_LOST); a connection's EOF or
+ * a malformed message declares the rank (or loses the host agent) failed; a rank that comes
+ * back after its host agent was lost is caught up; the silence timeouts (the head of the
+ * silence watch) are checked here too, since a connection with unread bytes is read before it
+ * is called silent.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "runtime/coordinator/coord.h"
+
+/* Appends n intervals to rank r's timeline (up to timeline_max; beyond, it is truncated). */
+static void timeline_append(ftrt__coord *c, ftrt__crank *r, const ftrt__interval *iv, size_t n)
+{
+    if (r->tl_n + n > (size_t)c->a->cfg->timeline_max) {
+        r->tl_truncated = 1;
+        return;
+    }
+    if (n == 0) return;
+    if (r->tl_n + n > r->tl_cap) {
+        size_t ncap = r->tl_cap ? r->tl_cap : 1024;
+        while (ncap < r->tl_n + n) ncap *= 2;
+        ftrt__interval *grown = realloc(r->tl, ncap * sizeof *grown);
+        if (!grown) {
+            r->tl_truncated = 1; /* a lost ledger update is not a protocol error */
+            return;
+        }
+        r->tl = grown;
+        r->tl_cap = ncap;
+    }
+    memcpy(r->tl + r->tl_n, iv, n * sizeof *iv);
+    r->tl_n += n;
+}
+
+/* A LEDGER message: the rank's totals and open interval, and intervals to append. */
+static int take_ledger(ftrt__coord *c, int w, const void *payload, size_t len)
+{
+    ftrt__ledger_msg *m = malloc(len);
+    if (!m) return 0; /* a lost ledger update is not a protocol error */
+    memcpy(m, payload, len);
+    if (ftrt__ledger_msg_check(m, len)) {
+        free(m);
+        return FTRT_EPROTO;
+    }
+    ftrt__crank *r = &c->r[w];
+    memcpy(r->tl_totals, m->totals, sizeof r->tl_totals);
+    r->tl_t_open = m->t_open;
+    r->tl_kind_open = m->kind_open;
+    r->kept_steps = m->kept_steps;
+    r->flops_per_step = m->flops_per_step;
+    r->peak_flops = m->peak_flops;
+    r->total_steps = m->total_steps;
+    r->tl_final |= m->final;
+    r->tl_seen = 1;
+    timeline_append(c, r, m->iv, (size_t)m->n);
+    free(m);
+    return 0;
+}
+
+static void take_heartbeat(ftrt__coord *c, ftrt__crank *r, const ftrt__heartbeat *hb)
+{
+    if (hb->steps_done != r->steps_done) c->status_dirty |= 1;
+    if (hb->steps_done != r->steps_done || hb->waits != r->waits) r->last_change = ftrt__now();
+    r->steps_done = hb->steps_done;
+    r->waits = hb->waits;
+    r->kept_s = hb->kept_s;
+    r->compute_s = hb->compute_s;
+}
+
+static void take_report(ftrt__coord *c, ftrt__crank *r, const ftrt__report *rep)
+{
+    if (rep->epoch != c->epoch || r->role != FTRT__ROLE_TRAINER) return; /* stale */
+    if (r->reported_epoch != rep->epoch) c->nreports++;
+    r->reported_epoch = rep->epoch;
+    r->report_steps = rep->steps_done;
+    r->has_sharded = rep->has_sharded;
+    r->own_step = rep->own_step;
+    r->held_step = rep->held_step;
+    r->held_of = rep->held_of;
+    /* (the O(N) check once every survivor may have reported; a member that reported and then
+     * failed makes this an overestimate, which the check itself corrects) */
+    if (c->nreports + c->npromoting >= c->N) ftrt__epoch_check_reports(c);
+}
+
+static void take_resumed(ftrt__coord *c, ftrt__crank *r, const ftrt__epoch_msg *em)
+{
+    if (em->epoch != c->epoch) return;
+    if (r->resumed_epoch != em->epoch && r->role == FTRT__ROLE_TRAINER) c->nresumed++;
+    r->resumed_epoch = em->epoch;
+    /* then the fingerprints of the new epoch that arrived before the last RESUMED */
+    if (c->nresumed >= c->N && ftrt__epoch_check_resumed(c)) ftrt__sdc_vote_all(c);
+}
+
+/* A trainer that stops with an error, or before its loop's end (the job's total steps, when
+ * ftrt_set_job_info() gave them), or in the middle of a recovery, ends the job as failed: the
+ * others cannot finish without it, and a spare would meet the same error. */
+static void judge_bye(ftrt__coord *c, int w, const ftrt__crank *r)
+{
+    char why[300];
+    int code = 0;
+    if (r->bye.exit_code < 0) {
+        code = r->bye.exit_code;
+        snprintf(why, sizeof why, "trainer logical rank %d (world rank %d) left with an error: %s",
+                 r->logical, w, ftrt_strerror(code));
+    } else if (r->total_steps > 0 && r->bye.steps_done < r->total_steps) {
+        code = FTRT_EABORT;
+        snprintf(why, sizeof why, "trainer logical rank %d (world rank %d) left after %lld of "
+                 "%lld steps", r->logical, w, (long long)r->bye.steps_done,
+                 (long long)r->total_steps);
+    } else if (c->phase == PH_COLLECT || c->phase == PH_RESUMING) {
+        code = FTRT_EABORT;
+        snprintf(why, sizeof why, "trainer logical rank %d (world rank %d) left during the "
+                 "recovery of epoch %d", r->logical, w, c->epoch);
+    }
+    if (code) ftrt__job_abort(c, code, why);
+}
+
+static void take_bye(ftrt__coord *c, int w, const ftrt__bye *bye)
+{
+    ftrt__crank *r = &c->r[w];
+    r->said_bye = 1;
+    ftrt__silence_remove(c, w); /* a rank that said goodbye is not watched for silence */
+    c->maybe_done = 1;
+    r->bye = *bye;
+    r->kept_s = bye->kept_s;
+    r->steps_done = bye->steps_done;
+    c->status_dirty |= 1;
+    /* Its FAREWELL waits for the job's end (ftrt__job_check_end: every trainer said goodbye),
+     * so that every process of the world takes the same MPI_Finalize decision; an abort
+     * meanwhile reaches it as ABORT. */
+    if (r->role == FTRT__ROLE_TRAINER) judge_bye(c, w, r);
+}
+
+/* Handles one message from identified world rank w. Returns 0 or FTRT_EPROTO. */
+static int handle(ftrt__coord *c, int w, const ftrt__msghdr *h, const void *payload)
+{
+    ftrt__crank *r = &c->r[w];
+    if (h->type == FTRT__MSG_LEDGER) return take_ledger(c, w, payload, h->len);
+    union {
+        ftrt__heartbeat hb;
+        ftrt__report rep;
+        ftrt__epoch_msg em;
+        ftrt__ckpt_msg cm;
+        ftrt__bye bye;
+        ftrt__fingerprint_msg fpm;
+    } u;
+    if (h->len > sizeof u) return FTRT_EPROTO;
+    memcpy(&u, payload, h->len);
+    switch (h->type) {
+    case FTRT__MSG_HEARTBEAT: take_heartbeat(c, r, &u.hb); return 0;
+    case FTRT__MSG_REPORT: take_report(c, r, &u.rep); return 0;
+    case FTRT__MSG_RESUMED: take_resumed(c, r, &u.em); return 0;
+    case FTRT__MSG_SHARD_DONE:
+        if (u.cm.epoch == c->epoch && c->phase == PH_RUNNING) /* else abandoned */
+            ftrt__commit_shard_done(c, w, &u.cm);
+        return 0;
+    case FTRT__MSG_FINGERPRINT: ftrt__sdc_vote_take(c, w, &u.fpm); return 0;
+    case FTRT__MSG_BYE: take_bye(c, w, &u.bye); return 0;
+    default: return FTRT_EPROTO;
+    }
+}
+
+/* Handles every whole message buffered in rx as world rank w's. Returns 0, or FTRT_EPROTO on a
+ * malformed one (w is then failed by the caller). */
+static int handle_all(ftrt__coord *c, int w)
+{
+    ftrt__crank *r = &c->r[w];
+    ftrt__msghdr h;
+    const void *payload;
+    int rc;
+    while (r->fd >= 0 && (rc = ftrt__rx_next(&r->rx, &h, &payload)) == 1)
+        if (handle(c, w, &h, payload)) return FTRT_EPROTO;
+    return r->fd >= 0 && rc < 0 ? FTRT_EPROTO : 0;
+}
+
+void ftrt__service(ftrt__coord *c, int w)
+{
+    ftrt__crank *r = &c->r[w];
+    ssize_t got = ftrt__rx_fill(&r->rx, r->fd);
+    if (got == -EAGAIN) return;
+    if (got <= 0) {
+        if (r->said_bye || c->phase == PH_ABORTING) ftrt__coord_drop(c, w);
+        else ftrt__fail(c, w, FK_CONNECTION_LOST);
+        return;
+    }
+    r->last_heard = ftrt__now();
+    if (!r->said_bye) ftrt__silence_touch(c, w);
+    if (handle_all(c, w)) {
+        c->protocol_errors++;
+        ftrt_log_error("malformed message from world rank %d", w);
+        ftrt__fail(c, w, FK_PROTOCOL);
+    }
+}
+
+/* ---- host agents ------------------------------------------------------------------------- */
+
+/* A rank's HELLO relayed by host agent h: the rank joins through it (or comes back through it
+ * after its own agent was lost). Returns 0, or FTRT_EPROTO for a HELLO that can never be
+ * right (a wrong secret: the agent let it through). */
+static int host_attach(ftrt__coord *c, int h, int w, const ftrt__hello *hello)
+{
+    ftrt__crank *r = &c->r[w];
+    if (hello->secret != c->secret) return FTRT_EPROTO;
+    if (r->link == h) return 0;                       /* again: nothing new */
+    if (r->hello && (r->role == FTRT__ROLE_FAILED || r->fd >= 0)) return 0; /* too late */
+    int rejoined = r->hello;
+    if (rejoined) ftrt__coord_drop(c, w);
+    else c->nhello++;
+    r->link = h;
+    c->hl[h].nranks++;
+    r->hello = 1;
+    r->lost_t = 0;
+    r->pid = hello->pid;
+    memcpy(r->host, hello->host, sizeof r->host);
+    r->host[FTRT__HOST_MAX - 1] = 0;
+    r->last_heard = ftrt__now();
+    if (rejoined) ftrt__rank_rejoined(c, w);
+    return 0;
+}
+
+/* One RELAY from host agent h. Messages of a rank it does not serve (one that left it for its
+ * own connection, or was declared failed) are stale and dropped. */
+static int host_relay(ftrt__coord *c, int h, const void *payload, size_t len)
+{
+    int32_t w;
+    ftrt__msghdr ih;
+    const void *inner;
+    if (ftrt__relay_open(payload, len, &w, &ih, &inner) || w >= c->W) return FTRT_EPROTO;
+    if (ih.type == FTRT__MSG_HELLO) {
+        ftrt__hello hello;
+        if (ih.len != sizeof hello) return FTRT_EPROTO;
+        memcpy(&hello, inner, sizeof hello);
+        if (hello.world_rank != w) return FTRT_EPROTO;
+        return host_attach(c, h, w, &hello);
+    }
+    if (c->r[w].link != h) return 0;
+    c->r[w].last_heard = ftrt__now();
+    if (handle(c, w, &ih, inner)) {
+        c->protocol_errors++;
+        ftrt_log_error("malformed message from world rank %d (through the host agent of %s)", w,
+                       c->hl[h].host);
+        ftrt__fail(c, w, FK_PROTOCOL);
+    }
+    return 0;
+}
+
+/* HOST_BEAT: the newest heartbeat of each rank host agent h serves. */
+static int host_beat(ftrt__coord *c, int h, const void *payload, size_t len)
+{
+    ftrt__host_beat *b = malloc(len);
+    if (!b) return 0; /* a lost beat is not a protocol error: the next one follows */
+    memcpy(b, payload, len);
+    int rc = ftrt__host_beat_check(b, len);
+    double now = ftrt__now();
+    for (int i = 0; !rc && i < b->n; i++) {
+        int w = b->e[i].world_rank;
+        if (w < 1 || w >= c->W || c->r[w].link != h) continue;
+        c->r[w].last_heard = now;
+        take_heartbeat(c, &c->r[w], &b->e[i].hb);
+    }
+    free(b);
+    return rc;
+}
+
+/* RANK_LOST: a rank of host agent h's host died (its socket closed without BYE) or fell
+ * silent for the heartbeat timeout; the agent saw it first. */
+static int host_rank_lost(ftrt__coord *c, int h, const void *payload)
+{
+    ftrt__rank_lost m;
+    memcpy(&m, payload, sizeof m);
+    int w = m.world_rank;
+    if (w < 1 || w >= c->W || c->r[w].link != h) return 0; /* not (or no longer) its rank */
+    if (c->r[w].said_bye || c->phase == PH_ABORTING) {
+        ftrt__coord_drop(c, w);
+        return 0;
+    }
+    ftrt__fail(c, w, m.why == FTRT__LOST_SILENT     ? FK_HEARTBEAT_TIMEOUT
+                     : m.why == FTRT__LOST_PROTOCOL ? FK_PROTOCOL
+                                                    : FK_CONNECTION_LOST);
+    return 0;
+}
+
+/* One message from host agent h. Returns 0 or FTRT_EPROTO. */
+static int host_handle(ftrt__coord *c, int h, const ftrt__msghdr *m, const void *payload)
+{
+    switch (m->type) {
+    case FTRT__MSG_RELAY: return host_relay(c, h, payload, m->len);
+    case FTRT__MSG_HOST_BEAT: return host_beat(c, h, payload, m->len);
+    case FTRT__MSG_RANK_LOST: return host_rank_lost(c, h, payload);
+    default: return FTRT_EPROTO;
+    }
+}
+
+void ftrt__service_host(ftrt__coord *c, int h)
+{
+    ftrt__hlink *l = &c->hl[h];
+    ssize_t got = ftrt__rx_fill(&l->rx, l->fd);
+    if (got == -EAGAIN && l->rx.used == 0) return; /* (bytes may be buffered: at its adoption) */
+    if (got == 0 || (got < 0 && got != -EAGAIN)) {
+        ftrt__host_lost(c, h, FK_CONNECTION_LOST);
+        return;
+    }
+    if (got > 0) {
+        l->last_heard = ftrt__now();
+        ftrt__silence_touch(c, c->W + h);
+    }
+    ftrt__msghdr m;
+    const void *payload;
+    int rc;
+    while (l->fd >= 0 && (rc = ftrt__rx_next(&l->rx, &m, &payload)) == 1)
+        if (host_handle(c, h, &m, payload)) {
+            rc = FTRT_EPROTO;
+            break;
+        }
+    if (l->fd >= 0 && rc < 0) {
+        c->protocol_errors++;
+        ftrt_log_error("malformed message from the host agent of %s", l->host);
+        ftrt__host_lost(c, h, FK_PROTOCOL);
+    }
+}
+
+/* ---- a rank that came back --------------------------------------------------------------- */
+
+/* What job_abort() sent it: ABORT to a member, SHUTDOWN with the code to a spare. */
+static void resend_abort(ftrt__coord *c, int w)
+{
+    int spare = c->r[w].role == FTRT__ROLE_SPARE;
+    ftrt__epoch_msg m = {.epoch = c->epoch, .value = c->result};
+    ftrt__coord_send(c, w, spare ? FTRT__MSG_SHUTDOWN : FTRT__MSG_ABORT, &m, sizeof m);
+}
+
+void ftrt__rank_rejoined(ftrt__coord *c, int w)
+{
+    ftrt__crank *r = &c->r[w];
+    if (c->phase == PH_INIT) return; /* its WELCOME comes with everyone's */
+    if (c->phase == PH_ABORTING || c->phase == PH_DONE) {
+        resend_abort(c, w);
+        return;
+    }
+    ftrt__welcome wm = {.role = r->role, .logical_rank = r->logical, .ntrainers = c->N,
+                        .heartbeat_ms = c->hb_ms};
+    ftrt__coord_send(c, w, FTRT__MSG_WELCOME, &wm, sizeof wm); /* (a repeat is ignored) */
+    if (r->said_bye) return; /* its FAREWELL comes at the job's end, on its new connection */
+    if (r->role != FTRT__ROLE_TRAINER) return;
+    if (c->phase == PH_COLLECT && !r->promoting) {
+        ftrt__failure_msg fm = {.epoch = c->epoch, .t_fail_wall = c->epoch_t_fail};
+        ftrt__coord_send(c, w, FTRT__MSG_FAILURE, &fm, sizeof fm);
+    } else if (c->phase == PH_RESUMING && r->resumed_epoch != c->epoch) {
+        ftrt__epoch_resend_plan(c, w);
+    }
+    if (c->last_commit.step >= 0)
+        ftrt__coord_send(c, w, FTRT__MSG_COMMIT, &c->last_commit, sizeof c->last_commit);
+}
+
+/* The head of the watch, oldest first, O(1) per connection looked at. Bytes that arrived while
+ * the loop was busy (a long fan-out) are not silence: a connection with something to read is
+ * read first. */
+void ftrt__check_timeouts(ftrt__coord *c, double now)
+{
+    double limit = c->a->cfg->heartbeat_timeout_ms / 1000.0;
+    while (c->watch_head && c->phase != PH_ABORTING && c->phase != PH_DONE) {
+        int id = c->watch_head;
+        if (now - ftrt__silence_last(c, id) <= limit) break;
+        int fd = id < c->W ? c->r[id].fd : c->hl[id - c->W].fd;
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (fd >= 0 && poll(&pf, 1, 0) > 0) {
+            if (id < c->W) ftrt__service(c, id);
+            else ftrt__service_host(c, id - c->W);
+            if (c->watch_head != id || now - ftrt__silence_last(c, id) <= limit) continue;
+        }
+        if (c->watch_head == id && id < c->W) ftrt__fail(c, id, FK_HEARTBEAT_TIMEOUT);
+        else if (c->watch_head == id) ftrt__host_lost(c, id - c->W, FK_HEARTBEAT_TIMEOUT);
+        if (c->watch_head == id) ftrt__silence_remove(c, id); /* (not failed: the coordinator) */
+    }
+}

@@ -1,0 +1,327 @@
+/*
+ * Unit tests: the host agent (runtime/hostagent.c) with its real thread, between a fake
+ * coordinator (a TCP listener the test reads and writes) and fake ranks (connections to the
+ * host's local socket speaking the rank's side of the protocol): joining, heartbeats batched
+ * into one HOST_BEAT per period, LEDGER held for the batch but never overtaken, RELAY and MULTI
+ * delivered, a rank's death reported at once and a goodbye not, CUT, COORD_LOST. The host agent
+ * thread and the test thread meet here, so the suite also runs it under ThreadSanitizer.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "ftrt.h"
+#include "runtime/internal.h"
+
+typedef struct peer { /* one end the test holds: the coordinator's, or a rank's */
+    int fd;
+    ftrt__rxbuf rx;
+} peer;
+
+typedef struct fixture {
+    struct ftrt__hostagent *ha;
+    int listen_fd;
+    uint64_t secret;
+    peer coord;
+    peer rank[2]; /* world ranks 5 and 6 */
+} fixture;
+
+/* The next message on p (skipping PINGs, and HOST_BEATs unless asked for) within 5 s, into *h
+ * and buf (at most cap bytes). Returns 1, or 0 on timeout or EOF. */
+static int next_msg(peer *p, uint32_t want, ftrt__msghdr *h, void *buf, size_t cap)
+{
+    double deadline = ftrt__now() + 5;
+    while (ftrt__now() < deadline) {
+        const void *payload;
+        int r;
+        while ((r = ftrt__rx_next(&p->rx, h, &payload)) == 1) {
+            if (h->type == FTRT__MSG_PING || (h->type == FTRT__MSG_HOST_BEAT && want != h->type))
+                continue;
+            assert_true(h->len <= cap);
+            memcpy(buf, payload, h->len);
+            return 1;
+        }
+        struct pollfd pf = {.fd = p->fd, .events = POLLIN};
+        if (poll(&pf, 1, 100) > 0 && ftrt__rx_fill(&p->rx, p->fd) == 0) return 0;
+    }
+    return 0;
+}
+
+/* 1 when p sees EOF within 5 s (messages before it are skipped). */
+static int sees_eof(peer *p)
+{
+    double deadline = ftrt__now() + 5;
+    while (ftrt__now() < deadline) {
+        struct pollfd pf = {.fd = p->fd, .events = POLLIN};
+        if (poll(&pf, 1, 100) > 0) {
+            ssize_t n = ftrt__rx_fill(&p->rx, p->fd);
+            if (n == 0 || (n < 0 && n != -EAGAIN)) return 1;
+            ftrt__msghdr h;
+            const void *x;
+            while (ftrt__rx_next(&p->rx, &h, &x) == 1) {}
+        }
+    }
+    return 0;
+}
+
+/* A relayed message from the host agent: *w and the inner type; the inner payload into buf. */
+static uint32_t relayed(const uint8_t *payload, size_t len, int32_t *w, void *buf, size_t cap)
+{
+    ftrt__msghdr ih;
+    const void *inner;
+    assert_int_equal(ftrt__relay_open(payload, len, w, &ih, &inner), 0);
+    assert_true(ih.len <= cap);
+    memcpy(buf, inner, ih.len);
+    return ih.type;
+}
+
+/* Rank slot i (world rank 5 + i) connects to the local socket and says HELLO; the host agent
+ * answers HOSTED and relays the HELLO. */
+static void rank_join(fixture *f, int i)
+{
+    peer *p = &f->rank[i];
+    p->fd = ftrt__local_connect(f->secret, 2000);
+    assert_true(p->fd >= 0);
+    ftrt__hello hello = {.secret = f->secret, .world_rank = 5 + i, .pid = 100 + i};
+    snprintf(hello.host, sizeof hello.host, "h");
+    assert_int_equal(ftrt__msg_send(p->fd, FTRT__MSG_HELLO, &hello, sizeof hello), 0);
+    ftrt__msghdr h;
+    ftrt__epoch_msg hosted;
+    assert_true(next_msg(p, 0, &h, &hosted, sizeof hosted));
+    assert_int_equal(h.type, FTRT__MSG_HOSTED);
+    assert_int_equal(hosted.value, 4); /* the agent's world rank */
+    uint8_t buf[256];
+    int32_t w;
+    ftrt__hello got;
+    assert_true(next_msg(&f->coord, 0, &h, buf, sizeof buf));
+    assert_int_equal(h.type, FTRT__MSG_RELAY);
+    assert_int_equal(relayed(buf, h.len, &w, &got, sizeof got), FTRT__MSG_HELLO);
+    assert_int_equal(w, 5 + i);
+    assert_int_equal(got.secret, f->secret);
+}
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    char addr[64];
+    int port;
+    f->listen_fd = ftrt__listen("127.0.0.1", addr, sizeof addr, &port);
+    assert_true(f->listen_fd >= 0);
+    f->secret = 0x4a6e7ull ^ (uint64_t)getpid() << 20;
+    int lfd = ftrt__local_listen(f->secret);
+    assert_true(lfd >= 0);
+    ftrt__hostagent_args a = {.secret = f->secret, .addrs = addr, .port = port, .world_rank = 4,
+                              .host = "h", .heartbeat_ms = 20, .heartbeat_timeout_ms = 1000,
+                              .init_timeout_ms = 2000};
+    assert_int_equal(ftrt__hostagent_start(&f->ha, lfd, &a), 0);
+    f->coord.fd = accept(f->listen_fd, NULL, NULL);
+    assert_true(f->coord.fd >= 0);
+    ftrt__msghdr h;
+    ftrt__hello hello;
+    assert_true(next_msg(&f->coord, 0, &h, &hello, sizeof hello));
+    assert_int_equal(h.type, FTRT__MSG_HOST_HELLO);
+    assert_int_equal(hello.world_rank, 4);
+    assert_int_equal(hello.secret, f->secret);
+    f->rank[0].fd = f->rank[1].fd = -1;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    for (int i = 0; i < 2; i++)
+        if (f->rank[i].fd >= 0) close(f->rank[i].fd);
+    ftrt__hostagent_stop(f->ha, 0.5);
+    close(f->coord.fd);
+    close(f->listen_fd);
+    ftrt__rx_free(&f->coord.rx);
+    for (int i = 0; i < 2; i++) ftrt__rx_free(&f->rank[i].rx);
+    free(f);
+    return 0;
+}
+
+/* Both ranks' heartbeats reach the coordinator in one HOST_BEAT per period, the newest of
+ * each; a LEDGER waits for the batch, a REPORT does not, and a LEDGER sent before a REPORT is
+ * relayed before it. */
+static void heartbeats_batched(void **state)
+{
+    fixture *f = *state;
+    rank_join(f, 0);
+    rank_join(f, 1);
+    for (int i = 0; i < 2; i++) {
+        ftrt__heartbeat hb = {.steps_done = 10 + i};
+        assert_int_equal(ftrt__msg_send(f->rank[i].fd, FTRT__MSG_HEARTBEAT, &hb, sizeof hb), 0);
+        hb.steps_done = 20 + i; /* the newest one is what counts */
+        assert_int_equal(ftrt__msg_send(f->rank[i].fd, FTRT__MSG_HEARTBEAT, &hb, sizeof hb), 0);
+    }
+    union {
+        ftrt__host_beat b;
+        uint8_t bytes[sizeof(ftrt__host_beat) + 4 * sizeof(ftrt__beat)];
+    } u;
+    ftrt__msghdr h;
+    int seen = 0;
+    for (int tries = 0; tries < 50 && seen != 2; tries++) {
+        assert_true(next_msg(&f->coord, FTRT__MSG_HOST_BEAT, &h, &u, sizeof u));
+        if (h.type != FTRT__MSG_HOST_BEAT) continue;
+        assert_int_equal(ftrt__host_beat_check(&u.b, h.len), 0);
+        seen = 0;
+        for (int i = 0; i < u.b.n; i++)
+            seen += u.b.e[i].hb.steps_done == 20 + (u.b.e[i].world_rank - 5);
+    }
+    assert_int_equal(seen, 2);
+    /* LEDGER then REPORT from rank 5: the REPORT goes at once, the LEDGER before it */
+    ftrt__ledger_msg lm = {.n = 0};
+    assert_int_equal(ftrt__msg_send(f->rank[0].fd, FTRT__MSG_LEDGER, &lm, sizeof lm), 0);
+    ftrt__report rep = {.steps_done = 33, .epoch = 1};
+    assert_int_equal(ftrt__msg_send(f->rank[0].fd, FTRT__MSG_REPORT, &rep, sizeof rep), 0);
+    uint8_t buf[512];
+    int32_t w;
+    uint8_t inner[256];
+    assert_true(next_msg(&f->coord, 0, &h, buf, sizeof buf));
+    assert_int_equal(relayed(buf, h.len, &w, inner, sizeof inner), FTRT__MSG_LEDGER);
+    assert_true(next_msg(&f->coord, 0, &h, buf, sizeof buf));
+    assert_int_equal(relayed(buf, h.len, &w, inner, sizeof inner), FTRT__MSG_REPORT);
+    assert_int_equal(w, 5);
+}
+
+/* RELAY goes to its rank only; MULTI to each rank it lists. */
+static void relay_and_multi(void **state)
+{
+    fixture *f = *state;
+    rank_join(f, 0);
+    rank_join(f, 1);
+    ftrt__relay pre = {.world_rank = 6};
+    ftrt__ckpt_msg cm = {.step = 7, .epoch = 0, .result = 0};
+    assert_int_equal(ftrt__msg_send2(f->coord.fd, FTRT__MSG_RELAY, &pre, sizeof pre,
+                                     FTRT__MSG_COMMIT, &cm, sizeof cm), 0);
+    ftrt__msghdr h;
+    ftrt__ckpt_msg got;
+    assert_true(next_msg(&f->rank[1], 0, &h, &got, sizeof got));
+    assert_int_equal(h.type, FTRT__MSG_COMMIT);
+    assert_int_equal(got.step, 7);
+    int32_t list[4] = {2, 0, 5, 6};
+    ftrt__failure_msg fm = {.epoch = 3};
+    assert_int_equal(ftrt__msg_send2(f->coord.fd, FTRT__MSG_MULTI, list, sizeof list,
+                                     FTRT__MSG_FAILURE, &fm, sizeof fm), 0);
+    for (int i = 0; i < 2; i++) {
+        ftrt__failure_msg x;
+        assert_true(next_msg(&f->rank[i], 0, &h, &x, sizeof x));
+        assert_int_equal(h.type, FTRT__MSG_FAILURE); /* (rank 5 never saw the COMMIT) */
+        assert_int_equal(x.epoch, 3);
+    }
+}
+
+/* A rank whose socket closes without BYE died: RANK_LOST at once; one that said BYE left. */
+static void death_and_goodbye(void **state)
+{
+    fixture *f = *state;
+    rank_join(f, 0);
+    rank_join(f, 1);
+    ftrt__bye bye = {.steps_done = 5};
+    assert_int_equal(ftrt__msg_send(f->rank[1].fd, FTRT__MSG_BYE, &bye, sizeof bye), 0);
+    uint8_t buf[256], inner[128];
+    int32_t w;
+    ftrt__msghdr h;
+    assert_true(next_msg(&f->coord, 0, &h, buf, sizeof buf));
+    assert_int_equal(relayed(buf, h.len, &w, inner, sizeof inner), FTRT__MSG_BYE);
+    close(f->rank[1].fd); /* after its BYE: no loss */
+    f->rank[1].fd = -1;
+    double t0 = ftrt__now();
+    close(f->rank[0].fd); /* rank 5 dies */
+    f->rank[0].fd = -1;
+    ftrt__rank_lost m;
+    assert_true(next_msg(&f->coord, 0, &h, &m, sizeof m));
+    assert_int_equal(h.type, FTRT__MSG_RANK_LOST);
+    assert_int_equal(m.world_rank, 5);
+    assert_int_equal(m.why, FTRT__LOST_CLOSED);
+    assert_true(ftrt__now() - t0 < 0.2); /* at once, not at the next period */
+    /* and nothing about rank 6 follows */
+    struct pollfd pf = {.fd = f->coord.fd, .events = POLLIN};
+    for (int i = 0; i < 5; i++) {
+        if (poll(&pf, 1, 50) > 0) ftrt__rx_fill(&f->coord.rx, f->coord.fd);
+        const void *x;
+        while (ftrt__rx_next(&f->coord.rx, &h, &x) == 1) assert_int_not_equal(h.type, FTRT__MSG_RANK_LOST);
+    }
+}
+
+/* A rank silent for the heartbeat timeout is reported and cut off; CUT closes a rank's socket
+ * without a report. */
+static void silence_and_cut(void **state)
+{
+    fixture *f = *state;
+    rank_join(f, 0);
+    rank_join(f, 1);
+    ftrt__relay cut = {.world_rank = 6};
+    assert_int_equal(ftrt__msg_send(f->coord.fd, FTRT__MSG_CUT, &cut, sizeof cut), 0);
+    assert_true(sees_eof(&f->rank[1]));
+    /* rank 5 never sends a heartbeat; the coordinator PINGs, as it does, so that only the rank
+     * is silent */
+    ftrt__msghdr h;
+    ftrt__rank_lost m = {0};
+    double t0 = ftrt__now();
+    while (ftrt__now() - t0 < 3 && m.world_rank == 0) {
+        ftrt__epoch_msg ping = {0};
+        assert_int_equal(ftrt__msg_send(f->coord.fd, FTRT__MSG_PING, &ping, sizeof ping), 0);
+        struct pollfd pf = {.fd = f->coord.fd, .events = POLLIN};
+        if (poll(&pf, 1, 100) > 0) assert_true(ftrt__rx_fill(&f->coord.rx, f->coord.fd) > 0);
+        const void *x;
+        while (ftrt__rx_next(&f->coord.rx, &h, &x) == 1)
+            if (h.type == FTRT__MSG_RANK_LOST) memcpy(&m, x, sizeof m);
+    }
+    assert_int_equal(m.world_rank, 5);
+    assert_int_equal(m.why, FTRT__LOST_SILENT);
+    assert_true(ftrt__now() - t0 >= 0.8); /* after the heartbeat timeout, not before */
+    assert_true(sees_eof(&f->rank[0]));
+}
+
+/* A coordinator lost: every rank gets COORD_LOST (FTRT_ECOORD), then its socket closes. */
+static void coordinator_lost(void **state)
+{
+    fixture *f = *state;
+    rank_join(f, 0);
+    close(f->coord.fd);
+    f->coord.fd = socket(AF_INET, SOCK_STREAM, 0); /* (closed by teardown) */
+    ftrt__msghdr h;
+    ftrt__epoch_msg m;
+    assert_true(next_msg(&f->rank[0], 0, &h, &m, sizeof m));
+    assert_int_equal(h.type, FTRT__MSG_COORD_LOST);
+    assert_int_equal(m.value, FTRT_ECOORD);
+    assert_true(sees_eof(&f->rank[0]));
+}
+
+/* A HELLO with another job's secret is refused: the socket closes, nothing is relayed. */
+static void wrong_secret(void **state)
+{
+    fixture *f = *state;
+    int fd = ftrt__local_connect(f->secret, 2000);
+    assert_true(fd >= 0);
+    ftrt__hello hello = {.secret = f->secret ^ 1, .world_rank = 5};
+    assert_int_equal(ftrt__msg_send(fd, FTRT__MSG_HELLO, &hello, sizeof hello), 0);
+    peer p = {.fd = fd};
+    assert_true(sees_eof(&p));
+    ftrt__rx_free(&p.rx);
+    close(fd);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(heartbeats_batched, setup, teardown),
+        cmocka_unit_test_setup_teardown(relay_and_multi, setup, teardown),
+        cmocka_unit_test_setup_teardown(death_and_goodbye, setup, teardown),
+        cmocka_unit_test_setup_teardown(silence_and_cut, setup, teardown),
+        cmocka_unit_test_setup_teardown(coordinator_lost, setup, teardown),
+        cmocka_unit_test_setup_teardown(wrong_secret, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
