@@ -67,6 +67,7 @@ from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Seq
 import torch
 
 from . import Context, Config, _lib
+from . import pytorch_flops as _flops
 from ._lib import FLOAT32, FLOAT64, REGION_REPLICATED, error_for, lib
 
 __all__ = ["FaultTolerant", "init_process", "step_seed", "PyState",
@@ -565,7 +566,13 @@ class FaultTolerant:
         it is the caller's business).
       bucket_cap_mb: gradient bucket size, MiB (DDP's default 25; the first bucket 1 MiB).
       state_capacity: bytes reserved for the pickled Python state (default 64 KiB).
-      flops_per_step: model FLOPs one trainer does per step, for the goodput report.
+      flops_per_step, peak_flops: for the report's eMFU. By default (None) both are found
+        at this process's first step: its FLOPs are counted (FlopCounterMode where this torch
+        has it, an analytic count otherwise) and the peak FLOP/s of one rank is
+        FTRT_PEAK_FLOPS (or config's peak_flops), else the datasheet peak of the GPU model
+        for the dtype in use, else, on the CPU, a measured matrix-product rate; logical rank
+        0 prints how each was found (ftrt.pytorch_flops). A number > 0 is used as given;
+        flops_per_step=0 turns eMFU off.
       verbose: logical rank 0 prints a line when it resumes or recovers.
 
     Attributes: rank, world_size, epoch, step_count (steps done: the step to run next),
@@ -581,8 +588,8 @@ class FaultTolerant:
                  checkpoint_every: int = 0, checkpoint_dir: Optional[str] = None,
                  report: Optional[str] = None, config: Optional[Config] = None,
                  ctx: Optional[Context] = None, bucket_cap_mb: float = 25.0,
-                 state_capacity: int = 1 << 16, flops_per_step: float = 0.0,
-                 verbose: bool = True) -> None:
+                 state_capacity: int = 1 << 16, flops_per_step: Optional[float] = None,
+                 peak_flops: Optional[float] = None, verbose: bool = True) -> None:
         if scheduler is None:
             self.schedulers = []
         elif isinstance(scheduler, (list, tuple)):
@@ -599,7 +606,8 @@ class FaultTolerant:
         self.state = extra_state
         self.seed, self.rng = int(seed), bool(rng)
         self.checkpoint_every = int(checkpoint_every)
-        self.flops_per_step = float(flops_per_step)
+        self.flops_per_step = float(flops_per_step or 0.0)
+        self._emfu = _flops.EmfuInputs(model, flops_per_step, peak_flops, config)
         self.verbose = verbose
         self.restored, self.recoveries = False, 0
         self.total_steps: Optional[int] = None
@@ -676,7 +684,7 @@ class FaultTolerant:
         registered tensor moved and closes (ftrt_finalize(), when init_process() was ours)."""
         total_steps = int(total_steps)
         self.total_steps = total_steps
-        self.ctx.set_job_info(total_steps, self.flops_per_step, 0.0)
+        self.ctx.set_job_info(total_steps, self.flops_per_step, self._emfu.peak_flops)
         while self._step < total_steps:
             s = self._step
             self._stepped = False
@@ -685,7 +693,11 @@ class FaultTolerant:
                 torch.default_generator.manual_seed(seed)
                 if self._seed_cuda:
                     torch.cuda.manual_seed_all(seed)
-            yield s
+            self._emfu.start()  # the first step in this process: counted
+            try:
+                yield s
+            finally:
+                self._emfu.abandon()  # the body raised or skipped step(): no count
             if not self._stepped:
                 raise RuntimeError(f"step {s}: the loop body did not call ft.step()")
         self.registry.verify()
@@ -705,6 +717,8 @@ class FaultTolerant:
             raise RuntimeError(f"step {self._step}: ft.step() called twice in one step")
         self._stepped = True
         s = self._step
+        if self._emfu.counting:  # the averaging ended with backward (sync_in_backward)
+            self._set_emfu()
         try:
             self.averager.wait()
         except _lib.FtrtRecover:
@@ -738,6 +752,24 @@ class FaultTolerant:
         """Context manager for gradient accumulation: backward passes inside it only
         accumulate local gradients; the last backward, outside it, averages the sum."""
         return self.averager.no_sync()
+
+    @property
+    def flop_count(self) -> Optional[_flops.FlopCount]:
+        """The FLOPs counted at this process's first step (None before it, or when not
+        counted: flops_per_step=0)."""
+        return self._emfu.count
+
+    @property
+    def peak(self) -> Optional[_flops.Peak]:
+        """The peak FLOP/s of one rank used for eMFU and how it was found (None before the
+        first step, or with flops_per_step=0)."""
+        return self._emfu.peak
+
+    def _set_emfu(self) -> None:
+        line = self._emfu.finish()
+        self.flops_per_step = self._emfu.flops_per_step
+        self.ctx.set_job_info(self.total_steps or 0, self.flops_per_step, self._emfu.peak_flops)
+        self._log(line)
 
     # -- state ------------------------------------------------------------------------------
     def _state_obj(self) -> Dict[str, Any]:
