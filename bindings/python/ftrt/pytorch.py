@@ -570,9 +570,9 @@ class FaultTolerant:
         at this process's first step: its FLOPs are counted (FlopCounterMode where this torch
         has it, an analytic count otherwise) and the peak FLOP/s of one rank is
         FTRT_PEAK_FLOPS (or config's peak_flops), else the datasheet peak of the GPU model
-        for the dtype in use, else, on the CPU, a measured matrix-product rate; logical rank
-        0 prints how each was found (ftrt.pytorch_flops). A number > 0 is used as given;
-        flops_per_step=0 turns eMFU off.
+        for the dtype in use, else, on the CPU, a matrix-product rate measured here before
+        joining the job (about 0.1 s); logical rank 0 prints how each was found
+        (ftrt.pytorch_flops). A number > 0 is used as given; flops_per_step=0 turns eMFU off.
       verbose: logical rank 0 prints a line when it resumes or recovers.
 
     Attributes: rank, world_size, epoch, step_count (steps done: the step to run next),
@@ -615,6 +615,7 @@ class FaultTolerant:
         self._seed_cuda = torch.cuda.is_available()
         # Everything that does not need the job first: a hot spare then waits ready.
         init_optimizer_state(optimizer)
+        self._emfu.measure_now()  # the CPU's peak for eMFU, where it is to be measured
         self._pystate = PyState(state_capacity)
         self._owns_ctx = ctx is None
         self.ctx = init_process(config, checkpoint_dir, report) if ctx is None else ctx

@@ -30,9 +30,10 @@ Peak FLOP/s (peak_flops()): FTRT_PEAK_FLOPS when set; on CUDA, the dense peak of
 model for the dtype from GPU_PEAKS (NVIDIA's datasheets; scaled by the SM count for a MIG
 slice); on the CPU no datasheet value exists that ftrt could know (it depends on the cores,
 their vector units and clocks), so it is measured: the best rate of a 512 x 512 matrix product
-in the step's dtype with this process's torch threads (measure_cpu_peak()), as
-examples/train_mlp measures its own; an honest but rough figure, lower when the cores are
-shared. When the FLOPs come in several dtypes the peak is the time-weighted one,
+in the step's dtype with this process's torch threads (measure_cpu_peak(); FaultTolerant
+measures it before joining the job: EmfuInputs.measure_now()), as examples/train_mlp measures
+its own; an honest but rough figure: the rate of the BLAS this torch was built with (Debian's
+is the generic reference BLAS), lower when the cores are shared. When the FLOPs come in several dtypes the peak is the time-weighted one,
 total / sum(flops_d / peak_d).
 """
 import math
@@ -448,7 +449,7 @@ def cuda_peak(name: str, sms: int, dtype: str, tf32: bool = False) -> Peak:
 
 
 def measure_cpu_peak(dtype: torch.dtype = torch.float32, n: int = 512,
-                     reps: int = 5) -> Peak:
+                     reps: int = 4) -> Peak:
     """Measures this process's matrix-product rate on the CPU: the best of `reps` timings of
     torch.mm of two n x n matrices of `dtype` (each timing as many products as fill 20 ms),
     2 n^3 FLOPs each, with torch.get_num_threads() threads. Uses no random numbers (the
@@ -478,12 +479,14 @@ _TORCH_DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfl
 
 
 def peak_flops(by_dtype: Mapping[Tuple[str, str], float], device: Optional[torch.device] = None,
-               env: Optional[Mapping[str, str]] = None) -> Peak:
+               env: Optional[Mapping[str, str]] = None,
+               cpu_peaks: Optional[Mapping[str, Peak]] = None) -> Peak:
     """The peak FLOP/s of one rank for a step whose FLOPs are `by_dtype` ({(device type,
     dtype key): FLOPs}, FlopCount.by_dtype): FTRT_PEAK_FLOPS of `env` (default os.environ)
     when set; else per dtype, from GPU_PEAKS on CUDA (`device`, default the current one) or
-    measured on the CPU (measure_cpu_peak()), combined as total / sum(flops_d / peak_d).
-    Peak.flops is 0 (source: why) when a dtype has no peak or nothing was counted."""
+    on the CPU from `cpu_peaks` ({dtype key: Peak}, measured earlier) or measured now
+    (measure_cpu_peak()), combined as total / sum(flops_d / peak_d). Peak.flops is 0 (source:
+    why) when a dtype has no peak or nothing was counted."""
     v = _env_peak(os.environ if env is None else env)
     if v is not None:
         return Peak(v, "FTRT_PEAK_FLOPS")
@@ -497,15 +500,17 @@ def peak_flops(by_dtype: Mapping[Tuple[str, str], float], device: Optional[torch
             p = cuda_peak(torch.cuda.get_device_name(d),
                           torch.cuda.get_device_properties(d).multi_processor_count, key,
                           tf32=bool(torch.backends.cuda.matmul.allow_tf32))
+        elif dev == "cpu" and cpu_peaks is not None and key in cpu_peaks:
+            p = cpu_peaks[key]
         elif dev == "cpu" and key in _TORCH_DTYPES:
             p = measure_cpu_peak(_TORCH_DTYPES[key])
         else:
             p = Peak(0.0, f"no peak for {key} on {dev}")
-        if p.flops <= 0:
+        if p.flops <= 0 or len(by_dtype) == 1:
             return p
         time_at_peak += f / p.flops
-        sources.append(f"{p.flops / 1e9:.4g} GFLOP/s ({p.source})"
-                       + (f" for {f / total:.0%} of the FLOPs" if len(by_dtype) > 1 else ""))
+        sources.append(f"{p.flops / 1e9:.4g} GFLOP/s for {f / total:.0%} of the FLOPs "
+                       f"({p.source})")
     return Peak(total / time_at_peak, "; ".join(sources))
 
 
@@ -533,6 +538,20 @@ class EmfuInputs:
         self.peak: Optional[Peak] = None
         self._counter: Optional[StepFlopCounter] = None
         self._done = self.given_flops == 0.0
+        self._cpu_peaks: Dict[str, Peak] = {}
+
+    def measure_now(self) -> None:
+        """Measures the CPU's peak for the model's parameter dtype now, where finish() would
+        otherwise measure it (CPU parameters, nothing given, FTRT_PEAK_FLOPS unset):
+        FaultTolerant calls it before joining the job, when every process starts at once
+        and no trainer waits for another; a measurement in the first step would hold that
+        trainer's collectives back while the others wait (and poll)."""
+        params = list(self.model.parameters()) if self.model is not None else []
+        if self._done or self.given_peak is not None or _env_peak(os.environ) is not None \
+                or not params or params[0].device.type != "cpu" \
+                or params[0].dtype not in _TORCH_DTYPES.values():
+            return
+        self._cpu_peaks[dtype_key(params[0].dtype)] = measure_cpu_peak(params[0].dtype)
 
     @property
     def flops_per_step(self) -> float:
@@ -575,7 +594,7 @@ class EmfuInputs:
         if self.given_peak is not None:
             self.peak = Peak(self.given_peak, "as given (peak_flops or FTRT_PEAK_FLOPS)")
         else:
-            self.peak = peak_flops(count.by_dtype)
+            self.peak = peak_flops(count.by_dtype, cpu_peaks=self._cpu_peaks)
         if self.given_flops is not None:
             what = f"{self.given_flops / 1e9:.4g} GFLOP per trainer per step (as given)"
         elif count.total > 0:
