@@ -96,6 +96,12 @@ def bad_inputs(cmd, train_mlp, f, d):
         if name.startswith(("bench/", "scripts/")):
             need = ["--after", "/bin/true", "1"] if name == "bench/coord_scale.py" else []
             cases.append((f"{name}: unknown option", c + need + ["--bogus"], {}, ["--bogus"]))
+    cases += [
+        ("examples/train_lm.py: --accum 0", cmd["examples/train_lm.py"] + ["--accum", "0"], {},
+         ["--accum"]),
+        ("bench/torch_overhead.py: --configs unknown", cmd["bench/torch_overhead.py"] + [
+            "--configs", "lm,bogus"], {}, ["--configs", "bogus"]),
+    ]
     cases.append(("bench/coord_scale.py: --after missing", cmd["bench/coord_scale.py"] + [
         "--after", os.path.join(d, "none"), "1"], {}, ["--after", "none"]))
     cases += [
