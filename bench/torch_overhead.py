@@ -20,6 +20,15 @@ waited-for children), the median over repetitions, the ratio ftrt / gloo of thos
 bucketing (25 MiB buckets, the first 1 MiB) and one torch thread per process. Python 3
 standard library only; runs the example with /usr/bin/python3. Command lines:
 tests/harness/ftrt_harness.py.
+
+--per-process: where the CPU goes while the job trains. Every 0.25 s the bench reads the CPU
+time of every thread of every process of the job (/proc/PID/task/TID/stat) and prints, for
+the part of the job between 30% and 95% of its duration (past the start-up, before the end),
+the cores each kind of process used: the trainers' main threads (mean of one), the trainers'
+other threads (ftrt's progress and agent threads, gloo's; mean of one trainer), the
+coordinator (world rank 0), the hot spare (the last world rank), the launcher wrapper
+(tools/ftrt-run) and mpirun. --ftrt-run FILE runs the ftrt jobs under another launcher wrapper
+(an older tools/ftrt-run, to compare).
 """
 import os
 import re
@@ -27,6 +36,8 @@ import resource
 import statistics
 import subprocess
 import sys
+import threading
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 import example_args  # noqa: E402  (one-line argument errors, path checks)
@@ -49,18 +60,114 @@ def children_cpu_s():
     return r.ru_utime + r.ru_stime
 
 
-def run(cmd, env, timeout=600):
-    """Runs one job; returns (median step ms, mean step ms, parameters, CPU s of the job)."""
+class ProcessCpu:
+    """Samples the CPU time of every thread of a process tree (see --per-process)."""
+
+    TICK = os.sysconf("SC_CLK_TCK")
+
+    def __init__(self, root):
+        self.root, self.samples, self.kinds = root, [], {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _tree(self):
+        pids, todo = [], [self.root]
+        while todo:
+            pid = todo.pop()
+            pids.append(pid)
+            try:
+                for tid in os.listdir(f"/proc/{pid}/task"):
+                    with open(f"/proc/{pid}/task/{tid}/children") as f:
+                        todo += [int(x) for x in f.read().split()]
+            except OSError:
+                pass
+        return pids
+
+    def _kind(self, pid):
+        """trainer / coordinator / spare (by OMPI_COMM_WORLD_RANK), ftrt-run, mpirun, other."""
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            return None
+        if b"OMPI_COMM_WORLD_RANK" in env and any(a.endswith(b".py") for a in argv[1:2]):
+            w, n = int(env[b"OMPI_COMM_WORLD_RANK"]), int(env[b"OMPI_COMM_WORLD_SIZE"])
+            if self.ftrt and w == 0:
+                return "coordinator"
+            return "spare" if self.ftrt and w == n - 1 else "trainer"
+        if any(a.endswith(b"ftrt-run") for a in argv[:2]):
+            return "ftrt-run"
+        return "mpirun" if os.path.basename(argv[0]) == b"mpirun" else "other"
+
+    def _loop(self):
+        while not self.stop.is_set():
+            snap = {}
+            for pid in self._tree():
+                kind = self._kind(pid)  # again each time: a fork may not have exec'd yet
+                if kind is not None:
+                    self.kinds[pid] = kind
+                try:
+                    for tid in os.listdir(f"/proc/{pid}/task"):
+                        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                            st = f.read()
+                        fields = st[st.rindex(")") + 2:].split()
+                        snap[(pid, int(tid))] = (int(fields[11]) + int(fields[12])) / self.TICK
+                except (OSError, ValueError):
+                    pass
+            self.samples.append((time.monotonic(), snap))
+            self.stop.wait(0.25)
+
+    def window(self, a=0.3, b=0.95):
+        """{kind: cores} between fractions a and b of the sampled time; trainers' main threads
+        and other threads as "trainer" and "trainer (other threads)", the mean of one
+        trainer."""
+        self.stop.set()
+        self.thread.join()
+        t0, t1 = self.samples[0][0], self.samples[-1][0]
+        sa = min(self.samples, key=lambda s: abs(s[0] - (t0 + a * (t1 - t0))))
+        sb = min(self.samples, key=lambda s: abs(s[0] - (t0 + b * (t1 - t0))))
+        dt = max(sb[0] - sa[0], 1e-9)
+        cores, trainers = {}, set()
+        for (pid, tid), c in sb[1].items():
+            kind = self.kinds.get(pid) or "other"
+            if kind == "trainer":
+                trainers.add(pid)
+                kind = "trainer" if tid == pid else "trainer (other threads)"
+            cores[kind] = cores.get(kind, 0.0) + (c - sa[1].get((pid, tid), c)) / dt
+        for k in ("trainer", "trainer (other threads)"):
+            if k in cores:
+                cores[k] /= max(1, len(trainers))
+        return cores
+
+
+def run(cmd, env, timeout=600, per_process=False, ftrt=False):
+    """Runs one job; returns (median step ms, mean step ms, parameters, CPU s of the job,
+    {kind: cores} with per_process else None)."""
     cpu0 = children_cpu_s()
-    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True, timeout=timeout)
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+    prof = ProcessCpu(p.pid) if per_process else None
+    if prof is not None:
+        prof.ftrt = ftrt
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, _ = p.communicate()
     cpu = children_cpu_s() - cpu0
-    m = re.search(r"step_time_ms median=([\d.]+) mean=([\d.]+) steps=(\d+)", p.stdout)
-    n = re.search(r"\((\d+) parameters\)", p.stdout)
+    cores = prof.window() if prof is not None else None
+    m = re.search(r"step_time_ms median=([\d.]+) mean=([\d.]+) steps=(\d+)", out)
+    n = re.search(r"\((\d+) parameters\)", out)
     if p.returncode != 0 or not m or not n:
-        sys.stderr.write(p.stdout[-4000:])
+        sys.stderr.write(out[-4000:])
         raise SystemExit(f"torch_overhead: job failed (exit {p.returncode}): {' '.join(cmd)}")
-    return float(m.group(1)), float(m.group(2)), int(n.group(1)), cpu
+    return float(m.group(1)), float(m.group(2)), int(n.group(1)), cpu, cores
+
+
+KINDS = ("trainer", "trainer (other threads)", "coordinator", "spare", "ftrt-run", "mpirun")
 
 
 CONFIGS = {
@@ -106,13 +213,18 @@ def bench(name, c, a, env):
                                     str(ftrt_harness.free_port())] + train, recovery=False)
             else:
                 ck = os.path.join(a.work, f"ckpt-{name}-{rep}")
-                cmd = ftrt_harness.ftrt_run_cmd(ftrt_harness.mpirun_cmd(c["trainers"] + 2, [
-                    PY, script, "--ckpt-every", "0", "--ckpt-dir", ck] + train), python=PY)
-            med, mean, nparams, cpu_s = run(cmd, dict(env, FTRT_SPARES="1"))
+                cmd = [PY, a.ftrt_run, "--"] + ftrt_harness.mpirun_cmd(c["trainers"] + 2, [
+                    PY, script, "--ckpt-every", "0", "--ckpt-dir", ck] + train)
+            med, mean, nparams, cpu_s, cores = run(cmd, dict(env, FTRT_SPARES="1"),
+                                                   per_process=a.per_process,
+                                                   ftrt=backend == "ftrt")
             res[backend].append(med)
             cpu[backend].append(cpu_s)
             print(f"  rep {rep + 1} {backend:4s}: median step {med:8.3f} ms (mean {mean:.3f} "
                   f"ms), job CPU {cpu_s:6.2f} s, load average {load:.2f} before", flush=True)
+            if cores is not None:
+                print("    cores while training: " + ", ".join(
+                    f"{k} {cores[k]:.3f}" for k in KINDS if k in cores), flush=True)
     g, f = statistics.median(res["gloo"]), statistics.median(res["ftrt"])
     # ratios of the two runs of each repetition (back to back, so under the same background
     # load): their median is less sensitive to load that drifts over the bench
@@ -132,8 +244,12 @@ def main():
     ap.add_argument("--lib", default=os.environ.get("FTRT_LIB",
                                                     os.path.join(REPO, "build", "libftrt.so")))
     ap.add_argument("--work", default="/tmp/ftrt-torch-overhead")
+    ap.add_argument("--per-process", action="store_true",
+                    help="print the cores each kind of process used while training")
+    ap.add_argument("--ftrt-run", default=ftrt_harness.FTRT_RUN,
+                    help="the launcher wrapper of the ftrt jobs (default tools/ftrt-run)")
     a = ap.parse_args()
-    example_args.check_paths(ap, a, dirs=("work",), inputs=("lib",))
+    example_args.check_paths(ap, a, dirs=("work",), inputs=("lib", "ftrt_run"))
     unknown = [n for n in a.configs.split(",") if n not in CONFIGS]
     if unknown or a.reps < 1:
         ap.error(f"--configs: unknown {unknown}, of {sorted(CONFIGS)}" if unknown else
