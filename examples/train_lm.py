@@ -22,9 +22,13 @@ each residual branch, a final LayerNorm and an output layer tied to the token em
 AdamW (weight decay on every parameter), an LR schedule of linear warm-up then cosine decay to
 10% (LambdaLR), gradient clipping by global norm.
 
-Determinism: logical rank r's minibatch at step s is `batch` windows of `context` + 1
+Gradient accumulation (--accum K): each step runs K micro-batches of `batch` sequences, the
+loss of each divided by K; the first K - 1 backward passes run under no_sync() (DDP's and
+FaultTolerant's: gradients accumulate locally), the last one averages the sum over the trainers.
+
+Determinism: logical rank r's micro-batch m of step s is `batch` windows of `context` + 1
 characters whose offsets are drawn by a torch.Generator seeded with
-step_seed(seed + DATA_SALT, r, s); dropout draws from torch's default generator, which
+step_seed(seed + DATA_SALT, r, s * accum + m); dropout draws from torch's default generator, which
 FaultTolerant reseeds with step_seed(seed, r, s) at the start of every step (the gloo path
 does the same), so every random number of a step is a function of (seed, logical rank, step).
 torch runs with one thread and deterministic algorithms; ftrt's allreduce is bitwise
@@ -36,6 +40,7 @@ The replicated Python state: the scheduler (stepped by FaultTolerant.step()), th
 param_groups (the LR the scheduler set) and extra_state {"tokens": global tokens trained on},
 restored on recovery and from checkpoints; the end of the run prints them.
 """
+import contextlib
 import math
 import os
 import statistics
@@ -60,7 +65,10 @@ def parse_args(argv):
                     "gloo).")
     ap.add_argument("--backend", choices=["ftrt", "gloo"], default="ftrt")
     ap.add_argument("--steps", type=int, default=200, help="optimizer steps (200)")
-    ap.add_argument("--batch", type=int, default=8, help="sequences per trainer per step (8)")
+    ap.add_argument("--batch", type=int, default=8, help="sequences per trainer per "
+                    "micro-batch (8)")
+    ap.add_argument("--accum", type=int, default=1, help="micro-batches per step: gradient "
+                    "accumulation, the gradients averaged over the trainers once per step (1)")
     ap.add_argument("--context", type=int, default=64, help="characters per sequence (64)")
     ap.add_argument("--d-model", type=int, default=64, help="model width (64)")
     ap.add_argument("--layers", type=int, default=2, help="transformer blocks (2)")
@@ -96,7 +104,7 @@ def parse_args(argv):
     ap.add_argument("--master-port", type=int, default=int(os.environ.get("MASTER_PORT",
                     "29512")), help="gloo rendezvous port (MASTER_PORT or 29512)")
     a = ap.parse_args(argv)
-    for name in ("batch", "context", "d_model", "layers", "heads", "progress_every"):
+    for name in ("batch", "accum", "context", "d_model", "layers", "heads", "progress_every"):
         if getattr(a, name) < 1:
             ap.error(f"--{name.replace('_', '-')}: must be >= 1")
     if a.steps < 0 or a.warmup < 0 or a.ckpt_every < 0 or a.eval_batches < 0:
@@ -150,10 +158,11 @@ class Text:
         w = data[idx]
         return w[:, :-1], w[:, 1:]
 
-    def batch(self, step, rank):
-        """Logical rank `rank`'s minibatch of step `step`: (inputs, targets) [batch, context]."""
+    def batch(self, step, rank, micro=0):
+        """Logical rank `rank`'s micro-batch `micro` of step `step`: (inputs, targets)
+        [batch, context]."""
         g = self.torch.Generator()
-        g.manual_seed(self.step_seed(self.a.seed + DATA_SALT, rank, step))
+        g.manual_seed(self.step_seed(self.a.seed + DATA_SALT, rank, step * self.a.accum + micro))
         off = self.torch.randint(0, len(self.train) - self.a.context - 1, (self.a.batch,),
                                  generator=g)
         return self.windows(self.train, off)
@@ -239,11 +248,22 @@ def loss_of(torch, model, x, y):
                                              y.reshape(-1))
 
 
-def flops_per_step(model, a):
-    n = sum(p.numel() for p in model.parameters())
-    tokens = a.batch * a.context
-    attn = a.layers * 2 * a.context * a.d_model * tokens  # QK^T and AV, forward
-    return 6.0 * n * tokens + 3.0 * attn
+def forward_backward(torch, a, model, text, step, rank, no_sync):
+    """The step's a.accum micro-batches, forward and backward; every backward but the last
+    under no_sync() (local accumulation). Returns (the step's loss, a float: the mean over
+    the micro-batches; tokens this trainer trained on)."""
+    loss_sum, tokens = 0.0, 0
+    for m in range(a.accum):
+        x, y = text.batch(step, rank, m)
+        last = m == a.accum - 1
+        with contextlib.nullcontext() if last else no_sync():
+            loss = loss_of(torch, model, x, y)
+            if a.accum > 1:
+                loss = loss / a.accum
+            loss.backward()  # the last one: p.grad = the mean over the trainers
+        loss_sum += float(loss)
+        tokens += x.numel()
+    return loss_sum, tokens
 
 
 def fnv1a64(data):
@@ -291,7 +311,9 @@ def header(a, backend, world, model, text):
     n = sum(p.numel() for p in model.parameters())
     return (f"train_lm: {backend}, {world} trainers, {a.layers} layers x d_model {a.d_model} "
             f"x {a.heads} heads, context {a.context}, vocab {text.vocab} ({n} parameters), "
-            f"batch {a.batch} per trainer, {a.steps} steps, AdamW lr {a.lr:g} (warm-up "
+            f"batch {a.batch} per trainer"
+            + (f" x {a.accum} micro-batches" if a.accum > 1 else "")
+            + f", {a.steps} steps, AdamW lr {a.lr:g} (warm-up "
             f"{a.warmup}, cosine), dropout {a.dropout:g}, seed {a.seed}; "
             f"{len(text.train)} train / {len(text.val)} validation characters of {a.text}")
 
@@ -309,24 +331,22 @@ def main_ftrt(a):
     ft = ftp.FaultTolerant(model, opt, scheduler=sched, extra_state={"tokens": 0},
                            seed=a.seed, rng=not a.no_step_rng, checkpoint_every=a.ckpt_every,
                            checkpoint_dir=a.ckpt_dir, report=a.report,
-                           bucket_cap_mb=a.bucket_mb, flops_per_step=flops_per_step(model, a))
+                           bucket_cap_mb=a.bucket_mb)
     if ft.rank == 0 and ft.epoch == 0:
         print(header(a, "ftrt", ft.world_size, model, text), flush=True)
     last_loss, times = None, []
     try:
         for step in ft.steps(a.steps):            # resumes where a restore/recovery left off
             t0 = time.perf_counter()
-            x, y = text.batch(step, ft.rank)
             opt.zero_grad(set_to_none=True)
-            loss = loss_of(torch, model, x, y)
-            loss.backward()                       # p.grad = the mean over the trainers
-            if a.clip:
+            loss, tokens = forward_backward(torch, a, model, text, step, ft.rank, ft.no_sync)
+            if a.clip:                            # p.grad holds the mean over the trainers
                 torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
-            ft.state["tokens"] += x.numel() * ft.world_size  # before step(): committed with it
+            ft.state["tokens"] += tokens * ft.world_size  # before step(): committed with it
             if not ft.step():                     # AdamW, LambdaLR, bookkeeping, checkpoint
                 continue                          # recovered: go on at ft.step_count
             times.append(time.perf_counter() - t0)
-            last_loss = float(loss)
+            last_loss = loss
             if ft.rank == 0 and ((step + 1) % a.progress_every == 0 or step + 1 == a.steps):
                 print(f"step {step + 1}/{a.steps}  loss {last_loss:.4f}  lr "
                       f"{sched.get_last_lr()[0]:.3e} (logical rank 0)", flush=True)
@@ -372,17 +392,16 @@ def main_gloo(a):
         t0 = time.perf_counter()
         if not a.no_step_rng:  # as FaultTolerant does
             torch.default_generator.manual_seed(step_seed(a.seed, rank, step))
-        x, y = text.batch(step, rank)
         opt.zero_grad(set_to_none=True)
-        loss = loss_of(torch, ddp, x, y)
-        loss.backward()                           # DDP allreduces the buckets during backward
+        # DDP allreduces the buckets during the last backward
+        loss, n = forward_backward(torch, a, ddp, text, step, rank, ddp.no_sync)
         if a.clip:
             torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
-        tokens += x.numel() * world
+        tokens += n * world
         opt.step()
         sched.step()
         times.append(time.perf_counter() - t0)
-        last_loss = float(loss)
+        last_loss = loss
         if rank == 0 and ((step + 1) % a.progress_every == 0 or step + 1 == a.steps):
             print(f"step {step + 1}/{a.steps}  loss {last_loss:.4f}  lr "
                   f"{sched.get_last_lr()[0]:.3e} (rank 0)", flush=True)

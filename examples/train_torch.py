@@ -270,8 +270,7 @@ def main_ftrt(a):
     nparams = sum(p.numel() for p in model.parameters())
     ft = ftp.FaultTolerant(model, opt, checkpoint_every=a.ckpt_every,
                            checkpoint_dir=a.ckpt_dir, report=a.report, seed=a.seed,
-                           bucket_cap_mb=a.bucket_mb,
-                           flops_per_step=6.0 * nparams * a.batch + 4.0 * nparams)
+                           bucket_cap_mb=a.bucket_mb)  # FLOPs and peak for eMFU: found
     if ft.rank == 0 and ft.epoch == 0:
         print(f"train_torch: ftrt, {ft.world_size} trainers, {a.layers} x {a.hidden} hidden "
               f"({nparams} parameters), {ft.averager.buckets} bucket(s), batch {a.batch} per "

@@ -26,7 +26,7 @@ def launchers(train_mlp):
         "tools/ftrt-run", "tools/ftrt-chaos", "examples/train_torch.py", "examples/train_lm.py",
         "bench/chaos_campaign.py", "bench/coord_scale.py", "bench/mttr_size.py",
         "bench/recovery.py", "bench/replica_rework.py", "bench/slurm_recovery.py",
-        "bench/torch_overhead.py", "bench/mpi_versions.py")]
+        "bench/torch_overhead.py", "bench/mpi_versions.py", "bench/profile_rank.py")]
     sh = [(f, ["bash", os.path.join(REPO, f)]) for f in (
         "examples/demo.sh", "scripts/ensure-deps.sh", "scripts/fresh-chroot-test.sh",
         "scripts/gpu-kit.sh", "scripts/gpu-run.sh", "scripts/gpu-sim.sh",
@@ -109,6 +109,21 @@ def bad_inputs(cmd, train_mlp, f, d):
         if name.startswith(("bench/", "scripts/")):
             need = ["--after", "/bin/true", "1"] if name == "bench/coord_scale.py" else []
             cases.append((f"{name}: unknown option", c + need + ["--bogus"], {}, ["--bogus"]))
+    cases += [
+        ("examples/train_lm.py: --accum 0", cmd["examples/train_lm.py"] + ["--accum", "0"], {},
+         ["--accum"]),
+        ("bench/torch_overhead.py: --configs unknown", cmd["bench/torch_overhead.py"] + [
+            "--configs", "lm,bogus"], {}, ["--configs", "bogus"]),
+        ("bench/profile_rank.py: --report missing", cmd["bench/profile_rank.py"] + [
+            "--report", os.path.join(d, "none.prof")], {}, ["--report", "none.prof"]),
+        ("bench/profile_rank.py: program missing", cmd["bench/profile_rank.py"] + [
+            "--rank", "1", "--out", os.path.join(d, "p"), "--", os.path.join(d, "none.py")], {},
+         ["none.py"]),
+        ("bench/profile_rank.py: --out under a regular file", cmd["bench/profile_rank.py"] + [
+            "--rank", "1", "--out", os.path.join(f, "p"), "--",
+            cmd["bench/torch_overhead.py"][1]],
+         {}, ["--out", f]),
+    ]
     cases.append(("bench/coord_scale.py: --after missing", cmd["bench/coord_scale.py"] + [
         "--after", os.path.join(d, "none"), "1"], {}, ["--after", "none"]))
     cases += [

@@ -6,7 +6,8 @@ FTRT_STRICT_DEPS=1, every skipped test fails instead -- pytest.importorskip(), a
 for a missing module or program, pytest.skip() -- with the skip's reason and the Debian package
 to install, because scripts/ensure-deps.sh must have installed every dependency. The only skips
 kept are those for missing hardware or kernel features, recognised by their reason (a GPU, CUDA,
-NCCL, a device; mounting not permitted): the suites word such skips that way
+NCCL, a device; mounting not permitted), and for a feature of a PyTorch newer than Debian 12's
+("needs torch >= 2.1"): the suites word such skips that way
 (KEPT_SKIP_REASONS), and any other wording fails under CI, so a new skip cannot hide a missing
 package there.
 """
@@ -19,9 +20,12 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ftrt_harness as h  # noqa: E402
 
-# Skips that stand under CI too: no GPU / CUDA / NCCL device, or a kernel feature not permitted.
+# Skips that stand under CI too: no GPU / CUDA / NCCL device, a kernel feature not permitted,
+# or a feature of a newer PyTorch than Debian 12's python3-torch (1.13), which no Debian
+# package can supply ("needs torch >= 2.1").
 KEPT_SKIP_REASONS = re.compile(
-    r"\b(GPU|CUDA|cuda|NCCL|nccl|no usable device|not permitted|cannot mount|mount.*not allowed)\b")
+    r"\b(GPU|CUDA|cuda|NCCL|nccl|no usable device|not permitted|cannot mount|mount.*not allowed)\b"
+    r"|\bneeds torch >= \d")
 # Words of a skip reason -> the Debian package (the module and program tables of the harness,
 # and the messages of the suites: "PyTorch is not installed", "mpirun not found", ...).
 _PKG_HINTS = [(re.compile(r"\bPyTorch\b|\btorch\b"), "python3-torch"),

@@ -57,7 +57,7 @@ class FakeCtx:
         pass
 
     def set_job_info(self, *a):
-        pass
+        self.job_info = a  # (total steps, FLOPs per step, peak FLOP/s): the latest
 
     def recover(self):
         self.epoch += 1
@@ -292,3 +292,86 @@ def test_state_capacity_is_checked(monkeypatch):
     with pytest.raises(ValueError, match="state_capacity"):
         ftp.FaultTolerant(model, opt, ctx=FakeCtx(), extra_state={"big": "x" * 5000},
                           state_capacity=4096, verbose=False)
+
+
+def emfu_run(monkeypatch, **kw):
+    """STEPS steps of Net (batch 10) through FaultTolerant on a FakeCtx, with its log."""
+    monkeypatch.setattr(ftp, "GradAverager", FakeAverager)
+    FakeAverager.fail_at = set()
+    model, opt, sched = setup()
+    ctx = FakeCtx()
+    ft = ftp.FaultTolerant(model, opt, scheduler=sched, ctx=ctx, **kw)
+    for step in ft.steps(STEPS):
+        x, y = batch(step)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        ft.step()
+    return ft, ctx, model
+
+
+# Net's FLOPs per step, by hand: Linear(6, 16) on 10 rows, forward + dW (the input needs no
+# gradient); Linear(16, 3), forward + dX + dW
+NET_FLOPS = 2 * (2 * 10 * 6 * 16) + 3 * (2 * 10 * 16 * 3)
+
+
+def test_emfu_inputs_are_found(monkeypatch, capsys):
+    """Nothing given: FaultTolerant counts the FLOPs of its first step (analytic on torch
+    1.13: the hand count), takes the peak from FTRT_PEAK_FLOPS, hands both to
+    set_job_info and logical rank 0 says how it found them; the training is bitwise that of
+    the plain loop (the count changes nothing)."""
+    monkeypatch.setenv("FTRT_PEAK_FLOPS", "3e9")
+    pm, _, _, _ = plain_run()
+    ft, ctx, model = emfu_run(monkeypatch)
+    assert same_params(pm, model)
+    assert ft.flop_count.total == NET_FLOPS and ft.peak.source == "FTRT_PEAK_FLOPS"
+    assert ctx.job_info == (STEPS, float(NET_FLOPS), 3e9)
+    out = capsys.readouterr().out
+    line = [ln for ln in out.splitlines() if ln.startswith("ftrt: eMFU inputs: ")]
+    assert len(line) == 1, out
+    assert f"{NET_FLOPS / 1e9:.4g} GFLOP per trainer per step" in line[0]
+    assert ("FlopCounterMode" if ftrt.pytorch_flops.have_flop_counter_mode() else
+            "analytic count") in line[0]
+    assert "peak 3 GFLOP/s per rank: FTRT_PEAK_FLOPS" in line[0]
+
+
+def test_emfu_peak_measured_on_the_cpu(monkeypatch, capsys):
+    """No FTRT_PEAK_FLOPS on the CPU: the peak is a measured matrix-product rate, said so."""
+    monkeypatch.delenv("FTRT_PEAK_FLOPS", raising=False)
+    ft, ctx, _ = emfu_run(monkeypatch)
+    assert ctx.job_info[1] == NET_FLOPS and ctx.job_info[2] == ft.peak.flops > 0
+    assert "measured: torch.mm 512x512 fp32" in capsys.readouterr().out
+
+
+def test_emfu_given_or_off(monkeypatch, capsys):
+    """flops_per_step and peak_flops given: used as given; flops_per_step=0: nothing counted,
+    no peak, FLOPs 0 for the ledger (no eMFU)."""
+    ft, ctx, _ = emfu_run(monkeypatch, flops_per_step=1e6, peak_flops=2e9)
+    assert ctx.job_info == (STEPS, 1e6, 2e9)
+    assert "0.001 GFLOP per trainer per step (as given); peak 2 GFLOP/s" in \
+        capsys.readouterr().out
+    ft, ctx, _ = emfu_run(monkeypatch, flops_per_step=0, verbose=False)
+    assert ft.flop_count is None and ft.peak is None and ctx.job_info[1] == 0
+    with pytest.raises(ValueError, match="peak_flops"):
+        ftp.FaultTolerant(*setup()[:2], ctx=FakeCtx(), peak_flops=-1, verbose=False)
+
+
+def test_emfu_counts_a_step_that_ends_in_a_recovery(monkeypatch):
+    """A failure in the first step (FtrtRecover from the averaging): its forward and backward
+    ran whole, so the count stands and is not taken again."""
+    monkeypatch.setenv("FTRT_PEAK_FLOPS", "3e9")
+    monkeypatch.setattr(ftp, "GradAverager", FakeAverager)
+    FakeAverager.fail_at = {0}
+    model, opt, sched = setup()
+    ctx = FakeCtx()
+    ctx.snapshots[0] = None
+    ft = ftp.FaultTolerant(model, opt, ctx=ctx, verbose=False)
+    ctx.snapshots[0] = ctx._snap()
+    ctx.resume = 0
+    results = []
+    for step in ft.steps(3):
+        x, y = batch(step)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        results.append(ft.step())
+    assert results == [False, True, True, True]
+    assert ft.flop_count.total == NET_FLOPS and ctx.job_info[1] == NET_FLOPS

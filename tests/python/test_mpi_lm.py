@@ -64,6 +64,24 @@ def test_lm_trains(lm_ref):
     assert rep["checkpoints"]["committed"] == STEPS // 20
 
 
+def test_lm_report_has_emfu(lm_ref):
+    """No FLOPs or peak given (and no FTRT_PEAK_FLOPS): FaultTolerant counted the model's
+    FLOPs at the first step -- the hand count of train_lm.py's transformer (d 64, 2 layers,
+    per block 12 d^2 per token in its linear layers and 2 B T^2 d in each of QK^T and AV, the
+    tied output layer d x vocab per token; x3 for forward and backward) -- and measured the
+    CPU's peak, so the report has an eMFU; logical rank 0 said how."""
+    rep = h.load_json(os.path.join(lm_ref.dir, "report.json"))
+    vocab = int(re.search(r"vocab (\d+) \(", lm_ref.out).group(1))
+    d, layers, tok = 64, 2, BATCH * CONTEXT
+    fwd = layers * (2 * tok * 12 * d * d + 2 * 2 * BATCH * CONTEXT ** 2 * d) + 2 * tok * d * vocab
+    led = rep["ledger"]
+    assert led["useful_flops"] == pytest.approx(N * STEPS * 3 * fwd, rel=1e-12), led
+    assert led["peak_flops_per_rank"] > 0 and 0 < led["emfu"] < 1, led
+    line = re.findall(r"^ftrt: eMFU inputs: .*$", lm_ref.out, re.M)
+    assert len(line) == 1 and "peak" in line[0] and "measured: torch.mm" in line[0], line
+    assert "eMFU unknown" not in lm_ref.out
+
+
 def test_lm_kill_is_byte_identical(lm_ref, work):
     """SIGKILL of trainer logical rank 1 once it has done 15 steps: the spare takes over,
     FaultTolerant recovers inside step(), and the run ends byte-identical, with the same

@@ -1,5 +1,6 @@
 """PyTorch for ftrt: the high-level API, FaultTolerant, and the helpers it is built from
-(state registration, overlapped gradient averaging, recovery).
+(state registration, from ftrt/pytorch_state.py and re-exported here; overlapped gradient
+averaging; recovery; eMFU's inputs through ftrt/pytorch_flops.py).
 
 High level (docs/pytorch.md; the class docstring):
 
@@ -56,36 +57,23 @@ Design notes.
 """
 import atexit
 import ctypes
-import hashlib
 import pickle
 import struct
 import sys
 import threading
-from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple,
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
                     Union)
 
 import torch
 
 from . import Context, Config, _lib
-from ._lib import FLOAT32, FLOAT64, REGION_REPLICATED, error_for, lib
+from . import pytorch_flops as _flops
+from ._lib import FLOAT32, FLOAT64, error_for, lib
+from .pytorch_state import StateRegistry, init_optimizer_state, region_name, register_state
 
 __all__ = ["FaultTolerant", "init_process", "step_seed", "PyState",
            "init_optimizer_state", "register_state", "StateRegistry", "GradAverager",
            "recover", "region_name"]
-
-_NAME_MAX = 63  # bytes of a region name (ftrt_register)
-
-
-def region_name(*parts: Any) -> str:
-    """A region name of at most 63 bytes from `parts` joined with ':'; longer names keep their
-    first 46 bytes and get a 16-hex-digit hash of the whole name, so they stay unique."""
-    name = ":".join(str(p) for p in parts)
-    raw = name.encode()
-    if len(raw) <= _NAME_MAX:
-        return name
-    digest = hashlib.sha1(raw).hexdigest()[:16]
-    return raw[:46].decode(errors="ignore") + "~" + digest
-
 
 def _queue_callback() -> Optional[Callable[[Callable[[], None]], None]]:
     """autograd's queue_callback (runs a function when the current backward pass ends), or
@@ -95,116 +83,6 @@ def _queue_callback() -> Optional[Callable[[Callable[[], None]], None]]:
         return Variable._execution_engine.queue_callback
     except (ImportError, AttributeError):
         return None
-
-
-def init_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
-    """Creates every state tensor of `optimizer` now, with the values it has before the first
-    step (zeros: SGD's momentum_buffer, Adam's exp_avg/exp_avg_sq/step, ...), so that they can
-    be registered before training. Parameters and their .grad are left exactly as they were.
-
-    How: one optimizer.step() with zero gradients on the parameters that have no state yet
-    (the others' gradients are hidden for that call), then the parameters are copied back and
-    every state tensor zeroed. Equivalent to torch.optim's lazy initialization for SGD (with
-    dampening 0: its first step copies the gradient into the buffer, here 0 * momentum + g),
-    Adam, AdamW, RMSprop and Adagrad (state created in its constructor). Raises ValueError when
-    the optimizer keeps non-tensor state (it could not be registered)."""
-    params = [p for g in optimizer.param_groups for p in g["params"]]
-    fresh = [p for p in params if len(optimizer.state.get(p, {})) == 0]
-    if fresh:
-        saved = [(p, p.grad) for p in params]
-        data = {p: p.detach().clone() for p in fresh}
-        with torch.no_grad():
-            for p in params:
-                p.grad = torch.zeros_like(p) if p in data else None
-            optimizer.step()
-            for p, grad in saved:
-                if p in data:
-                    p.copy_(data[p])
-                p.grad = grad
-            for p in fresh:
-                for v in optimizer.state[p].values():
-                    if torch.is_tensor(v):
-                        v.zero_()
-    bad = sorted({k for p in params for k, v in optimizer.state.get(p, {}).items()
-                  if not torch.is_tensor(v)})
-    if bad:
-        raise ValueError(f"optimizer state {bad} is not held in tensors: it cannot be "
-                         f"registered with ftrt (use a torch.optim version that keeps it in "
-                         f"tensors, e.g. Adam's tensor 'step' of torch >= 1.12)")
-
-
-class StateRegistry:
-    """The tensors registered by register_state(): entries is a list of (region name, tensor,
-    data_ptr at registration, optimizer state owner (param, key) or None)."""
-
-    def __init__(self, optimizer: Optional[torch.optim.Optimizer] = None) -> None:
-        self.entries: List[Tuple[str, torch.Tensor, int, Optional[Tuple[torch.Tensor, str]]]] = []
-        self.optimizer = optimizer
-
-    @property
-    def nbytes(self) -> int:
-        """Total registered bytes."""
-        return sum(t.numel() * t.element_size() for _, t, _, _ in self.entries)
-
-    def verify(self) -> None:
-        """Raises RuntimeError when a registered tensor's storage moved or an optimizer state
-        tensor was replaced by another object: the runtime would then checkpoint and restore
-        memory the model no longer uses. Cheap (a pointer compare per region); call it after
-        each optimizer step while developing, and after each recovery."""
-        for name, t, ptr, owner in self.entries:
-            if owner is not None and self.optimizer is not None:
-                p, key = owner
-                if self.optimizer.state[p].get(key) is not t:
-                    raise RuntimeError(f"region {name}: optimizer state {key!r} was replaced "
-                                       f"by a new tensor; ftrt still holds the old one")
-            if t.data_ptr() != ptr:
-                raise RuntimeError(f"region {name}: tensor storage moved from {ptr:#x} to "
-                                   f"{t.data_ptr():#x}; registered memory must stay in place")
-
-
-def register_state(ctx: Context, model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer] = None,
-                   flags: int = REGION_REPLICATED, buffers: bool = True) -> StateRegistry:
-    """Registers a model's parameters (and buffers) and an optimizer's state tensors with
-    ftrt, as regions of their own storage.
-
-    ctx: a trainer's ftrt.Context.  model: torch.nn.Module.  optimizer: a torch.optim
-    optimizer whose state exists (init_optimizer_state()), or None.
-    flags: REGION_REPLICATED (default: identical on every trainer, as in data parallelism) or
-    REGION_SHARDED; REGION_DEVICE is added for CUDA tensors.
-    Regions, in this order (every trainer registers the same): "param:<name>" per
-    model.named_parameters(), "buffer:<name>" per floating-point/integer buffer when `buffers`,
-    then "optim:<param name>:<state key>" per optimizer parameter and state key (sorted).
-    Every tensor must be contiguous. Returns a StateRegistry. Raises FtrtError from
-    ftrt_register() (FtrtInvalid: duplicate name; FtrtNotSupported: CUDA without a CUDA
-    libftrt; FtrtState: not a trainer), ValueError (non-contiguous tensor)."""
-    reg = StateRegistry(optimizer)
-    names: Dict[torch.Tensor, str] = {}
-
-    def add(name: str, t: torch.Tensor, owner: Optional[Tuple[torch.Tensor, str]] = None) -> None:
-        if not t.is_contiguous():
-            raise ValueError(f"{name}: tensor is not contiguous")
-        ctx.register(name, t, flags=flags)
-        reg.entries.append((name, t, t.data_ptr(), owner))
-
-    for pname, p in model.named_parameters():
-        names[p] = pname
-        add(region_name("param", pname), p)
-    if buffers:
-        for bname, b in model.named_buffers():
-            if b is not None and b.numel() > 0:
-                add(region_name("buffer", bname), b)
-    if optimizer is not None:
-        for gi, g in enumerate(optimizer.param_groups):
-            for pi, p in enumerate(g["params"]):
-                st = optimizer.state.get(p, {})
-                for key in sorted(st, key=str):
-                    v = st[key]
-                    if not torch.is_tensor(v):
-                        raise ValueError(f"optimizer state {key!r} is not a tensor "
-                                         f"(see init_optimizer_state)")
-                    pname = names.get(p, f"g{gi}.{pi}")
-                    add(region_name("optim", pname, key), v, (p, key))
-    return reg
 
 
 class GradAverager:
@@ -565,12 +443,19 @@ class FaultTolerant:
         it is the caller's business).
       bucket_cap_mb: gradient bucket size, MiB (DDP's default 25; the first bucket 1 MiB).
       state_capacity: bytes reserved for the pickled Python state (default 64 KiB).
-      flops_per_step: model FLOPs one trainer does per step, for the goodput report.
+      flops_per_step, peak_flops: for the report's eMFU. By default (None) both are found
+        at this process's first step: its FLOPs are counted (FlopCounterMode where this torch
+        has it, an analytic count otherwise) and the peak FLOP/s of one rank is
+        FTRT_PEAK_FLOPS (or config's peak_flops), else the datasheet peak of the GPU model
+        for the dtype in use, else, on the CPU, a matrix-product rate measured here before
+        joining the job (about 0.1 s); logical rank 0 prints how each was found
+        (ftrt.pytorch_flops). A number > 0 is used as given; flops_per_step=0 turns eMFU off.
       verbose: logical rank 0 prints a line when it resumes or recovers.
 
     Attributes: rank, world_size, epoch, step_count (steps done: the step to run next),
     restored (state came from a checkpoint or a survivor at start), recoveries, state
-    (extra_state), ctx, averager (GradAverager), registry (StateRegistry).
+    (extra_state), ctx, averager (GradAverager), registry (StateRegistry), flop_count and peak
+    (eMFU's inputs and how they were found).
     """
 
     _STATE_VERSION = 1
@@ -581,8 +466,8 @@ class FaultTolerant:
                  checkpoint_every: int = 0, checkpoint_dir: Optional[str] = None,
                  report: Optional[str] = None, config: Optional[Config] = None,
                  ctx: Optional[Context] = None, bucket_cap_mb: float = 25.0,
-                 state_capacity: int = 1 << 16, flops_per_step: float = 0.0,
-                 verbose: bool = True) -> None:
+                 state_capacity: int = 1 << 16, flops_per_step: Optional[float] = None,
+                 peak_flops: Optional[float] = None, verbose: bool = True) -> None:
         if scheduler is None:
             self.schedulers = []
         elif isinstance(scheduler, (list, tuple)):
@@ -599,7 +484,8 @@ class FaultTolerant:
         self.state = extra_state
         self.seed, self.rng = int(seed), bool(rng)
         self.checkpoint_every = int(checkpoint_every)
-        self.flops_per_step = float(flops_per_step)
+        self.flops_per_step = float(flops_per_step or 0.0)
+        self._emfu = _flops.EmfuInputs(model, flops_per_step, peak_flops, config)
         self.verbose = verbose
         self.restored, self.recoveries = False, 0
         self.total_steps: Optional[int] = None
@@ -607,6 +493,7 @@ class FaultTolerant:
         self._seed_cuda = torch.cuda.is_available()
         # Everything that does not need the job first: a hot spare then waits ready.
         init_optimizer_state(optimizer)
+        self._emfu.measure_now()  # the CPU's peak for eMFU, where it is to be measured
         self._pystate = PyState(state_capacity)
         self._owns_ctx = ctx is None
         self.ctx = init_process(config, checkpoint_dir, report) if ctx is None else ctx
@@ -676,7 +563,7 @@ class FaultTolerant:
         registered tensor moved and closes (ftrt_finalize(), when init_process() was ours)."""
         total_steps = int(total_steps)
         self.total_steps = total_steps
-        self.ctx.set_job_info(total_steps, self.flops_per_step, 0.0)
+        self.ctx.set_job_info(total_steps, self.flops_per_step, self._emfu.peak_flops)
         while self._step < total_steps:
             s = self._step
             self._stepped = False
@@ -685,7 +572,11 @@ class FaultTolerant:
                 torch.default_generator.manual_seed(seed)
                 if self._seed_cuda:
                     torch.cuda.manual_seed_all(seed)
-            yield s
+            self._emfu.start()  # the first step in this process: counted
+            try:
+                yield s
+            finally:
+                self._emfu.abandon()  # the body raised or skipped step(): no count
             if not self._stepped:
                 raise RuntimeError(f"step {s}: the loop body did not call ft.step()")
         self.registry.verify()
@@ -705,6 +596,8 @@ class FaultTolerant:
             raise RuntimeError(f"step {self._step}: ft.step() called twice in one step")
         self._stepped = True
         s = self._step
+        if self._emfu.counting:  # the averaging ended with backward (sync_in_backward)
+            self._set_emfu()
         try:
             self.averager.wait()
         except _lib.FtrtRecover:
@@ -738,6 +631,24 @@ class FaultTolerant:
         """Context manager for gradient accumulation: backward passes inside it only
         accumulate local gradients; the last backward, outside it, averages the sum."""
         return self.averager.no_sync()
+
+    @property
+    def flop_count(self) -> Optional[_flops.FlopCount]:
+        """The FLOPs counted at this process's first step (None before it, or when not
+        counted: flops_per_step=0)."""
+        return self._emfu.count
+
+    @property
+    def peak(self) -> Optional[_flops.Peak]:
+        """The peak FLOP/s of one rank used for eMFU and how it was found (None before the
+        first step, or with flops_per_step=0)."""
+        return self._emfu.peak
+
+    def _set_emfu(self) -> None:
+        line = self._emfu.finish()
+        self.flops_per_step = self._emfu.flops_per_step
+        self.ctx.set_job_info(self.total_steps or 0, self.flops_per_step, self._emfu.peak_flops)
+        self._log(line)
 
     # -- state ------------------------------------------------------------------------------
     def _state_obj(self) -> Dict[str, Any]:
