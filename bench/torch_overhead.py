@@ -23,7 +23,7 @@ tests/harness/ftrt_harness.py.
 
 --per-process: where the CPU goes while the job trains. Every 0.25 s the bench reads the CPU
 time of every thread of every process of the job (/proc/PID/task/TID/stat) and prints, for
-the part of the job between 30% and 95% of its duration (past the start-up, before the end),
+the part of the job between 35% and 85% of its duration (past the start-up, before the end),
 the cores each kind of process used: the trainers' main threads (mean of one), the trainers'
 other threads (ftrt's progress and agent threads, gloo's; mean of one trainer), the
 coordinator (world rank 0), the hot spare (the last world rank), the launcher wrapper
@@ -120,23 +120,30 @@ class ProcessCpu:
             self.samples.append((time.monotonic(), snap))
             self.stop.wait(0.25)
 
-    def window(self, a=0.3, b=0.95):
+    def window(self, a=0.35, b=0.85):
         """{kind: cores} between fractions a and b of the sampled time; trainers' main threads
         and other threads as "trainer" and "trainer (other threads)", the mean of one
-        trainer."""
+        trainer. A thread that ends inside the window counts up to its last sample."""
         self.stop.set()
         self.thread.join()
         t0, t1 = self.samples[0][0], self.samples[-1][0]
-        sa = min(self.samples, key=lambda s: abs(s[0] - (t0 + a * (t1 - t0))))
-        sb = min(self.samples, key=lambda s: abs(s[0] - (t0 + b * (t1 - t0))))
-        dt = max(sb[0] - sa[0], 1e-9)
+        ta, tb = t0 + a * (t1 - t0), t0 + b * (t1 - t0)
+        inside = [s for s in self.samples if ta <= s[0] <= tb]
+        if len(inside) < 2:
+            return {}
+        dt = inside[-1][0] - inside[0][0]
+        first, last = {}, {}
+        for _, snap in inside:
+            for key, c in snap.items():
+                first.setdefault(key, c)
+                last[key] = c
         cores, trainers = {}, set()
-        for (pid, tid), c in sb[1].items():
+        for (pid, tid), c in last.items():
             kind = self.kinds.get(pid) or "other"
             if kind == "trainer":
                 trainers.add(pid)
                 kind = "trainer" if tid == pid else "trainer (other threads)"
-            cores[kind] = cores.get(kind, 0.0) + (c - sa[1].get((pid, tid), c)) / dt
+            cores[kind] = cores.get(kind, 0.0) + (c - first[(pid, tid)]) / dt
         for k in ("trainer", "trainer (other threads)"):
             if k in cores:
                 cores[k] /= max(1, len(trainers))

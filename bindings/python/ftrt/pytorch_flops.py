@@ -31,9 +31,10 @@ model for the dtype from GPU_PEAKS (NVIDIA's datasheets; scaled by the SM count 
 slice); on the CPU no datasheet value exists that ftrt could know (it depends on the cores,
 their vector units and clocks), so it is measured: the best rate of a 512 x 512 matrix product
 in the step's dtype with this process's torch threads (measure_cpu_peak(); FaultTolerant
-measures it before joining the job: EmfuInputs.measure_now()), as examples/train_mlp measures
-its own; an honest but rough figure: the rate of the BLAS this torch was built with (Debian's
-is the generic reference BLAS), lower when the cores are shared. When the FLOPs come in several dtypes the peak is the time-weighted one,
+measures it for the parameters' dtype before joining the job: EmfuInputs.measure_now()), as
+examples/train_mlp measures its own; an honest but rough figure: the rate of the BLAS this
+torch was built with (Debian's is the generic reference BLAS), lower when the cores are
+shared. When the FLOPs come in several dtypes the peak is the time-weighted one,
 total / sum(flops_d / peak_d).
 """
 import math
