@@ -273,6 +273,31 @@ static int write_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
+/* Sends every byte that mh's iovecs (left bytes in all) describe, resuming after a partial
+ * sendmsg() and EINTR; mh's iovecs are advanced past what was sent. 0, or -errno. */
+static int sendmsg_all(int fd, struct msghdr *mh, size_t left)
+{
+    while (left > 0) {
+        ssize_t n = sendmsg(fd, mh, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        left -= (size_t)n;
+        while (n > 0 && mh->msg_iovlen > 0) { /* skip what was sent */
+            size_t k = (size_t)n < mh->msg_iov[0].iov_len ? (size_t)n : mh->msg_iov[0].iov_len;
+            mh->msg_iov[0].iov_base = (uint8_t *)mh->msg_iov[0].iov_base + k;
+            mh->msg_iov[0].iov_len -= k;
+            n -= (ssize_t)k;
+            if (mh->msg_iov[0].iov_len == 0) {
+                mh->msg_iov++;
+                mh->msg_iovlen--;
+            }
+        }
+    }
+    return 0;
+}
+
 int ftrt__msg_send(int fd, uint32_t type, const void *payload, uint32_t len)
 {
     uint8_t frame[sizeof(ftrt__msghdr) + 512];
@@ -288,25 +313,7 @@ int ftrt__msg_send(int fd, uint32_t type, const void *payload, uint32_t len)
     struct iovec iov[2] = {{&h, sizeof h}, {(void *)payload, len}};
     struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
     size_t left = sizeof h + len;
-    while (left > 0) {
-        ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return -errno;
-        }
-        left -= (size_t)n;
-        while (n > 0 && mh.msg_iovlen > 0) { /* skip what was sent */
-            size_t k = (size_t)n < mh.msg_iov[0].iov_len ? (size_t)n : mh.msg_iov[0].iov_len;
-            mh.msg_iov[0].iov_base = (uint8_t *)mh.msg_iov[0].iov_base + k;
-            mh.msg_iov[0].iov_len -= k;
-            n -= (ssize_t)k;
-            if (mh.msg_iov[0].iov_len == 0) {
-                mh.msg_iov++;
-                mh.msg_iovlen--;
-            }
-        }
-    }
-    return 0;
+    return sendmsg_all(fd, &mh, left);
 }
 
 int ftrt__msg_send2(int fd, uint32_t type, const void *prefix, uint32_t plen, uint32_t inner_type,
@@ -319,25 +326,7 @@ int ftrt__msg_send2(int fd, uint32_t type, const void *prefix, uint32_t plen, ui
                            {(void *)payload, len}};
     struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 4};
     size_t left = sizeof h + plen + sizeof ih + len;
-    while (left > 0) {
-        ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return -errno;
-        }
-        left -= (size_t)n;
-        while (n > 0 && mh.msg_iovlen > 0) { /* skip what was sent */
-            size_t k = (size_t)n < mh.msg_iov[0].iov_len ? (size_t)n : mh.msg_iov[0].iov_len;
-            mh.msg_iov[0].iov_base = (uint8_t *)mh.msg_iov[0].iov_base + k;
-            mh.msg_iov[0].iov_len -= k;
-            n -= (ssize_t)k;
-            if (mh.msg_iov[0].iov_len == 0) {
-                mh.msg_iov++;
-                mh.msg_iovlen--;
-            }
-        }
-    }
-    return 0;
+    return sendmsg_all(fd, &mh, left);
 }
 
 int ftrt__tx_put(ftrt__txbuf *tx, uint32_t type, const void *prefix, uint32_t plen,
