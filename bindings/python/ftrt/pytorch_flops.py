@@ -369,14 +369,16 @@ class GpuPeak:
 
 
 _T = 1e12
+# The Hopper GPU at SXM clocks, 132 SMs: H100 SXM, H200 SXM and the GPU of GH200 share it.
+_HOPPER_SXM: Mapping[str, float] = {"fp64": 67 * _T, "fp32": 67 * _T, "tf32": 494.5 * _T,
+                                    "bf16": 989.5 * _T, "fp16": 989.5 * _T}
 # Dense (no 2:4 sparsity) peak FLOP/s from NVIDIA's datasheets; where a datasheet gives only
 # the sparse figure (marked "with sparsity") the dense one is half of it. Checked against the
 # SM counts of the full parts (a MIG slice has fewer and is scaled). Order matters: the first
 # pattern that matches the device name is used.
 GPU_PEAKS: Tuple[GpuPeak, ...] = (
     GpuPeak("NVIDIA GH200", r"\bGH200\b", 132,
-            {"fp64": 67 * _T, "fp32": 67 * _T, "tf32": 494.5 * _T, "bf16": 989.5 * _T,
-             "fp16": 989.5 * _T},
+            _HOPPER_SXM,
             "NVIDIA GH200 Grace Hopper Superchip datasheet (nvidia.com/en-us/data-center/"
             "grace-hopper-superchip)"),
     GpuPeak("NVIDIA H200 NVL", r"\bH200 NVL\b", 132,
@@ -384,16 +386,14 @@ GPU_PEAKS: Tuple[GpuPeak, ...] = (
              "fp16": 835.5 * _T},
             "NVIDIA H200 datasheet, H200 NVL column (nvidia.com/en-us/data-center/h200)"),
     GpuPeak("NVIDIA H200 SXM", r"\bH200\b", 132,
-            {"fp64": 67 * _T, "fp32": 67 * _T, "tf32": 494.5 * _T, "bf16": 989.5 * _T,
-             "fp16": 989.5 * _T},
+            _HOPPER_SXM,
             "NVIDIA H200 datasheet, H200 SXM column (nvidia.com/en-us/data-center/h200)"),
     GpuPeak("NVIDIA H100 PCIe", r"\bH100 PCIe\b", 114,
             {"fp64": 51 * _T, "fp32": 51 * _T, "tf32": 378 * _T, "bf16": 756.5 * _T,
              "fp16": 756.5 * _T},
             "NVIDIA H100 datasheet, H100 PCIe column (nvidia.com/en-us/data-center/h100)"),
     GpuPeak("NVIDIA H100 SXM", r"\bH100\b.*\b(SXM|HBM3)", 132,
-            {"fp64": 67 * _T, "fp32": 67 * _T, "tf32": 494.5 * _T, "bf16": 989.5 * _T,
-             "fp16": 989.5 * _T},
+            _HOPPER_SXM,
             "NVIDIA H100 datasheet, H100 SXM column (nvidia.com/en-us/data-center/h100)"),
     GpuPeak("NVIDIA A100", r"\bA100\b", 108,
             {"fp64": 19.5 * _T, "fp32": 19.5 * _T, "tf32": 156 * _T, "bf16": 312 * _T,
