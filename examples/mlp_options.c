@@ -140,101 +140,117 @@ enum {
     OPT_ERROR_STEP, OPT_HOLD_STEP, OPT_HOLD_MS, OPT_PUBLISH, OPT_DEVICE, OPT_HELP = 'h'
 };
 
+static const struct option longopts[] = {
+    {"steps", required_argument, NULL, OPT_STEPS},
+    {"batch", required_argument, NULL, OPT_BATCH},
+    {"hidden", required_argument, NULL, OPT_HIDDEN},
+    {"lr", required_argument, NULL, OPT_LR},
+    {"momentum", required_argument, NULL, OPT_MOMENTUM},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"ckpt-every", required_argument, NULL, OPT_CKPT_EVERY},
+    {"ckpt-dir", required_argument, NULL, OPT_CKPT_DIR},
+    {"params-out", required_argument, NULL, OPT_PARAMS_OUT},
+    {"report", required_argument, NULL, OPT_REPORT},
+    {"data", required_argument, NULL, OPT_DATA},
+    {"step-sleep-ms", required_argument, NULL, OPT_SLEEP},
+    {"hang-rank", required_argument, NULL, OPT_HANG_RANK},
+    {"hang-at-step", required_argument, NULL, OPT_HANG_STEP},
+    {"slow-rank", required_argument, NULL, OPT_SLOW_RANK},
+    {"slow-ms", required_argument, NULL, OPT_SLOW_MS},
+    {"step-log", required_argument, NULL, OPT_STEP_LOG},
+    {"sharded-momentum", no_argument, NULL, OPT_SHARDED_MOMENTUM},
+    {"error-rank", required_argument, NULL, OPT_ERROR_RANK},
+    {"error-at-step", required_argument, NULL, OPT_ERROR_STEP},
+    {"hold-at-step", required_argument, NULL, OPT_HOLD_STEP},
+    {"hold-ms", required_argument, NULL, OPT_HOLD_MS},
+    {"publish-addr", required_argument, NULL, OPT_PUBLISH},
+    {"device", required_argument, NULL, OPT_DEVICE},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+enum { NOT_MINE = 2 }; /* an option the called parser does not handle */
+
+/* The options of the training itself: model, optimizer, data, checkpoints, outputs. Returns 0,
+ * -1 (message printed) or NOT_MINE. */
+static int train_option(int c, const char *arg, options *o)
+{
+    const size_t dir_cap = sizeof(((ftrt_config *)0)->ckpt_dir);
+    const size_t report_cap = sizeof(((ftrt_config *)0)->report_file);
+    switch (c) {
+    case OPT_STEPS: return parse_i64("steps", arg, 0, INT64_MAX / 2, &o->steps);
+    case OPT_BATCH: return parse_size("batch", arg, 1, BATCH_MAX, &o->batch);
+    case OPT_HIDDEN: return parse_size("hidden", arg, 1, HIDDEN_MAX, &o->hidden);
+    case OPT_LR: return parse_float("lr", arg, 0.0, 1, 1e6, "a number in (0, 1e6)", &o->lr);
+    case OPT_MOMENTUM:
+        return parse_float("momentum", arg, 0.0, 0, 1.0, "a number in [0, 1)", &o->momentum);
+    case OPT_SEED: return parse_u64("seed", arg, &o->seed);
+    case OPT_CKPT_EVERY: return parse_i64("ckpt-every", arg, 0, INT64_MAX / 2, &o->ckpt_every);
+    case OPT_CKPT_DIR: return parse_path("ckpt-dir", arg, dir_cap, &o->ckpt_dir);
+    case OPT_REPORT: return parse_path("report", arg, report_cap, &o->report);
+    case OPT_PARAMS_OUT: return parse_path("params-out", arg, 4096, &o->params_out);
+    case OPT_DATA: return parse_path("data", arg, 4096, &o->data);
+    case OPT_STEP_LOG: return parse_path("step-log", arg, 4096, &o->step_log);
+    case OPT_SHARDED_MOMENTUM: o->sharded_momentum = 1; return 0;
+    case OPT_DEVICE:
+        if (strcmp(arg, "host") == 0) o->device_sim = 0;
+        else if (strcmp(arg, "sim") == 0) o->device_sim = 1;
+        else return bad_value("device", "host or sim", arg);
+        return 0;
+    default: return NOT_MINE;
+    }
+}
+
+/* The test hooks: slow, hung, failing and holding ranks, the published address. Returns 0,
+ * -1 (message printed) or NOT_MINE. */
+static int test_option(int c, const char *arg, options *o)
+{
+    switch (c) {
+    case OPT_SLEEP: return parse_i64("step-sleep-ms", arg, 0, 3600000, &o->sleep_ms);
+    case OPT_HANG_RANK: return parse_i64("hang-rank", arg, 0, 1 << 20, &o->hang_rank);
+    case OPT_HANG_STEP: return parse_i64("hang-at-step", arg, 0, INT64_MAX / 2, &o->hang_step);
+    case OPT_SLOW_RANK: return parse_i64("slow-rank", arg, 0, 1 << 20, &o->slow_rank);
+    case OPT_SLOW_MS: return parse_i64("slow-ms", arg, 0, 3600000, &o->slow_ms);
+    case OPT_ERROR_RANK: return parse_i64("error-rank", arg, 0, 1 << 20, &o->error_rank);
+    case OPT_ERROR_STEP:
+        return parse_i64("error-at-step", arg, 0, INT64_MAX / 2, &o->error_step);
+    case OPT_HOLD_STEP:
+        if (o->nhold == 8) {
+            fprintf(stderr, "train_mlp: --hold-at-step: at most 8 of them\n");
+            return -1;
+        }
+        return parse_i64("hold-at-step", arg, 0, INT64_MAX / 2, &o->hold_step[o->nhold++]);
+    case OPT_HOLD_MS: return parse_i64("hold-ms", arg, 0, 3600000, &o->hold_ms);
+    case OPT_PUBLISH: return parse_path("publish-addr", arg, 4000, &o->publish);
+    default: return NOT_MINE;
+    }
+}
+
 /* Returns 0 (run), 1 (--help printed: exit 0) or -1 (message printed: exit 2). */
 int parse_options(int argc, char **argv, options *o)
 {
-    static const struct option longopts[] = {
-        {"steps", required_argument, NULL, OPT_STEPS},
-        {"batch", required_argument, NULL, OPT_BATCH},
-        {"hidden", required_argument, NULL, OPT_HIDDEN},
-        {"lr", required_argument, NULL, OPT_LR},
-        {"momentum", required_argument, NULL, OPT_MOMENTUM},
-        {"seed", required_argument, NULL, OPT_SEED},
-        {"ckpt-every", required_argument, NULL, OPT_CKPT_EVERY},
-        {"ckpt-dir", required_argument, NULL, OPT_CKPT_DIR},
-        {"params-out", required_argument, NULL, OPT_PARAMS_OUT},
-        {"report", required_argument, NULL, OPT_REPORT},
-        {"data", required_argument, NULL, OPT_DATA},
-        {"step-sleep-ms", required_argument, NULL, OPT_SLEEP},
-        {"hang-rank", required_argument, NULL, OPT_HANG_RANK},
-        {"hang-at-step", required_argument, NULL, OPT_HANG_STEP},
-        {"slow-rank", required_argument, NULL, OPT_SLOW_RANK},
-        {"slow-ms", required_argument, NULL, OPT_SLOW_MS},
-        {"step-log", required_argument, NULL, OPT_STEP_LOG},
-        {"sharded-momentum", no_argument, NULL, OPT_SHARDED_MOMENTUM},
-        {"error-rank", required_argument, NULL, OPT_ERROR_RANK},
-        {"error-at-step", required_argument, NULL, OPT_ERROR_STEP},
-        {"hold-at-step", required_argument, NULL, OPT_HOLD_STEP},
-        {"hold-ms", required_argument, NULL, OPT_HOLD_MS},
-        {"publish-addr", required_argument, NULL, OPT_PUBLISH},
-        {"device", required_argument, NULL, OPT_DEVICE},
-        {"help", no_argument, NULL, OPT_HELP},
-        {NULL, 0, NULL, 0},
-    };
-    const size_t dir_cap = sizeof(((ftrt_config *)0)->ckpt_dir);
-    const size_t report_cap = sizeof(((ftrt_config *)0)->report_file);
     *o = (options){.steps = 300, .batch = 32, .hidden = 64, .lr = 0.05f, .momentum = 0.9f,
                    .seed = 1, .ckpt_every = 50, .data = DIGITS_DEFAULT_PATH, .hang_step = -1,
-                   .hang_rank = -1, .slow_rank = -1, .error_step = -1, .error_rank = -1, .hold_ms = 1000};
+                   .hang_rank = -1, .slow_rank = -1, .error_step = -1, .error_rank = -1,
+                   .hold_ms = 1000};
     int c, rc = 0;
     opterr = 0; /* one line of our own for an unknown option or a missing value */
     while (rc == 0 && (c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        switch (c) {
-        case OPT_STEPS: rc = parse_i64("steps", optarg, 0, INT64_MAX / 2, &o->steps); break;
-        case OPT_BATCH: rc = parse_size("batch", optarg, 1, BATCH_MAX, &o->batch); break;
-        case OPT_HIDDEN: rc = parse_size("hidden", optarg, 1, HIDDEN_MAX, &o->hidden); break;
-        case OPT_LR:
-            rc = parse_float("lr", optarg, 0.0, 1, 1e6, "a number in (0, 1e6)", &o->lr);
-            break;
-        case OPT_MOMENTUM:
-            rc = parse_float("momentum", optarg, 0.0, 0, 1.0, "a number in [0, 1)", &o->momentum);
-            break;
-        case OPT_SEED: rc = parse_u64("seed", optarg, &o->seed); break;
-        case OPT_CKPT_EVERY:
-            rc = parse_i64("ckpt-every", optarg, 0, INT64_MAX / 2, &o->ckpt_every);
-            break;
-        case OPT_CKPT_DIR: rc = parse_path("ckpt-dir", optarg, dir_cap, &o->ckpt_dir); break;
-        case OPT_REPORT: rc = parse_path("report", optarg, report_cap, &o->report); break;
-        case OPT_PARAMS_OUT: rc = parse_path("params-out", optarg, 4096, &o->params_out); break;
-        case OPT_DATA: rc = parse_path("data", optarg, 4096, &o->data); break;
-        case OPT_SLEEP: rc = parse_i64("step-sleep-ms", optarg, 0, 3600000, &o->sleep_ms); break;
-        case OPT_HANG_RANK: rc = parse_i64("hang-rank", optarg, 0, 1 << 20, &o->hang_rank); break;
-        case OPT_HANG_STEP:
-            rc = parse_i64("hang-at-step", optarg, 0, INT64_MAX / 2, &o->hang_step);
-            break;
-        case OPT_SLOW_RANK: rc = parse_i64("slow-rank", optarg, 0, 1 << 20, &o->slow_rank); break;
-        case OPT_SLOW_MS: rc = parse_i64("slow-ms", optarg, 0, 3600000, &o->slow_ms); break;
-        case OPT_STEP_LOG: rc = parse_path("step-log", optarg, 4096, &o->step_log); break;
-        case OPT_SHARDED_MOMENTUM: o->sharded_momentum = 1; break;
-        case OPT_ERROR_RANK: rc = parse_i64("error-rank", optarg, 0, 1 << 20, &o->error_rank); break;
-        case OPT_HOLD_STEP:
-            if (o->nhold == 8) {
-                fprintf(stderr, "train_mlp: --hold-at-step: at most 8 of them\n");
-                return -1;
-            }
-            rc = parse_i64("hold-at-step", optarg, 0, INT64_MAX / 2, &o->hold_step[o->nhold++]);
-            break;
-        case OPT_HOLD_MS: rc = parse_i64("hold-ms", optarg, 0, 3600000, &o->hold_ms); break;
-        case OPT_PUBLISH: rc = parse_path("publish-addr", optarg, 4000, &o->publish); break;
-        case OPT_DEVICE:
-            if (strcmp(optarg, "host") == 0) o->device_sim = 0;
-            else if (strcmp(optarg, "sim") == 0) o->device_sim = 1;
-            else rc = bad_value("device", "host or sim", optarg);
-            break;
-        case OPT_ERROR_STEP:
-            rc = parse_i64("error-at-step", optarg, 0, INT64_MAX / 2, &o->error_step);
-            break;
-        case OPT_HELP: usage(stdout); return 1;
-        case ':':
+        if (c == OPT_HELP) {
+            usage(stdout);
+            return 1;
+        }
+        if (c == ':') {
             fprintf(stderr, "train_mlp: %s needs a value (see train_mlp --help)\n",
                     argv[optind - 1]);
-            rc = -1;
-            break;
-        default:
+            return -1;
+        }
+        rc = train_option(c, optarg, o);
+        if (rc == NOT_MINE) rc = test_option(c, optarg, o);
+        if (rc == NOT_MINE) {
             fprintf(stderr, "train_mlp: unknown option '%s' (see train_mlp --help)\n",
                     argv[optind - 1]);
-            rc = -1;
-            break;
+            return -1;
         }
     }
     if (rc == 0 && optind < argc) {
