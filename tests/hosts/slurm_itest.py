@@ -197,6 +197,19 @@ def case_cluster(args):
           "nothing left after a failing body either")
 
 
+def end_host_lost(c, job, r3):
+    """The end of a job that lost node LOST (trainers world ranks 2 and 3): the node DOWN and
+    the job kept, the job COMPLETED, both trainers recovered by the spares on ftrt-s3 and the
+    final parameters byte-identical to r3's; returns the report's failures."""
+    down_and_kept(c, job)
+    c.end(job, 0, "COMPLETED")
+    rep = job.load_report()
+    print_failures(rep)
+    check(recovered_by(rep, [4, 5], 2), "two failures, both recovered by the spares on ftrt-s3")
+    check(same_bytes(job.params, r3), "final parameters byte-identical to the one-host run")
+    return rep["failures"]
+
+
 @h.case(CASES, fixture="required", timeout_s=120)
 def case_kill(args):
     r4 = need_reference(args, 4)
@@ -230,17 +243,10 @@ def case_hostkill(args):
               {"slurmd", "slurmstepd", "orted"} <= set(names),
               f"{LOST} held trainers world ranks 2 and 3, its slurmd, slurmstepd and orted "
               f"({', '.join(names)})")
-        down_and_kept(c, job)
-        c.end(job, 0, "COMPLETED")
-        rep = job.load_report()
-        print_failures(rep)
-        fl = rep["failures"]
-        check(recovered_by(rep, [4, 5], 2) and
-              all(f["cause"] == "host_lost" and f["host"] == LOST for f in fl) and
+        fl = end_host_lost(c, job, r3)
+        check(all(f["cause"] == "host_lost" and f["host"] == LOST for f in fl) and
               len({f["epoch"] for f in fl}) == 1,
-              f"both trainers recovered in one epoch by the spares on ftrt-s3, cause: host "
-              f"{LOST} lost")
-        check(same_bytes(job.params, r3), "final parameters byte-identical to the one-host run")
+              f"both failures in one epoch, cause: host {LOST} lost")
 
 
 @h.case(CASES, fixture="required", timeout_s=120)
@@ -252,16 +258,10 @@ def case_linkcut(args):
         ranks = c.hosts.cut(LOST, job)
         check(sorted(r["world_rank"] for r in ranks) == [2, 3],
               f"{LOST} held trainers world ranks 2 and 3")
-        down_and_kept(c, job)
-        c.end(job, 0, "COMPLETED")
-        rep = job.load_report()
-        print_failures(rep)
-        fl = rep["failures"]
-        check(recovered_by(rep, [4, 5], 2) and
-              all(f["kind"] == "heartbeat_timeout" for f in fl),
-              "two failures by heartbeat timeout, both recovered by the spares on ftrt-s3")
+        fl = end_host_lost(c, job, r3)
+        check(all(f["kind"] == "heartbeat_timeout" for f in fl),
+              "both failures detected by heartbeat timeout")
         check(all(0.9 <= f["mttd_s"] < 2.0 for f in fl), "MTTD about the 1 s timeout")
-        check(same_bytes(job.params, r3), "final parameters byte-identical to the one-host run")
 
 
 @h.case(CASES, fixture="required", timeout_s=120)
