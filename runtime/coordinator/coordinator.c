@@ -215,7 +215,8 @@ static void coord_periodic(ftrt__coord *c, loop_timers *t, double now)
         t->last_progress_check = now;
     }
     if (c->phase != PH_INIT && now - c->metrics_written >= 2.0) {
-        if (c->a->cfg->metrics_file[0]) ftrt__metrics_write(c, ftrt__wallclock());
+        if (c->a->cfg->metrics_file[0] && !ftrt__standby_deposed(c))
+            ftrt__metrics_write(c, ftrt__wallclock());
         c->metrics_written = now;
     }
     if (c->phase != PH_INIT && now - c->progress_printed >= 1.0) {
