@@ -321,11 +321,13 @@ void ftrt__standby_at(ftrt__coord *c, int w, const ftrt__coord_at *at);
 void ftrt__standby_ack(ftrt__coord *c, int w, const ftrt__epoch_msg *m);
 /* NEXT_COORD to world rank w (a rank that came back on a new connection). */
 void ftrt__standby_tell(ftrt__coord *c, int w);
-/* 1 when a standby took over from this coordinator (its term file names a later term: the
- * checkpoint directory's `coordinator.term`): c->deposed is set, the caller writes nothing
- * more. Reads one small file. */
+/* 1 when a standby took over from this coordinator (the checkpoint directory's
+ * `coordinator.term` names this job's secret and a later term; a file of an earlier launch
+ * names another secret): c->deposed is set, the caller writes nothing more. Reads one small
+ * file. */
 int ftrt__standby_deposed(ftrt__coord *c);
-/* Writes the term file with c->term (atomically). Returns 0 or -errno. */
+/* Writes the term file: the job's secret (hex) and c->term (temp file, fsync, rename).
+ * Returns 0 or -errno. */
 int ftrt__standby_claim(ftrt__coord *c);
 /* Restores the coordinator's state from a SYNC payload (len bytes) taken by the standby.
  * Returns 0, FTRT_EPROTO (malformed, or another world) or -ENOMEM. */

@@ -365,25 +365,30 @@ static void term_path(const ftrt__coord *c, char *out, size_t cap)
 int ftrt__standby_deposed(ftrt__coord *c)
 {
     if (c->deposed) return 1;
-    char path[1200], buf[32] = {0};
+    char path[1200], buf[64] = {0};
     term_path(c, path, sizeof path);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return 0;
     ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
-    if (n <= 0 || atoi(buf) <= c->term) return 0;
+    unsigned long long secret = 0;
+    int term = 0;
+    /* (a file of an earlier launch of the job names another secret: not this job's term) */
+    if (n <= 0 || sscanf(buf, "%llx %d", &secret, &term) != 2 || secret != c->secret ||
+        term <= c->term)
+        return 0;
     ftrt_log_error("a standby coordinator took over (term %d, this coordinator's: %d): this "
-                   "coordinator gives up and writes nothing more", atoi(buf), c->term);
+                   "coordinator gives up and writes nothing more", term, c->term);
     c->deposed = 1;
     return 1;
 }
 
 int ftrt__standby_claim(ftrt__coord *c)
 {
-    char path[1200], tmp[1300], buf[32];
+    char path[1200], tmp[1300], buf[64];
     term_path(c, path, sizeof path);
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    int n = snprintf(buf, sizeof buf, "%d\n", c->term);
+    int n = snprintf(buf, sizeof buf, "%llx %d\n", (unsigned long long)c->secret, c->term);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return -errno;
     int rc = write(fd, buf, (size_t)n) == n && fsync(fd) == 0 ? 0 : -errno;
