@@ -24,6 +24,10 @@ static size_t fixed_size(uint32_t type)
     case FTRT__MSG_HOST_HELLO: return sizeof(ftrt__hello);
     case FTRT__MSG_RANK_LOST: return sizeof(ftrt__rank_lost);
     case FTRT__MSG_CUT: return sizeof(ftrt__relay);
+    case FTRT__MSG_STANDBY_AT:
+    case FTRT__MSG_NEXT_COORD: return sizeof(ftrt__coord_at);
+    case FTRT__MSG_STANDBY:
+    case FTRT__MSG_SYNC_ACK:
     case FTRT__MSG_HOSTED:
     case FTRT__MSG_COORD_LOST:
     case FTRT__MSG_RESUMED:
@@ -43,12 +47,14 @@ static size_t fixed_size(uint32_t type)
 /* The largest PLAN payload (ftrt__plan_msg with every count at FTRT__MAX_WORLD), and the most a
  * RELAY or MULTI may wrap around one (a MULTI's list holds at most FTRT__MAX_WORLD ranks). */
 #define PLAN_MAX (sizeof(ftrt__plan_msg) + 5 * (size_t)FTRT__MAX_WORLD * sizeof(int32_t))
-#define WRAP_MAX (sizeof(ftrt__multi) + (size_t)FTRT__MAX_WORLD * 4 + sizeof(ftrt__msghdr) + PLAN_MAX)
+#define WRAP_MAX (sizeof(ftrt__multi) + (size_t)FTRT__MAX_WORLD * 4 + sizeof(ftrt__msghdr) + \
+                  (PLAN_MAX > FTRT__SYNC_MAX ? PLAN_MAX : FTRT__SYNC_MAX))
 
 /* The types whose payload may exceed FTRT__MSG_MAX, and their limit. */
 static size_t big_limit(uint32_t type)
 {
     if (type == FTRT__MSG_PLAN) return PLAN_MAX;
+    if (type == FTRT__MSG_SYNC) return FTRT__SYNC_MAX;
     if (type == FTRT__MSG_RELAY || type == FTRT__MSG_MULTI) return WRAP_MAX;
     return FTRT__MSG_MAX;
 }
@@ -72,6 +78,7 @@ int ftrt__msg_check(const ftrt__msghdr *h)
                        (h->len - sizeof(ftrt__ledger_msg)) % sizeof(ftrt__interval) == 0
                    ? 0
                    : FTRT_EPROTO;
+    if (h->type == FTRT__MSG_SYNC) return 0; /* any size within FTRT__SYNC_MAX */
     if (h->type == FTRT__MSG_PLAN) {
         /* int32 entries: 3 per replaced rank, 1 per survivor behind, 1 per member (whole
          * table), each count at most FTRT__MAX_WORLD (ftrt__plan_msg_size) */
@@ -209,7 +216,8 @@ int ftrt__plan_expand(const ftrt__plan_msg *m, size_t len, const int32_t *prev, 
  * not the host agents'. */
 static int wrappable(uint32_t type)
 {
-    return type < FTRT__MSG_HOST_HELLO || type == FTRT__MSG_HOSTED || type == FTRT__MSG_COORD_LOST;
+    return type < FTRT__MSG_HOST_HELLO || type == FTRT__MSG_HOSTED ||
+           type == FTRT__MSG_COORD_LOST || type >= FTRT__MSG_STANDBY;
 }
 
 static int inner_open(const uint8_t *p, size_t len, ftrt__msghdr *h, const void **inner)

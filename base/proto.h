@@ -63,8 +63,41 @@ enum ftrt__msg_type {
     FTRT__MSG_COORD_LOST,     /* host agent -> rank: the coordinator is lost (value FTRT_ECOORD) */
     FTRT__MSG_CUT,            /* coord -> host agent: close this rank's socket, the coordinator
                                  declared it failed (ftrt__relay, nothing after it) */
+    /* the standby coordinator (runtime/coordinator/standby.c; docs/detection-and-recovery.md
+     * "Standby coordinator") */
+    FTRT__MSG_STANDBY,        /* coord -> spare: be the standby (epoch_msg: value = the
+                                 coordinator's term); the spare listens and answers STANDBY_AT */
+    FTRT__MSG_STANDBY_AT,     /* standby -> coord: where it listens (ftrt__coord_at) */
+    FTRT__MSG_NEXT_COORD,     /* coord -> every rank: where the standby listens (ftrt__coord_at;
+                                 port 0: no standby) */
+    FTRT__MSG_SYNC,           /* coord -> standby: the state to go on from (opaque to the
+                                 rank, at most FTRT__SYNC_MAX bytes) */
+    FTRT__MSG_SYNC_ACK,       /* standby -> coord: SYNC number `value` is held (epoch_msg:
+                                 epoch = term) */
     FTRT__MSG_TYPE_END
 };
+
+/* Largest SYNC payload, bytes (a world of FTRT__MAX_WORLD processes and its incidents). */
+#define FTRT__SYNC_MAX ((size_t)48 << 20)
+/* Bytes of the address list in ftrt__coord_at (FTRT__ADDRS_MAX of base/net.h). */
+#define FTRT__COORD_AT_ADDRS 256
+
+/* STANDBY_AT and NEXT_COORD: a standby coordinator's listening port and addresses. */
+typedef struct ftrt__coord_at {
+    int32_t world_rank; /* the standby's (NEXT_COORD: -1 with port 0: none) */
+    int32_t port;
+    int32_t term;       /* the coordinator's term that appointed it (takeovers so far) */
+    int32_t pad;
+    char addrs[FTRT__COORD_AT_ADDRS]; /* space-separated IPv4, NUL-terminated */
+} ftrt__coord_at;
+
+/* SYNC's payload begins with this (the rest is the coordinator's, runtime/coordinator/standby.c):
+ * the standby acknowledges seq (SYNC_ACK value, truncated to 32 bits) in term. */
+typedef struct ftrt__sync_head {
+    uint64_t seq;
+    int32_t term;
+    int32_t version;
+} ftrt__sync_head;
 
 enum ftrt__role { FTRT__ROLE_COORD = 0, FTRT__ROLE_TRAINER, FTRT__ROLE_SPARE, FTRT__ROLE_FAILED };
 

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -48,7 +49,8 @@ int ftrt__agent_send(struct ftrt_ctx *ctx, uint32_t type, const void *payload, u
 {
     pthread_mutex_lock(&ctx->cp.send_lock);
     int rc = ctx->cp.fd >= 0 ? ftrt__msg_send(ctx->cp.fd, type, payload, len) : -ENOTCONN;
-    if (ctx->cp.hosted) keep_sent(&ctx->cp, type, payload, len);
+    keep_sent(&ctx->cp, type, payload, len); /* (sent again to a host agent's successor or to
+                                                a standby coordinator that takes over) */
     /* (sent to a host agent that just died: it goes again on the new connection) */
     if (rc && ctx->cp.hosted && !ctx->cp.fell_back) rc = 0;
     pthread_mutex_unlock(&ctx->cp.send_lock);
@@ -124,6 +126,60 @@ static int take_plan(struct ftrt_ctx *ctx, const void *payload, size_t len)
     return 0;
 }
 
+/* STANDBY (cp.lock held): value >= 0 appoints this spare the standby coordinator of that term:
+ * it opens a listener on every interface (once) and says where (STANDBY_AT); value < 0
+ * dismisses it (the listener closes). A listener that cannot be opened is logged and not
+ * announced: the coordinator then has no standby. */
+static void take_standby(struct ftrt_ctx *ctx, const ftrt__epoch_msg *m)
+{
+    ftrt__cp *cp = &ctx->cp;
+    pthread_mutex_lock(&cp->send_lock);
+    if (m->value < 0) {
+        if (cp->sb_fd >= 0) close(cp->sb_fd);
+        cp->sb_fd = -1;
+        pthread_mutex_unlock(&cp->send_lock);
+        return;
+    }
+    if (cp->sb_fd < 0) {
+        memset(&cp->sb_at, 0, sizeof cp->sb_at);
+        int port = 0, fd = ftrt__listen("", cp->sb_at.addrs, sizeof cp->sb_at.addrs, &port);
+        if (fd < 0) {
+            pthread_mutex_unlock(&cp->send_lock);
+            ftrt_log_warn("cannot listen as the standby coordinator: %s", ftrt_strerror(fd));
+            return;
+        }
+        cp->sb_fd = fd;
+        cp->sb_at.port = port;
+        cp->sb_at.world_rank = ctx->world_rank;
+        ftrt_log_info("standby coordinator (term %d): listening at %s port %d", m->value,
+                      cp->sb_at.addrs, port);
+    }
+    cp->sb_at.term = m->value;
+    ftrt__coord_at at = cp->sb_at;
+    int fd = cp->fd;
+    int rc = fd >= 0 ? ftrt__msg_send(fd, FTRT__MSG_STANDBY_AT, &at, sizeof at) : -ENOTCONN;
+    pthread_mutex_unlock(&cp->send_lock);
+    if (rc) ftrt_log_debug("STANDBY_AT not sent: %s", ftrt_strerror(rc));
+}
+
+/* SYNC (cp.lock held): the standby keeps the newest state and acknowledges it. */
+static void take_sync(struct ftrt_ctx *ctx, const void *payload, size_t len)
+{
+    ftrt__cp *cp = &ctx->cp;
+    ftrt__sync_head head;
+    if (len < sizeof head || cp->sb_fd < 0) return; /* not (or no longer) the standby */
+    memcpy(&head, payload, sizeof head);
+    void *copy = realloc(cp->sync, len);
+    if (!copy) return; /* not acknowledged: the coordinator dismisses this standby */
+    memcpy(copy, payload, len);
+    cp->sync = copy;
+    cp->sync_len = len;
+    ftrt__epoch_msg ack = {.epoch = head.term, .value = (int32_t)head.seq};
+    pthread_mutex_lock(&cp->send_lock);
+    if (cp->fd >= 0) ftrt__msg_send(cp->fd, FTRT__MSG_SYNC_ACK, &ack, sizeof ack);
+    pthread_mutex_unlock(&cp->send_lock);
+}
+
 /* Handles one message from the coordinator. Returns 0, or FTRT_EPROTO for a bad one. */
 static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *payload)
 {
@@ -181,7 +237,20 @@ static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *paylo
     case FTRT__MSG_COORD_LOST:
         if (cp->stop || cp->shutdown || cp->farewell) break; /* the job is over for us */
         ftrt_log_warn("this host's agent lost the coordinator");
-        set_fatal(ctx, FTRT_ECOORD);
+        cp->coord_lost = 1; /* the agent goes to the standby, or gives up (agent_main) */
+        break;
+    case FTRT__MSG_STANDBY:
+        memcpy(&em, payload, sizeof em);
+        take_standby(ctx, &em);
+        break;
+    case FTRT__MSG_NEXT_COORD:
+        pthread_mutex_lock(&cp->send_lock);
+        memcpy(&cp->next, payload, sizeof cp->next);
+        cp->next.addrs[sizeof cp->next.addrs - 1] = 0;
+        pthread_mutex_unlock(&cp->send_lock);
+        break;
+    case FTRT__MSG_SYNC:
+        take_sync(ctx, payload, h->len);
         break;
     case FTRT__MSG_ABORT:
         memcpy(&em, payload, sizeof em);
@@ -244,6 +313,7 @@ static int agent_read(struct ftrt_ctx *ctx, ftrt__rxbuf *rx)
     int r;
     while ((r = ftrt__rx_next(rx, &h, &payload)) == 1)
         if (handle(ctx, &h, payload)) return -1;
+    if (cp->coord_lost) return 0; /* (its host agent then closes this rank's socket) */
     return r < 0 ? -1 : 1;
 }
 
@@ -256,14 +326,13 @@ static int agent_done(ftrt__cp *cp)
     return done;
 }
 
-/* The host agent serving this rank is lost: connects to the coordinator directly, says HELLO
- * and sends again what may have been lost with the agent. Returns 0 or -errno. */
-static int fall_back(struct ftrt_ctx *ctx, ftrt__rxbuf *rx, const char *why)
+/* Connects to the control plane at addrs:port (the coordinator, or the standby coordinator that
+ * takes over), says HELLO and sends again the newest REPORT, RESUMED, BYE and SHARD_DONEs (they
+ * may have been lost with the host agent, or with the coordinator). Returns 0 or -errno. */
+static int reconnect(struct ftrt_ctx *ctx, ftrt__rxbuf *rx, const char *addrs, int port)
 {
     ftrt__cp *cp = &ctx->cp;
-    ftrt_log_warn("this host's agent is lost (%s): connecting to the coordinator directly", why);
-    int fd = ftrt__connect_any(ctx->coord_addr, ctx->coord_port, ctx->cfg.heartbeat_timeout_ms,
-                               NULL, 0);
+    int fd = ftrt__connect_any(addrs, port, ctx->cfg.heartbeat_timeout_ms, NULL, 0);
     if (fd < 0) return fd;
     ftrt__hello hello = {.secret = cp->secret, .world_rank = ctx->world_rank,
                          .pid = (int32_t)getpid()};
@@ -280,6 +349,48 @@ static int fall_back(struct ftrt_ctx *ctx, ftrt__rxbuf *rx, const char *why)
     ftrt__rx_free(rx);
     cp->last_from_coord = ftrt__now();
     return rc;
+}
+
+/* The host agent serving this rank is lost: connects to the coordinator directly. */
+static int fall_back(struct ftrt_ctx *ctx, ftrt__rxbuf *rx, const char *why)
+{
+    ftrt_log_warn("this host's agent is lost (%s): connecting to the coordinator directly", why);
+    return reconnect(ctx, rx, ctx->coord_addr, ctx->coord_port);
+}
+
+/* The coordinator is lost. This rank is the standby: it takes over (cp.takeover; the
+ * application thread, waiting in spare_wait, runs the coordinator) and the agent ends: 1.
+ * Else, with a standby known, this rank connects to it, which takes over, and sends its whole
+ * timeline again (the standby holds the ledger's totals, not the intervals): 0. -errno when
+ * there is no standby, or it cannot be reached. */
+static int to_standby(struct ftrt_ctx *ctx, ftrt__rxbuf *rx, const char *why)
+{
+    ftrt__cp *cp = &ctx->cp;
+    pthread_mutex_lock(&cp->send_lock);
+    int standby = cp->sb_fd >= 0;
+    ftrt__coord_at at = cp->next;
+    cp->next.port = 0; /* used once: the new coordinator names its own standby */
+    pthread_mutex_unlock(&cp->send_lock);
+    if (standby) {
+        ftrt_log_warn("lost the coordinator (%s): this standby takes over", why);
+        pthread_mutex_lock(&cp->lock);
+        cp->takeover = !strcmp(why, "silent") ? 2 : 1;
+        cp->takeover_heard = cp->last_from_coord;
+        pthread_mutex_unlock(&cp->lock);
+        return 1;
+    }
+    if (at.port <= 0 || at.world_rank == ctx->world_rank) return -ENOENT;
+    ftrt_log_warn("lost the coordinator (%s): connecting to the standby coordinator (world rank "
+                  "%d at %s port %d)", why, at.world_rank, at.addrs, at.port);
+    int rc = reconnect(ctx, rx, at.addrs, at.port);
+    if (rc) return rc;
+    snprintf(ctx->coord_addr, sizeof ctx->coord_addr, "%s", at.addrs); /* agent thread's now */
+    ctx->coord_port = at.port;
+    cp->coord_lost = 0;
+    pthread_mutex_lock(&ctx->ledger_lock);
+    ctx->ledger_sent = 0;
+    pthread_mutex_unlock(&ctx->ledger_lock);
+    return 0;
 }
 
 /* Seconds of silence after which the upstream is lost: the heartbeat timeout for the
@@ -319,9 +430,13 @@ static void *agent_main(void *arg)
         }
         if (!lost) continue;
         if (agent_done(cp)) break; /* the job is over for us */
-        if (cp->hosted && !cp->fell_back && !atomic_load(&ctx->watch.fatal) &&
+        int fatal = atomic_load(&ctx->watch.fatal) != 0;
+        if (cp->hosted && !cp->fell_back && !cp->coord_lost && !fatal &&
             fall_back(ctx, &rx, lost) == 0)
             continue;
+        int sb = fatal ? -1 : to_standby(ctx, &rx, cp->coord_lost ? "its host agent lost it" : lost);
+        if (sb == 0) continue;
+        if (sb == 1) break;
         if (!strcmp(lost, "silent"))
             ftrt_log_error("no message from the coordinator for %d ms (FTRT_HEARTBEAT_TIMEOUT_MS)",
                            ctx->cfg.heartbeat_timeout_ms);
@@ -331,7 +446,7 @@ static void *agent_main(void *arg)
     }
     ftrt__rx_free(&rx);
     pthread_mutex_lock(&cp->lock);
-    if (!cp->stop && !cp->shutdown && !cp->farewell) set_fatal(ctx, FTRT_ECOORD);
+    if (!cp->stop && !cp->shutdown && !cp->farewell && !cp->takeover) set_fatal(ctx, FTRT_ECOORD);
     pthread_cond_broadcast(&cp->cond);
     pthread_mutex_unlock(&cp->lock);
     return NULL;
@@ -402,6 +517,10 @@ void ftrt__agent_stop(struct ftrt_ctx *ctx)
         pthread_join(cp->thread, NULL);
         cp->thread_started = 0;
     }
+    free(cp->sync);
+    cp->sync = NULL;
+    if (cp->sb_fd >= 0) close(cp->sb_fd);
+    cp->sb_fd = -1;
     if (cp->wake[0] >= 0) close(cp->wake[0]);
     if (cp->wake[1] >= 0) close(cp->wake[1]);
     cp->wake[0] = cp->wake[1] = -1;

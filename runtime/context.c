@@ -75,13 +75,21 @@ static int wait_welcome(ftrt_ctx *ctx)
     return rc;
 }
 
+/* spare_wait's answer when this spare, the standby coordinator, lost the coordinator. */
+enum { TAKE_OVER = 0x7ffffff0 }; /* (no ftrt code: FTRT_DONE is 1) */
+
 /* A spare waits here until it is promoted (returns 0) or the job ends: FTRT_DONE, or the code
- * of an aborted job (*ended set: SHUTDOWN said so), or the fatal code of a lost coordinator. */
+ * of an aborted job (*ended set: SHUTDOWN said so), or the fatal code of a lost coordinator;
+ * or, the standby coordinator, until it takes over (TAKE_OVER). */
 static int spare_wait(ftrt_ctx *ctx, int *ended)
 {
     *ended = 0;
     pthread_mutex_lock(&ctx->cp.lock);
     for (;;) {
+        if (ctx->cp.takeover) {
+            pthread_mutex_unlock(&ctx->cp.lock);
+            return TAKE_OVER;
+        }
         if (ctx->cp.plan) break;
         int fatal = atomic_load(&ctx->watch.fatal);
         if (ctx->cp.shutdown || fatal) {
@@ -97,6 +105,10 @@ static int spare_wait(ftrt_ctx *ctx, int *ended)
     }
     pthread_mutex_unlock(&ctx->cp.lock);
     ftrt_log_warn("promoted from hot spare");
+    pthread_mutex_lock(&ctx->cp.send_lock); /* no longer a standby coordinator, if it was */
+    if (ctx->cp.sb_fd >= 0) close(ctx->cp.sb_fd);
+    ctx->cp.sb_fd = -1;
+    pthread_mutex_unlock(&ctx->cp.send_lock);
     ftrt__ledger_mark(ctx, FTRT__IV_RECOVERY);
     int rc = ftrt__apply_plan(ctx);
     if (rc) return rc;
@@ -134,6 +146,7 @@ static int init_ctx(ftrt_ctx *ctx, const ftrt_config *cfg)
     ctx->t_start = ftrt__now();
     ftrt__replica_free(ctx); /* no partner replicas yet (steps -1) */
     ctx->cp.fd = -1;
+    ctx->cp.sb_fd = -1;
     ctx->cp.logical = -1;
     ctx->cp.wake[0] = ctx->cp.wake[1] = -1;
     ctx->hostif = ftrt__host_of(ctx);
@@ -160,6 +173,44 @@ static int init_ctx(ftrt_ctx *ctx, const ftrt_config *cfg)
     else
         snprintf(ctx->status_file, sizeof ctx->status_file, "%s/status.json", ctx->cfg.ckpt_dir);
     return 0;
+}
+
+/* The standby coordinator lost the coordinator: its agent thread has ended; it runs the
+ * coordinator loop from the newest SYNC on its own listener, in place of world rank 0, until
+ * the job ends (docs/detection-and-recovery.md "Standby coordinator"). Returns what
+ * ftrt__coordinator_run returns. */
+static int take_over(ftrt_ctx *ctx, uint64_t secret)
+{
+    ftrt__cp *cp = &ctx->cp;
+    pthread_mutex_lock(&cp->send_lock);
+    int lfd = cp->sb_fd;
+    cp->sb_fd = -1; /* the coordinator owns it now */
+    ftrt__coord_at at = cp->sb_at;
+    pthread_mutex_unlock(&cp->send_lock);
+    pthread_mutex_lock(&cp->lock);
+    ftrt__takeover_args t = {.self = ctx->world_rank, .sync = cp->sync, .sync_len = cp->sync_len,
+                             .by_silence = cp->takeover == 2, .last_heard = cp->takeover_heard};
+    pthread_mutex_unlock(&cp->lock);
+    if (!t.sync) {
+        ftrt_log_error("standby coordinator: no state received from the coordinator; cannot "
+                       "take over");
+        close(lfd);
+        return FTRT_ECOORD;
+    }
+    ctx->role = FTRT__ROLE_COORD;
+    ctx->rank = -1;
+    snprintf(ctx->coord_addr, sizeof ctx->coord_addr, "%s", at.addrs);
+    ctx->coord_port = at.port;
+    ftrt__coord_args ca = {.cfg = &ctx->cfg, .world_size = ctx->world_size,
+                           .ntrainers = ctx->ntrainers_initial, .t_start = ctx->t_start,
+                           .t_start_wall = ctx->ledger.t_open, .status_file = ctx->status_file,
+                           .host = ctx->host, .addr = ctx->coord_addr, .port = ctx->coord_port,
+                           .mark_fd = -1};
+    int res = ftrt__coordinator_takeover(&ca, lfd, secret, &t);
+    ctx->ranks_lost = ca.ranks_lost;
+    ctx->coord_aborted = ca.aborted || res < 0;
+    ctx->coord_result = res;
+    return res;
 }
 
 int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
@@ -265,6 +316,7 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
         ftrt__ledger_mark(ctx, FTRT__IV_SPARE_IDLE);
         int ended;
         rc = spare_wait(ctx, &ended);
+        if (rc == TAKE_OVER) return take_over(ctx, b.secret);
         if (rc < 0 && ended) { /* the job failed: *out stays set, ftrt_finalize() follows */
             ftrt_log_info("the job failed (%s); this hot spare was not needed", ftrt_err_name(rc));
         } else if (rc < 0) {

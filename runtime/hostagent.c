@@ -183,6 +183,8 @@ static int local_msg(struct ftrt__hostagent *ha, local *l, const ftrt__msghdr *h
     case FTRT__MSG_REPORT:
     case FTRT__MSG_RESUMED:
     case FTRT__MSG_SHARD_DONE:
+    case FTRT__MSG_STANDBY_AT:
+    case FTRT__MSG_SYNC_ACK:
     case FTRT__MSG_FINGERPRINT: return relay_up(ha, l->w, h, p, 0) ? FTRT_EPROTO : 0;
     default: return FTRT_EPROTO;
     }

@@ -41,6 +41,11 @@ typedef struct ftrt__cp {
         uint32_t type, len;
         unsigned char payload[128];
     } kept[5];
+    /* the standby coordinator (agent.c; docs/detection-and-recovery.md "Standby coordinator"),
+     * guarded by send_lock: where the standby listens (next.port 0: no standby known) */
+    ftrt__coord_at next;
+    int sb_fd;        /* this rank is the standby: its listener (else -1) */
+    ftrt__coord_at sb_at; /* and where it listens */
     int wake[2]; /* pipe: wakes the agent to stop */
     pthread_t thread;
     int thread_started;
@@ -67,6 +72,12 @@ typedef struct ftrt__cp {
     void *on_commit_arg;
     void (*on_tick)(struct ftrt_ctx *ctx); /* agent thread, every heartbeat period (the
                                               ledger's periodic send, timeline.c) */
+    void *sync;       /* the standby: the newest SYNC (malloc'd, sync_len bytes), or NULL */
+    size_t sync_len;
+    int takeover;     /* the standby lost the coordinator and takes over: 1 by EOF, 2 by
+                         silence (the agent thread has ended) */
+    double takeover_heard; /* then: monotonic time of the old coordinator's last message */
+    int coord_lost;   /* the host agent said COORD_LOST (agent thread only) */
     int shutdown; /* SHUTDOWN received */
     int farewell; /* FAREWELL received (after our BYE) */
     int job_end; /* from SHUTDOWN/FAREWELL: 0 (every process of the world finalizes MPI),

@@ -5,6 +5,7 @@
  * every member gets the COMMIT with the result (docs/checkpoint.md).
  */
 #include <errno.h>
+#include <string.h>
 
 #include "base/log.h"
 #include "checkpoint/commit.h"
@@ -49,8 +50,42 @@ void ftrt__commits_drain(ftrt__coord *c)
     ftrt__commits_take(c);
 }
 
-/* A decided checkpoint that every trainer wrote: committed on the commit thread, or here when
- * it could not be queued; never moving LATEST backwards within a run. */
+/* A checkpoint that may be committed now (the standby, if any, holds a state that knows of it):
+ * on the commit thread, or here when it could not be queued. A coordinator that a standby
+ * took over from commits nothing (the term file says so). */
+static void commit_go(ftrt__coord *c, int64_t step, int epoch)
+{
+    int result = 0;
+    if (epoch != c->epoch) { /* the epoch changed while it waited: abandoned */
+        c->nckpt_abandoned++;
+        return;
+    }
+    if (ftrt__standby_deposed(c)) return;
+    if (c->committer) {
+        if (ftrt__committer_submit(c->committer, step, c->N, c->epoch) == 0) {
+            c->commit_submitted = step;
+            return; /* commit_done() when the commit thread is through */
+        }
+        result = -EAGAIN; /* 64 commits queued: the file system cannot keep up */
+    }
+    if (!result) /* old steps' files are deleted in the background */
+        result = ftrt__ckpt_commit_ex(c->a->cfg->ckpt_dir, step, c->N, c->a->cfg->ckpt_keep, 1);
+    commit_done(c, step, c->epoch, result);
+}
+
+void ftrt__commits_release(ftrt__coord *c, int all)
+{
+    int k = 0;
+    while (k < c->nheld && (all || ftrt__standby_acked(c, c->held[k].seq))) k++;
+    int n = k;
+    for (int i = 0; i < n; i++) commit_go(c, c->held[i].step, c->held[i].epoch);
+    memmove(c->held, c->held + n, (size_t)(c->nheld - n) * sizeof c->held[0]);
+    c->nheld -= n;
+}
+
+/* A decided checkpoint that every trainer wrote: committed (commit_go) once the standby
+ * acknowledged a SYNC that holds it in flight, at once without a standby; never moving LATEST
+ * backwards within a run. */
 static void commit_start(ftrt__coord *c, int64_t step, int result)
 {
     if (result == FTRT_SKIPPED) {
@@ -64,22 +99,28 @@ static void commit_start(ftrt__coord *c, int64_t step, int result)
                       (long long)(c->commit_submitted > c->last_committed ? c->commit_submitted
                                                                          : c->last_committed));
     }
-    if (!result && c->committer) {
-        if (ftrt__committer_submit(c->committer, step, c->N, c->epoch) == 0) {
-            c->commit_submitted = step;
-            return; /* commit_done() when the commit thread is through */
-        }
-        result = -EAGAIN; /* 64 commits queued: the file system cannot keep up */
+    if (result) {
+        commit_done(c, step, c->epoch, result);
+        return;
     }
-    if (!result) /* old steps' files are deleted in the background */
-        result = ftrt__ckpt_commit_ex(c->a->cfg->ckpt_dir, step, c->N, c->a->cfg->ckpt_keep, 1);
-    commit_done(c, step, c->epoch, result);
+    c->commit_submitted = step > c->commit_submitted ? step : c->commit_submitted;
+    uint64_t seq = c->nheld < 64 ? ftrt__standby_sync(c) : 0;
+    if (seq == 0 && c->nheld == 0) {
+        commit_go(c, step, c->epoch);
+        return;
+    }
+    if (c->nheld == 64) ftrt__commits_release(c, 1); /* (64 waiting: the standby is late) */
+    c->held[c->nheld].step = step;
+    c->held[c->nheld].epoch = c->epoch;
+    c->held[c->nheld++].seq = seq;
+    ftrt__commits_release(c, 0); /* (in order: after those still waiting) */
 }
 
 void ftrt__commit_shard_done(ftrt__coord *c, int w, const ftrt__ckpt_msg *cm)
 {
     int l = c->r[w].logical, decided = 0, dropped = 0;
     if (l < 0 || l >= c->N || c->members[l] != w) return;
+    if (cm->step <= c->last_committed) return; /* sent again after a takeover: committed */
     int result = ftrt__track_report(&c->ckpt_track, c->N, c->epoch, cm->step, l, cm->result,
                                     &decided, &dropped);
     c->nckpt_abandoned += dropped;

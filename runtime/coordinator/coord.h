@@ -1,16 +1,18 @@
 /*
  * coord.h - the coordinator's state and the interfaces between its files (private to
- * runtime/coordinator/). Only the coordinator's (world rank 0's) main thread touches it.
+ * runtime/coordinator/).
  *
  * The files, each calling only those listed before it (tools/check-layers refuses object
  * cycles): conn.c (connections, sends, the silence watch, PINGs, the listener), job.c (the
- * job's start, end and abort, fencing), commits.c (checkpoint commits), epoch.c (the epoch
- * change: FAILURE out, REPORTs in, PLAN out, RESUMEDs in), failure.c (a rank declared failed:
- * the incident, host loss, the spare), sdc_vote.c (silent data corruption: the vote on
- * fingerprints), progress.c (stalled progress and stragglers), service.c (reading a rank's
- * messages, silence timeouts) and coordinator.c (the loop: open, iterate, periodic work,
- * close). plan.c holds their pure decisions (plan.h); names.c, status.c, report.c and
- * goodput.c the outputs.
+ * job's start, end and abort, fencing), standby.c (the standby coordinator: appointment, SYNC,
+ * the term file), commits.c (checkpoint commits), epoch.c (the epoch change: FAILURE out,
+ * REPORTs in, PLAN out, RESUMEDs in), failure.c (a rank declared failed: the incident, host
+ * loss, the spare), sdc_vote.c (silent data corruption: the vote on fingerprints), progress.c
+ * (stalled progress and stragglers), service.c (reading a rank's messages, silence timeouts),
+ * takeover.c (a standby taking over) and coordinator.c (the loop: open, iterate, periodic
+ * work, close). plan.c holds their pure decisions (plan.h); names.c, status.c, report.c and
+ * goodput.c the outputs. Only one thread touches it: world rank 0's, or the standby's that
+ * took over.
  */
 #ifndef FTRT_COORD_H
 #define FTRT_COORD_H
@@ -125,6 +127,7 @@ typedef struct ftrt__incident {
                          (FTRT__RMISS_*, plan.h); FTRT__RMISS_NONE otherwise */
     int recovered;
     int host_lost; /* every rank of this rank's host failed (check_host_lost) */
+    int coord_lost; /* the coordinator was lost and this standby took over (takeover.c) */
     /* FK_SDC only: the step whose fingerprints disagreed, the last step at which they all
      * agreed (-1: none yet), whether a majority named the rank, the verified checkpoint every
      * member reloads (-1: none, the majority's state in memory is kept), the checkpoints
@@ -220,6 +223,22 @@ typedef struct ftrt__coord {
     struct ftrt__committer *committer; /* commits run off the loop (committer.h) */
     int64_t commit_submitted;  /* highest step handed to the committer, or -1 */
     ftrt__coord_scratch s;     /* scratch arrays of W entries */
+    /* the standby coordinator (standby.c, takeover.c; docs/detection-and-recovery.md
+     * "Standby coordinator") */
+    int self;                  /* this coordinator's world rank: 0, or the standby that took over */
+    int term;                  /* takeovers before this coordinator's (0: world rank 0's) */
+    int sb_w;                  /* the standby's world rank, 0: none */
+    int sb_ready;              /* its STANDBY_AT arrived and every rank was told (NEXT_COORD) */
+    ftrt__coord_at sb_at;      /* where it listens */
+    uint64_t sb_seq, sb_acked; /* SYNCs sent to it / acknowledged by it */
+    double sb_sent_t;          /* monotonic: the oldest SYNC not acknowledged yet was sent */
+    double sb_next_sync, sb_next_try; /* the next lazy SYNC; the next appointment attempt */
+    int sb_logged;             /* "no standby" logged */
+    struct { int64_t step; int epoch; uint64_t seq; } held[64]; /* commits waiting for the
+                                  standby's acknowledgement (commits.c), oldest first */
+    int nheld;
+    int takeover_inc;          /* the takeover's incident (index into inc), or -1 */
+    int deposed;               /* a standby took over from this coordinator: it gives up */
     struct ftrt__listener *lis; /* the listening socket and the connections without a hello */
 } ftrt__coord;
 
@@ -280,6 +299,48 @@ void ftrt__listener_expire(ftrt__coord *c, double now);
 /* Closes the listener and every pending connection, frees it. */
 void ftrt__listener_close(ftrt__coord *c);
 
+/* ---- standby.c: the standby coordinator, seen from the coordinator ---- */
+/* Once per loop's periodic work: appoints a standby when none is (a hot spare on another host
+ * than this coordinator's; on a one-host job any spare), dismisses one that is no longer a
+ * spare (promoted, failed), sends the lazy SYNC once a second, and dismisses a standby that
+ * did not acknowledge a SYNC within half the heartbeat timeout. Returns 1 when the standby
+ * was dismissed (the caller releases the commits that waited for it), else 0. */
+int ftrt__standby_tick(ftrt__coord *c, double now);
+/* Dismisses the standby (STANDBY -1 to it, NEXT_COORD "none" to every rank), with why
+ * logged. No-op without one. */
+void ftrt__standby_dismiss(ftrt__coord *c, const char *why);
+/* Sends the standby the state to go on from (SYNC, O(W + incidents) bytes). Returns its
+ * sequence number, or 0 when there is no standby ready. */
+uint64_t ftrt__standby_sync(ftrt__coord *c);
+/* 1 when SYNC seq is acknowledged, or there is no standby (seq 0 or none ready). */
+int ftrt__standby_acked(const ftrt__coord *c, uint64_t seq);
+/* STANDBY_AT from world rank w: the standby's address; every rank is told (NEXT_COORD) and
+ * the first SYNC goes out. */
+void ftrt__standby_at(ftrt__coord *c, int w, const ftrt__coord_at *at);
+/* SYNC_ACK from world rank w. */
+void ftrt__standby_ack(ftrt__coord *c, int w, const ftrt__epoch_msg *m);
+/* NEXT_COORD to world rank w (a rank that came back on a new connection). */
+void ftrt__standby_tell(ftrt__coord *c, int w);
+/* 1 when a standby took over from this coordinator (the checkpoint directory's
+ * `coordinator.term` names this job's secret and a later term; a file of an earlier launch
+ * names another secret): c->deposed is set, the caller writes nothing more. Reads one small
+ * file. */
+int ftrt__standby_deposed(ftrt__coord *c);
+/* Writes the term file: the job's secret (hex) and c->term (temp file, fsync, rename).
+ * Returns 0 or -errno. */
+int ftrt__standby_claim(ftrt__coord *c);
+/* Restores the coordinator's state from a SYNC payload (len bytes) taken by the standby.
+ * Returns 0, FTRT_EPROTO (malformed, or another world) or -ENOMEM. */
+int ftrt__standby_restore(ftrt__coord *c, const void *p, size_t len);
+
+/* ---- takeover.c: a standby taking over (called by coordinator.c only) ---- */
+/* Restores the state from t's SYNC, claims the next term, records the takeover's incident and
+ * expects every other rank back within the heartbeat timeout. Returns 0, FTRT_EPROTO or
+ * -ENOMEM. */
+int ftrt__takeover_begin(ftrt__coord *c, const ftrt__takeover_args *t);
+/* Once every rank expected is back or declared failed, the takeover is recovered (MTTR). */
+void ftrt__takeover_check(ftrt__coord *c);
+
 /* ---- job.c: the job's start, end and abort ---- */
 /* Every rank said hello: WELCOME to each (role, logical rank, heartbeat period), PH_RUNNING. */
 void ftrt__job_start(ftrt__coord *c);
@@ -310,6 +371,9 @@ void ftrt__commit_shard_done(ftrt__coord *c, int w, const ftrt__ckpt_msg *cm);
 void ftrt__commits_take(ftrt__coord *c);
 /* Waits for the commits in flight and takes their results. */
 void ftrt__commits_drain(ftrt__coord *c);
+/* Starts the commits that waited for the standby's acknowledgement: those acknowledged, or all
+ * when `all` (the standby was dismissed). */
+void ftrt__commits_release(ftrt__coord *c, int all);
 
 /* ---- epoch.c: the epoch change ---- */
 /* Opens epoch c->epoch + 1: PH_COLLECT, FAILURE {epoch, t_fail_wall} to every member not being

@@ -161,6 +161,7 @@ static int coord_iterate(ftrt__coord *c, struct epoll_event *evs, const loop_tim
         return -1;
     }
     for (int i = 0; i < ne; i++) dispatch(c, evs[i].data.u64);
+    ftrt__takeover_check(c);
     double now = ftrt__now();
     if (c->phase == PH_INIT) {
         if (c->nhello == c->W - 1) {
@@ -184,6 +185,7 @@ static int coord_iterate(ftrt__coord *c, struct epoll_event *evs, const loop_tim
  * below, a write slowed by a busy machine made chaos.ledger see a recovery end 71 ms late.) */
 static void status_due(ftrt__coord *c, double now)
 {
+    if (c->status_dirty && ftrt__standby_deposed(c)) return; /* (a standby took over) */
     double gap = c->W > 1024 && c->status_cost > 0.0025 ? 20.0 * c->status_cost : 0;
     if (c->status_dirty && (now - c->status_written >= gap || c->phase == PH_DONE) &&
         ((c->status_dirty & 2) || now - c->status_written > 0.25 || c->phase == PH_DONE)) {
@@ -213,15 +215,18 @@ static void coord_periodic(ftrt__coord *c, loop_timers *t, double now)
         t->last_progress_check = now;
     }
     if (c->phase != PH_INIT && now - c->metrics_written >= 2.0) {
-        if (c->a->cfg->metrics_file[0]) ftrt__metrics_write(c, ftrt__wallclock());
+        if (c->a->cfg->metrics_file[0] && !ftrt__standby_deposed(c))
+            ftrt__metrics_write(c, ftrt__wallclock());
         c->metrics_written = now;
     }
     if (c->phase != PH_INIT && now - c->progress_printed >= 1.0) {
         ftrt__progress_line(c, 0);
         c->progress_printed = now;
     }
+    if (ftrt__standby_tick(c, now)) ftrt__commits_release(c, 1);
     ftrt__job_check_end(c, now);
     status_due(c, now);
+    if (c->deposed) c->phase = PH_DONE;
 }
 
 /* The job is over: commits in flight finish, the report, the metrics and the final status file
@@ -231,6 +236,12 @@ static void coord_finish(ftrt__coord *c)
     ftrt__commits_drain(c); /* their outcome goes into the report */
     c->t_end = ftrt__now();
     c->phase = PH_DONE;
+    if (ftrt__standby_deposed(c)) { /* a standby took over: nothing written here counts */
+        c->a->aborted = 1;
+        c->a->ranks_lost = 1;
+        c->result = FTRT_ECOORD;
+        return;
+    }
     ftrt__progress_line(c, 1);
     ftrt__status_write(c);
     ftrt__report_write(c);
@@ -274,28 +285,49 @@ static void coord_close(ftrt__coord *c)
     scratch_free(&c->s);
 }
 
-int ftrt__coordinator_run(ftrt__coord_args *a, int listen_fd, uint64_t secret)
+/* The coordinator's state before coord_open. */
+static ftrt__coord coord_init(ftrt__coord_args *a)
 {
-    ftrt__coord c = {.a = a, .W = a->world_size, .N = a->ntrainers, .phase = PH_INIT,
-                     .last_committed = -1, .t_start = a->t_start,
-                     .t_start_wall = a->t_start_wall, .sdc_agreed_step = -1,
-                     .sdc_judged_step = -1, .sdc_rollback = -1, .ep = -1,
-                     .commit_submitted = -1, .mark_fd = a->mark_fd};
+    return (ftrt__coord){.a = a, .W = a->world_size, .N = a->ntrainers, .phase = PH_INIT,
+                         .last_committed = -1, .t_start = a->t_start,
+                         .t_start_wall = a->t_start_wall, .sdc_agreed_step = -1,
+                         .sdc_judged_step = -1, .sdc_rollback = -1, .ep = -1,
+                         .commit_submitted = -1, .mark_fd = a->mark_fd, .takeover_inc = -1};
+}
+
+/* Opens c (and, for a takeover, restores its state), runs the loop until the job is over,
+ * writes the outputs and closes it. Returns the job's result or the opening's error. */
+static int coord_main(ftrt__coord *c, int listen_fd, uint64_t secret, const ftrt__takeover_args *t)
+{
     struct epoll_event *evs = calloc(MAXEV, sizeof *evs);
-    int rc = evs ? coord_open(&c, listen_fd, secret) : -ENOMEM;
+    int rc = evs ? coord_open(c, listen_fd, secret) : -ENOMEM;
     if (!evs && listen_fd >= 0) close(listen_fd);
+    if (!rc && t) rc = ftrt__takeover_begin(c, t);
     if (rc) {
-        coord_close(&c);
+        coord_close(c);
         free(evs);
         return rc;
     }
-    loop_timers t = {.init_deadline = ftrt__now() + a->cfg->init_timeout_ms / 1000.0};
-    while (c.phase != PH_DONE) {
-        if (coord_iterate(&c, evs, &t)) break;
-        coord_periodic(&c, &t, ftrt__now());
+    loop_timers tm = {.init_deadline = ftrt__now() + c->a->cfg->init_timeout_ms / 1000.0};
+    while (c->phase != PH_DONE) {
+        if (coord_iterate(c, evs, &tm)) break;
+        coord_periodic(c, &tm, ftrt__now());
     }
-    coord_finish(&c);
-    coord_close(&c);
+    coord_finish(c);
+    coord_close(c);
     free(evs);
-    return c.result;
+    return c->result;
+}
+
+int ftrt__coordinator_run(ftrt__coord_args *a, int listen_fd, uint64_t secret)
+{
+    ftrt__coord c = coord_init(a);
+    return coord_main(&c, listen_fd, secret, NULL);
+}
+
+int ftrt__coordinator_takeover(ftrt__coord_args *a, int listen_fd, uint64_t secret,
+                               const ftrt__takeover_args *t)
+{
+    ftrt__coord c = coord_init(a);
+    return coord_main(&c, listen_fd, secret, t);
 }

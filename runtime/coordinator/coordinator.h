@@ -6,6 +6,7 @@
 #ifndef FTRT_COORDINATOR_H
 #define FTRT_COORDINATOR_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ftrt.h"
@@ -32,5 +33,22 @@ typedef struct ftrt__coord_args {
  * listening socket) is owned and closed; secret is the job's hello secret. Returns FTRT_DONE
  * on success or the job's failure code (FTRT_ENOSPARE, FTRT_EABORT, FTRT_ENOCKPT, ...). */
 int ftrt__coordinator_run(ftrt__coord_args *a, int listen_fd, uint64_t secret);
+
+/* What a standby coordinator takes over with (runtime/coordinator/takeover.c). */
+typedef struct ftrt__takeover_args {
+    int self;             /* the standby's world rank */
+    const void *sync;     /* the newest SYNC it holds (not owned), sync_len bytes */
+    size_t sync_len;
+    int by_silence;       /* the old coordinator was detected by silence (else EOF) */
+    double last_heard;    /* monotonic: the old coordinator's last message */
+} ftrt__takeover_args;
+
+/* Runs the coordinator on the standby (a hot spare) that lost the coordinator: the state from
+ * its newest SYNC, the next term, every rank expected back on listen_fd (the standby's
+ * listener, owned and closed) within the heartbeat timeout (else declared failed and, a
+ * trainer, replaced); the takeover is an incident of its own. Returns what
+ * ftrt__coordinator_run returns; FTRT_EPROTO / -ENOMEM when the SYNC cannot be used. */
+int ftrt__coordinator_takeover(ftrt__coord_args *a, int listen_fd, uint64_t secret,
+                               const ftrt__takeover_args *t);
 
 #endif

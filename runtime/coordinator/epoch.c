@@ -18,6 +18,7 @@ void ftrt__epoch_open(ftrt__coord *c, double t_fail_wall)
     c->phase = PH_COLLECT;
     c->status_dirty |= 2; /* membership: write now */
     c->epoch_t_fail = t_fail_wall;
+    ftrt__standby_sync(c); /* the standby knows the epoch before any member does */
     ftrt__failure_msg m = {.epoch = c->epoch, .t_fail_wall = t_fail_wall};
     int n = 0;
     for (int k = 0; k < c->N; k++)
@@ -212,6 +213,7 @@ static int plan_send(ftrt__coord *c, const plan_in *in)
     c->plan_delta_len = dlen;
     c->plan_full = full;
     c->plan_full_len = flen;
+    ftrt__standby_sync(c); /* the standby holds the plan before any member does */
     int n = 0;
     for (int l = 0; l < c->N; l++) {
         int w = c->members[l];

@@ -68,15 +68,17 @@ static int host_has_failed(const ftrt__coord *c, const char *h)
     return 0;
 }
 
-/* The hot spare to promote for a rank that failed on host h: one on another host where the
- * choice exists (a host that lost a rank may be losing the rest), and among those one on a
- * host that lost none; ties go to the lowest world rank. -1 when no spare is left. */
+/* The hot spare to promote for a rank that failed on host h: not the standby coordinator while
+ * another is left; one on another host where the choice exists (a host that lost a rank may be
+ * losing the rest), and among those one on a host that lost none; ties go to the lowest world
+ * rank. -1 when no spare is left. */
 static int pick_spare(const ftrt__coord *c, const char *h)
 {
     int best = -1, best_score = -1;
     for (int x = 1; x < c->W; x++) {
         if (c->r[x].role != FTRT__ROLE_SPARE) continue;
-        int score = (strcmp(c->r[x].host, h) != 0) * 2 + !host_has_failed(c, c->r[x].host);
+        int score = (strcmp(c->r[x].host, h) != 0) * 2 + !host_has_failed(c, c->r[x].host) +
+                    (x != c->sb_w) * 4; /* the standby coordinator: only when no other is left */
         if (score > best_score) {
             best = x;
             best_score = score;
@@ -131,6 +133,7 @@ static void replace(ftrt__coord *c, int w, int kind, ftrt__incident *inc)
         ftrt__job_abort(c, FTRT_ENOSPARE, "a trainer failed and no hot spare is left");
         return;
     }
+    if (spare == c->sb_w) ftrt__standby_dismiss(c, "it is the last hot spare, promoted");
     int l = r->logical;
     c->members[l] = spare;
     c->r[spare].role = FTRT__ROLE_TRAINER;

@@ -53,7 +53,7 @@ double ftrt__fault_injected_at(const char *log, int pid, int w, double t_detect_
 double ftrt__incident_injected_at(const ftrt__coord *c, const ftrt__incident *x)
 {
     const char *log = c->a->cfg->fault_log;
-    if (x->world_rank > 0)
+    if (x->world_rank >= 0) /* (0: the coordinator, lost and taken over from) */
         return ftrt__fault_injected_at(log, x->pid, x->world_rank, x->t_detect_wall);
     double since = x->t_detect_wall - (x->t_detect - x->t_last_heard), best = -1;
     for (int w = 1; w < c->W; w++) {

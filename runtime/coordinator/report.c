@@ -100,20 +100,24 @@ static json_object *checkpoints_json(const ftrt__coord *c, int abandoned, double
 static void failure_detection_json(json_object *f, const ftrt__coord *c, const ftrt__incident *x,
                                    const measured *m)
 {
-    const char *host = x->world_rank > 0 ? c->r[x->world_rank].host : NULL;
+    const char *host = x->world_rank >= 0 ? c->r[x->world_rank].host : NULL;
     json_object_object_add(f, "world_rank",
-                           x->world_rank > 0 ? json_object_new_int(x->world_rank) : NULL);
+                           x->world_rank >= 0 ? json_object_new_int(x->world_rank) : NULL);
     json_object_object_add(f, "logical_rank", json_object_new_int(x->logical_rank));
     json_object_object_add(f, "pid", json_object_new_int(x->pid));
     json_object_object_add(f, "kind", json_object_new_string(ftrt__failure_kind_name(x->kind)));
     json_object_object_add(f, "host", host ? json_object_new_string(host) : NULL);
     json_object_object_add(f, "cause",
-                           json_object_new_string(x->host_lost ? "host_lost" : "rank"));
+                           json_object_new_string(x->coord_lost  ? "coordinator_lost"
+                                                  : x->host_lost ? "host_lost"
+                                                                 : "rank"));
     json_object_object_add(f, "spare_host",
                            x->spare_world_rank >= 0
                                ? json_object_new_string(c->r[x->spare_world_rank].host)
                                : NULL);
-    json_object_object_add(f, "role", json_object_new_string(x->was_spare ? "spare" : "trainer"));
+    json_object_object_add(f, "role", json_object_new_string(x->coord_lost  ? "coordinator"
+                                                             : x->was_spare ? "spare"
+                                                                            : "trainer"));
     json_object_object_add(f, "detected_at", json_object_new_double(x->t_detect_wall));
     json_object_object_add(f, "mttd_s", json_object_new_double(m->mttd));
     json_object_object_add(f, "mttd_source",
@@ -234,6 +238,10 @@ static void failure_text(const ftrt__coord *c, const ftrt__incident *x, int i, c
                "steps\n", i + 1, (long long)x->sdc_step, (long long)x->sdc_ckpt, m->mttd * 1e3,
                src, x->recovered ? "MTTR " : "not recovered ", x->recovered ? m->mttr * 1e3 : 0.0,
                (long long)x->rework_steps);
+    else if (x->coord_lost)
+        printf("    #%d coordinator (world rank %d, pid %d): %s, MTTD %.1f ms (%s), %s%.1f ms: "
+               "standby took over in place\n", i + 1, x->world_rank, x->pid, kind, m->mttd * 1e3, src,
+               x->recovered ? "MTTR " : "not recovered ", x->recovered ? m->mttr * 1e3 : 0.0);
     else if (x->was_spare)
         printf("    #%d hot spare (world rank %d, pid %d): %s, MTTD %.1f ms (%s), removed from "
                "the pool\n", i + 1, x->world_rank, x->pid, kind, m->mttd * 1e3, src);

@@ -151,6 +151,7 @@ static int handle(ftrt__coord *c, int w, const ftrt__msghdr *h, const void *payl
         ftrt__ckpt_msg cm;
         ftrt__bye bye;
         ftrt__fingerprint_msg fpm;
+        ftrt__coord_at at;
     } u;
     if (h->len > sizeof u) return FTRT_EPROTO;
     memcpy(&u, payload, h->len);
@@ -164,6 +165,11 @@ static int handle(ftrt__coord *c, int w, const ftrt__msghdr *h, const void *payl
         return 0;
     case FTRT__MSG_FINGERPRINT: ftrt__sdc_vote_take(c, w, &u.fpm); return 0;
     case FTRT__MSG_BYE: take_bye(c, w, &u.bye); return 0;
+    case FTRT__MSG_STANDBY_AT: ftrt__standby_at(c, w, &u.at); return 0;
+    case FTRT__MSG_SYNC_ACK:
+        ftrt__standby_ack(c, w, &u.em);
+        ftrt__commits_release(c, 0); /* the commits that waited for it */
+        return 0;
     default: return FTRT_EPROTO;
     }
 }
@@ -348,6 +354,7 @@ void ftrt__rank_rejoined(ftrt__coord *c, int w)
     ftrt__welcome wm = {.role = r->role, .logical_rank = r->logical, .ntrainers = c->N,
                         .heartbeat_ms = c->hb_ms};
     ftrt__coord_send(c, w, FTRT__MSG_WELCOME, &wm, sizeof wm); /* (a repeat is ignored) */
+    ftrt__standby_tell(c, w);
     if (r->said_bye) return; /* its FAREWELL comes at the job's end, on its new connection */
     if (r->role != FTRT__ROLE_TRAINER) return;
     if (c->phase == PH_COLLECT && !r->promoting) {

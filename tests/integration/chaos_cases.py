@@ -54,10 +54,18 @@ CASES = {
                        ["--relaunch", "1"], {}),
     "enospc": (6, 1, [], [{"kind": "enospc", "at_step": 60}],
                ["--ckpt-tmpfs", "2m", "--enospc-hold-s", "0.8"], {}),
-    "kill-coordinator": (6, 1, [], [{"kind": "kill-coordinator", "at_step": 80}],
-                         ["--relaunch", "1"], {}),
-    "hang-coordinator": (6, 1, [], [{"kind": "hang-coordinator", "at_step": 80}],
-                         ["--relaunch", "1"], {}),
+    # The coordinator SIGKILLed: the standby coordinator (a hot spare) takes over in place, the
+    # job trains on (no relaunch), byte-identical; the takeover in the report with its MTTD
+    # and MTTR (docs/detection-and-recovery.md "Standby coordinator").
+    "kill-coordinator": (7, 2, [], [{"kind": "kill-coordinator", "at_step": 80}], [], {}),
+    # The coordinator SIGSTOPped: detected by silence, the same takeover; the frozen one,
+    # resumed (SIGCONT) after it, finds the later term and gives up without writing.
+    "hang-coordinator": (7, 2, [], [{"kind": "hang-coordinator", "at_step": 80}], [], {}),
+    # The standby (the only hot spare) SIGKILLed, then the coordinator: no standby left, every
+    # rank leaves and the relaunch resumes from the last committed checkpoint (the old path).
+    "kill-coordinator-no-standby": (6, 1, [], [{"kind": "kill-spare", "at_step": 40},
+                                               {"kind": "kill-coordinator", "at_step": 80}],
+                                    ["--relaunch", "1"], {}),
     "kill-beyond-spares": (6, 1, [], [{"kind": "kill-beyond-spares", "at_step": 80}],
                            ["--relaunch", "1"], {}),
     # A second failure while the first recovery's plan is being applied: the job must end

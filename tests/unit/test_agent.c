@@ -63,6 +63,8 @@ static int setup_with(void **state, int hosted)
     ctx->cp.logical = -1;
     snprintf(ctx->host, sizeof ctx->host, "testhost");
     ctx->cp.fd = -1;
+    ctx->cp.sb_fd = -1;
+    pthread_mutex_init(&ctx->ledger_lock, NULL);
     ctx->cp.wake[0] = ctx->cp.wake[1] = -1;
     pthread_mutex_init(&ctx->cp.lock, NULL);
     pthread_mutex_init(&ctx->cp.send_lock, NULL);
@@ -106,6 +108,7 @@ static int teardown(void **state)
     pthread_mutex_destroy(&f->ctx->cp.lock);
     pthread_mutex_destroy(&f->ctx->cp.send_lock);
     pthread_cond_destroy(&f->ctx->cp.cond);
+    pthread_mutex_destroy(&f->ctx->ledger_lock);
     free(f->ctx);
     free(f);
     return 0;
@@ -307,6 +310,69 @@ static void host_agent_says_coord_lost(void **state)
     assert_int_equal(ftrt__interrupted(f->ctx), FTRT_ECOORD);
 }
 
+/* Told where the standby coordinator listens (NEXT_COORD), a rank that loses the coordinator
+ * connects to the standby, says HELLO and sends its newest REPORT again; no fatal code. */
+static void coordinator_lost_to_standby(void **state)
+{
+    fixture *f = *state;
+    struct ftrt_ctx *ctx = f->ctx;
+    ftrt__coord_at at = {.world_rank = 6, .term = 0};
+    int sfd = ftrt__listen("127.0.0.1", at.addrs, sizeof at.addrs, &at.port);
+    assert_true(sfd >= 0);
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_NEXT_COORD, &at, sizeof at), 0);
+    ftrt__report rep = {.steps_done = 17, .epoch = 0, .own_step = -1, .held_step = -1};
+    assert_int_equal(ftrt__agent_send(ctx, FTRT__MSG_REPORT, &rep, sizeof rep), 0);
+    ftrt__report got;
+    assert_true(coord_recv(f, FTRT__MSG_REPORT, &got, sizeof got)); /* (NEXT_COORD read first) */
+    close(f->coord_fd); /* the coordinator died */
+    ftrt__rx_free(&f->rx);
+    f->coord_fd = accept(sfd, NULL, NULL);
+    assert_true(f->coord_fd >= 0);
+    ftrt__hello hello;
+    assert_true(coord_recv(f, FTRT__MSG_HELLO, &hello, sizeof hello));
+    assert_int_equal(hello.world_rank, 3);
+    assert_true(coord_recv(f, FTRT__MSG_REPORT, &got, sizeof got));
+    assert_int_equal(got.steps_done, 17);
+    assert_int_equal(ftrt__interrupted(ctx), 0); /* not FTRT_ECOORD */
+    close(sfd);
+}
+
+/* Appointed standby (STANDBY), a spare listens and says where (STANDBY_AT), acknowledges each
+ * SYNC with its number, and takes over when the coordinator is lost (cp.takeover, by EOF), with
+ * no fatal code. */
+static void standby_takes_over(void **state)
+{
+    fixture *f = *state;
+    struct ftrt_ctx *ctx = f->ctx;
+    ftrt__epoch_msg m = {.value = 0};
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_STANDBY, &m, sizeof m), 0);
+    ftrt__coord_at at;
+    assert_true(coord_recv(f, FTRT__MSG_STANDBY_AT, &at, sizeof at));
+    assert_true(at.port > 0);
+    assert_int_equal(at.world_rank, 3);
+    unsigned char sync[sizeof(ftrt__sync_head) + 40] = {0};
+    ftrt__sync_head head = {.seq = 5, .term = 0, .version = 1};
+    memcpy(sync, &head, sizeof head);
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_SYNC, sync, sizeof sync), 0);
+    ftrt__epoch_msg ack;
+    assert_true(coord_recv(f, FTRT__MSG_SYNC_ACK, &ack, sizeof ack));
+    assert_int_equal(ack.value, 5);
+    close(f->coord_fd);
+    f->coord_fd = -1;
+    int took = 0;
+    for (int i = 0; i < 500 && !took; i++) {
+        pthread_mutex_lock(&ctx->cp.lock);
+        took = ctx->cp.takeover;
+        pthread_mutex_unlock(&ctx->cp.lock);
+        if (!took) usleep(10000);
+    }
+    assert_int_equal(took, 1);
+    pthread_mutex_lock(&ctx->cp.lock);
+    assert_int_equal(ctx->cp.sync_len, sizeof sync);
+    pthread_mutex_unlock(&ctx->cp.lock);
+    assert_int_equal(ftrt__interrupted(ctx), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -320,6 +386,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(delta_without_membership, setup, teardown),
         cmocka_unit_test_setup_teardown(host_agent_lost, setup_hosted, teardown),
         cmocka_unit_test_setup_teardown(host_agent_says_coord_lost, setup_hosted, teardown),
+        cmocka_unit_test_setup_teardown(coordinator_lost_to_standby, setup, teardown),
+        cmocka_unit_test_setup_teardown(standby_takes_over, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -42,6 +42,20 @@ static void header_checks(void **state)
     h.type = FTRT__MSG_REPORT;
     h.len = FTRT__MSG_MAX + 4; /* oversized */
     assert_int_equal(ftrt__msg_check(&h), FTRT_EPROTO);
+    /* the standby coordinator's messages */
+    h.type = FTRT__MSG_NEXT_COORD;
+    h.len = sizeof(ftrt__coord_at);
+    assert_int_equal(ftrt__msg_check(&h), 0);
+    h.len = sizeof(ftrt__coord_at) - 1;
+    assert_int_equal(ftrt__msg_check(&h), FTRT_EPROTO);
+    h.type = FTRT__MSG_SYNC_ACK;
+    h.len = sizeof(ftrt__epoch_msg);
+    assert_int_equal(ftrt__msg_check(&h), 0);
+    h.type = FTRT__MSG_SYNC; /* any size up to FTRT__SYNC_MAX, beyond FTRT__MSG_MAX */
+    h.len = (uint32_t)(FTRT__MSG_MAX * 4);
+    assert_int_equal(ftrt__msg_check(&h), 0);
+    h.len = (uint32_t)FTRT__SYNC_MAX + 1;
+    assert_int_equal(ftrt__msg_check(&h), FTRT_EPROTO);
 }
 
 /* The heartbeat period the coordinator asks for grows with the world, within the timeout. */

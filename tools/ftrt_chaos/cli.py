@@ -21,9 +21,11 @@ Kinds: kill-trainer, kill-spare, kill-two-trainers, hang-trainer (SIGSTOP), paus
   (SIGSTOP, then SIGCONT after --pause-ms: must NOT be declared failed), kill-during-ckpt,
   corrupt-shard (bit flip in the newest committed shard, once an older committed step exists
   to fall back to), truncate-shard, enospc (fills the
-  checkpoint file system; needs --ckpt-tmpfs), kill-coordinator, hang-coordinator (SIGSTOP:
-  every other rank must leave within --coord-exit-s; then the frozen coordinator is killed, as a
-  supervisor would), kill-beyond-spares (SIGKILL of spares + 1 trainers at once), flip-bit
+  checkpoint file system; needs --ckpt-tmpfs), kill-coordinator, hang-coordinator (SIGSTOP)
+  (with a standby coordinator, a hot spare: it must take over in place, one launch, exit 0,
+  MTTR <= 1 s; a frozen one is then resumed and must give up by itself within 5 s, writing
+  nothing; without a standby every other rank must leave within --coord-exit-s; then the
+  frozen coordinator is killed, as a supervisor would), kill-beyond-spares (SIGKILL of spares + 1 trainers at once), flip-bit
   (silent data corruption: one bit of a live trainer's parameter memory flipped through
   /proc/<pid>/mem while it is stopped for a moment; needs --addr-prefix, where the job's
   trainers publish "<pid> <params address> <bytes> <steps address> [<busy address>]", e.g.

@@ -152,18 +152,37 @@ class Injector:
         return True
 
     def inject_hang_coordinator(self, f, st):
-        """SIGSTOP of the coordinator; every other rank must leave (watched up to 30 s); then
-        SIGKILL: a frozen process never leaves, that is the supervisor's job."""
+        """SIGSTOP of the coordinator. With a standby coordinator, it takes over (the status file
+        names another coordinator: watched up to 30 s); the frozen one is then resumed
+        (SIGCONT) and must give up by itself within 5 s, writing nothing (the status file keeps
+        naming the new coordinator). Without one, every other rank must leave (watched up to
+        30 s). Then SIGKILL: a frozen process never leaves, that is the supervisor's job."""
         t = self.ranks(st, "coordinator")
         others = [r for r in (st or {}).get("ranks", []) if r["role"] != "coordinator"
                   and r["role"] != "failed"]
         e = self.record(f["kind"], t)
         self.signal_all(t, signal.SIGSTOP)
+        old = {x["pid"] for x in t}
         deadline = now() + 30
-        while now() < deadline and any(alive(r["pid"]) for r in others):
+        while now() < deadline:
+            new = [r for r in self.ranks(self.st(), "coordinator") if r["pid"] not in old]
+            if new:
+                e["taken_over_s"] = now() - e["time"]
+                e["new_coordinator"] = new[0]["world_rank"]
+                break
+            if not any(alive(r["pid"]) for r in others):
+                e["others_left_s"] = now() - e["time"]
+                break
             time.sleep(0.01)
-        e["others_left_s"] = now() - e["time"] if not any(alive(r["pid"]) for r in others) \
-            else None
+        if "taken_over_s" in e:
+            self.signal_all(t, signal.SIGCONT)
+            t0 = now()
+            while now() - t0 < 5 and any(alive(x["pid"]) for x in t):
+                time.sleep(0.01)
+            e["resumed_left_s"] = None if any(alive(x["pid"]) for x in t) else now() - t0
+            time.sleep(0.3)  # the status file is rewritten by the new coordinator meanwhile
+            e["status_after_resume"] = [r["world_rank"] for r in
+                                        self.ranks(self.st(), "coordinator") if r["pid"] not in old]
         self.signal_all(t, signal.SIGKILL)
         return True
 

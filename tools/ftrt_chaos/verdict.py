@@ -76,7 +76,14 @@ class Verdict:
         rep = self.launch_report(li) or {}
         fails = rep.get("failures", [])
         by_pid = {f["pid"]: f for f in fails}
-        if kind in LOSS_KINDS:
+        coord_end = not rep and any(
+            j["kind"] in ("kill-coordinator", "hang-coordinator") and j["launch"] == li and
+            j["time"] > inj["time"] for j in self.injections)
+        if kind in LOSS_KINDS and coord_end:
+            # the launch ended with its coordinator (no standby left): no report to judge by
+            check(name + " not judged", li + 1 < len(self.launches),
+                  "the launch ended with its coordinator, without a report; relaunched")
+        elif kind in LOSS_KINDS:
             self.judge_loss(inj, check, name, fails, by_pid)
         elif kind in HOST_KINDS:
             self.judge_host(inj, check, name, rep, by_pid)
@@ -133,17 +140,50 @@ class Verdict:
         check(name + " not declared failed", not hit and bool(rep),
               f"paused {inj.get('pause_ms')} ms")
 
+    def judge_takeover(self, inj, check, name, rep, by_pid, want_kind):
+        """A standby coordinator took over in place: the report's coordinator_lost failure
+        (the killed or frozen coordinator's pid), recovered, its MTTD and MTTR, the launch
+        exiting 0 without a relaunch. Returns False when the report has no takeover."""
+        f = next((by_pid.get(t["pid"]) for t in inj["targets"] if t["pid"] in by_pid), None)
+        if f is None or f.get("cause") != "coordinator_lost":
+            return False
+        li = inj["launch"]
+        rc = self.launches[li]["rc"] if li < len(self.launches) else None
+        true_mttd = f["detected_at"] - inj["time"]
+        bound = self.hb_timeout_s + 0.5 if want_kind == "heartbeat_timeout" else self.a.kill_mttd_s
+        ok = f.get("recovered") and f["kind"] == want_kind and rc == 0 and \
+            li + 1 == len(self.launches) and true_mttd <= bound and f["mttr_s"] <= 1.0
+        check(name + ": standby took over in place", bool(ok),
+              f"{f['kind']}: MTTD {true_mttd * 1e3:.1f} ms (ground truth; bound "
+              f"{bound * 1e3:.0f} ms), MTTR {(f.get('mttr_s') or 0) * 1e3:.1f} ms (bound 1000 ms), "
+              f"launch exit {rc}, {len(self.launches)} launch(es)")
+        inj.setdefault("measured", []).append(
+            {"mttd_s": f["mttd_s"], "true_mttd_s": true_mttd, "mttr_s": f.get("mttr_s"),
+             "detect_kind": f["kind"], "cause": "coordinator_lost",
+             "recovered": f.get("recovered"), "observed_mttd_s": None, "observed_mttr_s": None})
+        return True
+
     def judge_hang_coordinator(self, inj, check, name, rep, by_pid):
+        if self.judge_takeover(inj, check, name, rep, by_pid, "heartbeat_timeout"):
+            left = inj.get("resumed_left_s")
+            check(name + ": the frozen coordinator, resumed, gave up by itself and wrote "
+                  "nothing", left is not None and bool(inj.get("status_after_resume")),
+                  (f"left {left:.2f} s after SIGCONT" if left is not None else "still there 5 s "
+                   "after SIGCONT") + f"; status file names coordinator(s) "
+                  f"{inj.get('status_after_resume')}")
+            return
         left = inj.get("others_left_s")
         check(name + ": every other rank left", left is not None and
               left < self.a.coord_exit_s,
               f"all left {left:.2f} s after the freeze" if left is not None else "some stayed")
 
     def judge_kill_coordinator(self, inj, check, name, rep, by_pid):
+        if self.judge_takeover(inj, check, name, rep, by_pid, "connection_lost"):
+            return
         li = inj["launch"]
         end = self.launches[li]["t_end"] if li < len(self.launches) else now()
         took = end - inj["time"]
-        check(name + ": every rank left promptly", took < self.a.coord_exit_s,
+        check(name + ": no standby; every rank left promptly", took < self.a.coord_exit_s,
               f"job ended {took:.2f} s after the kill")
 
     def judge_damaged_shard(self, inj, check, name, rep, by_pid):

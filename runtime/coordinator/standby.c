@@ -1,0 +1,399 @@
+/*
+ * standby.c - the standby coordinator as the coordinator sees it (docs/detection-and-recovery.md
+ * "Standby coordinator"): which hot spare holds the duty (on another host than the
+ * coordinator's), telling every rank where it listens (NEXT_COORD), and the state it is sent to
+ * go on from (SYNC): the epoch and membership, every rank's role, the checkpoint commit log, the
+ * incidents and the ledger's totals. A commit waits for the standby's acknowledgement of a SYNC
+ * sent after its decision (commits.c), so that a coordinator cut off from a standby that took
+ * over can never write LATEST; the epoch change's SYNC goes out before its FAILURE and PLAN on
+ * the same ordered stream; the rest lags by at most a second. The term file
+ * (`coordinator.term` in the checkpoint directory) fences an old coordinator's outputs: a
+ * standby that takes over writes its term there first, and a coordinator that finds a later
+ * term gives up without writing anything more.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/fs.h"
+#include "base/log.h"
+#include "runtime/coordinator/coord.h"
+
+enum { SYNC_VERSION = 1 };
+
+/* The fixed part of a SYNC, after ftrt__sync_head. Times are wall seconds. */
+typedef struct sync_state {
+    ftrt__sync_head head;
+    int32_t W, N, epoch, phase, ninc, hb_ms;
+    int32_t ncommitted, nckpt_failed, nckpt_skipped, nckpt_abandoned, nfailed;
+    int32_t rejected, protocol_errors, stall_reports, sdc_checks, coord_pid, coord_w, pad;
+    int64_t last_committed, plan_delta_len, plan_full_len;
+    ftrt__ckpt_msg last_commit;
+    double t_start_wall, first_commit_wall, last_commit_wall, epoch_t_fail, mono_to_wall;
+    char coord_host[FTRT__HOST_MAX];
+} sync_state;
+
+/* One rank's entry. */
+typedef struct sync_rank {
+    int32_t role, logical, promoting, reported_epoch, resumed_epoch, said_bye, pid, tl_seen;
+    int32_t tl_kind_open, has_sharded;
+    int64_t steps_done, kept_steps, total_steps, report_steps;
+    double kept_s, t_fail_wall, flops_per_step, peak_flops, tl_t_open;
+    double tl_totals[FTRT__IV_KINDS];
+    ftrt__bye bye;
+    char host[FTRT__HOST_MAX];
+} sync_rank;
+
+/* ---- appointment ------------------------------------------------------------------------- */
+
+/* The spare to appoint: the highest world rank among the connected spares on another host than
+ * this coordinator's (the recovery promotes the lowest first); on a job of one host, any spare.
+ * 0 when none. O(W). */
+static int pick_standby(const ftrt__coord *c)
+{
+    const char *me = c->a->host;
+    int one_host = 1, any = 0, other = 0;
+    for (int w = 1; w < c->W; w++) {
+        const ftrt__crank *r = &c->r[w];
+        if (r->hello && r->role != FTRT__ROLE_COORD && strcmp(r->host, me) != 0) one_host = 0;
+        if (r->role != FTRT__ROLE_SPARE || r->promoting || !ftrt__rank_connected(c, w)) continue;
+        any = w;
+        if (strcmp(r->host, me) != 0) other = w;
+    }
+    return other ? other : one_host ? any : 0;
+}
+
+static void tell_all(ftrt__coord *c, const ftrt__coord_at *at)
+{
+    int n = 0;
+    for (int w = 1; w < c->W; w++)
+        if (w != c->self && c->r[w].role != FTRT__ROLE_FAILED && ftrt__rank_connected(c, w))
+            c->s.fan[n++] = w;
+    ftrt__coord_multicast(c, c->s.fan, n, FTRT__MSG_NEXT_COORD, at, sizeof *at);
+}
+
+void ftrt__standby_dismiss(ftrt__coord *c, const char *why)
+{
+    if (!c->sb_w) return;
+    ftrt_log_warn("standby coordinator world rank %d dismissed: %s", c->sb_w, why);
+    ftrt__epoch_msg m = {.epoch = c->epoch, .value = -1};
+    if (c->r[c->sb_w].role != FTRT__ROLE_FAILED)
+        ftrt__coord_send(c, c->sb_w, FTRT__MSG_STANDBY, &m, sizeof m);
+    ftrt__coord_at none = {.world_rank = -1, .term = c->term};
+    if (c->sb_ready) tell_all(c, &none);
+    c->sb_w = c->sb_ready = 0;
+    c->sb_logged = 0;
+    c->sb_next_try = 0;
+}
+
+static void appoint(ftrt__coord *c, double now)
+{
+    if (now < c->sb_next_try || c->phase != PH_RUNNING) return;
+    c->sb_next_try = now + 1.0;
+    int w = pick_standby(c);
+    if (!w) {
+        if (!c->sb_logged)
+            ftrt_log_warn("no standby coordinator: no hot spare on another host than %s; the "
+                          "loss of this coordinator ends the job (relaunch from the last "
+                          "committed checkpoint)", c->a->host);
+        c->sb_logged = 1;
+        return;
+    }
+    c->sb_w = w;
+    c->sb_ready = 0;
+    c->sb_seq = c->sb_acked = 0;
+    ftrt__epoch_msg m = {.epoch = c->epoch, .value = c->term};
+    ftrt__coord_send(c, w, FTRT__MSG_STANDBY, &m, sizeof m);
+    ftrt_log_info("hot spare world rank %d (%s) appointed standby coordinator", w, c->r[w].host);
+}
+
+void ftrt__standby_at(ftrt__coord *c, int w, const ftrt__coord_at *at)
+{
+    if (w != c->sb_w || at->term != c->term || at->port <= 0) return; /* stale */
+    c->sb_at = *at;
+    c->sb_at.addrs[sizeof c->sb_at.addrs - 1] = 0;
+    c->sb_at.world_rank = w;
+    c->sb_ready = 1;
+    tell_all(c, &c->sb_at);
+    ftrt__standby_sync(c);
+}
+
+void ftrt__standby_tell(ftrt__coord *c, int w)
+{
+    if (c->sb_ready && w != c->sb_w) ftrt__coord_send(c, w, FTRT__MSG_NEXT_COORD, &c->sb_at,
+                                                      sizeof c->sb_at);
+}
+
+void ftrt__standby_ack(ftrt__coord *c, int w, const ftrt__epoch_msg *m)
+{
+    if (w != c->sb_w || m->epoch != c->term) return;
+    uint64_t seq = (c->sb_seq & ~(uint64_t)0xffffffffu) | (uint32_t)m->value;
+    if (seq > c->sb_seq) seq -= (uint64_t)1 << 32;
+    if (seq > c->sb_acked) c->sb_acked = seq;
+}
+
+int ftrt__standby_acked(const ftrt__coord *c, uint64_t seq)
+{
+    return !c->sb_ready || seq == 0 || c->sb_acked >= seq;
+}
+
+int ftrt__standby_tick(ftrt__coord *c, double now)
+{
+    if (c->sb_w && c->r[c->sb_w].role != FTRT__ROLE_SPARE) {
+        ftrt__standby_dismiss(c, c->r[c->sb_w].role == FTRT__ROLE_FAILED ? "it failed"
+                                                                          : "it was promoted");
+        return 1;
+    }
+    if (c->sb_ready && c->sb_acked < c->sb_seq &&
+        now - c->sb_sent_t > c->a->cfg->heartbeat_timeout_ms / 2000.0) {
+        ftrt__standby_dismiss(c, "it did not acknowledge the coordinator's state in time");
+        return 1;
+    }
+    if (!c->sb_w) appoint(c, now);
+    if (c->sb_ready && now >= c->sb_next_sync) ftrt__standby_sync(c); /* the lazy part */
+    return 0;
+}
+
+/* ---- the state ----------------------------------------------------------------------------- */
+
+static size_t sync_size(const ftrt__coord *c)
+{
+    return sizeof(sync_state) + (size_t)c->W * sizeof(sync_rank) + (size_t)c->N * sizeof(int32_t) +
+           (size_t)c->ninc * sizeof(ftrt__incident) + c->plan_delta_len + c->plan_full_len;
+}
+
+static void put_rank(sync_rank *s, const ftrt__crank *r)
+{
+    *s = (sync_rank){.role = r->role, .logical = r->logical, .promoting = r->promoting,
+                     .reported_epoch = r->reported_epoch, .resumed_epoch = r->resumed_epoch,
+                     .said_bye = r->said_bye, .pid = r->pid, .tl_seen = r->tl_seen,
+                     .tl_kind_open = r->tl_kind_open, .has_sharded = r->has_sharded,
+                     .steps_done = r->steps_done, .kept_steps = r->kept_steps,
+                     .total_steps = r->total_steps, .report_steps = r->report_steps,
+                     .kept_s = r->kept_s, .t_fail_wall = r->t_fail_wall,
+                     .flops_per_step = r->flops_per_step, .peak_flops = r->peak_flops,
+                     .tl_t_open = r->tl_t_open, .bye = r->bye};
+    memcpy(s->tl_totals, r->tl_totals, sizeof s->tl_totals);
+    memcpy(s->host, r->host, sizeof s->host);
+}
+
+static void put_state(const ftrt__coord *c, sync_state *s)
+{
+    double off = ftrt__wallclock() - ftrt__now();
+    *s = (sync_state){.head = {.seq = c->sb_seq, .term = c->term, .version = SYNC_VERSION},
+                      .W = c->W, .N = c->N, .epoch = c->epoch, .phase = c->phase,
+                      .ninc = c->ninc, .hb_ms = c->hb_ms, .ncommitted = c->ncommitted,
+                      .nckpt_failed = c->nckpt_failed, .nckpt_skipped = c->nckpt_skipped,
+                      .nckpt_abandoned = c->nckpt_abandoned, .nfailed = c->nfailed,
+                      .rejected = c->rejected_connections, .protocol_errors = c->protocol_errors,
+                      .stall_reports = c->stall_reports, .sdc_checks = c->sdc_checks,
+                      .coord_pid = c->r[c->self].pid, .coord_w = c->self, .last_committed = c->last_committed,
+                      .plan_delta_len = (int64_t)c->plan_delta_len,
+                      .plan_full_len = (int64_t)c->plan_full_len, .last_commit = c->last_commit,
+                      .t_start_wall = c->t_start_wall, .first_commit_wall = c->first_commit_wall,
+                      .last_commit_wall = c->last_commit_wall, .epoch_t_fail = c->epoch_t_fail,
+                      .mono_to_wall = off};
+    memcpy(s->coord_host, c->a->host, strnlen(c->a->host, sizeof s->coord_host - 1));
+}
+
+uint64_t ftrt__standby_sync(ftrt__coord *c)
+{
+    if (!c->sb_ready) return 0;
+    size_t len = sync_size(c);
+    if (len > FTRT__SYNC_MAX) {
+        ftrt__standby_dismiss(c, "the state is larger than a SYNC may be");
+        return 0;
+    }
+    unsigned char *b = malloc(len), *p = b;
+    if (!b) return 0; /* the next one (the commit waits for it) */
+    if (c->sb_acked >= c->sb_seq) c->sb_sent_t = ftrt__now();
+    c->sb_seq++;
+    put_state(c, (sync_state *)(void *)p);
+    p += sizeof(sync_state);
+    for (int w = 0; w < c->W; w++, p += sizeof(sync_rank)) {
+        sync_rank s;
+        put_rank(&s, &c->r[w]);
+        memcpy(p, &s, sizeof s);
+    }
+    for (int l = 0; l < c->N; l++, p += sizeof(int32_t)) {
+        int32_t m = c->members[l];
+        memcpy(p, &m, sizeof m);
+    }
+    if (c->ninc) memcpy(p, c->inc, (size_t)c->ninc * sizeof *c->inc);
+    p += (size_t)c->ninc * sizeof *c->inc;
+    if (c->plan_delta_len) memcpy(p, c->plan_delta, c->plan_delta_len);
+    p += c->plan_delta_len;
+    if (c->plan_full_len) memcpy(p, c->plan_full, c->plan_full_len);
+    ftrt__coord_send(c, c->sb_w, FTRT__MSG_SYNC, b, (uint32_t)len);
+    free(b);
+    c->sb_next_sync = ftrt__now() + 1.0;
+    return c->sb_seq;
+}
+
+/* ---- restoring it (the standby that takes over) ---------------------------------------- */
+
+static void get_rank(ftrt__crank *r, const sync_rank *s)
+{
+    r->role = s->role;
+    r->logical = s->logical;
+    r->promoting = s->promoting;
+    r->reported_epoch = s->reported_epoch;
+    r->resumed_epoch = s->resumed_epoch;
+    r->said_bye = s->said_bye;
+    r->pid = s->pid;
+    r->tl_seen = s->tl_seen;
+    r->tl_kind_open = s->tl_kind_open;
+    r->has_sharded = s->has_sharded;
+    r->steps_done = s->steps_done;
+    r->kept_steps = s->kept_steps;
+    r->total_steps = s->total_steps;
+    r->report_steps = s->report_steps;
+    r->kept_s = s->kept_s;
+    r->t_fail_wall = s->t_fail_wall;
+    r->flops_per_step = s->flops_per_step;
+    r->peak_flops = s->peak_flops;
+    r->tl_t_open = s->tl_t_open;
+    r->bye = s->bye;
+    memcpy(r->tl_totals, s->tl_totals, sizeof r->tl_totals);
+    memcpy(r->host, s->host, sizeof r->host);
+    r->host[FTRT__HOST_MAX - 1] = 0;
+    /* Its intervals stay with the rank, which sends them all again; a rank that does not come
+     * back is accounted by these totals (goodput.c, "timeline cut short"). */
+    r->tl_truncated = r->tl_seen;
+}
+
+/* The incidents, their monotonic times moved from the old coordinator's clock to this one's. */
+static int get_incidents(ftrt__coord *c, const unsigned char *p, int n, double shift)
+{
+    if (n == 0) return 0;
+    c->inc = malloc((size_t)n * sizeof *c->inc);
+    if (!c->inc) return -ENOMEM;
+    memcpy(c->inc, p, (size_t)n * sizeof *c->inc);
+    c->ninc = n;
+    for (int i = 0; i < n; i++) {
+        ftrt__incident *x = &c->inc[i];
+        x->t_detect += shift;
+        x->t_last_heard += shift;
+        if (x->t_resumed > 0) x->t_resumed += shift;
+    }
+    return 0;
+}
+
+static int get_plans(ftrt__coord *c, const unsigned char *p, size_t dl, size_t fl)
+{
+    c->plan_delta = dl ? malloc(dl) : NULL;
+    c->plan_full = fl ? malloc(fl) : NULL;
+    if ((dl && !c->plan_delta) || (fl && !c->plan_full)) return -ENOMEM;
+    if (dl) memcpy(c->plan_delta, p, dl);
+    if (fl) memcpy(c->plan_full, p + dl, fl);
+    c->plan_delta_len = dl;
+    c->plan_full_len = fl;
+    return 0;
+}
+
+static void get_state(ftrt__coord *c, const sync_state *s)
+{
+    c->term = s->head.term + 1;
+    c->epoch = s->epoch;
+    c->phase = s->phase;
+    c->hb_ms = s->hb_ms;
+    c->ncommitted = s->ncommitted;
+    c->nckpt_failed = s->nckpt_failed;
+    c->nckpt_skipped = s->nckpt_skipped;
+    c->nckpt_abandoned = s->nckpt_abandoned;
+    c->nfailed = s->nfailed;
+    c->rejected_connections = s->rejected;
+    c->protocol_errors = s->protocol_errors;
+    c->stall_reports = s->stall_reports;
+    c->sdc_checks = s->sdc_checks;
+    if (s->last_committed > c->last_committed) c->last_committed = s->last_committed;
+    c->last_commit = s->last_commit;
+    c->t_start_wall = s->t_start_wall;
+    c->t_start = s->t_start_wall - (ftrt__wallclock() - ftrt__now());
+    c->first_commit_wall = s->first_commit_wall;
+    c->last_commit_wall = s->last_commit_wall;
+    c->epoch_t_fail = s->epoch_t_fail;
+}
+
+int ftrt__standby_restore(ftrt__coord *c, const void *payload, size_t len)
+{
+    sync_state s;
+    if (len < sizeof s) return FTRT_EPROTO;
+    memcpy(&s, payload, sizeof s);
+    size_t want = sizeof s + (size_t)s.W * sizeof(sync_rank) + (size_t)s.N * sizeof(int32_t) +
+                  (size_t)s.ninc * sizeof(ftrt__incident) + (size_t)s.plan_delta_len +
+                  (size_t)s.plan_full_len;
+    if (s.head.version != SYNC_VERSION || s.W != c->W || s.N != c->N || s.ninc < 0 ||
+        s.plan_delta_len < 0 || s.plan_full_len < 0 || want != len || s.phase < PH_RUNNING ||
+        s.phase > PH_RESUMING)
+        return FTRT_EPROTO;
+    get_state(c, &s);
+    const unsigned char *p = (const unsigned char *)payload + sizeof s;
+    for (int w = 0; w < c->W; w++, p += sizeof(sync_rank)) {
+        sync_rank r;
+        memcpy(&r, p, sizeof r);
+        get_rank(&c->r[w], &r);
+    }
+    if (s.coord_w < 0 || s.coord_w >= c->W) return FTRT_EPROTO;
+    c->self = s.coord_w; /* the coordinator that sent it, until the caller takes its place */
+    ftrt__crank *old = &c->r[s.coord_w];
+    old->pid = s.coord_pid;
+    memcpy(old->host, s.coord_host, sizeof old->host);
+    old->host[FTRT__HOST_MAX - 1] = 0;
+    for (int l = 0; l < c->N; l++, p += sizeof(int32_t)) {
+        int32_t m;
+        memcpy(&m, p, sizeof m);
+        if (m < 1 || m >= c->W) return FTRT_EPROTO;
+        c->members[l] = m;
+    }
+    double shift = (ftrt__wallclock() - ftrt__now()) - s.mono_to_wall;
+    if (get_incidents(c, p, s.ninc, -shift)) return -ENOMEM;
+    p += (size_t)s.ninc * sizeof(ftrt__incident);
+    return get_plans(c, p, (size_t)s.plan_delta_len, (size_t)s.plan_full_len);
+}
+
+/* ---- the term file: fencing an old coordinator's outputs --------------------------------- */
+
+static void term_path(const ftrt__coord *c, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s/coordinator.term", c->a->cfg->ckpt_dir);
+}
+
+int ftrt__standby_deposed(ftrt__coord *c)
+{
+    if (c->deposed) return 1;
+    char path[1200], buf[64] = {0};
+    term_path(c, path, sizeof path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    unsigned long long secret = 0;
+    int term = 0;
+    /* (a file of an earlier launch of the job names another secret: not this job's term) */
+    if (n <= 0 || sscanf(buf, "%llx %d", &secret, &term) != 2 || secret != c->secret ||
+        term <= c->term)
+        return 0;
+    ftrt_log_error("a standby coordinator took over (term %d, this coordinator's: %d): this "
+                   "coordinator gives up and writes nothing more", term, c->term);
+    c->deposed = 1;
+    return 1;
+}
+
+int ftrt__standby_claim(ftrt__coord *c)
+{
+    char path[1200], tmp[1300], buf[64];
+    term_path(c, path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    int n = snprintf(buf, sizeof buf, "%llx %d\n", (unsigned long long)c->secret, c->term);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return -errno;
+    int rc = write(fd, buf, (size_t)n) == n && fsync(fd) == 0 ? 0 : -errno;
+    close(fd);
+    if (!rc && rename(tmp, path)) rc = -errno;
+    if (rc) unlink(tmp);
+    return rc;
+}

@@ -1,0 +1,107 @@
+/*
+ * takeover.c - a standby coordinator taking over (docs/detection-and-recovery.md "Standby
+ * coordinator"): the state from its newest SYNC, the next term claimed in the term file, the old
+ * coordinator recorded as failed with an incident of its own (the takeover: MTTD from the fault
+ * log or its last message, MTTR until every rank is back), and every rank expected back on
+ * the standby's listener within the heartbeat timeout. A rank that comes back is caught up
+ * (ftrt__rank_rejoined) and goes on in the same epoch: the training communicator is untouched;
+ * one that does not (it was lost with the coordinator, e.g. on the coordinator's host) is
+ * declared failed when its grace ends and, a trainer, replaced through the usual epoch change.
+ */
+#include <string.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "runtime/coordinator/coord.h"
+
+/* The takeover's incident: world rank `old_w` (the old coordinator: 0, or a standby that took
+ * over before), detected now by EOF or silence. */
+static void takeover_incident(ftrt__coord *c, const ftrt__takeover_args *t, int old_w)
+{
+    ftrt__crank *old = &c->r[old_w];
+    int kind = t->by_silence ? FK_HEARTBEAT_TIMEOUT : FK_CONNECTION_LOST;
+    int64_t most = 0;
+    for (int w = 1; w < c->W; w++)
+        if (c->r[w].steps_done > most) most = c->r[w].steps_done;
+    ftrt__incident *x = ftrt__incident_add(c, old_w, kind);
+    if (!x) return;
+    x->pid = old->pid;
+    x->logical_rank = -1;
+    x->coord_lost = 1;
+    x->epoch = c->epoch;
+    x->t_last_heard = t->last_heard > 0 ? t->last_heard : x->t_detect;
+    double inj = ftrt__incident_injected_at(c, x);
+    x->t_fail_wall = inj > 0 ? inj
+                     : kind == FK_CONNECTION_LOST ? x->t_detect_wall
+                                                  : x->t_detect_wall - (x->t_detect - x->t_last_heard);
+    x->resume_step = most; /* in place: nothing is redone (a plan does not claim it) */
+    x->steps_at_failure = most;
+    c->takeover_inc = c->ninc - 1;
+}
+
+/* Every rank but this one is expected back within the heartbeat timeout (they detect the
+ * coordinator's loss as the standby does, by EOF or the same silence). */
+static void expect_ranks(ftrt__coord *c, double now)
+{
+    double grace = c->a->cfg->heartbeat_timeout_ms / 1000.0;
+    for (int w = 1; w < c->W; w++) {
+        ftrt__crank *r = &c->r[w];
+        if (w == c->self || r->role == FTRT__ROLE_FAILED) continue;
+        r->hello = 1;
+        r->orphan_until = now + grace;
+        r->orphan_kind = FK_CONNECTION_LOST;
+        r->lost_t = now;
+        r->last_change = now;
+        c->norphans++;
+    }
+    c->nhello = c->W - 1;
+    c->nreports = c->nresumed = c->npromoting = 0;
+    for (int l = 0; l < c->N; l++) {
+        const ftrt__crank *r = &c->r[c->members[l]];
+        c->npromoting += r->promoting;
+        c->nreports += !r->promoting && r->reported_epoch == c->epoch;
+        c->nresumed += r->resumed_epoch == c->epoch;
+    }
+}
+
+int ftrt__takeover_begin(ftrt__coord *c, const ftrt__takeover_args *t)
+{
+    int rc = ftrt__standby_restore(c, t->sync, t->sync_len);
+    if (rc) return rc;
+    ftrt__crank *me = &c->r[t->self];
+    if (me->role != FTRT__ROLE_SPARE) return FTRT_EPROTO; /* promoted since: not the standby */
+    int old_w = c->self;
+    c->self = t->self;
+    me->role = FTRT__ROLE_COORD;
+    me->hello = 1;
+    me->pid = (int)getpid();
+    snprintf(me->host, sizeof me->host, "%s", c->a->host);
+    c->r[old_w].role = FTRT__ROLE_FAILED;
+    c->r[old_w].hello = 1;
+    c->nfailed++;
+    rc = ftrt__standby_claim(c);
+    if (rc) ftrt_log_error("cannot write the term file in %s (%s): an old coordinator that "
+                           "comes back is not fenced", c->a->cfg->ckpt_dir, ftrt_strerror(rc));
+    takeover_incident(c, t, old_w);
+    expect_ranks(c, ftrt__now());
+    c->maybe_done = 1;
+    c->status_dirty |= 2;
+    ftrt_log_warn("standby world rank %d took over as the coordinator (term %d, epoch %d, %s): "
+                  "%d rank(s) expected back within %d ms", c->self, c->term, c->epoch,
+                  t->by_silence ? "the coordinator fell silent" : "the coordinator's connection "
+                  "closed", c->norphans, c->a->cfg->heartbeat_timeout_ms);
+    return 0;
+}
+
+void ftrt__takeover_check(ftrt__coord *c)
+{
+    if (c->takeover_inc < 0 || c->norphans > 0) return;
+    ftrt__incident *x = &c->inc[c->takeover_inc];
+    c->takeover_inc = -1;
+    if (x->recovered) return;
+    x->recovered = 1;
+    x->t_resumed = ftrt__now();
+    c->status_dirty |= 2;
+    ftrt_log_warn("takeover complete: every rank is back with coordinator world rank %d (%.1f ms "
+                  "after the detection)", c->self, (x->t_resumed - x->t_detect) * 1e3);
+}
