@@ -76,6 +76,8 @@ typedef struct ftrt__crank {
     double orphan_until; /* > 0: its host agent was lost; it may come back until then */
     double lost_t;       /* monotonic: when its host agent was lost (0: never) */
     int orphan_kind;     /* the failure kind if it does not */
+    int orphan_coord;    /* an orphan because the coordinator was lost (a takeover), not its
+                            host agent */
     int64_t steps_done;
     int64_t waits;      /* collective waits entered (heartbeat) */
     double compute_s;   /* time outside collective waits (heartbeat) */
@@ -238,6 +240,7 @@ typedef struct ftrt__coord {
                                   standby's acknowledgement (commits.c), oldest first */
     int nheld;
     int takeover_inc;          /* the takeover's incident (index into inc), or -1 */
+    double takeover_back_t;    /* monotonic: the last rank back during the takeover (0: none) */
     int deposed;               /* a standby took over from this coordinator: it gives up */
     struct ftrt__listener *lis; /* the listening socket and the connections without a hello */
 } ftrt__coord;

@@ -50,6 +50,7 @@ static void expect_ranks(ftrt__coord *c, double now)
         r->hello = 1;
         r->orphan_until = now + grace;
         r->orphan_kind = FK_CONNECTION_LOST;
+        r->orphan_coord = 1;
         r->lost_t = now;
         r->last_change = now;
         c->norphans++;
@@ -100,8 +101,11 @@ void ftrt__takeover_check(ftrt__coord *c)
     c->takeover_inc = -1;
     if (x->recovered) return;
     x->recovered = 1;
-    x->t_resumed = ftrt__now();
+    /* MTTR: until the last rank that came back (those lost with the coordinator are failures
+     * of their own, detected when their grace ended, and replaced through an epoch change) */
+    double now = ftrt__now(), back = c->takeover_back_t;
+    x->t_resumed = back > x->t_detect && back < now ? back : now;
     c->status_dirty |= 2;
-    ftrt_log_warn("takeover complete: every rank is back with coordinator world rank %d (%.1f ms "
-                  "after the detection)", c->self, (x->t_resumed - x->t_detect) * 1e3);
+    ftrt_log_warn("takeover complete: every surviving rank is back with coordinator world rank "
+                  "%d (%.1f ms after the detection)", c->self, (x->t_resumed - x->t_detect) * 1e3);
 }

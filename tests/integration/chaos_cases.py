@@ -136,6 +136,15 @@ CASES = {
     # loss, cause host_lost, replaced by the spares of ftrt-h3 in one epoch, byte-identical.
     "kill-host": (6, 2, [], [{"kind": "kill-host", "at_step": 60, "target": "covered"}],
                   ["--hosts", "3", "--slots", "2"], {"FTRT_HEARTBEAT_TIMEOUT_MS": "1000"}),
+    # Every process of ftrt-h1 killed: the coordinator (world rank 0) and trainer logical rank
+    # 0 (world rank 1) at once. The standby coordinator (spare world rank 5, ftrt-h3; the ranks
+    # of ftrt-h2 and ftrt-h3 learn the loss from their host agents' COORD_LOST) takes over in
+    # place, and the lost trainer is replaced by the other spare (world rank 4) in the same
+    # job: no relaunch, byte-identical.
+    "kill-coordinator-host": (6, 2, [], [{"kind": "kill-host", "at_step": 60,
+                                          "target": "coordinator"}],
+                              ["--hosts", "3", "--slots", "2"],
+                              {"FTRT_HEARTBEAT_TIMEOUT_MS": "1000"}),
     # ftrt-h2's link cut while a checkpoint is being written (each write request held 100 ms):
     # heartbeat timeouts (cause host_lost) within 1 s + 0.5 s, replaced in one epoch; the
     # partitioned ranks leave by themselves and write nothing that counts (the shards they may

@@ -449,9 +449,10 @@ class Injector:
             self.hosts.cut(host)
         self.lost_hosts.append(host)
         # whose exits to watch: the host's ranks (a partition: they must leave by themselves),
-        # or, for the coordinator's host, every other rank (they must leave promptly)
-        e["watch"] = others if e["coordinator_host"] else \
-            [dict(pid=t["pid"], world_rank=t["world_rank"], host=host) for t in on]
+        # and, for the coordinator's host, every other rank (without a standby they must leave
+        # promptly)
+        e["watch"] = [dict(pid=t["pid"], world_rank=t["world_rank"], host=host) for t in on] + \
+            (others if e["coordinator_host"] else [])
         e["watch_from"] = e["time"]
 
     def data_offset(self, path):
