@@ -180,12 +180,32 @@ static void take_sync(struct ftrt_ctx *ctx, const void *payload, size_t len)
     pthread_mutex_unlock(&cp->send_lock);
 }
 
+/* 1 when h is a coordinator's message of an older term than this rank follows (a deposed
+ * coordinator's): refused. A newer term is followed from then on. The host agent's own
+ * messages (HOSTED, PING, COORD_LOST) are not the coordinator's. Agent thread only. */
+static int stale_term(ftrt__cp *cp, const ftrt__msghdr *h)
+{
+    if (h->type == FTRT__MSG_HOSTED || h->type == FTRT__MSG_PING || h->type == FTRT__MSG_COORD_LOST)
+        return 0;
+    if (h->term < cp->term) {
+        ftrt_log_warn("refused a coordinator's message (type %u) of term %d: this rank follows "
+                      "term %d", h->type, h->term, cp->term);
+        return 1;
+    }
+    if (h->term > cp->term) {
+        cp->term = h->term;
+        ftrt__msg_set_term(cp->term);
+    }
+    return 0;
+}
+
 /* Handles one message from the coordinator. Returns 0, or FTRT_EPROTO for a bad one. */
 static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *payload)
 {
     ftrt__cp *cp = &ctx->cp;
     ftrt__epoch_msg em;
     ftrt__ckpt_msg cm;
+    if (stale_term(cp, h)) return 0;
     if (h->type == FTRT__MSG_FAILURE && ftrt__knobs.epoch_delay_ms > 0) { /* test knob */
         struct timespec ts = {ftrt__knobs.epoch_delay_ms / 1000,
                               (ftrt__knobs.epoch_delay_ms % 1000) * 1000000L};
@@ -236,8 +256,11 @@ static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *paylo
         break;
     case FTRT__MSG_COORD_LOST:
         if (cp->stop || cp->shutdown || cp->farewell) break; /* the job is over for us */
-        ftrt_log_warn("this host's agent lost the coordinator");
-        cp->coord_lost = 1; /* the agent goes to the standby, or gives up (agent_main) */
+        memcpy(&em, payload, sizeof em);
+        ftrt_log_warn("this host's agent lost the coordinator (%s)",
+                      em.epoch == 2 ? "silent" : "connection closed");
+        cp->coord_lost = em.epoch == 2 ? 2 : 1; /* the agent goes to the standby, or gives up
+                                                   (agent_main) */
         break;
     case FTRT__MSG_STANDBY:
         memcpy(&em, payload, sizeof em);
@@ -358,6 +381,18 @@ static int fall_back(struct ftrt_ctx *ctx, ftrt__rxbuf *rx, const char *why)
     return reconnect(ctx, rx, ctx->coord_addr, ctx->coord_port);
 }
 
+/* The standby taking over tells the old coordinator, where it can still be reached (a frozen
+ * one that resumes reads it first): a SYNC_ACK of the next term, which it takes as its
+ * deposition (runtime/coordinator/standby.c). Best effort. */
+static void refuse_old(struct ftrt_ctx *ctx)
+{
+    ftrt__cp *cp = &ctx->cp;
+    pthread_mutex_lock(&cp->send_lock);
+    ftrt__epoch_msg m = {.epoch = cp->sb_at.term + 1, .value = -1};
+    if (cp->fd >= 0) (void)ftrt__msg_send(cp->fd, FTRT__MSG_SYNC_ACK, &m, sizeof m);
+    pthread_mutex_unlock(&cp->send_lock);
+}
+
 /* The coordinator is lost. This rank is the standby: it takes over (cp.takeover; the
  * application thread, waiting in spare_wait, runs the coordinator) and the agent ends: 1.
  * Else, with a standby known, this rank connects to it, which takes over, and sends its whole
@@ -373,8 +408,9 @@ static int to_standby(struct ftrt_ctx *ctx, ftrt__rxbuf *rx, const char *why)
     pthread_mutex_unlock(&cp->send_lock);
     if (standby) {
         ftrt_log_warn("lost the coordinator (%s): this standby takes over", why);
+        refuse_old(ctx);
         pthread_mutex_lock(&cp->lock);
-        cp->takeover = !strcmp(why, "silent") ? 2 : 1;
+        cp->takeover = !strcmp(why, "silent") || cp->coord_lost == 2 ? 2 : 1;
         cp->takeover_heard = cp->last_from_coord;
         pthread_mutex_unlock(&cp->lock);
         return 1;
@@ -384,6 +420,10 @@ static int to_standby(struct ftrt_ctx *ctx, ftrt__rxbuf *rx, const char *why)
                   "%d at %s port %d)", why, at.world_rank, at.addrs, at.port);
     int rc = reconnect(ctx, rx, at.addrs, at.port);
     if (rc) return rc;
+    if (cp->term < at.term + 1) { /* the old coordinator's term is refused from now on */
+        cp->term = at.term + 1;
+        ftrt__msg_set_term(cp->term);
+    }
     snprintf(ctx->coord_addr, sizeof ctx->coord_addr, "%s", at.addrs); /* agent thread's now */
     ctx->coord_port = at.port;
     cp->coord_lost = 0;
@@ -429,6 +469,8 @@ static void *agent_main(void *arg)
             lost = "silent";
         }
         if (!lost) continue;
+        if (cp->hosted && !cp->fell_back && !cp->coord_lost && cp->fd >= 0)
+            (void)agent_read(ctx, &rx); /* a COORD_LOST its host agent sent before it closed */
         if (agent_done(cp)) break; /* the job is over for us */
         int fatal = atomic_load(&ctx->watch.fatal) != 0;
         if (cp->hosted && !cp->fell_back && !cp->coord_lost && !fatal &&

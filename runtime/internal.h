@@ -77,7 +77,10 @@ typedef struct ftrt__cp {
     int takeover;     /* the standby lost the coordinator and takes over: 1 by EOF, 2 by
                          silence (the agent thread has ended) */
     double takeover_heard; /* then: monotonic time of the old coordinator's last message */
-    int coord_lost;   /* the host agent said COORD_LOST (agent thread only) */
+    int coord_lost;   /* the host agent said COORD_LOST (agent thread only): 1 by EOF, 2 by
+                         silence */
+    int term;         /* agent thread only: the newest coordinator term seen (ftrt__msghdr);
+                         a coordinator's message of an older one is refused */
     int shutdown; /* SHUTDOWN received */
     int farewell; /* FAREWELL received (after our BYE) */
     int job_end; /* from SHUTDOWN/FAREWELL: 0 (every process of the world finalizes MPI),

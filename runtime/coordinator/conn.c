@@ -332,6 +332,7 @@ static int adopt(ftrt__coord *c, pending *p, const ftrt__hello *hello, int *rejo
     r->lost_t = 0;
     r->pid = hello->pid;
     memcpy(r->host, hello->host, sizeof r->host);
+    r->remote = strncmp(r->host, c->a->host, sizeof r->host) != 0;
     r->last_heard = ftrt__now();
     ftrt__silence_touch(c, w);
     return 1;
@@ -348,6 +349,7 @@ static int adopt_host(ftrt__coord *c, pending *p, const ftrt__hello *hello)
     l->agent_w = hello->world_rank;
     l->pid = hello->pid;
     memcpy(l->host, hello->host, sizeof l->host);
+    l->remote = strncmp(l->host, c->a->host, sizeof l->host) != 0;
     l->last_heard = ftrt__now();
     ftrt__silence_touch(c, c->W + h);
     ftrt_log_info("host agent of %s joined (in world rank %d, pid %d)", l->host, l->agent_w, l->pid);

@@ -63,6 +63,7 @@ typedef struct ftrt__hlink {
     int agent_w, pid;   /* the process the agent lives in */
     char host[FTRT__HOST_MAX];
     int nranks;         /* ranks it serves now */
+    int remote;         /* on another host than the coordinator's */
 } ftrt__hlink;
 
 typedef struct ftrt__crank {
@@ -76,6 +77,7 @@ typedef struct ftrt__crank {
     double orphan_until; /* > 0: its host agent was lost; it may come back until then */
     double lost_t;       /* monotonic: when its host agent was lost (0: never) */
     int orphan_kind;     /* the failure kind if it does not */
+    int remote;          /* on another host than the coordinator's (its own connection) */
     int orphan_coord;    /* an orphan because the coordinator was lost (a takeover), not its
                             host agent */
     int64_t steps_done;
@@ -236,6 +238,8 @@ typedef struct ftrt__coord {
     double sb_sent_t;          /* monotonic: the oldest SYNC not acknowledged yet was sent */
     double sb_next_sync, sb_next_try; /* the next lazy SYNC; the next appointment attempt */
     int sb_logged;             /* "no standby" logged */
+    int sb_remote;             /* the standby is on another host than this coordinator's */
+    double offhost_heard;      /* monotonic: the last message from a host other than this one */
     struct { int64_t step; int epoch; uint64_t seq; } held[64]; /* commits waiting for the
                                   standby's acknowledgement (commits.c), oldest first */
     int nheld;
@@ -329,6 +333,12 @@ void ftrt__standby_tell(ftrt__coord *c, int w);
  * names another secret): c->deposed is set, the caller writes nothing more. Reads one small
  * file. */
 int ftrt__standby_deposed(ftrt__coord *c);
+/* 1 when this coordinator is cut off from the job and gives up (c->deposed is set): it has a
+ * standby on another host, which takes over when it hears nothing for the heartbeat timeout,
+ * and it has heard nothing from any other host for half of it (at least 2 heartbeat
+ * periods), i.e. before its own silence detection would declare their ranks failed. Called
+ * before the silence checks; O(1). */
+int ftrt__standby_cut_off(ftrt__coord *c, double now);
 /* Writes the term file: the job's secret (hex) and c->term (temp file, fsync, rename).
  * Returns 0 or -errno. */
 int ftrt__standby_claim(ftrt__coord *c);

@@ -172,6 +172,7 @@ static int coord_iterate(ftrt__coord *c, struct epoll_event *evs, const loop_tim
             ftrt__job_abort(c, FTRT_ETIMEDOUT, "ranks missing at start");
         }
     }
+    if (ftrt__standby_cut_off(c, now)) return 0; /* (before declaring anyone silent) */
     ftrt__ping_due(c, now);
     if (c->phase != PH_INIT && c->phase != PH_ABORTING) ftrt__check_timeouts(c, now);
     return 0;
@@ -202,6 +203,10 @@ static void status_due(ftrt__coord *c, double now)
  * line, the job's end, the status file. */
 static void coord_periodic(ftrt__coord *c, loop_timers *t, double now)
 {
+    if (c->deposed) { /* cut off, or a standby took over: nothing more is decided here */
+        c->phase = PH_DONE;
+        return;
+    }
     if (now < t->next_periodic) return;
     t->next_periodic = now + 0.010;
     ftrt__listener_expire(c, now);
@@ -303,6 +308,7 @@ static int coord_main(ftrt__coord *c, int listen_fd, uint64_t secret, const ftrt
     int rc = evs ? coord_open(c, listen_fd, secret) : -ENOMEM;
     if (!evs && listen_fd >= 0) close(listen_fd);
     if (!rc && t) rc = ftrt__takeover_begin(c, t);
+    ftrt__msg_set_term(c->term); /* every message of this thread carries it (base/proto.h) */
     if (rc) {
         coord_close(c);
         free(evs);

@@ -198,6 +198,7 @@ void ftrt__service(ftrt__coord *c, int w)
         return;
     }
     r->last_heard = ftrt__now();
+    if (r->remote) c->offhost_heard = r->last_heard;
     if (!r->said_bye) ftrt__silence_touch(c, w);
     if (handle_all(c, w)) {
         c->protocol_errors++;
@@ -227,6 +228,7 @@ static int host_attach(ftrt__coord *c, int h, int w, const ftrt__hello *hello)
     r->pid = hello->pid;
     memcpy(r->host, hello->host, sizeof r->host);
     r->host[FTRT__HOST_MAX - 1] = 0;
+    r->remote = strcmp(r->host, c->a->host) != 0;
     r->last_heard = ftrt__now();
     if (rejoined) ftrt__rank_rejoined(c, w);
     return 0;
@@ -316,6 +318,7 @@ void ftrt__service_host(ftrt__coord *c, int h)
     }
     if (got > 0) {
         l->last_heard = ftrt__now();
+        if (l->remote) c->offhost_heard = l->last_heard;
         ftrt__silence_touch(c, c->W + h);
     }
     ftrt__msghdr m;

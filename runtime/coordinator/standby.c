@@ -104,6 +104,7 @@ static void appoint(ftrt__coord *c, double now)
     }
     c->sb_w = w;
     c->sb_ready = 0;
+    c->sb_remote = strcmp(c->r[w].host, c->a->host) != 0;
     c->sb_seq = c->sb_acked = 0;
     ftrt__epoch_msg m = {.epoch = c->epoch, .value = c->term};
     ftrt__coord_send(c, w, FTRT__MSG_STANDBY, &m, sizeof m);
@@ -117,6 +118,8 @@ void ftrt__standby_at(ftrt__coord *c, int w, const ftrt__coord_at *at)
     c->sb_at.addrs[sizeof c->sb_at.addrs - 1] = 0;
     c->sb_at.world_rank = w;
     c->sb_ready = 1;
+    double now = ftrt__now();
+    if (c->offhost_heard < now) c->offhost_heard = now;
     tell_all(c, &c->sb_at);
     ftrt__standby_sync(c);
 }
@@ -129,6 +132,13 @@ void ftrt__standby_tell(ftrt__coord *c, int w)
 
 void ftrt__standby_ack(ftrt__coord *c, int w, const ftrt__epoch_msg *m)
 {
+    if (w == c->sb_w && m->epoch > c->term && !c->deposed) { /* it took over (agent.c) */
+        ftrt_log_error("the standby coordinator (world rank %d) took over (term %d, this "
+                       "coordinator's: %d): this coordinator gives up and writes nothing more",
+                       w, m->epoch, c->term);
+        c->deposed = 1;
+        return;
+    }
     if (w != c->sb_w || m->epoch != c->term) return;
     uint64_t seq = (c->sb_seq & ~(uint64_t)0xffffffffu) | (uint32_t)m->value;
     if (seq > c->sb_seq) seq -= (uint64_t)1 << 32;
@@ -379,6 +389,24 @@ int ftrt__standby_deposed(ftrt__coord *c)
         return 0;
     ftrt_log_error("a standby coordinator took over (term %d, this coordinator's: %d): this "
                    "coordinator gives up and writes nothing more", term, c->term);
+    c->deposed = 1;
+    return 1;
+}
+
+int ftrt__standby_cut_off(ftrt__coord *c, double now)
+{
+    if (c->deposed) return 1;
+    if (!c->sb_ready || !c->sb_remote || c->phase == PH_INIT || c->phase == PH_ABORTING ||
+        c->phase == PH_DONE)
+        return 0;
+    double limit = c->a->cfg->heartbeat_timeout_ms / 2000.0, period = 2 * c->hb_ms / 1000.0;
+    if (limit < period) limit = period;
+    if (now - c->offhost_heard <= limit) return 0;
+    ftrt_log_error("cut off from the job: no message from any other host than %s for %.0f ms, "
+                   "and the standby coordinator (world rank %d, %s) takes over when it hears "
+                   "nothing: this coordinator gives up without committing, planning or "
+                   "writing anything more", c->a->host, (now - c->offhost_heard) * 1e3, c->sb_w,
+                   c->r[c->sb_w].host);
     c->deposed = 1;
     return 1;
 }

@@ -154,6 +154,16 @@ CASES = {
                        ["--hosts", "3", "--slots", "2"],
                        {"FTRT_HEARTBEAT_TIMEOUT_MS": "1000",
                         "FTRT_DEBUG_CKPT_WRITE_DELAY_MS": "100"}),
+    # ftrt-h1's link cut (the coordinator's host, with trainer logical rank 0) while a
+    # checkpoint is being written: the standby coordinator (ftrt-h3) takes over by silence,
+    # the trainer is replaced, the job trains on in the same launch; the cut-off coordinator,
+    # hearing nobody off its host, gives up by itself without committing, planning or writing
+    # the status file or the report (fanotify), and the cut-off trainer leaves with it.
+    "partition-coordinator-host": (6, 2, [], [{"kind": "partition-host", "at_step": 60,
+                                               "target": "coordinator", "in_ckpt": True}],
+                                   ["--hosts", "3", "--slots", "2"],
+                                   {"FTRT_HEARTBEAT_TIMEOUT_MS": "1000",
+                                    "FTRT_DEBUG_CKPT_WRITE_DELAY_MS": "100"}),
 }
 
 

@@ -372,7 +372,7 @@ class Verdict:
                         f"{g.get('spare_host')}" for g in fl if g) +
               f"; exit {launch.get('rc')}, {len(self.launches)} launch(es)")
         if cut:
-            self.judge_partition(inj, check, name, launch)
+            self.judge_partition(inj, check, name, launch, takeover=True)
         return True
 
     def judge_coordinator_host(self, inj, check, name):
@@ -417,7 +417,7 @@ class Verdict:
               f"worst {max(mttds) * 1e3:.1f} ms, bound {bound * 1e3:.0f} ms" if mttds else
               "nothing detected")
 
-    def judge_partition(self, inj, check, name, launch):
+    def judge_partition(self, inj, check, name, launch, takeover=False):
         limit = self.hb_timeout_s + self.a.partition_exit_s
         sm = launch.get("summary") or {}
         end = sm.get("t_mpirun_exit") or launch.get("t_end") or now()  # ftrt-run's kills: after
@@ -435,10 +435,18 @@ class Verdict:
         committed = set(committed_steps(self.ckpt)) if self.ckpt else set()
         committed |= {s for t, s in self.commit_history if t >= inj["time"]}
         special = [p for p in (self.status, self.report, self.a.params, self.fault_log) if p]
+        # the cut-off coordinator's host: the status file may still have been written there
+        # between the cut and the standby's takeover (it was the coordinator then); after it,
+        # nothing (cut_side_after_takeover)
+        late = set(inj.get("cut_side_after_takeover", [])) if takeover else None
         bad = []
+        if takeover and not inj.get("takeover_seen"):
+            bad.append("no write of coordinator.term by the standby seen")
         for path, pid in inj["writes_after_cut"]:
             base = os.path.basename(path)
-            if any(path == p or path.startswith(p + ".tmp.") for p in special) or \
+            is_special = any(path == p or path.startswith(p + ".tmp.") for p in special)
+            if (is_special and (late is None or (path, pid) in late or
+                                not path.startswith(self.status))) or \
                     base.startswith(("MANIFEST", "LATEST")):
                 bad.append(f"{path} (pid {pid})")
             elif self.ckpt and path.startswith(self.ckpt + "/step-"):
@@ -452,6 +460,17 @@ class Verdict:
                + (": " + ", ".join(sorted({os.path.relpath(p, self.work) if p.startswith(
                    self.work) else p for p, _ in inj["writes_after_cut"]}))[:200] if n else ""))
               + (" (fanotify queue overflowed)" if inj.get("write_watch_overflow") else ""))
+        if takeover:
+            w = inj.get("special_writers_after_takeover", {})
+            ws = set(w.get("status", [])) | set(w.get("report", []))
+            hp = set(inj.get("host_pids", []))
+            early = sorted({pid for p, pid in inj["writes_after_cut"] if p == self.status})
+            check(name + ": after the takeover, status file and report written by the new "
+                  "coordinator only", len(ws) == 1 and not ws & hp,
+                  f"writers after the takeover: status {w.get('status')}, report "
+                  f"{w.get('report')}; the cut side wrote the status file after the cut but "
+                  f"before the takeover: {'pid ' + str(early) if early else 'no'}")
+            return
         cpid = inj.get("coordinator_pid")
         w = inj.get("special_writers", {})
         ws = set(w.get("status", [])) | set(w.get("report", []))
