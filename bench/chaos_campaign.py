@@ -20,8 +20,14 @@ ftrt-chaos run (--hosts-made), N x S ranks per job, the kinds drawn from the hos
   kill-host-beyond-spares       a host with more trainers than the spares elsewhere (1 spare):
                                 clean failure, relaunch without the host resumes
   partition-host-beyond-spares  the same with the link cut
-  kill-coord-host               the coordinator's host killed: every rank leaves, relaunch
-                                without it resumes
+  kill-coord-host               the coordinator's host killed (the coordinator and a
+                                trainer; 2 spares on another host): the standby coordinator
+                                takes over in place, the trainer replaced in the same launch
+  partition-coord-host          the same host's link cut: taken over by silence; the cut-off
+                                coordinator gives up by itself and writes nothing that counts
+  kill-coord-host-beyond-spares the coordinator's host killed with 1 spare (the standby): it
+                                takes over, no spare is left for the trainer: clean failure,
+                                relaunch without the host resumes
 Each run is judged by ftrt-chaos's verdict (also: ftrt-run's exit within 5 s of the last rank's
 exit, nothing left in the hosts, byte-identical to a one-host run with as many trainers). It
 prints the verdict counts per kind, MTTD and MTTR per detection kind, how long the partitioned
@@ -93,7 +99,13 @@ HOST_KINDS = {
                                {"FTRT_DEBUG_CKPT_WRITE_DELAY_MS": "100"}),
     "kill-host-beyond-spares": (1, {"kind": "kill-host", "target": "uncovered"}, {}),
     "partition-host-beyond-spares": (1, {"kind": "partition-host", "target": "uncovered"}, {}),
-    "kill-coord-host": (1, {"kind": "kill-host", "target": "coordinator"}, {}),
+    # the coordinator's host (the coordinator and a trainer): the standby coordinator (a
+    # spare on another host) takes over and the other spare replaces the trainer in place
+    "kill-coord-host": ("host", {"kind": "kill-host", "target": "coordinator"}, {}),
+    "partition-coord-host": ("host", {"kind": "partition-host", "target": "coordinator"}, {}),
+    # the same with one spare, the standby: no spare is left for the lost trainer: clean
+    # failure, relaunch without the host resumes
+    "kill-coord-host-beyond-spares": (1, {"kind": "kill-host", "target": "coordinator"}, {}),
 }
 
 
@@ -359,13 +371,14 @@ def hosts_campaign(a):
             for inj in v.get("injections", []):
                 for m in inj.get("measured", []):
                     dk = m["detect_kind"] + (" (host lost)" if m.get("cause") == "host_lost"
-                                             else "")
+                                             else " (takeover)"
+                                             if m.get("cause") == "coordinator_lost" else "")
                     by_detect.setdefault(dk, []).append(m["true_mttd_s"])
                     if m.get("mttr_s") is not None and m.get("recovered"):
                         mttr.setdefault(dk, []).append(m["mttr_s"])
                 if inj["kind"] == "partition-host":
                     gave_up += [w["exited_at"] - inj["time"] for w in inj.get("watch", [])
-                                if w.get("exited_at")]
+                                if w.get("exited_at") and w.get("host") == inj.get("host")]
                     late_writes.append(len(inj.get("writes_after_cut", [])))
             for j, ln in enumerate(v.get("launches", [])):
                 if ln.get("exit_after_last_rank_s") is not None:

@@ -92,6 +92,14 @@ void ftrt__standby_dismiss(ftrt__coord *c, const char *why)
 static void appoint(ftrt__coord *c, double now)
 {
     if (now < c->sb_next_try || c->phase != PH_RUNNING) return;
+    if (!c->a->cfg->standby) { /* FTRT_STANDBY=0 */
+        if (!c->sb_logged)
+            ftrt_log_info("no standby coordinator (FTRT_STANDBY=0): the loss of this "
+                          "coordinator ends the job (relaunch from the last committed "
+                          "checkpoint)");
+        c->sb_logged = 1;
+        return;
+    }
     c->sb_next_try = now + 1.0;
     int w = pick_standby(c);
     if (!w) {

@@ -66,6 +66,10 @@ CASES = {
     "kill-coordinator-no-standby": (6, 1, [], [{"kind": "kill-spare", "at_step": 40},
                                                {"kind": "kill-coordinator", "at_step": 80}],
                                     ["--relaunch", "1"], {}),
+    # FTRT_STANDBY=0: no standby although 2 spares are there: the coordinator SIGKILLed, every
+    # rank leaves and the relaunch resumes from the last committed checkpoint (the old path).
+    "kill-coordinator-standby-off": (7, 2, [], [{"kind": "kill-coordinator", "at_step": 80}],
+                                     ["--relaunch", "1"], {"FTRT_STANDBY": "0"}),
     "kill-beyond-spares": (6, 1, [], [{"kind": "kill-beyond-spares", "at_step": 80}],
                            ["--relaunch", "1"], {}),
     # A second failure while the first recovery's plan is being applied: the job must end

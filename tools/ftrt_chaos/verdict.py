@@ -344,11 +344,15 @@ class Verdict:
         li, host = inj["launch"], inj["host"]
         launch = self.launches[li] if li < len(self.launches) else {}
         trainers = [t for t in inj["targets"] if t["role"] == "trainer"]
+        # the standby was one of the spares elsewhere: the others can replace the host's trainers
+        covered = len(trainers) <= inj["spares_elsewhere"] - 1
         # a trainer of the coordinator's host is known lost when it does not come back to the
         # standby within the heartbeat timeout (it may be alive and reconnecting)
         bound = self.hb_timeout_s * (2 if cut else 1) + self.a.partition_margin_s
         fl = [by_pid.get(t["pid"]) for t in trainers]
         for t, g in zip(trainers, fl):
+            if not covered and g is None and li + 1 < len(self.launches):
+                continue  # the job may have ended (no spare) before declaring it
             true_mttd = g["detected_at"] - inj["time"] if g else None
             ok = g is not None and g.get("cause") == "host_lost" and g.get("host") == host and \
                 true_mttd <= bound
@@ -362,15 +366,24 @@ class Verdict:
                      "detect_kind": g["kind"], "cause": g.get("cause"),
                      "recovered": g.get("recovered"), "role": "trainer", "host": host,
                      "spare_host": g.get("spare_host"), "epoch": g.get("epoch")})
-        ok = None not in fl and all(g.get("recovered") and g.get("spare_host") not in
-                                    (None, host) for g in fl) and \
-            len({g.get("epoch") for g in fl}) <= 1 and launch.get("rc") == 0 and \
-            li + 1 == len(self.launches)
-        check(name + f": the standby took over and the host's {len(trainers)} trainer(s) were "
-              f"replaced in the same launch", ok,
-              ", ".join(f"w{g['world_rank']} -> w{g.get('spare_world_rank')} on "
-                        f"{g.get('spare_host')}" for g in fl if g) +
-              f"; exit {launch.get('rc')}, {len(self.launches)} launch(es)")
+        if covered:
+            ok = None not in fl and all(g.get("recovered") and g.get("spare_host") not in
+                                        (None, host) for g in fl) and \
+                len({g.get("epoch") for g in fl}) <= 1 and launch.get("rc") == 0 and \
+                li + 1 == len(self.launches)
+            check(name + f": the standby took over and the host's {len(trainers)} trainer(s) "
+                  f"were replaced in the same launch", ok,
+                  ", ".join(f"w{g['world_rank']} -> w{g.get('spare_world_rank')} on "
+                            f"{g.get('spare_host')}" for g in fl if g) +
+                  f"; exit {launch.get('rc')}, {len(self.launches)} launch(es)")
+        else:
+            rep = self.launch_report(li) or {}
+            ok = launch.get("rc", 0) != 0 and rep.get("status") == "failed" and \
+                rep.get("error") in ("FTRT_ENOSPARE", "FTRT_EABORT")
+            check(name + f": the standby took over; {len(trainers)} trainer(s), "
+                  f"{inj['spares_elsewhere'] - 1} spare(s) elsewhere besides it: clean failure",
+                  ok, f"exit {launch.get('rc')}, report {rep.get('status')} {rep.get('error')}")
+            self.check_resume(li, check, name, host)
         if cut:
             self.judge_partition(inj, check, name, launch, takeover=True)
         return True
