@@ -244,6 +244,8 @@ typedef struct ftrt__coord {
                                   standby's acknowledgement (commits.c), oldest first */
     int nheld;
     int takeover_inc;          /* the takeover's incident (index into inc), or -1 */
+    uint64_t failure_seq, plan_seq; /* the SYNCs of the epoch's FAILURE and PLAN (epoch.c) */
+    int failure_due, plan_due; /* sent once the standby acknowledged them */
     double takeover_back_t;    /* monotonic: the last rank back during the takeover (0: none) */
     int deposed;               /* a standby took over from this coordinator: it gives up */
     struct ftrt__listener *lis; /* the listening socket and the connections without a hello */
@@ -395,6 +397,11 @@ void ftrt__epoch_open(ftrt__coord *c, double t_fail_wall);
 /* Sends world rank w the current epoch's PLAN again (it came back after its host agent was
  * lost before it said RESUMED). */
 void ftrt__epoch_resend_plan(ftrt__coord *c, int w);
+/* The epoch's FAILURE, then its PLAN, go out once the standby acknowledged the SYNC that
+ * carries them (at once without a standby; a standby that does not acknowledge within half the
+ * heartbeat timeout is dismissed, which releases them too). Called when a SYNC_ACK arrives,
+ * by the epoch change itself and once per loop iteration (O(1)). */
+void ftrt__epoch_release(ftrt__coord *c);
 /* In PH_COLLECT: once every surviving member reported for this epoch, the PLAN goes out
  * (PH_RESUMING), or the job aborts when no plan exists. O(N). */
 void ftrt__epoch_check_reports(ftrt__coord *c);

@@ -161,6 +161,7 @@ static int coord_iterate(ftrt__coord *c, struct epoll_event *evs, const loop_tim
         return -1;
     }
     for (int i = 0; i < ne; i++) dispatch(c, evs[i].data.u64);
+    ftrt__epoch_release(c); /* (its standby dismissed: a FAILURE or PLAN waits no more) */
     ftrt__takeover_check(c);
     double now = ftrt__now();
     if (c->phase == PH_INIT) {

@@ -169,6 +169,7 @@ static int handle(ftrt__coord *c, int w, const ftrt__msghdr *h, const void *payl
     case FTRT__MSG_SYNC_ACK:
         ftrt__standby_ack(c, w, &u.em);
         ftrt__commits_release(c, 0); /* the commits that waited for it */
+        ftrt__epoch_release(c);      /* the FAILURE or PLAN that waited for it */
         return 0;
     default: return FTRT_EPROTO;
     }
@@ -360,7 +361,7 @@ void ftrt__rank_rejoined(ftrt__coord *c, int w)
     ftrt__standby_tell(c, w);
     if (r->said_bye) return; /* its FAREWELL comes at the job's end, on its new connection */
     if (r->role != FTRT__ROLE_TRAINER) return;
-    if (c->phase == PH_COLLECT && !r->promoting) {
+    if (c->phase == PH_COLLECT && !r->promoting && !c->failure_due) {
         ftrt__failure_msg fm = {.epoch = c->epoch, .t_fail_wall = c->epoch_t_fail};
         ftrt__coord_send(c, w, FTRT__MSG_FAILURE, &fm, sizeof fm);
     } else if (c->phase == PH_RESUMING && r->resumed_epoch != c->epoch) {
