@@ -283,8 +283,8 @@ def state_sources(v):
                 failures = json.load(f).get("failures", [])
         except (OSError, KeyError, TypeError, ValueError):
             failures = []
-        for x in failures:
-            if x.get("recovered") and x.get("state_from"):
+        for x in failures:  # (a takeover moves no state: not listed)
+            if x.get("recovered") and x.get("state_from") and x.get("role") != "coordinator":
                 out.append(f"{x['state_from']} step {x.get('resume_step')}"
                            + (f" ({x['replica_miss']})" if x.get("replica_miss") else ""))
     return out
