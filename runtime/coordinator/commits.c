@@ -105,7 +105,7 @@ static void commit_start(ftrt__coord *c, int64_t step, int result)
     }
     c->commit_submitted = step > c->commit_submitted ? step : c->commit_submitted;
     uint64_t seq = c->nheld < 64 ? ftrt__standby_sync(c) : 0;
-    if (seq == 0 && c->nheld == 0) {
+    if (seq == 0 && c->nheld == 0 && !c->claim_pending) {
         commit_go(c, step, c->epoch);
         return;
     }

@@ -332,7 +332,8 @@ static int adopt(ftrt__coord *c, pending *p, const ftrt__hello *hello, int *rejo
     r->lost_t = 0;
     r->pid = hello->pid;
     memcpy(r->host, hello->host, sizeof r->host);
-    r->remote = strncmp(r->host, c->a->host, sizeof r->host) != 0;
+    r->host[FTRT__HOST_MAX - 1] = 0;
+    r->remote = strcmp(r->host, c->a->host) != 0;
     r->last_heard = ftrt__now();
     ftrt__silence_touch(c, w);
     return 1;

@@ -244,10 +244,14 @@ typedef struct ftrt__coord {
                                   standby's acknowledgement (commits.c), oldest first */
     int nheld;
     int takeover_inc;          /* the takeover's incident (index into inc), or -1 */
+    int takeover_old;          /* the world rank of the coordinator taken over from */
     uint64_t failure_seq, plan_seq; /* the SYNCs of the epoch's FAILURE and PLAN (epoch.c) */
     int failure_due, plan_due; /* sent once the standby acknowledged them */
     double takeover_back_t;    /* monotonic: the last rank back during the takeover (0: none) */
     int deposed;               /* a standby took over from this coordinator: it gives up */
+    int claim_pending;         /* took over, the term not claimed until a rank of a third host
+                                  is back (takeover.c): nothing is decided or written before */
+    double claim_deadline;     /* monotonic: else it gives up then (it is the one cut off) */
     struct ftrt__listener *lis; /* the listening socket and the connections without a hello */
 } ftrt__coord;
 
@@ -355,6 +359,14 @@ int ftrt__standby_restore(ftrt__coord *c, const void *p, size_t len);
 int ftrt__takeover_begin(ftrt__coord *c, const ftrt__takeover_args *t);
 /* Once every rank expected is back or declared failed, the takeover is recovered (MTTR). */
 void ftrt__takeover_check(ftrt__coord *c);
+/* World rank w came back after the takeover: a rank of another host than this one's and the
+ * old coordinator's proves this standby is not the side cut off, and the term is claimed (the
+ * term file) if it was not yet. */
+void ftrt__takeover_reached(ftrt__coord *c, int w);
+/* A claim still pending at its deadline (no rank of a third host came back within 0.9 x the
+ * heartbeat timeout): this standby is the one cut off and gives up without claiming the term
+ * (c->deposed). Returns 1 then. O(1). */
+int ftrt__takeover_cut_off(ftrt__coord *c, double now);
 
 /* ---- job.c: the job's start, end and abort ---- */
 /* Every rank said hello: WELCOME to each (role, logical rank, heartbeat period), PH_RUNNING. */

@@ -173,7 +173,8 @@ static int coord_iterate(ftrt__coord *c, struct epoll_event *evs, const loop_tim
             ftrt__job_abort(c, FTRT_ETIMEDOUT, "ranks missing at start");
         }
     }
-    if (ftrt__standby_cut_off(c, now)) return 0; /* (before declaring anyone silent) */
+    if (ftrt__standby_cut_off(c, now) || ftrt__takeover_cut_off(c, now))
+        return 0; /* (before declaring anyone silent or lost) */
     ftrt__ping_due(c, now);
     if (c->phase != PH_INIT && c->phase != PH_ABORTING) ftrt__check_timeouts(c, now);
     return 0;
@@ -188,6 +189,7 @@ static int coord_iterate(ftrt__coord *c, struct epoll_event *evs, const loop_tim
 static void status_due(ftrt__coord *c, double now)
 {
     if (c->status_dirty && ftrt__standby_deposed(c)) return; /* (a standby took over) */
+    if (c->claim_pending) return; /* (a takeover not sure yet that it is not the one cut off) */
     double gap = c->W > 1024 && c->status_cost > 0.0025 ? 20.0 * c->status_cost : 0;
     if (c->status_dirty && (now - c->status_written >= gap || c->phase == PH_DONE) &&
         ((c->status_dirty & 2) || now - c->status_written > 0.25 || c->phase == PH_DONE)) {
@@ -221,7 +223,7 @@ static void coord_periodic(ftrt__coord *c, loop_timers *t, double now)
         t->last_progress_check = now;
     }
     if (c->phase != PH_INIT && now - c->metrics_written >= 2.0) {
-        if (c->a->cfg->metrics_file[0] && !ftrt__standby_deposed(c))
+        if (c->a->cfg->metrics_file[0] && !c->claim_pending && !ftrt__standby_deposed(c))
             ftrt__metrics_write(c, ftrt__wallclock());
         c->metrics_written = now;
     }

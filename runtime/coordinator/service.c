@@ -350,6 +350,7 @@ static void resend_abort(ftrt__coord *c, int w)
 void ftrt__rank_rejoined(ftrt__coord *c, int w)
 {
     ftrt__crank *r = &c->r[w];
+    ftrt__takeover_reached(c, w); /* (a takeover's claim of the term) */
     if (c->phase == PH_INIT) return; /* its WELCOME comes with everyone's */
     if (c->phase == PH_ABORTING || c->phase == PH_DONE) {
         resend_abort(c, w);

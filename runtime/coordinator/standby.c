@@ -91,7 +91,7 @@ void ftrt__standby_dismiss(ftrt__coord *c, const char *why)
 
 static void appoint(ftrt__coord *c, double now)
 {
-    if (now < c->sb_next_try || c->phase != PH_RUNNING) return;
+    if (now < c->sb_next_try || c->phase != PH_RUNNING || c->claim_pending) return;
     if (!c->a->cfg->standby) { /* FTRT_STANDBY=0 */
         if (!c->sb_logged)
             ftrt_log_info("no standby coordinator (FTRT_STANDBY=0): the loss of this "
@@ -155,6 +155,7 @@ void ftrt__standby_ack(ftrt__coord *c, int w, const ftrt__epoch_msg *m)
 
 int ftrt__standby_acked(const ftrt__coord *c, uint64_t seq)
 {
+    if (c->claim_pending) return 0; /* a takeover's term not claimed yet (takeover.c) */
     return !c->sb_ready || seq == 0 || c->sb_acked >= seq;
 }
 

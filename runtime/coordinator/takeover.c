@@ -65,6 +65,48 @@ static void expect_ranks(ftrt__coord *c, double now)
     }
 }
 
+/* 1 when a rank expected back runs on a third host (neither this one nor the old
+ * coordinator's): then one of them must come back before the term is claimed. */
+static int third_host_expected(const ftrt__coord *c, int old_w)
+{
+    for (int w = 1; w < c->W; w++) {
+        const ftrt__crank *r = &c->r[w];
+        if (w == c->self || r->role == FTRT__ROLE_FAILED || r->orphan_until <= 0) continue;
+        if (strcmp(r->host, c->a->host) && strcmp(r->host, c->r[old_w].host)) return 1;
+    }
+    return 0;
+}
+
+static void claim(ftrt__coord *c)
+{
+    c->claim_pending = 0;
+    int rc = ftrt__standby_claim(c);
+    if (rc) ftrt_log_error("cannot write the term file in %s (%s): an old coordinator that "
+                           "comes back is not fenced", c->a->cfg->ckpt_dir, ftrt_strerror(rc));
+    ftrt__commits_release(c, 0); /* the commits that waited for the claim */
+}
+
+void ftrt__takeover_reached(ftrt__coord *c, int w)
+{
+    if (!c->claim_pending || !strcmp(c->r[w].host, c->a->host) ||
+        !strcmp(c->r[w].host, c->r[c->takeover_old].host))
+        return;
+    ftrt_log_info("world rank %d (%s) reached this coordinator: the term %d is claimed", w,
+                  c->r[w].host, c->term);
+    claim(c);
+}
+
+int ftrt__takeover_cut_off(ftrt__coord *c, double now)
+{
+    if (!c->claim_pending || now < c->claim_deadline) return 0;
+    ftrt_log_error("no rank of another host than %s and %s came back to this standby "
+                   "coordinator within %.0f ms: it is the side cut off, and gives up without "
+                   "claiming the term", c->a->host, c->r[c->takeover_old].host,
+                   0.9 * c->a->cfg->heartbeat_timeout_ms);
+    c->deposed = 1;
+    return 1;
+}
+
 int ftrt__takeover_begin(ftrt__coord *c, const ftrt__takeover_args *t)
 {
     int rc = ftrt__standby_restore(c, t->sync, t->sync_len);
@@ -80,11 +122,19 @@ int ftrt__takeover_begin(ftrt__coord *c, const ftrt__takeover_args *t)
     c->r[old_w].role = FTRT__ROLE_FAILED;
     c->r[old_w].hello = 1;
     c->nfailed++;
-    rc = ftrt__standby_claim(c);
-    if (rc) ftrt_log_error("cannot write the term file in %s (%s): an old coordinator that "
-                           "comes back is not fenced", c->a->cfg->ckpt_dir, ftrt_strerror(rc));
+    c->takeover_old = old_w;
     takeover_incident(c, t, old_w);
-    expect_ranks(c, ftrt__now());
+    double now = ftrt__now();
+    expect_ranks(c, now);
+    /* A standby whose own host was cut off loses the coordinator too: it claims the term
+     * (which deposes the coordinator) only once a rank of a third host reaches it, where there
+     * is one (on two hosts, or one, both sides look the same: at once). */
+    if (third_host_expected(c, old_w)) {
+        c->claim_pending = 1;
+        c->claim_deadline = now + 0.9 * c->a->cfg->heartbeat_timeout_ms / 1000.0;
+    } else {
+        claim(c);
+    }
     c->maybe_done = 1;
     c->status_dirty |= 2;
     ftrt_log_warn("standby world rank %d took over as the coordinator (term %d, epoch %d, %s): "

@@ -168,6 +168,16 @@ CASES = {
                                    ["--hosts", "3", "--slots", "2"],
                                    {"FTRT_HEARTBEAT_TIMEOUT_MS": "1000",
                                     "FTRT_DEBUG_CKPT_WRITE_DELAY_MS": "100"}),
+    # ftrt-h3's link cut: the spares' host, the standby coordinator's (world rank 5). The
+    # standby, hearing nothing from the coordinator, takes over on its side but claims the term
+    # (the term file, which would depose the coordinator) only once a rank of a third host
+    # (ftrt-h2) reaches it: none does, so it gives up without claiming; the coordinator
+    # declares ftrt-h3's spares lost and the job finishes in the same launch, byte-identical;
+    # fanotify: the cut side wrote no term file, status file or report.
+    "partition-standby-host": (6, 2, [], [{"kind": "partition-host", "at_step": 60,
+                                           "target": "host:3"}],
+                               ["--hosts", "3", "--slots", "2"],
+                               {"FTRT_HEARTBEAT_TIMEOUT_MS": "1000"}),
 }
 
 

@@ -308,7 +308,11 @@ class Verdict:
             return
         self.judge_host_detection(inj, check, name, by_pid)
         trainers = [t for t in inj["targets"] if t["role"] == "trainer"]
-        if inj["covered"]:
+        if not trainers:
+            check(name + ": no trainer on it; the job went on in the same launch",
+                  launch.get("rc") == 0 and li + 1 == len(self.launches),
+                  f"exit {launch.get('rc')}, {len(self.launches)} launch(es)")
+        elif inj["covered"]:
             fl = [by_pid.get(t["pid"]) for t in trainers]
             ok = bool(fl) and None not in fl and all(
                 f.get("recovered") and f.get("spare_host") not in (None, host) for f in fl) and \
@@ -465,7 +469,7 @@ class Verdict:
             is_special = any(path == p or path.startswith(p + ".tmp.") for p in special)
             if (is_special and (late is None or (path, pid) in late or
                                 not path.startswith(self.status))) or \
-                    base.startswith(("MANIFEST", "LATEST")):
+                    base.startswith(("MANIFEST", "LATEST", "coordinator.term")):
                 bad.append(f"{path} (pid {pid})")
             elif self.ckpt and path.startswith(self.ckpt + "/step-"):
                 step = path[len(self.ckpt) + 6:].split("/")[0]
