@@ -25,6 +25,9 @@ ftrt-chaos run (--hosts-made), N x S ranks per job, the kinds drawn from the hos
                                 takes over in place, the trainer replaced in the same launch
   partition-coord-host          the same host's link cut: taken over by silence; the cut-off
                                 coordinator gives up by itself and writes nothing that counts
+  partition-standby-host        the standby coordinator's host (the spares') cut off: the
+                                standby takes over on its side, never claims the term and
+                                gives up; the job goes on in the same launch
   kill-coord-host-beyond-spares the coordinator's host killed with 1 spare (the standby): it
                                 takes over, no spare is left for the trainer: clean failure,
                                 relaunch without the host resumes
@@ -103,6 +106,10 @@ HOST_KINDS = {
     # spare on another host) takes over and the other spare replaces the trainer in place
     "kill-coord-host": ("host", {"kind": "kill-host", "target": "coordinator"}, {}),
     "partition-coord-host": ("host", {"kind": "partition-host", "target": "coordinator"}, {}),
+    # the standby coordinator's host cut off (the spares'): its standby takes over on its
+    # side but never claims the term (no rank of a third host reaches it) and gives up; the
+    # coordinator goes on without the host's spares
+    "partition-standby-host": ("host", {"kind": "partition-host", "target": "standby"}, {}),
     # the same with one spare, the standby: no spare is left for the lost trainer: clean
     # failure, relaunch without the host resumes
     "kill-coord-host-beyond-spares": (1, {"kind": "kill-host", "target": "coordinator"}, {}),

@@ -175,7 +175,7 @@ CASES = {
     # declares ftrt-h3's spares lost and the job finishes in the same launch, byte-identical;
     # fanotify: the cut side wrote no term file, status file or report.
     "partition-standby-host": (6, 2, [], [{"kind": "partition-host", "at_step": 60,
-                                           "target": "host:3"}],
+                                           "target": "standby"}],
                                ["--hosts", "3", "--slots", "2"],
                                {"FTRT_HEARTBEAT_TIMEOUT_MS": "1000"}),
 }

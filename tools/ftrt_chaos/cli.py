@@ -67,8 +67,10 @@ tools/ftrt-run (added unless the command starts with it; --summary per launch) w
 arrangement's mpirun options inserted after `mpirun`; world ranks are mapped to hosts by the
 status file ("host" per rank); a relaunch leaves out the hosts that were killed or cut, with
 ceil(np / hosts left) slots each. Host kinds (target "host:NAME" or "host:<i>", "coordinator"
-(its host), "covered" (a host whose trainers the spares on other hosts can replace),
-"uncovered" (one they cannot); default: any host with a trainer but not the coordinator):
+(its host), "standby" (the standby coordinator's host: that of the highest world rank among
+the spares on another host than the coordinator's), "covered" (a host whose trainers the
+spares on other hosts can replace), "uncovered" (one they cannot); default: any host with a
+trainer but not the coordinator):
   kill-host       SIGKILL of every process of the host, its orted included; the ground truth
                   is logged per rank (pid, world rank). Verdict: each rank detected
                   (connection_lost, cause host_lost), true MTTD <= --kill-mttd-s; covered: the

@@ -378,6 +378,9 @@ class Injector:
         ch = self.coord_host(st)
         if target == "coordinator":
             return ch
+        if target == "standby":  # the standby coordinator's: the highest spare elsewhere
+            sp = [r for r in ranks if r["role"] == "spare" and r.get("host") != ch]
+            return max(sp, key=lambda r: r["world_rank"]).get("host") if sp else None
         if target and target.startswith("host:"):
             return self.hosts.name(target[5:])
 
