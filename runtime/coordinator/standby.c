@@ -5,11 +5,13 @@
  * go on from (SYNC): the epoch and membership, every rank's role, the checkpoint commit log, the
  * incidents and the ledger's totals. A commit waits for the standby's acknowledgement of a SYNC
  * sent after its decision (commits.c), so that a coordinator cut off from a standby that took
- * over can never write LATEST; the epoch change's SYNC goes out before its FAILURE and PLAN on
- * the same ordered stream; the rest lags by at most a second. The term file
+ * over can never write LATEST; an epoch change's FAILURE and PLAN wait for the acknowledgement
+ * of their SYNC (epoch.c); the rest lags by at most a second. The term file
  * (`coordinator.term` in the checkpoint directory) fences an old coordinator's outputs: a
- * standby that takes over writes its term there first, and a coordinator that finds a later
- * term gives up without writing anything more.
+ * standby that takes over writes its term there before it decides anything (takeover.c), and
+ * a coordinator that finds a later term gives up without writing anything more; so does one
+ * that its standby tells it took over (a SYNC_ACK of a later term), and one cut off from
+ * every other host (ftrt__standby_cut_off).
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -7,6 +7,9 @@
  * (ftrt__rank_rejoined) and goes on in the same epoch: the training communicator is untouched;
  * one that does not (it was lost with the coordinator, e.g. on the coordinator's host) is
  * declared failed when its grace ends and, a trainer, replaced through the usual epoch change.
+ * On three hosts or more the term is claimed (the term file) only once a rank of a third host
+ * is back, so that a standby cut off with its own host gives up instead of deposing the
+ * coordinator; nothing is decided or written before.
  */
 #include <string.h>
 #include <unistd.h>
