@@ -30,16 +30,17 @@
 #include "base/log.h"
 #include "runtime/internal.h"
 
-/* The messages a rank sends again after losing its host agent: the newest of each kind (the
- * coordinator takes a repeat as it took the first). send_lock held. */
+/* The messages a rank sends again after losing its host agent or the coordinator: the newest
+ * REPORT, RESUMED and BYE, and the FTRT__KEPT_SHARD newest SHARD_DONEs (the coordinator takes
+ * a repeat as it took the first, and ignores one of a step already committed). send_lock
+ * held. */
 static void keep_sent(ftrt__cp *cp, uint32_t type, const void *payload, uint32_t len)
 {
     int k = type == FTRT__MSG_REPORT ? 0 : type == FTRT__MSG_RESUMED ? 1
           : type == FTRT__MSG_BYE    ? 2 : type == FTRT__MSG_SHARD_DONE ? 3 : -1;
     if (k < 0 || len > sizeof cp->kept[0].payload) return;
-    if (k == 3) { /* the two newest SHARD_DONEs: a checkpoint may be written while one commits */
-        cp->kept[4] = cp->kept[3];
-    }
+    if (k == 3) /* newest first */
+        memmove(&cp->kept[4], &cp->kept[3], (FTRT__KEPT_SHARD - 1) * sizeof cp->kept[0]);
     cp->kept[k].type = type;
     cp->kept[k].len = len;
     memcpy(cp->kept[k].payload, payload, len);
@@ -365,9 +366,15 @@ static int reconnect(struct ftrt_ctx *ctx, ftrt__rxbuf *rx, const char *addrs, i
     cp->fd = fd;
     cp->fell_back = 1;
     int rc = ftrt__msg_send(fd, FTRT__MSG_HELLO, &hello, sizeof hello);
-    for (int k = 0; k < 5 && !rc; k++)
+    /* REPORT, RESUMED, the SHARD_DONEs oldest first (the coordinator decides them in order),
+     * BYE last */
+    static const int order[] = {0, 1, 10, 9, 8, 7, 6, 5, 4, 3, 2};
+    _Static_assert(sizeof order / sizeof order[0] == 3 + FTRT__KEPT_SHARD, "kept's order");
+    for (int i = 0; i < 3 + FTRT__KEPT_SHARD && !rc; i++) {
+        int k = order[i];
         if (cp->kept[k].type) rc = ftrt__msg_send(fd, cp->kept[k].type, cp->kept[k].payload,
                                                   cp->kept[k].len);
+    }
     pthread_mutex_unlock(&cp->send_lock);
     ftrt__rx_free(rx);
     cp->last_from_coord = ftrt__now();

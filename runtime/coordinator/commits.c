@@ -29,6 +29,7 @@ static void commit_done(ftrt__coord *c, int64_t step, int epoch, int result)
         c->status_dirty |= 1;
     }
     c->last_commit = (ftrt__ckpt_msg){.step = step, .epoch = epoch, .result = result};
+    ftrt__standby_sync(c); /* the standby counts it before the members learn of it */
     ftrt__coord_multicast(c, c->members, c->N, FTRT__MSG_COMMIT, &c->last_commit,
                           sizeof c->last_commit);
 }

@@ -93,7 +93,8 @@ void ftrt__standby_dismiss(ftrt__coord *c, const char *why)
 
 static void appoint(ftrt__coord *c, double now)
 {
-    if (now < c->sb_next_try || c->phase != PH_RUNNING || c->claim_pending) return;
+    if (now < c->sb_next_try || c->phase != PH_RUNNING || c->claim_pending || c->norphans > 0)
+        return; /* (ranks still expected back: none is connected yet) */
     if (!c->a->cfg->standby) { /* FTRT_STANDBY=0 */
         if (!c->sb_logged)
             ftrt_log_info("no standby coordinator (FTRT_STANDBY=0): the loss of this "
