@@ -10,6 +10,7 @@
 # Usage: bench/bucketer_ready.sh [build dir, default build] [BASE] [ROUNDS, default 5]
 # Needs a configured, built tree (libftrt_internal.a) and mpicc.
 set -euo pipefail
+case "${1:-}" in -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
 base=${2:-cf9ab20}
