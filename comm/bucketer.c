@@ -18,7 +18,7 @@
  * with ftrt_bucketer_ready_from_any_thread(): a post into the bucketer's queue (a mutex-guarded
  * array, `post_lock`), applied by the owner at its next ready / drain / wait_all / reset. The
  * owner sees that the queue holds something with one atomic load (`nposts`), so ready() on the
- * owner costs what it did (bench/bucketer_ready.sh). Posts carry the step generation (`gen`)
+ * owner costs about what it did (bench/bucketer_ready.sh: 8 instructions more). Posts carry the step generation (`gen`)
  * they were made in: one that arrives after its step ended (a late hook of an abandoned step)
  * is dropped, never counted in the next step. `posted[t]` holds the generation tensor t was
  * last marked in, so that a second mark in a step is refused to the thread that makes it.
