@@ -200,6 +200,31 @@ static int make_pieces(ftrt_bucketer *b, size_t piece)
     return 0;
 }
 
+/* Allocates b's per-tensor arrays for b->n tensors (the marks for posting threads at 0). Returns
+ * 0 or -ENOMEM (what was allocated is freed by ftrt_bucketer_free). */
+static int alloc_tensor_arrays(ftrt_bucketer *b)
+{
+    size_t n = (size_t)b->n;
+    b->counts = malloc(n * sizeof *b->counts);
+    b->order = malloc(n * sizeof *b->order);
+    b->start = malloc((n + 1) * sizeof *b->start);
+    b->bucket_of = malloc(n * sizeof *b->bucket_of);
+    b->t_off = malloc(n * sizeof *b->t_off);
+    b->t_p0 = malloc(n * sizeof *b->t_p0);
+    b->t_p1 = malloc(n * sizeof *b->t_p1);
+    b->ptrs = calloc(n, sizeof *b->ptrs);
+    b->ready = calloc(n, 1);
+    b->posted = malloc(n * sizeof *b->posted);
+    b->q.v = malloc(n * sizeof *b->q.v); /* a step's posts fit: no allocation later */
+    b->taken.v = malloc(n * sizeof *b->taken.v);
+    b->q.cap = b->taken.cap = b->n;
+    if (!b->counts || !b->order || !b->start || !b->bucket_of || !b->t_off || !b->t_p0 ||
+        !b->t_p1 || !b->ptrs || !b->ready || !b->posted || !b->q.v || !b->taken.v)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) atomic_init(&b->posted[i], 0);
+    return 0;
+}
+
 int ftrt__bucketer_create_be(ftrt__plane *plane, const size_t *counts, int ntensors, ftrt_dtype dtype,
                              const ftrt_bucket_config *cfg, const ftrt__bucket_backend *be,
                              void *arg, ftrt_bucketer **out)
@@ -227,26 +252,10 @@ int ftrt__bucketer_create_be(ftrt__plane *plane, const size_t *counts, int ntens
     b->esize = es;
     b->average = cfg->average ? 1 : 0;
     b->n = n;
-    b->counts = malloc((size_t)n * sizeof *b->counts);
-    b->order = malloc((size_t)n * sizeof *b->order);
-    b->start = malloc((size_t)(n + 1) * sizeof *b->start);
-    b->bucket_of = malloc((size_t)n * sizeof *b->bucket_of);
-    b->t_off = malloc((size_t)n * sizeof *b->t_off);
-    b->t_p0 = malloc((size_t)n * sizeof *b->t_p0);
-    b->t_p1 = malloc((size_t)n * sizeof *b->t_p1);
-    b->ptrs = calloc((size_t)n, sizeof *b->ptrs);
-    b->ready = calloc((size_t)n, 1);
-    b->posted = malloc((size_t)n * sizeof *b->posted);
-    b->q.v = malloc((size_t)n * sizeof *b->q.v); /* a step's posts fit: no allocation later */
-    b->taken.v = malloc((size_t)n * sizeof *b->taken.v);
-    b->q.cap = b->taken.cap = n;
     size_t *bytes = malloc((size_t)n * sizeof *bytes);
     int rc = -ENOMEM;
-    if (!b->counts || !b->order || !b->start || !b->bucket_of || !b->t_off || !b->t_p0 ||
-        !b->t_p1 || !b->ptrs || !b->ready || !b->posted || !b->q.v || !b->taken.v || !bytes)
-        goto fail;
+    if (!bytes || alloc_tensor_arrays(b)) goto fail;
     for (int i = 0; i < n; i++) {
-        atomic_init(&b->posted[i], 0);
         b->counts[i] = counts[i];
         bytes[i] = counts[i] * es;
     }
