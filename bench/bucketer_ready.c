@@ -122,7 +122,8 @@ static void *poster(void *arg)
     for (;;) {
         pthread_barrier_wait(&ps.go);
         if (atomic_load(&ps.stop)) return NULL;
-        for (int t = NT - 1 - k; t >= 0; t -= NPOST) ftrt_bucketer_ready_from_any_thread(ps.b, t, grads[t]);
+        for (int t = NT - 1 - k; t >= 0; t -= NPOST)
+            ftrt_bucketer_ready_from_any_thread(ps.b, t, grads[t]);
         atomic_fetch_add_explicit(&ps.done, 1, memory_order_release);
     }
 }

@@ -18,10 +18,11 @@
  * with ftrt_bucketer_ready_from_any_thread(): a post into the bucketer's queue (a mutex-guarded
  * array, `post_lock`), applied by the owner at its next ready / drain / wait_all / reset. The
  * owner sees that the queue holds something with one atomic load (`nposts`), so ready() on the
- * owner costs about what it did (bench/bucketer_ready.sh: 8 instructions more). Posts carry the step generation (`gen`)
- * they were made in: one that arrives after its step ended (a late hook of an abandoned step)
- * is dropped, never counted in the next step. `posted[t]` holds the generation tensor t was
- * last marked in, so that a second mark in a step is refused to the thread that makes it.
+ * owner costs about what it did (bench/bucketer_ready.sh: 8 instructions more per gradient).
+ * Posts carry the step generation (`gen`) they were made in: one that arrives after its step
+ * ended (a late hook of an abandoned step) is dropped, never counted in the next step.
+ * `posted[t]` holds the generation tensor t was last marked in, so that a second mark in a step
+ * is refused to the thread that makes it; `ready[]`, the owner's own record, catches the rest.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -357,7 +358,8 @@ static void set_err(ftrt_bucketer *b, int rc)
 
 /* Marks tensor ready at ptr and starts every piece this completes, in piece order. Owner.
  * mark() and submit() are forced inline (two callers now: ready and take_posts), so that
- * ftrt_bucketer_ready() runs the code it ran before the hand-over (bench/bucketer_ready.sh). */
+ * ftrt_bucketer_ready() runs the code it ran before the hand-over, plus the mark for posting
+ * threads (bench/bucketer_ready.sh). */
 static inline __attribute__((always_inline)) void mark(ftrt_bucketer *b, int tensor, void *ptr)
 {
     b->ready[tensor] = 1;

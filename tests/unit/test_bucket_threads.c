@@ -36,7 +36,7 @@
 
 #define NT 41      /* tensors */
 #define NPOST 4    /* poster threads */
-#define STEPS 24
+#define STEPS 100
 
 /* ---- the data of a step ---- */
 
@@ -82,7 +82,11 @@ static int x_start(void *arg, ftrt__areq *r, int chunk, void *buf, size_t count)
     for (size_t i = 0; i < count; i++) x[i] = 3.0f * x[i] + 1.0f;
     return 0;
 }
-static int x_test(void *arg, ftrt__areq *r, int chunk) { (void)arg, (void)r, (void)chunk; return 1; }
+static int x_test(void *arg, ftrt__areq *r, int chunk)
+{
+    (void)arg, (void)r, (void)chunk;
+    return 1;
+}
 static const ftrt__xport fake_xport = {x_bind, x_ready, x_start, x_test};
 
 /* ---- poster threads ---- */
@@ -90,7 +94,7 @@ static const ftrt__xport fake_xport = {x_bind, x_ready, x_start, x_test};
 typedef struct posters {
     ftrt_bucketer *b;
     float **dst;             /* where each tensor's gradient is written (host or device) */
-    int device;              /* 1: dst is simulated device memory (written through ftrt__sim_write) */
+    int device;              /* 1: dst is simulated device memory (written by ftrt__sim_write) */
     pthread_barrier_t start; /* owner + posters, once per step */
     atomic_int step;         /* the step to post; -1: exit */
     atomic_int done;         /* posters finished with this step */
@@ -252,7 +256,10 @@ typedef struct sim_req {
     int result;
 } sim_req;
 
-static int sr_test(struct ftrt_request *r) { return ((sim_req *)r)->result ? ((sim_req *)r)->result : 1; }
+static int sr_test(struct ftrt_request *r)
+{
+    return ((sim_req *)r)->result ? ((sim_req *)r)->result : 1;
+}
 static int sr_wait(struct ftrt_request *r) { return ((sim_req *)r)->result; }
 static int sr_free(struct ftrt_request *r)
 {
@@ -276,7 +283,8 @@ static int sim_submit(void *arg, int bucket, const int *tensors, const ftrt__seg
         if (!m) continue;
         rc = dev->to_host(h, segs[j].ptr, segs[j].bytes, &crc);
         for (size_t i = 0; !rc && i < m; i++) h[i] = (3.0f * h[i] + 1.0f) * (float)scale;
-        if (!rc) rc = dev->from_host(segs[j].ptr, h, segs[j].bytes, ftrt__crc32c(0, h, segs[j].bytes));
+        if (!rc)
+            rc = dev->from_host(segs[j].ptr, h, segs[j].bytes, ftrt__crc32c(0, h, segs[j].bytes));
     }
     sim_req *r = calloc(1, sizeof *r);
     if (!r) return -ENOMEM;
@@ -402,7 +410,7 @@ static void double_posts(void **state)
         for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
         assert_true((r[0].rc == 0 && r[1].rc == FTRT_EINVAL) ||
                     (r[1].rc == 0 && r[0].rc == FTRT_EINVAL));
-        assert_int_equal(ftrt_bucketer_ready(b, 1, t[1]), FTRT_EINVAL); /* the post, applied first */
+        assert_int_equal(ftrt_bucketer_ready(b, 1, t[1]), FTRT_EINVAL); /* the post came first */
         assert_int_equal(ftrt_bucketer_ready(b, 2, t[2]), 0);
         assert_int_equal(post_from_thread(b, 2, t[2]), FTRT_EINVAL); /* marked by ready() */
         assert_int_equal(post_from_thread(b, 0, t[0]), 0);
