@@ -395,6 +395,8 @@ PROTOTYPES = {
     "ftrt_bucketer_create": (_c_int, [_vp, ctypes.POINTER(ctypes.c_size_t), _c_int, _c_int,
                                       ctypes.POINTER(BucketConfig), _pvp]),
     "ftrt_bucketer_ready": (_c_int, [_vp, _c_int, _vp]),
+    "ftrt_bucketer_ready_from_any_thread": (_c_int, [_vp, _c_int, _vp]),
+    "ftrt_bucketer_drain": (_c_int, [_vp]),
     "ftrt_bucketer_wait_all": (_c_int, [_vp]),
     "ftrt_bucketer_reset": (_c_int, [_vp]),
     "ftrt_bucketer_buckets": (_c_int, [_vp]),
