@@ -38,7 +38,8 @@ static void usage(FILE *f)
           "  --ckpt-dir DIR     checkpoint directory (default ftrt-ckpt, or FTRT_CKPT_DIR)\n"
           "  --params-out FILE  write the final parameters as raw little-endian float32\n"
           "  --report FILE      JSON report of the job (written by the coordinator)\n"
-          "  --data PATH        digits CSV (gzip); default " DIGITS_DEFAULT_PATH "\n"
+          "  --data PATH        digits CSV (gzip); default $" DIGITS_DATA_ENV " if set, else\n"
+          "                     " DIGITS_DEFAULT_PATH "\n"
           "  --step-sleep-ms M  sleep M ms after each step (default 0; for fault tests)\n"
           "  --hang-rank R --hang-at-step S\n"
           "                     fault injection: logical rank R gets stuck in its own code at step\n"
@@ -59,9 +60,13 @@ static void usage(FILE *f)
           "                     an injector that flips a bit in its memory (ftrt-chaos flip-bit)\n"
           "  --sharded-momentum register the momentum buffer SHARDED: recoveries then reload the\n"
           "                     last committed checkpoint (exercises that path; same results)\n"
-          "  --device D         where parameters and momentum live: host (default) or sim, the\n"
+          "  --device D         where parameters and momentum live: host (default); sim, the\n"
           "                     simulated device of ftrt_sim.h (a test arrangement: run the job\n"
-          "                     with FTRT_TEST_SIM_DEVICE=1); same results\n"
+          "                     with FTRT_TEST_SIM_DEVICE=1); or cuda, CUDA memory of a GPU (the\n"
+          "                     train_mlp_gpu build, linked with libftrt_gpu; GPU = local rank\n"
+          "                     modulo the visible GPUs); same results\n"
+          "  --check-device     with --device cuda: say which GPU this process would use and\n"
+          "                     exit 0, or why none is usable and exit 77; joins no job\n"
           "  --help             this text\n",
           f);
 }
@@ -137,7 +142,8 @@ enum {
     OPT_STEPS = 256, OPT_BATCH, OPT_HIDDEN, OPT_LR, OPT_MOMENTUM, OPT_SEED, OPT_CKPT_EVERY,
     OPT_CKPT_DIR, OPT_PARAMS_OUT, OPT_REPORT, OPT_DATA, OPT_SLEEP, OPT_HANG_RANK, OPT_HANG_STEP,
     OPT_SLOW_RANK, OPT_SLOW_MS, OPT_STEP_LOG, OPT_SHARDED_MOMENTUM, OPT_ERROR_RANK,
-    OPT_ERROR_STEP, OPT_HOLD_STEP, OPT_HOLD_MS, OPT_PUBLISH, OPT_DEVICE, OPT_HELP = 'h'
+    OPT_ERROR_STEP, OPT_HOLD_STEP, OPT_HOLD_MS, OPT_PUBLISH, OPT_DEVICE, OPT_CHECK_DEVICE,
+    OPT_HELP = 'h'
 };
 
 static const struct option longopts[] = {
@@ -165,6 +171,7 @@ static const struct option longopts[] = {
     {"hold-ms", required_argument, NULL, OPT_HOLD_MS},
     {"publish-addr", required_argument, NULL, OPT_PUBLISH},
     {"device", required_argument, NULL, OPT_DEVICE},
+    {"check-device", no_argument, NULL, OPT_CHECK_DEVICE},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -193,10 +200,12 @@ static int train_option(int c, const char *arg, options *o)
     case OPT_STEP_LOG: return parse_path("step-log", arg, 4096, &o->step_log);
     case OPT_SHARDED_MOMENTUM: o->sharded_momentum = 1; return 0;
     case OPT_DEVICE:
-        if (strcmp(arg, "host") == 0) o->device_sim = 0;
-        else if (strcmp(arg, "sim") == 0) o->device_sim = 1;
-        else return bad_value("device", "host or sim", arg);
+        if (strcmp(arg, "host") == 0) o->device = MLP_DEVICE_HOST;
+        else if (strcmp(arg, "sim") == 0) o->device = MLP_DEVICE_SIM;
+        else if (strcmp(arg, "cuda") == 0) o->device = MLP_DEVICE_CUDA;
+        else return bad_value("device", "host, sim or cuda", arg);
         return 0;
+    case OPT_CHECK_DEVICE: o->check_device = 1; return 0;
     default: return NOT_MINE;
     }
 }
@@ -229,8 +238,10 @@ static int test_option(int c, const char *arg, options *o)
 /* Returns 0 (run), 1 (--help printed: exit 0) or -1 (message printed: exit 2). */
 int parse_options(int argc, char **argv, options *o)
 {
+    const char *data = getenv(DIGITS_DATA_ENV);
     *o = (options){.steps = 300, .batch = 32, .hidden = 64, .lr = 0.05f, .momentum = 0.9f,
-                   .seed = 1, .ckpt_every = 50, .data = DIGITS_DEFAULT_PATH, .hang_step = -1,
+                   .seed = 1, .ckpt_every = 50,
+                   .data = data && *data ? data : DIGITS_DEFAULT_PATH, .hang_step = -1,
                    .hang_rank = -1, .slow_rank = -1, .error_step = -1, .error_rank = -1,
                    .hold_ms = 1000};
     int c, rc = 0;
@@ -256,6 +267,15 @@ int parse_options(int argc, char **argv, options *o)
     if (rc == 0 && optind < argc) {
         fprintf(stderr, "train_mlp: unexpected argument '%s' (see train_mlp --help)\n",
                 argv[optind]);
+        rc = -1;
+    }
+    if (rc == 0 && o->check_device && o->device != MLP_DEVICE_CUDA) {
+        fprintf(stderr, "train_mlp: --check-device needs --device cuda\n");
+        rc = -1;
+    }
+    if (rc == 0 && o->publish && o->device == MLP_DEVICE_CUDA) {
+        fprintf(stderr, "train_mlp: --publish-addr: not with --device cuda (an injector "
+                        "outside the process cannot reach CUDA memory)\n");
         rc = -1;
     }
     return rc;
