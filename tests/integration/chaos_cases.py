@@ -329,6 +329,11 @@ def run_case(name, a):
               f"{resume})")
         if not got or any(g != (frm, resume) for g in got):
             raise Fail(f"expected every lost trainer's state from the {frm} of step {resume}")
+    if name == "kill-trainer-device":  # the spare's device regions come from the survivors
+        got = [m.get("state_from") for i in v["injections"] for m in i.get("measured", [])]
+        print(f"state_from of the lost trainer: {got} (expected peers)")
+        if got != ["peers"]:
+            raise Fail("expected the lost trainer's device state from the survivors (peers)")
     if name == "fail-during-recovery":
         first = v["launches"][0]
         kill2 = [i for i in v["injections"] if i["launch"] == 0][-1]["time"]
