@@ -1,8 +1,9 @@
 /*
  * mlp_state.h - the memory of examples/train_mlp's model (examples/mlp_state.c): the state
  * ftrt keeps (parameters and momentum, on the host or, with --device sim or cuda, in the
- * simulated device's or a GPU's memory), the host buffers the step computes in, the momentum SGD update between
- * them, and the test hook that publishes where the state is for a fault injector.
+ * simulated device's or a GPU's memory), the host buffers the step computes in, the momentum
+ * SGD update between them, and the test hook that publishes where the state is for a fault
+ * injector.
  */
 #ifndef FTRT_EXAMPLE_MLP_STATE_H
 #define FTRT_EXAMPLE_MLP_STATE_H

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Assembles, on this Debian 12 machine, what the GPU machine lacks to build and run ftrt: Open MPI
 # 4.1 (the version every CPU figure of the README was measured with) with the shared libraries
-# it loads, liburing, json-c, cmocka, zlib's headers and pkg-config, and the digits data set of
-# examples/train_mlp (one file of Debian's python3-sklearn; env.sh sets DIGITS_DATA). The Debian packages are
+# it loads, liburing, json-c, cmocka, zlib's headers and pkg-config, and the digits data set
+# of examples/train_mlp (one file of Debian's python3-sklearn; env.sh sets DIGITS_DATA). The Debian packages are
 # fetched with `apt-get download` (nothing is installed here), unpacked with `dpkg -x` into a
 # git-ignored folder (gpukit/ at the repository root by default), pruned of documentation, man
 # pages, static libraries and Fortran modules, and checked: every shared library that an ELF
@@ -82,8 +82,10 @@ fi
 
 rm -rf "$out"
 mkdir -p "$out/root" "$out/base/lib" "$out/pkgconf/bin" "$out/data"
-dpkg-deb --fsys-tarfile "$tmp"/data/"$data_pkg"_*.deb | tar -xO "./$data_file" >"$out/data/digits.csv.gz"
-gzip -t "$out/data/digits.csv.gz" || { echo "gpu-kit: $data_file of $data_pkg is not a gzip file" >&2; exit 1; }
+data_deb=$(ls "$tmp"/data/"$data_pkg"_*.deb)
+dpkg-deb --fsys-tarfile "$data_deb" | tar -xO "./$data_file" >"$out/data/digits.csv.gz"
+gzip -t "$out/data/digits.csv.gz" ||
+  { echo "gpu-kit: $data_file of $data_pkg is not a gzip file" >&2; exit 1; }
 root=$out/root
 : >"$out/PACKAGES"
 for deb in "$tmp"/*.deb; do
@@ -221,7 +223,8 @@ EOF
   echo "Debian packages (name version), unpacked with dpkg -x into root/:"
   sed 's/^/  /' "$out/PACKAGES"
   echo "Data (DIGITS_DATA, train_mlp's data set): data/digits.csv.gz, /$data_file of" \
-    "$(dpkg-deb -f "$tmp"/data/"$data_pkg"_*.deb Package Version | paste -sd' ' | sed 's/^Package: //; s/ Version: / /')"
+    "$(dpkg-deb -f "$data_deb" Package Version | paste -sd' ' |
+       sed 's/^Package: //; s/ Version: / /')"
 } >"$out/README"
 rm -f "$out/PACKAGES"
 

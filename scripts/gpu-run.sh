@@ -34,7 +34,9 @@ build=$repo/build-gpu
 budget=530
 arch=90
 only=
-all_steps=" ctest-gpu memcheck device-gpu memcheck-device chaos-kill-gpu mpi-kit overlap-1trainer overlap-2trainers-1gpu "
+all_steps=" ctest-gpu memcheck device-gpu memcheck-device chaos-kill-gpu mpi-kit overlap-1trainer
+  overlap-2trainers-1gpu "
+all_steps=${all_steps//$'\n'/}
 bad() { echo "gpu-run: $* (see scripts/gpu-run.sh --help)" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -268,7 +270,9 @@ if [ $built = 1 ]; then
     step memcheck 150 "$sanitizer" --tool memcheck --error-exitcode 99 "$tbin/test_kernels_gpu"
   fi
   if [ ! -x "$mlp_gpu" ]; then
-    for s in device-gpu memcheck-device chaos-kill-gpu; do not_run $s not_built "$mlp_gpu (needs NCCL)"; done
+    for s in device-gpu memcheck-device chaos-kill-gpu; do
+      not_run $s not_built "$mlp_gpu (needs NCCL)"
+    done
   else
     step device-gpu 200 "${ct[@]}" -V -R '^device_cuda\.' --timeout 120
     # 1 coordinator + 2 trainers of train_mlp_gpu --device cuda, fault-free, every rank under
@@ -363,7 +367,8 @@ machine = {k: ("\n".join(v) if isinstance(v, list) else v) for k, v in machine.i
 tests = []
 for s in steps:
     if s["name"] in ("ctest-gpu", "device-gpu", "chaos-kill-gpu", "mpi-kit"):
-        for m in re.finditer(r"Test +#\d+: (\S+) \.*\s*(?:\*\*\*)?(\w[\w ]*?)\s+([\d.]+) sec", read(s["log"])):
+        for m in re.finditer(r"Test +#\d+: (\S+) \.*\s*(?:\*\*\*)?(\w[\w ]*?)\s+([\d.]+) sec",
+                             read(s["log"])):
             tests.append({"step": s["name"], "test": m.group(1), "result": m.group(2),
                           "seconds": float(m.group(3))})
 jobs = []  # the device jobs on the GPU: outcome and, per failure, where the state came from
