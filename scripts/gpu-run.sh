@@ -74,7 +74,7 @@ say() { echo "gpu-run: $*"; }
 n=0
 step() {
   local name=$1 max=$2; shift 2
-  if [ -n "$only" ] && [[ $only != *" $name "* ]]; then
+  if [ -n "$only" ] && [[ $all_steps == *" $name "* ]] && [[ $only != *" $name "* ]]; then
     not_run "$name" absent "not in --only"
     return 1
   fi
@@ -112,12 +112,17 @@ step() {
   [ "$status" = ok ] || tail -n 15 "$log" | sed 's/^/    | /'
   [ $rc = 0 ]
 }
-# A step that could not even be tried (a missing kit, target or tool).
+# A step that could not even be tried (a missing kit, target or tool: a failure; a tool that is
+# not there, or a step left out by --only: absent; no usable GPU: skipped).
 not_run() {
   n=$((n + 1))
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$1" -1 "$2" 0 - "$3" >>"$steps_tsv"
   say "$1: $2 ($3)"
-  [ "$2" = absent ] || failed=1
+  case $2 in
+    absent) ;;
+    skipped) [ "${gpus:-0}" -gt 0 ] && failed=1 ;; # no usable GPU: a failure where one is listed
+    *) failed=1 ;;
+  esac
 }
 
 # --- The kit -----------------------------------------------------------------------------------
