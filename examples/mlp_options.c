@@ -58,6 +58,12 @@ static void usage(FILE *f)
           "  --publish-addr P   test hook: each trainer writes \"<pid> <params address> <bytes>\n"
           "                     <steps-done address>\" (hex addresses) to P.w<world rank>, for\n"
           "                     an injector that flips a bit in its memory (ftrt-chaos flip-bit)\n"
+          "  --flip-rank R --flip-at-step S\n"
+          "                     silent data corruption from inside: logical rank R flips one bit\n"
+          "                     of one weight of its parameters where they live (device memory\n"
+          "                     with --device sim or cuda) after its update of step S, in the\n"
+          "                     first epoch only; for CUDA memory, which --publish-addr's injector\n"
+          "                     cannot reach\n"
           "  --sharded-momentum register the momentum buffer SHARDED: recoveries then reload the\n"
           "                     last committed checkpoint (exercises that path; same results)\n"
           "  --device D         where parameters and momentum live: host (default); sim, the\n"
@@ -143,6 +149,7 @@ enum {
     OPT_CKPT_DIR, OPT_PARAMS_OUT, OPT_REPORT, OPT_DATA, OPT_SLEEP, OPT_HANG_RANK, OPT_HANG_STEP,
     OPT_SLOW_RANK, OPT_SLOW_MS, OPT_STEP_LOG, OPT_SHARDED_MOMENTUM, OPT_ERROR_RANK,
     OPT_ERROR_STEP, OPT_HOLD_STEP, OPT_HOLD_MS, OPT_PUBLISH, OPT_DEVICE, OPT_CHECK_DEVICE,
+    OPT_FLIP_RANK, OPT_FLIP_STEP,
     OPT_HELP = 'h'
 };
 
@@ -170,6 +177,8 @@ static const struct option longopts[] = {
     {"hold-at-step", required_argument, NULL, OPT_HOLD_STEP},
     {"hold-ms", required_argument, NULL, OPT_HOLD_MS},
     {"publish-addr", required_argument, NULL, OPT_PUBLISH},
+    {"flip-rank", required_argument, NULL, OPT_FLIP_RANK},
+    {"flip-at-step", required_argument, NULL, OPT_FLIP_STEP},
     {"device", required_argument, NULL, OPT_DEVICE},
     {"check-device", no_argument, NULL, OPT_CHECK_DEVICE},
     {"help", no_argument, NULL, OPT_HELP},
@@ -231,6 +240,8 @@ static int test_option(int c, const char *arg, options *o)
         return parse_i64("hold-at-step", arg, 0, INT64_MAX / 2, &o->hold_step[o->nhold++]);
     case OPT_HOLD_MS: return parse_i64("hold-ms", arg, 0, 3600000, &o->hold_ms);
     case OPT_PUBLISH: return parse_path("publish-addr", arg, 4000, &o->publish);
+    case OPT_FLIP_RANK: return parse_i64("flip-rank", arg, 0, 1 << 20, &o->flip_rank);
+    case OPT_FLIP_STEP: return parse_i64("flip-at-step", arg, 0, INT64_MAX / 2, &o->flip_step);
     default: return NOT_MINE;
     }
 }
@@ -243,7 +254,7 @@ int parse_options(int argc, char **argv, options *o)
                    .seed = 1, .ckpt_every = 50,
                    .data = data && *data ? data : DIGITS_DEFAULT_PATH, .hang_step = -1,
                    .hang_rank = -1, .slow_rank = -1, .error_step = -1, .error_rank = -1,
-                   .hold_ms = 1000};
+                   .hold_ms = 1000, .flip_rank = -1, .flip_step = -1};
     int c, rc = 0;
     opterr = 0; /* one line of our own for an unknown option or a missing value */
     while (rc == 0 && (c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {

@@ -23,6 +23,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -166,6 +167,28 @@ int model_update(model *m, const options *o, float denom)
     }
     published_busy = 0;
     return rc;
+}
+
+int model_flip_bit(model *m, int bit, size_t *index, float *before, float *after)
+{
+    int rc = state_read(m, 0); /* the parameters as they are where they live */
+    if (rc != 0) return rc;
+    size_t i = m->n / 3;
+    while (i < m->n && !(fabsf(m->params[i]) >= 1e-3f)) i++;
+    if (i == m->n) return FTRT_EINVAL;
+    uint32_t u;
+    memcpy(&u, &m->params[i], sizeof u);
+    u ^= (uint32_t)1 << bit;
+    float v;
+    memcpy(&v, &u, sizeof v);
+    *index = i;
+    *before = m->params[i];
+    *after = v;
+    if (!m->dev) {
+        m->params[i] = v; /* host mode: the host copy is the state */
+        return 0;
+    }
+    return m->dev->write(m->dparams + i, &v, sizeof v); /* the device copy only */
 }
 
 /* Allocates the model and writes every page (initial weights, zero momentum), so that a hot

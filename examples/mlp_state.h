@@ -57,6 +57,13 @@ typedef struct model {
 int model_alloc(model *m, const options *o);
 void model_free(model *m);
 
+/* Test hook (--flip-rank/--flip-at-step): flips bit `bit` (0 = lowest) of one parameter, the
+ * first at or after index n/3 with |w| >= 1e-3, where the state lives: in device memory only
+ * (a 4-byte write through the device's copy; the host copy is overwritten by the next read),
+ * or the host copy in host mode. Sets *index, *before and *after. Returns 0 or an ftrt code
+ * (FTRT_EINVAL: no such weight). */
+int model_flip_bit(model *m, int bit, size_t *index, float *before, float *after);
+
 /* --device sim or cuda: copies the parameters (and, with mom, the momentum) from the device
  * into the host copies. Returns 0 or an ftrt code; nothing to do in host mode. */
 int state_read(model *m, int mom);

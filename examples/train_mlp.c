@@ -253,6 +253,22 @@ static int test_knobs(ftrt_ctx *ctx, options *o, int rank, int64_t step)
     return 0;
 }
 
+/* --flip-rank/--flip-at-step, after the update of `step`: silent data corruption from inside
+ * the process (bit 20 of one weight, where the parameters live), said on stderr. Returns 0 or
+ * 1 (fatal, said on stderr). */
+static int flip_bit(ftrt_ctx *ctx, model *m, int64_t step)
+{
+    size_t i;
+    float before, after;
+    int rc = model_flip_bit(m, 20, &i, &before, &after);
+    if (rc != 0) return fatal(ctx, "--flip-at-step", step, rc);
+    fprintf(stderr, "train_mlp: logical rank %d flipped bit 20 of parameter %zu (%g -> %g) in "
+                    "its %s memory after step %" PRId64 " (--flip-rank/--flip-at-step)\n",
+            ftrt_rank(ctx), i, (double)before, (double)after, m->dev ? m->dev->name : "host",
+            step);
+    return 0;
+}
+
 /* Every --ckpt-every steps, after step `step`: an asynchronous checkpoint. Returns 0 (taken,
  * or failed with -errno: the previous committed one stays and training goes on, with a
  * warning), FTRT_ERECOVER, or 1 (fatal, said on stderr). */
@@ -306,6 +322,9 @@ static int train_step(ftrt_ctx *ctx, options *o, model *m, const digits *train, 
     ftrt_checkpoint_wait_snapshot(ctx);
     rc = model_update(m, o, denom);
     if (rc < 0) return fatal(ctx, "the update's device read/write", *step, rc);
+    if (rank == o->flip_rank && *step == o->flip_step && ftrt_epoch(ctx) == 0 &&
+        flip_bit(ctx, m, *step) != 0)
+        return 1;
     *last_loss = grad[n] / denom;
     published_steps = *step + 1; /* before ftrt_step_done, which may fingerprint the state */
     rc = ftrt_step_done(ctx, *step);

@@ -25,6 +25,12 @@ Cases (each compares the final parameters with a fault-free run's, byte for byte
               memory, copied through the device backend); logical rank 0 holds at step 67, a
               trainer SIGKILLed there: its shard comes from its partner's memory, resume at
               the last replica (65, not the checkpoint at 60), rework 2 steps (<= K + 1)
+  flip        silent data corruption in device memory: logical rank 1 flips one bit of one
+              weight of its device parameters after its update of step 70 (train_mlp
+              --flip-rank/--flip-at-step, from inside the process: an injector outside cannot
+              reach CUDA memory); fingerprints every 4 steps, checkpoints every 2 (4 kept): the
+              majority of 3 names that rank within 4 steps, the spare replaces it, every member
+              reloads the newest checkpoint before the last agreement into device memory
 (The images are host memory whatever the regions' location, so a corrupted image is refused
 before use by the same check as mpi.replica_corrupt's; not repeated here, to keep CI short.)
 Exit 0 = pass, 1 = fail, 77 = skipped. Jobs, waits and kills: tests/harness/ftrt_harness.py.
@@ -203,6 +209,42 @@ def case_replica(args):
           f"rework {HOLD - REPLICA_AT} steps <= K + 1 (got {f['rework_steps']})")
     check("from the partner replicas in memory" in job.out and "reload checkpoint" not in job.out,
           "the log shows the in-memory restore and no checkpoint reload")
+    expect_identical(job, args)
+
+
+FLIP_RANK, FLIP_AT = 1, 70  # steps done when the flip lands: FLIP_AT + 1
+
+
+@h.case(CASES, fixture="required", timeout_s=120)
+def case_flip(args):
+    need_reference(args)
+    job = job_of(args, "flip", np_=5, spares=1,
+                 extra=["--ckpt-every", "2", "--flip-rank", str(FLIP_RANK), "--flip-at-step",
+                        str(FLIP_AT)],
+                 env={"FTRT_SDC_EVERY": "4", "FTRT_CKPT_KEEP": "4"}).start()
+    rc = job.wait(90)
+    check(rc == 0, f"job survives the corruption and exits 0 (got {rc})")
+    m = re.search(r"logical rank (\d+) flipped bit 20 of parameter \d+ \((\S+) -> (\S+)\) in its "
+                  r"(\w+) memory after step (\d+)", job.out)
+    check(m and int(m.group(1)) == FLIP_RANK and m.group(4) == args.device
+          and int(m.group(5)) == FLIP_AT,
+          f"logical rank {FLIP_RANK} flipped a bit in its {args.device} memory after step "
+          f"{FLIP_AT} ({m.group(0) if m else 'no such line'})")
+    rep = job.load_report()
+    sdc = [f for f in rep["failures"] if f["kind"] == "silent_data_corruption"]
+    check(len(rep["failures"]) == 1 and len(sdc) == 1,
+          f"one failure, silent data corruption ({[f['kind'] for f in rep['failures']]})")
+    f, d = sdc[0], sdc[0]["sdc"]
+    check(f["logical_rank"] == FLIP_RANK and d["majority"],
+          f"the majority names logical rank {FLIP_RANK} (w{f['world_rank']})")
+    late = d["step_detected"] - (FLIP_AT + 1)
+    check(0 <= late <= 4, f"detected at step {d['step_detected']}, within FTRT_SDC_EVERY=4 steps "
+                          f"of the flip (after {FLIP_AT + 1} steps)")
+    check(f["recovered"] and f["spare_world_rank"] == 4 and
+          d["rollback_checkpoint_step"] is not None and
+          d["rollback_checkpoint_step"] <= d["last_agreed_step"],
+          f"fenced and replaced by the spare; every member reloaded checkpoint step "
+          f"{d['rollback_checkpoint_step']} (last agreement at step {d['last_agreed_step']})")
     expect_identical(job, args)
 
 
