@@ -9,6 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Where the state (parameters and momentum) lives: --device host, sim or cuda. */
+enum mlp_device { MLP_DEVICE_HOST, MLP_DEVICE_SIM, MLP_DEVICE_CUDA };
+
 typedef struct options {
     int64_t steps;       /* total optimizer steps */
     size_t batch;        /* minibatch per logical rank */
@@ -27,15 +30,18 @@ typedef struct options {
     int64_t hold_ms;
     int64_t slow_rank;   /* straggler injection: this logical rank computes slow_ms longer */
     int64_t slow_ms;
+    int64_t flip_rank;   /* silent data corruption: this logical rank flips a bit of its */
+    int64_t flip_step;   /* parameters after its update of flip_step, in epoch 0 (-1 = off) */
     const char *ckpt_dir;   /* NULL = ftrt's default (FTRT_CKPT_DIR or "ftrt-ckpt") */
     const char *report;     /* NULL = ftrt's default (FTRT_REPORT) */
     const char *params_out; /* NULL = do not write */
-    const char *data;       /* data set path */
+    const char *data;       /* data set path (--data, else $DIGITS_DATA, else Debian's) */
     const char *step_log;   /* append "<logical rank> <step> <epoch>" per completed step */
     const char *publish;    /* test hook: write "<pid> <params address> <bytes> <steps address>"
                                to <publish>.w<world rank> (tools/ftrt-chaos flip-bit) */
     int sharded_momentum;   /* register the momentum buffer SHARDED (recovery from checkpoint) */
-    int device_sim;         /* --device sim: state in the simulated device's memory */
+    enum mlp_device device; /* --device: host, the simulated device's memory, or CUDA memory */
+    int check_device;       /* --check-device: report the GPU (exit 0) or why none (77) */
 } options;
 
 /* Parses argv into *o (defaults first). Returns 0 (run), 1 (--help printed on stdout: exit 0)

@@ -172,7 +172,7 @@ static int recover_until_done(ftrt_ctx *ctx, int64_t *step)
 static int join_training(ftrt_ctx *ctx, const options *o, model *m, int64_t *step)
 {
     const size_t n = m->n;
-    /* The state ftrt keeps: the device copies with --device sim. */
+    /* The state ftrt keeps: the device copies with --device sim or cuda. */
     const unsigned loc = m->dparams ? FTRT_REGION_DEVICE : 0;
     int rc = ftrt_register(ctx, "params", m->dparams ? (void *)m->dparams : m->params,
                            n * sizeof *m->params, FTRT_REGION_REPLICATED | loc);
@@ -253,6 +253,22 @@ static int test_knobs(ftrt_ctx *ctx, options *o, int rank, int64_t step)
     return 0;
 }
 
+/* --flip-rank/--flip-at-step, after the update of `step`: silent data corruption from inside
+ * the process (bit 20 of one weight, where the parameters live), said on stderr. Returns 0 or
+ * 1 (fatal, said on stderr). */
+static int flip_bit(ftrt_ctx *ctx, model *m, int64_t step)
+{
+    size_t i;
+    float before, after;
+    int rc = model_flip_bit(m, 20, &i, &before, &after);
+    if (rc != 0) return fatal(ctx, "--flip-at-step", step, rc);
+    fprintf(stderr, "train_mlp: logical rank %d flipped bit 20 of parameter %zu (%g -> %g) in "
+                    "its %s memory after step %" PRId64 " (--flip-rank/--flip-at-step)\n",
+            ftrt_rank(ctx), i, (double)before, (double)after, m->dev ? m->dev->name : "host",
+            step);
+    return 0;
+}
+
 /* Every --ckpt-every steps, after step `step`: an asynchronous checkpoint. Returns 0 (taken,
  * or failed with -errno: the previous committed one stays and training goes on, with a
  * warning), FTRT_ERECOVER, or 1 (fatal, said on stderr). */
@@ -291,8 +307,8 @@ static int train_step(ftrt_ctx *ctx, options *o, model *m, const digits *train, 
     if (rank < 0 || size <= 0)
         return fatal(ctx, "ftrt_rank/ftrt_size", *step, rank < 0 ? rank : size);
     minibatch_indices(o->seed, *step, rank, train->n, m->idx, o->batch);
-    int rc = state_read(m, 0); /* --device sim: this step's parameters from the device */
-    if (rc < 0) return fatal(ctx, "ftrt_sim_read", *step, rc);
+    int rc = state_read(m, 0); /* --device sim/cuda: this step's parameters from the device */
+    if (rc < 0) return fatal(ctx, "the device read of the parameters", *step, rc);
     grad[n] = mlp_grad_sum(m->params, &m->w, train, m->idx, o->batch, grad);
     if (test_knobs(ctx, o, rank, *step)) return 1;
 
@@ -305,7 +321,10 @@ static int train_step(ftrt_ctx *ctx, options *o, model *m, const digits *train, 
      * step's gradients were computed; the update must wait until that copy is done. */
     ftrt_checkpoint_wait_snapshot(ctx);
     rc = model_update(m, o, denom);
-    if (rc < 0) return fatal(ctx, "the update's ftrt_sim_read/ftrt_sim_write", *step, rc);
+    if (rc < 0) return fatal(ctx, "the update's device read/write", *step, rc);
+    if (rank == o->flip_rank && *step == o->flip_step && ftrt_epoch(ctx) == 0 &&
+        flip_bit(ctx, m, *step) != 0)
+        return 1;
     *last_loss = grad[n] / denom;
     published_steps = *step + 1; /* before ftrt_step_done, which may fingerprint the state */
     rc = ftrt_step_done(ctx, *step);
@@ -331,7 +350,7 @@ static int finish(ftrt_ctx *ctx, const options *o, model *m, const digits *test,
 {
     if (ftrt_rank(ctx) != 0) return 0;
     int rc = state_read(m, 0);
-    if (rc < 0) return fatal(ctx, "ftrt_sim_read", step, rc);
+    if (rc < 0) return fatal(ctx, "the device read of the parameters", step, rc);
     size_t correct = mlp_correct(m->params, &m->w, test);
     if (isnan(last_loss))
         printf("final train loss: n/a (no step ran in this process)\n");
@@ -377,11 +396,33 @@ static int run_trainer(ftrt_ctx *ctx, options *o, model *m, const digits *train,
     return code;
 }
 
+/* --device cuda, before anything else: every rank checks that a GPU is usable, so that none
+ * joins a job the others leave; the ranks that may train (not world rank 0, the coordinator,
+ * which never touches CUDA) make theirs current. World rank 0 (or a process outside mpirun)
+ * says why not. Returns 0, or the exit status: 0 / 77 for --check-device (GPU usable / not),
+ * 1 when no GPU is usable. */
+static int check_cuda(const options *o, int *done)
+{
+    *done = 0;
+    if (o->device != MLP_DEVICE_CUDA) return 0;
+    const char *wr = getenv("OMPI_COMM_WORLD_RANK");
+    int coordinator = wr && strcmp(wr, "0") == 0;
+    int rc = mlp_cuda_check(o->check_device || !wr || coordinator, !coordinator);
+    if (o->check_device) {
+        *done = 1;
+        return rc == 0 ? 0 : 77;
+    }
+    *done = rc != 0;
+    return rc == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     options opt;
     int rc = parse_options(argc, argv, &opt);
     if (rc != 0) return rc > 0 ? 0 : 2;
+    int done, code = check_cuda(&opt, &done);
+    if (done) return code;
     if (check_paths(&opt) < 0) return 2;
 
     /* Load the data before joining the job, so that a missing file stops every process at
@@ -428,7 +469,6 @@ int main(int argc, char **argv)
 
     ftrt_ctx *ctx = NULL;
     rc = ftrt_init(&cfg, &ctx);
-    int code;
     if (rc == FTRT_DONE) {
         code = 0; /* the coordinator, or a spare that was never needed */
     } else if (rc != 0 && ctx) { /* the coordinator, or a spare never needed, of a failed job */
