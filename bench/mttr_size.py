@@ -45,11 +45,11 @@ def memcpy_s(mib):
     return statistics.median(t)
 
 
-def one_run(binary, mib, work):
+def one_run(binary, mib, work, batch=1):
     hid = hidden_for(mib)
     # A short sleep per step: MTTR ends when every member is back in the training loop, and a
     # survivor notices the failure at its next ftrt call, so long sleeps would inflate it.
-    args = ["--steps", "12", "--batch", "1", "--hidden", str(hid), "--seed", "3",
+    args = ["--steps", "12", "--batch", str(batch), "--hidden", str(hid), "--seed", "3",
             "--ckpt-every", "0", "--step-sleep-ms", "20"]
     job = h.train_job(work, binary, 6, args, spares=1)
     # Steps of several seconds at 1 GiB on a small machine: no progress-stall false positive.

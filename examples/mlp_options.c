@@ -40,6 +40,9 @@ static void usage(FILE *f)
           "  --report FILE      JSON report of the job (written by the coordinator)\n"
           "  --data PATH        digits CSV (gzip); default " DIGITS_DEFAULT_PATH "\n"
           "  --step-sleep-ms M  sleep M ms after each step (default 0; for fault tests)\n"
+          "  --check-every U    ftrt_check() after every U hidden units of the forward and\n"
+          "                     backward passes, so that a failure stops the step there, not at\n"
+          "                     its allreduce; 0 = never (default 1024)\n"
           "  --hang-rank R --hang-at-step S\n"
           "                     fault injection: logical rank R gets stuck in its own code at step\n"
           "                     S (first epoch only, so its replacement does not), default off\n"
@@ -137,7 +140,8 @@ enum {
     OPT_STEPS = 256, OPT_BATCH, OPT_HIDDEN, OPT_LR, OPT_MOMENTUM, OPT_SEED, OPT_CKPT_EVERY,
     OPT_CKPT_DIR, OPT_PARAMS_OUT, OPT_REPORT, OPT_DATA, OPT_SLEEP, OPT_HANG_RANK, OPT_HANG_STEP,
     OPT_SLOW_RANK, OPT_SLOW_MS, OPT_STEP_LOG, OPT_SHARDED_MOMENTUM, OPT_ERROR_RANK,
-    OPT_ERROR_STEP, OPT_HOLD_STEP, OPT_HOLD_MS, OPT_PUBLISH, OPT_DEVICE, OPT_HELP = 'h'
+    OPT_ERROR_STEP, OPT_HOLD_STEP, OPT_HOLD_MS, OPT_PUBLISH, OPT_DEVICE, OPT_CHECK_EVERY,
+    OPT_HELP = 'h'
 };
 
 /* Returns 0 (run), 1 (--help printed: exit 0) or -1 (message printed: exit 2). */
@@ -168,6 +172,7 @@ int parse_options(int argc, char **argv, options *o)
         {"hold-ms", required_argument, NULL, OPT_HOLD_MS},
         {"publish-addr", required_argument, NULL, OPT_PUBLISH},
         {"device", required_argument, NULL, OPT_DEVICE},
+        {"check-every", required_argument, NULL, OPT_CHECK_EVERY},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -175,7 +180,8 @@ int parse_options(int argc, char **argv, options *o)
     const size_t report_cap = sizeof(((ftrt_config *)0)->report_file);
     *o = (options){.steps = 300, .batch = 32, .hidden = 64, .lr = 0.05f, .momentum = 0.9f,
                    .seed = 1, .ckpt_every = 50, .data = DIGITS_DEFAULT_PATH, .hang_step = -1,
-                   .hang_rank = -1, .slow_rank = -1, .error_step = -1, .error_rank = -1, .hold_ms = 1000};
+                   .hang_rank = -1, .slow_rank = -1, .error_step = -1, .error_rank = -1, .hold_ms = 1000,
+                   .check_every = 1024};
     int c, rc = 0;
     opterr = 0; /* one line of our own for an unknown option or a missing value */
     while (rc == 0 && (c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
@@ -198,6 +204,9 @@ int parse_options(int argc, char **argv, options *o)
         case OPT_PARAMS_OUT: rc = parse_path("params-out", optarg, 4096, &o->params_out); break;
         case OPT_DATA: rc = parse_path("data", optarg, 4096, &o->data); break;
         case OPT_SLEEP: rc = parse_i64("step-sleep-ms", optarg, 0, 3600000, &o->sleep_ms); break;
+        case OPT_CHECK_EVERY:
+            rc = parse_i64("check-every", optarg, 0, HIDDEN_MAX, &o->check_every);
+            break;
         case OPT_HANG_RANK: rc = parse_i64("hang-rank", optarg, 0, 1 << 20, &o->hang_rank); break;
         case OPT_HANG_STEP:
             rc = parse_i64("hang-at-step", optarg, 0, INT64_MAX / 2, &o->hang_step);

@@ -18,6 +18,7 @@ typedef struct options {
     uint64_t seed;       /* initial weights and minibatch sampling */
     int64_t ckpt_every;  /* steps between checkpoints; 0 = never */
     int64_t sleep_ms;    /* sleep after each step */
+    int64_t check_every; /* ftrt_check() every this many hidden units of a pass; 0 = never */
     int64_t hang_step;   /* fault injection: logical rank hang_rank spins in its own code... */
     int64_t hang_rank;   /* ...from step hang_step on, in epoch 0 only (-1 = off) */
     int64_t error_step;  /* fault injection: logical rank error_rank stops at error_step with an */

@@ -294,6 +294,8 @@ static int train_step(ftrt_ctx *ctx, options *o, model *m, const digits *train, 
     int rc = state_read(m, 0); /* --device sim: this step's parameters from the device */
     if (rc < 0) return fatal(ctx, "ftrt_sim_read", *step, rc);
     grad[n] = mlp_grad_sum(m->params, &m->w, train, m->idx, o->batch, grad);
+    if (m->w.stopped == FTRT_ERECOVER) return FTRT_ERECOVER; /* a rank failed mid-pass */
+    if (m->w.stopped) return fatal(ctx, "ftrt_check", *step, m->w.stopped);
     if (test_knobs(ctx, o, rank, *step)) return 1;
 
     rc = ftrt_allreduce(ctx, grad, n + 1, FTRT_FLOAT32, FTRT_SUM);
@@ -350,6 +352,9 @@ static int finish(ftrt_ctx *ctx, const options *o, model *m, const digits *test,
 }
 
 /* A trainer's (or a promoted spare's) whole part of the job. Returns its exit status. */
+/* mlp_work's poll: whether the step may go on (ftrt_check: 0, FTRT_ERECOVER or the job's end). */
+static int poll_ftrt(void *ctx) { return ftrt_check(ctx); }
+
 static int run_trainer(ftrt_ctx *ctx, options *o, model *m, const digits *train,
                        const digits *test)
 {
@@ -357,6 +362,9 @@ static int run_trainer(ftrt_ctx *ctx, options *o, model *m, const digits *train,
         fprintf(stderr, "train_mlp: no model memory on this rank\n");
         return 1;
     }
+    m->w.poll = poll_ftrt; /* a failure stops the passes within --check-every hidden units */
+    m->w.poll_arg = ctx;
+    m->w.poll_units = (size_t)o->check_every;
     int64_t step = 0;
     int code = join_training(ctx, o, m, &step);
     if (!code) code = describe_job(ctx, o, m->n, train, test, step);

@@ -91,6 +91,8 @@ typedef struct ftrt__crank {
     int64_t own_step, held_step; /* REPORT: in-memory images held (runtime/replica.c), -1 none */
     int32_t held_of;
     int resumed_epoch;
+    ftrt__resumed_msg resumed; /* its RESUMED of resumed_epoch: the phases it timed */
+    double resumed_t;          /* monotonic: that RESUMED's arrival */
     int said_bye;
     ftrt__bye bye;
     /* ledger (LEDGER messages): intervals received, latest totals and open interval */
@@ -118,6 +120,12 @@ typedef struct ftrt__incident {
     double t_detect, t_detect_wall, t_last_heard, t_resumed; /* monotonic, except _wall */
     double t_fail_wall;   /* best known failure time: fault log, EOF, or last message heard */
     double t_plan_wall;   /* recovery plan sent */
+    /* MTTR's phases (report.c): the last REPORT (every survivor at the recovery point) and the
+     * PLAN sent (monotonic), and the RESUMED of the member that resumed last (world rank
+     * phase_w), which timed its rebuild, transfer and span since the PLAN's arrival. */
+    double t_ready, t_plan;
+    ftrt__resumed_msg phase;
+    int phase_w;
     int64_t steps_at_failure; /* the most steps any rank had done (heartbeats/reports) */
     int64_t resume_step, rework_steps;
     int state_from; /* where the resume step's state came from: FTRT__FROM_* */
@@ -208,6 +216,7 @@ typedef struct ftrt__coord {
     int hb_ms;                 /* the heartbeat period the WELCOME asks for */
     ftrt__plan_msg *plan_delta, *plan_full; /* the current epoch's PLANs (until resumed) */
     size_t plan_delta_len, plan_full_len;
+    double plan_t_ready, plan_t_sent; /* monotonic: the current epoch's last REPORT, PLAN out */
     ftrt__ckpt_msg last_commit; /* the newest COMMIT sent (step -1: none) */
     int nhello;                /* ranks that said a valid hello */
     int nfailed;               /* ranks declared failed (role FTRT__ROLE_FAILED) */

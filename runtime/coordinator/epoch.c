@@ -224,6 +224,7 @@ static int plan_send(ftrt__coord *c, const plan_in *in)
 
 static void send_plan(ftrt__coord *c)
 {
+    double t_ready = ftrt__now();
     plan_in in = {0};
     if (plan_gather(c, &in)) {
         ftrt__job_abort(c, -ENOMEM, "out of memory building the recovery plan");
@@ -242,6 +243,8 @@ static void send_plan(ftrt__coord *c)
         ftrt__job_abort(c, -ENOMEM, "out of memory building the recovery plan");
         goto out;
     }
+    c->plan_t_ready = t_ready;
+    c->plan_t_sent = ftrt__now();
     ftrt_log_info("epoch %d plan: resume at step %lld, state from logical rank %d%s", c->epoch,
                   (long long)in.resume, in.source,
                   in.ckpt >= 0       ? " (checkpoint)"
@@ -269,11 +272,19 @@ int ftrt__epoch_check_resumed(ftrt__coord *c)
     for (int l = 0; l < c->N; l++)
         if (c->r[c->members[l]].resumed_epoch != c->epoch) return 0;
     double now = ftrt__now();
-    for (int i = 0; i < c->ninc; i++)
-        if (!c->inc[i].recovered && c->inc[i].resume_step >= 0) {
-            c->inc[i].recovered = 1;
-            c->inc[i].t_resumed = now;
-        }
+    int last = c->members[0]; /* the member that resumed last: the end of the critical path */
+    for (int l = 1; l < c->N; l++)
+        if (c->r[c->members[l]].resumed_t > c->r[last].resumed_t) last = c->members[l];
+    for (int i = 0; i < c->ninc; i++) {
+        ftrt__incident *x = &c->inc[i];
+        if (x->recovered || x->resume_step < 0) continue;
+        x->recovered = 1;
+        x->t_resumed = now;
+        x->t_ready = c->plan_t_ready;
+        x->t_plan = c->plan_t_sent;
+        x->phase = c->r[last].resumed;
+        x->phase_w = last;
+    }
     c->npromoting = 0;
     for (int l = 0; l < c->N; l++) {
         ftrt__crank *r = &c->r[c->members[l]];

@@ -90,10 +90,14 @@ static void take_report(ftrt__coord *c, ftrt__crank *r, const ftrt__report *rep)
     if (c->nreports + c->npromoting >= c->N) ftrt__epoch_check_reports(c);
 }
 
-static void take_resumed(ftrt__coord *c, ftrt__crank *r, const ftrt__epoch_msg *em)
+static void take_resumed(ftrt__coord *c, ftrt__crank *r, const ftrt__resumed_msg *em)
 {
     if (em->epoch != c->epoch) return;
     if (r->resumed_epoch != em->epoch && r->role == FTRT__ROLE_TRAINER) c->nresumed++;
+    if (r->resumed_epoch != em->epoch) { /* (a repeat after a lost host agent keeps the first) */
+        r->resumed = *em;
+        r->resumed_t = ftrt__now();
+    }
     r->resumed_epoch = em->epoch;
     /* then the fingerprints of the new epoch that arrived before the last RESUMED */
     if (c->nresumed >= c->N && ftrt__epoch_check_resumed(c)) ftrt__sdc_vote_all(c);
@@ -147,7 +151,7 @@ static int handle(ftrt__coord *c, int w, const ftrt__msghdr *h, const void *payl
     union {
         ftrt__heartbeat hb;
         ftrt__report rep;
-        ftrt__epoch_msg em;
+        ftrt__resumed_msg em;
         ftrt__ckpt_msg cm;
         ftrt__bye bye;
         ftrt__fingerprint_msg fpm;
