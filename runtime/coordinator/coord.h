@@ -74,6 +74,8 @@ typedef struct ftrt__crank {
     double orphan_until; /* > 0: its host agent was lost; it may come back until then */
     double lost_t;       /* monotonic: when its host agent was lost (0: never) */
     int orphan_kind;     /* the failure kind if it does not */
+    double suspect_until; /* monotonic: its host agent was lost; until then the recovery plan
+                             waits for it to die with its host too (epoch.c) */
     int64_t steps_done;
     int64_t waits;      /* collective waits entered (heartbeat) */
     double compute_s;   /* time outside collective waits (heartbeat) */
@@ -217,6 +219,7 @@ typedef struct ftrt__coord {
     ftrt__plan_msg *plan_delta, *plan_full; /* the current epoch's PLANs (until resumed) */
     size_t plan_delta_len, plan_full_len;
     double plan_t_ready, plan_t_sent; /* monotonic: the current epoch's last REPORT, PLAN out */
+    double plan_hold_until; /* monotonic: the latest suspect_until of any rank (0: none) */
     ftrt__ckpt_msg last_commit; /* the newest COMMIT sent (step -1: none) */
     int nhello;                /* ranks that said a valid hello */
     int nfailed;               /* ranks declared failed (role FTRT__ROLE_FAILED) */
@@ -328,7 +331,9 @@ void ftrt__epoch_open(ftrt__coord *c, double t_fail_wall);
  * lost before it said RESUMED). */
 void ftrt__epoch_resend_plan(ftrt__coord *c, int w);
 /* In PH_COLLECT: once every surviving member reported for this epoch, the PLAN goes out
- * (PH_RESUMING), or the job aborts when no plan exists. O(N). */
+ * (PH_RESUMING), or the job aborts when no plan exists; unless a member of a host whose agent
+ * was lost is still within its grace (suspect_until): the plan then waits for the grace's end
+ * (coordinator.c calls again) or for that member's failure, which joins this epoch. O(N). */
 void ftrt__epoch_check_reports(ftrt__coord *c);
 /* In PH_RESUMING: once every member said RESUMED, the incidents are recovered and the job runs
  * again (PH_RUNNING). Returns 1 when it did (the caller then compares the fingerprints that

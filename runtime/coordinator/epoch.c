@@ -256,6 +256,23 @@ out:
     plan_in_free(&in);
 }
 
+/* 1 while a member whose host agent was lost is within the grace: it came back on its own
+ * connection, but its host may be going down process by process (a host whose processes are
+ * killed one by one, or die at different moments); once the PLAN is out, its death could only
+ * abort the recovery (the members build the new communicator with it), so the plan waits for
+ * it to fail and join this epoch, or for the grace to end. */
+static int plan_held(const ftrt__coord *c)
+{
+    if (c->plan_hold_until <= 0) return 0;
+    double now = ftrt__now();
+    if (now >= c->plan_hold_until) return 0;
+    for (int l = 0; l < c->N; l++) {
+        const ftrt__crank *r = &c->r[c->members[l]];
+        if (!r->promoting && r->suspect_until > now) return 1;
+    }
+    return 0;
+}
+
 void ftrt__epoch_check_reports(ftrt__coord *c)
 {
     if (c->phase != PH_COLLECT) return;
@@ -263,6 +280,7 @@ void ftrt__epoch_check_reports(ftrt__coord *c)
         ftrt__crank *r = &c->r[c->members[l]];
         if (!r->promoting && r->reported_epoch != c->epoch) return;
     }
+    if (plan_held(c)) return;
     send_plan(c);
 }
 
