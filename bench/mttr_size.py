@@ -60,8 +60,11 @@ def one_run(binary, mib, work, batch=1, extra=()):
     args = ["--steps", "12", "--batch", str(batch), "--hidden", str(hid), "--seed", "3",
             "--ckpt-every", "0", "--step-sleep-ms", "20"] + list(extra)
     job = h.train_job(work, binary, 6, args, spares=1)
-    # Steps of several seconds at 1 GiB on a small machine: no progress-stall false positive.
+    # Steps of several seconds at 1 GiB on a small machine: no progress-stall false positive;
+    # and no rank declared silent when a loaded machine starves it for a second (a kill is
+    # detected by its connection's loss, whatever this timeout).
     job.env["FTRT_PROGRESS_TIMEOUT_MS"] = "120000"
+    job.env["FTRT_HEARTBEAT_TIMEOUT_MS"] = "10000"
     job.start()
     victim = job.wait_trainer(2, 3, timeout=900)
     job.inject(signal.SIGKILL, victim, "sigkill")
