@@ -122,7 +122,8 @@ def main():
         for n, _, _ in bins:
             mttr = [f["mttr_s"] for f in got[n]]
             m = statistics.median(mttr)
-            row[n] = {"mttr_s": mttr, "median_s": m, "phases_ms": [f.get("phases_ms") for f in got[n]]}
+            row[n] = {"mttr_s": mttr, "median_s": m,
+                      "phases_ms": [f.get("phases_ms") for f in got[n]]}
             line += f" {m * 1e3:13.1f} {m / mc:11.1f}"
         rows.append(row)
         print(line, flush=True)

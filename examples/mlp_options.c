@@ -180,8 +180,8 @@ int parse_options(int argc, char **argv, options *o)
     const size_t report_cap = sizeof(((ftrt_config *)0)->report_file);
     *o = (options){.steps = 300, .batch = 32, .hidden = 64, .lr = 0.05f, .momentum = 0.9f,
                    .seed = 1, .ckpt_every = 50, .data = DIGITS_DEFAULT_PATH, .hang_step = -1,
-                   .hang_rank = -1, .slow_rank = -1, .error_step = -1, .error_rank = -1, .hold_ms = 1000,
-                   .check_every = 1024};
+                   .hang_rank = -1, .slow_rank = -1, .error_step = -1, .error_rank = -1,
+                   .hold_ms = 1000, .check_every = 1024};
     int c, rc = 0;
     opterr = 0; /* one line of our own for an unknown option or a missing value */
     while (rc == 0 && (c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
