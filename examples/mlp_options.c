@@ -53,6 +53,11 @@ static void usage(FILE *f)
           "                     timing knob (repeatable, up to 8): logical rank 0 sleeps M ms (1000)\n"
           "                     the first time it reaches step S, so that a fault injected then\n"
           "                     lands between checkpoints\n"
+          "  --die-rank R --die-at-step S\n"
+          "                     fault injection: logical rank R SIGKILLs itself inside its forward\n"
+          "                     pass at step S (first epoch only), at its 8th ftrt_check; every\n"
+          "                     trainer's checks at step S sleep 2 ms, so that the others are in\n"
+          "                     their passes when they learn of it (needs --check-every <= H/8)\n"
           "  --slow-rank R --slow-ms M\n"
           "                     straggler injection: logical rank R computes M ms longer per step\n"
           "  --step-log FILE    append \"<logical rank> <step> <epoch>\" for every completed step\n"
@@ -140,7 +145,7 @@ enum {
     OPT_STEPS = 256, OPT_BATCH, OPT_HIDDEN, OPT_LR, OPT_MOMENTUM, OPT_SEED, OPT_CKPT_EVERY,
     OPT_CKPT_DIR, OPT_PARAMS_OUT, OPT_REPORT, OPT_DATA, OPT_SLEEP, OPT_HANG_RANK, OPT_HANG_STEP,
     OPT_SLOW_RANK, OPT_SLOW_MS, OPT_STEP_LOG, OPT_SHARDED_MOMENTUM, OPT_ERROR_RANK,
-    OPT_ERROR_STEP, OPT_HOLD_STEP, OPT_HOLD_MS, OPT_PUBLISH, OPT_DEVICE, OPT_CHECK_EVERY,
+    OPT_ERROR_STEP, OPT_HOLD_STEP, OPT_HOLD_MS, OPT_PUBLISH, OPT_DEVICE, OPT_CHECK_EVERY, OPT_DIE_RANK, OPT_DIE_STEP,
     OPT_HELP = 'h'
 };
 
@@ -173,6 +178,8 @@ int parse_options(int argc, char **argv, options *o)
         {"publish-addr", required_argument, NULL, OPT_PUBLISH},
         {"device", required_argument, NULL, OPT_DEVICE},
         {"check-every", required_argument, NULL, OPT_CHECK_EVERY},
+        {"die-rank", required_argument, NULL, OPT_DIE_RANK},
+        {"die-at-step", required_argument, NULL, OPT_DIE_STEP},
         {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -181,7 +188,7 @@ int parse_options(int argc, char **argv, options *o)
     *o = (options){.steps = 300, .batch = 32, .hidden = 64, .lr = 0.05f, .momentum = 0.9f,
                    .seed = 1, .ckpt_every = 50, .data = DIGITS_DEFAULT_PATH, .hang_step = -1,
                    .hang_rank = -1, .slow_rank = -1, .error_step = -1, .error_rank = -1,
-                   .hold_ms = 1000, .check_every = 1024};
+                   .hold_ms = 1000, .check_every = 1024, .die_step = -1, .die_rank = -1};
     int c, rc = 0;
     opterr = 0; /* one line of our own for an unknown option or a missing value */
     while (rc == 0 && (c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
@@ -204,6 +211,10 @@ int parse_options(int argc, char **argv, options *o)
         case OPT_PARAMS_OUT: rc = parse_path("params-out", optarg, 4096, &o->params_out); break;
         case OPT_DATA: rc = parse_path("data", optarg, 4096, &o->data); break;
         case OPT_SLEEP: rc = parse_i64("step-sleep-ms", optarg, 0, 3600000, &o->sleep_ms); break;
+        case OPT_DIE_RANK: rc = parse_i64("die-rank", optarg, 0, 1 << 20, &o->die_rank); break;
+        case OPT_DIE_STEP:
+            rc = parse_i64("die-at-step", optarg, 0, INT64_MAX / 2, &o->die_step);
+            break;
         case OPT_CHECK_EVERY:
             rc = parse_i64("check-every", optarg, 0, HIDDEN_MAX, &o->check_every);
             break;

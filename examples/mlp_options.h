@@ -23,6 +23,8 @@ typedef struct options {
     int64_t hang_rank;   /* ...from step hang_step on, in epoch 0 only (-1 = off) */
     int64_t error_step;  /* fault injection: logical rank error_rank stops at error_step with an */
     int64_t error_rank;  /* application error (ftrt_set_exit_code), -1 = off */
+    int64_t die_step;    /* fault injection: logical rank die_rank SIGKILLs itself inside its */
+    int64_t die_rank;    /* forward pass at die_step, epoch 0 only (-1 = off) */
     int64_t hold_step[8]; /* timing knob: logical rank 0 sleeps hold_ms the first time it */
     int nhold;            /* reaches each of these steps (a fault lands mid-interval) */
     int64_t hold_ms;

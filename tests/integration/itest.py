@@ -19,6 +19,9 @@ Cases:
               the job with FTRT_EMPI; under 4.1 they wait in the collective; byte-identical;
               the survivors also wait 300 ms after the PLAN (FTRT_DEBUG_RECOVERY_DELAY_MS):
               the report's MTTR phases put each wait in its place and add up to MTTR
+  midstep     a trainer SIGKILLs itself inside its forward pass while the others are in
+              theirs (train_mlp --die-rank/--die-at-step, --check-every 1): each survivor stops
+              mid-pass at its next ftrt_check; MTTR phases add up; byte-identical
   hang        SIGSTOP a trainer: declared failed by heartbeat timeout, fenced, replaced; result
               byte-identical
   relaunch    kill the whole job after a committed checkpoint, relaunch: it resumes from the
@@ -186,6 +189,31 @@ def case_latekill(args):
     after = ph["rebuild"] + ph["transfer"] + ph["resume"]
     check(after >= delay_ms / 1e3,
           f"the wait after the PLAN is in the members' phases ({after * 1e3:.0f} ms)")
+    expect_identical(job, args)
+
+
+@h.case(CASES, fixture="required")
+def case_midstep(args):
+    """A trainer dies inside its forward pass (train_mlp --die-rank 2 --die-at-step 60: at its
+    8th ftrt_check of step 60) while the others are in theirs (their checks of that step sleep
+    2 ms each, 64 hidden units x 2 passes: ~250 ms of pass left): each survivor stops its step
+    mid-pass at its next check (--check-every 1), not at the step's allreduce; the phases add
+    up, and the result is byte-identical."""
+    need_reference(args)
+    targs = h.MLP_ARGS + ["--check-every", "1", "--die-rank", "2", "--die-at-step", "60"]
+    job = h.train_job(os.path.join(args.work, "midstep"), args.bin, 6, targs).start()
+    rc = job.wait(180)
+    check(rc == 0, f"job survives the death mid-pass and exits 0 (got {rc})")
+    stopped = job.out.count("stopped step 60 mid-pass (ftrt_check: a rank failed)")
+    check(stopped == 3, f"each of the 3 survivors stopped step 60 mid-pass ({stopped})")
+    rep = job.load_report()
+    f = rep["failures"]
+    check(len(f) == 1 and f[0]["kind"] == "connection_lost" and f[0]["recovered"] and
+          f[0]["logical_rank"] == 2 and f[0]["resume_step"] == 60,
+          "one failure (logical rank 2, connection lost), recovered, resumed at step 60")
+    ph = check_phases(f[0])
+    print(f"  measured: survivors at the recovery point {ph['reach'] * 1e3:.1f} ms after the "
+          f"detection, MTTR {f[0]['mttr_s'] * 1e3:.1f} ms", flush=True)
     expect_identical(job, args)
 
 
