@@ -348,6 +348,10 @@ ftrt__incident *ftrt__incident_add(ftrt__coord *c, int w, int kind);
  * its host checked for loss; a trainer is replaced by a hot spare in a new epoch (or joins the
  * announced one), or the job aborts (no spare, during init or a plan being applied). */
 void ftrt__fail(ftrt__coord *c, int w, int kind);
+/* World rank w's host agent was lost (or it came back on its own connection before the
+ * coordinator saw that loss): until `until` (monotonic; <= 0: the orphan grace from now) a
+ * recovery plan waits for it to die with its host (epoch.c). */
+void ftrt__host_suspect(ftrt__coord *c, int w, double until);
 /* Host agent h is lost (kind: FK_CONNECTION_LOST on EOF, FK_HEARTBEAT_TIMEOUT on silence,
  * FK_PROTOCOL): the process it lived in is declared failed, and every other rank it served
  * becomes an orphan that may come back on its own connection within the orphan grace; ranks
@@ -380,7 +384,8 @@ void ftrt__service(ftrt__coord *c, int w);
  * the host agent (ftrt__host_lost). */
 void ftrt__service_host(ftrt__coord *c, int h);
 /* World rank w came back after its host agent was lost: what it may have missed (WELCOME, the
- * epoch's FAILURE or PLAN, the newest COMMIT, the abort) is sent again. */
+ * epoch's FAILURE or PLAN, the newest COMMIT, the abort) is sent again, and it is a suspect of
+ * its host's loss for the orphan grace (ftrt__host_suspect). */
 void ftrt__rank_rejoined(ftrt__coord *c, int w);
 /* Declares failed every watched connection silent for longer than the heartbeat timeout: a
  * rank's own, or a host agent's (ftrt__host_lost); one with unread bytes is read first. */

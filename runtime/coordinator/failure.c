@@ -201,6 +201,13 @@ static double orphan_grace(const ftrt__coord *c)
     return half < 0.25 ? half : 0.25;
 }
 
+void ftrt__host_suspect(ftrt__coord *c, int w, double until)
+{
+    if (until <= 0) until = ftrt__now() + orphan_grace(c);
+    c->r[w].suspect_until = until;
+    if (until > c->plan_hold_until) c->plan_hold_until = until;
+}
+
 void ftrt__host_lost(ftrt__coord *c, int h, int kind)
 {
     ftrt__hlink *l = &c->hl[h];
@@ -221,8 +228,7 @@ void ftrt__host_lost(ftrt__coord *c, int h, int kind)
         } else if (w == l->agent_w) {
             agent = w; /* failed below, once the others are suspects */
         } else {
-            r->suspect_until = until; /* the plan waits for it (epoch.c), back or not */
-            if (until > c->plan_hold_until) c->plan_hold_until = until;
+            ftrt__host_suspect(c, w, until); /* the plan waits for it (epoch.c), back or not */
             l->nranks--;
             r->link = -1;
             r->orphan_until = until;

@@ -345,6 +345,9 @@ void ftrt__rank_rejoined(ftrt__coord *c, int w)
 {
     ftrt__crank *r = &c->r[w];
     if (c->phase == PH_INIT) return; /* its WELCOME comes with everyone's */
+    /* Its host agent was lost, perhaps with its host: the coordinator may not have read that
+     * loss yet (this rank was quicker), so the plan's wait for the host starts here too. */
+    ftrt__host_suspect(c, w, 0);
     if (c->phase == PH_ABORTING || c->phase == PH_DONE) {
         resend_abort(c, w);
         return;
