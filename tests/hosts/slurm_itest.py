@@ -45,6 +45,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -305,16 +306,14 @@ def case_nospare(args):
 def case_chaos(args):
     r3 = need_reference(args, 3)
     d = os.path.join(args.work, "slurm-chaos")
-    os.makedirs(d, exist_ok=True)
+    shutil.rmtree(d, ignore_errors=True)  # a checkpoint of an earlier run would be resumed
+    os.makedirs(d)
     plan = {"faults": [{"kind": "kill-trainer", "at_step": 30, "target": "remote"},
                        {"kind": "kill-host", "at_step": 100, "target": "covered"}]}
     with open(os.path.join(d, "plan.json"), "w") as f:
         json.dump(plan, f)
     ckpt, params, verdict = (os.path.join(d, x) for x in ("ckpt", "final.params",
                                                           "verdict.json"))
-    for p in (params, verdict):
-        if os.path.exists(p):
-            os.unlink(p)
     cmd = [sys.executable, h.FTRT_CHAOS, "--slurm", "--plan", os.path.join(d, "plan.json"),
            "--workdir", d, "--ckpt-dir", ckpt, "--report", os.path.join(d, "report.json"),
            "--reference", r3, "--params", params, "--json", verdict, "--timeout", "150",
