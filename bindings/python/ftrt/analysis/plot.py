@@ -18,7 +18,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 COLOURS = {
     "startup": "#bdbdbd", "compute": "#2ca02c", "exposed_comm": "#1f77b4",
@@ -49,7 +49,7 @@ def recovery_phases(rep: dict, t0: float) -> List[Tuple[str, float, float]]:
     return out
 
 
-def draw_phases(ax, spans: List[Tuple[str, float, float]], row: int) -> list:
+def draw_phases(ax: Any, spans: List[Tuple[str, float, float]], row: int) -> list:
     """Draws spans (recovery_phases) on row `row` of ax; returns their legend handles."""
     from matplotlib.patches import Patch
     for name, colour in PHASES.items():
