@@ -503,7 +503,11 @@ static void take(worker *k, agent *a, const ftrt__msghdr *h, const uint8_t *p, d
         a->t_wall_base = ftrt__wallclock();
         a->ledger_steps = pl.resume_step;
         a->fp_step = pl.resume_step;
+#ifdef FTRT__PROTO_RESUMED_PHASES
+        ftrt__resumed_msg em = {.epoch = pl.epoch}; /* (phases: none, a simulated rank) */
+#else
         ftrt__epoch_msg em = {.epoch = pl.epoch};
+#endif
         send_one(k, a, FTRT__MSG_RESUMED, &em, sizeof em);
         ev_note(EV_RESUMED_SENT, ftrt__now());
         break;

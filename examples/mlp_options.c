@@ -41,6 +41,9 @@ static void usage(FILE *f)
           "  --data PATH        digits CSV (gzip); default $" DIGITS_DATA_ENV " if set, else\n"
           "                     " DIGITS_DEFAULT_PATH "\n"
           "  --step-sleep-ms M  sleep M ms after each step (default 0; for fault tests)\n"
+          "  --check-every U    ftrt_check() after every U hidden units of the forward and\n"
+          "                     backward passes, so that a failure stops the step there, not at\n"
+          "                     its allreduce; 0 = never (default 1024)\n"
           "  --hang-rank R --hang-at-step S\n"
           "                     fault injection: logical rank R gets stuck in its own code at step\n"
           "                     S (first epoch only, so its replacement does not), default off\n"
@@ -51,6 +54,11 @@ static void usage(FILE *f)
           "                     timing knob (repeatable, up to 8): logical rank 0 sleeps M ms (1000)\n"
           "                     the first time it reaches step S, so that a fault injected then\n"
           "                     lands between checkpoints\n"
+          "  --die-rank R --die-at-step S\n"
+          "                     fault injection: logical rank R SIGKILLs itself inside its forward\n"
+          "                     pass at step S (first epoch only), at its 8th ftrt_check; every\n"
+          "                     trainer's checks at step S sleep 2 ms, so that the others are in\n"
+          "                     their passes when they learn of it (needs --check-every <= H/8)\n"
           "  --slow-rank R --slow-ms M\n"
           "                     straggler injection: logical rank R computes M ms longer per step\n"
           "  --step-log FILE    append \"<logical rank> <step> <epoch>\" for every completed step\n"
@@ -149,7 +157,7 @@ enum {
     OPT_CKPT_DIR, OPT_PARAMS_OUT, OPT_REPORT, OPT_DATA, OPT_SLEEP, OPT_HANG_RANK, OPT_HANG_STEP,
     OPT_SLOW_RANK, OPT_SLOW_MS, OPT_STEP_LOG, OPT_SHARDED_MOMENTUM, OPT_ERROR_RANK,
     OPT_ERROR_STEP, OPT_HOLD_STEP, OPT_HOLD_MS, OPT_PUBLISH, OPT_DEVICE, OPT_CHECK_DEVICE,
-    OPT_FLIP_RANK, OPT_FLIP_STEP,
+    OPT_FLIP_RANK, OPT_FLIP_STEP, OPT_CHECK_EVERY, OPT_DIE_RANK, OPT_DIE_STEP,
     OPT_HELP = 'h'
 };
 
@@ -179,6 +187,9 @@ static const struct option longopts[] = {
     {"publish-addr", required_argument, NULL, OPT_PUBLISH},
     {"flip-rank", required_argument, NULL, OPT_FLIP_RANK},
     {"flip-at-step", required_argument, NULL, OPT_FLIP_STEP},
+    {"check-every", required_argument, NULL, OPT_CHECK_EVERY},
+    {"die-rank", required_argument, NULL, OPT_DIE_RANK},
+    {"die-at-step", required_argument, NULL, OPT_DIE_STEP},
     {"device", required_argument, NULL, OPT_DEVICE},
     {"check-device", no_argument, NULL, OPT_CHECK_DEVICE},
     {"help", no_argument, NULL, OPT_HELP},
@@ -207,6 +218,7 @@ static int train_option(int c, const char *arg, options *o)
     case OPT_PARAMS_OUT: return parse_path("params-out", arg, 4096, &o->params_out);
     case OPT_DATA: return parse_path("data", arg, 4096, &o->data);
     case OPT_STEP_LOG: return parse_path("step-log", arg, 4096, &o->step_log);
+    case OPT_CHECK_EVERY: return parse_i64("check-every", arg, 0, HIDDEN_MAX, &o->check_every);
     case OPT_SHARDED_MOMENTUM: o->sharded_momentum = 1; return 0;
     case OPT_DEVICE:
         if (strcmp(arg, "host") == 0) o->device = MLP_DEVICE_HOST;
@@ -242,6 +254,8 @@ static int test_option(int c, const char *arg, options *o)
     case OPT_PUBLISH: return parse_path("publish-addr", arg, 4000, &o->publish);
     case OPT_FLIP_RANK: return parse_i64("flip-rank", arg, 0, 1 << 20, &o->flip_rank);
     case OPT_FLIP_STEP: return parse_i64("flip-at-step", arg, 0, INT64_MAX / 2, &o->flip_step);
+    case OPT_DIE_RANK: return parse_i64("die-rank", arg, 0, 1 << 20, &o->die_rank);
+    case OPT_DIE_STEP: return parse_i64("die-at-step", arg, 0, INT64_MAX / 2, &o->die_step);
     default: return NOT_MINE;
     }
 }
@@ -254,7 +268,8 @@ int parse_options(int argc, char **argv, options *o)
                    .seed = 1, .ckpt_every = 50,
                    .data = data && *data ? data : DIGITS_DEFAULT_PATH, .hang_step = -1,
                    .hang_rank = -1, .slow_rank = -1, .error_step = -1, .error_rank = -1,
-                   .hold_ms = 1000, .flip_rank = -1, .flip_step = -1};
+                   .hold_ms = 1000, .flip_rank = -1, .flip_step = -1, .check_every = 1024,
+                   .die_step = -1, .die_rank = -1};
     int c, rc = 0;
     opterr = 0; /* one line of our own for an unknown option or a missing value */
     while (rc == 0 && (c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {

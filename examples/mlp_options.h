@@ -21,10 +21,13 @@ typedef struct options {
     uint64_t seed;       /* initial weights and minibatch sampling */
     int64_t ckpt_every;  /* steps between checkpoints; 0 = never */
     int64_t sleep_ms;    /* sleep after each step */
+    int64_t check_every; /* ftrt_check() every this many hidden units of a pass; 0 = never */
     int64_t hang_step;   /* fault injection: logical rank hang_rank spins in its own code... */
     int64_t hang_rank;   /* ...from step hang_step on, in epoch 0 only (-1 = off) */
     int64_t error_step;  /* fault injection: logical rank error_rank stops at error_step with an */
     int64_t error_rank;  /* application error (ftrt_set_exit_code), -1 = off */
+    int64_t die_step;    /* fault injection: logical rank die_rank SIGKILLs itself inside its */
+    int64_t die_rank;    /* forward pass at die_step, epoch 0 only (-1 = off) */
     int64_t hold_step[8]; /* timing knob: logical rank 0 sleeps hold_ms the first time it */
     int nhold;            /* reaches each of these steps (a fault lands mid-interval) */
     int64_t hold_ms;

@@ -29,6 +29,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -294,6 +295,28 @@ static int checkpoint_after(ftrt_ctx *ctx, const options *o, int rank, int64_t s
     return 0;
 }
 
+/* What mlp_work's poll needs: the context, the options, the step in progress and the checks
+ * made in it. */
+typedef struct pass_poll {
+    ftrt_ctx *ctx;
+    const options *o;
+    int64_t step, checks;
+} pass_poll;
+static pass_poll the_poll;
+
+/* mlp_work's poll: whether the step may go on (ftrt_check: 0, FTRT_ERECOVER or the job's end);
+ * with --die-rank/--die-at-step, that rank dies at its 8th check of the step, and every
+ * trainer's checks of the step sleep 2 ms (the others are then mid-pass when it dies). */
+static int poll_ftrt(void *arg)
+{
+    pass_poll *p = arg;
+    if (p->step == p->o->die_step && ftrt_epoch(p->ctx) == 0) {
+        if (ftrt_rank(p->ctx) == p->o->die_rank && ++p->checks == 8) raise(SIGKILL);
+        sleep_ms(2);
+    }
+    return ftrt_check(p->ctx);
+}
+
 /* One training step at *step: the minibatch's gradient sum, the allreduce, the update, the
  * bookkeeping and the checkpoint. Returns 0 (*step advanced, *last_loss set), FTRT_ERECOVER
  * (a rank failed: recover, then resume at the step ftrt_recover() gives), or 1 (fatal, said on
@@ -309,7 +332,15 @@ static int train_step(ftrt_ctx *ctx, options *o, model *m, const digits *train, 
     minibatch_indices(o->seed, *step, rank, train->n, m->idx, o->batch);
     int rc = state_read(m, 0); /* --device sim/cuda: this step's parameters from the device */
     if (rc < 0) return fatal(ctx, "the device read of the parameters", *step, rc);
+    the_poll.step = *step;
+    the_poll.checks = 0;
     grad[n] = mlp_grad_sum(m->params, &m->w, train, m->idx, o->batch, grad);
+    if (m->w.stopped == FTRT_ERECOVER) { /* a rank failed: this step is abandoned mid-pass */
+        fprintf(stderr, "train_mlp: logical rank %d stopped step %" PRId64 " mid-pass "
+                "(ftrt_check: a rank failed)\n", rank, *step);
+        return FTRT_ERECOVER;
+    }
+    if (m->w.stopped) return fatal(ctx, "ftrt_check", *step, m->w.stopped);
     if (test_knobs(ctx, o, rank, *step)) return 1;
 
     rc = ftrt_allreduce(ctx, grad, n + 1, FTRT_FLOAT32, FTRT_SUM);
@@ -369,6 +400,7 @@ static int finish(ftrt_ctx *ctx, const options *o, model *m, const digits *test,
 }
 
 /* A trainer's (or a promoted spare's) whole part of the job. Returns its exit status. */
+
 static int run_trainer(ftrt_ctx *ctx, options *o, model *m, const digits *train,
                        const digits *test)
 {
@@ -376,6 +408,10 @@ static int run_trainer(ftrt_ctx *ctx, options *o, model *m, const digits *train,
         fprintf(stderr, "train_mlp: no model memory on this rank\n");
         return 1;
     }
+    the_poll = (pass_poll){.ctx = ctx, .o = o};
+    m->w.poll = poll_ftrt; /* a failure stops the passes within --check-every hidden units */
+    m->w.poll_arg = &the_poll;
+    m->w.poll_units = (size_t)o->check_every;
     int64_t step = 0;
     int code = join_training(ctx, o, m, &step);
     if (!code) code = describe_job(ctx, o, m->n, train, test, step);

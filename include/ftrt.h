@@ -729,6 +729,21 @@ FTRT_API int ftrt_set_job_info(ftrt_ctx *ctx, int64_t total_steps, double flops_
                                double peak_flops);
 
 /*
+ * Whether the step in progress may go on: a check an application makes inside a long
+ * computation (between micro-batches, layers or blocks of a layer), so that it learns of a
+ * failure within that piece of work instead of at its step's next collective, and the
+ * recovery does not wait for it to finish a step that will be abandoned (the first phase of
+ * MTTR: docs/report-schema.md "phases_ms"). The same answer a collective would give, without
+ * one: no I/O, no lock, two atomic loads (the agent thread raises the epoch when the
+ * coordinator's FAILURE arrives).
+ * Returns 0 (go on); FTRT_ERECOVER (a rank failed: abandon the step and call ftrt_recover(),
+ * as after a collective that returned it; again on every call until then);
+ * FTRT_ENOSPARE/FTRT_ECOORD/FTRT_EABORT (the job is over); FTRT_EINVAL (ctx NULL);
+ * FTRT_ESTATE (not a trainer: a spare waits in ftrt_init()). Call from the application thread.
+ */
+FTRT_API int ftrt_check(ftrt_ctx *ctx);
+
+/*
  * After FTRT_ERECOVER: reports this trainer's progress, waits for the coordinator's recovery
  * plan, builds the new communicator (MPI_Comm_create_group over the survivors plus the spare,
  * ordered by logical rank), sends replicated state from the most advanced survivor to the

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/knobs.h"
 #include "base/log.h"
 #include "runtime/coordinator/coord.h"
 
@@ -198,8 +199,16 @@ void ftrt__fail(ftrt__coord *c, int w, int kind)
  * bound (docs/testing.md "Host faults"). */
 static double orphan_grace(const ftrt__coord *c)
 {
+    if (ftrt__knobs.orphan_grace_ms > 0) return ftrt__knobs.orphan_grace_ms / 1000.0; /* test */
     double half = c->a->cfg->heartbeat_timeout_ms / 2000.0;
     return half < 0.25 ? half : 0.25;
+}
+
+void ftrt__host_suspect(ftrt__coord *c, int w, double until)
+{
+    if (until <= 0) until = ftrt__now() + orphan_grace(c);
+    c->r[w].suspect_until = until;
+    if (until > c->plan_hold_until) c->plan_hold_until = until;
 }
 
 void ftrt__host_lost(ftrt__coord *c, int h, int kind)
@@ -213,14 +222,16 @@ void ftrt__host_lost(ftrt__coord *c, int h, int kind)
                       "come back on their own connection", l->host, l->agent_w,
                       ftrt__failure_kind_name(kind), l->nranks - 1);
     double until = ftrt__now() + orphan_grace(c);
+    int agent = 0;
     for (int w = 1; w < c->W; w++) {
         ftrt__crank *r = &c->r[w];
         if (r->link != h) continue;
         if (r->said_bye || aborting || r->role == FTRT__ROLE_FAILED) {
             ftrt__coord_drop(c, w);
         } else if (w == l->agent_w) {
-            ftrt__fail(c, w, kind); /* the process the agent lived in */
+            agent = w; /* failed below, once the others are suspects */
         } else {
+            ftrt__host_suspect(c, w, until); /* the plan waits for it (epoch.c), back or not */
             l->nranks--;
             r->link = -1;
             r->orphan_until = until;
@@ -229,6 +240,7 @@ void ftrt__host_lost(ftrt__coord *c, int h, int kind)
             c->norphans++;
         }
     }
+    if (agent) ftrt__fail(c, agent, kind); /* the process the agent lived in */
 }
 
 void ftrt__orphans_expire(ftrt__coord *c, double now)

@@ -307,6 +307,7 @@ def main():
         if ctx.is_trainer:
             check(0 <= ctx.rank < ctx.size and ctx.epoch == 0 and ctx.world_rank == ctx.rank + 1,
                   "identity")
+            check(ctx.check() is None, "check(): no failure, the step may go on")
             collectives(ctx)
             bucketer(ctx)
             checkpoints(ctx)

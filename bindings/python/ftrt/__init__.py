@@ -442,6 +442,13 @@ class Context:
         _check(_clib().ftrt_set_job_info(self._h, int(total_steps), float(flops_per_step),
                                       float(peak_flops)), "ftrt_set_job_info")
 
+    def check(self) -> None:
+        """Whether the step in progress may go on (ftrt_check()): call it inside a long
+        computation to learn of a failure there instead of at the step's next collective. Two
+        atomic loads, no I/O. Returns None; raises FtrtRecover (a rank failed: abandon the step,
+        call recover()), FtrtNoSpare, FtrtCoordLost, FtrtAborted, FtrtState (not a trainer)."""
+        _check(_clib().ftrt_check(self._h), "ftrt_check")
+
     def recover(self) -> int:
         """After FtrtRecover: ftrt_recover() until the trainers are whole again (it is called
         again while it returns FTRT_ERECOVER, a failure folded into a newer epoch). Registered

@@ -405,6 +405,7 @@ PROTOTYPES = {
     "ftrt_bucketer_free": (_c_int, [_vp]),
     "ftrt_step_done": (_c_int, [_vp, _c_i64]),
     "ftrt_set_job_info": (_c_int, [_vp, _c_i64, _c_dbl, _c_dbl]),
+    "ftrt_check": (_c_int, [_vp]),
     "ftrt_recover": (_c_int, [_vp, _pi64]),
     "ftrt_set_exit_code": (_c_int, [_vp, _c_int]),
 }
