@@ -86,7 +86,7 @@
 
 static int opt_n = 256, opt_s = 8, opt_kills = 5, opt_silents = 3, opt_commits = 3;
 static int opt_threads = 2, opt_hb_ms = 100, opt_timeout_ms = 1000, opt_step_ms = 500;
-static int opt_sdc_every = 10, opt_keep = 0;
+static int opt_sdc_every = 10, opt_keep = 0, opt_verbose = 0;
 static int opt_per_host = 0;               /* > 0: host agents, this many ranks per host */
 static int opt_host_kills = 0, opt_host_silents = 0;
 static double opt_steady = 10.0;
@@ -997,7 +997,7 @@ static int parse(int argc, char **argv)
         {"timeout-ms", 1, 0, 'T'}, {"step-ms", 1, 0, 'S'},    {"sdc-every", 1, 0, 'F'},
         {"dir", 1, 0, 'D'},        {"seed", 1, 0, 'r'},       {"keep", 0, 0, 'K'},
         {"per-host", 1, 0, 'P'},   {"host-kills", 1, 0, 'X'}, {"host-silents", 1, 0, 'Y'},
-        {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
+        {"verbose", 0, 0, 'V'},    {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "n:s:h", lo, NULL)) != -1) {
         switch (o) {
@@ -1018,6 +1018,7 @@ static int parse(int argc, char **argv)
         case 'P': opt_per_host = atoi(optarg); break;
         case 'X': opt_host_kills = atoi(optarg); break;
         case 'Y': opt_host_silents = atoi(optarg); break;
+        case 'V': opt_verbose = 1; break;
         default: usage(); return -1;
         }
     }
@@ -1425,6 +1426,9 @@ int main(int argc, char **argv)
         } else {
             mttd[nk] = ff - t_ref;
             fan[nk++] = fl - t_ref;
+            if (opt_verbose)
+                printf("crash %d: world rank %d lost at %.6f (wall), first FAILURE %.2f ms later\n",
+                       nk, victim, t_ref + (ftrt__wallclock() - ftrt__now()), (ff - t_ref) * 1e3);
         }
         /* Every survivor REPORTs; the PLAN goes to N members (the spare included). */
         if (!ev_wait(EV_PLAN, N, 120) || !ev_wait(EV_RESUMED_SENT, N, 30)) {
