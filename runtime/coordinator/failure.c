@@ -81,6 +81,7 @@ static int pick_spare(const ftrt__coord *c, const char *h)
             best = x;
             best_score = score;
         }
+        if (best_score == 3) break; /* (no better one: O(W) instead of O(W x spares)) */
     }
     return best;
 }
