@@ -60,11 +60,15 @@ ftrt__incident *ftrt__incident_add(ftrt__coord *c, int w, int kind)
     return i;
 }
 
-/* 1 when a rank of world rank >= 1 on host h has failed in this job. */
+/* 1 when a rank of world rank >= 1 on host h has failed in this job: one of the incidents'
+ * ranks, not a scan of the world (pick_spare asks it for every spare: O(W x spares) took 1.4 to
+ * 3 ms of a FAILURE's delay at 16,433 ranks, docs/benchmarks.md "the crash MTTD tail"). */
 static int host_has_failed(const ftrt__coord *c, const char *h)
 {
-    for (int x = 1; x < c->W; x++)
-        if (c->r[x].role == FTRT__ROLE_FAILED && !strcmp(c->r[x].host, h)) return 1;
+    for (int i = 0; i < c->ninc; i++) {
+        int x = c->inc[i].world_rank;
+        if (x >= 1 && c->r[x].role == FTRT__ROLE_FAILED && !strcmp(c->r[x].host, h)) return 1;
+    }
     return 0;
 }
 
@@ -81,7 +85,6 @@ static int pick_spare(const ftrt__coord *c, const char *h)
             best = x;
             best_score = score;
         }
-        if (best_score == 3) break; /* (no better one: O(W) instead of O(W x spares)) */
     }
     return best;
 }
