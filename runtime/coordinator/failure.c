@@ -61,11 +61,15 @@ ftrt__incident *ftrt__incident_add(ftrt__coord *c, int w, int kind)
     return i;
 }
 
-/* 1 when a rank of world rank >= 1 on host h has failed in this job. */
+/* 1 when a rank of world rank >= 1 on host h has failed in this job: one of the incidents'
+ * ranks, not a scan of the world (pick_spare asks it for every spare: O(W x spares) took 1.4 to
+ * 3 ms of a FAILURE's delay at 16,433 ranks, docs/benchmarks.md "the crash MTTD tail"). */
 static int host_has_failed(const ftrt__coord *c, const char *h)
 {
-    for (int x = 1; x < c->W; x++)
-        if (c->r[x].role == FTRT__ROLE_FAILED && !strcmp(c->r[x].host, h)) return 1;
+    for (int i = 0; i < c->ninc; i++) {
+        int x = c->inc[i].world_rank;
+        if (x >= 1 && c->r[x].role == FTRT__ROLE_FAILED && !strcmp(c->r[x].host, h)) return 1;
+    }
     return 0;
 }
 
@@ -103,7 +107,8 @@ static void check_host_lost(ftrt__coord *c, int w)
     if (n < 2) return;
     int marked = 0;
     for (int i = 0; i < c->ninc; i++)
-        if (!strcmp(c->r[c->inc[i].world_rank].host, h) && !c->inc[i].host_lost) {
+        if (c->inc[i].world_rank >= 0 && /* -1: silent data corruption, no rank named */
+            !strcmp(c->r[c->inc[i].world_rank].host, h) && !c->inc[i].host_lost) {
             c->inc[i].host_lost = 1;
             marked++;
         }
