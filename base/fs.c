@@ -55,14 +55,15 @@ int ftrt__mkdir_p(const char *path)
     return mkdir_one(buf);
 }
 
-int ftrt__write_json_atomic(const char *path, json_object *o)
+/* Writes a[0..alen) then b[0..blen) to path through "<path>.tmp.<pid>" and a rename. */
+static int write2_atomic(const char *path, const char *a, size_t alen, const char *b,
+                         size_t blen)
 {
     char tmp[1200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) return -errno;
-    const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY);
-    int ok = fputs(s, f) >= 0 && fputc('\n', f) != EOF;
+    int ok = fwrite(a, 1, alen, f) == alen && fwrite(b, 1, blen, f) == blen;
     ok = (fflush(f) == 0) && ok;
     int e = errno;
     if (fclose(f) != 0 && ok) {
@@ -75,4 +76,15 @@ int ftrt__write_json_atomic(const char *path, json_object *o)
         return -e;
     }
     return 0;
+}
+
+int ftrt__write_text_atomic(const char *path, const char *text, size_t len)
+{
+    return write2_atomic(path, text, len, "", 0);
+}
+
+int ftrt__write_json_atomic(const char *path, json_object *o)
+{
+    const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY);
+    return s ? write2_atomic(path, s, strlen(s), "\n", 1) : -ENOMEM;
 }

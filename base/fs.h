@@ -24,4 +24,8 @@ int ftrt__mkdir_p(const char *path);
  * or -errno (the temp file is removed). */
 int ftrt__write_json_atomic(const char *path, struct json_object *o);
 
+/* Writes text[0..len) to path atomically, as ftrt__write_json_atomic does. Returns 0 or -errno
+ * (the temp file is removed). */
+int ftrt__write_text_atomic(const char *path, const char *text, size_t len);
+
 #endif

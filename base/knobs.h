@@ -50,7 +50,12 @@
     X(epoch_delay_ms, "FTRT_TEST_EPOCH_DELAY_MS", 60000,                                       \
       "ranks take the coordinator's failure announcement this long (ms) late, so that MPI "    \
       "reports a dead process first (ULFM, comm/ulfm.h: the collective must wait for the "     \
-      "epoch change, not fail)")
+      "epoch change, not fail)")                                                               \
+    X(orphan_grace_ms, "FTRT_TEST_ORPHAN_GRACE_MS", 60000,                                     \
+      "N > 0: the coordinator's grace after a host agent's loss is N ms instead of "           \
+      "min(heartbeat timeout / 2, 250 ms): how long its host's other ranks may take to come "  \
+      "back on their own connection, and how long the recovery plan waits for those that did " \
+      "to die with their host (a host lost process by process, slowly)")
 
 struct ftrt__knobs {
 #define FTRT__KNOB_FIELD(field, env, max, doc) int32_t field;

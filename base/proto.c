@@ -30,11 +30,11 @@ static size_t fixed_size(uint32_t type)
     case FTRT__MSG_SYNC_ACK:
     case FTRT__MSG_HOSTED:
     case FTRT__MSG_COORD_LOST:
-    case FTRT__MSG_RESUMED:
     case FTRT__MSG_SHUTDOWN:
     case FTRT__MSG_FAREWELL:
     case FTRT__MSG_PING:
     case FTRT__MSG_ABORT: return sizeof(ftrt__epoch_msg);
+    case FTRT__MSG_RESUMED: return sizeof(ftrt__resumed_msg);
     case FTRT__MSG_REPORT: return sizeof(ftrt__report);
     case FTRT__MSG_SHARD_DONE:
     case FTRT__MSG_COMMIT: return sizeof(ftrt__ckpt_msg);

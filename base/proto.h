@@ -20,6 +20,8 @@
 /* This protocol has host agents (HOST_HELLO, RELAY, MULTI, HOST_BEAT, RANK_LOST): a program
  * built against more than one version of this header can test it (bench/coord_load.c). */
 #define FTRT__PROTO_HOST_AGENTS 2
+/* RESUMED carries the member's phases (ftrt__resumed_msg), not an ftrt__epoch_msg. */
+#define FTRT__PROTO_RESUMED_PHASES 1
 /* Largest payload of any message but a PLAN, bytes. A PLAN (ftrt__plan_msg) carries the
  * membership delta, and the whole membership only to a promoted spare: it may be up to
  * ftrt__plan_msg_size(FTRT__MAX_WORLD, FTRT__MAX_WORLD, FTRT__MAX_WORLD) bytes; it only goes from
@@ -156,13 +158,25 @@ typedef struct ftrt__heartbeat {
     int32_t pad;
 } ftrt__heartbeat;
 
-typedef struct ftrt__epoch_msg { /* FAILURE, RESUMED, ABORT (value: code), SHUTDOWN and
+typedef struct ftrt__epoch_msg { /* ABORT (value: code), SHUTDOWN and
                                    FAREWELL (value: the job's end: 0 every process of the world
                                    calls MPI_Finalize, > 0 that many processes died, < 0 the
                                    job was aborted with that code: none calls it) */
     int32_t epoch;
     int32_t value;
 } ftrt__epoch_msg;
+
+/* RESUMED: the epoch (laid out as ftrt__epoch_msg's, value unused), then how long this member
+ * took, on its own monotonic clock, from the PLAN's arrival (its agent thread) to sending this
+ * message (span_s), and the two phases of it the member times itself: the communicator rebuild
+ * (ftrt__apply_plan: the old one abandoned, the new one built) and the state transfer (or the
+ * checkpoint reload). The coordinator splits MTTR into phases with them (report.c). Seconds,
+ * each >= 0, rebuild_s + transfer_s <= span_s. */
+typedef struct ftrt__resumed_msg {
+    int32_t epoch;
+    int32_t value;
+    double rebuild_s, transfer_s, span_s;
+} ftrt__resumed_msg;
 
 typedef struct ftrt__failure_msg { /* FAILURE */
     int32_t epoch;

@@ -86,7 +86,7 @@
 
 static int opt_n = 256, opt_s = 8, opt_kills = 5, opt_silents = 3, opt_commits = 3;
 static int opt_threads = 2, opt_hb_ms = 100, opt_timeout_ms = 1000, opt_step_ms = 500;
-static int opt_sdc_every = 10, opt_keep = 0;
+static int opt_sdc_every = 10, opt_keep = 0, opt_verbose = 0;
 static int opt_per_host = 0;               /* > 0: host agents, this many ranks per host */
 static int opt_host_kills = 0, opt_host_silents = 0;
 static double opt_steady = 10.0;
@@ -153,9 +153,16 @@ static _Atomic long long plan_bytes; /* PLAN bytes received by all agents (heade
 static _Atomic long long plan_msg_max; /* the largest PLAN message received, bytes */
 static double trial_t_ref;         /* the trial's close time, or the silent agent's last send */
 
+/* The kernel's receive time (monotonic s) of the bytes being parsed by this thread, 0 when
+ * unknown, and the earliest one of a trial's FAILUREs (SO_TIMESTAMPNS: when the coordinator's
+ * message reached the survivor's socket, before the generator's thread read it). */
+static _Thread_local double rx_kts;
+static double failure_kts;
+
 static void ev_reset(void)
 {
     pthread_mutex_lock(&ev_lock);
+    failure_kts = 0;
     for (int i = 0; i < EV_N; i++) {
         ev_first[i] = ev_last[i] = 0;
         ev_count[i] = 0;
@@ -207,6 +214,7 @@ typedef struct worker {
     int na;       /* its agents */
     int n, cursor; /* its heartbeat units (agents, or hosts with --per-host) */
     pthread_t th;
+    _Atomic int tid;          /* its thread id (schedstat) */
     pthread_mutex_t lock;
     cmd q[64];
     int qn;
@@ -468,7 +476,12 @@ static void take(worker *k, agent *a, const ftrt__msghdr *h, const uint8_t *p, d
         pthread_mutex_lock(&ev_lock);
         int ours = atomic_load(&trial_open) && fm.epoch == expect_epoch;
         pthread_mutex_unlock(&ev_lock);
-        if (ours) ev_note(EV_FAILURE, now);
+        if (ours) {
+            ev_note(EV_FAILURE, now);
+            pthread_mutex_lock(&ev_lock);
+            if (rx_kts > 0 && (failure_kts == 0 || rx_kts < failure_kts)) failure_kts = rx_kts;
+            pthread_mutex_unlock(&ev_lock);
+        }
         else atomic_fetch_add(&unexpected_failure, 1);
         if (fm.epoch > a->epoch) a->epoch = fm.epoch;
         if (a->role == FTRT__ROLE_TRAINER && !a->recovering) {
@@ -503,7 +516,11 @@ static void take(worker *k, agent *a, const ftrt__msghdr *h, const uint8_t *p, d
         a->t_wall_base = ftrt__wallclock();
         a->ledger_steps = pl.resume_step;
         a->fp_step = pl.resume_step;
+#ifdef FTRT__PROTO_RESUMED_PHASES
+        ftrt__resumed_msg em = {.epoch = pl.epoch}; /* (phases: none, a simulated rank) */
+#else
         ftrt__epoch_msg em = {.epoch = pl.epoch};
+#endif
         send_one(k, a, FTRT__MSG_RESUMED, &em, sizeof em);
         ev_note(EV_RESUMED_SENT, ftrt__now());
         break;
@@ -532,6 +549,25 @@ static void take(worker *k, agent *a, const ftrt__msghdr *h, const uint8_t *p, d
     }
 }
 
+/* recv() that also sets rx_kts from the socket's SO_TIMESTAMPNS (the receive time of the last
+ * segment read, CLOCK_REALTIME, taken to the monotonic clock). */
+static ssize_t recv_ts(int fd, void *buf, size_t len)
+{
+    char ctl[CMSG_SPACE(sizeof(struct timespec))];
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
+                        .msg_controllen = sizeof ctl};
+    ssize_t got = recvmsg(fd, &mh, MSG_DONTWAIT);
+    rx_kts = 0;
+    for (struct cmsghdr *c = got > 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+            struct timespec ts;
+            memcpy(&ts, CMSG_DATA(c), sizeof ts);
+            rx_kts = (double)ts.tv_sec + ts.tv_nsec * 1e-9 - (ftrt__wallclock() - ftrt__now());
+        }
+    return got;
+}
+
 static void on_readable(worker *k, agent *a, double now)
 {
     if (a->rx_cap - a->rx_used < 65536) {
@@ -541,7 +577,7 @@ static void on_readable(worker *k, agent *a, double now)
         a->rx = b;
         a->rx_cap = nc;
     }
-    ssize_t got = recv(a->fd, a->rx + a->rx_used, a->rx_cap - a->rx_used, MSG_DONTWAIT);
+    ssize_t got = recv_ts(a->fd, a->rx + a->rx_used, a->rx_cap - a->rx_used);
     if (got < 0 && (errno == EAGAIN || errno == EINTR)) return;
     if (got <= 0) {
         int st = atomic_load(&a->state);
@@ -620,7 +656,7 @@ static void host_readable(worker *k, hostsim *hs, double now)
         hs->rx = b;
         hs->rx_cap = nc;
     }
-    ssize_t got = recv(hs->fd, hs->rx + hs->rx_used, hs->rx_cap - hs->rx_used, MSG_DONTWAIT);
+    ssize_t got = recv_ts(hs->fd, hs->rx + hs->rx_used, hs->rx_cap - hs->rx_used);
     if (got < 0 && (errno == EAGAIN || errno == EINTR)) return;
     if (got <= 0) {
         host_gone(k, hs, atomic_load(&hs->state) != ST_ALIVE);
@@ -810,6 +846,7 @@ static int beats_due(worker *k, double now)
 static void *worker_main(void *arg)
 {
     worker *k = arg;
+    atomic_store(&k->tid, (int)gettid());
     struct epoll_event evs[256];
     while (!atomic_load(&k->stop)) {
         double now = ftrt__now();
@@ -926,6 +963,47 @@ static double self_cpu_s(void)
            ru.ru_stime.tv_usec * 1e-6;
 }
 
+/* Time on a CPU and time runnable but waiting for one (the run queue) of thread tid of process
+ * pid, seconds (/proc/<pid>/task/<tid>/schedstat). Returns 0, or -1 when unreadable. */
+static int schedstat(int pid, int tid, double *run, double *wait)
+{
+    char path[96];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/schedstat", pid, tid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    unsigned long long r = 0, w = 0;
+    int ok = fscanf(f, "%llu %llu", &r, &w) == 2;
+    fclose(f);
+    *run = r * 1e-9;
+    *wait = w * 1e-9;
+    return ok ? 0 : -1;
+}
+
+/* The coordinator's loop thread's and the workers' run and wait times summed (see schedstat):
+ * c_* of the coordinator's main thread, w_wait_max of the worker that waited longest. */
+typedef struct sched_snap {
+    double c_run, c_wait, w_wait[64];
+} sched_snap;
+
+static void sched_take(sched_snap *s)
+{
+    memset(s, 0, sizeof *s);
+    schedstat(coord_pid, coord_pid, &s->c_run, &s->c_wait);
+    for (int i = 0; i < opt_threads && i < 64; i++) {
+        double r;
+        schedstat(getpid(), atomic_load(&workers[i].tid), &r, &s->w_wait[i]);
+    }
+}
+
+/* The largest run-queue wait of a worker between a and b, seconds. */
+static double sched_worker_wait(const sched_snap *a, const sched_snap *b)
+{
+    double m = 0;
+    for (int i = 0; i < opt_threads && i < 64; i++)
+        if (b->w_wait[i] - a->w_wait[i] > m) m = b->w_wait[i] - a->w_wait[i];
+    return m;
+}
+
 /* ---- statistics ---------------------------------------------------------------------------- */
 
 static int cmp_d(const void *x, const void *y)
@@ -997,7 +1075,7 @@ static int parse(int argc, char **argv)
         {"timeout-ms", 1, 0, 'T'}, {"step-ms", 1, 0, 'S'},    {"sdc-every", 1, 0, 'F'},
         {"dir", 1, 0, 'D'},        {"seed", 1, 0, 'r'},       {"keep", 0, 0, 'K'},
         {"per-host", 1, 0, 'P'},   {"host-kills", 1, 0, 'X'}, {"host-silents", 1, 0, 'Y'},
-        {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
+        {"verbose", 0, 0, 'V'},    {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "n:s:h", lo, NULL)) != -1) {
         switch (o) {
@@ -1018,6 +1096,7 @@ static int parse(int argc, char **argv)
         case 'P': opt_per_host = atoi(optarg); break;
         case 'X': opt_host_kills = atoi(optarg); break;
         case 'Y': opt_host_silents = atoi(optarg); break;
+        case 'V': opt_verbose = 1; break;
         default: usage(); return -1;
         }
     }
@@ -1255,6 +1334,7 @@ int main(int argc, char **argv)
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         int one = 1;
         if (fd < 0 || setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) ||
+            setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one) ||
             connect(fd, (struct sockaddr *)&sa, sizeof sa) || say_hello(fd, u)) {
             fprintf(stderr, "coord_load: connect of %s %d failed: %s\n",
                     opt_per_host ? "host" : "world rank", opt_per_host ? u : u + 1, strerror(errno));
@@ -1312,6 +1392,8 @@ int main(int argc, char **argv)
     }
     long hb0 = 0;
     for (int i = 0; i < opt_threads; i++) hb0 += atomic_load(&workers[i].hb_sent);
+    sched_snap ss0, ss1;
+    sched_take(&ss0);
     double c0 = proc_cpu_s(coord_pid), s0 = self_cpu_s(), t0 = ftrt__now();
     int nprobe_max = (int)(opt_steady / 0.05) + 1, nprobe = 0, probe_fail = 0;
     double *pr = calloc((size_t)nprobe_max, sizeof *pr);
@@ -1328,6 +1410,8 @@ int main(int argc, char **argv)
     }
     double dt = ftrt__now() - t0;
     double cpu = (proc_cpu_s(coord_pid) - c0) / dt, gen_cpu = (self_cpu_s() - s0) / dt;
+    sched_take(&ss1);
+    double runq = (ss1.c_wait - ss0.c_wait) / dt; /* the loop thread's wait for a CPU, s/s */
     long hb1 = 0;
     double gap_steady = 0, late_steady = 0;
     for (int i = 0; i < opt_threads; i++) {
@@ -1341,9 +1425,10 @@ int main(int argc, char **argv)
     printf("steady %.1f s: coordinator CPU %.3f of a core, RSS %.1f MiB; loop latency (probe) "
            "p50 %.2f ms p99 %.2f ms max %.2f ms (%d probes, %d failed); coordinator silence at "
            "the agents max %.0f ms; heartbeats sent %.0f/s (expected %.0f/s), sent late by up to "
-           "%.1f ms; generator CPU %.2f cores\n",
+           "%.1f ms; generator CPU %.2f cores; the coordinator's loop waited for a CPU %.1f ms a "
+           "second\n",
            dt, cpu, rss_steady, p50 * 1e3, p99 * 1e3, pmax * 1e3, nprobe, probe_fail,
-           gap_steady * 1e3, (hb1 - hb0) / dt, hb_expected(W), late_steady * 1e3, gen_cpu);
+           gap_steady * 1e3, (hb1 - hb0) / dt, hb_expected(W), late_steady * 1e3, gen_cpu, runq * 1e3);
     free(pr);
 
     /* Checkpoint commits. */
@@ -1398,15 +1483,22 @@ int main(int argc, char **argv)
         expect_epoch = ++epoch;
         pthread_mutex_unlock(&ev_lock);
         atomic_store(&trial_open, 1);
+        sched_snap s0, s1;
+        sched_take(&s0);
         post(host_trial ? (host_silent ? CMD_SILENCE_HOST : CMD_KILL_HOST)
                         : (silent ? CMD_SILENCE : CMD_KILL),
              victim, 0);
         /* Survivors: every trainer but the victims gets the FAILURE (the spares do not; a lost
          * host's ranks cannot). */
         int lost = host_trial ? hosts[agents[victim].host].n : 1;
+        ev_wait(EV_FAILURE, 1, opt_timeout_ms / 1000.0 + 30);
+        sched_take(&s1); /* (up to 0.5 ms after the first FAILURE) */
         int got = ev_wait(EV_FAILURE, N - lost, opt_timeout_ms / 1000.0 + 30);
         double ff, fl;
         ev_get(EV_FAILURE, &ff, &fl);
+        pthread_mutex_lock(&ev_lock);
+        double fk = failure_kts; /* the first FAILURE in a survivor's socket (0: unknown) */
+        pthread_mutex_unlock(&ev_lock);
         pthread_mutex_lock(&ev_lock);
         double t_ref = trial_t_ref; /* close time, or the last message sent */
         pthread_mutex_unlock(&ev_lock);
@@ -1425,6 +1517,16 @@ int main(int argc, char **argv)
         } else {
             mttd[nk] = ff - t_ref;
             fan[nk++] = fl - t_ref;
+            if (opt_verbose) /* where the time went: who was waiting for a CPU meanwhile */
+                printf("crash %d: world rank %d lost at %.6f (wall), first FAILURE %.2f ms later "
+                       "(in a survivor's socket after %.2f ms, read %.2f ms after that); "
+                       "meanwhile the coordinator's loop ran %.2f ms and waited for a CPU %.2f "
+                       "ms, a generator thread waited for a CPU up to %.2f ms (from the command "
+                       "to the first FAILURE seen)\n",
+                       nk, victim, t_ref + (ftrt__wallclock() - ftrt__now()), (ff - t_ref) * 1e3,
+                       fk > 0 ? (fk - t_ref) * 1e3 : NAN, fk > 0 ? (ff - fk) * 1e3 : NAN,
+                       (s1.c_run - s0.c_run) * 1e3, (s1.c_wait - s0.c_wait) * 1e3,
+                       sched_worker_wait(&s0, &s1) * 1e3);
         }
         /* Every survivor REPORTs; the PLAN goes to N members (the spare included). */
         if (!ev_wait(EV_PLAN, N, 120) || !ev_wait(EV_RESUMED_SENT, N, 30)) {
@@ -1533,7 +1635,7 @@ int main(int argc, char **argv)
            "false_pos=%d aborts=%d tx_blocked=%d end_s=%.3f kills=%d silents=%d commits=%d "
            "fails=%d per_host=%d hosts=%d mttd_p99_ms=%.3f hostkill_p50_ms=%.3f "
            "hostkill_max_ms=%.3f hostkill_plan_p50_ms=%.2f hostkill_plan_max_ms=%.2f "
-           "hostcut_p50_ms=%.3f hostcut_max_ms=%.3f hostcut_plan_max_ms=%.2f\n",
+           "hostcut_p50_ms=%.3f hostcut_max_ms=%.3f hostcut_plan_max_ms=%.2f runq_ms_per_s=%.2f\n",
            N, opt_s, W, startup, cpu, gen_cpu, rss_steady, rss_end, hwm, p50 * 1e3, p99 * 1e3,
            pmax * 1e3, gap_steady * 1e3, gap_all * 1e3, (hb1 - hb0) / dt, hb_expected(W),
            late_steady * 1e3, cmf50 * 1e3, cml50 * 1e3, cmlmax * 1e3, mttd50 * 1e3,
@@ -1541,7 +1643,7 @@ int main(int argc, char **argv)
            pl50 * 1e3, plmax * 1e3, pb50, (long long)atomic_load(&plan_msg_max), fp,
            atomic_load(&aborts), atomic_load(&tx_blocked), end_s,
            nk, ns, ncm, fails, opt_per_host, nhosts, mttd99 * 1e3, hk50 * 1e3, hkmax * 1e3,
-           hkp50 * 1e3, hkpmax * 1e3, hq50 * 1e3, hqmax * 1e3, hqpmax * 1e3);
+           hkp50 * 1e3, hkpmax * 1e3, hq50 * 1e3, hqmax * 1e3, hqpmax * 1e3, runq * 1e3);
     fflush(stdout);
     if (!opt_keep && !opt_dir[0]) {
         char cmdl[800];

@@ -13,7 +13,8 @@ Usage: bench/coord_scale.py [--before BIN] --after BIN [--per-host K [--hosts-on
                             [--host-silents G] [--threads T] [--steady S] [--kills K]
                             [--silents Q] [--commits C] [--spares S] [--limit SECONDS] N [N ...]
 --before is optional (without it, only the after columns are printed); --hosts-only runs only
-the host agents' column (for sizes where one connection per rank does not fit the machine). Each run is bounded by
+the host agents' column, and the before run with host agents too (for sizes where one
+connection per rank does not fit the machine). Each run is bounded by
 --limit seconds (default 580); a run that does not finish in time prints what it measured so
 far and its column shows "-". Exit status 0 when every run of --after passed.
 """
@@ -42,6 +43,7 @@ COLS = [  # (RESULT key, label, format)
     ("plan_last_ms", "last REPORT -> last PLAN p50 (ms)", "{:.1f}"),
     ("plan_bytes", "PLAN bytes to all members per recovery, p50", "{:.0f}"),
     ("plan_msg_max", "largest PLAN message (bytes)", "{:.0f}"),
+    ("commit_first_ms", "last SHARD_DONE -> first COMMIT (LATEST replaced) p50 (ms)", "{:.1f}"),
     ("commit_last_ms", "last SHARD_DONE -> last COMMIT p50 (ms)", "{:.1f}"),
     ("rss_mib", "RSS, steady (MiB)", "{:.1f}"),
     ("hwm_mib", "peak RSS (MiB)", "{:.1f}"),
@@ -147,8 +149,9 @@ def main():
     tables, ok = [], True
     for n in args.sizes:
         runs = []
-        if args.before:
-            runs.append(("before", run(args.before, n, args)[0]))
+        if args.before:  # (with --hosts-only, with host agents too)
+            hosts = args.per_host if args.hosts_only else 0
+            runs.append(("before", run(args.before, n, args, hosts)[0]))
         if not (args.hosts_only and args.per_host):
             res, rc = run(args.after, n, args)
             ok &= rc == 0

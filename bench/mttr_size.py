@@ -4,16 +4,23 @@
 For each state size S (MiB per rank: train_mlp's parameters + momentum, both replicated; no
 checkpoints, so recovery moves the state in memory), a job of 1 coordinator + 4 trainers + 1
 hot spare runs train_mlp; trainer logical rank 2 is SIGKILLed once it completed a few steps; the
-report's MTTR (detection -> every member back in the training loop) is kept. --runs repetitions
-per size, alternating the binaries given (--bin, and --bin-old for an earlier build), so that
-both see the same machine. memcpy: numpy's copy of S MiB in this process, median of 5.
+report's MTTR (detection -> every member back in the training loop) and its phases are kept.
+--runs repetitions per size, alternating the variants given (--bin; --bin-old for an earlier
+build and/or --old-args for other train_mlp arguments, e.g. "--check-every 0"), so that both
+see the same machine. memcpy: numpy's copy of S MiB in this process, median of 5. --batch sets
+the minibatch per trainer (default 1: short steps; at 32 a step of a large model takes about a
+second on a small machine, and the survivors' reaching the recovery point shows).
 
-Usage: bench/mttr_size.py [--sizes 4,16,64,256,1024] [--runs 3] [--bin build/examples/train_mlp]
-                          [--bin-old OTHER/train_mlp] [--json FILE]
-Prints a table (medians) and the ratio MTTR / memcpy. Not a test: figures only.
+Usage: bench/mttr_size.py [--sizes 4,16,64,256,1024] [--runs 3] [--batch 1]
+                          [--bin build/examples/train_mlp] [--bin-old OTHER/train_mlp]
+                          [--old-args "ARGS"] [--json FILE]
+Prints a table (medians), the ratio MTTR / memcpy, and per variant the median of each phase of
+MTTR (the report's phases_ms; the old variant's only when its build reports them). Not a
+test: figures only.
 """
 import json
 import os
+import shlex
 import signal
 import statistics
 import sys
@@ -45,15 +52,19 @@ def memcpy_s(mib):
     return statistics.median(t)
 
 
-def one_run(binary, mib, work):
+def one_run(binary, mib, work, batch=1, extra=()):
+    """One job; returns the failure's entry of the report."""
     hid = hidden_for(mib)
     # A short sleep per step: MTTR ends when every member is back in the training loop, and a
     # survivor notices the failure at its next ftrt call, so long sleeps would inflate it.
-    args = ["--steps", "12", "--batch", "1", "--hidden", str(hid), "--seed", "3",
-            "--ckpt-every", "0", "--step-sleep-ms", "20"]
+    args = ["--steps", "12", "--batch", str(batch), "--hidden", str(hid), "--seed", "3",
+            "--ckpt-every", "0", "--step-sleep-ms", "20"] + list(extra)
     job = h.train_job(work, binary, 6, args, spares=1)
-    # Steps of several seconds at 1 GiB on a small machine: no progress-stall false positive.
+    # Steps of several seconds at 1 GiB on a small machine: no progress-stall false positive;
+    # and no rank declared silent when a loaded machine starves it for a second (a kill is
+    # detected by its connection's loss, whatever this timeout).
     job.env["FTRT_PROGRESS_TIMEOUT_MS"] = "120000"
+    job.env["FTRT_HEARTBEAT_TIMEOUT_MS"] = "10000"
     job.start()
     victim = job.wait_trainer(2, 3, timeout=900)
     job.inject(signal.SIGKILL, victim, "sigkill")
@@ -62,7 +73,21 @@ def one_run(binary, mib, work):
     f = rep["failures"]
     if rc != 0 or len(f) != 1 or not f[0]["recovered"]:
         raise SystemExit(f"{mib} MiB with {binary}: the job did not recover (rc {rc}); see {work}")
-    return f[0]["mttr_s"]
+    return f[0]
+
+
+def print_phases(name, extra, fails):
+    """One line per variant: the median of each MTTR phase over its runs (ms), and each run's
+    MTTR with its largest phase."""
+    ph = [f.get("phases_ms") for f in fails]
+    if not all(ph):
+        print(f"  {name}: no phases in its report (an older build)")
+        return
+    med = {k: statistics.median(p[k] for p in ph) for k in ph[0]}
+    runs = ", ".join(f"{f['mttr_s'] * 1e3:.0f} ({max(p, key=p.get)} {max(p.values()):.0f})"
+                     for f, p in zip(fails, ph))
+    print(f"  {name} {' '.join(extra)}: phases, median ms: "
+          + ", ".join(f"{k} {v:.1f}" for k, v in med.items()) + f"; runs: {runs}", flush=True)
 
 
 def main():
@@ -72,29 +97,38 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--bin", default=os.path.join(root, "build", "examples", "train_mlp"))
     ap.add_argument("--bin-old", default=None)
+    ap.add_argument("--old-args", default=None)
+    ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     example_args.check_paths(ap, a, outputs=("json",), inputs=("bin", "bin_old"))
-    bins = [("new", a.bin)] + ([("old", a.bin_old)] if a.bin_old else [])
+    bins = [("new", a.bin, [])]
+    if a.bin_old or a.old_args is not None:
+        bins.append(("old", a.bin_old or a.bin, shlex.split(a.old_args or "")))
     work = tempfile.mkdtemp(prefix="ftrt-mttr-")
     rows = []
     hdr = f"{'state MiB':>9} {'memcpy ms':>9}" + "".join(f" {n + ' MTTR ms':>13} {n + '/memcpy':>11}"
-                                                      for n, _ in bins)
+                                                      for n, _, _ in bins)
     print(hdr, flush=True)
     for mib in [float(x) for x in a.sizes.split(",")]:
         mc = memcpy_s(mib)
-        got = {n: [] for n, _ in bins}
+        got = {n: [] for n, _, _ in bins}
         for i in range(a.runs):
-            for n, b in bins:
-                got[n].append(one_run(b, mib, os.path.join(work, f"{n}-{mib:g}-{i}")))
-        row = {"state_mib": mib, "memcpy_s": mc}
+            for n, b, extra in bins:
+                got[n].append(one_run(b, mib, os.path.join(work, f"{n}-{mib:g}-{i}"), a.batch,
+                                      extra))
+        row = {"state_mib": mib, "memcpy_s": mc, "batch": a.batch}
         line = f"{mib:9g} {mc * 1e3:9.1f}"
-        for n, _ in bins:
-            m = statistics.median(got[n])
-            row[n] = {"mttr_s": got[n], "median_s": m}
+        for n, _, _ in bins:
+            mttr = [f["mttr_s"] for f in got[n]]
+            m = statistics.median(mttr)
+            row[n] = {"mttr_s": mttr, "median_s": m,
+                      "phases_ms": [f.get("phases_ms") for f in got[n]]}
             line += f" {m * 1e3:13.1f} {m / mc:11.1f}"
         rows.append(row)
         print(line, flush=True)
+        for n, _, extra in bins:
+            print_phases(n, extra, got[n])
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"runs": a.runs, "rows": rows}, f, indent=1)

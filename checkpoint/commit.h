@@ -21,6 +21,25 @@ int ftrt__ckpt_commit(const char *dir, int64_t step, int nranks, int keep);
  * Same returns. */
 int ftrt__ckpt_commit_ex(const char *dir, int64_t step, int nranks, int keep, int background);
 
+/* Where a commit's time went (seconds), for benchmarks (bench/commit_scale.c). */
+typedef struct ftrt__commit_times {
+    double check_s;    /* open and check every shard's header */
+    double manifest_s; /* build, write and fsync the MANIFEST, fsync the checkpoint directory */
+    double latest_s;   /* replace LATEST */
+    int threads;       /* threads that checked the headers */
+} ftrt__commit_times;
+/* (For benchmarks built against older trees: this one has ftrt__ckpt_commit_run.) */
+#define FTRT__CKPT_COMMIT_RUN 1
+
+/* ftrt__ckpt_commit_ex, with the shard headers checked by `threads` threads (<= 0: the
+ * default, one per 256 shards, at most 16; the calling thread is one of them; fewer when a
+ * thread cannot be started) and, when t is not NULL, the time of each part in *t. Every
+ * shard is checked as ftrt__ckpt_commit says; the first error found is returned (with several
+ * bad shards, which one is reported may differ between runs). Same returns; thread-safe
+ * against commits in other directories. */
+int ftrt__ckpt_commit_run(const char *dir, int64_t step, int nranks, int keep, int background,
+                          int threads, ftrt__commit_times *t);
+
 /* Un-commits every committed step >= from: first points LATEST at the newest committed step
  * below `from` (or removes LATEST when there is none), then unlinks the MANIFEST of each step
  * >= from, so that a crash half-way leaves LATEST naming a step that stays committed. The step

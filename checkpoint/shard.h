@@ -64,7 +64,8 @@ int ftrt__shard_write_image(ftrt__io *io, const char *dir, int64_t step, int ran
                             const unsigned char *img, uint64_t bytes, const ftrt__wopts *o,
                             ftrt__wstat *st);
 
-/* Opens <path> (a shard), checks its size and reads and validates its header + table.
+/* Opens <path> (a shard), checks its size and reads and validates its header + table (the
+ * first 4 KiB with one pread, a larger table through io).
  *   size: receives the file size; hdr/ents: as ftrt__shard_parse().
  * Returns an fd (>= 0; the caller closes it), -ENOENT (logged at warn), FTRT_ECORRUPT (logged
  * at warn with the path and the problem), -ENOMEM, or -errno. */

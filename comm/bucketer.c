@@ -11,8 +11,22 @@
  * become ready starts communicating while the backward pass still produces its tensors, instead
  * of all at once at the end (docs/collectives.md has the measurements). Pieces
  * depend only on the counts, dtype and configuration, so they are the same on every trainer.
+ *
+ * Threads: the bucketer belongs to the application thread that owns the plane (the one that
+ * called ftrt_init()): only it submits, so every MPI, NCCL and CUDA call of a step stays on that
+ * thread. Other threads (autograd's device threads run CUDA backward hooks) hand a gradient over
+ * with ftrt_bucketer_ready_from_any_thread(): a post into the bucketer's queue (a mutex-guarded
+ * array, `post_lock`), applied by the owner at its next ready / drain / wait_all / reset. The
+ * owner sees that the queue holds something with one atomic load (`nposts`), so ready() on the
+ * owner costs about what it did (bench/bucketer_ready.sh: 8 instructions more per gradient).
+ * Posts carry the step generation (`gen`) they were made in: one that arrives after its step
+ * ended (a late hook of an abandoned step) is dropped, never counted in the next step.
+ * `posted[t]` holds the generation tensor t was last marked in, so that a second mark in a step
+ * is refused to the thread that makes it; `ready[]`, the owner's own record, catches the rest.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +37,18 @@
 #define DEFAULT_BUCKET_BYTES ((size_t)25 << 20)      /* DDP: bucket_cap_mb = 25 */
 #define DEFAULT_FIRST_BUCKET_BYTES ((size_t)1 << 20) /* DDP: _DEFAULT_FIRST_BUCKET_BYTES */
 #define DEFAULT_PIECE_BYTES ((size_t)4 << 20)
+
+/* One gradient handed over by another thread: tensor, where, and the step it belongs to. */
+typedef struct post {
+    int tensor;
+    unsigned gen;
+    void *ptr;
+} post;
+
+typedef struct post_queue {
+    post *v;
+    int n, cap;
+} post_queue;
 
 struct ftrt_bucketer {
     ftrt__plane *plane; /* the data plane it reduces over (its watch, host and size) */
@@ -49,6 +75,16 @@ struct ftrt_bucketer {
     int err;             /* first error of this step */
     ftrt__seg *segs;     /* scratch: the widest bucket's tensors */
     int *tidx;           /* scratch: their indices */
+    /* hand-over from other threads (see the file's header) */
+    unsigned step_gen;            /* owner's copy of gen */
+    _Atomic unsigned gen;         /* this step's generation (never 0); owner writes */
+    _Atomic unsigned *posted;     /* per tensor: generation it was last marked in (0: never) */
+    _Atomic int pub_err;          /* err, as the posting threads read it */
+    atomic_int nposts;            /* entries in q (the owner's lock-free look) */
+    pthread_mutex_t post_lock;    /* guards q */
+    post_queue q;                 /* posts not yet taken by the owner */
+    post_queue taken;             /* owner: the batch being applied */
+    long stale;                   /* owner: posts dropped because their step had ended */
 };
 
 int ftrt__bucket_assign(const size_t *bytes, int n, int reverse, size_t first_cap, size_t cap,
@@ -87,12 +123,16 @@ int ftrt_bucket_config_init(ftrt_bucket_config *cfg, size_t size)
     return 0;
 }
 
+/* Clears the step and opens the next generation: posts of the step that ended no longer count. */
 static void step_reset(ftrt_bucketer *b)
 {
     memset(b->ready, 0, (size_t)b->n);
     memcpy(b->pending, b->p_ntens, (size_t)b->np * sizeof *b->pending);
     b->next = 0;
     b->err = 0;
+    atomic_store_explicit(&b->pub_err, 0, memory_order_relaxed);
+    b->step_gen = b->step_gen + 1 ? b->step_gen + 1 : 1; /* 0 means "never marked" */
+    atomic_store_explicit(&b->gen, b->step_gen, memory_order_release);
 }
 
 int ftrt_bucketer_free(ftrt_bucketer *b)
@@ -103,8 +143,10 @@ int ftrt_bucketer_free(ftrt_bucketer *b)
     if (b->be && b->be->destroy) b->be->destroy(b->be_arg);
     void *arrays[] = {b->tidx,   b->counts,   b->order,  b->start,   b->bucket_of, b->t_off,
                       b->t_p0,   b->t_p1,     b->p_bucket, b->p_lo,  b->p_hi,      b->p_first,
-                      b->p_ntens, b->ptrs,    b->ready,  b->pending, b->reqs,      b->segs};
+                      b->p_ntens, b->ptrs,    b->ready,  b->pending, b->reqs,      b->segs,
+                      (void *)b->posted, b->q.v, b->taken.v};
     for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++) free(arrays[i]);
+    pthread_mutex_destroy(&b->post_lock);
     free(b);
     return 0;
 }
@@ -159,6 +201,31 @@ static int make_pieces(ftrt_bucketer *b, size_t piece)
     return 0;
 }
 
+/* Allocates b's per-tensor arrays for b->n tensors (the marks for posting threads at 0). Returns
+ * 0 or -ENOMEM (what was allocated is freed by ftrt_bucketer_free). */
+static int alloc_tensor_arrays(ftrt_bucketer *b)
+{
+    size_t n = (size_t)b->n;
+    b->counts = malloc(n * sizeof *b->counts);
+    b->order = malloc(n * sizeof *b->order);
+    b->start = malloc((n + 1) * sizeof *b->start);
+    b->bucket_of = malloc(n * sizeof *b->bucket_of);
+    b->t_off = malloc(n * sizeof *b->t_off);
+    b->t_p0 = malloc(n * sizeof *b->t_p0);
+    b->t_p1 = malloc(n * sizeof *b->t_p1);
+    b->ptrs = calloc(n, sizeof *b->ptrs);
+    b->ready = calloc(n, 1);
+    b->posted = malloc(n * sizeof *b->posted);
+    b->q.v = malloc(n * sizeof *b->q.v); /* a step's posts fit: no allocation later */
+    b->taken.v = malloc(n * sizeof *b->taken.v);
+    b->q.cap = b->taken.cap = b->n;
+    if (!b->counts || !b->order || !b->start || !b->bucket_of || !b->t_off || !b->t_p0 ||
+        !b->t_p1 || !b->ptrs || !b->ready || !b->posted || !b->q.v || !b->taken.v)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) atomic_init(&b->posted[i], 0);
+    return 0;
+}
+
 int ftrt__bucketer_create_be(ftrt__plane *plane, const size_t *counts, int ntensors, ftrt_dtype dtype,
                              const ftrt_bucket_config *cfg, const ftrt__bucket_backend *be,
                              void *arg, ftrt_bucketer **out)
@@ -179,26 +246,16 @@ int ftrt__bucketer_create_be(ftrt__plane *plane, const size_t *counts, int ntens
         if (counts[i] > SIZE_MAX / 16 / (size_t)ntensors) return FTRT_EINVAL;
     ftrt_bucketer *b = calloc(1, sizeof *b);
     if (!b) return -ENOMEM;
+    pthread_mutex_init(&b->post_lock, NULL);
     int n = ntensors;
     b->plane = plane;
     b->dtype = dtype;
     b->esize = es;
     b->average = cfg->average ? 1 : 0;
     b->n = n;
-    b->counts = malloc((size_t)n * sizeof *b->counts);
-    b->order = malloc((size_t)n * sizeof *b->order);
-    b->start = malloc((size_t)(n + 1) * sizeof *b->start);
-    b->bucket_of = malloc((size_t)n * sizeof *b->bucket_of);
-    b->t_off = malloc((size_t)n * sizeof *b->t_off);
-    b->t_p0 = malloc((size_t)n * sizeof *b->t_p0);
-    b->t_p1 = malloc((size_t)n * sizeof *b->t_p1);
-    b->ptrs = calloc((size_t)n, sizeof *b->ptrs);
-    b->ready = calloc((size_t)n, 1);
     size_t *bytes = malloc((size_t)n * sizeof *bytes);
     int rc = -ENOMEM;
-    if (!b->counts || !b->order || !b->start || !b->bucket_of || !b->t_off || !b->t_p0 ||
-        !b->t_p1 || !b->ptrs || !b->ready || !bytes)
-        goto fail;
+    if (!bytes || alloc_tensor_arrays(b)) goto fail;
     for (int i = 0; i < n; i++) {
         b->counts[i] = counts[i];
         bytes[i] = counts[i] * es;
@@ -262,7 +319,7 @@ int ftrt__bucketer_create(ftrt__plane *plane, const size_t *counts, int ntensors
 }
 
 /* Starts piece p's allreduce over the parts of its tensors that fall in its byte range. */
-static int submit(ftrt_bucketer *b, int p)
+static inline __attribute__((always_inline)) int submit(ftrt_bucketer *b, int p)
 {
     int rc = ftrt__watch_check(b->plane->watch);
     if (rc) return rc;
@@ -291,21 +348,130 @@ static int submit(ftrt_bucketer *b, int p)
                          &b->reqs[p]);
 }
 
+/* Keeps rc as the step's first error (also for the posting threads). */
+static void set_err(ftrt_bucketer *b, int rc)
+{
+    if (!rc || b->err) return;
+    b->err = rc;
+    atomic_store_explicit(&b->pub_err, rc, memory_order_relaxed);
+}
+
+/* Marks tensor ready at ptr and starts every piece this completes, in piece order. Owner.
+ * mark() and submit() are forced inline (two callers now: ready and take_posts), so that
+ * ftrt_bucketer_ready() runs the code it ran before the hand-over, plus the mark for posting
+ * threads (bench/bucketer_ready.sh). */
+static inline __attribute__((always_inline)) void mark(ftrt_bucketer *b, int tensor, void *ptr)
+{
+    b->ready[tensor] = 1;
+    b->ptrs[tensor] = ptr;
+    atomic_store_explicit(&b->posted[tensor], b->step_gen, memory_order_relaxed);
+    for (int p = b->t_p0[tensor]; p <= b->t_p1[tensor]; p++) b->pending[p]--;
+    while (b->next < b->np && b->pending[b->next] == 0) set_err(b, submit(b, b->next++));
+}
+
+/* Takes what other threads posted (owner). With `apply`, marks the posts of this step (a post
+ * of a tensor already ready is the step's error, FTRT_EINVAL); without, drops them (reset).
+ * Posts of an ended step are dropped either way. Returns the number of posts marked. */
+static int take_posts(ftrt_bucketer *b, int apply)
+{
+    pthread_mutex_lock(&b->post_lock);
+    post_queue t = b->q;
+    b->q = b->taken; /* empty */
+    b->taken = t;
+    atomic_store_explicit(&b->nposts, 0, memory_order_relaxed);
+    pthread_mutex_unlock(&b->post_lock);
+    int marked = 0;
+    for (int i = 0; i < b->taken.n; i++) {
+        const post *e = &b->taken.v[i];
+        if (e->gen != b->step_gen) {
+            b->stale++;
+            ftrt_log_info("bucketer: tensor %d was posted for a step that has ended; dropped",
+                          e->tensor);
+        } else if (!apply) {
+            continue;
+        } else if (b->ready[e->tensor]) {
+            ftrt_log_error("ftrt_bucketer_ready_from_any_thread: tensor %d is already ready in "
+                           "this step (marked by ftrt_bucketer_ready)", e->tensor);
+            set_err(b, FTRT_EINVAL);
+        } else {
+            mark(b, e->tensor, e->ptr);
+            marked++;
+        }
+    }
+    b->taken.n = 0;
+    return marked;
+}
+
+/* Owner: applies the queued posts, if any (one atomic load when there are none). */
+static inline int take_if_posted(ftrt_bucketer *b, int apply)
+{
+    return atomic_load_explicit(&b->nposts, memory_order_relaxed) ? take_posts(b, apply) : 0;
+}
+
 int ftrt_bucketer_ready(ftrt_bucketer *b, int tensor, void *ptr)
 {
     if (!b || tensor < 0 || tensor >= b->n || (!ptr && b->counts[tensor])) return FTRT_EINVAL;
+    take_if_posted(b, 1);
     if (b->ready[tensor]) {
         ftrt_log_error("ftrt_bucketer_ready: tensor %d is already ready in this step", tensor);
         return FTRT_EINVAL;
     }
-    b->ready[tensor] = 1;
-    b->ptrs[tensor] = ptr;
-    for (int p = b->t_p0[tensor]; p <= b->t_p1[tensor]; p++) b->pending[p]--;
-    while (b->next < b->np && b->pending[b->next] == 0) {
-        int rc = submit(b, b->next++);
-        if (rc && !b->err) b->err = rc;
-    }
+    mark(b, tensor, ptr);
     return b->err;
+}
+
+/* Appends a post to q, growing it (only stale posts can outgrow a step's n). 0 or -ENOMEM. */
+static int push(post_queue *q, int tensor, unsigned gen, void *ptr)
+{
+    if (q->n == q->cap) {
+        int cap = 2 * q->cap;
+        post *v = realloc(q->v, (size_t)cap * sizeof *v);
+        if (!v) return -ENOMEM;
+        q->v = v;
+        q->cap = cap;
+    }
+    q->v[q->n++] = (post){tensor, gen, ptr};
+    return 0;
+}
+
+int ftrt__bucketer_enqueue(ftrt_bucketer *b, int tensor, void *ptr, unsigned gen)
+{
+    pthread_mutex_lock(&b->post_lock);
+    int rc = push(&b->q, tensor, gen, ptr);
+    if (!rc) atomic_store_explicit(&b->nposts, b->q.n, memory_order_relaxed);
+    pthread_mutex_unlock(&b->post_lock);
+    return rc;
+}
+
+unsigned ftrt__bucketer_gen(ftrt_bucketer *b)
+{
+    return atomic_load_explicit(&b->gen, memory_order_acquire);
+}
+
+int ftrt_bucketer_ready_from_any_thread(ftrt_bucketer *b, int tensor, void *ptr)
+{
+    if (!b || tensor < 0 || tensor >= b->n || (!ptr && b->counts[tensor])) return FTRT_EINVAL;
+    unsigned gen = ftrt__bucketer_gen(b);
+    unsigned old = atomic_exchange_explicit(&b->posted[tensor], gen, memory_order_relaxed);
+    if (old == gen) {
+        ftrt_log_error("ftrt_bucketer_ready_from_any_thread: tensor %d is already ready in this "
+                       "step", tensor);
+        return FTRT_EINVAL;
+    }
+    int rc = ftrt__bucketer_enqueue(b, tensor, ptr, gen);
+    if (rc) { /* not posted: give the mark back */
+        atomic_compare_exchange_strong_explicit(&b->posted[tensor], &gen, old,
+                                                memory_order_relaxed, memory_order_relaxed);
+        return rc;
+    }
+    return atomic_load_explicit(&b->pub_err, memory_order_relaxed);
+}
+
+int ftrt_bucketer_drain(ftrt_bucketer *b)
+{
+    if (!b) return FTRT_EINVAL;
+    int marked = take_if_posted(b, 1);
+    return b->err ? b->err : marked;
 }
 
 /* Waits for every submitted piece (raw) and clears the step; returns the first error. */
@@ -326,6 +492,7 @@ static int drain(ftrt_bucketer *b)
 int ftrt_bucketer_wait_all(ftrt_bucketer *b)
 {
     if (!b) return FTRT_EINVAL;
+    take_if_posted(b, 1);
     for (int i = 0; i < b->n; i++)
         if (!b->ready[i]) {
             ftrt_log_error("ftrt_bucketer_wait_all: tensor %d was not marked ready", i);
@@ -340,9 +507,12 @@ int ftrt_bucketer_wait_all(ftrt_bucketer *b)
 int ftrt_bucketer_reset(ftrt_bucketer *b)
 {
     if (!b) return FTRT_EINVAL;
+    take_if_posted(b, 0);
     drain(b);
     return 0;
 }
+
+long ftrt__bucketer_stale_posts(const ftrt_bucketer *b) { return b->stale; }
 
 int ftrt_bucketer_buckets(const ftrt_bucketer *b) { return b ? b->nb : FTRT_EINVAL; }
 

@@ -46,6 +46,16 @@ const ftrt__bucket_backend *ftrt__bucketer_backend(const ftrt_bucketer *b, void 
 struct ftrt_request *ftrt__bucketer_request(const ftrt_bucketer *b, int k);
 /* 1 when every bucket of this step has been submitted, else 0. */
 int ftrt__bucketer_all_submitted(const ftrt_bucketer *b);
+/* Posts of ftrt_bucketer_ready_from_any_thread() dropped so far because they arrived after
+ * their step had ended (wait_all or reset). Owner thread. */
+long ftrt__bucketer_stale_posts(const ftrt_bucketer *b);
+/* The step generation posts are stamped with (never 0; +1 each time a step ends). Any thread. */
+unsigned ftrt__bucketer_gen(ftrt_bucketer *b);
+/* The second half of ftrt_bucketer_ready_from_any_thread(), after its argument checks and its
+ * claim of the tensor's mark: queues (tensor, ptr) for generation `gen`. Lets a test stage a
+ * post that read the generation before its step ended, or that claimed its mark just before
+ * ftrt_bucketer_ready() marked the same tensor. Returns 0 or -ENOMEM. Any thread. */
+int ftrt__bucketer_enqueue(ftrt_bucketer *b, int tensor, void *ptr, unsigned gen);
 
 /* Creates a bucketer over a backend, reducing over `plane` (its epoch watch, host interface
  * and size; not owned, must outlive the bucketer). Arguments otherwise as

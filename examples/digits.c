@@ -105,7 +105,7 @@ int digits_load(const char *path, digits *out, char *err, size_t errlen)
         int e = errno ? errno : ENOMEM;
         digits__msg(err, errlen,
                     "cannot open the digits data set '%s': %s (it ships with Debian's %s: "
-                    "apt-get install %s; or pass --data PATH)",
+                    "apt-get install %s; or pass --data PATH, or set " DIGITS_DATA_ENV ")",
                     path, strerror(e), DIGITS_PACKAGE, DIGITS_PACKAGE);
         return -e;
     }

@@ -15,6 +15,10 @@
 #define DIGITS_CLASSES 10  /* labels 0..9 */
 #define DIGITS_DEFAULT_PATH "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz"
 #define DIGITS_PACKAGE "python3-sklearn"
+/* The environment variable that, when set and not empty, replaces DIGITS_DEFAULT_PATH as
+ * train_mlp's default --data (e.g. the copy in scripts/gpu-kit.sh's kit, on a machine without
+ * Debian's python3-sklearn). */
+#define DIGITS_DATA_ENV "DIGITS_DATA"
 
 /* A set of n images: x holds n * DIGITS_FEATURES floats in [0, 1] (pixel / 16), row-major;
  * y holds n labels in [0, DIGITS_CLASSES). Owned by the struct; release with digits_free(). */

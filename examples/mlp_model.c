@@ -139,8 +139,18 @@ static void mlp_load_batch(mlp_work *w, const digits *d, const uint32_t *idx, si
     }
 }
 
-/* Forward pass of the loaded batch: fills w->h and the logits w->zt. */
-static void mlp_forward(const float *params, mlp_work *w, size_t nb)
+/* 1 when the caller's poll (mlp_work) asks to stop after hidden unit j; with `polling` 0 (or no
+ * poll set) never. */
+static int mlp_stop(mlp_work *w, int polling, size_t j)
+{
+    if (!polling || !w->poll || !w->poll_units || (j + 1) % w->poll_units) return 0;
+    w->stopped = w->poll(w->poll_arg);
+    return w->stopped != 0;
+}
+
+/* Forward pass of the loaded batch: fills w->h and the logits w->zt. polling: may stop early
+ * (mlp_stop). */
+static void mlp_forward(const float *params, mlp_work *w, size_t nb, int polling)
 {
     const size_t hidden = w->hidden;
     mlp_view p = mlp_view_of((float *)params, hidden);
@@ -161,6 +171,7 @@ static void mlp_forward(const float *params, mlp_work *w, size_t nb)
             float *zk = w->zt + k * nb;
             for (size_t b = 0; b < nb; b++) zk[b] += wk * hj[b];
         }
+        if (mlp_stop(w, polling, j)) return;
     }
 }
 
@@ -190,7 +201,7 @@ static float mlp_softmax_xent(mlp_work *w, size_t nb)
 }
 
 /* Backward pass: writes into `grad` (parameter-shaped) the gradient of the summed loss, given
- * w->h from mlp_forward() and d loss / d logits in w->zt. */
+ * w->h from mlp_forward() and d loss / d logits in w->zt. May stop early (mlp_stop). */
 static void mlp_backward(const float *params, mlp_work *w, size_t nb, float *grad)
 {
     const size_t hidden = w->hidden;
@@ -226,6 +237,7 @@ static void mlp_backward(const float *params, mlp_work *w, size_t nb, float *gra
             const float *xb = w->x + b * IN;
             for (size_t i = 0; i < IN; i++) gj[i] += d * xb[i];
         }
+        if (mlp_stop(w, 1, j)) return;
     }
 }
 
@@ -234,8 +246,10 @@ static void mlp_backward(const float *params, mlp_work *w, size_t nb, float *gra
 float mlp_grad_sum(const float *params, mlp_work *w, const digits *train, const uint32_t *idx,
                    size_t nb, float *grad)
 {
+    w->stopped = 0;
     mlp_load_batch(w, train, idx, 0, nb);
-    mlp_forward(params, w, nb);
+    mlp_forward(params, w, nb, 1);
+    if (w->stopped) return 0.0f;
     float loss = mlp_softmax_xent(w, nb);
     mlp_backward(params, w, nb, grad);
     return loss;
@@ -260,7 +274,7 @@ size_t mlp_correct(const float *params, mlp_work *w, const digits *set)
     for (size_t first = 0; first < set->n; first += w->cap) {
         size_t nb = set->n - first < w->cap ? set->n - first : w->cap;
         mlp_load_batch(w, set, NULL, first, nb);
-        mlp_forward(params, w, nb);
+        mlp_forward(params, w, nb, 0);
         for (size_t b = 0; b < nb; b++) {
             size_t best = 0;
             for (size_t k = 1; k < OUT; k++)

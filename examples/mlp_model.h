@@ -27,6 +27,14 @@ typedef struct mlp_work {
     float *zt;     /* [10][cap]  logits, then d loss / d logits */
     float *dh;     /* [cap]      d loss / d hidden pre-activation, one unit at a time */
     uint8_t *y;    /* [cap]      labels */
+    /* Optional, set by the caller (mlp_work_alloc leaves them 0): mlp_grad_sum calls poll(arg)
+     * after every poll_units hidden units of its forward and backward passes (0: never); a
+     * nonzero return stops the passes and is left in `stopped` (0 when it ran to the end). The
+     * arithmetic is the same whether it polls or not. */
+    int (*poll)(void *arg);
+    void *poll_arg;
+    size_t poll_units;
+    int stopped;
 } mlp_work;
 
 /* The minibatch of logical rank `rank` at step `step`: `batch` indices drawn uniformly (with
@@ -47,7 +55,8 @@ int mlp_work_alloc(mlp_work *w, size_t cap, size_t hidden);
 void mlp_work_free(mlp_work *w);
 
 /* The gradient SUM over the minibatch idx[0..nb) of `train` into `grad` (parameter-shaped);
- * returns the summed loss. nb <= w->cap. */
+ * returns the summed loss. nb <= w->cap. When w->poll stopped it (w->stopped != 0), grad and
+ * the loss are partial: discard them. */
 float mlp_grad_sum(const float *params, mlp_work *w, const digits *train, const uint32_t *idx,
                    size_t nb, float *grad);
 

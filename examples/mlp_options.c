@@ -38,8 +38,12 @@ static void usage(FILE *f)
           "  --ckpt-dir DIR     checkpoint directory (default ftrt-ckpt, or FTRT_CKPT_DIR)\n"
           "  --params-out FILE  write the final parameters as raw little-endian float32\n"
           "  --report FILE      JSON report of the job (written by the coordinator)\n"
-          "  --data PATH        digits CSV (gzip); default " DIGITS_DEFAULT_PATH "\n"
+          "  --data PATH        digits CSV (gzip); default $" DIGITS_DATA_ENV " if set, else\n"
+          "                     " DIGITS_DEFAULT_PATH "\n"
           "  --step-sleep-ms M  sleep M ms after each step (default 0; for fault tests)\n"
+          "  --check-every U    ftrt_check() after every U hidden units of the forward and\n"
+          "                     backward passes, so that a failure stops the step there, not at\n"
+          "                     its allreduce; 0 = never (default 1024)\n"
           "  --hang-rank R --hang-at-step S\n"
           "                     fault injection: logical rank R gets stuck in its own code at step\n"
           "                     S (first epoch only, so its replacement does not), default off\n"
@@ -50,6 +54,11 @@ static void usage(FILE *f)
           "                     timing knob (repeatable, up to 8): logical rank 0 sleeps M ms (1000)\n"
           "                     the first time it reaches step S, so that a fault injected then\n"
           "                     lands between checkpoints\n"
+          "  --die-rank R --die-at-step S\n"
+          "                     fault injection: logical rank R SIGKILLs itself inside its forward\n"
+          "                     pass at step S (first epoch only), at its 8th ftrt_check; every\n"
+          "                     trainer's checks at step S sleep 2 ms, so that the others are in\n"
+          "                     their passes when they learn of it (needs --check-every <= H/8)\n"
           "  --slow-rank R --slow-ms M\n"
           "                     straggler injection: logical rank R computes M ms longer per step\n"
           "  --step-log FILE    append \"<logical rank> <step> <epoch>\" for every completed step\n"
@@ -57,11 +66,21 @@ static void usage(FILE *f)
           "  --publish-addr P   test hook: each trainer writes \"<pid> <params address> <bytes>\n"
           "                     <steps-done address>\" (hex addresses) to P.w<world rank>, for\n"
           "                     an injector that flips a bit in its memory (ftrt-chaos flip-bit)\n"
+          "  --flip-rank R --flip-at-step S\n"
+          "                     silent data corruption from inside: logical rank R flips one bit\n"
+          "                     of one weight of its parameters where they live (device memory\n"
+          "                     with --device sim or cuda) after its update of step S, in the\n"
+          "                     first epoch only; for CUDA memory, which --publish-addr's injector\n"
+          "                     cannot reach\n"
           "  --sharded-momentum register the momentum buffer SHARDED: recoveries then reload the\n"
           "                     last committed checkpoint (exercises that path; same results)\n"
-          "  --device D         where parameters and momentum live: host (default) or sim, the\n"
+          "  --device D         where parameters and momentum live: host (default); sim, the\n"
           "                     simulated device of ftrt_sim.h (a test arrangement: run the job\n"
-          "                     with FTRT_TEST_SIM_DEVICE=1); same results\n"
+          "                     with FTRT_TEST_SIM_DEVICE=1); or cuda, CUDA memory of a GPU (the\n"
+          "                     train_mlp_gpu build, linked with libftrt_gpu; GPU = local rank\n"
+          "                     modulo the visible GPUs); same results\n"
+          "  --check-device     with --device cuda: say which GPU this process would use and\n"
+          "                     exit 0, or why none is usable and exit 77; joins no job\n"
           "  --help             this text\n",
           f);
 }
@@ -137,7 +156,9 @@ enum {
     OPT_STEPS = 256, OPT_BATCH, OPT_HIDDEN, OPT_LR, OPT_MOMENTUM, OPT_SEED, OPT_CKPT_EVERY,
     OPT_CKPT_DIR, OPT_PARAMS_OUT, OPT_REPORT, OPT_DATA, OPT_SLEEP, OPT_HANG_RANK, OPT_HANG_STEP,
     OPT_SLOW_RANK, OPT_SLOW_MS, OPT_STEP_LOG, OPT_SHARDED_MOMENTUM, OPT_ERROR_RANK,
-    OPT_ERROR_STEP, OPT_HOLD_STEP, OPT_HOLD_MS, OPT_PUBLISH, OPT_DEVICE, OPT_HELP = 'h'
+    OPT_ERROR_STEP, OPT_HOLD_STEP, OPT_HOLD_MS, OPT_PUBLISH, OPT_DEVICE, OPT_CHECK_DEVICE,
+    OPT_FLIP_RANK, OPT_FLIP_STEP, OPT_CHECK_EVERY, OPT_DIE_RANK, OPT_DIE_STEP,
+    OPT_HELP = 'h'
 };
 
 static const struct option longopts[] = {
@@ -164,7 +185,13 @@ static const struct option longopts[] = {
     {"hold-at-step", required_argument, NULL, OPT_HOLD_STEP},
     {"hold-ms", required_argument, NULL, OPT_HOLD_MS},
     {"publish-addr", required_argument, NULL, OPT_PUBLISH},
+    {"flip-rank", required_argument, NULL, OPT_FLIP_RANK},
+    {"flip-at-step", required_argument, NULL, OPT_FLIP_STEP},
+    {"check-every", required_argument, NULL, OPT_CHECK_EVERY},
+    {"die-rank", required_argument, NULL, OPT_DIE_RANK},
+    {"die-at-step", required_argument, NULL, OPT_DIE_STEP},
     {"device", required_argument, NULL, OPT_DEVICE},
+    {"check-device", no_argument, NULL, OPT_CHECK_DEVICE},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -191,12 +218,15 @@ static int train_option(int c, const char *arg, options *o)
     case OPT_PARAMS_OUT: return parse_path("params-out", arg, 4096, &o->params_out);
     case OPT_DATA: return parse_path("data", arg, 4096, &o->data);
     case OPT_STEP_LOG: return parse_path("step-log", arg, 4096, &o->step_log);
+    case OPT_CHECK_EVERY: return parse_i64("check-every", arg, 0, HIDDEN_MAX, &o->check_every);
     case OPT_SHARDED_MOMENTUM: o->sharded_momentum = 1; return 0;
     case OPT_DEVICE:
-        if (strcmp(arg, "host") == 0) o->device_sim = 0;
-        else if (strcmp(arg, "sim") == 0) o->device_sim = 1;
-        else return bad_value("device", "host or sim", arg);
+        if (strcmp(arg, "host") == 0) o->device = MLP_DEVICE_HOST;
+        else if (strcmp(arg, "sim") == 0) o->device = MLP_DEVICE_SIM;
+        else if (strcmp(arg, "cuda") == 0) o->device = MLP_DEVICE_CUDA;
+        else return bad_value("device", "host, sim or cuda", arg);
         return 0;
+    case OPT_CHECK_DEVICE: o->check_device = 1; return 0;
     default: return NOT_MINE;
     }
 }
@@ -222,6 +252,10 @@ static int test_option(int c, const char *arg, options *o)
         return parse_i64("hold-at-step", arg, 0, INT64_MAX / 2, &o->hold_step[o->nhold++]);
     case OPT_HOLD_MS: return parse_i64("hold-ms", arg, 0, 3600000, &o->hold_ms);
     case OPT_PUBLISH: return parse_path("publish-addr", arg, 4000, &o->publish);
+    case OPT_FLIP_RANK: return parse_i64("flip-rank", arg, 0, 1 << 20, &o->flip_rank);
+    case OPT_FLIP_STEP: return parse_i64("flip-at-step", arg, 0, INT64_MAX / 2, &o->flip_step);
+    case OPT_DIE_RANK: return parse_i64("die-rank", arg, 0, 1 << 20, &o->die_rank);
+    case OPT_DIE_STEP: return parse_i64("die-at-step", arg, 0, INT64_MAX / 2, &o->die_step);
     default: return NOT_MINE;
     }
 }
@@ -229,10 +263,13 @@ static int test_option(int c, const char *arg, options *o)
 /* Returns 0 (run), 1 (--help printed: exit 0) or -1 (message printed: exit 2). */
 int parse_options(int argc, char **argv, options *o)
 {
+    const char *data = getenv(DIGITS_DATA_ENV);
     *o = (options){.steps = 300, .batch = 32, .hidden = 64, .lr = 0.05f, .momentum = 0.9f,
-                   .seed = 1, .ckpt_every = 50, .data = DIGITS_DEFAULT_PATH, .hang_step = -1,
+                   .seed = 1, .ckpt_every = 50,
+                   .data = data && *data ? data : DIGITS_DEFAULT_PATH, .hang_step = -1,
                    .hang_rank = -1, .slow_rank = -1, .error_step = -1, .error_rank = -1,
-                   .hold_ms = 1000};
+                   .hold_ms = 1000, .flip_rank = -1, .flip_step = -1, .check_every = 1024,
+                   .die_step = -1, .die_rank = -1};
     int c, rc = 0;
     opterr = 0; /* one line of our own for an unknown option or a missing value */
     while (rc == 0 && (c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
@@ -256,6 +293,15 @@ int parse_options(int argc, char **argv, options *o)
     if (rc == 0 && optind < argc) {
         fprintf(stderr, "train_mlp: unexpected argument '%s' (see train_mlp --help)\n",
                 argv[optind]);
+        rc = -1;
+    }
+    if (rc == 0 && o->check_device && o->device != MLP_DEVICE_CUDA) {
+        fprintf(stderr, "train_mlp: --check-device needs --device cuda\n");
+        rc = -1;
+    }
+    if (rc == 0 && o->publish && o->device == MLP_DEVICE_CUDA) {
+        fprintf(stderr, "train_mlp: --publish-addr: not with --device cuda (an injector "
+                        "outside the process cannot reach CUDA memory)\n");
         rc = -1;
     }
     return rc;

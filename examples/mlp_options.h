@@ -9,6 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Where the state (parameters and momentum) lives: --device host, sim or cuda. */
+enum mlp_device { MLP_DEVICE_HOST, MLP_DEVICE_SIM, MLP_DEVICE_CUDA };
+
 typedef struct options {
     int64_t steps;       /* total optimizer steps */
     size_t batch;        /* minibatch per logical rank */
@@ -18,24 +21,30 @@ typedef struct options {
     uint64_t seed;       /* initial weights and minibatch sampling */
     int64_t ckpt_every;  /* steps between checkpoints; 0 = never */
     int64_t sleep_ms;    /* sleep after each step */
+    int64_t check_every; /* ftrt_check() every this many hidden units of a pass; 0 = never */
     int64_t hang_step;   /* fault injection: logical rank hang_rank spins in its own code... */
     int64_t hang_rank;   /* ...from step hang_step on, in epoch 0 only (-1 = off) */
     int64_t error_step;  /* fault injection: logical rank error_rank stops at error_step with an */
     int64_t error_rank;  /* application error (ftrt_set_exit_code), -1 = off */
+    int64_t die_step;    /* fault injection: logical rank die_rank SIGKILLs itself inside its */
+    int64_t die_rank;    /* forward pass at die_step, epoch 0 only (-1 = off) */
     int64_t hold_step[8]; /* timing knob: logical rank 0 sleeps hold_ms the first time it */
     int nhold;            /* reaches each of these steps (a fault lands mid-interval) */
     int64_t hold_ms;
     int64_t slow_rank;   /* straggler injection: this logical rank computes slow_ms longer */
     int64_t slow_ms;
+    int64_t flip_rank;   /* silent data corruption: this logical rank flips a bit of its */
+    int64_t flip_step;   /* parameters after its update of flip_step, in epoch 0 (-1 = off) */
     const char *ckpt_dir;   /* NULL = ftrt's default (FTRT_CKPT_DIR or "ftrt-ckpt") */
     const char *report;     /* NULL = ftrt's default (FTRT_REPORT) */
     const char *params_out; /* NULL = do not write */
-    const char *data;       /* data set path */
+    const char *data;       /* data set path (--data, else $DIGITS_DATA, else Debian's) */
     const char *step_log;   /* append "<logical rank> <step> <epoch>" per completed step */
     const char *publish;    /* test hook: write "<pid> <params address> <bytes> <steps address>"
                                to <publish>.w<world rank> (tools/ftrt-chaos flip-bit) */
     int sharded_momentum;   /* register the momentum buffer SHARDED (recovery from checkpoint) */
-    int device_sim;         /* --device sim: state in the simulated device's memory */
+    enum mlp_device device; /* --device: host, the simulated device's memory, or CUDA memory */
+    int check_device;       /* --check-device: report the GPU (exit 0) or why none (77) */
 } options;
 
 /* Parses argv into *o (defaults first). Returns 0 (run), 1 (--help printed on stdout: exit 0)

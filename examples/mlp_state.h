@@ -1,8 +1,9 @@
 /*
  * mlp_state.h - the memory of examples/train_mlp's model (examples/mlp_state.c): the state
- * ftrt keeps (parameters and momentum, on the host or, with --device sim, in the simulated
- * device's memory), the host buffers the step computes in, the momentum SGD update between
- * them, and the test hook that publishes where the state is for a fault injector.
+ * ftrt keeps (parameters and momentum, on the host or, with --device sim or cuda, in the
+ * simulated device's or a GPU's memory), the host buffers the step computes in, the momentum
+ * SGD update between them, and the test hook that publishes where the state is for a fault
+ * injector.
  */
 #ifndef FTRT_EXAMPLE_MLP_STATE_H
 #define FTRT_EXAMPLE_MLP_STATE_H
@@ -14,12 +15,36 @@
 #include "mlp_model.h"
 #include "mlp_options.h"
 
+/* A device the state can live in: its allocator and copies, each returning 0 or an ftrt code
+ * (FTRT_EINVAL, FTRT_ENODEV, FTRT_ECUDA, -ENOMEM, ...). alloc: `bytes` (> 0) of device memory,
+ * zeroed, into *dev; free: NULL accepted; write: host -> device; read: device -> host, both
+ * synchronous (done when they return). */
+typedef struct mlp_dev_ops {
+    const char *name; /* "sim", "cuda": for messages */
+    int (*alloc)(size_t bytes, void **dev);
+    int (*free)(void *dev);
+    int (*write)(void *dst_dev, const void *src_host, size_t bytes);
+    int (*read)(void *dst_host, const void *src_dev, size_t bytes);
+} mlp_dev_ops;
+
+/* --device cuda (examples/mlp_cuda.c in train_mlp_gpu; refusals in train_mlp): the CUDA
+ * device's ops, or NULL in a build without CUDA. */
+const mlp_dev_ops *mlp_cuda_ops(void);
+
+/* --device cuda: checks that a GPU is usable (cudaGetDeviceCount) and, with select, picks
+ * this process's GPU (mpirun's local rank, OMPI_COMM_WORLD_LOCAL_RANK, modulo the visible
+ * GPUs; 0 outside mpirun) and makes it current (cudaSetDevice, which creates the CUDA context).
+ * With say, prints on stderr the GPU chosen, or why none is usable. Returns 0, FTRT_ENODEV (no
+ * usable GPU or driver), FTRT_ECUDA, -ENOMEM, or FTRT_ENOTSUP (a build without CUDA). */
+int mlp_cuda_check(int say, int select);
+
 /* The model's memory: parameters, momentum, gradient, activations, minibatch indices; with
- * --device sim also the device copies of parameters and momentum, which are then the state
- * (params and mom being the host copies the computation works on). */
+ * --device sim or cuda also the device copies of parameters and momentum, which are then the
+ * state (params and mom being the host copies the computation works on). */
 typedef struct model {
     float *params, *mom, *grad;
-    float *dparams, *dmom; /* simulated device memory, or NULL (--device host) */
+    float *dparams, *dmom; /* device memory (of dev), or NULL (--device host) */
+    const mlp_dev_ops *dev; /* the device of dparams and dmom, or NULL (--device host) */
     size_t n;              /* floats in params and mom */
     mlp_work w;
     uint32_t *idx;
@@ -32,12 +57,19 @@ typedef struct model {
 int model_alloc(model *m, const options *o);
 void model_free(model *m);
 
-/* --device sim: copies the parameters (and, with mom, the momentum) from the device into the
- * host copies. Returns 0 or an ftrt code; nothing to do in host mode. */
+/* Test hook (--flip-rank/--flip-at-step): flips bit `bit` (0 = lowest) of one parameter, the
+ * first at or after index n/3 with |w| >= 1e-3, where the state lives: in device memory only
+ * (a 4-byte write through the device's copy; the host copy is overwritten by the next read),
+ * or the host copy in host mode. Sets *index, *before and *after. Returns 0 or an ftrt code
+ * (FTRT_EINVAL: no such weight). */
+int model_flip_bit(model *m, int bit, size_t *index, float *before, float *after);
+
+/* --device sim or cuda: copies the parameters (and, with mom, the momentum) from the device
+ * into the host copies. Returns 0 or an ftrt code; nothing to do in host mode. */
 int state_read(model *m, int mom);
 
 /* One momentum SGD update of the state with the mean gradient m->grad / denom: on the host
- * copies, and with --device sim read from the device first and written back after
+ * copies, and with --device sim or cuda read from the device first and written back after
  * (published_busy set meanwhile). Returns 0 or an ftrt code. */
 int model_update(model *m, const options *o, float denom);
 

@@ -29,6 +29,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -172,7 +173,7 @@ static int recover_until_done(ftrt_ctx *ctx, int64_t *step)
 static int join_training(ftrt_ctx *ctx, const options *o, model *m, int64_t *step)
 {
     const size_t n = m->n;
-    /* The state ftrt keeps: the device copies with --device sim. */
+    /* The state ftrt keeps: the device copies with --device sim or cuda. */
     const unsigned loc = m->dparams ? FTRT_REGION_DEVICE : 0;
     int rc = ftrt_register(ctx, "params", m->dparams ? (void *)m->dparams : m->params,
                            n * sizeof *m->params, FTRT_REGION_REPLICATED | loc);
@@ -253,6 +254,22 @@ static int test_knobs(ftrt_ctx *ctx, options *o, int rank, int64_t step)
     return 0;
 }
 
+/* --flip-rank/--flip-at-step, after the update of `step`: silent data corruption from inside
+ * the process (bit 20 of one weight, where the parameters live), said on stderr. Returns 0 or
+ * 1 (fatal, said on stderr). */
+static int flip_bit(ftrt_ctx *ctx, model *m, int64_t step)
+{
+    size_t i;
+    float before, after;
+    int rc = model_flip_bit(m, 20, &i, &before, &after);
+    if (rc != 0) return fatal(ctx, "--flip-at-step", step, rc);
+    fprintf(stderr, "train_mlp: logical rank %d flipped bit 20 of parameter %zu (%g -> %g) in "
+                    "its %s memory after step %" PRId64 " (--flip-rank/--flip-at-step)\n",
+            ftrt_rank(ctx), i, (double)before, (double)after, m->dev ? m->dev->name : "host",
+            step);
+    return 0;
+}
+
 /* Every --ckpt-every steps, after step `step`: an asynchronous checkpoint. Returns 0 (taken,
  * or failed with -errno: the previous committed one stays and training goes on, with a
  * warning), FTRT_ERECOVER, or 1 (fatal, said on stderr). */
@@ -278,6 +295,28 @@ static int checkpoint_after(ftrt_ctx *ctx, const options *o, int rank, int64_t s
     return 0;
 }
 
+/* What mlp_work's poll needs: the context, the options, the step in progress and the checks
+ * made in it. */
+typedef struct pass_poll {
+    ftrt_ctx *ctx;
+    const options *o;
+    int64_t step, checks;
+} pass_poll;
+static pass_poll the_poll;
+
+/* mlp_work's poll: whether the step may go on (ftrt_check: 0, FTRT_ERECOVER or the job's end);
+ * with --die-rank/--die-at-step, that rank dies at its 8th check of the step, and every
+ * trainer's checks of the step sleep 2 ms (the others are then mid-pass when it dies). */
+static int poll_ftrt(void *arg)
+{
+    pass_poll *p = arg;
+    if (p->step == p->o->die_step && ftrt_epoch(p->ctx) == 0) {
+        if (ftrt_rank(p->ctx) == p->o->die_rank && ++p->checks == 8) raise(SIGKILL);
+        sleep_ms(2);
+    }
+    return ftrt_check(p->ctx);
+}
+
 /* One training step at *step: the minibatch's gradient sum, the allreduce, the update, the
  * bookkeeping and the checkpoint. Returns 0 (*step advanced, *last_loss set), FTRT_ERECOVER
  * (a rank failed: recover, then resume at the step ftrt_recover() gives), or 1 (fatal, said on
@@ -291,9 +330,17 @@ static int train_step(ftrt_ctx *ctx, options *o, model *m, const digits *train, 
     if (rank < 0 || size <= 0)
         return fatal(ctx, "ftrt_rank/ftrt_size", *step, rank < 0 ? rank : size);
     minibatch_indices(o->seed, *step, rank, train->n, m->idx, o->batch);
-    int rc = state_read(m, 0); /* --device sim: this step's parameters from the device */
-    if (rc < 0) return fatal(ctx, "ftrt_sim_read", *step, rc);
+    int rc = state_read(m, 0); /* --device sim/cuda: this step's parameters from the device */
+    if (rc < 0) return fatal(ctx, "the device read of the parameters", *step, rc);
+    the_poll.step = *step;
+    the_poll.checks = 0;
     grad[n] = mlp_grad_sum(m->params, &m->w, train, m->idx, o->batch, grad);
+    if (m->w.stopped == FTRT_ERECOVER) { /* a rank failed: this step is abandoned mid-pass */
+        fprintf(stderr, "train_mlp: logical rank %d stopped step %" PRId64 " mid-pass "
+                "(ftrt_check: a rank failed)\n", rank, *step);
+        return FTRT_ERECOVER;
+    }
+    if (m->w.stopped) return fatal(ctx, "ftrt_check", *step, m->w.stopped);
     if (test_knobs(ctx, o, rank, *step)) return 1;
 
     rc = ftrt_allreduce(ctx, grad, n + 1, FTRT_FLOAT32, FTRT_SUM);
@@ -305,7 +352,10 @@ static int train_step(ftrt_ctx *ctx, options *o, model *m, const digits *train, 
      * step's gradients were computed; the update must wait until that copy is done. */
     ftrt_checkpoint_wait_snapshot(ctx);
     rc = model_update(m, o, denom);
-    if (rc < 0) return fatal(ctx, "the update's ftrt_sim_read/ftrt_sim_write", *step, rc);
+    if (rc < 0) return fatal(ctx, "the update's device read/write", *step, rc);
+    if (rank == o->flip_rank && *step == o->flip_step && ftrt_epoch(ctx) == 0 &&
+        flip_bit(ctx, m, *step) != 0)
+        return 1;
     *last_loss = grad[n] / denom;
     published_steps = *step + 1; /* before ftrt_step_done, which may fingerprint the state */
     rc = ftrt_step_done(ctx, *step);
@@ -331,7 +381,7 @@ static int finish(ftrt_ctx *ctx, const options *o, model *m, const digits *test,
 {
     if (ftrt_rank(ctx) != 0) return 0;
     int rc = state_read(m, 0);
-    if (rc < 0) return fatal(ctx, "ftrt_sim_read", step, rc);
+    if (rc < 0) return fatal(ctx, "the device read of the parameters", step, rc);
     size_t correct = mlp_correct(m->params, &m->w, test);
     if (isnan(last_loss))
         printf("final train loss: n/a (no step ran in this process)\n");
@@ -350,6 +400,7 @@ static int finish(ftrt_ctx *ctx, const options *o, model *m, const digits *test,
 }
 
 /* A trainer's (or a promoted spare's) whole part of the job. Returns its exit status. */
+
 static int run_trainer(ftrt_ctx *ctx, options *o, model *m, const digits *train,
                        const digits *test)
 {
@@ -357,6 +408,10 @@ static int run_trainer(ftrt_ctx *ctx, options *o, model *m, const digits *train,
         fprintf(stderr, "train_mlp: no model memory on this rank\n");
         return 1;
     }
+    the_poll = (pass_poll){.ctx = ctx, .o = o};
+    m->w.poll = poll_ftrt; /* a failure stops the passes within --check-every hidden units */
+    m->w.poll_arg = &the_poll;
+    m->w.poll_units = (size_t)o->check_every;
     int64_t step = 0;
     int code = join_training(ctx, o, m, &step);
     if (!code) code = describe_job(ctx, o, m->n, train, test, step);
@@ -377,11 +432,33 @@ static int run_trainer(ftrt_ctx *ctx, options *o, model *m, const digits *train,
     return code;
 }
 
+/* --device cuda, before anything else: every rank checks that a GPU is usable, so that none
+ * joins a job the others leave; the ranks that may train (not world rank 0, the coordinator,
+ * which never touches CUDA) make theirs current. World rank 0 (or a process outside mpirun)
+ * says why not. Returns 0, or the exit status: 0 / 77 for --check-device (GPU usable / not),
+ * 1 when no GPU is usable. */
+static int check_cuda(const options *o, int *done)
+{
+    *done = 0;
+    if (o->device != MLP_DEVICE_CUDA) return 0;
+    const char *wr = getenv("OMPI_COMM_WORLD_RANK");
+    int coordinator = wr && strcmp(wr, "0") == 0;
+    int rc = mlp_cuda_check(o->check_device || !wr || coordinator, !coordinator);
+    if (o->check_device) {
+        *done = 1;
+        return rc == 0 ? 0 : 77;
+    }
+    *done = rc != 0;
+    return rc == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     options opt;
     int rc = parse_options(argc, argv, &opt);
     if (rc != 0) return rc > 0 ? 0 : 2;
+    int done, code = check_cuda(&opt, &done);
+    if (done) return code;
     if (check_paths(&opt) < 0) return 2;
 
     /* Load the data before joining the job, so that a missing file stops every process at
@@ -428,7 +505,6 @@ int main(int argc, char **argv)
 
     ftrt_ctx *ctx = NULL;
     rc = ftrt_init(&cfg, &ctx);
-    int code;
     if (rc == FTRT_DONE) {
         code = 0; /* the coordinator, or a spare that was never needed */
     } else if (rc != 0 && ctx) { /* the coordinator, or a spare never needed, of a failed job */

@@ -529,7 +529,9 @@ FTRT_API int ftrt_allreduce(ftrt_ctx *ctx, void *buf, size_t count, ftrt_dtype d
  * old epoch writes application memory afterwards.
  *
  * All request and bucketer functions: application thread only (the thread that called
- * ftrt_init()).
+ * ftrt_init(), which owns the data plane), except ftrt_bucketer_ready_from_any_thread(), which
+ * any thread may call (see there). Every MPI, NCCL and CUDA call of the data plane is made on
+ * the application thread or on ftrt's own progress thread, never on a caller's other threads.
  */
 typedef struct ftrt_request ftrt_request;
 
@@ -619,15 +621,57 @@ FTRT_API int ftrt_bucketer_create(ftrt_ctx *ctx, const size_t *counts, int ntens
  * elements). Every piece this completes (see ftrt_bucket_config) starts its allreduce, in piece
  * order; the result (the sum, or the mean) is written back into each tensor. ptr
  * must stay valid and unmodified, and must not be read, until ftrt_bucketer_wait_all() returns.
+ * It first applies the gradients other threads posted (ftrt_bucketer_drain()).
  * Returns 0; FTRT_EINVAL (bad index, NULL ptr, tensor already ready this step); or the first
  * error of this step so far (FTRT_ERECOVER etc., as ftrt_bucketer_wait_all(): the application
  * may cut its backward pass short and call ftrt_bucketer_reset() or ftrt_bucketer_wait_all()).
+ * Application thread only; a tensor is marked either here or by
+ * ftrt_bucketer_ready_from_any_thread(), once per step.
  */
 FTRT_API int ftrt_bucketer_ready(ftrt_bucketer *b, int tensor, void *ptr);
 
 /*
- * Ends the step: waits for every bucket's allreduce, then clears the readiness for the next
- * step. Counted as one data-plane wait (exposed communication).
+ * ftrt_bucketer_ready() for a thread that does not own the data plane (autograd runs the
+ * backward hooks of CUDA tensors on its own device threads): hands gradient `tensor` of this
+ * step, at `ptr` (counts[tensor] elements; the same rules on its memory as
+ * ftrt_bucketer_ready()), over to the application thread and returns at once. Nothing starts
+ * here and no MPI, NCCL or CUDA call is made: the application thread marks the posted
+ * gradients, and starts the pieces they complete, at its next ftrt_bucketer_ready(),
+ * ftrt_bucketer_drain() or ftrt_bucketer_wait_all() on b, so communication overlaps the
+ * backward pass only as far as that thread makes such calls while it runs. Every post of a
+ * step must happen before the application thread's ftrt_bucketer_wait_all() (e.g. the posting
+ * hooks ran inside a backward() that returned before it). A post that arrives after its step
+ * ended (ftrt_bucketer_wait_all() or ftrt_bucketer_reset() ran meanwhile: a late hook of an
+ * abandoned step) is dropped when the application thread next looks, with an info message,
+ * and never counts in a later step.
+ * Thread-safe: any thread, any number at once (a mutex per bucketer, held to append one entry),
+ * between ftrt_bucketer_create() and ftrt_bucketer_free().
+ * Returns 0 (posted); FTRT_EINVAL (NULL b, bad index, NULL ptr with counts[tensor] > 0, tensor
+ * already marked this step by either call: nothing is posted); -ENOMEM (nothing posted); or,
+ * posted, the first error of this step the application thread has met so far (FTRT_ERECOVER
+ * etc.: the poster may skip the rest of its work; the application thread gets the same code
+ * from ftrt_bucketer_wait_all()). A post of a tensor that ftrt_bucketer_ready() marks at the
+ * same moment is caught when the application thread applies it: FTRT_EINVAL becomes the
+ * step's error.
+ */
+FTRT_API int ftrt_bucketer_ready_from_any_thread(ftrt_bucketer *b, int tensor, void *ptr);
+
+/*
+ * Applies the gradients posted by ftrt_bucketer_ready_from_any_thread() since the last look,
+ * starting every piece they complete, and returns at once (does not wait for communication).
+ * The application thread calls it while other threads post (e.g. while it waits for a backward
+ * pass that runs elsewhere) to start communication early; ftrt_bucketer_ready() and
+ * ftrt_bucketer_wait_all() do the same first. One atomic load when nothing was posted.
+ * Returns the number of gradients marked (>= 0), or the first error of this step so far
+ * (FTRT_ERECOVER etc., as ftrt_bucketer_ready(); FTRT_EINVAL also when a posted tensor was
+ * already marked by ftrt_bucketer_ready()); FTRT_EINVAL for NULL. Application thread only.
+ */
+FTRT_API int ftrt_bucketer_drain(ftrt_bucketer *b);
+
+/*
+ * Ends the step: applies the posted gradients (ftrt_bucketer_drain()), waits for every bucket's
+ * allreduce, then clears the readiness for the next step. Counted as one data-plane wait
+ * (exposed communication). Application thread only.
  * Returns 0 (every tensor holds its result); FTRT_ESTATE (a tensor was not marked ready: the
  * log names it; nothing was waited for or cleared) or ftrt_recover() is owed; FTRT_ERECOVER
  * (a rank failed: some tensors may hold reduced and others local values; call ftrt_recover()
@@ -636,21 +680,26 @@ FTRT_API int ftrt_bucketer_ready(ftrt_bucketer *b, int tensor, void *ptr);
  */
 FTRT_API int ftrt_bucketer_wait_all(ftrt_bucketer *b);
 
-/* Abandons this step: waits for the buckets already started (after an epoch change they fail
- * promptly) and clears the readiness. Returns 0 or FTRT_EINVAL (NULL). */
+/* Abandons this step: drops the gradients posted for it and not yet applied, waits for the
+ * buckets already started (after an epoch change they fail promptly) and clears the readiness;
+ * posts of this step that arrive later are dropped (see ftrt_bucketer_ready_from_any_thread()).
+ * Returns 0 or FTRT_EINVAL (NULL). Application thread only. */
 FTRT_API int ftrt_bucketer_reset(ftrt_bucketer *b);
 
-/* Number of buckets (>= 1), or FTRT_EINVAL for NULL. */
+/* Number of buckets (>= 1), or FTRT_EINVAL for NULL. Thread-safe (fixed at creation). */
 FTRT_API int ftrt_bucketer_buckets(const ftrt_bucketer *b);
 
-/* Number of pieces, the allreduces of a step (>= the number of buckets), or FTRT_EINVAL. */
+/* Number of pieces, the allreduces of a step (>= the number of buckets), or FTRT_EINVAL.
+ * Thread-safe (fixed at creation). */
 FTRT_API int ftrt_bucketer_pieces(const ftrt_bucketer *b);
 
-/* The bucket of `tensor` (buckets are numbered in the order they start), or FTRT_EINVAL. */
+/* The bucket of `tensor` (buckets are numbered in the order they start), or FTRT_EINVAL.
+ * Thread-safe (fixed at creation). */
 FTRT_API int ftrt_bucketer_bucket_of(const ftrt_bucketer *b, int tensor);
 
 /* Frees the bucketer. Returns 0 (also for NULL), or FTRT_ESTATE while a bucket of an unfinished
- * step is in flight (call ftrt_bucketer_wait_all() or ftrt_bucketer_reset() first). */
+ * step is in flight (call ftrt_bucketer_wait_all() or ftrt_bucketer_reset() first). Application
+ * thread only, once no other thread can still post to b. */
 FTRT_API int ftrt_bucketer_free(ftrt_bucketer *b);
 
 /*
@@ -684,6 +733,21 @@ FTRT_API int ftrt_step_done(ftrt_ctx *ctx, int64_t step);
  */
 FTRT_API int ftrt_set_job_info(ftrt_ctx *ctx, int64_t total_steps, double flops_per_step,
                                double peak_flops);
+
+/*
+ * Whether the step in progress may go on: a check an application makes inside a long
+ * computation (between micro-batches, layers or blocks of a layer), so that it learns of a
+ * failure within that piece of work instead of at its step's next collective, and the
+ * recovery does not wait for it to finish a step that will be abandoned (the first phase of
+ * MTTR: docs/report-schema.md "phases_ms"). The same answer a collective would give, without
+ * one: no I/O, no lock, two atomic loads (the agent thread raises the epoch when the
+ * coordinator's FAILURE arrives).
+ * Returns 0 (go on); FTRT_ERECOVER (a rank failed: abandon the step and call ftrt_recover(),
+ * as after a collective that returned it; again on every call until then);
+ * FTRT_ENOSPARE/FTRT_ECOORD/FTRT_EABORT (the job is over); FTRT_EINVAL (ctx NULL);
+ * FTRT_ESTATE (not a trainer: a spare waits in ftrt_init()). Call from the application thread.
+ */
+FTRT_API int ftrt_check(ftrt_ctx *ctx);
 
 /*
  * After FTRT_ERECOVER: reports this trainer's progress, waits for the coordinator's recovery

@@ -122,6 +122,7 @@ static int take_plan(struct ftrt_ctx *ctx, const void *payload, size_t len)
     free(cp->plan);
     cp->plan = p;
     cp->plan_len = plen;
+    cp->plan_t = ftrt__now();
     if (p->epoch > atomic_load(&ctx->watch.pending_epoch))
         atomic_store(&ctx->watch.pending_epoch, p->epoch);
     return 0;

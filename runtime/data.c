@@ -1,6 +1,7 @@
 /*
  * data.c - the data-plane entry points of the API: role checks, then the trainer's plane
- * (comm/plane.h), which knows nothing of roles.
+ * (comm/plane.h), which knows nothing of roles; and ftrt_check(), a collective's answer about
+ * the epoch without the collective.
  */
 #include "runtime/internal.h"
 #include "comm/bucketer.h"
@@ -10,6 +11,15 @@ int ftrt_allreduce(ftrt_ctx *ctx, void *buf, size_t count, ftrt_dtype dtype, ftr
     if (!ctx) return FTRT_EINVAL;
     if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
     return ftrt__plane_allreduce(&ctx->plane, buf, count, dtype, op);
+}
+
+int ftrt_check(ftrt_ctx *ctx)
+{
+    if (!ctx) return FTRT_EINVAL;
+    if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
+    int rc = ftrt__watch_check(&ctx->watch);
+    if (!rc && ctx->watch.needs_recover) rc = FTRT_ERECOVER; /* (still owed) */
+    return ftrt__watch_note(&ctx->watch, rc);
 }
 
 int ftrt_allreduce_start(ftrt_ctx *ctx, void *buf, size_t count, ftrt_dtype dtype, ftrt_op op,

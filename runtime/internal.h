@@ -66,6 +66,7 @@ typedef struct ftrt__cp {
     ftrt__welcome welcome;
     ftrt__plan *plan; /* newest PLAN received, expanded (malloc'd; base/proto.h) */
     size_t plan_len;
+    double plan_t;    /* monotonic: when the newest PLAN arrived (RESUMED's span_s starts here) */
     int32_t *members; /* the membership as of the newest plan (WELCOME: the initial one), by
                          logical rank, nmembers entries (malloc'd; NULL for a spare) */
     int nmembers;
@@ -122,6 +123,8 @@ struct ftrt_ctx {
     int mpi_initialized_by_us;
     int promoted;   /* spare promoted and ftrt_restore() owes the state transfer */
     ftrt__plan *plan; /* the plan being applied (app thread's copy) */
+    double plan_t, rebuild_s; /* its PLAN's arrival (monotonic) and ftrt__apply_plan's seconds:
+                                 the phases RESUMED carries (recovery.c) */
     char status_file[1100];
     char host[FTRT__HOST_MAX];
     char coord_addr[FTRT__ADDRS_MAX]; /* the control plane's addresses (a list) and port */

@@ -26,9 +26,11 @@
 
 int ftrt__apply_plan(ftrt_ctx *ctx)
 {
+    double t0 = ftrt__now();
     pthread_mutex_lock(&ctx->cp.lock);
     ftrt__plan *p = malloc(ctx->cp.plan_len);
     if (p) memcpy(p, ctx->cp.plan, ctx->cp.plan_len);
+    ctx->plan_t = ctx->cp.plan_t;
     pthread_mutex_unlock(&ctx->cp.lock);
     if (!p) return -ENOMEM;
     free(ctx->plan);
@@ -57,6 +59,7 @@ int ftrt__apply_plan(ftrt_ctx *ctx)
     ctx->size = p->ntrainers;
     ctx->watch.epoch = p->epoch;
     ctx->watch.needs_recover = 0;
+    ctx->rebuild_s = ftrt__now() - t0;
     return 0;
 }
 
@@ -153,11 +156,15 @@ static int transfer_state(ftrt_ctx *ctx)
 
 int ftrt__resume_plan(ftrt_ctx *ctx, int64_t *step)
 {
+    double t0 = ftrt__now();
     int rc = transfer_state(ctx);
     if (rc) return rc;
     *step = ctx->plan->resume_step;
     ftrt__ledger_resume(ctx, *step);
-    ftrt__epoch_msg m = {.epoch = ctx->watch.epoch};
+    double t1 = ftrt__now();
+    /* The phases of this member's part (the coordinator's report.c splits MTTR with them). */
+    ftrt__resumed_msg m = {.epoch = ctx->watch.epoch, .rebuild_s = ctx->rebuild_s,
+                           .transfer_s = t1 - t0, .span_s = t1 - ctx->plan_t};
     ftrt__agent_send(ctx, FTRT__MSG_RESUMED, &m, sizeof m);
     return 0;
 }

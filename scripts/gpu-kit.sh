@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Assembles, on this Debian 12 machine, what the GPU machine lacks to build and run ftrt: Open MPI
 # 4.1 (the version every CPU figure of the README was measured with) with the shared libraries
-# it loads, liburing, json-c, cmocka, zlib's headers and pkg-config. The Debian packages are
+# it loads, liburing, json-c, cmocka, zlib's headers and pkg-config, and the digits data set
+# of examples/train_mlp (one file of Debian's python3-sklearn; env.sh sets DIGITS_DATA). The Debian packages are
 # fetched with `apt-get download` (nothing is installed here), unpacked with `dpkg -x` into a
 # git-ignored folder (gpukit/ at the repository root by default), pruned of documentation, man
 # pages, static libraries and Fortran modules, and checked: every shared library that an ELF
@@ -59,6 +60,12 @@ fallback_sonames=(libz.so.1 libudev.so.1 libatomic.so.1 libuuid.so.1)
 system_sonames=" libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1 libutil.so.1
   libresolv.so.2 ld-linux-x86-64.so.2 libgcc_s.so.1 libstdc++.so.6 "
 
+# A data file, not software: the UCI digits data set that examples/train_mlp reads (its default
+# --data is Debian's python3-sklearn copy, which the GPU machine lacks): this one file of that
+# package goes to data/digits.csv.gz, and env.sh points DIGITS_DATA at it.
+data_pkg=python3-sklearn
+data_file=usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz
+
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "gpu-kit: downloading ${#pkgs[@]} Debian packages (apt-get download, nothing installed)"
@@ -68,8 +75,17 @@ if ! (cd "$tmp" && apt-get download -q=2 "${pkgs[@]}" 2>"$tmp/err"); then
   (cd "$tmp" && apt-get download -q=2 "${pkgs[@]}") 2> >(grep -v '^W: Download is performed unsandboxed' >&2)
 fi
 
+(cd "$tmp" && mkdir data && cd data && apt-get download -q=2 "$data_pkg" 2>/dev/null) || {
+  apt-get update -qq
+  (cd "$tmp/data" && apt-get download -q=2 "$data_pkg")
+}
+
 rm -rf "$out"
-mkdir -p "$out/root" "$out/base/lib" "$out/pkgconf/bin"
+mkdir -p "$out/root" "$out/base/lib" "$out/pkgconf/bin" "$out/data"
+data_deb=$(ls "$tmp"/data/"$data_pkg"_*.deb)
+dpkg-deb --fsys-tarfile "$data_deb" | tar -xO "./$data_file" >"$out/data/digits.csv.gz"
+gzip -t "$out/data/digits.csv.gz" ||
+  { echo "gpu-kit: $data_file of $data_pkg is not a gzip file" >&2; exit 1; }
 root=$out/root
 : >"$out/PACKAGES"
 for deb in "$tmp"/*.deb; do
@@ -163,6 +179,8 @@ export PMIX_PREFIX=$_p PMIX_EXEC_PREFIX=$_p PMIX_LIBDIR=$_p/lib PMIX_PKGLIBDIR=$
 export HWLOC_PLUGINS_PATH=$_k/no-hwloc-plugins
 export OMPI_MCA_mca_base_param_files=$_r/etc/openmpi/openmpi-mca-params.conf
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# examples/train_mlp's data set (its default, Debian's python3-sklearn copy, is not there).
+export DIGITS_DATA=${DIGITS_DATA:-$_k/data/digits.csv.gz}
 # Without ssh or rsh, Open MPI's rsh launcher refuses even a one-node job: launch locally.
 if ! command -v ssh >/dev/null 2>&1 && ! command -v rsh >/dev/null 2>&1; then
   export OMPI_MCA_plm=isolated
@@ -204,6 +222,9 @@ EOF
   echo "ftrt GPU kit, made $(date -u +%Y-%m-%dT%H:%M:%SZ) by scripts/gpu-kit.sh on $(. /etc/os-release && echo "$PRETTY_NAME")"
   echo "Debian packages (name version), unpacked with dpkg -x into root/:"
   sed 's/^/  /' "$out/PACKAGES"
+  echo "Data (DIGITS_DATA, train_mlp's data set): data/digits.csv.gz, /$data_file of" \
+    "$(dpkg-deb -f "$data_deb" Package Version | paste -sd' ' |
+       sed 's/^Package: //; s/ Version: / /')"
 } >"$out/README"
 rm -f "$out/PACKAGES"
 
@@ -228,6 +249,7 @@ if [ $check = 1 ]; then
     echo "  mpicc: $(mpicc -showme)"
     mpirun --version | head -1 | sed "s/^/  /"
     echo "  pkg-config json-c liburing cmocka: $(pkg-config --cflags --libs json-c liburing cmocka)"
+    gzip -dc "$DIGITS_DATA" | wc -l | sed "s|^|  DIGITS_DATA $DIGITS_DATA: |; s|\$| images|"
     echo "  mpirun -np 2 hostname:"
     mpirun --oversubscribe -np 2 hostname | sed "s/^/    /"
     # An MPI program built with the kit: no MPI library may come from outside the kit.

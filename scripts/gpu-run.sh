@@ -2,21 +2,29 @@
 # Runs on the GPU machine, from a copy of the repository with the kit of scripts/gpu-kit.sh
 # carried beside it (device `run`: command `bash scripts/gpu-run.sh`, carry ["gpukit"]; see
 # docs/gpu.md): sources gpukit/env.sh, configures ftrt with CUDA (sm_90) and NCCL, builds it
-# with every core, and runs the GPU tests (`ctest -L gpu`), compute-sanitizer's memcheck on the
-# kernel test, and bench/overlap_gpu_bench under mpirun (one trainer; then two trainers sharing
-# the one GPU, a test arrangement). Every step is bounded by `timeout` and by the run's budget;
-# a failed step does not stop the next ones; the exit status is 1 if any step failed.
+# with every core, and runs the GPU unit tests, compute-sanitizer's memcheck on the kernel test
+# and on a train_mlp_gpu job with its state in CUDA memory, the device-region jobs on the GPU
+# (device_cuda.*: checkpoint, relaunch, spare, partner replica), a chaos kill of a trainer
+# holding device state (chaos_cuda.kill-trainer-device: 4 trainers and a spare on the one GPU),
+# two MPI integration tests through tools/ftrt-run under the kit, and bench/overlap_gpu_bench
+# under mpirun (one trainer; then two trainers sharing the one GPU, a test arrangement). Every
+# step is bounded by `timeout` and by the run's budget; a failed step does not stop the next
+# ones; the exit status is 1 if any step failed.
 #
 # Writes under $OUT (./gpu-out when OUT is unset), four files:
 #   summary.json   the machine (nvidia-smi -L, driver, versions), what NCCL was found, each step's
-#                  command, exit status, status and duration, the GPU tests' results and the
-#                  bench's RESULT lines
+#                  command, exit status, status and duration, every ctest's result, the device
+#                  jobs' failures (state_from, MTTD, MTTR, rework) and the bench's RESULT lines
 #   run.log        every step's output, one after another
 #   logs.tar.gz    each step's log apart, NCCL's debug logs, CMakeCache.txt, ctest's LastTest.log
 #   SUMMARY.txt    one line per step (also printed at the end)
 #
 # Usage: bash scripts/gpu-run.sh [--kit DIR (gpukit)] [--build DIR (build-gpu)]
-#                                [--budget SECONDS (530)] [--arch SM (90)]
+#                                [--budget SECONDS (530)] [--arch SM (90)] [--only STEP,...]
+#   --only: run these steps after configure and build (which always run: a reused build tree
+#   makes them quick), e.g. a second call for the steps the first one had no time left for.
+#   Steps: ctest-gpu memcheck device-gpu memcheck-device chaos-kill-gpu mpi-kit
+#   overlap-1trainer overlap-2trainers-1gpu.
 # NCCL: $NCCL_HOME if set, else the CUDA toolkit's, else PyTorch's wheel (site-packages/nvidia).
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -25,10 +33,14 @@ kit=$repo/gpukit
 build=$repo/build-gpu
 budget=530
 arch=90
+only=
+all_steps=" ctest-gpu memcheck device-gpu memcheck-device chaos-kill-gpu mpi-kit overlap-1trainer
+  overlap-2trainers-1gpu "
+all_steps=${all_steps//$'\n'/}
 bad() { echo "gpu-run: $* (see scripts/gpu-run.sh --help)" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
-    --kit|--build|--budget|--arch) [ $# -ge 2 ] && [ -n "$2" ] || bad "$1 needs a value" ;;
+    --kit|--build|--budget|--arch|--only) [ $# -ge 2 ] && [ -n "$2" ] || bad "$1 needs a value" ;;
   esac
   case $1 in
     --kit) [ -d "$2" ] || bad "--kit $2: no such directory"; kit=$(cd "$2" && pwd); shift 2 ;;
@@ -37,7 +49,11 @@ while [ $# -gt 0 ]; do
               budget=$2; shift 2 ;;
     --arch) [[ $2 =~ ^[0-9]+$ ]] || bad "--arch: expected a CUDA architecture (90), got '$2'"
             arch=$2; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    --only) for x in ${2//,/ }; do
+              [[ $all_steps == *" $x "* ]] || bad "--only: no step '$x' (steps:$all_steps)"
+            done
+            only=" ${2//,/ } "; shift 2 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) bad "unknown argument $1" ;;
   esac
 done
@@ -58,6 +74,10 @@ say() { echo "gpu-run: $*"; }
 n=0
 step() {
   local name=$1 max=$2; shift 2
+  if [ -n "$only" ] && [[ $all_steps == *" $name "* ]] && [[ $only != *" $name "* ]]; then
+    not_run "$name" absent "not in --only"
+    return 1
+  fi
   n=$((n + 1))
   local log; log=$logs/$(printf '%02d' $n)-$name.log
   local now left t s e rc status
@@ -92,12 +112,17 @@ step() {
   [ "$status" = ok ] || tail -n 15 "$log" | sed 's/^/    | /'
   [ $rc = 0 ]
 }
-# A step that could not even be tried (a missing kit, target or tool).
+# A step that could not even be tried (a missing kit, target or tool: a failure; a tool that is
+# not there, or a step left out by --only: absent; no usable GPU: skipped).
 not_run() {
   n=$((n + 1))
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$1" -1 "$2" 0 - "$3" >>"$steps_tsv"
   say "$1: $2 ($3)"
-  [ "$2" = absent ] || failed=1
+  case $2 in
+    absent) ;;
+    skipped) [ "${gpus:-0}" -gt 0 ] && failed=1 ;; # no usable GPU: a failure where one is listed
+    *) failed=1 ;;
+  esac
 }
 
 # --- The kit -----------------------------------------------------------------------------------
@@ -174,6 +199,13 @@ fi
 say "nvcc: ${nvcc:-none}; compute-sanitizer: ${sanitizer:-none}; python3: ${py:-none}"
 say "NCCL: ${nccl_version:-not found} from ${nccl_from:-nowhere} (nccl.h in ${nccl_inc:-?}, library ${nccl_lib:-?})"
 say "mpicc: $(command -v mpicc || echo none); mpirun: $(command -v mpirun || echo none)"
+# train_mlp's data set (the device jobs and mpi-kit read it): the kit's copy, DIGITS_DATA.
+if [ -n "${DIGITS_DATA:-}" ] && [ -f "$DIGITS_DATA" ]; then
+  say "train_mlp's data set: $DIGITS_DATA"
+elif [ ! -f /usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz ]; then
+  say "no digits data set for train_mlp (DIGITS_DATA='${DIGITS_DATA:-}'): a kit older than" \
+      "that setting; run scripts/gpu-kit.sh again. The train_mlp jobs will fail at once."
+fi
 
 # --- The machine -------------------------------------------------------------------------------
 gpus=0
@@ -226,9 +258,15 @@ if [ $built = 1 ]; then
   ldd "$build/libftrt.so" 2>/dev/null | grep -E 'libmpi|liburing|libjson' | sed 's/^[[:space:]]*/gpu-run: ldd libftrt.so: /'
 fi
 
-# --- GPU tests, sanitizer, bench ---------------------------------------------------------------
+# --- GPU tests, sanitizer, device jobs, bench ------------------------------------------------
+# ctest steps: the GPU units (label gpu, not mpi); the device-region jobs on the GPU
+# (device_cuda.*); the chaos kill of a trainer with device state (chaos_cuda.*: 4 trainers and a
+# spare time-sharing the one GPU); two CPU integration tests through tools/ftrt-run under the
+# kit (mpi.reference, mpi.kill: train_mlp reads the kit's DIGITS_DATA).
+ct=(ctest --test-dir "$build" --output-on-failure)
+mlp_gpu=$build/examples/train_mlp_gpu
 if [ $built = 1 ]; then
-  step ctest-gpu 200 ctest --test-dir "$build" -L gpu -V --output-on-failure --timeout 180
+  step ctest-gpu 120 "${ct[@]}" -L gpu -LE mpi -V --timeout 100
   if [ ! -x "$tbin/test_kernels_gpu" ]; then
     not_run memcheck not_built "$tbin/test_kernels_gpu"
   elif [ -z "$sanitizer" ]; then
@@ -236,6 +274,29 @@ if [ $built = 1 ]; then
   else
     step memcheck 150 "$sanitizer" --tool memcheck --error-exitcode 99 "$tbin/test_kernels_gpu"
   fi
+  if [ ! -x "$mlp_gpu" ]; then
+    for s in device-gpu memcheck-device chaos-kill-gpu; do
+      not_run $s not_built "$mlp_gpu (needs NCCL)"
+    done
+  else
+    step device-gpu 200 "${ct[@]}" -V -R '^device_cuda\.' --timeout 120
+    # 1 coordinator + 2 trainers of train_mlp_gpu --device cuda, fault-free, every rank under
+    # memcheck: the CUDA device backend's copies, CRC32C kernels and pinned staging (checkpoints
+    # and fingerprints every 10 steps). Without a GPU, train_mlp_gpu exits 77 at once.
+    if [ -z "$sanitizer" ]; then
+      not_run memcheck-device absent "compute-sanitizer not found"
+    elif "$mlp_gpu" --device cuda --check-device >"$logs/check-device.log" 2>&1; then
+      mdir=$(mktemp -d "${TMPDIR:-/tmp}/ftrt-gpu-memcheck.XXXXXX")
+      step memcheck-device 120 env FTRT_SPARES=0 mpirun --oversubscribe --bind-to none -np 3 \
+        "$sanitizer" --tool memcheck --error-exitcode 99 --print-limit 20 \
+        "$mlp_gpu" --device cuda --steps 40 --ckpt-every 10 --ckpt-dir "$mdir/ckpt"
+      rm -rf "$mdir"
+    else
+      not_run memcheck-device skipped "no usable CUDA device: $(tail -1 "$logs/check-device.log")"
+    fi
+    step chaos-kill-gpu 150 "${ct[@]}" -V -R '^chaos_cuda\.' --timeout 140
+  fi
+  step mpi-kit 120 "${ct[@]}" -R '^mpi\.(reference|kill)$' --timeout 100
   if [ ! -x "$bench" ]; then
     not_run overlap-1trainer not_built "$bench (needs NCCL)"
     not_run overlap-2trainers-1gpu not_built "$bench (needs NCCL)"
@@ -251,17 +312,27 @@ if [ $built = 1 ]; then
       NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 "${mpi[@]}" -np 3 \
       bash -c 'export NCCL_HOSTID=ftrt-gpu-run-rank$OMPI_COMM_WORLD_RANK; exec "$@"' _ \
       "$bench" --grad-mib 100 --steps 10
-    unset NCCL_DEBUG NCCL_DEBUG_SUBSYS NCCL_DEBUG_FILE
+    unset FTRT_SPARES NCCL_DEBUG NCCL_DEBUG_SUBSYS NCCL_DEBUG_FILE
   fi
 else
-  for s in ctest-gpu memcheck overlap-1trainer overlap-2trainers-1gpu; do not_run $s not_run "no build"; done
+  for s in $all_steps; do not_run $s not_run "no build"; done
 fi
 
 # --- What comes back ---------------------------------------------------------------------------
 [ -f "$build/CMakeCache.txt" ] && cp "$build/CMakeCache.txt" "$logs/"
 [ -f "$build/Testing/Temporary/LastTest.log" ] && cp "$build/Testing/Temporary/LastTest.log" "$logs/"
-# On a machine with a GPU, a GPU test that skips is a failure of this run.
-if [ "$gpus" -gt 0 ] && grep -qE 'Test +#[0-9]+: .*\*\*\*Skipped' "$logs"/*-ctest-gpu.log 2>/dev/null; then
+# The device jobs' reports and chaos verdicts (summary.json reads their failures).
+for d in device_cuda chaos_cuda; do
+  w=$build/tests/integration/$d
+  [ -d "$w" ] || continue
+  (cd "$w" && find . -name report.json -o -name verdict.json) | while read -r f; do
+    mkdir -p "$logs/jobs/$d/$(dirname "$f")" && cp "$w/$f" "$logs/jobs/$d/$f"
+  done
+done
+# On a machine with a GPU, a GPU test that skips is a failure of this run (the mpi-kit tests
+# are CPU tests).
+if [ "$gpus" -gt 0 ] && grep -qE 'Test +#[0-9]+: .*\*\*\*Skipped' \
+    "$logs"/*-ctest-gpu.log "$logs"/*-device-gpu.log "$logs"/*-chaos-kill-gpu.log 2>/dev/null; then
   say "a GPU test skipped although nvidia-smi lists a GPU"
   failed=1
 fi
@@ -300,9 +371,32 @@ for line in read("00-machine.log").splitlines():
 machine = {k: ("\n".join(v) if isinstance(v, list) else v) for k, v in machine.items()}
 tests = []
 for s in steps:
-    if s["name"] == "ctest-gpu":
-        for m in re.finditer(r"Test +#\d+: (\S+) \.*\s*(?:\*\*\*)?(\w[\w ]*?)\s+[\d.]+ sec", read(s["log"])):
-            tests.append({"test": m.group(1), "result": m.group(2)})
+    if s["name"] in ("ctest-gpu", "device-gpu", "chaos-kill-gpu", "mpi-kit"):
+        for m in re.finditer(r"Test +#\d+: (\S+) \.*\s*(?:\*\*\*)?(\w[\w ]*?)\s+([\d.]+) sec",
+                             read(s["log"])):
+            tests.append({"step": s["name"], "test": m.group(1), "result": m.group(2),
+                          "seconds": float(m.group(3))})
+jobs = []  # the device jobs on the GPU: outcome and, per failure, where the state came from
+for root, _, files in sorted(os.walk(os.path.join(logs, "jobs"))):
+    job = os.path.relpath(root, os.path.join(logs, "jobs"))
+    if "report.json" in files:
+        try:
+            r = json.load(open(os.path.join(root, "report.json")))
+        except (OSError, ValueError) as e:
+            jobs.append({"job": job, "error": str(e)}); continue
+        jobs.append({"job": job, "status": r.get("status"), "error": r.get("error"),
+                     "steps": r.get("steps"), "wall_s": r.get("wall_s"),
+                     "sdc_checks": (r.get("sdc") or {}).get("checks"),
+                     "failures": [{k: f.get(k) for k in ("kind", "world_rank", "recovered",
+                                   "state_from", "mttd_s", "mttr_s", "resume_step",
+                                   "rework_steps")} for f in r.get("failures") or []]})
+    if "verdict.json" in files:
+        try:
+            v = json.load(open(os.path.join(root, "verdict.json")))
+            jobs.append({"job": job + " (ftrt-chaos verdict)", "ok": v.get("ok"),
+                         "rows": v.get("rows")})
+        except (OSError, ValueError) as e:
+            jobs.append({"job": job + " (ftrt-chaos verdict)", "error": str(e)})
 bench = []
 for s in steps:
     if s["name"].startswith("overlap"):
@@ -313,7 +407,7 @@ for s in steps:
 json.dump({"ok": failed == "0", "seconds": int(total), "budget_seconds": int(budget),
            "gpus": int(gpus), "machine": machine,
            "nccl": {"version": nv, "from": nfrom, "include": ninc, "library": nlib},
-           "steps": steps, "gpu_tests": tests, "bench": bench},
+           "steps": steps, "tests": tests, "device_jobs": jobs, "bench": bench},
           open(dest, "w"), indent=2)
 EOF
 else

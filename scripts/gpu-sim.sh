@@ -8,18 +8,28 @@
 # with a PATH that has neither ssh nor pkg-config (the GPU image's likely state). The GPU tests
 # exit 77 and the bench finds no device: what this shows is that the kit builds and runs ftrt.
 #
-# Usage (root, for unshare -m): scripts/gpu-sim.sh [--wheel-nccl] [SCRATCH (/tmp/ftrt-gpu-sim)]
+# Usage (root, for unshare -m): scripts/gpu-sim.sh [--wheel-nccl] [--cmd CMD [--keep]]
+#                                                  [SCRATCH (/tmp/ftrt-gpu-sim)]
 #   --wheel-nccl: hide the toolkit's nccl.h and give the toolkit's NCCL as a PyTorch-style wheel
 #   (site-packages/nvidia/nccl/{include,lib}) on PYTHONPATH, to exercise that search.
-# Output: SCRATCH/console.log and SCRATCH/out (gpu-run.sh's $OUT); exit status: gpu-run.sh's.
+#   --cmd CMD: run `bash -c CMD` in the copy (same environment) instead of gpu-run.sh, e.g. a
+#   job under tools/ftrt-run with the kit's mpirun after `. gpukit/env.sh`;
+#   --keep: reuse SCRATCH's copy and its build folders (the tree is copied over it again).
+# Output: SCRATCH/console.log and SCRATCH/out (gpu-run.sh's $OUT); exit status: gpu-run.sh's
+# (or CMD's).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 wheel=0
 scratch=/tmp/ftrt-gpu-sim
+cmd=
+keep=0
 while [ $# -gt 0 ]; do
   case $1 in
     --wheel-nccl) wheel=1; shift ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --cmd) [ $# -ge 2 ] && [ -n "$2" ] || { echo "gpu-sim: --cmd needs a command" >&2; exit 2; }
+           cmd=$2; shift 2 ;;
+    --keep) keep=1; shift ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     -*) echo "gpu-sim: unknown option $1 (see scripts/gpu-sim.sh --help)" >&2; exit 2 ;;
     *) scratch=$1; shift ;;
   esac
@@ -31,7 +41,11 @@ while [ ! -e "$p" ]; do p=$(dirname "$p"); done
 [ "$(id -u)" = 0 ] || { echo "gpu-sim: needs root (unshare -m)" >&2; exit 1; }
 
 if [ -z "${FTRT_GPU_SIM_INSIDE:-}" ]; then
-  rm -rf "$scratch"
+  if [ $keep = 1 ] && [ -d "$scratch/repo" ]; then
+    rm -rf "$scratch/bin" "$scratch/site" "$scratch/out" "$scratch/repo/gpukit"
+  else
+    rm -rf "$scratch"
+  fi
   mkdir -p "$scratch/repo" "$scratch/bin"
   (cd "$repo" && git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$scratch/repo")
   cp -a "$repo/gpukit" "$scratch/repo/"
@@ -52,7 +66,8 @@ if [ -z "${FTRT_GPU_SIM_INSIDE:-}" ]; then
   fi
   set +e
   FTRT_GPU_SIM_INSIDE=1 unshare -m --propagation private "$0" "$scratch" \
-    >"$scratch/console.log" 2>&1 <<<"$wheel $pypath"
+    >"$scratch/console.log" 2>&1 <<<"$wheel $pypath
+$cmd"
   rc=$?
   cat "$scratch/console.log"
   exit $rc
@@ -60,13 +75,16 @@ fi
 
 # Inside the private mount namespace.
 read -r wheel pypath
+cmd=$(cat)
 ma=x86_64-linux-gnu
 empty=$(mktemp -d)
 fail=$(mktemp)
 printf '#!/bin/sh\necho "gpu-sim: the SYSTEM Open MPI was used: $0" >&2\nexit 97\n' >"$fail"
 chmod +x "$fail"
+# Debian's scikit-learn too: its digits data set is examples/train_mlp's default --data.
 for d in /usr/lib/$ma/openmpi /usr/lib/$ma/pmix2 /etc/openmpi /usr/share/openmpi \
-         /usr/include/json-c /usr/include/liburing /usr/lib/$ma/ucx; do
+         /usr/include/json-c /usr/include/liburing /usr/lib/$ma/ucx \
+         /usr/lib/python3/dist-packages/sklearn; do
   [ -d "$d" ] && mount --bind "$empty" "$d"
 done
 for f in /usr/bin/opal_wrapper /usr/bin/orterun /usr/bin/orted /usr/bin/ompi_info; do
@@ -85,5 +103,7 @@ if [ "$wheel" = 1 ]; then
   done
 fi
 cd "$scratch/repo"
+run=(bash scripts/gpu-run.sh --budget 1800)
+[ -n "$cmd" ] && run=(bash -c "$cmd")
 exec env -i HOME=/root PATH="$scratch/bin" ${pypath:+PYTHONPATH=$pypath} OUT="$scratch/out" \
-  bash scripts/gpu-run.sh --budget 1800
+  "${run[@]}"

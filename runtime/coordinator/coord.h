@@ -80,6 +80,8 @@ typedef struct ftrt__crank {
     int remote;          /* on another host than the coordinator's (its own connection) */
     int orphan_coord;    /* an orphan because the coordinator was lost (a takeover), not its
                             host agent */
+    double suspect_until; /* monotonic: its host agent was lost; until then the recovery plan
+                             waits for it to die with its host too (epoch.c) */
     int64_t steps_done;
     int64_t waits;      /* collective waits entered (heartbeat) */
     double compute_s;   /* time outside collective waits (heartbeat) */
@@ -97,6 +99,8 @@ typedef struct ftrt__crank {
     int64_t own_step, held_step; /* REPORT: in-memory images held (runtime/replica.c), -1 none */
     int32_t held_of;
     int resumed_epoch;
+    ftrt__resumed_msg resumed; /* its RESUMED of resumed_epoch: the phases it timed */
+    double resumed_t;          /* monotonic: that RESUMED's arrival */
     int said_bye;
     ftrt__bye bye;
     /* ledger (LEDGER messages): intervals received, latest totals and open interval */
@@ -124,6 +128,12 @@ typedef struct ftrt__incident {
     double t_detect, t_detect_wall, t_last_heard, t_resumed; /* monotonic, except _wall */
     double t_fail_wall;   /* best known failure time: fault log, EOF, or last message heard */
     double t_plan_wall;   /* recovery plan sent */
+    /* MTTR's phases (report.c): the last REPORT (every survivor at the recovery point) and the
+     * PLAN sent (monotonic), and the RESUMED of the member that resumed last (world rank
+     * phase_w), which timed its rebuild, transfer and span since the PLAN's arrival. */
+    double t_ready, t_plan;
+    ftrt__resumed_msg phase;
+    int phase_w;
     int64_t steps_at_failure; /* the most steps any rank had done (heartbeats/reports) */
     int64_t resume_step, rework_steps;
     int state_from; /* where the resume step's state came from: FTRT__FROM_* */
@@ -215,6 +225,8 @@ typedef struct ftrt__coord {
     int hb_ms;                 /* the heartbeat period the WELCOME asks for */
     ftrt__plan_msg *plan_delta, *plan_full; /* the current epoch's PLANs (until resumed) */
     size_t plan_delta_len, plan_full_len;
+    double plan_t_ready, plan_t_sent; /* monotonic: the current epoch's last REPORT, PLAN out */
+    double plan_hold_until; /* monotonic: the latest suspect_until of any rank (0: none) */
     ftrt__ckpt_msg last_commit; /* the newest COMMIT sent (step -1: none) */
     int nhello;                /* ranks that said a valid hello */
     int nfailed;               /* ranks declared failed (role FTRT__ROLE_FAILED) */
@@ -415,7 +427,9 @@ void ftrt__epoch_resend_plan(ftrt__coord *c, int w);
  * by the epoch change itself and once per loop iteration (O(1)). */
 void ftrt__epoch_release(ftrt__coord *c);
 /* In PH_COLLECT: once every surviving member reported for this epoch, the PLAN goes out
- * (PH_RESUMING), or the job aborts when no plan exists. O(N). */
+ * (PH_RESUMING), or the job aborts when no plan exists; unless a member of a host whose agent
+ * was lost is still within its grace (suspect_until): the plan then waits for the grace's end
+ * (coordinator.c calls again) or for that member's failure, which joins this epoch. O(N). */
 void ftrt__epoch_check_reports(ftrt__coord *c);
 /* In PH_RESUMING: once every member said RESUMED, the incidents are recovered and the job runs
  * again (PH_RUNNING). Returns 1 when it did (the caller then compares the fingerprints that
@@ -430,6 +444,10 @@ ftrt__incident *ftrt__incident_add(ftrt__coord *c, int w, int kind);
  * its host checked for loss; a trainer is replaced by a hot spare in a new epoch (or joins the
  * announced one), or the job aborts (no spare, during init or a plan being applied). */
 void ftrt__fail(ftrt__coord *c, int w, int kind);
+/* World rank w's host agent was lost (or it came back on its own connection before the
+ * coordinator saw that loss): until `until` (monotonic; <= 0: the orphan grace from now) a
+ * recovery plan waits for it to die with its host (epoch.c). */
+void ftrt__host_suspect(ftrt__coord *c, int w, double until);
 /* Host agent h is lost (kind: FK_CONNECTION_LOST on EOF, FK_HEARTBEAT_TIMEOUT on silence,
  * FK_PROTOCOL): the process it lived in is declared failed, and every other rank it served
  * becomes an orphan that may come back on its own connection within the orphan grace; ranks
@@ -462,7 +480,8 @@ void ftrt__service(ftrt__coord *c, int w);
  * the host agent (ftrt__host_lost). */
 void ftrt__service_host(ftrt__coord *c, int h);
 /* World rank w came back after its host agent was lost: what it may have missed (WELCOME, the
- * epoch's FAILURE or PLAN, the newest COMMIT, the abort) is sent again. */
+ * epoch's FAILURE or PLAN, the newest COMMIT, the abort) is sent again, and it is a suspect of
+ * its host's loss for the orphan grace (ftrt__host_suspect). */
 void ftrt__rank_rejoined(ftrt__coord *c, int w);
 /* Declares failed every watched connection silent for longer than the heartbeat timeout: a
  * rank's own, or a host agent's (ftrt__host_lost); one with unread bytes is read first. */

@@ -214,6 +214,10 @@ static void coord_periodic(ftrt__coord *c, loop_timers *t, double now)
     t->next_periodic = now + 0.010;
     ftrt__listener_expire(c, now);
     if (c->norphans > 0) ftrt__orphans_expire(c, now);
+    if (c->plan_hold_until > 0 && now >= c->plan_hold_until) { /* a held plan may go now */
+        c->plan_hold_until = 0;
+        ftrt__epoch_check_reports(c);
+    }
     if (c->phase == PH_RUNNING && now - c->last_window >= 1.0) {
         ftrt__progress_window(c, now);
         c->last_window = now;

@@ -53,7 +53,10 @@ void ftrt__epoch_release(ftrt__coord *c)
     }
     if (c->plan_due && ftrt__standby_acked(c, c->plan_seq)) {
         c->plan_due = 0;
-        if (c->phase == PH_RESUMING && c->plan_delta) plan_out(c);
+        if (c->phase == PH_RESUMING && c->plan_delta) {
+            plan_out(c);
+            c->plan_t_sent = ftrt__now(); /* (after the standby's acknowledgement) */
+        }
     }
 }
 
@@ -254,6 +257,7 @@ static int plan_send(ftrt__coord *c, const plan_in *in)
 
 static void send_plan(ftrt__coord *c)
 {
+    double t_ready = ftrt__now();
     plan_in in = {0};
     if (plan_gather(c, &in)) {
         ftrt__job_abort(c, -ENOMEM, "out of memory building the recovery plan");
@@ -272,6 +276,8 @@ static void send_plan(ftrt__coord *c)
         ftrt__job_abort(c, -ENOMEM, "out of memory building the recovery plan");
         goto out;
     }
+    c->plan_t_ready = t_ready;
+    c->plan_t_sent = ftrt__now();
     ftrt_log_info("epoch %d plan: resume at step %lld, state from logical rank %d%s", c->epoch,
                   (long long)in.resume, in.source,
                   in.ckpt >= 0       ? " (checkpoint)"
@@ -284,6 +290,23 @@ out:
     plan_in_free(&in);
 }
 
+/* 1 while a member whose host agent was lost is within the grace: it came back on its own
+ * connection, but its host may be going down process by process (a host whose processes are
+ * killed one by one, or die at different moments); once the PLAN is out, its death could only
+ * abort the recovery (the members build the new communicator with it), so the plan waits for
+ * it to fail and join this epoch, or for the grace to end. */
+static int plan_held(const ftrt__coord *c)
+{
+    if (c->plan_hold_until <= 0) return 0;
+    double now = ftrt__now();
+    if (now >= c->plan_hold_until) return 0;
+    for (int l = 0; l < c->N; l++) {
+        const ftrt__crank *r = &c->r[c->members[l]];
+        if (!r->promoting && r->suspect_until > now) return 1;
+    }
+    return 0;
+}
+
 void ftrt__epoch_check_reports(ftrt__coord *c)
 {
     if (c->phase != PH_COLLECT) return;
@@ -291,6 +314,7 @@ void ftrt__epoch_check_reports(ftrt__coord *c)
         ftrt__crank *r = &c->r[c->members[l]];
         if (!r->promoting && r->reported_epoch != c->epoch) return;
     }
+    if (plan_held(c)) return;
     send_plan(c);
 }
 
@@ -300,11 +324,19 @@ int ftrt__epoch_check_resumed(ftrt__coord *c)
     for (int l = 0; l < c->N; l++)
         if (c->r[c->members[l]].resumed_epoch != c->epoch) return 0;
     double now = ftrt__now();
-    for (int i = 0; i < c->ninc; i++)
-        if (!c->inc[i].recovered && c->inc[i].resume_step >= 0) {
-            c->inc[i].recovered = 1;
-            c->inc[i].t_resumed = now;
-        }
+    int last = c->members[0]; /* the member that resumed last: the end of the critical path */
+    for (int l = 1; l < c->N; l++)
+        if (c->r[c->members[l]].resumed_t > c->r[last].resumed_t) last = c->members[l];
+    for (int i = 0; i < c->ninc; i++) {
+        ftrt__incident *x = &c->inc[i];
+        if (x->recovered || x->resume_step < 0) continue;
+        x->recovered = 1;
+        x->t_resumed = now;
+        x->t_ready = c->plan_t_ready;
+        x->t_plan = c->plan_t_sent;
+        x->phase = c->r[last].resumed;
+        x->phase_w = last;
+    }
     c->npromoting = 0;
     for (int l = 0; l < c->N; l++) {
         ftrt__crank *r = &c->r[c->members[l]];

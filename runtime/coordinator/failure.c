@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/knobs.h"
 #include "base/log.h"
 #include "runtime/coordinator/coord.h"
 
@@ -60,11 +61,15 @@ ftrt__incident *ftrt__incident_add(ftrt__coord *c, int w, int kind)
     return i;
 }
 
-/* 1 when a rank of world rank >= 1 on host h has failed in this job. */
+/* 1 when a rank of world rank >= 1 on host h has failed in this job: one of the incidents'
+ * ranks, not a scan of the world (pick_spare asks it for every spare: O(W x spares) took 1.4 to
+ * 3 ms of a FAILURE's delay at 16,433 ranks, docs/benchmarks.md "the crash MTTD tail"). */
 static int host_has_failed(const ftrt__coord *c, const char *h)
 {
-    for (int x = 1; x < c->W; x++)
-        if (c->r[x].role == FTRT__ROLE_FAILED && !strcmp(c->r[x].host, h)) return 1;
+    for (int i = 0; i < c->ninc; i++) {
+        int x = c->inc[i].world_rank;
+        if (x >= 1 && c->r[x].role == FTRT__ROLE_FAILED && !strcmp(c->r[x].host, h)) return 1;
+    }
     return 0;
 }
 
@@ -102,7 +107,8 @@ static void check_host_lost(ftrt__coord *c, int w)
     if (n < 2) return;
     int marked = 0;
     for (int i = 0; i < c->ninc; i++)
-        if (!strcmp(c->r[c->inc[i].world_rank].host, h) && !c->inc[i].host_lost) {
+        if (c->inc[i].world_rank >= 0 && /* -1: silent data corruption, no rank named */
+            !strcmp(c->r[c->inc[i].world_rank].host, h) && !c->inc[i].host_lost) {
             c->inc[i].host_lost = 1;
             marked++;
         }
@@ -198,8 +204,16 @@ void ftrt__fail(ftrt__coord *c, int w, int kind)
  * bound (docs/testing.md "Host faults"). */
 static double orphan_grace(const ftrt__coord *c)
 {
+    if (ftrt__knobs.orphan_grace_ms > 0) return ftrt__knobs.orphan_grace_ms / 1000.0; /* test */
     double half = c->a->cfg->heartbeat_timeout_ms / 2000.0;
     return half < 0.25 ? half : 0.25;
+}
+
+void ftrt__host_suspect(ftrt__coord *c, int w, double until)
+{
+    if (until <= 0) until = ftrt__now() + orphan_grace(c);
+    c->r[w].suspect_until = until;
+    if (until > c->plan_hold_until) c->plan_hold_until = until;
 }
 
 void ftrt__host_lost(ftrt__coord *c, int h, int kind)
@@ -213,14 +227,16 @@ void ftrt__host_lost(ftrt__coord *c, int h, int kind)
                       "come back on their own connection", l->host, l->agent_w,
                       ftrt__failure_kind_name(kind), l->nranks - 1);
     double until = ftrt__now() + orphan_grace(c);
+    int agent = 0;
     for (int w = 1; w < c->W; w++) {
         ftrt__crank *r = &c->r[w];
         if (r->link != h) continue;
         if (r->said_bye || aborting || r->role == FTRT__ROLE_FAILED) {
             ftrt__coord_drop(c, w);
         } else if (w == l->agent_w) {
-            ftrt__fail(c, w, kind); /* the process the agent lived in */
+            agent = w; /* failed below, once the others are suspects */
         } else {
+            ftrt__host_suspect(c, w, until); /* the plan waits for it (epoch.c), back or not */
             l->nranks--;
             r->link = -1;
             r->orphan_until = until;
@@ -229,6 +245,7 @@ void ftrt__host_lost(ftrt__coord *c, int h, int kind)
             c->norphans++;
         }
     }
+    if (agent) ftrt__fail(c, agent, kind); /* the process the agent lived in */
 }
 
 void ftrt__orphans_expire(ftrt__coord *c, double now)

@@ -24,10 +24,36 @@ typedef struct totals {
     int nspares, ok, ck_abandoned;
 } totals;
 
-/* One failure's measured times: injection (fault log, or -1), detection bound, MTTD, MTTR. */
+/* MTTR's phases, seconds (docs/report-schema.md "phases_ms"), in order: the survivors reaching
+ * the recovery point (detection -> the last REPORT), the plan (-> PLAN sent), then, as the
+ * member that resumed last timed them, the communicator rebuild, the state transfer and the
+ * rest of its part until its RESUMED (resume). */
+enum { PH_REACH, PH_PLAN, PH_REBUILD, PH_TRANSFER, PH_RESUME, PH_N };
+static const char *const phase_names[PH_N] = {"reach", "plan", "rebuild", "transfer", "resume"};
+
+/* One failure's measured times: injection (fault log, or -1), detection bound, MTTD, MTTR, and
+ * MTTR's phases with what they leave out of it (the PLAN's and the last RESUMED's time in
+ * flight: the coordinator's span minus the member's). */
 typedef struct measured {
     double inj, bound, mttd, mttr;
+    double phase[PH_N], unaccounted;
 } measured;
+
+/* Splits x's MTTR into phases: the coordinator's clock up to the PLAN, the member's after it
+ * (two clocks, never compared: each phase is a difference on one clock). */
+static void measure_phases(const ftrt__incident *x, measured *m)
+{
+    double ready = x->t_ready > x->t_detect ? x->t_ready : x->t_detect; /* (a failure folded into
+                                                               a plan whose REPORTs were in) */
+    m->phase[PH_REACH] = ready - x->t_detect;
+    m->phase[PH_PLAN] = x->t_plan - ready;
+    m->phase[PH_REBUILD] = x->phase.rebuild_s;
+    m->phase[PH_TRANSFER] = x->phase.transfer_s;
+    m->phase[PH_RESUME] = x->phase.span_s - x->phase.rebuild_s - x->phase.transfer_s;
+    double sum = 0;
+    for (int k = 0; k < PH_N; k++) sum += m->phase[k];
+    m->unaccounted = m->mttr - sum;
+}
 
 static void totals_of(const ftrt__coord *c, totals *t)
 {
@@ -58,6 +84,7 @@ static measured measure(const ftrt__coord *c, const ftrt__incident *x)
     m.bound = x->t_detect - x->t_last_heard;
     m.mttd = m.inj > 0 ? x->t_detect_wall - m.inj : m.bound;
     m.mttr = x->recovered ? x->t_resumed - x->t_detect : -1;
+    if (x->recovered) measure_phases(x, &m);
     return m;
 }
 
@@ -145,6 +172,17 @@ static void failure_recovery_json(json_object *f, const ftrt__incident *x, const
                                : NULL);
     const char *miss = resumed ? ftrt__replica_miss_name(x->replica_miss) : NULL;
     json_object_object_add(f, "replica_miss", miss ? json_object_new_string(miss) : NULL);
+    json_object *ph = NULL;
+    if (x->recovered) {
+        ph = json_object_new_object();
+        for (int k = 0; k < PH_N; k++)
+            json_object_object_add(ph, phase_names[k], json_object_new_double(m->phase[k] * 1e3));
+    }
+    json_object_object_add(f, "phases_ms", ph);
+    json_object_object_add(f, "phases_unaccounted_ms",
+                           x->recovered ? json_object_new_double(m->unaccounted * 1e3) : NULL);
+    json_object_object_add(f, "phases_world_rank",
+                           x->recovered ? json_object_new_int(x->phase_w) : NULL);
 }
 
 /* A silent data corruption's details (NULL for other kinds of failure). */
@@ -261,6 +299,18 @@ static void failure_text(const ftrt__coord *c, const ftrt__incident *x, int i, c
                m->mttd * 1e3, src);
 }
 
+/* A recovered failure's MTTR in phases, on the line after it. */
+static void phases_text(const ftrt__incident *x, const measured *m)
+{
+    if (!x->recovered) return;
+    const double *p = m->phase;
+    printf("       MTTR phases: survivors at the recovery point %.1f ms, plan %.1f, communicator "
+           "rebuild %.1f, state transfer %.1f, resume %.1f (world rank %d): %.1f of %.1f ms "
+           "(%.1f ms in flight)\n", p[PH_REACH] * 1e3, p[PH_PLAN] * 1e3, p[PH_REBUILD] * 1e3,
+           p[PH_TRANSFER] * 1e3, p[PH_RESUME] * 1e3, x->phase_w, (m->mttr - m->unaccounted) * 1e3,
+           m->mttr * 1e3, m->unaccounted * 1e3);
+}
+
 static void sdc_text(const ftrt__coord *c, const totals *t)
 {
     int every = c->a->cfg->sdc_every;
@@ -314,6 +364,7 @@ int ftrt__report_write(ftrt__coord *c)
         measured m = measure(c, &c->inc[i]); /* reads the fault log: once per failure */
         json_object_array_add(fl, failure_json(c, &c->inc[i], &m));
         failure_text(c, &c->inc[i], i, &m);
+        phases_text(&c->inc[i], &m);
     }
     json_object_object_add(o, "failures", fl);
     json_object_object_add(o, "sdc", sdc_json(c, &t));

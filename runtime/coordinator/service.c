@@ -90,10 +90,14 @@ static void take_report(ftrt__coord *c, ftrt__crank *r, const ftrt__report *rep)
     if (c->nreports + c->npromoting >= c->N) ftrt__epoch_check_reports(c);
 }
 
-static void take_resumed(ftrt__coord *c, ftrt__crank *r, const ftrt__epoch_msg *em)
+static void take_resumed(ftrt__coord *c, ftrt__crank *r, const ftrt__resumed_msg *em)
 {
     if (em->epoch != c->epoch) return;
     if (r->resumed_epoch != em->epoch && r->role == FTRT__ROLE_TRAINER) c->nresumed++;
+    if (r->resumed_epoch != em->epoch) { /* (a repeat after a lost host agent keeps the first) */
+        r->resumed = *em;
+        r->resumed_t = ftrt__now();
+    }
     r->resumed_epoch = em->epoch;
     /* then the fingerprints of the new epoch that arrived before the last RESUMED */
     if (c->nresumed >= c->N && ftrt__epoch_check_resumed(c)) ftrt__sdc_vote_all(c);
@@ -147,6 +151,7 @@ static int handle(ftrt__coord *c, int w, const ftrt__msghdr *h, const void *payl
     union {
         ftrt__heartbeat hb;
         ftrt__report rep;
+        ftrt__resumed_msg rm;
         ftrt__epoch_msg em;
         ftrt__ckpt_msg cm;
         ftrt__bye bye;
@@ -158,7 +163,7 @@ static int handle(ftrt__coord *c, int w, const ftrt__msghdr *h, const void *payl
     switch (h->type) {
     case FTRT__MSG_HEARTBEAT: take_heartbeat(c, r, &u.hb); return 0;
     case FTRT__MSG_REPORT: take_report(c, r, &u.rep); return 0;
-    case FTRT__MSG_RESUMED: take_resumed(c, r, &u.em); return 0;
+    case FTRT__MSG_RESUMED: take_resumed(c, r, &u.rm); return 0;
     case FTRT__MSG_SHARD_DONE:
         if (u.cm.epoch == c->epoch && c->phase == PH_RUNNING) /* else abandoned */
             ftrt__commit_shard_done(c, w, &u.cm);
@@ -352,6 +357,9 @@ void ftrt__rank_rejoined(ftrt__coord *c, int w)
     ftrt__crank *r = &c->r[w];
     ftrt__takeover_reached(c, w); /* (a takeover's claim of the term) */
     if (c->phase == PH_INIT) return; /* its WELCOME comes with everyone's */
+    /* Its host agent was lost, perhaps with its host: the coordinator may not have read that
+     * loss yet (this rank was quicker), so the plan's wait for the host starts here too. */
+    ftrt__host_suspect(c, w, 0);
     if (c->phase == PH_ABORTING || c->phase == PH_DONE) {
         resend_abort(c, w);
         return;

@@ -10,15 +10,22 @@
  *  "accounted": every non-coordinator rank left, dead or stuck, "final": the last write,
  *  after the report}
  * A launcher ends mpirun once "final" (or "accounted" with a finished/failed job) is seen.
+ *
+ * The text is printed directly, one rank a line, not built as a json-c tree: at 16,433 ranks
+ * the tree took 60-65 ms of the coordinator's loop per write (about once a second), and a
+ * rank's death that arrived meanwhile waited for it (docs/benchmarks.md "Coordinator at scale:
+ * the crash MTTD tail").
  */
 #include <errno.h>
-#include <json-c/json.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/coordinator/coord.h"
+#include "base/fs.h"
 #include "base/log.h"
+#include "runtime/coordinator/coord.h"
 
 /* Where world rank w stands, for a launcher deciding whether the job can be ended: "left"
  * (said goodbye, or a spare told the job is over), "dead" (declared failed), "stuck" (did not
@@ -47,68 +54,171 @@ static const char *job_state(const ftrt__coord *c)
     }
 }
 
-int ftrt__status_write(ftrt__coord *c)
+/* ---- the text ---------------------------------------------------------------------------- */
+
+/* A growing text buffer; oom once an allocation failed (the rest is dropped). */
+typedef struct sbuf {
+    char *p;
+    size_t n, cap;
+    int oom;
+} sbuf;
+
+static int sb_room(sbuf *b, size_t more)
 {
-    static int warned;
-    json_object *o = json_object_new_object();
-    json_object_object_add(o, "schema", json_object_new_int(1));
-    json_object_object_add(o, "job", json_object_new_string(job_state(c)));
-    json_object_object_add(o, "epoch", json_object_new_int(c->epoch));
-    json_object_object_add(o, "updated", json_object_new_double(ftrt__wallclock()));
-    json_object_object_add(o, "trainers", json_object_new_int(c->N));
-    int spares = 0;
+    if (b->oom) return -1;
+    if (b->n + more + 1 <= b->cap) return 0;
+    size_t nc = b->cap ? b->cap : 4096;
+    while (nc < b->n + more + 1) nc *= 2;
+    char *q = realloc(b->p, nc);
+    if (!q) {
+        b->oom = 1;
+        return -1;
+    }
+    b->p = q;
+    b->cap = nc;
+    return 0;
+}
+
+__attribute__((format(printf, 2, 3))) static void sb_printf(sbuf *b, const char *fmt, ...)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0) {
+            b->oom = 1;
+            return;
+        }
+        if (b->p && (size_t)k < b->cap - b->n) {
+            b->n += (size_t)k;
+            return;
+        }
+        if (sb_room(b, (size_t)k)) return;
+    }
+}
+
+/* s as a JSON string into out (quoted; '"', '\\' and control characters escaped), at most cap
+ * bytes with the NUL (cap >= 6 * strlen(s) + 3 holds any s). Returns out. */
+static char *json_str(char *out, size_t cap, const char *s)
+{
+    char *o = out, *end = out + cap - 8;
+    *o++ = '"';
+    for (const unsigned char *q = (const unsigned char *)s; *q && o < end; q++) {
+        if (*q == '"' || *q == '\\') {
+            *o++ = '\\';
+            *o++ = (char)*q;
+        } else if (*q < 0x20) {
+            o += sprintf(o, "\\u%04x", *q);
+        } else {
+            *o++ = (char)*q;
+        }
+    }
+    *o++ = '"';
+    *o = '\0';
+    return out;
+}
+
+static void sb_str(sbuf *b, const char *s)
+{
+    char q[6 * 256 + 3];
+    if (strlen(s) < 256) sb_printf(b, "%s", json_str(q, sizeof q, s));
+}
+
+/* The job's fields, before the ranks. */
+static void status_head(sbuf *b, const ftrt__coord *c)
+{
+    int spares = 0, nsdc = 0;
     for (int w = 1; w < c->W; w++) spares += c->r[w].role == FTRT__ROLE_SPARE;
-    json_object_object_add(o, "spares_left", json_object_new_int(spares));
-    json_object_object_add(o, "last_committed_step", json_object_new_int64(c->last_committed));
-    char cp[320];
-    /* "<first address>:<port>", and every address offered to the ranks, in the order they try */
+    for (int i = 0; i < c->ninc; i++) nsdc += c->inc[i].kind == FK_SDC;
     size_t first = strcspn(c->a->addr, " ");
-    snprintf(cp, sizeof cp, "%.*s:%d", (int)first, c->a->addr, c->a->port);
-    json_object_object_add(o, "control_plane", json_object_new_string(cp));
-    json_object *addrs = json_object_new_array();
+    sb_printf(b, "{\n  \"schema\": 1,\n  \"job\": \"%s\",\n  \"epoch\": %d,\n  \"updated\": %.6f,\n"
+                 "  \"trainers\": %d,\n  \"spares_left\": %d,\n  \"last_committed_step\": %lld,\n"
+                 "  \"control_plane\": \"%.*s:%d\",\n  \"control_plane_addresses\": [",
+              job_state(c), c->epoch, ftrt__wallclock(), c->N, spares,
+              (long long)c->last_committed, (int)first, c->a->addr, c->a->port);
+    int n = 0;
     for (const char *p = c->a->addr; *p;) {
         size_t l = strcspn(p, " ");
-        if (l) json_object_array_add(addrs, json_object_new_string_len(p, (int)l));
+        char one[256];
+        if (l && l < sizeof one) {
+            snprintf(one, sizeof one, "%.*s", (int)l, p);
+            sb_printf(b, "%s", n++ ? ", " : "");
+            sb_str(b, one);
+        }
         p += l;
         p += strspn(p, " ");
     }
-    json_object_object_add(o, "control_plane_addresses", addrs);
-    json_object_object_add(o, "rejected_connections", json_object_new_int(c->rejected_connections));
-    int nsdc = 0;
-    for (int i = 0; i < c->ninc; i++) nsdc += c->inc[i].kind == FK_SDC;
-    json_object *sdc = json_object_new_object();
-    json_object_object_add(sdc, "every", json_object_new_int(c->a->cfg->sdc_every));
-    json_object_object_add(sdc, "checks", json_object_new_int(c->sdc_checks));
-    json_object_object_add(sdc, "last_agreed_step", json_object_new_int64(c->sdc_agreed_step));
-    json_object_object_add(sdc, "incidents", json_object_new_int(nsdc));
-    json_object_object_add(o, "sdc", sdc);
-    json_object *ranks = json_object_new_array();
+    sb_printf(b, "],\n  \"rejected_connections\": %d,\n  \"sdc\": {\"every\": %d, \"checks\": %d, "
+                 "\"last_agreed_step\": %lld, \"incidents\": %d},\n  \"ranks\": [\n",
+              c->rejected_connections, c->a->cfg->sdc_every, c->sdc_checks,
+              (long long)c->sdc_agreed_step, nsdc);
+}
+
+/* Appends s (no escaping) at o; returns the end. */
+static char *put_s(char *o, const char *s)
+{
+    size_t l = strlen(s);
+    memcpy(o, s, l);
+    return o + l;
+}
+
+/* Appends v in decimal at o; returns the end. */
+static char *put_i(char *o, long long v)
+{
+    char t[24];
+    int n = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        t[n++] = (char)('0' + u % 10);
+    } while (u /= 10);
+    if (v < 0) *o++ = '-';
+    while (n) *o++ = t[--n];
+    return o;
+}
+
+/* Bytes a rank's line takes at most (the host name escaped: 6 bytes a character). */
+#define RANK_LINE_MAX (400 + 6 * FTRT__HOST_MAX)
+
+/* World rank w's entry, one line, formatted by hand (this runs for every rank of the job on
+ * the coordinator's loop: snprintf took 8 ms at 16,433 ranks here); returns 1 when the rank
+ * still counts as running or joining. */
+static int status_rank(sbuf *b, const ftrt__coord *c, int w)
+{
+    const ftrt__crank *r = &c->r[w];
+    const char *st = rank_state(c, w);
+    if (sb_room(b, RANK_LINE_MAX)) return 0;
+    char *o = b->p + b->n;
+    o = put_i(put_s(o, "    {\"world_rank\": "), w);
+    o = put_i(put_s(o, ", \"pid\": "), r->pid);
+    o = put_s(o, ", \"host\": ");
+    json_str(o, 6 * FTRT__HOST_MAX + 3, r->host);
+    o = put_s(put_s(put_s(o + strlen(o), ", \"role\": \""), ftrt__role_name(r->role)), "\"");
+    o = put_s(o, ", \"logical_rank\": ");
+    o = r->logical >= 0 ? put_i(o, r->logical) : put_s(o, "null");
+    o = put_i(put_s(o, ", \"steps_done\": "), r->steps_done);
+    o = put_i(put_s(o, ", \"last_step\": "), r->steps_done - 1);
+    o = put_s(put_s(put_s(o, ", \"state\": \""), st), "\", \"host_agent\": ");
+    /* the world rank of the process its host agent lives in; null: its own connection */
+    o = r->link >= 0 && w > 0 ? put_i(o, c->hl[r->link].agent_w) : put_s(o, "null");
+    o = put_s(o, w + 1 < c->W ? "},\n" : "}\n");
+    *o = '\0';
+    b->n = (size_t)(o - b->p);
+    return w > 0 && (!strcmp(st, "running") || !strcmp(st, "joining"));
+}
+
+int ftrt__status_write(ftrt__coord *c)
+{
+    static int warned;
+    sbuf b = {0};
     int accounted = 1;
-    for (int w = 0; w < c->W; w++) {
-        const ftrt__crank *r = &c->r[w];
-        json_object *x = json_object_new_object();
-        json_object_object_add(x, "world_rank", json_object_new_int(w));
-        json_object_object_add(x, "pid", json_object_new_int(r->pid));
-        json_object_object_add(x, "host", json_object_new_string(r->host));
-        json_object_object_add(x, "role", json_object_new_string(ftrt__role_name(r->role)));
-        json_object_object_add(x, "logical_rank",
-                               r->logical >= 0 ? json_object_new_int(r->logical) : NULL);
-        json_object_object_add(x, "steps_done", json_object_new_int64(r->steps_done));
-        json_object_object_add(x, "last_step", json_object_new_int64(r->steps_done - 1));
-        const char *st = rank_state(c, w);
-        json_object_object_add(x, "state", json_object_new_string(st));
-        /* the world rank of the process its host agent lives in; null: its own connection */
-        json_object_object_add(x, "host_agent", r->link >= 0 && w > 0
-                                                    ? json_object_new_int(c->hl[r->link].agent_w)
-                                                    : NULL);
-        if (w > 0 && (!strcmp(st, "running") || !strcmp(st, "joining"))) accounted = 0;
-        json_object_array_add(ranks, x);
-    }
-    json_object_object_add(o, "ranks", ranks);
-    json_object_object_add(o, "accounted", json_object_new_boolean(accounted));
-    json_object_object_add(o, "final", json_object_new_boolean(c->final_written));
-    int rc = ftrt__write_json_atomic(c->a->status_file, o);
-    json_object_put(o);
+    status_head(&b, c);
+    for (int w = 0; w < c->W; w++)
+        if (status_rank(&b, c, w)) accounted = 0;
+    sb_printf(&b, "  ],\n  \"accounted\": %s,\n  \"final\": %s\n}\n", accounted ? "true" : "false",
+              c->final_written ? "true" : "false");
+    int rc = b.oom ? -ENOMEM : ftrt__write_text_atomic(c->a->status_file, b.p, b.n);
+    free(b.p);
     if (rc && !warned) {
         warned = 1;
         ftrt_log_warn("cannot write the status file %s: %s", c->a->status_file, strerror(-rc));

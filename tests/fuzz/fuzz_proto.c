@@ -27,6 +27,7 @@ static void decode(const ftrt__msghdr *h, const void *payload)
         ftrt__welcome welcome;
         ftrt__heartbeat hb;
         ftrt__epoch_msg em;
+        ftrt__resumed_msg rm;
         ftrt__report rep;
         ftrt__ckpt_msg cm;
         ftrt__bye bye;

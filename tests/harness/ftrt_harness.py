@@ -541,13 +541,16 @@ def case(table, name=None, **kw):
     return register
 
 
-def case_main(cases, description=None, argv=None):
+def case_main(cases, description=None, argv=None, add_args=None):
     """The command line of a case script: `--bin BIN --work DIR <case>` runs a case of cases
     (name -> Case) and returns its exit status (0 pass, 1 fail, 77 skipped; a missing mpirun
     or other dependency: 77, or 1 under strict_deps()); `--list` prints "<case> <timeout_s> <setup|required|->" per listed case, which
-    tests/integration/CMakeLists.txt turns into ctests."""
+    tests/integration/CMakeLists.txt turns into ctests. add_args: a function given the
+    argparse parser, to add the script's own options (they reach the case in its args)."""
     ap = argparse.ArgumentParser(description=description,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    if add_args:
+        add_args(ap)
     ap.add_argument("--bin", help="the job's program")
     ap.add_argument("--work", help="work directory (kept: logs, references)")
     ap.add_argument("--list", action="store_true", help="list the cases for CMake and exit")

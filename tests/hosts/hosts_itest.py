@@ -37,6 +37,15 @@ Cases:
   agentkill  1 + 4 trainers + 1 spare; the process ftrt-h2's host agent lives in SIGKILLed: its
              trainer is replaced by the spare (ftrt-h3), the other rank of ftrt-h2 goes on
              with its own connection to the coordinator
+  hoststagger  1 + 3 trainers + 2 spares; ftrt-h2 lost process by process, slowly: the process
+             its host agent lives in SIGKILLed first, its other trainer only once it is back on
+             its own connection (and has reported for the recovery), then the rest of the host.
+             The second death must join the same recovery (one epoch, both spares), not abort
+             it: the plan waits for a lost agent's host within the orphan grace, widened here to
+             4 s (FTRT_TEST_ORPHAN_GRACE_MS) so that the second kill lands in it; and the
+             survivors wait 2 s after a PLAN (FTRT_DEBUG_RECOVERY_DELAY_MS), so that a plan sent
+             before the second death (the old code) is still being applied when it comes: that
+             ended the job with FTRT_EABORT (4 runs of 4 against commit cf9ab20)
 Each case prints "measured:" lines: the exit after the last rank's exit, MTTD and MTTR.
 Exit 0 = pass, 1 = fail, 77 = skipped.
 """
@@ -46,6 +55,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
@@ -384,6 +394,48 @@ def case_agentkill(args):
               f"one failure: world rank {a[0]} (the agent's process), connection lost, recovered "
               f"by the spare on ftrt-h3; world rank {other} not failed")
         check(same_bytes(job.params, r4), "final parameters byte-identical to the one-host run")
+
+
+@h.case(CASES, fixture="required")
+def case_hoststagger(args):
+    r3 = need_reference(args, 3)
+    with h.Hosts(3, 2) as hosts:
+        before = sessions(hosts)
+        job = hosts_job(args, hosts, "hoststagger", spares=2)
+        job.env.update(FTRT_TEST_ORPHAN_GRACE_MS="4000", FTRT_DEBUG_RECOVERY_DELAY_MS="2000")
+        job.start()
+        job.wait_trainer(1, 40)
+        st = job.status_json()
+        a = [r["host_agent"] for r in st["ranks"] if r["host"] == "ftrt-h2"]
+        check(len(a) == 2 and a[0] == a[1] and a[0] in (2, 3),
+              f"ftrt-h2's trainers (world 2, 3) share one host agent, in one of them ({a})")
+        first = [r for r in st["ranks"] if r["world_rank"] == a[0]][0]
+        other = 5 - a[0]
+        job.inject(signal.SIGKILL, first, "sigkill")
+        st = job.wait_status(lambda s: s["epoch"] == 1 and s["ranks"][other]["host_agent"] is None
+                             and s["ranks"][other]["state"] != "dead", 20)
+        time.sleep(0.2)  # its REPORT in: the old code's plan went out here
+        job.inject(signal.SIGKILL, st["ranks"][other], "sigkill")
+        rest = hosts.pids("ftrt-h2")  # its orted
+        for pid in rest:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        print(f"  killed world rank {a[0]} (host agent), then world rank {other}, then "
+              f"{len(rest)} other process(es) of ftrt-h2", flush=True)
+        run_to_end(job, hosts, 0, before)
+        rep = job.load_report()
+        print_failures(rep)
+        fl = rep["failures"]
+        check(len(fl) == 2 and all(f["recovered"] for f in fl)
+              and {f["spare_world_rank"] for f in fl} == {4, 5},
+              "two failures, both recovered by the spares on ftrt-h3")
+        check(len({f["epoch"] for f in fl}) == 1 and rep["epoch"] == 1,
+              "the host's second death joined the recovery of its first: one epoch")
+        check(all(f["cause"] == "host_lost" and f["host"] == "ftrt-h2" for f in fl),
+              "the report names the cause: host ftrt-h2 lost")
+        check(same_bytes(job.params, r3), "final parameters byte-identical to the one-host run")
 
 
 @h.case(CASES, fixture="required")

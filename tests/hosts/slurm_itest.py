@@ -31,12 +31,21 @@ Cases:
             fails (FTRT_ENOSPARE or FTRT_EABORT), sacct FAILED 1:0; a second submission with
             --exclude=ftrt-s2 on 2 nodes x 3 tasks resumes from the last committed checkpoint and
             finishes byte-identical, sacct COMPLETED 0:0
+  chaos     tools/ftrt-chaos --slurm (it makes the same cluster itself, submits the job with
+            sbatch --wait and stops the cluster at its end): 1 + 3 trainers + 2 spares, a
+            trainer on another host than the coordinator's SIGKILLed (kill-trainer, target
+            remote), then a host whose trainer a spare elsewhere can replace killed whole
+            (kill-host, target covered: ftrt-s2), its node set DOWN by ftrt-chaos; its verdict
+            passes (both recovered in place, byte-identical to the one-host run, nothing of the
+            job left), and Slurm's completion log has the job COMPLETED 0:0
 Each case prints "measured:" lines: the end after the last rank's exit, MTTD and MTTR.
 Exit 0 = pass, 1 = fail, 77 = skipped.
 """
 import glob
+import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -291,6 +300,48 @@ def case_nospare(args):
         check(f"resumed at step {committed}" in job2.out,
               f"the second job resumed at step {committed}")
         check(same_bytes(job2.params, r4), "final parameters byte-identical to the one-host run")
+
+
+@h.case(CASES, fixture="required", timeout_s=240)
+def case_chaos(args):
+    r3 = need_reference(args, 3)
+    d = os.path.join(args.work, "slurm-chaos")
+    shutil.rmtree(d, ignore_errors=True)  # a checkpoint of an earlier run would be resumed
+    os.makedirs(d)
+    plan = {"faults": [{"kind": "kill-trainer", "at_step": 30, "target": "remote"},
+                       {"kind": "kill-host", "at_step": 100, "target": "covered"}]}
+    with open(os.path.join(d, "plan.json"), "w") as f:
+        json.dump(plan, f)
+    ckpt, params, verdict = (os.path.join(d, x) for x in ("ckpt", "final.params",
+                                                          "verdict.json"))
+    cmd = [sys.executable, h.FTRT_CHAOS, "--slurm", "--plan", os.path.join(d, "plan.json"),
+           "--workdir", d, "--ckpt-dir", ckpt, "--report", os.path.join(d, "report.json"),
+           "--reference", r3, "--params", params, "--json", verdict, "--timeout", "150",
+           "--", "sbatch", sl.SBATCH_SCRIPT] + h.MLP_ARGS + [
+               "--ckpt-dir", ckpt, "--params-out", params]
+    print("  $", " ".join(cmd), flush=True)
+    env = h.job_env({"APP": os.path.abspath(args.bin)}, spares=2,
+                    heartbeat_timeout_ms=HB_TIMEOUT_MS)
+    rc = subprocess.call(cmd, env=env)
+    check(os.path.exists(verdict), f"ftrt-chaos --slurm ran and gave a verdict (exit {rc})")
+    v = json.load(open(verdict))
+    rows = {name: res for name, res, _ in v["rows"]}
+    kinds = [i["kind"] for i in v["injections"]]
+    check(kinds == ["kill-trainer", "kill-host"] and
+          v["injections"][1].get("host") == LOST,
+          f"both faults injected, the host one on {LOST} ({kinds})")
+    check(rc == 0 and v["ok"] and all(r == "PASS" for r in rows.values()),
+          f"ftrt-chaos's verdict passes (exit {rc}; rows not passed: "
+          f"{[n for n, r in rows.items() if r != 'PASS']})")
+    ln = v["launches"]
+    acct = ln[0].get("sacct") or {}
+    check(len(ln) == 1 and ln[0].get("slurm_job") and acct.get("State") == "COMPLETED" and
+          acct.get("ExitCode") == "0:0",
+          f"one Slurm job ({ln[0].get('slurm_job')}), in the completion log COMPLETED 0:0 "
+          f"({acct})")
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    check("ftrt-s" not in netns and not sl.job_processes(),
+          "ftrt-chaos stopped the cluster and removed its hosts; nothing of the job is left")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """ctest cases: every fault kind of tools/ftrt-chaos against examples/train_mlp under mpirun.
 
-Usage: chaos_cases.py --bin BUILD/examples/train_mlp --work DIR <case>
-       chaos_cases.py --list   (the cases of CASES for CMake: one ctest chaos.<case> each)
+Usage: chaos_cases.py [--device sim|cuda] --bin BUILD/examples/train_mlp --work DIR <case>
+       chaos_cases.py [--device cuda] --list   (the cases of CASES for CMake: one ctest
+                      chaos.<case> each; with --device cuda those of CUDA_CASES, run with
+                      --bin train_mlp_gpu: --device sim becomes cuda, skipped (77) where
+                      `train_mlp_gpu --device cuda --check-device` finds no usable GPU)
 Each case writes a plan, runs ftrt-chaos (which injects the faults, relaunches when the job
 fails and prints its verdict) and passes when the verdict passes; where the case promises more
 (a failure mid-recovery aborts promptly, ...) it checks that too. A fault-free reference run of
@@ -12,6 +15,7 @@ The host cases (kill-host, partition-host) run on simulated hosts that ftrt-chao
 Exit 0 = pass, 1 = fail, 77 = skipped. Python 3 standard library only (the ledger case:
 prometheus_client). Command lines and the reference job: tests/harness/ftrt_harness.py.
 """
+import argparse
 import hashlib
 import json
 import os
@@ -109,6 +113,13 @@ CASES = {
                         [{"kind": "flip-bit", "at_step": 60, "target": "trainer:2"}], [],
                         {"FTRT_SDC_EVERY": "4", "FTRT_CKPT_KEEP": "4",
                          "FTRT_TEST_SIM_DEVICE": "1"}),
+    # A trainer SIGKILLed with parameters and momentum in device memory (train_mlp --device
+    # sim here; with --device cuda, chaos_cuda.kill-trainer-device, train_mlp_gpu on a GPU: 4
+    # trainers and the spare time-sharing it): the spare gets the device regions from the
+    # survivors through the device backend, byte-identical.
+    "kill-trainer-device": (6, 1, ["--device", "sim"],
+                            [{"kind": "kill-trainer", "at_step": 60, "target": "trainer:2"}], [],
+                            {"FTRT_TEST_SIM_DEVICE": "1"}),
     "fail-during-recovery": (7, 2, [], [{"kind": "kill-trainer", "at_step": 60,
                                          "target": "trainer:1",
                                          "then": [{"kind": "kill-trainer", "delay_s": 0.4,
@@ -274,9 +285,34 @@ def check_ledger(d, v, live, steplog, metrics):
     return ok
 
 
+# The cases that run with --device cuda (chaos_cuda.<case>: train_mlp_gpu, the state in CUDA
+# memory). Not flip-bit-device: its injector flips the bit from outside the process, through
+# /proc/<pid>/mem, which cannot reach CUDA memory (train_mlp refuses --publish-addr there).
+CUDA_CASES = ("kill-trainer-device",)
+
+
+def on_device(a, targs, extra):
+    """--device cuda: the case's --device sim becomes cuda and FTRT_TEST_SIM_DEVICE goes, after
+    a Skip unless `BIN --device cuda --check-device` finds a usable GPU. Returns (targs,
+    extra)."""
+    if a.device != "cuda":
+        return targs, extra
+    p = subprocess.run([a.bin, "--device", "cuda", "--check-device"], capture_output=True,
+                       text=True, timeout=120)
+    said = (p.stderr or p.stdout).strip()
+    if p.returncode == h.SKIP:
+        raise h.Skip(f"no usable CUDA device ({said})")
+    if p.returncode != 0:
+        raise Fail(f"{os.path.basename(a.bin)} --check-device: {said}")
+    print(f"  {said}", flush=True)
+    return (["cuda" if x == "sim" else x for x in targs],
+            {k: v for k, v in extra.items() if k != "FTRT_TEST_SIM_DEVICE"})
+
+
 def run_case(name, a):
     """Runs ftrt-chaos on case `name`; None when it passed, else its exit status or Fail."""
     np_, spares, targs, plan, opts, extra = CASES[name]
+    targs, extra = on_device(a, targs, extra)
     if name == "ledger":  # before the job: a skip, or under CI a failure, naming the package
         h.need_module("prometheus_client.openmetrics.parser", "python3-prometheus-client")
     ref = reference(a, targs, np_ - 1 - spares)
@@ -334,6 +370,11 @@ def run_case(name, a):
               f"{resume})")
         if not got or any(g != (frm, resume) for g in got):
             raise Fail(f"expected every lost trainer's state from the {frm} of step {resume}")
+    if name == "kill-trainer-device":  # the spare's device regions come from the survivors
+        got = [m.get("state_from") for i in v["injections"] for m in i.get("measured", [])]
+        print(f"state_from of the lost trainer: {got} (expected peers)")
+        if got != ["peers"]:
+            raise Fail("expected the lost trainer's device state from the survivors (peers)")
     if name == "fail-during-recovery":
         first = v["launches"][0]
         kill2 = [i for i in v["injections"] if i["launch"] == 0][-1]["time"]
@@ -344,9 +385,19 @@ def run_case(name, a):
     return None
 
 
-# ctest cases (chaos.<case>), in CASES' order: 400 s each, no fixture (each caches its own
-# reference run).
-TABLE = {name: h.Case(lambda a, name=name: run_case(name, a), timeout_s=400) for name in CASES}
+def add_args(ap):
+    ap.add_argument("--device", choices=("sim", "cuda"), default="sim",
+                    help="cuda: only the cases of CUDA_CASES, their state in a GPU's memory "
+                         "(--bin train_mlp_gpu)")
+
+
+# ctest cases (chaos.<case>, or with --device cuda chaos_cuda.<case> of CUDA_CASES), in CASES'
+# order: 400 s each, no fixture (each caches its own reference run).
+_dev = argparse.ArgumentParser(add_help=False)
+add_args(_dev)
+DEVICE = _dev.parse_known_args()[0].device
+TABLE = {name: h.Case(lambda a, name=name: run_case(name, a), timeout_s=400) for name in CASES
+         if DEVICE != "cuda" or name in CUDA_CASES}
 
 if __name__ == "__main__":
-    sys.exit(h.case_main(TABLE, __doc__))
+    sys.exit(h.case_main(TABLE, __doc__, add_args=add_args))

@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""MPI integration tests of device regions on the simulated device: real mpirun jobs of
-examples/train_mlp --device sim (parameters and momentum in the simulated device's memory,
-kernels/loc_sim.c, a test arrangement; every rank runs with FTRT_TEST_SIM_DEVICE=1), real
-processes killed by signals. Python 3 standard library only.
+"""MPI integration tests of device regions: real mpirun jobs of examples/train_mlp --device sim
+(parameters and momentum in the simulated device's memory, kernels/loc_sim.c, a test
+arrangement; every rank runs with FTRT_TEST_SIM_DEVICE=1) or, with --device cuda, of
+train_mlp_gpu --device cuda (the state in CUDA memory of a GPU, through libftrt_gpu's CUDA
+device backend, checkpoint/ckpt_device.c; every case skips, exit 77, where
+`train_mlp_gpu --device cuda --check-device` finds no usable GPU), real processes killed by
+signals. Python 3 standard library only.
 
-Usage: device_itest.py --bin BUILD/examples/train_mlp --work DIR <case>
+Usage: device_itest.py [--device sim|cuda] --bin BUILD/examples/train_mlp --work DIR <case>
        device_itest.py --list   (the cases, their ctest timeouts and fixtures: read by CMake)
 Cases (each compares the final parameters with a fault-free run's, byte for byte):
-  reference   a fault-free --device sim run (kept as DIR/device.params), byte-identical to the
+  reference   a fault-free --device run (kept as DIR/device.params), byte-identical to the
               same run with the state in host memory; its device regions fingerprinted every
               10 steps (the silent-data-corruption check, CRC32C through the device backend)
   relaunch    no hot spare: a trainer SIGKILLed after a committed checkpoint, the job fails with
@@ -22,6 +25,12 @@ Cases (each compares the final parameters with a fault-free run's, byte for byte
               memory, copied through the device backend); logical rank 0 holds at step 67, a
               trainer SIGKILLed there: its shard comes from its partner's memory, resume at
               the last replica (65, not the checkpoint at 60), rework 2 steps (<= K + 1)
+  flip        silent data corruption in device memory: logical rank 1 flips one bit of one
+              weight of its device parameters after its update of step 70 (train_mlp
+              --flip-rank/--flip-at-step, from inside the process: an injector outside cannot
+              reach CUDA memory); fingerprints every 4 steps, checkpoints every 2 (4 kept): the
+              majority of 3 names that rank within 4 steps, the spare replaces it, every member
+              reloads the newest checkpoint before the last agreement into device memory
 (The images are host memory whatever the regions' location, so a corrupted image is refused
 before use by the same check as mpi.replica_corrupt's; not repeated here, to keep CI short.)
 Exit 0 = pass, 1 = fail, 77 = skipped. Jobs, waits and kills: tests/harness/ftrt_harness.py.
@@ -30,6 +39,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 
 sys.dont_write_bytecode = True
@@ -41,17 +51,38 @@ STEPS = 120
 # 3 trainers, a checkpoint every 20 steps, 10 ms per step at least: a few seconds per job.
 ARGS = ["--steps", str(STEPS), "--batch", "32", "--hidden", "64", "--seed", "11",
         "--step-sleep-ms", "10", "--ckpt-every", "20"]
-ENV = {"FTRT_TEST_SIM_DEVICE": "1"}  # the defaults otherwise: fingerprints every 10 steps
+# The environment of each device's jobs; the defaults otherwise: fingerprints every 10 steps.
+ENV = {"sim": {"FTRT_TEST_SIM_DEVICE": "1"}, "cuda": {}}
 CASES = {}
 
 
+def add_args(ap):
+    ap.add_argument("--device", choices=("sim", "cuda"), default="sim",
+                    help="where the state lives: the simulated device (train_mlp, default) or "
+                         "a GPU's CUDA memory (train_mlp_gpu)")
+
+
+def need_device(args):
+    """--device cuda: Skip unless `BIN --device cuda --check-device` finds a usable GPU (it
+    prints which, or why none)."""
+    if args.device != "cuda":
+        return
+    p = subprocess.run([args.bin, "--device", "cuda", "--check-device"], capture_output=True,
+                       text=True, timeout=120)
+    said = (p.stderr or p.stdout).strip()
+    if p.returncode == h.SKIP:
+        raise h.Skip(f"no usable CUDA device ({said})")
+    check(p.returncode == 0, f"{os.path.basename(args.bin)} --check-device: {said}")
+
+
 def job_of(args, name, np_=5, spares=1, device=True, fresh=True, extra=None, env=None):
-    """train_mlp with ARGS (+ --device sim) in WORK/name, np_ ranks (coordinator and spares
-    included)."""
+    """args.bin with ARGS (+ --device sim|cuda) in WORK/name, np_ ranks (coordinator and
+    spares included)."""
+    need_device(args)
     job = h.train_job(os.path.join(args.work, name), args.bin, np_,
-                      ARGS + (["--device", "sim"] if device else []) + list(extra or []),
+                      ARGS + (["--device", args.device] if device else []) + list(extra or []),
                       spares=spares, fresh=fresh)
-    job.env.update(ENV)
+    job.env.update(ENV[args.device])
     job.env.update(env or {})
     return job
 
@@ -73,7 +104,7 @@ def expect_identical(job, args):
 @h.case(CASES, fixture="setup", timeout_s=120)
 def case_reference(args):
     dev = job_of(args, "reference-device", np_=4, spares=0)
-    check(dev.run(90) == 0, "fault-free --device sim job exits 0")
+    check(dev.run(90) == 0, f"fault-free --device {args.device} job exits 0")
     rep = dev.load_report()
     check(rep["status"] == "finished" and rep["steps"] == STEPS and not rep["failures"],
           f"report: finished, {STEPS} steps, no failures")
@@ -181,5 +212,41 @@ def case_replica(args):
     expect_identical(job, args)
 
 
+FLIP_RANK, FLIP_AT = 1, 70  # steps done when the flip lands: FLIP_AT + 1
+
+
+@h.case(CASES, fixture="required", timeout_s=120)
+def case_flip(args):
+    need_reference(args)
+    job = job_of(args, "flip", np_=5, spares=1,
+                 extra=["--ckpt-every", "2", "--flip-rank", str(FLIP_RANK), "--flip-at-step",
+                        str(FLIP_AT)],
+                 env={"FTRT_SDC_EVERY": "4", "FTRT_CKPT_KEEP": "4"}).start()
+    rc = job.wait(90)
+    check(rc == 0, f"job survives the corruption and exits 0 (got {rc})")
+    m = re.search(r"logical rank (\d+) flipped bit 20 of parameter \d+ \((\S+) -> (\S+)\) in its "
+                  r"(\w+) memory after step (\d+)", job.out)
+    check(m and int(m.group(1)) == FLIP_RANK and m.group(4) == args.device
+          and int(m.group(5)) == FLIP_AT,
+          f"logical rank {FLIP_RANK} flipped a bit in its {args.device} memory after step "
+          f"{FLIP_AT} ({m.group(0) if m else 'no such line'})")
+    rep = job.load_report()
+    sdc = [f for f in rep["failures"] if f["kind"] == "silent_data_corruption"]
+    check(len(rep["failures"]) == 1 and len(sdc) == 1,
+          f"one failure, silent data corruption ({[f['kind'] for f in rep['failures']]})")
+    f, d = sdc[0], sdc[0]["sdc"]
+    check(f["logical_rank"] == FLIP_RANK and d["majority"],
+          f"the majority names logical rank {FLIP_RANK} (w{f['world_rank']})")
+    late = d["step_detected"] - (FLIP_AT + 1)
+    check(0 <= late <= 4, f"detected at step {d['step_detected']}, within FTRT_SDC_EVERY=4 steps "
+                          f"of the flip (after {FLIP_AT + 1} steps)")
+    check(f["recovered"] and f["spare_world_rank"] == 4 and
+          d["rollback_checkpoint_step"] is not None and
+          d["rollback_checkpoint_step"] <= d["last_agreed_step"],
+          f"fenced and replaced by the spare; every member reloaded checkpoint step "
+          f"{d['rollback_checkpoint_step']} (last agreement at step {d['last_agreed_step']})")
+    expect_identical(job, args)
+
+
 if __name__ == "__main__":
-    sys.exit(h.case_main(CASES, __doc__))
+    sys.exit(h.case_main(CASES, __doc__, add_args=add_args))

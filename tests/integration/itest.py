@@ -8,14 +8,20 @@ The jobs, waits and kills are tests/harness/ftrt_harness.py's.
 Cases:
   reference   fault-free run; keeps DIR/reference.params for the other cases
   kill        SIGKILL a trainer mid-run: the hot spare takes its place, the job finishes and the
-              final parameters are byte-identical to the reference; Open MPI's PMIx notice
+              final parameters are byte-identical to the reference; the report's MTTR phases
+              are there, none negative, and add up to MTTR (check_phases); Open MPI's PMIx notice
               after the kill does not reach the output (tools/ftrt-run leaves it out)
   kill2       two trainers SIGKILLed one after the other (logical ranks 0 and 3) with two
               spares: both replaced, result byte-identical
   latekill    as kill, but the ranks take the coordinator's announcement 300 ms late
               (FTRT_TEST_EPOCH_DELAY_MS): under Open MPI 5 with ULFM the survivors' collectives
               fail first (MPIX_ERR_PROC_FAILED), which must wait for the epoch change, not end
-              the job with FTRT_EMPI; under 4.1 they wait in the collective; byte-identical
+              the job with FTRT_EMPI; under 4.1 they wait in the collective; byte-identical;
+              the survivors also wait 300 ms after the PLAN (FTRT_DEBUG_RECOVERY_DELAY_MS):
+              the report's MTTR phases put each wait in its place and add up to MTTR
+  midstep     a trainer SIGKILLs itself inside its forward pass while the others are in
+              theirs (train_mlp --die-rank/--die-at-step, --check-every 1): each survivor stops
+              mid-pass at its next ftrt_check; MTTR phases add up; byte-identical
   hang        SIGSTOP a trainer: declared failed by heartbeat timeout, fenced, replaced; result
               byte-identical
   relaunch    kill the whole job after a committed checkpoint, relaunch: it resumes from the
@@ -91,6 +97,31 @@ def case_reference(args):
     shutil.copyfile(job.params, ref_path(args))
 
 
+# MTTR's phases (docs/report-schema.md "phases_ms") add up to MTTR but for what no clock of one
+# process can see: the PLAN and the last RESUMED in flight and the wake-ups of the agent thread
+# and of the coordinator's loop for them (well under 1 ms each on an idle machine). 150 ms is
+# four waits for a CPU on a loaded 2-core CI machine (the -Werror, ASan and TSan suites beside
+# other jobs, load up to ~9), and still far below the 300 ms that latekill's knobs put into
+# the phases, which a phase left out of the sum would leave unaccounted.
+PHASES = ("reach", "plan", "rebuild", "transfer", "resume")
+PHASES_SLACK_S = 0.150
+
+
+def check_phases(f):
+    """The recovered failure f's MTTR phases: all there, none negative, their sum within
+    PHASES_SLACK_S below MTTR (never above it, but for rounding). Returns them, in seconds."""
+    ph = f.get("phases_ms")
+    check(isinstance(ph, dict) and set(ph) == set(PHASES),
+          f"the report splits MTTR into {', '.join(PHASES)} ({ph})")
+    check(all(ph[k] >= 0 for k in PHASES), f"no phase is negative ({ph})")
+    total = sum(ph[k] for k in PHASES) / 1e3
+    gap = f["mttr_s"] - total
+    check(-1e-6 <= gap <= PHASES_SLACK_S and abs(gap - f["phases_unaccounted_ms"] / 1e3) < 1e-6,
+          f"the phases add up to {total * 1e3:.1f} ms of MTTR {f['mttr_s'] * 1e3:.1f} ms "
+          f"(unaccounted {gap * 1e3:.1f} ms, at most {PHASES_SLACK_S * 1e3:.0f})")
+    return {k: ph[k] / 1e3 for k in PHASES}
+
+
 def expect_identical(job, args):
     check(same_bytes(job.params, ref_path(args)),
           "final parameters are byte-identical to the fault-free run")
@@ -113,6 +144,7 @@ def case_kill(args):
     check(f["mttd_source"] == "fault_log" and 0 <= f["mttd_s"] < 1.0,
           f"MTTD from the fault log, under 1 s ({f['mttd_s'] * 1e3:.1f} ms)")
     check(f["mttr_s"] is not None and f["mttr_s"] < 10, f"MTTR {f['mttr_s'] * 1e3:.1f} ms")
+    check_phases(f)
     st = job.status_json()
     spare = [r for r in st["ranks"] if r["world_rank"] == f["spare_world_rank"]][0]
     check(spare["role"] == "trainer" and spare["logical_rank"] == 2,
@@ -127,7 +159,9 @@ def case_latekill(args):
     need_reference(args)
     delay_ms = 300
     job = mlp_job(args, "latekill")
-    job.env.update(FTRT_TEST_EPOCH_DELAY_MS=str(delay_ms), FTRT_LOG="info")
+    # (and the survivors wait as long again after the PLAN: that time is in the later phases)
+    job.env.update(FTRT_TEST_EPOCH_DELAY_MS=str(delay_ms), FTRT_LOG="info",
+                   FTRT_DEBUG_RECOVERY_DELAY_MS=str(delay_ms))
     job.start()
     victim = job.wait_trainer(2, 60)
     job.inject(signal.SIGKILL, victim, "sigkill")
@@ -145,9 +179,41 @@ def case_latekill(args):
     check(len(rep["failures"]) == 1 and rep["failures"][0]["recovered"],
           "one failure, recovered")
     mttr = rep["failures"][0]["mttr_s"]
-    check(mttr is not None and mttr >= delay_ms / 1e3,
+    check(mttr is not None and mttr >= 2 * delay_ms / 1e3,
           f"MTTR {mttr * 1e3:.0f} ms includes the {delay_ms} ms the ranks took the announcement "
-          f"late")
+          f"late and the {delay_ms} ms they waited after the PLAN")
+    ph = check_phases(rep["failures"][0])
+    check(ph["reach"] >= delay_ms / 1e3,
+          f"the late announcement is in the survivors' reaching the recovery point "
+          f"({ph['reach'] * 1e3:.0f} ms)")
+    after = ph["rebuild"] + ph["transfer"] + ph["resume"]
+    check(after >= delay_ms / 1e3,
+          f"the wait after the PLAN is in the members' phases ({after * 1e3:.0f} ms)")
+    expect_identical(job, args)
+
+
+@h.case(CASES, fixture="required")
+def case_midstep(args):
+    """A trainer dies inside its forward pass (train_mlp --die-rank 2 --die-at-step 60: at its
+    8th ftrt_check of step 60) while the others are in theirs (their checks of that step sleep
+    2 ms each, 64 hidden units x 2 passes: ~250 ms of pass left): each survivor stops its step
+    mid-pass at its next check (--check-every 1), not at the step's allreduce; the phases add
+    up, and the result is byte-identical."""
+    need_reference(args)
+    targs = h.MLP_ARGS + ["--check-every", "1", "--die-rank", "2", "--die-at-step", "60"]
+    job = h.train_job(os.path.join(args.work, "midstep"), args.bin, 6, targs).start()
+    rc = job.wait(180)
+    check(rc == 0, f"job survives the death mid-pass and exits 0 (got {rc})")
+    stopped = job.out.count("stopped step 60 mid-pass (ftrt_check: a rank failed)")
+    check(stopped == 3, f"each of the 3 survivors stopped step 60 mid-pass ({stopped})")
+    rep = job.load_report()
+    f = rep["failures"]
+    check(len(f) == 1 and f[0]["kind"] == "connection_lost" and f[0]["recovered"] and
+          f[0]["logical_rank"] == 2 and f[0]["resume_step"] == 60,
+          "one failure (logical rank 2, connection lost), recovered, resumed at step 60")
+    ph = check_phases(f[0])
+    print(f"  measured: survivors at the recovery point {ph['reach'] * 1e3:.1f} ms after the "
+          f"detection, MTTR {f[0]['mttr_s'] * 1e3:.1f} ms", flush=True)
     expect_identical(job, args)
 
 

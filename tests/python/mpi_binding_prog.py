@@ -1,8 +1,10 @@
 """An MPI program that exercises the binding inside a real ftrt job (run by
 test_mpi_torch.py::test_binding_in_a_job under mpirun: 1 coordinator + N trainers, no spare).
 
-Every trainer checks the results of the collectives, the bucketer, checkpoints and the
-PyTorch GradAverager (against a manual mean of every rank's local gradient) and prints
+Every trainer checks the results of the collectives, the bucketer (also with gradients posted
+from other threads), checkpoints and the PyTorch GradAverager (against a manual mean of every
+rank's local gradient; with hooks on worker threads, against the same pass on the context's
+thread) and prints
 "rank R: PASS" at the end; any failed check raises, and the process exits 1."""
 import ctypes
 import os
@@ -64,6 +66,7 @@ def bucketer(ctx):
             total = np.float32(sum((k + 1) * (step + 1) + i for k in range(n)))
             want = np.float32(total * np.float32(1.0 / n))  # the sum times (float)(1/N)
             check(np.all(t == want), f"bucketer mean, step {step} tensor {i}: {t[0]} != {want}")
+    bucketer_threads(b, r, counts)
     ts = [np.zeros(c, dtype=np.float32) for c in counts]
     b.ready(4, ts[4])
     try:
@@ -79,6 +82,55 @@ def bucketer(ctx):
     b.reset()
     b.free()
     b.free()  # idempotent
+
+
+def bucketer_threads(b, r, counts):
+    """Gradients posted by two other threads (ready_from_any_thread) while this thread drains:
+    bit for bit the results of ready() on this thread over the same data."""
+    import threading
+    for step in range(3):
+        ref = [np.full(c, (r + 1) * (step + 2) - 0.3 * i, dtype=np.float32)
+               for i, c in enumerate(counts)]
+        ts = [t.copy() for t in ref]
+        for i in reversed(range(len(ref))):
+            b.ready(i, ref[i])
+        b.wait_all()
+        errors = []
+
+        def post(mine):
+            try:
+                for i in mine:
+                    b.ready_from_any_thread(i, ts[i])
+            except Exception as e:  # reported by the owning thread
+                errors.append(e)
+        th = [threading.Thread(target=post, args=(m,)) for m in ([4, 2, 0], [3, 1])]
+        for t in th:
+            t.start()
+        marked = 0
+        while any(t.is_alive() for t in th):
+            marked += b.drain()
+        for t in th:
+            t.join()
+        marked += b.drain()
+        check(not errors and marked == len(counts), f"posts: {errors}, {marked} marked")
+        b.wait_all()
+        check(all(np.array_equal(t, u) for t, u in zip(ts, ref)),
+              f"step {step}: posted gradients reduced differently")
+    # a second post of a tensor in a step is refused to the thread that makes it
+    ts = [np.zeros(c, dtype=np.float32) for c in counts]
+    seen = []
+
+    def twice():
+        b.ready_from_any_thread(1, ts[1])
+        try:
+            b.ready_from_any_thread(1, ts[1])
+        except ftrt.FtrtInvalid:
+            seen.append("refused")
+    t = threading.Thread(target=twice)
+    t.start()
+    t.join()
+    check(seen == ["refused"], "a second post of tensor 1 accepted")
+    b.reset()
 
 
 def checkpoints(ctx):
@@ -167,6 +219,84 @@ def grad_averager(ctx, sync_in_backward=False):
     avg.close()
 
 
+def grad_averager_threads(ctx):
+    """GradAverager with hooks on threads other than the context's: a backward() on a worker
+    thread, and two at once on disjoint parameters, while this thread drains; the averaged
+    gradients bit for bit those of the same pass on this thread, and every hook of those passes
+    handed its gradient over with ftrt_bucketer_ready_from_any_thread (counted here)."""
+    import threading
+    import torch
+    import ftrt.pytorch as ftp
+    torch.set_num_threads(1)
+    r = ctx.rank
+    torch.manual_seed(1)
+    nets = [torch.nn.Sequential(torch.nn.Linear(16, h), torch.nn.Tanh(), torch.nn.Linear(h, 4))
+            for h in (32, 24)]
+    params = [p for net in nets for p in net.parameters()]
+    real, posts = ftp.lib(), []
+
+    class Counting:  # the library, with the posting function counted
+        def __getattr__(self, name):
+            f = getattr(real, name)
+            if name != "ftrt_bucketer_ready_from_any_thread":
+                return f
+
+            def post(*args):
+                posts.append(threading.get_ident())
+                return f(*args)
+            return post
+    saved, ftp.lib = ftp.lib, lambda: Counting()
+    try:  # the hooks take their functions here
+        avg = ftp.GradAverager(ctx, params, bucket_bytes=1024, first_bucket_bytes=256,
+                               sync_in_backward=True)
+    finally:
+        ftp.lib = saved
+    check(avg.buckets >= 3, f"several buckets ({avg.buckets})")
+
+    def loss(k, x, y):
+        return (nets[k](x) - y).square().mean()
+
+    def on_threads(fns):
+        go = threading.Barrier(len(fns))  # the backward passes start together
+
+        def run(f):
+            go.wait()
+            f()
+        th = [threading.Thread(target=run, args=(f,)) for f in fns]
+        for t in th:
+            t.start()
+        while any(t.is_alive() for t in th):
+            avg.bucketer.drain()  # start what the posts completed while they run
+        for t in th:
+            t.join()
+        return {t.ident for t in th}
+    for step in range(3):
+        g = torch.Generator().manual_seed(500 * step + r)
+        x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+        for p in params:
+            p.grad = None
+        del posts[:]
+        (loss(0, x, y) + loss(1, x, y)).backward()  # on this thread: ready()
+        check(avg.synced and not posts, f"the owning thread's pass: synced {avg.synced}, "
+                                        f"{len(posts)} posts")
+        avg.wait()
+        want = [p.grad.clone() for p in params]
+        for workers in ([lambda: (loss(0, x, y) + loss(1, x, y)).backward()],
+                        [lambda: loss(0, x, y).backward(), lambda: loss(1, x, y).backward()]):
+            for p in params:
+                p.grad = None
+            del posts[:]
+            idents = on_threads(workers)
+            check(not avg.synced, "a worker's backward ended the averaging")
+            avg.wait()
+            check(len(posts) == len(params) and set(posts) == idents,
+                  f"{len(posts)} posts from {len(set(posts))} threads, {len(params)} expected")
+            check(all(torch.equal(p.grad, w) for p, w in zip(params, want)),
+                  f"step {step}: gradients from {len(workers)} worker thread(s) averaged "
+                  f"differently")
+    avg.close()
+
+
 def main():
     cfg = ftrt.Config.from_env()
     if len(sys.argv) > 1:
@@ -177,12 +307,14 @@ def main():
         if ctx.is_trainer:
             check(0 <= ctx.rank < ctx.size and ctx.epoch == 0 and ctx.world_rank == ctx.rank + 1,
                   "identity")
+            check(ctx.check() is None, "check(): no failure, the step may go on")
             collectives(ctx)
             bucketer(ctx)
             checkpoints(ctx)
             if "--no-torch" not in sys.argv:
                 grad_averager(ctx)
                 grad_averager(ctx, sync_in_backward=True)
+                grad_averager_threads(ctx)
             print(f"rank {ctx.rank}: PASS", flush=True)
     except Exception as e:  # report, then leave the job cleanly
         import traceback

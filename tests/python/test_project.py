@@ -139,3 +139,29 @@ def test_cli_needs_measured_costs(tmp_path, capsys):
 def test_committed_plot_is_small():
     png = os.path.join(REPO, "docs", "goodput-at-scale.png")
     assert os.path.exists(png) and os.path.getsize(png) < 100_000
+
+
+def test_cli_scale(tmp_path, capsys):
+    """--scale: MTTD and the control plane's part of MTTR from bench/coord_load's output (the
+    RESULT line with the most ranks), the report's MTTR for the rest; flags still win."""
+    rep = tmp_path / "report.json"
+    rep.write_text(json.dumps(report()))
+    res = tmp_path / "coord_load.txt"
+    res.write_text("steady 10.0 s: ...\n"
+                   "RESULT n=1024 per_host=8 mttd_p50_ms=0.9 fanout_p50_ms=10 plan_last_ms=6\n"
+                   "  RESULT n=16384 per_host=8 mttd_p50_ms=2.5 fanout_p50_ms=150.0 "
+                   "plan_last_ms=170.0 silent_p50_ms=nan\n")
+    out = tmp_path / "p.json"
+    assert P.main([str(rep), "--scale", str(res), "--no-des", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "16384 simulated ranks" in text
+    doc = json.loads(out.read_text())
+    assert doc["inputs"]["mttd_crash_s"]["value"] == pytest.approx(0.0025)
+    assert doc["inputs"]["mttr_s"]["value"] == pytest.approx(0.009 + 0.150 + 0.170)
+    assert "coord_load" in doc["inputs"]["mttr_s"]["source"]
+    assert P.main([str(rep), "--scale", str(res), "--no-des", "--json", str(out),
+                   "--mttr-s", "0.5"]) == 0
+    assert json.loads(out.read_text())["inputs"]["mttr_s"]["value"] == 0.5
+    res.write_text("no result here\n")
+    assert P.main([str(rep), "--scale", str(res), "--no-des"]) == 1
+    assert "no RESULT line" in capsys.readouterr().err

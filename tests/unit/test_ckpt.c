@@ -2,7 +2,8 @@
  * test_ckpt.c - checkpoint shards, commit, list and load on a real filesystem: round trips for
  * several numbers of trainers (io_uring and the synchronous fallback), restoring to another
  * number of trainers, corruption of data / header / MANIFEST / LATEST, truncation, retention,
- * failing writes, falling back to an older checkpoint, and the shard parser against random
+ * failing writes, the commit's header checks on several threads, a region table past 4 KiB,
+ * falling back to an older checkpoint, and the shard parser against random
  * bytes. Scratch directories are created under $FTRT_TEST_TMP (or /tmp).
  */
 #include <errno.h>
@@ -828,6 +829,103 @@ static void test_parser_robust(void **st)
     rm_rf(dir);
 }
 
+/* Reads a whole small file into a malloc'd buffer (*len bytes). */
+static char *read_all(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char *b = malloc(1 << 20);
+    assert_non_null(b);
+    *len = fread(b, 1, 1 << 20, f);
+    fclose(f);
+    return b;
+}
+
+/* The commit's header checks on several threads (ftrt__ckpt_commit_run): the MANIFEST has every
+ * rank's size and header CRC in rank order, and a bad or missing shard anywhere (a block that
+ * another thread checks) fails the commit. */
+static void test_commit_threads(void **st)
+{
+    (void)st;
+    enum { N = 200 }; /* blocks of 64: ranks 1-64, 65-128, 129-192, 193-199 */
+    char dir[4096], p[4200];
+    make_tmpdir(dir, sizeof dir);
+    for (int r = 0; r < N; r++) {
+        state s;
+        make_state(&s, 4, r, 1, 0);
+        assert_int_equal(ftrt__shard_write(dir, 4, r, N, s.r, s.n), 0);
+        free_state(&s);
+    }
+    ftrt__commit_times t;
+    assert_int_equal(ftrt__ckpt_commit_run(dir, 4, N, 5, 0, 4, &t), 0);
+    assert_int_equal(t.threads, 4);
+    assert_true(t.check_s >= 0 && t.manifest_s >= 0 && t.latest_s >= 0);
+    snprintf(p, sizeof p, "%s/step-4/MANIFEST", dir);
+    size_t len;
+    char *text = read_all(p, &len);
+    ftrt__manifest m;
+    const char *why = NULL;
+    assert_int_equal(ftrt__manifest_parse(text, len, 4, &m, &why), 0);
+    assert_int_equal(m.nranks, N);
+    ftrt__io io;
+    ftrt__io_init(&io, FTRT__IO_ENTRIES);
+    for (int r = 0; r < N; r++) {
+        uint64_t size;
+        ftrt__shard_hdr h;
+        ftrt__shard_ent *e;
+        shard_path(p, sizeof p, dir, 4, r);
+        int fd = ftrt__shard_open(&io, p, &size, &h, &e);
+        assert_true(fd >= 0);
+        close(fd);
+        free(e);
+        assert_int_equal(m.bytes[r], size);
+        assert_int_equal(m.hcrc[r], h.header_crc);
+    }
+    ftrt__io_exit(&io);
+    ftrt__manifest_free(&m);
+    free(text);
+    assert_int_equal(load_and_check(dir, 4, 150, N, 1), 0);
+    /* A bad header in the third block, then a missing last shard, then a missing rank 0. */
+    shard_path(p, sizeof p, dir, 4, 150);
+    flip_byte(p, 20, 0x01);
+    assert_int_equal(ftrt__ckpt_commit_run(dir, 4, N, 5, 0, 4, NULL), FTRT_ECORRUPT);
+    flip_byte(p, 20, 0x01);
+    assert_int_equal(ftrt__ckpt_commit_run(dir, 4, N, 5, 0, 4, NULL), 0);
+    shard_path(p, sizeof p, dir, 4, N - 1);
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(ftrt__ckpt_commit_run(dir, 4, N, 5, 0, 4, NULL), -ENOENT);
+    shard_path(p, sizeof p, dir, 4, 0);
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(ftrt__ckpt_commit_run(dir, 4, N, 5, 0, 4, NULL), -ENOENT);
+    rm_rf(dir);
+}
+
+/* A region table past the first 4 KiB (40 regions: 4,520 bytes) is read whole by
+ * ftrt__shard_open and committed and loaded like a small one. */
+static void test_large_table(void **st)
+{
+    (void)st;
+    enum { R = 40 };
+    char dir[4096];
+    static char bytes[R][16];
+    ftrt__region regs[R];
+    memset(regs, 0, sizeof regs);
+    for (int i = 0; i < R; i++) {
+        snprintf(regs[i].name, sizeof regs[i].name, "region.%d", i);
+        memset(bytes[i], 'a' + i % 26, sizeof bytes[i]);
+        regs[i].ptr = bytes[i];
+        regs[i].bytes = sizeof bytes[i];
+        regs[i].kind = FTRT__KIND_SHARDED;
+    }
+    make_tmpdir(dir, sizeof dir);
+    assert_int_equal(ftrt__shard_write(dir, 2, 0, 1, regs, R), 0);
+    assert_int_equal(ftrt__ckpt_commit(dir, 2, 1, 2), 0);
+    memset(bytes, 0, sizeof bytes);
+    assert_int_equal(ftrt__ckpt_load(dir, 2, 0, 1, regs, R), 0);
+    for (int i = 0; i < R; i++) assert_int_equal(bytes[i][15], 'a' + i % 26);
+    rm_rf(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -841,6 +939,8 @@ int main(void)
         cmocka_unit_test(test_region_mismatch),
         cmocka_unit_test(test_bitflip_data),
         cmocka_unit_test(test_bitflip_header),
+        cmocka_unit_test(test_commit_threads),
+        cmocka_unit_test(test_large_table),
         cmocka_unit_test(test_truncated_shard),
         cmocka_unit_test(test_bad_manifest),
         cmocka_unit_test(test_uncommitted_not_listed),

@@ -56,6 +56,39 @@ static void header_checks(void **state)
     assert_int_equal(ftrt__msg_check(&h), 0);
     h.len = (uint32_t)FTRT__SYNC_MAX + 1;
     assert_int_equal(ftrt__msg_check(&h), FTRT_EPROTO);
+    /* RESUMED carries the member's phases: the bare epoch message of before is refused */
+    h.type = FTRT__MSG_RESUMED;
+    h.len = sizeof(ftrt__resumed_msg);
+    assert_int_equal(ftrt__msg_check(&h), 0);
+    h.len = sizeof(ftrt__epoch_msg);
+    assert_int_equal(ftrt__msg_check(&h), FTRT_EPROTO);
+}
+
+/* A RESUMED goes through with its phases intact, its epoch where an ftrt__epoch_msg has it. */
+static void resumed_phases(void **state)
+{
+    (void)state;
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    ftrt__resumed_msg m = {.epoch = 3, .rebuild_s = 0.25, .transfer_s = 1.5, .span_s = 2.0};
+    assert_int_equal(ftrt__msg_send(sv[0], FTRT__MSG_RESUMED, &m, sizeof m), 0);
+    ftrt__rxbuf rx = {0};
+    assert_true(ftrt__rx_fill(&rx, sv[1]) > 0);
+    ftrt__msghdr h;
+    const void *payload;
+    assert_int_equal(ftrt__rx_next(&rx, &h, &payload), 1);
+    assert_int_equal(h.type, FTRT__MSG_RESUMED);
+    assert_int_equal(h.len, sizeof m);
+    ftrt__resumed_msg back;
+    memcpy(&back, payload, sizeof back);
+    assert_int_equal(back.epoch, 3);
+    assert_true(back.rebuild_s == 0.25 && back.transfer_s == 1.5 && back.span_s == 2.0);
+    ftrt__epoch_msg em;
+    memcpy(&em, payload, sizeof em);
+    assert_int_equal(em.epoch, 3);
+    ftrt__rx_free(&rx);
+    close(sv[0]);
+    close(sv[1]);
 }
 
 /* The heartbeat period the coordinator asks for grows with the world, within the timeout. */
@@ -359,6 +392,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(header_checks), cmocka_unit_test(plan_checks), cmocka_unit_test(heartbeat_period),
         cmocka_unit_test(plan_delta), cmocka_unit_test(large_plan),
-        cmocka_unit_test(incremental_receive), cmocka_unit_test(send_and_malformed)};
+        cmocka_unit_test(incremental_receive), cmocka_unit_test(send_and_malformed),
+        cmocka_unit_test(resumed_phases)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,6 @@
-"""ftrt-chaos's run: the job's launches (under ftrt-run on simulated hosts), the schedule of
-the plan's injections, what is observed from outside the runtime, and the verdict at the end."""
+"""ftrt-chaos's run: the job's launches (under ftrt-run on simulated hosts, or submitted to a
+Slurm cluster on them: slurm.py), the schedule of the plan's injections, what is observed from
+outside the runtime, and the verdict at the end."""
 import math
 import os
 import random
@@ -14,6 +15,7 @@ from .plan import trigger_ready
 from .common import FTRT_RUN, alive, gone, latest_step, now, read_json
 from .hosts import Arrangement
 from .inject import Injector
+from .slurm import SlurmArrangement
 from .verdict import Verdict
 
 
@@ -37,7 +39,7 @@ class Chaos(Injector, Verdict):
         self.filler = None
         self.tmpfs = False
         self.lock = threading.Lock()
-        self.hosts = None          # Arrangement, with --hosts / --hosts-made
+        self.hosts = None  # Arrangement (--hosts / --hosts-made), SlurmArrangement (--slurm)
         self.replica_corrupt = False  # FTRT_TEST_REPLICA_CORRUPT=1 for the job (corrupt-replica)
         self.lost_hosts = []       # hosts killed or cut: left out of the relaunches
         self.write_watch = None    # WriteWatch of the launch (a partition)
@@ -126,7 +128,11 @@ class Chaos(Injector, Verdict):
         logp = os.path.join(self.work, f"launch{n}.log")
         log = open(logp, "w")
         t0 = now()
-        cmd, summary = self.host_cmd(n) if self.hosts else (self.cmd, None)
+        if self.a.slurm:  # sbatch --wait of the command, on the cluster's nodes left
+            cmd, summary, _ = self.hosts.command(self.cmd, n, self.lost_hosts, self.work)
+            env = self.hosts.env(env, summary)
+        else:
+            cmd, summary = self.host_cmd(n) if self.hosts else (self.cmd, None)
         print(f"ftrt-chaos: launch {n}: {' '.join(cmd)}", flush=True)
         self.job = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
@@ -136,6 +142,8 @@ class Chaos(Injector, Verdict):
         except subprocess.TimeoutExpired:
             os.killpg(self.job.pid, signal.SIGKILL)
             rc = self.job.wait()
+            if self.a.slurm:
+                self.hosts.cancel(logp)
             print(f"ftrt-chaos: launch {n} timed out after {self.a.timeout} s", flush=True)
             rc = 124
         log.close()
@@ -195,12 +203,15 @@ class Chaos(Injector, Verdict):
     def host_launch_end(self, n, summary):
         """After launch n on the hosts: ftrt-run's timings, what is left in the hosts (killed),
         and the writes seen since a partition (WriteWatch), judged later."""
-        out = {"hosts": self.cur_hosts}
+        out = {"hosts": self.hosts.cur_hosts if self.a.slurm else self.cur_hosts}
         sm = read_json(summary) if summary else None
         if sm:
             out["summary"] = sm
             if sm.get("t_last_rank_exit") is not None:
                 out["exit_after_last_rank_s"] = sm["t_exit"] - sm["t_last_rank_exit"]
+        if self.a.slurm:  # the job's record and output; its processes left (not the daemons)
+            out.update(self.hosts.launch_end(n, self.work, self.st()))
+            return out
         left = {}
         for h in self.hosts.names:
             pids = self.hosts.pids(h)
@@ -260,8 +271,9 @@ class Chaos(Injector, Verdict):
                 print(f"ftrt-chaos: cannot mount a tmpfs on {self.ckpt}: {r.stderr.strip()}")
                 return 77
             self.tmpfs = True
-        if self.a.hosts or self.a.hosts_made:
-            self.hosts = Arrangement(self.a.hosts, self.a.slots, make=not self.a.hosts_made)
+        if self.a.hosts or self.a.hosts_made or self.a.slurm:
+            self.hosts = SlurmArrangement(self.work) if self.a.slurm else \
+                Arrangement(self.a.hosts, self.a.slots, make=not self.a.hosts_made)
             bad = self.hosts.open()
             if bad:
                 print(f"ftrt-chaos: no hosts: {bad[1]}", flush=True)
@@ -269,7 +281,9 @@ class Chaos(Injector, Verdict):
                     subprocess.run(["umount", "-l", self.ckpt])
                 return bad[0]
             print(f"ftrt-chaos: hosts {', '.join(self.hosts.names)}, {self.hosts.slots} slot(s) "
-                  f"each{' (made here)' if self.hosts.make else ''}", flush=True)
+                  f"each{' (made here)' if getattr(self.hosts, 'make', True) else ''}"
+                  + (f"; Slurm: controller on {self.hosts.slurm.ctl}" if self.a.slurm else ""),
+                  flush=True)
         try:
             rc, left = self.launch(plan)
             tries = 0

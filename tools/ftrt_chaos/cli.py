@@ -94,6 +94,18 @@ trainer but not the coordinator):
                   committed after the cut, and only the coordinator wrote the status file and
                   the report meanwhile.
   kill-trainer    target "remote": a trainer on another host than the coordinator's.
+
+Slurm (--slurm): the job is launched as Slurm users launch it, through a real Slurm cluster
+that ftrt-chaos makes for the run and stops at its end (Debian's Slurm 22.05 and munge,
+tests/harness/ftrt_slurm.py: slurmctld and munged on ftrt-s4, a slurmd on each of ftrt-s1..3,
+simulated hosts as above). The command is `sbatch SCRIPT ARGS...` (examples/train_mlp.sbatch,
+which runs ftrt-run and mpirun in the allocation: docs/slurm.md), submitted with --wait, so that
+a launch ends with the Slurm job and exits with its status; the job gets the cluster's
+SLURM_CONF, Open MPI's settings for the hosts, FTRT (this tree) and FTRT_RUN_SUMMARY. The host
+kinds strike the compute nodes, and set the node DOWN right after (as slurmctld does after
+SlurmdTimeout); a relaunch excludes the lost nodes (--exclude, the same number of tasks on the
+nodes left). Each launch's Slurm job id and its record in Slurm's completion log (sacct -c:
+State, ExitCode) go into --json; "nothing left in the hosts" counts the job's processes only.
 A host entry with "in_ckpt": true waits (up to 30 s after its trigger) for a checkpoint write in
 flight (a step directory with files and no MANIFEST) and strikes then.
 Every launch also gets the rows "exit within --exit-bound-s of the last rank's exit"
@@ -161,6 +173,8 @@ def parser():
     ap.add_argument("--slots", type=int, default=2, help="slots per host (with --hosts)")
     ap.add_argument("--hosts-made", action="store_true",
                     help="run on the simulated hosts the caller made (tests/hosts/ftrt-hosts)")
+    ap.add_argument("--slurm", action="store_true",
+                    help="launch through a Slurm cluster made for the run (sbatch --wait)")
     ap.add_argument("--exit-bound-s", type=float, default=5.0,
                     help="hosts: ftrt-run must exit within this of the last rank's exit")
     ap.add_argument("--kill-mttd-s", type=float, default=0.5,
@@ -209,6 +223,8 @@ def check_values(a):
         raise Usage("--ckpt-tmpfs needs --ckpt-dir")
     if a.hosts is not None and (a.hosts_made or a.hosts < 1 or a.slots < 1):
         raise Usage("--hosts N (N >= 1) or --hosts-made, not both")
+    if a.slurm and (a.hosts is not None or a.hosts_made):
+        raise Usage("--slurm makes its own hosts: not with --hosts or --hosts-made")
     unknown = [k for k in (a.kinds or "").split(",") if a.kinds and k not in KINDS + HOST_KINDS]
     if unknown:
         raise Usage(f"--kinds: unknown fault kind(s) {unknown}; known: "

@@ -198,7 +198,7 @@ class Injector:
 
     def inject_host_fault(self, f, st):
         if not self.hosts:
-            return self.skip(f["kind"], "needs --hosts or --hosts-made")
+            return self.skip(f["kind"], "needs --hosts, --hosts-made or --slurm")
         self.inject_host(f, st)
         return True
 
@@ -450,6 +450,8 @@ class Injector:
                     pass
         else:
             self.hosts.cut(host)
+        if hasattr(self.hosts, "node_lost"):  # --slurm: the node DOWN, as after SlurmdTimeout
+            self.hosts.node_lost(host)
         self.lost_hosts.append(host)
         # whose exits to watch: the host's ranks (a partition: they must leave by themselves),
         # and, for the coordinator's host, every other rank (without a standby they must leave

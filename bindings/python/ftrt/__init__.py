@@ -151,7 +151,8 @@ class Bucketer:
     wait_all(): every tensor then holds the mean (or the sum) over the trainers. After an
     FtrtRecover: reset() (waits for started buckets), Context.recover(), redo the step.
     Attributes: counts (elements per tensor), dtype (FLOAT32, FLOAT64 or INT64). Threads: the
-    context's thread only."""
+    context's thread only, except ready_from_any_thread() (any thread; the context's thread
+    applies those posts in its next ready(), drain() or wait_all())."""
 
     def __init__(self, ctx: "Context", handle: Optional[int], counts: Sequence[int],
                  dtype: int) -> None:
@@ -178,6 +179,28 @@ class Bucketer:
             raise ValueError(f"tensor {tensor}: buffer of {size} bytes, {need} needed")
         self._keep[tensor] = buf
         _check(_clib().ftrt_bucketer_ready(self._h, tensor, addr), "ftrt_bucketer_ready")
+
+    def ready_from_any_thread(self, tensor: int, buf: Buffer) -> None:
+        """ready() for a thread other than the context's (ftrt_bucketer_ready_from_any_thread):
+        posts tensor `tensor` at `buf` and returns at once; the context's thread marks it (and
+        starts the allreduces it completes) in its next ready(), drain() or wait_all(). Every
+        post of a step must happen before that thread's wait_all(). Raises IndexError,
+        ValueError, TypeError as ready(); FtrtInvalid (already marked this step; not posted);
+        or, posted, the step's first error so far (FtrtRecover, ...: the poster may stop, and
+        the context's thread gets it from wait_all())."""
+        need = self.counts[tensor] * _ESIZE[self.dtype]
+        addr, size, _, _ = _buffer_of(buf, None if not isinstance(buf, int) else need)
+        if size < need:
+            raise ValueError(f"tensor {tensor}: buffer of {size} bytes, {need} needed")
+        self._keep[tensor] = buf  # one list slot: atomic under the GIL
+        _check(_clib().ftrt_bucketer_ready_from_any_thread(self._h, tensor, addr),
+               "ftrt_bucketer_ready_from_any_thread")
+
+    def drain(self) -> int:
+        """Marks the tensors other threads posted (ready_from_any_thread) and starts the
+        allreduces they complete; returns at once with the number marked. Context's thread.
+        Raises the step's first error (FtrtRecover, ...) as ready() does."""
+        return _check(_clib().ftrt_bucketer_drain(self._h), "ftrt_bucketer_drain")
 
     def wait_all(self) -> None:
         """Ends the step: waits for every bucket. Raises FtrtState when a tensor was not marked
@@ -418,6 +441,13 @@ class Context:
         FtrtInvalid (negative values), FtrtState."""
         _check(_clib().ftrt_set_job_info(self._h, int(total_steps), float(flops_per_step),
                                       float(peak_flops)), "ftrt_set_job_info")
+
+    def check(self) -> None:
+        """Whether the step in progress may go on (ftrt_check()): call it inside a long
+        computation to learn of a failure there instead of at the step's next collective. Two
+        atomic loads, no I/O. Returns None; raises FtrtRecover (a rank failed: abandon the step,
+        call recover()), FtrtNoSpare, FtrtCoordLost, FtrtAborted, FtrtState (not a trainer)."""
+        _check(_clib().ftrt_check(self._h), "ftrt_check")
 
     def recover(self) -> int:
         """After FtrtRecover: ftrt_recover() until the trainers are whole again (it is called

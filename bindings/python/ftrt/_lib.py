@@ -396,6 +396,8 @@ PROTOTYPES = {
     "ftrt_bucketer_create": (_c_int, [_vp, ctypes.POINTER(ctypes.c_size_t), _c_int, _c_int,
                                       ctypes.POINTER(BucketConfig), _pvp]),
     "ftrt_bucketer_ready": (_c_int, [_vp, _c_int, _vp]),
+    "ftrt_bucketer_ready_from_any_thread": (_c_int, [_vp, _c_int, _vp]),
+    "ftrt_bucketer_drain": (_c_int, [_vp]),
     "ftrt_bucketer_wait_all": (_c_int, [_vp]),
     "ftrt_bucketer_reset": (_c_int, [_vp]),
     "ftrt_bucketer_buckets": (_c_int, [_vp]),
@@ -404,6 +406,7 @@ PROTOTYPES = {
     "ftrt_bucketer_free": (_c_int, [_vp]),
     "ftrt_step_done": (_c_int, [_vp, _c_i64]),
     "ftrt_set_job_info": (_c_int, [_vp, _c_i64, _c_dbl, _c_dbl]),
+    "ftrt_check": (_c_int, [_vp]),
     "ftrt_recover": (_c_int, [_vp, _pi64]),
     "ftrt_set_exit_code": (_c_int, [_vp, _c_int]),
 }

@@ -52,8 +52,15 @@ Design notes.
    libftrt built with CUDA, else FtrtNotSupported), but GradAverager takes CPU parameters only:
    the GPU bucketer (ftrt_gpu.h) needs libftrt_gpu and per-stream ordering and is not wired in
    here yet.
- - Threads: on CPU, autograd runs the hooks on the thread that called backward(); they must be
-   the thread that called ftrt.init() (the C API's rule), which wait() checks.
+ - Threads: the data plane belongs to the thread that called ftrt.init() (the C API's rule).
+   A hook that runs there marks its gradient with ftrt_bucketer_ready(); one that runs on any
+   other thread hands it over with ftrt_bucketer_ready_from_any_thread(), which the owning
+   thread applies (and starts the buckets it completes) in its next ready() or in wait(). On
+   CPU, autograd runs the hooks on the thread that called backward(), so a backward() run on a
+   worker thread takes the second path; autograd runs the hooks of CUDA tensors on its own
+   device threads, which is why the hand-over exists (CUDA parameters are not accepted here
+   yet, see Devices). wait() belongs to the owning thread, after every backward() of the step
+   returned.
 """
 import atexit
 import ctypes
@@ -109,7 +116,10 @@ class GradAverager:
     reads p.grad can run between backward() and the optimizer step). An FtrtError met there
     does not escape backward(): it is kept and raised by the next wait(). Needs
     torch.autograd.Variable._execution_engine.queue_callback (torch 1.x and 2.x); without it,
-    or when False (default), the averaging ends in wait().
+    or when False (default), the averaging ends in wait(). A backward() run on another thread
+    than the one that created the averager is averaged too (its hooks hand the gradients over
+    to this thread: see the module docstring, "Threads"), but never ends the averaging itself:
+    wait() does, on the creating thread.
     """
 
     def __init__(self, ctx: Context, params: Iterable[torch.Tensor],
@@ -143,7 +153,6 @@ class GradAverager:
         self._err: Optional[int] = None
         self._enabled = True
         self._thread = threading.get_ident()
-        self._bad_thread = False
         self._queue_callback = _queue_callback() if sync_in_backward else None
         self.sync_in_backward = self._queue_callback is not None
         self._queued = False      # a backward-end callback is queued for this pass
@@ -163,15 +172,14 @@ class GradAverager:
 
     def _make_hook(self, i: int, p: torch.Tensor) -> Callable[..., None]:
         ready = lib().ftrt_bucketer_ready
+        post = lib().ftrt_bucketer_ready_from_any_thread
         get_ident = threading.get_ident
 
         def hook(*_: Any) -> None:
             if not self._enabled or self._err is not None or self._ready[i]:
                 return
-            if get_ident() != self._thread:
-                self._bad_thread = True
-                return
-            if self._queue_callback is not None and not self._queued:
+            owner = get_ident() == self._thread
+            if owner and self._queue_callback is not None and not self._queued:
                 self._queued = True
                 self._synced = False
                 self._queue_callback(self._backward_end)
@@ -180,7 +188,9 @@ class GradAverager:
                 return  # handled in wait()
             self._ready[i] = True
             self._keep[i] = g
-            rc = ready(self.bucketer.handle, i, g.data_ptr())
+            # another thread (a backward() run elsewhere; autograd's device threads for CUDA
+            # tensors) posts: the owning thread applies it in its next ready() or wait()
+            rc = (ready if owner else post)(self.bucketer.handle, i, g.data_ptr())
             if rc < 0:
                 self._err = rc  # the backward pass goes on; wait() raises it
         return hook
@@ -200,8 +210,11 @@ class GradAverager:
         return self._NoSync(self)
 
     def _backward_end(self) -> None:
-        """The autograd callback of sync_in_backward: ends the averaging as backward() ends."""
+        """The autograd callback of sync_in_backward: ends the averaging as backward() ends
+        (on the owning thread only; elsewhere wait() ends it)."""
         self._queued = False
+        if threading.get_ident() != self._thread:
+            return
         try:
             self._wait()
             self._synced = True
@@ -211,10 +224,10 @@ class GradAverager:
     def wait(self) -> None:
         """Ends the step's gradient averaging (see the class docstring). Raises FtrtRecover
         (grads are partly reduced: call recover() and redo the step), FtrtNoSpare /
-        FtrtCoordLost / FtrtAborted, other FtrtError; RuntimeError when the hooks ran on
-        another thread than the one that created this averager. With sync_in_backward, after
-        a backward pass that already ended the averaging it returns at once (or raises what
-        that pass met)."""
+        FtrtCoordLost / FtrtAborted, other FtrtError. With sync_in_backward, after a backward
+        pass that already ended the averaging it returns at once (or raises what that pass
+        met). Call it on the thread that created the averager, once every backward() of the
+        step has returned (also one run on another thread)."""
         if self._pending is not None:
             err, self._pending = self._pending, None
             self._synced = False
@@ -231,10 +244,6 @@ class GradAverager:
         return self._synced
 
     def _wait(self) -> None:
-        if self._bad_thread:
-            self.reset()
-            raise RuntimeError("autograd ran the gradient hooks on another thread than the one "
-                               "that called ftrt.init() (CPU tensors only are supported)")
         ready = lib().ftrt_bucketer_ready
         if self._err is None:
             for i, done in enumerate(self._ready):
@@ -265,7 +274,6 @@ class GradAverager:
         self._ready = [False] * n
         self._keep = [None] * n
         self._err = None
-        self._bad_thread = False
 
     def reset(self) -> None:
         """Abandons this step's averaging (waits for the buckets already started) so that the

@@ -8,15 +8,17 @@ Usage: python3 -m ftrt.analysis.plot REPORT.json [-o OUT.png] [--title TEXT]
 One row per world rank (trainers and hot spares; the coordinator holds no slot), coloured by
 ledger interval kind (start-up, compute, exposed communication, checkpoint stall, detection
 wait, recovery, rework, idle spare, down, teardown), with each failure (the injected or best
-known failure time), its detection and the return of every member to training marked. Reads
-the JSON report's "timeline" (schema 1). Needs matplotlib (Debian: python3-matplotlib); does
+known failure time), its detection and the return of every member to training marked, and a
+last row with each recovery's MTTR phases laid end to end from its detection (the failures'
+"phases_ms": reach, plan, rebuild, transfer, resume). Reads the JSON report's "timeline"
+(schema 1). Needs matplotlib (Debian: python3-matplotlib); does
 not load libftrt.
 """
 import argparse
 import json
 import os
 import sys
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 COLOURS = {
     "startup": "#bdbdbd", "compute": "#2ca02c", "exposed_comm": "#1f77b4",
@@ -25,6 +27,37 @@ COLOURS = {
 }
 EVENTS = {"failure": ("#d62728", "-"), "detected": ("#d62728", ":"),
           "resumed": ("#ff7f0e", "--")}
+PHASES = {"reach": "#e377c2", "plan": "#7f7f7f", "rebuild": "#17becf", "transfer": "#ff7f0e",
+          "resume": "#bcbd22"}
+
+
+def recovery_phases(rep: dict, t0: float) -> List[Tuple[str, float, float]]:
+    """(phase, start, length) in seconds since t0 (unix s) for the MTTR phases of every
+    recovered failure of report rep, laid end to end from its detection ("detected_at"), in
+    the order of PHASES; failures without "phases_ms" (not recovered, older reports) add
+    nothing."""
+    out = []
+    for f in rep.get("failures", []):
+        ph, det = f.get("phases_ms"), f.get("detected_at")
+        if not ph or det is None:
+            continue
+        t = det - t0
+        for name in PHASES:
+            d = max(0.0, ph.get(name, 0.0)) / 1e3
+            out.append((name, t, d))
+            t += d
+    return out
+
+
+def draw_phases(ax: Any, spans: List[Tuple[str, float, float]], row: int) -> list:
+    """Draws spans (recovery_phases) on row `row` of ax; returns their legend handles."""
+    from matplotlib.patches import Patch
+    for name, colour in PHASES.items():
+        mine = [(t, d) for n, t, d in spans if n == name]
+        if mine:
+            ax.broken_barh(mine, (row - 0.3, 0.6), facecolors=colour, linewidth=0)
+    return [Patch(color=c, label=f"MTTR: {n}") for n, c in PHASES.items()
+            if any(x == n for x, _, _ in spans)]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -56,7 +89,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     kinds = tl["kinds"]
     ranks = tl["ranks"]
-    fig, ax = plt.subplots(figsize=(11, 0.6 * len(ranks) + 1.8))
+    phase_spans = recovery_phases(rep, tl["t0"])
+    fig, ax = plt.subplots(figsize=(11, 0.6 * (len(ranks) + bool(phase_spans)) + 1.8))
     for row, r in enumerate(ranks):
         bars: Dict[str, List[Tuple[float, float]]] = {}
         for k, t0, t1 in r["intervals"]:
@@ -68,7 +102,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for r in ranks:
         lr = r.get("logical_rank")
         labels.append(f"w{r['world_rank']} {r['role']}" + (f" (l{lr})" if lr is not None else ""))
-    ax.set_yticks(range(len(ranks)))
+    phase_handles = draw_phases(ax, phase_spans, len(ranks)) if phase_spans else []
+    if phase_spans:
+        labels.append("MTTR phases")
+    ax.set_yticks(range(len(labels)))
     ax.set_yticklabels(labels)
     ax.invert_yaxis()
     seen = set()
@@ -87,6 +124,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     present = sorted({kinds[k] for r in ranks for k, _, _ in r["intervals"]},
                      key=lambda k: list(COLOURS).index(k) if k in COLOURS else 99)
     handles = [Patch(color=COLOURS.get(k, "#cccccc"), label=k.replace("_", " ")) for k in present]
+    handles += phase_handles
     ev_handles, ev_labels = ax.get_legend_handles_labels()
     ax.legend(handles + ev_handles, [h.get_label() for h in handles] + ev_labels,
               loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=6, fontsize=8, frameon=False)

@@ -5,7 +5,8 @@ Usage: python3 -m ftrt.analysis.project REPORT.json [--json OUT.json] [--plot OU
        PYTHONPATH=bindings/python python3 -m ftrt.analysis.project)
 
 Takes an ftrt job report (schema 1: MTTD, MTTR, rework per failure, checkpoint stall, step
-time) and published failure rates per node-day, and projects the effective training time
+time; with --scale, MTTD and the control plane's part of MTTR from bench/coord_load at 16,384
+simulated ranks instead) and published failure rates per node-day, and projects the effective training time
 ratio (ETTR: useful training time / wall time) and goodput (ETTR x trainers / (trainers +
 spares), spares being paid for) of a job of 1,024, 16,384 and 131,072 GPUs under two
 policies:
@@ -223,6 +224,52 @@ class Inputs:
         return self.values[key]
 
 
+def read_scale(path: str) -> Dict[str, float]:
+    """The RESULT line with the most ranks in bench/coord_load's output at path (key=value
+    pairs, numbers as floats). Raises ValueError when there is none, or it lacks a figure."""
+    best: Optional[Dict[str, float]] = None
+    with open(path) as f:
+        for line in f:
+            i = line.find("RESULT ")
+            if i < 0:
+                continue
+            res: Dict[str, float] = {}
+            for kv in line[i + 7:].split():
+                k, _, v = kv.partition("=")
+                try:
+                    res[k] = float(v)
+                except ValueError:
+                    pass
+            if best is None or res.get("n", 0) > best.get("n", 0):
+                best = res
+    if best is None:
+        raise ValueError("%s: no RESULT line of bench/coord_load" % path)
+    for k in ("n", "mttd_p50_ms", "fanout_p50_ms", "plan_last_ms"):
+        if k not in best or best[k] != best[k]:  # missing or NaN
+            raise ValueError("%s: its RESULT line has no %s" % (path, k))
+    return best
+
+
+def at_scale(inp: Inputs, a: argparse.Namespace, res: Dict[str, float]) -> None:
+    """MTTD and MTTR from a coord_load run at scale (res: read_scale()) where no flag gives them:
+    the crash MTTD is the run's (a rank's death -> the first survivor's FAILURE, p50); the MTTR
+    is the report's (its communicator rebuild and state transfer, which the simulated ranks do
+    not do) plus the control plane's part at scale: the FAILURE's fan-out to the last survivor
+    (p50) and the last REPORT -> the last PLAN (p50)."""
+    where = "bench/coord_load, %d simulated ranks%s (%s)" % (
+        res["n"], ", %d per host agent" % res["per_host"] if res.get("per_host") else "", a.scale)
+    if a.mttd_crash_s is None:
+        inp.set("mttd_crash_s", res["mttd_p50_ms"] / 1e3,
+                "measured at scale: rank crash -> first FAILURE p50, " + where)
+    if a.mttr_s is None:
+        ctl = (res["fanout_p50_ms"] + res["plan_last_ms"]) / 1e3
+        inp.set("mttr_s", inp["mttr_s"] + ctl,
+                "the report's %s (communicator rebuild, state transfer) + %s at scale: FAILURE "
+                "to the last survivor p50 %s + last REPORT -> last PLAN p50 %s, %s" % (
+                    fmt_s(inp["mttr_s"]), fmt_s(ctl), fmt_s(res["fanout_p50_ms"] / 1e3),
+                    fmt_s(res["plan_last_ms"] / 1e3), where))
+
+
 def from_report(rep: Dict[str, Any], a: argparse.Namespace) -> Inputs:
     """The measured figures of report rep (overridden by flags) and the assumed ones."""
     if rep.get("schema") != 1:
@@ -256,6 +303,8 @@ def from_report(rep: Dict[str, Any], a: argparse.Namespace) -> Inputs:
         inp.set("ftrt_hang_detect_s", 1.0,
                 "assumed: FTRT_HEARTBEAT_TIMEOUT_MS default (--ftrt-hang-detect-s)")
     measured("mttr_s", a.mttr_s, mttr, "recovered failure(s)")
+    if getattr(a, "scale", None):
+        at_scale(inp, a, read_scale(a.scale))
     steps = max(int(rep.get("steps") or 0), 1)
     step_s = rep["kept_step_rank_s"] / (trainers * steps)
     inp.set("step_s", a.step_s if a.step_s is not None else step_s,
@@ -529,6 +578,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--hang-share", type=float, default=0.2,
                     help="share of failures that hang (no process exits) instead of crashing")
     g = ap.add_argument_group("ftrt (measured in the report unless given)")
+    g.add_argument("--scale", metavar="RESULTS",
+                   help="MTTD and the control plane's part of the MTTR at scale from this "
+                        "output of bench/coord_load (its RESULT line with the most ranks, e.g. "
+                        "bench/results/coord-load-16384-2026-11-24.txt) instead of the report's")
     g.add_argument("--mttd-crash-s", type=float, help="detection of a crash")
     g.add_argument("--ftrt-hang-detect-s", type=float,
                    help="detection of a hang (default: the report's, else the 1 s heartbeat timeout)")

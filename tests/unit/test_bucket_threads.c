@@ -1,0 +1,531 @@
+/*
+ * Unit tests: the bucketer's hand-over between threads (ftrt_bucketer_ready_from_any_thread,
+ * ftrt_bucketer_drain; comm/bucketer.c). Several poster threads, as autograd's device threads
+ * run CUDA backward hooks, write their gradients and post them while the owning thread drains
+ * and reduces; the results are compared bit for bit with the single-thread path (ftrt_bucketer_
+ * ready on the owner) over the same data:
+ *  - through the real request engine and its progress thread (comm/async.c) over a fake
+ *    transport (this test's "allreduce" maps every element x to 3x + 1, as if a second rank
+ *    held 2x + 1, then the bucketer's mean scales by 1/2);
+ *  - with the gradients in simulated device memory (kernels/loc_sim.c, a test arrangement that
+ *    traps any host access outside the backend's calls) and a bucket backend that reduces
+ *    through the device interface, as the NCCL plane's bucketer does with device pointers.
+ * And the errors: a tensor posted twice (racing threads: exactly one wins), posted and marked
+ * by ready(), bad arguments, a post that arrives after its step ended (dropped, not counted in
+ * the next step), an epoch change met by the owner reaching the posters (FTRT_ERECOVER).
+ * Run under ThreadSanitizer by tests/run.sh.
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "base/crc32c.h"
+#include "comm/async.h"
+#include "comm/bucketer.h"
+#include "comm/plane.h"
+#include "ftrt.h"
+#include "helpers.h"
+#include "kernels/location.h"
+
+#define NT 41      /* tensors */
+#define NPOST 4    /* poster threads */
+#define STEPS 100
+
+/* ---- the data of a step ---- */
+
+static size_t count_of(int t) { return t == 7 ? 0 : (size_t)(1 + (t * 37) % 97); }
+
+/* The local gradient of tensor t, element i, at `step`: exact in float, varied in sign. */
+static float grad_of(int step, int t, size_t i)
+{
+    return (float)((int)((step * 131 + t * 17 + (int)i * 7) % 201) - 100) * 0.0625f;
+}
+
+/* The arrangement: a plane with fake ports (helpers.h) of `size` trainers. */
+typedef struct fx {
+    ftrt__plane p;
+    ftrt__watch w;
+    t_host th;
+} fx;
+
+static void fx_init(fx *f, int size)
+{
+    memset(f, 0, sizeof *f);
+    t_watch_init(&f->w);
+    ftrt__plane_init(&f->p, &f->w, t_host_init(&f->th), 1, 50);
+    f->p.size = size;
+}
+
+static void cfg_small(ftrt_bucket_config *c)
+{
+    ftrt_bucket_config_init(c, sizeof *c);
+    c->first_bucket_bytes = 256;
+    c->bucket_bytes = 1024;
+    c->piece_bytes = 200; /* pieces that split tensors */
+}
+
+/* ---- the fake transport of the request engine: x -> 3x + 1, on the progress thread ---- */
+
+static int x_bind(void *arg, ftrt__areq *r) { (void)arg, (void)r; return 0; }
+static int x_ready(void *arg, ftrt__areq *r) { (void)arg, (void)r; return 1; }
+static int x_start(void *arg, ftrt__areq *r, int chunk, void *buf, size_t count)
+{
+    (void)arg, (void)r, (void)chunk;
+    float *x = buf;
+    for (size_t i = 0; i < count; i++) x[i] = 3.0f * x[i] + 1.0f;
+    return 0;
+}
+static int x_test(void *arg, ftrt__areq *r, int chunk)
+{
+    (void)arg, (void)r, (void)chunk;
+    return 1;
+}
+static const ftrt__xport fake_xport = {x_bind, x_ready, x_start, x_test};
+
+/* ---- poster threads ---- */
+
+typedef struct posters {
+    ftrt_bucketer *b;
+    float **dst;             /* where each tensor's gradient is written (host or device) */
+    int device;              /* 1: dst is simulated device memory (written by ftrt__sim_write) */
+    pthread_barrier_t start; /* owner + posters, once per step */
+    atomic_int step;         /* the step to post; -1: exit */
+    atomic_int done;         /* posters finished with this step */
+    atomic_long bad;         /* posts that did not return 0 */
+    pthread_t thr[NPOST];
+    int id[NPOST];
+} posters;
+
+typedef struct poster_arg {
+    posters *ps;
+    int k;
+} poster_arg;
+
+/* Poster k takes the tensors n-1-k, n-1-k-NPOST, ... (autograd produces the last first),
+ * writes each gradient, then posts it. */
+static void post_step(posters *ps, int k, int step)
+{
+    float tmp[128];
+    for (int t = NT - 1 - k; t >= 0; t -= NPOST) {
+        size_t c = count_of(t);
+        for (size_t i = 0; i < c; i++) tmp[i] = grad_of(step, t, i);
+        if (c && ps->device) {
+            if (ftrt__sim_write(ps->dst[t], tmp, c * sizeof(float))) atomic_fetch_add(&ps->bad, 1);
+        } else if (c) {
+            memcpy(ps->dst[t], tmp, c * sizeof(float));
+        }
+        if (ftrt_bucketer_ready_from_any_thread(ps->b, t, c ? ps->dst[t] : NULL) != 0)
+            atomic_fetch_add(&ps->bad, 1);
+    }
+}
+
+static void *poster_main(void *arg)
+{
+    poster_arg *a = arg;
+    for (;;) {
+        pthread_barrier_wait(&a->ps->start);
+        int step = atomic_load(&a->ps->step);
+        if (step < 0) return NULL;
+        post_step(a->ps, a->k, step);
+        atomic_fetch_add_explicit(&a->ps->done, 1, memory_order_release);
+    }
+}
+
+static poster_arg g_args[NPOST];
+
+static void posters_start(posters *ps, ftrt_bucketer *b, float **dst, int device)
+{
+    ps->b = b;
+    ps->dst = dst;
+    ps->device = device;
+    atomic_init(&ps->step, 0);
+    atomic_init(&ps->done, 0);
+    atomic_init(&ps->bad, 0);
+    pthread_barrier_init(&ps->start, NULL, NPOST + 1);
+    for (int k = 0; k < NPOST; k++) {
+        g_args[k] = (poster_arg){ps, k};
+        assert_int_equal(pthread_create(&ps->thr[k], NULL, poster_main, &g_args[k]), 0);
+    }
+}
+
+/* One step: the posters post every tensor while this thread drains; then wait_all. Returns
+ * wait_all's code; *drained gets the number of gradients marked by the drains. */
+static int posters_step(posters *ps, int step, int *drained)
+{
+    atomic_store(&ps->done, 0);
+    atomic_store(&ps->step, step);
+    pthread_barrier_wait(&ps->start);
+    *drained = 0;
+    while (atomic_load_explicit(&ps->done, memory_order_acquire) < NPOST) {
+        int n = ftrt_bucketer_drain(ps->b);
+        assert_true(n >= 0);
+        *drained += n;
+        if (!n) sched_yield();
+    }
+    int n = ftrt_bucketer_drain(ps->b);
+    assert_true(n >= 0);
+    *drained += n;
+    return ftrt_bucketer_wait_all(ps->b);
+}
+
+static void posters_stop(posters *ps)
+{
+    atomic_store(&ps->step, -1);
+    pthread_barrier_wait(&ps->start);
+    for (int k = 0; k < NPOST; k++) pthread_join(ps->thr[k], NULL);
+    pthread_barrier_destroy(&ps->start);
+}
+
+/* ---- through the request engine and its progress thread ---- */
+
+/* The single-thread reference of a step: ready() on this thread, last tensor first. */
+static void reference_step(ftrt_bucketer *b, float **ref, int step)
+{
+    for (int t = NT - 1; t >= 0; t--) {
+        size_t c = count_of(t);
+        for (size_t i = 0; i < c; i++) ref[t][i] = grad_of(step, t, i);
+        assert_int_equal(ftrt_bucketer_ready(b, t, c ? ref[t] : NULL), 0);
+    }
+    assert_int_equal(ftrt_bucketer_wait_all(b), 0);
+}
+
+static void engine_posters_match_single_thread(void **state)
+{
+    (void)state;
+    fx f;
+    fx_init(&f, 2);
+    ftrt__engine *e;
+    assert_int_equal(ftrt__engine_create_x(&fake_xport, NULL, &f.w, 1, &e), 0);
+    e->chunk_bytes = 48; /* collectives in chunks that straddle tensors */
+    f.p.async = e;       /* the bucketers' CPU backend submits here */
+    ftrt_bucket_config c;
+    cfg_small(&c);
+    ftrt_bucketer *mt, *st;
+    size_t counts[NT];
+    float *x[NT], *ref[NT];
+    for (int t = 0; t < NT; t++) {
+        counts[t] = count_of(t);
+        x[t] = malloc(128 * sizeof(float));
+        ref[t] = malloc(128 * sizeof(float));
+    }
+    assert_int_equal(ftrt__bucketer_create(&f.p, counts, NT, FTRT_FLOAT32, &c, &mt), 0);
+    assert_int_equal(ftrt__bucketer_create(&f.p, counts, NT, FTRT_FLOAT32, &c, &st), 0);
+    assert_true(ftrt_bucketer_pieces(mt) > 8);
+    posters ps;
+    posters_start(&ps, mt, x, 0);
+    long drained_total = 0;
+    for (int step = 0; step < STEPS; step++) {
+        for (int t = 0; t < NT; t++) memset(x[t], 0xff, 128 * sizeof(float)); /* NaN poison */
+        int drained;
+        assert_int_equal(posters_step(&ps, step, &drained), 0);
+        drained_total += drained;
+        reference_step(st, ref, step);
+        for (int t = 0; t < NT; t++) {
+            assert_memory_equal(x[t], ref[t], counts[t] * sizeof(float));
+            /* the reference itself is the fake allreduce's mean: (3g + 1) / 2 */
+            for (size_t i = 0; i < counts[t]; i++)
+                assert_true(ref[t][i] == (3.0f * grad_of(step, t, i) + 1.0f) * 0.5f);
+        }
+    }
+    posters_stop(&ps);
+    assert_int_equal(atomic_load(&ps.bad), 0);
+    assert_int_equal(drained_total, (long)STEPS * NT); /* every post marked by a drain */
+    assert_int_equal(ftrt__bucketer_stale_posts(mt), 0);
+    assert_int_equal(f.th.wait_ends, 2 * STEPS);
+    assert_int_equal(ftrt_bucketer_free(mt), 0);
+    assert_int_equal(ftrt_bucketer_free(st), 0);
+    ftrt__engine_free(e, 1);
+    for (int t = 0; t < NT; t++) {
+        free(x[t]);
+        free(ref[t]);
+    }
+    t_host_destroy(&f.th);
+}
+
+/* ---- with the gradients in simulated device memory ---- */
+
+typedef struct sim_req {
+    struct ftrt_request base;
+    int result;
+} sim_req;
+
+static int sr_test(struct ftrt_request *r)
+{
+    return ((sim_req *)r)->result ? ((sim_req *)r)->result : 1;
+}
+static int sr_wait(struct ftrt_request *r) { return ((sim_req *)r)->result; }
+static int sr_free(struct ftrt_request *r)
+{
+    free(r);
+    return 0;
+}
+static const ftrt__req_ops sr_ops = {sr_test, sr_wait, sr_free};
+
+/* The device bucket backend: each segment is a device range; it is read through the device
+ * interface, reduced (3x + 1, times scale) and written back, on the submitting thread. */
+static int sim_submit(void *arg, int bucket, const int *tensors, const ftrt__seg *segs, int n,
+                      size_t count, double scale, struct ftrt_request **req)
+{
+    const ftrt__loc_ops *dev = arg;
+    (void)bucket, (void)tensors, (void)count;
+    int rc = 0;
+    for (int j = 0; !rc && j < n; j++) {
+        size_t m = segs[j].bytes / sizeof(float);
+        float h[128];
+        uint32_t crc;
+        if (!m) continue;
+        rc = dev->to_host(h, segs[j].ptr, segs[j].bytes, &crc);
+        for (size_t i = 0; !rc && i < m; i++) h[i] = (3.0f * h[i] + 1.0f) * (float)scale;
+        if (!rc)
+            rc = dev->from_host(segs[j].ptr, h, segs[j].bytes, ftrt__crc32c(0, h, segs[j].bytes));
+    }
+    sim_req *r = calloc(1, sizeof *r);
+    if (!r) return -ENOMEM;
+    r->base.ops = &sr_ops;
+    r->result = rc;
+    *req = &r->base;
+    return 0;
+}
+static const ftrt__bucket_backend sim_backend = {sim_submit, sr_wait, NULL};
+
+static void device_posters_match_host_reference(void **state)
+{
+    (void)state;
+    fx f;
+    fx_init(&f, 2);
+    const ftrt__loc_ops *dev = ftrt__loc_sim();
+    ftrt_bucket_config c;
+    cfg_small(&c);
+    size_t counts[NT];
+    float *d[NT];
+    for (int t = 0; t < NT; t++) {
+        counts[t] = count_of(t);
+        d[t] = counts[t] ? ftrt__sim_alloc(counts[t] * sizeof(float)) : NULL;
+        assert_true(!counts[t] || d[t]);
+    }
+    ftrt_bucketer *b;
+    assert_int_equal(ftrt__bucketer_create_be(&f.p, counts, NT, FTRT_FLOAT32, &c, &sim_backend,
+                                              (void *)dev, &b), 0);
+    posters ps;
+    posters_start(&ps, b, d, 1);
+    for (int step = 0; step < 6; step++) {
+        int drained;
+        assert_int_equal(posters_step(&ps, step, &drained), 0);
+        for (int t = 0; t < NT; t++) {
+            float h[128];
+            if (!counts[t]) continue;
+            assert_int_equal(ftrt__sim_read(h, d[t], counts[t] * sizeof(float)), 0);
+            for (size_t i = 0; i < counts[t]; i++)
+                assert_true(h[i] == (3.0f * grad_of(step, t, i) + 1.0f) * 0.5f);
+        }
+    }
+    posters_stop(&ps);
+    assert_int_equal(atomic_load(&ps.bad), 0);
+    assert_int_equal(ftrt_bucketer_free(b), 0);
+    for (int t = 0; t < NT; t++) ftrt__sim_free(d[t]);
+    t_host_destroy(&f.th);
+}
+
+/* ---- errors ---- */
+
+/* A fake backend that records its submissions (owner thread only). */
+typedef struct rec {
+    int nsub;
+} rec;
+
+static int rec_submit(void *arg, int bucket, const int *tensors, const ftrt__seg *segs, int n,
+                      size_t count, double scale, struct ftrt_request **req)
+{
+    (void)bucket, (void)tensors, (void)segs, (void)n, (void)count, (void)scale;
+    ((rec *)arg)->nsub++;
+    sim_req *r = calloc(1, sizeof *r);
+    if (!r) return -ENOMEM;
+    r->base.ops = &sr_ops;
+    *req = &r->base;
+    return 0;
+}
+static const ftrt__bucket_backend rec_backend = {rec_submit, sr_wait, NULL};
+
+typedef struct race {
+    ftrt_bucketer *b;
+    int tensor;
+    float *buf;
+    pthread_barrier_t *go; /* NULL: post at once */
+    int rc;
+} race;
+
+static void *racer(void *arg)
+{
+    race *r = arg;
+    if (r->go) pthread_barrier_wait(r->go);
+    r->rc = ftrt_bucketer_ready_from_any_thread(r->b, r->tensor, r->buf);
+    return NULL;
+}
+
+/* Posts tensor from a thread of its own; returns what the post returned. */
+static int post_from_thread(ftrt_bucketer *b, int tensor, float *buf)
+{
+    race r = {b, tensor, buf, NULL, 1};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, racer, &r), 0);
+    pthread_join(th, NULL);
+    return r.rc;
+}
+
+/* One tensor per bucket: 3 tensors of 4 floats, whole buckets. */
+static ftrt_bucketer *three(fx *f, rec *log)
+{
+    size_t counts[3] = {4, 4, 4};
+    ftrt_bucket_config c;
+    ftrt_bucket_config_init(&c, sizeof c);
+    c.first_bucket_bytes = c.bucket_bytes = 16;
+    c.piece_bytes = 0;
+    ftrt_bucketer *b;
+    assert_int_equal(ftrt__bucketer_create_be(&f->p, counts, 3, FTRT_FLOAT32, &c, &rec_backend,
+                                              log, &b), 0);
+    return b;
+}
+
+static void double_posts(void **state)
+{
+    (void)state;
+    fx f;
+    fx_init(&f, 2);
+    rec log = {0};
+    ftrt_bucketer *b = three(&f, &log);
+    float t[3][4] = {{0}};
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, 2);
+    for (int round = 0; round < 20; round++) { /* two threads post tensor 1: one wins */
+        race r[2] = {{b, 1, t[1], &go, 1}, {b, 1, t[1], &go, 1}};
+        pthread_t th[2];
+        for (int k = 0; k < 2; k++) assert_int_equal(pthread_create(&th[k], NULL, racer, &r[k]), 0);
+        for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
+        assert_true((r[0].rc == 0 && r[1].rc == FTRT_EINVAL) ||
+                    (r[1].rc == 0 && r[0].rc == FTRT_EINVAL));
+        assert_int_equal(ftrt_bucketer_ready(b, 1, t[1]), FTRT_EINVAL); /* the post came first */
+        assert_int_equal(ftrt_bucketer_ready(b, 2, t[2]), 0);
+        assert_int_equal(post_from_thread(b, 2, t[2]), FTRT_EINVAL); /* marked by ready() */
+        assert_int_equal(post_from_thread(b, 0, t[0]), 0);
+        assert_int_equal(ftrt_bucketer_wait_all(b), 0); /* applies the post of tensor 0 */
+    }
+    pthread_barrier_destroy(&go);
+    assert_int_equal(log.nsub, 20 * 3);
+    /* Bad arguments: nothing posted. */
+    assert_int_equal(ftrt_bucketer_ready_from_any_thread(NULL, 0, t[0]), FTRT_EINVAL);
+    assert_int_equal(ftrt_bucketer_ready_from_any_thread(b, 3, t[0]), FTRT_EINVAL);
+    assert_int_equal(ftrt_bucketer_ready_from_any_thread(b, -1, t[0]), FTRT_EINVAL);
+    assert_int_equal(ftrt_bucketer_ready_from_any_thread(b, 0, NULL), FTRT_EINVAL);
+    assert_int_equal(ftrt_bucketer_drain(NULL), FTRT_EINVAL);
+    assert_int_equal(ftrt_bucketer_drain(b), 0);
+    assert_int_equal(log.nsub, 20 * 3);
+    assert_int_equal(ftrt_bucketer_free(b), 0);
+    t_host_destroy(&f.th);
+}
+
+/* A post and a ready() of the same tensor that cross: the post claimed the tensor's mark, then
+ * ready() marked it before the post was queued. Caught when the owner applies the post: the
+ * step's error, FTRT_EINVAL, from the drain, the posts after it and wait_all (after waiting). */
+static void crossing_post_and_ready(void **state)
+{
+    (void)state;
+    fx f;
+    fx_init(&f, 2);
+    rec log = {0};
+    ftrt_bucketer *b = three(&f, &log);
+    float t[3][4] = {{0}};
+    unsigned gen = ftrt__bucketer_gen(b);
+    assert_int_equal(ftrt_bucketer_ready(b, 2, t[2]), 0);
+    assert_int_equal(ftrt__bucketer_enqueue(b, 2, t[2], gen), 0);
+    assert_int_equal(ftrt_bucketer_drain(b), FTRT_EINVAL);
+    assert_int_equal(post_from_thread(b, 1, t[1]), FTRT_EINVAL); /* posted; the step failed */
+    assert_int_equal(ftrt_bucketer_ready(b, 0, t[0]), FTRT_EINVAL);
+    assert_int_equal(log.nsub, 3); /* the data is reduced all the same */
+    assert_int_equal(ftrt_bucketer_wait_all(b), FTRT_EINVAL);
+    for (int i = 2; i >= 0; i--) assert_int_equal(ftrt_bucketer_ready(b, i, t[i]), 0);
+    assert_int_equal(ftrt_bucketer_wait_all(b), 0); /* the next step is clean */
+    assert_int_equal(ftrt_bucketer_free(b), 0);
+    t_host_destroy(&f.th);
+}
+
+static void late_posts_are_dropped(void **state)
+{
+    (void)state;
+    fx f;
+    fx_init(&f, 2);
+    rec log = {0};
+    ftrt_bucketer *b = three(&f, &log);
+    float t[3][4] = {{0}};
+    /* Posted, then the step is abandoned before the owner looked: dropped by reset(). */
+    assert_int_equal(post_from_thread(b, 0, t[0]), 0);
+    assert_int_equal(ftrt_bucketer_reset(b), 0);
+    assert_int_equal(log.nsub, 0);
+    assert_int_equal(ftrt_bucketer_ready(b, 0, t[0]), 0); /* not ready in the new step */
+    assert_int_equal(ftrt_bucketer_reset(b), 0);
+    /* A poster that read the generation before the step ended and queued after: dropped when
+     * the owner looks, and counted; the step goes on without it. */
+    unsigned old = ftrt__bucketer_gen(b);
+    for (int i = 2; i >= 0; i--) assert_int_equal(ftrt_bucketer_ready(b, i, t[i]), 0);
+    assert_int_equal(ftrt_bucketer_wait_all(b), 0);
+    assert_int_equal(log.nsub, 3);
+    assert_int_equal(ftrt__bucketer_enqueue(b, 0, t[0], old), 0);
+    assert_int_equal(ftrt_bucketer_drain(b), 0);
+    assert_int_equal(ftrt__bucketer_stale_posts(b), 1);
+    assert_int_equal(log.nsub, 3);
+    assert_int_equal(ftrt_bucketer_wait_all(b), FTRT_ESTATE); /* tensor 0 is not ready */
+    for (int i = 2; i >= 0; i--) assert_int_equal(ftrt_bucketer_ready(b, i, t[i]), 0);
+    assert_int_equal(ftrt_bucketer_wait_all(b), 0);
+    assert_int_equal(ftrt_bucketer_free(b), 0);
+    t_host_destroy(&f.th);
+}
+
+/* An epoch change that the owner meets while applying posts is the step's error: the posts
+ * after it return FTRT_ERECOVER to their threads, and wait_all returns it to the owner. */
+static void epoch_change_reaches_posters(void **state)
+{
+    (void)state;
+    fx f;
+    fx_init(&f, 2);
+    rec log = {0};
+    ftrt_bucketer *b = three(&f, &log);
+    float t[3][4] = {{0}};
+    assert_int_equal(post_from_thread(b, 2, t[2]), 0);
+    assert_int_equal(ftrt_bucketer_drain(b), 1);
+    assert_int_equal(log.nsub, 1);
+    t_watch_announce(&f.w, 1); /* a rank failed */
+    assert_int_equal(post_from_thread(b, 1, t[1]), 0); /* the owner has not looked yet */
+    assert_int_equal(ftrt_bucketer_drain(b), FTRT_ERECOVER); /* bucket 1 cannot start */
+    assert_int_equal(log.nsub, 1);
+    assert_int_equal(post_from_thread(b, 0, t[0]), FTRT_ERECOVER);
+    assert_int_equal(ftrt_bucketer_wait_all(b), FTRT_ERECOVER);
+    assert_int_equal(f.w.needs_recover, 1);
+    /* The next step starts clean for the posters. */
+    assert_int_equal(ftrt_bucketer_reset(b), 0);
+    f.w.epoch = 1;
+    f.w.needs_recover = 0;
+    for (int i = 2; i >= 0; i--) assert_int_equal(post_from_thread(b, i, t[i]), 0);
+    assert_int_equal(ftrt_bucketer_wait_all(b), 0);
+    assert_int_equal(log.nsub, 4);
+    assert_int_equal(ftrt_bucketer_free(b), 0);
+    t_host_destroy(&f.th);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(engine_posters_match_single_thread),
+        cmocka_unit_test(device_posters_match_host_reference),
+        cmocka_unit_test(double_posts),
+        cmocka_unit_test(crossing_post_and_ready),
+        cmocka_unit_test(late_posts_are_dropped),
+        cmocka_unit_test(epoch_change_reaches_posters),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
