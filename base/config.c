@@ -107,7 +107,11 @@
     X(host_agents, "FTRT_HOST_AGENTS", INT, 1, 0, 1, NULL,                                         \
       "1 = the ranks of each host reach the coordinator through one host agent (a thread in one "  \
       "of them; those of the coordinator's host connect to it directly), 0 = each rank has its "  \
-      "own TCP connection to the coordinator")
+      "own TCP connection to the coordinator")                                                     \
+    X(standby, "FTRT_STANDBY", INT, 1, 0, 1, NULL,                                                 \
+      "1 = a hot spare on another host than the coordinator's is the standby coordinator, which "  \
+      "takes over in place when the coordinator is lost; 0 = no standby (the coordinator's loss "  \
+      "ends the job, a relaunch resumes from the last committed checkpoint)")
 
 /* The default in the descriptor's number or string slot, by kind. */
 #define FTRT__DEFNUM_INT(d) (double)(d)

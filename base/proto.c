@@ -306,10 +306,18 @@ static int sendmsg_all(int fd, struct msghdr *mh, size_t left)
     return 0;
 }
 
+/* The term of the headers this thread builds (ftrt__msg_set_term). */
+static _Thread_local int32_t send_term;
+
+void ftrt__msg_set_term(int32_t term)
+{
+    send_term = term;
+}
+
 int ftrt__msg_send(int fd, uint32_t type, const void *payload, uint32_t len)
 {
     uint8_t frame[sizeof(ftrt__msghdr) + 512];
-    ftrt__msghdr h = {FTRT__MAGIC, type, len};
+    ftrt__msghdr h = {FTRT__MAGIC, type, len, send_term};
     if (len <= sizeof frame - sizeof h) { /* one send() for the common small message */
         memcpy(frame, &h, sizeof h);
         if (len) memcpy(frame + sizeof h, payload, len);
@@ -328,8 +336,8 @@ int ftrt__msg_send2(int fd, uint32_t type, const void *prefix, uint32_t plen, ui
                     const void *payload, uint32_t len)
 {
     if (!inner_type) return ftrt__msg_send(fd, type, prefix, plen);
-    ftrt__msghdr h = {FTRT__MAGIC, type, plen + (uint32_t)sizeof(ftrt__msghdr) + len};
-    ftrt__msghdr ih = {FTRT__MAGIC, inner_type, len};
+    ftrt__msghdr h = {FTRT__MAGIC, type, plen + (uint32_t)sizeof(ftrt__msghdr) + len, send_term};
+    ftrt__msghdr ih = {FTRT__MAGIC, inner_type, len, send_term};
     struct iovec iov[4] = {{&h, sizeof h}, {(void *)prefix, plen}, {&ih, sizeof ih},
                            {(void *)payload, len}};
     struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 4};
@@ -350,14 +358,14 @@ int ftrt__tx_put(ftrt__txbuf *tx, uint32_t type, const void *prefix, uint32_t pl
         tx->buf = nb;
         tx->cap = nc;
     }
-    ftrt__msghdr h = {FTRT__MAGIC, type, (uint32_t)body};
+    ftrt__msghdr h = {FTRT__MAGIC, type, (uint32_t)body, send_term};
     uint8_t *p = tx->buf + tx->used;
     memcpy(p, &h, sizeof h);
     p += sizeof h;
     if (plen) memcpy(p, prefix, plen);
     p += plen;
     if (inner_type) {
-        ftrt__msghdr ih = {FTRT__MAGIC, inner_type, len};
+        ftrt__msghdr ih = {FTRT__MAGIC, inner_type, len, send_term};
         memcpy(p, &ih, sizeof ih);
         if (len) memcpy(p + sizeof ih, payload, len);
     }

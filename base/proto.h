@@ -62,7 +62,8 @@ enum ftrt__msg_type {
                                  without BYE (died) or fell silent (ftrt__rank_lost) */
     FTRT__MSG_HOSTED,         /* host agent -> rank, after its HELLO: the rank is served by a
                                  host agent (value: the agent's world rank) */
-    FTRT__MSG_COORD_LOST,     /* host agent -> rank: the coordinator is lost (value FTRT_ECOORD) */
+    FTRT__MSG_COORD_LOST,     /* host agent -> rank: the coordinator is lost (epoch_msg: value
+                                 FTRT_ECOORD; epoch 2 by silence, 1 by EOF) */
     FTRT__MSG_CUT,            /* coord -> host agent: close this rank's socket, the coordinator
                                  declared it failed (ftrt__relay, nothing after it) */
     /* the standby coordinator (runtime/coordinator/standby.c; docs/detection-and-recovery.md
@@ -107,6 +108,11 @@ typedef struct ftrt__msghdr {
     uint32_t magic;
     uint32_t type;
     uint32_t len; /* payload bytes */
+    int32_t term; /* the coordinator's term the message was issued in (0: world rank 0's, +1
+                     per takeover); ranks and host agents refuse a coordinator's message of a
+                     term older than one they saw (docs/detection-and-recovery.md "Standby
+                     coordinator", Fencing). A rank's or host agent's own messages carry the
+                     newest term its thread saw; the coordinator does not check them. */
 } ftrt__msghdr;
 
 typedef struct ftrt__hello {
@@ -417,6 +423,12 @@ size_t ftrt__plan_size(int n);
  * that Nagle's algorithm never holds the payload back behind the header), retrying on EINTR
  * and short writes, with MSG_NOSIGNAL. Returns 0 or -errno. The caller serializes senders. */
 int ftrt__msg_send(int fd, uint32_t type, const void *payload, uint32_t len);
+
+/* The term (ftrt__msghdr.term) that every header the calling thread builds from now on
+ * carries: ftrt__msg_send, ftrt__msg_send2 (outer and inner header), ftrt__tx_put. 0 until
+ * set. Thread-local: the coordinator's loop thread sets its term, a host agent's thread the
+ * newest term it saw, a rank's agent thread the newest term it follows. Never fails. */
+void ftrt__msg_set_term(int32_t term);
 
 /* Incremental receiver for one connection: feed it bytes, take out whole messages. */
 typedef struct ftrt__rxbuf {

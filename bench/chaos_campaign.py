@@ -20,8 +20,17 @@ ftrt-chaos run (--hosts-made), N x S ranks per job, the kinds drawn from the hos
   kill-host-beyond-spares       a host with more trainers than the spares elsewhere (1 spare):
                                 clean failure, relaunch without the host resumes
   partition-host-beyond-spares  the same with the link cut
-  kill-coord-host               the coordinator's host killed: every rank leaves, relaunch
-                                without it resumes
+  kill-coord-host               the coordinator's host killed (the coordinator and a
+                                trainer; 2 spares on another host): the standby coordinator
+                                takes over in place, the trainer replaced in the same launch
+  partition-coord-host          the same host's link cut: taken over by silence; the cut-off
+                                coordinator gives up by itself and writes nothing that counts
+  partition-standby-host        the standby coordinator's host (the spares') cut off: the
+                                standby takes over on its side, never claims the term and
+                                gives up; the job goes on in the same launch
+  kill-coord-host-beyond-spares the coordinator's host killed with 1 spare (the standby): it
+                                takes over, no spare is left for the trainer: clean failure,
+                                relaunch without the host resumes
 Each run is judged by ftrt-chaos's verdict (also: ftrt-run's exit within 5 s of the last rank's
 exit, nothing left in the hosts, byte-identical to a one-host run with as many trainers). It
 prints the verdict counts per kind, MTTD and MTTR per detection kind, how long the partitioned
@@ -93,7 +102,18 @@ HOST_KINDS = {
                                {"FTRT_DEBUG_CKPT_WRITE_DELAY_MS": "100"}),
     "kill-host-beyond-spares": (1, {"kind": "kill-host", "target": "uncovered"}, {}),
     "partition-host-beyond-spares": (1, {"kind": "partition-host", "target": "uncovered"}, {}),
-    "kill-coord-host": (1, {"kind": "kill-host", "target": "coordinator"}, {}),
+    # the coordinator's host (the coordinator and a trainer): the standby coordinator (a
+    # spare on another host) takes over and the other spare replaces the trainer in place
+    "kill-coord-host": ("host", {"kind": "kill-host", "target": "coordinator"}, {}),
+    "partition-coord-host": ("host", {"kind": "partition-host", "target": "coordinator"}, {}),
+    # the standby coordinator's host cut off (the spares'): its standby takes over on its
+    # side but never claims the term (no rank of a third host reaches it) and gives up; the
+    # coordinator goes on without the host's spares
+    # (drawn before step 100: a host of spares cut later may outlive the job undetected)
+    "partition-standby-host": ("host", {"kind": "partition-host", "target": "standby"}, {}),
+    # the same with one spare, the standby: no spare is left for the lost trainer: clean
+    # failure, relaunch without the host resumes
+    "kill-coord-host-beyond-spares": (1, {"kind": "kill-host", "target": "coordinator"}, {}),
 }
 
 
@@ -271,8 +291,8 @@ def state_sources(v):
                 failures = json.load(f).get("failures", [])
         except (OSError, KeyError, TypeError, ValueError):
             failures = []
-        for x in failures:
-            if x.get("recovered") and x.get("state_from"):
+        for x in failures:  # (a takeover moves no state: not listed)
+            if x.get("recovered") and x.get("state_from") and x.get("role") != "coordinator":
                 out.append(f"{x['state_from']} step {x.get('resume_step')}"
                            + (f" ({x['replica_miss']})" if x.get("replica_miss") else ""))
     return out
@@ -343,7 +363,10 @@ def hosts_campaign(a):
             trainers = np_ - 1 - spares
             if trainers not in refs:
                 refs[trainers] = chaos_cases.reference(ns, [], trainers)
-            fault = dict(entry, at_step=rng.randrange(40, 140))
+            # (a host of spares only, cut late, may outlive the job: the last 100 steps take
+            # about 1.5 s, its spares' detection the heartbeat timeout of 1 s)
+            fault = dict(entry, at_step=rng.randrange(40, 100 if kind == "partition-standby-host"
+                                                      else 140))
             d = os.path.join(work, f"run{i}")
             env = h.job_env(dict(hostenv, **extra), spares=spares, heartbeat_timeout_ms=1000)
             rc, v = run_one(a, d, fault, ["--relaunch", "2", "--hosts-made"], refs[trainers],
@@ -359,13 +382,14 @@ def hosts_campaign(a):
             for inj in v.get("injections", []):
                 for m in inj.get("measured", []):
                     dk = m["detect_kind"] + (" (host lost)" if m.get("cause") == "host_lost"
-                                             else "")
+                                             else " (takeover)"
+                                             if m.get("cause") == "coordinator_lost" else "")
                     by_detect.setdefault(dk, []).append(m["true_mttd_s"])
                     if m.get("mttr_s") is not None and m.get("recovered"):
                         mttr.setdefault(dk, []).append(m["mttr_s"])
                 if inj["kind"] == "partition-host":
                     gave_up += [w["exited_at"] - inj["time"] for w in inj.get("watch", [])
-                                if w.get("exited_at")]
+                                if w.get("exited_at") and w.get("host") == inj.get("host")]
                     late_writes.append(len(inj.get("writes_after_cut", [])))
             for j, ln in enumerate(v.get("launches", [])):
                 if ln.get("exit_after_last_rank_s") is not None:

@@ -267,7 +267,7 @@ static void put_r(worker *k, size_t *off, int relay_w, uint32_t type, const void
     room(k, need);
     if (pre) {
 #ifdef FTRT__PROTO_HOST_AGENTS
-        ftrt__msghdr rh = {FTRT__MAGIC, FTRT__MSG_RELAY, (uint32_t)(8 + sizeof rh + len)};
+        ftrt__msghdr rh = {FTRT__MAGIC, FTRT__MSG_RELAY, (uint32_t)(8 + sizeof rh + len), 0};
         int32_t rw[2] = {relay_w, 0};
         memcpy(k->buf + *off, &rh, sizeof rh);
         memcpy(k->buf + *off + sizeof rh, rw, sizeof rw);
@@ -275,7 +275,7 @@ static void put_r(worker *k, size_t *off, int relay_w, uint32_t type, const void
         abort(); /* (--per-host is refused without host agents) */
 #endif
     }
-    ftrt__msghdr h = {FTRT__MAGIC, type, len};
+    ftrt__msghdr h = {FTRT__MAGIC, type, len, 0};
     memcpy(k->buf + *off + pre, &h, sizeof h);
     if (len) memcpy(k->buf + *off + pre + sizeof h, p, len);
     *off = need;
@@ -1040,7 +1040,7 @@ static double probe(int port)
     struct {
         ftrt__msghdr h;
         ftrt__hello hello;
-    } m = {{FTRT__MAGIC, FTRT__MSG_HELLO, sizeof(ftrt__hello)}, {.secret = the_secret ^ 1,
+    } m = {{FTRT__MAGIC, FTRT__MSG_HELLO, sizeof(ftrt__hello), 0}, {.secret = the_secret ^ 1,
                                                                    .world_rank = 1}};
     double t0 = ftrt__now();
     if (send(fd, &m, sizeof m, MSG_NOSIGNAL) != (ssize_t)sizeof m) {

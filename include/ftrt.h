@@ -224,6 +224,12 @@ typedef struct ftrt_config {
                                  (docs/detection-and-recovery.md "Host agents"); the ranks of
                                  the coordinator's host connect to it directly. 0 = each rank has
                                  its own TCP connection */
+    int standby;              /* FTRT_STANDBY: 1 (default) = a hot spare on another host than the
+                                 coordinator's holds the standby coordinator's duty and takes
+                                 over in place when the coordinator is lost
+                                 (docs/detection-and-recovery.md "Standby coordinator"); 0 = no
+                                 standby: the coordinator's loss ends the job and a relaunch
+                                 resumes from the last committed checkpoint */
 } ftrt_config;
 
 /* FTRT_CKPT_POLICY values. */

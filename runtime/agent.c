@@ -30,16 +30,17 @@
 #include "base/log.h"
 #include "runtime/internal.h"
 
-/* The messages a rank sends again after losing its host agent: the newest of each kind (the
- * coordinator takes a repeat as it took the first). send_lock held. */
+/* The messages a rank sends again after losing its host agent or the coordinator: the newest
+ * REPORT, RESUMED and BYE, and the FTRT__KEPT_SHARD newest SHARD_DONEs (the coordinator takes
+ * a repeat as it took the first, and ignores one of a step already committed). send_lock
+ * held. */
 static void keep_sent(ftrt__cp *cp, uint32_t type, const void *payload, uint32_t len)
 {
     int k = type == FTRT__MSG_REPORT ? 0 : type == FTRT__MSG_RESUMED ? 1
           : type == FTRT__MSG_BYE    ? 2 : type == FTRT__MSG_SHARD_DONE ? 3 : -1;
     if (k < 0 || len > sizeof cp->kept[0].payload) return;
-    if (k == 3) { /* the two newest SHARD_DONEs: a checkpoint may be written while one commits */
-        cp->kept[4] = cp->kept[3];
-    }
+    if (k == 3) /* newest first */
+        memmove(&cp->kept[4], &cp->kept[3], (FTRT__KEPT_SHARD - 1) * sizeof cp->kept[0]);
     cp->kept[k].type = type;
     cp->kept[k].len = len;
     memcpy(cp->kept[k].payload, payload, len);
@@ -181,12 +182,32 @@ static void take_sync(struct ftrt_ctx *ctx, const void *payload, size_t len)
     pthread_mutex_unlock(&cp->send_lock);
 }
 
+/* 1 when h is a coordinator's message of an older term than this rank follows (a deposed
+ * coordinator's): refused. A newer term is followed from then on. The host agent's own
+ * messages (HOSTED, PING, COORD_LOST) are not the coordinator's. Agent thread only. */
+static int stale_term(ftrt__cp *cp, const ftrt__msghdr *h)
+{
+    if (h->type == FTRT__MSG_HOSTED || h->type == FTRT__MSG_PING || h->type == FTRT__MSG_COORD_LOST)
+        return 0;
+    if (h->term < cp->term) {
+        ftrt_log_warn("refused a coordinator's message (type %u) of term %d: this rank follows "
+                      "term %d", h->type, h->term, cp->term);
+        return 1;
+    }
+    if (h->term > cp->term) {
+        cp->term = h->term;
+        ftrt__msg_set_term(cp->term);
+    }
+    return 0;
+}
+
 /* Handles one message from the coordinator. Returns 0, or FTRT_EPROTO for a bad one. */
 static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *payload)
 {
     ftrt__cp *cp = &ctx->cp;
     ftrt__epoch_msg em;
     ftrt__ckpt_msg cm;
+    if (stale_term(cp, h)) return 0;
     if (h->type == FTRT__MSG_FAILURE && ftrt__knobs.epoch_delay_ms > 0) { /* test knob */
         struct timespec ts = {ftrt__knobs.epoch_delay_ms / 1000,
                               (ftrt__knobs.epoch_delay_ms % 1000) * 1000000L};
@@ -237,8 +258,11 @@ static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *paylo
         break;
     case FTRT__MSG_COORD_LOST:
         if (cp->stop || cp->shutdown || cp->farewell) break; /* the job is over for us */
-        ftrt_log_warn("this host's agent lost the coordinator");
-        cp->coord_lost = 1; /* the agent goes to the standby, or gives up (agent_main) */
+        memcpy(&em, payload, sizeof em);
+        ftrt_log_warn("this host's agent lost the coordinator (%s)",
+                      em.epoch == 2 ? "silent" : "connection closed");
+        cp->coord_lost = em.epoch == 2 ? 2 : 1; /* the agent goes to the standby, or gives up
+                                                   (agent_main) */
         break;
     case FTRT__MSG_STANDBY:
         memcpy(&em, payload, sizeof em);
@@ -343,9 +367,15 @@ static int reconnect(struct ftrt_ctx *ctx, ftrt__rxbuf *rx, const char *addrs, i
     cp->fd = fd;
     cp->fell_back = 1;
     int rc = ftrt__msg_send(fd, FTRT__MSG_HELLO, &hello, sizeof hello);
-    for (int k = 0; k < 5 && !rc; k++)
+    /* REPORT, RESUMED, the SHARD_DONEs oldest first (the coordinator decides them in order),
+     * BYE last */
+    static const int order[] = {0, 1, 10, 9, 8, 7, 6, 5, 4, 3, 2};
+    _Static_assert(sizeof order / sizeof order[0] == 3 + FTRT__KEPT_SHARD, "kept's order");
+    for (int i = 0; i < 3 + FTRT__KEPT_SHARD && !rc; i++) {
+        int k = order[i];
         if (cp->kept[k].type) rc = ftrt__msg_send(fd, cp->kept[k].type, cp->kept[k].payload,
                                                   cp->kept[k].len);
+    }
     pthread_mutex_unlock(&cp->send_lock);
     ftrt__rx_free(rx);
     cp->last_from_coord = ftrt__now();
@@ -357,6 +387,18 @@ static int fall_back(struct ftrt_ctx *ctx, ftrt__rxbuf *rx, const char *why)
 {
     ftrt_log_warn("this host's agent is lost (%s): connecting to the coordinator directly", why);
     return reconnect(ctx, rx, ctx->coord_addr, ctx->coord_port);
+}
+
+/* The standby taking over tells the old coordinator, where it can still be reached (a frozen
+ * one that resumes reads it first): a SYNC_ACK of the next term, which it takes as its
+ * deposition (runtime/coordinator/standby.c). Best effort. */
+static void refuse_old(struct ftrt_ctx *ctx)
+{
+    ftrt__cp *cp = &ctx->cp;
+    pthread_mutex_lock(&cp->send_lock);
+    ftrt__epoch_msg m = {.epoch = cp->sb_at.term + 1, .value = -1};
+    if (cp->fd >= 0) (void)ftrt__msg_send(cp->fd, FTRT__MSG_SYNC_ACK, &m, sizeof m);
+    pthread_mutex_unlock(&cp->send_lock);
 }
 
 /* The coordinator is lost. This rank is the standby: it takes over (cp.takeover; the
@@ -374,8 +416,9 @@ static int to_standby(struct ftrt_ctx *ctx, ftrt__rxbuf *rx, const char *why)
     pthread_mutex_unlock(&cp->send_lock);
     if (standby) {
         ftrt_log_warn("lost the coordinator (%s): this standby takes over", why);
+        refuse_old(ctx);
         pthread_mutex_lock(&cp->lock);
-        cp->takeover = !strcmp(why, "silent") ? 2 : 1;
+        cp->takeover = !strcmp(why, "silent") || cp->coord_lost == 2 ? 2 : 1;
         cp->takeover_heard = cp->last_from_coord;
         pthread_mutex_unlock(&cp->lock);
         return 1;
@@ -385,6 +428,10 @@ static int to_standby(struct ftrt_ctx *ctx, ftrt__rxbuf *rx, const char *why)
                   "%d at %s port %d)", why, at.world_rank, at.addrs, at.port);
     int rc = reconnect(ctx, rx, at.addrs, at.port);
     if (rc) return rc;
+    if (cp->term < at.term + 1) { /* the old coordinator's term is refused from now on */
+        cp->term = at.term + 1;
+        ftrt__msg_set_term(cp->term);
+    }
     snprintf(ctx->coord_addr, sizeof ctx->coord_addr, "%s", at.addrs); /* agent thread's now */
     ctx->coord_port = at.port;
     cp->coord_lost = 0;
@@ -430,6 +477,8 @@ static void *agent_main(void *arg)
             lost = "silent";
         }
         if (!lost) continue;
+        if (cp->hosted && !cp->fell_back && !cp->coord_lost && cp->fd >= 0)
+            (void)agent_read(ctx, &rx); /* a COORD_LOST its host agent sent before it closed */
         if (agent_done(cp)) break; /* the job is over for us */
         int fatal = atomic_load(&ctx->watch.fatal) != 0;
         if (cp->hosted && !cp->fell_back && !cp->coord_lost && !fatal &&

@@ -57,6 +57,8 @@ struct ftrt__hostagent {
     local *loc;
     int nloc, cap;
     int hb_ms;                /* the period the coordinator's WELCOMEs ask for */
+    int term;                 /* the newest coordinator term seen: older ones are refused */
+    int lost_by_silence;      /* the coordinator was lost by silence, not EOF */
     double last_from_coord, next_beat;
     pthread_t th;
     int started;
@@ -233,13 +235,21 @@ static void deliver(struct ftrt__hostagent *ha, int w, const ftrt__msghdr *h, co
         }
 }
 
-/* One message from the coordinator. Returns 0 or FTRT_EPROTO. */
+/* One message from the coordinator. A message of an older term than one seen is refused
+ * (dropped: a deposed coordinator's); this thread's messages carry the newest. Returns 0 or
+ * FTRT_EPROTO. */
 static int up_msg(struct ftrt__hostagent *ha, const ftrt__msghdr *h, const void *p)
 {
     int32_t w, n;
     const int32_t *ws;
     ftrt__msghdr ih;
     const void *inner;
+    if (h->term < ha->term) {
+        ftrt_log_warn("host agent: refused a coordinator's message (type %u) of term %d (term "
+                      "%d seen)", h->type, h->term, ha->term);
+        return 0;
+    }
+    if (h->term > ha->term) ftrt__msg_set_term(ha->term = h->term);
     switch (h->type) {
     case FTRT__MSG_PING: return 0;
     case FTRT__MSG_CUT: {
@@ -324,14 +334,18 @@ static int serve_once(struct ftrt__hostagent *ha, struct pollfd *pf)
     if (pf[2].revents && up_read(ha)) return -1;
     double now = ftrt__now();
     periodic(ha, now);
-    if (now - ha->last_from_coord > ha->a.heartbeat_timeout_ms / 1000.0) return -1;
+    if (now - ha->last_from_coord > ha->a.heartbeat_timeout_ms / 1000.0) {
+        ha->lost_by_silence = 1;
+        return -1;
+    }
     return ftrt__tx_flush(ha->up, &ha->urgent) ? -1 : 0;
 }
 
-/* The coordinator is lost: every rank is told (COORD_LOST) and its socket closed. */
+/* The coordinator is lost: every rank is told (COORD_LOST: epoch 2 when by silence, else 1)
+ * and its socket closed. */
 static void coord_lost(struct ftrt__hostagent *ha)
 {
-    ftrt__epoch_msg m = {.value = FTRT_ECOORD};
+    ftrt__epoch_msg m = {.epoch = ha->lost_by_silence ? 2 : 1, .value = FTRT_ECOORD};
     for (int i = 0; i < ha->nloc; i++) to_local(&ha->loc[i], FTRT__MSG_COORD_LOST, &m, sizeof m);
 }
 

@@ -29,6 +29,10 @@
 #include "ftrt.h"
 
 /* ---- control-plane state shared with the agent thread ---- */
+/* SHARD_DONEs a rank keeps to send again on a new connection: checkpoints may be written while
+ * older ones commit, and a takeover of a frozen coordinator (a heartbeat timeout) may find
+ * several in flight. */
+#define FTRT__KEPT_SHARD 8
 typedef struct ftrt__cp {
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -37,10 +41,11 @@ typedef struct ftrt__cp {
     int hosted;    /* a host agent serves this rank (it said HOSTED) */
     int fell_back; /* the host agent was lost: fd is the coordinator's own connection now */
     uint64_t secret;
-    struct {       /* the newest REPORT, RESUMED, BYE and two SHARD_DONEs sent (agent.c) */
+    struct {       /* the newest REPORT, RESUMED, BYE, then the FTRT__KEPT_SHARD newest
+                      SHARD_DONEs sent, newest first (agent.c) */
         uint32_t type, len;
         unsigned char payload[128];
-    } kept[5];
+    } kept[3 + FTRT__KEPT_SHARD];
     /* the standby coordinator (agent.c; docs/detection-and-recovery.md "Standby coordinator"),
      * guarded by send_lock: where the standby listens (next.port 0: no standby known) */
     ftrt__coord_at next;
@@ -78,7 +83,10 @@ typedef struct ftrt__cp {
     int takeover;     /* the standby lost the coordinator and takes over: 1 by EOF, 2 by
                          silence (the agent thread has ended) */
     double takeover_heard; /* then: monotonic time of the old coordinator's last message */
-    int coord_lost;   /* the host agent said COORD_LOST (agent thread only) */
+    int coord_lost;   /* the host agent said COORD_LOST (agent thread only): 1 by EOF, 2 by
+                         silence */
+    int term;         /* agent thread only: the newest coordinator term seen (ftrt__msghdr);
+                         a coordinator's message of an older one is refused */
     int shutdown; /* SHUTDOWN received */
     int farewell; /* FAREWELL received (after our BYE) */
     int job_end; /* from SHUTDOWN/FAREWELL: 0 (every process of the world finalizes MPI),

@@ -29,6 +29,7 @@ static void commit_done(ftrt__coord *c, int64_t step, int epoch, int result)
         c->status_dirty |= 1;
     }
     c->last_commit = (ftrt__ckpt_msg){.step = step, .epoch = epoch, .result = result};
+    ftrt__standby_sync(c); /* the standby counts it before the members learn of it */
     ftrt__coord_multicast(c, c->members, c->N, FTRT__MSG_COMMIT, &c->last_commit,
                           sizeof c->last_commit);
 }
@@ -105,7 +106,7 @@ static void commit_start(ftrt__coord *c, int64_t step, int result)
     }
     c->commit_submitted = step > c->commit_submitted ? step : c->commit_submitted;
     uint64_t seq = c->nheld < 64 ? ftrt__standby_sync(c) : 0;
-    if (seq == 0 && c->nheld == 0) {
+    if (seq == 0 && c->nheld == 0 && !c->claim_pending) {
         commit_go(c, step, c->epoch);
         return;
     }

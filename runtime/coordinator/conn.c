@@ -101,6 +101,7 @@ void ftrt__coord_drop(ftrt__coord *c, int w)
     r->link = -1;
     if (r->orphan_until > 0) c->norphans--;
     r->orphan_until = 0;
+    r->orphan_coord = 0;
 }
 
 void ftrt__host_drop(ftrt__coord *c, int h)
@@ -315,9 +316,14 @@ static int adopt(ftrt__coord *c, pending *p, const ftrt__hello *hello, int *rejo
     if (r->hello && (r->role == FTRT__ROLE_FAILED || r->fd >= 0)) return 0;
     *rejoined = r->hello ? w : 0;
     if (r->hello) {
+        if (r->orphan_coord && r->orphan_until > 0) {
+            ftrt_log_info("world rank %d (%s) is back with the new coordinator", w, r->host);
+            c->takeover_back_t = ftrt__now();
+        } else {
+            ftrt_log_warn("world rank %d (%s) is back on its own connection: its host agent "
+                          "was lost", w, r->host);
+        }
         ftrt__coord_drop(c, w); /* off its host agent, or no longer an orphan */
-        ftrt_log_warn("world rank %d (%s) is back on its own connection: its host agent was lost",
-                      w, r->host);
     } else {
         c->nhello++;
     }
@@ -326,6 +332,8 @@ static int adopt(ftrt__coord *c, pending *p, const ftrt__hello *hello, int *rejo
     r->lost_t = 0;
     r->pid = hello->pid;
     memcpy(r->host, hello->host, sizeof r->host);
+    r->host[FTRT__HOST_MAX - 1] = 0;
+    r->remote = strcmp(r->host, c->a->host) != 0;
     r->last_heard = ftrt__now();
     ftrt__silence_touch(c, w);
     return 1;
@@ -342,6 +350,7 @@ static int adopt_host(ftrt__coord *c, pending *p, const ftrt__hello *hello)
     l->agent_w = hello->world_rank;
     l->pid = hello->pid;
     memcpy(l->host, hello->host, sizeof l->host);
+    l->remote = strncmp(l->host, c->a->host, sizeof l->host) != 0;
     l->last_heard = ftrt__now();
     ftrt__silence_touch(c, c->W + h);
     ftrt_log_info("host agent of %s joined (in world rank %d, pid %d)", l->host, l->agent_w, l->pid);

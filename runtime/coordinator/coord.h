@@ -63,6 +63,7 @@ typedef struct ftrt__hlink {
     int agent_w, pid;   /* the process the agent lives in */
     char host[FTRT__HOST_MAX];
     int nranks;         /* ranks it serves now */
+    int remote;         /* on another host than the coordinator's */
 } ftrt__hlink;
 
 typedef struct ftrt__crank {
@@ -76,6 +77,9 @@ typedef struct ftrt__crank {
     double orphan_until; /* > 0: its host agent was lost; it may come back until then */
     double lost_t;       /* monotonic: when its host agent was lost (0: never) */
     int orphan_kind;     /* the failure kind if it does not */
+    int remote;          /* on another host than the coordinator's (its own connection) */
+    int orphan_coord;    /* an orphan because the coordinator was lost (a takeover), not its
+                            host agent */
     double suspect_until; /* monotonic: its host agent was lost; until then the recovery plan
                              waits for it to die with its host too (epoch.c) */
     int64_t steps_done;
@@ -246,11 +250,20 @@ typedef struct ftrt__coord {
     double sb_sent_t;          /* monotonic: the oldest SYNC not acknowledged yet was sent */
     double sb_next_sync, sb_next_try; /* the next lazy SYNC; the next appointment attempt */
     int sb_logged;             /* "no standby" logged */
+    int sb_remote;             /* the standby is on another host than this coordinator's */
+    double offhost_heard;      /* monotonic: the last message from a host other than this one */
     struct { int64_t step; int epoch; uint64_t seq; } held[64]; /* commits waiting for the
                                   standby's acknowledgement (commits.c), oldest first */
     int nheld;
     int takeover_inc;          /* the takeover's incident (index into inc), or -1 */
+    int takeover_old;          /* the world rank of the coordinator taken over from */
+    uint64_t failure_seq, plan_seq; /* the SYNCs of the epoch's FAILURE and PLAN (epoch.c) */
+    int failure_due, plan_due; /* sent once the standby acknowledged them */
+    double takeover_back_t;    /* monotonic: the last rank back during the takeover (0: none) */
     int deposed;               /* a standby took over from this coordinator: it gives up */
+    int claim_pending;         /* took over, the term not claimed until a rank of a third host
+                                  is back (takeover.c): nothing is decided or written before */
+    double claim_deadline;     /* monotonic: else it gives up then (it is the one cut off) */
     struct ftrt__listener *lis; /* the listening socket and the connections without a hello */
 } ftrt__coord;
 
@@ -338,6 +351,12 @@ void ftrt__standby_tell(ftrt__coord *c, int w);
  * names another secret): c->deposed is set, the caller writes nothing more. Reads one small
  * file. */
 int ftrt__standby_deposed(ftrt__coord *c);
+/* 1 when this coordinator is cut off from the job and gives up (c->deposed is set): it has a
+ * standby on another host, which takes over when it hears nothing for the heartbeat timeout,
+ * and it has heard nothing from any other host for half of it (at least 2 heartbeat
+ * periods), i.e. before its own silence detection would declare their ranks failed. Called
+ * before the silence checks; O(1). */
+int ftrt__standby_cut_off(ftrt__coord *c, double now);
 /* Writes the term file: the job's secret (hex) and c->term (temp file, fsync, rename).
  * Returns 0 or -errno. */
 int ftrt__standby_claim(ftrt__coord *c);
@@ -352,6 +371,14 @@ int ftrt__standby_restore(ftrt__coord *c, const void *p, size_t len);
 int ftrt__takeover_begin(ftrt__coord *c, const ftrt__takeover_args *t);
 /* Once every rank expected is back or declared failed, the takeover is recovered (MTTR). */
 void ftrt__takeover_check(ftrt__coord *c);
+/* World rank w came back after the takeover: a rank of another host than this one's and the
+ * old coordinator's proves this standby is not the side cut off, and the term is claimed (the
+ * term file) if it was not yet. */
+void ftrt__takeover_reached(ftrt__coord *c, int w);
+/* A claim still pending at its deadline (no rank of a third host came back within 0.9 x the
+ * heartbeat timeout): this standby is the one cut off and gives up without claiming the term
+ * (c->deposed). Returns 1 then. O(1). */
+int ftrt__takeover_cut_off(ftrt__coord *c, double now);
 
 /* ---- job.c: the job's start, end and abort ---- */
 /* Every rank said hello: WELCOME to each (role, logical rank, heartbeat period), PH_RUNNING. */
@@ -394,6 +421,11 @@ void ftrt__epoch_open(ftrt__coord *c, double t_fail_wall);
 /* Sends world rank w the current epoch's PLAN again (it came back after its host agent was
  * lost before it said RESUMED). */
 void ftrt__epoch_resend_plan(ftrt__coord *c, int w);
+/* The epoch's FAILURE, then its PLAN, go out once the standby acknowledged the SYNC that
+ * carries them (at once without a standby; a standby that does not acknowledge within half the
+ * heartbeat timeout is dismissed, which releases them too). Called when a SYNC_ACK arrives,
+ * by the epoch change itself and once per loop iteration (O(1)). */
+void ftrt__epoch_release(ftrt__coord *c);
 /* In PH_COLLECT: once every surviving member reported for this epoch, the PLAN goes out
  * (PH_RESUMING), or the job aborts when no plan exists; unless a member of a host whose agent
  * was lost is still within its grace (suspect_until): the plan then waits for the grace's end

@@ -161,6 +161,7 @@ static int coord_iterate(ftrt__coord *c, struct epoll_event *evs, const loop_tim
         return -1;
     }
     for (int i = 0; i < ne; i++) dispatch(c, evs[i].data.u64);
+    ftrt__epoch_release(c); /* (its standby dismissed: a FAILURE or PLAN waits no more) */
     ftrt__takeover_check(c);
     double now = ftrt__now();
     if (c->phase == PH_INIT) {
@@ -172,6 +173,8 @@ static int coord_iterate(ftrt__coord *c, struct epoll_event *evs, const loop_tim
             ftrt__job_abort(c, FTRT_ETIMEDOUT, "ranks missing at start");
         }
     }
+    if (ftrt__standby_cut_off(c, now) || ftrt__takeover_cut_off(c, now))
+        return 0; /* (before declaring anyone silent or lost) */
     ftrt__ping_due(c, now);
     if (c->phase != PH_INIT && c->phase != PH_ABORTING) ftrt__check_timeouts(c, now);
     return 0;
@@ -186,6 +189,7 @@ static int coord_iterate(ftrt__coord *c, struct epoll_event *evs, const loop_tim
 static void status_due(ftrt__coord *c, double now)
 {
     if (c->status_dirty && ftrt__standby_deposed(c)) return; /* (a standby took over) */
+    if (c->claim_pending) return; /* (a takeover not sure yet that it is not the one cut off) */
     double gap = c->W > 1024 && c->status_cost > 0.0025 ? 20.0 * c->status_cost : 0;
     if (c->status_dirty && (now - c->status_written >= gap || c->phase == PH_DONE) &&
         ((c->status_dirty & 2) || now - c->status_written > 0.25 || c->phase == PH_DONE)) {
@@ -202,6 +206,10 @@ static void status_due(ftrt__coord *c, double now)
  * line, the job's end, the status file. */
 static void coord_periodic(ftrt__coord *c, loop_timers *t, double now)
 {
+    if (c->deposed) { /* cut off, or a standby took over: nothing more is decided here */
+        c->phase = PH_DONE;
+        return;
+    }
     if (now < t->next_periodic) return;
     t->next_periodic = now + 0.010;
     ftrt__listener_expire(c, now);
@@ -219,7 +227,7 @@ static void coord_periodic(ftrt__coord *c, loop_timers *t, double now)
         t->last_progress_check = now;
     }
     if (c->phase != PH_INIT && now - c->metrics_written >= 2.0) {
-        if (c->a->cfg->metrics_file[0] && !ftrt__standby_deposed(c))
+        if (c->a->cfg->metrics_file[0] && !c->claim_pending && !ftrt__standby_deposed(c))
             ftrt__metrics_write(c, ftrt__wallclock());
         c->metrics_written = now;
     }
@@ -307,6 +315,7 @@ static int coord_main(ftrt__coord *c, int listen_fd, uint64_t secret, const ftrt
     int rc = evs ? coord_open(c, listen_fd, secret) : -ENOMEM;
     if (!evs && listen_fd >= 0) close(listen_fd);
     if (!rc && t) rc = ftrt__takeover_begin(c, t);
+    ftrt__msg_set_term(c->term); /* every message of this thread carries it (base/proto.h) */
     if (rc) {
         coord_close(c);
         free(evs);

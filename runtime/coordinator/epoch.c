@@ -18,12 +18,46 @@ void ftrt__epoch_open(ftrt__coord *c, double t_fail_wall)
     c->phase = PH_COLLECT;
     c->status_dirty |= 2; /* membership: write now */
     c->epoch_t_fail = t_fail_wall;
-    ftrt__standby_sync(c); /* the standby knows the epoch before any member does */
-    ftrt__failure_msg m = {.epoch = c->epoch, .t_fail_wall = t_fail_wall};
+    /* the standby acknowledges the epoch before any member learns of it (ftrt__epoch_release) */
+    c->failure_seq = ftrt__standby_sync(c);
+    c->failure_due = 1;
+    ftrt__epoch_release(c);
+}
+
+static void failure_send(ftrt__coord *c)
+{
+    ftrt__failure_msg m = {.epoch = c->epoch, .t_fail_wall = c->epoch_t_fail};
     int n = 0;
     for (int k = 0; k < c->N; k++)
         if (!c->r[c->members[k]].promoting) c->s.fan[n++] = c->members[k];
     ftrt__coord_multicast(c, c->s.fan, n, FTRT__MSG_FAILURE, &m, sizeof m);
+}
+
+static void plan_out(ftrt__coord *c)
+{
+    int n = 0;
+    for (int l = 0; l < c->N; l++) {
+        int w = c->members[l];
+        if (c->r[w].promoting) ftrt__epoch_resend_plan(c, w);
+        else c->s.fan[n++] = w;
+    }
+    ftrt__coord_multicast(c, c->s.fan, n, FTRT__MSG_PLAN, c->plan_delta,
+                          (uint32_t)c->plan_delta_len);
+}
+
+void ftrt__epoch_release(ftrt__coord *c)
+{
+    if (c->failure_due && ftrt__standby_acked(c, c->failure_seq)) {
+        c->failure_due = 0;
+        if (c->phase == PH_COLLECT) failure_send(c);
+    }
+    if (c->plan_due && ftrt__standby_acked(c, c->plan_seq)) {
+        c->plan_due = 0;
+        if (c->phase == PH_RESUMING && c->plan_delta) {
+            plan_out(c);
+            c->plan_t_sent = ftrt__now(); /* (after the standby's acknowledgement) */
+        }
+    }
 }
 
 /* The current epoch's PLANs are kept until every member resumed (a rank that comes back after
@@ -39,6 +73,7 @@ static void plans_forget(ftrt__coord *c)
 void ftrt__epoch_resend_plan(ftrt__coord *c, int w)
 {
     const ftrt__crank *r = &c->r[w];
+    if (c->plan_due) return; /* it goes to every member once the standby acknowledged it */
     if (r->promoting && c->plan_full) {
         c->plan_full->logical_rank = r->logical;
         ftrt__coord_send(c, w, FTRT__MSG_PLAN, c->plan_full, (uint32_t)c->plan_full_len);
@@ -213,14 +248,10 @@ static int plan_send(ftrt__coord *c, const plan_in *in)
     c->plan_delta_len = dlen;
     c->plan_full = full;
     c->plan_full_len = flen;
-    ftrt__standby_sync(c); /* the standby holds the plan before any member does */
-    int n = 0;
-    for (int l = 0; l < c->N; l++) {
-        int w = c->members[l];
-        if (c->r[w].promoting) ftrt__epoch_resend_plan(c, w);
-        else c->s.fan[n++] = w;
-    }
-    ftrt__coord_multicast(c, c->s.fan, n, FTRT__MSG_PLAN, delta, (uint32_t)dlen);
+    /* the standby acknowledges the plan before any member gets it (ftrt__epoch_release, once
+     * the caller is in PH_RESUMING) */
+    c->plan_seq = ftrt__standby_sync(c);
+    c->plan_due = 1;
     return 0;
 }
 
@@ -254,6 +285,7 @@ static void send_plan(ftrt__coord *c)
                                      : "");
     c->phase = PH_RESUMING;
     c->status_dirty |= 2; /* membership: write now */
+    ftrt__epoch_release(c);
 out:
     plan_in_free(&in);
 }

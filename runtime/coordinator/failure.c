@@ -253,11 +253,12 @@ void ftrt__orphans_expire(ftrt__coord *c, double now)
     for (int w = 1; w < c->W && c->norphans > 0; w++) {
         ftrt__crank *r = &c->r[w];
         if (r->orphan_until <= 0 || now < r->orphan_until) continue;
-        int kind = r->orphan_kind;
+        int kind = r->orphan_kind, coord = r->orphan_coord;
         ftrt__coord_drop(c, w); /* (no longer an orphan) */
         if (c->phase == PH_ABORTING || c->phase == PH_DONE || r->said_bye) continue;
-        ftrt_log_warn("world rank %d (%s) did not come back after its host agent was lost",
-                      w, r->host);
+        ftrt_log_warn("world rank %d (%s) did not come back after %s", w, r->host,
+                      coord ? "the coordinator was lost (it was lost with it)"
+                            : "its host agent was lost");
         ftrt__fail(c, w, kind);
     }
 }

@@ -174,6 +174,7 @@ static int handle(ftrt__coord *c, int w, const ftrt__msghdr *h, const void *payl
     case FTRT__MSG_SYNC_ACK:
         ftrt__standby_ack(c, w, &u.em);
         ftrt__commits_release(c, 0); /* the commits that waited for it */
+        ftrt__epoch_release(c);      /* the FAILURE or PLAN that waited for it */
         return 0;
     default: return FTRT_EPROTO;
     }
@@ -203,6 +204,7 @@ void ftrt__service(ftrt__coord *c, int w)
         return;
     }
     r->last_heard = ftrt__now();
+    if (r->remote) c->offhost_heard = r->last_heard;
     if (!r->said_bye) ftrt__silence_touch(c, w);
     if (handle_all(c, w)) {
         c->protocol_errors++;
@@ -232,6 +234,7 @@ static int host_attach(ftrt__coord *c, int h, int w, const ftrt__hello *hello)
     r->pid = hello->pid;
     memcpy(r->host, hello->host, sizeof r->host);
     r->host[FTRT__HOST_MAX - 1] = 0;
+    r->remote = strcmp(r->host, c->a->host) != 0;
     r->last_heard = ftrt__now();
     if (rejoined) ftrt__rank_rejoined(c, w);
     return 0;
@@ -321,6 +324,7 @@ void ftrt__service_host(ftrt__coord *c, int h)
     }
     if (got > 0) {
         l->last_heard = ftrt__now();
+        if (l->remote) c->offhost_heard = l->last_heard;
         ftrt__silence_touch(c, c->W + h);
     }
     ftrt__msghdr m;
@@ -351,6 +355,7 @@ static void resend_abort(ftrt__coord *c, int w)
 void ftrt__rank_rejoined(ftrt__coord *c, int w)
 {
     ftrt__crank *r = &c->r[w];
+    ftrt__takeover_reached(c, w); /* (a takeover's claim of the term) */
     if (c->phase == PH_INIT) return; /* its WELCOME comes with everyone's */
     /* Its host agent was lost, perhaps with its host: the coordinator may not have read that
      * loss yet (this rank was quicker), so the plan's wait for the host starts here too. */
@@ -365,7 +370,7 @@ void ftrt__rank_rejoined(ftrt__coord *c, int w)
     ftrt__standby_tell(c, w);
     if (r->said_bye) return; /* its FAREWELL comes at the job's end, on its new connection */
     if (r->role != FTRT__ROLE_TRAINER) return;
-    if (c->phase == PH_COLLECT && !r->promoting) {
+    if (c->phase == PH_COLLECT && !r->promoting && !c->failure_due) {
         ftrt__failure_msg fm = {.epoch = c->epoch, .t_fail_wall = c->epoch_t_fail};
         ftrt__coord_send(c, w, FTRT__MSG_FAILURE, &fm, sizeof fm);
     } else if (c->phase == PH_RESUMING && r->resumed_epoch != c->epoch) {

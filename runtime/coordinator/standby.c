@@ -5,11 +5,13 @@
  * go on from (SYNC): the epoch and membership, every rank's role, the checkpoint commit log, the
  * incidents and the ledger's totals. A commit waits for the standby's acknowledgement of a SYNC
  * sent after its decision (commits.c), so that a coordinator cut off from a standby that took
- * over can never write LATEST; the epoch change's SYNC goes out before its FAILURE and PLAN on
- * the same ordered stream; the rest lags by at most a second. The term file
+ * over can never write LATEST; an epoch change's FAILURE and PLAN wait for the acknowledgement
+ * of their SYNC (epoch.c); the rest lags by at most a second. The term file
  * (`coordinator.term` in the checkpoint directory) fences an old coordinator's outputs: a
- * standby that takes over writes its term there first, and a coordinator that finds a later
- * term gives up without writing anything more.
+ * standby that takes over writes its term there before it decides anything (takeover.c), and
+ * a coordinator that finds a later term gives up without writing anything more; so does one
+ * that its standby tells it took over (a SYNC_ACK of a later term), and one cut off from
+ * every other host (ftrt__standby_cut_off).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -91,7 +93,16 @@ void ftrt__standby_dismiss(ftrt__coord *c, const char *why)
 
 static void appoint(ftrt__coord *c, double now)
 {
-    if (now < c->sb_next_try || c->phase != PH_RUNNING) return;
+    if (now < c->sb_next_try || c->phase != PH_RUNNING || c->claim_pending || c->norphans > 0)
+        return; /* (ranks still expected back: none is connected yet) */
+    if (!c->a->cfg->standby) { /* FTRT_STANDBY=0 */
+        if (!c->sb_logged)
+            ftrt_log_info("no standby coordinator (FTRT_STANDBY=0): the loss of this "
+                          "coordinator ends the job (relaunch from the last committed "
+                          "checkpoint)");
+        c->sb_logged = 1;
+        return;
+    }
     c->sb_next_try = now + 1.0;
     int w = pick_standby(c);
     if (!w) {
@@ -104,6 +115,7 @@ static void appoint(ftrt__coord *c, double now)
     }
     c->sb_w = w;
     c->sb_ready = 0;
+    c->sb_remote = strcmp(c->r[w].host, c->a->host) != 0;
     c->sb_seq = c->sb_acked = 0;
     ftrt__epoch_msg m = {.epoch = c->epoch, .value = c->term};
     ftrt__coord_send(c, w, FTRT__MSG_STANDBY, &m, sizeof m);
@@ -117,6 +129,8 @@ void ftrt__standby_at(ftrt__coord *c, int w, const ftrt__coord_at *at)
     c->sb_at.addrs[sizeof c->sb_at.addrs - 1] = 0;
     c->sb_at.world_rank = w;
     c->sb_ready = 1;
+    double now = ftrt__now();
+    if (c->offhost_heard < now) c->offhost_heard = now;
     tell_all(c, &c->sb_at);
     ftrt__standby_sync(c);
 }
@@ -129,6 +143,13 @@ void ftrt__standby_tell(ftrt__coord *c, int w)
 
 void ftrt__standby_ack(ftrt__coord *c, int w, const ftrt__epoch_msg *m)
 {
+    if (w == c->sb_w && m->epoch > c->term && !c->deposed) { /* it took over (agent.c) */
+        ftrt_log_error("the standby coordinator (world rank %d) took over (term %d, this "
+                       "coordinator's: %d): this coordinator gives up and writes nothing more",
+                       w, m->epoch, c->term);
+        c->deposed = 1;
+        return;
+    }
     if (w != c->sb_w || m->epoch != c->term) return;
     uint64_t seq = (c->sb_seq & ~(uint64_t)0xffffffffu) | (uint32_t)m->value;
     if (seq > c->sb_seq) seq -= (uint64_t)1 << 32;
@@ -137,6 +158,7 @@ void ftrt__standby_ack(ftrt__coord *c, int w, const ftrt__epoch_msg *m)
 
 int ftrt__standby_acked(const ftrt__coord *c, uint64_t seq)
 {
+    if (c->claim_pending) return 0; /* a takeover's term not claimed yet (takeover.c) */
     return !c->sb_ready || seq == 0 || c->sb_acked >= seq;
 }
 
@@ -379,6 +401,24 @@ int ftrt__standby_deposed(ftrt__coord *c)
         return 0;
     ftrt_log_error("a standby coordinator took over (term %d, this coordinator's: %d): this "
                    "coordinator gives up and writes nothing more", term, c->term);
+    c->deposed = 1;
+    return 1;
+}
+
+int ftrt__standby_cut_off(ftrt__coord *c, double now)
+{
+    if (c->deposed) return 1;
+    if (!c->sb_ready || !c->sb_remote || c->phase == PH_INIT || c->phase == PH_ABORTING ||
+        c->phase == PH_DONE)
+        return 0;
+    double limit = c->a->cfg->heartbeat_timeout_ms / 2000.0, period = 2 * c->hb_ms / 1000.0;
+    if (limit < period) limit = period;
+    if (now - c->offhost_heard <= limit) return 0;
+    ftrt_log_error("cut off from the job: no message from any other host than %s for %.0f ms, "
+                   "and the standby coordinator (world rank %d, %s) takes over when it hears "
+                   "nothing: this coordinator gives up without committing, planning or "
+                   "writing anything more", c->a->host, (now - c->offhost_heard) * 1e3, c->sb_w,
+                   c->r[c->sb_w].host);
     c->deposed = 1;
     return 1;
 }

@@ -7,6 +7,9 @@
  * (ftrt__rank_rejoined) and goes on in the same epoch: the training communicator is untouched;
  * one that does not (it was lost with the coordinator, e.g. on the coordinator's host) is
  * declared failed when its grace ends and, a trainer, replaced through the usual epoch change.
+ * On three hosts or more the term is claimed (the term file) only once a rank of a third host
+ * is back, so that a standby cut off with its own host gives up instead of deposing the
+ * coordinator; nothing is decided or written before.
  */
 #include <string.h>
 #include <unistd.h>
@@ -50,6 +53,7 @@ static void expect_ranks(ftrt__coord *c, double now)
         r->hello = 1;
         r->orphan_until = now + grace;
         r->orphan_kind = FK_CONNECTION_LOST;
+        r->orphan_coord = 1;
         r->lost_t = now;
         r->last_change = now;
         c->norphans++;
@@ -62,6 +66,48 @@ static void expect_ranks(ftrt__coord *c, double now)
         c->nreports += !r->promoting && r->reported_epoch == c->epoch;
         c->nresumed += r->resumed_epoch == c->epoch;
     }
+}
+
+/* 1 when a rank expected back runs on a third host (neither this one nor the old
+ * coordinator's): then one of them must come back before the term is claimed. */
+static int third_host_expected(const ftrt__coord *c, int old_w)
+{
+    for (int w = 1; w < c->W; w++) {
+        const ftrt__crank *r = &c->r[w];
+        if (w == c->self || r->role == FTRT__ROLE_FAILED || r->orphan_until <= 0) continue;
+        if (strcmp(r->host, c->a->host) && strcmp(r->host, c->r[old_w].host)) return 1;
+    }
+    return 0;
+}
+
+static void claim(ftrt__coord *c)
+{
+    c->claim_pending = 0;
+    int rc = ftrt__standby_claim(c);
+    if (rc) ftrt_log_error("cannot write the term file in %s (%s): an old coordinator that "
+                           "comes back is not fenced", c->a->cfg->ckpt_dir, ftrt_strerror(rc));
+    ftrt__commits_release(c, 0); /* the commits that waited for the claim */
+}
+
+void ftrt__takeover_reached(ftrt__coord *c, int w)
+{
+    if (!c->claim_pending || !strcmp(c->r[w].host, c->a->host) ||
+        !strcmp(c->r[w].host, c->r[c->takeover_old].host))
+        return;
+    ftrt_log_info("world rank %d (%s) reached this coordinator: the term %d is claimed", w,
+                  c->r[w].host, c->term);
+    claim(c);
+}
+
+int ftrt__takeover_cut_off(ftrt__coord *c, double now)
+{
+    if (!c->claim_pending || now < c->claim_deadline) return 0;
+    ftrt_log_error("no rank of another host than %s and %s came back to this standby "
+                   "coordinator within %.0f ms: it is the side cut off, and gives up without "
+                   "claiming the term", c->a->host, c->r[c->takeover_old].host,
+                   0.9 * c->a->cfg->heartbeat_timeout_ms);
+    c->deposed = 1;
+    return 1;
 }
 
 int ftrt__takeover_begin(ftrt__coord *c, const ftrt__takeover_args *t)
@@ -79,11 +125,19 @@ int ftrt__takeover_begin(ftrt__coord *c, const ftrt__takeover_args *t)
     c->r[old_w].role = FTRT__ROLE_FAILED;
     c->r[old_w].hello = 1;
     c->nfailed++;
-    rc = ftrt__standby_claim(c);
-    if (rc) ftrt_log_error("cannot write the term file in %s (%s): an old coordinator that "
-                           "comes back is not fenced", c->a->cfg->ckpt_dir, ftrt_strerror(rc));
+    c->takeover_old = old_w;
     takeover_incident(c, t, old_w);
-    expect_ranks(c, ftrt__now());
+    double now = ftrt__now();
+    expect_ranks(c, now);
+    /* A standby whose own host was cut off loses the coordinator too: it claims the term
+     * (which deposes the coordinator) only once a rank of a third host reaches it, where there
+     * is one (on two hosts, or one, both sides look the same: at once). */
+    if (third_host_expected(c, old_w)) {
+        c->claim_pending = 1;
+        c->claim_deadline = now + 0.9 * c->a->cfg->heartbeat_timeout_ms / 1000.0;
+    } else {
+        claim(c);
+    }
     c->maybe_done = 1;
     c->status_dirty |= 2;
     ftrt_log_warn("standby world rank %d took over as the coordinator (term %d, epoch %d, %s): "
@@ -100,8 +154,11 @@ void ftrt__takeover_check(ftrt__coord *c)
     c->takeover_inc = -1;
     if (x->recovered) return;
     x->recovered = 1;
-    x->t_resumed = ftrt__now();
+    /* MTTR: until the last rank that came back (those lost with the coordinator are failures
+     * of their own, detected when their grace ended, and replaced through an epoch change) */
+    double now = ftrt__now(), back = c->takeover_back_t;
+    x->t_resumed = back > x->t_detect && back < now ? back : now;
     c->status_dirty |= 2;
-    ftrt_log_warn("takeover complete: every rank is back with coordinator world rank %d (%.1f ms "
-                  "after the detection)", c->self, (x->t_resumed - x->t_detect) * 1e3);
+    ftrt_log_warn("takeover complete: every surviving rank is back with coordinator world rank "
+                  "%d (%.1f ms after the detection)", c->self, (x->t_resumed - x->t_detect) * 1e3);
 }

@@ -29,8 +29,11 @@ Cases:
   nospare    1 + 4 trainers + 1 spare; ftrt-h2 killed (two trainers, one spare): the job fails
              (FTRT_ENOSPARE) and ends; a relaunch on ftrt-h1 and ftrt-h3 (no spare) resumes
              from the last committed checkpoint and finishes byte-identical
-  coordhost  1 + 4 trainers + 1 spare; ftrt-h1 (the coordinator's host) killed: the job ends
+  coordhost  1 + 4 trainers + 1 spare; ftrt-h1 (the coordinator's host, with trainer world
+             rank 1) killed: the spare (world rank 5, ftrt-h3), the standby coordinator, takes
+             over, which leaves no spare for the lost trainer: the job ends FTRT_ENOSPARE
              with a non-zero status; a relaunch on ftrt-h2 and ftrt-h3 resumes and finishes
+             (with 2 spares the same loss is survived in place: chaos.kill-coordinator-host)
   agentkill  1 + 4 trainers + 1 spare; the process ftrt-h2's host agent lives in SIGKILLed: its
              trainer is replaced by the spare (ftrt-h3), the other rank of ftrt-h2 goes on
              with its own connection to the coordinator
@@ -344,6 +347,16 @@ def case_coordhost(args):
         job.wait_status(lambda s: s["last_committed_step"] >= 50 and trainer(s, 0))
         hosts.kill_host("ftrt-h1", job)
         run_to_end(job, hosts, None, before)
+        rep = job.load_report()
+        print_failures(rep)
+        fl = {f["world_rank"]: f for f in rep["failures"]}
+        check(0 in fl and fl[0]["cause"] == "coordinator_lost" and fl[0]["recovered"] and
+              "standby world rank 5 took over" in job.out,
+              "the standby coordinator (world rank 5, ftrt-h3) took over from world rank 0")
+        check(1 in fl and not fl[1]["recovered"] and rep["status"] == "failed" and
+              rep["error"] == "FTRT_ENOSPARE",
+              f"trainer world rank 1 (ftrt-h1) lost with no spare left: {rep['status']} "
+              f"{rep['error']}")
         with open(os.path.join(job.ckpt, "LATEST")) as f:
             latest = int(f.read().strip()[5:])
         hf = hosts.hostfile(os.path.join(job.dir, "hostfile.relaunch"), ["ftrt-h2", "ftrt-h3"], 3)

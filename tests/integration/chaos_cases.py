@@ -70,6 +70,10 @@ CASES = {
     "kill-coordinator-no-standby": (6, 1, [], [{"kind": "kill-spare", "at_step": 40},
                                                {"kind": "kill-coordinator", "at_step": 80}],
                                     ["--relaunch", "1"], {}),
+    # FTRT_STANDBY=0: no standby although 2 spares are there: the coordinator SIGKILLed, every
+    # rank leaves and the relaunch resumes from the last committed checkpoint (the old path).
+    "kill-coordinator-standby-off": (7, 2, [], [{"kind": "kill-coordinator", "at_step": 80}],
+                                     ["--relaunch", "1"], {"FTRT_STANDBY": "0"}),
     "kill-beyond-spares": (6, 1, [], [{"kind": "kill-beyond-spares", "at_step": 80}],
                            ["--relaunch", "1"], {}),
     # A second failure while the first recovery's plan is being applied: the job must end
@@ -147,6 +151,15 @@ CASES = {
     # loss, cause host_lost, replaced by the spares of ftrt-h3 in one epoch, byte-identical.
     "kill-host": (6, 2, [], [{"kind": "kill-host", "at_step": 60, "target": "covered"}],
                   ["--hosts", "3", "--slots", "2"], {"FTRT_HEARTBEAT_TIMEOUT_MS": "1000"}),
+    # Every process of ftrt-h1 killed: the coordinator (world rank 0) and trainer logical rank
+    # 0 (world rank 1) at once. The standby coordinator (spare world rank 5, ftrt-h3; the ranks
+    # of ftrt-h2 and ftrt-h3 learn the loss from their host agents' COORD_LOST) takes over in
+    # place, and the lost trainer is replaced by the other spare (world rank 4) in the same
+    # job: no relaunch, byte-identical.
+    "kill-coordinator-host": (6, 2, [], [{"kind": "kill-host", "at_step": 60,
+                                          "target": "coordinator"}],
+                              ["--hosts", "3", "--slots", "2"],
+                              {"FTRT_HEARTBEAT_TIMEOUT_MS": "1000"}),
     # ftrt-h2's link cut while a checkpoint is being written (each write request held 100 ms):
     # heartbeat timeouts (cause host_lost) within 1 s + 0.5 s, replaced in one epoch; the
     # partitioned ranks leave by themselves and write nothing that counts (the shards they may
@@ -156,6 +169,26 @@ CASES = {
                        ["--hosts", "3", "--slots", "2"],
                        {"FTRT_HEARTBEAT_TIMEOUT_MS": "1000",
                         "FTRT_DEBUG_CKPT_WRITE_DELAY_MS": "100"}),
+    # ftrt-h1's link cut (the coordinator's host, with trainer logical rank 0) while a
+    # checkpoint is being written: the standby coordinator (ftrt-h3) takes over by silence,
+    # the trainer is replaced, the job trains on in the same launch; the cut-off coordinator,
+    # hearing nobody off its host, gives up by itself without committing, planning or writing
+    # the status file or the report (fanotify), and the cut-off trainer leaves with it.
+    "partition-coordinator-host": (6, 2, [], [{"kind": "partition-host", "at_step": 60,
+                                               "target": "coordinator", "in_ckpt": True}],
+                                   ["--hosts", "3", "--slots", "2"],
+                                   {"FTRT_HEARTBEAT_TIMEOUT_MS": "1000",
+                                    "FTRT_DEBUG_CKPT_WRITE_DELAY_MS": "100"}),
+    # ftrt-h3's link cut: the spares' host, the standby coordinator's (world rank 5). The
+    # standby, hearing nothing from the coordinator, takes over on its side but claims the term
+    # (the term file, which would depose the coordinator) only once a rank of a third host
+    # (ftrt-h2) reaches it: none does, so it gives up without claiming; the coordinator
+    # declares ftrt-h3's spares lost and the job finishes in the same launch, byte-identical;
+    # fanotify: the cut side wrote no term file, status file or report.
+    "partition-standby-host": (6, 2, [], [{"kind": "partition-host", "at_step": 60,
+                                           "target": "standby"}],
+                               ["--hosts", "3", "--slots", "2"],
+                               {"FTRT_HEARTBEAT_TIMEOUT_MS": "1000"}),
 }
 
 

@@ -318,9 +318,9 @@ def case_intruder(args):
     magic = 0x46545254
     hello = struct.pack("<Qii64s", 12345, 1, os.getpid(), b"intruder")   # wrong secret
     attempts = [
-        struct.pack("<III", magic, 1, len(hello)) + hello,                 # bad secret, rank 1
+        struct.pack("<IIIi", magic, 1, len(hello), 0) + hello,            # bad secret, rank 1
         b"GET / HTTP/1.0\r\n\r\n",                                     # garbage
-        struct.pack("<III", magic, 3, 1 << 30),                             # oversized heartbeat
+        struct.pack("<IIIi", magic, 3, 1 << 30, 0),                        # oversized heartbeat
         b"",                                                                # silent connection
     ]
     socks = []

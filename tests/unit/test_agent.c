@@ -373,6 +373,57 @@ static void standby_takes_over(void **state)
     assert_int_equal(ftrt__interrupted(ctx), 0);
 }
 
+/* A coordinator's message of an older term than this rank follows (a deposed coordinator's)
+ * is refused; a newer term is followed. */
+static void stale_term_refused(void **state)
+{
+    fixture *f = *state;
+    struct ftrt_ctx *ctx = f->ctx;
+    ftrt__ckpt_msg cm = {.step = 10, .epoch = 0, .result = 0};
+    ftrt__msg_set_term(1);
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_COMMIT, &cm, sizeof cm), 0);
+    ftrt__msg_set_term(0); /* the deposed coordinator */
+    cm.step = 20;
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_COMMIT, &cm, sizeof cm), 0);
+    ftrt__failure_msg fm = {.epoch = 1};
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_FAILURE, &fm, sizeof fm), 0);
+    ftrt__epoch_msg ab = {.value = FTRT_EABORT};
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_ABORT, &ab, sizeof ab), 0);
+    ftrt__msg_set_term(1);
+    cm.step = 30;
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_COMMIT, &cm, sizeof cm), 0);
+    ftrt__msg_set_term(0);
+    int seen = 0;
+    for (int i = 0; i < 500 && seen < 2; i++) {
+        pthread_mutex_lock(&ctx->cp.lock);
+        seen = ctx->cp.commit_seen;
+        pthread_mutex_unlock(&ctx->cp.lock);
+        if (seen < 2) usleep(10000);
+    }
+    pthread_mutex_lock(&ctx->cp.lock);
+    assert_int_equal(ctx->cp.commit_seen, 2); /* steps 10 and 30 */
+    assert_int_equal(ctx->cp.commit_step, 30);
+    pthread_mutex_unlock(&ctx->cp.lock);
+    assert_int_equal(atomic_load(&ctx->watch.pending_epoch), 0); /* FAILURE refused */
+    assert_int_equal(ftrt__interrupted(ctx), 0);                 /* ABORT refused */
+}
+
+/* A standby that takes over tells the old coordinator, where it can still read (here: the
+ * coordinator closed its sending side only): a SYNC_ACK of the next term, value -1. */
+static void standby_refuses_old_coordinator(void **state)
+{
+    fixture *f = *state;
+    ftrt__epoch_msg m = {.value = 4}; /* appointed by a coordinator of term 4 */
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_STANDBY, &m, sizeof m), 0);
+    ftrt__coord_at at;
+    assert_true(coord_recv(f, FTRT__MSG_STANDBY_AT, &at, sizeof at));
+    assert_int_equal(shutdown(f->coord_fd, SHUT_WR), 0); /* the agent reads EOF */
+    ftrt__epoch_msg ack;
+    assert_true(coord_recv(f, FTRT__MSG_SYNC_ACK, &ack, sizeof ack));
+    assert_int_equal(ack.epoch, 5);
+    assert_int_equal(ack.value, -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -388,6 +439,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(host_agent_says_coord_lost, setup_hosted, teardown),
         cmocka_unit_test_setup_teardown(coordinator_lost_to_standby, setup, teardown),
         cmocka_unit_test_setup_teardown(standby_takes_over, setup, teardown),
+        cmocka_unit_test_setup_teardown(stale_term_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(standby_refuses_old_coordinator, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -221,6 +221,36 @@ static void relay_and_multi(void **state)
     }
 }
 
+/* A coordinator's message of an older term than one the agent saw (a deposed coordinator's)
+ * is refused: not delivered; what the agent passes on carries the term. */
+static void stale_term_refused(void **state)
+{
+    fixture *f = *state;
+    rank_join(f, 0);
+    ftrt__relay pre = {.world_rank = 5};
+    ftrt__ckpt_msg cm = {.step = 7, .epoch = 0, .result = 0};
+    ftrt__msg_set_term(2);
+    assert_int_equal(ftrt__msg_send2(f->coord.fd, FTRT__MSG_RELAY, &pre, sizeof pre,
+                                     FTRT__MSG_COMMIT, &cm, sizeof cm), 0);
+    ftrt__msg_set_term(1); /* the deposed one */
+    cm.step = 8;
+    assert_int_equal(ftrt__msg_send2(f->coord.fd, FTRT__MSG_RELAY, &pre, sizeof pre,
+                                     FTRT__MSG_COMMIT, &cm, sizeof cm), 0);
+    ftrt__msg_set_term(2);
+    cm.step = 9;
+    assert_int_equal(ftrt__msg_send2(f->coord.fd, FTRT__MSG_RELAY, &pre, sizeof pre,
+                                     FTRT__MSG_COMMIT, &cm, sizeof cm), 0);
+    ftrt__msg_set_term(0);
+    ftrt__msghdr h;
+    ftrt__ckpt_msg got;
+    assert_true(next_msg(&f->rank[0], 0, &h, &got, sizeof got));
+    assert_int_equal(got.step, 7);
+    assert_int_equal(h.term, 2);
+    assert_true(next_msg(&f->rank[0], 0, &h, &got, sizeof got));
+    assert_int_equal(got.step, 9); /* step 8 (term 1) refused */
+    assert_int_equal(h.term, 2);
+}
+
 /* A rank whose socket closes without BYE died: RANK_LOST at once; one that said BYE left. */
 static void death_and_goodbye(void **state)
 {
@@ -318,6 +348,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(heartbeats_batched, setup, teardown),
         cmocka_unit_test_setup_teardown(relay_and_multi, setup, teardown),
+        cmocka_unit_test_setup_teardown(stale_term_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(death_and_goodbye, setup, teardown),
         cmocka_unit_test_setup_teardown(silence_and_cut, setup, teardown),
         cmocka_unit_test_setup_teardown(coordinator_lost, setup, teardown),

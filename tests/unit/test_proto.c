@@ -18,7 +18,7 @@
 static void header_checks(void **state)
 {
     (void)state;
-    ftrt__msghdr h = {FTRT__MAGIC, FTRT__MSG_HEARTBEAT, sizeof(ftrt__heartbeat)};
+    ftrt__msghdr h = {FTRT__MAGIC, FTRT__MSG_HEARTBEAT, sizeof(ftrt__heartbeat), 0};
     assert_int_equal(ftrt__msg_check(&h), 0);
     h.len = sizeof(ftrt__heartbeat) + 1;
     assert_int_equal(ftrt__msg_check(&h), FTRT_EPROTO); /* wrong size for the type */
@@ -255,7 +255,7 @@ static void large_plan(void **state)
     assert_int_equal(ftrt__plan_expand(p, len, NULL, 0, -1, &x, &xlen), FTRT_EPROTO);
     assert_null(x);
     table[n / 2] = n - n / 2;
-    ftrt__msghdr h = {FTRT__MAGIC, FTRT__MSG_PLAN, (uint32_t)len};
+    ftrt__msghdr h = {FTRT__MAGIC, FTRT__MSG_PLAN, (uint32_t)len, 0};
     assert_int_equal(ftrt__msg_check(&h), 0);
     h.len = (uint32_t)(sizeof(ftrt__plan_msg) + (5 * (size_t)FTRT__MAX_WORLD + 1) * 4);
     assert_int_equal(ftrt__msg_check(&h), FTRT_EPROTO);
@@ -311,7 +311,7 @@ static void incremental_receive(void **state)
     uint8_t frame[256];
     size_t n = 0;
     for (int i = 0; i < 3; i++) {
-        ftrt__msghdr h = {FTRT__MAGIC, FTRT__MSG_HEARTBEAT, sizeof(ftrt__heartbeat)};
+        ftrt__msghdr h = {FTRT__MAGIC, FTRT__MSG_HEARTBEAT, sizeof(ftrt__heartbeat), 0};
         ftrt__heartbeat hb = {.steps_done = 100 + i, .kept_s = 0.5 * i, .epoch = i};
         memcpy(frame + n, &h, sizeof h);
         memcpy(frame + n + sizeof h, &hb, sizeof hb);
@@ -359,8 +359,26 @@ static void send_and_malformed(void **state)
     memcpy(&back, payload, sizeof back);
     assert_int_equal(back.epoch, 7);
     assert_int_equal(back.value, FTRT_ENOSPARE);
+    assert_int_equal(h.term, 0); /* no term set on this thread */
+    /* the term this thread set goes in every header it builds, a relay's inner one too */
+    ftrt__msg_set_term(3);
+    ftrt__relay pre = {.world_rank = 5};
+    assert_int_equal(ftrt__msg_send2(sv[0], FTRT__MSG_RELAY, &pre, sizeof pre, FTRT__MSG_ABORT,
+                                     &m, sizeof m), 0);
+    ftrt__msg_set_term(0);
+    assert_true(ftrt__rx_fill(&rx, sv[1]) > 0);
+    assert_int_equal(ftrt__rx_next(&rx, &h, &payload), 1);
+    assert_int_equal(h.type, FTRT__MSG_RELAY);
+    assert_int_equal(h.term, 3);
+    int32_t w;
+    ftrt__msghdr ih;
+    const void *inner;
+    assert_int_equal(ftrt__relay_open(payload, h.len, &w, &ih, &inner), 0);
+    assert_int_equal(w, 5);
+    assert_int_equal(ih.type, FTRT__MSG_ABORT);
+    assert_int_equal(ih.term, 3);
     /* garbage: a header with the wrong magic is rejected, not waited on */
-    uint8_t junk[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    uint8_t junk[sizeof h] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
     assert_int_equal(write(sv[0], junk, sizeof junk), (ssize_t)sizeof junk);
     assert_true(ftrt__rx_fill(&rx, sv[1]) > 0);
     assert_int_equal(ftrt__rx_next(&rx, &h, &payload), FTRT_EPROTO);

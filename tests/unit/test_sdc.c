@@ -181,7 +181,7 @@ static void fingerprint_device(void **state)
 static void message(void **state)
 {
     (void)state;
-    ftrt__msghdr h = {FTRT__MAGIC, FTRT__MSG_FINGERPRINT, sizeof(ftrt__fingerprint_msg)};
+    ftrt__msghdr h = {FTRT__MAGIC, FTRT__MSG_FINGERPRINT, sizeof(ftrt__fingerprint_msg), 0};
     assert_int_equal(ftrt__msg_check(&h), 0);
     h.len = sizeof(ftrt__fingerprint_msg) - 1;
     assert_int_equal(ftrt__msg_check(&h), FTRT_EPROTO);

@@ -239,7 +239,26 @@ class Chaos(Injector, Verdict):
                                    (p == v or p.startswith(v + ".tmp."))})
                         for k, v in special.items()}
                     inj["write_watch_overflow"] = ww.overflow
+                    if inj.get("coordinator_host"):
+                        self.after_takeover(inj, events, special, hp)
         return out
+
+    def after_takeover(self, inj, events, special, hp):
+        """The coordinator's host cut: which writes came after a standby's takeover, in the
+        order fanotify queued them (its read times are 50 ms coarse): the first write of the
+        term file (coordinator.term in --ckpt-dir) by a process off the cut host marks it.
+        Sets takeover_seen, the cut side's writes after it (path, pid), and the writers of
+        the status file and report after it."""
+        t0 = inj["time"]
+        evs = [(pid, p) for t, pid, p, _ in events if t >= t0]
+        i = next((k for k, (pid, p) in enumerate(evs) if pid not in hp and
+                  os.path.basename(p).startswith("coordinator.term")), None)
+        inj["takeover_seen"] = i is not None
+        later = evs[i:] if i is not None else evs
+        inj["cut_side_after_takeover"] = sorted({(p, pid) for pid, p in later if pid in hp})
+        inj["special_writers_after_takeover"] = {
+            k: sorted({pid for pid, p in later if v and (p == v or p.startswith(v + ".tmp."))})
+            for k, v in special.items()}
 
     def run(self, plan):
         self.replica_corrupt = self.a.sharded is not None and \

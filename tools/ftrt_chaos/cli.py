@@ -67,16 +67,23 @@ tools/ftrt-run (added unless the command starts with it; --summary per launch) w
 arrangement's mpirun options inserted after `mpirun`; world ranks are mapped to hosts by the
 status file ("host" per rank); a relaunch leaves out the hosts that were killed or cut, with
 ceil(np / hosts left) slots each. Host kinds (target "host:NAME" or "host:<i>", "coordinator"
-(its host), "covered" (a host whose trainers the spares on other hosts can replace),
-"uncovered" (one they cannot); default: any host with a trainer but not the coordinator):
+(its host), "standby" (the standby coordinator's host: that of the highest world rank among
+the spares on another host than the coordinator's), "covered" (a host whose trainers the
+spares on other hosts can replace), "uncovered" (one they cannot); default: any host with a
+trainer but not the coordinator):
   kill-host       SIGKILL of every process of the host, its orted included; the ground truth
                   is logged per rank (pid, world rank). Verdict: each rank detected
                   (connection_lost, cause host_lost), true MTTD <= --kill-mttd-s; covered: the
                   host's trainers replaced by spares on other hosts in one epoch; uncovered: the
                   launch fails cleanly (FTRT_ENOSPARE or FTRT_EABORT, exit non-zero) and the
                   relaunch without the host resumes from the last committed step; the
-                  coordinator's host: every other rank leaves within --coord-exit-s and the
-                  relaunch without it resumes.
+                  coordinator's host, with a standby coordinator on another host: the standby
+                  takes over in place (the takeover's incident, connection_lost, MTTD <=
+                  --kill-mttd-s, MTTR <= 1 s) and the host's trainers (detected when they do
+                  not come back to it: MTTD <= the heartbeat timeout + --partition-margin-s)
+                  are replaced by spares on other hosts, in the same launch, exit 0; without a
+                  standby: every other rank leaves within --coord-exit-s and the relaunch
+                  without the host resumes.
   partition-host  the host's link cut (its veth down, both ends; logged per rank). Verdict as
                   kill-host but heartbeat_timeout within the heartbeat timeout +
                   --partition-margin-s; and the partitioned side gives up by itself (every rank

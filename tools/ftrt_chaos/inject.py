@@ -378,6 +378,9 @@ class Injector:
         ch = self.coord_host(st)
         if target == "coordinator":
             return ch
+        if target == "standby":  # the standby coordinator's: the highest spare elsewhere
+            sp = [r for r in ranks if r["role"] == "spare" and r.get("host") != ch]
+            return max(sp, key=lambda r: r["world_rank"]).get("host") if sp else None
         if target and target.startswith("host:"):
             return self.hosts.name(target[5:])
 
@@ -451,9 +454,10 @@ class Injector:
             self.hosts.node_lost(host)
         self.lost_hosts.append(host)
         # whose exits to watch: the host's ranks (a partition: they must leave by themselves),
-        # or, for the coordinator's host, every other rank (they must leave promptly)
-        e["watch"] = others if e["coordinator_host"] else \
-            [dict(pid=t["pid"], world_rank=t["world_rank"], host=host) for t in on]
+        # and, for the coordinator's host, every other rank (without a standby they must leave
+        # promptly)
+        e["watch"] = [dict(pid=t["pid"], world_rank=t["world_rank"], host=host) for t in on] + \
+            (others if e["coordinator_host"] else [])
         e["watch_from"] = e["time"]
 
     def data_offset(self, path):

@@ -140,19 +140,24 @@ class Verdict:
         check(name + " not declared failed", not hit and bool(rep),
               f"paused {inj.get('pause_ms')} ms")
 
-    def judge_takeover(self, inj, check, name, rep, by_pid, want_kind):
+    def judge_takeover(self, inj, check, name, rep, by_pid, want_kind, bound=None,
+                       whole=True):
         """A standby coordinator took over in place: the report's coordinator_lost failure
-        (the killed or frozen coordinator's pid), recovered, its MTTD and MTTR, the launch
-        exiting 0 without a relaunch. Returns False when the report has no takeover."""
-        f = next((by_pid.get(t["pid"]) for t in inj["targets"] if t["pid"] in by_pid), None)
-        if f is None or f.get("cause") != "coordinator_lost":
+        (the killed or frozen coordinator's pid), recovered, its MTTD and MTTR, and (whole)
+        the launch exiting 0 without a relaunch. Returns False when the report has no
+        takeover."""
+        f = next((by_pid[t["pid"]] for t in inj["targets"] if t["pid"] in by_pid and
+                  by_pid[t["pid"]].get("cause") == "coordinator_lost"), None)
+        if f is None:
             return False
         li = inj["launch"]
         rc = self.launches[li]["rc"] if li < len(self.launches) else None
         true_mttd = f["detected_at"] - inj["time"]
-        bound = self.hb_timeout_s + 0.5 if want_kind == "heartbeat_timeout" else self.a.kill_mttd_s
-        ok = f.get("recovered") and f["kind"] == want_kind and rc == 0 and \
-            li + 1 == len(self.launches) and true_mttd <= bound and f["mttr_s"] <= 1.0
+        if bound is None:
+            bound = self.hb_timeout_s + 0.5 if want_kind == "heartbeat_timeout" else \
+                self.a.kill_mttd_s
+        ok = f.get("recovered") and f["kind"] == want_kind and true_mttd <= bound and \
+            f["mttr_s"] <= 1.0 and (not whole or (rc == 0 and li + 1 == len(self.launches)))
         check(name + ": standby took over in place", bool(ok),
               f"{f['kind']}: MTTD {true_mttd * 1e3:.1f} ms (ground truth; bound "
               f"{bound * 1e3:.0f} ms), MTTR {(f.get('mttr_s') or 0) * 1e3:.1f} ms (bound 1000 ms), "
@@ -298,11 +303,16 @@ class Verdict:
         name = f"{kind} {host} @launch{li}"
         launch = self.launches[li] if li < len(self.launches) else {}
         if inj["coordinator_host"]:
-            self.judge_coordinator_host(inj, check, name)
+            if not self.judge_coordinator_host_takeover(inj, check, name, rep, by_pid):
+                self.judge_coordinator_host(inj, check, name)
             return
         self.judge_host_detection(inj, check, name, by_pid)
         trainers = [t for t in inj["targets"] if t["role"] == "trainer"]
-        if inj["covered"]:
+        if not trainers:
+            check(name + ": no trainer on it; the job went on in the same launch",
+                  launch.get("rc") == 0 and li + 1 == len(self.launches),
+                  f"exit {launch.get('rc')}, {len(self.launches)} launch(es)")
+        elif inj["covered"]:
             fl = [by_pid.get(t["pid"]) for t in trainers]
             ok = bool(fl) and None not in fl and all(
                 f.get("recovered") and f.get("spare_host") not in (None, host) for f in fl) and \
@@ -322,10 +332,75 @@ class Verdict:
         if kind == "partition-host":
             self.judge_partition(inj, check, name, launch)
 
+    def judge_coordinator_host_takeover(self, inj, check, name, rep, by_pid):
+        """The coordinator's host killed or cut, with a standby coordinator on another host: it
+        took over in place (the takeover's incident: connection_lost for a kill, heartbeat_timeout
+        for a cut; MTTR <= 1 s), the host's trainers were each detected (cause host_lost) and
+        replaced by spares on other hosts in one epoch, in the same launch, exit 0; a cut
+        host's side gave up by itself and wrote nothing that counts. False when the report has
+        no takeover (no standby: the old path)."""
+        coord = [t for t in inj["targets"] if t["role"] == "coordinator"]
+        f = next((by_pid.get(t["pid"]) for t in coord if t["pid"] in by_pid), None)
+        if f is None or f.get("cause") != "coordinator_lost":
+            return False
+        cut = inj["kind"] == "partition-host"
+        want = "heartbeat_timeout" if cut else "connection_lost"
+        li, host = inj["launch"], inj["host"]
+        launch = self.launches[li] if li < len(self.launches) else {}
+        trainers = [t for t in inj["targets"] if t["role"] == "trainer"]
+        # the standby was one of the spares elsewhere: the others can replace the host's trainers
+        covered = len(trainers) <= inj["spares_elsewhere"] - 1
+        self.judge_takeover(inj, check, name, rep, by_pid, want,
+                            bound=self.hb_timeout_s + self.a.partition_margin_s if cut else None,
+                            whole=covered)
+        # a trainer of the coordinator's host is known lost when it does not come back to the
+        # standby within the heartbeat timeout (it may be alive and reconnecting)
+        bound = self.hb_timeout_s * (2 if cut else 1) + self.a.partition_margin_s
+        fl = [by_pid.get(t["pid"]) for t in trainers]
+        for t, g in zip(trainers, fl):
+            if not covered and g is None and li + 1 < len(self.launches):
+                continue  # the job may have ended (no spare) before declaring it
+            true_mttd = g["detected_at"] - inj["time"] if g else None
+            ok = g is not None and g.get("cause") == "host_lost" and g.get("host") == host and \
+                true_mttd <= bound
+            mttr = f"{g['mttr_s'] * 1e3:.1f} ms" if g and g.get("recovered") else "none (not " \
+                "recovered)"
+            check(name + f" detected (w{t['world_rank']})", ok,
+                  f"trainer: {g['kind']}, cause {g.get('cause')}, MTTD {true_mttd * 1e3:.1f} ms "
+                  f"(ground truth; bound {bound * 1e3:.0f} ms), MTTR {mttr}" if g
+                  else "not in the report")
+            if g:
+                inj.setdefault("measured", []).append(
+                    {"mttd_s": g["mttd_s"], "true_mttd_s": true_mttd, "mttr_s": g.get("mttr_s"),
+                     "detect_kind": g["kind"], "cause": g.get("cause"),
+                     "recovered": g.get("recovered"), "role": "trainer", "host": host,
+                     "spare_host": g.get("spare_host"), "epoch": g.get("epoch")})
+        if covered:
+            ok = None not in fl and all(g.get("recovered") and g.get("spare_host") not in
+                                        (None, host) for g in fl) and \
+                len({g.get("epoch") for g in fl}) <= 1 and launch.get("rc") == 0 and \
+                li + 1 == len(self.launches)
+            check(name + f": the standby took over and the host's {len(trainers)} trainer(s) "
+                  f"were replaced in the same launch", ok,
+                  ", ".join(f"w{g['world_rank']} -> w{g.get('spare_world_rank')} on "
+                            f"{g.get('spare_host')}" for g in fl if g) +
+                  f"; exit {launch.get('rc')}, {len(self.launches)} launch(es)")
+        else:
+            rep = self.launch_report(li) or {}
+            ok = launch.get("rc", 0) != 0 and rep.get("status") == "failed" and \
+                rep.get("error") in ("FTRT_ENOSPARE", "FTRT_EABORT")
+            check(name + f": the standby took over; {len(trainers)} trainer(s), "
+                  f"{inj['spares_elsewhere'] - 1} spare(s) elsewhere besides it: clean failure",
+                  ok, f"exit {launch.get('rc')}, report {rep.get('status')} {rep.get('error')}")
+            self.check_resume(li, check, name, host)
+        if cut:
+            self.judge_partition(inj, check, name, launch, takeover=True)
+        return True
+
     def judge_coordinator_host(self, inj, check, name):
         """No report: the coordinator is gone; every other rank must leave by itself, and the
         relaunch without the host resume."""
-        ex = [w.get("exited_at") for w in inj.get("watch", [])]
+        ex = [w.get("exited_at") for w in inj.get("watch", []) if w.get("host") != inj["host"]]
         took = max(x - inj["time"] for x in ex) if ex and None not in ex else None
         check(name + ": the coordinator's host; every other rank left",
               took is not None and took < self.a.coord_exit_s,
@@ -364,11 +439,12 @@ class Verdict:
               f"worst {max(mttds) * 1e3:.1f} ms, bound {bound * 1e3:.0f} ms" if mttds else
               "nothing detected")
 
-    def judge_partition(self, inj, check, name, launch):
+    def judge_partition(self, inj, check, name, launch, takeover=False):
         limit = self.hb_timeout_s + self.a.partition_exit_s
         sm = launch.get("summary") or {}
         end = sm.get("t_mpirun_exit") or launch.get("t_end") or now()  # ftrt-run's kills: after
-        ex = [(w["world_rank"], w.get("exited_at")) for w in inj.get("watch", [])]
+        ex = [(w["world_rank"], w.get("exited_at")) for w in inj.get("watch", [])
+              if w.get("host") == inj["host"]]
         ok = bool(ex) and all(x is not None and x - inj["time"] <= limit and x <= end
                               for _, x in ex)
         check(name + ": the partitioned ranks gave up by themselves", ok,
@@ -381,11 +457,19 @@ class Verdict:
         committed = set(committed_steps(self.ckpt)) if self.ckpt else set()
         committed |= {s for t, s in self.commit_history if t >= inj["time"]}
         special = [p for p in (self.status, self.report, self.a.params, self.fault_log) if p]
+        # the cut-off coordinator's host: the status file may still have been written there
+        # between the cut and the standby's takeover (it was the coordinator then); after it,
+        # nothing (cut_side_after_takeover)
+        late = set(inj.get("cut_side_after_takeover", [])) if takeover else None
         bad = []
+        if takeover and not inj.get("takeover_seen"):
+            bad.append("no write of coordinator.term by the standby seen")
         for path, pid in inj["writes_after_cut"]:
             base = os.path.basename(path)
-            if any(path == p or path.startswith(p + ".tmp.") for p in special) or \
-                    base.startswith(("MANIFEST", "LATEST")):
+            is_special = any(path == p or path.startswith(p + ".tmp.") for p in special)
+            if (is_special and (late is None or (path, pid) in late or
+                                not path.startswith(self.status))) or \
+                    base.startswith(("MANIFEST", "LATEST", "coordinator.term")):
                 bad.append(f"{path} (pid {pid})")
             elif self.ckpt and path.startswith(self.ckpt + "/step-"):
                 step = path[len(self.ckpt) + 6:].split("/")[0]
@@ -398,6 +482,17 @@ class Verdict:
                + (": " + ", ".join(sorted({os.path.relpath(p, self.work) if p.startswith(
                    self.work) else p for p, _ in inj["writes_after_cut"]}))[:200] if n else ""))
               + (" (fanotify queue overflowed)" if inj.get("write_watch_overflow") else ""))
+        if takeover:
+            w = inj.get("special_writers_after_takeover", {})
+            ws = set(w.get("status", [])) | set(w.get("report", []))
+            hp = set(inj.get("host_pids", []))
+            early = sorted({pid for p, pid in inj["writes_after_cut"] if p == self.status})
+            check(name + ": after the takeover, status file and report written by the new "
+                  "coordinator only", len(ws) == 1 and not ws & hp,
+                  f"writers after the takeover: status {w.get('status')}, report "
+                  f"{w.get('report')}; the cut side wrote the status file after the cut but "
+                  f"before the takeover: {'pid ' + str(early) if early else 'no'}")
+            return
         cpid = inj.get("coordinator_pid")
         w = inj.get("special_writers", {})
         ws = set(w.get("status", [])) | set(w.get("report", []))

@@ -275,6 +275,7 @@ class Config(_StrFields):
         ("sdc_every", ctypes.c_int),
         ("shard_replica_every", ctypes.c_int),
         ("host_agents", ctypes.c_int),
+        ("standby", ctypes.c_int),
     ]
 
     @classmethod
