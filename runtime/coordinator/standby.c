@@ -68,6 +68,14 @@ static int pick_standby(const ftrt__coord *c)
     return other ? other : one_host ? any : 0;
 }
 
+/* Whether a hot spare is left at all (for the message when none can be the standby). */
+static int spares_left(const ftrt__coord *c)
+{
+    for (int w = 1; w < c->W; w++)
+        if (c->r[w].role == FTRT__ROLE_SPARE) return 1;
+    return 0;
+}
+
 static void tell_all(ftrt__coord *c, const ftrt__coord_at *at)
 {
     int n = 0;
@@ -107,9 +115,10 @@ static void appoint(ftrt__coord *c, double now)
     int w = pick_standby(c);
     if (!w) {
         if (!c->sb_logged)
-            ftrt_log_warn("no standby coordinator: no hot spare on another host than %s; the "
-                          "loss of this coordinator ends the job (relaunch from the last "
-                          "committed checkpoint)", c->a->host);
+            ftrt_log_warn("no standby coordinator: %s%s; the loss of this coordinator ends the "
+                          "job (relaunch from the last committed checkpoint)",
+                          spares_left(c) ? "no hot spare on another host than " :
+                                           "no hot spare left", spares_left(c) ? c->a->host : "");
         c->sb_logged = 1;
         return;
     }
