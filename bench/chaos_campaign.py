@@ -25,6 +25,8 @@ ftrt-chaos run (--hosts-made), N x S ranks per job, the kinds drawn from the hos
                                 takes over in place, the trainer replaced in the same launch
   partition-coord-host          the same host's link cut: taken over by silence; the cut-off
                                 coordinator gives up by itself and writes nothing that counts
+  hang-coord-host               the coordinator SIGSTOPped (its host's trainer untouched):
+                                taken over by silence in place; resumed, it gives up
   partition-standby-host        the standby coordinator's host (the spares') cut off: the
                                 standby takes over on its side, never claims the term and
                                 gives up; the job goes on in the same launch
@@ -106,6 +108,9 @@ HOST_KINDS = {
     # spare on another host) takes over and the other spare replaces the trainer in place
     "kill-coord-host": ("host", {"kind": "kill-host", "target": "coordinator"}, {}),
     "partition-coord-host": ("host", {"kind": "partition-host", "target": "coordinator"}, {}),
+    # the coordinator frozen (SIGSTOP): the host agents' COORD_LOST after the heartbeat
+    # timeout, the standby takes over in place; resumed, the old one gives up
+    "hang-coord-host": ("host", {"kind": "hang-coordinator"}, {}),
     # the standby coordinator's host cut off (the spares'): its standby takes over on its
     # side but never claims the term (no rank of a third host reaches it) and gives up; the
     # coordinator goes on without the host's spares

@@ -54,8 +54,10 @@ void ftrt__epoch_release(ftrt__coord *c)
     if (c->plan_due && ftrt__standby_acked(c, c->plan_seq)) {
         c->plan_due = 0;
         if (c->phase == PH_RESUMING && c->plan_delta) {
+            /* (after the standby's acknowledgement; before the fan-out, as a member's own
+             * phases start when its PLAN arrives: the report's phases never overlap) */
+            c->plan_t_sent = ftrt__now();
             plan_out(c);
-            c->plan_t_sent = ftrt__now(); /* (after the standby's acknowledgement) */
         }
     }
 }

@@ -151,9 +151,11 @@ def case_arrangement(args):
     bridge, also when the block fails."""
     import subprocess
 
-    def netdevs():
+    def netdevs():  # this set's: its bridge (ftrtbr0) and veths (ftrt-hNv), not those of a
+        # campaign's ftrt-c hosts that may run beside it
         out = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
-        return [l.split()[0].split("@")[0] for l in out.splitlines() if "ftrt" in l]
+        names = [l.split()[0].split("@")[0] for l in out.splitlines()]
+        return [n for n in names if n == "ftrtbr0" or n.startswith("ftrt-h")]
 
     def netns():
         out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout

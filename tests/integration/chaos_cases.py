@@ -160,6 +160,14 @@ CASES = {
                                           "target": "coordinator"}],
                               ["--hosts", "3", "--slots", "2"],
                               {"FTRT_HEARTBEAT_TIMEOUT_MS": "1000"}),
+    # The coordinator (ftrt-h1) SIGSTOPped on 3 simulated hosts: the host agents of ftrt-h2 and
+    # ftrt-h3 hear nothing for the heartbeat timeout and send their ranks COORD_LOST, trainer
+    # logical rank 0 (ftrt-h1, connected to the coordinator directly) times out itself; all
+    # go to the standby (ftrt-h3), which takes over in place: no trainer lost, no relaunch,
+    # byte-identical; the frozen coordinator, resumed, gives up and writes nothing.
+    "hang-coordinator-hosts": (6, 2, [], [{"kind": "hang-coordinator", "at_step": 60}],
+                               ["--hosts", "3", "--slots", "2"],
+                               {"FTRT_HEARTBEAT_TIMEOUT_MS": "1000"}),
     # ftrt-h2's link cut while a checkpoint is being written (each write request held 100 ms):
     # heartbeat timeouts (cause host_lost) within 1 s + 0.5 s, replaced in one epoch; the
     # partitioned ranks leave by themselves and write nothing that counts (the shards they may
