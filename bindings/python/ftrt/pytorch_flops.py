@@ -30,12 +30,12 @@ Peak FLOP/s (peak_flops()): FTRT_PEAK_FLOPS when set; on CUDA, the dense peak of
 model for the dtype from GPU_PEAKS (NVIDIA's datasheets; scaled by the SM count for a MIG
 slice); on the CPU no datasheet value exists that ftrt could know (it depends on the cores,
 their vector units and clocks), so it is measured: the best rate of a 512 x 512 matrix product
-in the step's dtype with this process's torch threads (measure_cpu_peak(); FaultTolerant
-measures it for the parameters' dtype before joining the job: EmfuInputs.measure_now()), as
-examples/train_mlp measures its own; an honest but rough figure: the rate of the BLAS this
-torch was built with (Debian's is the generic reference BLAS), lower when the cores are
-shared. When the FLOPs come in several dtypes the peak is the time-weighted one,
-total / sum(flops_d / peak_d).
+in the step's dtype per second of CPU time, times this process's torch threads, so that
+shared cores do not pull it below what the training then reaches (measure_cpu_peak();
+FaultTolerant measures it for the parameters' dtype before joining the job:
+EmfuInputs.measure_now()); an honest but rough figure: the rate of the BLAS this torch was
+built with (Debian's is the generic reference BLAS). When the FLOPs come in several dtypes the
+peak is the time-weighted one, total / sum(flops_d / peak_d).
 """
 import math
 import os
@@ -453,26 +453,32 @@ def measure_cpu_peak(dtype: torch.dtype = torch.float32, n: int = 512,
                      reps: int = 4) -> Peak:
     """Measures this process's matrix-product rate on the CPU: the best of `reps` timings of
     torch.mm of two n x n matrices of `dtype` (each timing as many products as fill 20 ms),
-    2 n^3 FLOPs each, with torch.get_num_threads() threads. Uses no random numbers (the
-    step's generator is untouched). Takes about reps x 20 ms."""
+    2 n^3 FLOPs each, per second of the process's CPU time (time.process_time), times
+    torch.get_num_threads(): the rate of the process's threads each on a core of its own.
+    CPU time, not wall time: on shared cores (ranks beside each other, more ranks than cores)
+    a wall-clock rate is the process's share at that moment, which the training that follows
+    may exceed (an eMFU above 1). Call it before any other thread of the process is busy (its
+    CPU time counts too). Uses no random numbers (the step's generator is untouched). Takes
+    about reps x 20 ms of CPU time."""
     a = torch.full((n, n), 0.5, dtype=dtype)
     b = torch.full((n, n), 0.25, dtype=dtype)
     c = torch.empty((n, n), dtype=dtype)
     torch.mm(a, b, out=c)
-    t = time.perf_counter()
+    t = time.process_time()
     torch.mm(a, b, out=c)
-    one = max(time.perf_counter() - t, 1e-6)
+    one = max(time.process_time() - t, 1e-6)
     k = max(1, int(0.02 / one))
     best = math.inf
     for _ in range(reps):
-        t = time.perf_counter()
+        t = time.process_time()
         for _ in range(k):
             torch.mm(a, b, out=c)
-        best = min(best, (time.perf_counter() - t) / k)
-    rate = 2.0 * n ** 3 / best
-    return Peak(rate, f"measured: torch.mm {n}x{n} {dtype_key(dtype)} on "
-                      f"{torch.get_num_threads()} thread(s), best of {reps}; the CPU has no "
-                      f"datasheet peak ftrt could know")
+        best = min(best, max(time.process_time() - t, 1e-9) / k)
+    threads = torch.get_num_threads()
+    rate = 2.0 * n ** 3 / best * threads
+    return Peak(rate, f"measured: torch.mm {n}x{n} {dtype_key(dtype)} per CPU-second x "
+                      f"{threads} thread(s), best of {reps}; the CPU has no datasheet peak "
+                      f"ftrt could know")
 
 
 _TORCH_DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16,
