@@ -86,6 +86,18 @@ void ftrt__coord_multicast(ftrt__coord *c, const int *ws, int n, uint32_t type, 
     ftrt__ping_due(c, ftrt__now());
 }
 
+void ftrt__rank_identify(ftrt__coord *c, int w, const ftrt__hello *hello)
+{
+    ftrt__crank *r = &c->r[w];
+    r->hello = 1;
+    r->lost_t = 0;
+    r->pid = hello->pid;
+    memcpy(r->host, hello->host, sizeof r->host);
+    r->host[FTRT__HOST_MAX - 1] = 0;
+    r->remote = strcmp(r->host, c->a->host) != 0;
+    r->last_heard = ftrt__now();
+}
+
 void ftrt__coord_drop(ftrt__coord *c, int w)
 {
     ftrt__crank *r = &c->r[w];
@@ -328,13 +340,7 @@ static int adopt(ftrt__coord *c, pending *p, const ftrt__hello *hello, int *rejo
         c->nhello++;
     }
     hand_over(c, p, FTRT__KEY(FTRT__KEY_RANK, w), &r->fd, &r->rx);
-    r->hello = 1;
-    r->lost_t = 0;
-    r->pid = hello->pid;
-    memcpy(r->host, hello->host, sizeof r->host);
-    r->host[FTRT__HOST_MAX - 1] = 0;
-    r->remote = strcmp(r->host, c->a->host) != 0;
-    r->last_heard = ftrt__now();
+    ftrt__rank_identify(c, w, hello);
     ftrt__silence_touch(c, w);
     return 1;
 }

@@ -284,6 +284,9 @@ void ftrt__coord_multicast(ftrt__coord *c, const int *ws, int n, uint32_t type, 
                            uint32_t len);
 /* 1 when world rank w can be reached: its own connection or a host agent. */
 int ftrt__rank_connected(const ftrt__coord *c, int w);
+/* World rank w said a valid HELLO (on its own connection or through a host agent): it is
+ * known from now on (pid, host, heard now). */
+void ftrt__rank_identify(ftrt__coord *c, int w, const ftrt__hello *hello);
 /* Takes world rank w off the control plane: closes its own connection (which takes it out of
  * the epoll set) or detaches it from its host agent (CUT: the agent closes its socket), and
  * takes it out of the watch. */

@@ -229,13 +229,7 @@ static int host_attach(ftrt__coord *c, int h, int w, const ftrt__hello *hello)
     else c->nhello++;
     r->link = h;
     c->hl[h].nranks++;
-    r->hello = 1;
-    r->lost_t = 0;
-    r->pid = hello->pid;
-    memcpy(r->host, hello->host, sizeof r->host);
-    r->host[FTRT__HOST_MAX - 1] = 0;
-    r->remote = strcmp(r->host, c->a->host) != 0;
-    r->last_heard = ftrt__now();
+    ftrt__rank_identify(c, w, hello);
     if (rejoined) ftrt__rank_rejoined(c, w);
     return 0;
 }
