@@ -98,11 +98,29 @@ def sessions(hosts):
                 if os.path.basename(d)[5:].isdigit()])
 
 
-def hosts_job(args, hosts, name, spares, hostfile=None, fresh=True):
-    job = h.train_job(os.path.join(args.work, name), args.bin, 6, spares=spares,
+def hosts_job(args, hosts, name, spares, hostfile=None, fresh=True, np_=6):
+    job = h.train_job(os.path.join(args.work, name), args.bin, np_, spares=spares,
                       heartbeat_timeout_ms=HB_TIMEOUT_MS, fresh=fresh,
                       mpirun_opts=hosts.mpirun_opts(hostfile))
     return job
+
+
+def latest_step(job):
+    """The step LATEST names in job's checkpoint directory."""
+    with open(os.path.join(job.ckpt, "LATEST")) as f:
+        return int(f.read().strip()[5:])
+
+
+def relaunch_resumes(args, hosts, job, keep, at, ref, before, spares, np_=6):
+    """job relaunched (same name, its checkpoint kept) on the hosts `keep`, 3 slots each: it
+    exits 0, resumes at step `at` and ends byte-identical to the reference `ref`."""
+    hf = hosts.hostfile(os.path.join(job.dir, "hostfile.relaunch"), keep, 3)
+    job2 = hosts_job(args, hosts, os.path.basename(job.dir), spares=spares, hostfile=hf,
+                     fresh=False, np_=np_).start()
+    run_to_end(job2, hosts, 0, before)
+    check(f"resumed at step {at}" in job2.out,
+          f"the relaunch on {' and '.join(keep)} resumed at step {at}")
+    check(same_bytes(job2.params, ref), "final parameters byte-identical to the one-host run")
 
 
 def run_to_end(job, hosts, want_rc, before, timeout=120):
@@ -282,14 +300,8 @@ def hostkill_prrte(args, hosts, job, before, r3):
     check("lost communication with a remote daemon" in job.out or
           "daemon failed to report back" in job.out,
           "Open MPI 5 (PRRTE 3.0): mpirun ended the job because it lost ftrt-h2's daemon")
-    with open(os.path.join(job.ckpt, "LATEST")) as f:
-        latest = int(f.read().strip()[5:])
-    hf = hosts.hostfile(os.path.join(job.dir, "hostfile.relaunch"), ["ftrt-h1", "ftrt-h3"], 3)
-    job2 = hosts_job(args, hosts, "hostkill", spares=2, hostfile=hf, fresh=False).start()
-    run_to_end(job2, hosts, 0, before)
-    check(f"resumed at step {latest}" in job2.out,
-          f"the relaunch on ftrt-h1 and ftrt-h3 resumed at step {latest}")
-    check(same_bytes(job2.params, r3), "final parameters byte-identical to the one-host run")
+    relaunch_resumes(args, hosts, job, ["ftrt-h1", "ftrt-h3"], latest_step(job), r3, before,
+                     spares=2)
 
 
 @h.case(CASES, fixture="required")
@@ -331,13 +343,8 @@ def case_nospare(args):
               f"the report says the job failed: {rep['error']}")
         committed = rep["checkpoints"]["last_committed_step"]
         check(committed >= 50, f"a committed checkpoint remains (step {committed})")
-        hf = hosts.hostfile(os.path.join(job.dir, "hostfile.relaunch"), ["ftrt-h1", "ftrt-h3"], 3)
-        job2 = h.train_job(job.dir, args.bin, 5, spares=0, heartbeat_timeout_ms=HB_TIMEOUT_MS,
-                           fresh=False, mpirun_opts=hosts.mpirun_opts(hf)).start()
-        run_to_end(job2, hosts, 0, before)
-        check(f"resumed at step {committed}" in job2.out,
-              f"the relaunch on ftrt-h1 and ftrt-h3 resumed at step {committed}")
-        check(same_bytes(job2.params, r4), "final parameters byte-identical to the one-host run")
+        relaunch_resumes(args, hosts, job, ["ftrt-h1", "ftrt-h3"], committed, r4, before,
+                         spares=0, np_=5)
 
 
 @h.case(CASES, fixture="required")
@@ -359,14 +366,8 @@ def case_coordhost(args):
               rep["error"] == "FTRT_ENOSPARE",
               f"trainer world rank 1 (ftrt-h1) lost with no spare left: {rep['status']} "
               f"{rep['error']}")
-        with open(os.path.join(job.ckpt, "LATEST")) as f:
-            latest = int(f.read().strip()[5:])
-        hf = hosts.hostfile(os.path.join(job.dir, "hostfile.relaunch"), ["ftrt-h2", "ftrt-h3"], 3)
-        job2 = hosts_job(args, hosts, "coordhost", spares=1, hostfile=hf, fresh=False).start()
-        run_to_end(job2, hosts, 0, before)
-        check(f"resumed at step {latest}" in job2.out,
-              f"the relaunch on ftrt-h2 and ftrt-h3 resumed at step {latest}")
-        check(same_bytes(job2.params, r4), "final parameters byte-identical to the one-host run")
+        relaunch_resumes(args, hosts, job, ["ftrt-h2", "ftrt-h3"], latest_step(job), r4, before,
+                         spares=1)
 
 
 @h.case(CASES, fixture="required")
