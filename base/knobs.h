@@ -55,7 +55,11 @@
       "N > 0: the coordinator's grace after a host agent's loss is N ms instead of "           \
       "min(heartbeat timeout / 2, 250 ms): how long its host's other ranks may take to come "  \
       "back on their own connection, and how long the recovery plan waits for those that did " \
-      "to die with their host (a host lost process by process, slowly)")
+      "to die with their host (a host lost process by process, slowly)")                      \
+    X(plan_delay_ms, "FTRT_TEST_PLAN_DELAY_MS", 60000,                                         \
+      "the coordinator holds a recovery's PLAN until this long (ms) after its FAILURE went "   \
+      "out, so that a test can kill it with a recovery in flight (the status file's "          \
+      "failure_sent_epoch says when; a standby that takes over sends its PLAN at once)")
 
 struct ftrt__knobs {
 #define FTRT__KNOB_FIELD(field, env, max, doc) int32_t field;

@@ -259,6 +259,9 @@ typedef struct ftrt__coord {
     int takeover_old;          /* the world rank of the coordinator taken over from */
     uint64_t failure_seq, plan_seq; /* the SYNCs of the epoch's FAILURE and PLAN (epoch.c) */
     int failure_due, plan_due; /* sent once the standby acknowledged them */
+    int failure_sent_epoch, plan_sent_epoch; /* the newest epoch whose FAILURE / PLAN this
+                                  coordinator sent (0: none; the status file shows them) */
+    double plan_test_until;    /* monotonic: FTRT_TEST_PLAN_DELAY_MS holds the PLAN until (0) */
     double takeover_back_t;    /* monotonic: the last rank back during the takeover (0: none) */
     int deposed;               /* a standby took over from this coordinator: it gives up */
     int claim_pending;         /* took over, the term not claimed until a rank of a third host

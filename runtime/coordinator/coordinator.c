@@ -218,6 +218,10 @@ static void coord_periodic(ftrt__coord *c, loop_timers *t, double now)
         c->plan_hold_until = 0;
         ftrt__epoch_check_reports(c);
     }
+    if (c->plan_test_until > 0 && now >= c->plan_test_until) { /* FTRT_TEST_PLAN_DELAY_MS */
+        c->plan_test_until = 0;
+        ftrt__epoch_check_reports(c);
+    }
     if (c->phase == PH_RUNNING && now - c->last_window >= 1.0) {
         ftrt__progress_window(c, now);
         c->last_window = now;

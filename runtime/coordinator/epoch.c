@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/knobs.h"
 #include "base/log.h"
 #include "runtime/coordinator/coord.h"
 
@@ -31,6 +32,13 @@ static void failure_send(ftrt__coord *c)
     for (int k = 0; k < c->N; k++)
         if (!c->r[c->members[k]].promoting) c->s.fan[n++] = c->members[k];
     ftrt__coord_multicast(c, c->s.fan, n, FTRT__MSG_FAILURE, &m, sizeof m);
+    c->failure_sent_epoch = c->epoch;
+    c->status_dirty |= 2; /* (fault injectors wait for it: a recovery in flight) */
+    if (ftrt__knobs.plan_delay_ms > 0) { /* test knob: the PLAN held (plan_held) */
+        c->plan_test_until = ftrt__now() + ftrt__knobs.plan_delay_ms / 1000.0;
+        ftrt_log_warn("epoch %d: FAILURE sent to %d survivor(s); the PLAN is held %d ms "
+                      "(FTRT_TEST_PLAN_DELAY_MS)", c->epoch, n, (int)ftrt__knobs.plan_delay_ms);
+    }
 }
 
 static void plan_out(ftrt__coord *c)
@@ -43,6 +51,8 @@ static void plan_out(ftrt__coord *c)
     }
     ftrt__coord_multicast(c, c->s.fan, n, FTRT__MSG_PLAN, c->plan_delta,
                           (uint32_t)c->plan_delta_len);
+    c->plan_sent_epoch = c->epoch;
+    c->status_dirty |= 2;
 }
 
 void ftrt__epoch_release(ftrt__coord *c)
@@ -274,18 +284,21 @@ static void send_plan(ftrt__coord *c)
         goto out;
     }
     plan_record(c, &in);
+    /* Resuming, with the plan's times, before plan_send's SYNC: a standby that takes over
+     * from it goes on with this PLAN (resent to the members not resumed) and these MTTR
+     * phases, never plans the epoch again (plan_t_sent is set again at the fan-out). */
+    c->phase = PH_RESUMING;
+    c->plan_t_ready = t_ready;
+    c->plan_t_sent = ftrt__now();
     if (plan_send(c, &in)) {
         ftrt__job_abort(c, -ENOMEM, "out of memory building the recovery plan");
         goto out;
     }
-    c->plan_t_ready = t_ready;
-    c->plan_t_sent = ftrt__now();
     ftrt_log_info("epoch %d plan: resume at step %lld, state from logical rank %d%s", c->epoch,
                   (long long)in.resume, in.source,
                   in.ckpt >= 0       ? " (checkpoint)"
                   : in.mem_step >= 0 ? " (partner replicas in memory)"
                                      : "");
-    c->phase = PH_RESUMING;
     c->status_dirty |= 2; /* membership: write now */
     ftrt__epoch_release(c);
 out:
@@ -299,8 +312,9 @@ out:
  * it to fail and join this epoch, or for the grace to end. */
 static int plan_held(const ftrt__coord *c)
 {
-    if (c->plan_hold_until <= 0) return 0;
     double now = ftrt__now();
+    if (c->plan_test_until > now) return 1; /* FTRT_TEST_PLAN_DELAY_MS (failure_send) */
+    if (c->plan_hold_until <= 0) return 0;
     if (now >= c->plan_hold_until) return 0;
     for (int l = 0; l < c->N; l++) {
         const ftrt__crank *r = &c->r[c->members[l]];
@@ -331,7 +345,8 @@ int ftrt__epoch_check_resumed(ftrt__coord *c)
         if (c->r[c->members[l]].resumed_t > c->r[last].resumed_t) last = c->members[l];
     for (int i = 0; i < c->ninc; i++) {
         ftrt__incident *x = &c->inc[i];
-        if (x->recovered || x->resume_step < 0) continue;
+        /* (a takeover is recovered when its ranks are back: takeover.c) */
+        if (x->recovered || x->resume_step < 0 || x->coord_lost) continue;
         x->recovered = 1;
         x->t_resumed = now;
         x->t_ready = c->plan_t_ready;

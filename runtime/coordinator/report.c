@@ -77,6 +77,13 @@ static void totals_of(const ftrt__coord *c, totals *t)
     t->ck_abandoned = c->nckpt_abandoned + ftrt__track_pending(c->ckpt_track);
 }
 
+/* Whether x's MTTR has phases: a recovery through an epoch's PLAN. A standby's takeover (the
+ * coordinator lost) has none: no REPORT, no PLAN, the ranks only come back. */
+static int has_phases(const ftrt__incident *x)
+{
+    return x->recovered && !x->coord_lost;
+}
+
 static measured measure(const ftrt__coord *c, const ftrt__incident *x)
 {
     measured m;
@@ -84,7 +91,7 @@ static measured measure(const ftrt__coord *c, const ftrt__incident *x)
     m.bound = x->t_detect - x->t_last_heard;
     m.mttd = m.inj > 0 ? x->t_detect_wall - m.inj : m.bound;
     m.mttr = x->recovered ? x->t_resumed - x->t_detect : -1;
-    if (x->recovered) measure_phases(x, &m);
+    if (has_phases(x)) measure_phases(x, &m);
     return m;
 }
 
@@ -173,16 +180,16 @@ static void failure_recovery_json(json_object *f, const ftrt__incident *x, const
     const char *miss = resumed ? ftrt__replica_miss_name(x->replica_miss) : NULL;
     json_object_object_add(f, "replica_miss", miss ? json_object_new_string(miss) : NULL);
     json_object *ph = NULL;
-    if (x->recovered) {
+    if (has_phases(x)) {
         ph = json_object_new_object();
         for (int k = 0; k < PH_N; k++)
             json_object_object_add(ph, phase_names[k], json_object_new_double(m->phase[k] * 1e3));
     }
     json_object_object_add(f, "phases_ms", ph);
     json_object_object_add(f, "phases_unaccounted_ms",
-                           x->recovered ? json_object_new_double(m->unaccounted * 1e3) : NULL);
+                           has_phases(x) ? json_object_new_double(m->unaccounted * 1e3) : NULL);
     json_object_object_add(f, "phases_world_rank",
-                           x->recovered ? json_object_new_int(x->phase_w) : NULL);
+                           has_phases(x) ? json_object_new_int(x->phase_w) : NULL);
 }
 
 /* A silent data corruption's details (NULL for other kinds of failure). */
@@ -302,7 +309,7 @@ static void failure_text(const ftrt__coord *c, const ftrt__incident *x, int i, c
 /* A recovered failure's MTTR in phases, on the line after it. */
 static void phases_text(const ftrt__incident *x, const measured *m)
 {
-    if (!x->recovered) return;
+    if (!has_phases(x)) return;
     const double *p = m->phase;
     printf("       MTTR phases: survivors at the recovery point %.1f ms, plan %.1f, communicator "
            "rebuild %.1f, state transfer %.1f, resume %.1f (world rank %d): %.1f of %.1f ms "

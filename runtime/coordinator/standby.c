@@ -35,6 +35,7 @@ typedef struct sync_state {
     int64_t last_committed, plan_delta_len, plan_full_len;
     ftrt__ckpt_msg last_commit;
     double t_start_wall, first_commit_wall, last_commit_wall, epoch_t_fail, mono_to_wall;
+    double plan_t_ready, plan_t_sent; /* monotonic, the sender's clock (shifted on restore) */
     char coord_host[FTRT__HOST_MAX];
 } sync_state;
 
@@ -226,7 +227,8 @@ static void put_state(const ftrt__coord *c, sync_state *s)
                       .plan_full_len = (int64_t)c->plan_full_len, .last_commit = c->last_commit,
                       .t_start_wall = c->t_start_wall, .first_commit_wall = c->first_commit_wall,
                       .last_commit_wall = c->last_commit_wall, .epoch_t_fail = c->epoch_t_fail,
-                      .mono_to_wall = off};
+                      .mono_to_wall = off, .plan_t_ready = c->plan_t_ready,
+                      .plan_t_sent = c->plan_t_sent};
     memcpy(s->coord_host, c->a->host, strnlen(c->a->host, sizeof s->coord_host - 1));
 }
 
@@ -381,6 +383,8 @@ int ftrt__standby_restore(ftrt__coord *c, const void *payload, size_t len)
         c->members[l] = m;
     }
     double shift = (ftrt__wallclock() - ftrt__now()) - s.mono_to_wall;
+    if (s.plan_t_ready > 0) c->plan_t_ready = s.plan_t_ready - shift; /* a PLAN out: the MTTR */
+    if (s.plan_t_sent > 0) c->plan_t_sent = s.plan_t_sent - shift;    /* phases go on from it */
     if (get_incidents(c, p, s.ninc, -shift)) return -ENOMEM;
     p += (size_t)s.ninc * sizeof(ftrt__incident);
     return get_plans(c, p, (size_t)s.plan_delta_len, (size_t)s.plan_full_len);

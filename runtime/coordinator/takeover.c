@@ -140,8 +140,11 @@ int ftrt__takeover_begin(ftrt__coord *c, const ftrt__takeover_args *t)
     }
     c->maybe_done = 1;
     c->status_dirty |= 2;
-    ftrt_log_warn("standby world rank %d took over as the coordinator (term %d, epoch %d, %s): "
-                  "%d rank(s) expected back within %d ms", c->self, c->term, c->epoch,
+    ftrt_log_warn("standby world rank %d took over as the coordinator (term %d, epoch %d%s, "
+                  "%s): %d rank(s) expected back within %d ms", c->self, c->term, c->epoch,
+                  c->phase == PH_COLLECT    ? ", its recovery in flight: REPORTs awaited"
+                  : c->phase == PH_RESUMING ? ", its recovery in flight: PLAN out, RESUMEDs awaited"
+                                            : "",
                   t->by_silence ? "the coordinator fell silent" : "the coordinator's connection "
                   "closed", c->norphans, c->a->cfg->heartbeat_timeout_ms);
     return 0;

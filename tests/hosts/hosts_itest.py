@@ -162,6 +162,17 @@ def on_host(st, w, host):
     return r["host"] == host
 
 
+def h2_agent(job):
+    """ftrt-h2's two trainers (world ranks 2 and 3) and the host agent serving both, from the
+    status file now: checks that one agent serves both, in one of their processes. Returns
+    (the status entry of the rank whose process holds the agent, the other one's world rank)."""
+    st = job.status_json()
+    a = [r["host_agent"] for r in st["ranks"] if r["host"] == "ftrt-h2"]
+    check(len(a) == 2 and a[0] == a[1] and a[0] in (2, 3),
+          f"ftrt-h2's trainers (world 2, 3) share one host agent, in one of them ({a})")
+    return next(r for r in st["ranks"] if r["world_rank"] == a[0]), 5 - a[0]
+
+
 @h.case(CASES, timeout_s=120)
 def case_arrangement(args):
     """The hosts themselves: own hostnames and addresses, a cut link silences a host and a
@@ -377,12 +388,8 @@ def case_agentkill(args):
         before = sessions(hosts)
         job = hosts_job(args, hosts, "agentkill", spares=1).start()
         job.wait_trainer(1, 40)
-        st = job.status_json()
-        a = [r["host_agent"] for r in st["ranks"] if r["host"] == "ftrt-h2"]
-        check(len(a) == 2 and a[0] == a[1] and a[0] in (2, 3),
-              f"ftrt-h2's ranks (world 2, 3) share one host agent, in one of them ({a})")
-        victim = [r for r in st["ranks"] if r["world_rank"] == a[0]][0]
-        other = 5 - a[0]
+        victim, other = h2_agent(job)
+        agent = victim["world_rank"]
         job.inject(signal.SIGKILL, victim, "sigkill")
         st = job.wait_status(lambda s: s["ranks"][other]["host_agent"] is None
                              and s["ranks"][other]["state"] == "running", 20)
@@ -392,9 +399,9 @@ def case_agentkill(args):
         rep = job.load_report()
         print_failures(rep)
         fl = rep["failures"]
-        check(len(fl) == 1 and fl[0]["world_rank"] == a[0] and fl[0]["recovered"]
+        check(len(fl) == 1 and fl[0]["world_rank"] == agent and fl[0]["recovered"]
               and fl[0]["kind"] == "connection_lost" and fl[0]["spare_world_rank"] == 5,
-              f"one failure: world rank {a[0]} (the agent's process), connection lost, recovered "
+              f"one failure: world rank {agent} (the agent's process), connection lost, recovered "
               f"by the spare on ftrt-h3; world rank {other} not failed")
         check(same_bytes(job.params, r4), "final parameters byte-identical to the one-host run")
 
@@ -408,12 +415,7 @@ def case_hoststagger(args):
         job.env.update(FTRT_TEST_ORPHAN_GRACE_MS="4000", FTRT_DEBUG_RECOVERY_DELAY_MS="2000")
         job.start()
         job.wait_trainer(1, 40)
-        st = job.status_json()
-        a = [r["host_agent"] for r in st["ranks"] if r["host"] == "ftrt-h2"]
-        check(len(a) == 2 and a[0] == a[1] and a[0] in (2, 3),
-              f"ftrt-h2's trainers (world 2, 3) share one host agent, in one of them ({a})")
-        first = [r for r in st["ranks"] if r["world_rank"] == a[0]][0]
-        other = 5 - a[0]
+        first, other = h2_agent(job)
         job.inject(signal.SIGKILL, first, "sigkill")
         st = job.wait_status(lambda s: s["epoch"] == 1 and s["ranks"][other]["host_agent"] is None
                              and s["ranks"][other]["state"] != "dead", 20)
@@ -425,8 +427,8 @@ def case_hoststagger(args):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        print(f"  killed world rank {a[0]} (host agent), then world rank {other}, then "
-              f"{len(rest)} other process(es) of ftrt-h2", flush=True)
+        print(f"  killed world rank {first['world_rank']} (host agent), then world rank "
+              f"{other}, then {len(rest)} other process(es) of ftrt-h2", flush=True)
         run_to_end(job, hosts, 0, before)
         rep = job.load_report()
         print_failures(rep)

@@ -74,6 +74,25 @@ CASES = {
     # rank leaves and the relaunch resumes from the last committed checkpoint (the old path).
     "kill-coordinator-standby-off": (7, 2, [], [{"kind": "kill-coordinator", "at_step": 80}],
                                      ["--relaunch", "1"], {"FTRT_STANDBY": "0"}),
+    # The coordinator SIGKILLed with a recovery in flight: trainer logical rank 2 SIGKILLed,
+    # then the coordinator once the status file shows the epoch's FAILURE out and its PLAN not
+    # (the coordinator holds the PLAN 3 s after the FAILURE, FTRT_TEST_PLAN_DELAY_MS). The
+    # standby (world rank 6), which acknowledged the epoch before the FAILURE went out, takes
+    # over in PH_COLLECT: the survivors' REPORTs come again, it sends the PLAN, the other spare
+    # (world rank 5) replaces the trainer; one launch, exit 0, byte-identical (MID_RECOVERY).
+    "kill-coordinator-after-failure": (7, 2, [], [{"kind": "kill-trainer", "at_step": 80,
+                                                   "target": "trainer:2",
+                                                   "then": [{"kind": "kill-coordinator",
+                                                             "when": "failure-sent"}]}],
+                                       [], {"FTRT_TEST_PLAN_DELAY_MS": "3000"}),
+    # The same with the coordinator SIGKILLed once its PLAN went out, before every RESUMED (the
+    # survivors wait 3 s after the PLAN, FTRT_DEBUG_RECOVERY_DELAY_MS): the standby takes over
+    # in PH_RESUMING with the PLAN of its SYNC, the RESUMEDs come to it.
+    "kill-coordinator-after-plan": (7, 2, [], [{"kind": "kill-trainer", "at_step": 80,
+                                                "target": "trainer:2",
+                                                "then": [{"kind": "kill-coordinator",
+                                                          "when": "plan-sent"}]}],
+                                    [], {"FTRT_DEBUG_RECOVERY_DELAY_MS": "3000"}),
     "kill-beyond-spares": (6, 1, [], [{"kind": "kill-beyond-spares", "at_step": 80}],
                            ["--relaunch", "1"], {}),
     # A second failure while the first recovery's plan is being applied: the job must end
@@ -206,6 +225,49 @@ STATE_EXPECT = {"sharded-kill-trainer": ("replica", 60), "sharded-hang-trainer":
                 "kill-partners": ("checkpoint", 50), "corrupt-replica": ("checkpoint", 50)}
 
 
+# the coordinator killed with a recovery in flight: the stage the kill waited for, and the
+# standby's takeover line for the phase it restored (runtime/coordinator/takeover.c)
+MID_RECOVERY = {"kill-coordinator-after-failure": ("failure-sent", "REPORTs awaited"),
+                "kill-coordinator-after-plan": ("plan-sent", "PLAN out, RESUMEDs awaited")}
+
+
+def check_mid_recovery(name, v):
+    """A MID_RECOVERY case: the coordinator was killed in the stage it waited for, the standby
+    took over that recovery (its log line) and finished it: the trainer's failure recovered by
+    a spare, in the same launch. Raises Fail."""
+    when, phase = MID_RECOVERY[name]
+    kill = [i for i in v["injections"] if i["kind"] == "kill-coordinator"]
+    trainer = [m for i in v["injections"] if i["kind"] == "kill-trainer"
+               for m in i.get("measured", [])]
+    st = kill[0].get("status_at") if kill else None
+    print(f"status file at the coordinator's kill: {st}")
+    if not st or kill[0].get("when") != when:
+        raise Fail(f"the coordinator was not killed at {when!r}")
+    log = open(v["launches"][0]["log"], errors="replace").read()
+    took = [ln for ln in log.splitlines() if "took over as the coordinator" in ln]
+    print("\n".join(took))
+    if not any(phase in ln for ln in took):
+        raise Fail(f"no standby took over with the recovery in flight ({phase!r})")
+    rep = json.load(open(v["launches"][0]["report"]))
+    roles = [(f.get("role"), f.get("world_rank"), f.get("recovered"), f.get("spare_world_rank"),
+              f.get("epoch")) for f in rep["failures"]]
+    print(f"report failures (role, world rank, recovered, spare, epoch): {roles}")
+    tr = [f for f in rep["failures"] if f.get("role") == "trainer"]
+    co = [f for f in rep["failures"] if f.get("role") == "coordinator"]
+    if len(v["launches"]) != 1 or len(trainer) != 1 or len(tr) != 1 or len(co) != 1 or \
+            not tr[0].get("recovered") or tr[0].get("spare_world_rank", -1) < 0:
+        raise Fail("expected one launch, the trainer's failure recovered by a spare and the "
+                   "coordinator's takeover in its report")
+    # the recovery's MTTR phases span both coordinators (the old one's PLAN time from the
+    # SYNC): none negative, adding up to MTTR but for the messages in flight (at most 150 ms,
+    # as itest.py's PHASES_SLACK_S); a takeover has no phases (no PLAN)
+    ph, gap = tr[0].get("phases_ms") or {}, tr[0].get("phases_unaccounted_ms")
+    print(f"trainer's MTTR {tr[0]['mttr_s'] * 1e3:.1f} ms, phases {ph}, unaccounted {gap} ms")
+    if len(ph) != 5 or min(ph.values()) < 0 or gap is None or not -1e-3 <= gap <= 150 or \
+            co[0].get("phases_ms") is not None:
+        raise Fail("the MTTR phases of the recovery (or of the takeover) are wrong")
+
+
 def job_cmd(binary, np_, args):
     """mpirun of train_mlp with BASE + args (np_ ranks, coordinator and spares included)."""
     return h.mpirun_cmd(np_, [binary] + BASE + args)
@@ -234,6 +296,11 @@ def reference(a, args, trainers=4):
     return path
 
 
+# the wall clock (status file "updated", detected_at) against the monotonic one (MTTR): rounding
+# and an NTP slew (0.5 ms a second at most) between them
+SLACK_S = 0.002
+
+
 def check_ledger(d, v, live, steplog, metrics):
     """The goodput ledger against ground truth; every check is run and printed. True if all
     passed."""
@@ -244,16 +311,26 @@ def check_ledger(d, v, live, steplog, metrics):
         ok = ok and bool(cond)
         print(("  ok: " if cond else "  FAIL: ") + msg, flush=True)
     rep = json.load(open(os.path.join(d, "report.json")))
-    # 1. MTTD and MTTR next to what was seen from outside (status file, polled every 10 ms)
+    # 1. MTTD and MTTR against what was seen from outside: the detection and the recovery's
+    # end each lie between the write times of the last status file read without them and of
+    # the first read with them (ftrt-chaos's observe(): exact on any machine, however late this
+    # process polled; the polled times, late by the poll and the load, are printed only)
     meas = [m for i in v["injections"] for m in i.get("measured", [])]
     check(len(meas) == 2, f"two failures measured ({len(meas)})")
     for m in meas:
-        for what, rep_s, obs_s in (("MTTD", m["mttd_s"], m["observed_mttd_s"]),
-                                   ("MTTR", m["mttr_s"], m["observed_mttr_s"])):
-            tol = max(0.10 * obs_s, 0.020) if obs_s is not None else 0
-            check(obs_s is not None and abs(rep_s - obs_s) <= tol,
-                  f"{m['detect_kind']} {what}: reported {rep_s * 1e3:.1f} ms, observed "
-                  f"{(obs_s or 0) * 1e3:.1f} ms (tolerance {tol * 1e3:.0f} ms)")
+        det, inj = m["detected_at"], m["injected_at"]
+        end = det + (m["mttr_s"] or 0)
+        for what, at, br in (("detection", det, m.get("failed_written")),
+                             ("recovery's end", end, m.get("resumed_written"))):
+            lo, hi = (br or [None, None])
+            lo = inj if lo is None or lo < inj else lo
+            check(hi is not None and lo - SLACK_S < at <= hi + SLACK_S,
+                  f"{m['detect_kind']} {what}: reported at +{(at - inj) * 1e3:.1f} ms, status "
+                  f"file written without it at +{(lo - inj) * 1e3:.1f} ms and with it at "
+                  + (f"+{(hi - inj) * 1e3:.1f} ms" if hi is not None else "- (never seen)"))
+        print(f"  (polled: MTTD {(m['observed_mttd_s'] or 0) * 1e3:.1f} ms, MTTR "
+              f"{(m['observed_mttr_s'] or 0) * 1e3:.1f} ms; reported {m['mttd_s'] * 1e3:.1f}, "
+              f"{(m['mttr_s'] or 0) * 1e3:.1f} ms)", flush=True)
     # 2. rework steps: steps completed in more than one epoch, from the example's step log
     epochs = {}
     for line in open(steplog):
@@ -383,6 +460,8 @@ def run_case(name, a):
         print(f"state_from of the lost trainer: {got} (expected peers)")
         if got != ["peers"]:
             raise Fail("expected the lost trainer's device state from the survivors (peers)")
+    if name in MID_RECOVERY:
+        check_mid_recovery(name, v)
     if name == "fail-during-recovery":
         first = v["launches"][0]
         kill2 = [i for i in v["injections"] if i["launch"] == 0][-1]["time"]

@@ -266,6 +266,21 @@ static void delta_without_membership(void **state)
     assert_int_equal(ftrt__interrupted(f->ctx), FTRT_ECOORD);
 }
 
+/* The fake coordinator's end of the rank's connection closes (the process at the other end
+ * died); the rank must connect again to listener lfd (the coordinator's, or a standby's), say
+ * HELLO as world rank 3 and send its newest REPORT again, received into *got. */
+static void reconnects(fixture *f, int lfd, ftrt__report *got)
+{
+    close(f->coord_fd);
+    ftrt__rx_free(&f->rx);
+    f->coord_fd = accept(lfd, NULL, NULL);
+    assert_true(f->coord_fd >= 0);
+    ftrt__hello hello;
+    assert_true(coord_recv(f, FTRT__MSG_HELLO, &hello, sizeof hello));
+    assert_int_equal(hello.world_rank, 3);
+    assert_true(coord_recv(f, FTRT__MSG_REPORT, got, sizeof *got));
+}
+
 /* Served by a host agent (HOSTED) that dies with a REPORT in flight: the rank connects to the
  * coordinator directly, says HELLO again and sends its REPORT again; the job goes on (no fatal
  * code, the epoch change still pending). */
@@ -283,14 +298,7 @@ static void host_agent_lost(void **state)
     assert_int_equal(ftrt__agent_send(ctx, FTRT__MSG_REPORT, &rep, sizeof rep), 0);
     ftrt__report got;
     assert_true(coord_recv(f, FTRT__MSG_REPORT, &got, sizeof got));
-    close(f->coord_fd); /* the host agent's process died */
-    ftrt__rx_free(&f->rx);
-    f->coord_fd = accept(f->listen_fd, NULL, NULL);
-    assert_true(f->coord_fd >= 0);
-    ftrt__hello hello;
-    assert_true(coord_recv(f, FTRT__MSG_HELLO, &hello, sizeof hello));
-    assert_int_equal(hello.world_rank, 3);
-    assert_true(coord_recv(f, FTRT__MSG_REPORT, &got, sizeof got));
+    reconnects(f, f->listen_fd, &got); /* the host agent's process died */
     assert_int_equal(got.steps_done, 41);
     assert_int_equal(got.epoch, 1);
     assert_int_equal(ftrt__interrupted(ctx), FTRT_ERECOVER); /* not FTRT_ECOORD */
@@ -324,14 +332,7 @@ static void coordinator_lost_to_standby(void **state)
     assert_int_equal(ftrt__agent_send(ctx, FTRT__MSG_REPORT, &rep, sizeof rep), 0);
     ftrt__report got;
     assert_true(coord_recv(f, FTRT__MSG_REPORT, &got, sizeof got)); /* (NEXT_COORD read first) */
-    close(f->coord_fd); /* the coordinator died */
-    ftrt__rx_free(&f->rx);
-    f->coord_fd = accept(sfd, NULL, NULL);
-    assert_true(f->coord_fd >= 0);
-    ftrt__hello hello;
-    assert_true(coord_recv(f, FTRT__MSG_HELLO, &hello, sizeof hello));
-    assert_int_equal(hello.world_rank, 3);
-    assert_true(coord_recv(f, FTRT__MSG_REPORT, &got, sizeof got));
+    reconnects(f, sfd, &got); /* the coordinator died */
     assert_int_equal(got.steps_done, 17);
     assert_int_equal(ftrt__interrupted(ctx), 0); /* not FTRT_ECOORD */
     close(sfd);

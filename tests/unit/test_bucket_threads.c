@@ -393,14 +393,46 @@ static ftrt_bucketer *three(fx *f, rec *log)
     return b;
 }
 
+/* The arrangement of the cases below (cmocka setup and teardown): three()'s bucketer on a
+ * plane of 2 trainers with fake ports, its submissions logged, the tensors' data. */
+typedef struct tri {
+    fx f;
+    rec log;
+    ftrt_bucketer *b;
+    float t[3][4];
+} tri;
+
+static int tri_setup(void **state)
+{
+    tri *x = calloc(1, sizeof *x);
+    if (!x) return -1;
+    fx_init(&x->f, 2);
+    x->b = three(&x->f, &x->log);
+    *state = x;
+    return 0;
+}
+
+static int tri_teardown(void **state)
+{
+    tri *x = *state;
+    assert_int_equal(ftrt_bucketer_free(x->b), 0);
+    t_host_destroy(&x->f.th);
+    free(x);
+    return 0;
+}
+
+/* A whole step on the owner's thread: every tensor ready, the last first, and wait_all. */
+static void full_step(tri *x)
+{
+    for (int i = 2; i >= 0; i--) assert_int_equal(ftrt_bucketer_ready(x->b, i, x->t[i]), 0);
+    assert_int_equal(ftrt_bucketer_wait_all(x->b), 0);
+}
+
 static void double_posts(void **state)
 {
-    (void)state;
-    fx f;
-    fx_init(&f, 2);
-    rec log = {0};
-    ftrt_bucketer *b = three(&f, &log);
-    float t[3][4] = {{0}};
+    tri *x = *state;
+    ftrt_bucketer *b = x->b;
+    float(*t)[4] = x->t;
     pthread_barrier_t go;
     pthread_barrier_init(&go, NULL, 2);
     for (int round = 0; round < 20; round++) { /* two threads post tensor 1: one wins */
@@ -417,7 +449,7 @@ static void double_posts(void **state)
         assert_int_equal(ftrt_bucketer_wait_all(b), 0); /* applies the post of tensor 0 */
     }
     pthread_barrier_destroy(&go);
-    assert_int_equal(log.nsub, 20 * 3);
+    assert_int_equal(x->log.nsub, 20 * 3);
     /* Bad arguments: nothing posted. */
     assert_int_equal(ftrt_bucketer_ready_from_any_thread(NULL, 0, t[0]), FTRT_EINVAL);
     assert_int_equal(ftrt_bucketer_ready_from_any_thread(b, 3, t[0]), FTRT_EINVAL);
@@ -425,9 +457,7 @@ static void double_posts(void **state)
     assert_int_equal(ftrt_bucketer_ready_from_any_thread(b, 0, NULL), FTRT_EINVAL);
     assert_int_equal(ftrt_bucketer_drain(NULL), FTRT_EINVAL);
     assert_int_equal(ftrt_bucketer_drain(b), 0);
-    assert_int_equal(log.nsub, 20 * 3);
-    assert_int_equal(ftrt_bucketer_free(b), 0);
-    t_host_destroy(&f.th);
+    assert_int_equal(x->log.nsub, 20 * 3);
 }
 
 /* A post and a ready() of the same tensor that cross: the post claimed the tensor's mark, then
@@ -435,86 +465,68 @@ static void double_posts(void **state)
  * step's error, FTRT_EINVAL, from the drain, the posts after it and wait_all (after waiting). */
 static void crossing_post_and_ready(void **state)
 {
-    (void)state;
-    fx f;
-    fx_init(&f, 2);
-    rec log = {0};
-    ftrt_bucketer *b = three(&f, &log);
-    float t[3][4] = {{0}};
+    tri *x = *state;
+    ftrt_bucketer *b = x->b;
+    float(*t)[4] = x->t;
     unsigned gen = ftrt__bucketer_gen(b);
     assert_int_equal(ftrt_bucketer_ready(b, 2, t[2]), 0);
     assert_int_equal(ftrt__bucketer_enqueue(b, 2, t[2], gen), 0);
     assert_int_equal(ftrt_bucketer_drain(b), FTRT_EINVAL);
     assert_int_equal(post_from_thread(b, 1, t[1]), FTRT_EINVAL); /* posted; the step failed */
     assert_int_equal(ftrt_bucketer_ready(b, 0, t[0]), FTRT_EINVAL);
-    assert_int_equal(log.nsub, 3); /* the data is reduced all the same */
+    assert_int_equal(x->log.nsub, 3); /* the data is reduced all the same */
     assert_int_equal(ftrt_bucketer_wait_all(b), FTRT_EINVAL);
-    for (int i = 2; i >= 0; i--) assert_int_equal(ftrt_bucketer_ready(b, i, t[i]), 0);
-    assert_int_equal(ftrt_bucketer_wait_all(b), 0); /* the next step is clean */
-    assert_int_equal(ftrt_bucketer_free(b), 0);
-    t_host_destroy(&f.th);
+    full_step(x); /* the next step is clean */
 }
 
 static void late_posts_are_dropped(void **state)
 {
-    (void)state;
-    fx f;
-    fx_init(&f, 2);
-    rec log = {0};
-    ftrt_bucketer *b = three(&f, &log);
-    float t[3][4] = {{0}};
+    tri *x = *state;
+    ftrt_bucketer *b = x->b;
+    float(*t)[4] = x->t;
     /* Posted, then the step is abandoned before the owner looked: dropped by reset(). */
     assert_int_equal(post_from_thread(b, 0, t[0]), 0);
     assert_int_equal(ftrt_bucketer_reset(b), 0);
-    assert_int_equal(log.nsub, 0);
+    assert_int_equal(x->log.nsub, 0);
     assert_int_equal(ftrt_bucketer_ready(b, 0, t[0]), 0); /* not ready in the new step */
     assert_int_equal(ftrt_bucketer_reset(b), 0);
     /* A poster that read the generation before the step ended and queued after: dropped when
      * the owner looks, and counted; the step goes on without it. */
     unsigned old = ftrt__bucketer_gen(b);
-    for (int i = 2; i >= 0; i--) assert_int_equal(ftrt_bucketer_ready(b, i, t[i]), 0);
-    assert_int_equal(ftrt_bucketer_wait_all(b), 0);
-    assert_int_equal(log.nsub, 3);
+    full_step(x);
+    assert_int_equal(x->log.nsub, 3);
     assert_int_equal(ftrt__bucketer_enqueue(b, 0, t[0], old), 0);
     assert_int_equal(ftrt_bucketer_drain(b), 0);
     assert_int_equal(ftrt__bucketer_stale_posts(b), 1);
-    assert_int_equal(log.nsub, 3);
+    assert_int_equal(x->log.nsub, 3);
     assert_int_equal(ftrt_bucketer_wait_all(b), FTRT_ESTATE); /* tensor 0 is not ready */
-    for (int i = 2; i >= 0; i--) assert_int_equal(ftrt_bucketer_ready(b, i, t[i]), 0);
-    assert_int_equal(ftrt_bucketer_wait_all(b), 0);
-    assert_int_equal(ftrt_bucketer_free(b), 0);
-    t_host_destroy(&f.th);
+    full_step(x);
 }
 
 /* An epoch change that the owner meets while applying posts is the step's error: the posts
  * after it return FTRT_ERECOVER to their threads, and wait_all returns it to the owner. */
 static void epoch_change_reaches_posters(void **state)
 {
-    (void)state;
-    fx f;
-    fx_init(&f, 2);
-    rec log = {0};
-    ftrt_bucketer *b = three(&f, &log);
-    float t[3][4] = {{0}};
+    tri *x = *state;
+    ftrt_bucketer *b = x->b;
+    float(*t)[4] = x->t;
     assert_int_equal(post_from_thread(b, 2, t[2]), 0);
     assert_int_equal(ftrt_bucketer_drain(b), 1);
-    assert_int_equal(log.nsub, 1);
-    t_watch_announce(&f.w, 1); /* a rank failed */
+    assert_int_equal(x->log.nsub, 1);
+    t_watch_announce(&x->f.w, 1); /* a rank failed */
     assert_int_equal(post_from_thread(b, 1, t[1]), 0); /* the owner has not looked yet */
     assert_int_equal(ftrt_bucketer_drain(b), FTRT_ERECOVER); /* bucket 1 cannot start */
-    assert_int_equal(log.nsub, 1);
+    assert_int_equal(x->log.nsub, 1);
     assert_int_equal(post_from_thread(b, 0, t[0]), FTRT_ERECOVER);
     assert_int_equal(ftrt_bucketer_wait_all(b), FTRT_ERECOVER);
-    assert_int_equal(f.w.needs_recover, 1);
+    assert_int_equal(x->f.w.needs_recover, 1);
     /* The next step starts clean for the posters. */
     assert_int_equal(ftrt_bucketer_reset(b), 0);
-    f.w.epoch = 1;
-    f.w.needs_recover = 0;
+    x->f.w.epoch = 1;
+    x->f.w.needs_recover = 0;
     for (int i = 2; i >= 0; i--) assert_int_equal(post_from_thread(b, i, t[i]), 0);
     assert_int_equal(ftrt_bucketer_wait_all(b), 0);
-    assert_int_equal(log.nsub, 4);
-    assert_int_equal(ftrt_bucketer_free(b), 0);
-    t_host_destroy(&f.th);
+    assert_int_equal(x->log.nsub, 4);
 }
 
 int main(void)
@@ -522,10 +534,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(engine_posters_match_single_thread),
         cmocka_unit_test(device_posters_match_host_reference),
-        cmocka_unit_test(double_posts),
-        cmocka_unit_test(crossing_post_and_ready),
-        cmocka_unit_test(late_posts_are_dropped),
-        cmocka_unit_test(epoch_change_reaches_posters),
+        cmocka_unit_test_setup_teardown(double_posts, tri_setup, tri_teardown),
+        cmocka_unit_test_setup_teardown(crossing_post_and_ready, tri_setup, tri_teardown),
+        cmocka_unit_test_setup_teardown(late_posts_are_dropped, tri_setup, tri_teardown),
+        cmocka_unit_test_setup_teardown(epoch_change_reaches_posters, tri_setup, tri_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -55,21 +55,34 @@ class Chaos(Injector, Verdict):
     def observe(self, st):
         """Ground truth seen from outside the runtime, in the status file (rewritten at once on
         every membership change): when each victim shows as failed, and when the job runs
-        again in a newer epoch."""
+        again in a newer epoch; each both as read here (seen_*: late by this poll's period and
+        by however long a busy machine kept this process from running) and as bracketed by
+        the status file's own write times ("updated"): *_written = [the write time of the last
+        file read without it (None: none read since the injection), that of the first read
+        with it]. The event lies inside its bracket whatever the polling's delays: a file
+        written after it shows it, one written before does not (one loop writes it)."""
         if not st:
             return
         t = now()
+        upd = st.get("updated")
         roles = {r["pid"]: r["role"] for r in st.get("ranks", [])}
         with self.lock:
             for inj in self.injections:
                 if inj["launch"] != len(self.launches) or not inj.get("targets"):
                     continue
                 for tg in inj["targets"]:
-                    if roles.get(tg["pid"]) == "failed" and "seen_failed" not in tg:
+                    if roles.get(tg["pid"]) != "failed":
+                        tg["unfailed_written"] = upd
+                    elif "seen_failed" not in tg:
                         tg["seen_failed"] = t
-                if "seen_resumed" not in inj and st.get("job") == "running" and \
-                        st.get("epoch", 0) > inj.get("epoch_before", 0):
+                        tg["failed_written"] = [tg.get("unfailed_written"), upd]
+                running = st.get("job") == "running" and \
+                    st.get("epoch", 0) > inj.get("epoch_before", 0)
+                if not running:
+                    inj["unresumed_written"] = upd
+                elif "seen_resumed" not in inj:
                     inj["seen_resumed"] = t
+                    inj["resumed_written"] = [inj.get("unresumed_written"), upd]
         self.observe_exits()
 
     def observe_exits(self):

@@ -16,7 +16,11 @@ ground truth, nothing committed lost. Exit status: 0 when every check passed, 1 
 Plan (JSON): {"faults": [{"kind": K, "at_step": N | "at_s": T, "target": "trainer:2"}, ...]}
   at_step: when some trainer has done N steps (status file); at_s: seconds after the job runs.
   An entry may carry "then": [more entries], injected right after it, each after its optional
-  "delay_s" (e.g. corrupt, then kill the coordinator so that the relaunch has to restore).
+  "delay_s" (e.g. corrupt, then kill the coordinator so that the relaunch has to restore)
+  and its optional "when", a recovery stage the status file must show first (up to 30 s, else
+  skipped): "failure-sent" (the current epoch's FAILURE went out, its PLAN not yet: with
+  FTRT_TEST_PLAN_DELAY_MS the coordinator holds the PLAN), "plan-sent" (its PLAN went out, the
+  job still recovering: FTRT_DEBUG_RECOVERY_DELAY_MS holds the survivors' RESUMEDs).
 Kinds: kill-trainer, kill-spare, kill-two-trainers, hang-trainer (SIGSTOP), pause-trainer
   (SIGSTOP, then SIGCONT after --pause-ms: must NOT be declared failed), kill-during-ckpt,
   corrupt-shard (bit flip in the newest committed shard, once an older committed step exists

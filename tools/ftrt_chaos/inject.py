@@ -10,6 +10,7 @@ import time
 
 from .common import HOST_KINDS, alive, committed_steps, fill, latest_step, now
 from .hosts import WriteWatch
+from .plan import WHEN
 
 
 class Injector:
@@ -82,7 +83,8 @@ class Injector:
         return os.path.join(d, shards[0]) if shards else None
     def inject(self, f):
         """Injects plan entry f (its kind's handler), then its "then" entries, each after its
-        optional delay_s. A handler returns True when the "then" entries follow (not after a
+        optional delay_s and, with "when", once the status file shows that recovery stage
+        (wait_when). A handler returns True when the "then" entries follow (not after a
         skip, nor after a kill during a checkpoint write, as before the split)."""
         handler = self.HANDLERS.get(f["kind"])
         if handler is None:
@@ -91,7 +93,31 @@ class Injector:
             return None
         for sub in f.get("then", []):
             time.sleep(sub.get("delay_s", 0))
+            seen = self.wait_when(sub)
+            if seen is None:
+                continue
+            n = len(self.injections)
             self.inject(sub)
+            if seen and len(self.injections) > n:  # the status file the injection followed
+                self.injections[n]["when"] = sub["when"]
+                self.injections[n]["status_at"] = seen
+        return None
+
+    def wait_when(self, f, timeout_s=30.0):
+        """f's "when" (plan.WHEN: a recovery stage, as the status file shows it) reached:
+        polls the status file every 2 ms while the launch runs, up to timeout_s. Returns {} when
+        f has no "when", the status file's recovery fields then, or None after a skip."""
+        want = f.get("when")
+        if want is None:
+            return {}
+        deadline = now() + timeout_s
+        while now() < deadline and self.job.poll() is None:
+            st = self.st()
+            if st and WHEN[want](st):
+                return {k: st.get(k) for k in ("job", "epoch", "failure_sent_epoch",
+                                               "plan_sent_epoch")}
+            time.sleep(0.002)
+        self.skip(f["kind"], f"the status file never showed {want!r}")
         return None
 
     def inject_signal_trainer(self, f, st):

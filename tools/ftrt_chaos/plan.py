@@ -25,7 +25,28 @@ def load(path):
     if bad:
         raise PlanError(f"--plan {path}: unknown fault kind(s) {bad}; known: "
                         f"{', '.join(KINDS + HOST_KINDS)}")
+    check_when(plan, f"--plan {path}")
     return plan
+
+
+# "when" of a "then" entry: the recovery stage (status file) it waits for, as a predicate
+WHEN = {
+    # the FAILURE of the current epoch went out, its PLAN not yet
+    "failure-sent": lambda st: st.get("job") == "recovering" and
+    st.get("failure_sent_epoch", 0) == st.get("epoch") > st.get("plan_sent_epoch", 0),
+    # the PLAN of the current epoch went out, the members not all resumed yet
+    "plan-sent": lambda st: st.get("job") == "recovering" and
+    st.get("plan_sent_epoch", 0) == st.get("epoch", -1),
+}
+
+
+def check_when(plan, where):
+    """Raises PlanError for a "when" that WHEN does not know, in plan or its "then" entries."""
+    for f in plan:
+        w = f.get("when")
+        if w is not None and w not in WHEN:
+            raise PlanError(f"{where}: unknown \"when\" {w!r}; known: {', '.join(WHEN)}")
+        check_when(f.get("then", []), where)
 
 
 def random_plan(a, rng):

@@ -132,6 +132,9 @@ class Verdict:
              "observed_mttd_s": (seen - inj["time"]) if seen else None,
              "observed_mttr_s": (inj["seen_resumed"] - seen)
              if seen and inj.get("seen_resumed") else None,
+             "detected_at": f["detected_at"], "injected_at": inj["time"],
+             "failed_written": t.get("failed_written"),
+             "resumed_written": inj.get("resumed_written"),
              "state_from": f.get("state_from"), "replica_miss": f.get("replica_miss"),
              "resume_step": f.get("resume_step"), "rework_steps": f.get("rework_steps")})
 
