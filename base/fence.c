@@ -51,10 +51,17 @@ int ftrt__peer_process(int fd, pid_t *pid, int *pidfd)
     *pid = cred.pid;
     if (cred.pid <= 0) return 0;
     *pidfd = sys_pidfd_open(cred.pid);
-    if (*pidfd < 0 && errno == ENOSYS && !atomic_flag_test_and_set(&told))
+    if (*pidfd >= 0) return 0;
+    if (errno == ESRCH) {
+        *pid = 0; /* gone already: its pid must never be signalled */
+    } else if (errno != ENOSYS) {
+        ftrt_log_warn("pidfd_open(%d): %s: that process will be fenced by pid", (int)cred.pid,
+                      ftrt_strerror(-errno));
+    } else if (!atomic_flag_test_and_set(&told)) {
         ftrt_log_warn("pidfd_open: not in this kernel (ENOSYS, Linux < 5.3): ranks are fenced "
                       "with kill() by pid, which could hit another process if the pid was "
                       "reused");
+    }
     return 0;
 }
 

@@ -17,10 +17,12 @@
 /* The process at the other end of the connected Unix socket fd: *pid from SO_PEERCRED (the
  * process that called connect()) and *pidfd, a pidfd for it from pidfd_open(2) (Linux >= 5.3;
  * close-on-exec; the caller owns it and closes it), or -1 where the kernel has no pidfd_open
- * (ENOSYS: then logged once per process, and ftrt__fence falls back to kill() by pid) or the
- * process is gone already. The pid is read when the socket is accepted, within microseconds
- * of the peer's connect(); a peer that died in that window and whose pid was reused at once
- * would be the one exposed. Returns 0, or -errno when SO_PEERCRED fails (*pid 0, *pidfd -1).
+ * (ENOSYS: then logged once per process, and ftrt__fence falls back to kill() by pid; another
+ * error of pidfd_open is logged, with the same fallback). A peer gone already (ESRCH) gets
+ * *pid 0 too: its pid is never signalled. The pid is read when the socket is accepted, within
+ * microseconds of the peer's connect(); a peer that died in that window and whose pid was
+ * reused at once would be the one exposed. Returns 0, or -errno when SO_PEERCRED fails (*pid
+ * 0, *pidfd -1).
  * Thread-safe. */
 int ftrt__peer_process(int fd, pid_t *pid, int *pidfd);
 

@@ -350,7 +350,8 @@ static pid_t fork_rank(fixture *f, int w, int eof_exits)
     ftrt__hello got;
     while (rw != w) {
         assert_true(next_msg(&f->coord, 0, &h, buf, sizeof buf));
-        if (h.type == FTRT__MSG_RELAY && relayed(buf, h.len, &rw, &got, sizeof got) != FTRT__MSG_HELLO)
+        if (h.type == FTRT__MSG_RELAY &&
+            relayed(buf, h.len, &rw, &got, sizeof got) != FTRT__MSG_HELLO)
             rw = 0;
     }
     return pid;
