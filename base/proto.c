@@ -23,7 +23,7 @@ static size_t fixed_size(uint32_t type)
     case FTRT__MSG_FAILURE: return sizeof(ftrt__failure_msg);
     case FTRT__MSG_HOST_HELLO: return sizeof(ftrt__hello);
     case FTRT__MSG_RANK_LOST: return sizeof(ftrt__rank_lost);
-    case FTRT__MSG_CUT: return sizeof(ftrt__relay);
+    case FTRT__MSG_CUT: return sizeof(ftrt__cut);
     case FTRT__MSG_STANDBY_AT:
     case FTRT__MSG_NEXT_COORD: return sizeof(ftrt__coord_at);
     case FTRT__MSG_STANDBY:

@@ -65,7 +65,8 @@ enum ftrt__msg_type {
     FTRT__MSG_COORD_LOST,     /* host agent -> rank: the coordinator is lost (epoch_msg: value
                                  FTRT_ECOORD; epoch 2 by silence, 1 by EOF) */
     FTRT__MSG_CUT,            /* coord -> host agent: close this rank's socket, the coordinator
-                                 declared it failed (ftrt__relay, nothing after it) */
+                                 declared it failed or it left the agent; with fence, SIGKILL
+                                 its process too (ftrt__cut) */
     /* the standby coordinator (runtime/coordinator/standby.c; docs/detection-and-recovery.md
      * "Standby coordinator") */
     FTRT__MSG_STANDBY,        /* coord -> spare: be the standby (epoch_msg: value = the
@@ -307,6 +308,14 @@ typedef struct ftrt__relay {
     int32_t world_rank;
     int32_t pad;
 } ftrt__relay;
+
+/* CUT: the rank whose socket the host agent closes; fence 1: the coordinator fences it (it
+ * was declared failed and may still be alive), and the agent sends its process SIGKILL
+ * (base/fence.h). The same size as ftrt__relay, whose pad was 0. */
+typedef struct ftrt__cut {
+    int32_t world_rank;
+    int32_t fence;
+} ftrt__cut;
 
 /* MULTI: this prefix with n world ranks (all of the receiving host agent), then one whole
  * message for each of them. */

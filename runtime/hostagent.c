@@ -16,7 +16,11 @@
  *     once): RANK_LOST goes out without waiting, with no coordinator in the detection's path;
  *     one silent for the heartbeat timeout is reported too, and cut off;
  *   - a rank the coordinator declared failed (CUT) has its socket closed: it learns it as it
- *     would from the coordinator's own connection;
+ *     would from the coordinator's own connection; a CUT with fence also SIGKILLs its process
+ *     through the pidfd taken when it connected (base/fence.h), which is how a failed rank of
+ *     another host than the coordinator's is fenced; one the agent reported silent or
+ *     malformed keeps its pidfd until the coordinator's CUT says whether to fence it. The
+ *     agent's own process is never fenced from inside;
  *   - a coordinator lost (EOF, silence for the heartbeat timeout) is told to every rank
  *     (COORD_LOST), and the agent ends.
  * Its own death (its process died) closes the local socket under every rank of the host: each
@@ -35,6 +39,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "base/fence.h"
 #include "base/log.h"
 #include "runtime/internal.h"
 
@@ -46,7 +51,17 @@ typedef struct local {
     int has_hb;
     double last_heard; /* monotonic */
     ftrt__heartbeat hb;
+    pid_t pid;         /* its process (SO_PEERCRED), 0 if unknown */
+    int pidfd;         /* a pidfd for it, or -1 (base/fence.h) */
 } local;
+
+/* A rank reported lost while it may still be alive (silent, malformed): its socket is closed,
+ * its process kept until the coordinator's CUT says whether to fence it. */
+typedef struct unjudged {
+    int w;
+    pid_t pid;
+    int pidfd;
+} unjudged;
 
 struct ftrt__hostagent {
     ftrt__hostagent_args a;
@@ -56,6 +71,8 @@ struct ftrt__hostagent {
     ftrt__txbuf urgent, lazy; /* to the coordinator: now / with the next HOST_BEAT */
     local *loc;
     int nloc, cap;
+    unjudged *uj;             /* reported lost, awaiting their CUT */
+    int nuj, ujcap;
     int hb_ms;                /* the period the coordinator's WELCOMEs ask for */
     int term;                 /* the newest coordinator term seen: older ones are refused */
     int lost_by_silence;      /* the coordinator was lost by silence, not EOF */
@@ -109,12 +126,32 @@ static void beat(struct ftrt__hostagent *ha)
 static void drop_local(struct ftrt__hostagent *ha, int i)
 {
     close(ha->loc[i].fd);
+    if (ha->loc[i].pidfd >= 0) close(ha->loc[i].pidfd);
     ftrt__rx_free(&ha->loc[i].rx);
     ha->loc[i] = ha->loc[--ha->nloc];
 }
 
+/* Keeps rank slot l's process (its pidfd moves out of the slot) until the coordinator's CUT
+ * for it. Without room it is forgotten: the rank is then not fenced (logged). */
+static void await_cut(struct ftrt__hostagent *ha, local *l)
+{
+    if (ha->nuj == ha->ujcap) {
+        int nc = ha->ujcap ? 2 * ha->ujcap : 4;
+        unjudged *n = realloc(ha->uj, (size_t)nc * sizeof *n);
+        if (!n) {
+            ftrt_log_warn("host agent: out of memory: world rank %d will not be fenced", l->w);
+            return;
+        }
+        ha->uj = n;
+        ha->ujcap = nc;
+    }
+    ha->uj[ha->nuj++] = (unjudged){.w = l->w, .pid = l->pid, .pidfd = l->pidfd};
+    l->pidfd = -1;
+}
+
 /* Rank slot i is gone: its socket closed, a send to it failed, or it was silent or malformed.
- * Reported unless it said BYE (or never said HELLO). */
+ * Reported unless it said BYE (or never said HELLO); one that may still be alive (not a closed
+ * socket: its process died) awaits the coordinator's CUT. */
 static void lose_local(struct ftrt__hostagent *ha, int i, int why)
 {
     local *l = &ha->loc[i];
@@ -124,8 +161,28 @@ static void lose_local(struct ftrt__hostagent *ha, int i, int why)
                       why == FTRT__LOST_CLOSED   ? "closed its socket without BYE (it died)"
                       : why == FTRT__LOST_SILENT ? "fell silent"
                                                  : "sent a malformed message");
+        if (why != FTRT__LOST_CLOSED) await_cut(ha, l);
     }
     drop_local(ha, i);
+}
+
+/* The coordinator's CUT for world rank w: its socket closed (if still open) and, with fence,
+ * its process SIGKILLed (never this process: ftrt__fence refuses). */
+static void cut_local(struct ftrt__hostagent *ha, int w, int fence)
+{
+    for (int i = 0; i < ha->nloc; i++)
+        if (ha->loc[i].w == w) { /* declared failed: no report of its close */
+            if (fence) ftrt__fence(w, ha->loc[i].pid, ha->loc[i].pidfd, "host agent");
+            drop_local(ha, i);
+            return;
+        }
+    for (int j = 0; j < ha->nuj; j++)
+        if (ha->uj[j].w == w) {
+            if (fence) ftrt__fence(w, ha->uj[j].pid, ha->uj[j].pidfd, "host agent");
+            if (ha->uj[j].pidfd >= 0) close(ha->uj[j].pidfd);
+            ha->uj[j] = ha->uj[--ha->nuj];
+            return;
+        }
 }
 
 static void accept_locals(struct ftrt__hostagent *ha)
@@ -147,7 +204,9 @@ static void accept_locals(struct ftrt__hostagent *ha)
             ha->loc = n;
             ha->cap = nc;
         }
-        ha->loc[ha->nloc++] = (local){.fd = fd, .last_heard = ftrt__now()};
+        local *l = &ha->loc[ha->nloc++];
+        *l = (local){.fd = fd, .last_heard = ftrt__now()};
+        ftrt__peer_process(fd, &l->pid, &l->pidfd); /* (unknown: such a rank is not fenced) */
     }
 }
 
@@ -253,13 +312,9 @@ static int up_msg(struct ftrt__hostagent *ha, const ftrt__msghdr *h, const void 
     switch (h->type) {
     case FTRT__MSG_PING: return 0;
     case FTRT__MSG_CUT: {
-        ftrt__relay cut;
+        ftrt__cut cut;
         memcpy(&cut, p, sizeof cut);
-        for (int i = 0; i < ha->nloc; i++)
-            if (ha->loc[i].w == cut.world_rank) { /* declared failed: no report of its close */
-                drop_local(ha, i);
-                break;
-            }
+        cut_local(ha, cut.world_rank, cut.fence);
         return 0;
     }
     case FTRT__MSG_RELAY:
@@ -395,6 +450,9 @@ static void hostagent_free(struct ftrt__hostagent *ha)
         if (ha->wake[i] >= 0) close(ha->wake[i]);
     while (ha->nloc > 0) drop_local(ha, ha->nloc - 1);
     free(ha->loc);
+    for (int j = 0; j < ha->nuj; j++)
+        if (ha->uj[j].pidfd >= 0) close(ha->uj[j].pidfd);
+    free(ha->uj);
     ftrt__rx_free(&ha->up_rx);
     ftrt__tx_free(&ha->urgent);
     ftrt__tx_free(&ha->lazy);

@@ -106,14 +106,24 @@ void ftrt__coord_drop(ftrt__coord *c, int w)
     r->fd = -1;
     ftrt__rx_free(&r->rx);
     if (r->link >= 0) { /* its host agent closes its socket (it may still be alive) */
-        ftrt__relay cut = {.world_rank = w};
-        if (c->hl[r->link].fd >= 0) ftrt__msg_send(c->hl[r->link].fd, FTRT__MSG_CUT, &cut, sizeof cut);
+        if (!r->cut) ftrt__host_cut(c, w, 0);
         c->hl[r->link].nranks--;
     }
     r->link = -1;
+    r->cut = 0;
     if (r->orphan_until > 0) c->norphans--;
     r->orphan_until = 0;
     r->orphan_coord = 0;
+}
+
+int ftrt__host_cut(ftrt__coord *c, int w, int fence)
+{
+    ftrt__crank *r = &c->r[w];
+    if (r->link < 0 || c->hl[r->link].fd < 0) return 0;
+    ftrt__cut cut = {.world_rank = w, .fence = fence};
+    ftrt__msg_send(c->hl[r->link].fd, FTRT__MSG_CUT, &cut, sizeof cut);
+    r->cut |= fence;
+    return 1;
 }
 
 void ftrt__host_drop(ftrt__coord *c, int h)

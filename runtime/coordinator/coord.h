@@ -69,6 +69,8 @@ typedef struct ftrt__hlink {
 typedef struct ftrt__crank {
     int fd;             /* its own connection (TCP, or Unix on the coordinator's host), or -1 */
     int link;           /* else the host agent serving it (index into c->hl), or -1 */
+    int cut;            /* its host agent was sent a CUT with fence (ftrt__job_fence): the
+                           drop sends no second one */
     ftrt__rxbuf rx;
     int hello, pid, role, logical;
     char host[FTRT__HOST_MAX];
@@ -294,6 +296,10 @@ void ftrt__rank_identify(ftrt__coord *c, int w, const ftrt__hello *hello);
  * the epoll set) or detaches it from its host agent (CUT: the agent closes its socket), and
  * takes it out of the watch. */
 void ftrt__coord_drop(ftrt__coord *c, int w);
+/* Sends world rank w's host agent a CUT (fence 1: the agent also SIGKILLs w's process) and
+ * returns 1, or returns 0 when no live host agent serves w. w stays attached: the caller
+ * drops it. */
+int ftrt__host_cut(ftrt__coord *c, int w, int fence);
 /* Closes host agent h's connection and takes it out of the watch (its ranks stay attached:
  * the caller decides what becomes of them). */
 void ftrt__host_drop(ftrt__coord *c, int h);
@@ -396,8 +402,12 @@ void ftrt__job_start(ftrt__coord *c);
  * world call it and others exit without it, so the spares and the coordinator skip it too
  * (c->aborted, a->aborted). No-op once aborting or done. */
 void ftrt__job_abort(ftrt__coord *c, int code, const char *why);
-/* SIGKILL to world rank w when it runs on the coordinator's host (a failed rank that may still
- * be alive must never rejoin). */
+/* Fences world rank w, a rank declared failed that may still be alive (it must never rejoin,
+ * write or hold its GPU): SIGKILL when it runs on the coordinator's host (by pid,
+ * ftrt__fence), else a CUT with fence to the host agent that serves it, which SIGKILLs it
+ * through the pidfd it took when w connected (runtime/hostagent.c). A rank on another host
+ * with its own connection (its host agent was lost) cannot be fenced from here. Called before
+ * w is dropped (the drop forgets its host agent). */
 void ftrt__job_fence(ftrt__coord *c, int w);
 /* 1 once a member said BYE (the job is finishing: no recovery is possible any more). */
 int ftrt__job_finishing(const ftrt__coord *c);

@@ -5,8 +5,9 @@
  * One thread, one epoll loop over every rank's TCP connection, the listener and the commit
  * thread's eventfd (no MPI inside the loop). A rank is declared failed on connection EOF/reset
  * (the process died) or when nothing arrived from it for heartbeat_timeout_ms (frozen process
- * or lost host); a failed rank that may still be alive on this host is fenced with SIGKILL so it
- * can never rejoin a communicator or a checkpoint. A trainer failure starts an epoch change
+ * or lost host); a failed rank that may still be alive is fenced with SIGKILL (on this host by
+ * this process, on another by the host agent that serves it: job.c) so it can never rejoin a
+ * communicator or a checkpoint. A trainer failure starts an epoch change
  * (epoch.c); failures before the PLAN is sent are folded into a newer epoch, later ones abort.
  *
  * At scale (docs/detection-and-recovery.md "Control plane", bench/coord_load.c) the work per

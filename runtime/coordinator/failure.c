@@ -171,8 +171,8 @@ void ftrt__fail(ftrt__coord *c, int w, int kind)
     r->role = FTRT__ROLE_FAILED;
     c->nfailed++;
     c->maybe_done = 1;
+    if (kind != FK_CONNECTION_LOST) ftrt__job_fence(c, w); /* (before the drop: see there) */
     ftrt__coord_drop(c, w);
-    if (kind != FK_CONNECTION_LOST) ftrt__job_fence(c, w);
     c->status_dirty |= 2; /* membership: write now */
     if (c->phase == PH_INIT) {
         ftrt__job_abort(c, FTRT_EABORT, "a rank failed during initialization");

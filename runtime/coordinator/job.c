@@ -2,11 +2,12 @@
  * job.c - the job's phases as the coordinator sees them: the start (every rank said hello:
  * WELCOME with its role), the end (every member said BYE or failed: spares get SHUTDOWN), and
  * the abort (ABORT to the members, SHUTDOWN to the spares, ranks that do not leave fenced with
- * SIGKILL after a deadline).
+ * SIGKILL after a deadline), and fencing itself: by this process for the ranks of its host, by
+ * their host agent for the others it serves.
  */
-#include <signal.h>
 #include <string.h>
 
+#include "base/fence.h"
 #include "base/log.h"
 #include "runtime/coordinator/coord.h"
 
@@ -65,10 +66,10 @@ void ftrt__job_abort(ftrt__coord *c, int code, const char *why)
 void ftrt__job_fence(ftrt__coord *c, int w)
 {
     ftrt__crank *r = &c->r[w];
-    if (r->pid > 0 && !strcmp(r->host, c->a->host)) {
-        ftrt_log_warn("fencing world rank %d (pid %d) with SIGKILL", w, r->pid);
-        kill(r->pid, SIGKILL);
-    }
+    if (r->pid > 0 && !strcmp(r->host, c->a->host))
+        ftrt__fence(w, r->pid, -1, "coordinator");
+    else if (ftrt__host_cut(c, w, 1))
+        ftrt_log_warn("world rank %d (pid %d, %s): its host agent fences it", w, r->pid, r->host);
 }
 
 int ftrt__job_finishing(const ftrt__coord *c)

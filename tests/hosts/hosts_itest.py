@@ -37,6 +37,12 @@ Cases:
   agentkill  1 + 4 trainers + 1 spare; the process ftrt-h2's host agent lives in SIGKILLed: its
              trainer is replaced by the spare (ftrt-h3), the other rank of ftrt-h2 goes on
              with its own connection to the coordinator
+  agentfence  1 + 4 trainers + 1 spare; the trainer of ftrt-h2 whose host agent lives in the
+             other rank's process SIGSTOPped: its agent reports it silent after the heartbeat
+             timeout (1 s), the coordinator declares it failed and has its agent fence it (CUT
+             with fence: SIGKILL through the pidfd the agent took when it connected); the
+             stopped process is gone before the job ends, the spare (ftrt-h3) took its place
+             and the result is byte-identical
   hoststagger  1 + 3 trainers + 2 spares; ftrt-h2 lost process by process, slowly: the process
              its host agent lives in SIGKILLed first, its other trainer only once it is back on
              its own connection (and has reported for the recovery), then the rest of the host.
@@ -403,6 +409,57 @@ def case_agentkill(args):
               and fl[0]["kind"] == "connection_lost" and fl[0]["spare_world_rank"] == 5,
               f"one failure: world rank {agent} (the agent's process), connection lost, recovered "
               f"by the spare on ftrt-h3; world rank {other} not failed")
+        check(same_bytes(job.params, r4), "final parameters byte-identical to the one-host run")
+
+
+def proc_state(pid):
+    """The state letter of process pid (/proc/PID/stat: R, S, T stopped, Z zombie, ...), or
+    None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+@h.case(CASES, fixture="required")
+def case_agentfence(args):
+    r4 = need_reference(args, 4)
+    with h.Hosts(3, 2) as hosts:
+        before = sessions(hosts)
+        job = hosts_job(args, hosts, "agentfence", spares=1).start()
+        job.wait_trainer(1, 40)
+        st = job.status_json()
+        a = [r["host_agent"] for r in st["ranks"] if r["host"] == "ftrt-h2"]
+        check(len(a) == 2 and a[0] == a[1] and a[0] in (2, 3),
+              f"ftrt-h2's ranks (world 2, 3) share one host agent, in one of them ({a})")
+        victim = st["ranks"][5 - a[0]]  # served by the agent, not in the agent's process
+        check(victim["role"] == "trainer", f"world rank {victim['world_rank']} is a trainer")
+        pid = victim["pid"]
+        job.inject(signal.SIGSTOP, victim, "sigstop")
+        deadline = time.monotonic() + 5
+        while proc_state(pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        check(proc_state(pid) == "T", f"world rank {victim['world_rank']} (pid {pid}) is stopped")
+        job.wait_status(lambda s: s["ranks"][victim["world_rank"]]["state"] == "dead", 20)
+        deadline = time.monotonic() + 5
+        while proc_state(pid) not in (None, "Z") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        state = proc_state(pid)
+        check(state in (None, "Z") and job.proc.poll() is None,
+              f"the stopped process was killed while the job still ran (state {state})")
+        line = (f"host agent: fencing world rank {victim['world_rank']} (pid {pid}) with SIGKILL "
+                f"through its pidfd")
+        run_to_end(job, hosts, 0, before)
+        check(line in job.out, f"its host agent fenced it: '{line}'")
+        rep = job.load_report()
+        print_failures(rep)
+        fl = rep["failures"]
+        check(len(fl) == 1 and fl[0]["world_rank"] == victim["world_rank"] and fl[0]["recovered"]
+              and fl[0]["kind"] == "heartbeat_timeout" and fl[0]["spare_world_rank"] == 5,
+              f"one failure: world rank {victim['world_rank']}, heartbeat timeout, recovered by "
+              f"the spare on ftrt-h3")
+        check(0.9 <= fl[0]["mttd_s"] < 2.0, f"MTTD about the 1 s timeout ({fl[0]['mttd_s']:.3f} s)")
         check(same_bytes(job.params, r4), "final parameters byte-identical to the one-host run")
 
 

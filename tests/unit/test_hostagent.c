@@ -3,8 +3,10 @@
  * coordinator (a TCP listener the test reads and writes) and fake ranks (connections to the
  * host's local socket speaking the rank's side of the protocol): joining, heartbeats batched
  * into one HOST_BEAT per period, LEDGER held for the batch but never overtaken, RELAY and MULTI
- * delivered, a rank's death reported at once and a goodbye not, CUT, COORD_LOST. The host agent
- * thread and the test thread meet here, so the suite also runs it under ThreadSanitizer.
+ * delivered, a rank's death reported at once and a goodbye not, CUT, COORD_LOST; and fencing:
+ * a CUT with fence SIGKILLs a rank's process (forked children play ranks of their own
+ * process), never the agent's own. The host agent thread and the test thread meet here, so
+ * the suite also runs it under ThreadSanitizer.
  */
 #include <errno.h>
 #include <poll.h>
@@ -15,11 +17,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
 
 #include "ftrt.h"
+#include "base/fence.h"
 #include "runtime/internal.h"
 
 typedef struct peer { /* one end the test holds: the coordinator's, or a rank's */
@@ -33,6 +38,8 @@ typedef struct fixture {
     uint64_t secret;
     peer coord;
     peer rank[2]; /* world ranks 5 and 6 */
+    pid_t kids[4]; /* forked ranks not yet reaped (teardown kills them) */
+    int nkids;
 } fixture;
 
 /* The next message on p (skipping PINGs, and HOST_BEATs unless asked for) within 5 s, into *h
@@ -141,6 +148,11 @@ static int teardown(void **state)
     fixture *f = *state;
     for (int i = 0; i < 2; i++)
         if (f->rank[i].fd >= 0) close(f->rank[i].fd);
+    for (int i = 0; i < f->nkids; i++)
+        if (f->kids[i] > 0) {
+            kill(f->kids[i], SIGKILL);
+            waitpid(f->kids[i], NULL, 0);
+        }
     ftrt__hostagent_stop(f->ha, 0.5);
     close(f->coord.fd);
     close(f->listen_fd);
@@ -291,7 +303,7 @@ static void silence_and_cut(void **state)
     fixture *f = *state;
     rank_join(f, 0);
     rank_join(f, 1);
-    ftrt__relay cut = {.world_rank = 6};
+    ftrt__cut cut = {.world_rank = 6};
     assert_int_equal(ftrt__msg_send(f->coord.fd, FTRT__MSG_CUT, &cut, sizeof cut), 0);
     assert_true(sees_eof(&f->rank[1]));
     /* rank 5 never sends a heartbeat; the coordinator PINGs, as it does, so that only the rank
@@ -312,6 +324,120 @@ static void silence_and_cut(void **state)
     assert_int_equal(m.why, FTRT__LOST_SILENT);
     assert_true(ftrt__now() - t0 >= 0.8); /* after the heartbeat timeout, not before */
     assert_true(sees_eof(&f->rank[0]));
+}
+
+/* A rank of its own process: a forked child that joins as world rank w (the coordinator's side
+ * sees its HELLO relayed), then reads its socket until EOF, when it exits 3 if eof_exits, else
+ * waits forever (a frozen rank cut off). */
+static pid_t fork_rank(fixture *f, int w, int eof_exits)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = ftrt__local_connect(f->secret, 2000);
+        ftrt__hello hello = {.secret = f->secret, .world_rank = w, .pid = (int32_t)getpid()};
+        if (fd < 0 || ftrt__msg_send(fd, FTRT__MSG_HELLO, &hello, sizeof hello)) _exit(2);
+        char buf[512];
+        ssize_t n;
+        while ((n = read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {}
+        if (eof_exits) _exit(3);
+        for (;;) pause();
+    }
+    f->kids[f->nkids++] = pid;
+    ftrt__msghdr h;
+    uint8_t buf[256];
+    int32_t rw = 0;
+    ftrt__hello got;
+    while (rw != w) {
+        assert_true(next_msg(&f->coord, 0, &h, buf, sizeof buf));
+        if (h.type == FTRT__MSG_RELAY &&
+            relayed(buf, h.len, &rw, &got, sizeof got) != FTRT__MSG_HELLO)
+            rw = 0;
+    }
+    return pid;
+}
+
+/* Reaps child pid within 5 s: its wait status, or -1 (it is still alive). */
+static int reaped(fixture *f, pid_t pid)
+{
+    int st;
+    for (int i = 0; i < 500; i++) {
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            for (int k = 0; k < f->nkids; k++)
+                if (f->kids[k] == pid) f->kids[k] = 0;
+            return st;
+        }
+        usleep(10000);
+    }
+    return -1;
+}
+
+static void send_cut(fixture *f, int w, int fence)
+{
+    ftrt__cut cut = {.world_rank = w, .fence = fence};
+    assert_int_equal(ftrt__msg_send(f->coord.fd, FTRT__MSG_CUT, &cut, sizeof cut), 0);
+}
+
+/* The coordinator's PINGs until the host agent reports world rank w lost (within 3 s): its
+ * RANK_LOST's why. */
+static int await_rank_lost(fixture *f, int w)
+{
+    ftrt__msghdr h;
+    ftrt__rank_lost m = {0};
+    double t0 = ftrt__now();
+    while (ftrt__now() - t0 < 3 && m.world_rank != w) {
+        ftrt__epoch_msg ping = {0};
+        assert_int_equal(ftrt__msg_send(f->coord.fd, FTRT__MSG_PING, &ping, sizeof ping), 0);
+        struct pollfd pf = {.fd = f->coord.fd, .events = POLLIN};
+        if (poll(&pf, 1, 100) > 0) assert_true(ftrt__rx_fill(&f->coord.rx, f->coord.fd) > 0);
+        const void *x;
+        while (ftrt__rx_next(&f->coord.rx, &h, &x) == 1)
+            if (h.type == FTRT__MSG_RANK_LOST) memcpy(&m, x, sizeof m);
+    }
+    assert_int_equal(m.world_rank, w);
+    return m.why;
+}
+
+/* CUT with fence SIGKILLs the rank's process; without fence it only closes the rank's socket;
+ * a rank in the agent's own process is cut off but never fenced (this test would die); a rank
+ * the agent reported silent is not killed by the agent on its own, but its process is kept
+ * for the coordinator's CUT, which fences it. */
+static void cut_fences(void **state)
+{
+    fixture *f = *state;
+    rank_join(f, 0); /* world rank 5, in this process: the agent's own */
+    pid_t a = fork_rank(f, 7, 0), b = fork_rank(f, 8, 1);
+    send_cut(f, 7, 1);
+    int st = reaped(f, a);
+    assert_true(st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    send_cut(f, 8, 0);
+    st = reaped(f, b);
+    assert_true(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 3); /* saw EOF, not killed */
+    send_cut(f, 5, 1);
+    assert_true(sees_eof(&f->rank[0])); /* cut off, and this process lives on */
+    pid_t c = fork_rank(f, 9, 0);       /* never sends a heartbeat */
+    assert_int_equal(await_rank_lost(f, 9), FTRT__LOST_SILENT);
+    assert_int_equal(waitpid(c, &st, WNOHANG), 0); /* the coordinator decides, not the agent */
+    send_cut(f, 9, 1);
+    st = reaped(f, c);
+    assert_true(st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+}
+
+/* ftrt__fence by pid (the coordinator's way, and the agent's without pidfd_open) kills; the
+ * calling process itself is refused. */
+static void fence_by_pid(void **state)
+{
+    fixture *f = *state;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        for (;;) pause();
+    f->kids[f->nkids++] = pid;
+    assert_int_equal(ftrt__fence(3, pid, -1, "test"), 0);
+    int st = reaped(f, pid);
+    assert_true(st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    assert_int_equal(ftrt__fence(3, getpid(), -1, "test"), -EDEADLK);
+    assert_int_equal(ftrt__fence(3, 0, -1, "test"), -EINVAL);
 }
 
 /* A coordinator lost: every rank gets COORD_LOST (FTRT_ECOORD), then its socket closes. */
@@ -351,6 +477,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(stale_term_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(death_and_goodbye, setup, teardown),
         cmocka_unit_test_setup_teardown(silence_and_cut, setup, teardown),
+        cmocka_unit_test_setup_teardown(cut_fences, setup, teardown),
+        cmocka_unit_test_setup_teardown(fence_by_pid, setup, teardown),
         cmocka_unit_test_setup_teardown(coordinator_lost, setup, teardown),
         cmocka_unit_test_setup_teardown(wrong_secret, setup, teardown),
     };
