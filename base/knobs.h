@@ -55,7 +55,11 @@
       "N > 0: the coordinator's grace after a host agent's loss is N ms instead of "           \
       "min(heartbeat timeout / 2, 250 ms): how long its host's other ranks may take to come "  \
       "back on their own connection, and how long the recovery plan waits for those that did " \
-      "to die with their host (a host lost process by process, slowly)")
+      "to die with their host (a host lost process by process, slowly)")                      \
+    X(reelect_ms, "FTRT_TEST_REELECT_MS", 600000,                                              \
+      "N > 0: a rank that fell back to its own connection after its host agent was lost tries " \
+      "to elect a new host agent N ms later (and again every N ms until one serves it) "        \
+      "instead of one heartbeat timeout later")
 
 struct ftrt__knobs {
 #define FTRT__KNOB_FIELD(field, env, max, doc) int32_t field;
