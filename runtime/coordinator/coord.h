@@ -87,6 +87,7 @@ typedef struct ftrt__crank {
      * its own connection, whose EOF then completes the move; held, what that agent relayed for
      * it meanwhile (whole messages, handled after the last one of its own connection) */
     int move_to, move_sent;
+    double move_t; /* monotonic: when its MOVE went out */
     ftrt__txbuf held;
     int64_t steps_done;
     int64_t waits;      /* collective waits entered (heartbeat) */

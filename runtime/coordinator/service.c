@@ -213,6 +213,7 @@ static void move_send(ftrt__coord *c, int w)
         return;
     ftrt__epoch_msg m = {.epoch = c->epoch, .value = c->hl[r->move_to].agent_w};
     r->move_sent = 1;
+    r->move_t = ftrt__now();
     c->nmoving--;
     ftrt__coord_send(c, w, FTRT__MSG_MOVE, &m, sizeof m);
 }
@@ -256,8 +257,8 @@ static void move_done(ftrt__coord *c, int w)
     c->hl[h].nranks++;
     r->last_heard = ftrt__now();
     c->status_dirty |= 2;
-    ftrt_log_info("world rank %d (%s) moved to the host agent in world rank %d", w, r->host,
-                  c->hl[h].agent_w);
+    ftrt_log_warn("world rank %d (%s) moved to the host agent in world rank %d (%.1f ms after "
+                  "its MOVE)", w, r->host, c->hl[h].agent_w, (r->last_heard - r->move_t) * 1e3);
     ftrt__msghdr m;
     const void *p;
     int rc;
