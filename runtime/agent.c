@@ -14,7 +14,8 @@
  * then loses it (the socket closes: the agent's process died; or silence for half the
  * heartbeat timeout: it froze) connects to the coordinator directly and says HELLO again; the
  * messages it may have lost with the agent (its newest REPORT, RESUMED, BYE, SHARD_DONEs) go
- * again, and the coordinator sends again what this rank may have missed.
+ * again, and the coordinator sends again what this rank may have missed. Later it elects a new
+ * host agent and moves back to it (agent_move.c).
  */
 #include <errno.h>
 #include <fcntl.h>
