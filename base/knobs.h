@@ -59,7 +59,11 @@
     X(plan_delay_ms, "FTRT_TEST_PLAN_DELAY_MS", 60000,                                         \
       "the coordinator holds a recovery's PLAN until this long (ms) after its FAILURE went "   \
       "out, so that a test can kill it with a recovery in flight (the status file's "          \
-      "failure_sent_epoch says when; a standby that takes over sends its PLAN at once)")
+      "failure_sent_epoch says when; a standby that takes over sends its PLAN at once)")         \
+    X(reelect_ms, "FTRT_TEST_REELECT_MS", 600000,                                              \
+      "N > 0: a rank that fell back to its own connection after its host agent was lost tries " \
+      "to elect a new host agent N ms later (and again every N ms until one serves it) "        \
+      "instead of one heartbeat timeout later")
 
 struct ftrt__knobs {
 #define FTRT__KNOB_FIELD(field, env, max, doc) int32_t field;

@@ -28,6 +28,7 @@ static size_t fixed_size(uint32_t type)
     case FTRT__MSG_NEXT_COORD: return sizeof(ftrt__coord_at);
     case FTRT__MSG_STANDBY:
     case FTRT__MSG_SYNC_ACK:
+    case FTRT__MSG_MOVE:
     case FTRT__MSG_HOSTED:
     case FTRT__MSG_COORD_LOST:
     case FTRT__MSG_SHUTDOWN:

@@ -78,6 +78,13 @@ enum ftrt__msg_type {
                                  rank, at most FTRT__SYNC_MAX bytes) */
     FTRT__MSG_SYNC_ACK,       /* standby -> coord: SYNC number `value` is held (epoch_msg:
                                  epoch = term) */
+    FTRT__MSG_MOVE,           /* coord -> rank, on the rank's own connection, after the rank's
+                                 HELLO came relayed by a newly elected host agent: the rank sends
+                                 through that agent from now on and closes its sending side here;
+                                 the coordinator closes this connection once it read that end,
+                                 and reaches the rank through the agent after it (value = the
+                                 world rank of that agent's process, as its HOSTED said;
+                                 docs/detection-and-recovery.md "Host agents", Its death) */
     FTRT__MSG_TYPE_END
 };
 

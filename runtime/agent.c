@@ -14,7 +14,8 @@
  * then loses it (the socket closes: the agent's process died; or silence for half the
  * heartbeat timeout: it froze) connects to the coordinator directly and says HELLO again; the
  * messages it may have lost with the agent (its newest REPORT, RESUMED, BYE, SHARD_DONEs) go
- * again, and the coordinator sends again what this rank may have missed.
+ * again, and the coordinator sends again what this rank may have missed. Later it elects a new
+ * host agent and moves back to it (agent_move.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -268,6 +269,10 @@ static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *paylo
         memcpy(&em, payload, sizeof em);
         take_standby(ctx, &em);
         break;
+    case FTRT__MSG_MOVE:
+        memcpy(&em, payload, sizeof em);
+        ftrt__move_take(ctx, &em);
+        break;
     case FTRT__MSG_NEXT_COORD:
         pthread_mutex_lock(&cp->send_lock);
         memcpy(&cp->next, payload, sizeof cp->next);
@@ -314,6 +319,7 @@ static int agent_tick(struct ftrt_ctx *ctx, double now, double *next_hb, double 
         pthread_mutex_lock(&cp->send_lock);
         int rc = cp->fd >= 0 ? ftrt__msg_send(cp->fd, FTRT__MSG_HEARTBEAT, &hb, sizeof hb) : -1;
         pthread_mutex_unlock(&cp->send_lock);
+        ftrt__move_beat(ctx, &hb);
         if (rc && !cp->stop) return -1;
         *next_hb = now + hb_period(ctx);
     }
@@ -329,7 +335,7 @@ static int agent_tick(struct ftrt_ctx *ctx, double now, double *next_hb, double 
 static int agent_read(struct ftrt_ctx *ctx, ftrt__rxbuf *rx)
 {
     ftrt__cp *cp = &ctx->cp;
-    ssize_t got = ftrt__rx_fill(rx, cp->fd);
+    ssize_t got = ftrt__rx_fill(rx, cp->mv.state == FTRT__MV_MOVING ? cp->mv.fd : cp->fd);
     if (got == -EAGAIN) return 1;
     if (got <= 0) return 0;
     cp->last_from_coord = ftrt__now();
@@ -366,6 +372,7 @@ static int reconnect(struct ftrt_ctx *ctx, ftrt__rxbuf *rx, const char *addrs, i
     if (cp->fd >= 0) close(cp->fd);
     cp->fd = fd;
     cp->fell_back = 1;
+    ftrt__move_reset(ctx, 1); /* (a move under way: its other socket) */
     int rc = ftrt__msg_send(fd, FTRT__MSG_HELLO, &hello, sizeof hello);
     /* REPORT, RESUMED, the SHARD_DONEs oldest first (the coordinator decides them in order),
      * BYE last */
@@ -386,7 +393,9 @@ static int reconnect(struct ftrt_ctx *ctx, ftrt__rxbuf *rx, const char *addrs, i
 static int fall_back(struct ftrt_ctx *ctx, ftrt__rxbuf *rx, const char *why)
 {
     ftrt_log_warn("this host's agent is lost (%s): connecting to the coordinator directly", why);
-    return reconnect(ctx, rx, ctx->coord_addr, ctx->coord_port);
+    int rc = reconnect(ctx, rx, ctx->coord_addr, ctx->coord_port);
+    if (rc == 0) ftrt__move_arm(ctx); /* a new host agent, later */
+    return rc;
 }
 
 /* The standby taking over tells the old coordinator, where it can still be reached (a frozen
@@ -435,6 +444,7 @@ static int to_standby(struct ftrt_ctx *ctx, ftrt__rxbuf *rx, const char *why)
     snprintf(ctx->coord_addr, sizeof ctx->coord_addr, "%s", at.addrs); /* agent thread's now */
     ctx->coord_port = at.port;
     cp->coord_lost = 0;
+    ftrt__move_reset(ctx, 0); /* (no new host agent after a takeover: see agent_move.c) */
     pthread_mutex_lock(&ctx->ledger_lock);
     ctx->ledger_sent = 0;
     pthread_mutex_unlock(&ctx->ledger_lock);
@@ -450,6 +460,41 @@ static double silence_limit(const ftrt_ctx *ctx)
     return ctx->cp.hosted && !ctx->cp.fell_back ? t / 2 : t;
 }
 
+/* One poll round over the upstream (MOVING: the old connection, read to its end first), the
+ * wake pipe and, while ASKED, the new host agent. Returns 0 to go on, 1 to end the thread
+ * (asked to stop, a poll error, a malformed message), or 2 with *lost saying why the upstream
+ * is lost. */
+static int agent_wait(struct ftrt_ctx *ctx, ftrt__rxbuf *rx, double next_hb, const char **lost)
+{
+    ftrt__cp *cp = &ctx->cp;
+    int moving = cp->mv.state == FTRT__MV_MOVING, asked = cp->mv.state == FTRT__MV_ASKED;
+    struct pollfd pf[3] = {{.fd = moving ? cp->mv.fd : cp->fd, .events = POLLIN},
+                           {.fd = cp->wake[0], .events = POLLIN},
+                           {.fd = asked ? cp->mv.fd : -1, .events = POLLIN}};
+    int ms = (int)((next_hb - ftrt__now()) * 1000.0) + 1;
+    int n = poll(pf, 3, ms < 0 ? 0 : ms);
+    if (n < 0 && errno != EINTR) return 1;
+    if (n > 0 && pf[1].revents) return 1; /* asked to stop */
+    if (n > 0 && pf[2].revents && cp->mv.state == FTRT__MV_ASKED) ftrt__move_read(ctx);
+    if (n > 0 && pf[0].revents) {
+        int r = agent_read(ctx, rx);
+        if (r < 0) {
+            ftrt_log_error("malformed message from the coordinator; closing the control plane");
+            return 1;
+        }
+        if (r == 0 && moving && !cp->coord_lost) { /* the old connection's end: moved */
+            ftrt__move_end(ctx, rx);
+            return 0;
+        }
+        *lost = r == 0 ? "connection closed" : NULL;
+    } else if (ftrt__now() - cp->last_from_coord > silence_limit(ctx)) {
+        /* A coordinator (or host agent) that is alive sends something every heartbeat
+         * period; one that is frozen (or whose host is gone) is detected by silence. */
+        *lost = "silent";
+    }
+    return *lost ? 2 : 0;
+}
+
 static void *agent_main(void *arg)
 {
     struct ftrt_ctx *ctx = arg;
@@ -459,31 +504,17 @@ static void *agent_main(void *arg)
     for (;;) {
         const char *lost = NULL;
         if (agent_tick(ctx, ftrt__now(), &next_hb, &next_ledger)) lost = "heartbeat send failed";
-        struct pollfd pf[2] = {{.fd = cp->fd, .events = POLLIN}, {.fd = cp->wake[0], .events = POLLIN}};
-        int ms = (int)((next_hb - ftrt__now()) * 1000.0) + 1;
-        int n = lost ? 0 : poll(pf, 2, ms < 0 ? 0 : ms);
-        if (n < 0 && errno != EINTR) break;
-        if (pf[1].revents) break; /* asked to stop */
-        if (!lost && n > 0 && pf[0].revents) {
-            int r = agent_read(ctx, &rx);
-            if (r < 0) {
-                ftrt_log_error("malformed message from the coordinator; closing the control plane");
-                break;
-            }
-            if (r == 0) lost = "connection closed";
-        } else if (!lost && ftrt__now() - cp->last_from_coord > silence_limit(ctx)) {
-            /* A coordinator (or host agent) that is alive sends something every heartbeat
-             * period; one that is frozen (or whose host is gone) is detected by silence. */
-            lost = "silent";
-        }
+        ftrt__move_tick(ctx, ftrt__now());
+        if (!lost && agent_wait(ctx, &rx, next_hb, &lost) == 1) break;
         if (!lost) continue;
         if (cp->hosted && !cp->fell_back && !cp->coord_lost && cp->fd >= 0)
             (void)agent_read(ctx, &rx); /* a COORD_LOST its host agent sent before it closed */
         if (agent_done(cp)) break; /* the job is over for us */
         int fatal = atomic_load(&ctx->watch.fatal) != 0;
-        if (cp->hosted && !cp->fell_back && !cp->coord_lost && !fatal &&
-            fall_back(ctx, &rx, lost) == 0)
-            continue;
+        /* (a move under way, or left lately: the coordinator may have closed this rank's own
+         * connection for it to come back on a new one) */
+        int direct = (cp->hosted && !cp->fell_back) || ftrt__move_unsure(ctx, ftrt__now());
+        if (direct && !cp->coord_lost && !fatal && fall_back(ctx, &rx, lost) == 0) continue;
         int sb = fatal ? -1 : to_standby(ctx, &rx, cp->coord_lost ? "its host agent lost it" : lost);
         if (sb == 0) continue;
         if (sb == 1) break;
@@ -502,36 +533,13 @@ static void *agent_main(void *arg)
     return NULL;
 }
 
-/* This host's local socket: binds it (and starts the host agent in this process) when no
- * process of the host holds it yet, then connects to it. Returns the fd, or -errno: the rank
- * then connects to the coordinator directly (as it does on the coordinator's host, which the
- * coordinator marks). */
-static int local_upstream(struct ftrt_ctx *ctx, const char *addr, int port, uint64_t secret)
-{
-    if (ftrt__local_marked(secret)) return -EEXIST;
-    int lfd = ftrt__local_listen(secret);
-    if (lfd >= 0) {
-        ftrt__hostagent_args ha = {.secret = secret, .addrs = addr, .port = port,
-                                   .world_rank = ctx->world_rank, .host = ctx->host,
-                                   .heartbeat_ms = ctx->cfg.heartbeat_ms,
-                                   .heartbeat_timeout_ms = ctx->cfg.heartbeat_timeout_ms,
-                                   .init_timeout_ms = ctx->cfg.init_timeout_ms};
-        int rc = ftrt__hostagent_start(&ctx->ha, lfd, &ha);
-        if (rc) {
-            ftrt_log_warn("cannot start this host's agent: %s", ftrt_strerror(rc));
-            return rc;
-        }
-    } else if (lfd != -EADDRINUSE) {
-        return lfd;
-    }
-    return ftrt__local_connect(secret, 1000);
-}
-
 int ftrt__agent_start(struct ftrt_ctx *ctx, const char *addr, int port, uint64_t secret)
 {
     ftrt__cp *cp = &ctx->cp;
     char used[64] = "this host's agent";
-    int fd = ctx->cfg.host_agents ? local_upstream(ctx, addr, port, secret) : -1;
+    int fd = ctx->cfg.host_agents
+                 ? ftrt__local_upstream(ctx, addr, port, secret, ctx->cfg.init_timeout_ms)
+                 : -1;
     if (fd < 0) fd = ftrt__connect_any(addr, port, ctx->cfg.init_timeout_ms, used, sizeof used);
     if (fd < 0) {
         ftrt_log_error("cannot reach the coordinator at any of [%s] port %d within %d ms: %s "
@@ -567,6 +575,7 @@ void ftrt__agent_stop(struct ftrt_ctx *ctx)
         pthread_join(cp->thread, NULL);
         cp->thread_started = 0;
     }
+    ftrt__move_reset(ctx, 0);
     free(cp->sync);
     cp->sync = NULL;
     if (cp->sb_fd >= 0) close(cp->sb_fd);

@@ -51,6 +51,20 @@ typedef struct ftrt__cp {
     ftrt__coord_at next;
     int sb_fd;        /* this rank is the standby: its listener (else -1) */
     ftrt__coord_at sb_at; /* and where it listens */
+    /* a move to a newly elected host agent after this rank's fell back (agent_move.c;
+     * docs/detection-and-recovery.md "Host agents", Its death). Agent thread only, but for the
+     * swap of fd and mv.fd at MOVE, under send_lock. */
+    struct {
+        int state;         /* FTRT__MV_NONE, _ASKED, _MOVING */
+        int fd;            /* ASKED: the new host agent's socket; MOVING: the old connection,
+                              read to its end; else -1 */
+        ftrt__rxbuf rx;    /* the new host agent's bytes, until they are the upstream's */
+        int agent_w;       /* the world rank its HOSTED named (0: not yet) */
+        int reelect;       /* fell back from a lost host agent: elects a new one at `at` */
+        double at, since;  /* monotonic: the next attempt; this attempt's start */
+        double left_until; /* an attempt left while ASKED: until then, a loss of the
+                              connection is answered by falling back again first */
+    } mv;
     int wake[2]; /* pipe: wakes the agent to stop */
     pthread_t thread;
     int thread_started;
@@ -209,6 +223,41 @@ int ftrt__agent_send(struct ftrt_ctx *ctx, uint32_t type, const void *payload, u
 void ftrt__agent_stop(struct ftrt_ctx *ctx);
 /* Waits (cp.lock held by the caller) on cp.cond for at most ms milliseconds. */
 void ftrt__cp_wait(struct ftrt_ctx *ctx, int ms);
+
+/* ---- a new host agent after one was lost (agent_move.c, the agent thread's) ---- */
+enum { FTRT__MV_NONE, FTRT__MV_ASKED, FTRT__MV_MOVING };
+/* This host's local socket: binds it and starts the host agent in this process (ctx->ha) when
+ * no process of the host holds it, then connects to it (within 1 s). init_timeout_ms bounds the
+ * new host agent's connection to the coordinator at addr:port. Returns the fd, or -EEXIST on
+ * the coordinator's host (its mark), -errno otherwise. Agent thread (or ftrt__agent_start). */
+int ftrt__local_upstream(struct ftrt_ctx *ctx, const char *addr, int port, uint64_t secret,
+                         int init_timeout_ms);
+/* A rank fell back to its own connection (its host agent was lost): it elects a new one after
+ * FTRT_TEST_REELECT_MS, else one heartbeat timeout. */
+void ftrt__move_arm(struct ftrt_ctx *ctx);
+/* Forgets the move under way, if any, and any further election (the coordinator was lost, or
+ * the rank reconnects): closes mv.fd. */
+void ftrt__move_reset(struct ftrt_ctx *ctx, int reelect);
+/* Once per agent loop: an election when due (ASKED: HELLO sent to the new host agent, the rank
+ * still on its own connection); an ASKED attempt the new host agent never answered (HOSTED)
+ * within half the heartbeat timeout is left. */
+void ftrt__move_tick(struct ftrt_ctx *ctx, double now);
+/* The heartbeat hb also goes to the new host agent while ASKED (it would call the rank silent). */
+void ftrt__move_beat(struct ftrt_ctx *ctx, const ftrt__heartbeat *hb);
+/* The new host agent's socket is readable while ASKED: its HOSTED and PINGs; anything else, or
+ * its end, leaves the attempt. */
+void ftrt__move_read(struct ftrt_ctx *ctx);
+/* MOVE from the coordinator (cp.lock held): when it names the new host agent this rank asked,
+ * the rank sends through it from now on and closes its own connection's sending side
+ * (MOVING); else it is ignored. */
+void ftrt__move_take(struct ftrt_ctx *ctx, const ftrt__epoch_msg *m);
+/* MOVING: the old connection ended (the coordinator read all of it): the new host agent's
+ * socket becomes the upstream, its bytes read so far move into rx. */
+void ftrt__move_end(struct ftrt_ctx *ctx, ftrt__rxbuf *rx);
+/* 1 when the loss of the upstream should be answered by connecting to the coordinator directly
+ * first (a move under way, or one left lately: the coordinator may have closed the rank's own
+ * connection to make it come back on a new one). */
+int ftrt__move_unsure(const struct ftrt_ctx *ctx, double now);
 
 /* ---- host agent (hostagent.c; docs/detection-and-recovery.md "Host agents") ---- */
 typedef struct ftrt__hostagent_args {

@@ -111,6 +111,10 @@ void ftrt__coord_drop(ftrt__coord *c, int w)
     }
     r->link = -1;
     r->cut = 0;
+    if (r->move_to >= 0 && !r->move_sent) c->nmoving--;
+    r->move_to = -1;
+    r->move_sent = 0;
+    ftrt__tx_free(&r->held);
     if (r->orphan_until > 0) c->norphans--;
     r->orphan_until = 0;
     r->orphan_coord = 0;
@@ -330,12 +334,13 @@ static void hand_over(ftrt__coord *c, pending *p, uint64_t key, int *fd, ftrt__r
 
 /* A valid HELLO from world rank w on pending connection p: it becomes w's connection. A rank
  * that joined before may come back (its host agent was lost, or froze) unless it was declared
- * failed or has its own connection already. Returns 1 when adopted. */
+ * failed or has its own connection already (but for one moving to a new host agent, which
+ * lost it on the way: service.c "moves"). Returns 1 when adopted. */
 static int adopt(ftrt__coord *c, pending *p, const ftrt__hello *hello, int *rejoined)
 {
     int w = hello->world_rank;
     ftrt__crank *r = &c->r[w];
-    if (r->hello && (r->role == FTRT__ROLE_FAILED || r->fd >= 0)) return 0;
+    if (r->hello && (r->role == FTRT__ROLE_FAILED || (r->fd >= 0 && r->move_to < 0))) return 0;
     *rejoined = r->hello ? w : 0;
     if (r->hello) {
         if (r->orphan_coord && r->orphan_until > 0) {

@@ -84,6 +84,13 @@ typedef struct ftrt__crank {
                             host agent */
     double suspect_until; /* monotonic: its host agent was lost; until then the recovery plan
                              waits for it to die with its host too (epoch.c) */
+    /* its move from its own connection to a newly elected host agent (service.c "moves"):
+     * move_to, the host agent that relayed its HELLO (-1: none); move_sent, MOVE went out on
+     * its own connection, whose EOF then completes the move; held, what that agent relayed for
+     * it meanwhile (whole messages, handled after the last one of its own connection) */
+    int move_to, move_sent;
+    double move_t; /* monotonic: when its MOVE went out */
+    ftrt__txbuf held;
     int64_t steps_done;
     int64_t waits;      /* collective waits entered (heartbeat) */
     double compute_s;   /* time outside collective waits (heartbeat) */
@@ -220,6 +227,7 @@ typedef struct ftrt__coord {
     ftrt__hlink *hl;           /* host agents' connections, nhl of them (capacity W) */
     int nhl;
     int norphans;              /* ranks whose host agent was lost, not back yet */
+    int nmoving;               /* ranks moving to a new host agent whose MOVE waits */
     int *mc_list, *mc_cnt, *mc_off; /* ftrt__coord_multicast's scratch (W entries each) */
     double epoch_t_fail;       /* the current epoch's FAILURE: its failure time (wall) */
     int mark_fd;               /* the coordinator's mark on its host (ftrt__local_mark), or -1 */
@@ -469,6 +477,11 @@ void ftrt__host_suspect(ftrt__coord *c, int w, double until);
  * becomes an orphan that may come back on its own connection within the orphan grace; ranks
  * that said BYE are simply detached. */
 void ftrt__host_lost(ftrt__coord *c, int h, int kind);
+/* World rank w's move to a new host agent (service.c "moves") cannot complete (that agent was
+ * lost, or lost w's socket): before MOVE went out w simply stays on its own connection; after
+ * it, that connection is closed and w becomes an orphan (it comes back on a new connection
+ * within the orphan grace, or is declared failed with `kind`). No-op when w is not moving. */
+void ftrt__move_cancel(ftrt__coord *c, int w, int kind);
 /* Declares failed (with the kind their host agent was lost by) the orphans whose grace is
  * over. O(W) while there are orphans, else O(1). */
 void ftrt__orphans_expire(ftrt__coord *c, double now);
@@ -499,6 +512,9 @@ void ftrt__service_host(ftrt__coord *c, int h);
  * epoch's FAILURE or PLAN, the newest COMMIT, the abort) is sent again, and it is a suspect of
  * its host's loss for the orphan grace (ftrt__host_suspect). */
 void ftrt__rank_rejoined(ftrt__coord *c, int w);
+/* Sends the MOVEs that waited for a quiet moment (no recovery in flight, no orphan, no plan
+ * held). O(W) when it sends, O(1) otherwise; called by the periodic work while any waits. */
+void ftrt__moves_due(ftrt__coord *c);
 /* Declares failed every watched connection silent for longer than the heartbeat timeout: a
  * rank's own, or a host agent's (ftrt__host_lost); one with unread bytes is read first. */
 void ftrt__check_timeouts(ftrt__coord *c, double now);

@@ -101,6 +101,7 @@ static int tables_alloc(ftrt__coord *c)
     for (int x = 0; c->r && x < c->W; x++) {
         c->r[x].fd = -1;
         c->r[x].link = -1;
+        c->r[x].move_to = -1;
         c->r[x].logical = -1;
         c->r[x].resumed_epoch = -1;
         c->r[x].reported_epoch = -1;
@@ -215,6 +216,7 @@ static void coord_periodic(ftrt__coord *c, loop_timers *t, double now)
     t->next_periodic = now + 0.010;
     ftrt__listener_expire(c, now);
     if (c->norphans > 0) ftrt__orphans_expire(c, now);
+    if (c->nmoving > 0) ftrt__moves_due(c);
     if (c->plan_hold_until > 0 && now >= c->plan_hold_until) { /* a held plan may go now */
         c->plan_hold_until = 0;
         ftrt__epoch_check_reports(c);

@@ -216,6 +216,38 @@ void ftrt__host_suspect(ftrt__coord *c, int w, double until)
     if (until > c->plan_hold_until) c->plan_hold_until = until;
 }
 
+/* World rank w, alive as far as is known, lost its way to the coordinator (its host agent):
+ * it may come back on its own connection until `until`, and the plan waits for it (epoch.c)
+ * back or not. */
+static void orphan(ftrt__coord *c, int w, int kind, double until)
+{
+    ftrt__crank *r = &c->r[w];
+    ftrt__host_suspect(c, w, until);
+    r->orphan_until = until;
+    r->lost_t = until - orphan_grace(c);
+    r->orphan_kind = kind;
+    c->norphans++;
+}
+
+void ftrt__move_cancel(ftrt__coord *c, int w, int kind)
+{
+    ftrt__crank *r = &c->r[w];
+    if (r->move_to < 0) return;
+    if (!r->move_sent) { /* it never left its own connection: it stays there */
+        c->nmoving--;
+        r->move_to = -1;
+        ftrt__tx_free(&r->held);
+        return;
+    }
+    /* It may have taken MOVE and be sending through that agent only: its own connection is
+     * closed, and it comes back on a new one (agent.c, a move's loss) as after an agent's loss. */
+    ftrt_log_warn("world rank %d (%s) lost the host agent it was moving to; it may come back on "
+                  "its own connection", w, r->host);
+    ftrt__coord_drop(c, w);
+    if (c->phase != PH_ABORTING && c->phase != PH_DONE && !r->said_bye)
+        orphan(c, w, kind, ftrt__now() + orphan_grace(c));
+}
+
 void ftrt__host_lost(ftrt__coord *c, int h, int kind)
 {
     ftrt__hlink *l = &c->hl[h];
@@ -230,19 +262,16 @@ void ftrt__host_lost(ftrt__coord *c, int h, int kind)
     int agent = 0;
     for (int w = 1; w < c->W; w++) {
         ftrt__crank *r = &c->r[w];
+        if (r->move_to == h) ftrt__move_cancel(c, w, kind);
         if (r->link != h) continue;
         if (r->said_bye || aborting || r->role == FTRT__ROLE_FAILED) {
             ftrt__coord_drop(c, w);
         } else if (w == l->agent_w) {
             agent = w; /* failed below, once the others are suspects */
         } else {
-            ftrt__host_suspect(c, w, until); /* the plan waits for it (epoch.c), back or not */
             l->nranks--;
             r->link = -1;
-            r->orphan_until = until;
-            r->lost_t = until - orphan_grace(c);
-            r->orphan_kind = kind;
-            c->norphans++;
+            orphan(c, w, kind, until);
         }
     }
     if (agent) ftrt__fail(c, agent, kind); /* the process the agent lived in */

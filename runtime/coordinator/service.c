@@ -4,7 +4,8 @@
  * message type (HEARTBEAT, LEDGER, REPORT, RESUMED, SHARD_DONE, FINGERPRINT, BYE), and what a
  * host agent says for its host (its ranks' HELLOs, HOST_BEAT, RANK_LOST); a connection's EOF or
  * a malformed message declares the rank (or loses the host agent) failed; a rank that comes
- * back after its host agent was lost is caught up; the silence timeouts (the head of the
+ * back after its host agent was lost is caught up, and one moves from its own connection to a
+ * newly elected host agent ("moves"); the silence timeouts (the head of the
  * silence watch) are checked here too, since a connection with unread bytes is read before it
  * is called silent.
  */
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "runtime/coordinator/coord.h"
@@ -193,11 +195,103 @@ static int handle_all(ftrt__coord *c, int w)
     return r->fd >= 0 && rc < 0 ? FTRT_EPROTO : 0;
 }
 
+/* ---- moves: a rank from its own connection to a newly elected host agent ----------------- */
+/* (docs/detection-and-recovery.md "Host agents", Its death.) Its HELLO relayed by host agent h
+ * starts the move; MOVE goes out on its own connection once no recovery is in flight; the rank
+ * then sends through h only and closes its sending side, and the EOF of its own connection
+ * completes the move: everything it sent there has been handled by then, and what h relayed
+ * for it meanwhile (held) is handled after it, in order. Nothing is sent twice, nothing is
+ * lost, nothing is declared failed. */
+
+/* Sends MOVE to world rank w now if no recovery is in flight (PH_RUNNING, no orphan, no plan
+ * held) and it did not say BYE (then it finishes on its own connection). */
+static void move_send(ftrt__coord *c, int w)
+{
+    ftrt__crank *r = &c->r[w];
+    if (r->move_sent || r->said_bye || c->phase != PH_RUNNING || c->norphans > 0 ||
+        c->plan_hold_until > 0)
+        return;
+    ftrt__epoch_msg m = {.epoch = c->epoch, .value = c->hl[r->move_to].agent_w};
+    r->move_sent = 1;
+    r->move_t = ftrt__now();
+    c->nmoving--;
+    ftrt__coord_send(c, w, FTRT__MSG_MOVE, &m, sizeof m);
+}
+
+/* World rank w, on its own connection, said HELLO through host agent h: a move begins. */
+static void move_begin(ftrt__coord *c, int h, int w)
+{
+    ftrt__crank *r = &c->r[w];
+    if (r->move_to == h) return; /* (again: nothing new) */
+    if (r->move_to < 0 || r->move_sent) c->nmoving++;
+    r->move_to = h;
+    r->move_sent = 0; /* (a MOVE toward another agent before: the rank ignores it) */
+    ftrt__tx_free(&r->held);
+    ftrt_log_info("world rank %d (%s) moves to the host agent in world rank %d", w, r->host,
+                  c->hl[h].agent_w);
+    move_send(c, w);
+}
+
+void ftrt__moves_due(ftrt__coord *c)
+{
+    if (c->phase != PH_RUNNING || c->norphans > 0 || c->plan_hold_until > 0) return;
+    for (int w = 1; w < c->W && c->nmoving > 0; w++)
+        if (c->r[w].move_to >= 0 && !c->r[w].move_sent) move_send(c, w);
+}
+
+/* The EOF of moving world rank w's own connection, after its MOVE: w is served by its new host
+ * agent from now on, and what that agent relayed for it meanwhile is handled. */
+static void move_done(ftrt__coord *c, int w)
+{
+    ftrt__crank *r = &c->r[w];
+    int h = r->move_to;
+    ftrt__rxbuf held = {.buf = r->held.buf, .used = r->held.used, .cap = r->held.cap};
+    r->held = (ftrt__txbuf){0};
+    r->move_to = -1;
+    r->move_sent = 0;
+    ftrt__silence_remove(c, w);
+    close(r->fd);
+    r->fd = -1;
+    ftrt__rx_free(&r->rx);
+    r->link = h;
+    c->hl[h].nranks++;
+    r->last_heard = ftrt__now();
+    c->status_dirty |= 2;
+    ftrt_log_warn("world rank %d (%s) moved to the host agent in world rank %d (%.1f ms after "
+                  "its MOVE)", w, r->host, c->hl[h].agent_w, (r->last_heard - r->move_t) * 1e3);
+    ftrt__msghdr m;
+    const void *p;
+    int rc;
+    while (r->link == h && (rc = ftrt__rx_next(&held, &m, &p)) == 1)
+        if (handle(c, w, &m, p)) {
+            rc = -1;
+            break;
+        }
+    ftrt__rx_free(&held);
+    if (r->link == h && rc < 0) {
+        c->protocol_errors++;
+        ftrt_log_error("malformed message from world rank %d", w);
+        ftrt__fail(c, w, FK_PROTOCOL);
+    }
+}
+
+/* What host agent h relayed for world rank w while w moves to it and its own connection is
+ * still open: kept until that connection's end (move_done). Returns 0 or FTRT_EPROTO. */
+static int move_hold(ftrt__coord *c, int w, const ftrt__msghdr *ih, const void *inner)
+{
+    if (ih->type == FTRT__MSG_HELLO) return 0;
+    return ftrt__tx_put(&c->r[w].held, ih->type, inner, ih->len, 0, NULL, 0) ? FTRT_EPROTO : 0;
+}
+
 void ftrt__service(ftrt__coord *c, int w)
 {
     ftrt__crank *r = &c->r[w];
     ssize_t got = ftrt__rx_fill(&r->rx, r->fd);
     if (got == -EAGAIN) return;
+    if (got == 0 && r->move_to >= 0 && r->move_sent) {
+        move_done(c, w);
+        return;
+    }
     if (got <= 0) {
         if (r->said_bye || c->phase == PH_ABORTING) ftrt__coord_drop(c, w);
         else ftrt__fail(c, w, FK_CONNECTION_LOST);
@@ -223,7 +317,11 @@ static int host_attach(ftrt__coord *c, int h, int w, const ftrt__hello *hello)
     ftrt__crank *r = &c->r[w];
     if (hello->secret != c->secret) return FTRT_EPROTO;
     if (r->link == h) return 0;                       /* again: nothing new */
-    if (r->hello && (r->role == FTRT__ROLE_FAILED || r->fd >= 0)) return 0; /* too late */
+    if (r->hello && r->role == FTRT__ROLE_FAILED) return 0; /* too late */
+    if (r->hello && r->fd >= 0) { /* on its own connection: it moves to this agent */
+        move_begin(c, h, w);
+        return 0;
+    }
     int rejoined = r->hello;
     if (rejoined) ftrt__coord_drop(c, w);
     else c->nhello++;
@@ -249,6 +347,7 @@ static int host_relay(ftrt__coord *c, int h, const void *payload, size_t len)
         if (hello.world_rank != w) return FTRT_EPROTO;
         return host_attach(c, h, w, &hello);
     }
+    if (c->r[w].move_to == h && c->r[w].fd >= 0) return move_hold(c, w, &ih, inner);
     if (c->r[w].link != h) return 0;
     c->r[w].last_heard = ftrt__now();
     if (handle(c, w, &ih, inner)) {
@@ -285,6 +384,10 @@ static int host_rank_lost(ftrt__coord *c, int h, const void *payload)
     ftrt__rank_lost m;
     memcpy(&m, payload, sizeof m);
     int w = m.world_rank;
+    if (w >= 1 && w < c->W && c->r[w].move_to == h && c->r[w].link != h) {
+        ftrt__move_cancel(c, w, FK_CONNECTION_LOST); /* (if it died, so does its own connection) */
+        return 0;
+    }
     if (w < 1 || w >= c->W || c->r[w].link != h) return 0; /* not (or no longer) its rank */
     if (c->r[w].said_bye || c->phase == PH_ABORTING) {
         ftrt__coord_drop(c, w);

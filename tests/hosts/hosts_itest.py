@@ -36,7 +36,9 @@ Cases:
              (with 2 spares the same loss is survived in place: chaos.kill-coordinator-host)
   agentkill  1 + 4 trainers + 1 spare; the process ftrt-h2's host agent lives in SIGKILLed: its
              trainer is replaced by the spare (ftrt-h3), the other rank of ftrt-h2 goes on
-             with its own connection to the coordinator
+             with its own connection to the coordinator, then elects a new host agent (in its
+             own process; FTRT_TEST_REELECT_MS=200 after its fallback) and moves to it: no rank
+             off ftrt-h1 is left on a connection of its own, nothing else is declared failed
   agentfence  1 + 4 trainers + 1 spare; the trainer of ftrt-h2 whose host agent lives in the
              other rank's process SIGSTOPped: its agent reports it silent after the heartbeat
              timeout (1 s), the coordinator declares it failed and has its agent fence it (CUT
@@ -57,6 +59,7 @@ Exit 0 = pass, 1 = fail, 77 = skipped.
 """
 import glob
 import os
+import re
 import shutil
 import signal
 import sys
@@ -392,16 +395,31 @@ def case_agentkill(args):
     r4 = need_reference(args, 4)
     with h.Hosts(3, 2) as hosts:
         before = sessions(hosts)
-        job = hosts_job(args, hosts, "agentkill", spares=1).start()
+        job = hosts_job(args, hosts, "agentkill", spares=1)
+        job.env.update(FTRT_TEST_REELECT_MS="200")
+        job.start()
         job.wait_trainer(1, 40)
         victim, other = h2_agent(job)
         agent = victim["world_rank"]
         job.inject(signal.SIGKILL, victim, "sigkill")
-        st = job.wait_status(lambda s: s["ranks"][other]["host_agent"] is None
+        # (its fallback lasts 200 ms at least: the status file may or may not show it; the log
+        # says it below)
+        st = job.wait_status(lambda s: s["ranks"][other]["host_agent"] == other
                              and s["ranks"][other]["state"] == "running", 20)
         check(st["ranks"][other]["role"] == "trainer",
-              f"world rank {other}, ftrt-h2's other trainer, is back on its own connection")
+              f"world rank {other}, ftrt-h2's other trainer, is served by a new host agent, in "
+              f"its own process")
+        direct = [r["world_rank"] for r in st["ranks"] if r["world_rank"] > 0
+                  and r["host"] != "ftrt-h1" and r["state"] == "running" and r["host_agent"] is None]
+        check(not direct, f"no rank off ftrt-h1 left on a connection of its own ({direct})")
         run_to_end(job, hosts, 0, before)
+        back = f"world rank {other} (ftrt-h2) is back on its own connection"
+        moved = re.search(rf"world rank {other} \(ftrt-h2\) moved to the host agent in world rank "
+                          rf"{other} \(([0-9.]+) ms after its MOVE\)", job.out)
+        check(back in job.out and moved and job.out.index(back) < moved.start(),
+              f"the coordinator's log: world rank {other} fell back, then moved to the new agent")
+        print(f"  measured: the move took {moved.group(1)} ms from the coordinator's MOVE to the "
+              f"end of the rank's own connection", flush=True)
         rep = job.load_report()
         print_failures(rep)
         fl = rep["failures"]

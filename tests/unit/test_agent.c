@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "base/knobs.h"
 #include "ftrt.h"
 #include "runtime/internal.h"
 
@@ -24,28 +25,42 @@ typedef struct fixture {
     int listen_fd, coord_fd;
     int local_fd; /* setup_hosted: the host's local socket, held by the test as a host agent */
     ftrt__rxbuf rx;
+    int up_fd;    /* host_agent_reelected: the new host agent's connection to the coordinator */
+    ftrt__rxbuf up_rx;
 } fixture;
 
-/* Receives the next message of `type` on the fake coordinator side (skipping heartbeats unless
- * asked for), within 5 s. Returns 1 and copies the payload, or 0 on timeout/EOF. */
-static int coord_recv(fixture *f, uint32_t type, void *out, size_t len)
+/* Receives the next message of `type` on fd (skipping the others), within 5 s; with relayed,
+ * the next RELAY of world rank 3 whose inner message is of `type`. Returns 1 and copies the
+ * payload, or 0 on timeout/EOF. */
+static int recv_on(int fd, ftrt__rxbuf *rx, uint32_t type, int relayed, void *out, size_t len)
 {
     double deadline = ftrt__now() + 5;
     while (ftrt__now() < deadline) {
         ftrt__msghdr h;
         const void *payload;
         int r;
-        while ((r = ftrt__rx_next(&f->rx, &h, &payload)) == 1)
+        while ((r = ftrt__rx_next(rx, &h, &payload)) == 1) {
+            int32_t w = 0;
+            if (relayed && (h.type != FTRT__MSG_RELAY ||
+                            ftrt__relay_open(payload, h.len, &w, &h, &payload) || w != 3))
+                continue;
             if (h.type == type) {
                 assert_int_equal(h.len, len);
                 memcpy(out, payload, len);
                 return 1;
             }
+        }
         assert_int_equal(r, 0);
-        struct pollfd p = {.fd = f->coord_fd, .events = POLLIN};
-        if (poll(&p, 1, 100) > 0 && ftrt__rx_fill(&f->rx, f->coord_fd) == 0) return 0;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0 && ftrt__rx_fill(rx, fd) == 0) return 0;
     }
     return 0;
+}
+
+/* recv_on the fake coordinator's connection from the rank (its own, or its host agent's). */
+static int coord_recv(fixture *f, uint32_t type, void *out, size_t len)
+{
+    return recv_on(f->coord_fd, &f->rx, type, 0, out, len);
 }
 
 /* The agent of world rank 3 against a fake coordinator on TCP. hosted: the test holds this
@@ -54,6 +69,7 @@ static int coord_recv(fixture *f, uint32_t type, void *out, size_t len)
 static int setup_with(void **state, int hosted)
 {
     fixture *f = calloc(1, sizeof *f);
+    f->up_fd = -1;
     struct ftrt_ctx *ctx = calloc(1, sizeof *ctx);
     ftrt_config_init(&ctx->cfg, sizeof ctx->cfg);
     ctx->cfg.heartbeat_ms = 10;
@@ -94,11 +110,19 @@ static int setup_with(void **state, int hosted)
 
 static int setup(void **state) { return setup_with(state, 0); }
 static int setup_hosted(void **state) { return setup_with(state, 1); }
+static int setup_reelect(void **state)
+{
+    ftrt__knobs.reelect_ms = 50; /* (before the agent thread starts: it reads it) */
+    return setup_with(state, 1);
+}
 
 static int teardown(void **state)
 {
     fixture *f = *state;
     ftrt__agent_stop(f->ctx);
+    ftrt__knobs.reelect_ms = 0;
+    if (f->up_fd >= 0) close(f->up_fd);
+    ftrt__rx_free(&f->up_rx);
     if (f->coord_fd >= 0) close(f->coord_fd);
     close(f->listen_fd);
     if (f->local_fd >= 0) close(f->local_fd);
@@ -306,6 +330,86 @@ static void host_agent_lost(void **state)
     assert_true(coord_recv(f, FTRT__MSG_HEARTBEAT, &hb, sizeof hb)); /* alive, direct now */
 }
 
+/* COMMIT step `step` from the fake coordinator: through the new host agent (relayed), else on
+ * the rank's own connection. */
+static void send_commit(fixture *f, int64_t step, int relayed)
+{
+    ftrt__ckpt_msg cm = {.step = step};
+    ftrt__relay pre = {.world_rank = 3};
+    if (relayed)
+        assert_int_equal(ftrt__msg_send2(f->up_fd, FTRT__MSG_RELAY, &pre, sizeof pre,
+                                         FTRT__MSG_COMMIT, &cm, sizeof cm), 0);
+    else
+        assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_COMMIT, &cm, sizeof cm), 0);
+}
+
+/* The rank's own connection ends (it closed its sending side after MOVE) with no REPORT on it
+ * after the one of steps 11. */
+static void own_connection_ends(fixture *f)
+{
+    ftrt__report got;
+    assert_true(coord_recv(f, FTRT__MSG_REPORT, &got, sizeof got));
+    assert_int_equal(got.steps_done, 11);
+    assert_false(coord_recv(f, FTRT__MSG_REPORT, &got, sizeof got)); /* (EOF, not timeout) */
+}
+
+/* Its host agent lost (the process died), the rank falls back to its own connection, then
+ * (FTRT_TEST_REELECT_MS later) elects a new host agent: this process binds the host's socket
+ * and starts it, which joins the coordinator (HOST_HELLO) and relays the rank's HELLO. Before
+ * MOVE its REPORT goes on its own connection; after MOVE it closes that connection's sending
+ * side, and its next REPORT comes relayed, once. The coordinator's messages keep their order:
+ * a COMMIT relayed before the last one sent on the old connection is taken after it (the rank
+ * reads the old connection to its end first). Nothing is fatal. */
+static void host_agent_reelected(void **state)
+{
+    fixture *f = *state;
+    struct ftrt_ctx *ctx = f->ctx;
+    ftrt__epoch_msg m = {.value = 7};
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_HOSTED, &m, sizeof m), 0);
+    int hosted = 0;
+    for (int i = 0; i < 500 && !hosted; i++) {
+        usleep(10000);
+        pthread_mutex_lock(&ctx->cp.send_lock);
+        hosted = ctx->cp.hosted;
+        pthread_mutex_unlock(&ctx->cp.send_lock);
+    }
+    assert_true(hosted);
+    close(f->coord_fd); /* the host agent's process died, and the host's socket with it */
+    close(f->local_fd);
+    f->local_fd = -1;
+    ftrt__rx_free(&f->rx);
+    f->coord_fd = accept(f->listen_fd, NULL, NULL);
+    ftrt__hello hello;
+    assert_true(coord_recv(f, FTRT__MSG_HELLO, &hello, sizeof hello)); /* fell back */
+    f->up_fd = accept(f->listen_fd, NULL, NULL); /* the new host agent, in this process */
+    assert_true(recv_on(f->up_fd, &f->up_rx, FTRT__MSG_HOST_HELLO, 0, &hello, sizeof hello));
+    assert_int_equal(hello.world_rank, 3);
+    assert_true(recv_on(f->up_fd, &f->up_rx, FTRT__MSG_HELLO, 1, &hello, sizeof hello));
+    ftrt__report rep = {.steps_done = 11, .epoch = 0, .own_step = -1, .held_step = -1};
+    assert_int_equal(ftrt__agent_send(ctx, FTRT__MSG_REPORT, &rep, sizeof rep), 0);
+    m.value = 3; /* the new host agent's process: this one */
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_MOVE, &m, sizeof m), 0);
+    own_connection_ends(f);
+    send_commit(f, 10, 1); /* arrives first, is newer */
+    send_commit(f, 5, 0);
+    close(f->coord_fd);
+    f->coord_fd = -1;
+    rep.steps_done = 12;
+    assert_int_equal(ftrt__agent_send(ctx, FTRT__MSG_REPORT, &rep, sizeof rep), 0);
+    ftrt__report got;
+    assert_true(recv_on(f->up_fd, &f->up_rx, FTRT__MSG_REPORT, 1, &got, sizeof got));
+    assert_int_equal(got.steps_done, 12); /* (11 went once, on its own connection) */
+    int64_t step = 0;
+    for (int i = 0; i < 500 && step != 10; i++) {
+        usleep(10000);
+        pthread_mutex_lock(&ctx->cp.lock);
+        step = ctx->cp.commit_seen == 2 ? ctx->cp.commit_step : 0;
+        pthread_mutex_unlock(&ctx->cp.lock);
+    }
+    assert_int_equal(step, 10);
+    assert_int_equal(ftrt__interrupted(ctx), 0);
+}
+
 /* A host agent that lost the coordinator says so: every ftrt call returns FTRT_ECOORD. */
 static void host_agent_says_coord_lost(void **state)
 {
@@ -438,6 +542,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(delta_without_membership, setup, teardown),
         cmocka_unit_test_setup_teardown(host_agent_lost, setup_hosted, teardown),
         cmocka_unit_test_setup_teardown(host_agent_says_coord_lost, setup_hosted, teardown),
+        cmocka_unit_test_setup_teardown(host_agent_reelected, setup_reelect, teardown),
         cmocka_unit_test_setup_teardown(coordinator_lost_to_standby, setup, teardown),
         cmocka_unit_test_setup_teardown(standby_takes_over, setup, teardown),
         cmocka_unit_test_setup_teardown(stale_term_refused, setup, teardown),
