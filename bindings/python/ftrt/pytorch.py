@@ -83,6 +83,7 @@ import torch
 from . import Context, Config, _lib
 from . import pytorch_flops as _flops
 from ._lib import FLOAT32, FLOAT64, error_for, lib
+from .pytorch_gpu import GpuPlane as _GpuPlane, cuda_device as _cuda_device
 from .pytorch_state import StateRegistry, init_optimizer_state, region_name, register_state
 
 __all__ = ["FaultTolerant", "init_process", "step_seed", "PyState",
@@ -97,67 +98,6 @@ def _queue_callback() -> Optional[Callable[[Callable[[], None]], None]]:
         return Variable._execution_engine.queue_callback
     except (ImportError, AttributeError):
         return None
-
-
-class _GpuPlane:
-    """An ftrt_gpu * (the NCCL plane, ftrt_gpu.h) on CUDA device `device`, owned by the thread
-    that made it (the context's). free() frees the bucketers made on it first; the context
-    frees it at finalize() if nobody did."""
-
-    def __init__(self, ctx: Context, device: int) -> None:
-        h = ctypes.c_void_p()
-        rc = lib().ftrt_gpu_create(ctx.handle, int(device), ctypes.byref(h))
-        if rc < 0:
-            raise error_for(rc, "ftrt_gpu_create")
-        self.handle: Optional[int] = h.value
-        self.device = int(device)
-        self.bucketers: List[Any] = []
-        ctx._children.add(self)
-
-    def bucketer(self, ctx: Context, counts: Sequence[int], dtype: int,
-                 cfg: "_lib.BucketConfig") -> "Bucketer":
-        """A GPU bucketer (ftrt_gpu_bucketer_create()) over device tensors of counts[i]
-        elements of dtype."""
-        from . import Bucketer
-        arr = (ctypes.c_size_t * len(counts))(*[int(c) for c in counts])
-        h = ctypes.c_void_p()
-        rc = lib().ftrt_gpu_bucketer_create(self.handle, arr, len(counts), dtype,
-                                            ctypes.byref(cfg), ctypes.byref(h))
-        if rc < 0:
-            raise error_for(rc, "ftrt_gpu_bucketer_create")
-        b = Bucketer(ctx, h.value, counts, dtype)
-        self.bucketers.append(b)
-        return b
-
-    def free(self) -> None:
-        """Frees the plane's bucketers, then the plane (idempotent)."""
-        for b in self.bucketers:
-            b.free()
-        self.bucketers = []
-        if self.handle:
-            rc = lib().ftrt_gpu_free(self.handle)
-            if rc < 0:
-                raise error_for(rc, "ftrt_gpu_free")
-            self.handle = None
-
-
-def _cuda_device(params: Sequence[torch.Tensor]) -> Optional[int]:
-    """The CUDA device index of params (None when they are all on the CPU). Raises ValueError
-    for a mix of devices, NotImplementedError for devices other than CPU and CUDA, and
-    FtrtNotSupported for CUDA parameters without libftrt_gpu."""
-    devs = {(p.device.type, p.device.index) for p in params}
-    if len(devs) != 1:
-        raise ValueError(f"parameters must all be on one device (got {sorted(map(str, devs))})")
-    kind, index = next(iter(devs))
-    if kind == "cpu":
-        return None
-    if kind != "cuda":
-        raise NotImplementedError(f"GradAverager takes CPU or CUDA parameters (got {kind})")
-    if not _lib.has_gpu_plane():
-        raise _lib.FtrtNotSupported(
-            _lib.ENOTSUP, "GradAverager (CUDA parameters need libftrt_gpu: set FTRT_LIB to the "
-            "libftrt_gpu.so of a build with CUDA and NCCL)")
-    return int(index if index is not None else torch.cuda.current_device())
 
 
 class GradAverager:
