@@ -464,8 +464,8 @@ class FaultTolerant:
     at the step ftrt resumes at. The loop needs no try/except.
 
     Arguments (all after `optimizer` by keyword):
-      model, optimizer: a torch.nn.Module on the CPU and its torch.optim optimizer (state
-        tensors are created up front: init_optimizer_state()). Parameters and optimizer
+      model, optimizer: a torch.nn.Module on the CPU (NotImplementedError otherwise) and its
+        torch.optim optimizer (state tensors are created up front: init_optimizer_state()). Parameters and optimizer
         state must be updated in place (torch.optim does).
       scheduler: an LR scheduler, or a list of them, stepped once per step() after the
         optimizer (do not call their step() yourself). Schedulers stepped otherwise (per
@@ -523,6 +523,11 @@ class FaultTolerant:
             raise TypeError("extra_state must be a dict")
         if int(checkpoint_every) < 0 or not float(bucket_cap_mb) > 0:
             raise ValueError("checkpoint_every must be >= 0 and bucket_cap_mb > 0")
+        if any(p.device.type != "cpu" for p in model.parameters()):
+            # GradAverager takes CUDA parameters, but ends the averaging in backward() only on
+            # the owning thread, which autograd's device threads are not (module docstring)
+            raise NotImplementedError("FaultTolerant takes a model on the CPU; for CUDA, use "
+                                      "GradAverager with libftrt_gpu (issue 21)")
         self.model, self.optimizer, self.scaler = model, optimizer, scaler
         self.state = extra_state
         self.seed, self.rng = int(seed), bool(rng)
