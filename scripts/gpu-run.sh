@@ -306,11 +306,13 @@ if [ $built = 1 ]; then
   elif [ -z "$py" ] || ! timeout 120 "$py" -c 'import torch' >/dev/null 2>&1; then
     not_run torch-gpu absent "no python3 with torch"
   else
-    step torch-gpu 150 env FTRT_LIB="$build/libftrt_gpu.so" FTRT_SPARES=0 NCCL_NET=Socket \
+    tdir=$(mktemp -d "${TMPDIR:-/tmp}/ftrt-gpu-torch.XXXXXX")
+    step torch-gpu 150 env FTRT_LIB="$build/libftrt_gpu.so" FTRT_SPARES=0 FTRT_CKPT_DIR="$tdir" NCCL_NET=Socket \
       NCCL_SOCKET_IFNAME=lo NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 \
       mpirun --oversubscribe --bind-to none -np 3 \
       bash -c 'export NCCL_HOSTID=ftrt-gpu-run-rank$OMPI_COMM_WORLD_RANK; exec "$@"' _ \
       "$py" "$repo/tests/python/gpu_torch_prog.py"
+    rm -rf "$tdir"
   fi
   step mpi-kit 120 "${ct[@]}" -R '^mpi\.(reference|kill)$' --timeout 100
   if [ ! -x "$bench" ]; then
