@@ -20,9 +20,22 @@
  * pin / unpin: cudaHostRegister / cudaHostUnregister of staging buffers (DMA at full speed).
  * Without a usable device every call returns FTRT_ENODEV; CUDA errors are mapped by
  * kernels/cuda_check.h (FTRT_ECUDA, logged; -ENOMEM for an allocation failure).
+ *
+ * Devices (multi-GPU hosts): the calls run on threads the application never set a device on
+ * (the engine's snapshot and persist threads, the replica and transfer paths), whose current
+ * device is 0, while each rank's regions live on its own GPU. So every call takes the device
+ * from the device pointer it is handed (cudaPointerGetAttributes: the device a cudaMalloc'd
+ * range belongs to), makes it current on the calling thread for the call (cudaSetDevice), uses
+ * that thread's side stream of that device (one per thread and device, created at first use),
+ * and gives the thread its previous current device back before it returns. A pointer CUDA does
+ * not know as device memory (host memory registered as a device region) runs on the thread's
+ * current device. The device is found per call rather than recorded at registration, so the
+ * CPU-only libftrt stays free of CUDA and every path through this backend (the checkpoint
+ * engine, restore, the recovery's transfer, partner replicas, fingerprints) is covered alike.
  */
 #include <stdint.h>
 
+#include "base/log.h"
 #include "checkpoint/ckpt_device.h"
 #include "ftrt.h"
 #include "kernels/cuda_check.h"
@@ -31,28 +44,81 @@
 #include "kernels/kernels_gpu.h"
 #include "kernels/location.h"
 
-static _Thread_local cudaStream_t side;
+#define MAX_DEVICES 64 /* side streams per thread: one per device it touched */
 
-static int side_stream(cudaStream_t *out)
+static _Thread_local cudaStream_t side[MAX_DEVICES];
+
+/* The test hook (ftrt__ckpt_device_observe): called inside every call with the device current
+ * for its work. */
+static void (*observer)(int device, void *arg);
+static void *observer_arg;
+
+void ftrt__ckpt_device_observe(void (*fn)(int device, void *arg), void *arg)
 {
-    if (!side) {
-        int rc = ftrt__cuda_err(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking),
+    observer_arg = arg;
+    observer = fn;
+}
+
+/* A call's device: the one made current for it, and the one to give back. */
+typedef struct on_dev {
+    int device, prev;
+} on_dev;
+
+/* Makes the device of `ptr` current on this thread (see the file's header). */
+static int enter(const void *ptr, on_dev *d)
+{
+    d->prev = d->device = -1;
+    int rc = ftrt__cuda_err(cudaGetDevice(&d->prev), "cudaGetDevice");
+    if (rc) return rc;
+    d->device = d->prev;
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not a pointer CUDA knows: the current device */
+    } else if ((a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) &&
+               a.device >= 0) {
+        d->device = a.device;
+    }
+    if (d->device >= MAX_DEVICES) {
+        ftrt_log_error("CUDA device %d of a device region: at most %d supported", d->device,
+                       MAX_DEVICES);
+        return FTRT_ENODEV;
+    }
+    if (d->device != d->prev)
+        rc = ftrt__cuda_err(cudaSetDevice(d->device), "cudaSetDevice (device region's GPU)");
+    if (!rc && observer) observer(d->device, observer_arg);
+    return rc;
+}
+
+/* Gives the thread its previous current device back; returns rc. */
+static int leave(const on_dev *d, int rc)
+{
+    if (d->prev >= 0 && d->device != d->prev) {
+        int r = ftrt__cuda_err(cudaSetDevice(d->prev), "cudaSetDevice (caller's device back)");
+        if (!rc) rc = r;
+    }
+    return rc;
+}
+
+/* This thread's side stream of the current device d->device. */
+static int side_stream(const on_dev *d, cudaStream_t *out)
+{
+    cudaStream_t *s = &side[d->device];
+    if (!*s) {
+        int rc = ftrt__cuda_err(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking),
                                 "cudaStreamCreateWithFlags");
         if (rc) {
-            side = NULL;
+            *s = NULL;
             return rc;
         }
     }
-    *out = side;
+    *out = *s;
     return 0;
 }
 
-static int dev_to_host(void *dst, const void *src, size_t bytes, uint32_t *crc)
+static int to_host_on(const on_dev *d, void *dst, const void *src, size_t bytes, uint32_t *crc)
 {
-    *crc = 0;
-    if (!bytes) return 0;
     cudaStream_t s;
-    int rc = side_stream(&s);
+    int rc = side_stream(d, &s);
     if (rc) return rc;
     ftrt__dev_snap snap;
     rc = ftrt__dev_snapshot_start(&snap, dst, src, bytes, s, NULL, 1);
@@ -62,14 +128,24 @@ static int dev_to_host(void *dst, const void *src, size_t bytes, uint32_t *crc)
     return rc;
 }
 
-/* CRC32C of device memory on the device: per-chunk kernel into mapped pinned memory, merged on
- * the host (no copy of the bytes). */
-static int dev_crc(const void *src, size_t bytes, uint32_t *crc)
+static int dev_to_host(void *dst, const void *src, size_t bytes, uint32_t *crc)
+{
+    *crc = 0;
+    if (!bytes) return 0;
+    on_dev d;
+    int rc = enter(src, &d);
+    if (!rc) rc = to_host_on(&d, dst, src, bytes, crc);
+    return leave(&d, rc);
+}
+
+/* CRC32C of device memory on the device, on d's device: per-chunk kernel into mapped pinned
+ * memory, merged on the host (no copy of the bytes). */
+static int crc_on(const on_dev *d, const void *src, size_t bytes, uint32_t *crc)
 {
     *crc = 0;
     if (!bytes) return 0;
     cudaStream_t s;
-    int rc = side_stream(&s);
+    int rc = side_stream(d, &s);
     if (rc) return rc;
     size_t n = (bytes + FTRT__SNAP_CHUNK - 1) / FTRT__SNAP_CHUNK;
     void *crcs = NULL;
@@ -83,11 +159,22 @@ static int dev_crc(const void *src, size_t bytes, uint32_t *crc)
     return rc;
 }
 
-/* A copy on the side stream, waited for. */
-static int copy_sync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind)
+static int dev_crc(const void *src, size_t bytes, uint32_t *crc)
+{
+    *crc = 0;
+    if (!bytes) return 0;
+    on_dev d;
+    int rc = enter(src, &d);
+    if (!rc) rc = crc_on(&d, src, bytes, crc);
+    return leave(&d, rc);
+}
+
+/* A copy on d's side stream, waited for. */
+static int copy_sync(const on_dev *d, void *dst, const void *src, size_t bytes,
+                     enum cudaMemcpyKind kind)
 {
     cudaStream_t s;
-    int rc = side_stream(&s);
+    int rc = side_stream(d, &s);
     if (!rc) rc = ftrt__cuda_err(cudaMemcpyAsync(dst, src, bytes, kind, s), "cudaMemcpyAsync");
     if (!rc) rc = ftrt__cuda_err(cudaStreamSynchronize(s), "cudaStreamSynchronize (copy)");
     return rc;
@@ -98,14 +185,21 @@ static int dev_from_host(void *dst, const void *src, size_t bytes, uint32_t expe
 {
     if (!bytes) return expect == 0 ? 0 : FTRT_ECORRUPT;
     uint32_t crc = 0;
-    int rc = copy_sync(dst, src, bytes, cudaMemcpyHostToDevice);
-    if (!rc) rc = dev_crc(dst, bytes, &crc);
+    on_dev d;
+    int rc = enter(dst, &d);
+    if (!rc) rc = copy_sync(&d, dst, src, bytes, cudaMemcpyHostToDevice);
+    if (!rc) rc = crc_on(&d, dst, bytes, &crc);
+    rc = leave(&d, rc);
     return rc ? rc : crc == expect ? 0 : FTRT_ECORRUPT;
 }
 
 static int dev_d2d(void *dst, const void *src, size_t bytes)
 {
-    return bytes ? copy_sync(dst, src, bytes, cudaMemcpyDeviceToDevice) : 0;
+    if (!bytes) return 0;
+    on_dev d;
+    int rc = enter(dst, &d); /* same device (location.h) */
+    if (!rc) rc = copy_sync(&d, dst, src, bytes, cudaMemcpyDeviceToDevice);
+    return leave(&d, rc);
 }
 
 static int dev_pin(void *p, size_t bytes)

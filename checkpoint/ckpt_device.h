@@ -11,4 +11,9 @@
  * object. */
 void ftrt__ckpt_device_install(void);
 
+/* Test hook: fn (NULL: none) is called inside every call of the backend, on the calling
+ * thread, with the CUDA device made current for its work (the device of the region's memory,
+ * see ckpt_device.c). Set it before the calls it should see, with none in flight. */
+void ftrt__ckpt_device_observe(void (*fn)(int device, void *arg), void *arg);
+
 #endif

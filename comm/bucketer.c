@@ -23,6 +23,17 @@
  * ended (a late hook of an abandoned step) is dropped, never counted in the next step.
  * `posted[t]` holds the generation tensor t was last marked in, so that a second mark in a step
  * is refused to the thread that makes it; `ready[]`, the owner's own record, catches the rest.
+ *
+ * Direct backends (the NCCL plane; bucketer.h, ftrt__bucket_backend.direct): while autograd's
+ * device threads run the hooks of a CUDA backward pass, the owner is blocked inside backward()
+ * and drains nothing, so a queue would hold every bucket back until backward returns. A direct
+ * backend's submit is thread-safe (the plane serializes its NCCL and CUDA calls under its own
+ * lock), so a post marks its tensor and starts the buckets it completes on the posting thread,
+ * under the bucketer's `step_lock`, which every call of a direct bucketer takes (the owner's
+ * too, for its whole wait_all). The lock order is step_lock, then the backend's lock. A piece
+ * the backend cannot start off the owner (FTRT__BUCKET_DEFER) waits for the owner's next
+ * ready / drain / wait_all. Errors stay the step's error (`err`), returned to the posters and,
+ * at wait_all, to the owner.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -85,6 +96,9 @@ struct ftrt_bucketer {
     post_queue q;                 /* posts not yet taken by the owner */
     post_queue taken;             /* owner: the batch being applied */
     long stale;                   /* owner: posts dropped because their step had ended */
+    /* direct backends (see the file's header) */
+    int direct;                   /* be->direct: every call takes step_lock */
+    pthread_mutex_t step_lock;    /* guards the step (ready .. err) of a direct bucketer */
 };
 
 int ftrt__bucket_assign(const size_t *bytes, int n, int reverse, size_t first_cap, size_t cap,
@@ -147,6 +161,7 @@ int ftrt_bucketer_free(ftrt_bucketer *b)
                       (void *)b->posted, b->q.v, b->taken.v};
     for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++) free(arrays[i]);
     pthread_mutex_destroy(&b->post_lock);
+    pthread_mutex_destroy(&b->step_lock);
     free(b);
     return 0;
 }
@@ -247,6 +262,7 @@ int ftrt__bucketer_create_be(ftrt__plane *plane, const size_t *counts, int ntens
     ftrt_bucketer *b = calloc(1, sizeof *b);
     if (!b) return -ENOMEM;
     pthread_mutex_init(&b->post_lock, NULL);
+    pthread_mutex_init(&b->step_lock, NULL);
     int n = ntensors;
     b->plane = plane;
     b->dtype = dtype;
@@ -277,6 +293,7 @@ int ftrt__bucketer_create_be(ftrt__plane *plane, const size_t *counts, int ntens
     free(bytes);
     b->be = be;
     b->be_arg = arg;
+    b->direct = be && be->direct;
     step_reset(b);
     ftrt_log_debug("bucketer: %d tensors in %d buckets (first %zu B, then %zu B), %d pieces", n,
                    b->nb, cfg->first_bucket_bytes, cfg->bucket_bytes, b->np);
@@ -308,7 +325,7 @@ static int cpu_submit(void *arg, int bucket, const int *tensors, const ftrt__seg
 
 static int cpu_wait_raw(struct ftrt_request *req) { return ftrt__areq_wait((ftrt__areq *)req); }
 
-static const ftrt__bucket_backend cpu_backend = {cpu_submit, cpu_wait_raw, NULL};
+static const ftrt__bucket_backend cpu_backend = {cpu_submit, cpu_wait_raw, NULL, 0};
 
 int ftrt__bucketer_create(ftrt__plane *plane, const size_t *counts, int ntensors,
                           ftrt_dtype dtype, const ftrt_bucket_config *cfg, ftrt_bucketer **out)
@@ -318,12 +335,15 @@ int ftrt__bucketer_create(ftrt__plane *plane, const size_t *counts, int ntensors
     return rc;
 }
 
-/* Starts piece p's allreduce over the parts of its tensors that fall in its byte range. */
+/* Starts piece p's allreduce over the parts of its tensors that fall in its byte range. A
+ * direct backend checks the watch itself (it may run on a posting thread). */
 static inline __attribute__((always_inline)) int submit(ftrt_bucketer *b, int p)
 {
-    int rc = ftrt__watch_check(b->plane->watch);
-    if (rc) return rc;
-    if (b->plane->watch->needs_recover) return FTRT_ESTATE;
+    if (!b->direct) {
+        int rc = ftrt__watch_check(b->plane->watch);
+        if (rc) return rc;
+        if (b->plane->watch->needs_recover) return FTRT_ESTATE;
+    }
     int k = b->p_bucket[p], n = 0;
     size_t lo = b->p_lo[p], hi = b->p_hi[p];
     for (int j = b->p_first[p]; j < b->start[k + 1]; j++) {
@@ -356,17 +376,29 @@ static void set_err(ftrt_bucketer *b, int rc)
     atomic_store_explicit(&b->pub_err, rc, memory_order_relaxed);
 }
 
-/* Marks tensor ready at ptr and starts every piece this completes, in piece order. Owner.
- * mark() and submit() are forced inline (two callers now: ready and take_posts), so that
- * ftrt_bucketer_ready() runs the code it ran before the hand-over, plus the mark for posting
- * threads (bench/bucketer_ready.sh). */
+/* Starts every complete piece, in piece order, until one is incomplete or deferred
+ * (FTRT__BUCKET_DEFER: a direct backend off its owner; the owner starts it later). */
+static inline __attribute__((always_inline)) void advance(ftrt_bucketer *b)
+{
+    while (b->next < b->np && b->pending[b->next] == 0) {
+        int rc = submit(b, b->next);
+        if (rc == FTRT__BUCKET_DEFER) break;
+        b->next++;
+        set_err(b, rc);
+    }
+}
+
+/* Marks tensor ready at ptr and starts every piece this completes, in piece order. Owner (a
+ * direct bucketer: any thread, under step_lock). mark() and submit() are forced inline (two
+ * callers now: ready and take_posts), so that ftrt_bucketer_ready() runs the code it ran before
+ * the hand-over, plus the mark for posting threads (bench/bucketer_ready.sh). */
 static inline __attribute__((always_inline)) void mark(ftrt_bucketer *b, int tensor, void *ptr)
 {
     b->ready[tensor] = 1;
     b->ptrs[tensor] = ptr;
     atomic_store_explicit(&b->posted[tensor], b->step_gen, memory_order_relaxed);
     for (int p = b->t_p0[tensor]; p <= b->t_p1[tensor]; p++) b->pending[p]--;
-    while (b->next < b->np && b->pending[b->next] == 0) set_err(b, submit(b, b->next++));
+    advance(b);
 }
 
 /* Takes what other threads posted (owner). With `apply`, marks the posts of this step (a post
@@ -408,9 +440,57 @@ static inline int take_if_posted(ftrt_bucketer *b, int apply)
     return atomic_load_explicit(&b->nposts, memory_order_relaxed) ? take_posts(b, apply) : 0;
 }
 
+void ftrt__bucketer_lock(ftrt_bucketer *b)
+{
+    if (b->direct) pthread_mutex_lock(&b->step_lock);
+}
+
+void ftrt__bucketer_unlock(ftrt_bucketer *b)
+{
+    if (b->direct) pthread_mutex_unlock(&b->step_lock);
+}
+
+/* A direct bucketer's mark under step_lock, on any thread: see ftrt__bucketer_post_direct. */
+static int post_direct_locked(ftrt_bucketer *b, int tensor, void *ptr, unsigned gen,
+                              const char *who)
+{
+    if (gen != b->step_gen) {
+        b->stale++;
+        ftrt_log_info("bucketer: tensor %d was posted for a step that has ended; dropped", tensor);
+        return 0;
+    }
+    if (b->ready[tensor]) {
+        ftrt_log_error("%s: tensor %d is already ready in this step", who, tensor);
+        return FTRT_EINVAL;
+    }
+    mark(b, tensor, ptr); /* also starts pieces deferred by earlier posts, where it may */
+    return b->err;
+}
+
+int ftrt__bucketer_post_direct(ftrt_bucketer *b, int tensor, void *ptr, unsigned gen)
+{
+    if (!b || !b->direct || tensor < 0 || tensor >= b->n || (!ptr && b->counts[tensor]))
+        return FTRT_EINVAL;
+    pthread_mutex_lock(&b->step_lock);
+    int rc = post_direct_locked(b, tensor, ptr, gen, "ftrt_bucketer_ready_from_any_thread");
+    pthread_mutex_unlock(&b->step_lock);
+    return rc;
+}
+
+/* ftrt_bucketer_ready() of a direct bucketer: the owner's own post. */
+static __attribute__((noinline)) int ready_direct(ftrt_bucketer *b, int tensor, void *ptr)
+{
+    pthread_mutex_lock(&b->step_lock);
+    take_if_posted(b, 1); /* only ftrt__bucketer_enqueue (a test) queues to a direct bucketer */
+    int rc = post_direct_locked(b, tensor, ptr, b->step_gen, "ftrt_bucketer_ready");
+    pthread_mutex_unlock(&b->step_lock);
+    return rc;
+}
+
 int ftrt_bucketer_ready(ftrt_bucketer *b, int tensor, void *ptr)
 {
     if (!b || tensor < 0 || tensor >= b->n || (!ptr && b->counts[tensor])) return FTRT_EINVAL;
+    if (b->direct) return ready_direct(b, tensor, ptr);
     take_if_posted(b, 1);
     if (b->ready[tensor]) {
         ftrt_log_error("ftrt_bucketer_ready: tensor %d is already ready in this step", tensor);
@@ -451,6 +531,11 @@ unsigned ftrt__bucketer_gen(ftrt_bucketer *b)
 int ftrt_bucketer_ready_from_any_thread(ftrt_bucketer *b, int tensor, void *ptr)
 {
     if (!b || tensor < 0 || tensor >= b->n || (!ptr && b->counts[tensor])) return FTRT_EINVAL;
+    if (b->direct) { /* a GPU bucketer: the post must record its producer's event */
+        ftrt_log_error("ftrt_bucketer_ready_from_any_thread: a GPU bucketer takes "
+                       "ftrt_gpu_bucketer_ready_from_any_thread()");
+        return FTRT_EINVAL;
+    }
     unsigned gen = ftrt__bucketer_gen(b);
     unsigned old = atomic_exchange_explicit(&b->posted[tensor], gen, memory_order_relaxed);
     if (old == gen) {
@@ -470,8 +555,12 @@ int ftrt_bucketer_ready_from_any_thread(ftrt_bucketer *b, int tensor, void *ptr)
 int ftrt_bucketer_drain(ftrt_bucketer *b)
 {
     if (!b) return FTRT_EINVAL;
+    ftrt__bucketer_lock(b);
     int marked = take_if_posted(b, 1);
-    return b->err ? b->err : marked;
+    if (b->direct) advance(b); /* the pieces a poster deferred */
+    int rc = b->err ? b->err : marked;
+    ftrt__bucketer_unlock(b);
+    return rc;
 }
 
 /* Waits for every submitted piece (raw) and clears the step; returns the first error. */
@@ -489,26 +578,42 @@ static int drain(ftrt_bucketer *b)
     return ftrt__watch_note(b->plane->watch, rc);
 }
 
-int ftrt_bucketer_wait_all(ftrt_bucketer *b)
+/* wait_all (a direct bucketer: under step_lock, held through the wait). */
+static int wait_all(ftrt_bucketer *b)
 {
-    if (!b) return FTRT_EINVAL;
     take_if_posted(b, 1);
     for (int i = 0; i < b->n; i++)
         if (!b->ready[i]) {
             ftrt_log_error("ftrt_bucketer_wait_all: tensor %d was not marked ready", i);
             return FTRT_ESTATE;
         }
+    if (b->direct) advance(b); /* the pieces posters deferred start here, on the owner */
+    if (b->next < b->np) {     /* a direct backend that deferred on the owner too */
+        ftrt_log_error("ftrt_bucketer_wait_all: piece %d could not be started", b->next);
+        set_err(b, FTRT_ESTATE);
+    }
     ftrt__host_wait_begin(&b->plane->host);
     int rc = drain(b);
     ftrt__host_wait_end(&b->plane->host, rc);
     return rc;
 }
 
+int ftrt_bucketer_wait_all(ftrt_bucketer *b)
+{
+    if (!b) return FTRT_EINVAL;
+    ftrt__bucketer_lock(b);
+    int rc = wait_all(b);
+    ftrt__bucketer_unlock(b);
+    return rc;
+}
+
 int ftrt_bucketer_reset(ftrt_bucketer *b)
 {
     if (!b) return FTRT_EINVAL;
+    ftrt__bucketer_lock(b);
     take_if_posted(b, 0);
     drain(b);
+    ftrt__bucketer_unlock(b);
     return 0;
 }
 

@@ -26,9 +26,16 @@
 int ftrt__bucket_assign(const size_t *bytes, int n, int reverse, size_t first_cap, size_t cap,
                         int *order, int *start, int *bucket_of);
 
+/* What a direct backend's submit returns when it cannot start the bucket on the calling thread
+ * (the GPU plane off its owning thread before the epoch's NCCL communicator exists, which only
+ * the owner may build): the piece stays unsubmitted and the owner starts it at its next
+ * ready / drain / wait_all. Never an error; positive so that it cannot be one. */
+#define FTRT__BUCKET_DEFER 1
+
 /* What the bucketer does with a complete bucket: start its allreduce (sum, then multiplied by
  * `scale`) of the tensors segs[0..n) (application pointers, in bucket order, `count` elements)
- * and return a request; submit is called in bucket order, from the application thread. */
+ * and return a request; submit is called in bucket order, from the application thread (a
+ * direct backend: from any thread, under the bucketer's step lock). */
 typedef struct ftrt__bucket_backend {
     /* tensors[0..n): the tensor indices of segs */
     int (*submit)(void *arg, int bucket, const int *tensors, const ftrt__seg *segs, int n,
@@ -38,6 +45,13 @@ typedef struct ftrt__bucket_backend {
     int (*wait_raw)(struct ftrt_request *req);
     /* called by ftrt_bucketer_free() (may be NULL) */
     void (*destroy)(void *arg);
+    /* 1: a direct backend (the NCCL plane). Its submit is thread-safe against every other
+     * call of the backend (it serializes them itself), checks the epoch watch itself (the
+     * bucketer then reads neither the watch nor needs_recover off the owning thread), and may
+     * return FTRT__BUCKET_DEFER. The bucketer then takes its step lock in every call, and a
+     * post from another thread marks the tensor and starts the buckets it completes on the
+     * posting thread, instead of queueing it for the owner (ftrt__bucketer_post_direct). */
+    int direct;
 } ftrt__bucket_backend;
 
 /* The backend and its argument of a bucketer (the GPU bucketer's calls check the backend). */
@@ -56,6 +70,19 @@ unsigned ftrt__bucketer_gen(ftrt_bucketer *b);
  * post that read the generation before its step ended, or that claimed its mark just before
  * ftrt_bucketer_ready() marked the same tensor. Returns 0 or -ENOMEM. Any thread. */
 int ftrt__bucketer_enqueue(ftrt_bucketer *b, int tensor, void *ptr, unsigned gen);
+
+/* A post from any thread to a direct bucketer (ftrt__bucket_backend.direct): under the step
+ * lock, drops it if the bucketer's generation is no longer `gen` (read by the poster before it
+ * began: its step ended; counted in ftrt__bucketer_stale_posts, returns 0), refuses a tensor
+ * already ready in this step (FTRT_EINVAL, the step unharmed), else marks it and starts every
+ * piece it completes on the calling thread (a deferred piece waits for the owner). Returns 0,
+ * FTRT_EINVAL (bad arguments, not a direct bucketer, already ready) or the step's first error
+ * (the backend's: FTRT_ERECOVER, FTRT_ENCCL, ...; the owner gets it from wait_all too). */
+int ftrt__bucketer_post_direct(ftrt_bucketer *b, int tensor, void *ptr, unsigned gen);
+/* The step lock of a direct bucketer (no-op for the others), for the backend's owner-side
+ * calls that read the step's requests (ftrt__bucketer_request, _all_submitted). */
+void ftrt__bucketer_lock(ftrt_bucketer *b);
+void ftrt__bucketer_unlock(ftrt_bucketer *b);
 
 /* Creates a bucketer over a backend, reducing over `plane` (its epoch watch, host interface
  * and size; not owned, must outlive the bucketer). Arguments otherwise as

@@ -14,9 +14,23 @@
  * The next collective builds a fresh communicator for the new epoch: that happens at the same
  * point of every member's sequence of collectives (survivors after ftrt_recover(), a promoted
  * spare after ftrt_restore()), which is why it is lazy rather than part of ftrt_recover().
+ *
+ * Threads: the plane belongs to the thread that created it (`owner`, the application thread),
+ * but a GPU bucketer's buckets may start on the threads that post its gradients
+ * (ftrt_gpu_bucketer_ready_from_any_thread: autograd's device threads, while the owner is
+ * blocked in backward()). So every call that touches the plane's state, its NCCL communicator
+ * or its stream (submit, test, free, abandon) holds `lock`: NCCL allows a communicator to be
+ * used from several threads as long as one thread at a time does ("Thread Safety" in NCCL's
+ * user guide), the CUDA runtime is thread-safe, and the lock also keeps the event waits, pack,
+ * ncclAllReduce and unpack of one collective together on the stream. Building the
+ * communicator broadcasts its unique id over MPI, so only the owner builds it (ensure_comm);
+ * off the owner a bucket of an epoch whose communicator does not exist yet is deferred to the
+ * owner (FTRT__BUCKET_DEFER, comm/bucketer.h). Off the owner the plane reads the epoch watch's
+ * atomics and its epoch, which only ftrt_recover() changes, with no post in flight.
  */
 #include <errno.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,6 +64,8 @@ typedef struct gpu_req {
 struct ftrt_gpu {
     ftrt__plane *plane; /* the trainers' data plane: watch, host, MPI communicator */
     int device;
+    pthread_t owner;      /* the thread that created the plane: the only one that builds comm */
+    pthread_mutex_t lock; /* held by every call below that touches what follows (file header) */
     cudaStream_t stream;
     cudaEvent_t ev_producer; /* reusable: waited on right after each record */
     ncclComm_t comm;
@@ -168,7 +184,21 @@ static void abandon_all(ftrt_gpu *g, int rc)
     g->live = NULL;
 }
 
-static void hook_abandon(void *arg) { abandon_all(arg, FTRT_ERECOVER); }
+static void hook_abandon(void *arg)
+{
+    ftrt_gpu *g = arg;
+    pthread_mutex_lock(&g->lock);
+    abandon_all(g, FTRT_ERECOVER);
+    pthread_mutex_unlock(&g->lock);
+}
+
+static int on_owner(const ftrt_gpu *g) { return pthread_equal(pthread_self(), g->owner); }
+
+/* 1 when the current plane generation's communicator exists (no MPI needed to use it). */
+static int comm_ready(const ftrt_gpu *g)
+{
+    return g->comm && g->comm_plane_gen == g->plane->gen;
+}
 
 /* Builds the communicator of the current epoch: a fresh ncclUniqueId from logical rank 0,
  * broadcast over the trainers' MPI communicator; nonblocking init polled with the epoch flag. */
@@ -245,8 +275,9 @@ static ncclDataType_t nccl_type(int t)
 
 static ncclRedOp_t nccl_op(int op) { return op == FTRT_MIN ? ncclMin : op == FTRT_MAX ? ncclMax : ncclSum; }
 
-/* Queues one collective of the tensors segs[0..n) on the communication stream. The caller has
- * ordered the stream after the producers. */
+/* Queues one collective of the tensors segs[0..n) on the communication stream. The caller holds
+ * g->lock and has ordered the stream after the producers; off the owner, the communicator
+ * exists (comm_ready). */
 static int gpu_submit(ftrt_gpu *g, const ftrt__seg *segs, int n, size_t count, int dtype, int op,
                       double scale, ftrt_request **out)
 {
@@ -255,7 +286,7 @@ static int gpu_submit(ftrt_gpu *g, const ftrt__seg *segs, int n, size_t count, i
     if (n < 1 || n > 65535) return FTRT_EINVAL;
     int rc = ftrt__watch_check(pl->watch);
     if (rc) return rc;
-    if (pl->watch->needs_recover) return FTRT_ESTATE;
+    if (on_owner(g) && pl->watch->needs_recover) return FTRT_ESTATE; /* the owner's field */
     if ((rc = ftrt__cuda_err(cudaSetDevice(g->device), "cudaSetDevice")) != 0) return rc;
     if ((rc = ensure_comm(g)) != 0) return rc;
     gpu_req *r = calloc(1, sizeof *r);
@@ -315,8 +346,9 @@ static void unlink_live(ftrt_gpu *g, gpu_req *r)
         }
 }
 
-/* 1 done, 0 in flight, < 0 failed. */
-static int gpu_test(struct ftrt_request *base)
+/* 1 done, 0 in flight, < 0 failed. Caller holds g->lock (a poster's failing submit may abandon
+ * r at any time). Owner. */
+static int test_locked(struct ftrt_request *base)
 {
     gpu_req *r = (gpu_req *)base;
     ftrt_gpu *g = r->g;
@@ -343,6 +375,15 @@ static int gpu_test(struct ftrt_request *base)
     return r->result;
 }
 
+static int gpu_test(struct ftrt_request *base)
+{
+    ftrt_gpu *g = ((gpu_req *)base)->g;
+    pthread_mutex_lock(&g->lock);
+    int rc = test_locked(base);
+    pthread_mutex_unlock(&g->lock);
+    return rc;
+}
+
 static int gpu_wait_raw(struct ftrt_request *base)
 {
     int rc;
@@ -362,11 +403,16 @@ static int gpu_wait(struct ftrt_request *base)
 static int gpu_free_req(struct ftrt_request *base)
 {
     gpu_req *r = (gpu_req *)base;
-    if (r->result > 0) return FTRT_ESTATE;
-    cudaEventDestroy(r->done);
-    r->g->nreqs--;
-    free(r);
-    return 0;
+    ftrt_gpu *g = r->g;
+    pthread_mutex_lock(&g->lock);
+    int rc = r->result > 0 ? FTRT_ESTATE : 0;
+    if (!rc) {
+        cudaEventDestroy(r->done);
+        g->nreqs--;
+        free(r);
+    }
+    pthread_mutex_unlock(&g->lock);
+    return rc;
 }
 
 static const ftrt__req_ops gpu_req_ops = {gpu_test, gpu_wait, gpu_free_req};
@@ -387,6 +433,7 @@ int ftrt__gpu_create(ftrt__plane *plane, int device, ftrt_gpu **out)
     if (!g) return -ENOMEM;
     g->plane = plane;
     g->device = device;
+    g->owner = pthread_self();
     ftrt__pool_init(&g->dev, POOL_MAX, 0, dev_free);
     ftrt__pool_init(&g->host, POOL_MAX, 0, host_free);
     int lo, hi;
@@ -406,6 +453,7 @@ int ftrt__gpu_create(ftrt__plane *plane, int device, ftrt_gpu **out)
         free(g);
         return rc;
     }
+    pthread_mutex_init(&g->lock, NULL);
     *g->guard = g->gen;
     g->hook.abandon = hook_abandon;
     g->hook.arg = g;
@@ -438,6 +486,7 @@ int ftrt_gpu_free(ftrt_gpu *g)
     cudaEventDestroy(g->ev_producer);
     cudaStreamDestroy(g->stream);
     ftrt__plane_hook_remove(g->plane, &g->hook);
+    pthread_mutex_destroy(&g->lock);
     free(g);
     return 0;
 }
@@ -467,9 +516,25 @@ int ftrt_gpu_allreduce_start(ftrt_gpu *g, void *buf, size_t count, ftrt_dtype dt
     if (!g || (!buf && count) || !valid_dtype_op(dtype, op)) return FTRT_EINVAL;
     int rc = ftrt__watch_check(g->plane->watch);
     if (rc) return rc;
-    if ((rc = after_producer(g, producer)) != 0) return rc;
     ftrt__seg seg = {buf, count * (dtype == FTRT_FLOAT32 ? 4 : 8)};
-    return gpu_submit(g, &seg, 1, count, dtype, op, 1.0, req);
+    pthread_mutex_lock(&g->lock); /* ev_producer and the stream are shared with posting threads */
+    if ((rc = after_producer(g, producer)) == 0)
+        rc = gpu_submit(g, &seg, 1, count, dtype, op, 1.0, req);
+    pthread_mutex_unlock(&g->lock);
+    return rc;
+}
+
+int ftrt_gpu_connect(ftrt_gpu *g)
+{
+    if (!g || !on_owner(g)) return FTRT_EINVAL;
+    int rc = ftrt__watch_check(g->plane->watch);
+    if (rc) return rc;
+    if (g->plane->watch->needs_recover) return FTRT_ESTATE;
+    pthread_mutex_lock(&g->lock);
+    rc = ftrt__cuda_err(cudaSetDevice(g->device), "cudaSetDevice");
+    if (!rc) rc = ensure_comm(g);
+    pthread_mutex_unlock(&g->lock);
+    return rc;
 }
 
 int ftrt_gpu_request_order(ftrt_request *req, cudaStream_t consumer)
@@ -487,17 +552,28 @@ typedef struct gpu_bk {
     cudaEvent_t *ev; /* per tensor: recorded on its producer at ready */
 } gpu_bk;
 
+/* Starts a bucket: the stream waits for its tensors' producer events, then the collective.
+ * Any thread (under the bucketer's step lock); off the owner, deferred to it while the epoch
+ * has no communicator yet. */
 static int bk_submit(void *arg, int bucket, const int *tensors, const ftrt__seg *segs, int n,
                      size_t count, double scale, struct ftrt_request **req)
 {
     gpu_bk *bk = arg;
+    ftrt_gpu *g = bk->g;
     (void)bucket;
-    for (int j = 0; j < n; j++) {
-        int rc = ftrt__cuda_err(cudaStreamWaitEvent(bk->g->stream, bk->ev[tensors[j]], 0),
-                                "cudaStreamWaitEvent");
-        if (rc) return rc;
+    int rc = ftrt__watch_check(g->plane->watch);
+    if (rc) return rc;
+    pthread_mutex_lock(&g->lock);
+    if (!on_owner(g) && !comm_ready(g)) {
+        pthread_mutex_unlock(&g->lock);
+        return FTRT__BUCKET_DEFER;
     }
-    return gpu_submit(bk->g, segs, n, count, bk->dtype, FTRT_SUM, scale, req);
+    for (int j = 0; !rc && j < n; j++)
+        rc = ftrt__cuda_err(cudaStreamWaitEvent(g->stream, bk->ev[tensors[j]], 0),
+                            "cudaStreamWaitEvent");
+    if (!rc) rc = gpu_submit(g, segs, n, count, bk->dtype, FTRT_SUM, scale, req);
+    pthread_mutex_unlock(&g->lock);
+    return rc;
 }
 
 static void bk_destroy(void *arg)
@@ -510,7 +586,7 @@ static void bk_destroy(void *arg)
     free(bk);
 }
 
-static const ftrt__bucket_backend gpu_backend = {bk_submit, gpu_wait_raw, bk_destroy};
+static const ftrt__bucket_backend gpu_backend = {bk_submit, gpu_wait_raw, bk_destroy, 1};
 
 int ftrt_gpu_bucketer_create(ftrt_gpu *g, const size_t *counts, int ntensors, ftrt_dtype dtype,
                              const ftrt_bucket_config *cfg, ftrt_bucketer **out)
@@ -551,14 +627,34 @@ int ftrt_gpu_bucketer_ready(ftrt_bucketer *b, int tensor, void *ptr, cudaStream_
     return ftrt_bucketer_ready(b, tensor, ptr);
 }
 
+int ftrt_gpu_bucketer_ready_from_any_thread(ftrt_bucketer *b, int tensor, void *ptr,
+                                            cudaStream_t producer)
+{
+    void *arg;
+    if (!b || ftrt__bucketer_backend(b, &arg) != &gpu_backend) return FTRT_EINVAL;
+    if (ftrt_bucketer_bucket_of(b, tensor) < 0) return FTRT_EINVAL;
+    gpu_bk *bk = arg;
+    unsigned gen = ftrt__bucketer_gen(b); /* before the step can end under us: see bucketer.h */
+    int prev = -1, rc = 0;
+    if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
+    if (prev != bk->g->device)
+        rc = ftrt__cuda_err(cudaSetDevice(bk->g->device), "cudaSetDevice");
+    if (!rc) rc = ftrt__cuda_err(cudaEventRecord(bk->ev[tensor], producer), "cudaEventRecord");
+    if (!rc) rc = ftrt__bucketer_post_direct(b, tensor, ptr, gen);
+    if (prev >= 0 && prev != bk->g->device) cudaSetDevice(prev); /* the caller's device back */
+    return rc;
+}
+
 int ftrt_gpu_bucketer_order(ftrt_bucketer *b, cudaStream_t consumer)
 {
     if (!b || ftrt__bucketer_backend(b, NULL) != &gpu_backend) return FTRT_EINVAL;
-    if (!ftrt__bucketer_all_submitted(b)) return FTRT_ESTATE;
-    for (int k = 0; k < ftrt_bucketer_pieces(b); k++) {
+    (void)ftrt_bucketer_drain(b); /* starts what posters deferred; its error is wait_all's */
+    ftrt__bucketer_lock(b);
+    int rc = ftrt__bucketer_all_submitted(b) ? 0 : FTRT_ESTATE;
+    for (int k = 0; !rc && k < ftrt_bucketer_pieces(b); k++) {
         ftrt_request *r = ftrt__bucketer_request(b, k);
-        int rc = r ? ftrt_gpu_request_order(r, consumer) : 0;
-        if (rc) return rc;
+        rc = r ? ftrt_gpu_request_order(r, consumer) : 0;
     }
-    return 0;
+    ftrt__bucketer_unlock(b);
+    return rc;
 }

@@ -40,6 +40,14 @@ sys.path.insert(1, HERE)  # examples/example_args.py, also when loaded from anot
 import example_args  # noqa: E402
 
 DATA_DEFAULT = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz"
+DIGITS_DATA_ENV = "DIGITS_DATA"  # examples/digits.h: the data set's path when --data is not given
+
+
+def default_data():
+    """The --data default, as examples/train_mlp takes it: $DIGITS_DATA when set and not
+    empty (the GPU kit's copy, scripts/gpu-kit.sh), else Debian's python3-sklearn file."""
+    env = os.environ.get(DIGITS_DATA_ENV)
+    return env if env else DATA_DEFAULT
 SPLIT_SEED = 0x6469676974735F31  # examples/train_mlp.c: the split never depends on --seed
 TEST_FRACTION = 0.2
 PROGRESS_EVERY = 100
@@ -120,7 +128,8 @@ def parse_args(argv):
                     "coordinator)")
     ap.add_argument("--params-out", help="final parameters, raw little-endian float32 in "
                     "parameter order, written by logical rank 0")
-    ap.add_argument("--data", default=DATA_DEFAULT, help="digits CSV (gzip)")
+    ap.add_argument("--data", default=default_data(), help="digits CSV (gzip); default "
+                    f"${DIGITS_DATA_ENV} if set, else {DATA_DEFAULT}")
     ap.add_argument("--step-sleep-ms", type=float, default=0, help="sleep after each step")
     ap.add_argument("--dump-grads", metavar="DIR", help="per-step local and averaged "
                     "gradients (see the module docstring)")

@@ -530,8 +530,10 @@ FTRT_API int ftrt_allreduce(ftrt_ctx *ctx, void *buf, size_t count, ftrt_dtype d
  *
  * All request and bucketer functions: application thread only (the thread that called
  * ftrt_init(), which owns the data plane), except ftrt_bucketer_ready_from_any_thread(), which
- * any thread may call (see there). Every MPI, NCCL and CUDA call of the data plane is made on
- * the application thread or on ftrt's own progress thread, never on a caller's other threads.
+ * any thread may call (see there). Every MPI call of the data plane is made on the application
+ * thread or on ftrt's own progress thread, never on a caller's other threads; so is every NCCL
+ * and CUDA call, except those of ftrt_gpu_bucketer_ready_from_any_thread() (ftrt_gpu.h), which
+ * starts a GPU bucketer's buckets on the posting thread.
  */
 typedef struct ftrt_request ftrt_request;
 
@@ -645,9 +647,12 @@ FTRT_API int ftrt_bucketer_ready(ftrt_bucketer *b, int tensor, void *ptr);
  * abandoned step) is dropped when the application thread next looks, with an info message,
  * and never counts in a later step.
  * Thread-safe: any thread, any number at once (a mutex per bucketer, held to append one entry),
- * between ftrt_bucketer_create() and ftrt_bucketer_free().
+ * between ftrt_bucketer_create() and ftrt_bucketer_free(). A GPU bucketer (ftrt_gpu.h) takes
+ * ftrt_gpu_bucketer_ready_from_any_thread() instead, which records the producer's event and
+ * starts the buckets on the posting thread, with no owner's drain needed.
  * Returns 0 (posted); FTRT_EINVAL (NULL b, bad index, NULL ptr with counts[tensor] > 0, tensor
- * already marked this step by either call: nothing is posted); -ENOMEM (nothing posted); or,
+ * already marked this step by either call, a GPU bucketer: nothing is posted); -ENOMEM
+ * (nothing posted); or,
  * posted, the first error of this step the application thread has met so far (FTRT_ERECOVER
  * etc.: the poster may skip the rest of its work; the application thread gets the same code
  * from ftrt_bucketer_wait_all()). A post of a tensor that ftrt_bucketer_ready() marks at the

@@ -15,8 +15,29 @@
  * to a graveyard: never reused. The unpack of a bucket queued behind an aborted allreduce checks
  * a guard word in mapped host memory and leaves the application's tensors alone.
  *
- * Threading: one application thread per plane (the thread that called ftrt_init()). All
- * device pointers belong to the plane's device.
+ * Threading: the plane belongs to the thread that creates it with ftrt_gpu_create(), which must
+ * be the application thread (the one that called ftrt_init()): every function here is for that
+ * thread only, except ftrt_gpu_bucketer_ready_from_any_thread(), which any thread may call at
+ * any time between ftrt_gpu_bucketer_create() and ftrt_bucketer_free(), however many at once.
+ * That call starts the buckets its gradient completes (event waits, pack, ncclAllReduce,
+ * unpack) on the calling thread, so buckets go out while the application thread is blocked in
+ * a backward pass whose hooks autograd runs on its device threads. Internally every call that
+ * touches the plane's NCCL communicator or stream holds the plane's mutex (NCCL: a
+ * communicator may be used from several threads if only one at a time does, NCCL user guide,
+ * "Thread Safety"; the CUDA runtime is thread-safe), and a bucketer's step is guarded by its
+ * own mutex, taken first. The one thing a posting thread never does is build the NCCL
+ * communicator (it broadcasts the unique id over MPI): until the application thread has built
+ * the current epoch's (at its first collective of the epoch, or ftrt_gpu_connect()), posted
+ * buckets wait for its next ftrt_gpu_bucketer_ready(), ftrt_bucketer_drain(),
+ * ftrt_gpu_bucketer_order() or ftrt_bucketer_wait_all(). While posts of a step may be in
+ * flight, the application thread must not call ftrt_recover() (it changes the epoch the posting
+ * threads read): in PyTorch, backward() returns only after all of its hooks did.
+ *
+ * Devices: all device pointers and streams passed in belong to the plane's device. The
+ * application thread's current device is set to it by ftrt_gpu_create() and by each collective
+ * it starts; ftrt_gpu_bucketer_ready_from_any_thread() makes it current on the posting thread
+ * for the duration of the call and gives the thread its own current device back before it
+ * returns (autograd's device thread of that device has it current already).
  */
 #ifndef FTRT_GPU_H
 #define FTRT_GPU_H
@@ -45,6 +66,19 @@ FTRT_API int ftrt_gpu_create(ftrt_ctx *ctx, int device, ftrt_gpu **out);
  * communicator, frees its buffers and graveyard. Requests and bucketers of the plane must be
  * freed first (else FTRT_ESTATE and nothing is freed). NULL is accepted. Returns 0. */
 FTRT_API int ftrt_gpu_free(ftrt_gpu *g);
+
+/*
+ * Builds the NCCL communicator of the current epoch now, if the plane has none (else returns 0
+ * at once, communicating nothing), so that buckets posted from other threads during this
+ * epoch's first step start on those threads (see "Threading"). Collective over the trainers
+ * when it builds: every trainer calls it at the same point of its sequence of collectives
+ * (e.g. before each backward pass; after ftrt_recover() it builds the new epoch's).
+ * Application thread (the plane's creator) only.
+ * Returns 0; FTRT_EINVAL (NULL, or not the plane's thread); FTRT_ERECOVER / FTRT_ENOSPARE /
+ * FTRT_ECOORD / FTRT_EABORT; FTRT_ESTATE (ftrt_recover() owed); FTRT_ENCCL (also: this epoch's
+ * communicator failed, the next recovery rebuilds it); FTRT_ECUDA; FTRT_EMPI.
+ */
+FTRT_API int ftrt_gpu_connect(ftrt_gpu *g);
 
 /* The plane's communication stream (for the application's own cudaStreamWaitEvent). */
 FTRT_API cudaStream_t ftrt_gpu_stream(const ftrt_gpu *g);
@@ -83,10 +117,38 @@ FTRT_API int ftrt_gpu_bucketer_create(ftrt_gpu *g, const size_t *counts, int nte
 FTRT_API int ftrt_gpu_bucketer_ready(ftrt_bucketer *b, int tensor, void *ptr,
                                      cudaStream_t producer);
 
+/*
+ * ftrt_gpu_bucketer_ready() for any thread (autograd's device threads, which run the backward
+ * hooks of CUDA tensors while the application thread is blocked in backward()): records an
+ * event on `producer` (a stream of the plane's device; NULL = the legacy default stream) after
+ * the work queued there so far, marks tensor `tensor` ready at device pointer `ptr`
+ * (counts[tensor] elements; the memory rules of ftrt_bucketer_ready()), and starts every
+ * bucket this completes, on this thread, in bucket order, under the bucketer's mutex: the
+ * stream waits for the bucket's producer events, then pack, ncclAllReduce and unpack are
+ * queued on the plane's stream; nothing waits for the device. A bucket of an epoch whose NCCL
+ * communicator the application thread has not built yet waits for that thread (see
+ * "Threading"). The plane's device is current during the call; the caller's current device is
+ * restored before it returns. Results are bitwise those of ftrt_gpu_bucketer_ready() on the
+ * application thread (the same buckets, in the same order).
+ * A post whose step ended while it ran (ftrt_bucketer_wait_all() or _reset() came first: a late
+ * hook of an abandoned step) is dropped with an info message and returns 0; every post of a
+ * step must happen before the application thread's ftrt_bucketer_wait_all().
+ * Errors met while starting a bucket (an epoch change, NCCL or CUDA failures) are the step's
+ * first error: returned to this poster and to every later one, and by ftrt_bucketer_wait_all()
+ * to the application thread, which then acts on it (ftrt_recover() after FTRT_ERECOVER).
+ * Returns 0; FTRT_EINVAL (NULL b, not a GPU bucketer, bad index, NULL ptr with counts[tensor] >
+ * 0, tensor already ready in this step: nothing marked, the step unharmed); FTRT_ECUDA
+ * (recording the event or setting the device failed: nothing marked); or, marked, the first
+ * error of this step (FTRT_ERECOVER / FTRT_ENOSPARE / FTRT_ECOORD / FTRT_EABORT, FTRT_ENCCL,
+ * FTRT_ECUDA, -ENOMEM).
+ */
+FTRT_API int ftrt_gpu_bucketer_ready_from_any_thread(ftrt_bucketer *b, int tensor, void *ptr,
+                                                     cudaStream_t producer);
+
 /* Makes `consumer` wait, on the device, for every bucket of this step (all must have started:
- * else FTRT_ESTATE). Lets the optimizer run without a host round trip; call
- * ftrt_bucketer_wait_all() before committing the step. Returns 0, FTRT_EINVAL, FTRT_ESTATE,
- * FTRT_ECUDA. */
+ * else FTRT_ESTATE; it first starts the buckets that posting threads left to the application
+ * thread). Lets the optimizer run without a host round trip; call ftrt_bucketer_wait_all()
+ * before committing the step. Returns 0, FTRT_EINVAL, FTRT_ESTATE, FTRT_ECUDA. */
 FTRT_API int ftrt_gpu_bucketer_order(ftrt_bucketer *b, cudaStream_t consumer);
 
 #ifdef __cplusplus

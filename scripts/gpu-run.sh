@@ -6,7 +6,8 @@
 # and on a train_mlp_gpu job with its state in CUDA memory, the device-region jobs on the GPU
 # (device_cuda.*: checkpoint, relaunch, spare, partner replica), a chaos kill of a trainer
 # holding device state (chaos_cuda.kill-trainer-device: 4 trainers and a spare on the one GPU),
-# two MPI integration tests through tools/ftrt-run under the kit, and bench/overlap_gpu_bench
+# ftrt.pytorch's GradAverager on a CUDA model (tests/python/gpu_torch_prog.py: hooks on
+# autograd's device thread, 2 trainers sharing the one GPU), two MPI integration tests through tools/ftrt-run under the kit, and bench/overlap_gpu_bench
 # under mpirun (one trainer; then two trainers sharing the one GPU, a test arrangement). Every
 # step is bounded by `timeout` and by the run's budget; a failed step does not stop the next
 # ones; the exit status is 1 if any step failed.
@@ -23,7 +24,7 @@
 #                                [--budget SECONDS (530)] [--arch SM (90)] [--only STEP,...]
 #   --only: run these steps after configure and build (which always run: a reused build tree
 #   makes them quick), e.g. a second call for the steps the first one had no time left for.
-#   Steps: ctest-gpu memcheck device-gpu memcheck-device chaos-kill-gpu mpi-kit
+#   Steps: ctest-gpu memcheck device-gpu memcheck-device chaos-kill-gpu torch-gpu mpi-kit
 #   overlap-1trainer overlap-2trainers-1gpu.
 # NCCL: $NCCL_HOME if set, else the CUDA toolkit's, else PyTorch's wheel (site-packages/nvidia).
 set -uo pipefail
@@ -34,8 +35,8 @@ build=$repo/build-gpu
 budget=530
 arch=90
 only=
-all_steps=" ctest-gpu memcheck device-gpu memcheck-device chaos-kill-gpu mpi-kit overlap-1trainer
-  overlap-2trainers-1gpu "
+all_steps=" ctest-gpu memcheck device-gpu memcheck-device chaos-kill-gpu torch-gpu mpi-kit
+  overlap-1trainer overlap-2trainers-1gpu "
 all_steps=${all_steps//$'\n'/}
 bad() { echo "gpu-run: $* (see scripts/gpu-run.sh --help)" >&2; exit 2; }
 while [ $# -gt 0 ]; do
@@ -53,7 +54,7 @@ while [ $# -gt 0 ]; do
               [[ $all_steps == *" $x "* ]] || bad "--only: no step '$x' (steps:$all_steps)"
             done
             only=" ${2//,/ } "; shift 2 ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) bad "unknown argument $1" ;;
   esac
 done
@@ -296,6 +297,23 @@ if [ $built = 1 ]; then
     fi
     step chaos-kill-gpu 150 "${ct[@]}" -V -R '^chaos_cuda\.' --timeout 140
   fi
+  # ftrt.pytorch on CUDA (issue 21): GradAverager's hooks on autograd's device thread post
+  # through ftrt_gpu_bucketer_ready_from_any_thread; p.grad checked bit for bit against the
+  # mean of both trainers' local gradients. 1 coordinator + 2 trainers on the one GPU, NCCL
+  # over sockets as in overlap-2trainers-1gpu (a test arrangement). Exit 77: no CUDA in torch.
+  if [ ! -f "$build/libftrt_gpu.so" ]; then
+    not_run torch-gpu not_built "$build/libftrt_gpu.so (needs NCCL)"
+  elif [ -z "$py" ] || ! timeout 120 "$py" -c 'import torch' >/dev/null 2>&1; then
+    not_run torch-gpu absent "no python3 with torch"
+  else
+    tdir=$(mktemp -d "${TMPDIR:-/tmp}/ftrt-gpu-torch.XXXXXX")
+    step torch-gpu 150 env FTRT_LIB="$build/libftrt_gpu.so" FTRT_SPARES=0 FTRT_CKPT_DIR="$tdir" NCCL_NET=Socket \
+      NCCL_SOCKET_IFNAME=lo NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 \
+      mpirun --oversubscribe --bind-to none -np 3 \
+      bash -c 'export NCCL_HOSTID=ftrt-gpu-run-rank$OMPI_COMM_WORLD_RANK; exec "$@"' _ \
+      "$py" "$repo/tests/python/gpu_torch_prog.py"
+    rm -rf "$tdir"
+  fi
   step mpi-kit 120 "${ct[@]}" -R '^mpi\.(reference|kill)$' --timeout 100
   if [ ! -x "$bench" ]; then
     not_run overlap-1trainer not_built "$bench (needs NCCL)"
@@ -334,6 +352,11 @@ done
 if [ "$gpus" -gt 0 ] && grep -qE 'Test +#[0-9]+: .*\*\*\*Skipped' \
     "$logs"/*-ctest-gpu.log "$logs"/*-device-gpu.log "$logs"/*-chaos-kill-gpu.log 2>/dev/null; then
   say "a GPU test skipped although nvidia-smi lists a GPU"
+  failed=1
+fi
+if [ "$gpus" -gt 0 ] && awk -F'\t' '$1 == "torch-gpu" && $3 == "skipped" { f = 1 } END { exit !f }' \
+    "$steps_tsv"; then
+  say "torch-gpu skipped although nvidia-smi lists a GPU"
   failed=1
 fi
 {

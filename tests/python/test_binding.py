@@ -294,6 +294,27 @@ def test_buffer_of_tensor():
 
 
 @needs_torch
+def test_grad_averager_device_rules():
+    """GradAverager's device choice (ftrt/pytorch.py _cuda_device): CPU parameters take the CPU
+    bucketer, one CUDA device the GPU bucketer (libftrt_gpu only: FtrtNotSupported otherwise),
+    a mix or another device type is refused by name."""
+    import types
+    torch = pytest.importorskip("torch")
+    import ftrt.pytorch as ftp
+    assert ftp._cuda_device([torch.zeros(2), torch.zeros(3)]) is None
+    meta = torch.zeros(2, device="meta")
+    with pytest.raises(ValueError, match="one device"):
+        ftp._cuda_device([torch.zeros(2), meta])
+    with pytest.raises(NotImplementedError, match="meta"):
+        ftp._cuda_device([meta])
+    cuda1 = types.SimpleNamespace(device=torch.device("cuda", 1))  # no GPU needed to ask
+    if ftrt.has_gpu_plane():
+        assert ftp._cuda_device([cuda1]) == 1
+    else:
+        with pytest.raises(ftrt.FtrtNotSupported, match="libftrt_gpu"):
+            ftp._cuda_device([cuda1])
+
+
 def test_region_names_are_short_and_unique():
     from ftrt.pytorch import region_name
     assert region_name("param", "0.weight") == "param:0.weight"

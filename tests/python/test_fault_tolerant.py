@@ -294,6 +294,17 @@ def test_state_capacity_is_checked(monkeypatch):
                           state_capacity=4096, verbose=False)
 
 
+def test_cuda_models_are_refused(monkeypatch):
+    """FaultTolerant takes CPU models only (GradAverager takes CUDA ones); a model elsewhere
+    (here the meta device, which needs no GPU) is refused before the job is joined."""
+    monkeypatch.setattr(ftp, "GradAverager", FakeAverager)
+    model = torch.nn.Linear(4, 2, device="meta")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ctx = FakeCtx()
+    with pytest.raises(NotImplementedError, match="CPU"):
+        ftp.FaultTolerant(model, opt, ctx=ctx, verbose=False)
+
+
 def emfu_run(monkeypatch, **kw):
     """STEPS steps of Net (batch 10) through FaultTolerant on a FakeCtx, with its log."""
     monkeypatch.setattr(ftp, "GradAverager", FakeAverager)

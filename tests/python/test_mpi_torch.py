@@ -179,6 +179,28 @@ def test_parity_with_gloo(ftrt_ref, gloo_ref, work):
     assert moved > 1000 * PARAM_ATOL, "training must move the parameters far beyond the tolerance"
 
 
+def test_digits_data_env(monkeypatch, tmp_path):
+    """--data defaults to $DIGITS_DATA as examples/train_mlp's does (the GPU kit carries the
+    data set there): set and not empty it wins over Debian's file, --data over both, and a
+    DIGITS_DATA naming no file is refused by name."""
+    mod = load_example()
+    copy = tmp_path / "digits-copy.csv.gz"
+    copy.write_bytes(open(mod.DATA_DEFAULT, "rb").read())
+    monkeypatch.setenv("DIGITS_DATA", str(copy))
+    a = mod.parse_args(COMMON)
+    assert a.data == str(copy)
+    x, y = mod.load_digits(a.data)
+    assert x.shape == (1797, 64) and y.shape == (1797,)
+    assert mod.parse_args(COMMON + ["--data", mod.DATA_DEFAULT]).data == mod.DATA_DEFAULT
+    monkeypatch.setenv("DIGITS_DATA", "")
+    assert mod.parse_args(COMMON).data == mod.DATA_DEFAULT
+    monkeypatch.delenv("DIGITS_DATA")
+    assert mod.parse_args(COMMON).data == mod.DATA_DEFAULT
+    monkeypatch.setenv("DIGITS_DATA", str(tmp_path / "absent.csv.gz"))
+    with pytest.raises(SystemExit):
+        mod.parse_args(COMMON)
+
+
 def test_kill_is_byte_identical(ftrt_ref, work):
     """SIGKILL of trainer logical rank 2 (pid from the status file): the hot spare takes its
     place, the job finishes, and the final parameters are byte-identical to the undisturbed

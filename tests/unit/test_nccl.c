@@ -3,10 +3,19 @@
  * is created (nonblocking init, unique id sent over the MPI communicator), used (an allreduce
  * and a bucketed step, ordered after a producer stream and before a consumer stream), revoked
  * on an epoch change (the request in flight fails with FTRT_ERECOVER, the plane refuses work
- * until the recovery), and recreated for the new epoch (used again, results correct). Exits 77
- * when no CUDA device is usable.
+ * until the recovery), and recreated for the new epoch (used again, results correct). And the
+ * hand-over from other threads (ftrt_gpu_bucketer_ready_from_any_thread, issue 21): 4 poster
+ * threads, as autograd's device threads, write their gradients on producer streams of their
+ * own and post them while the owner is blocked; once the epoch's communicator exists every
+ * bucket starts on the posters before the owner makes a bucketer call, the results are bit for
+ * bit those of the single-thread path (ftrt_gpu_bucketer_ready on the owner), the pack waits
+ * for each producer (the tensors are NaN until the producer's copy lands), the posters' current
+ * device is given back (the plane on device 1 where there are 2 GPUs), and an epoch change met
+ * on a poster reaches the owner at wait_all. Exits 77 when no CUDA device is usable.
  */
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -16,6 +25,7 @@
 #include <cmocka.h>
 
 #include "ftrt_gpu.h"
+#include "comm/bucketer.h"
 #include "comm/plane.h"
 #include "helpers.h"
 #include "kernels/kernels_gpu.h"
@@ -136,6 +146,208 @@ static void create_use_revoke_recreate(void **state)
     cudaStreamDestroy(consumer);
 }
 
+/* ---- the hand-over from poster threads ---- */
+
+#define HT 24   /* tensors */
+#define HPOST 4 /* poster threads */
+
+static size_t h_count(int t) { return t == 5 ? 0 : (size_t)(1 + (t * 7919) % 60000); }
+
+/* Tensor t's gradient at `step`, element i: exact in float. */
+static float h_val(int step, int t, size_t i)
+{
+    return (float)((int)((step * 131 + t * 17 + (int)(i % 4099) * 7) % 201) - 100) * 0.0625f;
+}
+
+typedef struct hand {
+    ftrt_bucketer *b;
+    float **d;             /* device tensors */
+    float **h;             /* pinned host copies of this step's gradients */
+    cudaStream_t prod[HPOST];
+    int plane_dev, other_dev;
+    int step;
+    atomic_int bad;        /* CUDA calls or posts that failed, devices not given back */
+    atomic_int recover;    /* posts that returned FTRT_ERECOVER */
+} hand;
+
+typedef struct hand_arg {
+    hand *hd;
+    int k;
+} hand_arg;
+
+/* Poster k: tensors HT-1-k, HT-1-k-HPOST, ... (the last first, as autograd): NaN, then the
+ * gradient copied on its own producer stream (not waited for), then posted. */
+static void *hand_poster(void *arg)
+{
+    hand_arg *a = arg;
+    hand *hd = a->hd;
+    cudaStream_t s = hd->prod[a->k];
+    for (int t = HT - 1 - a->k; t >= 0; t -= HPOST) {
+        size_t c = h_count(t);
+        if (cudaSetDevice(hd->plane_dev) != cudaSuccess) atomic_fetch_add(&hd->bad, 1);
+        if (c && (cudaMemsetAsync(hd->d[t], 0xff, c * sizeof(float), s) != cudaSuccess ||
+                  cudaMemcpyAsync(hd->d[t], hd->h[t], c * sizeof(float), cudaMemcpyHostToDevice,
+                                  s) != cudaSuccess))
+            atomic_fetch_add(&hd->bad, 1);
+        if (cudaSetDevice(hd->other_dev) != cudaSuccess) atomic_fetch_add(&hd->bad, 1);
+        int rc = ftrt_gpu_bucketer_ready_from_any_thread(hd->b, t, c ? hd->d[t] : NULL, s);
+        if (rc == FTRT_ERECOVER) atomic_fetch_add(&hd->recover, 1);
+        else if (rc) atomic_fetch_add(&hd->bad, 1);
+        int now = -1;
+        if (cudaGetDevice(&now) != cudaSuccess || now != hd->other_dev) atomic_fetch_add(&hd->bad, 1);
+    }
+    return NULL;
+}
+
+/* Fills the host copies with step's gradients and runs the posters to the end (the owner is
+ * "blocked in backward()": it only joins them). */
+static void hand_post_step(hand *hd, int step)
+{
+    for (int t = 0; t < HT; t++)
+        for (size_t i = 0; i < h_count(t); i++) hd->h[t][i] = h_val(step, t, i);
+    pthread_t th[HPOST];
+    hand_arg args[HPOST];
+    for (int k = 0; k < HPOST; k++) {
+        args[k] = (hand_arg){hd, k};
+        assert_int_equal(pthread_create(&th[k], NULL, hand_poster, &args[k]), 0);
+    }
+    for (int k = 0; k < HPOST; k++) pthread_join(th[k], NULL);
+}
+
+/* The single-thread path over tensors r[]: the same data, ftrt_gpu_bucketer_ready on the owner. */
+static void hand_reference_step(ftrt_bucketer *st, float **r, float **h, cudaStream_t s)
+{
+    for (int t = HT - 1; t >= 0; t--) {
+        size_t c = h_count(t);
+        if (c) CK(cudaMemcpyAsync(r[t], h[t], c * sizeof(float), cudaMemcpyHostToDevice, s));
+        assert_int_equal(ftrt_gpu_bucketer_ready(st, t, c ? r[t] : NULL, s), 0);
+    }
+    assert_int_equal(ftrt_bucketer_wait_all(st), 0);
+}
+
+/* Device tensors x and r hold the same bytes, and those are h (the mean over one rank). */
+static void hand_check(float **x, float **r, float **h)
+{
+    float *a = malloc(60000 * sizeof *a), *b = malloc(60000 * sizeof *b);
+    for (int t = 0; t < HT; t++) {
+        size_t c = h_count(t);
+        if (!c) continue;
+        CK(cudaMemcpy(a, x[t], c * sizeof(float), cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(b, r[t], c * sizeof(float), cudaMemcpyDeviceToHost));
+        assert_memory_equal(a, b, c * sizeof(float));
+        assert_memory_equal(a, h[t], c * sizeof(float));
+    }
+    free(a);
+    free(b);
+}
+
+static int all_submitted(ftrt_bucketer *b)
+{
+    ftrt__bucketer_lock(b);
+    int r = ftrt__bucketer_all_submitted(b);
+    ftrt__bucketer_unlock(b);
+    return r;
+}
+
+static void *connect_elsewhere(void *g) { return (void *)(intptr_t)ftrt_gpu_connect(g); }
+
+static void posters_match_single_thread(void **state)
+{
+    (void)state;
+    one_rank *ctx = one_rank_ctx();
+    int ndev = ftrt__kgpu_device_count();
+    hand hd = {.plane_dev = ndev > 1 ? 1 : 0, .other_dev = 0};
+    printf("plane on device %d, posters' own device %d (%d usable)\n", hd.plane_dev,
+           hd.other_dev, ndev);
+    ftrt_gpu *g;
+    assert_int_equal(ftrt__gpu_create(&ctx->plane, hd.plane_dev, &g), 0);
+    size_t counts[HT];
+    float *x[HT], *r[HT], *h[HT];
+    for (int t = 0; t < HT; t++) {
+        counts[t] = h_count(t);
+        CK(cudaMalloc((void **)&x[t], (counts[t] ? counts[t] : 1) * sizeof(float)));
+        CK(cudaMalloc((void **)&r[t], (counts[t] ? counts[t] : 1) * sizeof(float)));
+        CK(cudaMallocHost((void **)&h[t], (counts[t] ? counts[t] : 1) * sizeof(float)));
+    }
+    cudaStream_t own, consumer;
+    CK(cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking));
+    for (int k = 0; k < HPOST; k++) CK(cudaStreamCreateWithFlags(&hd.prod[k], cudaStreamNonBlocking));
+    ftrt_bucket_config bc;
+    ftrt_bucket_config_init(&bc, sizeof bc);
+    bc.first_bucket_bytes = 8192;
+    bc.bucket_bytes = 96 << 10;
+    ftrt_bucketer *mt, *st;
+    assert_int_equal(ftrt_gpu_bucketer_create(g, counts, HT, FTRT_FLOAT32, &bc, &mt), 0);
+    assert_int_equal(ftrt_gpu_bucketer_create(g, counts, HT, FTRT_FLOAT32, &bc, &st), 0);
+    int nb = ftrt_bucketer_buckets(mt);
+    printf("%d tensors in %d buckets, %d poster threads\n", HT, nb, HPOST);
+    assert_true(nb >= 6);
+    hd.b = mt;
+    hd.d = x;
+    hd.h = h;
+    /* bad arguments; ftrt_gpu_connect belongs to the plane's thread */
+    assert_int_equal(ftrt_gpu_bucketer_ready_from_any_thread(NULL, 0, x[0], own), FTRT_EINVAL);
+    assert_int_equal(ftrt_gpu_bucketer_ready_from_any_thread(mt, HT, x[0], own), FTRT_EINVAL);
+    assert_int_equal(ftrt_bucketer_ready_from_any_thread(mt, 0, x[0]), FTRT_EINVAL);
+    pthread_t th;
+    void *crc;
+    assert_int_equal(pthread_create(&th, NULL, connect_elsewhere, g), 0);
+    pthread_join(th, &crc);
+    assert_int_equal((int)(intptr_t)crc, FTRT_EINVAL);
+
+    for (int step = 0; step < 6; step++) {
+        hand_post_step(&hd, step);
+        assert_int_equal(atomic_load(&hd.bad), 0);
+        /* step 0: no communicator yet, the posters left every bucket to the owner; then the
+         * owner's first wait_all built it and the posters start them all themselves */
+        assert_int_equal(all_submitted(mt), step > 0);
+        assert_int_equal(ftrt_gpu_bucketer_order(mt, consumer), 0);
+        assert_int_equal(ftrt_bucketer_wait_all(mt), 0);
+        CK(cudaStreamSynchronize(consumer));
+        hand_reference_step(st, r, h, own);
+        CK(cudaStreamSynchronize(own));
+        hand_check(x, r, h);
+    }
+
+    /* an epoch change met by the posters' submits: FTRT_ERECOVER to them and to the owner */
+    t_watch_announce(&ctx->watch, 1);
+    hand_post_step(&hd, 6);
+    assert_int_equal(atomic_load(&hd.bad), 0); /* every post marked: 0 or the step's error */
+    assert_true(atomic_load(&hd.recover) >= 1);   /* at least the one whose bucket met it */
+    assert_int_equal(ftrt_bucketer_wait_all(mt), FTRT_ERECOVER);
+    assert_int_equal(ctx->watch.needs_recover, 1);
+    assert_int_equal(ftrt_gpu_connect(g), FTRT_ERECOVER);
+    assert_int_equal(ftrt__plane_abandon(&ctx->plane), 0); /* the recovery */
+    MPI_Comm c;
+    assert_int_equal(MPI_Comm_dup(MPI_COMM_SELF, &c), MPI_SUCCESS);
+    ftrt__plane_set(&ctx->plane, c);
+    ctx->watch.epoch = 1;
+    ctx->watch.needs_recover = 0;
+    assert_int_equal(ftrt_gpu_connect(g), 0); /* epoch 1's communicator, before the posts */
+    hand_post_step(&hd, 7);
+    assert_int_equal(atomic_load(&hd.bad), 0);
+    assert_true(all_submitted(mt));
+    assert_int_equal(ftrt_gpu_bucketer_order(mt, consumer), 0);
+    assert_int_equal(ftrt_bucketer_wait_all(mt), 0);
+    CK(cudaStreamSynchronize(consumer));
+    hand_reference_step(st, r, h, own);
+    CK(cudaStreamSynchronize(own));
+    hand_check(x, r, h);
+
+    assert_int_equal(ftrt_bucketer_free(mt), 0);
+    assert_int_equal(ftrt_bucketer_free(st), 0);
+    assert_int_equal(ftrt_gpu_free(g), 0);
+    for (int t = 0; t < HT; t++) {
+        cudaFree(x[t]);
+        cudaFree(r[t]);
+        cudaFreeHost(h[t]);
+    }
+    for (int k = 0; k < HPOST; k++) cudaStreamDestroy(hd.prod[k]);
+    cudaStreamDestroy(own);
+    cudaStreamDestroy(consumer);
+}
+
 int main(int argc, char **argv)
 {
     if (ftrt__kgpu_device_count() == 0) {
@@ -144,7 +356,8 @@ int main(int argc, char **argv)
     }
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    const struct CMUnitTest tests[] = {cmocka_unit_test(create_use_revoke_recreate)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(create_use_revoke_recreate),
+                                       cmocka_unit_test(posters_match_single_thread)};
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     MPI_Finalize();
     return rc;

@@ -412,16 +412,19 @@ PROTOTYPES = {
 }
 
 # include/ftrt_gpu.h: present only in libftrt_gpu (cudaStream_t is a pointer). Declared when
-# the loaded library has them; the PyTorch helpers do not use them yet (see pytorch.py).
+# the loaded library has them; pytorch.GradAverager uses the plane and its bucketer for CUDA
+# parameters.
 GPU_PROTOTYPES = {
     "ftrt_gpu_create": (_c_int, [_vp, _c_int, _pvp]),
     "ftrt_gpu_free": (_c_int, [_vp]),
+    "ftrt_gpu_connect": (_c_int, [_vp]),
     "ftrt_gpu_stream": (_vp, [_vp]),
     "ftrt_gpu_allreduce_start": (_c_int, [_vp, _vp, _c_size, _c_int, _c_int, _vp, _pvp]),
     "ftrt_gpu_request_order": (_c_int, [_vp, _vp]),
     "ftrt_gpu_bucketer_create": (_c_int, [_vp, ctypes.POINTER(ctypes.c_size_t), _c_int, _c_int,
                                           ctypes.POINTER(BucketConfig), _pvp]),
     "ftrt_gpu_bucketer_ready": (_c_int, [_vp, _c_int, _vp, _vp]),
+    "ftrt_gpu_bucketer_ready_from_any_thread": (_c_int, [_vp, _c_int, _vp, _vp]),
     "ftrt_gpu_bucketer_order": (_c_int, [_vp, _vp]),
 }
 

@@ -48,19 +48,26 @@ Design notes.
    ready, on libftrt's progress thread, while autograd computes the rest of the backward pass;
    wait() blocks for the rest. The result is written into p.grad in place (the mean: sum times
    1/N in the tensor's dtype, as DDP averages).
- - Devices: CPU tensors. CUDA tensors are registered as device regions (REGION_DEVICE; needs a
-   libftrt built with CUDA, else FtrtNotSupported), but GradAverager takes CPU parameters only:
-   the GPU bucketer (ftrt_gpu.h) needs libftrt_gpu and per-stream ordering and is not wired in
-   here yet.
+ - Devices: CPU tensors, and CUDA tensors of one device with libftrt_gpu loaded (FTRT_LIB:
+   GradAverager raises FtrtNotSupported otherwise). CUDA tensors are registered as device
+   regions (REGION_DEVICE). CUDA gradients are averaged by the GPU bucketer (ftrt_gpu.h): each
+   hook records an event on the current CUDA stream (autograd's stream for that gradient) and
+   the plane's NCCL collectives wait for it on the device, as DDP's reducer does; wait() makes
+   the current stream wait for every bucket and then waits on the host. FaultTolerant still
+   refuses CUDA models (issue 21).
  - Threads: the data plane belongs to the thread that called ftrt.init() (the C API's rule).
    A hook that runs there marks its gradient with ftrt_bucketer_ready(); one that runs on any
-   other thread hands it over with ftrt_bucketer_ready_from_any_thread(), which the owning
-   thread applies (and starts the buckets it completes) in its next ready() or in wait(). On
-   CPU, autograd runs the hooks on the thread that called backward(), so a backward() run on a
-   worker thread takes the second path; autograd runs the hooks of CUDA tensors on its own
-   device threads, which is why the hand-over exists (CUDA parameters are not accepted here
-   yet, see Devices). wait() belongs to the owning thread, after every backward() of the step
-   returned.
+   other thread hands it over. On CPU, autograd runs the hooks on the thread that called
+   backward(), so only a backward() run on a worker thread posts, with
+   ftrt_bucketer_ready_from_any_thread(): the owning thread applies it (and starts the buckets
+   it completes) in its next ready() or in wait(). Autograd runs the hooks of CUDA tensors on
+   its own device threads while the owning thread is blocked in backward(), so there the hook
+   calls ftrt_gpu_bucketer_ready_from_any_thread(), which starts the buckets it completes on
+   that device thread: communication overlaps the backward pass. (In the first step of each
+   epoch the NCCL communicator does not exist yet and only the owning thread may build it, so
+   that step's buckets start in wait().) wait() belongs to the owning thread, after every
+   backward() of the step returned; with CUDA parameters sync_in_backward ends the averaging
+   in wait() only when autograd ran its end-of-pass callback on the owning thread.
 """
 import atexit
 import ctypes
@@ -76,6 +83,7 @@ import torch
 from . import Context, Config, _lib
 from . import pytorch_flops as _flops
 from ._lib import FLOAT32, FLOAT64, error_for, lib
+from .pytorch_gpu import GpuPlane as _GpuPlane, cuda_device as _cuda_device
 from .pytorch_state import StateRegistry, init_optimizer_state, region_name, register_state
 
 __all__ = ["FaultTolerant", "init_process", "step_seed", "PyState",
@@ -96,7 +104,8 @@ class GradAverager:
     """Averages gradients over the trainers through ftrt's bucketed, overlapped allreduce,
     started from autograd hooks as gradients become ready (PyTorch DDP's approach).
 
-    params: the parameters whose .grad to average (those with requires_grad; CPU, all float32
+    params: the parameters whose .grad to average (those with requires_grad; all on the CPU
+    or all on one CUDA device (libftrt_gpu; see the module docstring, "Devices"), all float32
     or all float64, contiguous); every trainer must pass the same parameters in the same order.
     bucket_bytes / first_bucket_bytes: bucket limits in bytes (default DDP's 25 MiB / 1 MiB).
     average: True (mean, default) or False (sum).
@@ -134,19 +143,22 @@ class GradAverager:
             raise ValueError(f"parameters must all be float32 or all float64 (got {dtypes})")
         self.dtype = FLOAT32 if self.params[0].dtype == torch.float32 else FLOAT64
         for p in self.params:
-            if p.device.type != "cpu":
-                raise NotImplementedError(
-                    "GradAverager takes CPU parameters; the GPU bucketer (ftrt_gpu.h, "
-                    "libftrt_gpu) is not wired into the PyTorch helpers yet")
             if not p.is_contiguous():
                 raise ValueError("parameters must be contiguous")
+        self.cuda_device = _cuda_device(self.params)  # None: CPU
         cfg = _lib.BucketConfig.defaults()
         if bucket_bytes is not None:
             cfg.bucket_bytes = int(bucket_bytes)
         if first_bucket_bytes is not None:
             cfg.first_bucket_bytes = int(first_bucket_bytes)
         cfg.average = 1 if average else 0
-        self.bucketer = ctx.bucketer([p.numel() for p in self.params], self.dtype, cfg)
+        counts = [p.numel() for p in self.params]
+        self._plane: Optional[_GpuPlane] = None
+        if self.cuda_device is None:
+            self.bucketer = ctx.bucketer(counts, self.dtype, cfg)
+        else:
+            self._plane = _GpuPlane(ctx, self.cuda_device)
+            self.bucketer = self._plane.bucketer(ctx, counts, self.dtype, cfg)
         n = len(self.params)
         self._ready = [False] * n
         self._keep: List[Optional[torch.Tensor]] = [None] * n
@@ -170,9 +182,25 @@ class GradAverager:
         """Number of buckets the parameters were assigned to."""
         return self.bucketer.buckets
 
+    def _stream(self) -> Optional[int]:
+        """The calling thread's current CUDA stream of the parameters' device (a
+        cudaStream_t as int), or None on the CPU."""
+        if self.cuda_device is None:
+            return None
+        return torch.cuda.current_stream(self.cuda_device).cuda_stream
+
+    def _ready_fns(self) -> Any:
+        """(ready on the owning thread, post from another thread): each f(handle, i, ptr)."""
+        if self.cuda_device is None:
+            return lib().ftrt_bucketer_ready, lib().ftrt_bucketer_ready_from_any_thread
+        gready = lib().ftrt_gpu_bucketer_ready
+        gpost = lib().ftrt_gpu_bucketer_ready_from_any_thread
+        stream = self._stream
+        return ((lambda h, i, ptr: gready(h, i, ptr, stream())),
+                (lambda h, i, ptr: gpost(h, i, ptr, stream())))
+
     def _make_hook(self, i: int, p: torch.Tensor) -> Callable[..., None]:
-        ready = lib().ftrt_bucketer_ready
-        post = lib().ftrt_bucketer_ready_from_any_thread
+        ready, post = self._ready_fns()
         get_ident = threading.get_ident
 
         def hook(*_: Any) -> None:
@@ -188,8 +216,9 @@ class GradAverager:
                 return  # handled in wait()
             self._ready[i] = True
             self._keep[i] = g
-            # another thread (a backward() run elsewhere; autograd's device threads for CUDA
-            # tensors) posts: the owning thread applies it in its next ready() or wait()
+            # another thread posts: a backward() run elsewhere on CPU tensors (the owning
+            # thread applies it in its next ready() or wait()), or autograd's device thread of
+            # CUDA tensors (the GPU bucketer starts the buckets it completes right here)
             rc = (ready if owner else post)(self.bucketer.handle, i, g.data_ptr())
             if rc < 0:
                 self._err = rc  # the backward pass goes on; wait() raises it
@@ -244,7 +273,7 @@ class GradAverager:
         return self._synced
 
     def _wait(self) -> None:
-        ready = lib().ftrt_bucketer_ready
+        ready = self._ready_fns()[0]
         if self._err is None:
             for i, done in enumerate(self._ready):
                 if done:
@@ -265,6 +294,10 @@ class GradAverager:
             self.reset()
             raise error_for(err, "ftrt_bucketer_ready")
         try:
+            if self._plane is not None:  # the optimizer's stream waits for every bucket
+                rc = lib().ftrt_gpu_bucketer_order(self.bucketer.handle, self._stream())
+                if rc < 0 and rc != _lib.ESTATE:  # ESTATE: a failed step; wait_all says why
+                    raise error_for(rc, "ftrt_gpu_bucketer_order")
             self.bucketer.wait_all()
         finally:
             self._clear()
@@ -290,6 +323,8 @@ class GradAverager:
             h.remove()
         self._handles, self._accs = [], []
         self.bucketer.free()
+        if self._plane is not None:
+            self._plane.free()
 
 
 def recover(ctx: Context, averager: Optional["GradAverager"] = None,
@@ -429,8 +464,8 @@ class FaultTolerant:
     at the step ftrt resumes at. The loop needs no try/except.
 
     Arguments (all after `optimizer` by keyword):
-      model, optimizer: a torch.nn.Module on the CPU and its torch.optim optimizer (state
-        tensors are created up front: init_optimizer_state()). Parameters and optimizer
+      model, optimizer: a torch.nn.Module on the CPU (NotImplementedError otherwise) and its
+        torch.optim optimizer (state tensors are created up front: init_optimizer_state()). Parameters and optimizer
         state must be updated in place (torch.optim does).
       scheduler: an LR scheduler, or a list of them, stepped once per step() after the
         optimizer (do not call their step() yourself). Schedulers stepped otherwise (per
@@ -488,6 +523,11 @@ class FaultTolerant:
             raise TypeError("extra_state must be a dict")
         if int(checkpoint_every) < 0 or not float(bucket_cap_mb) > 0:
             raise ValueError("checkpoint_every must be >= 0 and bucket_cap_mb > 0")
+        if any(p.device.type != "cpu" for p in model.parameters()):
+            # GradAverager takes CUDA parameters, but ends the averaging in backward() only on
+            # the owning thread, which autograd's device threads are not (module docstring)
+            raise NotImplementedError("FaultTolerant takes a model on the CPU; for CUDA, use "
+                                      "GradAverager with libftrt_gpu (issue 21)")
         self.model, self.optimizer, self.scaler = model, optimizer, scaler
         self.state = extra_state
         self.seed, self.rng = int(seed), bool(rng)
