@@ -63,7 +63,12 @@
     X(reelect_ms, "FTRT_TEST_REELECT_MS", 600000,                                              \
       "N > 0: a rank that fell back to its own connection after its host agent was lost tries " \
       "to elect a new host agent N ms later (and again every N ms until one serves it) "        \
-      "instead of one heartbeat timeout later")
+      "instead of one heartbeat timeout later")                                                \
+    X(agent_late_ranks, "FTRT_TEST_AGENT_LATE_RANKS", 1 << 30,                                 \
+      "N > 0: a bit mask of world ranks (bit w: world rank w < 30): these never start a host "  \
+      "agent at ftrt_init() and are the only ones that start one in an election after a host " \
+      "agent was lost; the others connect to the one started (waiting for it), so that a test " \
+      "decides in which process of a host each host agent lives")
 
 struct ftrt__knobs {
 #define FTRT__KNOB_FIELD(field, env, max, doc) int32_t field;

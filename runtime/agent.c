@@ -538,7 +538,7 @@ int ftrt__agent_start(struct ftrt_ctx *ctx, const char *addr, int port, uint64_t
     ftrt__cp *cp = &ctx->cp;
     char used[64] = "this host's agent";
     int fd = ctx->cfg.host_agents
-                 ? ftrt__local_upstream(ctx, addr, port, secret, ctx->cfg.init_timeout_ms)
+                 ? ftrt__local_upstream(ctx, addr, port, secret, ctx->cfg.init_timeout_ms, 0)
                  : -1;
     if (fd < 0) fd = ftrt__connect_any(addr, port, ctx->cfg.init_timeout_ms, used, sizeof used);
     if (fd < 0) {

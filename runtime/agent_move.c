@@ -28,10 +28,23 @@
 #include "base/log.h"
 #include "runtime/internal.h"
 
+/* 1 when this rank may bind the host's local socket in this election (reelect: one after a
+ * host agent was lost): always, unless a test's FTRT_TEST_AGENT_LATE_RANKS says otherwise. */
+static int may_bind(const struct ftrt_ctx *ctx, int reelect)
+{
+    int32_t late = ftrt__knobs.agent_late_ranks;
+    if (late <= 0 || ctx->world_rank < 0 || ctx->world_rank >= 30) return 1;
+    return ((late >> ctx->world_rank) & 1) == reelect;
+}
+
 int ftrt__local_upstream(struct ftrt_ctx *ctx, const char *addr, int port, uint64_t secret,
-                         int init_timeout_ms)
+                         int init_timeout_ms, int reelect)
 {
     if (ftrt__local_marked(secret)) return -EEXIST;
+    if (!may_bind(ctx, reelect)) /* (a test's choice: another rank of the host binds it; in an
+                                  * election, one try: the agent thread does not wait) */
+        return ftrt__local_connect(secret, reelect ? 0 : init_timeout_ms > 1000 ? init_timeout_ms
+                                                                                 : 1000);
     int lfd = ftrt__local_listen(secret);
     if (lfd >= 0) {
         ftrt__hostagent_args ha = {.secret = secret, .addrs = addr, .port = port,
@@ -110,7 +123,7 @@ static void elect(struct ftrt_ctx *ctx, double now)
     ftrt__cp *cp = &ctx->cp;
     cp->mv.at = now + reelect_delay(ctx);
     int fd = ftrt__local_upstream(ctx, ctx->coord_addr, ctx->coord_port, cp->secret,
-                                  ctx->cfg.heartbeat_timeout_ms / 2);
+                                  ctx->cfg.heartbeat_timeout_ms / 2, 1);
     if (fd == -EEXIST) cp->mv.reelect = 0; /* the coordinator's host: no host agent here */
     if (fd < 0) return;
     ftrt__hello hello = {.secret = cp->secret, .world_rank = ctx->world_rank,
@@ -133,8 +146,13 @@ void ftrt__move_tick(struct ftrt_ctx *ctx, double now)
     ftrt__cp *cp = &ctx->cp;
     if (may_elect(ctx, now)) elect(ctx, now);
     if (cp->mv.state == FTRT__MV_ASKED && !cp->mv.agent_w &&
-        now - cp->mv.since > ctx->cfg.heartbeat_timeout_ms / 2000.0)
-        leave(ctx, "the host agent did not answer");
+        now - cp->mv.since > ctx->cfg.heartbeat_timeout_ms / 2000.0) {
+        /* (this thread may be the late one: an answer that waits is read first) */
+        struct pollfd pf = {.fd = cp->mv.fd, .events = POLLIN};
+        if (poll(&pf, 1, 0) > 0) ftrt__move_read(ctx);
+        if (cp->mv.state == FTRT__MV_ASKED && !cp->mv.agent_w)
+            leave(ctx, "the host agent did not answer");
+    }
 }
 
 void ftrt__move_beat(struct ftrt_ctx *ctx, const ftrt__heartbeat *hb)

@@ -228,10 +228,13 @@ void ftrt__cp_wait(struct ftrt_ctx *ctx, int ms);
 enum { FTRT__MV_NONE, FTRT__MV_ASKED, FTRT__MV_MOVING };
 /* This host's local socket: binds it and starts the host agent in this process (ctx->ha) when
  * no process of the host holds it, then connects to it (within 1 s). init_timeout_ms bounds the
- * new host agent's connection to the coordinator at addr:port. Returns the fd, or -EEXIST on
- * the coordinator's host (its mark), -errno otherwise. Agent thread (or ftrt__agent_start). */
+ * new host agent's connection to the coordinator at addr:port. reelect: 0 at ftrt_init(), 1 in
+ * an election after a host agent was lost (FTRT_TEST_AGENT_LATE_RANKS may keep this rank from
+ * binding in one or the other: it then waits up to max(1 s, init_timeout_ms) at ftrt_init(), or
+ * tries once in an election, for another rank of the host to bind it). Returns the fd, or -EEXIST on the coordinator's host (its mark), -errno
+ * otherwise. Agent thread (or ftrt__agent_start). */
 int ftrt__local_upstream(struct ftrt_ctx *ctx, const char *addr, int port, uint64_t secret,
-                         int init_timeout_ms);
+                         int init_timeout_ms, int reelect);
 /* A rank fell back to its own connection (its host agent was lost): it elects a new one after
  * FTRT_TEST_REELECT_MS, else one heartbeat timeout. */
 void ftrt__move_arm(struct ftrt_ctx *ctx);

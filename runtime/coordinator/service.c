@@ -240,8 +240,9 @@ void ftrt__moves_due(ftrt__coord *c)
 }
 
 /* The EOF of moving world rank w's own connection, after its MOVE: w is served by its new host
- * agent from now on, and what that agent relayed for it meanwhile is handled. */
-static void move_done(ftrt__coord *c, int w)
+ * agent from now on, and what that agent relayed for it meanwhile is handled. lost: that agent
+ * reported w silent or malformed (move_lost): w is its rank, to be declared failed. */
+static void move_done(ftrt__coord *c, int w, int lost)
 {
     ftrt__crank *r = &c->r[w];
     int h = r->move_to;
@@ -257,8 +258,13 @@ static void move_done(ftrt__coord *c, int w)
     c->hl[h].nranks++;
     r->last_heard = ftrt__now();
     c->status_dirty |= 2;
-    ftrt_log_warn("world rank %d (%s) moved to the host agent in world rank %d (%.1f ms after "
-                  "its MOVE)", w, r->host, c->hl[h].agent_w, (r->last_heard - r->move_t) * 1e3);
+    if (lost)
+        ftrt_log_warn("world rank %d (%s), moving to the host agent in world rank %d, is lost "
+                      "to it: that agent's rank now, to be fenced", w, r->host, c->hl[h].agent_w);
+    else
+        ftrt_log_warn("world rank %d (%s) moved to the host agent in world rank %d (%.1f ms "
+                      "after its MOVE)", w, r->host, c->hl[h].agent_w,
+                      (r->last_heard - r->move_t) * 1e3);
     ftrt__msghdr m;
     const void *p;
     int rc;
@@ -289,7 +295,7 @@ void ftrt__service(ftrt__coord *c, int w)
     ssize_t got = ftrt__rx_fill(&r->rx, r->fd);
     if (got == -EAGAIN) return;
     if (got == 0 && r->move_to >= 0 && r->move_sent) {
-        move_done(c, w);
+        move_done(c, w, 0);
         return;
     }
     if (got <= 0) {
@@ -377,6 +383,35 @@ static int host_beat(ftrt__coord *c, int h, const void *payload, size_t len)
     return rc;
 }
 
+/* Host agent h lost world rank w (RANK_LOST, why: FTRT__LOST_*) while w moves to it. What w's
+ * own connection holds is read first: its end after MOVE completes the move, and w is then h's
+ * rank, declared failed by the caller at once. A rank silent to h, or malformed, is made h's
+ * rank here (so that h fences it, CUT with fence) and declared failed by the caller at once
+ * too. A rank whose socket to h closed (why CLOSED) otherwise stays on its own connection, the
+ * move called off: one that died ends that connection too within moments, which declares it
+ * failed at once (connection_lost, ftrt__service), not after an orphan's grace; one that left
+ * h alive (h did not answer it in time: runtime/agent_move.c) goes on there and tries another
+ * election later. Meanwhile a recovery's plan waits for it (ftrt__host_suspect). */
+static void move_lost(ftrt__coord *c, int h, int w, int why)
+{
+    ftrt__crank *r = &c->r[w];
+    struct pollfd pf = {.fd = r->fd, .events = POLLIN};
+    while (r->fd >= 0 && r->move_to == h && poll(&pf, 1, 0) > 0) ftrt__service(c, w);
+    if (r->move_to != h || r->link == h || r->fd < 0) return; /* moved, or failed */
+    if (!r->move_sent) c->nmoving--;
+    if (why != FTRT__LOST_CLOSED) {
+        move_done(c, w, 1);
+        return;
+    }
+    if (r->move_sent) ftrt__host_suspect(c, w, 0);
+    r->move_to = -1;
+    r->move_sent = 0;
+    ftrt__tx_free(&r->held);
+    ftrt_log_warn("world rank %d (%s) left the host agent in world rank %d before its move "
+                  "ended: it stays on its own connection, whose end declares it failed", w,
+                  r->host, c->hl[h].agent_w);
+}
+
 /* RANK_LOST: a rank of host agent h's host died (its socket closed without BYE) or fell
  * silent for the heartbeat timeout; the agent saw it first. */
 static int host_rank_lost(ftrt__coord *c, int h, const void *payload)
@@ -384,10 +419,8 @@ static int host_rank_lost(ftrt__coord *c, int h, const void *payload)
     ftrt__rank_lost m;
     memcpy(&m, payload, sizeof m);
     int w = m.world_rank;
-    if (w >= 1 && w < c->W && c->r[w].move_to == h && c->r[w].link != h) {
-        ftrt__move_cancel(c, w, FK_CONNECTION_LOST); /* (if it died, so does its own connection) */
-        return 0;
-    }
+    if (w >= 1 && w < c->W && c->r[w].move_to == h && c->r[w].link != h)
+        move_lost(c, h, w, m.why); /* (then h's rank, failed below; or on its own connection) */
     if (w < 1 || w >= c->W || c->r[w].link != h) return 0; /* not (or no longer) its rank */
     if (c->r[w].said_bye || c->phase == PH_ABORTING) {
         ftrt__coord_drop(c, w);

@@ -54,6 +54,16 @@ Cases:
              survivors wait 2 s after a PLAN (FTRT_DEBUG_RECOVERY_DELAY_MS), so that a plan sent
              before the second death (the old code) is still being applied when it comes: that
              ended the job with FTRT_EABORT (4 runs of 4 against commit cf9ab20)
+  sparemove  1 + 3 trainers + 2 spares, ftrt-h1 world ranks 0-1, ftrt-h2 2-4 (trainers 2 and 3,
+             spare 4), ftrt-h3 5 (spare, the standby coordinator); FTRT_TEST_AGENT_LATE_RANKS
+             keeps world rank 4 from starting ftrt-h2's first host agent and makes it the one
+             that starts the next. The process of ftrt-h2's host agent (a trainer) SIGKILLed:
+             the spare of ftrt-h2 (world rank 4) takes its place, and ftrt-h2's survivors (the
+             promoted spare and the other trainer) move to the new host agent, in world rank
+             4's process. Then that other trainer SIGSTOPped: the new agent reports it silent,
+             the coordinator declares it failed (heartbeat timeout) and the new agent fences it
+             (SIGKILL through its pidfd) while the job runs; world rank 5 takes its place.
+             Two failures, both recovered, byte-identical (steps of 40 ms: the job outlasts both)
 Each case prints "measured:" lines: the exit after the last rank's exit, MTTD and MTTR.
 Exit 0 = pass, 1 = fail, 77 = skipped.
 """
@@ -479,6 +489,68 @@ def case_agentfence(args):
               f"the spare on ftrt-h3")
         check(0.9 <= fl[0]["mttd_s"] < 2.0, f"MTTD about the 1 s timeout ({fl[0]['mttd_s']:.3f} s)")
         check(same_bytes(job.params, r4), "final parameters byte-identical to the one-host run")
+
+
+def wait_fenced(job, w, pid, what):
+    """Waits (20 s at most) until world rank w is declared failed and its process (pid) is gone
+    (or a zombie); checks that this happened while the job still ran."""
+    job.wait_status(lambda s: s["ranks"][w]["state"] == "dead", 20)
+    deadline = time.monotonic() + 5
+    while proc_state(pid) not in (None, "Z") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    state = proc_state(pid)
+    check(state in (None, "Z") and job.proc.poll() is None,
+          f"{what} was killed while the job still ran (state {state})")
+
+
+@h.case(CASES, fixture="required", timeout_s=120)
+def case_sparemove(args):
+    r3 = need_reference(args, 3)
+    with h.Hosts(3, 2) as hosts:
+        before = sessions(hosts)
+        hf = os.path.join(args.work, "sparemove.hostfile")
+        os.makedirs(args.work, exist_ok=True)
+        with open(hf, "w") as f:
+            f.write("ftrt-h1 slots=2\nftrt-h2 slots=3\nftrt-h3 slots=1\n")
+        job = hosts_job(args, hosts, "sparemove", spares=2, hostfile=hf)
+        job.cmd[job.cmd.index("--step-sleep-ms") + 1] = "40"  # (the result does not change)
+        job.env.update(FTRT_TEST_REELECT_MS="200", FTRT_TEST_AGENT_LATE_RANKS=str(1 << 4))
+        job.start()
+        job.wait_trainer(2, 5, 40)
+        st = job.status_json()
+        check([r["host"] for r in st["ranks"]] == ["ftrt-h1"] * 2 + ["ftrt-h2"] * 3 + ["ftrt-h3"]
+              and [r["role"] for r in st["ranks"][1:]] == ["trainer"] * 3 + ["spare"] * 2,
+              "trainers world 1 (ftrt-h1), 2 and 3 (ftrt-h2); spares 4 (ftrt-h2), 5 (ftrt-h3)")
+        a = [r["host_agent"] for r in st["ranks"][2:5]]
+        check(a[0] == a[1] == a[2] in (2, 3),
+              f"ftrt-h2's ranks share one host agent, in a trainer's process ({a})")
+        first, other = a[0], 5 - a[0]
+        job.inject(signal.SIGKILL, st["ranks"][first], "sigkill")
+        st = job.wait_status(lambda s: all(s["ranks"][w]["host_agent"] == 4
+                                           and s["ranks"][w]["state"] == "running"
+                                           for w in (other, 4)), 20)
+        check(st["ranks"][4]["role"] == "trainer" and st["ranks"][other]["role"] == "trainer",
+              f"the spare of ftrt-h2 (world rank 4) was promoted, and it and world rank {other} "
+              f"are served by one new host agent, in world rank 4's process")
+        victim = st["ranks"][other]
+        job.inject(signal.SIGSTOP, victim, "sigstop")
+        wait_fenced(job, other, victim["pid"], f"the stopped world rank {other}")
+        run_to_end(job, hosts, 0, before)
+        for w in (other, 4):
+            check(re.search(rf"world rank {w} \(ftrt-h2\) moved to the host agent in world rank "
+                            rf"4 \(", job.out), f"the coordinator's log: world rank {w} moved")
+        line = (f"host agent: fencing world rank {other} (pid {victim['pid']}) with SIGKILL "
+                f"through its pidfd")
+        check(line in job.out, f"the new host agent fenced it: '{line}'")
+        rep = job.load_report()
+        print_failures(rep)
+        fl = rep["failures"]
+        check(len(fl) == 2 and all(f["recovered"] for f in fl)
+              and [(f["world_rank"], f["kind"], f["spare_world_rank"]) for f in fl] ==
+              [(first, "connection_lost", 4), (other, "heartbeat_timeout", 5)],
+              f"two failures: world rank {first} (connection lost, replaced by the spare of its "
+              f"host, 4), then world rank {other} (heartbeat timeout, replaced by 5)")
+        check(same_bytes(job.params, r3), "final parameters byte-identical to the one-host run")
 
 
 @h.case(CASES, fixture="required")

@@ -1,0 +1,231 @@
+/*
+ * Unit tests: the real coordinator (ftrt__coordinator_run, in a child process) with fake ranks
+ * and a fake host agent on loopback, around a rank's move to a newly elected host agent
+ * (runtime/coordinator/service.c "moves"; docs/detection-and-recovery.md "Host agents", Its
+ * death): what the coordinator does when that agent reports the rank lost (RANK_LOST) after
+ * it sent MOVE.
+ *
+ * The world: coordinator 0 (host h0), trainers 1 (h1) and 2 (h2), spare 3 (h2); no standby
+ * (FTRT_STANDBY=0). Trainer 2 says HELLO on its own connection (it fell back), then the host
+ * agent of h2 (in world rank 3's process) joins and relays its HELLO: the coordinator answers
+ * MOVE on 2's own connection. The orphan grace is 2 s here (FTRT_TEST_ORPHAN_GRACE_MS), so a
+ * rank declared failed only when a grace ends is told apart from one declared at once.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "base/clock.h"
+#include "base/knobs.h"
+#include "base/net.h"
+#include "base/proto.h"
+#include "ftrt.h"
+#include "helpers.h"
+#include "runtime/coordinator/coordinator.h"
+
+enum { W = 4, N = 2, MOVER = 2, AGENT_W = 3 };
+
+typedef struct fixture {
+    char dir[512];
+    pid_t coord;
+    int fd[W];      /* the ranks' own connections (fd[0] unused) */
+    ftrt__rxbuf rx[W];
+    int agent;      /* the host agent of h2's connection */
+    ftrt__rxbuf agent_rx;
+    uint64_t secret;
+} fixture;
+
+/* Waits up to timeout_s for the next message of `type` on fd (the others skipped). Returns 1
+ * with the payload copied to out (len bytes), 0 on timeout, -1 on EOF. */
+static int recv_type(int fd, ftrt__rxbuf *rx, uint32_t type, void *out, size_t len,
+                     double timeout_s)
+{
+    double deadline = ftrt__now() + timeout_s;
+    for (;;) {
+        ftrt__msghdr h;
+        const void *p;
+        while (ftrt__rx_next(rx, &h, &p) == 1)
+            if (h.type == type) {
+                assert_int_equal(h.len, len);
+                memcpy(out, p, len);
+                return 1;
+            }
+        int ms = (int)((deadline - ftrt__now()) * 1000.0);
+        if (ms <= 0) return 0;
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (poll(&pf, 1, ms) > 0) {
+            ssize_t got = ftrt__rx_fill(rx, fd);
+            if (got == 0 || (got < 0 && got != -EAGAIN)) return -1;
+        }
+    }
+}
+
+static void coordinator(fixture *f, int lfd, const char *addrs, int port)
+{
+    ftrt_config cfg;
+    ftrt_config_init(&cfg, sizeof cfg);
+    cfg.heartbeat_ms = 100;
+    cfg.heartbeat_timeout_ms = 20000; /* (no silence in these tests) */
+    cfg.init_timeout_ms = 20000;
+    cfg.standby = 0;
+    cfg.progress = 0;
+    snprintf(cfg.ckpt_dir, sizeof cfg.ckpt_dir, "%s/ckpt", f->dir);
+    snprintf(cfg.status_file, sizeof cfg.status_file, "%s/status.json", f->dir);
+    snprintf(cfg.report_file, sizeof cfg.report_file, "%s/report.json", f->dir);
+    ftrt__coord_args ca = {.cfg = &cfg, .world_size = W, .ntrainers = N,
+                           .t_start = ftrt__now(), .t_start_wall = ftrt__wallclock(),
+                           .status_file = cfg.status_file, .host = "h0", .addr = addrs,
+                           .port = port, .mark_fd = -1};
+    int rc = ftrt__coordinator_run(&ca, lfd, f->secret);
+    _exit(rc == FTRT_DONE ? 0 : 1);
+}
+
+static int say_hello(int fd, uint32_t type, int w, const char *host, uint64_t secret)
+{
+    ftrt__hello h = {.secret = secret, .world_rank = w, .pid = 0};
+    snprintf(h.host, sizeof h.host, "%s", host);
+    if (type == FTRT__MSG_RELAY) {
+        ftrt__relay pre = {.world_rank = w};
+        return ftrt__msg_send2(fd, FTRT__MSG_RELAY, &pre, sizeof pre, FTRT__MSG_HELLO, &h,
+                               sizeof h);
+    }
+    return ftrt__msg_send(fd, type, &h, sizeof h);
+}
+
+/* The MOVE on the mover's own connection after the agent relayed its HELLO (again). */
+static void relay_hello_and_move(fixture *f)
+{
+    assert_int_equal(say_hello(f->agent, FTRT__MSG_RELAY, MOVER, "h2", f->secret), 0);
+    ftrt__epoch_msg m;
+    assert_int_equal(recv_type(f->fd[MOVER], &f->rx[MOVER], FTRT__MSG_MOVE, &m, sizeof m, 5), 1);
+    assert_int_equal(m.value, AGENT_W);
+}
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    assert_int_equal(t_tmpdir(f->dir, sizeof f->dir, "coord_move"), 0);
+    ftrt__knobs.orphan_grace_ms = 2000;
+    assert_int_equal(ftrt__random(&f->secret, sizeof f->secret), 0);
+    char addrs[FTRT__ADDRS_MAX];
+    int port = 0;
+    int lfd = ftrt__listen("127.0.0.1", addrs, sizeof addrs, &port);
+    assert_true(lfd >= 0);
+    f->coord = fork();
+    assert_true(f->coord >= 0);
+    if (f->coord == 0) coordinator(f, lfd, addrs, port);
+    close(lfd);
+    static const char *host[W] = {"h0", "h1", "h2", "h2"};
+    for (int w = 1; w < W; w++) {
+        f->fd[w] = ftrt__connect_any(addrs, port, 5000, NULL, 0);
+        assert_true(f->fd[w] >= 0);
+        assert_int_equal(say_hello(f->fd[w], FTRT__MSG_HELLO, w, host[w], f->secret), 0);
+    }
+    for (int w = 1; w < W; w++) {
+        ftrt__welcome wm;
+        assert_int_equal(recv_type(f->fd[w], &f->rx[w], FTRT__MSG_WELCOME, &wm, sizeof wm, 10), 1);
+    }
+    f->agent = ftrt__connect_any(addrs, port, 5000, NULL, 0);
+    assert_true(f->agent >= 0);
+    assert_int_equal(say_hello(f->agent, FTRT__MSG_HOST_HELLO, AGENT_W, "h2", f->secret), 0);
+    relay_hello_and_move(f);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    kill(f->coord, SIGKILL);
+    waitpid(f->coord, NULL, 0);
+    for (int w = 1; w < W; w++) {
+        if (f->fd[w] >= 0) close(f->fd[w]);
+        ftrt__rx_free(&f->rx[w]);
+    }
+    close(f->agent);
+    ftrt__rx_free(&f->agent_rx);
+    t_rmtree(f->dir);
+    free(f);
+    ftrt__knobs.orphan_grace_ms = 0;
+    return 0;
+}
+
+static void rank_lost(fixture *f, int why)
+{
+    ftrt__rank_lost m = {.world_rank = MOVER, .why = why, .t_wall = ftrt__wallclock()};
+    assert_int_equal(ftrt__msg_send(f->agent, FTRT__MSG_RANK_LOST, &m, sizeof m), 0);
+}
+
+/* Seconds until trainer 1 is told of a failure (FAILURE), at most `within`; -1 if it is not. */
+static double failure_in(fixture *f, double within)
+{
+    double t0 = ftrt__now();
+    ftrt__failure_msg fm;
+    int r = recv_type(f->fd[1], &f->rx[1], FTRT__MSG_FAILURE, &fm, sizeof fm, within);
+    return r == 1 ? ftrt__now() - t0 : -1;
+}
+
+/* The mover died after its MOVE went out: its new agent reports it (its socket closed) before
+ * its own connection's end reaches the coordinator. It is declared failed when that end comes,
+ * at once, not when an orphan's grace (2 s) ends. */
+static void died_mid_move(void **state)
+{
+    fixture *f = *state;
+    rank_lost(f, FTRT__LOST_CLOSED);
+    usleep(100 * 1000); /* (the RANK_LOST is read first) */
+    close(f->fd[MOVER]);
+    f->fd[MOVER] = -1;
+    double t = failure_in(f, 1.0); /* (within half the grace: ms in fact) */
+    assert_true(t >= 0 && t < 1.0);
+}
+
+/* The mover left its new agent alive (it did not answer in time) and goes on on its own
+ * connection: that connection stays (no EOF from the coordinator), nothing is declared failed,
+ * and its next election's HELLO, relayed, brings a new MOVE. */
+static void left_alive_mid_move(void **state)
+{
+    fixture *f = *state;
+    rank_lost(f, FTRT__LOST_CLOSED);
+    ftrt__hello never; /* (no coordinator sends one: a timeout, or -1 at an EOF) */
+    assert_int_equal(recv_type(f->fd[MOVER], &f->rx[MOVER], FTRT__MSG_HELLO, &never,
+                               sizeof never, 0.5), 0);
+    assert_true(failure_in(f, 0.3) < 0);
+    relay_hello_and_move(f);
+}
+
+/* The mover fell silent to its new agent: it is declared failed at once (heartbeat timeout),
+ * and the agent, which holds its pidfd, is told to fence it (CUT with fence). */
+static void silent_mid_move(void **state)
+{
+    fixture *f = *state;
+    rank_lost(f, FTRT__LOST_SILENT);
+    ftrt__cut cut;
+    assert_int_equal(recv_type(f->agent, &f->agent_rx, FTRT__MSG_CUT, &cut, sizeof cut, 2.0), 1);
+    assert_int_equal(cut.world_rank, MOVER);
+    assert_int_equal(cut.fence, 1);
+    double t = failure_in(f, 1.0); /* (within half the grace: ms in fact) */
+    assert_true(t >= 0 && t < 1.0);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(died_mid_move, setup, teardown),
+        cmocka_unit_test_setup_teardown(left_alive_mid_move, setup, teardown),
+        cmocka_unit_test_setup_teardown(silent_mid_move, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
