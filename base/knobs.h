@@ -55,7 +55,11 @@
       "N > 0: the coordinator's grace after a host agent's loss is N ms instead of "           \
       "min(heartbeat timeout / 2, 250 ms): how long its host's other ranks may take to come "  \
       "back on their own connection, and how long the recovery plan waits for those that did " \
-      "to die with their host (a host lost process by process, slowly)")
+      "to die with their host (a host lost process by process, slowly)")                       \
+    X(relay_group, "FTRT_TEST_RELAY_GROUP", 1 << 20,                                           \
+      "N >= 2: the coordinator's relay groups hold N host agents whatever the world's size "   \
+      "(by default ceil(sqrt(W / 8)), none below 16): fan-outs go through a relay on small "   \
+      "jobs too; 1: no relay groups")
 
 struct ftrt__knobs {
 #define FTRT__KNOB_FIELD(field, env, max, doc) int32_t field;
