@@ -46,6 +46,15 @@
  * Usage: coord_load [-n trainers] [-s spares] [--steady s] [--kills k] [--silents q]
  *                   [--commits c] [--threads t] [--hb-ms ms] [--timeout-ms ms] [--step-ms ms]
  *                   [--sdc-every k] [--dir path] [--seed x] [--keep]
+ *                   [--per-host k [--host-kills h] [--host-silents g] [--no-relays]
+ *                    [--relay-group g] [--kill-relays]] [--verbose]
+ * With --per-host the simulated host agents take part in the coordinator's relay groups
+ * (runtime/coordinator/fanout.c) as runtime/hostrelay.c does: each listens and says RELAY_AT, a
+ * member connects to its relay on RELAY_VIA, a relay sends a FANOUT's parts on to its members;
+ * --no-relays offers none (every fan-out one MULTI per host, the coordinator unchanged),
+ * --relay-group g forces groups of g host agents (the knob FTRT_TEST_RELAY_GROUP), and
+ * --kill-relays makes the host trials kill or cut off relays (their members fall back to direct
+ * fan-outs and are caught up).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -76,6 +85,7 @@
 
 #include "ftrt.h"
 #include "base/clock.h"
+#include "base/knobs.h"
 #include "base/log.h"
 #include "base/net.h"
 #include "base/proto.h"
@@ -89,6 +99,8 @@ static int opt_threads = 2, opt_hb_ms = 100, opt_timeout_ms = 1000, opt_step_ms 
 static int opt_sdc_every = 10, opt_keep = 0, opt_verbose = 0;
 static int opt_per_host = 0;               /* > 0: host agents, this many ranks per host */
 static int opt_no_relays = 0;              /* --no-relays: the host agents offer no relay */
+static int opt_relay_group = 0;            /* --relay-group G: FTRT_TEST_RELAY_GROUP's knob */
+static int opt_kill_relays = 0;            /* --kill-relays: host trials take relays' hosts */
 static int opt_host_kills = 0, opt_host_silents = 0;
 static double opt_steady = 10.0;
 static unsigned opt_seed = 1;
@@ -140,6 +152,7 @@ typedef struct hostsim {
     size_t vrx_used, vrx_cap;
     relpeer *peer;          /* as a relay: its members */
     int npeer;
+    _Atomic int is_relay;   /* a member said PEER_HELLO to it */
     _Atomic int state;      /* ST_ALIVE, ST_KILLED (connection closed), ST_SILENT, ST_GONE */
     double next_hb, last_send, last_rx;
     uint8_t *rx;
@@ -747,6 +760,7 @@ static void relay_peer_read(worker *k, hostsim *hs, int i)
         if (h.type == FTRT__MSG_PEER_HELLO && hello.secret == the_secret) {
             m->w = rp.world_rank = hello.world_rank;
             rp.up = 1;
+            atomic_store(&hs->is_relay, 1);
         }
     }
     if (!rp.up) { /* EOF, or anything else */
@@ -1275,7 +1289,8 @@ static void usage(void)
             "usage: coord_load [-n trainers] [-s spares] [--steady s] [--kills k] [--silents q]\n"
             "                  [--commits c] [--threads t] [--hb-ms ms] [--timeout-ms ms]\n"
             "                  [--step-ms ms] [--sdc-every k] [--dir path] [--seed x] [--keep]\n"
-            "                  [--per-host k [--host-kills h] [--host-silents g] [--no-relays]]\n");
+            "                  [--per-host k [--host-kills h] [--host-silents g] [--no-relays]\n"
+            "                  [--relay-group g] [--kill-relays]]\n");
 }
 
 static int parse(int argc, char **argv)
@@ -1287,7 +1302,7 @@ static int parse(int argc, char **argv)
         {"dir", 1, 0, 'D'},        {"seed", 1, 0, 'r'},       {"keep", 0, 0, 'K'},
         {"per-host", 1, 0, 'P'},   {"host-kills", 1, 0, 'X'}, {"host-silents", 1, 0, 'Y'},
         {"verbose", 0, 0, 'V'},    {"help", 0, 0, 'h'},       {"no-relays", 0, 0, 'R'},
-        {0, 0, 0, 0}};
+        {"relay-group", 1, 0, 'G'}, {"kill-relays", 0, 0, 'L'}, {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "n:s:h", lo, NULL)) != -1) {
         switch (o) {
@@ -1310,6 +1325,8 @@ static int parse(int argc, char **argv)
         case 'Y': opt_host_silents = atoi(optarg); break;
         case 'V': opt_verbose = 1; break;
         case 'R': opt_no_relays = 1; break;
+        case 'G': opt_relay_group = atoi(optarg); break;
+        case 'L': opt_kill_relays = 1; break;
         default: usage(); return -1;
         }
     }
@@ -1351,7 +1368,7 @@ static int pick_host(void)
 {
     for (int tries = 0; tries < 100000 && nhosts > 0; tries++) {
         hostsim *hs = &hosts[rand() % nhosts];
-        int ok = atomic_load(&hs->state) == ST_ALIVE;
+        int ok = atomic_load(&hs->state) == ST_ALIVE && (!opt_kill_relays || atomic_load(&hs->is_relay));
         for (int i = 0; i < hs->n && ok; i++) {
             agent *a = &agents[hs->first_w + i];
             ok = atomic_load(&a->role) == FTRT__ROLE_TRAINER && atomic_load(&a->state) == ST_ALIVE;
@@ -1464,6 +1481,9 @@ int main(int argc, char **argv)
         return 2;
     }
     fflush(stdout);
+#ifdef FTRT__PROTO_RELAYS
+    ftrt__knobs.relay_group = opt_relay_group; /* (the coordinator's, in the child) */
+#endif
     coord_pid = fork();
     if (coord_pid < 0) return 2;
     if (coord_pid == 0) { /* the coordinator, as world rank 0 runs it inside ftrt_init() */

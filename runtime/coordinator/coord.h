@@ -68,6 +68,7 @@ typedef struct ftrt__hlink {
     ftrt__coord_at *relay_at; /* a group's relay: where it listens (RELAY_AT), else NULL */
     int via;            /* the relay (link) its fan-outs go through, or -1: directly */
     int nvia;           /* a relay: links whose fan-outs go through it */
+    int catch_up;       /* its ranks are to be caught up (its relay was lost; fanout.c) */
 } ftrt__hlink;
 
 typedef struct ftrt__crank {

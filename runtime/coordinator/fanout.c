@@ -79,21 +79,33 @@ int ftrt__relay_on_at(ftrt__coord *c, int h, const void *payload)
     return 0;
 }
 
-/* Link m's fan-outs go directly from now on (its relay is lost, or its connection to it). */
-static void relay_fall_back(ftrt__coord *c, int m)
+/* Link m's fan-outs go directly from now on (its relay is lost, or its connection to it): it
+ * closes its connection to the relay (RELAY_VIA port 0). Returns 1 when its ranks are to be
+ * caught up (catch_up). */
+static int relay_fall_back(ftrt__coord *c, int m)
 {
     ftrt__hlink *l = &c->hl[m];
-    if (l->via < 0) return;
+    if (l->via < 0) return 0;
     c->hl[l->via].nvia--;
     l->via = -1;
-    if (l->fd < 0) return;
+    if (l->fd < 0) return 0;
     ftrt__coord_at none = {.world_rank = -1, .term = c->term};
     send_via(c, m, &none);
-    if (c->phase == PH_INIT || c->phase == PH_DONE) return; /* nothing was relayed to catch up on */
+    if (c->phase == PH_INIT || c->phase == PH_DONE) return 0; /* nothing relayed to catch up on */
     ftrt_log_warn("host agent of %s: fan-outs go to it directly from now on (its relay is lost)",
                   l->host);
-    for (int w = 1; w < c->W; w++)
-        if (c->r[w].link == m) ftrt__rank_catch_up(c, w);
+    l->catch_up = 1;
+    return 1;
+}
+
+/* Every rank of a link marked catch_up is caught up (one pass over the world), marks cleared. */
+static void catch_up(ftrt__coord *c)
+{
+    for (int w = 1; w < c->W; w++) {
+        int h = c->r[w].link;
+        if (h >= 0 && c->hl[h].catch_up) ftrt__rank_catch_up(c, w);
+    }
+    for (int h = 0; h < c->nhl; h++) c->hl[h].catch_up = 0;
 }
 
 int ftrt__relay_on_peer(ftrt__coord *c, int h, const void *payload)
@@ -107,8 +119,8 @@ int ftrt__relay_on_peer(ftrt__coord *c, int h, const void *payload)
         if (rp.up && l->via < 0) {
             l->via = h;
             c->hl[h].nvia++;
-        } else if (!rp.up && l->via == h) {
-            relay_fall_back(c, m);
+        } else if (!rp.up && l->via == h && relay_fall_back(c, m)) {
+            catch_up(c);
         }
         return 0;
     }
@@ -122,8 +134,10 @@ void ftrt__relay_link_lost(ftrt__coord *c, int h)
         c->hl[l->via].nvia--;
         l->via = -1;
     }
+    int any = 0;
     for (int m = h + 1; l->nvia > 0 && m < h + c->relay_g && m < c->nhl; m++)
-        if (c->hl[m].via == h) relay_fall_back(c, m);
+        if (c->hl[m].via == h) any |= relay_fall_back(c, m);
+    if (any) catch_up(c);
     free(l->relay_at);
     l->relay_at = NULL;
 }
