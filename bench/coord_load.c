@@ -1916,6 +1916,14 @@ int main(int argc, char **argv)
         if (hosts[h].fd >= 0) close(hosts[h].fd);
         free(hosts[h].rx);
         free(hosts[h].tx);
+#ifdef FTRT__PROTO_RELAYS
+        if (hosts[h].lfd >= 0) close(hosts[h].lfd);
+        if (hosts[h].via_fd >= 0) close(hosts[h].via_fd);
+        for (int i = 0; i < hosts[h].npeer; i++)
+            if (hosts[h].peer[i].fd >= 0) close(hosts[h].peer[i].fd);
+        free(hosts[h].vrx);
+        free(hosts[h].peer);
+#endif
     }
     free(hosts);
     for (int i = 0; i < opt_threads; i++) {
