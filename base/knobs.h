@@ -68,7 +68,11 @@
       "N > 0: a bit mask of world ranks (bit w: world rank w < 30): these never start a host "  \
       "agent at ftrt_init() and are the only ones that start one in an election after a host " \
       "agent was lost; the others connect to the one started (waiting for it), so that a test " \
-      "decides in which process of a host each host agent lives")
+      "decides in which process of a host each host agent lives")                              \
+    X(relay_group, "FTRT_TEST_RELAY_GROUP", 1 << 20,                                           \
+      "N >= 2: the coordinator's relay groups hold N host agents whatever the world's size "   \
+      "(by default ceil(sqrt(W / 8)), none below 16): fan-outs go through a relay on small "   \
+      "jobs too; 1: no relay groups")
 
 struct ftrt__knobs {
 #define FTRT__KNOB_FIELD(field, env, max, doc) int32_t field;

@@ -25,7 +25,11 @@ static size_t fixed_size(uint32_t type)
     case FTRT__MSG_RANK_LOST: return sizeof(ftrt__rank_lost);
     case FTRT__MSG_CUT: return sizeof(ftrt__cut);
     case FTRT__MSG_STANDBY_AT:
+    case FTRT__MSG_RELAY_AT:
+    case FTRT__MSG_RELAY_VIA:
     case FTRT__MSG_NEXT_COORD: return sizeof(ftrt__coord_at);
+    case FTRT__MSG_PEER_HELLO: return sizeof(ftrt__hello);
+    case FTRT__MSG_RELAY_PEER: return sizeof(ftrt__relay_peer);
     case FTRT__MSG_STANDBY:
     case FTRT__MSG_SYNC_ACK:
     case FTRT__MSG_MOVE:
@@ -57,6 +61,7 @@ static size_t big_limit(uint32_t type)
     if (type == FTRT__MSG_PLAN) return PLAN_MAX;
     if (type == FTRT__MSG_SYNC) return FTRT__SYNC_MAX;
     if (type == FTRT__MSG_RELAY || type == FTRT__MSG_MULTI) return WRAP_MAX;
+    if (type == FTRT__MSG_FANOUT) return WRAP_MAX + (size_t)FTRT__MAX_WORLD * 8; /* part heads */
     return FTRT__MSG_MAX;
 }
 
@@ -69,6 +74,8 @@ int ftrt__msg_check(const ftrt__msghdr *h)
         return h->len >= sizeof(ftrt__relay) + sizeof(ftrt__msghdr) ? 0 : FTRT_EPROTO;
     if (h->type == FTRT__MSG_MULTI)
         return h->len >= sizeof(ftrt__multi) + sizeof(ftrt__msghdr) ? 0 : FTRT_EPROTO;
+    if (h->type == FTRT__MSG_FANOUT)
+        return h->len >= sizeof(ftrt__fanout) + sizeof(ftrt__msghdr) ? 0 : FTRT_EPROTO;
     if (h->type == FTRT__MSG_HOST_BEAT)
         return h->len >= sizeof(ftrt__host_beat) &&
                        (h->len - sizeof(ftrt__host_beat)) % sizeof(ftrt__beat) == 0
@@ -218,7 +225,7 @@ int ftrt__plan_expand(const ftrt__plan_msg *m, size_t len, const int32_t *prev, 
 static int wrappable(uint32_t type)
 {
     return type < FTRT__MSG_HOST_HELLO || type == FTRT__MSG_HOSTED ||
-           type == FTRT__MSG_COORD_LOST || type >= FTRT__MSG_STANDBY;
+           type == FTRT__MSG_COORD_LOST || (type >= FTRT__MSG_STANDBY && type <= FTRT__MSG_SYNC_ACK);
 }
 
 static int inner_open(const uint8_t *p, size_t len, ftrt__msghdr *h, const void **inner)
@@ -258,6 +265,45 @@ int ftrt__multi_open(const void *payload, size_t len, int32_t *n, const int32_t 
     *ranks = list;
     size_t off = sizeof m + (size_t)m.n * 4;
     return inner_open((const uint8_t *)payload + off, len - off, h, inner);
+}
+
+int ftrt__fanout_open(const void *payload, size_t len, int32_t *nparts, const uint8_t **parts,
+                      ftrt__msghdr *h, const void **inner)
+{
+    if (len < sizeof(ftrt__fanout)) return FTRT_EPROTO;
+    ftrt__fanout f;
+    memcpy(&f, payload, sizeof f);
+    if (f.nparts < 1 || f.nparts > FTRT__MAX_WORLD) return FTRT_EPROTO;
+    const uint8_t *p = (const uint8_t *)payload + sizeof f, *end = (const uint8_t *)payload + len;
+    *parts = p;
+    for (int k = 0; k < f.nparts; k++) {
+        int32_t head[2]; /* {n, agent_w} */
+        if ((size_t)(end - p) < sizeof head) return FTRT_EPROTO;
+        memcpy(head, p, sizeof head);
+        if (head[0] < 1 || head[0] > FTRT__MAX_WORLD || head[1] < 1 || head[1] >= FTRT__MAX_WORLD ||
+            (size_t)(end - p) - sizeof head < (size_t)head[0] * 4)
+            return FTRT_EPROTO;
+        p += sizeof head;
+        for (int i = 0; i < head[0]; i++, p += 4) {
+            int32_t x;
+            memcpy(&x, p, sizeof x);
+            if (x < 1 || x >= FTRT__MAX_WORLD) return FTRT_EPROTO;
+        }
+    }
+    *nparts = f.nparts;
+    return inner_open(p, (size_t)(end - p), h, inner);
+}
+
+void ftrt__fanout_part(const uint8_t **cur, int32_t *agent_w, int32_t *n, const int32_t **ranks,
+                       uint32_t *plen)
+{
+    int32_t head[2];
+    memcpy(head, *cur, sizeof head);
+    *n = head[0];
+    *agent_w = head[1];
+    *ranks = (const int32_t *)(*cur + sizeof head);
+    *plen = (uint32_t)(sizeof head + (size_t)head[0] * 4);
+    *cur += *plen;
 }
 
 int ftrt__host_beat_check(const ftrt__host_beat *b, size_t len)

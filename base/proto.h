@@ -20,6 +20,8 @@
 /* This protocol has host agents (HOST_HELLO, RELAY, MULTI, HOST_BEAT, RANK_LOST): a program
  * built against more than one version of this header can test it (bench/coord_load.c). */
 #define FTRT__PROTO_HOST_AGENTS 2
+/* This protocol has relay groups (RELAY_AT, RELAY_VIA, PEER_HELLO, RELAY_PEER, FANOUT). */
+#define FTRT__PROTO_RELAYS 1
 /* RESUMED carries the member's phases (ftrt__resumed_msg), not an ftrt__epoch_msg. */
 #define FTRT__PROTO_RESUMED_PHASES 1
 /* Largest payload of any message but a PLAN, bytes. A PLAN (ftrt__plan_msg) carries the
@@ -85,6 +87,20 @@ enum ftrt__msg_type {
                                  and reaches the rank through the agent after it (value = the
                                  world rank of that agent's process, as its HOSTED said;
                                  docs/detection-and-recovery.md "Host agents", Its death) */
+    /* relay groups: fan-outs through the host agents (runtime/hostagent.c;
+     * docs/detection-and-recovery.md "Relay groups") */
+    FTRT__MSG_RELAY_AT,       /* host agent -> coord: where it listens for the host agents of
+                                 its relay group (ftrt__coord_at: world_rank = the agent's) */
+    FTRT__MSG_RELAY_VIA,      /* coord -> host agent: connect to the relay at (ftrt__coord_at;
+                                 port 0: no relay, close the connection to it) */
+    FTRT__MSG_PEER_HELLO,     /* host agent -> its relay: joins, with the job secret
+                                 (ftrt__hello: world_rank and pid are the agent's process's) */
+    FTRT__MSG_RELAY_PEER,     /* relay -> coord: a host agent of its group is connected to it,
+                                 or no longer (ftrt__relay_peer) */
+    FTRT__MSG_FANOUT,         /* coord -> relay: one message to ranks of several hosts of its
+                                 group (ftrt__fanout, its parts, then the whole message); the
+                                 relay delivers its own part and sends each other one on as a
+                                 MULTI */
     FTRT__MSG_TYPE_END
 };
 
@@ -332,6 +348,21 @@ typedef struct ftrt__multi {
     int32_t world_ranks[];
 } ftrt__multi;
 
+/* FANOUT: this prefix, then nparts parts, each {int32 n, int32 agent_w, int32 world_ranks[n]}
+ * (the ranks of the host whose host agent lives in world rank agent_w; a part is a MULTI's
+ * prefix, its pad holding agent_w), then one whole message for all of them. */
+typedef struct ftrt__fanout {
+    int32_t nparts;
+    int32_t pad;
+} ftrt__fanout;
+
+/* RELAY_PEER: the host agent living in world rank `world_rank` connected to the relay (up 1)
+ * or its connection closed (up 0). */
+typedef struct ftrt__relay_peer {
+    int32_t world_rank;
+    int32_t up;
+} ftrt__relay_peer;
+
 /* HOST_BEAT: n of these, after {int32 n, int32 pad}. */
 typedef struct ftrt__beat {
     int32_t world_rank;
@@ -365,6 +396,19 @@ int ftrt__relay_open(const void *payload, size_t len, int32_t *w, ftrt__msghdr *
  * FTRT_EPROTO. Pure, thread-safe. */
 int ftrt__multi_open(const void *payload, size_t len, int32_t *n, const int32_t **ranks,
                      ftrt__msghdr *h, const void **inner);
+
+/* Opens a FANOUT payload of len bytes: *nparts parts starting at *parts (inside `payload`; each
+ * checked: n in [1, FTRT__MAX_WORLD], agent_w and every rank in [1, FTRT__MAX_WORLD); walk them
+ * with ftrt__fanout_part), the inner header *h and *inner as ftrt__relay_open. Returns 0 or
+ * FTRT_EPROTO. Pure, thread-safe. */
+int ftrt__fanout_open(const void *payload, size_t len, int32_t *nparts, const uint8_t **parts,
+                      ftrt__msghdr *h, const void **inner);
+
+/* The part at *cur of a FANOUT that ftrt__fanout_open accepted: *agent_w, *n ranks at *ranks,
+ * and *plen, the bytes of the part ({n, agent_w, ranks}: a MULTI prefix as it is); *cur moves
+ * to the next part. Pure, thread-safe. */
+void ftrt__fanout_part(const uint8_t **cur, int32_t *agent_w, int32_t *n, const int32_t **ranks,
+                       uint32_t *plen);
 
 /* Checks a HOST_BEAT payload of len bytes: n matches len. Returns 0 or FTRT_EPROTO. */
 int ftrt__host_beat_check(const ftrt__host_beat *b, size_t len);

@@ -46,6 +46,15 @@
  * Usage: coord_load [-n trainers] [-s spares] [--steady s] [--kills k] [--silents q]
  *                   [--commits c] [--threads t] [--hb-ms ms] [--timeout-ms ms] [--step-ms ms]
  *                   [--sdc-every k] [--dir path] [--seed x] [--keep]
+ *                   [--per-host k [--host-kills h] [--host-silents g] [--no-relays]
+ *                    [--relay-group g] [--kill-relays]] [--verbose]
+ * With --per-host the simulated host agents take part in the coordinator's relay groups
+ * (runtime/coordinator/fanout.c) as runtime/hostrelay.c does: each listens and says RELAY_AT, a
+ * member connects to its relay on RELAY_VIA, a relay sends a FANOUT's parts on to its members;
+ * --no-relays offers none (every fan-out one MULTI per host, the coordinator unchanged),
+ * --relay-group g forces groups of g host agents (the knob FTRT_TEST_RELAY_GROUP), and
+ * --kill-relays makes the host trials kill or cut off relays (their members fall back to direct
+ * fan-outs and are caught up).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -76,6 +85,7 @@
 
 #include "ftrt.h"
 #include "base/clock.h"
+#include "base/knobs.h"
 #include "base/log.h"
 #include "base/net.h"
 #include "base/proto.h"
@@ -88,6 +98,9 @@ static int opt_n = 256, opt_s = 8, opt_kills = 5, opt_silents = 3, opt_commits =
 static int opt_threads = 2, opt_hb_ms = 100, opt_timeout_ms = 1000, opt_step_ms = 500;
 static int opt_sdc_every = 10, opt_keep = 0, opt_verbose = 0;
 static int opt_per_host = 0;               /* > 0: host agents, this many ranks per host */
+static int opt_no_relays = 0;              /* --no-relays: the host agents offer no relay */
+static int opt_relay_group = 0;            /* --relay-group G: FTRT_TEST_RELAY_GROUP's knob */
+static int opt_kill_relays = 0;            /* --kill-relays: host trials take relays' hosts */
 static int opt_host_kills = 0, opt_host_silents = 0;
 static double opt_steady = 10.0;
 static unsigned opt_seed = 1;
@@ -125,8 +138,21 @@ typedef struct agent {
  * messages relayed (RELAY), the coordinator's RELAY and MULTI delivered to them, RANK_LOST when
  * one of them dies (a kill trial: what the real agent sends when the rank's socket closes) or
  * falls silent (a silence trial, after the heartbeat timeout). */
+typedef struct relpeer { /* --per-host, relay groups: a member connected to this relay */
+    int fd, w;             /* w: its agent's world rank once it said PEER_HELLO */
+    uint8_t buf[128];
+    size_t used;
+} relpeer;
+
 typedef struct hostsim {
     int fd, h, first_w, n;
+    int lfd;                /* relay groups: its listener for its group's host agents, or -1 */
+    int via_fd;             /* its connection to its relay, or -1 */
+    uint8_t *vrx;           /* what came from the relay */
+    size_t vrx_used, vrx_cap;
+    relpeer *peer;          /* as a relay: its members */
+    int npeer;
+    _Atomic int is_relay;   /* a member said PEER_HELLO to it */
     _Atomic int state;      /* ST_ALIVE, ST_KILLED (connection closed), ST_SILENT, ST_GONE */
     double next_hb, last_send, last_rx;
     uint8_t *rx;
@@ -627,6 +653,196 @@ static void host_gone(worker *k, hostsim *hs, int expected)
     atomic_store(&hs->state, ST_GONE);
 }
 
+#ifdef FTRT__PROTO_RELAYS
+/* ---- --per-host: the relay groups (runtime/hostrelay.c) ------------------------------------- */
+
+/* epoll keys: host h's listener, its connection to its relay, its member slot i */
+#define LIS_ID(h) (0x40000000u | (uint32_t)(h))
+#define VIA_ID(h) (0x20000000u | (uint32_t)(h))
+#define PEER_ID(h, i) (0x10000000u | (uint32_t)(h) << 8 | (uint32_t)(i))
+
+static void host_take(worker *k, hostsim *hs, const ftrt__msghdr *h, const uint8_t *p, double now);
+
+/* FANOUT to relay hs: its own part to its ranks, every other part on to its member (MULTI). */
+static void relay_fanout(worker *k, hostsim *hs, const uint8_t *p, size_t len, double now)
+{
+    int32_t np, w, n;
+    const uint8_t *cur;
+    const int32_t *ranks;
+    uint32_t plen;
+    ftrt__msghdr ih;
+    const void *inner;
+    if (ftrt__fanout_open(p, len, &np, &cur, &ih, &inner)) {
+        fprintf(stderr, "coord_load: malformed FANOUT\n");
+        return;
+    }
+    for (int j = 0; j < np; j++) {
+        const uint8_t *part = cur;
+        ftrt__fanout_part(&cur, &w, &n, &ranks, &plen);
+        for (int i = 0; i < n && w == hs->first_w; i++) {
+            int32_t x;
+            memcpy(&x, ranks + i, sizeof x);
+            if (x >= hs->first_w && x < hs->first_w + hs->n) take(k, &agents[x], &ih, inner, now);
+        }
+        for (int i = 0; w != hs->first_w && i < hs->npeer; i++)
+            if (hs->peer[i].w == w && hs->peer[i].fd >= 0) {
+                if (ftrt__msg_send2(hs->peer[i].fd, FTRT__MSG_MULTI, part, plen, ih.type, inner, ih.len))
+                    atomic_fetch_add(&tx_blocked, 1);
+                break;
+            }
+    }
+}
+
+/* RELAY_VIA to member hs: connect to its relay, PEER_HELLO. */
+static void relay_via(worker *k, hostsim *hs, const uint8_t *p)
+{
+    ftrt__coord_at at;
+    memcpy(&at, p, sizeof at);
+    if (hs->via_fd >= 0) {
+        epoll_ctl(k->ep, EPOLL_CTL_DEL, hs->via_fd, NULL);
+        close(hs->via_fd);
+        hs->via_fd = -1;
+    }
+    if (at.port <= 0) return;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)at.port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    ftrt__hello hello = {.secret = the_secret, .world_rank = hs->first_w};
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one) ||
+        connect(fd, (struct sockaddr *)&sa, sizeof sa) ||
+        ftrt__msg_send(fd, FTRT__MSG_PEER_HELLO, &hello, sizeof hello)) {
+        fprintf(stderr, "coord_load: host %d cannot reach its relay: %s\n", hs->h, strerror(errno));
+        if (fd >= 0) close(fd);
+        return;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    hs->via_fd = fd;
+    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = VIA_ID(hs->h)};
+    epoll_ctl(k->ep, EPOLL_CTL_ADD, fd, &ev);
+}
+
+/* Relay hs's listener: its members connect. */
+static void relay_accept(worker *k, hostsim *hs)
+{
+    for (;;) {
+        int fd = accept4(hs->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) return;
+        if (hs->npeer >= 255) {
+            close(fd);
+            continue;
+        }
+        relpeer *np = realloc(hs->peer, (size_t)(hs->npeer + 1) * sizeof *np);
+        if (!np) abort();
+        hs->peer = np;
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        hs->peer[hs->npeer] = (relpeer){.fd = fd};
+        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = PEER_ID(hs->h, hs->npeer)};
+        epoll_ctl(k->ep, EPOLL_CTL_ADD, fd, &ev);
+        hs->npeer++;
+    }
+}
+
+/* Member slot i of relay hs: its PEER_HELLO (RELAY_PEER up 1), or EOF (up 0). */
+static void relay_peer_read(worker *k, hostsim *hs, int i)
+{
+    relpeer *m = &hs->peer[i];
+    ssize_t got = recv(m->fd, m->buf + m->used, sizeof m->buf - m->used, MSG_DONTWAIT);
+    if (got < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    ftrt__msghdr h;
+    ftrt__hello hello;
+    size_t need = sizeof h + sizeof hello;
+    if (got > 0 && m->w == 0 && (m->used += (size_t)got) < need) return;
+    ftrt__relay_peer rp = {.up = 0};
+    if (got > 0 && m->w == 0 && m->used == need) {
+        memcpy(&h, m->buf, sizeof h);
+        memcpy(&hello, m->buf + sizeof h, sizeof hello);
+        if (h.type == FTRT__MSG_PEER_HELLO && hello.secret == the_secret) {
+            m->w = rp.world_rank = hello.world_rank;
+            rp.up = 1;
+            atomic_store(&hs->is_relay, 1);
+        }
+    }
+    if (!rp.up) { /* EOF, or anything else */
+        rp.world_rank = m->w;
+        epoll_ctl(k->ep, EPOLL_CTL_DEL, m->fd, NULL);
+        close(m->fd);
+        m->fd = -1;
+        if (!m->w) return;
+        m->w = 0;
+    }
+    size_t off = 0;
+    put(k, &off, FTRT__MSG_RELAY_PEER, &rp, sizeof rp);
+    flush_to(k, hs->fd, HOST_ID(hs->h), &hs->tx, &hs->tx_used, &hs->tx_cap, k->buf, off);
+}
+
+/* Member hs's connection to its relay: MULTIs, taken as the coordinator's. */
+static void relay_via_read(worker *k, hostsim *hs, double now)
+{
+    if (hs->vrx_cap - hs->vrx_used < 65536) {
+        size_t nc = hs->vrx_cap ? hs->vrx_cap * 2 : 65536 * 2;
+        uint8_t *b = realloc(hs->vrx, nc);
+        if (!b) abort();
+        hs->vrx = b;
+        hs->vrx_cap = nc;
+    }
+    ssize_t got = recv_ts(hs->via_fd, hs->vrx + hs->vrx_used, hs->vrx_cap - hs->vrx_used);
+    if (got < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (got <= 0) {
+        epoll_ctl(k->ep, EPOLL_CTL_DEL, hs->via_fd, NULL);
+        close(hs->via_fd);
+        hs->via_fd = -1;
+        return;
+    }
+    hs->vrx_used += (size_t)got;
+    size_t off = 0;
+    ftrt__msghdr h;
+    while (hs->vrx_used - off >= sizeof h) {
+        memcpy(&h, hs->vrx + off, sizeof h);
+        if (hs->vrx_used - off < sizeof h + h.len) break;
+        if (h.type == FTRT__MSG_MULTI) host_take(k, hs, &h, hs->vrx + off + sizeof h, now);
+        off += sizeof h + h.len;
+    }
+    memmove(hs->vrx, hs->vrx + off, hs->vrx_used - off);
+    hs->vrx_used -= off;
+}
+
+/* An epoll key of the relay groups: handled (1), or not one (0). */
+static int relay_event(worker *k, uint32_t id, double now)
+{
+    if (id & 0x40000000u) relay_accept(k, &hosts[id & 0xfffffffu]);
+    else if (id & 0x20000000u) {
+        hostsim *hs = &hosts[id & 0xfffffffu];
+        if (hs->via_fd >= 0) relay_via_read(k, hs, now);
+    } else if (id & 0x10000000u) {
+        hostsim *hs = &hosts[(id & 0xfffffffu) >> 8];
+        if (hs->peer[id & 0xffu].fd >= 0) relay_peer_read(k, hs, (int)(id & 0xffu));
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* Host u's listener for its relay group, its RELAY_AT sent on fd (before the loop reads it). */
+static int relay_listen(int fd, int u)
+{
+    hostsim *hs = &hosts[u];
+    hs->lfd = hs->via_fd = -1;
+    if (opt_no_relays) return 0;
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof sa;
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) || listen(lfd, 256) ||
+        getsockname(lfd, (struct sockaddr *)&sa, &sl))
+        return -1;
+    hs->lfd = lfd;
+    ftrt__coord_at at = {.world_rank = hs->first_w, .port = ntohs(sa.sin_port)};
+    snprintf(at.addrs, sizeof at.addrs, "127.0.0.1");
+    return ftrt__msg_send(fd, FTRT__MSG_RELAY_AT, &at, sizeof at) ? -1 : 0;
+}
+#endif
+
 /* One message from the coordinator to host hs: RELAY and MULTI go to their ranks. */
 static void host_take(worker *k, hostsim *hs, const ftrt__msghdr *h, const uint8_t *p, double now)
 {
@@ -641,6 +857,12 @@ static void host_take(worker *k, hostsim *hs, const ftrt__msghdr *h, const uint8
             memcpy(&w, ws + i, sizeof w);
             if (w >= hs->first_w && w < hs->first_w + hs->n) take(k, &agents[w], &ih, inner, now);
         }
+#ifdef FTRT__PROTO_RELAYS
+    } else if (h->type == FTRT__MSG_FANOUT) {
+        relay_fanout(k, hs, p, h->len, now);
+    } else if (h->type == FTRT__MSG_RELAY_VIA) {
+        relay_via(k, hs, p);
+#endif
     } else if (h->type != FTRT__MSG_PING && h->type != FTRT__MSG_CUT) {
         /* (CUT: a rank the coordinator declared failed; the trial's rank is gone already) */
         fprintf(stderr, "coord_load: unexpected message type %u to a host agent\n", h->type);
@@ -867,6 +1089,9 @@ static void *worker_main(void *arg)
                 for (int j = 0; j < qn; j++) run_cmd(k, &q[j]);
                 continue;
             }
+#ifdef FTRT__PROTO_RELAYS
+            if (!(id & 0x80000000u) && relay_event(k, id, now)) continue;
+#endif
 #ifdef FTRT__PROTO_HOST_AGENTS
             if (id & 0x80000000u) {
                 hostsim *hs = &hosts[id & 0x7fffffffu];
@@ -1064,7 +1289,8 @@ static void usage(void)
             "usage: coord_load [-n trainers] [-s spares] [--steady s] [--kills k] [--silents q]\n"
             "                  [--commits c] [--threads t] [--hb-ms ms] [--timeout-ms ms]\n"
             "                  [--step-ms ms] [--sdc-every k] [--dir path] [--seed x] [--keep]\n"
-            "                  [--per-host k [--host-kills h] [--host-silents g]]\n");
+            "                  [--per-host k [--host-kills h] [--host-silents g] [--no-relays]\n"
+            "                  [--relay-group g] [--kill-relays]]\n");
 }
 
 static int parse(int argc, char **argv)
@@ -1075,7 +1301,8 @@ static int parse(int argc, char **argv)
         {"timeout-ms", 1, 0, 'T'}, {"step-ms", 1, 0, 'S'},    {"sdc-every", 1, 0, 'F'},
         {"dir", 1, 0, 'D'},        {"seed", 1, 0, 'r'},       {"keep", 0, 0, 'K'},
         {"per-host", 1, 0, 'P'},   {"host-kills", 1, 0, 'X'}, {"host-silents", 1, 0, 'Y'},
-        {"verbose", 0, 0, 'V'},    {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
+        {"verbose", 0, 0, 'V'},    {"help", 0, 0, 'h'},       {"no-relays", 0, 0, 'R'},
+        {"relay-group", 1, 0, 'G'}, {"kill-relays", 0, 0, 'L'}, {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "n:s:h", lo, NULL)) != -1) {
         switch (o) {
@@ -1097,6 +1324,9 @@ static int parse(int argc, char **argv)
         case 'X': opt_host_kills = atoi(optarg); break;
         case 'Y': opt_host_silents = atoi(optarg); break;
         case 'V': opt_verbose = 1; break;
+        case 'R': opt_no_relays = 1; break;
+        case 'G': opt_relay_group = atoi(optarg); break;
+        case 'L': opt_kill_relays = 1; break;
         default: usage(); return -1;
         }
     }
@@ -1138,7 +1368,7 @@ static int pick_host(void)
 {
     for (int tries = 0; tries < 100000 && nhosts > 0; tries++) {
         hostsim *hs = &hosts[rand() % nhosts];
-        int ok = atomic_load(&hs->state) == ST_ALIVE;
+        int ok = atomic_load(&hs->state) == ST_ALIVE && (!opt_kill_relays || atomic_load(&hs->is_relay));
         for (int i = 0; i < hs->n && ok; i++) {
             agent *a = &agents[hs->first_w + i];
             ok = atomic_load(&a->role) == FTRT__ROLE_TRAINER && atomic_load(&a->state) == ST_ALIVE;
@@ -1251,6 +1481,9 @@ int main(int argc, char **argv)
         return 2;
     }
     fflush(stdout);
+#ifdef FTRT__PROTO_RELAYS
+    ftrt__knobs.relay_group = opt_relay_group; /* (the coordinator's, in the child) */
+#endif
     coord_pid = fork();
     if (coord_pid < 0) return 2;
     if (coord_pid == 0) { /* the coordinator, as world rank 0 runs it inside ftrt_init() */
@@ -1335,7 +1568,11 @@ int main(int argc, char **argv)
         int one = 1;
         if (fd < 0 || setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) ||
             setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one) ||
-            connect(fd, (struct sockaddr *)&sa, sizeof sa) || say_hello(fd, u)) {
+            connect(fd, (struct sockaddr *)&sa, sizeof sa) || say_hello(fd, u)
+#ifdef FTRT__PROTO_RELAYS
+            || (opt_per_host && relay_listen(fd, u))
+#endif
+        ) {
             fprintf(stderr, "coord_load: connect of %s %d failed: %s\n",
                     opt_per_host ? "host" : "world rank", opt_per_host ? u : u + 1, strerror(errno));
             kill(coord_pid, SIGKILL);
@@ -1349,6 +1586,12 @@ int main(int argc, char **argv)
         if (opt_per_host) hosts[u].fd = fd;
         else agents[w0].fd = fd;
         epoll_ctl(k->ep, EPOLL_CTL_ADD, fd, &ev);
+#ifdef FTRT__PROTO_RELAYS
+        if (opt_per_host && hosts[u].lfd >= 0) {
+            struct epoll_event lev = {.events = EPOLLIN, .data.u32 = LIS_ID(u)};
+            epoll_ctl(k->ep, EPOLL_CTL_ADD, hosts[u].lfd, &lev);
+        }
+#endif
         for (int i = 0; i < (opt_per_host ? hosts[u].n : 1); i++)
             atomic_store(&agents[w0 + i].up, 1);
         int w1 = w0 + (opt_per_host ? hosts[u].n : 1) - 1; /* (every 4,096 ranks) */
@@ -1673,6 +1916,14 @@ int main(int argc, char **argv)
         if (hosts[h].fd >= 0) close(hosts[h].fd);
         free(hosts[h].rx);
         free(hosts[h].tx);
+#ifdef FTRT__PROTO_RELAYS
+        if (hosts[h].lfd >= 0) close(hosts[h].lfd);
+        if (hosts[h].via_fd >= 0) close(hosts[h].via_fd);
+        for (int i = 0; i < hosts[h].npeer; i++)
+            if (hosts[h].peer[i].fd >= 0) close(hosts[h].peer[i].fd);
+        free(hosts[h].vrx);
+        free(hosts[h].peer);
+#endif
     }
     free(hosts);
     for (int i = 0; i < opt_threads; i++) {

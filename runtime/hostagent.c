@@ -22,7 +22,10 @@
  *     malformed keeps its pidfd until the coordinator's CUT says whether to fence it. The
  *     agent's own process is never fenced from inside;
  *   - a coordinator lost (EOF, silence for the heartbeat timeout) is told to every rank
- *     (COORD_LOST), and the agent ends.
+ *     (COORD_LOST), and the agent ends;
+ *   - in the coordinator's relay groups (hostrelay.c) it listens for its group's host agents,
+ *     and as a relay delivers a FANOUT's part for its host and sends the others on, as a
+ *     member takes the MULTIs its relay sends as the coordinator's.
  * Its own death (its process died) closes the local socket under every rank of the host: each
  * connects to the coordinator directly (agent.c), which waits a short grace for them before it
  * calls them failed (runtime/coordinator/failure.c). It never calls MPI.
@@ -77,6 +80,7 @@ struct ftrt__hostagent {
     int term;                 /* the newest coordinator term seen: older ones are refused */
     int lost_by_silence;      /* the coordinator was lost by silence, not EOF */
     double last_from_coord, next_beat;
+    ftrt__hrelay relay;       /* the relay groups (hostrelay.c) */
     pthread_t th;
     int started;
     _Atomic int draining;
@@ -294,6 +298,17 @@ static void deliver(struct ftrt__hostagent *ha, int w, const ftrt__msghdr *h, co
         }
 }
 
+/* A MULTI's (or a FANOUT part's) message to n world ranks of this host (unaligned list). */
+static void deliver_multi(void *arg, int n, const int32_t *ws, const ftrt__msghdr *h,
+                          const void *p)
+{
+    for (int i = 0; i < n; i++) {
+        int32_t w;
+        memcpy(&w, ws + i, sizeof w);
+        deliver(arg, w, h, p);
+    }
+}
+
 /* One message from the coordinator. A message of an older term than one seen is refused
  * (dropped: a deposed coordinator's); this thread's messages carry the newest. Returns 0 or
  * FTRT_EPROTO. */
@@ -323,13 +338,23 @@ static int up_msg(struct ftrt__hostagent *ha, const ftrt__msghdr *h, const void 
         return 0;
     case FTRT__MSG_MULTI:
         if (ftrt__multi_open(p, h->len, &n, &ws, &ih, &inner)) return FTRT_EPROTO;
-        for (int i = 0; i < n; i++) {
-            memcpy(&w, ws + i, sizeof w);
-            deliver(ha, w, &ih, inner);
-        }
+        deliver_multi(ha, n, ws, &ih, inner);
         return 0;
+    case FTRT__MSG_FANOUT: return ftrt__hrelay_fanout(&ha->relay, p, h->len, deliver_multi, ha);
+    case FTRT__MSG_RELAY_VIA: {
+        ftrt__coord_at at;
+        memcpy(&at, p, sizeof at);
+        ftrt__hrelay_via(&ha->relay, &at, ha->host);
+        return 0;
+    }
     default: return FTRT_EPROTO;
     }
+}
+
+/* A MULTI from this agent's relay: taken as the coordinator's (its term checked). */
+static int from_relay(void *arg, const ftrt__msghdr *h, const void *p)
+{
+    return up_msg(arg, h, p);
 }
 
 /* Reads the coordinator's connection. Returns 0, or -1 when the coordinator is lost. */
@@ -370,7 +395,7 @@ static void periodic(struct ftrt__hostagent *ha, double now)
 static int serve_once(struct ftrt__hostagent *ha, struct pollfd *pf)
 {
     int draining = atomic_load(&ha->draining);
-    int nfix = 3, n = nfix + ha->nloc;
+    int nr = ftrt__hrelay_pollfds(&ha->relay, pf + 3), nfix = 3 + nr, n = nfix + ha->nloc;
     pf[0] = (struct pollfd){.fd = ha->wake[0], .events = POLLIN};
     pf[1] = (struct pollfd){.fd = draining ? -1 : ha->lfd, .events = POLLIN};
     pf[2] = (struct pollfd){.fd = ha->up, .events = POLLIN};
@@ -387,6 +412,7 @@ static int serve_once(struct ftrt__hostagent *ha, struct pollfd *pf)
     for (int i = (n - nfix < ha->nloc ? n - nfix : ha->nloc) - 1; i >= 0; i--)
         if (pf[nfix + i].revents) local_read(ha, i);
     if (pf[2].revents && up_read(ha)) return -1;
+    ftrt__hrelay_serve(&ha->relay, pf + 3, nr, ha->a.heartbeat_timeout_ms / 1000.0, from_relay, ha);
     double now = ftrt__now();
     periodic(ha, now);
     if (now - ha->last_from_coord > ha->a.heartbeat_timeout_ms / 1000.0) {
@@ -413,7 +439,7 @@ static void *hostagent_main(void *arg)
         if (atomic_load(&ha->draining) &&
             (ha->nloc == 0 || ftrt__now() > atomic_load(&ha->drain_until)))
             break;
-        struct pollfd *np = realloc(pf, (size_t)(3 + ha->nloc) * sizeof *pf);
+        struct pollfd *np = realloc(pf, (size_t)(5 + ha->relay.npeer + ha->nloc) * sizeof *pf);
         if (!np) break;
         pf = np;
         if (serve_once(ha, pf)) {
@@ -446,6 +472,7 @@ static void hostagent_free(struct ftrt__hostagent *ha)
 {
     if (ha->lfd >= 0) close(ha->lfd);
     if (ha->up >= 0) close(ha->up);
+    ftrt__hrelay_close(&ha->relay);
     for (int i = 0; i < 2; i++)
         if (ha->wake[i] >= 0) close(ha->wake[i]);
     while (ha->nloc > 0) drop_local(ha, ha->nloc - 1);
@@ -474,10 +501,13 @@ int ftrt__hostagent_start(struct ftrt__hostagent **out, int lfd, const ftrt__hos
     ha->a.host = ha->host;
     ha->lfd = lfd;
     ha->up = ha->wake[0] = ha->wake[1] = -1;
+    ha->relay.lfd = ha->relay.via_fd = -1;
     ha->hb_ms = a->heartbeat_ms > 0 ? a->heartbeat_ms : 100;
     int rc = fcntl(lfd, F_SETFL, fcntl(lfd, F_GETFL) | O_NONBLOCK) || pipe2(ha->wake, O_CLOEXEC)
                  ? -errno
                  : connect_up(ha);
+    if (!rc && ftrt__hrelay_open(&ha->relay, a->secret, a->world_rank, &ha->urgent))
+        ftrt_log_info("host agent: no relay listener; fan-outs to this host stay direct");
     if (!rc) rc = -pthread_create(&ha->th, NULL, hostagent_main, ha);
     if (rc) {
         ftrt_log_error("host agent: cannot start: %s", ftrt_strerror(rc));

@@ -13,6 +13,7 @@
 #define FTRT_INTERNAL_H
 
 #include <mpi.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -284,6 +285,54 @@ int ftrt__hostagent_start(struct ftrt__hostagent **out, int lfd, const ftrt__hos
  * wait_s seconds passed, closes the coordinator's connection and joins the thread; frees it.
  * NULL is a no-op. */
 void ftrt__hostagent_stop(struct ftrt__hostagent *ha, double wait_s);
+
+/* ---- a host agent in the relay groups (hostrelay.c; its thread only) ---- */
+typedef struct ftrt__hpeer { /* a host agent of this relay's group */
+    int fd;
+    ftrt__rxbuf rx;
+    int w;        /* the world rank its agent lives in, once it said PEER_HELLO; else 0 */
+    double since; /* monotonic: accepted */
+} ftrt__hpeer;
+typedef struct ftrt__hrelay {
+    uint64_t secret;
+    int self_w;         /* the world rank this host agent lives in */
+    ftrt__txbuf *up;    /* the host agent's queue to the coordinator (RELAY_AT, RELAY_PEER) */
+    int lfd;            /* listens for the group's host agents (TCP), or -1 */
+    ftrt__hpeer *peer;  /* as a relay: the group's host agents connected to it */
+    int npeer, cap;
+    int via_fd;         /* as a member: the connection to its relay, or -1 */
+    ftrt__rxbuf via_rx;
+} ftrt__hrelay;
+/* Messages read from the relay (MULTIs), for the host agent to take as the coordinator's.
+ * Returns 0, or nonzero to close the connection to the relay. */
+typedef int (*ftrt__hrelay_msg_fn)(void *arg, const ftrt__msghdr *h, const void *p);
+/* A FANOUT's part for this host: n world ranks at ranks (unaligned int32s), the message. */
+typedef void (*ftrt__hrelay_local_fn)(void *arg, int n, const int32_t *ranks,
+                                      const ftrt__msghdr *h, const void *p);
+/* Listens on TCP (every interface) for the host agents of a relay group and queues RELAY_AT
+ * (its non-loopback addresses and port) on up, for the coordinator. *r is reset first (always
+ * safe to close). self_w: the world rank of this agent's process. Returns 0, or -errno (no
+ * listener: this agent cannot be a relay, and says nothing; it can still be a member). */
+int ftrt__hrelay_open(ftrt__hrelay *r, uint64_t secret, int self_w, ftrt__txbuf *up);
+/* Fills pf with the descriptors to poll for POLLIN (fd -1 where there is none); returns how
+ * many: 2 + the members connected, at most 2 + r->npeer. */
+int ftrt__hrelay_pollfds(const ftrt__hrelay *r, struct pollfd *pf);
+/* After poll over the n entries that ftrt__hrelay_pollfds filled: accepts members, reads their
+ * PEER_HELLO (RELAY_PEER up 1 queued) or EOF (up 0), drops one without a PEER_HELLO after
+ * timeout_s, and hands each MULTI read from this agent's relay to on_msg(arg, ...). */
+void ftrt__hrelay_serve(ftrt__hrelay *r, const struct pollfd *pf, int n, double timeout_s,
+                        ftrt__hrelay_msg_fn on_msg, void *arg);
+/* RELAY_VIA: closes the connection to this agent's relay, if any, and with at->port > 0
+ * connects to the relay at at->addrs (one 250 ms round at most) and says PEER_HELLO (host:
+ * this host's name). A relay out of reach is logged: the fan-outs stay direct. */
+void ftrt__hrelay_via(ftrt__hrelay *r, const ftrt__coord_at *at, const char *host);
+/* FANOUT (payload of len bytes): this host's part to local(arg, ...), every other part on to
+ * its member as a MULTI (a member not connected: skipped; a failed send drops it, RELAY_PEER
+ * up 0). Returns 0 or FTRT_EPROTO (malformed). */
+int ftrt__hrelay_fanout(ftrt__hrelay *r, const void *payload, size_t len,
+                        ftrt__hrelay_local_fn local, void *arg);
+/* Closes every connection and the listener, frees the table. */
+void ftrt__hrelay_close(ftrt__hrelay *r);
 
 /* ---- recovery (recovery.c) ---- */
 /* Bytes per chunk of the recovery's state transfer (comm/transfer.h). */

@@ -4,6 +4,8 @@
  * rank the coordinator is alive, and the listener with the connections that have not said a
  * valid HELLO yet (a rank's, or a host agent's).
  *
+ * (The fan-outs, MULTI and the relay groups' FANOUT, are fanout.c's.)
+ *
  * At scale (docs/detection-and-recovery.md "Control plane", bench/coord_load.c) every piece is
  * O(1) per message: the silence watch is a list of the connected ranks ordered by the time each
  * was last heard, so only its head is ever compared with the timeout; the PINGs of a period are
@@ -41,49 +43,6 @@ void ftrt__coord_send(ftrt__coord *c, int w, uint32_t type, const void *p, uint3
 int ftrt__rank_connected(const ftrt__coord *c, int w)
 {
     return c->r[w].fd >= 0 || c->r[w].link >= 0;
-}
-
-/* One MULTI to host agent h for the cnt world ranks at list. */
-static void multi_send(ftrt__coord *c, int h, int *list, int cnt, uint32_t type, const void *p,
-                       uint32_t len)
-{
-    if (c->hl[h].fd < 0 || cnt == 0) return;
-    /* the prefix {n, pad, ranks} is built in place just before the list (mc_list has room:
-     * each host's run starts at an offset that leaves 2 entries free, see multicast) */
-    int32_t *pre = (int32_t *)list - 2;
-    pre[0] = cnt;
-    pre[1] = 0;
-    int rc = ftrt__msg_send2(c->hl[h].fd, FTRT__MSG_MULTI, pre,
-                             (uint32_t)((size_t)(cnt + 2) * sizeof(int32_t)), type, p, len);
-    if (rc) ftrt_log_debug("multicast to host agent %d failed: %s", h, ftrt_strerror(rc));
-}
-
-void ftrt__coord_multicast(ftrt__coord *c, const int *ws, int n, uint32_t type, const void *p,
-                           uint32_t len)
-{
-    int *cnt = c->mc_cnt, *off = c->mc_off, *list = c->mc_list;
-    for (int h = 0; h < c->nhl; h++) cnt[h] = 0;
-    for (int i = 0; i < n; i++) {
-        const ftrt__crank *r = &c->r[ws[i]];
-        if (r->fd >= 0) ftrt__coord_send(c, ws[i], type, p, len);
-        else if (r->link >= 0) cnt[r->link]++;
-        if ((i & 255) == 255) ftrt__ping_due(c, ftrt__now());
-    }
-    int at = 0; /* each host's run, with 2 free entries before it for the MULTI prefix */
-    for (int h = 0; h < c->nhl; h++) {
-        off[h] = at + 2;
-        at += cnt[h] ? cnt[h] + 2 : 0;
-        cnt[h] = 0;
-    }
-    for (int i = 0; i < n; i++) {
-        const ftrt__crank *r = &c->r[ws[i]];
-        if (r->fd < 0 && r->link >= 0) list[off[r->link] + cnt[r->link]++] = ws[i];
-    }
-    for (int h = 0; h < c->nhl; h++) {
-        multi_send(c, h, list + off[h], cnt[h], type, p, len);
-        if ((h & 255) == 255) ftrt__ping_due(c, ftrt__now());
-    }
-    ftrt__ping_due(c, ftrt__now());
 }
 
 void ftrt__rank_identify(ftrt__coord *c, int w, const ftrt__hello *hello)
@@ -369,6 +328,7 @@ static int adopt_host(ftrt__coord *c, pending *p, const ftrt__hello *hello)
     memset(l, 0, sizeof *l);
     hand_over(c, p, FTRT__KEY(FTRT__KEY_HOST, h), &l->fd, &l->rx);
     l->agent_w = hello->world_rank;
+    l->via = -1;
     l->pid = hello->pid;
     memcpy(l->host, hello->host, sizeof l->host);
     l->remote = strncmp(l->host, c->a->host, sizeof l->host) != 0;

@@ -64,6 +64,11 @@ typedef struct ftrt__hlink {
     char host[FTRT__HOST_MAX];
     int nranks;         /* ranks it serves now */
     int remote;         /* on another host than the coordinator's */
+    /* relay groups (fanout.c) */
+    ftrt__coord_at *relay_at; /* a group's relay: where it listens (RELAY_AT), else NULL */
+    int via;            /* the relay (link) its fan-outs go through, or -1: directly */
+    int nvia;           /* a relay: links whose fan-outs go through it */
+    int catch_up;       /* its ranks are to be caught up (its relay was lost; fanout.c) */
 } ftrt__hlink;
 
 typedef struct ftrt__crank {
@@ -228,7 +233,10 @@ typedef struct ftrt__coord {
     int nhl;
     int norphans;              /* ranks whose host agent was lost, not back yet */
     int nmoving;               /* ranks moving to a new host agent whose MOVE waits */
-    int *mc_list, *mc_cnt, *mc_off; /* ftrt__coord_multicast's scratch (W entries each) */
+    int *mc_list, *mc_cnt, *mc_off; /* ftrt__coord_multicast's scratch (4W, W, W entries) */
+    int *mc_grp;               /* its relay groups' starts (W entries) */
+    int relay_g;               /* host agents per relay group (1: no relay groups; fanout.c) */
+    int catch_up_due;          /* some link's catch_up is set (ftrt__links_catch_up) */
     double epoch_t_fail;       /* the current epoch's FAILURE: its failure time (wall) */
     int mark_fd;               /* the coordinator's mark on its host (ftrt__local_mark), or -1 */
     uint64_t secret;           /* the job's hello secret */
@@ -290,11 +298,26 @@ enum { FTRT__KEY_LISTEN = 1, FTRT__KEY_PENDING = 2, FTRT__KEY_RANK = 3, FTRT__KE
  * RELAY); nothing when it has neither. A failed send is logged (debug) and left to the
  * connection's EOF. */
 void ftrt__coord_send(ftrt__coord *c, int w, uint32_t type, const void *p, uint32_t len);
+/* ---- fanout.c: fan-outs and relay groups (docs/detection-and-recovery.md "Relay groups") */
 /* Sends one message to each of the n world ranks ws[] (the order is not kept): one send per
- * rank with its own connection, one MULTI per host agent for the others (O(hosts) sends);
- * then the PINGs that fell due. */
+ * rank with its own connection; for the ranks behind host agents one FANOUT per relay group
+ * (FAILURE, PLAN, COMMIT, ABORT, NEXT_COORD) and one MULTI per host agent not behind a relay
+ * (O(groups + direct hosts) sends); then the PINGs that fell due. */
 void ftrt__coord_multicast(ftrt__coord *c, const int *ws, int n, uint32_t type, const void *p,
                            uint32_t len);
+/* The relay groups' size from the world's (or FTRT_TEST_RELAY_GROUP). Call once W is set. */
+void ftrt__relay_init(ftrt__coord *c);
+/* Host agent h's RELAY_AT (payload: ftrt__coord_at): a relay's listener is kept and its
+ * group's host agents told (RELAY_VIA); a member is told where its relay listens. Returns 0 or
+ * FTRT_EPROTO (a bad port). */
+int ftrt__relay_on_at(ftrt__coord *c, int h, const void *payload);
+/* Relay h's RELAY_PEER (payload: ftrt__relay_peer): a member's fan-outs go through h from now
+ * on (up 1), or directly again (up 0: RELAY_VIA port 0 and its ranks caught up). Returns 0 or
+ * FTRT_EPROTO (h is not a relay). */
+int ftrt__relay_on_peer(ftrt__coord *c, int h, const void *payload);
+/* Host agent h's connection is lost: if it was a relay, its members fall back to direct
+ * fan-outs (caught up, ftrt__rank_catch_up). */
+void ftrt__relay_link_lost(ftrt__coord *c, int h);
 /* 1 when world rank w can be reached: its own connection or a host agent. */
 int ftrt__rank_connected(const ftrt__coord *c, int w);
 /* World rank w said a valid HELLO (on its own connection or through a host agent): it is
@@ -515,6 +538,14 @@ void ftrt__rank_rejoined(ftrt__coord *c, int w);
 /* Sends the MOVEs that waited for a quiet moment (no recovery in flight, no orphan, no plan
  * held). O(W) when it sends, O(1) otherwise; called by the periodic work while any waits. */
 void ftrt__moves_due(ftrt__coord *c);
+
+/* What a fan-out may have carried to world rank w is sent to it again: the abort (ABORT or
+ * SHUTDOWN) while the job aborts, else the standby's address, and to a trainer the epoch's
+ * FAILURE or its PLAN and the newest COMMIT (a rank takes a repeat as it took the first). */
+void ftrt__rank_catch_up(ftrt__coord *c, int w);
+/* Catches up every rank of the links marked catch_up (their relay lost), then clears the marks
+ * and catch_up_due. O(W); the loop calls it at the end of a turn that set catch_up_due. */
+void ftrt__links_catch_up(ftrt__coord *c);
 /* Declares failed every watched connection silent for longer than the heartbeat timeout: a
  * rank's own, or a host agent's (ftrt__host_lost); one with unread bytes is read first. */
 void ftrt__check_timeouts(ftrt__coord *c, double now);

@@ -95,7 +95,8 @@ static int tables_alloc(ftrt__coord *c)
     c->r = calloc(w, sizeof *c->r);
     c->members = calloc((size_t)(c->N > 0 ? c->N : 1), sizeof *c->members);
     c->hl = calloc(w, sizeof *c->hl);
-    c->mc_list = calloc(3 * w, sizeof *c->mc_list);
+    c->mc_list = calloc(4 * w, sizeof *c->mc_list);
+    c->mc_grp = calloc(w, sizeof *c->mc_grp);
     c->mc_cnt = calloc(w, sizeof *c->mc_cnt);
     c->mc_off = calloc(w, sizeof *c->mc_off);
     for (int x = 0; c->r && x < c->W; x++) {
@@ -107,7 +108,10 @@ static int tables_alloc(ftrt__coord *c)
         c->r[x].reported_epoch = -1;
     }
     c->last_commit.step = -1;
-    return c->r && c->members && c->hl && c->mc_list && c->mc_cnt && c->mc_off ? 0 : -ENOMEM;
+    ftrt__relay_init(c);
+    return c->r && c->members && c->hl && c->mc_list && c->mc_cnt && c->mc_off && c->mc_grp
+               ? 0
+               : -ENOMEM;
 }
 
 /* Everything the loop needs: the tables, the scratch arrays, epoll, the listener, the newest
@@ -179,6 +183,7 @@ static int coord_iterate(ftrt__coord *c, struct epoll_event *evs, const loop_tim
         return 0; /* (before declaring anyone silent or lost) */
     ftrt__ping_due(c, now);
     if (c->phase != PH_INIT && c->phase != PH_ABORTING) ftrt__check_timeouts(c, now);
+    if (c->catch_up_due) ftrt__links_catch_up(c); /* (a relay lost during this turn) */
     return 0;
 }
 
@@ -286,7 +291,10 @@ static void coord_close(ftrt__coord *c)
         ftrt__coord_drop(c, w);
         free(c->r[w].tl);
     }
-    for (int h = 0; h < c->nhl; h++) ftrt__host_drop(c, h);
+    for (int h = 0; h < c->nhl; h++) {
+        ftrt__host_drop(c, h);
+        free(c->hl[h].relay_at);
+    }
     ftrt__listener_close(c);
     if (c->mark_fd >= 0) close(c->mark_fd);
     ftrt__committer_stop(c->committer);
@@ -298,6 +306,7 @@ static void coord_close(ftrt__coord *c)
     free(c->mc_list);
     free(c->mc_cnt);
     free(c->mc_off);
+    free(c->mc_grp);
     free(c->plan_delta);
     free(c->plan_full);
     free(c->inc);

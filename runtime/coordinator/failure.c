@@ -254,6 +254,7 @@ void ftrt__host_lost(ftrt__coord *c, int h, int kind)
     if (l->fd < 0) return;
     int aborting = c->phase == PH_ABORTING || c->phase == PH_DONE;
     ftrt__host_drop(c, h);
+    ftrt__relay_link_lost(c, h); /* (its group's hosts fall back to direct fan-outs) */
     if (!aborting)
         ftrt_log_warn("host agent of %s (in world rank %d) lost: %s; %d rank(s) of its host may "
                       "come back on their own connection", l->host, l->agent_w,

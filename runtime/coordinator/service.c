@@ -439,6 +439,8 @@ static int host_handle(ftrt__coord *c, int h, const ftrt__msghdr *m, const void 
     case FTRT__MSG_RELAY: return host_relay(c, h, payload, m->len);
     case FTRT__MSG_HOST_BEAT: return host_beat(c, h, payload, m->len);
     case FTRT__MSG_RANK_LOST: return host_rank_lost(c, h, payload);
+    case FTRT__MSG_RELAY_AT: return ftrt__relay_on_at(c, h, payload);
+    case FTRT__MSG_RELAY_PEER: return ftrt__relay_on_peer(c, h, payload);
     default: return FTRT_EPROTO;
     }
 }
@@ -490,13 +492,21 @@ void ftrt__rank_rejoined(ftrt__coord *c, int w)
     /* Its host agent was lost, perhaps with its host: the coordinator may not have read that
      * loss yet (this rank was quicker), so the plan's wait for the host starts here too. */
     ftrt__host_suspect(c, w, 0);
+    if (c->phase != PH_ABORTING && c->phase != PH_DONE) {
+        ftrt__welcome wm = {.role = r->role, .logical_rank = r->logical, .ntrainers = c->N,
+                            .heartbeat_ms = c->hb_ms};
+        ftrt__coord_send(c, w, FTRT__MSG_WELCOME, &wm, sizeof wm); /* (a repeat is ignored) */
+    }
+    ftrt__rank_catch_up(c, w);
+}
+
+void ftrt__rank_catch_up(ftrt__coord *c, int w)
+{
+    const ftrt__crank *r = &c->r[w];
     if (c->phase == PH_ABORTING || c->phase == PH_DONE) {
         resend_abort(c, w);
         return;
     }
-    ftrt__welcome wm = {.role = r->role, .logical_rank = r->logical, .ntrainers = c->N,
-                        .heartbeat_ms = c->hb_ms};
-    ftrt__coord_send(c, w, FTRT__MSG_WELCOME, &wm, sizeof wm); /* (a repeat is ignored) */
     ftrt__standby_tell(c, w);
     if (r->said_bye) return; /* its FAREWELL comes at the job's end, on its new connection */
     if (r->role != FTRT__ROLE_TRAINER) return;
@@ -508,6 +518,19 @@ void ftrt__rank_rejoined(ftrt__coord *c, int w)
     }
     if (c->last_commit.step >= 0)
         ftrt__coord_send(c, w, FTRT__MSG_COMMIT, &c->last_commit, sizeof c->last_commit);
+}
+
+/* Every rank of a link marked catch_up (its relay lost: fanout.c) is caught up, one pass over
+ * the world, marks cleared. Called by the loop at the end of its turn (coordinator.c), not by
+ * fanout.c itself, so that the fan-out stays below what it would resend (epoch.c, standby.c). */
+void ftrt__links_catch_up(ftrt__coord *c)
+{
+    c->catch_up_due = 0;
+    for (int w = 1; w < c->W; w++) {
+        int h = c->r[w].link;
+        if (h >= 0 && c->hl[h].catch_up) ftrt__rank_catch_up(c, w);
+    }
+    for (int h = 0; h < c->nhl; h++) c->hl[h].catch_up = 0;
 }
 
 /* The head of the watch, oldest first, O(1) per connection looked at. Bytes that arrived while

@@ -3,10 +3,12 @@
  * coordinator (a TCP listener the test reads and writes) and fake ranks (connections to the
  * host's local socket speaking the rank's side of the protocol): joining, heartbeats batched
  * into one HOST_BEAT per period, LEDGER held for the batch but never overtaken, RELAY and MULTI
- * delivered, a rank's death reported at once and a goodbye not, CUT, COORD_LOST; and fencing:
- * a CUT with fence SIGKILLs a rank's process (forked children play ranks of their own
- * process), never the agent's own. The host agent thread and the test thread meet here, so
- * the suite also runs it under ThreadSanitizer.
+ * delivered, a rank's death reported at once and a goodbye not, CUT, COORD_LOST; fencing: a
+ * CUT with fence SIGKILLs a rank's process (forked children play ranks of their own process),
+ * never the agent's own; and its part in the relay groups (hostrelay.c: the relay's FANOUT
+ * delivered here and sent on to a member, a member's MULTIs read from its relay, RELAY_VIA port
+ * 0, a wrong PEER_HELLO). The host agent thread and the test thread meet here, so the suite also
+ * runs it under ThreadSanitizer.
  */
 #include <errno.h>
 #include <poll.h>
@@ -40,6 +42,7 @@ typedef struct fixture {
     peer rank[2]; /* world ranks 5 and 6 */
     pid_t kids[4]; /* forked ranks not yet reaped (teardown kills them) */
     int nkids;
+    ftrt__coord_at relay_at; /* where the agent listens for its relay group (RELAY_AT) */
 } fixture;
 
 /* The next message on p (skipping PINGs, and HOST_BEATs unless asked for) within 5 s, into *h
@@ -138,6 +141,10 @@ static int setup(void **state)
     assert_int_equal(h.type, FTRT__MSG_HOST_HELLO);
     assert_int_equal(hello.world_rank, 4);
     assert_int_equal(hello.secret, f->secret);
+    assert_true(next_msg(&f->coord, 0, &h, &f->relay_at, sizeof f->relay_at));
+    assert_int_equal(h.type, FTRT__MSG_RELAY_AT);
+    assert_int_equal(f->relay_at.world_rank, 4);
+    assert_true(f->relay_at.port > 0 && f->relay_at.addrs[0]);
     f->rank[0].fd = f->rank[1].fd = -1;
     *state = f;
     return 0;
@@ -261,6 +268,118 @@ static void stale_term_refused(void **state)
     assert_true(next_msg(&f->rank[0], 0, &h, &got, sizeof got));
     assert_int_equal(got.step, 9); /* step 8 (term 1) refused */
     assert_int_equal(h.term, 2);
+}
+
+/* The next RELAY_PEER at the coordinator: *up for world rank w (asserted). */
+static void relay_peer_says(fixture *f, int w, int up)
+{
+    ftrt__msghdr h;
+    ftrt__relay_peer rp;
+    assert_true(next_msg(&f->coord, 0, &h, &rp, sizeof rp));
+    assert_int_equal(h.type, FTRT__MSG_RELAY_PEER);
+    assert_int_equal(rp.world_rank, w);
+    assert_int_equal(rp.up, up);
+}
+
+/* As a relay: a member (world rank 77's host agent, played by the test) connects with the
+ * secret and is confirmed (RELAY_PEER up 1); a FANOUT's part for this host reaches its ranks,
+ * the member's part reaches the member as a MULTI with its ranks; a part for a host agent not
+ * connected is skipped; the member's close is reported (up 0). A PEER_HELLO with a wrong
+ * secret is dropped and never reported. */
+static void relay_fans_out(void **state)
+{
+    fixture *f = *state;
+    rank_join(f, 0);
+    rank_join(f, 1);
+    peer bad = {.fd = ftrt__connect_any(f->relay_at.addrs, f->relay_at.port, 2000, NULL, 0)};
+    assert_true(bad.fd >= 0);
+    ftrt__hello hello = {.secret = f->secret ^ 1, .world_rank = 78};
+    assert_int_equal(ftrt__msg_send(bad.fd, FTRT__MSG_PEER_HELLO, &hello, sizeof hello), 0);
+    assert_true(sees_eof(&bad));
+    close(bad.fd);
+    ftrt__rx_free(&bad.rx);
+    peer m = {.fd = ftrt__connect_any(f->relay_at.addrs, f->relay_at.port, 2000, NULL, 0)};
+    assert_true(m.fd >= 0);
+    hello = (ftrt__hello){.secret = f->secret, .world_rank = 77};
+    assert_int_equal(ftrt__msg_send(m.fd, FTRT__MSG_PEER_HELLO, &hello, sizeof hello), 0);
+    relay_peer_says(f, 77, 1); /* (not 78's: it was never confirmed) */
+    /* {nparts, pad}, {n, agent_w, ranks}: this host's 5 and 6, member 77's 80 and 81, 99's 90 */
+    int32_t parts[] = {3, 0, 2, 4, 5, 6, 2, 77, 80, 81, 1, 99, 90};
+    ftrt__failure_msg fm = {.epoch = 4};
+    assert_int_equal(ftrt__msg_send2(f->coord.fd, FTRT__MSG_FANOUT, parts, sizeof parts,
+                                     FTRT__MSG_FAILURE, &fm, sizeof fm), 0);
+    ftrt__msghdr h;
+    for (int i = 0; i < 2; i++) {
+        ftrt__failure_msg x;
+        assert_true(next_msg(&f->rank[i], 0, &h, &x, sizeof x));
+        assert_int_equal(h.type, FTRT__MSG_FAILURE);
+        assert_int_equal(x.epoch, 4);
+    }
+    uint8_t buf[256];
+    assert_true(next_msg(&m, 0, &h, buf, sizeof buf));
+    assert_int_equal(h.type, FTRT__MSG_MULTI);
+    int32_t n;
+    const int32_t *ws;
+    ftrt__msghdr ih;
+    const void *inner;
+    assert_int_equal(ftrt__multi_open(buf, h.len, &n, &ws, &ih, &inner), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(ws[0], 80);
+    assert_int_equal(ws[1], 81);
+    assert_int_equal(ih.type, FTRT__MSG_FAILURE);
+    close(m.fd);
+    ftrt__rx_free(&m.rx);
+    relay_peer_says(f, 77, 0);
+}
+
+/* As a member: told RELAY_VIA (a relay played by the test), it connects and says PEER_HELLO;
+ * the relay's MULTIs reach its ranks, one of an older term than seen is refused; RELAY_VIA
+ * with port 0 closes the connection to the relay. */
+static void member_reads_relay(void **state)
+{
+    fixture *f = *state;
+    rank_join(f, 0);
+    ftrt__coord_at at = {.world_rank = 40};
+    int port;
+    int lfd = ftrt__listen("127.0.0.1", at.addrs, sizeof at.addrs, &port);
+    assert_true(lfd >= 0);
+    at.port = port;
+    assert_int_equal(ftrt__msg_send(f->coord.fd, FTRT__MSG_RELAY_VIA, &at, sizeof at), 0);
+    peer r = {.fd = accept(lfd, NULL, NULL)};
+    assert_true(r.fd >= 0);
+    ftrt__msghdr h;
+    ftrt__hello hello;
+    assert_true(next_msg(&r, 0, &h, &hello, sizeof hello));
+    assert_int_equal(h.type, FTRT__MSG_PEER_HELLO);
+    assert_int_equal(hello.world_rank, 4);
+    assert_int_equal(hello.secret, f->secret);
+    int32_t list[3] = {1, 4, 5}; /* (a relayed MULTI's pad holds the member's agent) */
+    ftrt__ckpt_msg cm = {.step = 11};
+    ftrt__msg_set_term(3);
+    assert_int_equal(ftrt__msg_send2(r.fd, FTRT__MSG_MULTI, list, sizeof list, FTRT__MSG_COMMIT,
+                                     &cm, sizeof cm), 0);
+    ftrt__msg_set_term(2); /* a deposed coordinator's, relayed */
+    cm.step = 12;
+    assert_int_equal(ftrt__msg_send2(r.fd, FTRT__MSG_MULTI, list, sizeof list, FTRT__MSG_COMMIT,
+                                     &cm, sizeof cm), 0);
+    ftrt__msg_set_term(3);
+    cm.step = 13;
+    assert_int_equal(ftrt__msg_send2(r.fd, FTRT__MSG_MULTI, list, sizeof list, FTRT__MSG_COMMIT,
+                                     &cm, sizeof cm), 0);
+    ftrt__msg_set_term(0);
+    ftrt__ckpt_msg got;
+    assert_true(next_msg(&f->rank[0], 0, &h, &got, sizeof got));
+    assert_int_equal(got.step, 11);
+    assert_true(next_msg(&f->rank[0], 0, &h, &got, sizeof got));
+    assert_int_equal(got.step, 13); /* step 12 (term 2) refused */
+    ftrt__msg_set_term(3);
+    ftrt__coord_at none = {.world_rank = -1};
+    assert_int_equal(ftrt__msg_send(f->coord.fd, FTRT__MSG_RELAY_VIA, &none, sizeof none), 0);
+    ftrt__msg_set_term(0);
+    assert_true(sees_eof(&r));
+    close(r.fd);
+    close(lfd);
+    ftrt__rx_free(&r.rx);
 }
 
 /* A rank whose socket closes without BYE died: RANK_LOST at once; one that said BYE left. */
@@ -481,6 +600,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(fence_by_pid, setup, teardown),
         cmocka_unit_test_setup_teardown(coordinator_lost, setup, teardown),
         cmocka_unit_test_setup_teardown(wrong_secret, setup, teardown),
+        cmocka_unit_test_setup_teardown(relay_fans_out, setup, teardown),
+        cmocka_unit_test_setup_teardown(member_reads_relay, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

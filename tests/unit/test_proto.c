@@ -387,12 +387,83 @@ static void send_and_malformed(void **state)
     close(sv[1]);
 }
 
+/* FANOUT (relay groups): a well-formed payload opens and its parts walk in order, each a
+ * MULTI prefix; a bad count, agent, rank or a short part is refused; a relay-group message is
+ * never wrapped inside a RELAY, MULTI or FANOUT. */
+static void fanout_parts(void **state)
+{
+    (void)state;
+    uint8_t buf[256];
+    int32_t parts[] = {2, 0, 2, 4, 5, 6, 1, 77, 80};
+    ftrt__msghdr ih = {FTRT__MAGIC, FTRT__MSG_FAILURE, sizeof(ftrt__failure_msg), 0};
+    ftrt__failure_msg fm = {.epoch = 9};
+    memcpy(buf, parts, sizeof parts);
+    memcpy(buf + sizeof parts, &ih, sizeof ih);
+    memcpy(buf + sizeof parts + sizeof ih, &fm, sizeof fm);
+    size_t len = sizeof parts + sizeof ih + sizeof fm;
+    ftrt__msghdr h = {FTRT__MAGIC, FTRT__MSG_FANOUT, (uint32_t)len, 0};
+    assert_int_equal(ftrt__msg_check(&h), 0);
+    int32_t np, w, n;
+    const uint8_t *cur;
+    const int32_t *ranks;
+    uint32_t plen;
+    ftrt__msghdr got;
+    const void *inner;
+    assert_int_equal(ftrt__fanout_open(buf, len, &np, &cur, &got, &inner), 0);
+    assert_int_equal(np, 2);
+    assert_int_equal(got.type, FTRT__MSG_FAILURE);
+    ftrt__fanout_part(&cur, &w, &n, &ranks, &plen);
+    assert_int_equal(w, 4);
+    assert_int_equal(n, 2);
+    assert_int_equal(plen, 16);
+    int32_t mn;
+    const int32_t *mws;
+    ftrt__msghdr mih;
+    const void *minner;
+    uint8_t multi[64]; /* the part and the whole message: a MULTI as the relay sends it on */
+    memcpy(multi, cur - plen, plen);
+    memcpy(multi + plen, &ih, sizeof ih);
+    memcpy(multi + plen + sizeof ih, &fm, sizeof fm);
+    assert_int_equal(ftrt__multi_open(multi, plen + sizeof ih + sizeof fm, &mn, &mws, &mih, &minner), 0);
+    assert_int_equal(mn, 2);
+    ftrt__fanout_part(&cur, &w, &n, &ranks, &plen);
+    assert_int_equal(w, 77);
+    assert_int_equal(n, 1);
+    assert_int_equal(ranks[0], 80);
+    assert_ptr_equal(cur, buf + sizeof parts);
+    /* malformed: no part, a part's count past the end, a bad agent, a bad rank */
+    int32_t bad[][9] = {{0, 0, 2, 4, 5, 6, 1, 77, 80}, {2, 0, 2, 4, 5, 6, 9, 77, 80},
+                        {2, 0, 2, 0, 5, 6, 1, 77, 80}, {2, 0, 2, 4, 5, 6, 1, 77, 0}};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        memcpy(buf, bad[k], sizeof parts);
+        assert_int_equal(ftrt__fanout_open(buf, len, &np, &cur, &got, &inner), FTRT_EPROTO);
+    }
+    assert_int_equal(ftrt__fanout_open(buf, 4, &np, &cur, &got, &inner), FTRT_EPROTO);
+    /* a FANOUT or RELAY_VIA inside a MULTI is refused */
+    int32_t pre[3] = {1, 0, 5};
+    ftrt__coord_at at = {.port = 1};
+    ftrt__msghdr via = {FTRT__MAGIC, FTRT__MSG_RELAY_VIA, sizeof at, 0};
+    uint8_t big[512];
+    memcpy(big, pre, sizeof pre);
+    memcpy(big + sizeof pre, &via, sizeof via);
+    memcpy(big + sizeof pre + sizeof via, &at, sizeof at);
+    assert_int_equal(ftrt__multi_open(big, sizeof pre + sizeof via + sizeof at, &mn, &mws, &mih,
+                                      &minner), FTRT_EPROTO);
+    /* fixed sizes */
+    ftrt__msghdr rp = {FTRT__MAGIC, FTRT__MSG_RELAY_PEER, sizeof(ftrt__relay_peer), 0};
+    assert_int_equal(ftrt__msg_check(&rp), 0);
+    rp.len++;
+    assert_int_equal(ftrt__msg_check(&rp), FTRT_EPROTO);
+    ftrt__msghdr ph = {FTRT__MAGIC, FTRT__MSG_PEER_HELLO, sizeof(ftrt__hello), 0};
+    assert_int_equal(ftrt__msg_check(&ph), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(header_checks), cmocka_unit_test(plan_checks), cmocka_unit_test(heartbeat_period),
         cmocka_unit_test(plan_delta), cmocka_unit_test(large_plan),
         cmocka_unit_test(incremental_receive), cmocka_unit_test(send_and_malformed),
-        cmocka_unit_test(resumed_phases)};
+        cmocka_unit_test(resumed_phases), cmocka_unit_test(fanout_parts)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
