@@ -171,7 +171,7 @@ typedef struct ftrt__coord_scratch {
 
 typedef struct ftrt__coord {
     ftrt__coord_args *a; /* what the runtime gave (coordinator.h) */
-    ftrt__crank *r; /* indexed by world rank; r[0] is the coordinator itself */
+    ftrt__crank *r; /* indexed by world rank; r[self] is the coordinator itself */
     int W, N;
     int *members; /* logical rank -> world rank */
     int epoch, phase, result;
