@@ -263,6 +263,8 @@ typedef struct ftrt__coord {
     int failure_due, plan_due; /* sent once the standby acknowledged them */
     int failure_sent_epoch, plan_sent_epoch; /* the newest epoch whose FAILURE / PLAN this
                                   coordinator sent (0: none; the status file shows them) */
+    int reports_in_epoch;      /* the newest epoch whose survivors' REPORTs this coordinator
+                                  all had (0: none; the status file shows it) */
     double plan_test_until;    /* monotonic: FTRT_TEST_PLAN_DELAY_MS holds the PLAN until (0) */
     double takeover_back_t;    /* monotonic: the last rank back during the takeover (0: none) */
     int deposed;               /* a standby took over from this coordinator: it gives up */

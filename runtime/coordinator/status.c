@@ -7,8 +7,10 @@
  *  "updated": unix seconds, "coordinator": {"world_rank", "host", "pid", "term"} (the one that
  *  wrote it: world rank 0, or a standby that took over), "trainers": N, "spares_left": k,
  *  "last_committed_step": S|-1,
- *  "failure_sent_epoch", "plan_sent_epoch": the newest epoch whose FAILURE / PLAN this
- *  coordinator sent (0: none; with "epoch", where a recovery stands),
+ *  "failure_sent_epoch", "reports_in_epoch", "plan_sent_epoch": the newest epoch whose
+ *  FAILURE this coordinator sent, whose survivors' REPORTs it all had (the PLAN goes out then,
+ *  unless held for a host whose agent was lost), whose PLAN it sent (0: none; with "epoch",
+ *  where a recovery stands),
  *  "ranks": [{"world_rank", "pid", "host", "role", "logical_rank" (or null), "steps_done",
  *             "last_step", "state": "coordinator|joining|running|left|dead|stuck"}],
  *  "accounted": every non-coordinator rank left, dead or stuck, "final": the last write,
@@ -160,10 +162,11 @@ static void status_head(sbuf *b, const ftrt__coord *c)
         p += strspn(p, " ");
     }
     sb_printf(b, "],\n  \"rejected_connections\": %d,\n  \"failure_sent_epoch\": %d,\n"
-                 "  \"plan_sent_epoch\": %d,\n  \"sdc\": {\"every\": %d, \"checks\": %d, "
-                 "\"last_agreed_step\": %lld, \"incidents\": %d},\n  \"ranks\": [\n",
-              c->rejected_connections, c->failure_sent_epoch, c->plan_sent_epoch,
-              c->a->cfg->sdc_every, c->sdc_checks, (long long)c->sdc_agreed_step, nsdc);
+                 "  \"reports_in_epoch\": %d,\n  \"plan_sent_epoch\": %d,\n"
+                 "  \"sdc\": {\"every\": %d, \"checks\": %d, \"last_agreed_step\": %lld, "
+                 "\"incidents\": %d},\n  \"ranks\": [\n",
+              c->rejected_connections, c->failure_sent_epoch, c->reports_in_epoch,
+              c->plan_sent_epoch, c->a->cfg->sdc_every, c->sdc_checks, (long long)c->sdc_agreed_step, nsdc);
 }
 
 /* Appends s (no escaping) at o; returns the end. */
