@@ -140,15 +140,14 @@ static void status_head(sbuf *b, const ftrt__coord *c)
     for (int w = 1; w < c->W; w++) spares += c->r[w].role == FTRT__ROLE_SPARE;
     for (int i = 0; i < c->ninc; i++) nsdc += c->inc[i].kind == FK_SDC;
     size_t first = strcspn(c->a->addr, " ");
-    sb_printf(b, "{\n  \"schema\": 1,\n  \"job\": \"%s\",\n  \"epoch\": %d,\n  \"updated\": %.6f,\n",
-              job_state(c), c->epoch, ftrt__wallclock());
+    sb_printf(b, "{\n  \"schema\": 1,\n  \"job\": \"%s\",\n  \"epoch\": %d,\n"
+                 "  \"updated\": %.6f,\n", job_state(c), c->epoch, ftrt__wallclock());
     sb_printf(b, "  \"coordinator\": {\"world_rank\": %d, \"host\": ", c->self);
     sb_str(b, c->r[c->self].host);
     sb_printf(b, ", \"pid\": %d, \"term\": %d},\n", c->r[c->self].pid, c->term);
     sb_printf(b, "  \"trainers\": %d,\n  \"spares_left\": %d,\n  \"last_committed_step\": %lld,\n"
                  "  \"control_plane\": \"%.*s:%d\",\n  \"control_plane_addresses\": [",
-              c->N, spares,
-              (long long)c->last_committed, (int)first, c->a->addr, c->a->port);
+              c->N, spares, (long long)c->last_committed, (int)first, c->a->addr, c->a->port);
     int n = 0;
     for (const char *p = c->a->addr; *p;) {
         size_t l = strcspn(p, " ");
@@ -166,7 +165,8 @@ static void status_head(sbuf *b, const ftrt__coord *c)
                  "  \"sdc\": {\"every\": %d, \"checks\": %d, \"last_agreed_step\": %lld, "
                  "\"incidents\": %d},\n  \"ranks\": [\n",
               c->rejected_connections, c->failure_sent_epoch, c->reports_in_epoch,
-              c->plan_sent_epoch, c->a->cfg->sdc_every, c->sdc_checks, (long long)c->sdc_agreed_step, nsdc);
+              c->plan_sent_epoch, c->a->cfg->sdc_every, c->sdc_checks,
+              (long long)c->sdc_agreed_step, nsdc);
 }
 
 /* Appends s (no escaping) at o; returns the end. */
