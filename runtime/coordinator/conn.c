@@ -301,8 +301,9 @@ static int adopt(ftrt__coord *c, pending *p, const ftrt__hello *hello, int *rejo
     ftrt__crank *r = &c->r[w];
     if (r->hello && (r->role == FTRT__ROLE_FAILED || (r->fd >= 0 && r->move_to < 0))) return 0;
     *rejoined = r->hello ? w : 0;
+    r->back_takeover = r->orphan_coord && r->orphan_until > 0; /* (ftrt__rank_rejoined) */
     if (r->hello) {
-        if (r->orphan_coord && r->orphan_until > 0) {
+        if (r->back_takeover) {
             ftrt_log_info("world rank %d (%s) is back with the new coordinator", w, r->host);
             c->takeover_back_t = ftrt__now();
         } else {

@@ -87,6 +87,8 @@ typedef struct ftrt__crank {
     int remote;          /* on another host than the coordinator's (its own connection) */
     int orphan_coord;    /* an orphan because the coordinator was lost (a takeover), not its
                             host agent */
+    int back_takeover;   /* its last return was to this coordinator after a takeover (set when
+                            it came back, read by ftrt__rank_rejoined) */
     double suspect_until; /* monotonic: its host agent was lost; until then the recovery plan
                              waits for it to die with its host too (epoch.c) */
     /* its move from its own connection to a newly elected host agent (service.c "moves"):
@@ -183,7 +185,7 @@ typedef struct ftrt__coord_scratch {
 
 typedef struct ftrt__coord {
     ftrt__coord_args *a; /* what the runtime gave (coordinator.h) */
-    ftrt__crank *r; /* indexed by world rank; r[0] is the coordinator itself */
+    ftrt__crank *r; /* indexed by world rank; r[self] is the coordinator itself */
     int W, N;
     int *members; /* logical rank -> world rank */
     int epoch, phase, result;
@@ -279,6 +281,8 @@ typedef struct ftrt__coord {
     int failure_due, plan_due; /* sent once the standby acknowledged them */
     int failure_sent_epoch, plan_sent_epoch; /* the newest epoch whose FAILURE / PLAN this
                                   coordinator sent (0: none; the status file shows them) */
+    int reports_in_epoch;      /* the newest epoch whose survivors' REPORTs this coordinator
+                                  all had (0: none; the status file shows it) */
     double plan_test_until;    /* monotonic: FTRT_TEST_PLAN_DELAY_MS holds the PLAN until (0) */
     double takeover_back_t;    /* monotonic: the last rank back during the takeover (0: none) */
     int deposed;               /* a standby took over from this coordinator: it gives up */
@@ -418,6 +422,12 @@ void ftrt__takeover_check(ftrt__coord *c);
  * old coordinator's proves this standby is not the side cut off, and the term is claimed (the
  * term file) if it was not yet. */
 void ftrt__takeover_reached(ftrt__coord *c, int w);
+/* 1 when world rank w, back after the takeover, is a suspect of its host's loss (the plan then
+ * waits the orphan grace for it, epoch.c): it runs on the old coordinator's host, which is not
+ * this one's (the process lost there was its host's link to the coordinator, as a host agent is
+ * elsewhere, and the host may be going down process by process). Every other rank is not: its
+ * host lost no process, and a takeover in PH_COLLECT plans without waiting. O(1). */
+int ftrt__takeover_suspect(const ftrt__coord *c, int w);
 /* A claim still pending at its deadline (no rank of a third host came back within 0.9 x the
  * heartbeat timeout): this standby is the one cut off and gives up without claiming the term
  * (c->deposed). Returns 1 then. O(1). */
@@ -531,9 +541,10 @@ void ftrt__service(ftrt__coord *c, int w);
  * relayed messages and HELLOs, its HOST_BEATs, its RANK_LOSTs; EOF or a malformed message loses
  * the host agent (ftrt__host_lost). */
 void ftrt__service_host(ftrt__coord *c, int h);
-/* World rank w came back after its host agent was lost: what it may have missed (WELCOME, the
- * epoch's FAILURE or PLAN, the newest COMMIT, the abort) is sent again, and it is a suspect of
- * its host's loss for the orphan grace (ftrt__host_suspect). */
+/* World rank w came back after its host agent was lost, or after a takeover: what it may have
+ * missed (WELCOME, the epoch's FAILURE or PLAN, the newest COMMIT, the abort) is sent again, and
+ * it is a suspect of its host's loss for the orphan grace (ftrt__host_suspect): after a
+ * takeover only where ftrt__takeover_suspect says so. */
 void ftrt__rank_rejoined(ftrt__coord *c, int w);
 /* Sends the MOVEs that waited for a quiet moment (no recovery in flight, no orphan, no plan
  * held). O(W) when it sends, O(1) otherwise; called by the periodic work while any waits. */

@@ -330,7 +330,16 @@ void ftrt__epoch_check_reports(ftrt__coord *c)
         ftrt__crank *r = &c->r[c->members[l]];
         if (!r->promoting && r->reported_epoch != c->epoch) return;
     }
-    if (plan_held(c)) return;
+    int held = plan_held(c);
+    if (c->reports_in_epoch != c->epoch) { /* (once per epoch: test harnesses wait for it) */
+        c->reports_in_epoch = c->epoch;
+        c->status_dirty |= 2;
+        if (held && c->plan_test_until <= ftrt__now())
+            ftrt_log_warn("epoch %d: every survivor reported; the PLAN waits up to %.0f ms for "
+                          "a rank of a host whose agent was lost (the orphan grace)", c->epoch,
+                          (c->plan_hold_until - ftrt__now()) * 1e3);
+    }
+    if (held) return;
     send_plan(c);
 }
 

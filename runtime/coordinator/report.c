@@ -97,6 +97,19 @@ static measured measure(const ftrt__coord *c, const ftrt__incident *x)
 
 /* ---- JSON sections (docs/report-schema.md "Report") ---- */
 
+/* The coordinator that wrote the report (as in the status file): world rank 0, or the standby
+ * that took over last, with its host, pid and term (the takeovers before it). */
+static json_object *coordinator_json(const ftrt__coord *c)
+{
+    const ftrt__crank *me = &c->r[c->self];
+    json_object *co = json_object_new_object();
+    json_object_object_add(co, "world_rank", json_object_new_int(c->self));
+    json_object_object_add(co, "host", json_object_new_string(me->host));
+    json_object_object_add(co, "pid", json_object_new_int(me->pid));
+    json_object_object_add(co, "term", json_object_new_int(c->term));
+    return co;
+}
+
 static void summary_json(json_object *o, const ftrt__coord *c, const totals *t)
 {
     json_object_object_add(o, "schema", json_object_new_int(1));
@@ -108,6 +121,7 @@ static void summary_json(json_object *o, const ftrt__coord *c, const totals *t)
     json_object_object_add(o, "trainers", json_object_new_int(c->N));
     json_object_object_add(o, "spares", json_object_new_int(t->nspares));
     json_object_object_add(o, "epoch", json_object_new_int(c->epoch));
+    json_object_object_add(o, "coordinator", coordinator_json(c));
     json_object_object_add(o, "allocated_rank_s", json_object_new_double(t->allocated));
     json_object_object_add(o, "kept_step_rank_s", json_object_new_double(t->kept));
     json_object_object_add(o, "rework_rank_s", json_object_new_double(t->rework_s));
@@ -268,6 +282,9 @@ static void header_text(const ftrt__coord *c, const totals *t)
     printf("ftrt report: job %s%s%s after %lld steps, %d trainers + %d spare(s), wall %.3f s\n",
            t->ok ? "finished" : "FAILED", t->ok ? "" : ": ", t->ok ? "" : ftrt_err_name(c->result),
            (long long)t->steps, c->N, t->nspares, t->wall);
+    if (c->self != 0)
+        printf("  coordinator: world rank %d (%s, pid %d), term %d: a standby that took over\n",
+               c->self, c->r[c->self].host, c->r[c->self].pid, c->term);
     printf("  failures: %d\n", c->ninc);
 }
 

@@ -329,6 +329,7 @@ static int host_attach(ftrt__coord *c, int h, int w, const ftrt__hello *hello)
         return 0;
     }
     int rejoined = r->hello;
+    r->back_takeover = r->orphan_coord && r->orphan_until > 0;
     if (rejoined) ftrt__coord_drop(c, w);
     else c->nhello++;
     r->link = h;
@@ -490,8 +491,9 @@ void ftrt__rank_rejoined(ftrt__coord *c, int w)
     ftrt__takeover_reached(c, w); /* (a takeover's claim of the term) */
     if (c->phase == PH_INIT) return; /* its WELCOME comes with everyone's */
     /* Its host agent was lost, perhaps with its host: the coordinator may not have read that
-     * loss yet (this rank was quicker), so the plan's wait for the host starts here too. */
-    ftrt__host_suspect(c, w, 0);
+     * loss yet (this rank was quicker), so the plan's wait for the host starts here too. Back
+     * after a takeover, no host agent was lost: only the old coordinator's host is suspect. */
+    if (!r->back_takeover || ftrt__takeover_suspect(c, w)) ftrt__host_suspect(c, w, 0);
     if (c->phase != PH_ABORTING && c->phase != PH_DONE) {
         ftrt__welcome wm = {.role = r->role, .logical_rank = r->logical, .ntrainers = c->N,
                             .heartbeat_ms = c->hb_ms};

@@ -4,9 +4,13 @@
  * Rewritten atomically (temp file + rename) on every membership change and, at most four times a
  * second, when progress changes, so fault injectors and people can see who is who:
  * {"schema":1, "job": "starting|running|recovering|failing|finished|failed", "epoch": E,
- *  "updated": unix seconds, "trainers": N, "spares_left": k, "last_committed_step": S|-1,
- *  "failure_sent_epoch", "plan_sent_epoch": the newest epoch whose FAILURE / PLAN this
- *  coordinator sent (0: none; with "epoch", where a recovery stands),
+ *  "updated": unix seconds, "coordinator": {"world_rank", "host", "pid", "term"} (the one that
+ *  wrote it: world rank 0, or a standby that took over), "trainers": N, "spares_left": k,
+ *  "last_committed_step": S|-1,
+ *  "failure_sent_epoch", "reports_in_epoch", "plan_sent_epoch": the newest epoch whose
+ *  FAILURE this coordinator sent, whose survivors' REPORTs it all had (the PLAN goes out then,
+ *  unless held for a host whose agent was lost), whose PLAN it sent (0: none; with "epoch",
+ *  where a recovery stands),
  *  "ranks": [{"world_rank", "pid", "host", "role", "logical_rank" (or null), "steps_done",
  *             "last_step", "state": "coordinator|joining|running|left|dead|stuck"}],
  *  "accounted": every non-coordinator rank left, dead or stuck, "final": the last write,
@@ -29,13 +33,15 @@
 #include "base/log.h"
 #include "runtime/coordinator/coord.h"
 
-/* Where world rank w stands, for a launcher deciding whether the job can be ended: "left"
- * (said goodbye, or a spare told the job is over), "dead" (declared failed), "stuck" (did not
- * leave after the abort, on a host the coordinator cannot fence), "running" or "joining". */
+/* Where world rank w stands, for a launcher deciding whether the job can be ended:
+ * "coordinator" (this one: world rank 0, or the standby that took over; an old coordinator is
+ * "dead"), "left" (said goodbye, or a spare told the job is over), "dead" (declared failed),
+ * "stuck" (did not leave after the abort, on a host the coordinator cannot fence), "running"
+ * or "joining". */
 static const char *rank_state(const ftrt__coord *c, int w)
 {
     const ftrt__crank *r = &c->r[w];
-    if (w == 0) return "coordinator";
+    if (w == c->self) return "coordinator";
     if (r->role == FTRT__ROLE_FAILED) return "dead";
     if (r->said_bye || (r->hello && !ftrt__rank_connected(c, w) && r->orphan_until <= 0))
         return "left";
@@ -134,11 +140,14 @@ static void status_head(sbuf *b, const ftrt__coord *c)
     for (int w = 1; w < c->W; w++) spares += c->r[w].role == FTRT__ROLE_SPARE;
     for (int i = 0; i < c->ninc; i++) nsdc += c->inc[i].kind == FK_SDC;
     size_t first = strcspn(c->a->addr, " ");
-    sb_printf(b, "{\n  \"schema\": 1,\n  \"job\": \"%s\",\n  \"epoch\": %d,\n  \"updated\": %.6f,\n"
-                 "  \"trainers\": %d,\n  \"spares_left\": %d,\n  \"last_committed_step\": %lld,\n"
+    sb_printf(b, "{\n  \"schema\": 1,\n  \"job\": \"%s\",\n  \"epoch\": %d,\n"
+                 "  \"updated\": %.6f,\n", job_state(c), c->epoch, ftrt__wallclock());
+    sb_printf(b, "  \"coordinator\": {\"world_rank\": %d, \"host\": ", c->self);
+    sb_str(b, c->r[c->self].host);
+    sb_printf(b, ", \"pid\": %d, \"term\": %d},\n", c->r[c->self].pid, c->term);
+    sb_printf(b, "  \"trainers\": %d,\n  \"spares_left\": %d,\n  \"last_committed_step\": %lld,\n"
                  "  \"control_plane\": \"%.*s:%d\",\n  \"control_plane_addresses\": [",
-              job_state(c), c->epoch, ftrt__wallclock(), c->N, spares,
-              (long long)c->last_committed, (int)first, c->a->addr, c->a->port);
+              c->N, spares, (long long)c->last_committed, (int)first, c->a->addr, c->a->port);
     int n = 0;
     for (const char *p = c->a->addr; *p;) {
         size_t l = strcspn(p, " ");
@@ -152,10 +161,12 @@ static void status_head(sbuf *b, const ftrt__coord *c)
         p += strspn(p, " ");
     }
     sb_printf(b, "],\n  \"rejected_connections\": %d,\n  \"failure_sent_epoch\": %d,\n"
-                 "  \"plan_sent_epoch\": %d,\n  \"sdc\": {\"every\": %d, \"checks\": %d, "
-                 "\"last_agreed_step\": %lld, \"incidents\": %d},\n  \"ranks\": [\n",
-              c->rejected_connections, c->failure_sent_epoch, c->plan_sent_epoch,
-              c->a->cfg->sdc_every, c->sdc_checks, (long long)c->sdc_agreed_step, nsdc);
+                 "  \"reports_in_epoch\": %d,\n  \"plan_sent_epoch\": %d,\n"
+                 "  \"sdc\": {\"every\": %d, \"checks\": %d, \"last_agreed_step\": %lld, "
+                 "\"incidents\": %d},\n  \"ranks\": [\n",
+              c->rejected_connections, c->failure_sent_epoch, c->reports_in_epoch,
+              c->plan_sent_epoch, c->a->cfg->sdc_every, c->sdc_checks,
+              (long long)c->sdc_agreed_step, nsdc);
 }
 
 /* Appends s (no escaping) at o; returns the end. */
@@ -203,11 +214,11 @@ static int status_rank(sbuf *b, const ftrt__coord *c, int w)
     o = put_i(put_s(o, ", \"last_step\": "), r->steps_done - 1);
     o = put_s(put_s(put_s(o, ", \"state\": \""), st), "\", \"host_agent\": ");
     /* the world rank of the process its host agent lives in; null: its own connection */
-    o = r->link >= 0 && w > 0 ? put_i(o, c->hl[r->link].agent_w) : put_s(o, "null");
+    o = r->link >= 0 && w != c->self ? put_i(o, c->hl[r->link].agent_w) : put_s(o, "null");
     o = put_s(o, w + 1 < c->W ? "},\n" : "}\n");
     *o = '\0';
     b->n = (size_t)(o - b->p);
-    return w > 0 && (!strcmp(st, "running") || !strcmp(st, "joining"));
+    return w != c->self && (!strcmp(st, "running") || !strcmp(st, "joining"));
 }
 
 int ftrt__status_write(ftrt__coord *c)

@@ -99,6 +99,12 @@ void ftrt__takeover_reached(ftrt__coord *c, int w)
     claim(c);
 }
 
+int ftrt__takeover_suspect(const ftrt__coord *c, int w)
+{
+    const char *host = c->r[w].host;
+    return !strcmp(host, c->r[c->takeover_old].host) && strcmp(host, c->a->host);
+}
+
 int ftrt__takeover_cut_off(ftrt__coord *c, double now)
 {
     if (!c->claim_pending || now < c->claim_deadline) return 0;

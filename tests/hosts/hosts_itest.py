@@ -47,7 +47,8 @@ Cases:
              and the result is byte-identical
   hoststagger  1 + 3 trainers + 2 spares; ftrt-h2 lost process by process, slowly: the process
              its host agent lives in SIGKILLed first, its other trainer only once it is back on
-             its own connection (and has reported for the recovery), then the rest of the host.
+             its own connection and every survivor has reported for the recovery (the status
+             file's reports_in_epoch), then the rest of the host.
              The second death must join the same recovery (one epoch, both spares), not abort
              it: the plan waits for a lost agent's host within the orphan grace, widened here to
              4 s (FTRT_TEST_ORPHAN_GRACE_MS) so that the second kill lands in it; and the
@@ -74,7 +75,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
@@ -564,9 +564,12 @@ def case_hoststagger(args):
         job.wait_trainer(1, 40)
         first, other = h2_agent(job)
         job.inject(signal.SIGKILL, first, "sigkill")
-        st = job.wait_status(lambda s: s["epoch"] == 1 and s["ranks"][other]["host_agent"] is None
+        # every survivor's REPORT in, its own among them (back on its own connection): the
+        # old code's plan went out here; the plan now waits for ftrt-h2 within the grace
+        st = job.wait_status(lambda s: s["epoch"] == 1 and s["reports_in_epoch"] == 1
+                             and s["ranks"][other]["host_agent"] is None
                              and s["ranks"][other]["state"] != "dead", 20)
-        time.sleep(0.2)  # its REPORT in: the old code's plan went out here
+        check(st["plan_sent_epoch"] == 0, "the plan waits for ftrt-h2 within the orphan grace")
         job.inject(signal.SIGKILL, st["ranks"][other], "sigkill")
         rest = hosts.pids("ftrt-h2")  # its orted
         for pid in rest:

@@ -80,11 +80,15 @@ CASES = {
     # standby (world rank 6), which acknowledged the epoch before the FAILURE went out, takes
     # over in PH_COLLECT: the survivors' REPORTs come again, it sends the PLAN, the other spare
     # (world rank 5) replaces the trainer; one launch, exit 0, byte-identical (MID_RECOVERY).
+    # No host agent was lost: the survivors coming back to the standby are no suspects of a
+    # host's loss, and the PLAN does not wait the orphan grace for them (made 10 s here,
+    # FTRT_TEST_ORPHAN_GRACE_MS, which the recovery's reach phase would then exceed).
     "kill-coordinator-after-failure": (7, 2, [], [{"kind": "kill-trainer", "at_step": 80,
                                                    "target": "trainer:2",
                                                    "then": [{"kind": "kill-coordinator",
                                                              "when": "failure-sent"}]}],
-                                       [], {"FTRT_TEST_PLAN_DELAY_MS": "3000"}),
+                                       [], {"FTRT_TEST_PLAN_DELAY_MS": "3000",
+                                            "FTRT_TEST_ORPHAN_GRACE_MS": "10000"}),
     # The same with the coordinator SIGKILLed once its PLAN went out, before every RESUMED (the
     # survivors wait 3 s after the PLAN, FTRT_DEBUG_RECOVERY_DELAY_MS): the standby takes over
     # in PH_RESUMING with the PLAN of its SYNC, the RESUMEDs come to it.
@@ -266,6 +270,15 @@ def check_mid_recovery(name, v):
     if len(ph) != 5 or min(ph.values()) < 0 or gap is None or not -1e-3 <= gap <= 150 or \
             co[0].get("phases_ms") is not None:
         raise Fail("the MTTR phases of the recovery (or of the takeover) are wrong")
+    # a PLAN that waited the orphan grace for the ranks back after the takeover went out at
+    # least the grace after the last one's return, itself after the detection: reach >= grace
+    # (forced by the knob, 10 s; without the wait reach is the kill, the takeover and the
+    # REPORTs, well under the 3 s the old coordinator held the PLAN)
+    grace = float(CASES[name][5].get("FTRT_TEST_ORPHAN_GRACE_MS", "inf"))
+    if ph["reach"] >= grace:
+        raise Fail(f"the recovery's reach phase ({ph['reach']:.1f} ms) is at least the orphan "
+                   f"grace ({grace:.0f} ms): the PLAN waited for ranks that only came back to "
+                   "the standby (no host agent was lost)")
 
 
 def job_cmd(binary, np_, args):

@@ -169,7 +169,24 @@ class Verdict:
             {"mttd_s": f["mttd_s"], "true_mttd_s": true_mttd, "mttr_s": f.get("mttr_s"),
              "detect_kind": f["kind"], "cause": "coordinator_lost",
              "recovered": f.get("recovered"), "observed_mttd_s": None, "observed_mttr_s": None})
+        if li + 1 == len(self.launches):  # the status file is the last launch's
+            self.judge_new_coordinator(check, name, rep, f["world_rank"])
         return True
+
+    def judge_new_coordinator(self, check, name, rep, old_w):
+        """After a takeover, the report and the final status file both name the coordinator that
+        wrote them (world rank, host, pid, term; the same in both): not world rank old_w, whose
+        status entry is dead, while the new one's is the coordinator."""
+        st = read_json(self.status) or {}
+        co, cs = rep.get("coordinator") or {}, st.get("coordinator") or {}
+        ranks = {r["world_rank"]: r for r in st.get("ranks", [])}
+        me, old = ranks.get(co.get("world_rank"), {}), ranks.get(old_w, {})
+        ok = co and co == cs and co.get("world_rank") != old_w and co.get("term", 0) >= 1 and \
+            me.get("role") == me.get("state") == "coordinator" and me.get("pid") == co["pid"] \
+            and me.get("host") == co["host"] and old.get("state") == "dead"
+        check(name + ": report and status file name the new coordinator", bool(ok),
+              f"report {co}, status file {cs}; world rank {old_w}: {old.get('role')} "
+              f"{old.get('state')}")
 
     def judge_hang_coordinator(self, inj, check, name, rep, by_pid):
         if self.judge_takeover(inj, check, name, rep, by_pid, "heartbeat_timeout"):
