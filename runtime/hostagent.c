@@ -216,6 +216,14 @@ static int to_local(local *l, uint32_t type, const void *p, uint32_t len)
     return ftrt__msg_send(l->fd, type, p, len);
 }
 
+/* Why a rank is lost when a send to it failed with rc: its socket closed (-EPIPE, -ECONNRESET:
+ * its process died, or it left this agent: never fenced), else the send timed out on a full
+ * socket (a rank that does not read: frozen, reported silent and kept for its CUT). */
+static int send_lost_why(int rc)
+{
+    return rc == -EPIPE || rc == -ECONNRESET ? FTRT__LOST_CLOSED : FTRT__LOST_SILENT;
+}
+
 /* A rank's HELLO: it must carry the job's secret. Returns 0 or FTRT_EPROTO. */
 static int local_hello(struct ftrt__hostagent *ha, local *l, const ftrt__msghdr *h, const void *p)
 {
@@ -289,7 +297,8 @@ static void deliver(struct ftrt__hostagent *ha, int w, const ftrt__msghdr *h, co
     }
     for (int i = 0; i < ha->nloc; i++)
         if (ha->loc[i].w == w) {
-            if (to_local(&ha->loc[i], h->type, p, h->len)) lose_local(ha, i, FTRT__LOST_SILENT);
+            int rc = to_local(&ha->loc[i], h->type, p, h->len);
+            if (rc) lose_local(ha, i, send_lost_why(rc));
             return;
         }
 }
@@ -360,8 +369,8 @@ static void periodic(struct ftrt__hostagent *ha, double now)
     for (int i = 0; i < ha->nloc; i++) {
         local *l = &ha->loc[i];
         int silent = l->w > 0 && !l->bye && now - l->last_heard > limit;
-        if (silent || to_local(l, FTRT__MSG_PING, &ping, sizeof ping))
-            lose_local(ha, i--, FTRT__LOST_SILENT);
+        int rc = silent ? 0 : to_local(l, FTRT__MSG_PING, &ping, sizeof ping);
+        if (silent || rc) lose_local(ha, i--, silent ? FTRT__LOST_SILENT : send_lost_why(rc));
     }
 }
 
