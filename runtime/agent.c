@@ -12,7 +12,8 @@
  * one included, talks to it as it would to the coordinator (on the coordinator's own host, which
  * the coordinator marks, ranks connect to it directly). A rank that learns it is served by a host agent (HOSTED) and
  * then loses it (the socket closes: the agent's process died; or silence for half the
- * heartbeat timeout: it froze) connects to the coordinator directly and says HELLO again; the
+ * heartbeat timeout: it froze) connects to the coordinator directly and says HELLO again (the
+ * agent's socket closed only once the coordinator answered: leave_agent); the
  * messages it may have lost with the agent (its newest REPORT, RESUMED, BYE, SHARD_DONEs) go
  * again, and the coordinator sends again what this rank may have missed. Later it elects a new
  * host agent and moves back to it (agent_move.c).

@@ -12,8 +12,9 @@
  *     order);
  *   - the coordinator's RELAY (one rank) and MULTI (several) are delivered; a PING goes to each
  *     rank every period, the agent's own sign of life;
- *   - a rank whose socket closes without BYE died (the kernel closes a dead process's sockets at
- *     once): RANK_LOST goes out without waiting, with no coordinator in the detection's path;
+ *   - a rank whose socket closes without BYE (or a send to it finds it closed) died (the kernel
+ *     closes a dead process's sockets at once; a rank that leaves this agent closes it only once
+ *     the coordinator no longer counts it as this agent's): RANK_LOST goes out without waiting, with no coordinator in the detection's path;
  *     one silent for the heartbeat timeout is reported too, and cut off;
  *   - a rank the coordinator declared failed (CUT) has its socket closed: it learns it as it
  *     would from the coordinator's own connection; a CUT with fence also SIGKILLs its process
