@@ -12,7 +12,8 @@
  * one included, talks to it as it would to the coordinator (on the coordinator's own host, which
  * the coordinator marks, ranks connect to it directly). A rank that learns it is served by a host agent (HOSTED) and
  * then loses it (the socket closes: the agent's process died; or silence for half the
- * heartbeat timeout: it froze) connects to the coordinator directly and says HELLO again; the
+ * heartbeat timeout: it froze) connects to the coordinator directly and says HELLO again (the
+ * agent's socket closed only once the coordinator answered: leave_agent); the
  * messages it may have lost with the agent (its newest REPORT, RESUMED, BYE, SHARD_DONEs) go
  * again, and the coordinator sends again what this rank may have missed. Later it elects a new
  * host agent and moves back to it (agent_move.c).
@@ -330,6 +331,14 @@ static int agent_tick(struct ftrt_ctx *ctx, double now, double *next_hb, double 
     return 0;
 }
 
+/* Closes the socket of the host agent this rank fell back from, kept until now (leave_agent).
+ * Agent thread only. */
+static void left_close(ftrt__cp *cp)
+{
+    if (cp->left_fd >= 0) close(cp->left_fd);
+    cp->left_fd = -1;
+}
+
 /* Reads and handles what the upstream sent. Returns 1 to go on, 0 when the connection closed
  * (EOF or error), -1 on a malformed message. */
 static int agent_read(struct ftrt_ctx *ctx, ftrt__rxbuf *rx)
@@ -337,6 +346,7 @@ static int agent_read(struct ftrt_ctx *ctx, ftrt__rxbuf *rx)
     ftrt__cp *cp = &ctx->cp;
     ssize_t got = ftrt__rx_fill(rx, cp->mv.state == FTRT__MV_MOVING ? cp->mv.fd : cp->fd);
     if (got == -EAGAIN) return 1;
+    left_close(cp); /* the coordinator answered on the new connection (or ended it) */
     if (got <= 0) return 0;
     cp->last_from_coord = ftrt__now();
     ftrt__msghdr h;
@@ -357,6 +367,24 @@ static int agent_done(ftrt__cp *cp)
     return done;
 }
 
+/* The upstream connection (fd) is replaced. A host agent's socket is not closed yet: it is
+ * kept, unread, until the coordinator answers on the new connection (left_close, at the first
+ * bytes there: the coordinator sends nothing on a connection before it took its HELLO, and
+ * from then on counts this rank as no agent's). Closed at once, a host agent that was merely
+ * stalled (and resumes, or is this very process, stopped and continued) could see it close
+ * and report this rank RANK_LOST, "its socket closed: it died", before the coordinator read
+ * the HELLO, and the coordinator would declare a live rank failed. Kept, the agent can see it
+ * close only once the coordinator ignores what that agent says about this rank
+ * (docs/detection-and-recovery.md "Host agents", Its death). Any other connection (the
+ * coordinator's own) is closed at once. send_lock held. */
+static void leave_agent(ftrt__cp *cp)
+{
+    left_close(cp);
+    if (cp->fd >= 0 && cp->hosted && !cp->fell_back) cp->left_fd = cp->fd;
+    else if (cp->fd >= 0) close(cp->fd);
+    cp->fd = -1;
+}
+
 /* Connects to the control plane at addrs:port (the coordinator, or the standby coordinator that
  * takes over), says HELLO and sends again the newest REPORT, RESUMED, BYE and SHARD_DONEs (they
  * may have been lost with the host agent, or with the coordinator). Returns 0 or -errno. */
@@ -369,7 +397,7 @@ static int reconnect(struct ftrt_ctx *ctx, ftrt__rxbuf *rx, const char *addrs, i
                          .pid = (int32_t)getpid()};
     memcpy(hello.host, ctx->host, sizeof hello.host);
     pthread_mutex_lock(&cp->send_lock);
-    if (cp->fd >= 0) close(cp->fd);
+    leave_agent(cp);
     cp->fd = fd;
     cp->fell_back = 1;
     ftrt__move_reset(ctx, 1); /* (a move under way: its other socket) */
@@ -536,6 +564,7 @@ static void *agent_main(void *arg)
 int ftrt__agent_start(struct ftrt_ctx *ctx, const char *addr, int port, uint64_t secret)
 {
     ftrt__cp *cp = &ctx->cp;
+    cp->left_fd = -1;
     char used[64] = "this host's agent";
     int fd = ctx->cfg.host_agents
                  ? ftrt__local_upstream(ctx, addr, port, secret, ctx->cfg.init_timeout_ms, 0)
@@ -576,6 +605,7 @@ void ftrt__agent_stop(struct ftrt_ctx *ctx)
         cp->thread_started = 0;
     }
     ftrt__move_reset(ctx, 0);
+    left_close(cp);
     free(cp->sync);
     cp->sync = NULL;
     if (cp->sb_fd >= 0) close(cp->sb_fd);

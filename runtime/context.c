@@ -146,6 +146,7 @@ static int init_ctx(ftrt_ctx *ctx, const ftrt_config *cfg)
     ctx->t_start = ftrt__now();
     ftrt__replica_free(ctx); /* no partner replicas yet (steps -1) */
     ctx->cp.fd = -1;
+    ctx->cp.left_fd = -1;
     ctx->cp.sb_fd = -1;
     ctx->cp.logical = -1;
     ctx->cp.wake[0] = ctx->cp.wake[1] = -1;

@@ -12,8 +12,9 @@
  *     order);
  *   - the coordinator's RELAY (one rank) and MULTI (several) are delivered; a PING goes to each
  *     rank every period, the agent's own sign of life;
- *   - a rank whose socket closes without BYE died (the kernel closes a dead process's sockets at
- *     once): RANK_LOST goes out without waiting, with no coordinator in the detection's path;
+ *   - a rank whose socket closes without BYE (or a send to it finds it closed) died (the kernel
+ *     closes a dead process's sockets at once; a rank that leaves this agent closes it only once
+ *     the coordinator no longer counts it as this agent's): RANK_LOST goes out without waiting, with no coordinator in the detection's path;
  *     one silent for the heartbeat timeout is reported too, and cut off;
  *   - a rank the coordinator declared failed (CUT) has its socket closed: it learns it as it
  *     would from the coordinator's own connection; a CUT with fence also SIGKILLs its process
@@ -220,6 +221,14 @@ static int to_local(local *l, uint32_t type, const void *p, uint32_t len)
     return ftrt__msg_send(l->fd, type, p, len);
 }
 
+/* Why a rank is lost when a send to it failed with rc: its socket closed (-EPIPE, -ECONNRESET:
+ * its process died, or it left this agent: never fenced), else the send timed out on a full
+ * socket (a rank that does not read: frozen, reported silent and kept for its CUT). */
+static int send_lost_why(int rc)
+{
+    return rc == -EPIPE || rc == -ECONNRESET ? FTRT__LOST_CLOSED : FTRT__LOST_SILENT;
+}
+
 /* A rank's HELLO: it must carry the job's secret. Returns 0 or FTRT_EPROTO. */
 static int local_hello(struct ftrt__hostagent *ha, local *l, const ftrt__msghdr *h, const void *p)
 {
@@ -293,7 +302,8 @@ static void deliver(struct ftrt__hostagent *ha, int w, const ftrt__msghdr *h, co
     }
     for (int i = 0; i < ha->nloc; i++)
         if (ha->loc[i].w == w) {
-            if (to_local(&ha->loc[i], h->type, p, h->len)) lose_local(ha, i, FTRT__LOST_SILENT);
+            int rc = to_local(&ha->loc[i], h->type, p, h->len);
+            if (rc) lose_local(ha, i, send_lost_why(rc));
             return;
         }
 }
@@ -385,8 +395,8 @@ static void periodic(struct ftrt__hostagent *ha, double now)
     for (int i = 0; i < ha->nloc; i++) {
         local *l = &ha->loc[i];
         int silent = l->w > 0 && !l->bye && now - l->last_heard > limit;
-        if (silent || to_local(l, FTRT__MSG_PING, &ping, sizeof ping))
-            lose_local(ha, i--, FTRT__LOST_SILENT);
+        int rc = silent ? 0 : to_local(l, FTRT__MSG_PING, &ping, sizeof ping);
+        if (silent || rc) lose_local(ha, i--, silent ? FTRT__LOST_SILENT : send_lost_why(rc));
     }
 }
 

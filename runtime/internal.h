@@ -41,6 +41,9 @@ typedef struct ftrt__cp {
     int fd;
     int hosted;    /* a host agent serves this rank (it said HOSTED) */
     int fell_back; /* the host agent was lost: fd is the coordinator's own connection now */
+    int left_fd;   /* the socket of the host agent this rank fell back from, kept open (unread)
+                      until the coordinator answers on the new connection, else -1 (agent.c,
+                      leave_agent). Agent thread only (and ftrt__agent_stop after it ended) */
     uint64_t secret;
     struct {       /* the newest REPORT, RESUMED, BYE, then the FTRT__KEPT_SHARD newest
                       SHARD_DONEs sent, newest first (agent.c) */

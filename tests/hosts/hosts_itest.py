@@ -39,6 +39,14 @@ Cases:
              with its own connection to the coordinator, then elects a new host agent (in its
              own process; FTRT_TEST_REELECT_MS=200 after its fallback) and moves to it: no rank
              off ftrt-h1 is left on a connection of its own, nothing else is declared failed
+  agentstall  1 + 4 trainers + 1 spare; the process ftrt-h2's host agent lives in SIGSTOPped
+             for 0.6 s (0.6 x the 1 s heartbeat timeout), then SIGCONTed: the other rank of
+             ftrt-h2 leaves the silent agent for its own connection after half the timeout
+             (and the agent's own trainer may too, when it wakes), then moves back to the
+             agent (FTRT_TEST_REELECT_MS=200); the agent, resuming, reports the ranks that
+             left it, which the coordinator ignores: nothing is declared failed (no timeout
+             was exceeded), no rank off ftrt-h1 is left on a connection of its own, and the
+             result is byte-identical
   agentfence  1 + 4 trainers + 1 spare; the trainer of ftrt-h2 whose host agent lives in the
              other rank's process SIGSTOPped: its agent reports it silent after the heartbeat
              timeout (1 s), the coordinator declares it failed and has its agent fence it (CUT
@@ -438,6 +446,50 @@ def case_agentkill(args):
               and fl[0]["kind"] == "connection_lost" and fl[0]["spare_world_rank"] == 5,
               f"one failure: world rank {agent} (the agent's process), connection lost, recovered "
               f"by the spare on ftrt-h3; world rank {other} not failed")
+        check(same_bytes(job.params, r4), "final parameters byte-identical to the one-host run")
+
+
+@h.case(CASES, fixture="required")
+def case_agentstall(args):
+    r4 = need_reference(args, 4)
+    with h.Hosts(3, 2) as hosts:
+        before = sessions(hosts)
+        job = hosts_job(args, hosts, "agentstall", spares=1)
+        job.env.update(FTRT_TEST_REELECT_MS="200")
+        job.start()
+        job.wait_trainer(1, 40)
+        victim, other = h2_agent(job)
+        agent = victim["world_rank"]
+        stop_s = 0.6 * HB_TIMEOUT_MS / 1000.0
+        os.kill(victim["pid"], signal.SIGSTOP)
+        t0 = time.monotonic()
+        print(f"  injected SIGSTOP into world rank {agent} (pid {victim['pid']}), ftrt-h2's "
+              f"host agent's process, for {stop_s:.1f} s", flush=True)
+        time.sleep(max(0.0, stop_s - (time.monotonic() - t0)))
+        os.kill(victim["pid"], signal.SIGCONT)
+        stopped = time.monotonic() - t0
+        print(f"  measured: stopped for {stopped:.3f} s", flush=True)
+        check(stopped < 0.9 * HB_TIMEOUT_MS / 1000.0, f"stopped for less than the heartbeat "
+              f"timeout ({stopped:.3f} s)")
+        st = job.wait_status(lambda s: s["ranks"][other]["host_agent"] == agent
+                             and s["ranks"][other]["state"] == "running"
+                             and s["ranks"][agent]["host_agent"] == agent, 20)
+        direct = [r["world_rank"] for r in st["ranks"] if r["world_rank"] > 0
+                  and r["host"] != "ftrt-h1" and r["state"] == "running" and r["host_agent"] is None]
+        check(not direct, f"no rank off ftrt-h1 left on a connection of its own ({direct})")
+        run_to_end(job, hosts, 0, before)
+        back = f"world rank {other} (ftrt-h2) is back on its own connection"
+        moved = re.search(rf"world rank {other} \(ftrt-h2\) moved to the host agent in world rank "
+                          rf"{agent} \(([0-9.]+) ms after its MOVE\)", job.out)
+        check(back in job.out and moved and job.out.index(back) < moved.start(),
+              f"the coordinator's log: world rank {other} left the stalled agent, then moved "
+              f"back to it")
+        own = f"world rank {agent} (ftrt-h2) is back on its own connection" in job.out
+        print(f"  measured: the agent's own trainer (world rank {agent}) "
+              f"{'also fell back and moved back' if own else 'stayed with its agent'}", flush=True)
+        rep = job.load_report()
+        print_failures(rep)
+        check(not rep["failures"], f"nothing declared failed ({len(rep['failures'])} failure(s))")
         check(same_bytes(job.params, r4), "final parameters byte-identical to the one-host run")
 
 

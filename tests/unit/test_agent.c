@@ -66,7 +66,7 @@ static int coord_recv(fixture *f, uint32_t type, void *out, size_t len)
 /* The agent of world rank 3 against a fake coordinator on TCP. hosted: the test holds this
  * host's local socket first, so the agent reaches it there, as it would a host agent (the TCP
  * listener is then where it falls back to). */
-static int setup_with(void **state, int hosted)
+static int setup_with(void **state, int hosted, int hb_timeout_ms)
 {
     fixture *f = calloc(1, sizeof *f);
     f->up_fd = -1;
@@ -75,6 +75,7 @@ static int setup_with(void **state, int hosted)
     ctx->cfg.heartbeat_ms = 10;
     ctx->cfg.init_timeout_ms = 5000;
     ctx->cfg.host_agents = hosted;
+    if (hb_timeout_ms > 0) ctx->cfg.heartbeat_timeout_ms = hb_timeout_ms;
     ctx->world_rank = 3;
     ctx->cp.logical = -1;
     snprintf(ctx->host, sizeof ctx->host, "testhost");
@@ -108,13 +109,14 @@ static int setup_with(void **state, int hosted)
     return 0;
 }
 
-static int setup(void **state) { return setup_with(state, 0); }
-static int setup_hosted(void **state) { return setup_with(state, 1); }
+static int setup(void **state) { return setup_with(state, 0, 0); }
+static int setup_hosted(void **state) { return setup_with(state, 1, 0); }
 static int setup_reelect(void **state)
 {
     ftrt__knobs.reelect_ms = 50; /* (before the agent thread starts: it reads it) */
-    return setup_with(state, 1);
+    return setup_with(state, 1, 0);
 }
+static int setup_stall(void **state) { return setup_with(state, 1, 400); }
 
 static int teardown(void **state)
 {
@@ -330,6 +332,54 @@ static void host_agent_lost(void **state)
     assert_true(coord_recv(f, FTRT__MSG_HEARTBEAT, &hb, sizeof hb)); /* alive, direct now */
 }
 
+/* 1 when fd shows EOF within timeout_s (the messages before it read and dropped), else 0. */
+static int eof_within(int fd, ftrt__rxbuf *rx, double timeout_s)
+{
+    double deadline = ftrt__now() + timeout_s;
+    for (;;) {
+        ssize_t got = ftrt__rx_fill(rx, fd);
+        if (got == 0 || (got < 0 && got != -EAGAIN)) return 1;
+        ftrt__msghdr h;
+        const void *x;
+        while (ftrt__rx_next(rx, &h, &x) == 1) {}
+        int ms = (int)((deadline - ftrt__now()) * 1000.0);
+        if (ms <= 0) return 0;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        poll(&p, 1, ms);
+    }
+}
+
+/* Served by a host agent that stalls (alive, but silent for more than half the heartbeat
+ * timeout: 400 ms here), the rank falls back: it connects to the coordinator directly and
+ * says HELLO, and keeps the agent's socket open, unread, until the coordinator answers there;
+ * only then does it close it. (Closed at once, a stalled agent that resumes could report the
+ * rank's socket closed, RANK_LOST "it died", before the coordinator read the HELLO, and a live
+ * rank would be declared failed: unit.coord_move's lost_before_back.) */
+static void host_agent_stalled(void **state)
+{
+    fixture *f = *state;
+    struct ftrt_ctx *ctx = f->ctx;
+    ftrt__epoch_msg m = {.value = 7};
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_HOSTED, &m, sizeof m), 0);
+    /* the agent falls silent: the rank falls back after 200 ms */
+    int direct = accept(f->listen_fd, NULL, NULL);
+    assert_true(direct >= 0);
+    ftrt__rxbuf drx = {0};
+    ftrt__hello hello;
+    assert_true(recv_on(direct, &drx, FTRT__MSG_HELLO, 0, &hello, sizeof hello));
+    assert_int_equal(hello.world_rank, 3);
+    assert_false(eof_within(f->coord_fd, &f->rx, 0.2)); /* the agent's socket: still open */
+    ftrt__epoch_msg ping = {0};
+    assert_int_equal(ftrt__msg_send(direct, FTRT__MSG_PING, &ping, sizeof ping), 0);
+    assert_true(eof_within(f->coord_fd, &f->rx, 2.0)); /* closed once the coordinator answered */
+    ftrt__heartbeat hb;
+    assert_true(recv_on(direct, &drx, FTRT__MSG_HEARTBEAT, 0, &hb, sizeof hb)); /* direct now */
+    assert_int_equal(ftrt__interrupted(ctx), 0);
+    close(f->coord_fd);
+    f->coord_fd = direct; /* (closed by teardown) */
+    ftrt__rx_free(&drx);
+}
+
 /* COMMIT step `step` from the fake coordinator: through the new host agent (relayed), else on
  * the rank's own connection. */
 static void send_commit(fixture *f, int64_t step, int relayed)
@@ -543,6 +593,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(host_agent_lost, setup_hosted, teardown),
         cmocka_unit_test_setup_teardown(host_agent_says_coord_lost, setup_hosted, teardown),
         cmocka_unit_test_setup_teardown(host_agent_reelected, setup_reelect, teardown),
+        cmocka_unit_test_setup_teardown(host_agent_stalled, setup_stall, teardown),
         cmocka_unit_test_setup_teardown(coordinator_lost_to_standby, setup, teardown),
         cmocka_unit_test_setup_teardown(standby_takes_over, setup, teardown),
         cmocka_unit_test_setup_teardown(stale_term_refused, setup, teardown),

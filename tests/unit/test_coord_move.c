@@ -10,6 +10,10 @@
  * agent of h2 (in world rank 3's process) joins and relays its HELLO: the coordinator answers
  * MOVE on 2's own connection. The orphan grace is 2 s here (FTRT_TEST_ORPHAN_GRACE_MS), so a
  * rank declared failed only when a grace ends is told apart from one declared at once.
+ *
+ * With setup_served instead, trainer 2 and spare 3 join through that host agent from the
+ * start, and trainer 2 then leaves a stalled agent (agent.c: silent for half the heartbeat
+ * timeout) for its own connection: what the agent says about it when it resumes.
  */
 #include <errno.h>
 #include <poll.h>
@@ -44,6 +48,8 @@ typedef struct fixture {
     int agent;      /* the host agent of h2's connection */
     ftrt__rxbuf agent_rx;
     uint64_t secret;
+    char addrs[FTRT__ADDRS_MAX]; /* setup_served: the coordinator's */
+    int port;
 } fixture;
 
 /* Waits up to timeout_s for the next message of `type` on fd (the others skipped). Returns 1
@@ -145,6 +151,47 @@ static int setup(void **state)
     return 0;
 }
 
+/* Trainer 1 on its own connection; trainer 2 and spare 3 through the host agent of h2. */
+static int setup_served(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    assert_int_equal(t_tmpdir(f->dir, sizeof f->dir, "coord_stall"), 0);
+    ftrt__knobs.orphan_grace_ms = 2000;
+    assert_int_equal(ftrt__random(&f->secret, sizeof f->secret), 0);
+    char addrs[FTRT__ADDRS_MAX];
+    int port = 0;
+    int lfd = ftrt__listen("127.0.0.1", addrs, sizeof addrs, &port);
+    assert_true(lfd >= 0);
+    f->coord = fork();
+    assert_true(f->coord >= 0);
+    if (f->coord == 0) coordinator(f, lfd, addrs, port);
+    close(lfd);
+    f->fd[2] = f->fd[3] = -1;
+    f->fd[1] = ftrt__connect_any(addrs, port, 5000, NULL, 0);
+    assert_true(f->fd[1] >= 0);
+    assert_int_equal(say_hello(f->fd[1], FTRT__MSG_HELLO, 1, "h1", f->secret), 0);
+    f->agent = ftrt__connect_any(addrs, port, 5000, NULL, 0);
+    assert_true(f->agent >= 0);
+    assert_int_equal(say_hello(f->agent, FTRT__MSG_HOST_HELLO, AGENT_W, "h2", f->secret), 0);
+    for (int w = 2; w < W; w++)
+        assert_int_equal(say_hello(f->agent, FTRT__MSG_RELAY, w, "h2", f->secret), 0);
+    ftrt__welcome wm; /* (everyone's HELLO read: the WELCOMEs go out together) */
+    assert_int_equal(recv_type(f->fd[1], &f->rx[1], FTRT__MSG_WELCOME, &wm, sizeof wm, 10), 1);
+    snprintf(f->addrs, sizeof f->addrs, "%s", addrs);
+    f->port = port;
+    *state = f;
+    return 0;
+}
+
+/* Trainer 2 leaves the (stalled) host agent: its own connection, HELLO. */
+static void mover_back_direct(fixture *f)
+{
+    f->fd[MOVER] = ftrt__connect_any(f->addrs, f->port, 5000, NULL, 0);
+    assert_true(f->fd[MOVER] >= 0);
+    assert_int_equal(say_hello(f->fd[MOVER], FTRT__MSG_HELLO, MOVER, "h2", f->secret), 0);
+}
+
 static int teardown(void **state)
 {
     fixture *f = *state;
@@ -219,6 +266,69 @@ static void silent_mid_move(void **state)
     assert_true(t >= 0 && t < 1.0);
 }
 
+/* 1 when, within timeout_s, the host agent is told to fence world rank w (CUT with fence);
+ * a CUT without fence is let by. */
+static int agent_fences(fixture *f, int w, double timeout_s)
+{
+    double deadline = ftrt__now() + timeout_s;
+    ftrt__cut cut;
+    int r;
+    while ((r = recv_type(f->agent, &f->agent_rx, FTRT__MSG_CUT, &cut, sizeof cut,
+                          deadline - ftrt__now())) == 1)
+        if (cut.world_rank == w && cut.fence) return 1;
+    assert_int_equal(r, 0); /* (no EOF: the agent's connection stays) */
+    return 0;
+}
+
+/* Trainer 2 left its stalled host agent: back on its own connection, and answered there
+ * (WELCOME: where the rank closes the agent's socket, agent.c leave_agent). The agent, resuming,
+ * reports it lost (its socket closed; or silent), relays a message it held for it and beats:
+ * all of it stale, ignored. Nothing is declared failed, the agent is never told to fence it,
+ * and its own connection stays. */
+static void left_stalled_agent(void **state)
+{
+    fixture *f = *state;
+    mover_back_direct(f);
+    ftrt__welcome wm;
+    assert_int_equal(recv_type(f->fd[MOVER], &f->rx[MOVER], FTRT__MSG_WELCOME, &wm, sizeof wm, 5),
+                     1);
+    rank_lost(f, FTRT__LOST_CLOSED);
+    rank_lost(f, FTRT__LOST_SILENT);
+    ftrt__relay pre = {.world_rank = MOVER};
+    ftrt__bye bye = {.steps_done = 1, .exit_code = FTRT_EABORT}; /* (taken: it would abort) */
+    assert_int_equal(ftrt__msg_send2(f->agent, FTRT__MSG_RELAY, &pre, sizeof pre, FTRT__MSG_BYE,
+                                     &bye, sizeof bye), 0);
+    assert_false(agent_fences(f, MOVER, 0.5));
+    double until = ftrt__now() + 0.3; /* trainer 1 hears of no failure and no abort */
+    ftrt__msghdr h;
+    const void *p;
+    while (ftrt__now() < until) {
+        struct pollfd pf = {.fd = f->fd[1], .events = POLLIN};
+        if (poll(&pf, 1, 50) > 0) assert_true(ftrt__rx_fill(&f->rx[1], f->fd[1]) > 0);
+        while (ftrt__rx_next(&f->rx[1], &h, &p) == 1)
+            assert_true(h.type != FTRT__MSG_FAILURE && h.type != FTRT__MSG_ABORT);
+    }
+    ftrt__hello never; /* (no coordinator sends one: a timeout, or -1 at an EOF) */
+    assert_int_equal(recv_type(f->fd[MOVER], &f->rx[MOVER], FTRT__MSG_HELLO, &never,
+                               sizeof never, 0.3), 0);
+}
+
+/* The contract leave_agent keeps: a rank its agent reports lost (its socket closed: died)
+ * before the coordinator read its HELLO on its own connection is declared failed at once, and
+ * that HELLO is refused (its connection closed). A rank that closed the agent's socket before
+ * the coordinator answered it would be this: a live rank declared failed. */
+static void lost_before_back(void **state)
+{
+    fixture *f = *state;
+    rank_lost(f, FTRT__LOST_CLOSED);
+    double t = failure_in(f, 1.0); /* (at once: no orphan grace) */
+    assert_true(t >= 0 && t < 1.0);
+    mover_back_direct(f);
+    ftrt__welcome wm;
+    assert_int_equal(recv_type(f->fd[MOVER], &f->rx[MOVER], FTRT__MSG_WELCOME, &wm, sizeof wm, 2),
+                     -1);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -226,6 +336,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(died_mid_move, setup, teardown),
         cmocka_unit_test_setup_teardown(left_alive_mid_move, setup, teardown),
         cmocka_unit_test_setup_teardown(silent_mid_move, setup, teardown),
+        cmocka_unit_test_setup_teardown(left_stalled_agent, setup_served, teardown),
+        cmocka_unit_test_setup_teardown(lost_before_back, setup_served, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -574,6 +574,22 @@ static void coordinator_lost(void **state)
     assert_true(sees_eof(&f->rank[0]));
 }
 
+/* A send to a rank whose socket is closed for reading (EPIPE: the process died, or the rank
+ * left this agent) reports it as closed, not silent: a rank reported silent is kept for the
+ * coordinator's CUT and fenced by it, and a rank that left must never be. (shutdown SHUT_RD:
+ * the agent's sends fail while its reads see no EOF, so only a send can find it.) */
+static void send_to_closed_rank(void **state)
+{
+    fixture *f = *state;
+    rank_join(f, 0);
+    assert_int_equal(shutdown(f->rank[0].fd, SHUT_RD), 0);
+    ftrt__relay pre = {.world_rank = 5};
+    ftrt__ckpt_msg cm = {.step = 7, .epoch = 0, .result = 0};
+    assert_int_equal(ftrt__msg_send2(f->coord.fd, FTRT__MSG_RELAY, &pre, sizeof pre,
+                                     FTRT__MSG_COMMIT, &cm, sizeof cm), 0);
+    assert_int_equal(await_rank_lost(f, 5), FTRT__LOST_CLOSED); /* (a RELAY or a PING found it) */
+}
+
 /* A HELLO with another job's secret is refused: the socket closes, nothing is relayed. */
 static void wrong_secret(void **state)
 {
@@ -602,6 +618,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(wrong_secret, setup, teardown),
         cmocka_unit_test_setup_teardown(relay_fans_out, setup, teardown),
         cmocka_unit_test_setup_teardown(member_reads_relay, setup, teardown),
+        cmocka_unit_test_setup_teardown(send_to_closed_rank, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
