@@ -203,12 +203,46 @@ static int stale_term(ftrt__cp *cp, const ftrt__msghdr *h)
     return 0;
 }
 
+/* FAILURE: the epoch it announces becomes pending (the trainer's waits and ftrt_check() see
+ * it). Under cp->lock. */
+static void take_failure(struct ftrt_ctx *ctx, const void *payload)
+{
+    ftrt__failure_msg fm;
+    memcpy(&fm, payload, sizeof fm);
+    atomic_store(&ctx->cp.t_fail_wall, fm.t_fail_wall); /* before the epoch: waits read both */
+    if (fm.epoch > atomic_load(&ctx->watch.pending_epoch))
+        atomic_store(&ctx->watch.pending_epoch, fm.epoch);
+    ftrt_log_info("epoch %d announced: a rank failed", fm.epoch);
+}
+
+/* COMMIT: the newest committed step, and the application's callback. Under cp->lock. */
+static void take_commit(ftrt__cp *cp, const void *payload)
+{
+    ftrt__ckpt_msg cm;
+    memcpy(&cm, payload, sizeof cm);
+    cp->commit_step = cm.step;
+    cp->commit_result = cm.result;
+    cp->commit_seen++;
+    if (cp->on_commit) cp->on_commit(cp->on_commit_arg, cm.step, cm.epoch, cm.result);
+}
+
+/* COORD_LOST from this host's agent: the agent goes to the standby (2: the coordinator fell
+ * silent) or gives up (1: its connection closed; agent_main). Under cp->lock. */
+static void take_coord_lost(ftrt__cp *cp, const void *payload)
+{
+    if (cp->stop || cp->shutdown || cp->farewell) return; /* the job is over for us */
+    ftrt__epoch_msg em;
+    memcpy(&em, payload, sizeof em);
+    ftrt_log_warn("this host's agent lost the coordinator (%s)",
+                  em.epoch == 2 ? "silent" : "connection closed");
+    cp->coord_lost = em.epoch == 2 ? 2 : 1;
+}
+
 /* Handles one message from the coordinator. Returns 0, or FTRT_EPROTO for a bad one. */
 static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *payload)
 {
     ftrt__cp *cp = &ctx->cp;
     ftrt__epoch_msg em;
-    ftrt__ckpt_msg cm;
     if (stale_term(cp, h)) return 0;
     if (h->type == FTRT__MSG_FAILURE && ftrt__knobs.epoch_delay_ms > 0) { /* test knob */
         struct timespec ts = {ftrt__knobs.epoch_delay_ms / 1000,
@@ -220,15 +254,9 @@ static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *paylo
     case FTRT__MSG_WELCOME:
         if (take_welcome(cp, payload)) set_fatal(ctx, -ENOMEM);
         break;
-    case FTRT__MSG_FAILURE: {
-        ftrt__failure_msg fm;
-        memcpy(&fm, payload, sizeof fm);
-        atomic_store(&cp->t_fail_wall, fm.t_fail_wall); /* before the epoch: waits read both */
-        if (fm.epoch > atomic_load(&ctx->watch.pending_epoch))
-            atomic_store(&ctx->watch.pending_epoch, fm.epoch);
-        ftrt_log_info("epoch %d announced: a rank failed", fm.epoch);
+    case FTRT__MSG_FAILURE:
+        take_failure(ctx, payload);
         break;
-    }
     case FTRT__MSG_PLAN:
         if (take_plan(ctx, payload, h->len)) {
             pthread_mutex_unlock(&cp->lock);
@@ -236,11 +264,7 @@ static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *paylo
         }
         break;
     case FTRT__MSG_COMMIT:
-        memcpy(&cm, payload, sizeof cm);
-        cp->commit_step = cm.step;
-        cp->commit_result = cm.result;
-        cp->commit_seen++;
-        if (cp->on_commit) cp->on_commit(cp->on_commit_arg, cm.step, cm.epoch, cm.result);
+        take_commit(cp, payload);
         break;
     case FTRT__MSG_SHUTDOWN:
     case FTRT__MSG_FAREWELL:
@@ -259,12 +283,7 @@ static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *paylo
         pthread_mutex_unlock(&cp->send_lock);
         break;
     case FTRT__MSG_COORD_LOST:
-        if (cp->stop || cp->shutdown || cp->farewell) break; /* the job is over for us */
-        memcpy(&em, payload, sizeof em);
-        ftrt_log_warn("this host's agent lost the coordinator (%s)",
-                      em.epoch == 2 ? "silent" : "connection closed");
-        cp->coord_lost = em.epoch == 2 ? 2 : 1; /* the agent goes to the standby, or gives up
-                                                   (agent_main) */
+        take_coord_lost(cp, payload);
         break;
     case FTRT__MSG_STANDBY:
         memcpy(&em, payload, sizeof em);

@@ -214,26 +214,17 @@ static int take_over(ftrt_ctx *ctx, uint64_t secret)
     return res;
 }
 
-int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
+/* MPI initialized (MULTIPLE when ftrt does it), errors returned, the world's rank and size.
+ * Returns 0 or FTRT_EMPI. */
+static int init_mpi(ftrt_ctx *ctx)
 {
-    if (!out) return FTRT_EINVAL;
-    *out = NULL;
-    ftrt_ctx *ctx = calloc(1, sizeof *ctx);
-    if (!ctx) return -ENOMEM;
-    if (init_ctx(ctx, cfg)) {
-        ctx_free(ctx);
-        return -ENOMEM;
-    }
-
     int inited = 0, provided;
     MPI_Initialized(&inited);
     if (!inited) {
         /* MULTIPLE: overlapped collectives run a progress thread (comm/async.c); with a lower
          * level (an application that initialized MPI itself) they progress inside ftrt calls. */
-        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
-            ctx_free(ctx);
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
             return FTRT_EMPI;
-        }
         ctx->mpi_initialized_by_us = 1;
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -244,65 +235,56 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
         ftrt_log_warn("libftrt is built against an Open MPI with ULFM, which is off in this "
                       "job: a dead rank ends it. Launch with `mpirun --with-ft ulfm` "
                       "(tools/ftrt-run adds it)");
+    return 0;
+}
 
-    int rc = ftrt__config_check(&ctx->cfg, ctx->world_size, &ctx->nspares);
-    ctx->ntrainers_initial = ctx->world_size - 1 - ctx->nspares;
-
-    /* World rank 0 opens the control plane and broadcasts where it is (or its error). */
-    bootstrap b = {.rc = rc};
-    int listen_fd = -1, local_fd = -1;
-    if (ctx->world_rank == 0 && !rc) {
-        listen_fd = ftrt__listen(ctx->cfg.coord_addr, b.addrs, sizeof b.addrs, &b.port);
-        if (listen_fd < 0) b.rc = listen_fd;
-        else if ((b.rc = ftrt__random(&b.secret, sizeof b.secret)) != 0) close(listen_fd);
-        /* The coordinator's mark on this host, before any other rank learns the secret: the
-         * ranks of this host connect to the coordinator directly, not through a host agent. */
-        if (!b.rc && ctx->cfg.host_agents) local_fd = ftrt__local_mark(b.secret);
-        if (!b.rc) {
-            /* Every rank learns it at once: a job that cannot checkpoint (nor write its status
-             * file, which lives there by default) does not start. */
-            int mk = ftrt__mkdir_p(ctx->cfg.ckpt_dir);
-            if (mk) {
-                ftrt_log_error("cannot create the checkpoint directory %s (FTRT_CKPT_DIR): %s",
-                               ctx->cfg.ckpt_dir, strerror(-mk));
-                b.rc = mk;
-                close(listen_fd);
-                listen_fd = -1;
-            }
-        }
+/* World rank 0 opens the control plane (listener, secret, the coordinator's mark on its host,
+ * the checkpoint directory) into *b, *listen_fd and *local_fd; b->rc says what failed. */
+static void open_control_plane(ftrt_ctx *ctx, bootstrap *b, int *listen_fd, int *local_fd)
+{
+    *listen_fd = ftrt__listen(ctx->cfg.coord_addr, b->addrs, sizeof b->addrs, &b->port);
+    if (*listen_fd < 0) b->rc = *listen_fd;
+    else if ((b->rc = ftrt__random(&b->secret, sizeof b->secret)) != 0) close(*listen_fd);
+    /* The coordinator's mark on this host, before any other rank learns the secret: the
+     * ranks of this host connect to the coordinator directly, not through a host agent. */
+    if (!b->rc && ctx->cfg.host_agents) *local_fd = ftrt__local_mark(b->secret);
+    if (b->rc) return;
+    /* Every rank learns it at once: a job that cannot checkpoint (nor write its status file,
+     * which lives there by default) does not start. */
+    int mk = ftrt__mkdir_p(ctx->cfg.ckpt_dir);
+    if (mk) {
+        ftrt_log_error("cannot create the checkpoint directory %s (FTRT_CKPT_DIR): %s",
+                       ctx->cfg.ckpt_dir, strerror(-mk));
+        b->rc = mk;
+        close(*listen_fd);
+        *listen_fd = -1;
     }
-    if (MPI_Bcast(&b, sizeof b, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) b.rc = FTRT_EMPI;
-    if (b.rc && local_fd >= 0) close(local_fd);
-    if (b.rc) {
-        if (ctx->mpi_initialized_by_us) MPI_Finalize();
-        ctx_free(ctx);
-        return b.rc;
-    }
-    ftrt_log_info("world rank %d of %d: coordinator at %s:%d, %d trainers, %d spare(s)",
-                  ctx->world_rank, ctx->world_size, b.addrs, b.port, ctx->ntrainers_initial,
-                  ctx->nspares);
+}
 
-    snprintf(ctx->coord_addr, sizeof ctx->coord_addr, "%s", b.addrs);
-    ctx->coord_port = b.port;
-    if (ctx->world_rank == 0) {
-        ctx->role = FTRT__ROLE_COORD;
-        ctx->rank = -1;
-        ctx->size = ctx->ntrainers_initial;
-        *out = ctx;
-        ftrt__coord_args ca = {.cfg = &ctx->cfg, .world_size = ctx->world_size,
-                               .ntrainers = ctx->ntrainers_initial, .t_start = ctx->t_start,
-                               .t_start_wall = ctx->ledger.t_open,
-                               .status_file = ctx->status_file, .host = ctx->host,
-                               .addr = ctx->coord_addr, .port = ctx->coord_port,
-                               .mark_fd = local_fd};
-        int res = ftrt__coordinator_run(&ca, listen_fd, b.secret);
-        ctx->ranks_lost = ca.ranks_lost;
-        ctx->coord_aborted = ca.aborted;
-        ctx->coord_result = res;
-        return res;
-    }
+/* World rank 0: runs the coordinator until the job ends. Returns its result. */
+static int run_coordinator(ftrt_ctx *ctx, const bootstrap *b, int listen_fd, int local_fd)
+{
+    ctx->role = FTRT__ROLE_COORD;
+    ctx->rank = -1;
+    ctx->size = ctx->ntrainers_initial;
+    ftrt__coord_args ca = {.cfg = &ctx->cfg, .world_size = ctx->world_size,
+                           .ntrainers = ctx->ntrainers_initial, .t_start = ctx->t_start,
+                           .t_start_wall = ctx->ledger.t_open,
+                           .status_file = ctx->status_file, .host = ctx->host,
+                           .addr = ctx->coord_addr, .port = ctx->coord_port,
+                           .mark_fd = local_fd};
+    int res = ftrt__coordinator_run(&ca, listen_fd, b->secret);
+    ctx->ranks_lost = ca.ranks_lost;
+    ctx->coord_aborted = ca.aborted;
+    ctx->coord_result = res;
+    return res;
+}
 
-    rc = ftrt__agent_start(ctx, b.addrs, b.port, b.secret);
+/* Every other world rank: joins the control plane, learns its role, and waits as a hot spare
+ * or builds the training communicator. *out is set as ftrt_init() documents. */
+static int join_job(ftrt_ctx *ctx, const bootstrap *b, ftrt_ctx **out)
+{
+    int rc = ftrt__agent_start(ctx, b->addrs, b->port, b->secret);
     if (!rc) rc = wait_welcome(ctx);
     if (rc) {
         ftrt_log_error("cannot join the job: %s", ftrt_strerror(rc));
@@ -317,7 +299,7 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
         ftrt__ledger_mark(ctx, FTRT__IV_SPARE_IDLE);
         int ended;
         rc = spare_wait(ctx, &ended);
-        if (rc == TAKE_OVER) return take_over(ctx, b.secret);
+        if (rc == TAKE_OVER) return take_over(ctx, b->secret);
         if (rc < 0 && ended) { /* the job failed: *out stays set, ftrt_finalize() follows */
             ftrt_log_info("the job failed (%s); this hot spare was not needed", ftrt_err_name(rc));
         } else if (rc < 0) {
@@ -330,6 +312,46 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
     rc = trainer_comm(ctx);
     ctx->t_mark = ctx->t_wait_end = ftrt__now();
     return rc;
+}
+
+int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
+{
+    if (!out) return FTRT_EINVAL;
+    *out = NULL;
+    ftrt_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return -ENOMEM;
+    if (init_ctx(ctx, cfg)) {
+        ctx_free(ctx);
+        return -ENOMEM;
+    }
+    if (init_mpi(ctx)) {
+        ctx_free(ctx);
+        return FTRT_EMPI;
+    }
+    int rc = ftrt__config_check(&ctx->cfg, ctx->world_size, &ctx->nspares);
+    ctx->ntrainers_initial = ctx->world_size - 1 - ctx->nspares;
+
+    /* World rank 0 opens the control plane and broadcasts where it is (or its error). */
+    bootstrap b = {.rc = rc};
+    int listen_fd = -1, local_fd = -1;
+    if (ctx->world_rank == 0 && !rc) open_control_plane(ctx, &b, &listen_fd, &local_fd);
+    if (MPI_Bcast(&b, sizeof b, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) b.rc = FTRT_EMPI;
+    if (b.rc && local_fd >= 0) close(local_fd);
+    if (b.rc) {
+        if (ctx->mpi_initialized_by_us) MPI_Finalize();
+        ctx_free(ctx);
+        return b.rc;
+    }
+    ftrt_log_info("world rank %d of %d: coordinator at %s:%d, %d trainers, %d spare(s)",
+                  ctx->world_rank, ctx->world_size, b.addrs, b.port, ctx->ntrainers_initial,
+                  ctx->nspares);
+    snprintf(ctx->coord_addr, sizeof ctx->coord_addr, "%s", b.addrs);
+    ctx->coord_port = b.port;
+    if (ctx->world_rank == 0) {
+        *out = ctx;
+        return run_coordinator(ctx, &b, listen_fd, local_fd);
+    }
+    return join_job(ctx, &b, out);
 }
 
 /* Says goodbye (a trainer) and learns how the job ended, which decides MPI_Finalize: every
