@@ -227,6 +227,87 @@ static int take_image(ftrt_ctx *ctx, const ftrt__loc_ops *dev, int64_t step, uin
     return 0;
 }
 
+/* The headers of this refresh: *out to the partner dst, *in from src. Returns 0, FTRT_EMPI,
+ * -ENOMEM, FTRT_ERECOVER (an epoch change meanwhile), or what the plane's wait returns. */
+static int exchange_headers(ftrt_ctx *ctx, const img_hdr *out, int src, int dst, img_hdr *in)
+{
+    MPI_Comm comm = ctx->plane.comm;
+    img_hdr *inp = malloc(sizeof *inp); /* heap: buried if the exchange is abandoned */
+    if (!inp) return -ENOMEM;
+    MPI_Request hr[2];
+    if (MPI_Irecv(inp, (int)sizeof *inp, MPI_BYTE, src, TAG_HDR, comm, &hr[0]) != MPI_SUCCESS ||
+        MPI_Isend(out, (int)sizeof *out, MPI_BYTE, dst, TAG_HDR, comm, &hr[1]) != MPI_SUCCESS) {
+        ftrt__plane_bury(&ctx->plane, inp);
+        return FTRT_EMPI;
+    }
+    int rc = ftrt__plane_waitall(&ctx->plane, 2, hr);
+    if (rc) {
+        ftrt__plane_bury(&ctx->plane, inp);
+        return rc;
+    }
+    *in = *inp;
+    free(inp);
+    return 0;
+}
+
+/* The images: in->bytes from src into rp->held (grown to fit), out->bytes of rp->own to dst,
+ * in PIECE-sized messages. On an interrupted exchange the held buffer is buried (receives into
+ * it may still complete). Returns 0, -ENOMEM, FTRT_EMPI, or what the plane's wait returns. */
+static int exchange_images(ftrt_ctx *ctx, const ftrt__loc_ops *dev, const img_hdr *in,
+                           const img_hdr *out, int src, int dst)
+{
+    ftrt__replica *rp = &ctx->rep;
+    MPI_Comm comm = ctx->plane.comm;
+    int rc = grow(&rp->held, &rp->held_cap, (size_t)in->bytes, dev, &rp->held_pin);
+    if (rc) return rc; /* (the partner's send is left unmatched: it waits until a detector
+                          fences a rank; rare, and logged by the caller) */
+    size_t npieces_in = ((size_t)in->bytes + PIECE - 1) / PIECE;
+    size_t npieces_out = ((size_t)out->bytes + PIECE - 1) / PIECE;
+    MPI_Request *req = malloc((npieces_in + npieces_out + 1) * sizeof *req);
+    if (!req) return -ENOMEM;
+    int q = 0;
+    for (size_t o = 0; o < in->bytes && !rc; o += PIECE) {
+        size_t len = in->bytes - o < PIECE ? in->bytes - o : PIECE;
+        if (MPI_Irecv(rp->held + o, (int)len, MPI_BYTE, src, TAG_IMG, comm, &req[q++]) != MPI_SUCCESS)
+            rc = FTRT_EMPI;
+    }
+    for (size_t o = 0; o < out->bytes && !rc; o += PIECE) {
+        size_t len = out->bytes - o < PIECE ? out->bytes - o : PIECE;
+        if (MPI_Isend(rp->own + o, (int)len, MPI_BYTE, dst, TAG_IMG, comm, &req[q++]) != MPI_SUCCESS)
+            rc = FTRT_EMPI;
+    }
+    if (!rc) rc = ftrt__plane_waitall(&ctx->plane, q, req);
+    free(req);
+    if (rc) { /* receives into held may still complete: that buffer is never reused */
+        if (rp->held_pin) rp->held_pin->unpin(rp->held);
+        rp->held_pin = NULL;
+        ftrt__plane_bury(&ctx->plane, rp->held);
+        rp->held = NULL;
+        rp->held_cap = 0;
+    }
+    return rc;
+}
+
+/* Keeps the partner's image just received if its CRC32C matches the source's (else logs it:
+ * a recovery of that rank uses the checkpoint). */
+static void keep_image(ftrt_ctx *ctx, const img_hdr *in, int src, int64_t step)
+{
+    ftrt__replica *rp = &ctx->rep;
+    uint32_t got = ftrt__crc32c(0, rp->held, (size_t)in->bytes);
+    if (got != in->crc) {
+        ftrt_log_error("partner replica of logical rank %d, step %lld: CRC32C %08x on arrival, "
+                       "%08x at the source; not kept (a recovery of that rank will use the "
+                       "checkpoint)", src, (long long)step, got, in->crc);
+        return;
+    }
+    rp->held_bytes = (size_t)in->bytes;
+    rp->held_crc = in->crc;
+    rp->held_sig = in->sig;
+    rp->held_of = src;
+    rp->held_step = step;
+    if (ftrt__knobs.replica_corrupt && in->bytes > 0) rp->held[in->bytes / 2] ^= 0x04;
+}
+
 int ftrt__replica_refresh(ftrt_ctx *ctx, int64_t step)
 {
     ftrt__replica *rp = &ctx->rep;
@@ -241,8 +322,6 @@ int ftrt__replica_refresh(ftrt_ctx *ctx, int64_t step)
     size_t total, shard;
     layout(ctx, &total, &shard);
     img_hdr out = {.step = step, .bytes = shard, .sig = shard_sig(ctx), .from = ctx->rank};
-    img_hdr *inp = malloc(sizeof *inp); /* heap: buried if the exchange is abandoned */
-    if (!inp) return -ENOMEM;
     int trc = take_image(ctx, dev, step, &out.crc);
     if (trc) {
         /* No image this time; the partner still gets a header (step -1: nothing follows), so
@@ -253,23 +332,11 @@ int ftrt__replica_refresh(ftrt_ctx *ctx, int64_t step)
         out.step = -1;
         out.bytes = 0;
     }
-
     int n = ctx->size, dst = (ctx->rank + rp->shift) % n, src = (ctx->rank - rp->shift + n) % n;
-    MPI_Comm comm = ctx->plane.comm;
-    MPI_Request hr[2];
     rp->held_step = -1; /* the partner's image is replaced */
-    if (MPI_Irecv(inp, (int)sizeof *inp, MPI_BYTE, src, TAG_HDR, comm, &hr[0]) != MPI_SUCCESS ||
-        MPI_Isend(&out, (int)sizeof out, MPI_BYTE, dst, TAG_HDR, comm, &hr[1]) != MPI_SUCCESS) {
-        ftrt__plane_bury(&ctx->plane, inp);
-        return FTRT_EMPI;
-    }
-    rc = ftrt__plane_waitall(&ctx->plane, 2, hr);
-    if (rc) {
-        ftrt__plane_bury(&ctx->plane, inp);
-        goto interrupted;
-    }
-    img_hdr in = *inp;
-    free(inp);
+    img_hdr in;
+    rc = exchange_headers(ctx, &out, src, dst, &in);
+    if (rc) goto interrupted;
     int none = in.from == src && in.step == -1 && in.bytes == 0; /* the partner kept no image */
     if (!none && (in.from != src || in.step != step)) {
         ftrt_log_error("partner replica: logical rank %d sent the image of rank %d, step %lld "
@@ -277,51 +344,11 @@ int ftrt__replica_refresh(ftrt_ctx *ctx, int64_t step)
                        (long long)step);
         return FTRT_EMISMATCH;
     }
-    rc = grow(&rp->held, &rp->held_cap, (size_t)in.bytes, dev, &rp->held_pin);
-    if (rc) return rc; /* (the partner's send is left unmatched: it waits until a detector
-                          fences a rank; rare, and logged by the caller) */
-    size_t npieces_in = ((size_t)in.bytes + PIECE - 1) / PIECE;
-    size_t npieces_out = ((size_t)out.bytes + PIECE - 1) / PIECE;
-    MPI_Request *req = malloc((npieces_in + npieces_out + 1) * sizeof *req);
-    if (!req) return -ENOMEM;
-    int q = 0;
-    for (size_t o = 0; o < in.bytes && !rc; o += PIECE) {
-        size_t len = in.bytes - o < PIECE ? in.bytes - o : PIECE;
-        if (MPI_Irecv(rp->held + o, (int)len, MPI_BYTE, src, TAG_IMG, comm, &req[q++]) != MPI_SUCCESS)
-            rc = FTRT_EMPI;
-    }
-    for (size_t o = 0; o < out.bytes && !rc; o += PIECE) {
-        size_t len = out.bytes - o < PIECE ? out.bytes - o : PIECE;
-        if (MPI_Isend(rp->own + o, (int)len, MPI_BYTE, dst, TAG_IMG, comm, &req[q++]) != MPI_SUCCESS)
-            rc = FTRT_EMPI;
-    }
-    if (!rc) rc = ftrt__plane_waitall(&ctx->plane, q, req);
-    free(req);
-    if (rc) { /* receives into held may still complete: that buffer is never reused */
-        if (rp->held_pin) rp->held_pin->unpin(rp->held);
-        rp->held_pin = NULL;
-        ftrt__plane_bury(&ctx->plane, rp->held);
-        rp->held = NULL;
-        rp->held_cap = 0;
-        goto interrupted;
-    }
-    uint32_t got = none ? 0 : ftrt__crc32c(0, rp->held, (size_t)in.bytes);
-    if (none) {
-        /* nothing held for the partner this time */
-    } else if (got != in.crc) {
-        ftrt_log_error("partner replica of logical rank %d, step %lld: CRC32C %08x on arrival, "
-                       "%08x at the source; not kept (a recovery of that rank will use the "
-                       "checkpoint)", src, (long long)step, got, in.crc);
-    } else {
-        rp->held_bytes = (size_t)in.bytes;
-        rp->held_crc = in.crc;
-        rp->held_sig = in.sig;
-        rp->held_of = src;
-        rp->held_step = step;
-        if (ftrt__knobs.replica_corrupt && in.bytes > 0) rp->held[in.bytes / 2] ^= 0x04;
-    }
+    rc = exchange_images(ctx, dev, &in, &out, src, dst);
+    if (rc) goto interrupted;
+    if (!none) keep_image(ctx, &in, src, step);
     return 0;
-interrupted:
+interrupted: /* (an epoch change meanwhile: the trainer's next call recovers) */
     if (rc == FTRT_ERECOVER) ctx->watch.needs_recover = 1;
     return rc;
 }
