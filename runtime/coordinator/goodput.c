@@ -166,63 +166,62 @@ static void advice(ftrt__coord *c, const ftrt__goodput *g, json_object *o)
                "(failures observed or FTRT_MTBF_S)\n");
 }
 
-void ftrt__ledger_report(ftrt__coord *c, json_object *o)
+/* The ledger's totals and figures as the report's "ledger" object. */
+static void ledger_json(const ftrt__goodput *g, double useful_flops, double peak, json_object *o)
 {
-    int slots = c->W - 1;
-    double j0 = c->t_start_wall, j1 = j0 + (c->t_end - c->t_start);
-    double (*totals)[FTRT__IV_KINDS] = calloc((size_t)slots, sizeof *totals);
-    if (!totals) return;
-    ftrt__goodput g;
-    double useful_flops, peak;
-    if (ftrt__ledger_figures(c, j1, totals, &g, &useful_flops, &peak)) {
-        free(totals);
-        return;
-    }
     json_object *l = json_object_new_object();
-    json_object_object_add(l, "allocated_rank_s", json_object_new_double(g.allocated_s));
-    json_object_object_add(l, "accounted_rank_s", json_object_new_double(g.accounted_s));
+    json_object_object_add(l, "allocated_rank_s", json_object_new_double(g->allocated_s));
+    json_object_object_add(l, "accounted_rank_s", json_object_new_double(g->accounted_s));
     json_object *bk = json_object_new_object();
     for (int k = 0; k < FTRT__IV_KINDS; k++)
-        json_object_object_add(bk, ftrt__iv_name(k), json_object_new_double(g.by_kind[k]));
+        json_object_object_add(bk, ftrt__iv_name(k), json_object_new_double(g->by_kind[k]));
     json_object_object_add(l, "rank_s_by_kind", bk);
-    json_object_object_add(l, "trainer_rank_s", json_object_new_double(g.trainer_s));
-    json_object_object_add(l, "compute_rank_s", json_object_new_double(g.compute_s));
-    json_object_object_add(l, "useful_compute_rank_s", json_object_new_double(g.useful_s));
+    json_object_object_add(l, "trainer_rank_s", json_object_new_double(g->trainer_s));
+    json_object_object_add(l, "compute_rank_s", json_object_new_double(g->compute_s));
+    json_object_object_add(l, "useful_compute_rank_s", json_object_new_double(g->useful_s));
     json_object_object_add(l, "useful_flops", json_object_new_double(useful_flops));
     json_object_object_add(l, "peak_flops_per_rank", num_or_null(peak > 0 ? peak : -1));
-    json_object_object_add(l, "gau", json_object_new_double(g.gau));
-    json_object_object_add(l, "ectr", json_object_new_double(g.ectr));
-    json_object_object_add(l, "emfu", num_or_null(g.emfu));
-    json_object_object_add(l, "effective_utilization", num_or_null(g.effective));
-    json_object_object_add(l, "goodput", json_object_new_double(g.goodput));
+    json_object_object_add(l, "gau", json_object_new_double(g->gau));
+    json_object_object_add(l, "ectr", json_object_new_double(g->ectr));
+    json_object_object_add(l, "emfu", num_or_null(g->emfu));
+    json_object_object_add(l, "effective_utilization", num_or_null(g->effective));
+    json_object_object_add(l, "goodput", json_object_new_double(g->goodput));
     json_object_object_add(o, "ledger", l);
+}
 
-    double a = g.allocated_s;
+/* Where the rank-hours went: the text waterfall and the report's "waterfall" array, then the
+ * GAU x ECTR x eMFU line. */
+static void waterfall(const ftrt__goodput *g, int slots, json_object *o)
+{
+    double a = g->allocated_s;
     printf("  where the rank-hours went (%d ranks x %.3f s):\n", slots, a / slots);
     printf("    %-22s %12.6f rank-h %9.3f rank-s %6.1f%%\n", "allocated", a / 3600, a, 100.0);
     json_object *wf = json_object_new_array();
-    for (int i = 0; i < g.nlosses; i++) {
-        int k = g.order[i];
-        if (g.by_kind[k] <= 0) continue;
+    for (int i = 0; i < g->nlosses; i++) {
+        int k = g->order[i];
+        if (g->by_kind[k] <= 0) continue;
         printf("    - %-20s %12.6f rank-h %9.3f rank-s %6.1f%%\n", ftrt__iv_name(k),
-               g.by_kind[k] / 3600, g.by_kind[k], 100 * g.by_kind[k] / a);
+               g->by_kind[k] / 3600, g->by_kind[k], 100 * g->by_kind[k] / a);
         json_object *x = json_object_new_object();
         json_object_object_add(x, "cause", json_object_new_string(ftrt__iv_name(k)));
-        json_object_object_add(x, "rank_s", json_object_new_double(g.by_kind[k]));
-        json_object_object_add(x, "percent", json_object_new_double(100 * g.by_kind[k] / a));
+        json_object_object_add(x, "rank_s", json_object_new_double(g->by_kind[k]));
+        json_object_object_add(x, "percent", json_object_new_double(100 * g->by_kind[k] / a));
         json_object_array_add(wf, x);
     }
-    printf("    = %-20s %12.6f rank-h %9.3f rank-s %6.1f%%\n", "useful compute", g.useful_s / 3600,
-           g.useful_s, 100 * g.useful_s / a);
+    printf("    = %-20s %12.6f rank-h %9.3f rank-s %6.1f%%\n", "useful compute",
+           g->useful_s / 3600, g->useful_s, 100 * g->useful_s / a);
     json_object_object_add(o, "waterfall", wf);
-    if (g.emfu >= 0)
+    if (g->emfu >= 0)
         printf("  GAU %.3f x ECTR %.3f x eMFU %.4f = effective utilization %.4f; goodput %.3f\n",
-               g.gau, g.ectr, g.emfu, g.effective, g.goodput);
+               g->gau, g->ectr, g->emfu, g->effective, g->goodput);
     else
         printf("  GAU %.3f x ECTR %.3f (eMFU unknown: no FLOPs per step or peak FLOP/s given); "
-               "goodput %.3f\n", g.gau, g.ectr, g.goodput);
-    advice(c, &g, o);
+               "goodput %.3f\n", g->gau, g->ectr, g->goodput);
+}
 
+/* The report's "timeline": every rank's intervals from j0 to j1 and the incidents' events. */
+static void timeline_json(ftrt__coord *c, double j0, double j1, json_object *o)
+{
     json_object *tl = json_object_new_object();
     json_object_object_add(tl, "t0", json_object_new_double(j0));
     json_object_object_add(tl, "wall_s", json_object_new_double(j1 - j0));
@@ -254,6 +253,24 @@ void ftrt__ledger_report(ftrt__coord *c, json_object *o)
     }
     json_object_object_add(tl, "events", ev);
     json_object_object_add(o, "timeline", tl);
+}
+
+void ftrt__ledger_report(ftrt__coord *c, json_object *o)
+{
+    int slots = c->W - 1;
+    double j0 = c->t_start_wall, j1 = j0 + (c->t_end - c->t_start);
+    double (*totals)[FTRT__IV_KINDS] = calloc((size_t)slots, sizeof *totals);
+    if (!totals) return;
+    ftrt__goodput g;
+    double useful_flops, peak;
+    if (ftrt__ledger_figures(c, j1, totals, &g, &useful_flops, &peak)) {
+        free(totals);
+        return;
+    }
+    ledger_json(&g, useful_flops, peak, o);
+    waterfall(&g, slots, o);
+    advice(c, &g, o);
+    timeline_json(c, j0, j1, o);
     free(totals);
 }
 
@@ -264,20 +281,9 @@ static void metric(FILE *f, const char *name, const char *type, const char *help
     fprintf(f, "# TYPE %s %s\n# HELP %s %s\n", name, type, name, help);
 }
 
-int ftrt__metrics_write(ftrt__coord *c, double t_wall)
+/* The job's gauges and counters: running, epoch, steps, trainers, spares, checkpoints. */
+static void metrics_job(FILE *f, const ftrt__coord *c)
 {
-    int slots = c->W - 1;
-    double (*totals)[FTRT__IV_KINDS] = calloc((size_t)slots, sizeof *totals);
-    if (!totals) return -ENOMEM;
-    ftrt__goodput g;
-    double useful, peak;
-    int have = t_wall > c->t_start_wall &&
-               ftrt__ledger_figures(c, t_wall, totals, &g, &useful, &peak) == 0;
-    free(totals);
-    char tmp[1200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", c->a->cfg->metrics_file, (int)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) return -errno;
     int64_t steps = 0;
     int spares = 0;
     for (int w = 1; w < c->W; w++) {
@@ -302,6 +308,11 @@ int ftrt__metrics_write(ftrt__coord *c, double t_wall)
     fprintf(f, "ftrt_checkpoints_failed_total %d\n", c->nckpt_failed);
     metric(f, "ftrt_rejected_connections", "counter", "Control-plane connections rejected.");
     fprintf(f, "ftrt_rejected_connections_total %d\n", c->rejected_connections);
+}
+
+/* The incidents: failures by kind, SDC checks, rework, each incident's MTTD and MTTR. */
+static void metrics_incidents(FILE *f, ftrt__coord *c)
+{
     metric(f, "ftrt_failures", "counter", "Ranks declared failed, by detection kind.");
     int nk[FK_KINDS] = {0};
     int64_t rework = 0;
@@ -329,24 +340,46 @@ int ftrt__metrics_write(ftrt__coord *c, double t_wall)
         if (c->inc[i].recovered)
             fprintf(f, "ftrt_mttr_seconds{incident=\"%d\"} %.6f\n", i + 1,
                     c->inc[i].t_resumed - c->inc[i].t_detect);
-    if (have) {
-        metric(f, "ftrt_rank_seconds", "counter", "Rank-seconds of the job by ledger kind.");
-        for (int k = 0; k < FTRT__IV_KINDS; k++)
-            fprintf(f, "ftrt_rank_seconds_total{kind=\"%s\"} %.6f\n", ftrt__iv_name(k),
-                    g.by_kind[k]);
-        metric(f, "ftrt_goodput_ratio", "gauge", "Kept step rank-seconds over allocated, so far.");
-        fprintf(f, "ftrt_goodput_ratio %.6f\n", g.goodput);
-        metric(f, "ftrt_gau_ratio", "gauge", "Allocation utilization: trainer time / allocated.");
-        fprintf(f, "ftrt_gau_ratio %.6f\n", g.gau);
-        metric(f, "ftrt_ectr_ratio", "gauge", "Effective compute time ratio.");
-        fprintf(f, "ftrt_ectr_ratio %.6f\n", g.ectr);
-        if (g.emfu >= 0) {
-            metric(f, "ftrt_emfu_ratio", "gauge", "Effective model FLOPs utilization.");
-            fprintf(f, "ftrt_emfu_ratio %.6f\n", g.emfu);
-            metric(f, "ftrt_effective_utilization_ratio", "gauge", "GAU x ECTR x eMFU.");
-            fprintf(f, "ftrt_effective_utilization_ratio %.6f\n", g.effective);
-        }
+}
+
+/* The ledger so far: rank-seconds by kind, goodput, GAU, ECTR, eMFU. */
+static void metrics_ledger(FILE *f, const ftrt__goodput *g)
+{
+    metric(f, "ftrt_rank_seconds", "counter", "Rank-seconds of the job by ledger kind.");
+    for (int k = 0; k < FTRT__IV_KINDS; k++)
+        fprintf(f, "ftrt_rank_seconds_total{kind=\"%s\"} %.6f\n", ftrt__iv_name(k),
+                g->by_kind[k]);
+    metric(f, "ftrt_goodput_ratio", "gauge", "Kept step rank-seconds over allocated, so far.");
+    fprintf(f, "ftrt_goodput_ratio %.6f\n", g->goodput);
+    metric(f, "ftrt_gau_ratio", "gauge", "Allocation utilization: trainer time / allocated.");
+    fprintf(f, "ftrt_gau_ratio %.6f\n", g->gau);
+    metric(f, "ftrt_ectr_ratio", "gauge", "Effective compute time ratio.");
+    fprintf(f, "ftrt_ectr_ratio %.6f\n", g->ectr);
+    if (g->emfu >= 0) {
+        metric(f, "ftrt_emfu_ratio", "gauge", "Effective model FLOPs utilization.");
+        fprintf(f, "ftrt_emfu_ratio %.6f\n", g->emfu);
+        metric(f, "ftrt_effective_utilization_ratio", "gauge", "GAU x ECTR x eMFU.");
+        fprintf(f, "ftrt_effective_utilization_ratio %.6f\n", g->effective);
     }
+}
+
+int ftrt__metrics_write(ftrt__coord *c, double t_wall)
+{
+    int slots = c->W - 1;
+    double (*totals)[FTRT__IV_KINDS] = calloc((size_t)slots, sizeof *totals);
+    if (!totals) return -ENOMEM;
+    ftrt__goodput g;
+    double useful, peak;
+    int have = t_wall > c->t_start_wall &&
+               ftrt__ledger_figures(c, t_wall, totals, &g, &useful, &peak) == 0;
+    free(totals);
+    char tmp[1200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", c->a->cfg->metrics_file, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) return -errno;
+    metrics_job(f, c);
+    metrics_incidents(f, c);
+    if (have) metrics_ledger(f, &g);
     fprintf(f, "# EOF\n");
     int ok = fflush(f) == 0;
     ok = (fclose(f) == 0) && ok;
