@@ -659,7 +659,7 @@ def case_hoststagger(args):
         check(same_bytes(job.params, r3), "final parameters byte-identical to the one-host run")
 
 
-def relay_job(args, hosts, name):
+def relay_job(args, hosts, name, np_=6):
     """1 + 3 trainers + 2 spares, one rank a host in turn (ftrt-h1: world 0, 3; ftrt-h2: 1, 4;
     ftrt-h3: 2, 5), relay groups of 2 host agents, the host agents in the spares' processes.
     Started; returns (job, the status once the relay group formed, the relay's host, the
@@ -667,7 +667,7 @@ def relay_job(args, hosts, name):
     opts = hosts.mpirun_opts()
     if "--map-by" in opts:  # (Open MPI 5's options place by slot)
         del opts[opts.index("--map-by"):opts.index("--map-by") + 2]
-    job = h.train_job(os.path.join(args.work, name), args.bin, 6, spares=2,
+    job = h.train_job(os.path.join(args.work, name), args.bin, np_, spares=np_ - 4,
                       heartbeat_timeout_ms=HB_TIMEOUT_MS, mpirun_opts=opts + ["--map-by", "node"])
     job.env.update(FTRT_TEST_RELAY_GROUP="2", FTRT_TEST_AGENT_LATE_RANKS=str((1 << 1) | (1 << 2)),
                    FTRT_LOG="info")  # (the coordinator says when a member joins its relay)
@@ -680,8 +680,8 @@ def relay_job(args, hosts, name):
                 and r[4]["relay"] == r[5]["relay"])
     st = job.wait_status(formed, 20)
     r = st["ranks"]
-    check([x["host"] for x in r] == ["ftrt-h1", "ftrt-h2", "ftrt-h3"] * 2
-          and [x["role"] for x in r[1:]] == ["trainer"] * 3 + ["spare"] * 2,
+    check([x["host"] for x in r] == (["ftrt-h1", "ftrt-h2", "ftrt-h3"] * 3)[:len(r)]
+          and [x["role"] for x in r[1:]] == ["trainer"] * 3 + ["spare"] * (len(r) - 4),
           "trainers world 1 (ftrt-h2), 2 (ftrt-h3), 3 (ftrt-h1); spares 4 (ftrt-h2), 5 (ftrt-h3)")
     check(r[1]["host_agent"] == r[4]["host_agent"] == 4 and r[2]["host_agent"] == r[5]["host_agent"]
           == 5 and r[3]["host_agent"] is None and r[3]["relay"] is None,
@@ -792,6 +792,34 @@ def case_relayhostkill(args):
               f"replaced by the member's spare (world rank {spare_w}, {member_host})")
         check(sorted(fl) == sorted(x["world_rank"] for x in ranks) and rep["epoch"] == 1,
               f"the relay host's ranks, and only they, failed, in one epoch ({sorted(fl)})")
+        check(same_bytes(job.params, r3), "final parameters byte-identical to the one-host run")
+
+
+@h.case(CASES, fixture="required")
+def case_relaylost(args):
+    r3 = need_reference(args, 3)
+    with h.Hosts(3, 3) as hosts:
+        before = sessions(hosts)
+        job, st, relay_host, member_host = relay_job(args, hosts, "relaylost", np_=7)
+        ranks = hosts.kill_host(relay_host, None, sig="STOP")  # (frozen: it forwards nothing)
+        job.inject(signal.SIGKILL, st["ranks"][3], "sigkill")  # ftrt-h1's trainer
+        job.wait_status(lambda s: s["failure_sent_epoch"] == 1, 20)
+        ranks = hosts.kill_host(relay_host, job)  # the FAILURE to the member sits in the relay
+        member_t = next(x["world_rank"] for x in st["ranks"]
+                        if x["host"] == member_host and x["role"] == "trainer")
+        run_to_end(job, hosts, 0, before)
+        relay_joined(job, st, relay_host, member_host)
+        rep = job.load_report()
+        print_failures(rep)
+        line = f"host agent of {member_host}: {FALLBACK}"
+        check(line in job.out, f"the coordinator's log: '{line}'")
+        fl = {f["world_rank"]: f for f in rep["failures"]}
+        lost_t = next(x["world_rank"] for x in ranks if x["role"] == "trainer")
+        check(sorted(fl) == sorted([3] + [x["world_rank"] for x in ranks]) and rep["epoch"] == 1
+              and fl[3]["recovered"] and fl[lost_t]["recovered"],
+              f"trainer world rank 3 (ftrt-h1) and the relay host's ranks failed, the trainers "
+              f"replaced in one epoch ({sorted(fl)}): the member's trainer (world rank "
+              f"{member_t}) was caught up with the FAILURE its relay never forwarded")
         check(same_bytes(job.params, r3), "final parameters byte-identical to the one-host run")
 
 
