@@ -69,6 +69,7 @@ typedef struct ftrt__hlink {
     int via;            /* the relay (link) its fan-outs go through, or -1: directly */
     int nvia;           /* a relay: links whose fan-outs go through it */
     int catch_up;       /* its ranks are to be caught up (its relay was lost; fanout.c) */
+    int via_told;       /* a member: told where its relay listens (RELAY_VIA), once */
 } ftrt__hlink;
 
 typedef struct ftrt__crank {
@@ -312,8 +313,8 @@ void ftrt__coord_multicast(ftrt__coord *c, const int *ws, int n, uint32_t type, 
 /* The relay groups' size from the world's (or FTRT_TEST_RELAY_GROUP). Call once W is set. */
 void ftrt__relay_init(ftrt__coord *c);
 /* Host agent h's RELAY_AT (payload: ftrt__coord_at): a relay's listener is kept and its
- * group's host agents told (RELAY_VIA); a member is told where its relay listens. Returns 0 or
- * FTRT_EPROTO (a bad port). */
+ * group's host agents told (RELAY_VIA); a member is told where its relay listens (each member
+ * once). Returns 0 or FTRT_EPROTO (a bad port). */
 int ftrt__relay_on_at(ftrt__coord *c, int h, const void *payload);
 /* Relay h's RELAY_PEER (payload: ftrt__relay_peer): a member's fan-outs go through h from now
  * on (up 1), or directly again (up 0: RELAY_VIA port 0 and its ranks caught up). Returns 0 or

@@ -53,6 +53,11 @@ static int relay_ready(const ftrt__coord *c, int lead)
 static void send_via(ftrt__coord *c, int h, const ftrt__coord_at *at)
 {
     if (c->hl[h].fd < 0) return;
+    if (at->port > 0) { /* once: a second RELAY_VIA would make it reconnect, and its first
+                         * connection's close, reported by the relay, end its membership */
+        if (c->hl[h].via_told) return;
+        c->hl[h].via_told = 1;
+    }
     int rc = ftrt__msg_send(c->hl[h].fd, FTRT__MSG_RELAY_VIA, at, sizeof *at);
     if (rc) ftrt_log_debug("RELAY_VIA to host agent %d failed: %s", h, ftrt_strerror(rc));
 }
@@ -109,6 +114,9 @@ int ftrt__relay_on_peer(ftrt__coord *c, int h, const void *payload)
         if (rp.up && l->via < 0) {
             l->via = h;
             c->hl[h].nvia++;
+            ftrt_log_info("host agent of %s (in world rank %d): fan-outs through the relay of %s "
+                          "(in world rank %d)", l->host, l->agent_w, c->hl[h].host,
+                          c->hl[h].agent_w);
         } else if (!rp.up && l->via == h && relay_fall_back(c, m)) {
             c->catch_up_due = 1; /* (ftrt__links_catch_up, at the end of the loop's turn) */
         }

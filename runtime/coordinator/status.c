@@ -192,7 +192,7 @@ static char *put_i(char *o, long long v)
 }
 
 /* Bytes a rank's line takes at most (the host name escaped: 6 bytes a character). */
-#define RANK_LINE_MAX (400 + 6 * FTRT__HOST_MAX)
+#define RANK_LINE_MAX (440 + 6 * FTRT__HOST_MAX)
 
 /* World rank w's entry, one line, formatted by hand (this runs for every rank of the job on
  * the coordinator's loop: snprintf took 8 ms at 16,433 ranks here); returns 1 when the rank
@@ -215,6 +215,12 @@ static int status_rank(sbuf *b, const ftrt__coord *c, int w)
     o = put_s(put_s(put_s(o, ", \"state\": \""), st), "\", \"host_agent\": ");
     /* the world rank of the process its host agent lives in; null: its own connection */
     o = r->link >= 0 && w != c->self ? put_i(o, c->hl[r->link].agent_w) : put_s(o, "null");
+    /* the world rank of the relay whose FANOUT carries its fan-outs; null: sent directly */
+    int relay = r->link < 0 || w == c->self ? -1
+                : c->hl[r->link].via >= 0   ? c->hl[c->hl[r->link].via].agent_w
+                : c->hl[r->link].nvia > 0   ? c->hl[r->link].agent_w
+                                            : -1;
+    o = relay >= 0 ? put_i(put_s(o, ", \"relay\": "), relay) : put_s(o, ", \"relay\": null");
     o = put_s(o, w + 1 < c->W ? "},\n" : "}\n");
     *o = '\0';
     b->n = (size_t)(o - b->p);

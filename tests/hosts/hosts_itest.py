@@ -73,6 +73,19 @@ Cases:
              the coordinator declares it failed (heartbeat timeout) and the new agent fences it
              (SIGKILL through its pidfd) while the job runs; world rank 5 takes its place.
              Two failures, both recovered, byte-identical (steps of 40 ms: the job outlasts both)
+  relaykill  relay groups among the host agents (FTRT_TEST_RELAY_GROUP=2; by default there are
+             none below about 2,000 processes): 1 + 3 trainers + 2 spares placed round-robin
+             (--map-by node: ftrt-h1 world ranks 0 and 3, ftrt-h2 1 and 4, ftrt-h3 2 and 5),
+             the host agents of ftrt-h2 and ftrt-h3 in the spares' processes (4, 5;
+             FTRT_TEST_AGENT_LATE_RANKS); the first of them to join is the relay, the other its
+             member, confirmed in the status file ("relay") before the fault. The member's
+             trainer SIGKILLed: its FAILURE and PLAN reach the member's host through the relay
+             (no fallback to direct sends is logged), recovered in place by a spare,
+             byte-identical
+  relayhostkill  the same arrangement; every process of the RELAY's host SIGKILLed (its trainer
+             and the spare its host agent lives in): the member falls back to direct fan-outs
+             and is caught up (the coordinator's log says so), the lost trainer is replaced by
+             the member's spare, byte-identical
 Each case prints "measured:" lines: the exit after the last rank's exit, MTTD and MTTR.
 Exit 0 = pass, 1 = fail, 77 = skipped.
 """
@@ -643,6 +656,172 @@ def case_hoststagger(args):
               "the host's second death joined the recovery of its first: one epoch")
         check(all(f["cause"] == "host_lost" and f["host"] == "ftrt-h2" for f in fl),
               "the report names the cause: host ftrt-h2 lost")
+        check(same_bytes(job.params, r3), "final parameters byte-identical to the one-host run")
+
+
+def relay_job(args, hosts, name, np_=6):
+    """1 + 3 trainers + 2 spares, one rank a host in turn (ftrt-h1: world 0, 3; ftrt-h2: 1, 4;
+    ftrt-h3: 2, 5), relay groups of 2 host agents, the host agents in the spares' processes.
+    Started; returns (job, the status once the relay group formed, the relay's host, the
+    member's host)."""
+    opts = hosts.mpirun_opts()
+    if "--map-by" in opts:  # (Open MPI 5's options place by slot)
+        del opts[opts.index("--map-by"):opts.index("--map-by") + 2]
+    job = h.train_job(os.path.join(args.work, name), args.bin, np_, spares=np_ - 4,
+                      heartbeat_timeout_ms=HB_TIMEOUT_MS, mpirun_opts=opts + ["--map-by", "node"])
+    job.env.update(FTRT_TEST_RELAY_GROUP="2", FTRT_TEST_AGENT_LATE_RANKS=str((1 << 1) | (1 << 2)),
+                   FTRT_LOG="info")  # (the coordinator says when a member joins its relay)
+    job.start()
+    job.wait_trainer(1, 2, 40)
+
+    def formed(s):
+        r = s["ranks"]
+        return (all(r[w]["host_agent"] in (4, 5) and r[w]["relay"] in (4, 5) for w in (1, 2, 4, 5))
+                and r[4]["relay"] == r[5]["relay"])
+    st = job.wait_status(formed, 20)
+    r = st["ranks"]
+    check([x["host"] for x in r] == (["ftrt-h1", "ftrt-h2", "ftrt-h3"] * 3)[:len(r)]
+          and [x["role"] for x in r[1:]] == ["trainer"] * 3 + ["spare"] * (len(r) - 4),
+          "trainers world 1 (ftrt-h2), 2 (ftrt-h3), 3 (ftrt-h1); spares 4 (ftrt-h2), 5 (ftrt-h3)")
+    check(r[1]["host_agent"] == r[4]["host_agent"] == 4 and r[2]["host_agent"] == r[5]["host_agent"]
+          == 5 and r[3]["host_agent"] is None and r[3]["relay"] is None,
+          "ftrt-h2's and ftrt-h3's host agents live in the spares (4, 5); ftrt-h1's trainer is "
+          "direct")
+    relay = r[4]["relay"]
+    member = 9 - relay
+    check(r[1]["relay"] == r[2]["relay"] == relay,
+          f"one relay group: the host agent in world rank {relay} ({r[relay]['host']}) relays the "
+          f"fan-outs of its own host and of world rank {member}'s ({r[member]['host']})")
+    print(f"  relay: {r[relay]['host']} (world rank {relay}); member: {r[member]['host']}",
+          flush=True)
+    return job, st, r[relay]["host"], r[member]["host"]
+
+
+def relay_joined(job, st, relay_host, member_host):
+    """Checks (once the job ended) that the coordinator logged the member's joining its relay."""
+    relay, member = (next(x["world_rank"] for x in st["ranks"]
+                          if x["host"] == host and x["role"] == "spare")
+                     for host in (relay_host, member_host))
+    line = (f"host agent of {member_host} (in world rank {member}): fan-outs through the relay "
+            f"of {relay_host} (in world rank {relay})")
+    check(line in job.out, f"the coordinator's log: '{line}'")
+
+
+FALLBACK = "fan-outs go to it directly from now on (its relay is lost)"
+
+
+@h.case(CASES, fixture="required")
+def case_relaykill(args):
+    r4 = need_reference(args, 4)
+    with h.Hosts(4, 2) as hosts:
+        before = sessions(hosts)
+        hf = os.path.join(args.work, "relaykill.hostfile")
+        os.makedirs(args.work, exist_ok=True)
+        with open(hf, "w") as f:
+            f.write("ftrt-h1 slots=1\nftrt-h2 slots=2\nftrt-h3 slots=2\nftrt-h4 slots=1\n")
+        job = hosts_job(args, hosts, "relaykill", spares=1, hostfile=hf)
+        # one relay group of the three host agents (ftrt-h2's in world rank 1, ftrt-h3's in 3)
+        job.env.update(FTRT_TEST_RELAY_GROUP="3", FTRT_TEST_AGENT_LATE_RANKS=str((1 << 2) | (1 << 4)),
+                       FTRT_LOG="info")  # (the coordinator says when a member joins its relay)
+        job.start()
+        job.wait_trainer(1, 2, 40)
+        agents = {"ftrt-h2": 1, "ftrt-h3": 3, "ftrt-h4": 5}
+
+        def formed(s):
+            r = s["ranks"]
+            return all(r[w]["host_agent"] == agents[r[w]["host"]] and r[w]["relay"] is not None
+                       for w in range(1, 6)) and len({r[w]["relay"] for w in range(1, 6)}) == 1
+        st = job.wait_status(formed, 20)
+        r = st["ranks"]
+        check([x["host"] for x in r] == ["ftrt-h1"] + ["ftrt-h2"] * 2 + ["ftrt-h3"] * 2 + ["ftrt-h4"]
+              and [x["role"] for x in r[1:]] == ["trainer"] * 4 + ["spare"],
+              "trainers world 1, 2 (ftrt-h2), 3, 4 (ftrt-h3); the spare 5 (ftrt-h4)")
+        relay = r[1]["relay"]
+        members = [hst for hst, a in agents.items() if a != relay]
+        check(relay in agents.values(), f"one relay group: the host agent in world rank {relay} "
+              f"({r[relay]['host']}) relays every fan-out to the ranks of ftrt-h2, -h3 and -h4")
+        member = next(m for m in members if m != "ftrt-h4")  # (a member with two trainers)
+        victim = r[agents[member] + 1]  # the trainer whose process holds no host agent
+        other = agents[member]
+        print(f"  relay: {r[relay]['host']} (world rank {relay}); members {members}", flush=True)
+        job.inject(signal.SIGKILL, victim, "sigkill")
+        st = job.wait_status(lambda s: s["epoch"] == 1 and s["job"] == "running"
+                             and s["ranks"][5]["role"] == "trainer"
+                             and s["ranks"][5]["state"] == "running", 20)
+        check(st["ranks"][other]["relay"] == relay and st["ranks"][other]["state"] == "running",
+              f"after the recovery, world rank {other} ({member}) still gets its fan-outs through "
+              f"the relay in world rank {relay}")
+        run_to_end(job, hosts, 0, before)
+        for m in members:
+            line = (f"host agent of {m} (in world rank {agents[m]}): fan-outs through the relay "
+                    f"of {r[relay]['host']} (in world rank {relay})")
+            check(line in job.out, f"the coordinator's log: '{line}'")
+        rep = job.load_report()
+        print_failures(rep)
+        fl = rep["failures"]
+        check(len(fl) == 1 and fl[0]["world_rank"] == victim["world_rank"] and fl[0]["recovered"]
+              and fl[0]["kind"] == "connection_lost" and fl[0]["spare_world_rank"] == 5,
+              f"one failure: world rank {victim['world_rank']} ({member}), connection lost, "
+              f"recovered by the spare (ftrt-h4)")
+        check(FALLBACK not in job.out, f"no fallback to direct fan-outs: world rank {other}, the "
+              f"survivor of {member}, had its FAILURE and PLAN through the relay")
+        check(same_bytes(job.params, r4), "final parameters byte-identical to the one-host run")
+
+
+@h.case(CASES, fixture="required")
+def case_relayhostkill(args):
+    r3 = need_reference(args, 3)
+    with h.Hosts(3, 2) as hosts:
+        before = sessions(hosts)
+        job, st, relay_host, member_host = relay_job(args, hosts, "relayhostkill")
+        ranks = hosts.kill_host(relay_host, job)
+        trainer_w = next(x["world_rank"] for x in ranks if x["role"] == "trainer")
+        spare_w = next(x["world_rank"] for x in st["ranks"]
+                       if x["host"] == member_host and x["role"] == "spare")
+        run_to_end(job, hosts, 0, before)
+        relay_joined(job, st, relay_host, member_host)
+        rep = job.load_report()
+        print_failures(rep)
+        line = f"host agent of {member_host}: {FALLBACK}"
+        check(line in job.out, f"the coordinator's log: '{line}'")
+        fl = {f["world_rank"]: f for f in rep["failures"]}
+        t = fl.get(trainer_w)
+        check(t is not None and t["recovered"] and t["cause"] == "host_lost"
+              and t["host"] == relay_host and t["spare_world_rank"] == spare_w,
+              f"the relay host's trainer (world rank {trainer_w}) lost with {relay_host} and "
+              f"replaced by the member's spare (world rank {spare_w}, {member_host})")
+        check(sorted(fl) == sorted(x["world_rank"] for x in ranks) and rep["epoch"] == 1,
+              f"the relay host's ranks, and only they, failed, in one epoch ({sorted(fl)})")
+        check(same_bytes(job.params, r3), "final parameters byte-identical to the one-host run")
+
+
+# Not in ctest yet (listed=False): it hung once under ASan (the relay on ftrt-h2, whose spare the
+# first failure's plan had promoted: the member's trainer never reported), cause not found yet.
+@h.case(CASES, fixture="required", listed=False)
+def case_relaylost(args):
+    r3 = need_reference(args, 3)
+    with h.Hosts(3, 3) as hosts:
+        before = sessions(hosts)
+        job, st, relay_host, member_host = relay_job(args, hosts, "relaylost", np_=7)
+        ranks = hosts.kill_host(relay_host, None, sig="STOP")  # (frozen: it forwards nothing)
+        job.inject(signal.SIGKILL, st["ranks"][3], "sigkill")  # ftrt-h1's trainer
+        job.wait_status(lambda s: s["failure_sent_epoch"] == 1, 20)
+        ranks = hosts.kill_host(relay_host, job)  # the FAILURE to the member sits in the relay
+        member_t = next(x["world_rank"] for x in st["ranks"]
+                        if x["host"] == member_host and x["role"] == "trainer")
+        run_to_end(job, hosts, 0, before)
+        relay_joined(job, st, relay_host, member_host)
+        rep = job.load_report()
+        print_failures(rep)
+        line = f"host agent of {member_host}: {FALLBACK}"
+        check(line in job.out, f"the coordinator's log: '{line}'")
+        fl = {f["world_rank"]: f for f in rep["failures"]}
+        lost_t = next(x["world_rank"] for x in ranks if x["role"] == "trainer")
+        check(sorted(fl) == sorted([3] + [x["world_rank"] for x in ranks]) and rep["epoch"] == 1
+              and fl[3]["recovered"] and fl[lost_t]["recovered"],
+              f"trainer world rank 3 (ftrt-h1) and the relay host's ranks failed, the trainers "
+              f"replaced in one epoch ({sorted(fl)}): the member's trainer (world rank "
+              f"{member_t}) was caught up with the FAILURE its relay never forwarded")
         check(same_bytes(job.params, r3), "final parameters byte-identical to the one-host run")
 
 
