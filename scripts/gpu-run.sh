@@ -25,7 +25,9 @@
 #   --only: run these steps after configure and build (which always run: a reused build tree
 #   makes them quick), e.g. a second call for the steps the first one had no time left for.
 #   Steps: ctest-gpu memcheck device-gpu memcheck-device chaos-kill-gpu torch-gpu mpi-kit
-#   overlap-1trainer overlap-2trainers-1gpu.
+#   overlap-1trainer overlap-2trainers-1gpu; and coord-scale, run only when --only names it
+#   (bench/coord_scale.py at 16,384 and 131,072 simulated ranks on the machine's cores: a call
+#   of its own, --budget 590).
 # NCCL: $NCCL_HOME if set, else the CUDA toolkit's, else PyTorch's wheel (site-packages/nvidia).
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -38,6 +40,9 @@ only=
 all_steps=" ctest-gpu memcheck device-gpu memcheck-device chaos-kill-gpu torch-gpu mpi-kit
   overlap-1trainer overlap-2trainers-1gpu "
 all_steps=${all_steps//$'\n'/}
+# Steps run only when --only names them (CPU work that needs the GPU machine's 16 cores, not its
+# GPU: a call of its own, after the GPU steps).
+opt_steps=" coord-scale "
 bad() { echo "gpu-run: $* (see scripts/gpu-run.sh --help)" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -51,10 +56,11 @@ while [ $# -gt 0 ]; do
     --arch) [[ $2 =~ ^[0-9]+$ ]] || bad "--arch: expected a CUDA architecture (90), got '$2'"
             arch=$2; shift 2 ;;
     --only) for x in ${2//,/ }; do
-              [[ $all_steps == *" $x "* ]] || bad "--only: no step '$x' (steps:$all_steps)"
+              [[ $all_steps$opt_steps == *" $x "* ]] ||
+                bad "--only: no step '$x' (steps:$all_steps$opt_steps)"
             done
             only=" ${2//,/ } "; shift 2 ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) bad "unknown argument $1" ;;
   esac
 done
@@ -75,6 +81,9 @@ say() { echo "gpu-run: $*"; }
 n=0
 step() {
   local name=$1 max=$2; shift 2
+  if [[ $opt_steps == *" $name "* ]] && [[ $only != *" $name "* ]]; then
+    return 1 # (opt-in: not even listed unless --only names it)
+  fi
   if [ -n "$only" ] && [[ $all_steps == *" $name "* ]] && [[ $only != *" $name "* ]]; then
     not_run "$name" absent "not in --only"
     return 1
@@ -331,6 +340,13 @@ if [ $built = 1 ]; then
       bash -c 'export NCCL_HOSTID=ftrt-gpu-run-rank$OMPI_COMM_WORLD_RANK; exec "$@"' _ \
       "$bench" --grad-mib 100 --steps 10
     unset FTRT_SPARES NCCL_DEBUG NCCL_DEBUG_SUBSYS NCCL_DEBUG_FILE
+  fi
+  # Issue 22's coordinator at scale on this machine's cores (no GPU involved): 16,384 and
+  # 131,072 simulated ranks, 8 per host agent, relay groups on (the default at these sizes).
+  if [[ $only == *" coord-scale "* ]]; then
+    step coord-scale 560 env TMPDIR="${TMPDIR:-/tmp}" python3 "$repo/bench/coord_scale.py" \
+      --after "$build/bench/coord_load" --per-host 8 --hosts-only --kills 20 --silents 1 \
+      --commits 3 --host-kills 1 --host-silents 1 16384 131072
   fi
 else
   for s in $all_steps; do not_run $s not_run "no build"; done
