@@ -21,7 +21,7 @@ void ftrt__job_start(ftrt__coord *c)
                                          links);
     for (int w = 1; w < c->W; w++) {
         ftrt__crank *r = &c->r[w];
-        r->role = w <= c->N ? FTRT__ROLE_TRAINER : FTRT__ROLE_SPARE;
+        ftrt__rank_set_role(c, w, w <= c->N ? FTRT__ROLE_TRAINER : FTRT__ROLE_SPARE);
         r->logical = w <= c->N ? w - 1 : -1;
         ftrt__welcome m = {.role = r->role, .logical_rank = r->logical, .ntrainers = c->N,
                            .heartbeat_ms = c->hb_ms};
@@ -37,12 +37,7 @@ void ftrt__job_start(ftrt__coord *c)
     ftrt_log_info("job started: %d trainers, %d spare(s)", c->N, c->W - 1 - c->N);
 }
 
-int ftrt__live_spares(const ftrt__coord *c)
-{
-    int n = 0;
-    for (int w = 1; w < c->W; w++) n += c->r[w].role == FTRT__ROLE_SPARE;
-    return n;
-}
+int ftrt__live_spares(const ftrt__coord *c) { return c->ix.nspares; }
 
 void ftrt__job_abort(ftrt__coord *c, int code, const char *why)
 {
