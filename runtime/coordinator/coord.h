@@ -135,8 +135,8 @@ typedef struct ftrt__crank {
     double sdc_agreed_t; /* monotonic: arrival of its fingerprint of the last agreed step */
     /* its place in the index (rankidx.c): its host (index into c->ix.hosts, -1: none yet), its
      * neighbours in the spare list (0: none), whether an incident names it, and what it adds
-     * to its host's counters now */
-    int ix_host, ix_prev, ix_next;
+     * to its host's counters now; the logical ranks whose member it is (c->members) */
+    int ix_host, ix_prev, ix_next, ix_member;
     unsigned char ix_spare, ix_named, ix_failed, ix_cnamed;
 } ftrt__crank;
 
@@ -148,8 +148,9 @@ typedef struct ftrt__rankidx_host {
 } ftrt__rankidx_host;
 
 /* The index itself: the hosts (cap = W + 1 of them) behind a hash table of nslot slots (host
- * ids, -1 empty), the spare list (world ranks, ascending; 0 = none) and the running maximum of
- * the ranks' steps (steps_at_most ranks at it; steps_ok 0: stale, recomputed when asked). */
+ * ids, -1 empty), the spare list (world ranks, ascending; 0 = none), the running maximum of
+ * the ranks' steps (steps_at_most ranks at it; steps_ok 0: stale, recomputed when asked) and
+ * the members (logical ranks) whose world rank said BYE. */
 typedef struct ftrt__rankidx {
     ftrt__rankidx_host *hosts;
     int nhosts, cap;
@@ -158,6 +159,7 @@ typedef struct ftrt__rankidx {
     int spare_head, spare_tail, nspares;
     int64_t steps_most;
     int steps_at_most, steps_ok;
+    int nbye_members;
 } ftrt__rankidx;
 
 /* Where a recovery took the resume step's state from (the report's "state_from"). */
@@ -356,6 +358,10 @@ void ftrt__rank_set_steps(ftrt__coord *c, int w, int64_t steps);
 int64_t ftrt__steps_most(ftrt__coord *c);
 /* 1 while that maximum is stale (the periodic work then recomputes it off a failure's path). */
 int ftrt__rankidx_stale(const ftrt__coord *c);
+/* Logical rank l's member is world rank w from now on (c->members[l] = w). O(1). */
+void ftrt__member_set(ftrt__coord *c, int l, int w);
+/* World rank w said BYE (r[w].said_bye = 1). O(1). */
+void ftrt__rank_said_bye(ftrt__coord *c, int w);
 
 /* ---- conn.c: connections, sends, the silence watch, PINGs, the listener ---- */
 /* Sends one message to world rank w: on its own connection, or through its host agent (a
@@ -510,7 +516,7 @@ void ftrt__job_abort(ftrt__coord *c, int code, const char *why);
  * with its own connection (its host agent was lost) cannot be fenced from here. Called before
  * w is dropped (the drop forgets its host agent). */
 void ftrt__job_fence(ftrt__coord *c, int w);
-/* 1 once a member said BYE (the job is finishing: no recovery is possible any more). */
+/* 1 once a member said BYE (the job is finishing: no recovery is possible any more). O(1). */
 int ftrt__job_finishing(const ftrt__coord *c);
 /* Hot spares still in the pool (world ranks >= 1 of role spare). O(1). */
 int ftrt__live_spares(const ftrt__coord *c);

@@ -29,7 +29,7 @@ void ftrt__job_start(ftrt__coord *c)
         ftrt__fanout_pump(c, w);
     }
     for (int l = 0; l < c->N; l++) {
-        c->members[l] = l + 1;
+        ftrt__member_set(c, l, l + 1);
         c->r[l + 1].last_change = ftrt__now();
     }
     c->phase = PH_RUNNING;
@@ -67,12 +67,7 @@ void ftrt__job_fence(ftrt__coord *c, int w)
         ftrt_log_warn("world rank %d (pid %d, %s): its host agent fences it", w, r->pid, r->host);
 }
 
-int ftrt__job_finishing(const ftrt__coord *c)
-{
-    for (int l = 0; l < c->N; l++)
-        if (c->r[c->members[l]].said_bye) return 1;
-    return 0;
-}
+int ftrt__job_finishing(const ftrt__coord *c) { return c->ix.nbye_members > 0; }
 
 static int all_done(const ftrt__coord *c)
 {

@@ -1,19 +1,21 @@
 /*
- * rankidx.c - state the coordinator keeps up to date as ranks say HELLO, change role and send
- * heartbeats, so that a failure's handling (failure.c) reads it in O(1) or O(spares) instead of
- * scanning the world (docs/detection-and-recovery.md "Failure detection"; three scans of W
- * ranks before the first FAILURE were measured in docs/benchmarks.md "Coordinator at 131,072
- * simulated ranks"):
+ * rankidx.c - state the coordinator keeps up to date as ranks say HELLO, change role, send
+ * heartbeats and say BYE, so that a failure's handling (failure.c) reads it in O(1) or
+ * O(spares) instead of scanning the world (docs/detection-and-recovery.md "Failure
+ * detection"; the four scans it replaced before the first FAILURE are measured in
+ * docs/benchmarks.md "Coordinator at 131,072 simulated ranks"):
  *
  *  - the hosts: every distinct host name (an open-addressing hash table), with per host the
  *    ranks on it, those of them failed, and those failed and named by an incident;
  *  - the hot spares: a list of the world ranks >= 1 whose role is spare, in ascending order;
  *  - the most steps any rank >= 1 reported: a running maximum with the count of ranks at it,
  *    marked stale when the last of them goes below it (a rollback) and then recomputed once
- *    (O(W)), by the periodic work or by the next incident.
+ *    (O(W)), by the periodic work or by the next incident;
+ *  - the members (logical ranks) whose world rank said BYE: the job is finishing.
  *
- * Whoever writes a rank's host, role or steps does it through these functions; a bulk change
- * (the state a standby restores) calls ftrt__rankidx_rebuild. Only the coordinator's thread.
+ * Whoever writes a rank's host, role, steps, BYE or a logical rank's member does it through
+ * these functions; a bulk change (the state a standby restores) calls ftrt__rankidx_rebuild.
+ * Only the coordinator's thread.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -138,6 +140,12 @@ void ftrt__rankidx_rebuild(ftrt__coord *c)
     for (int i = 0; i < c->ninc; i++)
         if (c->inc[i].world_rank >= 1 && c->inc[i].world_rank < c->W)
             c->r[c->inc[i].world_rank].ix_named = 1;
+    for (int w = 0; w < c->W; w++) c->r[w].ix_member = 0;
+    x->nbye_members = 0;
+    for (int l = 0; c->members && l < c->N; l++) {
+        c->r[c->members[l]].ix_member++;
+        x->nbye_members += c->r[c->members[l]].said_bye != 0;
+    }
     for (int w = 0; w < c->W; w++) host_join(c, w); /* (W + 1 places: never full here) */
 }
 
@@ -224,3 +232,19 @@ int64_t ftrt__steps_most(ftrt__coord *c)
 }
 
 int ftrt__rankidx_stale(const ftrt__coord *c) { return !c->ix.steps_ok; }
+
+void ftrt__member_set(ftrt__coord *c, int l, int w)
+{
+    ftrt__crank *old = &c->r[c->members[l]];
+    old->ix_member--;
+    c->ix.nbye_members -= old->said_bye != 0;
+    c->members[l] = w;
+    c->r[w].ix_member++;
+    c->ix.nbye_members += c->r[w].said_bye != 0;
+}
+
+void ftrt__rank_said_bye(ftrt__coord *c, int w)
+{
+    if (!c->r[w].said_bye) c->ix.nbye_members += c->r[w].ix_member;
+    c->r[w].said_bye = 1;
+}

@@ -133,7 +133,7 @@ static void judge_bye(ftrt__coord *c, int w, const ftrt__crank *r)
 static void take_bye(ftrt__coord *c, int w, const ftrt__bye *bye)
 {
     ftrt__crank *r = &c->r[w];
-    r->said_bye = 1;
+    ftrt__rank_said_bye(c, w);
     ftrt__silence_remove(c, w); /* a rank that said goodbye is not watched for silence */
     c->maybe_done = 1;
     r->bye = *bye;

@@ -1,9 +1,10 @@
 /*
  * Unit tests: the coordinator's index of hosts, spares and the most steps
  * (runtime/coordinator/rankidx.c), against the scans of the world it replaced in failure.c
- * (kept here as the reference): after every step of a random sequence of HELLOs (host names,
- * some changed), role changes, incidents, heartbeats that go forward and back (rollbacks) and
- * rebuilds, each answer of the index equals the scan's, for every rank.
+ * and job.c (kept here as the reference): after every step of a random sequence of HELLOs (host
+ * names, some changed), role changes, incidents, heartbeats that go forward and back
+ * (rollbacks), BYEs, members replaced and rebuilds, each answer of the index equals the scan's,
+ * for every rank.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -62,6 +63,13 @@ static int scan_pick_spare(const ftrt__coord *c, const char *h)
     return best;
 }
 
+static int scan_finishing(const ftrt__coord *c)
+{
+    for (int l = 0; l < c->N; l++)
+        if (c->r[c->members[l]].said_bye) return 1;
+    return 0;
+}
+
 /* pick_spare as failure.c has it now, over the index. */
 static int index_pick_spare(const ftrt__coord *c, int w)
 {
@@ -83,8 +91,11 @@ static void world_open(ftrt__coord *c, int W)
 {
     memset(c, 0, sizeof *c);
     c->W = W;
+    c->N = W / 2;
     c->r = calloc((size_t)W, sizeof *c->r);
+    c->members = calloc((size_t)(c->N > 0 ? c->N : 1), sizeof *c->members);
     assert_non_null(c->r);
+    assert_non_null(c->members);
     assert_int_equal(ftrt__rankidx_alloc(c), 0);
 }
 
@@ -92,6 +103,7 @@ static void world_close(ftrt__coord *c)
 {
     ftrt__rankidx_free(c);
     free(c->r);
+    free(c->members);
     free(c->inc);
 }
 
@@ -108,6 +120,7 @@ static void add_incident(ftrt__coord *c, int w)
 static void check_all(ftrt__coord *c)
 {
     assert_int_equal(ftrt__steps_most(c), scan_most(c));
+    assert_int_equal(ftrt__job_finishing(c), scan_finishing(c));
     int spares = 0;
     for (int x = 1; x < c->W; x++) spares += c->r[x].role == FTRT__ROLE_SPARE;
     assert_int_equal(ftrt__live_spares(c), spares);
@@ -128,7 +141,8 @@ static void check_all(ftrt__coord *c)
 static const int roles[] = {FTRT__ROLE_TRAINER, FTRT__ROLE_SPARE, FTRT__ROLE_FAILED};
 
 /* One random change: a HELLO (a host of a few, sometimes a new name), a role, an incident, a
- * heartbeat forward, a rollback of several ranks, the standby, or a rebuild. */
+ * heartbeat forward, a rollback of several ranks, a member replaced, a BYE, the standby, or a
+ * rebuild. */
 static void random_step(ftrt__coord *c, unsigned *seed)
 {
     int w = 1 + rand_r(seed) % (c->W - 1), op = rand_r(seed) % 100;
@@ -142,6 +156,10 @@ static void random_step(ftrt__coord *c, unsigned *seed)
         add_incident(c, rand_r(seed) % 4 ? w : -1);
     } else if (op < 85) {
         ftrt__rank_set_steps(c, w, c->r[w].steps_done + rand_r(seed) % 3);
+    } else if (op < 88 && c->N > 0) {
+        ftrt__member_set(c, rand_r(seed) % c->N, w);
+    } else if (op < 89) {
+        ftrt__rank_said_bye(c, w);
     } else if (op < 95) {
         int64_t back = rand_r(seed) % 5;
         for (int x = 1; x < c->W; x++)
