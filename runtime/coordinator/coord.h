@@ -3,7 +3,8 @@
  * runtime/coordinator/).
  *
  * The files, each calling only those listed before it (tools/check-layers refuses object
- * cycles): rankidx.c (the hosts, the spares and the most steps, kept up to date), conn.c (connections, sends, the silence watch, PINGs, the listener), job.c (the
+ * cycles): rankidx.c (the hosts, the spares, the most steps and the members' BYEs, kept up to
+ * date), conn.c (connections, sends, the silence watch, PINGs, the listener), job.c (the
  * job's start, end and abort, fencing), standby.c (the standby coordinator: appointment, SYNC,
  * the term file), commits.c (checkpoint commits), epoch.c (the epoch change: FAILURE out,
  * REPORTs in, PLAN out, RESUMEDs in), failure.c (a rank declared failed: the incident, host
@@ -286,7 +287,7 @@ typedef struct ftrt__coord {
     struct ftrt__committer *committer; /* commits run off the loop (committer.h) */
     int64_t commit_submitted;  /* highest step handed to the committer, or -1 */
     ftrt__coord_scratch s;     /* scratch arrays of W entries */
-    ftrt__rankidx ix;          /* hosts, spares, the most steps (rankidx.c) */
+    ftrt__rankidx ix;          /* hosts, spares, the most steps, BYEs (rankidx.c) */
     /* the standby coordinator (standby.c, takeover.c; docs/detection-and-recovery.md
      * "Standby coordinator") */
     int self;                  /* this coordinator's world rank: 0, or the standby that took over */
@@ -325,7 +326,7 @@ enum { FTRT__KEY_LISTEN = 1, FTRT__KEY_PENDING = 2, FTRT__KEY_RANK = 3, FTRT__KE
        FTRT__KEY_HOST = 5 };
 #define FTRT__KEY(kind, i) (((uint64_t)(kind) << 32) | (uint32_t)(i))
 
-/* ---- rankidx.c: the hosts, the spares and the most steps, kept up to date ---- */
+/* ---- rankidx.c: the hosts, the spares, the most steps and the members' BYEs, kept up to date */
 /* Allocates the index for c->W ranks (c->r allocated, every host "") and builds it. Returns 0
  * or -ENOMEM (ftrt__rankidx_free frees what was made). */
 int ftrt__rankidx_alloc(ftrt__coord *c);

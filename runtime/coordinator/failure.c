@@ -63,9 +63,9 @@ ftrt__incident *ftrt__incident_add(ftrt__coord *c, int w, int kind)
  * another is left; one on another host where the choice exists (a host that lost a rank may be
  * losing the rest), and among those one on a host that lost none (a failed rank an incident
  * names); ties go to the lowest world rank. -1 when no spare is left. O(spares): the spare list
- * and the hosts' counters are kept up to date (rankidx.c; the scans of the world they replace
- * took 0.35 to 1.5 ms of a FAILURE's delay at 16,384 ranks, docs/benchmarks.md "Coordinator at
- * 131,072 simulated ranks"). */
+ * and the hosts' counters are kept up to date (rankidx.c; with the other scans of the world a
+ * failure's handling made, they took 0.6 to 2.2 ms of a FAILURE's delay at 16,384 ranks,
+ * docs/benchmarks.md "Coordinator at 131,072 simulated ranks"). */
 static int pick_spare(const ftrt__coord *c, int w)
 {
     int best = -1, best_score = -1, h = c->r[w].ix_host;
