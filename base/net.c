@@ -81,7 +81,11 @@ int ftrt__listen(const char *addr, char *addr_out, size_t cap, int *port)
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     socklen_t sl = sizeof sa;
-    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) || listen(fd, 512) ||
+    /* The largest accept queue the kernel allows (net.core.somaxconn): thousands of host agents
+     * connect at a job's start, and one whose handshake finds the queue full is dropped by the
+     * kernel, unseen by the coordinator (docs/benchmarks.md "Coordinator at 131,072 simulated
+     * ranks"). */
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) || listen(fd, SOMAXCONN) ||
         getsockname(fd, (struct sockaddr *)&sa, &sl)) {
         int e = -errno;
         ftrt_log_error("cannot listen on %s: %s", a, strerror(-e));

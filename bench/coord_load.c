@@ -41,7 +41,9 @@
  * Output: human lines, then one "RESULT key=value ..." line (bench/coord_scale.py reads it).
  * Exit status 0 when the run completed with no false positive and every trial observed, 1
  * otherwise, 2 on a usage or setup error. Each of its two processes needs RLIMIT_NOFILE for about
- * N + S + 64 files: it raises the limit (beyond the hard limit with CAP_SYS_RESOURCE).
+ * N + S + 512 files, with --per-host 4 per simulated host + 512 (the host agent's connection,
+ * its relay listener, both ends of its connection to its relay; 1 per host with --no-relays):
+ * it raises the limit (beyond the hard limit with CAP_SYS_RESOURCE).
  *
  * Usage: coord_load [-n trainers] [-s spares] [--steady s] [--kills k] [--silents q]
  *                   [--commits c] [--threads t] [--hb-ms ms] [--timeout-ms ms] [--step-ms ms]
@@ -1407,6 +1409,27 @@ static int say_hello(int fd, int u)
 #endif
 }
 
+/* Waits up to timeout_s for the status file at path to say the job is running (the next trial
+ * must not find a recovery in flight: a failure then aborts the job). Returns 1 once it does,
+ * 0 on timeout or a job that ended. */
+static int status_running(const char *path, double timeout_s)
+{
+    double deadline = ftrt__now() + timeout_s;
+    do {
+        char head[256] = "";
+        FILE *f = fopen(path, "r");
+        if (f) {
+            size_t n = fread(head, 1, sizeof head - 1, f);
+            head[n] = 0;
+            fclose(f);
+        }
+        if (strstr(head, "\"job\": \"running\"")) return 1;
+        if (strstr(head, "\"job\": \"failed\"") || strstr(head, "\"job\": \"finished\"")) return 0;
+        usleep(20000);
+    } while (ftrt__now() < deadline);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (parse(argc, argv)) return 2;
@@ -1416,15 +1439,17 @@ int main(int argc, char **argv)
     hb_s = opt_hb_ms / 1000.0;
     signal(SIGPIPE, SIG_IGN);
 
-    /* Each process (this one, the coordinator's) holds about W connections. */
+    /* Each process (this one, the coordinator's) holds about W connections, or 4 per host (1
+     * without relays: see the file's header). */
     struct rlimit cur;
     getrlimit(RLIMIT_NOFILE, &cur);
-    rlim_t want = (rlim_t)W + 512;
+    rlim_t need = opt_per_host > 0 ? (rlim_t)(host_of(W - 1) + 1) * (opt_no_relays ? 1 : 4) + 64
+                                   : (rlim_t)W + 64, want = need + 448;
     if (cur.rlim_cur < want) {
         struct rlimit rl = {want, cur.rlim_max > want ? cur.rlim_max : want};
         if (setrlimit(RLIMIT_NOFILE, &rl)) { /* without CAP_SYS_RESOURCE: up to the hard limit */
             rl.rlim_cur = rl.rlim_max = cur.rlim_max;
-            if (cur.rlim_max < (rlim_t)W + 64 || setrlimit(RLIMIT_NOFILE, &rl)) {
+            if (cur.rlim_max < need || setrlimit(RLIMIT_NOFILE, &rl)) {
                 fprintf(stderr, "coord_load: cannot raise RLIMIT_NOFILE to %llu (hard limit "
                         "%llu): %s\n", (unsigned long long)want,
                         (unsigned long long)cur.rlim_max, strerror(errno));
@@ -1795,6 +1820,11 @@ int main(int argc, char **argv)
         }
         atomic_store(&trial_open, 0);
         usleep(500000); /* the coordinator takes the RESUMEDs and is back to running */
+        if (!status_running(status, 60.0)) { /* (131,072 RESUMEDs take longer on 2 cores) */
+            fprintf(stderr, "coord_load: trial %d: the coordinator is not back to running\n", tr);
+            fails++;
+            break;
+        }
     }
     double rss_end = proc_mem_mib(coord_pid, "VmRSS"), hwm = proc_mem_mib(coord_pid, "VmHWM");
     double gap_all = 0;

@@ -51,8 +51,7 @@ void ftrt__rank_identify(ftrt__coord *c, int w, const ftrt__hello *hello)
     r->hello = 1;
     r->lost_t = 0;
     r->pid = hello->pid;
-    memcpy(r->host, hello->host, sizeof r->host);
-    r->host[FTRT__HOST_MAX - 1] = 0;
+    ftrt__rank_set_host(c, w, hello->host);
     r->remote = strcmp(r->host, c->a->host) != 0;
     r->last_heard = ftrt__now();
 }

@@ -3,7 +3,8 @@
  * runtime/coordinator/).
  *
  * The files, each calling only those listed before it (tools/check-layers refuses object
- * cycles): conn.c (connections, sends, the silence watch, PINGs, the listener), job.c (the
+ * cycles): rankidx.c (the hosts, the spares, the most steps and the members' BYEs, kept up to
+ * date), conn.c (connections, sends, the silence watch, PINGs, the listener), job.c (the
  * job's start, end and abort, fencing), standby.c (the standby coordinator: appointment, SYNC,
  * the term file), commits.c (checkpoint commits), epoch.c (the epoch change: FAILURE out,
  * REPORTs in, PLAN out, RESUMEDs in), failure.c (a rank declared failed: the incident, host
@@ -134,7 +135,34 @@ typedef struct ftrt__crank {
     ftrt__sdc_fp sdc[FTRT__SDC_KEEP]; /* latest fingerprints (ring, sdc_n written so far) */
     int sdc_n;
     double sdc_agreed_t; /* monotonic: arrival of its fingerprint of the last agreed step */
+    /* its place in the index (rankidx.c): its host (index into c->ix.hosts, -1: none yet), its
+     * neighbours in the spare list (0: none), whether an incident names it, and what it adds
+     * to its host's counters now; the logical ranks whose member it is (c->members) */
+    int ix_host, ix_prev, ix_next, ix_member;
+    unsigned char ix_spare, ix_named, ix_failed, ix_cnamed;
 } ftrt__crank;
+
+/* A host in the coordinator's index (rankidx.c): the ranks whose HELLO named it, how many of
+ * them have failed, and how many of those (world ranks >= 1) an incident names. */
+typedef struct ftrt__rankidx_host {
+    char name[FTRT__HOST_MAX];
+    int nranks, nfailed, nnamed;
+} ftrt__rankidx_host;
+
+/* The index itself: the hosts (cap = W + 1 of them) behind a hash table of nslot slots (host
+ * ids, -1 empty), the spare list (world ranks, ascending; 0 = none), the running maximum of
+ * the ranks' steps (steps_at_most ranks at it; steps_ok 0: stale, recomputed when asked) and
+ * the members (logical ranks) whose world rank said BYE. */
+typedef struct ftrt__rankidx {
+    ftrt__rankidx_host *hosts;
+    int nhosts, cap;
+    int *slot;
+    int nslot;
+    int spare_head, spare_tail, nspares;
+    int64_t steps_most;
+    int steps_at_most, steps_ok;
+    int nbye_members;
+} ftrt__rankidx;
 
 /* Where a recovery took the resume step's state from (the report's "state_from"). */
 enum { FTRT__FROM_PEERS = 0, FTRT__FROM_REPLICA = 1, FTRT__FROM_CHECKPOINT = 2 };
@@ -260,6 +288,7 @@ typedef struct ftrt__coord {
     struct ftrt__committer *committer; /* commits run off the loop (committer.h) */
     int64_t commit_submitted;  /* highest step handed to the committer, or -1 */
     ftrt__coord_scratch s;     /* scratch arrays of W entries */
+    ftrt__rankidx ix;          /* hosts, spares, the most steps, BYEs (rankidx.c) */
     /* the standby coordinator (standby.c, takeover.c; docs/detection-and-recovery.md
      * "Standby coordinator") */
     int self;                  /* this coordinator's world rank: 0, or the standby that took over */
@@ -297,6 +326,44 @@ typedef struct ftrt__coord {
 enum { FTRT__KEY_LISTEN = 1, FTRT__KEY_PENDING = 2, FTRT__KEY_RANK = 3, FTRT__KEY_COMMIT = 4,
        FTRT__KEY_HOST = 5 };
 #define FTRT__KEY(kind, i) (((uint64_t)(kind) << 32) | (uint32_t)(i))
+
+/* ---- rankidx.c: the hosts, the spares, the most steps and the members' BYEs, kept up to date */
+/* Allocates the index for c->W ranks (c->r allocated, every host "") and builds it. Returns 0
+ * or -ENOMEM (ftrt__rankidx_free frees what was made). */
+int ftrt__rankidx_alloc(ftrt__coord *c);
+void ftrt__rankidx_free(ftrt__coord *c);
+/* Builds the index again from c->r[] and c->inc (after a bulk change: a standby's restored
+ * state). O(W + incidents). */
+void ftrt__rankidx_rebuild(ftrt__coord *c);
+/* Writes world rank w's host name (at most FTRT__HOST_MAX - 1 bytes of `host`, which need not
+ * end in NUL within them) and moves it to that host. O(1) expected. */
+void ftrt__rank_set_host(ftrt__coord *c, int w, const char *host);
+/* Writes world rank w's role (FTRT__ROLE_*), its host's failed counters and the spare list
+ * following. O(1), or O(spares) for a spare that joins out of ascending order. */
+void ftrt__rank_set_role(ftrt__coord *c, int w, int role);
+/* An incident names world rank w (>= 1; others ignored). O(1). */
+void ftrt__rank_named(ftrt__coord *c, int w);
+/* 1 when a rank of world rank >= 1 on world rank w's host has failed and an incident names
+ * it, else 0. O(1). */
+int ftrt__host_has_failed(const ftrt__coord *c, int w);
+/* The number of ranks on world rank w's host (world rank 0 included) when every one of them
+ * has failed, else 0. O(1). */
+int ftrt__host_all_failed(const ftrt__coord *c, int w);
+/* The hot spares (world ranks >= 1 of role spare) in ascending order: the first, and the one
+ * after spare w; 0 at the end. O(1). */
+int ftrt__spare_first(const ftrt__coord *c);
+int ftrt__spare_next(const ftrt__coord *c, int w);
+/* Writes world rank w's steps done (heartbeat, BYE) and keeps the maximum. O(1). */
+void ftrt__rank_set_steps(ftrt__coord *c, int w, int64_t steps);
+/* The most steps any world rank >= 1 reported (0 when none is above 0): O(1), O(W) once after
+ * the ranks at the maximum all went back (a rollback). */
+int64_t ftrt__steps_most(ftrt__coord *c);
+/* 1 while that maximum is stale (the periodic work then recomputes it off a failure's path). */
+int ftrt__rankidx_stale(const ftrt__coord *c);
+/* Logical rank l's member is world rank w from now on (c->members[l] = w). O(1). */
+void ftrt__member_set(ftrt__coord *c, int l, int w);
+/* World rank w said BYE (r[w].said_bye = 1). O(1). */
+void ftrt__rank_said_bye(ftrt__coord *c, int w);
 
 /* ---- conn.c: connections, sends, the silence watch, PINGs, the listener ---- */
 /* Sends one message to world rank w: on its own connection, or through its host agent (a
@@ -451,9 +518,9 @@ void ftrt__job_abort(ftrt__coord *c, int code, const char *why);
  * with its own connection (its host agent was lost) cannot be fenced from here. Called before
  * w is dropped (the drop forgets its host agent). */
 void ftrt__job_fence(ftrt__coord *c, int w);
-/* 1 once a member said BYE (the job is finishing: no recovery is possible any more). */
+/* 1 once a member said BYE (the job is finishing: no recovery is possible any more). O(1). */
 int ftrt__job_finishing(const ftrt__coord *c);
-/* Hot spares still in the pool. O(W). */
+/* Hot spares still in the pool (world ranks >= 1 of role spare). O(1). */
 int ftrt__live_spares(const ftrt__coord *c);
 /* The end of the job, checked by the periodic work: every member said BYE or failed (the
  * trainers that said BYE get their FAREWELL, the spares SHUTDOWN, PH_DONE), or an abort whose

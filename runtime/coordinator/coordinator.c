@@ -109,7 +109,8 @@ static int tables_alloc(ftrt__coord *c)
     }
     c->last_commit.step = -1;
     ftrt__relay_init(c);
-    return c->r && c->members && c->hl && c->mc_list && c->mc_cnt && c->mc_off && c->mc_grp
+    int ixrc = c->r ? ftrt__rankidx_alloc(c) : -ENOMEM;
+    return !ixrc && c->r && c->members && c->hl && c->mc_list && c->mc_cnt && c->mc_off && c->mc_grp
                ? 0
                : -ENOMEM;
 }
@@ -131,10 +132,10 @@ static int coord_open(ftrt__coord *c, int listen_fd, uint64_t secret)
     int lrc = ftrt__listener_open(c, listen_fd, count_addrs(a->addr), secret);
     if (lrc) return lrc;
     if (rc || scratch_alloc(&c->s, (size_t)c->W)) return -ENOMEM;
-    c->r[0].role = FTRT__ROLE_COORD;
+    ftrt__rank_set_role(c, 0, FTRT__ROLE_COORD);
     c->r[0].hello = 1;
     c->r[0].pid = (int)getpid();
-    snprintf(c->r[0].host, sizeof c->r[0].host, "%s", a->host);
+    ftrt__rank_set_host(c, 0, a->host);
     int64_t steps[1];
     if (ftrt__ckpt_list(a->cfg->ckpt_dir, steps, 1) > 0) c->last_committed = steps[0];
     committer_open(c);
@@ -247,6 +248,7 @@ static void coord_periodic(ftrt__coord *c, loop_timers *t, double now)
         ftrt__progress_line(c, 0);
         c->progress_printed = now;
     }
+    if (ftrt__rankidx_stale(c)) ftrt__steps_most(c); /* (O(W) once after a rollback) */
     if (ftrt__standby_tick(c, now)) ftrt__commits_release(c, 1);
     ftrt__job_check_end(c, now);
     status_due(c, now);
@@ -311,6 +313,7 @@ static void coord_close(ftrt__coord *c)
     free(c->plan_full);
     free(c->inc);
     scratch_free(&c->s);
+    ftrt__rankidx_free(c);
 }
 
 /* The coordinator's state before coord_open. */

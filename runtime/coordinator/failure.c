@@ -54,35 +54,23 @@ ftrt__incident *ftrt__incident_add(ftrt__coord *c, int w, int kind)
     /* The slot's ledger counts the rank as down from its failure; a corrupted rank computed
      * (and was paid for) until it was fenced. */
     if (w > 0) c->r[w].t_fail_wall = kind == FK_SDC ? i->t_detect_wall : i->t_fail_wall;
-    int64_t most = 0;
-    for (int x = 1; x < c->W; x++)
-        if (c->r[x].steps_done > most) most = c->r[x].steps_done;
-    i->steps_at_failure = most;
+    i->steps_at_failure = ftrt__steps_most(c); /* (kept up to date: rankidx.c) */
+    ftrt__rank_named(c, w);
     return i;
 }
 
-/* 1 when a rank of world rank >= 1 on host h has failed in this job: one of the incidents'
- * ranks, not a scan of the world (pick_spare asks it for every spare: O(W x spares) took 1.4 to
- * 3 ms of a FAILURE's delay at 16,433 ranks, docs/benchmarks.md "the crash MTTD tail"). */
-static int host_has_failed(const ftrt__coord *c, const char *h)
-{
-    for (int i = 0; i < c->ninc; i++) {
-        int x = c->inc[i].world_rank;
-        if (x >= 1 && c->r[x].role == FTRT__ROLE_FAILED && !strcmp(c->r[x].host, h)) return 1;
-    }
-    return 0;
-}
-
-/* The hot spare to promote for a rank that failed on host h: not the standby coordinator while
+/* The hot spare to promote for world rank w, failed: not the standby coordinator while
  * another is left; one on another host where the choice exists (a host that lost a rank may be
- * losing the rest), and among those one on a host that lost none; ties go to the lowest world
- * rank. -1 when no spare is left. */
-static int pick_spare(const ftrt__coord *c, const char *h)
+ * losing the rest), and among those one on a host that lost none (a failed rank an incident
+ * names); ties go to the lowest world rank. -1 when no spare is left. O(spares): the spare list
+ * and the hosts' counters are kept up to date (rankidx.c; with the other scans of the world a
+ * failure's handling made, they took 0.6 to 2.2 ms of a FAILURE's delay at 16,384 ranks,
+ * docs/benchmarks.md "Coordinator at 131,072 simulated ranks"). */
+static int pick_spare(const ftrt__coord *c, int w)
 {
-    int best = -1, best_score = -1;
-    for (int x = 1; x < c->W; x++) {
-        if (c->r[x].role != FTRT__ROLE_SPARE) continue;
-        int score = (strcmp(c->r[x].host, h) != 0) * 2 + !host_has_failed(c, c->r[x].host) +
+    int best = -1, best_score = -1, h = c->r[w].ix_host;
+    for (int x = ftrt__spare_first(c); x; x = ftrt__spare_next(c, x)) {
+        int score = (c->r[x].ix_host != h) * 2 + !ftrt__host_has_failed(c, x) +
                     (x != c->sb_w) * 4; /* the standby coordinator: only when no other is left */
         if (score > best_score) {
             best = x;
@@ -94,16 +82,12 @@ static int pick_spare(const ftrt__coord *c, const char *h)
 
 /* After world rank w failed: when every rank on its host has now failed (and the host held
  * two or more, so that a process crash is not mistaken for a host), the host is lost: its
- * ranks' incidents are marked so, and the log says it once. */
+ * ranks' incidents are marked so, and the log says it once. O(incidents): the host's counters
+ * are kept up to date (rankidx.c; the coordinator's host is never lost: it never fails). */
 static void check_host_lost(ftrt__coord *c, int w)
 {
     const char *h = c->r[w].host;
-    int n = 0;
-    for (int x = 0; x < c->W; x++) {
-        if (strcmp(c->r[x].host, h) != 0) continue;
-        if (c->r[x].role != FTRT__ROLE_FAILED) return; /* the coordinator's host is never lost */
-        n++;
-    }
+    int n = ftrt__host_all_failed(c, w);
     if (n < 2) return;
     int marked = 0;
     for (int i = 0; i < c->ninc; i++)
@@ -134,15 +118,15 @@ static int recoverable(ftrt__coord *c, int w)
 static void replace(ftrt__coord *c, int w, int kind, ftrt__incident *inc)
 {
     ftrt__crank *r = &c->r[w];
-    int spare = pick_spare(c, r->host);
+    int spare = pick_spare(c, w);
     if (spare < 0) {
         ftrt__job_abort(c, FTRT_ENOSPARE, "a trainer failed and no hot spare is left");
         return;
     }
     if (spare == c->sb_w) ftrt__standby_dismiss(c, "it is the last hot spare, promoted");
     int l = r->logical;
-    c->members[l] = spare;
-    c->r[spare].role = FTRT__ROLE_TRAINER;
+    ftrt__member_set(c, l, spare);
+    ftrt__rank_set_role(c, spare, FTRT__ROLE_TRAINER);
     c->r[spare].logical = l;
     c->r[spare].promoting = 1;
     c->npromoting++;
@@ -168,7 +152,7 @@ void ftrt__fail(ftrt__coord *c, int w, int kind)
     ftrt__crank *r = &c->r[w];
     if (r->role == FTRT__ROLE_FAILED || r->role == FTRT__ROLE_COORD) return;
     int old_role = r->role;
-    r->role = FTRT__ROLE_FAILED;
+    ftrt__rank_set_role(c, w, FTRT__ROLE_FAILED);
     c->nfailed++;
     c->maybe_done = 1;
     if (kind != FK_CONNECTION_LOST) ftrt__job_fence(c, w); /* (before the drop: see there) */

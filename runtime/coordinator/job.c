@@ -21,7 +21,7 @@ void ftrt__job_start(ftrt__coord *c)
                                          links);
     for (int w = 1; w < c->W; w++) {
         ftrt__crank *r = &c->r[w];
-        r->role = w <= c->N ? FTRT__ROLE_TRAINER : FTRT__ROLE_SPARE;
+        ftrt__rank_set_role(c, w, w <= c->N ? FTRT__ROLE_TRAINER : FTRT__ROLE_SPARE);
         r->logical = w <= c->N ? w - 1 : -1;
         ftrt__welcome m = {.role = r->role, .logical_rank = r->logical, .ntrainers = c->N,
                            .heartbeat_ms = c->hb_ms};
@@ -29,7 +29,7 @@ void ftrt__job_start(ftrt__coord *c)
         ftrt__fanout_pump(c, w);
     }
     for (int l = 0; l < c->N; l++) {
-        c->members[l] = l + 1;
+        ftrt__member_set(c, l, l + 1);
         c->r[l + 1].last_change = ftrt__now();
     }
     c->phase = PH_RUNNING;
@@ -37,12 +37,7 @@ void ftrt__job_start(ftrt__coord *c)
     ftrt_log_info("job started: %d trainers, %d spare(s)", c->N, c->W - 1 - c->N);
 }
 
-int ftrt__live_spares(const ftrt__coord *c)
-{
-    int n = 0;
-    for (int w = 1; w < c->W; w++) n += c->r[w].role == FTRT__ROLE_SPARE;
-    return n;
-}
+int ftrt__live_spares(const ftrt__coord *c) { return c->ix.nspares; }
 
 void ftrt__job_abort(ftrt__coord *c, int code, const char *why)
 {
@@ -72,12 +67,7 @@ void ftrt__job_fence(ftrt__coord *c, int w)
         ftrt_log_warn("world rank %d (pid %d, %s): its host agent fences it", w, r->pid, r->host);
 }
 
-int ftrt__job_finishing(const ftrt__coord *c)
-{
-    for (int l = 0; l < c->N; l++)
-        if (c->r[c->members[l]].said_bye) return 1;
-    return 0;
-}
+int ftrt__job_finishing(const ftrt__coord *c) { return c->ix.nbye_members > 0; }
 
 static int all_done(const ftrt__coord *c)
 {

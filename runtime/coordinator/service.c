@@ -67,11 +67,12 @@ static int take_ledger(ftrt__coord *c, int w, const void *payload, size_t len)
     return 0;
 }
 
-static void take_heartbeat(ftrt__coord *c, ftrt__crank *r, const ftrt__heartbeat *hb)
+static void take_heartbeat(ftrt__coord *c, int w, const ftrt__heartbeat *hb)
 {
+    ftrt__crank *r = &c->r[w];
     if (hb->steps_done != r->steps_done) c->status_dirty |= 1;
     if (hb->steps_done != r->steps_done || hb->waits != r->waits) r->last_change = ftrt__now();
-    r->steps_done = hb->steps_done;
+    ftrt__rank_set_steps(c, w, hb->steps_done);
     r->waits = hb->waits;
     r->kept_s = hb->kept_s;
     r->compute_s = hb->compute_s;
@@ -132,12 +133,12 @@ static void judge_bye(ftrt__coord *c, int w, const ftrt__crank *r)
 static void take_bye(ftrt__coord *c, int w, const ftrt__bye *bye)
 {
     ftrt__crank *r = &c->r[w];
-    r->said_bye = 1;
+    ftrt__rank_said_bye(c, w);
     ftrt__silence_remove(c, w); /* a rank that said goodbye is not watched for silence */
     c->maybe_done = 1;
     r->bye = *bye;
     r->kept_s = bye->kept_s;
-    r->steps_done = bye->steps_done;
+    ftrt__rank_set_steps(c, w, bye->steps_done);
     c->status_dirty |= 1;
     /* Its FAREWELL waits for the job's end (ftrt__job_check_end: every trainer said goodbye),
      * so that every process of the world takes the same MPI_Finalize decision; an abort
@@ -163,7 +164,7 @@ static int handle(ftrt__coord *c, int w, const ftrt__msghdr *h, const void *payl
     if (h->len > sizeof u) return FTRT_EPROTO;
     memcpy(&u, payload, h->len);
     switch (h->type) {
-    case FTRT__MSG_HEARTBEAT: take_heartbeat(c, r, &u.hb); return 0;
+    case FTRT__MSG_HEARTBEAT: take_heartbeat(c, w, &u.hb); return 0;
     case FTRT__MSG_REPORT: take_report(c, r, &u.rep); return 0;
     case FTRT__MSG_RESUMED: take_resumed(c, r, &u.rm); return 0;
     case FTRT__MSG_SHARD_DONE:
@@ -378,7 +379,7 @@ static int host_beat(ftrt__coord *c, int h, const void *payload, size_t len)
         int w = b->e[i].world_rank;
         if (w < 1 || w >= c->W || c->r[w].link != h) continue;
         c->r[w].last_heard = now;
-        take_heartbeat(c, &c->r[w], &b->e[i].hb);
+        take_heartbeat(c, w, &b->e[i].hb);
     }
     free(b);
     return rc;

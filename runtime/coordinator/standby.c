@@ -387,7 +387,9 @@ int ftrt__standby_restore(ftrt__coord *c, const void *payload, size_t len)
     if (s.plan_t_sent > 0) c->plan_t_sent = s.plan_t_sent - shift;    /* phases go on from it */
     if (get_incidents(c, p, s.ninc, -shift)) return -ENOMEM;
     p += (size_t)s.ninc * sizeof(ftrt__incident);
-    return get_plans(c, p, (size_t)s.plan_delta_len, (size_t)s.plan_full_len);
+    int rc = get_plans(c, p, (size_t)s.plan_delta_len, (size_t)s.plan_full_len);
+    ftrt__rankidx_rebuild(c); /* (the roles, hosts, steps and incidents written above) */
+    return rc;
 }
 
 /* ---- the term file: fencing an old coordinator's outputs --------------------------------- */

@@ -23,9 +23,7 @@ static void takeover_incident(ftrt__coord *c, const ftrt__takeover_args *t, int 
 {
     ftrt__crank *old = &c->r[old_w];
     int kind = t->by_silence ? FK_HEARTBEAT_TIMEOUT : FK_CONNECTION_LOST;
-    int64_t most = 0;
-    for (int w = 1; w < c->W; w++)
-        if (c->r[w].steps_done > most) most = c->r[w].steps_done;
+    int64_t most = ftrt__steps_most(c);
     ftrt__incident *x = ftrt__incident_add(c, old_w, kind);
     if (!x) return;
     x->pid = old->pid;
@@ -124,11 +122,11 @@ int ftrt__takeover_begin(ftrt__coord *c, const ftrt__takeover_args *t)
     if (me->role != FTRT__ROLE_SPARE) return FTRT_EPROTO; /* promoted since: not the standby */
     int old_w = c->self;
     c->self = t->self;
-    me->role = FTRT__ROLE_COORD;
+    ftrt__rank_set_role(c, t->self, FTRT__ROLE_COORD);
     me->hello = 1;
     me->pid = (int)getpid();
-    snprintf(me->host, sizeof me->host, "%s", c->a->host);
-    c->r[old_w].role = FTRT__ROLE_FAILED;
+    ftrt__rank_set_host(c, t->self, c->a->host);
+    ftrt__rank_set_role(c, old_w, FTRT__ROLE_FAILED);
     c->r[old_w].hello = 1;
     c->nfailed++;
     c->takeover_old = old_w;
