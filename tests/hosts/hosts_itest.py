@@ -214,6 +214,25 @@ def h2_agent(job):
     return next(r for r in st["ranks"] if r["world_rank"] == a[0]), 5 - a[0]
 
 
+def check_none_direct(st):
+    """Checks that no running rank off ftrt-h1 (the coordinator's host) is on a connection of
+    its own: each is served by a host agent."""
+    direct = [r["world_rank"] for r in st["ranks"] if r["world_rank"] > 0
+              and r["host"] != "ftrt-h1" and r["state"] == "running" and r["host_agent"] is None]
+    check(not direct, f"no rank off ftrt-h1 left on a connection of its own ({direct})")
+
+
+def check_back_then_moved(job, w, agent, what):
+    """Checks the coordinator's log: ftrt-h2's world rank w came back on its own connection,
+    then moved to the host agent in world rank `agent`. Returns the move's milliseconds."""
+    back = f"world rank {w} (ftrt-h2) is back on its own connection"
+    moved = re.search(rf"world rank {w} \(ftrt-h2\) moved to the host agent in world rank "
+                      rf"{agent} \(([0-9.]+) ms after its MOVE\)", job.out)
+    check(back in job.out and moved and job.out.index(back) < moved.start(),
+          f"the coordinator's log: world rank {w} {what}")
+    return moved.group(1)
+
+
 @h.case(CASES, timeout_s=120)
 def case_arrangement(args):
     """The hosts themselves: own hostnames and addresses, a cut link silences a host and a
@@ -441,17 +460,11 @@ def case_agentkill(args):
         check(st["ranks"][other]["role"] == "trainer",
               f"world rank {other}, ftrt-h2's other trainer, is served by a new host agent, in "
               f"its own process")
-        direct = [r["world_rank"] for r in st["ranks"] if r["world_rank"] > 0
-                  and r["host"] != "ftrt-h1" and r["state"] == "running" and r["host_agent"] is None]
-        check(not direct, f"no rank off ftrt-h1 left on a connection of its own ({direct})")
+        check_none_direct(st)
         run_to_end(job, hosts, 0, before)
-        back = f"world rank {other} (ftrt-h2) is back on its own connection"
-        moved = re.search(rf"world rank {other} \(ftrt-h2\) moved to the host agent in world rank "
-                          rf"{other} \(([0-9.]+) ms after its MOVE\)", job.out)
-        check(back in job.out and moved and job.out.index(back) < moved.start(),
-              f"the coordinator's log: world rank {other} fell back, then moved to the new agent")
-        print(f"  measured: the move took {moved.group(1)} ms from the coordinator's MOVE to the "
-              f"end of the rank's own connection", flush=True)
+        ms = check_back_then_moved(job, other, other, "fell back, then moved to the new agent")
+        print(f"  measured: the move took {ms} ms from the coordinator's MOVE to the end of the "
+              f"rank's own connection", flush=True)
         rep = job.load_report()
         print_failures(rep)
         fl = rep["failures"]
@@ -487,16 +500,9 @@ def case_agentstall(args):
         st = job.wait_status(lambda s: s["ranks"][other]["host_agent"] == agent
                              and s["ranks"][other]["state"] == "running"
                              and s["ranks"][agent]["host_agent"] == agent, 20)
-        direct = [r["world_rank"] for r in st["ranks"] if r["world_rank"] > 0
-                  and r["host"] != "ftrt-h1" and r["state"] == "running" and r["host_agent"] is None]
-        check(not direct, f"no rank off ftrt-h1 left on a connection of its own ({direct})")
+        check_none_direct(st)
         run_to_end(job, hosts, 0, before)
-        back = f"world rank {other} (ftrt-h2) is back on its own connection"
-        moved = re.search(rf"world rank {other} \(ftrt-h2\) moved to the host agent in world rank "
-                          rf"{agent} \(([0-9.]+) ms after its MOVE\)", job.out)
-        check(back in job.out and moved and job.out.index(back) < moved.start(),
-              f"the coordinator's log: world rank {other} left the stalled agent, then moved "
-              f"back to it")
+        check_back_then_moved(job, other, agent, "left the stalled agent, then moved back to it")
         own = f"world rank {agent} (ftrt-h2) is back on its own connection" in job.out
         print(f"  measured: the agent's own trainer (world rank {agent}) "
               f"{'also fell back and moved back' if own else 'stayed with its agent'}", flush=True)

@@ -118,21 +118,30 @@ static void relay_hello_and_move(fixture *f)
     assert_int_equal(m.value, AGENT_W);
 }
 
-static int setup(void **state)
+/* A fixture with the real coordinator forked off (its orphan grace 2 s), listening at
+ * addrs:*port; the connections are the caller's to make. */
+static fixture *start_coordinator(const char *name, char *addrs, int *port)
 {
     fixture *f = calloc(1, sizeof *f);
     assert_non_null(f);
-    assert_int_equal(t_tmpdir(f->dir, sizeof f->dir, "coord_move"), 0);
+    assert_int_equal(t_tmpdir(f->dir, sizeof f->dir, name), 0);
     ftrt__knobs.orphan_grace_ms = 2000;
     assert_int_equal(ftrt__random(&f->secret, sizeof f->secret), 0);
-    char addrs[FTRT__ADDRS_MAX];
-    int port = 0;
-    int lfd = ftrt__listen("127.0.0.1", addrs, sizeof addrs, &port);
+    *port = 0;
+    int lfd = ftrt__listen("127.0.0.1", addrs, FTRT__ADDRS_MAX, port);
     assert_true(lfd >= 0);
     f->coord = fork();
     assert_true(f->coord >= 0);
-    if (f->coord == 0) coordinator(f, lfd, addrs, port);
+    if (f->coord == 0) coordinator(f, lfd, addrs, *port);
     close(lfd);
+    return f;
+}
+
+static int setup(void **state)
+{
+    char addrs[FTRT__ADDRS_MAX];
+    int port;
+    fixture *f = start_coordinator("coord_move", addrs, &port);
     static const char *host[W] = {"h0", "h1", "h2", "h2"};
     for (int w = 1; w < W; w++) {
         f->fd[w] = ftrt__connect_any(addrs, port, 5000, NULL, 0);
@@ -154,19 +163,9 @@ static int setup(void **state)
 /* Trainer 1 on its own connection; trainer 2 and spare 3 through the host agent of h2. */
 static int setup_served(void **state)
 {
-    fixture *f = calloc(1, sizeof *f);
-    assert_non_null(f);
-    assert_int_equal(t_tmpdir(f->dir, sizeof f->dir, "coord_stall"), 0);
-    ftrt__knobs.orphan_grace_ms = 2000;
-    assert_int_equal(ftrt__random(&f->secret, sizeof f->secret), 0);
     char addrs[FTRT__ADDRS_MAX];
-    int port = 0;
-    int lfd = ftrt__listen("127.0.0.1", addrs, sizeof addrs, &port);
-    assert_true(lfd >= 0);
-    f->coord = fork();
-    assert_true(f->coord >= 0);
-    if (f->coord == 0) coordinator(f, lfd, addrs, port);
-    close(lfd);
+    int port;
+    fixture *f = start_coordinator("coord_stall", addrs, &port);
     f->fd[2] = f->fd[3] = -1;
     f->fd[1] = ftrt__connect_any(addrs, port, 5000, NULL, 0);
     assert_true(f->fd[1] >= 0);
