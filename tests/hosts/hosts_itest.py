@@ -214,6 +214,18 @@ def h2_agent(job):
     return next(r for r in st["ranks"] if r["world_rank"] == a[0]), 5 - a[0]
 
 
+def reelect_job(args, hosts, name):
+    """A 4-trainer + 1-spare job whose ranks elect a new host agent 200 ms after a fallback
+    (FTRT_TEST_REELECT_MS), started and training. Returns (job, the status entry of the ftrt-h2
+    rank whose process holds the agent, the other ftrt-h2 trainer's world rank)."""
+    job = hosts_job(args, hosts, name, spares=1)
+    job.env.update(FTRT_TEST_REELECT_MS="200")
+    job.start()
+    job.wait_trainer(1, 40)
+    victim, other = h2_agent(job)
+    return job, victim, other
+
+
 def check_none_direct(st):
     """Checks that no running rank off ftrt-h1 (the coordinator's host) is on a connection of
     its own: each is served by a host agent."""
@@ -446,11 +458,7 @@ def case_agentkill(args):
     r4 = need_reference(args, 4)
     with h.Hosts(3, 2) as hosts:
         before = sessions(hosts)
-        job = hosts_job(args, hosts, "agentkill", spares=1)
-        job.env.update(FTRT_TEST_REELECT_MS="200")
-        job.start()
-        job.wait_trainer(1, 40)
-        victim, other = h2_agent(job)
+        job, victim, other = reelect_job(args, hosts, "agentkill")
         agent = victim["world_rank"]
         job.inject(signal.SIGKILL, victim, "sigkill")
         # (its fallback lasts 200 ms at least: the status file may or may not show it; the log
@@ -480,11 +488,7 @@ def case_agentstall(args):
     r4 = need_reference(args, 4)
     with h.Hosts(3, 2) as hosts:
         before = sessions(hosts)
-        job = hosts_job(args, hosts, "agentstall", spares=1)
-        job.env.update(FTRT_TEST_REELECT_MS="200")
-        job.start()
-        job.wait_trainer(1, 40)
-        victim, other = h2_agent(job)
+        job, victim, other = reelect_job(args, hosts, "agentstall")
         agent = victim["world_rank"]
         stop_s = 0.6 * HB_TIMEOUT_MS / 1000.0
         os.kill(victim["pid"], signal.SIGSTOP)

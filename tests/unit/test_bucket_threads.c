@@ -401,8 +401,8 @@ static int post_from_thread(ftrt_bucketer *b, int tensor, float *buf)
     return r.rc;
 }
 
-/* One tensor per bucket: 3 tensors of 4 floats, whole buckets. */
-static ftrt_bucketer *three(fx *f, rec *log)
+/* One tensor per bucket: 3 tensors of 4 floats, whole buckets, over backend be (arg). */
+static ftrt_bucketer *three_on(fx *f, const ftrt__bucket_backend *be, void *arg)
 {
     size_t counts[3] = {4, 4, 4};
     ftrt_bucket_config c;
@@ -410,10 +410,13 @@ static ftrt_bucketer *three(fx *f, rec *log)
     c.first_bucket_bytes = c.bucket_bytes = 16;
     c.piece_bytes = 0;
     ftrt_bucketer *b;
-    assert_int_equal(ftrt__bucketer_create_be(&f->p, counts, 3, FTRT_FLOAT32, &c, &rec_backend,
-                                              log, &b), 0);
+    assert_int_equal(ftrt__bucketer_create_be(&f->p, counts, 3, FTRT_FLOAT32, &c, be, arg, &b),
+                     0);
     return b;
 }
+
+/* three_on() over the logging backend. */
+static ftrt_bucketer *three(fx *f, rec *log) { return three_on(f, &rec_backend, log); }
 
 /* The arrangement of the cases below (cmocka setup and teardown): three()'s bucketer on a
  * plane of 2 trainers with fake ports, its submissions logged, the tensors' data. */
@@ -707,18 +710,10 @@ static int dpost_from_thread(ftrt_bucketer *b, int tensor, float *buf, unsigned 
     return p.rc;
 }
 
-/* 3 tensors of 4 floats, one per bucket, over a counting direct backend. */
+/* three_on() over a counting direct backend. */
 static ftrt_bucketer *direct_three(fx *f, direct_be *d)
 {
-    size_t counts[3] = {4, 4, 4};
-    ftrt_bucket_config c;
-    ftrt_bucket_config_init(&c, sizeof c);
-    c.first_bucket_bytes = c.bucket_bytes = 16;
-    c.piece_bytes = 0;
-    ftrt_bucketer *b;
-    assert_int_equal(ftrt__bucketer_create_be(&f->p, counts, 3, FTRT_FLOAT32, &c,
-                                              &direct_backend, d, &b), 0);
-    return b;
+    return three_on(f, &direct_backend, d);
 }
 
 static void direct_errors(void **state)
