@@ -131,10 +131,14 @@ def one_host_reference(args, trainers):
 
 
 def sessions(hosts):
-    """Open MPI session directories of the simulated hosts now (every one is this test's):
-    4.1's <tmp>/ompi.<host>.<uid>/*, and 5's <tmp>/ompi.<pid> (one per daemon and mpirun)."""
+    """Open MPI session directories now: the simulated hosts' (every one is this test's):
+    4.1's <tmp>/ompi.<host>.<uid>/*, and 5's <tmp>/ompi.<pid> (one per daemon and mpirun);
+    and the launching host's <tmp>/ompi.*/pid.* (4.1's mpirun; other tests' too), so that one
+    an earlier killed mpirun left under a pid the kernel has since given this job's mpirun is
+    known as older than the job."""
     tmp = tempfile.gettempdir()
     return set(glob.glob(os.path.join(tmp, f"ompi.{hosts.prefix}*.*", "*")) +
+               glob.glob(os.path.join(tmp, "ompi.*", "pid.*")) +
                [d for d in glob.glob(os.path.join(tmp, "ompi.*"))
                 if os.path.basename(d)[5:].isdigit()])
 
@@ -184,8 +188,11 @@ def run_to_end(job, hosts, want_rc, before, timeout=120):
     left = hosts.leftovers()
     check(not left, f"no process left in the hosts ({left})")
     new = sessions(hosts) - before
-    check(not new, f"no Open MPI session directory left in the hosts ({sorted(new)})")
-    head = glob.glob(os.path.join(tempfile.gettempdir(), "ompi.*", f"pid.{s['mpirun_pid']}"))
+    heads = {d for d in new if os.path.basename(d).startswith("pid.") and not
+             os.path.basename(os.path.dirname(d)).startswith(f"ompi.{hosts.prefix}")}
+    left = sorted(new - heads)
+    check(not left, f"no Open MPI session directory left in the hosts ({left})")
+    head = [d for d in heads if os.path.basename(d) == f"pid.{s['mpirun_pid']}"]
     check(not head, f"mpirun's session directory is gone ({head})")
     return rc
 
