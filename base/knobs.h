@@ -72,7 +72,10 @@
     X(relay_group, "FTRT_TEST_RELAY_GROUP", 1 << 20,                                           \
       "N >= 2: the coordinator's relay groups hold N host agents whatever the world's size "   \
       "(by default ceil(sqrt(W / 8)), none below 16): fan-outs go through a relay on small "   \
-      "jobs too; 1: no relay groups")
+      "jobs too; 1: no relay groups")                                                         \
+    X(hello_unread, "FTRT_TEST_HELLO_UNREAD", 1,                                               \
+      "1: the coordinator does not watch connections it accepted until their HELLO deadline "  \
+      "(5 s), as a loop too busy to read them would not; they are read only then")
 
 struct ftrt__knobs {
 #define FTRT__KNOB_FIELD(field, env, max, doc) int32_t field;

@@ -14,8 +14,10 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdlib.h>
@@ -24,6 +26,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/knobs.h"
 #include "base/log.h"
 #include "runtime/coordinator/coord.h"
 
@@ -267,7 +270,8 @@ void ftrt__listener_accept(ftrt__coord *c)
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         int slot = l->pfree[--l->nfree];
-        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = FTRT__KEY(FTRT__KEY_PENDING, slot)};
+        struct epoll_event ev = {.events = ftrt__knobs.hello_unread ? 0 : EPOLLIN,
+                                 .data.u64 = FTRT__KEY(FTRT__KEY_PENDING, slot)};
         if (epoll_ctl(c->ep, EPOLL_CTL_ADD, fd, &ev)) {
             close(fd);
             l->pfree[l->nfree++] = slot;
@@ -389,18 +393,39 @@ int ftrt__listener_identify(ftrt__coord *c, int idx)
     return rejoined;
 }
 
-void ftrt__listener_expire(ftrt__coord *c, double now)
+int ftrt__listener_stale(ftrt__coord *c, double now, int from)
 {
     ftrt__listener *l = c->lis;
-    if (l->nopen == 0 || now - l->last_check < 0.1) return;
-    l->last_check = now;
-    for (int k = 0; k < l->npend; k++)
-        if (l->pend[k].fd >= 0 && now - l->pend[k].since > 5.0) { /* no valid hello in time */
-            close(l->pend[k].fd);
-            ftrt__rx_free(&l->pend[k].rx);
-            pending_free(l, k);
-            c->rejected_connections++;
-        }
+    if (from == 0) { /* a new scan: at most every 0.1 s, and only when some are open */
+        if (l->nopen == 0 || now - l->last_check < 0.1) return -1;
+        l->last_check = now;
+    }
+    for (int k = from; k < l->npend; k++)
+        if (l->pend[k].fd >= 0 && now - l->pend[k].since > 5.0) return k;
+    return -1;
+}
+
+void ftrt__listener_reject_stale(ftrt__coord *c, int idx)
+{
+    ftrt__listener *l = c->lis;
+    pending *p = &l->pend[idx];
+    if (p->fd < 0) return; /* its HELLO was there after all: read and adopted */
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof sa;
+    char peer[64] = "?";
+    if (getpeername(p->fd, (struct sockaddr *)&sa, &sl) == 0 && sa.ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)&sa;
+        char ip[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &in->sin_addr, ip, sizeof ip);
+        snprintf(peer, sizeof peer, "%s:%u", ip, (unsigned)ntohs(in->sin_port));
+    }
+    c->rejected_connections++;
+    ftrt_log_warn("closed a control-plane connection from %s: no complete HELLO within 5 s of "
+                  "its accept (%zu bytes of one); %d rejected so far", peer, p->rx.used,
+                  c->rejected_connections);
+    close(p->fd);
+    ftrt__rx_free(&p->rx);
+    pending_free(l, idx);
 }
 
 void ftrt__listener_close(ftrt__coord *c)

@@ -434,8 +434,15 @@ void ftrt__listener_accept(ftrt__coord *c);
  * connection (its host agent was lost: the caller catches it up), -(h + 1) when host agent h
  * joined (the caller handles what came with its HOST_HELLO), else 0. */
 int ftrt__listener_identify(ftrt__coord *c, int idx);
-/* Closes pending connections that said no valid HELLO within 5 s (at most every 0.1 s). */
-void ftrt__listener_expire(ftrt__coord *c, double now);
+/* The index of the first pending connection at or after slot `from` accepted more than 5 s
+ * ago without a complete HELLO, or -1. A scan starts with from = 0 (at most every 0.1 s, else
+ * -1) and goes on with the index returned + 1. The caller reads the connection once more
+ * (ftrt__listener_identify: its HELLO may be waiting unread behind a busy loop) before
+ * ftrt__listener_reject_stale. */
+int ftrt__listener_stale(ftrt__coord *c, double now, int from);
+/* Closes pending connection idx when it is still pending (no valid HELLO in time), counts it
+ * rejected and logs a warning naming the peer's address. */
+void ftrt__listener_reject_stale(ftrt__coord *c, int idx);
 /* Closes the listener and every pending connection, frees it. */
 void ftrt__listener_close(ftrt__coord *c);
 

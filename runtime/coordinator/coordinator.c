@@ -220,7 +220,10 @@ static void coord_periodic(ftrt__coord *c, loop_timers *t, double now)
     }
     if (now < t->next_periodic) return;
     t->next_periodic = now + 0.010;
-    ftrt__listener_expire(c, now);
+    for (int k = 0; (k = ftrt__listener_stale(c, now, k)) >= 0; k++) {
+        dispatch(c, FTRT__KEY(FTRT__KEY_PENDING, k)); /* its HELLO may be there, unread */
+        ftrt__listener_reject_stale(c, k);
+    }
     if (c->norphans > 0) ftrt__orphans_expire(c, now);
     if (c->nmoving > 0) ftrt__moves_due(c);
     if (c->plan_hold_until > 0 && now >= c->plan_hold_until) { /* a held plan may go now */

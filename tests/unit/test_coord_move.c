@@ -14,6 +14,9 @@
  * With setup_served instead, trainer 2 and spare 3 join through that host agent from the
  * start, and trainer 2 then leaves a stalled agent (agent.c: silent for half the heartbeat
  * timeout) for its own connection: what the agent says about it when it resumes.
+ *
+ * With setup_unread, the ranks' HELLOs wait unread until their connections' 5 s deadline
+ * (FTRT_TEST_HELLO_UNREAD): they are read then, not closed.
  */
 #include <errno.h>
 #include <poll.h>
@@ -191,6 +194,38 @@ static void mover_back_direct(fixture *f)
     assert_int_equal(say_hello(f->fd[MOVER], FTRT__MSG_HELLO, MOVER, "h2", f->secret), 0);
 }
 
+/* Every rank's HELLO waits unread until its connection's HELLO deadline (5 s; knob
+ * FTRT_TEST_HELLO_UNREAD, as behind a loop busy for that long at 131,072 ranks): the
+ * coordinator reads it then and welcomes the rank, rather than closing a connection whose
+ * HELLO had come in time (it did, without a word in its log, before). */
+static int setup_unread(void **state)
+{
+    char addrs[FTRT__ADDRS_MAX];
+    int port;
+    ftrt__knobs.hello_unread = 1;
+    fixture *f = start_coordinator("coord_unread", addrs, &port);
+    ftrt__knobs.hello_unread = 0;
+    for (int w = 1; w < W; w++) {
+        f->fd[w] = ftrt__connect_any(addrs, port, 5000, NULL, 0);
+        assert_true(f->fd[w] >= 0);
+        assert_int_equal(say_hello(f->fd[w], FTRT__MSG_HELLO, w, "h1", f->secret), 0);
+    }
+    f->agent = -1;
+    *state = f;
+    return 0;
+}
+
+static void hello_read_at_deadline(void **state)
+{
+    fixture *f = *state;
+    double t0 = ftrt__now();
+    for (int w = 1; w < W; w++) {
+        ftrt__welcome wm;
+        assert_int_equal(recv_type(f->fd[w], &f->rx[w], FTRT__MSG_WELCOME, &wm, sizeof wm, 15), 1);
+    }
+    assert_true(ftrt__now() - t0 > 4.0); /* (read at the deadline, not before: the knob held) */
+}
+
 static int teardown(void **state)
 {
     fixture *f = *state;
@@ -337,6 +372,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(silent_mid_move, setup, teardown),
         cmocka_unit_test_setup_teardown(left_stalled_agent, setup_served, teardown),
         cmocka_unit_test_setup_teardown(lost_before_back, setup_served, teardown),
+        cmocka_unit_test_setup_teardown(hello_read_at_deadline, setup_unread, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
