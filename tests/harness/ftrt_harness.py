@@ -22,6 +22,7 @@ Units: every time argument and attribute is in seconds (float) unless its name s
 otherwise (_ms). Python 3 standard library only.
 """
 import argparse
+import glob
 import json
 import os
 import shutil
@@ -29,6 +30,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -339,7 +341,11 @@ class Job:
 
     def kill_all(self, ranks=None):
         """SIGKILLs the whole job: its process group (ftrt-run, mpirun) and every rank of
-        `ranks` (status-file dicts; default: those of the status file now), then collects it."""
+        `ranks` (status-file dicts; default: those of the status file now), then collects it,
+        and removes the session directory the killed mpirun could not (Open MPI 4.1's
+        <tmp>/ompi.<host>.<uid>/pid.<pid>, 5's <tmp>/ompi.<pid>), so that none is left behind
+        for a later mpirun given the same pid to be taken for its own."""
+        launchers = [self.proc.pid] + children(self.proc.pid)
         os.killpg(self.proc.pid, signal.SIGKILL)
         if ranks is None:
             ranks = (self.status_json() or {"ranks": []})["ranks"]
@@ -348,7 +354,13 @@ class Job:
                 os.kill(r["pid"], signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        return self.wait(60)
+        rc = self.wait(60)
+        tmp = tempfile.gettempdir()
+        for pid in launchers:
+            for d in glob.glob(os.path.join(tmp, "ompi.*", f"pid.{pid}")) + \
+                    glob.glob(os.path.join(tmp, f"ompi.{pid}")):
+                shutil.rmtree(d, ignore_errors=True)
+        return rc
 
     def load_report(self):
         """The job's report JSON (self.report)."""
@@ -357,6 +369,15 @@ class Job:
     def load_summary(self):
         """ftrt-run's summary JSON (self.summary): exit status, how mpirun ended, timings."""
         return load_json(self.summary)
+
+
+def children(pid):
+    """The pids of process pid's children now (Linux /proc), [] when it has none or is gone."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
 
 
 def train_job(directory, binary, np_=6, train_args=MLP_ARGS, spares=None,
