@@ -491,7 +491,8 @@ static int to_standby(struct ftrt_ctx *ctx, ftrt__rxbuf *rx, const char *why)
     snprintf(ctx->coord_addr, sizeof ctx->coord_addr, "%s", at.addrs); /* agent thread's now */
     ctx->coord_port = at.port;
     cp->coord_lost = 0;
-    ftrt__move_reset(ctx, 0); /* (no new host agent after a takeover: see agent_move.c) */
+    ftrt__move_reset(ctx, 0);
+    ftrt__move_arm(ctx); /* new host agents, later, served by the new coordinator */
     pthread_mutex_lock(&ctx->ledger_lock);
     ctx->ledger_sent = 0;
     pthread_mutex_unlock(&ctx->ledger_lock);

@@ -17,6 +17,10 @@
  *
  * When the new agent is lost on the way, the rank falls back again (a new connection of its
  * own, HELLO, the newest REPORT, RESUMED, BYE and SHARD_DONEs again), as after any agent's loss.
+ *
+ * After a standby coordinator's takeover the ranks that reached it directly elect the same way
+ * (agent.c to_standby arms it): the standby marks its host as the coordinator's (context.c
+ * take_over), so that host's ranks find the mark and stay direct.
  */
 #include <errno.h>
 #include <poll.h>
@@ -46,6 +50,11 @@ int ftrt__local_upstream(struct ftrt_ctx *ctx, const char *addr, int port, uint6
         return ftrt__local_connect(secret, reelect ? 0 : init_timeout_ms > 1000 ? init_timeout_ms
                                                                                  : 1000);
     int lfd = ftrt__local_listen(secret);
+    if (lfd >= 0 && ctx->ha) { /* this process's earlier host agent: it has ended (an agent
+                                * frees the host's socket only when it lost the coordinator) */
+        ftrt__hostagent_stop(ctx->ha, 0);
+        ctx->ha = NULL;
+    }
     if (lfd >= 0) {
         ftrt__hostagent_args ha = {.secret = secret, .addrs = addr, .port = port,
                                    .world_rank = ctx->world_rank, .host = ctx->host,
@@ -137,8 +146,7 @@ static void elect(struct ftrt_ctx *ctx, double now)
     cp->mv.state = FTRT__MV_ASKED;
     cp->mv.since = now;
     cp->mv.agent_w = 0;
-    ftrt_log_info("asked %s's host agent%s to serve this rank again", ctx->host,
-                  ctx->ha ? " (started in this process)" : "");
+    ftrt_log_info("asked %s's host agent to serve this rank again", ctx->host);
 }
 
 void ftrt__move_tick(struct ftrt_ctx *ctx, double now)

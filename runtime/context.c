@@ -207,6 +207,12 @@ static int take_over(ftrt_ctx *ctx, uint64_t secret)
                            .t_start_wall = ctx->ledger.t_open, .status_file = ctx->status_file,
                            .host = ctx->host, .addr = ctx->coord_addr, .port = ctx->coord_port,
                            .mark_fd = -1};
+    /* The coordinator's mark on this host, as world rank 0 holds it: the ranks of this host
+     * stay on their own connections when the others elect new host agents (agent_move.c). */
+    if (ctx->cfg.host_agents) ca.mark_fd = ftrt__local_mark(secret);
+    if (ca.mark_fd < 0 && ctx->cfg.host_agents)
+        ftrt_log_warn("standby coordinator: cannot mark this host as the coordinator's (%s); "
+                      "its ranks may elect a host agent", ftrt_strerror(ca.mark_fd));
     int res = ftrt__coordinator_takeover(&ca, lfd, secret, &t);
     ctx->ranks_lost = ca.ranks_lost;
     ctx->coord_aborted = ca.aborted || res < 0;

@@ -463,6 +463,11 @@ static void *hostagent_main(void *arg)
     }
     free(pf);
     while (ha->nloc > 0) drop_local(ha, ha->nloc - 1);
+    if (lost) { /* the host's local socket and relay listener free for an election's agent */
+        if (ha->lfd >= 0) close(ha->lfd);
+        ha->lfd = -1;
+        ftrt__hrelay_close(&ha->relay);
+    }
     return NULL;
 }
 

@@ -19,6 +19,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -178,19 +179,24 @@ CASES = {
     # 0 (world rank 1) at once. The standby coordinator (spare world rank 5, ftrt-h3; the ranks
     # of ftrt-h2 and ftrt-h3 learn the loss from their host agents' COORD_LOST) takes over in
     # place, and the lost trainer is replaced by the other spare (world rank 4) in the same
-    # job: no relaunch, byte-identical.
+    # job: no relaunch, byte-identical. Then ftrt-h2's ranks elect a new host agent (200 ms
+    # after their move to the standby, FTRT_TEST_REELECT_MS) and move to it; ftrt-h3's (the
+    # new coordinator's host) stay on their own connections (check_agents_after_takeover).
     "kill-coordinator-host": (6, 2, [], [{"kind": "kill-host", "at_step": 60,
                                           "target": "coordinator"}],
                               ["--hosts", "3", "--slots", "2"],
-                              {"FTRT_HEARTBEAT_TIMEOUT_MS": "1000"}),
+                              {"FTRT_HEARTBEAT_TIMEOUT_MS": "1000",
+                               "FTRT_TEST_REELECT_MS": "200"}),
     # The coordinator (ftrt-h1) SIGSTOPped on 3 simulated hosts: the host agents of ftrt-h2 and
     # ftrt-h3 hear nothing for the heartbeat timeout and send their ranks COORD_LOST, trainer
     # logical rank 0 (ftrt-h1, connected to the coordinator directly) times out itself; all
     # go to the standby (ftrt-h3), which takes over in place: no trainer lost, no relaunch,
-    # byte-identical; the frozen coordinator, resumed, gives up and writes nothing.
+    # byte-identical; the frozen coordinator, resumed, gives up and writes nothing. Then new
+    # host agents, as in kill-coordinator-host.
     "hang-coordinator-hosts": (6, 2, [], [{"kind": "hang-coordinator", "at_step": 60}],
                                ["--hosts", "3", "--slots", "2"],
-                               {"FTRT_HEARTBEAT_TIMEOUT_MS": "1000"}),
+                               {"FTRT_HEARTBEAT_TIMEOUT_MS": "1000",
+                                "FTRT_TEST_REELECT_MS": "200"}),
     # ftrt-h2's link cut while a checkpoint is being written (each write request held 100 ms):
     # heartbeat timeouts (cause host_lost) within 1 s + 0.5 s, replaced in one epoch; the
     # partitioned ranks leave by themselves and write nothing that counts (the shards they may
@@ -279,6 +285,29 @@ def check_mid_recovery(name, v):
         raise Fail(f"the recovery's reach phase ({ph['reach']:.1f} ms) is at least the orphan "
                    f"grace ({grace:.0f} ms): the PLAN waited for ranks that only came back to "
                    "the standby (no host agent was lost)")
+
+
+# the standby's takeover on 3 hosts: ftrt-h2's trainers (world ranks 2 and 3) move to a new
+# host agent served by the new coordinator (world rank 5, ftrt-h3), whose host has none
+TAKEOVER_AGENTS = ("kill-coordinator-host", "hang-coordinator-hosts")
+
+
+def check_agents_after_takeover(d, v):
+    """A TAKEOVER_AGENTS case: the new coordinator's log has both ftrt-h2 trainers moving to
+    the same new host agent (one of them), and its last status file has every rank of ftrt-h3
+    on a connection of its own. Raises Fail."""
+    log = open(v["launches"][0]["log"], errors="replace").read()
+    moved = {int(m.group(1)): int(m.group(2)) for m in re.finditer(
+        r"world rank ([23]) \(ftrt-h2\) moved to the host agent in world rank ([0-9]+)", log)}
+    print(f"ftrt-h2's moves after the takeover (world rank: its new agent's): {moved}")
+    if sorted(moved) != [2, 3] or len(set(moved.values())) != 1 or moved[2] not in (2, 3):
+        raise Fail("ftrt-h2's trainers did not both move to a new host agent of ftrt-h2 after "
+                   "the takeover")
+    st = json.load(open(os.path.join(d, "status.json")))
+    h3 = [(r["world_rank"], r["host_agent"]) for r in st["ranks"] if r["host"] == "ftrt-h3"]
+    print(f"ftrt-h3's ranks (world rank, host agent): {h3}")
+    if any(a is not None for _, a in h3):
+        raise Fail("a rank of the new coordinator's host is served by a host agent")
 
 
 def job_cmd(binary, np_, args):
@@ -475,6 +504,8 @@ def run_case(name, a):
             raise Fail("expected the lost trainer's device state from the survivors (peers)")
     if name in MID_RECOVERY:
         check_mid_recovery(name, v)
+    if name in TAKEOVER_AGENTS:
+        check_agents_after_takeover(d, v)
     if name == "fail-during-recovery":
         first = v["launches"][0]
         kill2 = [i for i in v["injections"] if i["launch"] == 0][-1]["time"]
