@@ -12,7 +12,6 @@
 #include <json-c/json.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/fs.h"
 #include "base/jsonw.h"
@@ -21,10 +20,8 @@ int ftrt__jw_open(ftrt__jw *w, const char *path)
 {
     memset(w, 0, sizeof *w);
     if (!path || !path[0]) return 0;
-    if (ftrt__path(w->path, sizeof w->path, "%s", path) ||
-        ftrt__path(w->tmp, sizeof w->tmp, "%s.tmp.%d", path, (int)getpid()))
-        return w->err = -ENAMETOOLONG;
-    w->f = fopen(w->tmp, "w");
+    if (ftrt__path(w->path, sizeof w->path, "%s", path)) return w->err = -ENAMETOOLONG;
+    w->f = ftrt__atomic_open(path, w->tmp, sizeof w->tmp);
     if (!w->f) return w->err = -errno;
     return 0;
 }
@@ -181,11 +178,7 @@ int ftrt__jw_close(ftrt__jw *w)
     json_object_put(w->str);
     w->num = w->str = NULL;
     if (!w->f) return w->err;
-    int e = w->err;
-    if (fflush(w->f) != 0 && !e) e = -errno;
-    if (fclose(w->f) != 0 && !e) e = -errno;
+    int e = ftrt__atomic_finish(w->f, w->tmp, w->path, w->err);
     w->f = NULL;
-    if (!e && rename(w->tmp, w->path) != 0) e = -errno;
-    if (e) unlink(w->tmp);
     return w->err = e;
 }

@@ -6,8 +6,8 @@
  * 131,072 ranks, issue 22) never sits in memory as a tree or as one string. Small parts may
  * still be built as json-c trees and written whole (ftrt__jw_value, ftrt__jw_members).
  *
- * The file is replaced atomically, as ftrt__write_json_atomic does: written to
- * "<path>.tmp.<pid>" and renamed over path by ftrt__jw_close; on any error the temp file is
+ * The file is replaced atomically (base/fs.h ftrt__atomic_open): written to "<path>.tmp.<pid>"
+ * and renamed over path by ftrt__jw_close; on any error the temp file is
  * removed and path is left as it was. The first error is kept and every later call does
  * nothing, so a writer checks once, at ftrt__jw_close. Not thread-safe: one writer, one
  * thread.
