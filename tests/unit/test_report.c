@@ -243,7 +243,10 @@ static json_object *random_value(unsigned *seed, int d)
     static const char chars[] = "ab/\"\\\n\t\x01 \xc3\xa9z";
     int k = rand_r(seed) % (d > 0 ? 8 : 6);
     switch (k) {
-    case 0: return json_object_new_int64((int64_t)rand_r(seed) * (rand_r(seed) % 2 ? -1 : 1) << (rand_r(seed) % 30));
+    case 0: {
+        int64_t v = (int64_t)rand_r(seed) << (rand_r(seed) % 30);
+        return json_object_new_int64(rand_r(seed) % 2 ? -v : v);
+    }
     case 1: return json_object_new_double(rand_r(seed) % 2 ? dv[rand_r(seed) % 10]
                                                            : round(rand_r(seed) * 1e-3) / 1e6);
     case 2: {
