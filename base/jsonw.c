@@ -3,10 +3,8 @@
  * produced. The layout, as json-c 0.16 prints it with JSON_C_TO_STRING_PRETTY: a container
  * opens with "{\n" or "[\n"; each member after the first is preceded by ",\n"; a member is
  * indented two spaces a level, an object's written "\"key\":value"; a container closes with
- * "\n" (when it had a member), its own indentation and "}" or "]". Every raw newline of a
- * value json-c printed whole is therefore followed by its indentation, and a value printed at
- * level 0 is placed at level L by adding 2L spaces after each of its newlines (JSON strings
- * hold no raw newline). tests/unit/test_report.c checks the output against json-c's.
+ * "\n" (when it had a member), its own indentation and "}" or "]". Scalars are printed by
+ * json-c itself. tests/unit/test_report.c checks the output against json-c's.
  */
 #include <errno.h>
 #include <json-c/json.h>
@@ -90,34 +88,6 @@ void ftrt__jw_end(ftrt__jw *w)
     put(w, w->arr[w->depth] ? "]" : "}", 1);
 }
 
-/* Writes text that json-c printed at level 0 as a value at the current level. */
-static void put_placed(ftrt__jw *w, const char *s)
-{
-    for (const char *nl; (nl = strchr(s, '\n')) != NULL; s = nl + 1) {
-        put(w, s, (size_t)(nl + 1 - s));
-        indent(w, w->depth);
-    }
-    puts_(w, s);
-}
-
-void ftrt__jw_value(ftrt__jw *w, const char *key, json_object *v)
-{
-    if (lead(w, key) == 0) {
-        const char *s = v ? json_object_to_json_string_ext(v, JSON_C_TO_STRING_PRETTY) : "null";
-        if (s)
-            put_placed(w, s);
-        else
-            w->err = -ENOMEM;
-    }
-    json_object_put(v);
-}
-
-void ftrt__jw_members(ftrt__jw *w, json_object *o)
-{
-    json_object_object_foreach(o, k, v) ftrt__jw_value(w, k, json_object_get(v));
-    json_object_put(o);
-}
-
 void ftrt__jw_int(ftrt__jw *w, const char *key, int64_t v)
 {
     char b[24];
@@ -133,7 +103,8 @@ void ftrt__jw_double(ftrt__jw *w, const char *key, double v)
         w->num = json_object_new_double(v);
     else
         json_object_set_double(w->num, v);
-    const char *s = w->num ? json_object_to_json_string_ext(w->num, JSON_C_TO_STRING_PRETTY) : NULL;
+    const char *s =
+        w->num ? json_object_to_json_string_ext(w->num, JSON_C_TO_STRING_PRETTY) : NULL;
     if (s)
         puts_(w, s);
     else

@@ -3,8 +3,7 @@
  * to its file as it is produced, member by member, in json-c's JSON_C_TO_STRING_PRETTY layout
  * byte for byte (what json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY) and a final
  * newline would give for the same tree), so that a large document (the end-of-job report at
- * 131,072 ranks, issue 22) never sits in memory as a tree or as one string. Small parts may
- * still be built as json-c trees and written whole (ftrt__jw_value, ftrt__jw_members).
+ * 131,072 ranks, issue 22) never sits in memory as a tree or as one string.
  *
  * The file is replaced atomically (base/fs.h ftrt__atomic_open): written to "<path>.tmp.<pid>"
  * and renamed over path by ftrt__jw_close; on any error the temp file is
@@ -30,7 +29,7 @@ typedef struct ftrt__jw {
     unsigned char had[FTRT__JW_DEPTH];  /* whether each open container has a member yet */
     unsigned char arr[FTRT__JW_DEPTH];  /* whether each open container is an array */
     int err;                            /* the first error (-errno), then every call is a no-op */
-    struct json_object *num, *str;      /* reused for one double / one string's text */
+    struct json_object *num, *str;      /* json-c's, reused to print one double / one string */
 } ftrt__jw;
 
 /* Opens a writer on path (NULL or "": a writer that writes nothing but keeps the same rules).
@@ -53,13 +52,6 @@ void ftrt__jw_double(ftrt__jw *w, const char *key, double v);
 void ftrt__jw_bool(ftrt__jw *w, const char *key, int v);
 void ftrt__jw_string(ftrt__jw *w, const char *key, const char *s);
 void ftrt__jw_null(ftrt__jw *w, const char *key);
-
-/* A json-c value written whole (v NULL: null), taking ownership of v (it is put). -ENOMEM when
- * json-c cannot print it. */
-void ftrt__jw_value(ftrt__jw *w, const char *key, struct json_object *v);
-/* Every member of the json-c object o, in its order, as members of the object open now; takes
- * ownership of o. */
-void ftrt__jw_members(ftrt__jw *w, struct json_object *o);
 
 /* Ends the document (every container must be closed: -EINVAL otherwise), writes the final
  * newline, closes the file and renames it over the path; on an error, removes the temp file.
