@@ -16,10 +16,12 @@
  *   malloc;
  * - report_write_errors: a report that cannot be written (its directory missing; the file-size
  *   limit reached part way, EFBIG) is an error returned and logged, the previous report left as
- *   it was and no temp file left behind.
+ *   it was and no temp file left behind;
+ * - status_streamed: the status file of the same world (runtime/coordinator/status.c, written
+ *   64 KiB at a time) holds every rank in order; one that cannot be written is an error.
  *
- * `test_report --write PATH` writes the fixed world's report to PATH and exits (to compare the
- * report of two builds byte for byte).
+ * `test_report --write PATH` writes the fixed world's report to PATH and its status file to
+ * PATH.status, and exits (to compare the files of two builds byte for byte).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -157,6 +159,8 @@ static void world_open(world *wd, const char *path)
     ftrt__coord *c = &wd->c;
     c->a = &wd->a;
     wd->a.cfg = &wd->cfg;
+    wd->a.addr = "127.0.0.1";
+    wd->a.port = 29500;
     c->N = W_TRAINERS;
     c->W = 1 + W_TRAINERS + W_SPARES;
     double j0 = 1790000000.0;
@@ -177,6 +181,7 @@ static void world_open(world *wd, const char *path)
         ftrt__crank *r = &c->r[w];
         snprintf(r->host, sizeof r->host, "node%04d/x\"y", w / 8);
         r->pid = 1000 + w;
+        r->fd = r->link = -1; /* not connected (status.c reads them) */
         r->role = w == 0 ? FTRT__ROLE_COORD : w <= W_TRAINERS ? FTRT__ROLE_TRAINER
                                                                : FTRT__ROLE_SPARE;
         r->logical = w >= 1 && w <= W_TRAINERS ? w - 1 : -1;
@@ -415,13 +420,45 @@ static void report_write_errors(void **state)
     world_close(&wd);
 }
 
+/* The status file of the same world (about 1 MB, written 64 KiB at a time): every rank's line,
+ * in order, the host name's escapes intact; a status file that cannot be written is an error. */
+static void status_streamed(void **state)
+{
+    (void)state;
+    char path[600];
+    world wd;
+    world_open(&wd, NULL);
+    snprintf(path, sizeof path, "%s/status.json", tmpdir);
+    wd.a.status_file = path;
+    assert_int_equal(ftrt__status_write(&wd.c), 0);
+    json_object *o = json_object_from_file(path), *ranks, *x, *v;
+    assert_non_null(o);
+    assert_true(json_object_object_get_ex(o, "ranks", &ranks));
+    assert_int_equal(json_object_array_length(ranks), wd.c.W);
+    for (int w = 0; w < wd.c.W; w += 997) {
+        x = json_object_array_get_idx(ranks, (size_t)w);
+        assert_true(json_object_object_get_ex(x, "world_rank", &v));
+        assert_int_equal(json_object_get_int(v), w);
+        assert_true(json_object_object_get_ex(x, "host", &v));
+        assert_string_equal(json_object_get_string(v), wd.c.r[w].host);
+    }
+    assert_true(json_object_object_get_ex(o, "final", &v));
+    json_object_put(o);
+    snprintf(path, sizeof path, "%s/missing/status.json", tmpdir);
+    assert_int_equal(ftrt__status_write(&wd.c), -ENOENT);
+    world_close(&wd);
+}
+
 #ifndef FTRT_REPORT_WORLD_ONLY
 int main(int argc, char **argv)
 {
-    if (argc == 3 && !strcmp(argv[1], "--write")) { /* the fixed world's report, to compare */
+    if (argc == 3 && !strcmp(argv[1], "--write")) { /* the fixed world's files, to compare */
         world wd;
+        char status[1100];
         world_open(&wd, argv[2]);
-        int rc = ftrt__report_write(&wd.c);
+        snprintf(status, sizeof status, "%s.status", argv[2]);
+        wd.a.status_file = status;
+        int rc = ftrt__report_write(&wd.c) || ftrt__status_write(&wd.c);
         world_close(&wd);
         return rc ? 1 : 0;
     }
@@ -429,6 +466,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(streamed_equals_json_c),
         cmocka_unit_test(report_memory_linear),
         cmocka_unit_test(report_write_errors),
+        cmocka_unit_test(status_streamed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
