@@ -11,9 +11,9 @@
  * - report_memory_linear: the report of a world of 4,097 ranks with 64 intervals each is
  *   written while a counting allocator (this program's malloc, calloc, realloc and free,
  *   forwarding to glibc's) watches: its peak above the start stays under 256 bytes a rank plus
- *   1 MiB (the tree and its text took about 60 MiB here before); the report parses and holds
- *   every rank's intervals. Skipped (but the report still checked) under ASan/TSan, which own
- *   malloc;
+ *   1 MiB (the json-c tree it replaced fails this: docs/benchmarks.md "The end-of-job
+ *   report's memory"); the report parses and holds every rank's intervals. The count is
+ *   skipped (the report still checked) under ASan/TSan, which own malloc;
  * - report_write_errors: a report that cannot be written (its directory missing; the file-size
  *   limit reached part way, EFBIG) is an error returned and logged, the previous report left as
  *   it was and no temp file left behind;
