@@ -46,7 +46,7 @@ static void indent(ftrt__jw *w, int level)
  * container open now; nothing before the document itself. Returns -1 after an error. */
 static int lead(ftrt__jw *w, const char *key)
 {
-    if (w->err) return -1;
+    if (w->err || !w->f) return -1; /* (no file: nothing to do) */
     if (w->depth == 0) return 0;
     if (w->had[w->depth - 1]) puts_(w, ",\n");
     w->had[w->depth - 1] = 1;
@@ -77,7 +77,7 @@ void ftrt__jw_array(ftrt__jw *w, const char *key) { open_(w, key, 1); }
 
 void ftrt__jw_end(ftrt__jw *w)
 {
-    if (w->err) return;
+    if (w->err || !w->f) return;
     if (w->depth == 0) {
         w->err = -EINVAL;
         return;

@@ -32,7 +32,8 @@ typedef struct ftrt__jw {
     struct json_object *num, *str;      /* json-c's, reused to print one double / one string */
 } ftrt__jw;
 
-/* Opens a writer on path (NULL or "": a writer that writes nothing but keeps the same rules).
+/* Opens a writer on path (NULL or "": a writer that writes nothing, and every call returns at
+ * once; w->f is NULL then).
  * Returns 0, or -errno (the temp file cannot be created: w->err holds it too, and
  * ftrt__jw_close still must be called), -ENAMETOOLONG past 1023 bytes. */
 int ftrt__jw_open(ftrt__jw *w, const char *path);

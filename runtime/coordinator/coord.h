@@ -667,8 +667,10 @@ void ftrt__progress_line(ftrt__coord *c, int final);
 
 /* Writes the status file atomically (temp + rename). Returns 0 or -errno (logged once). */
 int ftrt__status_write(ftrt__coord *c);
-/* Writes the JSON report (when configured) and prints the human summary on stdout.
- * Returns 0 or -errno from writing the file. */
+/* Writes the JSON report (when configured; streamed to its file, base/jsonw.h) and prints the
+ * human summary on stdout. A report that cannot be written is logged, and an older report at
+ * its path is removed (never taken for this job's). Returns 0 or -errno from writing the file
+ * (-ENOMEM, -EOVERFLOW, -EINVAL from the writer). */
 int ftrt__report_write(ftrt__coord *c);
 const char *ftrt__role_name(int role);
 const char *ftrt__failure_kind_name(int kind);

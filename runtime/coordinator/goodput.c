@@ -305,7 +305,7 @@ void ftrt__ledger_report(ftrt__coord *c, ftrt__jw *w)
     ledger_json(&g, useful_flops, peak, w);
     waterfall(&g, slots, w);
     advice(c, &g, w);
-    timeline_json(c, j0, j1, w);
+    if (w->f) timeline_json(c, j0, j1, w); /* (no report file: no need to rebuild the ranks') */
 }
 
 /* ---- OpenMetrics ---- */

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/coordinator/coord.h"
 #include "base/jsonw.h"
@@ -376,6 +377,16 @@ static void closing_text(const ftrt__coord *c, const totals *t)
 
 /* ---- the report ---- */
 
+/* The report could not be written (rc): said in the log, and an older report at its path (a
+ * previous job's, or a previous launch's) removed, so that none is taken for this job's. */
+static void report_failed(const char *path, int rc)
+{
+    int stale = unlink(path) == 0;
+    ftrt_log_error("cannot write the report %s: %s; no report of this job%s (its outcome is in "
+                   "the summary above and in its exit status)", path, strerror(-rc),
+                   stale ? ", and the older report there removed" : "");
+}
+
 int ftrt__report_write(ftrt__coord *c)
 {
     const char *path = c->a->cfg->report_file;
@@ -406,8 +417,6 @@ int ftrt__report_write(ftrt__coord *c)
     ftrt__jw_end(&w);
     fflush(stdout);
     int rc = ftrt__jw_close(&w);
-    if (rc)
-        ftrt_log_error("cannot write the report %s: %s (no report written; the job's outcome "
-                       "above stands)", path, strerror(-rc));
+    if (rc) report_failed(path, rc);
     return rc;
 }

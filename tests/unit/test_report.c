@@ -15,8 +15,9 @@
  *   report's memory"); the report parses and holds every rank's intervals. The count is
  *   skipped (the report still checked) under ASan/TSan, which own malloc;
  * - report_write_errors: a report that cannot be written (its directory missing; the file-size
- *   limit reached part way, EFBIG) is an error returned and logged, the previous report left as
- *   it was and no temp file left behind;
+ *   limit reached part way, EFBIG) is an error returned and logged, an older report at its
+ *   path removed (not taken for this job's) and no temp file left behind; with no report
+ *   configured, nothing is written and it is no error;
  * - status_streamed: the status file of the same world (runtime/coordinator/status.c, written
  *   64 KiB at a time) holds every rank in order; one that cannot be written is an error.
  *
@@ -221,6 +222,7 @@ static int teardown(void **state)
     return 0;
 }
 
+#ifndef FTRT_REPORT_WORLD_ONLY
 /* The whole file at path (NUL-terminated, caller frees), or NULL. */
 static char *slurp(const char *path, size_t *len)
 {
@@ -240,7 +242,6 @@ static char *slurp(const char *path, size_t *len)
     return s;
 }
 
-#ifndef FTRT_REPORT_WORLD_ONLY
 /* A random json-c value, depth at most d. */
 static json_object *random_value(unsigned *seed, int d)
 {
@@ -395,7 +396,7 @@ static void report_write_errors(void **state)
     snprintf(path, sizeof path, "%s/missing/report.json", tmpdir);
     world_open(&wd, path);
     assert_int_equal(ftrt__report_write(&wd.c), -ENOENT);
-    /* the file-size limit reached part way: EFBIG, the old report stays, no temp file */
+    /* the file-size limit reached part way: EFBIG, an older report removed, no temp file */
     snprintf(path, sizeof path, "%s/report.json", tmpdir);
     snprintf(wd.cfg.report_file, sizeof wd.cfg.report_file, "%s", path);
     FILE *f = fopen(path, "w");
@@ -412,11 +413,20 @@ static void report_write_errors(void **state)
     assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
     signal(SIGXFSZ, was);
     assert_int_equal(rc, -EFBIG);
-    char *s = slurp(path, NULL);
-    assert_non_null(s);
-    assert_string_equal(s, "old\n");
-    free(s);
+    assert_int_equal(t_exists("%s", path), 0); /* the older report is not taken for this one */
     assert_int_equal(t_glob_count("%s/report.json.tmp.*", tmpdir), 0);
+    world_close(&wd);
+}
+
+/* No report file configured: the summary only, nothing written, no error. */
+static void report_none(void **state)
+{
+    (void)state;
+    world wd;
+    world_open(&wd, NULL);
+    int before = t_glob_count("%s/*", tmpdir);
+    assert_int_equal(ftrt__report_write(&wd.c), 0);
+    assert_int_equal(t_glob_count("%s/*", tmpdir), before);
     world_close(&wd);
 }
 
@@ -466,6 +476,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(streamed_equals_json_c),
         cmocka_unit_test(report_memory_linear),
         cmocka_unit_test(report_write_errors),
+        cmocka_unit_test(report_none),
         cmocka_unit_test(status_streamed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
