@@ -40,7 +40,8 @@ int ftrt__jw_open(ftrt__jw *w, const char *path);
 
 /* Begins an object or an array: a member named key of the object open now, or (key NULL) an
  * element of the array open now, or the document itself (nothing open). Ends with
- * ftrt__jw_end. Nesting past FTRT__JW_DEPTH is -EOVERFLOW. */
+ * ftrt__jw_end. Nesting past FTRT__JW_DEPTH is -EOVERFLOW. A key, here and below, is written
+ * as it is: letters, digits and '_' only (nothing to escape). */
 void ftrt__jw_object(ftrt__jw *w, const char *key);
 void ftrt__jw_array(ftrt__jw *w, const char *key);
 /* Ends the innermost object or array open. */
