@@ -1,7 +1,6 @@
 /* fs.c - file-system helpers shared by the layers above (base/fs.h). */
 #include <errno.h>
 #include <fcntl.h>
-#include <json-c/json.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -55,36 +54,30 @@ int ftrt__mkdir_p(const char *path)
     return mkdir_one(buf);
 }
 
-/* Writes a[0..alen) then b[0..blen) to path through "<path>.tmp.<pid>" and a rename. */
-static int write2_atomic(const char *path, const char *a, size_t alen, const char *b,
-                         size_t blen)
+FILE *ftrt__atomic_open(const char *path, char *tmp, size_t cap)
 {
-    char tmp[1200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) return -errno;
-    int ok = fwrite(a, 1, alen, f) == alen && fwrite(b, 1, blen, f) == blen;
-    ok = (fflush(f) == 0) && ok;
-    int e = errno;
-    if (fclose(f) != 0 && ok) {
-        ok = 0;
-        e = errno;
+    if (ftrt__path(tmp, cap, "%s.tmp.%d", path, (int)getpid())) {
+        errno = ENAMETOOLONG;
+        return NULL;
     }
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok) e = errno;
-        unlink(tmp);
-        return -e;
-    }
-    return 0;
+    return fopen(tmp, "w");
+}
+
+int ftrt__atomic_finish(FILE *f, const char *tmp, const char *path, int err)
+{
+    int e = err;
+    if (fflush(f) != 0 && !e) e = -errno;
+    if (fclose(f) != 0 && !e) e = -errno;
+    if (!e && rename(tmp, path) != 0) e = -errno;
+    if (e) unlink(tmp);
+    return e;
 }
 
 int ftrt__write_text_atomic(const char *path, const char *text, size_t len)
 {
-    return write2_atomic(path, text, len, "", 0);
-}
-
-int ftrt__write_json_atomic(const char *path, json_object *o)
-{
-    const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY);
-    return s ? write2_atomic(path, s, strlen(s), "\n", 1) : -ENOMEM;
+    char tmp[1200];
+    FILE *f = ftrt__atomic_open(path, tmp, sizeof tmp);
+    if (!f) return -errno;
+    int e = fwrite(text, 1, len, f) == len ? 0 : (errno ? -errno : -EIO);
+    return ftrt__atomic_finish(f, tmp, path, e);
 }

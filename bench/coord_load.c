@@ -32,7 +32,9 @@
  *      the expiry of its timeout (its last message sent + the heartbeat timeout) to the first
  *      FAILURE received;
  *   6. the end: LEDGER(final) and BYE from every trainer; time until the coordinator exits
- *      (the report is written in between).
+ *      (the report is written in between); the coordinator's peak RSS over its whole life
+ *      (wait4's ru_maxrss), how far it rose above the peak before the last BYEs (the final
+ *      ledgers and the report: issue 22, the report at 131,072 ranks) and the report's size.
  *
  * False positives: a connection the coordinator closed, or a FAILURE or PLAN, that no trial
  * caused. The generator's own lag (heartbeats sent late) is printed too: at the largest sizes
@@ -1836,15 +1838,19 @@ int main(int argc, char **argv)
     double cpu_before_end = proc_cpu_s(coord_pid);
     post(CMD_BYE, 0, 0);
     int status_code = -1;
-    double t_bye_wait = ftrt__now(), t_exit = -1;
+    double t_bye_wait = ftrt__now(), t_exit = -1, hwm_exit = NAN;
     while (ftrt__now() - t_bye_wait < 120) {
-        pid_t r = waitpid(coord_pid, &status_code, WNOHANG);
+        struct rusage ru; /* its peak RSS over its whole life, the report's writing included */
+        pid_t r = wait4(coord_pid, &status_code, WNOHANG, &ru);
         if (r == coord_pid) {
             t_exit = ftrt__now();
+            hwm_exit = (double)ru.ru_maxrss / 1024.0;
             break;
         }
         usleep(1000);
     }
+    struct stat rst;
+    long long report_bytes = stat(report, &rst) == 0 ? (long long)rst.st_size : -1;
     double t_last_bye;
     ev_get(EV_BYE_SENT, NULL, &t_last_bye);
     double end_s = t_exit > 0 ? t_exit - t_last_bye : NAN;
@@ -1898,6 +1904,9 @@ int main(int argc, char **argv)
            "%.0f ms; RSS at the end %.1f MiB (peak %.1f); end (last BYE -> exit) %.2f s\n",
            fp, atomic_load(&unexpected_eof), atomic_load(&unexpected_failure),
            atomic_load(&aborts), atomic_load(&tx_blocked), gap_all * 1e3, rss_end, hwm, end_s);
+    printf("report: peak RSS over the coordinator's life %.1f MiB (%.1f MiB above the peak "
+           "before the last BYEs: the final ledgers and the report), report file %lld bytes\n",
+           hwm_exit, hwm_exit - hwm, report_bytes);
     printf("RESULT n=%d spares=%d world=%d startup_s=%.3f cpu=%.4f gen_cpu=%.3f rss_mib=%.1f "
            "rss_end_mib=%.1f hwm_mib=%.1f probe_p50_ms=%.3f probe_p99_ms=%.3f probe_max_ms=%.3f "
            "gap_steady_ms=%.1f gap_all_ms=%.1f hb_rate=%.0f hb_expected=%.0f hb_late_ms=%.1f "
@@ -1908,7 +1917,8 @@ int main(int argc, char **argv)
            "false_pos=%d aborts=%d tx_blocked=%d end_s=%.3f kills=%d silents=%d commits=%d "
            "fails=%d per_host=%d hosts=%d mttd_p99_ms=%.3f hostkill_p50_ms=%.3f "
            "hostkill_max_ms=%.3f hostkill_plan_p50_ms=%.2f hostkill_plan_max_ms=%.2f "
-           "hostcut_p50_ms=%.3f hostcut_max_ms=%.3f hostcut_plan_max_ms=%.2f runq_ms_per_s=%.2f\n",
+           "hostcut_p50_ms=%.3f hostcut_max_ms=%.3f hostcut_plan_max_ms=%.2f runq_ms_per_s=%.2f "
+           "hwm_exit_mib=%.1f report_rise_mib=%.1f report_bytes=%lld\n",
            N, opt_s, W, startup, cpu, gen_cpu, rss_steady, rss_end, hwm, p50 * 1e3, p99 * 1e3,
            pmax * 1e3, gap_steady * 1e3, gap_all * 1e3, (hb1 - hb0) / dt, hb_expected(W),
            late_steady * 1e3, cmf50 * 1e3, cml50 * 1e3, cmlmax * 1e3, mttd50 * 1e3,
@@ -1916,7 +1926,8 @@ int main(int argc, char **argv)
            pl50 * 1e3, plmax * 1e3, pb50, (long long)atomic_load(&plan_msg_max), fp,
            atomic_load(&aborts), atomic_load(&tx_blocked), end_s,
            nk, ns, ncm, fails, opt_per_host, nhosts, mttd99 * 1e3, hk50 * 1e3, hkmax * 1e3,
-           hkp50 * 1e3, hkpmax * 1e3, hq50 * 1e3, hqmax * 1e3, hqpmax * 1e3, runq * 1e3);
+           hkp50 * 1e3, hkpmax * 1e3, hq50 * 1e3, hqmax * 1e3, hqpmax * 1e3, runq * 1e3,
+           hwm_exit, hwm_exit - hwm, report_bytes);
     fflush(stdout);
     if (!opt_keep && !opt_dir[0]) {
         char cmdl[800];

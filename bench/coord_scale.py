@@ -11,12 +11,14 @@ the figures of each run and the ratios to the before run.
 
 Usage: bench/coord_scale.py [--before BIN] --after BIN [--per-host K [--hosts-only]] [--host-kills H]
                             [--host-silents G] [--threads T] [--steady S] [--kills K]
-                            [--silents Q] [--commits C] [--spares S] [--limit SECONDS] N [N ...]
+                            [--silents Q] [--commits C] [--spares S] [--limit SECONDS]
+                            [--hb-ms MS] [--timeout-ms MS] N [N ...]
 --before is optional (without it, only the after columns are printed); --hosts-only runs only
 the host agents' column, and the before run with host agents too (for sizes where one
 connection per rank does not fit the machine). Each run is bounded by
 --limit seconds (default 580); a run that does not finish in time prints what it measured so
-far and its column shows "-". Exit status 0 when every run of --after passed.
+far and its column shows "-". --hb-ms and --timeout-ms go to coord_load (the heartbeat period
+and timeout; defaults 100 and 1000 ms, as coord_load's). Exit status 0 when every run of --after passed.
 """
 import os
 import subprocess
@@ -46,7 +48,10 @@ COLS = [  # (RESULT key, label, format)
     ("commit_first_ms", "last SHARD_DONE -> first COMMIT (LATEST replaced) p50 (ms)", "{:.1f}"),
     ("commit_last_ms", "last SHARD_DONE -> last COMMIT p50 (ms)", "{:.1f}"),
     ("rss_mib", "RSS, steady (MiB)", "{:.1f}"),
-    ("hwm_mib", "peak RSS (MiB)", "{:.1f}"),
+    ("hwm_mib", "peak RSS before the end (MiB)", "{:.1f}"),
+    ("hwm_exit_mib", "peak RSS over the whole run, the report included (MiB)", "{:.1f}"),
+    ("report_rise_mib", "peak RSS rise at the end: final ledgers + report (MiB)", "{:.1f}"),
+    ("report_bytes", "report file (bytes)", "{:.0f}"),
     ("startup_s", "start-up: connect + hello of all (s)", "{:.2f}"),
     ("end_s", "last BYE -> coordinator exit (s)", "{:.2f}"),
     ("false_pos", "false positives", "{:.0f}"),
@@ -71,7 +76,7 @@ def run(binary, n, args, per_host=0):
     spares = args.spares
     cmd = [binary, "-n", str(n), "--steady", str(args.steady), "--kills", str(args.kills),
            "--silents", str(args.silents), "--commits", str(args.commits), "--threads",
-           str(args.threads)]
+           str(args.threads), "--hb-ms", str(args.hb_ms), "--timeout-ms", str(args.timeout_ms)]
     if per_host:
         need = args.kills + args.silents + per_host * (args.host_kills + args.host_silents)
         spares = max(spares, -(-need // per_host) * per_host)  # whole spare hosts
@@ -143,6 +148,8 @@ def main():
     ap.add_argument("--commits", type=int, default=3)
     ap.add_argument("--spares", type=int, default=8)
     ap.add_argument("--limit", type=int, default=580)
+    ap.add_argument("--hb-ms", type=int, default=100)
+    ap.add_argument("--timeout-ms", type=int, default=1000)
     ap.add_argument("sizes", type=int, nargs="+")
     args = ap.parse_args()
     example_args.check_paths(ap, args, inputs=("before", "after"))

@@ -653,9 +653,13 @@ double ftrt__incident_injected_at(const ftrt__coord *c, const ftrt__incident *x)
  * must hold W-1 rows. Returns 0 or -EINVAL. */
 int ftrt__ledger_figures(const ftrt__coord *c, double t_end_wall, double (*totals)[FTRT__IV_KINDS],
                          ftrt__goodput *g, double *useful_flops, double *peak_flops);
-/* Adds "ledger", "waterfall", "advice" and "timeline" to the JSON report and prints the
- * waterfall. */
-void ftrt__ledger_report(ftrt__coord *c, json_object *o);
+/* Writes "ledger", "waterfall", "advice" and "timeline" into the JSON report being streamed by w
+ * (members of its object open now; the timeline rank by rank, nothing per rank held) and
+ * prints the waterfall and the checkpoint-interval advice. Writes nothing when the ledger's
+ * figures cannot be computed (no memory for W-1 rows of totals). Errors stay in w (ftrt__jw_close
+ * returns them). */
+struct ftrt__jw;
+void ftrt__ledger_report(ftrt__coord *c, struct ftrt__jw *w);
 /* Rewrites FTRT_METRICS_FILE (OpenMetrics text, atomically). Returns 0 or -errno. */
 int ftrt__metrics_write(ftrt__coord *c, double t_wall);
 /* Prints the live progress line (stderr) when enabled. */
@@ -663,8 +667,10 @@ void ftrt__progress_line(ftrt__coord *c, int final);
 
 /* Writes the status file atomically (temp + rename). Returns 0 or -errno (logged once). */
 int ftrt__status_write(ftrt__coord *c);
-/* Writes the JSON report (when configured) and prints the human summary on stdout.
- * Returns 0 or -errno from writing the file. */
+/* Writes the JSON report (when configured; streamed to its file, base/jsonw.h) and prints the
+ * human summary on stdout. A report that cannot be written is logged, and an older report at
+ * its path is removed (never taken for this job's). Returns 0 or -errno from writing the file
+ * (-ENOMEM, -EOVERFLOW, -EINVAL from the writer). */
 int ftrt__report_write(ftrt__coord *c);
 const char *ftrt__role_name(int role);
 const char *ftrt__failure_kind_name(int kind);

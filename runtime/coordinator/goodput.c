@@ -12,7 +12,6 @@
  * then to the end.
  */
 #include <errno.h>
-#include <json-c/json.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +19,7 @@
 #include <unistd.h>
 
 #include "runtime/coordinator/coord.h"
+#include "base/jsonw.h"
 #include "base/log.h"
 
 typedef void (*emit_fn)(void *arg, int kind, double t0, double t1);
@@ -95,122 +95,141 @@ int ftrt__ledger_figures(const ftrt__coord *cc, double j1, double (*totals)[FTRT
     return ftrt__goodput_compute(&in, g);
 }
 
-/* ---- report ---- */
+/* ---- report (streamed: base/jsonw.h) ---- */
 
 typedef struct tl_arg {
-    json_object *arr;
+    ftrt__jw *w;
     double j0;
 } tl_arg;
 
+/* One interval of the timeline: [kind, t0, t1], seconds from the job's start (to 1 us). */
 static void add_json(void *arg, int kind, double t0, double t1)
 {
     tl_arg *a = arg;
-    json_object *x = json_object_new_array();
-    json_object_array_add(x, json_object_new_int(kind));
-    json_object_array_add(x, json_object_new_double(round((t0 - a->j0) * 1e6) / 1e6));
-    json_object_array_add(x, json_object_new_double(round((t1 - a->j0) * 1e6) / 1e6));
-    json_object_array_add(a->arr, x);
+    ftrt__jw_array(a->w, NULL);
+    ftrt__jw_int(a->w, NULL, kind);
+    ftrt__jw_double(a->w, NULL, round((t0 - a->j0) * 1e6) / 1e6);
+    ftrt__jw_double(a->w, NULL, round((t1 - a->j0) * 1e6) / 1e6);
+    ftrt__jw_end(a->w);
 }
 
-static void add_event(json_object *ev, double j0, double t, const char *what,
-                      const ftrt__incident *x)
+static void add_event(ftrt__jw *w, double j0, double t, const char *what, const ftrt__incident *x)
 {
     if (!(t > 0)) return;
-    json_object *e = json_object_new_object();
-    json_object_object_add(e, "t", json_object_new_double(t - j0));
-    json_object_object_add(e, "event", json_object_new_string(what));
-    json_object_object_add(e, "world_rank", json_object_new_int(x->world_rank));
-    json_object_object_add(e, "kind", json_object_new_string(ftrt__failure_kind_name(x->kind)));
-    json_object_array_add(ev, e);
+    ftrt__jw_object(w, NULL);
+    ftrt__jw_double(w, "t", t - j0);
+    ftrt__jw_string(w, "event", what);
+    ftrt__jw_int(w, "world_rank", x->world_rank);
+    ftrt__jw_string(w, "kind", ftrt__failure_kind_name(x->kind));
+    ftrt__jw_end(w);
 }
 
-static json_object *num_or_null(double v) { return v >= 0 ? json_object_new_double(v) : NULL; }
+/* key: v, or null when v < 0 (unknown). */
+static void num_or_null(ftrt__jw *w, const char *key, double v)
+{
+    if (v >= 0)
+        ftrt__jw_double(w, key, v);
+    else
+        ftrt__jw_null(w, key);
+}
 
-static void advice(ftrt__coord *c, const ftrt__goodput *g, json_object *o)
+/* The model's figures for the report's "advice" object. */
+typedef struct advice_in {
+    double cost, mtbf, restart, tau, young, daly, g_use, g_daly;
+    const char *mtbf_source;
+} advice_in;
+
+static void advice_json(ftrt__jw *w, const advice_in *a)
+{
+    ftrt__jw_object(w, "advice");
+    num_or_null(w, "checkpoint_cost_s", a->cost);
+    num_or_null(w, "mtbf_s", a->mtbf);
+    ftrt__jw_string(w, "mtbf_source", a->mtbf_source);
+    ftrt__jw_double(w, "restart_cost_s", a->restart);
+    num_or_null(w, "interval_in_use_s", a->tau);
+    num_or_null(w, "young_interval_s", a->young);
+    num_or_null(w, "daly_interval_s", a->daly);
+    num_or_null(w, "model_goodput_in_use", a->g_use);
+    num_or_null(w, "model_goodput_daly", a->g_daly);
+    ftrt__jw_string(w, "model",
+        "1 - C/tau - (tau/2 + R)/M: every failure rolls back to the last checkpoint (a job-level "
+        "restart); hot-spare recovery from a survivor's memory avoids that rollback");
+    ftrt__jw_end(w);
+}
+
+static void advice(ftrt__coord *c, const ftrt__goodput *g, ftrt__jw *w)
 {
     const ftrt_config *cfg = c->a->cfg;
     int nck = c->ncommitted + c->nckpt_failed, trainer_failures = 0;
     for (int i = 0; i < c->ninc; i++) trainer_failures += !c->inc[i].was_spare;
     double wall = g->allocated_s / (c->W - 1);
-    double cost = nck > 0 ? g->by_kind[FTRT__IV_CKPT] / ((double)c->N * nck) : -1;
-    double mtbf = cfg->mtbf_s > 0 ? cfg->mtbf_s : (trainer_failures ? wall / trainer_failures : -1);
-    double restart = g->by_kind[FTRT__IV_STARTUP] / (c->W - 1);
-    double tau = c->ncommitted > 1 ? (c->last_commit_wall - c->first_commit_wall) /
-                                         (c->ncommitted - 1)
-                                   : -1;
-    double young = cost > 0 && mtbf > 0 ? sqrt(2 * cost * mtbf) : -1;
-    double daly = ftrt__daly_interval(cost, mtbf);
-    json_object *a = json_object_new_object();
-    json_object_object_add(a, "checkpoint_cost_s", num_or_null(cost));
-    json_object_object_add(a, "mtbf_s", num_or_null(mtbf));
-    json_object_object_add(a, "mtbf_source", json_object_new_string(
-        cfg->mtbf_s > 0 ? "configured" : (trainer_failures ? "observed" : "none")));
-    json_object_object_add(a, "restart_cost_s", json_object_new_double(restart));
-    json_object_object_add(a, "interval_in_use_s", num_or_null(tau));
-    json_object_object_add(a, "young_interval_s", num_or_null(young));
-    json_object_object_add(a, "daly_interval_s", num_or_null(daly));
-    double g_use = tau > 0 ? ftrt__model_goodput(tau, fmax(cost, 0), restart, mtbf) : -1;
-    double g_daly = daly > 0 ? ftrt__model_goodput(daly, cost, restart, mtbf) : -1;
-    json_object_object_add(a, "model_goodput_in_use", num_or_null(g_use));
-    json_object_object_add(a, "model_goodput_daly", num_or_null(g_daly));
-    json_object_object_add(a, "model", json_object_new_string(
-        "1 - C/tau - (tau/2 + R)/M: every failure rolls back to the last checkpoint (a job-level "
-        "restart); hot-spare recovery from a survivor's memory avoids that rollback"));
-    json_object_object_add(o, "advice", a);
-    if (daly > 0 && tau > 0)
+    advice_in a;
+    a.cost = nck > 0 ? g->by_kind[FTRT__IV_CKPT] / ((double)c->N * nck) : -1;
+    a.mtbf = cfg->mtbf_s > 0 ? cfg->mtbf_s : (trainer_failures ? wall / trainer_failures : -1);
+    a.mtbf_source = cfg->mtbf_s > 0 ? "configured" : (trainer_failures ? "observed" : "none");
+    a.restart = g->by_kind[FTRT__IV_STARTUP] / (c->W - 1);
+    a.tau = c->ncommitted > 1
+                ? (c->last_commit_wall - c->first_commit_wall) / (c->ncommitted - 1)
+                : -1;
+    a.young = a.cost > 0 && a.mtbf > 0 ? sqrt(2 * a.cost * a.mtbf) : -1;
+    a.daly = ftrt__daly_interval(a.cost, a.mtbf);
+    a.g_use = a.tau > 0 ? ftrt__model_goodput(a.tau, fmax(a.cost, 0), a.restart, a.mtbf) : -1;
+    a.g_daly = a.daly > 0 ? ftrt__model_goodput(a.daly, a.cost, a.restart, a.mtbf) : -1;
+    advice_json(w, &a);
+    if (a.daly > 0 && a.tau > 0)
         printf("  checkpoint interval: %.2f s in use, Young/Daly optimum %.2f s (C %.3f s, M %.1f s "
                "%s): model goodput %.3f in use, %.3f at the optimum\n",
-               tau, daly, cost, mtbf, cfg->mtbf_s > 0 ? "configured" : "observed", g_use, g_daly);
+               a.tau, a.daly, a.cost, a.mtbf, cfg->mtbf_s > 0 ? "configured" : "observed",
+               a.g_use, a.g_daly);
     else
         printf("  checkpoint interval advice: needs a measured checkpoint cost and a failure rate "
                "(failures observed or FTRT_MTBF_S)\n");
 }
 
 /* The ledger's totals and figures as the report's "ledger" object. */
-static void ledger_json(const ftrt__goodput *g, double useful_flops, double peak, json_object *o)
+static void ledger_json(const ftrt__goodput *g, double useful_flops, double peak, ftrt__jw *w)
 {
-    json_object *l = json_object_new_object();
-    json_object_object_add(l, "allocated_rank_s", json_object_new_double(g->allocated_s));
-    json_object_object_add(l, "accounted_rank_s", json_object_new_double(g->accounted_s));
-    json_object *bk = json_object_new_object();
-    for (int k = 0; k < FTRT__IV_KINDS; k++)
-        json_object_object_add(bk, ftrt__iv_name(k), json_object_new_double(g->by_kind[k]));
-    json_object_object_add(l, "rank_s_by_kind", bk);
-    json_object_object_add(l, "trainer_rank_s", json_object_new_double(g->trainer_s));
-    json_object_object_add(l, "compute_rank_s", json_object_new_double(g->compute_s));
-    json_object_object_add(l, "useful_compute_rank_s", json_object_new_double(g->useful_s));
-    json_object_object_add(l, "useful_flops", json_object_new_double(useful_flops));
-    json_object_object_add(l, "peak_flops_per_rank", num_or_null(peak > 0 ? peak : -1));
-    json_object_object_add(l, "gau", json_object_new_double(g->gau));
-    json_object_object_add(l, "ectr", json_object_new_double(g->ectr));
-    json_object_object_add(l, "emfu", num_or_null(g->emfu));
-    json_object_object_add(l, "effective_utilization", num_or_null(g->effective));
-    json_object_object_add(l, "goodput", json_object_new_double(g->goodput));
-    json_object_object_add(o, "ledger", l);
+    ftrt__jw_object(w, "ledger");
+    ftrt__jw_double(w, "allocated_rank_s", g->allocated_s);
+    ftrt__jw_double(w, "accounted_rank_s", g->accounted_s);
+    ftrt__jw_object(w, "rank_s_by_kind");
+    for (int k = 0; k < FTRT__IV_KINDS; k++) ftrt__jw_double(w, ftrt__iv_name(k), g->by_kind[k]);
+    ftrt__jw_end(w);
+    ftrt__jw_double(w, "trainer_rank_s", g->trainer_s);
+    ftrt__jw_double(w, "compute_rank_s", g->compute_s);
+    ftrt__jw_double(w, "useful_compute_rank_s", g->useful_s);
+    ftrt__jw_double(w, "useful_flops", useful_flops);
+    num_or_null(w, "peak_flops_per_rank", peak > 0 ? peak : -1);
+    ftrt__jw_double(w, "gau", g->gau);
+    ftrt__jw_double(w, "ectr", g->ectr);
+    num_or_null(w, "emfu", g->emfu);
+    num_or_null(w, "effective_utilization", g->effective);
+    ftrt__jw_double(w, "goodput", g->goodput);
+    ftrt__jw_end(w);
 }
 
 /* Where the rank-hours went: the text waterfall and the report's "waterfall" array, then the
  * GAU x ECTR x eMFU line. */
-static void waterfall(const ftrt__goodput *g, int slots, json_object *o)
+static void waterfall(const ftrt__goodput *g, int slots, ftrt__jw *w)
 {
     double a = g->allocated_s;
     printf("  where the rank-hours went (%d ranks x %.3f s):\n", slots, a / slots);
     printf("    %-22s %12.6f rank-h %9.3f rank-s %6.1f%%\n", "allocated", a / 3600, a, 100.0);
-    json_object *wf = json_object_new_array();
+    ftrt__jw_array(w, "waterfall");
     for (int i = 0; i < g->nlosses; i++) {
         int k = g->order[i];
         if (g->by_kind[k] <= 0) continue;
         printf("    - %-20s %12.6f rank-h %9.3f rank-s %6.1f%%\n", ftrt__iv_name(k),
                g->by_kind[k] / 3600, g->by_kind[k], 100 * g->by_kind[k] / a);
-        json_object *x = json_object_new_object();
-        json_object_object_add(x, "cause", json_object_new_string(ftrt__iv_name(k)));
-        json_object_object_add(x, "rank_s", json_object_new_double(g->by_kind[k]));
-        json_object_object_add(x, "percent", json_object_new_double(100 * g->by_kind[k] / a));
-        json_object_array_add(wf, x);
+        ftrt__jw_object(w, NULL);
+        ftrt__jw_string(w, "cause", ftrt__iv_name(k));
+        ftrt__jw_double(w, "rank_s", g->by_kind[k]);
+        ftrt__jw_double(w, "percent", 100 * g->by_kind[k] / a);
+        ftrt__jw_end(w);
     }
+    ftrt__jw_end(w);
     printf("    = %-20s %12.6f rank-h %9.3f rank-s %6.1f%%\n", "useful compute",
            g->useful_s / 3600, g->useful_s, 100 * g->useful_s / a);
-    json_object_object_add(o, "waterfall", wf);
     if (g->emfu >= 0)
         printf("  GAU %.3f x ECTR %.3f x eMFU %.4f = effective utilization %.4f; goodput %.3f\n",
                g->gau, g->ectr, g->emfu, g->effective, g->goodput);
@@ -219,59 +238,74 @@ static void waterfall(const ftrt__goodput *g, int slots, json_object *o)
                "goodput %.3f\n", g->gau, g->ectr, g->goodput);
 }
 
-/* The report's "timeline": every rank's intervals from j0 to j1 and the incidents' events. */
-static void timeline_json(ftrt__coord *c, double j0, double j1, json_object *o)
+/* "logical_rank": its logical rank, or null (a spare, or the coordinator). */
+static void opt_logical(ftrt__jw *w, int logical)
 {
-    json_object *tl = json_object_new_object();
-    json_object_object_add(tl, "t0", json_object_new_double(j0));
-    json_object_object_add(tl, "wall_s", json_object_new_double(j1 - j0));
-    json_object *kinds = json_object_new_array();
-    for (int k = 0; k < FTRT__IV_KINDS; k++)
-        json_object_array_add(kinds, json_object_new_string(ftrt__iv_name(k)));
-    json_object_object_add(tl, "kinds", kinds);
-    json_object *ranks = json_object_new_array();
-    for (int w = 1; w < c->W; w++) {
-        json_object *x = json_object_new_object();
-        json_object_object_add(x, "world_rank", json_object_new_int(w));
-        json_object_object_add(x, "role", json_object_new_string(ftrt__role_name(c->r[w].role)));
-        json_object_object_add(x, "logical_rank",
-                               c->r[w].logical >= 0 ? json_object_new_int(c->r[w].logical) : NULL);
-        json_object_object_add(x, "truncated", json_object_new_boolean(c->r[w].tl_truncated));
-        tl_arg ta = {json_object_new_array(), j0};
-        rebuild_slot(c, w, j0, j1, add_json, &ta);
-        json_object_object_add(x, "intervals", ta.arr);
-        json_object_array_add(ranks, x);
-    }
-    json_object_object_add(tl, "ranks", ranks);
-    json_object *ev = json_object_new_array();
-    for (int i = 0; i < c->ninc; i++) {
-        const ftrt__incident *x = &c->inc[i];
-        add_event(ev, j0, x->t_fail_wall, "failure", x);
-        add_event(ev, j0, x->t_detect_wall, "detected", x);
-        add_event(ev, j0, x->t_plan_wall, "plan", x);
-        if (x->recovered) add_event(ev, j0, x->t_detect_wall + (x->t_resumed - x->t_detect), "resumed", x);
-    }
-    json_object_object_add(tl, "events", ev);
-    json_object_object_add(o, "timeline", tl);
+    if (logical >= 0)
+        ftrt__jw_int(w, "logical_rank", logical);
+    else
+        ftrt__jw_null(w, "logical_rank");
 }
 
-void ftrt__ledger_report(ftrt__coord *c, json_object *o)
+/* One element of the timeline's "ranks": world rank w's role and intervals from j0 to j1. */
+static void timeline_rank(ftrt__coord *c, int w, double j0, double j1, ftrt__jw *jw)
+{
+    const ftrt__crank *r = &c->r[w];
+    ftrt__jw_object(jw, NULL);
+    ftrt__jw_int(jw, "world_rank", w);
+    ftrt__jw_string(jw, "role", ftrt__role_name(r->role));
+    opt_logical(jw, r->logical);
+    ftrt__jw_bool(jw, "truncated", r->tl_truncated);
+    ftrt__jw_array(jw, "intervals");
+    tl_arg ta = {jw, j0};
+    rebuild_slot(c, w, j0, j1, add_json, &ta);
+    ftrt__jw_end(jw);
+    ftrt__jw_end(jw);
+}
+
+/* The report's "timeline": every rank's intervals from j0 to j1 and the incidents' events,
+ * written rank by rank (nothing per rank is held). */
+static void timeline_json(ftrt__coord *c, double j0, double j1, ftrt__jw *w)
+{
+    ftrt__jw_object(w, "timeline");
+    ftrt__jw_double(w, "t0", j0);
+    ftrt__jw_double(w, "wall_s", j1 - j0);
+    ftrt__jw_array(w, "kinds");
+    for (int k = 0; k < FTRT__IV_KINDS; k++) ftrt__jw_string(w, NULL, ftrt__iv_name(k));
+    ftrt__jw_end(w);
+    ftrt__jw_array(w, "ranks");
+    for (int x = 1; x < c->W; x++) timeline_rank(c, x, j0, j1, w);
+    ftrt__jw_end(w);
+    ftrt__jw_array(w, "events");
+    for (int i = 0; i < c->ninc; i++) {
+        const ftrt__incident *x = &c->inc[i];
+        add_event(w, j0, x->t_fail_wall, "failure", x);
+        add_event(w, j0, x->t_detect_wall, "detected", x);
+        add_event(w, j0, x->t_plan_wall, "plan", x);
+        if (x->recovered)
+            add_event(w, j0, x->t_detect_wall + (x->t_resumed - x->t_detect), "resumed", x);
+    }
+    ftrt__jw_end(w);
+    ftrt__jw_end(w);
+}
+
+void ftrt__ledger_report(ftrt__coord *c, ftrt__jw *w)
 {
     int slots = c->W - 1;
     double j0 = c->t_start_wall, j1 = j0 + (c->t_end - c->t_start);
     double (*totals)[FTRT__IV_KINDS] = calloc((size_t)slots, sizeof *totals);
-    if (!totals) return;
     ftrt__goodput g;
     double useful_flops, peak;
-    if (ftrt__ledger_figures(c, j1, totals, &g, &useful_flops, &peak)) {
+    if (!totals || ftrt__ledger_figures(c, j1, totals, &g, &useful_flops, &peak)) {
+        /* no ledger: the report has none of its four sections, as before */
         free(totals);
         return;
     }
-    ledger_json(&g, useful_flops, peak, o);
-    waterfall(&g, slots, o);
-    advice(c, &g, o);
-    timeline_json(c, j0, j1, o);
-    free(totals);
+    free(totals); /* (the figures are all in g) */
+    ledger_json(&g, useful_flops, peak, w);
+    waterfall(&g, slots, w);
+    advice(c, &g, w);
+    if (w->f) timeline_json(c, j0, j1, w); /* (no report file: no need to rebuild the ranks') */
 }
 
 /* ---- OpenMetrics ---- */

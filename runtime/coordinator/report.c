@@ -7,14 +7,17 @@
  * bound detection - last message heard. MTTR is detection -> the last member's RESUMED. Goodput
  * is the rank-seconds of kept steps (each trainer times its own steps; a dead rank's figure
  * comes from its last heartbeat) over allocated = (trainers + spares) x wall time.
- * JSON schema (version 1): see docs/report-schema.md "Report".
+ * JSON schema (version 1): see docs/report-schema.md "Report". The JSON is streamed to the file
+ * as it is produced (base/jsonw.h), never held whole: at 131,072 ranks its json-c tree and
+ * text took 13.2 GiB of the coordinator (issue 22); what it holds now is one rank's part.
  */
 #include <errno.h>
-#include <json-c/json.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/coordinator/coord.h"
+#include "base/jsonw.h"
 #include "base/log.h"
 
 /* The job's totals, computed once for the JSON and the text. */
@@ -95,184 +98,184 @@ static measured measure(const ftrt__coord *c, const ftrt__incident *x)
     return m;
 }
 
-/* ---- JSON sections (docs/report-schema.md "Report") ---- */
+/* ---- JSON sections (docs/report-schema.md "Report"), streamed to the file (base/jsonw.h) ---- */
+
+/* key: v, or null when !has. */
+static void opt_int(ftrt__jw *w, const char *key, int has, int64_t v)
+{
+    if (has)
+        ftrt__jw_int(w, key, v);
+    else
+        ftrt__jw_null(w, key);
+}
+
+static void opt_double(ftrt__jw *w, const char *key, int has, double v)
+{
+    if (has)
+        ftrt__jw_double(w, key, v);
+    else
+        ftrt__jw_null(w, key);
+}
 
 /* The coordinator that wrote the report (as in the status file): world rank 0, or the standby
  * that took over last, with its host, pid and term (the takeovers before it). */
-static json_object *coordinator_json(const ftrt__coord *c)
+static void coordinator_json(ftrt__jw *w, const ftrt__coord *c)
 {
     const ftrt__crank *me = &c->r[c->self];
-    json_object *co = json_object_new_object();
-    json_object_object_add(co, "world_rank", json_object_new_int(c->self));
-    json_object_object_add(co, "host", json_object_new_string(me->host));
-    json_object_object_add(co, "pid", json_object_new_int(me->pid));
-    json_object_object_add(co, "term", json_object_new_int(c->term));
-    return co;
+    ftrt__jw_object(w, "coordinator");
+    ftrt__jw_int(w, "world_rank", c->self);
+    ftrt__jw_string(w, "host", me->host);
+    ftrt__jw_int(w, "pid", me->pid);
+    ftrt__jw_int(w, "term", c->term);
+    ftrt__jw_end(w);
 }
 
-static void summary_json(json_object *o, const ftrt__coord *c, const totals *t)
+static void summary_json(ftrt__jw *w, const ftrt__coord *c, const totals *t)
 {
-    json_object_object_add(o, "schema", json_object_new_int(1));
-    json_object_object_add(o, "status", json_object_new_string(t->ok ? "finished" : "failed"));
-    json_object_object_add(o, "error",
-                           t->ok ? NULL : json_object_new_string(ftrt_err_name(c->result)));
-    json_object_object_add(o, "steps", json_object_new_int64(t->steps));
-    json_object_object_add(o, "wall_s", json_object_new_double(t->wall));
-    json_object_object_add(o, "trainers", json_object_new_int(c->N));
-    json_object_object_add(o, "spares", json_object_new_int(t->nspares));
-    json_object_object_add(o, "epoch", json_object_new_int(c->epoch));
-    json_object_object_add(o, "coordinator", coordinator_json(c));
-    json_object_object_add(o, "allocated_rank_s", json_object_new_double(t->allocated));
-    json_object_object_add(o, "kept_step_rank_s", json_object_new_double(t->kept));
-    json_object_object_add(o, "rework_rank_s", json_object_new_double(t->rework_s));
-    json_object_object_add(o, "lost_partial_step_rank_s", json_object_new_double(t->lost_s));
-    json_object_object_add(o, "goodput",
-                           json_object_new_double(t->allocated > 0 ? t->kept / t->allocated : 0));
+    ftrt__jw_int(w, "schema", 1);
+    ftrt__jw_string(w, "status", t->ok ? "finished" : "failed");
+    ftrt__jw_string(w, "error", t->ok ? NULL : ftrt_err_name(c->result));
+    ftrt__jw_int(w, "steps", t->steps);
+    ftrt__jw_double(w, "wall_s", t->wall);
+    ftrt__jw_int(w, "trainers", c->N);
+    ftrt__jw_int(w, "spares", t->nspares);
+    ftrt__jw_int(w, "epoch", c->epoch);
+    coordinator_json(w, c);
+    ftrt__jw_double(w, "allocated_rank_s", t->allocated);
+    ftrt__jw_double(w, "kept_step_rank_s", t->kept);
+    ftrt__jw_double(w, "rework_rank_s", t->rework_s);
+    ftrt__jw_double(w, "lost_partial_step_rank_s", t->lost_s);
+    ftrt__jw_double(w, "goodput", t->allocated > 0 ? t->kept / t->allocated : 0);
 }
 
 /* Checkpoints: committed, failed, skipped (staging busy under FTRT_CKPT_POLICY=skip),
  * abandoned (totals_of), and stall_s, the trainers' time blocked in checkpoint calls. */
-static json_object *checkpoints_json(const ftrt__coord *c, int abandoned, double stall_s)
+static void checkpoints_json(ftrt__jw *w, const ftrt__coord *c, int abandoned, double stall_s)
 {
-    json_object *ck = json_object_new_object();
-    json_object_object_add(ck, "committed", json_object_new_int(c->ncommitted));
-    json_object_object_add(ck, "failed", json_object_new_int(c->nckpt_failed));
-    json_object_object_add(ck, "skipped", json_object_new_int(c->nckpt_skipped));
-    json_object_object_add(ck, "abandoned", json_object_new_int(abandoned));
-    json_object_object_add(ck, "stall_rank_s", json_object_new_double(stall_s));
-    json_object_object_add(ck, "last_committed_step", json_object_new_int64(c->last_committed));
-    return ck;
+    ftrt__jw_object(w, "checkpoints");
+    ftrt__jw_int(w, "committed", c->ncommitted);
+    ftrt__jw_int(w, "failed", c->nckpt_failed);
+    ftrt__jw_int(w, "skipped", c->nckpt_skipped);
+    ftrt__jw_int(w, "abandoned", abandoned);
+    ftrt__jw_double(w, "stall_rank_s", stall_s);
+    ftrt__jw_int(w, "last_committed_step", c->last_committed);
+    ftrt__jw_end(w);
 }
 
 /* A failure's who and detection: ranks, pid, kind, hosts, role, MTTD. */
-static void failure_detection_json(json_object *f, const ftrt__coord *c, const ftrt__incident *x,
+static void failure_detection_json(ftrt__jw *w, const ftrt__coord *c, const ftrt__incident *x,
                                    const measured *m)
 {
-    const char *host = x->world_rank >= 0 ? c->r[x->world_rank].host : NULL;
-    json_object_object_add(f, "world_rank",
-                           x->world_rank >= 0 ? json_object_new_int(x->world_rank) : NULL);
-    json_object_object_add(f, "logical_rank", json_object_new_int(x->logical_rank));
-    json_object_object_add(f, "pid", json_object_new_int(x->pid));
-    json_object_object_add(f, "kind", json_object_new_string(ftrt__failure_kind_name(x->kind)));
-    json_object_object_add(f, "host", host ? json_object_new_string(host) : NULL);
-    json_object_object_add(f, "cause",
-                           json_object_new_string(x->coord_lost  ? "coordinator_lost"
-                                                  : x->host_lost ? "host_lost"
-                                                                 : "rank"));
-    json_object_object_add(f, "spare_host",
-                           x->spare_world_rank >= 0
-                               ? json_object_new_string(c->r[x->spare_world_rank].host)
-                               : NULL);
-    json_object_object_add(f, "role", json_object_new_string(x->coord_lost  ? "coordinator"
-                                                             : x->was_spare ? "spare"
-                                                                            : "trainer"));
-    json_object_object_add(f, "detected_at", json_object_new_double(x->t_detect_wall));
-    json_object_object_add(f, "mttd_s", json_object_new_double(m->mttd));
-    json_object_object_add(f, "mttd_source",
-                           json_object_new_string(m->inj > 0 ? "fault_log" : "bound"));
-    json_object_object_add(f, "mttd_bound_s", json_object_new_double(m->bound));
+    opt_int(w, "world_rank", x->world_rank >= 0, x->world_rank);
+    ftrt__jw_int(w, "logical_rank", x->logical_rank);
+    ftrt__jw_int(w, "pid", x->pid);
+    ftrt__jw_string(w, "kind", ftrt__failure_kind_name(x->kind));
+    ftrt__jw_string(w, "host", x->world_rank >= 0 ? c->r[x->world_rank].host : NULL);
+    ftrt__jw_string(w, "cause", x->coord_lost  ? "coordinator_lost"
+                                : x->host_lost ? "host_lost"
+                                               : "rank");
+    ftrt__jw_string(w, "spare_host",
+                    x->spare_world_rank >= 0 ? c->r[x->spare_world_rank].host : NULL);
+    ftrt__jw_string(w, "role", x->coord_lost  ? "coordinator"
+                               : x->was_spare ? "spare"
+                                              : "trainer");
+    ftrt__jw_double(w, "detected_at", x->t_detect_wall);
+    ftrt__jw_double(w, "mttd_s", m->mttd);
+    ftrt__jw_string(w, "mttd_source", m->inj > 0 ? "fault_log" : "bound");
+    ftrt__jw_double(w, "mttd_bound_s", m->bound);
 }
 
-/* A failure's recovery: MTTR, spare, epoch, resume step, rework, where the state came from. */
-static void failure_recovery_json(json_object *f, const ftrt__incident *x, const measured *m)
+/* A failure's recovery: MTTR, spare, epoch, resume step, rework, where the state came from,
+ * MTTR's phases. */
+static void failure_recovery_json(ftrt__jw *w, const ftrt__incident *x, const measured *m)
 {
     static const char *const from[] = {"peers", "replica", "checkpoint"};
     int resumed = x->resume_step >= 0;
-    json_object_object_add(f, "recovered", json_object_new_boolean(x->recovered));
-    json_object_object_add(f, "mttr_s", x->recovered ? json_object_new_double(m->mttr) : NULL);
-    json_object_object_add(f, "spare_world_rank",
-                           x->spare_world_rank >= 0 ? json_object_new_int(x->spare_world_rank)
-                                                    : NULL);
-    json_object_object_add(f, "epoch", json_object_new_int(x->epoch));
-    json_object_object_add(f, "resume_step",
-                           resumed ? json_object_new_int64(x->resume_step) : NULL);
-    json_object_object_add(f, "rework_steps", json_object_new_int64(x->rework_steps));
-    json_object_object_add(f, "state_from",
-                           resumed && x->state_from >= 0 && x->state_from < 3
-                               ? json_object_new_string(from[x->state_from])
-                               : NULL);
-    const char *miss = resumed ? ftrt__replica_miss_name(x->replica_miss) : NULL;
-    json_object_object_add(f, "replica_miss", miss ? json_object_new_string(miss) : NULL);
-    json_object *ph = NULL;
+    ftrt__jw_bool(w, "recovered", x->recovered);
+    opt_double(w, "mttr_s", x->recovered, m->mttr);
+    opt_int(w, "spare_world_rank", x->spare_world_rank >= 0, x->spare_world_rank);
+    ftrt__jw_int(w, "epoch", x->epoch);
+    opt_int(w, "resume_step", resumed, x->resume_step);
+    ftrt__jw_int(w, "rework_steps", x->rework_steps);
+    ftrt__jw_string(w, "state_from", resumed && x->state_from >= 0 && x->state_from < 3
+                                         ? from[x->state_from]
+                                         : NULL);
+    ftrt__jw_string(w, "replica_miss", resumed ? ftrt__replica_miss_name(x->replica_miss) : NULL);
     if (has_phases(x)) {
-        ph = json_object_new_object();
-        for (int k = 0; k < PH_N; k++)
-            json_object_object_add(ph, phase_names[k], json_object_new_double(m->phase[k] * 1e3));
+        ftrt__jw_object(w, "phases_ms");
+        for (int k = 0; k < PH_N; k++) ftrt__jw_double(w, phase_names[k], m->phase[k] * 1e3);
+        ftrt__jw_end(w);
+    } else {
+        ftrt__jw_null(w, "phases_ms");
     }
-    json_object_object_add(f, "phases_ms", ph);
-    json_object_object_add(f, "phases_unaccounted_ms",
-                           has_phases(x) ? json_object_new_double(m->unaccounted * 1e3) : NULL);
-    json_object_object_add(f, "phases_world_rank",
-                           has_phases(x) ? json_object_new_int(x->phase_w) : NULL);
+    opt_double(w, "phases_unaccounted_ms", has_phases(x), m->unaccounted * 1e3);
+    opt_int(w, "phases_world_rank", has_phases(x), x->phase_w);
 }
 
-/* A silent data corruption's details (NULL for other kinds of failure). */
-static json_object *failure_sdc_json(const ftrt__incident *x)
+/* A silent data corruption's details (null for other kinds of failure). */
+static void failure_sdc_json(ftrt__jw *w, const ftrt__incident *x)
 {
-    if (x->kind != FK_SDC) return NULL;
-    json_object *sd = json_object_new_object();
-    json_object_object_add(sd, "step_detected", json_object_new_int64(x->sdc_step));
-    json_object_object_add(sd, "last_agreed_step",
-                           x->sdc_agreed_step >= 0 ? json_object_new_int64(x->sdc_agreed_step)
-                                                   : NULL);
-    json_object_object_add(sd, "majority", json_object_new_boolean(x->sdc_majority));
-    json_object_object_add(sd, "rollback_checkpoint_step",
-                           x->sdc_ckpt >= 0 ? json_object_new_int64(x->sdc_ckpt) : NULL);
-    json_object_object_add(sd, "uncommitted_checkpoints", json_object_new_int(x->sdc_uncommitted));
-    return sd;
+    if (x->kind != FK_SDC) {
+        ftrt__jw_null(w, "sdc");
+        return;
+    }
+    ftrt__jw_object(w, "sdc");
+    ftrt__jw_int(w, "step_detected", x->sdc_step);
+    opt_int(w, "last_agreed_step", x->sdc_agreed_step >= 0, x->sdc_agreed_step);
+    ftrt__jw_bool(w, "majority", x->sdc_majority);
+    opt_int(w, "rollback_checkpoint_step", x->sdc_ckpt >= 0, x->sdc_ckpt);
+    ftrt__jw_int(w, "uncommitted_checkpoints", x->sdc_uncommitted);
+    ftrt__jw_end(w);
 }
 
-static json_object *failure_json(const ftrt__coord *c, const ftrt__incident *x,
-                                 const measured *m)
+/* One element of "failures". */
+static void failure_json(ftrt__jw *w, const ftrt__coord *c, const ftrt__incident *x,
+                         const measured *m)
 {
-    json_object *f = json_object_new_object();
-    failure_detection_json(f, c, x, m);
-    failure_recovery_json(f, x, m);
-    json_object_object_add(f, "sdc", failure_sdc_json(x));
-    return f;
+    ftrt__jw_object(w, NULL);
+    failure_detection_json(w, c, x, m);
+    failure_recovery_json(w, x, m);
+    failure_sdc_json(w, x);
+    ftrt__jw_end(w);
 }
 
 /* Silent data corruption check: how often replicas were compared and what the fingerprints
  * cost the trainers (their seconds over the seconds of their kept steps). */
-static json_object *sdc_json(const ftrt__coord *c, const totals *t)
+static void sdc_json(ftrt__jw *w, const ftrt__coord *c, const totals *t)
 {
-    json_object *sdc = json_object_new_object();
-    json_object_object_add(sdc, "every", json_object_new_int(c->a->cfg->sdc_every));
-    json_object_object_add(sdc, "checks", json_object_new_int(c->sdc_checks));
-    json_object_object_add(sdc, "fingerprints", json_object_new_int64(c->sdc_nfp));
-    json_object_object_add(sdc, "last_agreed_step", c->sdc_agreed_step >= 0
-                                                        ? json_object_new_int64(c->sdc_agreed_step)
-                                                        : NULL);
-    json_object_object_add(sdc, "fingerprint_rank_s", json_object_new_double(c->sdc_fp_s));
-    json_object_object_add(sdc, "fingerprint_share_of_steps",
-                           json_object_new_double(t->kept > 0 ? c->sdc_fp_s / t->kept : 0));
-    return sdc;
+    ftrt__jw_object(w, "sdc");
+    ftrt__jw_int(w, "every", c->a->cfg->sdc_every);
+    ftrt__jw_int(w, "checks", c->sdc_checks);
+    ftrt__jw_int(w, "fingerprints", c->sdc_nfp);
+    opt_int(w, "last_agreed_step", c->sdc_agreed_step >= 0, c->sdc_agreed_step);
+    ftrt__jw_double(w, "fingerprint_rank_s", c->sdc_fp_s);
+    ftrt__jw_double(w, "fingerprint_share_of_steps", t->kept > 0 ? c->sdc_fp_s / t->kept : 0);
+    ftrt__jw_end(w);
 }
 
-static json_object *stragglers_json(const ftrt__coord *c)
+static void stragglers_json(ftrt__jw *w, const ftrt__coord *c)
 {
-    json_object *sl = json_object_new_array();
-    for (int w = 1; w < c->W; w++) {
-        const ftrt__crank *r = &c->r[w];
+    ftrt__jw_array(w, "stragglers");
+    for (int x = 1; x < c->W; x++) {
+        const ftrt__crank *r = &c->r[x];
         if (r->straggler_max <= 0) continue;
-        json_object *s = json_object_new_object();
-        json_object_object_add(s, "world_rank", json_object_new_int(w));
-        json_object_object_add(s, "logical_rank", json_object_new_int(r->logical));
-        json_object_object_add(s, "step", json_object_new_int64(r->straggler_step));
-        json_object_object_add(s, "ratio_to_median", json_object_new_double(r->straggler_max));
-        json_object_array_add(sl, s);
+        ftrt__jw_object(w, NULL);
+        ftrt__jw_int(w, "world_rank", x);
+        ftrt__jw_int(w, "logical_rank", r->logical);
+        ftrt__jw_int(w, "step", r->straggler_step);
+        ftrt__jw_double(w, "ratio_to_median", r->straggler_max);
+        ftrt__jw_end(w);
     }
-    return sl;
+    ftrt__jw_end(w);
 }
 
-static json_object *control_plane_json(const ftrt__coord *c)
+static void control_plane_json(ftrt__jw *w, const ftrt__coord *c)
 {
-    json_object *cpo = json_object_new_object();
-    json_object_object_add(cpo, "rejected_connections",
-                           json_object_new_int(c->rejected_connections));
-    json_object_object_add(cpo, "protocol_errors", json_object_new_int(c->protocol_errors));
-    json_object_object_add(cpo, "collective_hang_reports", json_object_new_int(c->stall_reports));
-    return cpo;
+    ftrt__jw_object(w, "control_plane");
+    ftrt__jw_int(w, "rejected_connections", c->rejected_connections);
+    ftrt__jw_int(w, "protocol_errors", c->protocol_errors);
+    ftrt__jw_int(w, "collective_hang_reports", c->stall_reports);
+    ftrt__jw_end(w);
 }
 
 /* ---- the human summary (stdout), in the same order ---- */
@@ -374,38 +377,46 @@ static void closing_text(const ftrt__coord *c, const totals *t)
 
 /* ---- the report ---- */
 
+/* The report could not be written (rc): said in the log, and an older report at its path (a
+ * previous job's, or a previous launch's) removed, so that none is taken for this job's. */
+static void report_failed(const char *path, int rc)
+{
+    int stale = unlink(path) == 0;
+    ftrt_log_error("cannot write the report %s: %s; no report of this job%s (its outcome is in "
+                   "the summary above and in its exit status)", path, strerror(-rc),
+                   stale ? ", and the older report there removed" : "");
+}
+
 int ftrt__report_write(ftrt__coord *c)
 {
-    const ftrt_config *cfg = c->a->cfg;
+    const char *path = c->a->cfg->report_file;
     totals t;
     totals_of(c, &t);
-    json_object *o = json_object_new_object();
-    summary_json(o, c, &t);
-    json_object_object_add(o, "checkpoints", checkpoints_json(c, t.ck_abandoned, t.ck_stall));
+    ftrt__jw w; /* path "": the text only (every write below is a no-op) */
+    ftrt__jw_open(&w, path);
+    ftrt__jw_object(&w, NULL);
+    summary_json(&w, c, &t);
+    checkpoints_json(&w, c, t.ck_abandoned, t.ck_stall);
     header_text(c, &t);
-    json_object *fl = json_object_new_array();
+    ftrt__jw_array(&w, "failures");
     for (int i = 0; i < c->ninc; i++) {
         measured m = measure(c, &c->inc[i]); /* reads the fault log: once per failure */
-        json_object_array_add(fl, failure_json(c, &c->inc[i], &m));
+        failure_json(&w, c, &c->inc[i], &m);
         failure_text(c, &c->inc[i], i, &m);
         phases_text(&c->inc[i], &m);
     }
-    json_object_object_add(o, "failures", fl);
-    json_object_object_add(o, "sdc", sdc_json(c, &t));
+    ftrt__jw_end(&w);
+    sdc_json(&w, c, &t);
     sdc_text(c, &t);
-    json_object_object_add(o, "stragglers", stragglers_json(c));
+    stragglers_json(&w, c);
     stragglers_text(c);
-    json_object_object_add(o, "control_plane", control_plane_json(c));
-    json_object_object_add(o, "rework_steps", json_object_new_int64(t.rework_steps));
+    control_plane_json(&w, c);
+    ftrt__jw_int(&w, "rework_steps", t.rework_steps);
     closing_text(c, &t);
-    ftrt__ledger_report(c, o);
+    ftrt__ledger_report(c, &w);
+    ftrt__jw_end(&w);
     fflush(stdout);
-
-    int rc = 0;
-    if (cfg->report_file[0]) {
-        rc = ftrt__write_json_atomic(cfg->report_file, o);
-        if (rc) ftrt_log_error("cannot write the report %s: %s", cfg->report_file, strerror(-rc));
-    }
-    json_object_put(o);
+    int rc = ftrt__jw_close(&w);
+    if (rc) report_failed(path, rc);
     return rc;
 }

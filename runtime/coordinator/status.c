@@ -17,7 +17,8 @@
  *  after the report}
  * A launcher ends mpirun once "final" (or "accounted" with a finished/failed job) is seen.
  *
- * The text is printed directly, one rank a line, not built as a json-c tree: at 16,433 ranks
+ * The text is written to the file as it is made (64 KiB at a time: never the whole status in
+ * memory, issue 22), one rank a line, not built as a json-c tree: at 16,433 ranks
  * the tree took 60-65 ms of the coordinator's loop per write (about once a second), and a
  * rank's death that arrived meanwhile waited for it (docs/benchmarks.md "Coordinator at scale:
  * the crash MTTD tail").
@@ -64,17 +65,33 @@ static const char *job_state(const ftrt__coord *c)
 
 /* ---- the text ---------------------------------------------------------------------------- */
 
-/* A growing text buffer; oom once an allocation failed (the rest is dropped). */
+/* A text buffer in front of the file: flushed to f once it holds SB_FLUSH bytes (so that the
+ * status of 131,072 ranks, about 30 MB, is never held whole), grown only for a longer piece;
+ * oom once an allocation failed, err once a write did (-errno; the rest is dropped). */
 typedef struct sbuf {
     char *p;
     size_t n, cap;
-    int oom;
+    int oom, err;
+    FILE *f;
 } sbuf;
+
+enum { SB_FLUSH = 64 * 1024 };
+
+static void sb_flush(sbuf *b)
+{
+    if (b->n && !b->err && fwrite(b->p, 1, b->n, b->f) != b->n) b->err = errno ? -errno : -EIO;
+    b->n = 0;
+}
 
 static int sb_room(sbuf *b, size_t more)
 {
-    if (b->oom) return -1;
+    if (b->oom || b->err) return -1;
     if (b->n + more + 1 <= b->cap) return 0;
+    if (b->n >= SB_FLUSH) {
+        sb_flush(b);
+        if (b->err) return -1;
+        if (more + 1 <= b->cap) return 0;
+    }
     size_t nc = b->cap ? b->cap : 4096;
     while (nc < b->n + more + 1) nc *= 2;
     char *q = realloc(b->p, nc);
@@ -230,14 +247,18 @@ static int status_rank(sbuf *b, const ftrt__coord *c, int w)
 int ftrt__status_write(ftrt__coord *c)
 {
     static int warned;
-    sbuf b = {0};
-    int accounted = 1;
-    status_head(&b, c);
-    for (int w = 0; w < c->W; w++)
-        if (status_rank(&b, c, w)) accounted = 0;
-    sb_printf(&b, "  ],\n  \"accounted\": %s,\n  \"final\": %s\n}\n", accounted ? "true" : "false",
-              c->final_written ? "true" : "false");
-    int rc = b.oom ? -ENOMEM : ftrt__write_text_atomic(c->a->status_file, b.p, b.n);
+    char tmp[1200];
+    sbuf b = {.f = ftrt__atomic_open(c->a->status_file, tmp, sizeof tmp)};
+    int accounted = 1, rc = b.f ? 0 : -errno;
+    if (b.f) {
+        status_head(&b, c);
+        for (int w = 0; w < c->W; w++)
+            if (status_rank(&b, c, w)) accounted = 0;
+        sb_printf(&b, "  ],\n  \"accounted\": %s,\n  \"final\": %s\n}\n",
+                  accounted ? "true" : "false", c->final_written ? "true" : "false");
+        sb_flush(&b);
+        rc = ftrt__atomic_finish(b.f, tmp, c->a->status_file, b.oom ? -ENOMEM : b.err);
+    }
     free(b.p);
     if (rc && !warned) {
         warned = 1;
