@@ -11,12 +11,14 @@ the figures of each run and the ratios to the before run.
 
 Usage: bench/coord_scale.py [--before BIN] --after BIN [--per-host K [--hosts-only]] [--host-kills H]
                             [--host-silents G] [--threads T] [--steady S] [--kills K]
-                            [--silents Q] [--commits C] [--spares S] [--limit SECONDS] N [N ...]
+                            [--silents Q] [--commits C] [--spares S] [--limit SECONDS]
+                            [--behind K] N [N ...]
 --before is optional (without it, only the after columns are printed); --hosts-only runs only
 the host agents' column, and the before run with host agents too (for sizes where one
-connection per rank does not fit the machine). Each run is bounded by
---limit seconds (default 580); a run that does not finish in time prints what it measured so
-far and its column shows "-". Exit status 0 when every run of --after passed.
+connection per rank does not fit the machine). --behind K is coord_load's (every K-th survivor
+reports a step fewer at each failure: a peers plan with survivors behind its resume step). Each
+run is bounded by --limit seconds (default 580); a run that does not finish in time prints what
+it measured so far and its column shows "-". Exit status 0 when every run of --after passed.
 """
 import os
 import subprocess
@@ -72,6 +74,8 @@ def run(binary, n, args, per_host=0):
     cmd = [binary, "-n", str(n), "--steady", str(args.steady), "--kills", str(args.kills),
            "--silents", str(args.silents), "--commits", str(args.commits), "--threads",
            str(args.threads)]
+    if args.behind:
+        cmd += ["--behind", str(args.behind)]
     if per_host:
         need = args.kills + args.silents + per_host * (args.host_kills + args.host_silents)
         spares = max(spares, -(-need // per_host) * per_host)  # whole spare hosts
@@ -143,6 +147,7 @@ def main():
     ap.add_argument("--commits", type=int, default=3)
     ap.add_argument("--spares", type=int, default=8)
     ap.add_argument("--limit", type=int, default=580)
+    ap.add_argument("--behind", type=int, default=0)
     ap.add_argument("sizes", type=int, nargs="+")
     args = ap.parse_args()
     example_args.check_paths(ap, args, inputs=("before", "after"))
