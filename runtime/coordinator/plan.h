@@ -1,6 +1,7 @@
 /*
  * plan.h - the coordinator's pure decisions (plan.c): where a recovery resumes and where each
- * member's state comes from, whether the partner replicas in memory can serve it, the verdict
+ * member's state comes from, whether the partner replicas in memory can serve it, the
+ * survivors' PLAN message (base/proto.h ftrt__plan_msg), the verdict
  * on the replicas' fingerprints, and the progress detector's timeout. No state, no I/O: the
  * coordinator's files (epoch.c, sdc_vote.c, progress.c) call them with arrays they filled, and
  * tests/unit/test_plan.c and test_sdc.c check them directly.

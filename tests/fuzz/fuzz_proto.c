@@ -1,9 +1,9 @@
 /*
  * fuzz_proto.c - libFuzzer target for the control-plane parser: arbitrary bytes are fed to the
  * incremental receiver in random-sized pieces (the first byte picks the piece size), every
- * whole message is validated (ftrt__msg_check; ftrt__plan_expand for PLAN, ftrt__ledger_msg_check
- * for LEDGER) and decoded the way the coordinator and agent decode it (copy into the
- * fixed-layout struct, or the checked variable-size one).
+ * whole message is validated (ftrt__msg_check; ftrt__plan_expand and ftrt__plan_behind_apply
+ * for PLAN, ftrt__ledger_msg_check for LEDGER) and decoded the way the coordinator and agent
+ * decode it (copy into the fixed-layout struct, or the checked variable-size one).
  *
  * Built two ways: with clang -fsanitize=fuzzer (bench/fuzz_proto.sh, a bounded fuzzing run),
  * and linked with replay_main.c as a plain program that replays a corpus directory (ctest
@@ -19,6 +19,26 @@
 
 #include "ftrt.h"
 #include "base/proto.h"
+
+/* The survivors behind of an expanded plan p (plen bytes), their set's first word taken from
+ * the input (the message's rework_until): applied as the data plane's union would be, an
+ * accepted set marks exactly p->nbehind survivors and leaves the source up to date. */
+static void behind(ftrt__plan *p, size_t plen, uint64_t word0)
+{
+    size_t words = ftrt__plan_behind_words(p->ntrainers);
+    int64_t *bits = calloc(words, sizeof *bits);
+    if (!bits) return;
+    bits[0] = (int64_t)word0;
+    int before = 0, after = 0;
+    for (int l = 0; l < p->ntrainers; l++) before += ftrt__plan_roles_c(p)[l];
+    if (ftrt__plan_behind_apply(p, plen, bits, words) == 0) {
+        for (int l = 0; l < p->ntrainers; l++) after += ftrt__plan_roles_c(p)[l];
+        if (after - before != p->nbehind ||
+            ftrt__plan_roles_c(p)[p->source] != FTRT__PLAN_UP_TO_DATE)
+            abort();
+    }
+    free(bits);
+}
 
 static void decode(const ftrt__msghdr *h, const void *payload)
 {
@@ -46,6 +66,7 @@ static void decode(const ftrt__msghdr *h, const void *payload)
             volatile int32_t sum = 0;
             for (int i = 0; i < p->ntrainers; i++) sum += p->members[i];
             (void)sum;
+            behind(p, plen, (uint64_t)m->rework_until);
         }
         free(p);
         free(m);
