@@ -40,6 +40,35 @@ static void behind(ftrt__plan *p, size_t plen, uint64_t word0)
     free(bits);
 }
 
+static void decode(const ftrt__msghdr *h, const void *payload);
+
+/* A RELAY, MULTI or FANOUT (host agents) opened as the host agent and the coordinator open it,
+ * a FANOUT's parts walked, and the message inside decoded in turn (it is never a wrapper). */
+static void decode_wrapper(const ftrt__msghdr *h, const void *payload)
+{
+    ftrt__msghdr ih;
+    const void *inner = NULL;
+    int32_t w, n;
+    const int32_t *ranks;
+    const uint8_t *parts;
+    int rc = h->type == FTRT__MSG_RELAY ? ftrt__relay_open(payload, h->len, &w, &ih, &inner)
+             : h->type == FTRT__MSG_MULTI
+                 ? ftrt__multi_open(payload, h->len, &n, &ranks, &ih, &inner)
+                 : ftrt__fanout_open(payload, h->len, &n, &parts, &ih, &inner);
+    if (rc) return;
+    if (ih.type == FTRT__MSG_RELAY || ih.type == FTRT__MSG_MULTI || ih.type == FTRT__MSG_FANOUT)
+        abort(); /* the openers refuse a host-agent type inside */
+    volatile int64_t sum = 0;
+    for (int32_t i = 0; h->type == FTRT__MSG_FANOUT && i < n; i++) {
+        int32_t agent_w, k;
+        uint32_t plen;
+        ftrt__fanout_part(&parts, &agent_w, &k, &ranks, &plen);
+        for (int32_t j = 0; j < k; j++) sum += ranks[j];
+    }
+    (void)sum;
+    decode(&ih, inner);
+}
+
 static void decode(const ftrt__msghdr *h, const void *payload)
 {
     union {
@@ -52,6 +81,10 @@ static void decode(const ftrt__msghdr *h, const void *payload)
         ftrt__ckpt_msg cm;
         ftrt__bye bye;
         ftrt__fingerprint_msg fpm;
+        ftrt__coord_at at;
+        ftrt__rank_lost lost;
+        ftrt__relay_peer peer;
+        ftrt__cut cut;
     } u;
     if (h->type == FTRT__MSG_PLAN) { /* expanded as a survivor of a 4-trainer job would */
         ftrt__plan_msg *m = malloc(h->len ? h->len : 1);
@@ -84,6 +117,17 @@ static void decode(const ftrt__msghdr *h, const void *payload)
             (void)sum;
         }
         free(m);
+    } else if (h->type == FTRT__MSG_RELAY || h->type == FTRT__MSG_MULTI ||
+               h->type == FTRT__MSG_FANOUT) {
+        decode_wrapper(h, payload);
+    } else if (h->type == FTRT__MSG_HOST_BEAT) { /* variable size, checked as the coordinator */
+        ftrt__host_beat *b = malloc(h->len);
+        if (!b) return;
+        memcpy(b, payload, h->len);
+        (void)ftrt__host_beat_check(b, h->len);
+        free(b);
+    } else if (h->type == FTRT__MSG_SYNC) {
+        /* the standby's state, any size within FTRT__SYNC_MAX: parsed by standby.c, not here */
     } else if (h->len <= sizeof u) {
         memcpy(&u, payload, h->len);
     } else {
