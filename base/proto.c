@@ -51,7 +51,7 @@ static size_t fixed_size(uint32_t type)
 
 /* The largest PLAN payload (ftrt__plan_msg with every count at FTRT__MAX_WORLD), and the most a
  * RELAY or MULTI may wrap around one (a MULTI's list holds at most FTRT__MAX_WORLD ranks). */
-#define PLAN_MAX (sizeof(ftrt__plan_msg) + 5 * (size_t)FTRT__MAX_WORLD * sizeof(int32_t))
+#define PLAN_MAX (sizeof(ftrt__plan_msg) + 4 * (size_t)FTRT__MAX_WORLD * sizeof(int32_t))
 #define WRAP_MAX (sizeof(ftrt__multi) + (size_t)FTRT__MAX_WORLD * 4 + sizeof(ftrt__msghdr) + \
                   (PLAN_MAX > FTRT__SYNC_MAX ? PLAN_MAX : FTRT__SYNC_MAX))
 
@@ -88,8 +88,8 @@ int ftrt__msg_check(const ftrt__msghdr *h)
                    : FTRT_EPROTO;
     if (h->type == FTRT__MSG_SYNC) return 0; /* any size within FTRT__SYNC_MAX */
     if (h->type == FTRT__MSG_PLAN) {
-        /* int32 entries: 3 per replaced rank, 1 per survivor behind, 1 per member (whole
-         * table), each count at most FTRT__MAX_WORLD (ftrt__plan_msg_size) */
+        /* int32 entries: 3 per replaced rank, 1 per member (whole table), each count at most
+         * FTRT__MAX_WORLD (ftrt__plan_msg_size) */
         if (h->len < sizeof(ftrt__plan_msg) || (h->len - sizeof(ftrt__plan_msg)) % sizeof(int32_t) ||
             h->len > PLAN_MAX)
             return FTRT_EPROTO;
@@ -123,7 +123,8 @@ int ftrt__plan_check(const ftrt__plan *p, size_t len)
         len != ftrt__plan_size(p->ntrainers))
         return FTRT_EPROTO;
     if (p->source < 0 || p->source >= p->ntrainers || p->logical_rank < 0 ||
-        p->logical_rank >= p->ntrainers || p->resume_step < 0)
+        p->logical_rank >= p->ntrainers || p->resume_step < 0 || p->nbehind < 0 ||
+        p->nbehind >= p->ntrainers || (p->nbehind > 0 && (p->ckpt_step >= 0 || p->mem_step >= 0)))
         return FTRT_EPROTO;
     const int32_t *role = ftrt__plan_roles_c(p);
     uint8_t *seen = calloc(FTRT__MAX_WORLD / 8, 1); /* one bit per world rank: duplicates */
@@ -152,28 +153,29 @@ int ftrt__plan_check(const ftrt__plan *p, size_t len)
     return 0;
 }
 
-size_t ftrt__plan_msg_size(int nrepl, int nbehind, int nmembers)
+size_t ftrt__plan_msg_size(int nrepl, int nmembers)
 {
-    return sizeof(ftrt__plan_msg) + (3 * (size_t)nrepl + (size_t)nbehind + (size_t)nmembers) *
-                                         sizeof(int32_t);
+    return sizeof(ftrt__plan_msg) + (3 * (size_t)nrepl + (size_t)nmembers) * sizeof(int32_t);
 }
 
 int ftrt__plan_msg_check(const ftrt__plan_msg *m, size_t len)
 {
     if (len < sizeof *m) return FTRT_EPROTO;
     int n = m->ntrainers;
-    if (n < 1 || n >= FTRT__MAX_WORLD || m->nrepl < 0 || m->nrepl > n || m->nbehind < 0 ||
-        m->nbehind > n || (m->nmembers != 0 && m->nmembers != n) ||
-        len != ftrt__plan_msg_size(m->nrepl, m->nbehind, m->nmembers) ||
+    if (n < 1 || n >= FTRT__MAX_WORLD || m->nrepl < 0 || m->nrepl > n ||
+        (m->nmembers != 0 && m->nmembers != n) ||
+        len != ftrt__plan_msg_size(m->nrepl, m->nmembers) ||
         (m->nmembers == 0) != (m->logical_rank == -1) || m->logical_rank < -1 ||
         m->logical_rank >= n)
+        return FTRT_EPROTO;
+    /* survivors behind: a peers plan's, fewer than the survivors (the source is up to date) */
+    if (m->nbehind < 0 || (m->nbehind > 0 && (m->ckpt_step >= 0 || m->mem_step >= 0 ||
+                                              m->nbehind >= n - m->nrepl)))
         return FTRT_EPROTO;
     const int32_t *d = m->data;
     for (int i = 0; i < m->nrepl; i++, d += 3)
         if (d[0] < 0 || d[0] >= n || d[1] < 1 || d[1] >= FTRT__MAX_WORLD || d[2] < -1 || d[2] >= n)
             return FTRT_EPROTO;
-    for (int i = 0; i < m->nbehind; i++, d++)
-        if (*d < 0 || *d >= n) return FTRT_EPROTO;
     for (int i = 0; i < m->nmembers; i++, d++)
         if (*d < 1 || *d >= FTRT__MAX_WORLD) return FTRT_EPROTO;
     return 0;
@@ -190,13 +192,15 @@ int ftrt__plan_expand(const ftrt__plan_msg *m, size_t len, const int32_t *prev, 
     *out = NULL;
     if (ftrt__plan_msg_check(m, len)) return FTRT_EPROTO;
     int n = m->ntrainers;
-    const int32_t *repl = m->data, *behind = repl + 3 * m->nrepl, *table = behind + m->nbehind;
+    const int32_t *repl = m->data, *table = repl + 3 * m->nrepl;
     if (m->nmembers == 0 && (!prev || prev_n != n)) return FTRT_EPROTO;
     size_t plen = ftrt__plan_size(n);
     ftrt__plan *p = malloc(plen);
     if (!p) return -ENOMEM;
-    memcpy(p, m, offsetof(ftrt__plan, members)); /* the fixed part: the same layout */
+    memcpy(p, m, offsetof(ftrt__plan, nbehind)); /* the fixed part: the same layout */
     p->logical_rank = m->nmembers ? m->logical_rank : logical;
+    p->nbehind = m->nbehind; /* (who they are: ftrt__plan_behind_apply) */
+    p->pad = 0;
     int32_t *role = ftrt__plan_roles(p), *ss = ftrt__plan_shard_src(p);
     memcpy(p->members, m->nmembers ? table : prev, (size_t)n * sizeof(int32_t));
     for (int l = 0; l < n; l++) {
@@ -209,7 +213,6 @@ int ftrt__plan_expand(const ftrt__plan_msg *m, size_t len, const int32_t *prev, 
         ss[e[0]] = e[2];
         if (m->ckpt_step < 0) role[e[0]] = FTRT__PLAN_NEEDS_STATE;
     }
-    for (int i = 0; i < m->nbehind; i++) role[behind[i]] = FTRT__PLAN_NEEDS_STATE;
     int rc = ftrt__plan_check(p, plen);
     if (rc) {
         free(p);
@@ -218,6 +221,41 @@ int ftrt__plan_expand(const ftrt__plan_msg *m, size_t len, const int32_t *prev, 
     *out = p;
     *out_len = plen;
     return 0;
+}
+
+size_t ftrt__plan_behind_words(int n) { return n > 0 ? ((size_t)n + 63) / 64 : 0; }
+
+int ftrt__plan_behind_mine(const ftrt__plan *p, int64_t reported_steps)
+{
+    return p->nbehind > 0 && p->ckpt_step < 0 && p->mem_step < 0 &&
+           ftrt__plan_roles_c(p)[p->logical_rank] == FTRT__PLAN_UP_TO_DATE &&
+           reported_steps != p->resume_step;
+}
+
+int ftrt__plan_behind_apply(ftrt__plan *p, size_t len, const int64_t *bits, size_t words)
+{
+    int n = p->ntrainers;
+    if (!bits || words != ftrt__plan_behind_words(n)) return FTRT_EPROTO;
+    const int32_t *role = ftrt__plan_roles_c(p);
+    int count = 0;
+    for (size_t w = 0; w < words; w++) {
+        uint64_t b = (uint64_t)bits[w];
+        for (int i = 0; b && i < 64; i++, b >>= 1) {
+            if (!(b & 1)) continue;
+            int64_t l = (int64_t)w * 64 + i;
+            if (l >= n || role[l] != FTRT__PLAN_UP_TO_DATE) return FTRT_EPROTO;
+            count++;
+        }
+    }
+    if (count != p->nbehind) return FTRT_EPROTO;
+    int32_t *r = ftrt__plan_roles(p);
+    for (int l = 0; l < n; l++)
+        if (((uint64_t)bits[l / 64] >> (l % 64)) & 1) r[l] = FTRT__PLAN_NEEDS_STATE;
+    int rc = ftrt__plan_check(p, len);
+    if (rc) /* p as it was */
+        for (int l = 0; l < n; l++)
+            if (((uint64_t)bits[l / 64] >> (l % 64)) & 1) r[l] = FTRT__PLAN_UP_TO_DATE;
+    return rc == -ENOMEM ? rc : rc ? FTRT_EPROTO : 0;
 }
 
 /* Whether a message of this type may travel inside a RELAY or MULTI: a rank's own messages,

@@ -24,9 +24,13 @@
 #define FTRT__PROTO_RELAYS 1
 /* RESUMED carries the member's phases (ftrt__resumed_msg), not an ftrt__epoch_msg. */
 #define FTRT__PROTO_RESUMED_PHASES 1
+/* PLAN version 2: its nbehind is a count, no list; each survivor knows from its own REPORT
+ * whether it is behind, and the members learn who is on the data plane (ftrt__plan_behind_*).
+ * Version 1 listed the survivors behind to every member. */
+#define FTRT__PROTO_PLAN 2
 /* Largest payload of any message but a PLAN, bytes. A PLAN (ftrt__plan_msg) carries the
  * membership delta, and the whole membership only to a promoted spare: it may be up to
- * ftrt__plan_msg_size(FTRT__MAX_WORLD, FTRT__MAX_WORLD, FTRT__MAX_WORLD) bytes; it only goes from
+ * ftrt__plan_msg_size(FTRT__MAX_WORLD, FTRT__MAX_WORLD) bytes; it only goes from
  * the coordinator to a rank, and the coordinator refuses one from a rank. */
 #define FTRT__MSG_MAX 65536u
 /* Most processes in one job's world (coordinator + trainers + spares). */
@@ -254,6 +258,9 @@ typedef struct ftrt__plan {
     int32_t ntrainers;
     int32_t source;       /* an up-to-date logical rank (the lowest): checks the region table */
     int32_t logical_rank; /* the recipient's */
+    int32_t nbehind;      /* survivors behind the resume step (a peers plan): their roles are
+                             FTRT__PLAN_UP_TO_DATE here until ftrt__plan_behind_apply sets them */
+    int32_t pad;
     int32_t members[];    /* 3 x ntrainers: the world ranks, index = logical rank, then each
                              logical rank's state role (FTRT__PLAN_*; ftrt__plan_roles), then
                              the logical rank holding its sharded image, or -1
@@ -279,15 +286,20 @@ static inline const int32_t *ftrt__plan_shard_src_c(const ftrt__plan *p)
     return p->members + 2 * p->ntrainers;
 }
 
-/* PLAN on the wire: O(k + b) bytes for a survivor, k the logical ranks replaced since the
- * previous plan (the membership delta) and b the survivors behind the resume step, instead of
- * the whole N-entry table to each of N members (O(N^2) in all). Every survivor gets the same
- * message (logical_rank -1: it keeps its own; the initial membership is world ranks 1..N in
- * logical order, ftrt__plan_initial_members), so the coordinator builds it once; a promoted
- * spare, which knows no membership, gets the whole table as well (nmembers = ntrainers) and its
- * logical rank. The first 48 bytes are laid out as ftrt__plan's. Roles follow from the rest: a
- * replaced rank needs state unless the plan reloads a checkpoint (ckpt_step >= 0), a listed
- * survivor behind needs state, every other member is up to date. */
+/* PLAN on the wire (version FTRT__PROTO_PLAN): O(k) bytes for a survivor, k the logical ranks
+ * replaced since the previous plan (the membership delta), whatever N and however many
+ * survivors are behind, instead of the whole N-entry table to each of N members (O(N^2) in
+ * all). Every survivor gets the same message (logical_rank -1: it keeps its own; the initial
+ * membership is world ranks 1..N in logical order, ftrt__plan_initial_members), so the
+ * coordinator builds it once; a promoted spare, which knows no membership, gets the whole table
+ * as well (nmembers = ntrainers) and its logical rank. The first 48 bytes are laid out as
+ * ftrt__plan's. Roles follow from the rest: a replaced rank needs state unless the plan reloads
+ * a checkpoint (ckpt_step >= 0); in a peers plan (ckpt_step < 0, mem_step < 0) a survivor
+ * whose REPORT gave a step count other than resume_step is behind and needs state: nbehind
+ * says how many there are, and each knows whether it is one from its own REPORT (the list
+ * itself, version 1's, made the bytes O(N^2) again when many survivors were a step behind);
+ * the members learn the whole set on the data plane (ftrt__plan_behind_*, runtime/recovery.c).
+ * Every other member is up to date. */
 typedef struct ftrt__plan_msg {
     int64_t resume_step, ckpt_step, rework_until, mem_step; /* as in ftrt__plan */
     int32_t epoch;
@@ -295,21 +307,21 @@ typedef struct ftrt__plan_msg {
     int32_t source;
     int32_t logical_rank; /* the recipient's when nmembers > 0, else -1 */
     int32_t nrepl;        /* replaced logical ranks: {logical, world, sharded-image source} */
-    int32_t nbehind;      /* survivors behind the resume step: {logical} */
+    int32_t nbehind;      /* how many survivors are behind the resume step (peers plans only) */
     int32_t nmembers;     /* 0, or ntrainers: the world ranks of the whole membership follow */
     int32_t pad;
-    int32_t data[];       /* 3 x nrepl, then nbehind, then nmembers int32 */
+    int32_t data[];       /* 3 x nrepl, then nmembers int32 */
 } ftrt__plan_msg;
 
-/* Size of a PLAN payload with nrepl replaced ranks, nbehind survivors behind and nmembers
- * member entries. */
-size_t ftrt__plan_msg_size(int nrepl, int nbehind, int nmembers);
+/* Size of a PLAN payload with nrepl replaced ranks and nmembers member entries, bytes. */
+size_t ftrt__plan_msg_size(int nrepl, int nmembers);
 
-/* Checks a received PLAN payload of len bytes: the counts match len (nrepl and nbehind at most
- * ntrainers, nmembers 0 or ntrainers, ntrainers in [1, FTRT__MAX_WORLD)), logical ranks and
- * sources in [0, ntrainers) (a sharded-image source may be -1), world ranks in
- * [1, FTRT__MAX_WORLD), logical_rank -1 exactly when nmembers is 0. The membership itself is
- * checked once expanded (ftrt__plan_check). Returns 0 or FTRT_EPROTO. O(len). Thread-safe. */
+/* Checks a received PLAN payload of len bytes: the counts match len (nrepl at most ntrainers,
+ * nmembers 0 or ntrainers, ntrainers in [1, FTRT__MAX_WORLD)), nbehind 0 outside a peers plan
+ * and below the number of survivors (the source is up to date), logical ranks and sources in
+ * [0, ntrainers) (a sharded-image source may be -1), world ranks in [1, FTRT__MAX_WORLD),
+ * logical_rank -1 exactly when nmembers is 0. The membership itself is checked once expanded
+ * (ftrt__plan_check). Returns 0 or FTRT_EPROTO. O(len). Thread-safe. */
 int ftrt__plan_msg_check(const ftrt__plan_msg *m, size_t len);
 
 /* Fills members[0..n) with the membership a job starts with: logical rank l is world rank l + 1
@@ -320,11 +332,32 @@ void ftrt__plan_initial_members(int32_t *members, int n);
  * membership it knew before (prev: prev_n world ranks by logical rank; unused when m carries
  * the whole table, may then be NULL), for the member of logical rank `logical` (unused when m
  * names the recipient's). *out (malloc'd, the caller frees it) receives the plan and *out_len
- * its size (ftrt__plan_size(ntrainers)); it passed ftrt__plan_check. Returns 0, FTRT_EPROTO (a
- * malformed message, prev_n != ntrainers without a table, or a plan that fails its check), or
- * -ENOMEM. O(ntrainers). Thread-safe. */
+ * its size (ftrt__plan_size(ntrainers)); it passed ftrt__plan_check. The survivors behind
+ * (p->nbehind of them) are not known yet: their roles read up to date until
+ * ftrt__plan_behind_apply. Returns 0, FTRT_EPROTO (a malformed message, prev_n != ntrainers
+ * without a table, or a plan that fails its check), or -ENOMEM. O(ntrainers). Thread-safe. */
 int ftrt__plan_expand(const ftrt__plan_msg *m, size_t len, const int32_t *prev, int prev_n,
                       int logical, ftrt__plan **out, size_t *out_len);
+
+/* The survivors behind of a peers plan, learned on the data plane: a bit set of ntrainers bits
+ * in ftrt__plan_behind_words(ntrainers) int64 words (bit l % 64 of word l / 64 for logical rank
+ * l), each member setting only its own bit, so that a SUM allreduce of the members' sets is
+ * their union (no carry: each bit has one contributor). Words of a set for n members. */
+size_t ftrt__plan_behind_words(int n);
+
+/* Whether this member (p->logical_rank) is a survivor behind the resume step of the expanded
+ * plan p: a peers plan with p->nbehind > 0, this member not replaced (its role up to date
+ * before ftrt__plan_behind_apply), and the step count of its own REPORT for this epoch
+ * (reported_steps) other than resume_step, the coordinator's rule (epoch.c). 1 or 0. Pure. */
+int ftrt__plan_behind_mine(const ftrt__plan *p, int64_t reported_steps);
+
+/* Sets the role FTRT__PLAN_NEEDS_STATE for every logical rank whose bit is set in bits (the
+ * union of the members' sets, words = ftrt__plan_behind_words(p->ntrainers)) and checks the
+ * plan again (ftrt__plan_check): exactly p->nbehind bits, none on a replaced rank or past
+ * ntrainers. p (len bytes) is changed only on success. Returns 0, FTRT_EPROTO (the members and
+ * the coordinator disagree on who is behind; every member sees the same union, so all refuse
+ * it) or -ENOMEM. O(ntrainers). Thread-safe on distinct plans. */
+int ftrt__plan_behind_apply(ftrt__plan *p, size_t len, const int64_t *bits, size_t words);
 
 /* RELAY: this prefix, then one whole message (header and payload) from or to world_rank. */
 typedef struct ftrt__relay {

@@ -51,7 +51,11 @@
  *                   [--commits c] [--threads t] [--hb-ms ms] [--timeout-ms ms] [--step-ms ms]
  *                   [--sdc-every k] [--dir path] [--seed x] [--keep]
  *                   [--per-host k [--host-kills h] [--host-silents g] [--no-relays]
- *                    [--relay-group g] [--kill-relays]] [--verbose]
+ *                    [--relay-group g] [--kill-relays]] [--behind k] [--verbose]
+ * --behind k: at each FAILURE the trainers of logical rank % k == 1 report one step fewer than
+ * they have done, as survivors that had not finished the step in flight when the failure came
+ * (a peers plan with about 1/k of the survivors behind its resume step: the PLAN's worst case
+ * before FTRT__PROTO_PLAN 2, issue 22).
  * With --per-host the simulated host agents take part in the coordinator's relay groups
  * (runtime/coordinator/fanout.c) as runtime/hostrelay.c does: each listens and says RELAY_AT, a
  * member connects to its relay on RELAY_VIA, a relay sends a FANOUT's parts on to its members;
@@ -105,6 +109,8 @@ static int opt_per_host = 0;               /* > 0: host agents, this many ranks 
 static int opt_no_relays = 0;              /* --no-relays: the host agents offer no relay */
 static int opt_relay_group = 0;            /* --relay-group G: FTRT_TEST_RELAY_GROUP's knob */
 static int opt_kill_relays = 0;            /* --kill-relays: host trials take relays' hosts */
+static int opt_behind = 0;                 /* --behind K: survivors of logical rank % K == 1
+                                              report a step fewer (a failure mid-step) */
 static int opt_host_kills = 0, opt_host_silents = 0;
 static double opt_steady = 10.0;
 static unsigned opt_seed = 1;
@@ -520,6 +526,9 @@ static void take(worker *k, agent *a, const ftrt__msghdr *h, const uint8_t *p, d
         }
         ftrt__report rep = {.steps_done = a->frozen, .epoch = fm.epoch, .has_sharded = 0,
                             .own_step = -1, .held_step = -1, .held_of = -1}; /* no replicas */
+        int lg = atomic_load(&a->logical);
+        if (opt_behind > 1 && lg % opt_behind == 1 && rep.steps_done > 0)
+            rep.steps_done--; /* --behind: it had not finished the step the others had */
         send_one(k, a, FTRT__MSG_REPORT, &rep, sizeof rep);
         ev_note(EV_REPORT_SENT, ftrt__now());
         break;
@@ -1294,7 +1303,7 @@ static void usage(void)
             "                  [--commits c] [--threads t] [--hb-ms ms] [--timeout-ms ms]\n"
             "                  [--step-ms ms] [--sdc-every k] [--dir path] [--seed x] [--keep]\n"
             "                  [--per-host k [--host-kills h] [--host-silents g] [--no-relays]\n"
-            "                  [--relay-group g] [--kill-relays]]\n");
+            "                  [--relay-group g] [--kill-relays]] [--behind k]\n");
 }
 
 static int parse(int argc, char **argv)
@@ -1306,7 +1315,8 @@ static int parse(int argc, char **argv)
         {"dir", 1, 0, 'D'},        {"seed", 1, 0, 'r'},       {"keep", 0, 0, 'K'},
         {"per-host", 1, 0, 'P'},   {"host-kills", 1, 0, 'X'}, {"host-silents", 1, 0, 'Y'},
         {"verbose", 0, 0, 'V'},    {"help", 0, 0, 'h'},       {"no-relays", 0, 0, 'R'},
-        {"relay-group", 1, 0, 'G'}, {"kill-relays", 0, 0, 'L'}, {0, 0, 0, 0}};
+        {"relay-group", 1, 0, 'G'}, {"kill-relays", 0, 0, 'L'}, {"behind", 1, 0, 'B'},
+        {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "n:s:h", lo, NULL)) != -1) {
         switch (o) {
@@ -1331,17 +1341,19 @@ static int parse(int argc, char **argv)
         case 'R': opt_no_relays = 1; break;
         case 'G': opt_relay_group = atoi(optarg); break;
         case 'L': opt_kill_relays = 1; break;
+        case 'B': opt_behind = atoi(optarg); break;
         default: usage(); return -1;
         }
     }
     int host_trials = opt_per_host > 0 ? opt_host_kills + opt_host_silents : 0;
     if (opt_n < 2 || opt_s < opt_kills + opt_silents + host_trials * opt_per_host ||
         opt_threads < 1 || opt_threads > 64 || opt_hb_ms < 1 || opt_timeout_ms <= opt_hb_ms ||
-        opt_step_ms < 1 || opt_steady < 0 || opt_per_host < 0 ||
+        opt_step_ms < 1 || opt_steady < 0 || opt_per_host < 0 || opt_behind == 1 ||
+        opt_behind < 0 ||
         (opt_per_host > 0 && opt_n < 2 * opt_per_host)) {
         fprintf(stderr, "coord_load: need n >= 2 (2 hosts' worth with --per-host), spares >= "
                         "kills + silents + per-host x (host-kills + host-silents), 1..64 threads, "
-                        "timeout > heartbeat\n");
+                        "timeout > heartbeat, --behind 0 or >= 2\n");
         return -1;
     }
 #ifndef FTRT__PROTO_HOST_AGENTS

@@ -12,13 +12,15 @@ the figures of each run and the ratios to the before run.
 Usage: bench/coord_scale.py [--before BIN] --after BIN [--per-host K [--hosts-only]] [--host-kills H]
                             [--host-silents G] [--threads T] [--steady S] [--kills K]
                             [--silents Q] [--commits C] [--spares S] [--limit SECONDS]
-                            [--hb-ms MS] [--timeout-ms MS] N [N ...]
+                            [--hb-ms MS] [--timeout-ms MS] [--behind K] N [N ...]
 --before is optional (without it, only the after columns are printed); --hosts-only runs only
 the host agents' column, and the before run with host agents too (for sizes where one
-connection per rank does not fit the machine). Each run is bounded by
---limit seconds (default 580); a run that does not finish in time prints what it measured so
-far and its column shows "-". --hb-ms and --timeout-ms go to coord_load (the heartbeat period
-and timeout; defaults 100 and 1000 ms, as coord_load's). Exit status 0 when every run of --after passed.
+connection per rank does not fit the machine). --behind K is coord_load's (every K-th survivor
+reports a step fewer at each failure: a peers plan with survivors behind its resume step). Each
+run is bounded by --limit seconds (default 580); a run that does not finish in time prints what
+it measured so far and its column shows "-". --hb-ms and --timeout-ms go to coord_load (the
+heartbeat period and timeout; defaults 100 and 1000 ms, as coord_load's). Exit status 0 when
+every run of --after passed.
 """
 import os
 import subprocess
@@ -77,6 +79,8 @@ def run(binary, n, args, per_host=0):
     cmd = [binary, "-n", str(n), "--steady", str(args.steady), "--kills", str(args.kills),
            "--silents", str(args.silents), "--commits", str(args.commits), "--threads",
            str(args.threads), "--hb-ms", str(args.hb_ms), "--timeout-ms", str(args.timeout_ms)]
+    if args.behind:
+        cmd += ["--behind", str(args.behind)]
     if per_host:
         need = args.kills + args.silents + per_host * (args.host_kills + args.host_silents)
         spares = max(spares, -(-need // per_host) * per_host)  # whole spare hosts
@@ -150,6 +154,7 @@ def main():
     ap.add_argument("--limit", type=int, default=580)
     ap.add_argument("--hb-ms", type=int, default=100)
     ap.add_argument("--timeout-ms", type=int, default=1000)
+    ap.add_argument("--behind", type=int, default=0)
     ap.add_argument("sizes", type=int, nargs="+")
     args = ap.parse_args()
     example_args.check_paths(ap, args, inputs=("before", "after"))

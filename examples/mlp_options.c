@@ -59,6 +59,12 @@ static void usage(FILE *f)
           "                     pass at step S (first epoch only), at its 8th ftrt_check; every\n"
           "                     trainer's checks at step S sleep 2 ms, so that the others are in\n"
           "                     their passes when they learn of it (needs --check-every <= H/8)\n"
+          "  --lag-rank R --lag-at-step S\n"
+          "                     fault timing: logical rank R stops after step S's allreduce (first\n"
+          "                     epoch only), before its update, and waits (ftrt_check every 1 ms)\n"
+          "                     until a failure is announced, then abandons step S: the others\n"
+          "                     finished it, so R is a survivor a step behind (with --die-at-step\n"
+          "                     S+1 on another rank)\n"
           "  --slow-rank R --slow-ms M\n"
           "                     straggler injection: logical rank R computes M ms longer per step\n"
           "  --step-log FILE    append \"<logical rank> <step> <epoch>\" for every completed step\n"
@@ -157,8 +163,8 @@ enum {
     OPT_CKPT_DIR, OPT_PARAMS_OUT, OPT_REPORT, OPT_DATA, OPT_SLEEP, OPT_HANG_RANK, OPT_HANG_STEP,
     OPT_SLOW_RANK, OPT_SLOW_MS, OPT_STEP_LOG, OPT_SHARDED_MOMENTUM, OPT_ERROR_RANK,
     OPT_ERROR_STEP, OPT_HOLD_STEP, OPT_HOLD_MS, OPT_PUBLISH, OPT_DEVICE, OPT_CHECK_DEVICE,
-    OPT_FLIP_RANK, OPT_FLIP_STEP, OPT_CHECK_EVERY, OPT_DIE_RANK, OPT_DIE_STEP,
-    OPT_HELP = 'h'
+    OPT_FLIP_RANK, OPT_FLIP_STEP, OPT_CHECK_EVERY, OPT_DIE_RANK, OPT_DIE_STEP, OPT_LAG_RANK,
+    OPT_LAG_STEP, OPT_HELP = 'h'
 };
 
 static const struct option longopts[] = {
@@ -190,6 +196,8 @@ static const struct option longopts[] = {
     {"check-every", required_argument, NULL, OPT_CHECK_EVERY},
     {"die-rank", required_argument, NULL, OPT_DIE_RANK},
     {"die-at-step", required_argument, NULL, OPT_DIE_STEP},
+    {"lag-rank", required_argument, NULL, OPT_LAG_RANK},
+    {"lag-at-step", required_argument, NULL, OPT_LAG_STEP},
     {"device", required_argument, NULL, OPT_DEVICE},
     {"check-device", no_argument, NULL, OPT_CHECK_DEVICE},
     {"help", no_argument, NULL, OPT_HELP},
@@ -256,6 +264,8 @@ static int test_option(int c, const char *arg, options *o)
     case OPT_FLIP_STEP: return parse_i64("flip-at-step", arg, 0, INT64_MAX / 2, &o->flip_step);
     case OPT_DIE_RANK: return parse_i64("die-rank", arg, 0, 1 << 20, &o->die_rank);
     case OPT_DIE_STEP: return parse_i64("die-at-step", arg, 0, INT64_MAX / 2, &o->die_step);
+    case OPT_LAG_RANK: return parse_i64("lag-rank", arg, 0, 1 << 20, &o->lag_rank);
+    case OPT_LAG_STEP: return parse_i64("lag-at-step", arg, 0, INT64_MAX / 2, &o->lag_step);
     default: return NOT_MINE;
     }
 }
@@ -269,7 +279,7 @@ int parse_options(int argc, char **argv, options *o)
                    .data = data && *data ? data : DIGITS_DEFAULT_PATH, .hang_step = -1,
                    .hang_rank = -1, .slow_rank = -1, .error_step = -1, .error_rank = -1,
                    .hold_ms = 1000, .flip_rank = -1, .flip_step = -1, .check_every = 1024,
-                   .die_step = -1, .die_rank = -1};
+                   .die_step = -1, .die_rank = -1, .lag_step = -1, .lag_rank = -1};
     int c, rc = 0;
     opterr = 0; /* one line of our own for an unknown option or a missing value */
     while (rc == 0 && (c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {

@@ -28,6 +28,8 @@ typedef struct options {
     int64_t error_rank;  /* application error (ftrt_set_exit_code), -1 = off */
     int64_t die_step;    /* fault injection: logical rank die_rank SIGKILLs itself inside its */
     int64_t die_rank;    /* forward pass at die_step, epoch 0 only (-1 = off) */
+    int64_t lag_step;    /* fault timing: logical rank lag_rank stops after lag_step's allreduce */
+    int64_t lag_rank;    /* until a failure is announced, epoch 0 only (-1 = off) */
     int64_t hold_step[8]; /* timing knob: logical rank 0 sleeps hold_ms the first time it */
     int nhold;            /* reaches each of these steps (a fault lands mid-interval) */
     int64_t hold_ms;

@@ -254,6 +254,19 @@ static int test_knobs(ftrt_ctx *ctx, options *o, int rank, int64_t step)
     return 0;
 }
 
+/* --lag-rank/--lag-at-step, after the step's allreduce: waits for a failure (ftrt_check every
+ * 1 ms) and abandons the step, its update and ftrt_step_done undone: the others finished it.
+ * Returns FTRT_ERECOVER, or the job's end code (fatal, said on stderr). */
+static int lag(ftrt_ctx *ctx, int rank, int64_t step)
+{
+    int rc;
+    while ((rc = ftrt_check(ctx)) == 0) sleep_ms(1);
+    if (rc != FTRT_ERECOVER) return fatal(ctx, "ftrt_check", step, rc);
+    fprintf(stderr, "train_mlp: logical rank %d abandoned step %" PRId64 " after its allreduce "
+                    "(--lag-rank): a survivor a step behind\n", rank, step);
+    return rc;
+}
+
 /* --flip-rank/--flip-at-step, after the update of `step`: silent data corruption from inside
  * the process (bit 20 of one weight, where the parameters live), said on stderr. Returns 0 or
  * 1 (fatal, said on stderr). */
@@ -346,6 +359,8 @@ static int train_step(ftrt_ctx *ctx, options *o, model *m, const digits *train, 
     rc = ftrt_allreduce(ctx, grad, n + 1, FTRT_FLOAT32, FTRT_SUM);
     if (rc == FTRT_ERECOVER) return rc;
     if (rc < 0) return fatal(ctx, "ftrt_allreduce", *step, rc);
+    if (rank == o->lag_rank && *step == o->lag_step && ftrt_epoch(ctx) == 0)
+        return lag(ctx, rank, *step);
 
     const float denom = (float)(o->batch * (size_t)size);
     /* A checkpoint started after the previous step copied params and momentum while this

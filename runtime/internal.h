@@ -143,6 +143,8 @@ struct ftrt_ctx {
     ftrt__plan *plan; /* the plan being applied (app thread's copy) */
     double plan_t, rebuild_s; /* its PLAN's arrival (monotonic) and ftrt__apply_plan's seconds:
                                  the phases RESUMED carries (recovery.c) */
+    int64_t reported_steps; /* the step count of this trainer's latest REPORT: whether it is a
+                               survivor behind a plan's resume step (recovery.c) */
     char status_file[1100];
     char host[FTRT__HOST_MAX];
     char coord_addr[FTRT__ADDRS_MAX]; /* the control plane's addresses (a list) and port */

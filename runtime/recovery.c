@@ -82,6 +82,32 @@ static uint64_t regions_signature(const ftrt_ctx *ctx, int replicated_only)
     return h;
 }
 
+/* The survivors behind the resume step of a peers plan: the PLAN only counts them (base/proto.h,
+ * FTRT__PROTO_PLAN) and each knows itself from its REPORT, so every member sets its own bit and
+ * one SUM allreduce of ceil(N / 64) words gives all the same set, which fills the plan's roles
+ * (ftrt__plan_behind_apply): the roles, hence the transfer's schedule, are those the whole list
+ * gave. Collective over the new communicator when p->nbehind > 0, else nothing. Returns 0,
+ * FTRT_EPROTO (the set disagrees with the plan: on every member alike), -ENOMEM or the
+ * allreduce's code. */
+static int learn_behind(ftrt_ctx *ctx)
+{
+    ftrt__plan *p = ctx->plan;
+    if (p->nbehind == 0) return 0;
+    size_t words = ftrt__plan_behind_words(p->ntrainers);
+    int64_t *bits = calloc(words, sizeof *bits);
+    if (!bits) return -ENOMEM;
+    if (ftrt__plan_behind_mine(p, ctx->reported_steps))
+        bits[p->logical_rank / 64] = (int64_t)((uint64_t)1 << (p->logical_rank % 64));
+    int rc = ftrt__plane_allreduce(&ctx->plane, bits, words, FTRT_INT64, FTRT_SUM);
+    if (!rc) rc = ftrt__plan_behind_apply(p, ftrt__plan_size(p->ntrainers), bits, words);
+    if (rc == FTRT_EPROTO)
+        ftrt_log_error("recovery: the survivors behind step %lld do not match the plan's count "
+                       "(%d): the members and the coordinator disagree on the steps reported",
+                       (long long)p->resume_step, p->nbehind);
+    free(bits);
+    return rc;
+}
+
 /* State transfer of the plan: replicated regions (host and device) from the up-to-date members
  * to those that need them, after the sharded state from the partner replicas; or a reload of
  * the plan's checkpoint. Returns 0 or an error code. */
@@ -104,10 +130,13 @@ static int transfer_state(ftrt_ctx *ctx)
                                (long long)p->ckpt_step, ftrt_strerror(rc));
         return rc;
     }
-    /* Agree on the replicated region table: min(sig) == max(sig) on every member. */
+    /* Who is behind (a peers plan), then agree on the replicated region table: min(sig) ==
+     * max(sig) on every member. */
+    int rc = learn_behind(ctx);
+    if (rc) return rc;
     uint64_t sig = regions_signature(ctx, 1);
     int64_t mm[2] = {(int64_t)sig, (int64_t)~sig};
-    int rc = ftrt__plane_allreduce(&ctx->plane, mm, 2, FTRT_INT64, FTRT_MIN);
+    rc = ftrt__plane_allreduce(&ctx->plane, mm, 2, FTRT_INT64, FTRT_MIN);
     if (rc) return rc;
     if ((uint64_t)mm[0] != ~(uint64_t)mm[1]) {
         ftrt_log_error("recovery: members registered different replicated regions");
@@ -196,6 +225,7 @@ static int await_plan(ftrt_ctx *ctx)
                 rc = FTRT_ECOORD;
                 break;
             }
+            ctx->reported_steps = rep.steps_done; /* (learn_behind) */
             reported = pending;
         }
         ftrt__cp_wait(ctx, 10);

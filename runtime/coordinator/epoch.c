@@ -195,38 +195,20 @@ static void plan_record(ftrt__coord *c, const plan_in *in)
 }
 
 /* The PLAN for the survivors (logical_rank -1, each keeps its own): the replaced ranks with
- * their new world ranks and sharded-image sources, then the survivors behind the resume step
- * (a peers plan: they receive the replicated state too). The caller frees it; NULL without
- * memory. *len receives its size. */
+ * their new world ranks and sharded-image sources, and how many survivors are behind the
+ * resume step (a peers plan: each knows it is one from its own REPORT, base/proto.h), built by
+ * ftrt__plan_msg_build (plan.c). The caller frees it; NULL without memory. *len receives its
+ * size. */
 static ftrt__plan_msg *plan_delta(ftrt__coord *c, const plan_in *in, size_t *len)
 {
-    int nrepl = 0, nbehind = 0;
-    for (int l = 0; l < c->N; l++) {
-        const ftrt__crank *r = &c->r[c->members[l]];
-        nrepl += r->promoting;
-        nbehind += !r->promoting && in->ckpt < 0 && in->mem_step < 0 &&
-                   r->report_steps != in->resume;
-    }
-    *len = ftrt__plan_msg_size(nrepl, nbehind, 0);
-    ftrt__plan_msg *m = calloc(1, *len);
-    if (!m) return NULL;
-    *m = (ftrt__plan_msg){.resume_step = in->resume, .ckpt_step = in->ckpt,
-                          .mem_step = in->mem_step, .epoch = c->epoch, .ntrainers = c->N,
-                          .rework_until = in->most > in->resume ? in->most : in->resume,
-                          .source = in->source, /* the most advanced survivor: up to date in
-                                                   every kind of plan */
-                          .logical_rank = -1, .nrepl = nrepl, .nbehind = nbehind};
-    int32_t *repl = m->data, *behind = m->data + 3 * nrepl;
-    for (int l = 0; l < c->N; l++) {
-        const ftrt__crank *r = &c->r[c->members[l]];
-        if (r->promoting) {
-            *repl++ = l;
-            *repl++ = c->members[l];
-            *repl++ = in->shard_src[l];
-        } else if (in->ckpt < 0 && in->mem_step < 0 && r->report_steps != in->resume) {
-            *behind++ = l;
-        }
-    }
+    ftrt__plan_msg head = {.resume_step = in->resume, .ckpt_step = in->ckpt,
+                           .mem_step = in->mem_step, .epoch = c->epoch, .ntrainers = c->N,
+                           .rework_until = in->most > in->resume ? in->most : in->resume,
+                           .source = in->source}; /* the most advanced survivor: up to date in
+                                                     every kind of plan */
+    ftrt__plan_msg *m = NULL;
+    if (ftrt__plan_msg_build(&head, in->survivor, in->steps, c->members, in->shard_src, &m, len))
+        return NULL;
     return m;
 }
 

@@ -1,6 +1,10 @@
-/* plan.c - the recovery plan's resume step and state source, the verdict on replicas'
- * fingerprints and the progress timeout (pure; the contracts are in plan.h). */
+/* plan.c - the recovery plan's resume step and state source, the survivors' PLAN message, the
+ * verdict on replicas' fingerprints and the progress timeout (pure; the contracts are in
+ * plan.h). */
 #include "runtime/coordinator/plan.h"
+
+#include <errno.h>
+#include <stdlib.h>
 
 int ftrt__plan_compute(const int64_t *steps_done, const int *survivor, int n, int has_sharded,
                        int64_t last_committed, int64_t *resume, int *source, int64_t *ckpt)
@@ -21,6 +25,38 @@ int ftrt__plan_compute(const int64_t *steps_done, const int *survivor, int n, in
         *resume = most;
         *ckpt = -1;
     }
+    return 0;
+}
+
+int ftrt__plan_msg_build(const ftrt__plan_msg *head, const int *survivor, const int64_t *steps,
+                         const int *members, const int32_t *shard_src, ftrt__plan_msg **out,
+                         size_t *len)
+{
+    if (!head || !survivor || !steps || !members || !shard_src || !out || !len ||
+        head->ntrainers < 1)
+        return FTRT_EINVAL;
+    int n = head->ntrainers, nrepl = 0, nbehind = 0;
+    int peers = head->ckpt_step < 0 && head->mem_step < 0;
+    for (int l = 0; l < n; l++) {
+        nrepl += !survivor[l];
+        nbehind += survivor[l] && peers && steps[l] != head->resume_step;
+    }
+    *len = ftrt__plan_msg_size(nrepl, 0);
+    ftrt__plan_msg *m = calloc(1, *len);
+    if (!m) return -ENOMEM;
+    *m = *head;
+    m->logical_rank = -1;
+    m->nrepl = nrepl;
+    m->nbehind = nbehind; /* (each knows whether it is one: base/proto.h) */
+    m->nmembers = m->pad = 0;
+    int32_t *repl = m->data;
+    for (int l = 0; l < n; l++)
+        if (!survivor[l]) {
+            *repl++ = l;
+            *repl++ = members[l];
+            *repl++ = shard_src[l];
+        }
+    *out = m;
     return 0;
 }
 

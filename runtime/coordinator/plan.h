@@ -1,6 +1,7 @@
 /*
  * plan.h - the coordinator's pure decisions (plan.c): where a recovery resumes and where each
- * member's state comes from, whether the partner replicas in memory can serve it, the verdict
+ * member's state comes from, whether the partner replicas in memory can serve it, the
+ * survivors' PLAN message (base/proto.h ftrt__plan_msg), the verdict
  * on the replicas' fingerprints, and the progress detector's timeout. No state, no I/O: the
  * coordinator's files (epoch.c, sdc_vote.c, progress.c) call them with arrays they filled, and
  * tests/unit/test_plan.c and test_sdc.c check them directly.
@@ -8,8 +9,10 @@
 #ifndef FTRT_COORD_PLAN_H
 #define FTRT_COORD_PLAN_H
 
+#include <stddef.h>
 #include <stdint.h>
 
+#include "base/proto.h"
 #include "ftrt.h"
 
 /* Chooses where a recovery resumes. steps_done[l] is what logical rank l reported,
@@ -20,6 +23,19 @@
  * nothing committed). */
 int ftrt__plan_compute(const int64_t *steps_done, const int *survivor, int n, int has_sharded,
                        int64_t last_committed, int64_t *resume, int *source, int64_t *ckpt);
+
+/* Builds the survivors' PLAN (base/proto.h ftrt__plan_msg, FTRT__PROTO_PLAN) for n =
+ * head->ntrainers logical ranks: the fixed part from head (resume, checkpoint and memory steps,
+ * rework_until, epoch, ntrainers, source; its counts, logical_rank (-1) and pad are set here),
+ * then {l, members[l], shard_src[l]} for each replaced logical rank l (survivor[l] == 0), in
+ * logical order (shard_src[l] may be -1). The survivors behind are counted, not listed: in a
+ * peers plan (ckpt_step < 0, mem_step < 0) each survivor l with steps[l] != resume_step
+ * (steps: what its REPORT gave). *out (malloc'd, the caller frees it) receives the message and
+ * *len its size, ftrt__plan_msg_size(replaced, 0): independent of n and of how many survivors
+ * are behind. Returns 0, FTRT_EINVAL (NULL arrays, n < 1) or -ENOMEM. Pure, O(n). */
+int ftrt__plan_msg_build(const ftrt__plan_msg *head, const int *survivor, const int64_t *steps,
+                         const int *members, const int32_t *shard_src, ftrt__plan_msg **out,
+                         size_t *len);
 
 /* Whether a recovery with sharded state can resume from the trainers' in-memory partner
  * replicas (runtime/replica.c keeps them). For logical ranks l in [0, n): survivor[l]

@@ -52,6 +52,7 @@ Cases:
 Exit 0 = pass, 1 = fail, 77 = skipped.
 """
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -214,6 +215,39 @@ def case_midstep(args):
     ph = check_phases(f[0])
     print(f"  measured: survivors at the recovery point {ph['reach'] * 1e3:.1f} ms after the "
           f"detection, MTTR {f[0]['mttr_s'] * 1e3:.1f} ms", flush=True)
+    expect_identical(job, args)
+
+
+@h.case(CASES, fixture="required")
+def case_behind(args):
+    """A survivor a step behind the others when the failure comes (train_mlp --lag-rank 0
+    --lag-at-step 59: logical rank 0 stops after step 59's allreduce, before its update, until
+    a failure is announced; logical rank 2 dies in step 60's forward pass, the others stop
+    there): a peers plan resuming at step 60 whose PLAN counts the survivor behind without
+    listing it (base/proto.h FTRT__PROTO_PLAN); the members learn which it is on the data plane
+    and it receives step 60's state with the spare: 2 receivers. Rank 0 skipped its update of
+    step 59, so a transfer that missed it would leave its parameters apart: every trainer ends
+    with the same parameters, byte-identical to the fault-free run."""
+    need_reference(args)
+    targs = h.MLP_ARGS + ["--check-every", "1", "--die-rank", "2", "--die-at-step", "60",
+                          "--lag-rank", "0", "--lag-at-step", "59"]
+    job = h.train_job(os.path.join(args.work, "behind"), args.bin, 6, targs)
+    job.env.update(FTRT_LOG="info")
+    job.start()
+    rc = job.wait(180)
+    check(rc == 0, f"job survives the death with a survivor behind and exits 0 (got {rc})")
+    check("logical rank 0 abandoned step 59 after its allreduce" in job.out,
+          "logical rank 0 abandoned step 59 after its allreduce: a step behind")
+    rep = job.load_report()
+    f = rep["failures"]
+    check(len(f) == 1 and f[0]["recovered"] and f[0]["resume_step"] == 60 and
+          f[0]["state_from"] == "peers",
+          "one failure, recovered from the survivors' state (peers), resumed at step 60")
+    got = re.findall(r"state transfer to (\d+) member\(s\)", job.out)
+    check(got and set(got) == {"2"},
+          f"the state went to 2 members, the spare and the survivor behind ({got})")
+    fps = set(re.findall(r"params fnv1a64: ([0-9a-f]+)", job.out))
+    check(len(fps) == 1, f"every trainer ends with the same parameters ({sorted(fps)})")
     expect_identical(job, args)
 
 

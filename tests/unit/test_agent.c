@@ -174,7 +174,7 @@ static void failure_and_plan(void **state)
 
     /* the delta from the initial membership (world ranks 1..4): logical rank 1 is now world
      * rank 5, which needs state; this rank keeps logical rank 2 */
-    size_t len = ftrt__plan_msg_size(1, 0, 0);
+    size_t len = ftrt__plan_msg_size(1, 0);
     ftrt__plan_msg *p = calloc(1, len);
     p->epoch = 1, p->ntrainers = 4, p->source = 0, p->logical_rank = -1, p->resume_step = 9;
     p->ckpt_step = p->mem_step = -1;
@@ -249,7 +249,7 @@ static void coordinator_loss(void **state)
 static void malformed_plan(void **state)
 {
     fixture *f = *state;
-    size_t len = ftrt__plan_msg_size(0, 0, 2);
+    size_t len = ftrt__plan_msg_size(0, 2);
     ftrt__plan_msg *p = calloc(1, len);
     p->epoch = 1, p->ntrainers = 2, p->nmembers = 2, p->logical_rank = 0;
     p->data[0] = 3, p->data[1] = 3; /* duplicate member */
@@ -267,7 +267,7 @@ static void malformed_plan(void **state)
 static void plan_for_another_rank(void **state)
 {
     fixture *f = *state;
-    size_t len = ftrt__plan_msg_size(0, 0, 2);
+    size_t len = ftrt__plan_msg_size(0, 2);
     ftrt__plan_msg *p = calloc(1, len);
     p->epoch = 1, p->ntrainers = 2, p->nmembers = 2, p->logical_rank = 0;
     p->data[0] = 4, p->data[1] = 3; /* this rank (world 3) is logical rank 1, not 0 */
@@ -283,7 +283,7 @@ static void plan_for_another_rank(void **state)
 static void delta_without_membership(void **state)
 {
     fixture *f = *state;
-    size_t len = ftrt__plan_msg_size(0, 0, 0);
+    size_t len = ftrt__plan_msg_size(0, 0);
     ftrt__plan_msg *p = calloc(1, len);
     p->epoch = 1, p->ntrainers = 2, p->logical_rank = -1;
     assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_PLAN, p, (uint32_t)len), 0);

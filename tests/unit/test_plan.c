@@ -1,8 +1,9 @@
-/* Unit tests: the recovery plan's resume step and state source. */
+/* Unit tests: the recovery plan's resume step and state source, and the survivors' PLAN. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <cmocka.h>
 
 #include "ftrt.h"
@@ -122,11 +123,76 @@ static void progress_timeout(void **state)
     assert_true(ftrt__progress_timeout(0, 2.0) == 20.0);        /* 10 x the median step */
 }
 
+/* The survivors' PLAN of a peers plan with every other survivor a step behind the resume step
+ * (a failure mid-step), at n trainers, 2 of them replaced by spares. Returns its size (bytes)
+ * and checks that the roles every member ends with once the set of survivors behind is learned
+ * (each member's own bit from its REPORT, their union as the data plane's SUM allreduce gives
+ * it, base/proto.h) are the coordinator's: the replaced ranks and exactly the survivors behind
+ * need state. */
+static size_t behind_plan(int n)
+{
+    int *surv = malloc((size_t)n * sizeof *surv), *members = malloc((size_t)n * sizeof *members);
+    int64_t *steps = malloc((size_t)n * sizeof *steps);
+    int32_t *ss = malloc((size_t)n * sizeof *ss), *prev = malloc((size_t)n * sizeof *prev);
+    assert_true(surv && members && steps && ss && prev);
+    ftrt__plan_initial_members(prev, n);
+    for (int l = 0; l < n; l++) {
+        surv[l] = l != n / 3 && l != n / 2;
+        steps[l] = surv[l] ? 500 - l % 2 : 0; /* odd survivors did not finish step 499 */
+        members[l] = surv[l] ? prev[l] : n + 1 + (l == n / 2); /* the spares' world ranks */
+        ss[l] = -1;
+    }
+    int64_t resume, ckpt;
+    int src;
+    assert_int_equal(ftrt__plan_compute(steps, surv, n, 0, -1, &resume, &src, &ckpt), 0);
+    assert_int_equal(resume, 500);
+    ftrt__plan_msg head = {.resume_step = resume, .ckpt_step = ckpt, .mem_step = -1,
+                           .rework_until = resume, .epoch = 1, .ntrainers = n, .source = src};
+    ftrt__plan_msg *m = NULL;
+    size_t len = 0;
+    assert_int_equal(ftrt__plan_msg_build(&head, surv, steps, members, ss, &m, &len), 0);
+    /* the fixed part and the 2 replaced ranks, whatever n and however many are behind */
+    assert_int_equal(len, sizeof(ftrt__plan_msg) + 2 * 3 * sizeof(int32_t));
+    int behind = 0;
+    for (int l = 0; l < n; l++) behind += surv[l] && steps[l] != resume;
+    assert_int_equal(m->nbehind, behind);
+    assert_int_equal(m->nrepl, 2);
+    /* a survivor's view: the delta applied to the membership it knew */
+    ftrt__plan *p = NULL;
+    size_t plen = 0;
+    assert_int_equal(ftrt__plan_expand(m, len, prev, n, 0, &p, &plen), 0);
+    int64_t *bits = calloc(ftrt__plan_behind_words(n), sizeof *bits);
+    assert_non_null(bits);
+    for (int l = 0; l < n; l++) { /* each member's own bit (as recovery.c sets it) */
+        p->logical_rank = l;
+        if (ftrt__plan_behind_mine(p, steps[l])) bits[l / 64] += (int64_t)((uint64_t)1 << (l % 64));
+    }
+    p->logical_rank = 0;
+    assert_int_equal(ftrt__plan_behind_apply(p, plen, bits, ftrt__plan_behind_words(n)), 0);
+    for (int l = 0; l < n; l++) {
+        assert_int_equal(p->members[l], members[l]);
+        assert_int_equal(ftrt__plan_roles(p)[l], !surv[l] || steps[l] != resume);
+    }
+    free(bits), free(p), free(m), free(surv), free(members), free(steps), free(ss), free(prev);
+    return len;
+}
+
+/* Issue 22: with many survivors a step behind, the PLAN listed them all to every member (524 KB
+ * a member, 68.7 GB a recovery at 131,072 simulated ranks). Now a survivor's PLAN is the fixed
+ * part and the 2 replaced ranks, the same bytes at 1,024 and at 16,384 trainers. */
+static void behind_plan_does_not_grow(void **state)
+{
+    (void)state;
+    size_t small = behind_plan(1024), large = behind_plan(16384);
+    assert_int_equal(small, large);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(most_advanced_survivor), cmocka_unit_test(ties_pick_lowest_rank),
         cmocka_unit_test(sharded_uses_checkpoint), cmocka_unit_test(no_survivor),
-        cmocka_unit_test(progress_timeout), cmocka_unit_test(replica_plan)};
+        cmocka_unit_test(progress_timeout), cmocka_unit_test(replica_plan),
+        cmocka_unit_test(behind_plan_does_not_grow)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

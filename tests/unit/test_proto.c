@@ -32,10 +32,10 @@ static void header_checks(void **state)
     assert_int_equal(ftrt__msg_check(&h), FTRT_EPROTO);
     h.type = FTRT__MSG_PLAN;
     for (int n = 0; n <= 9; n++) { /* every count, odd ones included */
-        h.len = (uint32_t)ftrt__plan_msg_size(n, n % 3, n ? 2 * n : 0);
+        h.len = (uint32_t)ftrt__plan_msg_size(n, n ? 2 * n : 0);
         assert_int_equal(ftrt__msg_check(&h), 0);
     }
-    h.len = (uint32_t)ftrt__plan_msg_size(4, 0, 0) + 2; /* not a whole entry */
+    h.len = (uint32_t)ftrt__plan_msg_size(4, 0) + 2; /* not a whole entry */
     assert_int_equal(ftrt__msg_check(&h), FTRT_EPROTO);
     h.len = sizeof(ftrt__plan_msg) - 4; /* shorter than the fixed part */
     assert_int_equal(ftrt__msg_check(&h), FTRT_EPROTO);
@@ -150,27 +150,28 @@ static void plan_checks(void **state)
     free(p);
 }
 
-/* A survivor's PLAN is the membership delta: O(replaced + behind) bytes whatever the number of
- * trainers; expanded against the membership it knew, it gives every member's world rank, role
- * and sharded-image source. */
+/* A survivor's PLAN is the membership delta: O(replaced) bytes whatever the number of
+ * trainers and of survivors behind (counted, not listed); expanded against the membership it
+ * knew, it gives every member's world rank, role and sharded-image source, the survivors behind
+ * once their set is applied (ftrt__plan_behind_apply, learned on the data plane). */
 static void plan_delta(void **state)
 {
     (void)state;
     int32_t prev[6];
     ftrt__plan_initial_members(prev, 6);
     for (int l = 0; l < 6; l++) assert_int_equal(prev[l], l + 1);
-    assert_int_equal(ftrt__plan_msg_size(2, 1, 0), ftrt__plan_msg_size(2, 1, 0)); /* no N in it */
-    size_t len = ftrt__plan_msg_size(2, 1, 0);
+    size_t len = ftrt__plan_msg_size(2, 0);
+    assert_int_equal(len, sizeof(ftrt__plan_msg) + 24); /* no N and no survivor behind in it */
     ftrt__plan_msg *m = calloc(1, len);
     *m = (ftrt__plan_msg){.resume_step = 30, .ckpt_step = -1, .mem_step = -1, .epoch = 2,
                           .ntrainers = 6, .source = 0, .logical_rank = -1, .nrepl = 2,
                           .nbehind = 1};
-    int32_t d[] = {1, 7, -1, 4, 8, -1, 5}; /* logical 1 -> world 7, 4 -> 8; logical 5 behind */
+    int32_t d[] = {1, 7, -1, 4, 8, -1}; /* logical 1 -> world 7, 4 -> 8; one survivor behind */
     memcpy(m->data, d, sizeof d);
     ftrt__plan *p = NULL;
     size_t plen = 0;
     assert_int_equal(ftrt__plan_expand(m, len, prev, 6, 3, &p, &plen), 0);
-    int32_t want_w[6] = {1, 7, 3, 4, 8, 6}, want_role[6] = {0, 1, 0, 0, 1, 1};
+    int32_t want_w[6] = {1, 7, 3, 4, 8, 6}, want_role[6] = {0, 1, 0, 0, 1, 0};
     for (int l = 0; l < 6; l++) {
         assert_int_equal(p->members[l], want_w[l]);
         assert_int_equal(ftrt__plan_roles(p)[l], want_role[l]);
@@ -179,12 +180,45 @@ static void plan_delta(void **state)
     assert_int_equal(p->logical_rank, 3);
     assert_int_equal(p->resume_step, 30);
     assert_int_equal(p->epoch, 2);
+    assert_int_equal(p->nbehind, 1);
+    /* who is behind: a survivor that reported fewer steps; a replaced rank never */
+    assert_int_equal(ftrt__plan_behind_mine(p, 30), 0);
+    assert_int_equal(ftrt__plan_behind_mine(p, 29), 1);
+    p->logical_rank = 1;
+    assert_int_equal(ftrt__plan_behind_mine(p, 29), 0);
+    p->logical_rank = 3;
+    assert_int_equal(ftrt__plan_behind_words(6), 1);
+    assert_int_equal(ftrt__plan_behind_words(64), 1);
+    assert_int_equal(ftrt__plan_behind_words(65), 2);
+    int64_t bits[1] = {1 << 5}; /* logical 5 said it is behind */
+    assert_int_equal(ftrt__plan_behind_apply(p, plen, bits, 1), 0);
+    want_role[5] = 1;
+    for (int l = 0; l < 6; l++) assert_int_equal(ftrt__plan_roles(p)[l], want_role[l]);
     free(p);
+    /* refused, the plan left as it was: a count other than nbehind, a replaced rank, a bit past
+     * ntrainers, the source (it is up to date), a set of the wrong size */
+    assert_int_equal(ftrt__plan_expand(m, len, prev, 6, 3, &p, &plen), 0);
+    int64_t bad[] = {(1 << 5) | (1 << 3), 1 << 4, 1 << 6, 1 << 0, 0};
+    for (int i = 0; i < 5; i++) assert_int_equal(ftrt__plan_behind_apply(p, plen, &bad[i], 1),
+                                                 FTRT_EPROTO);
+    assert_int_equal(ftrt__plan_behind_apply(p, plen, bits, 2), FTRT_EPROTO);
+    for (int l = 0; l < 6; l++) assert_int_equal(ftrt__plan_roles(p)[l], l == 1 || l == 4);
+    free(p);
+    /* survivors behind only in a peers plan, fewer than the survivors */
+    m->nbehind = 4; /* 4 survivors, all behind: the source would be too */
+    assert_int_equal(ftrt__plan_msg_check(m, len), FTRT_EPROTO);
+    m->nbehind = 3;
+    assert_int_equal(ftrt__plan_msg_check(m, len), 0);
+    m->nbehind = -1;
+    assert_int_equal(ftrt__plan_msg_check(m, len), FTRT_EPROTO);
+    m->nbehind = 1, m->ckpt_step = 20;
+    assert_int_equal(ftrt__plan_msg_check(m, len), FTRT_EPROTO);
     /* a checkpoint plan: every member reloads it, nobody needs state from peers */
     m->ckpt_step = 20, m->resume_step = 20, m->nbehind = 0;
-    size_t len2 = ftrt__plan_msg_size(2, 0, 0);
+    size_t len2 = ftrt__plan_msg_size(2, 0);
     assert_int_equal(ftrt__plan_expand(m, len2, prev, 6, 3, &p, &plen), 0);
     for (int l = 0; l < 6; l++) assert_int_equal(ftrt__plan_roles(p)[l], FTRT__PLAN_UP_TO_DATE);
+    assert_int_equal(ftrt__plan_behind_mine(p, 19), 0);
     free(p);
     /* a memory plan: the replaced ranks receive their sharded image from the named holder */
     m->ckpt_step = -1, m->mem_step = 20;
@@ -194,6 +228,9 @@ static void plan_delta(void **state)
     assert_int_equal(ftrt__plan_shard_src(p)[4], 5);
     assert_int_equal(ftrt__plan_roles(p)[4], FTRT__PLAN_NEEDS_STATE);
     free(p);
+    m->nbehind = 1; /* no survivor behind in a memory plan */
+    assert_int_equal(ftrt__plan_msg_check(m, len2), FTRT_EPROTO);
+    m->nbehind = 0;
     /* refused: another membership size, a sharded-image source that is itself replaced, bad
      * counts, ranks and lengths, a logical rank with no table */
     assert_int_equal(ftrt__plan_expand(m, len2, prev, 5, 3, &p, &plen), FTRT_EPROTO);
@@ -213,9 +250,9 @@ static void plan_delta(void **state)
     m->data[2] = 2, m->logical_rank = 1; /* a logical rank only with the whole table */
     assert_int_equal(ftrt__plan_msg_check(m, len2), FTRT_EPROTO);
     m->logical_rank = -1, m->nrepl = 7; /* more replaced ranks than trainers */
-    assert_int_equal(ftrt__plan_msg_check(m, ftrt__plan_msg_size(7, 0, 0)), FTRT_EPROTO);
+    assert_int_equal(ftrt__plan_msg_check(m, ftrt__plan_msg_size(7, 0)), FTRT_EPROTO);
     m->nrepl = 2, m->nmembers = 5; /* a table of another size */
-    assert_int_equal(ftrt__plan_msg_check(m, ftrt__plan_msg_size(2, 0, 5)), FTRT_EPROTO);
+    assert_int_equal(ftrt__plan_msg_check(m, ftrt__plan_msg_size(2, 5)), FTRT_EPROTO);
     m->nmembers = 0, m->ntrainers = 0;
     assert_int_equal(ftrt__plan_msg_check(m, len2), FTRT_EPROTO);
     free(m);
@@ -224,13 +261,13 @@ static void plan_delta(void **state)
 /* The PLAN a promoted spare gets in a job of 16,384 trainers carries the whole membership
  * (64 KiB and more than FTRT__MSG_MAX): it passes the header check, goes through
  * ftrt__msg_send and the receive buffer whole, and expands in O(n); a duplicate member is found
- * without an O(n^2) scan; a header announcing more than 5 x FTRT__MAX_WORLD entries is refused,
+ * without an O(n^2) scan; a header announcing more than 4 x FTRT__MAX_WORLD entries is refused,
  * and other types stay bounded by FTRT__MSG_MAX. */
 static void large_plan(void **state)
 {
     (void)state;
     const int n = 16384;
-    size_t len = ftrt__plan_msg_size(1, 0, n);
+    size_t len = ftrt__plan_msg_size(1, n);
     assert_true(len > FTRT__MSG_MAX);
     ftrt__plan_msg *p = calloc(1, len);
     assert_non_null(p);
@@ -257,7 +294,7 @@ static void large_plan(void **state)
     table[n / 2] = n - n / 2;
     ftrt__msghdr h = {FTRT__MAGIC, FTRT__MSG_PLAN, (uint32_t)len, 0};
     assert_int_equal(ftrt__msg_check(&h), 0);
-    h.len = (uint32_t)(sizeof(ftrt__plan_msg) + (5 * (size_t)FTRT__MAX_WORLD + 1) * 4);
+    h.len = (uint32_t)(sizeof(ftrt__plan_msg) + (4 * (size_t)FTRT__MAX_WORLD + 1) * 4);
     assert_int_equal(ftrt__msg_check(&h), FTRT_EPROTO);
     h.type = FTRT__MSG_LEDGER;
     h.len = (uint32_t)ftrt__ledger_msg_size((int)((len - sizeof(ftrt__ledger_msg)) /
