@@ -159,7 +159,10 @@ static void relay_replace(ftrt__coord *c, int h, int g)
 {
     int any = 0, first = g * c->relay_g;
     for (int m = first; c->hl[h].nvia > 0 && m < first + c->relay_g && m < c->nhl; m++)
-        if (c->hl[m].via == h) any |= relay_fall_back(c, m);
+        if (c->hl[m].via == h) {
+            any |= relay_fall_back(c, m);
+            c->hl[m].via_told = 0; /* (told to close its connection to it: RELAY_VIA port 0) */
+        }
     if (any) c->catch_up_due = 1; /* (ftrt__links_catch_up, at the end of the loop's turn) */
     c->relay_of[g] = -1;
     free(c->hl[h].relay_at);
@@ -167,7 +170,7 @@ static void relay_replace(ftrt__coord *c, int h, int g)
     int lead = c->phase == PH_DONE ? -1 : appoint(c, g);
     if (lead < 0) return;
     ftrt__coord_at none = {.world_rank = -1, .term = c->term};
-    if (c->hl[lead].via_told) send_via(c, lead, &none);
+    if (c->hl[lead].via_told) send_via(c, lead, &none); /* (told, not yet confirmed) */
     for (int m = first; m < first + c->relay_g && m < c->nhl; m++) c->hl[m].via_told = 0;
     ftrt_log_info("host agent of %s (in world rank %d): the relay of its group from now on (the "
                   "relay of %s is lost)", c->hl[lead].host, c->hl[lead].agent_w, c->hl[h].host);
