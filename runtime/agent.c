@@ -14,9 +14,9 @@
  * then loses it (the socket closes: the agent's process died; or silence for half the
  * heartbeat timeout: it froze) connects to the coordinator directly and says HELLO again (the
  * agent's socket closed only once the coordinator answered: leave_agent); the
- * messages it may have lost with the agent (its newest REPORT, RESUMED, BYE, SHARD_DONEs) go
- * again, and the coordinator sends again what this rank may have missed. Later it elects a new
- * host agent and moves back to it (agent_move.c).
+ * messages it may have lost with the agent (its newest REPORT, RESUMED, FINGERPRINT, BYE,
+ * SHARD_DONEs) go again, and the coordinator sends again what this rank may have missed.
+ * Later it elects a new host agent and moves back to it (agent_move.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,14 +32,18 @@
 #include "base/log.h"
 #include "runtime/internal.h"
 
+/* Where kept[] holds the newest FINGERPRINT (after the SHARD_DONEs). */
+#define KEPT_FP (3 + FTRT__KEPT_SHARD)
+
 /* The messages a rank sends again after losing its host agent or the coordinator: the newest
- * REPORT, RESUMED and BYE, and the FTRT__KEPT_SHARD newest SHARD_DONEs (the coordinator takes
- * a repeat as it took the first, and ignores one of a step already committed). send_lock
- * held. */
+ * REPORT, RESUMED, BYE and FINGERPRINT, and the FTRT__KEPT_SHARD newest SHARD_DONEs (the
+ * coordinator takes a repeat as it took the first, ignores one of a step already committed,
+ * and counts a fingerprint's vote once: sdc_vote.c). send_lock held. */
 static void keep_sent(ftrt__cp *cp, uint32_t type, const void *payload, uint32_t len)
 {
     int k = type == FTRT__MSG_REPORT ? 0 : type == FTRT__MSG_RESUMED ? 1
-          : type == FTRT__MSG_BYE    ? 2 : type == FTRT__MSG_SHARD_DONE ? 3 : -1;
+          : type == FTRT__MSG_BYE    ? 2 : type == FTRT__MSG_SHARD_DONE ? 3
+          : type == FTRT__MSG_FINGERPRINT ? KEPT_FP : -1;
     if (k < 0 || len > sizeof cp->kept[0].payload) return;
     if (k == 3) /* newest first */
         memmove(&cp->kept[4], &cp->kept[3], (FTRT__KEPT_SHARD - 1) * sizeof cp->kept[0]);
@@ -405,8 +409,9 @@ static void leave_agent(ftrt__cp *cp)
 }
 
 /* Connects to the control plane at addrs:port (the coordinator, or the standby coordinator that
- * takes over), says HELLO and sends again the newest REPORT, RESUMED, BYE and SHARD_DONEs (they
- * may have been lost with the host agent, or with the coordinator). Returns 0 or -errno. */
+ * takes over), says HELLO and sends again the newest REPORT, RESUMED, FINGERPRINT, BYE and
+ * SHARD_DONEs (they may have been lost with the host agent, or with the coordinator). Returns 0
+ * or -errno. */
 static int reconnect(struct ftrt_ctx *ctx, ftrt__rxbuf *rx, const char *addrs, int port)
 {
     ftrt__cp *cp = &ctx->cp;
@@ -421,11 +426,11 @@ static int reconnect(struct ftrt_ctx *ctx, ftrt__rxbuf *rx, const char *addrs, i
     cp->fell_back = 1;
     ftrt__move_reset(ctx, 1); /* (a move under way: its other socket) */
     int rc = ftrt__msg_send(fd, FTRT__MSG_HELLO, &hello, sizeof hello);
-    /* REPORT, RESUMED, the SHARD_DONEs oldest first (the coordinator decides them in order),
-     * BYE last */
-    static const int order[] = {0, 1, 10, 9, 8, 7, 6, 5, 4, 3, 2};
-    _Static_assert(sizeof order / sizeof order[0] == 3 + FTRT__KEPT_SHARD, "kept's order");
-    for (int i = 0; i < 3 + FTRT__KEPT_SHARD && !rc; i++) {
+    /* REPORT, RESUMED, FINGERPRINT, the SHARD_DONEs oldest first (the coordinator decides them
+     * in order), BYE last */
+    static const int order[] = {0, 1, KEPT_FP, 10, 9, 8, 7, 6, 5, 4, 3, 2};
+    _Static_assert(sizeof order / sizeof order[0] == 4 + FTRT__KEPT_SHARD, "kept's order");
+    for (int i = 0; i < 4 + FTRT__KEPT_SHARD && !rc; i++) {
         int k = order[i];
         if (cp->kept[k].type) rc = ftrt__msg_send(fd, cp->kept[k].type, cp->kept[k].payload,
                                                   cp->kept[k].len);

@@ -3,8 +3,8 @@
  * recovery.md "Relay groups"; the coordinator's side is runtime/coordinator/fanout.c).
  *
  * Every host agent listens on TCP for the host agents of its relay group and says where
- * (RELAY_AT). The coordinator makes the first host agent of each group its relay and tells the
- * others (RELAY_VIA): each connects to the relay and says PEER_HELLO with the job's secret; the
+ * (RELAY_AT). The coordinator makes one host agent of each group (the first live one that
+ * listens) its relay and tells the others (RELAY_VIA): each connects to the relay and says PEER_HELLO with the job's secret; the
  * relay confirms it to the coordinator (RELAY_PEER up 1), which from then on sends the group's
  * fan-outs to the relay only (FANOUT: each host's rank list, the message once). The relay
  * delivers its own host's part and sends every other part on as the MULTI the coordinator
@@ -12,7 +12,8 @@
  * check included: a deposed coordinator's message relayed is refused all the same). A member's
  * connection that closes is reported (RELAY_PEER up 0) and that member goes direct again; a
  * relay that is lost is the coordinator's to notice (its own connection), and RELAY_VIA with
- * port 0 tells a member to close its connection to it.
+ * port 0 tells a member to close its connection to it; a new RELAY_VIA then names the group's
+ * next relay (any host agent can be one: every one listens).
  *
  * Runs on the host agent's thread only (no locking); the host agent polls the descriptors
  * ftrt__hrelay_pollfds gives it.

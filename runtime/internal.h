@@ -46,10 +46,10 @@ typedef struct ftrt__cp {
                       leave_agent). Agent thread only (and ftrt__agent_stop after it ended) */
     uint64_t secret;
     struct {       /* the newest REPORT, RESUMED, BYE, then the FTRT__KEPT_SHARD newest
-                      SHARD_DONEs sent, newest first (agent.c) */
+                      SHARD_DONEs sent, newest first, then the newest FINGERPRINT (agent.c) */
         uint32_t type, len;
         unsigned char payload[128];
-    } kept[3 + FTRT__KEPT_SHARD];
+    } kept[4 + FTRT__KEPT_SHARD];
     /* the standby coordinator (agent.c; docs/detection-and-recovery.md "Standby coordinator"),
      * guarded by send_lock: where the standby listens (next.port 0: no standby known) */
     ftrt__coord_at next;

@@ -66,7 +66,7 @@ typedef struct ftrt__hlink {
     int nranks;         /* ranks it serves now */
     int remote;         /* on another host than the coordinator's */
     /* relay groups (fanout.c) */
-    ftrt__coord_at *relay_at; /* a group's relay: where it listens (RELAY_AT), else NULL */
+    ftrt__coord_at *relay_at; /* where it listens for its group (RELAY_AT), else NULL */
     int via;            /* the relay (link) its fan-outs go through, or -1: directly */
     int nvia;           /* a relay: links whose fan-outs go through it */
     int catch_up;       /* its ranks are to be caught up (its relay was lost; fanout.c) */
@@ -266,6 +266,7 @@ typedef struct ftrt__coord {
     int nmoving;               /* ranks moving to a new host agent whose MOVE waits */
     int *mc_list, *mc_cnt, *mc_off; /* ftrt__coord_multicast's scratch (4W, W, W entries) */
     int *mc_grp;               /* its relay groups' starts (W entries) */
+    int *relay_of;             /* each relay group's relay (a link), or -1 (W entries; fanout.c) */
     int relay_g;               /* host agents per relay group (1: no relay groups; fanout.c) */
     int catch_up_due;          /* some link's catch_up is set (ftrt__links_catch_up) */
     double epoch_t_fail;       /* the current epoch's FAILURE: its failure time (wall) */
@@ -377,18 +378,21 @@ void ftrt__coord_send(ftrt__coord *c, int w, uint32_t type, const void *p, uint3
  * (O(groups + direct hosts) sends); then the PINGs that fell due. */
 void ftrt__coord_multicast(ftrt__coord *c, const int *ws, int n, uint32_t type, const void *p,
                            uint32_t len);
-/* The relay groups' size from the world's (or FTRT_TEST_RELAY_GROUP). Call once W is set. */
+/* The relay groups' size from the world's (or FTRT_TEST_RELAY_GROUP), no relay chosen yet.
+ * Call once W is set and relay_of allocated. */
 void ftrt__relay_init(ftrt__coord *c);
-/* Host agent h's RELAY_AT (payload: ftrt__coord_at): a relay's listener is kept and its
- * group's host agents told (RELAY_VIA); a member is told where its relay listens (each member
- * once). Returns 0 or FTRT_EPROTO (a bad port). */
+/* Host agent h's RELAY_AT (payload: ftrt__coord_at): where it listens is kept; the first of
+ * its group to say it, with no relay there, becomes the group's relay and the group's other
+ * host agents are told (RELAY_VIA); a member is told where its relay listens (once per relay).
+ * Returns 0 or FTRT_EPROTO (a bad port). */
 int ftrt__relay_on_at(ftrt__coord *c, int h, const void *payload);
 /* Relay h's RELAY_PEER (payload: ftrt__relay_peer): a member's fan-outs go through h from now
  * on (up 1), or directly again (up 0: RELAY_VIA port 0 and its ranks caught up). Returns 0 or
  * FTRT_EPROTO (h is not a relay). */
 int ftrt__relay_on_peer(ftrt__coord *c, int h, const void *payload);
 /* Host agent h's connection is lost: if it was a relay, its members fall back to direct
- * fan-outs (caught up, ftrt__rank_catch_up). */
+ * fan-outs (caught up, ftrt__rank_catch_up) and the group's first live host agent that
+ * listens becomes its relay (its members told: RELAY_VIA). */
 void ftrt__relay_link_lost(ftrt__coord *c, int h);
 /* 1 when world rank w can be reached: its own connection or a host agent. */
 int ftrt__rank_connected(const ftrt__coord *c, int w);
@@ -595,7 +599,8 @@ void ftrt__move_cancel(ftrt__coord *c, int w, int kind);
 void ftrt__orphans_expire(ftrt__coord *c, double now);
 
 /* ---- sdc_vote.c: the vote on the replicas' fingerprints ---- */
-/* FINGERPRINT from world rank w: kept, and the step compared once every member sent it. */
+/* FINGERPRINT from world rank w: kept, and the step compared once every member sent it. A
+ * repeat (the same rank, epoch and step, sent again after a host agent's loss) is ignored. */
 void ftrt__sdc_vote_take(ftrt__coord *c, int w, const ftrt__fingerprint_msg *m);
 /* Compares every step of this epoch that every member sent, oldest first (after a RESUMED). */
 void ftrt__sdc_vote_all(ftrt__coord *c);

@@ -97,6 +97,7 @@ static int tables_alloc(ftrt__coord *c)
     c->hl = calloc(w, sizeof *c->hl);
     c->mc_list = calloc(4 * w, sizeof *c->mc_list);
     c->mc_grp = calloc(w, sizeof *c->mc_grp);
+    c->relay_of = calloc(w, sizeof *c->relay_of);
     c->mc_cnt = calloc(w, sizeof *c->mc_cnt);
     c->mc_off = calloc(w, sizeof *c->mc_off);
     for (int x = 0; c->r && x < c->W; x++) {
@@ -111,6 +112,7 @@ static int tables_alloc(ftrt__coord *c)
     ftrt__relay_init(c);
     int ixrc = c->r ? ftrt__rankidx_alloc(c) : -ENOMEM;
     return !ixrc && c->r && c->members && c->hl && c->mc_list && c->mc_cnt && c->mc_off && c->mc_grp
+                   && c->relay_of
                ? 0
                : -ENOMEM;
 }
@@ -312,6 +314,7 @@ static void coord_close(ftrt__coord *c)
     free(c->mc_cnt);
     free(c->mc_off);
     free(c->mc_grp);
+    free(c->relay_of);
     free(c->plan_delta);
     free(c->plan_full);
     free(c->inc);

@@ -206,16 +206,17 @@ static int64_t sdc_reuse_rank(const ftrt__sdc_count *x, int epoch)
 }
 
 /* (Kept for the current epoch's members only: a fenced rank's or an older epoch's are
- * stale.) */
+ * stale. A repeat of a step this rank's fingerprint is kept for, which a rank sends again after
+ * losing its host agent (agent.c, reconnect), is ignored: its vote counts once.) */
 void ftrt__sdc_vote_take(ftrt__coord *c, int w, const ftrt__fingerprint_msg *m)
 {
     ftrt__crank *r = &c->r[w];
     if (m->step <= 0 || m->epoch != c->epoch || r->role != FTRT__ROLE_TRAINER ||
         r->logical < 0 || r->logical >= c->N || c->members[r->logical] != w)
         return;
+    if (sdc_find(c, w, m->step)) return; /* (a repeat) */
     if (isfinite(m->seconds) && m->seconds >= 0) c->sdc_fp_s += m->seconds;
     c->sdc_nfp++;
-    int dup = sdc_find(c, w, m->step) != NULL;
     r->sdc[r->sdc_n++ % FTRT__SDC_KEEP] =
         (ftrt__sdc_fp){.step = m->step, .fp = m->fp, .epoch = m->epoch, .t = ftrt__now()};
     /* Count the step's fingerprints: the O(N) comparison runs once, when the last member's
@@ -230,6 +231,6 @@ void ftrt__sdc_vote_take(ftrt__coord *c, int w, const ftrt__fingerprint_msg *m)
         slot = reuse;
         *slot = (ftrt__sdc_count){.step = m->step, .epoch = m->epoch, .count = 0};
     }
-    if (!dup) slot->count++;
+    slot->count++;
     if (slot->count >= c->N) sdc_try(c, m->step);
 }

@@ -86,6 +86,13 @@ Cases:
              and the spare its host agent lives in): the member falls back to direct fan-outs
              and is caught up (the coordinator's log says so), the lost trainer is replaced by
              the member's spare, byte-identical
+  relayreselect  4 hosts, 1 + 4 trainers + 3 spares placed round-robin (ftrt-h1: world 0, 4;
+             ftrt-h2: 1, 5; ftrt-h3: 2, 6; ftrt-h4: 3, 7), one relay group of the three host
+             agents (in the spares 5-7; FTRT_TEST_RELAY_GROUP=3). The relay's whole host
+             SIGKILLed: a new relay is chosen among the two host agents left (the status file's
+             "relay" names it for both hosts' ranks); then the member host's trainer SIGKILLed:
+             its FAILURE and PLAN come through the new relay (the member falls back once only,
+             at the first relay's loss), both failures recovered, byte-identical
 Each case prints "measured:" lines: the exit after the last rank's exit, MTTD and MTTR.
 Exit 0 = pass, 1 = fail, 77 = skipped.
 """
@@ -810,6 +817,78 @@ def case_relayhostkill(args):
         check(sorted(fl) == sorted(x["world_rank"] for x in ranks) and rep["epoch"] == 1,
               f"the relay host's ranks, and only they, failed, in one epoch ({sorted(fl)})")
         check(same_bytes(job.params, r3), "final parameters byte-identical to the one-host run")
+
+
+@h.case(CASES, fixture="required")
+def case_relayreselect(args):
+    r4 = need_reference(args, 4)
+    with h.Hosts(4, 2) as hosts:
+        before = sessions(hosts)
+        opts = hosts.mpirun_opts()
+        if "--map-by" in opts:  # (Open MPI 5's options place by slot)
+            del opts[opts.index("--map-by"):opts.index("--map-by") + 2]
+        job = h.train_job(os.path.join(args.work, "relayreselect"), args.bin, 8, spares=3,
+                          heartbeat_timeout_ms=HB_TIMEOUT_MS,
+                          mpirun_opts=opts + ["--map-by", "node"])
+        job.cmd[job.cmd.index("--step-sleep-ms") + 1] = "40"  # (the job outlasts both faults)
+        # one relay group of the three host agents, in the spares' processes (5, 6, 7)
+        job.env.update(FTRT_TEST_RELAY_GROUP="3",
+                       FTRT_TEST_AGENT_LATE_RANKS=str((1 << 1) | (1 << 2) | (1 << 3)),
+                       FTRT_LOG="info")  # (the coordinator says when a member joins its relay)
+        job.start()
+        job.wait_trainer(1, 2, 40)
+        agents = (5, 6, 7)
+
+        def one_relay(s, ws, among):
+            r = s["ranks"]
+            return (all(r[w]["state"] == "running" and r[w]["host_agent"] in among
+                        and r[w]["relay"] in among for w in ws)
+                    and len({r[w]["relay"] for w in ws}) == 1)
+        st = job.wait_status(lambda s: one_relay(s, (1, 2, 3, 5, 6, 7), agents), 20)
+        r = st["ranks"]
+        check([x["host"] for x in r] == ["ftrt-h1", "ftrt-h2", "ftrt-h3", "ftrt-h4"] * 2
+              and [x["role"] for x in r[1:]] == ["trainer"] * 4 + ["spare"] * 3
+              and [x["host_agent"] for x in r[1:]] == [5, 6, 7, None, 5, 6, 7],
+              "trainers world 1-3 (ftrt-h2..4) and 4 (ftrt-h1, direct); spares 5-7, the host "
+              "agents of ftrt-h2..4")
+        relay = r[1]["relay"]
+        left = [a for a in agents if a != relay]
+        print(f"  relay: {r[relay]['host']} (world rank {relay})", flush=True)
+        lost = hosts.kill_host(r[relay]["host"], job)  # the relay's trainer and spare
+        served = [w for w in range(1, 8) if r[w]["host_agent"] in left]
+        st = job.wait_status(lambda s: s["epoch"] == 1 and s["job"] == "running"
+                             and one_relay(s, served, left), 30)
+        new = st["ranks"][left[0]]["relay"]
+        member = next(a for a in left if a != new)
+        check(new in left, f"a new relay chosen among the surviving host agents: world rank "
+              f"{new} ({r[new]['host']}) relays the fan-outs of its host and of "
+              f"{r[member]['host']}")
+        # a later fan-out through it: the member host's trainer (no host agent in its process)
+        victim = st["ranks"][member - 4]
+        job.inject(signal.SIGKILL, victim, "sigkill")
+        st = job.wait_status(lambda s: s["epoch"] == 2 and s["job"] == "running"
+                             and s["ranks"][member]["relay"] == new
+                             and all(x["state"] == "running" for x in s["ranks"][1:]
+                                     if x["role"] == "trainer"), 30)
+        run_to_end(job, hosts, 0, before)
+        mhost, nhost = r[member]["host"], r[new]["host"]
+        line = (f"host agent of {mhost} (in world rank {member}): fan-outs through the relay of "
+                f"{nhost} (in world rank {new})")
+        check(line in job.out, f"the coordinator's log: '{line}'")
+        falls = job.out.count(f"host agent of {mhost}: {FALLBACK}")
+        check(falls == 1, f"{mhost} fell back to direct fan-outs once, when its first relay was "
+              f"lost, not at the second failure (its FAILURE and PLAN came through the new "
+              f"relay): {falls} time(s)")
+        rep = job.load_report()
+        print_failures(rep)
+        fl = {f["world_rank"]: f for f in rep["failures"]}
+        want = sorted([x["world_rank"] for x in lost] + [victim["world_rank"]])
+        trainers = [x["world_rank"] for x in lost if x["role"] == "trainer"] + [victim["world_rank"]]
+        check(sorted(fl) == want and rep["epoch"] == 2 and len(trainers) == 2
+              and all(fl[w]["recovered"] for w in trainers),
+              f"the relay host's ranks, then world rank {victim['world_rank']} ({mhost}) failed, "
+              f"in two epochs, the trainers replaced ({want})")
+        check(same_bytes(job.params, r4), "final parameters byte-identical to the one-host run")
 
 
 # Not in ctest yet (listed=False): it hung once under ASan (the relay on ftrt-h2, whose spare the

@@ -332,6 +332,41 @@ static void host_agent_lost(void **state)
     assert_true(coord_recv(f, FTRT__MSG_HEARTBEAT, &hb, sizeof hb)); /* alive, direct now */
 }
 
+/* Served by a host agent that holds (frozen) the rank's REPORT and FINGERPRINT and then dies:
+ * the rank, back on its own connection, sends both again, so that the vote on that step's
+ * fingerprints does not miss its (the coordinator counts a repeat once: unit.sdc). */
+static void host_agent_lost_fingerprint(void **state)
+{
+    fixture *f = *state;
+    struct ftrt_ctx *ctx = f->ctx;
+    ftrt__epoch_msg hosted = {.value = 7};
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_HOSTED, &hosted, sizeof hosted), 0);
+    int is_hosted = 0; /* (its HOSTED read: the close below is the host agent's loss) */
+    for (int i = 0; i < 500 && !is_hosted; i++) {
+        pthread_mutex_lock(&ctx->cp.send_lock);
+        is_hosted = ctx->cp.hosted;
+        pthread_mutex_unlock(&ctx->cp.send_lock);
+        if (!is_hosted) usleep(10000);
+    }
+    assert_true(is_hosted);
+    ftrt__report rep = {.steps_done = 12, .epoch = 0, .own_step = -1, .held_step = -1};
+    assert_int_equal(ftrt__agent_send(ctx, FTRT__MSG_REPORT, &rep, sizeof rep), 0);
+    ftrt__fingerprint_msg old = {.step = 10, .fp = 0x1234, .epoch = 0, .nregions = 1};
+    assert_int_equal(ftrt__agent_send(ctx, FTRT__MSG_FINGERPRINT, &old, sizeof old), 0);
+    ftrt__fingerprint_msg fp = {.step = 12, .fp = 0xfeedf00dull, .seconds = 0.25, .epoch = 0,
+                                .nregions = 2};
+    assert_int_equal(ftrt__agent_send(ctx, FTRT__MSG_FINGERPRINT, &fp, sizeof fp), 0);
+    ftrt__report got;
+    reconnects(f, f->listen_fd, &got); /* the host agent's process died, the three unforwarded */
+    assert_int_equal(got.steps_done, 12);
+    ftrt__fingerprint_msg fgot;
+    assert_true(coord_recv(f, FTRT__MSG_FINGERPRINT, &fgot, sizeof fgot)); /* the newest */
+    assert_int_equal(fgot.step, 12);
+    assert_int_equal(fgot.fp, 0xfeedf00dull);
+    assert_int_equal(fgot.nregions, 2);
+    assert_int_equal(ftrt__interrupted(ctx), 0);
+}
+
 /* 1 when fd shows EOF within timeout_s (the messages before it read and dropped), else 0. */
 static int eof_within(int fd, ftrt__rxbuf *rx, double timeout_s)
 {
@@ -591,6 +626,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(plan_for_another_rank, setup, teardown),
         cmocka_unit_test_setup_teardown(delta_without_membership, setup, teardown),
         cmocka_unit_test_setup_teardown(host_agent_lost, setup_hosted, teardown),
+        cmocka_unit_test_setup_teardown(host_agent_lost_fingerprint, setup_hosted, teardown),
         cmocka_unit_test_setup_teardown(host_agent_says_coord_lost, setup_hosted, teardown),
         cmocka_unit_test_setup_teardown(host_agent_reelected, setup_reelect, teardown),
         cmocka_unit_test_setup_teardown(host_agent_stalled, setup_stall, teardown),

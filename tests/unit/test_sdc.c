@@ -194,6 +194,56 @@ static void message(void **state)
     assert_string_equal(ftrt__failure_kind_name(FK_SDC), "silent_data_corruption");
 }
 
+/* A trainer's fingerprint sent again (after losing its host agent, agent.c re-sends the newest
+ * one on its own connection) counts once: the repeat neither counts as a second fingerprint
+ * received nor takes a slot of the ones kept, so an older step still waiting for the other
+ * member's fingerprint is compared when it arrives (the repeat used to push it out). */
+static void vote_takes_a_repeat_once(void **state)
+{
+    (void)state;
+    ftrt__crank r[3];
+    memset(r, 0, sizeof r);
+    int members[2] = {1, 2};
+    uint64_t u64[3];
+    unsigned char b[3];
+    ftrt__coord c;
+    memset(&c, 0, sizeof c);
+    c.r = r;
+    c.W = 3;
+    c.N = 2;
+    c.members = members;
+    c.epoch = 0;
+    c.phase = PH_RUNNING;
+    c.s.u64 = u64;
+    c.s.b = b;
+    c.sdc_judged_epoch = -1;
+    c.sdc_agreed_step = -1;
+    for (int w = 1; w <= 2; w++) {
+        r[w].role = FTRT__ROLE_TRAINER;
+        r[w].logical = w - 1;
+    }
+    /* world rank 1 runs FTRT__SDC_KEEP steps ahead; its newest fingerprint arrives twice */
+    for (int64_t step = 1; step <= FTRT__SDC_KEEP; step++) {
+        ftrt__fingerprint_msg m = {.step = step, .fp = 0xf00d + (uint64_t)step, .seconds = 0.5};
+        ftrt__sdc_vote_take(&c, 1, &m);
+    }
+    ftrt__fingerprint_msg again = {.step = FTRT__SDC_KEEP, .fp = 0xf00d + FTRT__SDC_KEEP,
+                                   .seconds = 0.5};
+    ftrt__sdc_vote_take(&c, 1, &again);
+    assert_int_equal(c.sdc_nfp, FTRT__SDC_KEEP);
+    assert_true(c.sdc_fp_s > 0.5 * FTRT__SDC_KEEP - 1e-9 && c.sdc_fp_s < 0.5 * FTRT__SDC_KEEP + 1e-9);
+    assert_int_equal(c.sdc_checks, 0);
+    /* world rank 2's first: step 1 compared (world rank 1's still kept), agreeing */
+    ftrt__fingerprint_msg m2 = {.step = 1, .fp = 0xf00d + 1, .seconds = 0.5};
+    ftrt__sdc_vote_take(&c, 2, &m2);
+    assert_int_equal(c.sdc_checks, 1);
+    assert_int_equal(c.sdc_agreed_step, 1);
+    /* and a repeat of world rank 2's is no second vote either */
+    ftrt__sdc_vote_take(&c, 2, &m2);
+    assert_int_equal(c.sdc_checks, 1);
+    assert_int_equal(c.sdc_nfp, FTRT__SDC_KEEP + 1);
+}
+
 /* A committed checkpoint of `step` (one rank, one small region) in dir. */
 static void commit_step(const char *dir, int64_t step)
 {
@@ -242,7 +292,7 @@ int main(void)
         cmocka_unit_test(judge_all_agree),    cmocka_unit_test(judge_one_bad_of_four),
         cmocka_unit_test(judge_two_bad_of_five), cmocka_unit_test(judge_no_majority),
         cmocka_unit_test(fingerprint),        cmocka_unit_test(fingerprint_device),
-        cmocka_unit_test(message),
+        cmocka_unit_test(message),            cmocka_unit_test(vote_takes_a_repeat_once),
         cmocka_unit_test(uncommit)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
