@@ -168,7 +168,10 @@ class GradAverager:
         self._queue_callback = _queue_callback() if sync_in_backward else None
         self.sync_in_backward = self._queue_callback is not None
         self._queued = False      # a backward-end callback is queued for this pass
+        self._queue_lock = threading.Lock()  # hooks of several threads may try to queue it
         self._synced = False      # the callback ended this step's averaging
+        self._ordered = False     # the callback ordered the current stream after every bucket
+        self._gpu = self._plane is not None  # CUDA: the callback may run off the owning thread
         self._pending: Optional[_lib.FtrtError] = None  # what the callback met, for wait()
         self._accs: List[Any] = []
         self._handles: List[Any] = []
@@ -189,6 +192,21 @@ class GradAverager:
             return None
         return torch.cuda.current_stream(self.cuda_device).cuda_stream
 
+    def _order_fns(self) -> Any:
+        """(owner's order, any thread's order): each f(handle, consumer stream) -> rc, the GPU
+        bucketer's ftrt_gpu_bucketer_order() and ftrt_gpu_bucketer_order_from_any_thread()."""
+        return lib().ftrt_gpu_bucketer_order, lib().ftrt_gpu_bucketer_order_from_any_thread
+
+    def connect(self) -> None:
+        """CUDA: builds the current epoch's NCCL communicator now, if the plane has none
+        (ftrt_gpu_connect(): collective over the trainers when it builds, so every trainer calls
+        it at the same point, e.g. after init and after each recovery), so that the next
+        backward's buckets start on autograd's device threads; nothing on the CPU. Owning
+        thread. Raises FtrtRecover (recover, then connect again), FtrtNoSpare / FtrtCoordLost /
+        FtrtAborted, FtrtError (FTRT_ENCCL: this epoch's communicator failed)."""
+        if self._plane is not None:
+            self._plane.connect()
+
     def _ready_fns(self) -> Any:
         """(ready on the owning thread, post from another thread): each f(handle, i, ptr)."""
         if self.cuda_device is None:
@@ -207,10 +225,8 @@ class GradAverager:
             if not self._enabled or self._err is not None or self._ready[i]:
                 return
             owner = get_ident() == self._thread
-            if owner and self._queue_callback is not None and not self._queued:
-                self._queued = True
-                self._synced = False
-                self._queue_callback(self._backward_end)
+            if (owner or self._gpu) and self._queue_callback is not None and not self._queued:
+                self._queue_end()
             g = p.grad
             if g is None or not g.is_contiguous():
                 return  # handled in wait()
@@ -223,6 +239,17 @@ class GradAverager:
             if rc < 0:
                 self._err = rc  # the backward pass goes on; wait() raises it
         return hook
+
+    def _queue_end(self) -> None:
+        """Queues _backward_end for the end of the running backward pass (once per pass; a
+        CUDA pass's hooks run on autograd's device threads, and queue_callback works there:
+        DDP's reducer queues its own from the same hooks)."""
+        with self._queue_lock:
+            if self._queued:
+                return
+            self._queued = True
+            self._synced = self._ordered = False
+        self._queue_callback(self._backward_end)
 
     class _NoSync:
         def __init__(self, avg: "GradAverager") -> None:
@@ -239,16 +266,42 @@ class GradAverager:
         return self._NoSync(self)
 
     def _backward_end(self) -> None:
-        """The autograd callback of sync_in_backward: ends the averaging as backward() ends
-        (on the owning thread only; elsewhere wait() ends it)."""
+        """The autograd callback of sync_in_backward: ends the averaging as backward() ends.
+        On the owning thread it waits (_wait()). Elsewhere, on CUDA (autograd ran it on its
+        device thread), it orders the caller's current stream after every bucket
+        (_order_in_stream()); on the CPU (a backward() run on another thread) wait() ends it."""
         self._queued = False
         if threading.get_ident() != self._thread:
+            if self._gpu:
+                self._order_in_stream()
             return
         try:
             self._wait()
             self._synced = True
         except _lib.FtrtError as e:  # kept for wait(); the backward pass must not fail
             self._pending = e
+
+    def _order_in_stream(self) -> None:
+        """_backward_end off the owning thread on CUDA. autograd runs final callbacks under a
+        MultiStreamGuard of the streams that were current on the thread that called
+        backward(), after making them wait for the leaf streams (torch/csrc/autograd/
+        engine.cpp, GraphTask::exec_post_processing, since pytorch/pytorch#57833, torch 1.10;
+        the same in 2.x): torch.cuda.current_stream() here is the stream the caller's next ops
+        run on, whichever thread runs this. So: the parameters without a gradient in this pass
+        get zeros, posted from here (ftrt_gpu_bucketer_ready_from_any_thread starts the last
+        buckets on this thread), then ftrt_gpu_bucketer_order_from_any_thread makes that
+        stream wait for every bucket: what the caller queues next (clip_grad_norm_,
+        GradScaler.unscale_, the optimizer) reads the mean, in stream order, without a host
+        wait. When it cannot (FTRT_ESTATE: a bucket left to the owning thread, e.g. the
+        epoch's NCCL communicator was not built with connect(); or the step met an error),
+        nothing is ordered and wait() ends the averaging on the owning thread; until then
+        p.grad holds local gradients (synced is False). wait() always ends the step with the
+        owner's ftrt_bucketer_wait_all(), which reports the step's errors."""
+        if self._err is None and self._mark_missing(self._ready_fns()[1]) < 0:
+            return  # wait() raises it
+        if self._err is None:
+            rc = self._order_fns()[1](self.bucketer.handle, self._stream())
+            self._ordered = rc == 0
 
     def wait(self) -> None:
         """Ends the step's gradient averaging (see the class docstring). Raises FtrtRecover
@@ -269,36 +322,44 @@ class GradAverager:
     @property
     def synced(self) -> bool:
         """True when a backward pass ended this step's averaging (sync_in_backward) and
-        wait() has not been called since: p.grad holds the mean."""
-        return self._synced
+        wait() has not been called since: p.grad holds the mean (on CUDA: in the order of
+        the stream that was current when backward() was called; wait() still owes the
+        host's check of the step, ftrt_bucketer_wait_all())."""
+        return self._synced or self._ordered
+
+    def _mark_missing(self, mark: Callable[[Any, int, int], int]) -> int:
+        """Marks the parameters not yet ready with mark(handle, i, ptr): zeros for those
+        without a gradient, a contiguous copy for a non-contiguous one. Returns 0, or the
+        first error (kept in _err)."""
+        for i, done in enumerate(self._ready):
+            if done:
+                continue
+            p = self.params[i]
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            elif not p.grad.is_contiguous():
+                p.grad = p.grad.contiguous()
+            self._ready[i] = True
+            self._keep[i] = p.grad
+            rc = mark(self.bucketer.handle, i, p.grad.data_ptr())
+            if rc < 0:
+                self._err = rc
+                return rc
+        return 0
 
     def _wait(self) -> None:
-        ready = self._ready_fns()[0]
-        if self._err is None:
-            for i, done in enumerate(self._ready):
-                if done:
-                    continue
-                p = self.params[i]
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                elif not p.grad.is_contiguous():
-                    p.grad = p.grad.contiguous()
-                self._ready[i] = True
-                self._keep[i] = p.grad
-                rc = ready(self.bucketer.handle, i, p.grad.data_ptr())
-                if rc < 0:
-                    self._err = rc
-                    break
+        if self._err is None and not self._ordered:
+            self._mark_missing(self._ready_fns()[0])
         if self._err is not None:
             err = self._err
             self.reset()
             raise error_for(err, "ftrt_bucketer_ready")
         try:
-            if self._plane is not None:  # the optimizer's stream waits for every bucket
-                rc = lib().ftrt_gpu_bucketer_order(self.bucketer.handle, self._stream())
+            if self._gpu and not self._ordered:  # the current stream waits for every bucket
+                rc = self._order_fns()[0](self.bucketer.handle, self._stream())
                 if rc < 0 and rc != _lib.ESTATE:  # ESTATE: a failed step; wait_all says why
                     raise error_for(rc, "ftrt_gpu_bucketer_order")
-            self.bucketer.wait_all()
+            self.bucketer.wait_all()  # also after the callback's order: the step's errors
         finally:
             self._clear()
 
@@ -307,6 +368,7 @@ class GradAverager:
         self._ready = [False] * n
         self._keep = [None] * n
         self._err = None
+        self._ordered = False
 
     def reset(self) -> None:
         """Abandons this step's averaging (waits for the buckets already started) so that the
@@ -314,7 +376,7 @@ class GradAverager:
         self.bucketer.reset()
         self._clear()
         self._pending = None
-        self._synced = False
+        self._synced = self._ordered = False
         self._queued = False
 
     def close(self) -> None:
@@ -464,9 +526,13 @@ class FaultTolerant:
     at the step ftrt resumes at. The loop needs no try/except.
 
     Arguments (all after `optimizer` by keyword):
-      model, optimizer: a torch.nn.Module on the CPU (NotImplementedError otherwise) and its
-        torch.optim optimizer (state tensors are created up front: init_optimizer_state()). Parameters and optimizer
-        state must be updated in place (torch.optim does).
+      model, optimizer: a torch.nn.Module whose parameters are all on the CPU, or all on one
+        CUDA device with libftrt_gpu loaded (FTRT_LIB; FtrtNotSupported otherwise,
+        NotImplementedError for other device types, ValueError for a mix), and its
+        torch.optim optimizer (state tensors are created up front: init_optimizer_state()).
+        Parameters and optimizer state must be updated in place (torch.optim does). On CUDA
+        they are registered as device regions and the gradients averaged by the NCCL plane
+        (module docstring, "Devices" and "Threads").
       scheduler: an LR scheduler, or a list of them, stepped once per step() after the
         optimizer (do not call their step() yourself). Schedulers stepped otherwise (per
         epoch, ReduceLROnPlateau) go in extra_state, and you step them.
@@ -523,11 +589,11 @@ class FaultTolerant:
             raise TypeError("extra_state must be a dict")
         if int(checkpoint_every) < 0 or not float(bucket_cap_mb) > 0:
             raise ValueError("checkpoint_every must be >= 0 and bucket_cap_mb > 0")
-        if any(p.device.type != "cpu" for p in model.parameters()):
-            # GradAverager takes CUDA parameters, but ends the averaging in backward() only on
-            # the owning thread, which autograd's device threads are not (module docstring)
-            raise NotImplementedError("FaultTolerant takes a model on the CPU; for CUDA, use "
-                                      "GradAverager with libftrt_gpu (issue 21)")
+        # CPU, or one CUDA device with libftrt_gpu loaded: refused here, before the job is
+        # joined (ValueError: a mix; NotImplementedError: another device type;
+        # FtrtNotSupported: CUDA without libftrt_gpu)
+        trained = [p for p in model.parameters() if p.requires_grad]
+        self.cuda_device = _cuda_device(trained) if trained else None
         self.model, self.optimizer, self.scaler = model, optimizer, scaler
         self.state = extra_state
         self.seed, self.rng = int(seed), bool(rng)
@@ -571,6 +637,7 @@ class FaultTolerant:
                 else:
                     self._log(f"ftrt: took over logical rank {self._rank} (epoch {ctx.epoch}): "
                               f"resuming at step {self._step}")
+            self._connect()  # survivors connect right after their ftrt_recover() too
         if self.checkpoint_every:
             try:  # staging memory and threads now, not at the first checkpoint
                 ctx.checkpoint_prepare()
@@ -673,7 +740,18 @@ class FaultTolerant:
                 print(f"ftrt: warning: logical rank {self._rank}: checkpoint at step "
                       f"{self._step} failed: {e}; training goes on", file=sys.stderr,
                       flush=True)
-        return True
+        return self._connect()  # CUDA: the next backward's buckets start on its threads
+
+    def _connect(self) -> bool:
+        """GradAverager.connect() (CUDA: this epoch's NCCL communicator exists before the next
+        backward, so its buckets start on autograd's device threads; nothing on the CPU).
+        Returns True; False when a trainer failed and this call recovered instead."""
+        try:
+            self.averager.connect()
+            return True
+        except _lib.FtrtRecover:
+            self._recover()
+            return False
 
     def no_sync(self) -> "GradAverager._NoSync":
         """Context manager for gradient accumulation: backward passes inside it only
@@ -744,13 +822,21 @@ class FaultTolerant:
                 self.state[k] = v
 
     def _recover(self) -> None:
-        step = recover(self.ctx, self.averager, self.registry)
-        self._load_state()
-        self._step = step
-        self._rank = self.ctx.rank
-        self._stepped = True
-        self.recoveries += 1
-        self._log(f"ftrt: recovered (epoch {self.ctx.epoch}): resuming at step {step}")
+        """recover(), the Python state, and connect() in the new epoch (again after a failure
+        met while connecting)."""
+        while True:
+            step = recover(self.ctx, self.averager, self.registry)
+            self._load_state()
+            self._step = step
+            self._rank = self.ctx.rank
+            self._stepped = True
+            self.recoveries += 1
+            self._log(f"ftrt: recovered (epoch {self.ctx.epoch}): resuming at step {step}")
+            try:
+                self.averager.connect()
+                return
+            except _lib.FtrtRecover:
+                continue
 
     def _log(self, msg: str) -> None:
         if self.verbose and self._rank == 0:
