@@ -53,8 +53,9 @@ Design notes.
    regions (REGION_DEVICE). CUDA gradients are averaged by the GPU bucketer (ftrt_gpu.h): each
    hook records an event on the current CUDA stream (autograd's stream for that gradient) and
    the plane's NCCL collectives wait for it on the device, as DDP's reducer does; wait() makes
-   the current stream wait for every bucket and then waits on the host. FaultTolerant still
-   refuses CUDA models (issue 21).
+   the current stream wait for every bucket and then waits on the host. FaultTolerant takes
+   CUDA models (one device): see "Threads" for how backward() ends the averaging there, and
+   the FaultTolerant docstring for the rule on host synchronizations before step().
  - Threads: the data plane belongs to the thread that called ftrt.init() (the C API's rule).
    A hook that runs there marks its gradient with ftrt_bucketer_ready(); one that runs on any
    other thread hands it over. On CPU, autograd runs the hooks on the thread that called
@@ -65,9 +66,19 @@ Design notes.
    calls ftrt_gpu_bucketer_ready_from_any_thread(), which starts the buckets it completes on
    that device thread: communication overlaps the backward pass. (In the first step of each
    epoch the NCCL communicator does not exist yet and only the owning thread may build it, so
-   that step's buckets start in wait().) wait() belongs to the owning thread, after every
-   backward() of the step returned; with CUDA parameters sync_in_backward ends the averaging
-   in wait() only when autograd ran its end-of-pass callback on the owning thread.
+   that step's buckets start in wait(), unless connect() built it first: FaultTolerant
+   connects at start, after each recovery and at each step().) wait() belongs to the owning
+   thread, after every backward() of the step returned. With sync_in_backward the end-of-pass
+   callback is queued by the first hook of the pass (on CUDA from whichever thread runs it).
+   On the owning thread it ends the averaging (wait()). On autograd's device thread (CUDA) it
+   marks the parameters without a gradient (zeros) from there and makes the caller's current
+   stream wait for every bucket, with ftrt_gpu_bucketer_order_from_any_thread(): autograd runs
+   final callbacks under the streams that were current where backward() was called
+   (GraphTask::exec_post_processing in torch/csrc/autograd/engine.cpp, since
+   pytorch/pytorch#57833, torch 1.10), so what the caller queues next reads the mean in stream
+   order; wait() then only waits on the host (ftrt_bucketer_wait_all) and reports the step's
+   errors. When it cannot order (FTRT_ESTATE: a bucket left to the owning thread; a failed
+   step), wait() ends the averaging, and p.grad is local until then (synced is False).
 """
 import atexit
 import ctypes
@@ -524,6 +535,14 @@ class FaultTolerant:
     takes the dead trainer's logical rank, the state of the most advanced survivor is restored
     into every trainer's tensors and Python objects) and returns False; steps() then goes on
     at the step ftrt resumes at. The loop needs no try/except.
+
+    CUDA (a model on one device, libftrt_gpu loaded): gradients are averaged by the NCCL plane
+    while backward() runs, and when backward() returns the current CUDA stream is ordered after
+    every bucket, so work queued on it before step() (clip_grad_norm_, scaler.unscale_) reads
+    the mean; step() waits on the host for the buckets before the optimizer. Do not make the
+    host wait for that stream between backward() and step() (loss.item(), a norm's .item():
+    read them after step()): were a trainer to die then, the wait would be on NCCL collectives
+    that only step() aborts. Float32/float64 parameters only so far.
 
     Arguments (all after `optimizer` by keyword):
       model, optimizer: a torch.nn.Module whose parameters are all on the CPU, or all on one
