@@ -255,12 +255,15 @@ class GradAverager:
         """Queues _backward_end for the end of the running backward pass (once per pass; a
         CUDA pass's hooks run on autograd's device threads, and queue_callback works there:
         DDP's reducer queues its own from the same hooks)."""
+        queue = self._queue_callback
+        if queue is None:
+            return
         with self._queue_lock:
             if self._queued:
                 return
             self._queued = True
             self._synced = self._ordered = False
-        self._queue_callback(self._backward_end)
+        queue(self._backward_end)
 
     class _NoSync:
         def __init__(self, avg: "GradAverager") -> None:
