@@ -64,7 +64,7 @@ static int none_submit(void *arg, int bucket, const int *tensors, const ftrt__se
     *req = &r->base;
     return 0;
 }
-static const ftrt__bucket_backend none_backend = {none_submit, dr_wait, NULL, 0};
+static const ftrt__bucket_backend none_backend = {none_submit, dr_wait, NULL, 0, NULL};
 
 static float *grads[NT];
 static size_t counts[NT];

@@ -325,7 +325,7 @@ static int cpu_submit(void *arg, int bucket, const int *tensors, const ftrt__seg
 
 static int cpu_wait_raw(struct ftrt_request *req) { return ftrt__areq_wait((ftrt__areq *)req); }
 
-static const ftrt__bucket_backend cpu_backend = {cpu_submit, cpu_wait_raw, NULL, 0};
+static const ftrt__bucket_backend cpu_backend = {cpu_submit, cpu_wait_raw, NULL, 0, NULL};
 
 int ftrt__bucketer_create(ftrt__plane *plane, const size_t *counts, int ntensors,
                           ftrt_dtype dtype, const ftrt_bucket_config *cfg, ftrt_bucketer **out)
@@ -641,3 +641,15 @@ struct ftrt_request *ftrt__bucketer_request(const ftrt_bucketer *b, int p)
 }
 
 int ftrt__bucketer_all_submitted(const ftrt_bucketer *b) { return b->next == b->np; }
+
+int ftrt__bucketer_order(ftrt_bucketer *b, void *consumer, int strict)
+{
+    if (!b || !b->be->order) return FTRT_EINVAL;
+    ftrt__bucketer_lock(b);
+    int rc = strict ? b->err : 0;
+    if (!rc && b->next < b->np) rc = FTRT_ESTATE; /* a piece not started: nothing ordered */
+    for (int p = 0; !rc && p < b->np; p++)
+        if (b->reqs[p]) rc = b->be->order(b->be_arg, b->reqs[p], consumer);
+    ftrt__bucketer_unlock(b);
+    return rc;
+}

@@ -52,6 +52,10 @@ typedef struct ftrt__bucket_backend {
      * post from another thread marks the tensor and starts the buckets it completes on the
      * posting thread, instead of queueing it for the owner (ftrt__bucketer_post_direct). */
     int direct;
+    /* makes `consumer` (a stream of the backend, opaque here) wait for req's collective on
+     * the device, without blocking the host; 0 or the backend's error. Any thread. NULL: the
+     * backend cannot order (ftrt__bucketer_order returns FTRT_EINVAL). */
+    int (*order)(void *arg, struct ftrt_request *req, void *consumer);
 } ftrt__bucket_backend;
 
 /* The backend and its argument of a bucketer (the GPU bucketer's calls check the backend). */
@@ -79,6 +83,15 @@ int ftrt__bucketer_enqueue(ftrt_bucketer *b, int tensor, void *ptr, unsigned gen
  * FTRT_EINVAL (bad arguments, not a direct bucketer, already ready) or the step's first error
  * (the backend's: FTRT_ERECOVER, FTRT_ENCCL, ...; the owner gets it from wait_all too). */
 int ftrt__bucketer_post_direct(ftrt_bucketer *b, int tensor, void *ptr, unsigned gen);
+/* Orders `consumer` after every piece of this step through the backend's order op, under the
+ * step lock (so from any thread for a direct bucketer; the owner's for the others). While a
+ * piece has not started (a tensor not yet ready, or a piece a poster deferred to the owner)
+ * nothing is ordered and FTRT_ESTATE is returned. With `strict`, a step that has met an error
+ * orders nothing and returns that error (the step's first: FTRT_ERECOVER, FTRT_ENCCL, ...);
+ * without, the pieces that failed to start are skipped (the owner's ftrt_bucketer_wait_all()
+ * reports the error). Returns 0, FTRT_EINVAL (NULL b, a backend without an order op),
+ * FTRT_ESTATE, the step's error (strict) or the order op's (pieces before it stay ordered). */
+int ftrt__bucketer_order(ftrt_bucketer *b, void *consumer, int strict);
 /* The step lock of a direct bucketer (no-op for the others), for the backend's owner-side
  * calls that read the step's requests (ftrt__bucketer_request, _all_submitted). */
 void ftrt__bucketer_lock(ftrt_bucketer *b);

@@ -586,7 +586,16 @@ static void bk_destroy(void *arg)
     free(bk);
 }
 
-static const ftrt__bucket_backend gpu_backend = {bk_submit, gpu_wait_raw, bk_destroy, 1};
+/* The consumer stream waits for the request's `done` event (recorded under the plane's lock
+ * before the request was published to the bucketer; destroyed only when the bucketer frees
+ * the request, under its step lock, which the caller holds). Any thread. */
+static int bk_order(void *arg, struct ftrt_request *req, void *consumer)
+{
+    (void)arg;
+    return ftrt_gpu_request_order(req, (cudaStream_t)consumer);
+}
+
+static const ftrt__bucket_backend gpu_backend = {bk_submit, gpu_wait_raw, bk_destroy, 1, bk_order};
 
 int ftrt_gpu_bucketer_create(ftrt_gpu *g, const size_t *counts, int ntensors, ftrt_dtype dtype,
                              const ftrt_bucket_config *cfg, ftrt_bucketer **out)
@@ -627,6 +636,21 @@ int ftrt_gpu_bucketer_ready(ftrt_bucketer *b, int tensor, void *ptr, cudaStream_
     return ftrt_bucketer_ready(b, tensor, ptr);
 }
 
+/* Makes the plane's device current on the calling thread; *prev: the thread's own (-1 when
+ * unknown). 0 or FTRT_ECUDA. */
+static int device_enter(const ftrt_gpu *g, int *prev)
+{
+    if (cudaGetDevice(prev) != cudaSuccess) *prev = -1;
+    if (*prev == g->device) return 0;
+    return ftrt__cuda_err(cudaSetDevice(g->device), "cudaSetDevice");
+}
+
+/* Gives the calling thread its own current device back (device_enter's prev). */
+static void device_leave(const ftrt_gpu *g, int prev)
+{
+    if (prev >= 0 && prev != g->device) cudaSetDevice(prev);
+}
+
 int ftrt_gpu_bucketer_ready_from_any_thread(ftrt_bucketer *b, int tensor, void *ptr,
                                             cudaStream_t producer)
 {
@@ -635,13 +659,11 @@ int ftrt_gpu_bucketer_ready_from_any_thread(ftrt_bucketer *b, int tensor, void *
     if (ftrt_bucketer_bucket_of(b, tensor) < 0) return FTRT_EINVAL;
     gpu_bk *bk = arg;
     unsigned gen = ftrt__bucketer_gen(b); /* before the step can end under us: see bucketer.h */
-    int prev = -1, rc = 0;
-    if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
-    if (prev != bk->g->device)
-        rc = ftrt__cuda_err(cudaSetDevice(bk->g->device), "cudaSetDevice");
+    int prev;
+    int rc = device_enter(bk->g, &prev);
     if (!rc) rc = ftrt__cuda_err(cudaEventRecord(bk->ev[tensor], producer), "cudaEventRecord");
     if (!rc) rc = ftrt__bucketer_post_direct(b, tensor, ptr, gen);
-    if (prev >= 0 && prev != bk->g->device) cudaSetDevice(prev); /* the caller's device back */
+    device_leave(bk->g, prev);
     return rc;
 }
 
@@ -649,12 +671,17 @@ int ftrt_gpu_bucketer_order(ftrt_bucketer *b, cudaStream_t consumer)
 {
     if (!b || ftrt__bucketer_backend(b, NULL) != &gpu_backend) return FTRT_EINVAL;
     (void)ftrt_bucketer_drain(b); /* starts what posters deferred; its error is wait_all's */
-    ftrt__bucketer_lock(b);
-    int rc = ftrt__bucketer_all_submitted(b) ? 0 : FTRT_ESTATE;
-    for (int k = 0; !rc && k < ftrt_bucketer_pieces(b); k++) {
-        ftrt_request *r = ftrt__bucketer_request(b, k);
-        rc = r ? ftrt_gpu_request_order(r, consumer) : 0;
-    }
-    ftrt__bucketer_unlock(b);
+    return ftrt__bucketer_order(b, consumer, 0);
+}
+
+int ftrt_gpu_bucketer_order_from_any_thread(ftrt_bucketer *b, cudaStream_t consumer)
+{
+    void *arg;
+    if (!b || ftrt__bucketer_backend(b, &arg) != &gpu_backend) return FTRT_EINVAL;
+    gpu_bk *bk = arg;
+    int prev;
+    int rc = device_enter(bk->g, &prev);
+    if (!rc) rc = ftrt__bucketer_order(b, consumer, 1); /* never starts a piece itself */
+    device_leave(bk->g, prev);
     return rc;
 }

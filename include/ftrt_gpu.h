@@ -17,8 +17,9 @@
  *
  * Threading: the plane belongs to the thread that creates it with ftrt_gpu_create(), which must
  * be the application thread (the one that called ftrt_init()): every function here is for that
- * thread only, except ftrt_gpu_bucketer_ready_from_any_thread(), which any thread may call at
- * any time between ftrt_gpu_bucketer_create() and ftrt_bucketer_free(), however many at once.
+ * thread only, except ftrt_gpu_bucketer_ready_from_any_thread() and
+ * ftrt_gpu_bucketer_order_from_any_thread(), which any thread may call at any time between
+ * ftrt_gpu_bucketer_create() and ftrt_bucketer_free(), however many at once.
  * That call starts the buckets its gradient completes (event waits, pack, ncclAllReduce,
  * unpack) on the calling thread, so buckets go out while the application thread is blocked in
  * a backward pass whose hooks autograd runs on its device threads. Internally every call that
@@ -150,6 +151,29 @@ FTRT_API int ftrt_gpu_bucketer_ready_from_any_thread(ftrt_bucketer *b, int tenso
  * thread). Lets the optimizer run without a host round trip; call ftrt_bucketer_wait_all()
  * before committing the step. Returns 0, FTRT_EINVAL, FTRT_ESTATE, FTRT_ECUDA. */
 FTRT_API int ftrt_gpu_bucketer_order(ftrt_bucketer *b, cudaStream_t consumer);
+
+/*
+ * ftrt_gpu_bucketer_order() for any thread, and without starting anything: when every bucket
+ * of this step has started (every tensor was marked ready and every bucket went out, i.e. the
+ * epoch's NCCL communicator existed when it completed), makes `consumer` (a stream of the
+ * plane's device; NULL = the legacy default stream) wait, on the device, for every bucket's
+ * allreduce and unpack, and returns 0: work queued on `consumer` afterwards sees the reduced
+ * tensors (the host is not blocked). Otherwise it orders nothing and returns FTRT_ESTATE: a
+ * tensor not yet posted, or a bucket a posting thread left to the application thread (no
+ * communicator yet), which then starts it in ftrt_bucketer_wait_all() (or
+ * ftrt_gpu_bucketer_order()). A step that has met an error orders nothing and returns that
+ * error. Either way the application thread still ends the step with ftrt_bucketer_wait_all()
+ * (which also reports failures of the collectives found after this call) and acts on its result.
+ * Meant for PyTorch's end-of-backward callback, which autograd may run on its device thread
+ * with the caller's current stream current (ftrt/pytorch.py). The plane's device is current
+ * during the call; the caller's is restored. Runs under the bucketer's mutex (the posts of the
+ * step and this call exclude each other); `consumer` is borrowed for the call.
+ * Returns 0; FTRT_EINVAL (NULL b, not a GPU bucketer); FTRT_ESTATE (see above: nothing
+ * ordered); the step's first error (FTRT_ERECOVER / FTRT_ENOSPARE / FTRT_ECOORD / FTRT_EABORT,
+ * FTRT_ENCCL, FTRT_ECUDA, -ENOMEM: nothing ordered); FTRT_ECUDA (setting the device or
+ * cudaStreamWaitEvent failed: the buckets before it stay ordered).
+ */
+FTRT_API int ftrt_gpu_bucketer_order_from_any_thread(ftrt_bucketer *b, cudaStream_t consumer);
 
 #ifdef __cplusplus
 }

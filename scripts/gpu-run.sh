@@ -24,8 +24,8 @@
 #                                [--budget SECONDS (530)] [--arch SM (90)] [--only STEP,...]
 #   --only: run these steps after configure and build (which always run: a reused build tree
 #   makes them quick), e.g. a second call for the steps the first one had no time left for.
-#   Steps: ctest-gpu memcheck device-gpu memcheck-device chaos-kill-gpu torch-gpu mpi-kit
-#   overlap-1trainer overlap-2trainers-1gpu; and coord-scale, run only when --only names it
+#   Steps: ctest-gpu memcheck device-gpu memcheck-device chaos-kill-gpu torch-gpu torch-ft-gpu
+#   mpi-kit overlap-1trainer overlap-2trainers-1gpu; and coord-scale, run only when --only names it
 #   (bench/coord_scale.py at 16,384 and 131,072 simulated ranks on the machine's cores: a call
 #   of its own, --budget 590).
 # NCCL: $NCCL_HOME if set, else the CUDA toolkit's, else PyTorch's wheel (site-packages/nvidia).
@@ -37,8 +37,8 @@ build=$repo/build-gpu
 budget=530
 arch=90
 only=
-all_steps=" ctest-gpu memcheck device-gpu memcheck-device chaos-kill-gpu torch-gpu mpi-kit
-  overlap-1trainer overlap-2trainers-1gpu "
+all_steps=" ctest-gpu memcheck device-gpu memcheck-device chaos-kill-gpu torch-gpu torch-ft-gpu
+  mpi-kit overlap-1trainer overlap-2trainers-1gpu "
 all_steps=${all_steps//$'\n'/}
 # Steps run only when --only names them (CPU work that needs the GPU machine's 16 cores, not its
 # GPU: a call of its own, after the GPU steps).
@@ -323,6 +323,19 @@ if [ $built = 1 ]; then
       "$py" "$repo/tests/python/gpu_torch_prog.py"
     rm -rf "$tdir"
   fi
+  # ftrt.pytorch.FaultTolerant on a CUDA model (issue 21): 1 coordinator + 2 trainers + 1 hot
+  # spare on the one GPU (NCCL over sockets, as above), twice: undisturbed, and with logical
+  # rank 1 SIGKILLed from an autograd hook mid-backward; gradient norms read between backward()
+  # and step() equal across the trainers at every step (p.grad the mean in stream order),
+  # final parameters byte-identical. Exit 77: no CUDA in torch.
+  if [ ! -f "$build/libftrt_gpu.so" ]; then
+    not_run torch-ft-gpu not_built "$build/libftrt_gpu.so (needs NCCL)"
+  elif [ -z "$py" ] || ! timeout 120 "$py" -c 'import torch' >/dev/null 2>&1; then
+    not_run torch-ft-gpu absent "no python3 with torch"
+  else
+    step torch-ft-gpu 240 env FTRT_LIB="$build/libftrt_gpu.so" \
+      "$py" "$repo/tests/python/gpu_ft_prog.py" --driver
+  fi
   step mpi-kit 120 "${ct[@]}" -R '^mpi\.(reference|kill)$' --timeout 100
   if [ ! -x "$bench" ]; then
     not_run overlap-1trainer not_built "$bench (needs NCCL)"
@@ -370,11 +383,13 @@ if [ "$gpus" -gt 0 ] && grep -qE 'Test +#[0-9]+: .*\*\*\*Skipped' \
   say "a GPU test skipped although nvidia-smi lists a GPU"
   failed=1
 fi
-if [ "$gpus" -gt 0 ] && awk -F'\t' '$1 == "torch-gpu" && $3 == "skipped" { f = 1 } END { exit !f }' \
-    "$steps_tsv"; then
-  say "torch-gpu skipped although nvidia-smi lists a GPU"
-  failed=1
-fi
+for s in torch-gpu torch-ft-gpu; do
+  if [ "$gpus" -gt 0 ] && awk -F'\t' -v s="$s" '$1 == s && $3 == "skipped" { f = 1 } END { exit !f }' \
+      "$steps_tsv"; then
+    say "$s skipped although nvidia-smi lists a GPU"
+    failed=1
+  fi
+done
 {
   for f in "$logs"/00-machine.log "$logs"/[0-9][0-9]-*.log; do
     [ -f "$f" ] || continue

@@ -233,7 +233,8 @@ def grad_averager_threads(ctx):
     nets = [torch.nn.Sequential(torch.nn.Linear(16, h), torch.nn.Tanh(), torch.nn.Linear(h, 4))
             for h in (32, 24)]
     params = [p for net in nets for p in net.parameters()]
-    real, posts = ftp.lib(), []
+    import ftrt.pytorch_grad as ftg  # GradAverager's module: its `lib` is swapped below
+    real, posts = ftg.lib(), []
 
     class Counting:  # the library, with the posting function counted
         def __getattr__(self, name):
@@ -245,12 +246,12 @@ def grad_averager_threads(ctx):
                 posts.append(threading.get_ident())
                 return f(*args)
             return post
-    saved, ftp.lib = ftp.lib, lambda: Counting()
+    saved, ftg.lib = ftg.lib, lambda: Counting()
     try:  # the hooks take their functions here
         avg = ftp.GradAverager(ctx, params, bucket_bytes=1024, first_bucket_bytes=256,
                                sync_in_backward=True)
     finally:
-        ftp.lib = saved
+        ftg.lib = saved
     check(avg.buckets >= 3, f"several buckets ({avg.buckets})")
 
     def loss(k, x, y):

@@ -4,6 +4,9 @@ writes a snapshot back into them, in place, on recovery, as ftrt_recover() does)
 GradAverager for the bucketer (one trainer: the mean is the local gradient; it can raise
 FtrtRecover at a chosen step). The real runtime is exercised by test_mpi_lm.py and
 test_mpi_torch.py."""
+import threading
+import types
+
 import pytest
 
 from conftest import needs_torch
@@ -84,11 +87,26 @@ class FakeAverager:
     def reset(self):
         self.resets += 1
 
+    connects = []         # (ctx.epoch, ctx.last_done) at each connect(), every averager
+    connect_fail_at = set()  # connect() numbers (1-based, in `connects`) that raise FtrtRecover
+
+    def connect(self):
+        self.connects.append((self.ctx.epoch, getattr(self.ctx, "last_done", -1)))
+        if len(self.connects) in self.connect_fail_at:
+            self.connect_fail_at.discard(len(self.connects))
+            raise _lib.error_for(_lib.ERECOVER, "ftrt_gpu_connect")
+
     def close(self):
         pass
 
     def no_sync(self):
         raise NotImplementedError
+
+
+@pytest.fixture(autouse=True)
+def fresh_fake_averager():
+    """No FakeAverager schedule carries over from one test to the next."""
+    FakeAverager.fail_at, FakeAverager.connects, FakeAverager.connect_fail_at = set(), [], set()
 
 
 class Net(torch.nn.Module):
@@ -160,9 +178,12 @@ class Counter:
         self.n = sd["n"]
 
 
-def ft_run(monkeypatch, fail_at=(), resume=None, ctx=None, scaler=None, steps=STEPS):
+def ft_run(monkeypatch, fail_at=(), resume=None, ctx=None, scaler=None, steps=STEPS,
+           connect_fail_at=()):
     monkeypatch.setattr(ftp, "GradAverager", FakeAverager)
     FakeAverager.fail_at = set(fail_at)
+    FakeAverager.connects = []
+    FakeAverager.connect_fail_at = set(connect_fail_at)
     model, opt, sched = setup()
     ctx = ctx or FakeCtx()
     counter = Counter()
@@ -294,15 +315,153 @@ def test_state_capacity_is_checked(monkeypatch):
                           state_capacity=4096, verbose=False)
 
 
-def test_cuda_models_are_refused(monkeypatch):
-    """FaultTolerant takes CPU models only (GradAverager takes CUDA ones); a model elsewhere
-    (here the meta device, which needs no GPU) is refused before the job is joined."""
+def test_devices_are_checked_before_the_job(monkeypatch):
+    """FaultTolerant takes a model on the CPU or on one CUDA device (with libftrt_gpu); a model
+    on another device type (meta, which needs no GPU) is refused by name, and a CUDA model
+    without libftrt_gpu with FtrtNotSupported naming it, before anything is registered."""
     monkeypatch.setattr(ftp, "GradAverager", FakeAverager)
     model = torch.nn.Linear(4, 2, device="meta")
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     ctx = FakeCtx()
-    with pytest.raises(NotImplementedError, match="CPU"):
+    with pytest.raises(NotImplementedError, match="meta"):
         ftp.FaultTolerant(model, opt, ctx=ctx, verbose=False)
+    assert not ctx.regions
+
+    class OnCuda(torch.nn.Module):  # the device is only asked, never used: no GPU needed
+        def parameters(self, recurse=True):
+            return iter([types.SimpleNamespace(device=torch.device("cuda", 0),
+                                               requires_grad=True)])
+
+    if ftrt.has_gpu_plane():
+        pytest.skip("libftrt_gpu is loaded: a CUDA model would be taken")
+    with pytest.raises(ftrt.FtrtNotSupported, match="libftrt_gpu"):
+        ftp.FaultTolerant(OnCuda(), opt, ctx=ctx, verbose=False)
+    assert not ctx.regions
+
+
+def test_connect_at_init_each_step_and_after_recovery(monkeypatch):
+    """FaultTolerant calls the averager's connect() (CUDA: this epoch's NCCL communicator, so
+    that the next backward's buckets start on autograd's threads) at init, at the end of
+    every step, and right after each recovery, before the next backward."""
+    m, o, s, ft, seen, res, counter = ft_run(monkeypatch, fail_at={8}, resume=5)
+    c = FakeAverager.connects
+    assert c[0] == (0, -1)                      # init, before any step
+    assert (1, 7) in c                          # after the recovery in step 8 (epoch 1)
+    i = c.index((1, 7))
+    assert c[i - 1] == (0, 7) and c[i + 1] == (1, 5)  # no step between recovery and connect
+    assert len(c) == 1 + res.count(True) + ft.recoveries
+
+
+def test_connect_failure_recovers(monkeypatch):
+    """A trainer failure met by connect() (FtrtRecover) is a recovery: at the end of step 3
+    (step() returns False, the job resumes at 2) and again in the connect() that follows that
+    recovery (recovered again, connected on the third try); the result is still bitwise the
+    plain loop's."""
+    pm, _, _, tokens = plain_run()
+    m, o, s, ft, seen, res, counter = ft_run(monkeypatch, resume=2, connect_fail_at={5, 6})
+    assert res.count(False) == 1 and ft.recoveries == 2
+    assert seen == [0, 1, 2, 3, 2] + list(range(3, STEPS)), seen
+    assert FakeAverager.connects[4:7] == [(0, 3), (1, 3), (2, 3)]
+    assert same_params(pm, m) and ft.state["tokens"] == tokens
+
+
+class FakeBucketer:
+    """The bucketer under HandOver: records on which thread the step ended or was reset."""
+
+    def __init__(self):
+        self.handle, self.buckets, self.ends = None, 1, []
+
+    def wait_all(self):
+        self.ends.append(("wait_all", threading.get_ident()))
+
+    def reset(self):
+        self.ends.append(("reset", threading.get_ident()))
+
+    def free(self):
+        pass
+
+
+class HandOver(ftp.GradAverager):
+    """GradAverager's CUDA hand-over with the C calls replaced by recorders, over CPU tensors:
+    no CUDA runs here. It checks the Python side only: which thread marks, orders and ends
+    the step, the zeros of unused parameters, the fallback to the owner. The C side is
+    unit.bucket_threads; the real thing is tests/python/gpu_ft_prog.py on a GPU."""
+
+    def __init__(self, ctx, params, order_rc=0, fail=None):
+        self.calls, self.order_rc, self.fail = [], order_rc, fail
+        super().__init__(ctx, params, sync_in_backward=True)
+        self._gpu = True  # as with a CUDA plane: the end callback may run off the owner
+
+    def _stream(self):
+        return 0xC0FFEE  # "the current stream"
+
+    def _ready_fns(self):
+        def rec(kind):
+            def f(h, i, ptr):
+                self.calls.append((kind, threading.get_ident(), i))
+                return _lib.ERECOVER if i == self.fail else 0
+            return f
+        return rec("ready"), rec("post")
+
+    def _order_fns(self):
+        def rec(kind, rc):
+            def f(h, stream):
+                self.calls.append((kind, threading.get_ident(), stream))
+                return rc
+            return f
+        return rec("order", 0), rec("order_any", self.order_rc)
+
+
+def handover_run(order_rc=0, fail=None):
+    """One backward() on a thread of its own (as autograd's device thread runs CUDA hooks and,
+    at times, the end callback) of a model with an unused layer, through HandOver."""
+    class FakeBucketCtx(FakeCtx):
+        def bucketer(self, counts, dtype, cfg):
+            self.b = FakeBucketer()
+            return self.b
+
+    torch.manual_seed(1)
+    used, unused = torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)
+    ctx = FakeBucketCtx()
+    avg = HandOver(ctx, list(used.parameters()) + list(unused.parameters()), order_rc, fail)
+    loss = used(torch.randn(5, 4)).sum()
+    th = threading.Thread(target=loss.backward)
+    th.start()
+    th.join()
+    return avg, ctx.b, th.ident, unused
+
+
+def test_handover_orders_the_stream_off_the_owner():
+    avg, b, worker, unused = handover_run()
+    posts = [c for c in avg.calls if c[0] == "post"]
+    assert sorted(i for _, _, i in posts) == [0, 1, 2, 3]   # the unused layer's too
+    assert all(t == worker for _, t, _ in posts)
+    assert avg.calls[-1] == ("order_any", worker, 0xC0FFEE)  # after every post
+    assert all(torch.equal(p.grad, torch.zeros_like(p)) for p in unused.parameters())
+    assert avg.synced and not b.ends
+    avg.wait()  # the owner's check of the step, nothing ordered again
+    assert b.ends == [("wait_all", threading.get_ident())]
+    assert not any(c[0] in ("order", "ready") for c in avg.calls) and not avg.synced
+
+
+def test_handover_falls_back_to_the_owner():
+    """FTRT_ESTATE from the any-thread order (a bucket left to the owner): nothing synced,
+    wait() orders the owner's stream and ends the step on the owner."""
+    avg, b, worker, _ = handover_run(order_rc=_lib.ESTATE)
+    assert avg.calls[-1] == ("order_any", worker, 0xC0FFEE) and not avg.synced
+    avg.wait()
+    me = threading.get_ident()
+    assert avg.calls[-1] == ("order", me, 0xC0FFEE) and b.ends == [("wait_all", me)]
+
+
+def test_handover_error_reaches_wait():
+    """A post that fails (FtrtRecover) on the worker: nothing ordered; wait() on the owner
+    abandons the step (reset) and raises it."""
+    avg, b, worker, _ = handover_run(fail=3)
+    assert not any(c[0] == "order_any" for c in avg.calls) and not avg.synced
+    with pytest.raises(ftrt.FtrtRecover):
+        avg.wait()
+    assert b.ends == [("reset", threading.get_ident())]
 
 
 def emfu_run(monkeypatch, **kw):

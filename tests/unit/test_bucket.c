@@ -173,7 +173,7 @@ static int fake_submit(void *arg, int bucket, const int *tensors, const ftrt__se
     return 0;
 }
 
-static const ftrt__bucket_backend fake_backend = {fake_submit, fr_wait, NULL, 0};
+static const ftrt__bucket_backend fake_backend = {fake_submit, fr_wait, NULL, 0, NULL};
 
 /* The data plane as the runtime would hand it over: a watch and a host (port fakes), the size
  * of the trainers' communicator; no MPI. */

@@ -305,7 +305,7 @@ static int sim_submit(void *arg, int bucket, const int *tensors, const ftrt__seg
     *req = &r->base;
     return 0;
 }
-static const ftrt__bucket_backend sim_backend = {sim_submit, sr_wait, NULL, 0};
+static const ftrt__bucket_backend sim_backend = {sim_submit, sr_wait, NULL, 0, NULL};
 
 static void device_posters_match_host_reference(void **state)
 {
@@ -363,7 +363,7 @@ static int rec_submit(void *arg, int bucket, const int *tensors, const ftrt__seg
     *req = &r->base;
     return 0;
 }
-static const ftrt__bucket_backend rec_backend = {rec_submit, sr_wait, NULL, 0};
+static const ftrt__bucket_backend rec_backend = {rec_submit, sr_wait, NULL, 0, NULL};
 
 /* A finished request that did nothing (a direct backend's collective without data). */
 static int rec_submit_any(struct ftrt_request **req)
@@ -569,6 +569,10 @@ typedef struct direct_be {
     atomic_int by_posters; /* pieces started on posting threads */
     atomic_int by_owner;   /* pieces started on the owner */
     pthread_mutex_t lock;
+    /* the order op (ftrt__bucketer_order): what it was asked to order, under `lock` */
+    int nordered;
+    void *consumer;                 /* the consumer of the last order */
+    struct ftrt_request *ordered[64]; /* the requests ordered, in call order (the first 64) */
 } direct_be;
 
 static int direct_submit(void *arg, int bucket, const int *tensors, const ftrt__seg *segs, int n,
@@ -587,7 +591,52 @@ static int direct_submit(void *arg, int bucket, const int *tensors, const ftrt__
     atomic_fetch_add(owner ? &d->by_owner : &d->by_posters, 1);
     return rc;
 }
-static const ftrt__bucket_backend direct_backend = {direct_submit, sr_wait, NULL, 1};
+/* The plane's order op (cudaStreamWaitEvent of the consumer on each request's end event):
+ * records what the consumer was ordered after. */
+static int direct_order(void *arg, struct ftrt_request *req, void *consumer)
+{
+    direct_be *d = arg;
+    pthread_mutex_lock(&d->lock);
+    if (d->nordered < 64) d->ordered[d->nordered] = req;
+    d->nordered++;
+    d->consumer = consumer;
+    pthread_mutex_unlock(&d->lock);
+    return 0;
+}
+
+static const ftrt__bucket_backend direct_backend = {direct_submit, sr_wait, NULL, 1, direct_order};
+
+/* How many requests d has ordered so far (any thread). */
+static int nordered(direct_be *d)
+{
+    pthread_mutex_lock(&d->lock);
+    int n = d->nordered;
+    pthread_mutex_unlock(&d->lock);
+    return n;
+}
+
+/* The end-of-backward callback's call, from a thread of its own that races the posters
+ * (autograd may run the callback on its device thread): tries the any-thread order until it
+ * no longer answers FTRT_ESTATE or the posters are done (then once more). */
+typedef struct orderer {
+    ftrt_bucketer *b;
+    posters *ps;
+    void *consumer;
+    int rc, estate; /* the last answer; how many times it was FTRT_ESTATE */
+} orderer;
+
+static void *orderer_main(void *arg)
+{
+    orderer *o = arg;
+    for (;;) {
+        int fin = atomic_load_explicit(&o->ps->done, memory_order_acquire) == NPOST;
+        o->rc = ftrt__bucketer_order(o->b, o->consumer, 1);
+        if (o->rc != FTRT_ESTATE || fin) break;
+        o->estate++;
+        sched_yield();
+    }
+    return NULL;
+}
 
 static void direct_init(direct_be *d, ftrt__watch *w, const ftrt__loc_ops *dev, int connected)
 {
@@ -603,18 +652,34 @@ static void direct_init(direct_be *d, ftrt__watch *w, const ftrt__loc_ops *dev, 
 }
 
 /* One step with the owner blocked (as in backward()): it only waits for the posters to return,
- * then checks who started the pieces and ends the step. */
+ * then checks who started the pieces and ends the step. A thread of its own orders a consumer
+ * after the step's pieces meanwhile (the any-thread order): all of them once every piece went
+ * out on the posters, none while the pieces wait for the owner (not connected). */
 static void blocked_owner_step(posters *ps, direct_be *d, int step, int np, int connected)
 {
     int p0 = atomic_load(&d->by_posters), o0 = atomic_load(&d->by_owner);
+    assert_true(np <= 64);
+    d->nordered = 0; /* no other thread runs now */
+    int n0 = 0;
+    orderer o = {ps->b, ps, &o, 1, 0};
+    pthread_t oth;
     atomic_store(&d->connected, connected);
     atomic_store(&ps->done, 0);
     atomic_store(&ps->step, step);
+    assert_int_equal(pthread_create(&oth, NULL, orderer_main, &o), 0);
     pthread_barrier_wait(&ps->start);
     while (atomic_load_explicit(&ps->done, memory_order_acquire) < NPOST) sched_yield();
+    pthread_join(oth, NULL);
     /* every piece went out before the owner made a single bucketer call, or none did */
     assert_int_equal(atomic_load(&d->by_posters) - p0, connected ? np : 0);
     assert_int_equal(atomic_load(&d->by_owner) - o0, 0);
+    assert_int_equal(o.rc, connected ? 0 : FTRT_ESTATE);
+    assert_int_equal(nordered(d) - n0, connected ? np : 0);
+    if (connected) { /* the consumer waits for exactly this step's requests, in piece order */
+        assert_ptr_equal(d->consumer, &o);
+        for (int k = 0; k < np && n0 + k < 64; k++)
+            assert_ptr_equal(d->ordered[n0 + k], ftrt__bucketer_request(ps->b, k));
+    }
     assert_int_equal(ftrt_bucketer_wait_all(ps->b), 0);
     assert_int_equal(atomic_load(&d->by_owner) - o0, connected ? 0 : np);
 }
@@ -791,6 +856,93 @@ static void direct_errors(void **state)
     t_host_destroy(&f.th);
 }
 
+/* The any-thread order (ftrt_gpu_bucketer_order_from_any_thread's core) from threads of their
+ * own: nothing ordered until every bucket started (FTRT_ESTATE), every request once they have,
+ * nothing for a step whose buckets wait for the owner or that failed (its error), and only
+ * through a backend that can order. */
+typedef struct dorder {
+    ftrt_bucketer *b;
+    void *consumer;
+    int rc;
+} dorder;
+
+static void *dorder_main(void *arg)
+{
+    dorder *o = arg;
+    o->rc = ftrt__bucketer_order(o->b, o->consumer, 1);
+    return NULL;
+}
+
+static int order_from_thread(ftrt_bucketer *b, void *consumer)
+{
+    dorder o = {b, consumer, 1};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, dorder_main, &o), 0);
+    pthread_join(th, NULL);
+    return o.rc;
+}
+
+static void direct_order_any_thread(void **state)
+{
+    (void)state;
+    fx f;
+    fx_init(&f, 2);
+    direct_be d;
+    direct_init(&d, &f.w, NULL, 1);
+    ftrt_bucketer *b = direct_three(&f, &d);
+    float t[3][4] = {{0}};
+    int consumer;
+    /* two of three buckets started: nothing ordered */
+    assert_int_equal(dpost_from_thread(b, 2, t[2], 0), 0);
+    assert_int_equal(dpost_from_thread(b, 1, t[1], 0), 0);
+    assert_int_equal(order_from_thread(b, &consumer), FTRT_ESTATE);
+    assert_int_equal(nordered(&d), 0);
+    /* all three: the consumer is ordered after each request of the step, once */
+    assert_int_equal(dpost_from_thread(b, 0, t[0], 0), 0);
+    assert_int_equal(order_from_thread(b, &consumer), 0);
+    assert_int_equal(nordered(&d), 3);
+    assert_ptr_equal(d.consumer, &consumer);
+    for (int k = 0; k < 3; k++) assert_ptr_equal(d.ordered[k], ftrt__bucketer_request(b, k));
+    assert_int_equal(ftrt_bucketer_wait_all(b), 0);
+    assert_int_equal(order_from_thread(b, &consumer), FTRT_ESTATE); /* the next step: nothing */
+    assert_int_equal(nordered(&d), 3);
+    /* every tensor posted but no communicator off the owner: the buckets wait for the owner,
+     * nothing is ordered, and the owner's wait_all starts them */
+    atomic_store(&d.connected, 0);
+    for (int i = 2; i >= 0; i--) assert_int_equal(dpost_from_thread(b, i, t[i], 0), 0);
+    assert_int_equal(order_from_thread(b, &consumer), FTRT_ESTATE);
+    assert_int_equal(nordered(&d), 3);
+    assert_int_equal(ftrt_bucketer_wait_all(b), 0);
+    assert_int_equal(atomic_load(&d.by_owner), 3);
+    atomic_store(&d.connected, 1);
+    /* a step whose collective failed on a poster: its error, nothing ordered */
+    assert_int_equal(dpost_from_thread(b, 2, t[2], 0), 0);
+    atomic_store(&d.fail_with, FTRT_ENCCL);
+    assert_int_equal(dpost_from_thread(b, 1, t[1], 0), FTRT_ENCCL);
+    assert_int_equal(dpost_from_thread(b, 0, t[0], 0), FTRT_ENCCL);
+    assert_int_equal(order_from_thread(b, &consumer), FTRT_ENCCL);
+    assert_int_equal(nordered(&d), 3);
+    assert_int_equal(ftrt_bucketer_wait_all(b), FTRT_ENCCL);
+    /* an epoch change met by a poster: FTRT_ERECOVER, nothing ordered */
+    t_watch_announce(&f.w, 1);
+    for (int i = 2; i >= 0; i--) assert_int_equal(dpost_from_thread(b, i, t[i], 0), FTRT_ERECOVER);
+    assert_int_equal(order_from_thread(b, &consumer), FTRT_ERECOVER);
+    assert_int_equal(nordered(&d), 3);
+    assert_int_equal(ftrt_bucketer_wait_all(b), FTRT_ERECOVER);
+    assert_int_equal(ftrt_bucketer_reset(b), 0);
+    f.w.epoch = 1;
+    f.w.needs_recover = 0;
+    /* a backend without an order op, and no bucketer */
+    rec log = {0};
+    ftrt_bucketer *r = three(&f, &log);
+    assert_int_equal(ftrt__bucketer_order(r, &consumer, 1), FTRT_EINVAL);
+    assert_int_equal(ftrt__bucketer_order(NULL, &consumer, 1), FTRT_EINVAL);
+    assert_int_equal(ftrt_bucketer_free(r), 0);
+    assert_int_equal(ftrt_bucketer_free(b), 0);
+    pthread_mutex_destroy(&d.lock);
+    t_host_destroy(&f.th);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -802,6 +954,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(epoch_change_reaches_posters, tri_setup, tri_teardown),
         cmocka_unit_test(direct_posters_start_buckets),
         cmocka_unit_test(direct_errors),
+        cmocka_unit_test(direct_order_any_thread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

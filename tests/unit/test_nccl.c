@@ -11,7 +11,12 @@
  * bit those of the single-thread path (ftrt_gpu_bucketer_ready on the owner), the pack waits
  * for each producer (the tensors are NaN until the producer's copy lands), the posters' current
  * device is given back (the plane on device 1 where there are 2 GPUs), and an epoch change met
- * on a poster reaches the owner at wait_all. Exits 77 when no CUDA device is usable.
+ * on a poster reaches the owner at wait_all. Another thread (the end-of-backward callback on
+ * autograd's device thread) orders a consumer stream with
+ * ftrt_gpu_bucketer_order_from_any_thread: FTRT_ESTATE while the buckets wait for the owner
+ * (no communicator yet), else 0, and a copy queued on the consumer before the owner's wait_all
+ * reads the reduced data; its current device is given back. Exits 77 when no CUDA device is
+ * usable.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -251,6 +256,34 @@ static int all_submitted(ftrt_bucketer *b)
 
 static void *connect_elsewhere(void *g) { return (void *)(intptr_t)ftrt_gpu_connect(g); }
 
+/* The end-of-backward callback's call on autograd's device thread: another thread, whose own
+ * current device is hd->other_dev (given back by the call), orders `consumer`. */
+typedef struct order_arg {
+    hand *hd;
+    cudaStream_t consumer;
+    int rc, dev_after;
+} order_arg;
+
+static void *order_elsewhere(void *arg)
+{
+    order_arg *o = arg;
+    o->dev_after = -1;
+    if (cudaSetDevice(o->hd->other_dev) != cudaSuccess) return NULL;
+    o->rc = ftrt_gpu_bucketer_order_from_any_thread(o->hd->b, o->consumer);
+    if (cudaGetDevice(&o->dev_after) != cudaSuccess) o->dev_after = -1;
+    return NULL;
+}
+
+static int order_from_thread(hand *hd, cudaStream_t consumer)
+{
+    order_arg o = {hd, consumer, 1, -1};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, order_elsewhere, &o), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(o.dev_after, hd->other_dev);
+    return o.rc;
+}
+
 static void posters_match_single_thread(void **state)
 {
     (void)state;
@@ -296,15 +329,30 @@ static void posters_match_single_thread(void **state)
     pthread_join(th, &crc);
     assert_int_equal((int)(intptr_t)crc, FTRT_EINVAL);
 
+    float *snap[HT]; /* the consumer stream's copy of x, queued before the owner's wait_all */
+    for (int t = 0; t < HT; t++)
+        CK(cudaMallocHost((void **)&snap[t], (counts[t] ? counts[t] : 1) * sizeof(float)));
     for (int step = 0; step < 6; step++) {
         hand_post_step(&hd, step);
         assert_int_equal(atomic_load(&hd.bad), 0);
         /* step 0: no communicator yet, the posters left every bucket to the owner; then the
          * owner's first wait_all built it and the posters start them all themselves */
         assert_int_equal(all_submitted(mt), step > 0);
-        assert_int_equal(ftrt_gpu_bucketer_order(mt, consumer), 0);
+        /* another thread orders the consumer: only once every bucket started (steps > 0) */
+        int orc = order_from_thread(&hd, consumer);
+        assert_int_equal(orc, step > 0 ? 0 : FTRT_ESTATE);
+        if (orc == 0) {
+            for (int t = 0; t < HT; t++)
+                if (counts[t])
+                    CK(cudaMemcpyAsync(snap[t], x[t], counts[t] * sizeof(float),
+                                       cudaMemcpyDeviceToHost, consumer));
+        } else {
+            assert_int_equal(ftrt_gpu_bucketer_order(mt, consumer), 0);
+        }
         assert_int_equal(ftrt_bucketer_wait_all(mt), 0);
         CK(cudaStreamSynchronize(consumer));
+        for (int t = 0; orc == 0 && t < HT; t++) /* what the consumer read: the reduced data */
+            if (counts[t]) assert_memory_equal(snap[t], h[t], counts[t] * sizeof(float));
         hand_reference_step(st, r, h, own);
         CK(cudaStreamSynchronize(own));
         hand_check(x, r, h);
@@ -342,6 +390,7 @@ static void posters_match_single_thread(void **state)
         cudaFree(x[t]);
         cudaFree(r[t]);
         cudaFreeHost(h[t]);
+        cudaFreeHost(snap[t]);
     }
     for (int k = 0; k < HPOST; k++) cudaStreamDestroy(hd.prod[k]);
     cudaStreamDestroy(own);

@@ -426,6 +426,7 @@ GPU_PROTOTYPES = {
     "ftrt_gpu_bucketer_ready": (_c_int, [_vp, _c_int, _vp, _vp]),
     "ftrt_gpu_bucketer_ready_from_any_thread": (_c_int, [_vp, _c_int, _vp, _vp]),
     "ftrt_gpu_bucketer_order": (_c_int, [_vp, _vp]),
+    "ftrt_gpu_bucketer_order_from_any_thread": (_c_int, [_vp, _vp]),
 }
 
 # ----------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
-"""PyTorch for ftrt: the high-level API, FaultTolerant, and the helpers it is built from
-(state registration, from ftrt/pytorch_state.py and re-exported here; overlapped gradient
-averaging; recovery; eMFU's inputs through ftrt/pytorch_flops.py).
+"""PyTorch for ftrt: the high-level API, FaultTolerant, and the helpers it is built from, all
+re-exported here (state registration: ftrt/pytorch_state.py; overlapped gradient averaging and
+recovery, GradAverager and recover(): ftrt/pytorch_grad.py; eMFU's inputs:
+ftrt/pytorch_flops.py).
 
 High level (docs/pytorch.md; the class docstring):
 
@@ -53,8 +54,9 @@ Design notes.
    regions (REGION_DEVICE). CUDA gradients are averaged by the GPU bucketer (ftrt_gpu.h): each
    hook records an event on the current CUDA stream (autograd's stream for that gradient) and
    the plane's NCCL collectives wait for it on the device, as DDP's reducer does; wait() makes
-   the current stream wait for every bucket and then waits on the host. FaultTolerant still
-   refuses CUDA models (issue 21).
+   the current stream wait for every bucket and then waits on the host. FaultTolerant takes
+   CUDA models (one device): see "Threads" for how backward() ends the averaging there, and
+   the FaultTolerant docstring for the rule on host synchronizations before step().
  - Threads: the data plane belongs to the thread that called ftrt.init() (the C API's rule).
    A hook that runs there marks its gradient with ftrt_bucketer_ready(); one that runs on any
    other thread hands it over. On CPU, autograd runs the hooks on the thread that called
@@ -65,282 +67,38 @@ Design notes.
    calls ftrt_gpu_bucketer_ready_from_any_thread(), which starts the buckets it completes on
    that device thread: communication overlaps the backward pass. (In the first step of each
    epoch the NCCL communicator does not exist yet and only the owning thread may build it, so
-   that step's buckets start in wait().) wait() belongs to the owning thread, after every
-   backward() of the step returned; with CUDA parameters sync_in_backward ends the averaging
-   in wait() only when autograd ran its end-of-pass callback on the owning thread.
+   that step's buckets start in wait(), unless connect() built it first: FaultTolerant
+   connects at start, after each recovery and at each step().) wait() belongs to the owning
+   thread, after every backward() of the step returned. With sync_in_backward the end-of-pass
+   callback is queued by the first hook of the pass (on CUDA from whichever thread runs it).
+   On the owning thread it ends the averaging (wait()). On autograd's device thread (CUDA) it
+   marks the parameters without a gradient (zeros) from there and makes the caller's current
+   stream wait for every bucket, with ftrt_gpu_bucketer_order_from_any_thread(): autograd runs
+   final callbacks under the streams that were current where backward() was called
+   (GraphTask::exec_post_processing in torch/csrc/autograd/engine.cpp, since
+   pytorch/pytorch#57833, torch 1.10), so what the caller queues next reads the mean in stream
+   order; wait() then only waits on the host (ftrt_bucketer_wait_all) and reports the step's
+   errors. When it cannot order (FTRT_ESTATE: a bucket left to the owning thread; a failed
+   step), wait() ends the averaging, and p.grad is local until then (synced is False).
 """
 import atexit
 import ctypes
 import pickle
 import struct
 import sys
-import threading
-from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
-                    Union)
+from typing import Any, Dict, Iterator, Optional, Sequence, Union
 
 import torch
 
 from . import Context, Config, _lib
 from . import pytorch_flops as _flops
-from ._lib import FLOAT32, FLOAT64, error_for, lib
-from .pytorch_gpu import GpuPlane as _GpuPlane, cuda_device as _cuda_device
+from .pytorch_gpu import cuda_device as _cuda_device
+from .pytorch_grad import GradAverager, recover
 from .pytorch_state import StateRegistry, init_optimizer_state, region_name, register_state
 
 __all__ = ["FaultTolerant", "init_process", "step_seed", "PyState",
            "init_optimizer_state", "register_state", "StateRegistry", "GradAverager",
            "recover", "region_name"]
-
-def _queue_callback() -> Optional[Callable[[Callable[[], None]], None]]:
-    """autograd's queue_callback (runs a function when the current backward pass ends), or
-    None when this torch lacks it. DDP uses the same entry point."""
-    try:
-        from torch.autograd import Variable
-        return Variable._execution_engine.queue_callback
-    except (ImportError, AttributeError):
-        return None
-
-
-class GradAverager:
-    """Averages gradients over the trainers through ftrt's bucketed, overlapped allreduce,
-    started from autograd hooks as gradients become ready (PyTorch DDP's approach).
-
-    params: the parameters whose .grad to average (those with requires_grad; all on the CPU
-    or all on one CUDA device (libftrt_gpu; see the module docstring, "Devices"), all float32
-    or all float64, contiguous); every trainer must pass the same parameters in the same order.
-    bucket_bytes / first_bucket_bytes: bucket limits in bytes (default DDP's 25 MiB / 1 MiB).
-    average: True (mean, default) or False (sum).
-
-    Per step: backward() marks each p.grad ready from its AccumulateGrad post-hook; wait()
-    marks parameters that received no gradient (unused in this forward) ready with zero
-    gradients, like DDP's find_unused_parameters, then waits for every bucket: p.grad holds the
-    mean over the trainers. Inside no_sync() hooks do nothing (gradient accumulation over
-    micro-batches; the last backward outside it averages the total).
-
-    Memory: from its hook until wait() returns, p.grad's memory belongs to ftrt (the result is
-    written into it by the progress thread): do not read or modify grads before wait().
-
-    sync_in_backward: True makes backward() itself end the averaging, as DDP does: the first
-    hook of a backward pass queues an autograd callback that runs wait() when the pass ends,
-    so p.grad holds the mean when backward() returns (gradient clipping and other code that
-    reads p.grad can run between backward() and the optimizer step). An FtrtError met there
-    does not escape backward(): it is kept and raised by the next wait(). Needs
-    torch.autograd.Variable._execution_engine.queue_callback (torch 1.x and 2.x); without it,
-    or when False (default), the averaging ends in wait(). A backward() run on another thread
-    than the one that created the averager is averaged too (its hooks hand the gradients over
-    to this thread: see the module docstring, "Threads"), but never ends the averaging itself:
-    wait() does, on the creating thread.
-    """
-
-    def __init__(self, ctx: Context, params: Iterable[torch.Tensor],
-                 bucket_bytes: Optional[int] = None, first_bucket_bytes: Optional[int] = None,
-                 average: bool = True, sync_in_backward: bool = False) -> None:
-        self.ctx = ctx
-        self.params = [p for p in params if p.requires_grad]
-        if not self.params:
-            raise ValueError("no parameter requires a gradient")
-        dtypes = {p.dtype for p in self.params}
-        if len(dtypes) != 1 or next(iter(dtypes)) not in (torch.float32, torch.float64):
-            raise ValueError(f"parameters must all be float32 or all float64 (got {dtypes})")
-        self.dtype = FLOAT32 if self.params[0].dtype == torch.float32 else FLOAT64
-        for p in self.params:
-            if not p.is_contiguous():
-                raise ValueError("parameters must be contiguous")
-        self.cuda_device = _cuda_device(self.params)  # None: CPU
-        cfg = _lib.BucketConfig.defaults()
-        if bucket_bytes is not None:
-            cfg.bucket_bytes = int(bucket_bytes)
-        if first_bucket_bytes is not None:
-            cfg.first_bucket_bytes = int(first_bucket_bytes)
-        cfg.average = 1 if average else 0
-        counts = [p.numel() for p in self.params]
-        self._plane: Optional[_GpuPlane] = None
-        if self.cuda_device is None:
-            self.bucketer = ctx.bucketer(counts, self.dtype, cfg)
-        else:
-            self._plane = _GpuPlane(ctx, self.cuda_device)
-            self.bucketer = self._plane.bucketer(ctx, counts, self.dtype, cfg)
-        n = len(self.params)
-        self._ready = [False] * n
-        self._keep: List[Optional[torch.Tensor]] = [None] * n
-        self._err: Optional[int] = None
-        self._enabled = True
-        self._thread = threading.get_ident()
-        self._queue_callback = _queue_callback() if sync_in_backward else None
-        self.sync_in_backward = self._queue_callback is not None
-        self._queued = False      # a backward-end callback is queued for this pass
-        self._synced = False      # the callback ended this step's averaging
-        self._pending: Optional[_lib.FtrtError] = None  # what the callback met, for wait()
-        self._accs: List[Any] = []
-        self._handles: List[Any] = []
-        for i, p in enumerate(self.params):
-            acc = p.expand_as(p).grad_fn.next_functions[0][0]
-            self._handles.append(acc.register_hook(self._make_hook(i, p)))
-            self._accs.append(acc)
-
-    @property
-    def buckets(self) -> int:
-        """Number of buckets the parameters were assigned to."""
-        return self.bucketer.buckets
-
-    def _stream(self) -> Optional[int]:
-        """The calling thread's current CUDA stream of the parameters' device (a
-        cudaStream_t as int), or None on the CPU."""
-        if self.cuda_device is None:
-            return None
-        return torch.cuda.current_stream(self.cuda_device).cuda_stream
-
-    def _ready_fns(self) -> Any:
-        """(ready on the owning thread, post from another thread): each f(handle, i, ptr)."""
-        if self.cuda_device is None:
-            return lib().ftrt_bucketer_ready, lib().ftrt_bucketer_ready_from_any_thread
-        gready = lib().ftrt_gpu_bucketer_ready
-        gpost = lib().ftrt_gpu_bucketer_ready_from_any_thread
-        stream = self._stream
-        return ((lambda h, i, ptr: gready(h, i, ptr, stream())),
-                (lambda h, i, ptr: gpost(h, i, ptr, stream())))
-
-    def _make_hook(self, i: int, p: torch.Tensor) -> Callable[..., None]:
-        ready, post = self._ready_fns()
-        get_ident = threading.get_ident
-
-        def hook(*_: Any) -> None:
-            if not self._enabled or self._err is not None or self._ready[i]:
-                return
-            owner = get_ident() == self._thread
-            if owner and self._queue_callback is not None and not self._queued:
-                self._queued = True
-                self._synced = False
-                self._queue_callback(self._backward_end)
-            g = p.grad
-            if g is None or not g.is_contiguous():
-                return  # handled in wait()
-            self._ready[i] = True
-            self._keep[i] = g
-            # another thread posts: a backward() run elsewhere on CPU tensors (the owning
-            # thread applies it in its next ready() or wait()), or autograd's device thread of
-            # CUDA tensors (the GPU bucketer starts the buckets it completes right here)
-            rc = (ready if owner else post)(self.bucketer.handle, i, g.data_ptr())
-            if rc < 0:
-                self._err = rc  # the backward pass goes on; wait() raises it
-        return hook
-
-    class _NoSync:
-        def __init__(self, avg: "GradAverager") -> None:
-            self.avg = avg
-
-        def __enter__(self) -> None:
-            self.avg._enabled = False
-
-        def __exit__(self, *exc: Any) -> None:
-            self.avg._enabled = True
-
-    def no_sync(self) -> "GradAverager._NoSync":
-        """Context manager: backward passes inside it only accumulate local gradients."""
-        return self._NoSync(self)
-
-    def _backward_end(self) -> None:
-        """The autograd callback of sync_in_backward: ends the averaging as backward() ends
-        (on the owning thread only; elsewhere wait() ends it)."""
-        self._queued = False
-        if threading.get_ident() != self._thread:
-            return
-        try:
-            self._wait()
-            self._synced = True
-        except _lib.FtrtError as e:  # kept for wait(); the backward pass must not fail
-            self._pending = e
-
-    def wait(self) -> None:
-        """Ends the step's gradient averaging (see the class docstring). Raises FtrtRecover
-        (grads are partly reduced: call recover() and redo the step), FtrtNoSpare /
-        FtrtCoordLost / FtrtAborted, other FtrtError. With sync_in_backward, after a backward
-        pass that already ended the averaging it returns at once (or raises what that pass
-        met). Call it on the thread that created the averager, once every backward() of the
-        step has returned (also one run on another thread)."""
-        if self._pending is not None:
-            err, self._pending = self._pending, None
-            self._synced = False
-            raise err
-        if self._synced:
-            self._synced = False
-            return
-        self._wait()
-
-    @property
-    def synced(self) -> bool:
-        """True when a backward pass ended this step's averaging (sync_in_backward) and
-        wait() has not been called since: p.grad holds the mean."""
-        return self._synced
-
-    def _wait(self) -> None:
-        ready = self._ready_fns()[0]
-        if self._err is None:
-            for i, done in enumerate(self._ready):
-                if done:
-                    continue
-                p = self.params[i]
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                elif not p.grad.is_contiguous():
-                    p.grad = p.grad.contiguous()
-                self._ready[i] = True
-                self._keep[i] = p.grad
-                rc = ready(self.bucketer.handle, i, p.grad.data_ptr())
-                if rc < 0:
-                    self._err = rc
-                    break
-        if self._err is not None:
-            err = self._err
-            self.reset()
-            raise error_for(err, "ftrt_bucketer_ready")
-        try:
-            if self._plane is not None:  # the optimizer's stream waits for every bucket
-                rc = lib().ftrt_gpu_bucketer_order(self.bucketer.handle, self._stream())
-                if rc < 0 and rc != _lib.ESTATE:  # ESTATE: a failed step; wait_all says why
-                    raise error_for(rc, "ftrt_gpu_bucketer_order")
-            self.bucketer.wait_all()
-        finally:
-            self._clear()
-
-    def _clear(self) -> None:
-        n = len(self.params)
-        self._ready = [False] * n
-        self._keep = [None] * n
-        self._err = None
-
-    def reset(self) -> None:
-        """Abandons this step's averaging (waits for the buckets already started) so that the
-        step can be redone; recover() calls it."""
-        self.bucketer.reset()
-        self._clear()
-        self._pending = None
-        self._synced = False
-        self._queued = False
-
-    def close(self) -> None:
-        """Removes the hooks and frees the bucketer (before ctx.finalize())."""
-        for h in self._handles:
-            h.remove()
-        self._handles, self._accs = [], []
-        self.bucketer.free()
-        if self._plane is not None:
-            self._plane.free()
-
-
-def recover(ctx: Context, averager: Optional["GradAverager"] = None,
-            registry: Optional[StateRegistry] = None) -> int:
-    """After FtrtRecover: abandons the averager's step (reset()), calls ftrt_recover() until
-    the trainers are whole again (Context.recover()), which writes the resumed state straight
-    into the registered tensors, checks that none of them moved (registry.verify()), and
-    returns the step to resume at. Raises FtrtNoSpare / FtrtCoordLost / FtrtAborted /
-    FtrtMPIError when the job cannot go on."""
-    if averager is not None:
-        averager.reset()
-    step = ctx.recover()
-    if registry is not None:
-        registry.verify()
-    return step
-
 
 # ------------------------------------------------------------------------------------------
 # The high-level API: FaultTolerant (model + optimizer + the rest of the training state)
@@ -463,10 +221,22 @@ class FaultTolerant:
     into every trainer's tensors and Python objects) and returns False; steps() then goes on
     at the step ftrt resumes at. The loop needs no try/except.
 
+    CUDA (a model on one device, libftrt_gpu loaded): gradients are averaged by the NCCL plane
+    while backward() runs, and when backward() returns the current CUDA stream is ordered after
+    every bucket, so work queued on it before step() (clip_grad_norm_, scaler.unscale_) reads
+    the mean; step() waits on the host for the buckets before the optimizer. Do not make the
+    host wait for that stream between backward() and step() (loss.item(), a norm's .item():
+    read them after step()): were a trainer to die then, the wait would be on NCCL collectives
+    that only step() aborts. Float32/float64 parameters only so far.
+
     Arguments (all after `optimizer` by keyword):
-      model, optimizer: a torch.nn.Module on the CPU (NotImplementedError otherwise) and its
-        torch.optim optimizer (state tensors are created up front: init_optimizer_state()). Parameters and optimizer
-        state must be updated in place (torch.optim does).
+      model, optimizer: a torch.nn.Module whose parameters are all on the CPU, or all on one
+        CUDA device with libftrt_gpu loaded (FTRT_LIB; FtrtNotSupported otherwise,
+        NotImplementedError for other device types, ValueError for a mix), and its
+        torch.optim optimizer (state tensors are created up front: init_optimizer_state()).
+        Parameters and optimizer state must be updated in place (torch.optim does). On CUDA
+        they are registered as device regions and the gradients averaged by the NCCL plane
+        (module docstring, "Devices" and "Threads").
       scheduler: an LR scheduler, or a list of them, stepped once per step() after the
         optimizer (do not call their step() yourself). Schedulers stepped otherwise (per
         epoch, ReduceLROnPlateau) go in extra_state, and you step them.
@@ -498,7 +268,8 @@ class FaultTolerant:
     Attributes: rank, world_size, epoch, step_count (steps done: the step to run next),
     restored (state came from a checkpoint or a survivor at start), recoveries, state
     (extra_state), ctx, averager (GradAverager), registry (StateRegistry), flop_count and peak
-    (eMFU's inputs and how they were found).
+    (eMFU's inputs and how they were found), cuda_device (the parameters' CUDA device index,
+    None on the CPU).
     """
 
     _STATE_VERSION = 1
@@ -523,11 +294,11 @@ class FaultTolerant:
             raise TypeError("extra_state must be a dict")
         if int(checkpoint_every) < 0 or not float(bucket_cap_mb) > 0:
             raise ValueError("checkpoint_every must be >= 0 and bucket_cap_mb > 0")
-        if any(p.device.type != "cpu" for p in model.parameters()):
-            # GradAverager takes CUDA parameters, but ends the averaging in backward() only on
-            # the owning thread, which autograd's device threads are not (module docstring)
-            raise NotImplementedError("FaultTolerant takes a model on the CPU; for CUDA, use "
-                                      "GradAverager with libftrt_gpu (issue 21)")
+        # CPU, or one CUDA device with libftrt_gpu loaded: refused here, before the job is
+        # joined (ValueError: a mix; NotImplementedError: another device type;
+        # FtrtNotSupported: CUDA without libftrt_gpu)
+        trained = [p for p in model.parameters() if p.requires_grad]
+        self.cuda_device = _cuda_device(trained) if trained else None
         self.model, self.optimizer, self.scaler = model, optimizer, scaler
         self.state = extra_state
         self.seed, self.rng = int(seed), bool(rng)
@@ -571,6 +342,7 @@ class FaultTolerant:
                 else:
                     self._log(f"ftrt: took over logical rank {self._rank} (epoch {ctx.epoch}): "
                               f"resuming at step {self._step}")
+            self._connect()  # survivors connect right after their ftrt_recover() too
         if self.checkpoint_every:
             try:  # staging memory and threads now, not at the first checkpoint
                 ctx.checkpoint_prepare()
@@ -673,7 +445,18 @@ class FaultTolerant:
                 print(f"ftrt: warning: logical rank {self._rank}: checkpoint at step "
                       f"{self._step} failed: {e}; training goes on", file=sys.stderr,
                       flush=True)
-        return True
+        return self._connect()  # CUDA: the next backward's buckets start on its threads
+
+    def _connect(self) -> bool:
+        """GradAverager.connect() (CUDA: this epoch's NCCL communicator exists before the next
+        backward, so its buckets start on autograd's device threads; nothing on the CPU).
+        Returns True; False when a trainer failed and this call recovered instead."""
+        try:
+            self.averager.connect()
+            return True
+        except _lib.FtrtRecover:
+            self._recover()
+            return False
 
     def no_sync(self) -> "GradAverager._NoSync":
         """Context manager for gradient accumulation: backward passes inside it only
@@ -744,13 +527,21 @@ class FaultTolerant:
                 self.state[k] = v
 
     def _recover(self) -> None:
-        step = recover(self.ctx, self.averager, self.registry)
-        self._load_state()
-        self._step = step
-        self._rank = self.ctx.rank
-        self._stepped = True
-        self.recoveries += 1
-        self._log(f"ftrt: recovered (epoch {self.ctx.epoch}): resuming at step {step}")
+        """recover(), the Python state, and connect() in the new epoch (again after a failure
+        met while connecting)."""
+        while True:
+            step = recover(self.ctx, self.averager, self.registry)
+            self._load_state()
+            self._step = step
+            self._rank = self.ctx.rank
+            self._stepped = True
+            self.recoveries += 1
+            self._log(f"ftrt: recovered (epoch {self.ctx.epoch}): resuming at step {step}")
+            try:
+                self.averager.connect()
+                return
+            except _lib.FtrtRecover:
+                continue
 
     def _log(self, msg: str) -> None:
         if self.verbose and self._rank == 0:

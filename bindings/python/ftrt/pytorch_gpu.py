@@ -42,6 +42,14 @@ class GpuPlane:
         self.bucketers.append(b)
         return b
 
+    def connect(self) -> None:
+        """ftrt_gpu_connect(): builds the current epoch's NCCL communicator now if the plane
+        has none (collective over the trainers when it builds). Owning thread. Raises the
+        FtrtError of its code (FtrtRecover, FtrtNoSpare, ...)."""
+        rc = lib().ftrt_gpu_connect(self.handle)
+        if rc < 0:
+            raise error_for(rc, "ftrt_gpu_connect")
+
     def free(self) -> None:
         """Frees the plane's bucketers, then the plane (idempotent)."""
         for b in self.bucketers:

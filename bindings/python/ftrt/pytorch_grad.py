@@ -1,0 +1,332 @@
+"""Gradient averaging for ftrt.pytorch: GradAverager (autograd hooks handing each gradient to an
+ftrt bucketer, PyTorch DDP's approach; the CPU bucketer, or the NCCL plane's GPU bucketer for
+CUDA parameters through ftrt/pytorch_gpu.py) and recover(). The design notes (hooks, overlap,
+devices, threads) are ftrt/pytorch.py's module docstring; ftrt.pytorch re-exports both names."""
+import threading
+from typing import Any, Callable, Iterable, List, Optional
+
+import torch
+
+from . import Context, _lib
+from ._lib import FLOAT32, FLOAT64, error_for, lib
+from .pytorch_gpu import GpuPlane as _GpuPlane, cuda_device as _cuda_device
+from .pytorch_state import StateRegistry
+
+__all__ = ["GradAverager", "recover"]
+
+
+def _queue_callback() -> Optional[Callable[[Callable[[], None]], None]]:
+    """autograd's queue_callback (runs a function when the current backward pass ends), or
+    None when this torch lacks it. DDP uses the same entry point."""
+    try:
+        from torch.autograd import Variable
+        return Variable._execution_engine.queue_callback
+    except (ImportError, AttributeError):
+        return None
+
+
+class GradAverager:
+    """Averages gradients over the trainers through ftrt's bucketed, overlapped allreduce,
+    started from autograd hooks as gradients become ready (PyTorch DDP's approach).
+
+    params: the parameters whose .grad to average (those with requires_grad; all on the CPU
+    or all on one CUDA device (libftrt_gpu; see the module docstring, "Devices"), all float32
+    or all float64, contiguous); every trainer must pass the same parameters in the same order.
+    bucket_bytes / first_bucket_bytes: bucket limits in bytes (default DDP's 25 MiB / 1 MiB).
+    average: True (mean, default) or False (sum).
+
+    Per step: backward() marks each p.grad ready from its AccumulateGrad post-hook; wait()
+    marks parameters that received no gradient (unused in this forward) ready with zero
+    gradients, like DDP's find_unused_parameters, then waits for every bucket: p.grad holds the
+    mean over the trainers. Inside no_sync() hooks do nothing (gradient accumulation over
+    micro-batches; the last backward outside it averages the total).
+
+    Memory: from its hook until wait() returns, p.grad's memory belongs to ftrt (the result is
+    written into it by the progress thread): do not read or modify grads before wait().
+
+    sync_in_backward: True makes backward() itself end the averaging, as DDP does: the first
+    hook of a backward pass queues an autograd callback that runs wait() when the pass ends,
+    so p.grad holds the mean when backward() returns (gradient clipping and other code that
+    reads p.grad can run between backward() and the optimizer step). An FtrtError met there
+    does not escape backward(): it is kept and raised by the next wait(). Needs
+    torch.autograd.Variable._execution_engine.queue_callback (torch 1.x and 2.x); without it,
+    or when False (default), the averaging ends in wait(). A backward() run on another thread
+    than the one that created the averager is averaged too (its hooks hand the gradients over
+    to this thread: see the module docstring, "Threads"), but never ends the averaging itself:
+    wait() does, on the creating thread.
+    """
+
+    def __init__(self, ctx: Context, params: Iterable[torch.Tensor],
+                 bucket_bytes: Optional[int] = None, first_bucket_bytes: Optional[int] = None,
+                 average: bool = True, sync_in_backward: bool = False) -> None:
+        self.ctx = ctx
+        self.params = [p for p in params if p.requires_grad]
+        if not self.params:
+            raise ValueError("no parameter requires a gradient")
+        dtypes = {p.dtype for p in self.params}
+        if len(dtypes) != 1 or next(iter(dtypes)) not in (torch.float32, torch.float64):
+            raise ValueError(f"parameters must all be float32 or all float64 (got {dtypes})")
+        self.dtype = FLOAT32 if self.params[0].dtype == torch.float32 else FLOAT64
+        for p in self.params:
+            if not p.is_contiguous():
+                raise ValueError("parameters must be contiguous")
+        self.cuda_device = _cuda_device(self.params)  # None: CPU
+        cfg = _lib.BucketConfig.defaults()
+        if bucket_bytes is not None:
+            cfg.bucket_bytes = int(bucket_bytes)
+        if first_bucket_bytes is not None:
+            cfg.first_bucket_bytes = int(first_bucket_bytes)
+        cfg.average = 1 if average else 0
+        counts = [p.numel() for p in self.params]
+        self._plane: Optional[_GpuPlane] = None
+        if self.cuda_device is None:
+            self.bucketer = ctx.bucketer(counts, self.dtype, cfg)
+        else:
+            self._plane = _GpuPlane(ctx, self.cuda_device)
+            self.bucketer = self._plane.bucketer(ctx, counts, self.dtype, cfg)
+        n = len(self.params)
+        self._ready = [False] * n
+        self._keep: List[Optional[torch.Tensor]] = [None] * n
+        self._err: Optional[int] = None
+        self._enabled = True
+        self._thread = threading.get_ident()
+        self._queue_callback = _queue_callback() if sync_in_backward else None
+        self.sync_in_backward = self._queue_callback is not None
+        self._queued = False      # a backward-end callback is queued for this pass
+        self._queue_lock = threading.Lock()  # hooks of several threads may try to queue it
+        self._synced = False      # the callback ended this step's averaging
+        self._ordered = False     # the callback ordered the current stream after every bucket
+        self._gpu = self._plane is not None  # CUDA: the callback may run off the owning thread
+        self._pending: Optional[_lib.FtrtError] = None  # what the callback met, for wait()
+        self._accs: List[Any] = []
+        self._handles: List[Any] = []
+        for i, p in enumerate(self.params):
+            acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            self._handles.append(acc.register_hook(self._make_hook(i, p)))
+            self._accs.append(acc)
+
+    @property
+    def buckets(self) -> int:
+        """Number of buckets the parameters were assigned to."""
+        return self.bucketer.buckets
+
+    def _stream(self) -> Optional[int]:
+        """The calling thread's current CUDA stream of the parameters' device (a
+        cudaStream_t as int), or None on the CPU."""
+        if self.cuda_device is None:
+            return None
+        return torch.cuda.current_stream(self.cuda_device).cuda_stream
+
+    def _order_fns(self) -> Any:
+        """(owner's order, any thread's order): each f(handle, consumer stream) -> rc, the GPU
+        bucketer's ftrt_gpu_bucketer_order() and ftrt_gpu_bucketer_order_from_any_thread()."""
+        return lib().ftrt_gpu_bucketer_order, lib().ftrt_gpu_bucketer_order_from_any_thread
+
+    def connect(self) -> None:
+        """CUDA: builds the current epoch's NCCL communicator now, if the plane has none
+        (ftrt_gpu_connect(): collective over the trainers when it builds, so every trainer calls
+        it at the same point, e.g. after init and after each recovery), so that the next
+        backward's buckets start on autograd's device threads; nothing on the CPU. Owning
+        thread. Raises FtrtRecover (recover, then connect again), FtrtNoSpare / FtrtCoordLost /
+        FtrtAborted, FtrtError (FTRT_ENCCL: this epoch's communicator failed)."""
+        if self._plane is not None:
+            self._plane.connect()
+
+    def _ready_fns(self) -> Any:
+        """(ready on the owning thread, post from another thread): each f(handle, i, ptr)."""
+        if self.cuda_device is None:
+            return lib().ftrt_bucketer_ready, lib().ftrt_bucketer_ready_from_any_thread
+        gready = lib().ftrt_gpu_bucketer_ready
+        gpost = lib().ftrt_gpu_bucketer_ready_from_any_thread
+        stream = self._stream
+        return ((lambda h, i, ptr: gready(h, i, ptr, stream())),
+                (lambda h, i, ptr: gpost(h, i, ptr, stream())))
+
+    def _make_hook(self, i: int, p: torch.Tensor) -> Callable[..., None]:
+        ready, post = self._ready_fns()
+        get_ident = threading.get_ident
+
+        def hook(*_: Any) -> None:
+            if not self._enabled or self._err is not None or self._ready[i]:
+                return
+            owner = get_ident() == self._thread
+            if (owner or self._gpu) and self._queue_callback is not None and not self._queued:
+                self._queue_end()
+            g = p.grad
+            if g is None or not g.is_contiguous():
+                return  # handled in wait()
+            self._ready[i] = True
+            self._keep[i] = g
+            # another thread posts: a backward() run elsewhere on CPU tensors (the owning
+            # thread applies it in its next ready() or wait()), or autograd's device thread of
+            # CUDA tensors (the GPU bucketer starts the buckets it completes right here)
+            rc = (ready if owner else post)(self.bucketer.handle, i, g.data_ptr())
+            if rc < 0:
+                self._err = rc  # the backward pass goes on; wait() raises it
+        return hook
+
+    def _queue_end(self) -> None:
+        """Queues _backward_end for the end of the running backward pass (once per pass; a
+        CUDA pass's hooks run on autograd's device threads, and queue_callback works there:
+        DDP's reducer queues its own from the same hooks)."""
+        queue = self._queue_callback
+        if queue is None:
+            return
+        with self._queue_lock:
+            if self._queued:
+                return
+            self._queued = True
+            self._synced = self._ordered = False
+        queue(self._backward_end)
+
+    class _NoSync:
+        def __init__(self, avg: "GradAverager") -> None:
+            self.avg = avg
+
+        def __enter__(self) -> None:
+            self.avg._enabled = False
+
+        def __exit__(self, *exc: Any) -> None:
+            self.avg._enabled = True
+
+    def no_sync(self) -> "GradAverager._NoSync":
+        """Context manager: backward passes inside it only accumulate local gradients."""
+        return self._NoSync(self)
+
+    def _backward_end(self) -> None:
+        """The autograd callback of sync_in_backward: ends the averaging as backward() ends.
+        On the owning thread it waits (_wait()). Elsewhere, on CUDA (autograd ran it on its
+        device thread), it orders the caller's current stream after every bucket
+        (_order_in_stream()); on the CPU (a backward() run on another thread) wait() ends it."""
+        self._queued = False
+        if threading.get_ident() != self._thread:
+            if self._gpu:
+                self._order_in_stream()
+            return
+        try:
+            self._wait()
+            self._synced = True
+        except _lib.FtrtError as e:  # kept for wait(); the backward pass must not fail
+            self._pending = e
+
+    def _order_in_stream(self) -> None:
+        """_backward_end off the owning thread on CUDA. autograd runs final callbacks under a
+        MultiStreamGuard of the streams that were current on the thread that called
+        backward(), after making them wait for the leaf streams (torch/csrc/autograd/
+        engine.cpp, GraphTask::exec_post_processing, since pytorch/pytorch#57833, torch 1.10;
+        the same in 2.x): torch.cuda.current_stream() here is the stream the caller's next ops
+        run on, whichever thread runs this. So: the parameters without a gradient in this pass
+        get zeros, posted from here (ftrt_gpu_bucketer_ready_from_any_thread starts the last
+        buckets on this thread), then ftrt_gpu_bucketer_order_from_any_thread makes that
+        stream wait for every bucket: what the caller queues next (clip_grad_norm_,
+        GradScaler.unscale_, the optimizer) reads the mean, in stream order, without a host
+        wait. When it cannot (FTRT_ESTATE: a bucket left to the owning thread, e.g. the
+        epoch's NCCL communicator was not built with connect(); or the step met an error),
+        nothing is ordered and wait() ends the averaging on the owning thread; until then
+        p.grad holds local gradients (synced is False). wait() always ends the step with the
+        owner's ftrt_bucketer_wait_all(), which reports the step's errors."""
+        if self._err is None and self._mark_missing(self._ready_fns()[1]) < 0:
+            return  # wait() raises it
+        if self._err is None:
+            rc = self._order_fns()[1](self.bucketer.handle, self._stream())
+            self._ordered = rc == 0
+
+    def wait(self) -> None:
+        """Ends the step's gradient averaging (see the class docstring). Raises FtrtRecover
+        (grads are partly reduced: call recover() and redo the step), FtrtNoSpare /
+        FtrtCoordLost / FtrtAborted, other FtrtError. With sync_in_backward, after a backward
+        pass that already ended the averaging it returns at once (or raises what that pass
+        met). Call it on the thread that created the averager, once every backward() of the
+        step has returned (also one run on another thread)."""
+        if self._pending is not None:
+            err, self._pending = self._pending, None
+            self._synced = False
+            raise err
+        if self._synced:
+            self._synced = False
+            return
+        self._wait()
+
+    @property
+    def synced(self) -> bool:
+        """True when a backward pass ended this step's averaging (sync_in_backward) and
+        wait() has not been called since: p.grad holds the mean (on CUDA: in the order of
+        the stream that was current when backward() was called; wait() still owes the
+        host's check of the step, ftrt_bucketer_wait_all())."""
+        return self._synced or self._ordered
+
+    def _mark_missing(self, mark: Callable[[Any, int, int], int]) -> int:
+        """Marks the parameters not yet ready with mark(handle, i, ptr): zeros for those
+        without a gradient, a contiguous copy for a non-contiguous one. Returns 0, or the
+        first error (kept in _err)."""
+        for i, done in enumerate(self._ready):
+            if done:
+                continue
+            p = self.params[i]
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            elif not p.grad.is_contiguous():
+                p.grad = p.grad.contiguous()
+            self._ready[i] = True
+            self._keep[i] = p.grad
+            rc = mark(self.bucketer.handle, i, p.grad.data_ptr())
+            if rc < 0:
+                self._err = rc
+                return rc
+        return 0
+
+    def _wait(self) -> None:
+        if self._err is None and not self._ordered:
+            self._mark_missing(self._ready_fns()[0])
+        if self._err is not None:
+            err = self._err
+            self.reset()
+            raise error_for(err, "ftrt_bucketer_ready")
+        try:
+            if self._gpu and not self._ordered:  # the current stream waits for every bucket
+                rc = self._order_fns()[0](self.bucketer.handle, self._stream())
+                if rc < 0 and rc != _lib.ESTATE:  # ESTATE: a failed step; wait_all says why
+                    raise error_for(rc, "ftrt_gpu_bucketer_order")
+            self.bucketer.wait_all()  # also after the callback's order: the step's errors
+        finally:
+            self._clear()
+
+    def _clear(self) -> None:
+        n = len(self.params)
+        self._ready = [False] * n
+        self._keep = [None] * n
+        self._err = None
+        self._ordered = False
+
+    def reset(self) -> None:
+        """Abandons this step's averaging (waits for the buckets already started) so that the
+        step can be redone; recover() calls it."""
+        self.bucketer.reset()
+        self._clear()
+        self._pending = None
+        self._synced = self._ordered = False
+        self._queued = False
+
+    def close(self) -> None:
+        """Removes the hooks and frees the bucketer (before ctx.finalize())."""
+        for h in self._handles:
+            h.remove()
+        self._handles, self._accs = [], []
+        self.bucketer.free()
+        if self._plane is not None:
+            self._plane.free()
+
+
+def recover(ctx: Context, averager: Optional["GradAverager"] = None,
+            registry: Optional[StateRegistry] = None) -> int:
+    """After FtrtRecover: abandons the averager's step (reset()), calls ftrt_recover() until
+    the trainers are whole again (Context.recover()), which writes the resumed state straight
+    into the registered tensors, checks that none of them moved (registry.verify()), and
+    returns the step to resume at. Raises FtrtNoSpare / FtrtCoordLost / FtrtAborted /
+    FtrtMPIError when the job cannot go on."""
+    if averager is not None:
+        averager.reset()
+    step = ctx.recover()
+    if registry is not None:
+        registry.verify()
+    return step
