@@ -267,8 +267,9 @@ void ftrt__listener_accept(ftrt__coord *c)
             c->rejected_connections++;
             continue;
         }
-        int one = 1;
+        int one = 1, sndbuf = ftrt__knobs.coord_sndbuf;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (sndbuf > 0) setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
         int slot = l->pfree[--l->nfree];
         struct epoll_event ev = {.events = ftrt__knobs.hello_unread ? 0 : EPOLLIN,
                                  .data.u64 = FTRT__KEY(FTRT__KEY_PENDING, slot)};
