@@ -252,6 +252,7 @@ static void move_done(ftrt__coord *c, int w, int lost)
     r->move_to = -1;
     r->move_sent = 0;
     ftrt__silence_remove(c, w);
+    size_t unsent = ftrt__tx_close(c, w); /* (w read its MOVE: rarely anything after it) */
     close(r->fd);
     r->fd = -1;
     ftrt__rx_free(&r->rx);
@@ -280,6 +281,7 @@ static void move_done(ftrt__coord *c, int w, int lost)
         ftrt_log_error("malformed message from world rank %d", w);
         ftrt__fail(c, w, FK_PROTOCOL);
     }
+    if (r->link == h && unsent) ftrt__rank_catch_up(c, w); /* what its own connection lost */
 }
 
 /* What host agent h relayed for world rank w while w moves to it and its own connection is

@@ -17,8 +17,8 @@
  * timeout); with no hot spare the job then aborts, trainer 2 is told (ABORT), and the report
  * says so.
  *
- * agent_not_reading: host agent A (in spare 3's process) never reads; trainer 2 bounces between
- * it and host agent B, which serves spare 3. Trainer 1, on its own connection, must go on
+ * agent_not_reading: host agent A (in spare 3's process, serving it) never reads; trainer 2
+ * bounces between it and host agent B (in trainer 2's process). Trainer 1, on its own connection, must go on
  * getting its PINGs, and A must be lost as a silent host agent is (its connection closed, the
  * process it lives in declared failed: heartbeat_timeout); trainer 2 goes on through B and the
  * job ends normally.
@@ -137,6 +137,47 @@ static fixture *start_coordinator(const char *name, int W, int N)
     return f;
 }
 
+/* What world rank w (its own connection) heard: PINGs and the largest gap between two of them
+ * (or since last_ping's start), MOVEs, whether it was told of a failure or the abort, EOF. */
+typedef struct heard {
+    int pings, moves, welcomed, failure, aborted, eof;
+    int last_move, move_repeated; /* the last MOVE's value; two in a row named the same agent */
+    double last_ping, max_gap;
+} heard;
+
+/* Reads everything waiting on w's connection into *hd (wait: for 10 s at most until something
+ * is there). */
+static void take(fixture *f, int w, heard *hd, int wait)
+{
+    struct pollfd pf = {.fd = f->fd[w], .events = POLLIN};
+    if (wait) assert_int_equal(poll(&pf, 1, 10000), 1);
+    ssize_t got;
+    while ((got = ftrt__rx_fill(&f->rx[w], f->fd[w])) > 0) {}
+    if (got == 0) hd->eof = 1;
+    ftrt__msghdr h;
+    const void *p;
+    int r;
+    double now = ftrt__now();
+    while ((r = ftrt__rx_next(&f->rx[w], &h, &p)) == 1) {
+        if (h.type == FTRT__MSG_PING) {
+            if (now - hd->last_ping > hd->max_gap) hd->max_gap = now - hd->last_ping;
+            hd->last_ping = now;
+            hd->pings++;
+        }
+        if (h.type == FTRT__MSG_MOVE) {
+            ftrt__epoch_msg m;
+            memcpy(&m, p, sizeof m);
+            hd->move_repeated |= hd->moves > 0 && m.value == hd->last_move;
+            hd->last_move = m.value;
+            hd->moves++;
+        }
+        hd->welcomed += h.type == FTRT__MSG_WELCOME;
+        hd->failure |= h.type == FTRT__MSG_FAILURE;
+        hd->aborted |= h.type == FTRT__MSG_ABORT;
+    }
+    assert_int_equal(r, 0); /* (whole, well-formed messages only) */
+}
+
 /* Host agent k (A: 0, B: 1) joins, living in world rank agent_w's process; it reads unless
  * it is the one that does not (small_rcvbuf). */
 static void agent_join(fixture *f, int k, int agent_w, int small_rcvbuf)
@@ -147,7 +188,8 @@ static void agent_join(fixture *f, int k, int agent_w, int small_rcvbuf)
 }
 
 /* Trainers 1 and 2 on their own connections (1 with the smallest receive buffer), no spare;
- * host agents A and B (in trainer 2's process) serve no rank: they bounce trainer 1's HELLO. */
+ * host agents A (in trainer 2's process) and B (in trainer 1's) serve no rank: they bounce
+ * trainer 1's HELLO, and each MOVE names the agent of its bounce (A: 2, B: 1). */
 static int setup_ranks(void **state)
 {
     fixture *f = start_coordinator("coord_tx", 3, 2);
@@ -155,14 +197,16 @@ static int setup_ranks(void **state)
     f->fd[2] = dial(f, 0);
     assert_int_equal(hello(f, f->fd[1], FTRT__MSG_HELLO, 1, "h1"), 0);
     assert_int_equal(hello(f, f->fd[2], FTRT__MSG_HELLO, 2, "h2"), 0);
+    heard hd = {0}; /* (the job started: the listener's W pending slots are free again) */
+    while (hd.welcomed == 0) take(f, 2, &hd, 1);
     agent_join(f, 0, 2, 0);
-    agent_join(f, 1, 2, 0);
+    agent_join(f, 1, 1, 0);
     *state = f;
     return 0;
 }
 
 /* Trainer 1 on its own connection; host agent A (in spare 3's process; the smallest receive
- * buffer) serves trainer 2, host agent B (in trainer 2's process) serves spare 3. */
+ * buffer) serves spare 3 and trainer 2; host agent B lives in trainer 2's process. */
 static int setup_agent(void **state)
 {
     fixture *f = start_coordinator("coord_tx_agent", 4, 2);
@@ -171,7 +215,7 @@ static int setup_agent(void **state)
     agent_join(f, 0, 3, 1);
     agent_join(f, 1, 2, 0);
     assert_int_equal(hello(f, f->ag[0], FTRT__MSG_RELAY, 2, "h2"), 0);
-    assert_int_equal(hello(f, f->ag[1], FTRT__MSG_RELAY, 3, "h2"), 0);
+    assert_int_equal(hello(f, f->ag[0], FTRT__MSG_RELAY, 3, "h2"), 0);
     *state = f;
     return 0;
 }
@@ -192,36 +236,6 @@ static int teardown(void **state)
     t_rmtree(f->dir);
     free(f);
     return 0;
-}
-
-/* What world rank w (its own connection) heard: PINGs and the largest gap between two of them
- * (or since last_ping's start), MOVEs, whether it was told of a failure or the abort, EOF. */
-typedef struct heard {
-    int pings, moves, failure, aborted, eof;
-    double last_ping, max_gap;
-} heard;
-
-/* Reads everything waiting on w's connection into *hd. */
-static void take(fixture *f, int w, heard *hd)
-{
-    ssize_t got;
-    while ((got = ftrt__rx_fill(&f->rx[w], f->fd[w])) > 0) {}
-    if (got == 0) hd->eof = 1;
-    ftrt__msghdr h;
-    const void *p;
-    int r;
-    double now = ftrt__now();
-    while ((r = ftrt__rx_next(&f->rx[w], &h, &p)) == 1) {
-        if (h.type == FTRT__MSG_PING) {
-            if (now - hd->last_ping > hd->max_gap) hd->max_gap = now - hd->last_ping;
-            hd->last_ping = now;
-            hd->pings++;
-        }
-        hd->moves += h.type == FTRT__MSG_MOVE;
-        hd->failure |= h.type == FTRT__MSG_FAILURE;
-        hd->aborted |= h.type == FTRT__MSG_ABORT;
-    }
-    assert_int_equal(r, 0); /* (whole, well-formed messages only) */
 }
 
 static void heartbeat(int fd)
@@ -288,7 +302,7 @@ static void run_job(fixture *f, int reader, int bw, heard *hd, double for_s,
         }
         if (bw) bounce(f, bw, 10, &turn);
         struct pollfd pf = {.fd = f->fd[reader], .events = POLLIN};
-        if (poll(&pf, 1, 10) > 0) take(f, reader, hd);
+        if (poll(&pf, 1, 10) > 0) take(f, reader, hd, 0);
     }
 }
 
@@ -384,7 +398,7 @@ static void slow_reader_kept(void **state)
      * coordinator sends it then waits in its socket, then in its queue), and 0.6 x the
      * heartbeat timeout after that: the queue waited 0.6 x the timeout at most */
     double t0 = ftrt__now(), grew = t0, resume = 0, next = t0;
-    int last = -1, turn = 0, bounces = 0;
+    int last = -1, turn = 0;
     h2.last_ping = t0;
     while (ftrt__now() < t0 + 10.0 && (resume == 0 || ftrt__now() < resume)) {
         double now = ftrt__now();
@@ -392,26 +406,29 @@ static void slow_reader_kept(void **state)
             beat_all(f);
             next += HB_MS / 1000.0;
         }
-        bounces += bounce(f, 1, 10, &turn);
+        bounce(f, 1, 10, &turn);
         int n = unread(f->fd[1]);
         if (n != last) grew = now;
         last = n;
         if (resume == 0 && now - grew > 0.1) resume = grew + 0.6 * TIMEOUT_MS / 1000.0;
         struct pollfd pf = {.fd = f->fd[2], .events = POLLIN};
-        if (poll(&pf, 1, 10) > 0) take(f, 2, &h2);
+        if (poll(&pf, 1, 10) > 0) take(f, 2, &h2, 0);
     }
     assert_true(resume > 0);
-    /* it reads again: every MOVE arrives (one a bounce), nobody is declared failed */
-    double until = ftrt__now() + 5.0;
-    h1.last_ping = ftrt__now();
-    while (h1.moves < bounces && ftrt__now() < until) {
-        beat_all(f);
-        struct pollfd pf = {.fd = f->fd[1], .events = POLLIN};
-        if (poll(&pf, 1, 10) > 0) take(f, 1, &h1);
-    }
-    assert_int_equal(h1.moves, bounces);
-    run_job(f, 2, 0, &h2, 1.5, NULL); /* (past the heartbeat timeout) */
-    take(f, 1, &h1);
+    /* the last bounce goes to B: the last MOVE must name it */
+    usleep(50 * 1000);
+    turn = 0;
+    bounce(f, 1, 1, &turn);
+    usleep(50 * 1000);
+    bounce(f, 1, 1, &turn);
+    /* it reads again: every MOVE arrives, in order (each names the other agent than the one
+     * before), the last one B; nobody is declared failed */
+    run_job(f, 1, 0, &h1, 0.5, NULL);
+    run_job(f, 2, 0, &h2, 1.0, NULL); /* (past the heartbeat timeout) */
+    take(f, 1, &h1, 0);
+    assert_true(h1.moves >= 100);
+    assert_false(h1.move_repeated);
+    assert_int_equal(h1.last_move, 1);
     assert_false(h1.failure || h1.aborted || h1.eof || h2.failure || h2.aborted || h2.eof);
     assert_true(h1.pings >= 1);
 }
