@@ -20,7 +20,7 @@
  * stalls only its own connection, never the loop. Each queue is bounded: by time, the bytes
  * queued more than the heartbeat timeout ago and still not out (a send watch, ordered like the
  * silence watch), and by size (TX_SLACK); past either, the peer is declared lost as silent
- * (ftrt__tx_check), as its heartbeats' silence would.
+ * (ftrt__tx_due; service.c ftrt__tx_check declares it), as its heartbeats' silence would.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -59,6 +59,15 @@ static int conn_fd(const ftrt__coord *c, int id)
 }
 
 static ftrt__wnode *tnode(ftrt__coord *c, int id) { return &txq(c, id)->wn; }
+
+/* Connection id's peer in words, for the log. */
+static const char *conn_name(const ftrt__coord *c, int id, char *buf, size_t cap)
+{
+    if (id < c->W) snprintf(buf, cap, "world rank %d (%s)", id, c->r[id].host);
+    else snprintf(buf, cap, "the host agent of %s (in world rank %d)", c->hl[id - c->W].host,
+                  c->hl[id - c->W].agent_w);
+    return buf;
+}
 
 /* The two watches are the same list (ids linked through a node each): the silence watch's
  * nodes and ends, or the send watch's. */
@@ -127,8 +136,9 @@ static void tx_over(ftrt__coord *c, int id, const char *why)
 {
     ftrt__txq *q = txq(c, id);
     size_t left = ftrt__tx_pending(&q->b);
-    ftrt_log_warn("%s %d: %zu bytes wait to be sent to it (%s): it is declared lost",
-                  id < c->W ? "world rank" : "host agent", id < c->W ? id : id - c->W, left, why);
+    char name[FTRT__HOST_MAX + 64];
+    ftrt_log_warn("%s: %zu bytes wait to be sent to it (%s): it is declared lost",
+                  conn_name(c, id, name, sizeof name), left, why);
     if (left) tx_epoll(c, id, 0);
     ftrt__tx_free(&q->b);
     q->over = 1;
@@ -194,24 +204,23 @@ static void tx_progress(ftrt__coord *c, int id, double now)
 
 void ftrt__tx_ready(ftrt__coord *c, int id) { tx_progress(c, id, ftrt__now()); }
 
-void ftrt__tx_check(ftrt__coord *c, double now)
+int ftrt__tx_due(ftrt__coord *c, double now)
 {
     double limit = c->a->cfg->heartbeat_timeout_ms / 1000.0;
-    while (c->txw_head && c->phase != PH_ABORTING && c->phase != PH_DONE) {
+    while (c->txw_head) {
         int id = c->txw_head;
         ftrt__txq *q = txq(c, id);
-        if (!q->over && now - q->mark_t <= limit) break;
-        if (!q->over) { /* (writable meanwhile, its EPOLLOUT not handled yet) */
-            tx_progress(c, id, now);
-            if (c->txw_head != id || now - q->mark_t <= limit) continue;
-            ftrt_log_warn("%s %d: %zu bytes sent to it wait for more than the heartbeat timeout "
-                          "(it does not read): it is declared lost", id < c->W ? "world rank" :
-                          "host agent", id < c->W ? id : id - c->W, ftrt__tx_pending(&q->b));
-        }
-        if (id < c->W) ftrt__fail(c, id, FK_HEARTBEAT_TIMEOUT);
-        else ftrt__host_lost(c, id - c->W, FK_HEARTBEAT_TIMEOUT);
-        if (c->txw_head == id) ftrt__tx_close(c, id); /* (not dropped: the coordinator's own) */
+        if (q->over) return id; /* (logged by tx_over) */
+        if (now - q->mark_t <= limit) return 0;
+        tx_progress(c, id, now); /* (writable meanwhile, its EPOLLOUT not handled yet) */
+        if (c->txw_head != id || now - q->mark_t <= limit) continue;
+        char name[FTRT__HOST_MAX + 64];
+        ftrt_log_warn("%s: %zu bytes to it wait for more than the heartbeat timeout (it does not "
+                      "read): it is declared lost", conn_name(c, id, name, sizeof name),
+                      ftrt__tx_pending(&q->b));
+        return id;
     }
+    return 0;
 }
 
 void ftrt__tx_drain(ftrt__coord *c, double until)
@@ -394,6 +403,12 @@ int ftrt__coord_wait_ms(const ftrt__coord *c, double now)
     if (tp < t) t = tp;
     if (c->watch_head && c->phase != PH_INIT && c->phase != PH_ABORTING) {
         double tw = ftrt__silence_last(c, c->watch_head) + c->a->cfg->heartbeat_timeout_ms / 1000.0;
+        if (tw < t) t = tw;
+    }
+    if (c->txw_head && c->phase != PH_INIT && c->phase != PH_ABORTING) { /* (ftrt__tx_check) */
+        int id = c->txw_head;
+        double tw = (id < c->W ? c->r[id].tx.mark_t : c->hl[id - c->W].tx.mark_t) +
+                    c->a->cfg->heartbeat_timeout_ms / 1000.0;
         if (tw < t) t = tw;
     }
     double ms = ceil((t - now) * 1000.0);

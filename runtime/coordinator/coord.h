@@ -398,11 +398,13 @@ int ftrt__link_send(ftrt__coord *c, int h, uint32_t type, const void *prefix, ui
 /* Connection id (world rank w's own, or W + h for host agent h's) is writable (EPOLLOUT):
  * its send queue goes out as far as the socket takes it. */
 void ftrt__tx_ready(ftrt__coord *c, int id);
-/* Declares lost, as silent (a rank: ftrt__fail with FK_HEARTBEAT_TIMEOUT; a host agent:
- * ftrt__host_lost with it), every connection whose send queue is past its byte bound, or holds
- * bytes queued more than the heartbeat timeout ago (its peer stopped reading); one that became
- * writable meanwhile is written first. O(1) per connection declared, O(1) otherwise. */
-void ftrt__tx_check(ftrt__coord *c, double now);
+/* The connection (id: world rank w, or W + h for host agent h) at the send watch's head when
+ * its peer is to be declared lost by `now`: its send queue went past its byte bound, or holds
+ * bytes queued more than the heartbeat timeout ago (its peer stopped reading; one that became
+ * writable meanwhile is written first, and may no longer be); why is logged. Else 0. The
+ * caller declares it (ftrt__tx_check) or closes its queue, or the same id comes again. O(1)
+ * per connection written. */
+int ftrt__tx_due(ftrt__coord *c, double now);
 /* At the job's end: writes the send queues out, waiting for the sockets until `until`
  * (monotonic) at most; what is left then is dropped when the connections close. */
 void ftrt__tx_drain(ftrt__coord *c, double until);
@@ -458,7 +460,7 @@ void ftrt__ping_due(ftrt__coord *c, double now);
  * PINGs that fell due go out, so that a long fan-out never starves a rank of messages. */
 void ftrt__fanout_pump(ftrt__coord *c, int k);
 /* Milliseconds epoll may wait: until the next PINGs fall due (batches at least 2 ms apart), the
- * silence watch's head expires, or 10 ms (the periodic work). */
+ * silence watch's or the send watch's head expires, or 10 ms (the periodic work). */
 int ftrt__coord_wait_ms(const ftrt__coord *c, double now);
 /* The listener: listen_fd (nonblocking from here on, owned: closed by ftrt__listener_close,
  * or here when nothing could be allocated) joins c->ep; each rank may have one pending
@@ -674,6 +676,11 @@ void ftrt__links_catch_up(ftrt__coord *c);
 /* Declares failed every watched connection silent for longer than the heartbeat timeout: a
  * rank's own, or a host agent's (ftrt__host_lost); one with unread bytes is read first. */
 void ftrt__check_timeouts(ftrt__coord *c, double now);
+/* Declares lost, as silent, every connection ftrt__tx_due names (its peer does not take the
+ * coordinator's messages: conn.c "the send queues"): a rank as ftrt__fail with
+ * FK_HEARTBEAT_TIMEOUT, a host agent as ftrt__host_lost with it. No-op while aborting or
+ * done. O(1) when none is due. */
+void ftrt__tx_check(ftrt__coord *c, double now);
 
 /* ---- names.c ---- */
 /* Latest injection time (unix s) for pid / world rank w at or before t_wall in the JSON-lines
