@@ -18,10 +18,10 @@
  * says so.
  *
  * agent_not_reading: host agent A (in spare 3's process, serving it) never reads; trainer 2
- * bounces between it and host agent B (in trainer 2's process). Trainer 1, on its own connection, must go on
- * getting its PINGs, and A must be lost as a silent host agent is (its connection closed, the
- * process it lives in declared failed: heartbeat_timeout); trainer 2 goes on through B and the
- * job ends normally.
+ * bounces between it and host agent B (in trainer 2's process). Trainer 1, on its own
+ * connection, must go on getting its PINGs, and A must be lost as a silent host agent is (its
+ * connection closed, the process it lives in declared failed: heartbeat_timeout); trainer 2
+ * goes on through B and the job ends normally.
  *
  * slow_reader_kept: trainer 1 stops reading, its HELLO bouncing, until 0.6 x the heartbeat
  * timeout after its socket stopped taking bytes, then reads again: merely slow, it is not
