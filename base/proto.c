@@ -479,6 +479,13 @@ ssize_t ftrt__tx_send(int fd, ftrt__txbuf *tx, uint32_t type, const void *prefix
     struct iovec iov[4] = {{&h, sizeof h}, {(void *)prefix, plen}, {&ih, sizeof ih},
                            {(void *)payload, len}};
     int n = inner_type ? 4 : 2;
+    uint8_t frame[sizeof(ftrt__msghdr) + 512];
+    if (!inner_type && plen <= sizeof frame - sizeof h) { /* one buffer, as ftrt__msg_send */
+        memcpy(frame, &h, sizeof h);
+        if (plen) memcpy(frame + sizeof h, prefix, plen);
+        iov[0] = (struct iovec){frame, total};
+        n = 1;
+    }
     size_t sent = 0;
     while (sent < total) {
         struct iovec cur[4];

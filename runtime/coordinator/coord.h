@@ -2,18 +2,18 @@
  * coord.h - the coordinator's state and the interfaces between its files (private to
  * runtime/coordinator/).
  *
- * The files, each calling only those listed before it (tools/check-layers refuses object
- * cycles): rankidx.c (the hosts, the spares, the most steps and the members' BYEs, kept up to
- * date), conn.c (connections, sends, the silence watch, PINGs, the listener), job.c (the
- * job's start, end and abort, fencing), standby.c (the standby coordinator: appointment, SYNC,
- * the term file), commits.c (checkpoint commits), epoch.c (the epoch change: FAILURE out,
- * REPORTs in, PLAN out, RESUMEDs in), failure.c (a rank declared failed: the incident, host
- * loss, the spare), sdc_vote.c (silent data corruption: the vote on fingerprints), progress.c
- * (stalled progress and stragglers), service.c (reading a rank's messages, silence timeouts),
- * takeover.c (a standby taking over) and coordinator.c (the loop: open, iterate, periodic
- * work, close). plan.c holds their pure decisions (plan.h); names.c, status.c, report.c and
- * goodput.c the outputs. Only one thread touches it: world rank 0's, or the standby's that
- * took over.
+ * The files, each calling only those listed before it (tools/check-layers refuses object cycles):
+ * rankidx.c (the hosts, the spares, the most steps and the members' BYEs, kept up to date), conn.c
+ * (connections, sends and their queues, the silence and send watches, PINGs, the listener), job.c
+ * (the job's start, end and abort, fencing), standby.c (the standby coordinator: appointment, SYNC,
+ * the term file), commits.c (checkpoint commits), epoch.c (the epoch change: FAILURE out, REPORTs
+ * in, PLAN out, RESUMEDs in), failure.c (a rank declared failed: the incident, host loss, the
+ * spare), sdc_vote.c (silent data corruption: the vote on fingerprints), progress.c (stalled
+ * progress and stragglers), service.c (reading a rank's messages, silence timeouts and the peers
+ * that do not read), takeover.c (a standby taking over) and coordinator.c (the loop: open, iterate,
+ * periodic work, close). plan.c holds their pure decisions (plan.h); names.c, status.c, report.c
+ * and goodput.c the outputs. Only one thread touches it: world rank 0's, or the standby's that took
+ * over.
  */
 #ifndef FTRT_COORD_H
 #define FTRT_COORD_H
