@@ -75,7 +75,11 @@
       "jobs too; 1: no relay groups")                                                         \
     X(hello_unread, "FTRT_TEST_HELLO_UNREAD", 1,                                               \
       "1: the coordinator does not watch connections it accepted until their HELLO deadline "  \
-      "(5 s), as a loop too busy to read them would not; they are read only then")
+      "(5 s), as a loop too busy to read them would not; they are read only then")             \
+    X(coord_sndbuf, "FTRT_TEST_COORD_SNDBUF", 1 << 24,                                         \
+      "N > 0: the coordinator's accepted connections get SO_SNDBUF N bytes (the kernel doubles " \
+      "it; 4,608 at least), so that a peer that stops reading fills its socket after a few "   \
+      "small messages and the coordinator's send queue for it takes the rest")
 
 struct ftrt__knobs {
 #define FTRT__KNOB_FIELD(field, env, max, doc) int32_t field;

@@ -430,19 +430,32 @@ int ftrt__msg_send2(int fd, uint32_t type, const void *prefix, uint32_t plen, ui
     return sendmsg_all(fd, &mh, left);
 }
 
+/* Room for `more` bytes after tx's pending ones: the written bytes before them are dropped
+ * first when the buffer would have to grow, then it grows (doubling). 0 or -ENOMEM. */
+static int tx_room(ftrt__txbuf *tx, size_t more)
+{
+    if (tx->off > 0 && tx->used + more > tx->cap) {
+        memmove(tx->buf, tx->buf + tx->off, tx->used - tx->off);
+        tx->used -= tx->off;
+        tx->off = 0;
+    }
+    size_t need = tx->used + more;
+    if (need <= tx->cap) return 0;
+    size_t nc = tx->cap ? tx->cap : 4096;
+    while (nc < need) nc *= 2;
+    uint8_t *nb = realloc(tx->buf, nc);
+    if (!nb) return -ENOMEM;
+    tx->buf = nb;
+    tx->cap = nc;
+    return 0;
+}
+
 int ftrt__tx_put(ftrt__txbuf *tx, uint32_t type, const void *prefix, uint32_t plen,
                  uint32_t inner_type, const void *payload, uint32_t len)
 {
     size_t body = plen + (inner_type ? sizeof(ftrt__msghdr) + len : 0);
+    if (tx_room(tx, sizeof(ftrt__msghdr) + body)) return -ENOMEM;
     size_t need = tx->used + sizeof(ftrt__msghdr) + body;
-    if (need > tx->cap) {
-        size_t nc = tx->cap ? tx->cap : 4096;
-        while (nc < need) nc *= 2;
-        uint8_t *nb = realloc(tx->buf, nc);
-        if (!nb) return -ENOMEM;
-        tx->buf = nb;
-        tx->cap = nc;
-    }
     ftrt__msghdr h = {FTRT__MAGIC, type, (uint32_t)body, send_term};
     uint8_t *p = tx->buf + tx->used;
     memcpy(p, &h, sizeof h);
@@ -460,27 +473,98 @@ int ftrt__tx_put(ftrt__txbuf *tx, uint32_t type, const void *prefix, uint32_t pl
 
 int ftrt__tx_move(ftrt__txbuf *dst, ftrt__txbuf *src)
 {
-    if (src->used == 0) return 0;
-    size_t need = dst->used + src->used;
-    if (need > dst->cap) {
-        size_t nc = dst->cap ? dst->cap : 4096;
-        while (nc < need) nc *= 2;
-        uint8_t *nb = realloc(dst->buf, nc);
-        if (!nb) return -ENOMEM;
-        dst->buf = nb;
-        dst->cap = nc;
-    }
-    memcpy(dst->buf + dst->used, src->buf, src->used);
-    dst->used = need;
-    src->used = 0;
+    size_t n = ftrt__tx_pending(src);
+    if (n == 0) return 0;
+    if (tx_room(dst, n)) return -ENOMEM;
+    memcpy(dst->buf + dst->used, src->buf + src->off, n);
+    dst->used += n;
+    src->used = src->off = 0;
     return 0;
 }
 
 int ftrt__tx_flush(int fd, ftrt__txbuf *tx)
 {
-    int rc = tx->used ? write_all(fd, tx->buf, tx->used) : 0;
-    tx->used = 0;
+    int rc = ftrt__tx_pending(tx) ? write_all(fd, tx->buf + tx->off, ftrt__tx_pending(tx)) : 0;
+    tx->used = tx->off = 0;
     return rc;
+}
+
+/* Appends what is left of iov[0..n) after its first `skip` bytes to tx. 0 or -ENOMEM. */
+static int tx_append_iov(ftrt__txbuf *tx, const struct iovec *iov, int n, size_t skip,
+                         size_t total)
+{
+    if (tx_room(tx, total - skip)) return -ENOMEM;
+    for (int i = 0; i < n; i++) {
+        size_t k = skip < iov[i].iov_len ? skip : iov[i].iov_len;
+        skip -= k;
+        if (iov[i].iov_len > k) memcpy(tx->buf + tx->used, (const uint8_t *)iov[i].iov_base + k,
+                                       iov[i].iov_len - k);
+        tx->used += iov[i].iov_len - k;
+    }
+    return 0;
+}
+
+ssize_t ftrt__tx_send(int fd, ftrt__txbuf *tx, uint32_t type, const void *prefix, uint32_t plen,
+                      uint32_t inner_type, const void *payload, uint32_t len)
+{
+    size_t body = plen + (inner_type ? sizeof(ftrt__msghdr) + len : 0);
+    size_t total = sizeof(ftrt__msghdr) + body;
+    if (ftrt__tx_pending(tx)) /* behind what waits: in order */
+        return ftrt__tx_put(tx, type, prefix, plen, inner_type, payload, len) ? -ENOMEM
+                                                                               : (ssize_t)total;
+    ftrt__msghdr h = {FTRT__MAGIC, type, (uint32_t)body, send_term};
+    ftrt__msghdr ih = {FTRT__MAGIC, inner_type, len, send_term};
+    struct iovec iov[4] = {{&h, sizeof h}, {(void *)prefix, plen}, {&ih, sizeof ih},
+                           {(void *)payload, len}};
+    int n = inner_type ? 4 : 2;
+    uint8_t frame[sizeof(ftrt__msghdr) + 512];
+    if (!inner_type && plen <= sizeof frame - sizeof h) { /* one buffer, as ftrt__msg_send */
+        memcpy(frame, &h, sizeof h);
+        if (plen) memcpy(frame + sizeof h, prefix, plen);
+        iov[0] = (struct iovec){frame, total};
+        n = 1;
+    }
+    size_t sent = 0;
+    while (sent < total) {
+        struct iovec cur[4];
+        int nc = 0;
+        size_t skip = sent;
+        for (int i = 0; i < n; i++) { /* the iovecs past what went out */
+            if (skip >= iov[i].iov_len) {
+                skip -= iov[i].iov_len;
+                continue;
+            }
+            cur[nc].iov_base = (uint8_t *)iov[i].iov_base + skip;
+            cur[nc++].iov_len = iov[i].iov_len - skip;
+            skip = 0;
+        }
+        struct msghdr mh = {.msg_iov = cur, .msg_iovlen = (size_t)nc};
+        ssize_t k = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (k < 0) return -errno;
+        sent += (size_t)k;
+    }
+    if (sent == total) return 0;
+    return tx_append_iov(tx, iov, n, sent, total) ? -ENOMEM : (ssize_t)(total - sent);
+}
+
+ssize_t ftrt__tx_write(int fd, ftrt__txbuf *tx)
+{
+    size_t done = 0;
+    while (ftrt__tx_pending(tx) > 0) {
+        ssize_t k = send(fd, tx->buf + tx->off, ftrt__tx_pending(tx), MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (k < 0) return -errno;
+        tx->off += (size_t)k;
+        done += (size_t)k;
+    }
+    if (ftrt__tx_pending(tx) == 0) {
+        tx->used = tx->off = 0;
+        if (tx->cap > ((size_t)1 << 20)) ftrt__tx_free(tx); /* (a large PLAN or SYNC went out) */
+    }
+    return (ssize_t)done;
 }
 
 void ftrt__tx_free(ftrt__txbuf *tx)

@@ -453,10 +453,12 @@ int ftrt__host_beat_check(const ftrt__host_beat *b, size_t len);
 int ftrt__msg_send2(int fd, uint32_t type, const void *prefix, uint32_t plen, uint32_t inner_type,
                     const void *payload, uint32_t len);
 
-/* An outgoing byte buffer: whole messages appended, then written in one go. */
+/* An outgoing byte buffer: whole messages appended, then written in one go (ftrt__tx_flush), or
+ * as the socket takes them (ftrt__tx_send, ftrt__tx_write: buf[off, used) is still to go). */
 typedef struct ftrt__txbuf {
     uint8_t *buf;
     size_t used, cap;
+    size_t off; /* bytes of buf already written (nonblocking writes); 0 otherwise */
 } ftrt__txbuf;
 
 /* Appends the message ftrt__msg_send2 would send to tx. Returns 0 or -ENOMEM. */
@@ -468,6 +470,23 @@ int ftrt__tx_move(ftrt__txbuf *dst, ftrt__txbuf *src);
 /* Writes everything buffered on fd (blocking, retrying EINTR and short writes) and empties tx.
  * Returns 0 or -errno (tx emptied either way). */
 int ftrt__tx_flush(int fd, ftrt__txbuf *tx);
+/* Bytes of tx not written yet. */
+static inline size_t ftrt__tx_pending(const ftrt__txbuf *tx) { return tx->used - tx->off; }
+/* Sends the message ftrt__msg_send2 would send on fd without ever blocking (a send queue, as
+ * an event loop keeps one per connection: libuv's write queue, Redis's client output buffer):
+ * when tx holds nothing, as much of it as the socket takes now (MSG_DONTWAIT, MSG_NOSIGNAL,
+ * retrying EINTR) and the rest appended to tx; else all of it appended to tx, after what tx
+ * holds, so that the connection's order is kept. The caller writes tx out (ftrt__tx_write)
+ * once fd is writable. Returns the bytes appended to tx (0: all of it went out), or -errno: a
+ * send error other than EAGAIN (the connection is broken; nothing appended), -ENOMEM. The
+ * caller serializes the users of fd and tx. */
+ssize_t ftrt__tx_send(int fd, ftrt__txbuf *tx, uint32_t type, const void *prefix, uint32_t plen,
+                      uint32_t inner_type, const void *payload, uint32_t len);
+/* Writes as much of tx's pending bytes as fd takes now without blocking (MSG_DONTWAIT,
+ * MSG_NOSIGNAL, retrying EINTR). A buffer that empties is reset (off = used = 0), and freed
+ * when it had grown past 1 MiB. Returns the bytes written (0: none, the socket is full), or
+ * -errno (the connection is broken; tx unchanged). */
+ssize_t ftrt__tx_write(int fd, ftrt__txbuf *tx);
 /* Frees tx's buffer. */
 void ftrt__tx_free(ftrt__txbuf *tx);
 

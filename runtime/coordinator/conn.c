@@ -11,6 +11,16 @@
  * was last heard, so only its head is ever compared with the timeout; the PINGs of a period are
  * spread over it in batches at most 2 ms apart, and long fan-outs keep them going
  * (ftrt__fanout_pump).
+ *
+ * Sends never block ("the send queues"): the connections are nonblocking, and what a socket
+ * does not take now waits in that connection's send queue, written out in order when epoll
+ * says the socket is writable (EPOLLOUT, watched only while the queue holds bytes), as an
+ * event-loop server keeps its clients' output (Redis's client output buffers, libuv's write
+ * queue). A peer that stops reading (a frozen rank or host agent, whose socket filled up) so
+ * stalls only its own connection, never the loop. Each queue is bounded: by time, the bytes
+ * queued more than the heartbeat timeout ago and still not out (a send watch, ordered like the
+ * silence watch), and by size (TX_SLACK); past either, the peer is declared lost as silent
+ * (ftrt__tx_due; service.c ftrt__tx_check declares it), as its heartbeats' silence would.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,6 +32,7 @@
 #include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -30,15 +41,224 @@
 #include "base/log.h"
 #include "runtime/coordinator/coord.h"
 
+/* ---- the send queues --------------------------------------------------------------------- */
+
+/* A queue may hold this many bytes beyond its largest message (a PLAN to a promoted spare, a
+ * relay's FANOUT, a SYNC to the standby: up to tens of MiB in the largest worlds) when the next
+ * message comes; more, and its peer is declared lost. */
+#define TX_SLACK ((size_t)8 << 20)
+
+static ftrt__txq *txq(ftrt__coord *c, int id)
+{
+    return id < c->W ? &c->r[id].tx : &c->hl[id - c->W].tx;
+}
+
+static int conn_fd(const ftrt__coord *c, int id)
+{
+    return id < c->W ? c->r[id].fd : c->hl[id - c->W].fd;
+}
+
+static ftrt__wnode *tnode(ftrt__coord *c, int id) { return &txq(c, id)->wn; }
+
+/* Connection id's peer in words, for the log. */
+static const char *conn_name(const ftrt__coord *c, int id, char *buf, size_t cap)
+{
+    if (id < c->W) snprintf(buf, cap, "world rank %d (%s)", id, c->r[id].host);
+    else snprintf(buf, cap, "the host agent of %s (in world rank %d)", c->hl[id - c->W].host,
+                  c->hl[id - c->W].agent_w);
+    return buf;
+}
+
+/* The two watches are the same list (ids linked through a node each): the silence watch's
+ * nodes and ends, or the send watch's. */
+typedef struct wlist {
+    int *head, *tail;
+    ftrt__wnode *(*node)(ftrt__coord *, int);
+} wlist;
+
+static void wl_remove(ftrt__coord *c, wlist l, int id)
+{
+    ftrt__wnode *n = l.node(c, id);
+    if (!n->on) return;
+    if (n->prev) l.node(c, n->prev)->next = n->next;
+    else *l.head = n->next;
+    if (n->next) l.node(c, n->next)->prev = n->prev;
+    else *l.tail = n->prev;
+    n->prev = n->next = 0;
+    n->on = 0;
+}
+
+/* id to the list's tail (front: to its head). */
+static void wl_put(ftrt__coord *c, wlist l, int id, int front)
+{
+    wl_remove(c, l, id);
+    ftrt__wnode *n = l.node(c, id);
+    n->on = 1;
+    if (front) {
+        n->prev = 0;
+        n->next = *l.head;
+        if (*l.head) l.node(c, *l.head)->prev = id;
+        else *l.tail = id;
+        *l.head = id;
+        return;
+    }
+    n->prev = *l.tail;
+    n->next = 0;
+    if (*l.tail) l.node(c, *l.tail)->next = id;
+    else *l.head = id;
+    *l.tail = id;
+}
+
+static wlist send_watch(ftrt__coord *c) { return (wlist){&c->txw_head, &c->txw_tail, tnode}; }
+
+/* EPOLLOUT on id's connection watched (on) or not, EPOLLIN always. */
+static void tx_epoll(ftrt__coord *c, int id, int on)
+{
+    uint64_t key = id < c->W ? FTRT__KEY(FTRT__KEY_RANK, id) : FTRT__KEY(FTRT__KEY_HOST, id - c->W);
+    struct epoll_event ev = {.events = EPOLLIN | (on ? EPOLLOUT : 0), .data.u64 = key};
+    if (epoll_ctl(c->ep, EPOLL_CTL_MOD, conn_fd(c, id), &ev))
+        ftrt_log_error("epoll_ctl: %s", strerror(errno));
+}
+
+size_t ftrt__tx_close(ftrt__coord *c, int id)
+{
+    ftrt__txq *q = txq(c, id);
+    size_t left = ftrt__tx_pending(&q->b);
+    wl_remove(c, send_watch(c), id);
+    ftrt__tx_free(&q->b);
+    *q = (ftrt__txq){0};
+    return left;
+}
+
+/* id's queue is past its bound: dropped, and id goes to the head of the send watch, where
+ * ftrt__tx_check declares it lost. */
+static void tx_over(ftrt__coord *c, int id, const char *why)
+{
+    ftrt__txq *q = txq(c, id);
+    size_t left = ftrt__tx_pending(&q->b);
+    char name[FTRT__HOST_MAX + 64];
+    ftrt_log_warn("%s: %zu bytes wait to be sent to it (%s): it is declared lost",
+                  conn_name(c, id, name, sizeof name), left, why);
+    if (left) tx_epoll(c, id, 0);
+    ftrt__tx_free(&q->b);
+    q->over = 1;
+    q->mark_t = 0;
+    wl_put(c, send_watch(c), id, 1);
+}
+
+/* One message to connection id, or into its queue. 0 or -errno (ftrt__link_send). */
+static int conn_tx(ftrt__coord *c, int id, uint32_t type, const void *prefix, uint32_t plen,
+                   uint32_t inner_type, const void *payload, uint32_t len)
+{
+    int fd = conn_fd(c, id);
+    ftrt__txq *q = txq(c, id);
+    if (fd < 0) return -ENOTCONN;
+    if (q->over) return -ENOBUFS;
+    size_t before = ftrt__tx_pending(&q->b);
+    if (before > TX_SLACK + q->big) {
+        tx_over(c, id, "more than its bound");
+        return -ENOBUFS;
+    }
+    ssize_t k = ftrt__tx_send(fd, &q->b, type, prefix, plen, inner_type, payload, len);
+    if (k == -ENOMEM) tx_over(c, id, "no memory to queue more"); /* (a message may be cut) */
+    if (k <= 0) return (int)k;
+    size_t msg = sizeof(ftrt__msghdr) + plen + (inner_type ? sizeof(ftrt__msghdr) + len : 0);
+    if (msg > q->big) q->big = msg;
+    q->in += (uint64_t)k;
+    if (before == 0) { /* it starts waiting now */
+        q->mark = q->in;
+        q->mark_t = ftrt__now();
+        wl_put(c, send_watch(c), id, 0);
+        tx_epoll(c, id, 1);
+    }
+    return 0;
+}
+
+/* Writes what id's queue holds as far as the socket takes it; once the bytes of its mark are
+ * out, the mark moves to what is queued now (the send watch's tail). An emptied queue leaves
+ * the watch and EPOLLOUT; a broken connection's queue is dropped (its EOF or reset is read by
+ * the service functions). */
+static void tx_progress(ftrt__coord *c, int id, double now)
+{
+    ftrt__txq *q = txq(c, id);
+    int fd = conn_fd(c, id);
+    if (fd < 0 || q->over || ftrt__tx_pending(&q->b) == 0) return;
+    ssize_t k = ftrt__tx_write(fd, &q->b);
+    if (k < 0) {
+        ftrt_log_debug("send to connection %d failed: %s", id, ftrt_strerror((int)k));
+        tx_epoll(c, id, 0);
+        ftrt__tx_close(c, id);
+        return;
+    }
+    q->out += (uint64_t)k;
+    if (ftrt__tx_pending(&q->b) == 0) {
+        tx_epoll(c, id, 0);
+        wl_remove(c, send_watch(c), id);
+        q->big = 0;
+    } else if (q->out >= q->mark) {
+        q->mark = q->in;
+        q->mark_t = now;
+        wl_put(c, send_watch(c), id, 0);
+    }
+}
+
+void ftrt__tx_ready(ftrt__coord *c, int id) { tx_progress(c, id, ftrt__now()); }
+
+int ftrt__tx_due(ftrt__coord *c, double now)
+{
+    double limit = c->a->cfg->heartbeat_timeout_ms / 1000.0;
+    while (c->txw_head) {
+        int id = c->txw_head;
+        ftrt__txq *q = txq(c, id);
+        if (q->over) return id; /* (logged by tx_over) */
+        if (now - q->mark_t <= limit) return 0;
+        tx_progress(c, id, now); /* (writable meanwhile, its EPOLLOUT not handled yet) */
+        if (c->txw_head != id || now - q->mark_t <= limit) continue;
+        char name[FTRT__HOST_MAX + 64];
+        ftrt_log_warn("%s: %zu bytes to it wait for more than the heartbeat timeout (it does not "
+                      "read): it is declared lost", conn_name(c, id, name, sizeof name),
+                      ftrt__tx_pending(&q->b));
+        return id;
+    }
+    return 0;
+}
+
+void ftrt__tx_drain(ftrt__coord *c, double until)
+{
+    struct pollfd pf[64];
+    int ids[64];
+    for (double now = ftrt__now(); c->txw_head && now < until; now = ftrt__now()) {
+        int n = 0;
+        for (int id = c->txw_head; id && n < 64; id = tnode(c, id)->next) {
+            if (txq(c, id)->over) continue;
+            pf[n] = (struct pollfd){.fd = conn_fd(c, id), .events = POLLOUT};
+            ids[n++] = id;
+        }
+        if (n == 0) return;
+        int ms = (int)ceil((until - now) * 1000.0);
+        if (poll(pf, (nfds_t)n, ms > 0 ? ms : 0) <= 0) return;
+        for (int i = 0; i < n; i++)
+            if (pf[i].revents) tx_progress(c, ids[i], now);
+    }
+}
+
+/* ---- sends ------------------------------------------------------------------------------- */
+
+int ftrt__link_send(ftrt__coord *c, int h, uint32_t type, const void *prefix, uint32_t plen,
+                    uint32_t inner_type, const void *payload, uint32_t len)
+{
+    return conn_tx(c, c->W + h, type, prefix, plen, inner_type, payload, len);
+}
+
 void ftrt__coord_send(ftrt__coord *c, int w, uint32_t type, const void *p, uint32_t len)
 {
     const ftrt__crank *r = &c->r[w];
     int rc = 0;
     if (r->fd >= 0) {
-        rc = ftrt__msg_send(r->fd, type, p, len);
+        rc = conn_tx(c, w, type, p, len, 0, NULL, 0);
     } else if (r->link >= 0 && c->hl[r->link].fd >= 0) {
         ftrt__relay pre = {.world_rank = w};
-        rc = ftrt__msg_send2(c->hl[r->link].fd, FTRT__MSG_RELAY, &pre, sizeof pre, type, p, len);
+        rc = ftrt__link_send(c, r->link, FTRT__MSG_RELAY, &pre, sizeof pre, type, p, len);
     }
     if (rc) ftrt_log_debug("send to world rank %d failed: %s", w, ftrt_strerror(rc));
 }
@@ -63,6 +283,7 @@ void ftrt__coord_drop(ftrt__coord *c, int w)
 {
     ftrt__crank *r = &c->r[w];
     ftrt__silence_remove(c, w);
+    ftrt__tx_close(c, w);
     if (r->fd >= 0) close(r->fd); /* (which also takes it out of the epoll set) */
     r->fd = -1;
     ftrt__rx_free(&r->rx);
@@ -86,7 +307,7 @@ int ftrt__host_cut(ftrt__coord *c, int w, int fence)
     ftrt__crank *r = &c->r[w];
     if (r->link < 0 || c->hl[r->link].fd < 0) return 0;
     ftrt__cut cut = {.world_rank = w, .fence = fence};
-    ftrt__msg_send(c->hl[r->link].fd, FTRT__MSG_CUT, &cut, sizeof cut);
+    ftrt__link_send(c, r->link, FTRT__MSG_CUT, &cut, sizeof cut, 0, NULL, 0);
     r->cut |= fence;
     return 1;
 }
@@ -95,6 +316,7 @@ void ftrt__host_drop(ftrt__coord *c, int h)
 {
     ftrt__hlink *l = &c->hl[h];
     ftrt__silence_remove(c, c->W + h);
+    ftrt__tx_close(c, c->W + h);
     if (l->fd >= 0) close(l->fd);
     l->fd = -1;
     ftrt__rx_free(&l->rx);
@@ -107,34 +329,19 @@ static ftrt__wnode *node(ftrt__coord *c, int id)
     return id < c->W ? &c->r[id].wn : &c->hl[id - c->W].wn;
 }
 
+static wlist silence_watch(ftrt__coord *c)
+{
+    return (wlist){&c->watch_head, &c->watch_tail, node};
+}
+
 double ftrt__silence_last(const ftrt__coord *c, int id)
 {
     return id < c->W ? c->r[id].last_heard : c->hl[id - c->W].last_heard;
 }
 
-void ftrt__silence_remove(ftrt__coord *c, int id)
-{
-    ftrt__wnode *n = node(c, id);
-    if (!n->on) return;
-    if (n->prev) node(c, n->prev)->next = n->next;
-    else c->watch_head = n->next;
-    if (n->next) node(c, n->next)->prev = n->prev;
-    else c->watch_tail = n->prev;
-    n->prev = n->next = 0;
-    n->on = 0;
-}
+void ftrt__silence_remove(ftrt__coord *c, int id) { wl_remove(c, silence_watch(c), id); }
 
-void ftrt__silence_touch(ftrt__coord *c, int id)
-{
-    ftrt__silence_remove(c, id);
-    ftrt__wnode *n = node(c, id);
-    n->prev = c->watch_tail;
-    n->next = 0;
-    if (c->watch_tail) node(c, c->watch_tail)->next = id;
-    else c->watch_head = id;
-    c->watch_tail = id;
-    n->on = 1;
-}
+void ftrt__silence_touch(ftrt__coord *c, int id) { wl_put(c, silence_watch(c), id, 0); }
 
 /* ---- PINGs ------------------------------------------------------------------------------- */
 
@@ -171,7 +378,7 @@ void ftrt__ping_due(ftrt__coord *c, double now)
             if (id < c->W && c->r[id].fd >= 0)
                 ftrt__coord_send(c, id, FTRT__MSG_PING, &m, sizeof m);
             else if (id >= c->W && c->hl[id - c->W].fd >= 0)
-                ftrt__msg_send(c->hl[id - c->W].fd, FTRT__MSG_PING, &m, sizeof m);
+                ftrt__link_send(c, id - c->W, FTRT__MSG_PING, &m, sizeof m, 0, NULL, 0);
         }
         if (frac < 1) return;
         c->ping_round += period;
@@ -196,6 +403,12 @@ int ftrt__coord_wait_ms(const ftrt__coord *c, double now)
     if (tp < t) t = tp;
     if (c->watch_head && c->phase != PH_INIT && c->phase != PH_ABORTING) {
         double tw = ftrt__silence_last(c, c->watch_head) + c->a->cfg->heartbeat_timeout_ms / 1000.0;
+        if (tw < t) t = tw;
+    }
+    if (c->txw_head && c->phase != PH_INIT && c->phase != PH_ABORTING) { /* (ftrt__tx_check) */
+        int id = c->txw_head;
+        double tw = (id < c->W ? c->r[id].tx.mark_t : c->hl[id - c->W].tx.mark_t) +
+                    c->a->cfg->heartbeat_timeout_ms / 1000.0;
         if (tw < t) t = tw;
     }
     double ms = ceil((t - now) * 1000.0);
@@ -260,15 +473,16 @@ void ftrt__listener_accept(ftrt__coord *c)
 {
     ftrt__listener *l = c->lis;
     for (;;) {
-        int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
+        int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK); /* (sends queue) */
         if (fd < 0) return; /* EAGAIN: none left (or an error the next readiness retries) */
         if (l->nfree == 0) {
             close(fd);
             c->rejected_connections++;
             continue;
         }
-        int one = 1;
+        int one = 1, sndbuf = ftrt__knobs.coord_sndbuf;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (sndbuf > 0) setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
         int slot = l->pfree[--l->nfree];
         struct epoll_event ev = {.events = ftrt__knobs.hello_unread ? 0 : EPOLLIN,
                                  .data.u64 = FTRT__KEY(FTRT__KEY_PENDING, slot)};

@@ -2,18 +2,18 @@
  * coord.h - the coordinator's state and the interfaces between its files (private to
  * runtime/coordinator/).
  *
- * The files, each calling only those listed before it (tools/check-layers refuses object
- * cycles): rankidx.c (the hosts, the spares, the most steps and the members' BYEs, kept up to
- * date), conn.c (connections, sends, the silence watch, PINGs, the listener), job.c (the
- * job's start, end and abort, fencing), standby.c (the standby coordinator: appointment, SYNC,
- * the term file), commits.c (checkpoint commits), epoch.c (the epoch change: FAILURE out,
- * REPORTs in, PLAN out, RESUMEDs in), failure.c (a rank declared failed: the incident, host
- * loss, the spare), sdc_vote.c (silent data corruption: the vote on fingerprints), progress.c
- * (stalled progress and stragglers), service.c (reading a rank's messages, silence timeouts),
- * takeover.c (a standby taking over) and coordinator.c (the loop: open, iterate, periodic
- * work, close). plan.c holds their pure decisions (plan.h); names.c, status.c, report.c and
- * goodput.c the outputs. Only one thread touches it: world rank 0's, or the standby's that
- * took over.
+ * The files, each calling only those listed before it (tools/check-layers refuses object cycles):
+ * rankidx.c (the hosts, the spares, the most steps and the members' BYEs, kept up to date), conn.c
+ * (connections, sends and their queues, the silence and send watches, PINGs, the listener), job.c
+ * (the job's start, end and abort, fencing), standby.c (the standby coordinator: appointment, SYNC,
+ * the term file), commits.c (checkpoint commits), epoch.c (the epoch change: FAILURE out, REPORTs
+ * in, PLAN out, RESUMEDs in), failure.c (a rank declared failed: the incident, host loss, the
+ * spare), sdc_vote.c (silent data corruption: the vote on fingerprints), progress.c (stalled
+ * progress and stragglers), service.c (reading a rank's messages, silence timeouts and the peers
+ * that do not read), takeover.c (a standby taking over) and coordinator.c (the loop: open, iterate,
+ * periodic work, close). plan.c holds their pure decisions (plan.h); names.c, status.c, report.c
+ * and goodput.c the outputs. Only one thread touches it: world rank 0's, or the standby's that took
+ * over.
  */
 #ifndef FTRT_COORD_H
 #define FTRT_COORD_H
@@ -55,10 +55,23 @@ typedef struct ftrt__wnode {
     int prev, next, on;
 } ftrt__wnode;
 
+/* A connection's send queue (conn.c "the send queues"): the bytes its socket did not take yet,
+ * in order, and since when they wait. Bytes are counted since the connection opened. */
+typedef struct ftrt__txq {
+    ftrt__txbuf b;    /* b.buf[b.off, b.used): still to go */
+    uint64_t in, out; /* bytes queued, bytes written from the queue */
+    uint64_t mark;    /* `in` at mark_t: these bytes are not all out yet */
+    double mark_t;    /* monotonic; the queue's key in the send watch */
+    size_t big;       /* the largest message queued since the queue was last empty */
+    int over;         /* past its bound: the peer is to be declared lost, nothing more is queued */
+    ftrt__wnode wn;   /* in the send watch while it holds bytes (ids: the silence watch's) */
+} ftrt__txq;
+
 /* A host agent's connection (runtime/hostagent.c): it carries the ranks of one host. */
 typedef struct ftrt__hlink {
     int fd;             /* -1 once lost */
     ftrt__rxbuf rx;
+    ftrt__txq tx;       /* what its socket did not take yet (conn.c) */
     double last_heard;  /* monotonic */
     ftrt__wnode wn;
     int agent_w, pid;   /* the process the agent lives in */
@@ -79,6 +92,7 @@ typedef struct ftrt__crank {
     int cut;            /* its host agent was sent a CUT with fence (ftrt__job_fence): the
                            drop sends no second one */
     ftrt__rxbuf rx;
+    ftrt__txq tx;      /* its own connection's: what its socket did not take yet (conn.c) */
     int hello, pid, role, logical;
     char host[FTRT__HOST_MAX];
     double last_heard; /* monotonic */
@@ -260,6 +274,8 @@ typedef struct ftrt__coord {
     int ep;                    /* epoll instance: listeners, pending connections, ranks, host
                                   agents, commits (keys: FTRT__KEY) */
     int watch_head, watch_tail; /* the silence watch (ids, 0 = empty) */
+    int txw_head, txw_tail;    /* the send watch: connections whose send queue holds bytes,
+                                  oldest mark first (conn.c; ids, 0 = empty) */
     ftrt__hlink *hl;           /* host agents' connections, nhl of them (capacity W) */
     int nhl;
     int norphans;              /* ranks whose host agent was lost, not back yet */
@@ -368,9 +384,34 @@ void ftrt__rank_said_bye(ftrt__coord *c, int w);
 
 /* ---- conn.c: connections, sends, the silence watch, PINGs, the listener ---- */
 /* Sends one message to world rank w: on its own connection, or through its host agent (a
- * RELAY); nothing when it has neither. A failed send is logged (debug) and left to the
- * connection's EOF. */
+ * RELAY, ftrt__link_send); nothing when it has neither. Never blocks: what the socket does not
+ * take now waits in the connection's send queue (conn.c "the send queues"), in order. A failed
+ * send is logged (debug) and left to the connection's EOF; a queue past its bound is left to
+ * ftrt__tx_check. */
 void ftrt__coord_send(ftrt__coord *c, int w, uint32_t type, const void *p, uint32_t len);
+/* Sends one message to host agent h: `type` with payload prefix (plen bytes), followed, when
+ * inner_type != 0, by the whole message {inner_type, len} and its payload (RELAY, MULTI,
+ * FANOUT; ftrt__msg_send2's layout). Never blocks, as ftrt__coord_send. Returns 0, -ENOTCONN
+ * (h is lost), -ENOBUFS (its queue is past its bound: h is about to be declared lost, the
+ * message is dropped), or another -errno (the connection is broken: its EOF follows). */
+int ftrt__link_send(ftrt__coord *c, int h, uint32_t type, const void *prefix, uint32_t plen,
+                    uint32_t inner_type, const void *payload, uint32_t len);
+/* Connection id (world rank w's own, or W + h for host agent h's) is writable (EPOLLOUT):
+ * its send queue goes out as far as the socket takes it. */
+void ftrt__tx_ready(ftrt__coord *c, int id);
+/* The connection (id: world rank w, or W + h for host agent h) at the send watch's head when
+ * its peer is to be declared lost by `now`: its send queue went past its byte bound, or holds
+ * bytes queued more than the heartbeat timeout ago (its peer stopped reading; one that became
+ * writable meanwhile is written first, and may no longer be); why is logged. Else 0. The
+ * caller declares it (ftrt__tx_check) or closes its queue, or the same id comes again. O(1)
+ * per connection written. */
+int ftrt__tx_due(ftrt__coord *c, double now);
+/* At the job's end: writes the send queues out, waiting for the sockets until `until`
+ * (monotonic) at most; what is left then is dropped when the connections close. */
+void ftrt__tx_drain(ftrt__coord *c, double until);
+/* Empties connection id's send queue (it closes, or changes hands) and returns the bytes that
+ * were still to go (0: none was lost). */
+size_t ftrt__tx_close(ftrt__coord *c, int id);
 /* ---- fanout.c: fan-outs and relay groups (docs/detection-and-recovery.md "Relay groups") */
 /* Sends one message to each of the n world ranks ws[] (the order is not kept): one send per
  * rank with its own connection; for the ranks behind host agents one FANOUT per relay group
@@ -423,7 +464,7 @@ void ftrt__ping_due(ftrt__coord *c, double now);
  * PINGs that fell due go out, so that a long fan-out never starves a rank of messages. */
 void ftrt__fanout_pump(ftrt__coord *c, int k);
 /* Milliseconds epoll may wait: until the next PINGs fall due (batches at least 2 ms apart), the
- * silence watch's head expires, or 10 ms (the periodic work). */
+ * silence watch's or the send watch's head expires, or 10 ms (the periodic work). */
 int ftrt__coord_wait_ms(const ftrt__coord *c, double now);
 /* The listener: listen_fd (nonblocking from here on, owned: closed by ftrt__listener_close,
  * or here when nothing could be allocated) joins c->ep; each rank may have one pending
@@ -640,6 +681,11 @@ void ftrt__links_catch_up(ftrt__coord *c);
 /* Declares failed every watched connection silent for longer than the heartbeat timeout: a
  * rank's own, or a host agent's (ftrt__host_lost); one with unread bytes is read first. */
 void ftrt__check_timeouts(ftrt__coord *c, double now);
+/* Declares lost, as silent, every connection ftrt__tx_due names (its peer does not take the
+ * coordinator's messages: conn.c "the send queues"): a rank as ftrt__fail with
+ * FK_HEARTBEAT_TIMEOUT, a host agent as ftrt__host_lost with it. No-op while aborting or
+ * done. O(1) when none is due. */
+void ftrt__tx_check(ftrt__coord *c, double now);
 
 /* ---- names.c ---- */
 /* Latest injection time (unix s) for pid / world rank w at or before t_wall in the JSON-lines

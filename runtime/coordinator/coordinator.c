@@ -144,18 +144,21 @@ static int coord_open(ftrt__coord *c, int listen_fd, uint64_t secret)
     return 0;
 }
 
-/* Hands one epoll event to its owner. */
-static void dispatch(ftrt__coord *c, uint64_t key)
+/* Hands one epoll event (`events`: what epoll reported) to its owner: a connection that is
+ * writable writes its send queue (conn.c), one with anything else to report is read. */
+static void dispatch(ftrt__coord *c, uint64_t key, uint32_t events)
 {
     uint32_t kind = (uint32_t)(key >> 32), idx = (uint32_t)key;
-    int w;
+    int w, in = (events & ~(uint32_t)EPOLLOUT) != 0;
+    if ((events & EPOLLOUT) && (kind == FTRT__KEY_RANK || kind == FTRT__KEY_HOST))
+        ftrt__tx_ready(c, kind == FTRT__KEY_RANK ? (int)idx : c->W + (int)idx);
     if (kind == FTRT__KEY_LISTEN) ftrt__listener_accept(c);
     else if (kind == FTRT__KEY_PENDING && (w = ftrt__listener_identify(c, (int)idx)) > 0)
         ftrt__rank_rejoined(c, w);
     else if (kind == FTRT__KEY_PENDING && w < 0)
         ftrt__service_host(c, -w - 1); /* (its ranks' HELLOs came with it) */
-    else if (kind == FTRT__KEY_RANK && c->r[idx].fd >= 0) ftrt__service(c, (int)idx);
-    else if (kind == FTRT__KEY_HOST && c->hl[idx].fd >= 0) ftrt__service_host(c, (int)idx);
+    else if (kind == FTRT__KEY_RANK && in && c->r[idx].fd >= 0) ftrt__service(c, (int)idx);
+    else if (kind == FTRT__KEY_HOST && in && c->hl[idx].fd >= 0) ftrt__service_host(c, (int)idx);
     else if (kind == FTRT__KEY_COMMIT) ftrt__commits_take(c);
 }
 
@@ -169,7 +172,7 @@ static int coord_iterate(ftrt__coord *c, struct epoll_event *evs, const loop_tim
         ftrt__job_abort(c, -errno, "epoll_wait failed");
         return -1;
     }
-    for (int i = 0; i < ne; i++) dispatch(c, evs[i].data.u64);
+    for (int i = 0; i < ne; i++) dispatch(c, evs[i].data.u64, evs[i].events);
     ftrt__epoch_release(c); /* (its standby dismissed: a FAILURE or PLAN waits no more) */
     ftrt__takeover_check(c);
     double now = ftrt__now();
@@ -185,7 +188,10 @@ static int coord_iterate(ftrt__coord *c, struct epoll_event *evs, const loop_tim
     if (ftrt__standby_cut_off(c, now) || ftrt__takeover_cut_off(c, now))
         return 0; /* (before declaring anyone silent or lost) */
     ftrt__ping_due(c, now);
-    if (c->phase != PH_INIT && c->phase != PH_ABORTING) ftrt__check_timeouts(c, now);
+    if (c->phase != PH_INIT && c->phase != PH_ABORTING) {
+        ftrt__check_timeouts(c, now);
+        ftrt__tx_check(c, now); /* (a peer that does not read: as silent) */
+    }
     if (c->catch_up_due) ftrt__links_catch_up(c); /* (a relay lost during this turn) */
     return 0;
 }
@@ -223,7 +229,7 @@ static void coord_periodic(ftrt__coord *c, loop_timers *t, double now)
     if (now < t->next_periodic) return;
     t->next_periodic = now + 0.010;
     for (int k = 0; (k = ftrt__listener_stale(c, now, k)) >= 0; k++) {
-        dispatch(c, FTRT__KEY(FTRT__KEY_PENDING, k)); /* its HELLO may be there, unread */
+        dispatch(c, FTRT__KEY(FTRT__KEY_PENDING, k), EPOLLIN); /* its HELLO may be there, unread */
         ftrt__listener_reject_stale(c, k);
     }
     if (c->norphans > 0) ftrt__orphans_expire(c, now);
@@ -351,6 +357,8 @@ static int coord_main(ftrt__coord *c, int listen_fd, uint64_t secret, const ftrt
         if (coord_iterate(c, evs, &tm)) break;
         coord_periodic(c, &tm, ftrt__now());
     }
+    if (!c->deposed) /* the job's end (FAREWELL, SHUTDOWN, ABORT) still queued goes out */
+        ftrt__tx_drain(c, ftrt__now() + c->a->cfg->heartbeat_timeout_ms / 1000.0);
     coord_finish(c);
     coord_close(c);
     free(evs);

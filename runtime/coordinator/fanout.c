@@ -65,7 +65,7 @@ static void send_via(ftrt__coord *c, int h, const ftrt__coord_at *at)
         if (c->hl[h].via_told) return;
         c->hl[h].via_told = 1;
     }
-    int rc = ftrt__msg_send(c->hl[h].fd, FTRT__MSG_RELAY_VIA, at, sizeof *at);
+    int rc = ftrt__link_send(c, h, FTRT__MSG_RELAY_VIA, at, sizeof *at, 0, NULL, 0);
     if (rc) ftrt_log_debug("RELAY_VIA to host agent %d failed: %s", h, ftrt_strerror(rc));
 }
 
@@ -248,7 +248,7 @@ static void multi_send(ftrt__coord *c, int h, int *list, int cnt, uint32_t type,
     int32_t *pre = (int32_t *)list - 2;
     pre[0] = cnt;
     pre[1] = 0;
-    int rc = ftrt__msg_send2(c->hl[h].fd, FTRT__MSG_MULTI, pre,
+    int rc = ftrt__link_send(c, h, FTRT__MSG_MULTI, pre,
                              (uint32_t)((size_t)(cnt + 2) * sizeof(int32_t)), type, p, len);
     if (rc) ftrt_log_debug("multicast to host agent %d failed: %s", h, ftrt_strerror(rc));
 }
@@ -267,7 +267,7 @@ static void fanout_send(ftrt__coord *c, int lead, int grp_off, uint32_t type, co
     }
     list[grp_off] = nparts;
     list[grp_off + 1] = 0;
-    int rc = ftrt__msg_send2(c->hl[lead].fd, FTRT__MSG_FANOUT, list + grp_off,
+    int rc = ftrt__link_send(c, lead, FTRT__MSG_FANOUT, list + grp_off,
                              (uint32_t)((size_t)(end - grp_off) * sizeof(int32_t)), type, p, len);
     if (rc) ftrt_log_debug("fan-out to relay %d failed: %s", lead, ftrt_strerror(rc));
 }

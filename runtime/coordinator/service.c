@@ -7,7 +7,8 @@
  * back after its host agent was lost is caught up, and one moves from its own connection to a
  * newly elected host agent ("moves"); the silence timeouts (the head of the
  * silence watch) are checked here too, since a connection with unread bytes is read before it
- * is called silent.
+ * is called silent, and so are the peers that do not take the coordinator's messages (the
+ * send watch's head: conn.c "the send queues").
  */
 #include <errno.h>
 #include <poll.h>
@@ -252,6 +253,7 @@ static void move_done(ftrt__coord *c, int w, int lost)
     r->move_to = -1;
     r->move_sent = 0;
     ftrt__silence_remove(c, w);
+    size_t unsent = ftrt__tx_close(c, w); /* (w read its MOVE: rarely anything after it) */
     close(r->fd);
     r->fd = -1;
     ftrt__rx_free(&r->rx);
@@ -280,6 +282,7 @@ static void move_done(ftrt__coord *c, int w, int lost)
         ftrt_log_error("malformed message from world rank %d", w);
         ftrt__fail(c, w, FK_PROTOCOL);
     }
+    if (r->link == h && unsent) ftrt__rank_catch_up(c, w); /* what its own connection lost */
 }
 
 /* What host agent h relayed for world rank w while w moves to it and its own connection is
@@ -539,6 +542,16 @@ void ftrt__links_catch_up(ftrt__coord *c)
 /* The head of the watch, oldest first, O(1) per connection looked at. Bytes that arrived while
  * the loop was busy (a long fan-out) are not silence: a connection with something to read is
  * read first. */
+void ftrt__tx_check(ftrt__coord *c, double now)
+{
+    int id;
+    while (c->phase != PH_ABORTING && c->phase != PH_DONE && (id = ftrt__tx_due(c, now)) > 0) {
+        if (id < c->W) ftrt__fail(c, id, FK_HEARTBEAT_TIMEOUT);
+        else ftrt__host_lost(c, id - c->W, FK_HEARTBEAT_TIMEOUT);
+        if (c->txw_head == id) ftrt__tx_close(c, id); /* (not dropped: the coordinator's own) */
+    }
+}
+
 void ftrt__check_timeouts(ftrt__coord *c, double now)
 {
     double limit = c->a->cfg->heartbeat_timeout_ms / 1000.0;
