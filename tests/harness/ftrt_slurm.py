@@ -295,9 +295,11 @@ class SlurmCluster:
         return {p.pid for _, p in self.daemons}
 
 
-def job_processes(marker=b"FTRT_RUN_ID="):
+def job_processes(marker=b"FTRT_RUN_ID=", slurm_only=False):
     """Pids of the live processes of ftrt jobs on this machine (tools/ftrt-run's marker in their
-    environment): ranks, orted daemons, mpirun."""
+    environment): ranks, orted daemons, mpirun; with slurm_only, only those a Slurm job started
+    (SLURM_JOB_ID in their environment too), so that an ftrt job run beside the test by hand
+    is not taken for one the test left."""
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -309,7 +311,7 @@ def job_processes(marker=b"FTRT_RUN_ID="):
                 state = f.read().rsplit(b")", 1)[1].split()[0]
         except OSError:
             continue
-        if marker in env and state != b"Z":
+        if marker in env and state != b"Z" and (not slurm_only or b"SLURM_JOB_ID=" in env):
             found.append(int(name))
     return found
 

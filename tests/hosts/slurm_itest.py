@@ -340,7 +340,7 @@ def case_chaos(args):
           f"one Slurm job ({ln[0].get('slurm_job')}), in the completion log COMPLETED 0:0 "
           f"({acct})")
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    check("ftrt-s" not in netns and not sl.job_processes(),
+    check("ftrt-s" not in netns and not sl.job_processes(slurm_only=True),
           "ftrt-chaos stopped the cluster and removed its hosts; nothing of the job is left")
 
 
