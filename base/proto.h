@@ -221,7 +221,8 @@ typedef struct ftrt__ledger_msg { /* LEDGER: totals and the intervals not sent y
     int32_t kind_open;
     int32_t n;                      /* intervals that follow */
     int32_t final;                  /* 1 on the last message (before BYE) */
-    int32_t pad;
+    int32_t sparse;                 /* 1: past its share (ftrt__timeline_share()), the rank
+                                       sends only its first and newest intervals */
     int64_t kept_steps;             /* steps this rank completed that were kept */
     ftrt__interval iv[];
 } ftrt__ledger_msg;

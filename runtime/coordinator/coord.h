@@ -121,10 +121,16 @@ typedef struct ftrt__crank {
     double resumed_t;          /* monotonic: that RESUMED's arrival */
     int said_bye;
     ftrt__bye bye;
-    /* ledger (LEDGER messages): intervals received, latest totals and open interval */
+    /* ledger (LEDGER messages): intervals received (up to its share of the timeline budget,
+     * ftrt__timeline_share(); none for a rank left out), latest totals and open interval; the
+     * earliest start and newest end received and that newest interval's kind, which with the
+     * totals rebuild a timeline not held (goodput.c) */
     ftrt__interval *tl;
     size_t tl_n, tl_cap;
     int tl_truncated, tl_final, tl_seen;
+    int tl_left_out;          /* its timeline not held: the report has its totals only */
+    double tl_first, tl_last; /* wall s; 0 = no interval received */
+    int tl_last_kind;
     double tl_totals[FTRT__IV_KINDS];
     double tl_t_open;
     int tl_kind_open;

@@ -19,20 +19,60 @@
 #include "base/log.h"
 #include "runtime/coordinator/coord.h"
 
-/* Appends n intervals to rank r's timeline (up to timeline_max; beyond, it is truncated). */
-static void timeline_append(ftrt__coord *c, ftrt__crank *r, const ftrt__interval *iv, size_t n)
+/* Intervals world rank w's timeline may hold here: 0 for a rank left out (its totals only). */
+static size_t timeline_share(const ftrt__coord *c, int w)
 {
-    if (r->tl_n + n > (size_t)c->a->cfg->timeline_max) {
+    const ftrt_config *cfg = c->a->cfg;
+    return ftrt__timeline_share(w, c->W, c->W - 1 - c->N, cfg->timeline_ranks,
+                                cfg->timeline_budget_mb, cfg->timeline_max);
+}
+
+/* Notes the earliest start and the newest end (and its kind) among n intervals: with the
+ * totals, they rebuild a timeline that is not held (goodput.c). */
+static void timeline_ends(ftrt__crank *r, const ftrt__interval *iv, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (r->tl_first == 0 || iv[i].t0 < r->tl_first) r->tl_first = iv[i].t0;
+        if (iv[i].t1 >= r->tl_last) {
+            r->tl_last = iv[i].t1;
+            r->tl_last_kind = iv[i].kind;
+        }
+    }
+}
+
+/* Stops holding rank r's intervals (its totals rebuild it): left out, or cut short. */
+static void timeline_drop(ftrt__crank *r, int left_out)
+{
+    if (left_out)
+        r->tl_left_out = 1;
+    else
         r->tl_truncated = 1;
+    free(r->tl);
+    r->tl = NULL;
+    r->tl_n = r->tl_cap = 0;
+}
+
+/* Appends n intervals to world rank w's timeline, up to its share of FTRT_TIMELINE_BUDGET_MB
+ * (the array never grows past it); beyond, or when the rank sent only its ends (`sparse`), the
+ * timeline is cut short: the report rebuilds it from the totals. */
+static void timeline_append(ftrt__coord *c, int w, const ftrt__interval *iv, size_t n, int sparse)
+{
+    ftrt__crank *r = &c->r[w];
+    timeline_ends(r, iv, n);
+    if (r->tl_left_out || r->tl_truncated) return;
+    size_t share = timeline_share(c, w);
+    if (share == 0 || sparse || r->tl_n + n > share) {
+        timeline_drop(r, share == 0);
         return;
     }
     if (n == 0) return;
     if (r->tl_n + n > r->tl_cap) {
         size_t ncap = r->tl_cap ? r->tl_cap : 1024;
         while (ncap < r->tl_n + n) ncap *= 2;
+        if (ncap > share) ncap = share;
         ftrt__interval *grown = realloc(r->tl, ncap * sizeof *grown);
-        if (!grown) {
-            r->tl_truncated = 1; /* a lost ledger update is not a protocol error */
+        if (!grown) { /* a lost ledger update is not a protocol error */
+            timeline_drop(r, 0);
             return;
         }
         r->tl = grown;
@@ -62,7 +102,7 @@ static int take_ledger(ftrt__coord *c, int w, const void *payload, size_t len)
     r->total_steps = m->total_steps;
     r->tl_final |= m->final;
     r->tl_seen = 1;
-    timeline_append(c, r, m->iv, (size_t)m->n);
+    timeline_append(c, w, m->iv, (size_t)m->n, m->sparse);
     free(m);
     return 0;
 }
