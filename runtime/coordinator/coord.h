@@ -620,6 +620,12 @@ void ftrt__progress_window(ftrt__coord *c, double now);
 void ftrt__progress_check(ftrt__coord *c, double now);
 
 /* ---- service.c: reading the ranks and the host agents ---- */
+/* A LEDGER message of len bytes from identified world rank w: its totals, open interval and
+ * FLOPs taken; its intervals appended to its timeline up to its share of
+ * FTRT_TIMELINE_BUDGET_MB (ftrt__timeline_share(); none for a rank left out, whose totals
+ * rebuild it). Returns 0 (also when memory ran short: that update is lost) or FTRT_EPROTO for a
+ * malformed message. Event-loop thread. */
+int ftrt__ledger_take(ftrt__coord *c, int w, const void *payload, size_t len);
 /* Reads and handles everything available from world rank w's own connection (KEY_RANK
  * readable); EOF or a malformed message declares it failed. */
 void ftrt__service(ftrt__coord *c, int w);

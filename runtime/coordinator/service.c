@@ -82,8 +82,7 @@ static void timeline_append(ftrt__coord *c, int w, const ftrt__interval *iv, siz
     r->tl_n += n;
 }
 
-/* A LEDGER message: the rank's totals and open interval, and intervals to append. */
-static int take_ledger(ftrt__coord *c, int w, const void *payload, size_t len)
+int ftrt__ledger_take(ftrt__coord *c, int w, const void *payload, size_t len)
 {
     ftrt__ledger_msg *m = malloc(len);
     if (!m) return 0; /* a lost ledger update is not a protocol error */
@@ -190,7 +189,7 @@ static void take_bye(ftrt__coord *c, int w, const ftrt__bye *bye)
 static int handle(ftrt__coord *c, int w, const ftrt__msghdr *h, const void *payload)
 {
     ftrt__crank *r = &c->r[w];
-    if (h->type == FTRT__MSG_LEDGER) return take_ledger(c, w, payload, h->len);
+    if (h->type == FTRT__MSG_LEDGER) return ftrt__ledger_take(c, w, payload, h->len);
     union {
         ftrt__heartbeat hb;
         ftrt__report rep;
