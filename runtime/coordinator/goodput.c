@@ -83,7 +83,7 @@ static void rebuild_slot(ftrt__coord *c, int w, double j0, double j1, emit_fn em
             emit(arg, r->tl[i].kind, t0, t1);
             cur = t1;
         }
-    } else { /* not held: the exact totals, laid end to end */
+    } else { /* not held (left out, or the timeline cut short): the exact totals */
         cur = rebuild_totals(r, j0, stop, emit, arg);
     }
     if (cur < stop) {
