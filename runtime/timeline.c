@@ -35,9 +35,10 @@ void ftrt__ledger_failure(ftrt_ctx *ctx)
     pthread_mutex_unlock(&ctx->ledger_lock);
 }
 
-/* Past this rank's share of the coordinator's timeline budget (or left out), only the first
- * and the newest of the intervals [ctx->ledger_sent, upto) go (the coordinator would drop the
- * rest; the two bound the timeline its totals rebuild): puts them in m. Returns how many. */
+/* Past this rank's share of the coordinator's timeline budget (or left out; or past its own
+ * FTRT_TIMELINE_MAX), only the first and the newest of the intervals [ctx->ledger_sent, upto)
+ * go (the coordinator would drop the rest; the two bound the timeline its totals rebuild):
+ * puts them in m. Returns how many. */
 static int32_t ledger_ends(ftrt_ctx *ctx, size_t upto, ftrt__ledger_msg *m)
 {
     const ftrt__ledger *l = &ctx->ledger;
@@ -74,9 +75,10 @@ int ftrt__ledger_send(ftrt_ctx *ctx, int final)
         m->total_steps = ctx->total_steps;
         m->kept_steps = ctx->kept_steps;
         m->kind_open = l->kind;
-        if (upto > share || l->truncated) {
+        if (ctx->ledger_sent >= share || (l->truncated && ctx->ledger_sent >= l->n)) {
             m->n = ledger_ends(ctx, upto, m);
         } else {
+            if (n > share - ctx->ledger_sent) n = share - ctx->ledger_sent;
             m->n = (int32_t)n;
             if (n > 0) memcpy(m->iv, l->iv + ctx->ledger_sent, n * sizeof *m->iv);
             ctx->ledger_sent += n;

@@ -41,18 +41,38 @@ static void take_off(double *t, int k, double d)
     }
 }
 
-/* A timeline not held here (left out, cut short, or a standby's): the rank's exact totals laid
- * end to end, kind by kind, from its first interval's start (from j0 when unknown: a standby's
- * copy), start-up before it as for a held one; what lies before j0 comes off the start-up and
- * what lies past stop off the newest interval's kind, as clipping a held timeline would.
- * Returns where the pieces end (<= stop). */
-static double rebuild_totals(const ftrt__crank *r, double j0, double stop, emit_fn emit, void *arg)
+/* Emits the intervals held for slot r over [j0, stop] (a gap: start-up before the first, else
+ * the next one's kind) and takes each one's length off rest[its kind]. Returns where they end. */
+static double rebuild_held(ftrt__crank *r, double j0, double stop, emit_fn emit, void *arg,
+                           double *rest)
 {
-    double t[FTRT__IV_KINDS], sum = 0, cur = j0;
-    memcpy(t, r->tl_totals, sizeof t);
+    double cur = j0;
+    if (r->tl_n > 1) qsort(r->tl, r->tl_n, sizeof *r->tl, cmp_iv); /* arrival order may differ */
+    for (size_t i = 0; i < r->tl_n; i++) {
+        rest[r->tl[i].kind] -= r->tl[i].t1 - r->tl[i].t0;
+        double t0 = fmax(r->tl[i].t0, cur), t1 = fmin(r->tl[i].t1, stop);
+        if (cur >= stop || t1 <= t0) continue;
+        if (t0 > cur) emit(arg, cur == j0 ? FTRT__IV_STARTUP : r->tl[i].kind, cur, t0);
+        emit(arg, r->tl[i].kind, t0, t1);
+        cur = t1;
+    }
+    return cur;
+}
+
+/* What the intervals held do not give (all of a timeline left out, the rest of one cut short,
+ * a standby's copy): the rank's exact totals less those intervals, `rest`, laid end to end kind
+ * by kind from cur. With nothing held, from its first interval's start (from j0 when unknown:
+ * a standby's copy), start-up before it as for a held one, what lies before j0 off the
+ * start-up; what lies past stop comes off the newest interval's kind, as clipping a held
+ * timeline would. Returns where the pieces end (<= stop). */
+static double rebuild_rest(const ftrt__crank *r, double j0, double cur, double stop, double *t,
+                           emit_fn emit, void *arg)
+{
+    double sum = 0;
+    for (int k = 0; k < FTRT__IV_KINDS; k++) t[k] = fmax(t[k], 0);
     if (r->tl_last > 0) {
-        if (r->tl_first < j0) take_off(t, FTRT__IV_STARTUP, j0 - r->tl_first);
-        if (r->tl_first > j0) {
+        if (cur == j0 && r->tl_first < j0) take_off(t, FTRT__IV_STARTUP, j0 - r->tl_first);
+        if (cur == j0 && r->tl_first > j0) {
             cur = fmin(r->tl_first, stop);
             emit(arg, FTRT__IV_STARTUP, j0, cur);
         }
@@ -71,21 +91,13 @@ static double rebuild_totals(const ftrt__crank *r, double j0, double stop, emit_
 static void rebuild_slot(ftrt__coord *c, int w, double j0, double j1, emit_fn emit, void *arg)
 {
     ftrt__crank *r = &c->r[w];
-    double cur = j0;
-    if (r->tl_n > 1) qsort(r->tl, r->tl_n, sizeof *r->tl, cmp_iv); /* arrival order may differ */
+    double rest[FTRT__IV_KINDS];
+    memcpy(rest, r->tl_totals, sizeof rest);
     int dead = r->role == FTRT__ROLE_FAILED && r->t_fail_wall > 0;
     double stop = dead ? fmin(fmax(r->t_fail_wall, j0), j1) : j1;
-    if (!r->tl_truncated && !r->tl_left_out) {
-        for (size_t i = 0; i < r->tl_n && cur < stop; i++) {
-            double t0 = fmax(r->tl[i].t0, cur), t1 = fmin(r->tl[i].t1, stop);
-            if (t1 <= t0) continue;
-            if (t0 > cur) emit(arg, cur == j0 ? FTRT__IV_STARTUP : r->tl[i].kind, cur, t0);
-            emit(arg, r->tl[i].kind, t0, t1);
-            cur = t1;
-        }
-    } else { /* not held (left out, or the timeline cut short): the exact totals */
-        cur = rebuild_totals(r, j0, stop, emit, arg);
-    }
+    double cur = rebuild_held(r, j0, stop, emit, arg, rest);
+    if (r->tl_truncated || r->tl_left_out) /* the timeline cut short, or not held: the totals */
+        cur = rebuild_rest(r, j0, cur, stop, rest, emit, arg);
     if (cur < stop) {
         int kind;
         if (!r->tl_seen)

@@ -40,30 +40,26 @@ static void timeline_ends(ftrt__crank *r, const ftrt__interval *iv, size_t n)
     }
 }
 
-/* Stops holding rank r's intervals (its totals rebuild it): left out, or cut short. */
-static void timeline_drop(ftrt__crank *r, int left_out)
-{
-    if (left_out)
-        r->tl_left_out = 1;
-    else
-        r->tl_truncated = 1;
-    free(r->tl);
-    r->tl = NULL;
-    r->tl_n = r->tl_cap = 0;
-}
-
 /* Appends n intervals to world rank w's timeline, up to its share of FTRT_TIMELINE_BUDGET_MB
- * (the array never grows past it); beyond, or when the rank sent only its ends (`sparse`), the
- * timeline is cut short: the report rebuilds it from the totals. */
+ * (the array never grows past it); beyond, or once the rank sends only its ends (`sparse`),
+ * the timeline is cut short: the report rebuilds the rest from the totals. A rank left out
+ * (share 0) holds none. */
 static void timeline_append(ftrt__coord *c, int w, const ftrt__interval *iv, size_t n, int sparse)
 {
     ftrt__crank *r = &c->r[w];
     timeline_ends(r, iv, n);
     if (r->tl_left_out || r->tl_truncated) return;
     size_t share = timeline_share(c, w);
-    if (share == 0 || sparse || r->tl_n + n > share) {
-        timeline_drop(r, share == 0);
+    if (share == 0) {
+        r->tl_left_out = 1;
+        free(r->tl);
+        r->tl = NULL;
+        r->tl_n = r->tl_cap = 0;
         return;
+    }
+    if (sparse || r->tl_n + n > share) {
+        r->tl_truncated = 1;
+        n = sparse ? 0 : share - r->tl_n; /* (what fits: the first of them) */
     }
     if (n == 0) return;
     if (r->tl_n + n > r->tl_cap) {
@@ -72,7 +68,7 @@ static void timeline_append(ftrt__coord *c, int w, const ftrt__interval *iv, siz
         if (ncap > share) ncap = share;
         ftrt__interval *grown = realloc(r->tl, ncap * sizeof *grown);
         if (!grown) { /* a lost ledger update is not a protocol error */
-            timeline_drop(r, 0);
+            r->tl_truncated = 1;
             return;
         }
         r->tl = grown;
