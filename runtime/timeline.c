@@ -82,10 +82,11 @@ int ftrt__ledger_send(ftrt_ctx *ctx, int final)
             m->n = (int32_t)n;
             if (n > 0) memcpy(m->iv, l->iv + ctx->ledger_sent, n * sizeof *m->iv);
             ctx->ledger_sent += n;
+            if (l->truncated && ctx->ledger_sent >= l->n) m->sparse = 2; /* no more to come */
         }
         m->final = final && ctx->ledger_sent >= l->n;
         pthread_mutex_unlock(&ctx->ledger_lock);
-        rc = ftrt__agent_send(ctx, FTRT__MSG_LEDGER, m, (uint32_t)ftrt__ledger_msg_size((int)n));
+        rc = ftrt__agent_send(ctx, FTRT__MSG_LEDGER, m, (uint32_t)ftrt__ledger_msg_size(m->n));
         if (rc || !final || m->final) break;
     } while (1);
     free(m);

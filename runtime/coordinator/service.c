@@ -41,9 +41,9 @@ static void timeline_ends(ftrt__crank *r, const ftrt__interval *iv, size_t n)
 }
 
 /* Appends n intervals to world rank w's timeline, up to its share of FTRT_TIMELINE_BUDGET_MB
- * (the array never grows past it); beyond, or once the rank sends only its ends (`sparse`),
- * the timeline is cut short: the report rebuilds the rest from the totals. A rank left out
- * (share 0) holds none. */
+ * (the array never grows past it); beyond, or once the rank sends only its ends (`sparse` 1)
+ * or says no more will come (2), the timeline is cut short: the report rebuilds the rest from
+ * the totals. A rank left out (share 0) holds none. */
 static void timeline_append(ftrt__coord *c, int w, const ftrt__interval *iv, size_t n, int sparse)
 {
     ftrt__crank *r = &c->r[w];
@@ -57,10 +57,12 @@ static void timeline_append(ftrt__coord *c, int w, const ftrt__interval *iv, siz
         r->tl_n = r->tl_cap = 0;
         return;
     }
-    if (sparse || r->tl_n + n > share) {
-        r->tl_truncated = 1;
-        n = sparse ? 0 : share - r->tl_n; /* (what fits: the first of them) */
-    }
+    int cut = sparse != 0 || r->tl_n + n > share; /* (sparse 2: these, then no more) */
+    if (sparse == 1)
+        n = 0; /* only its ends: not contiguous */
+    else if (r->tl_n + n > share)
+        n = share - r->tl_n; /* what fits: the first of them */
+    if (cut) r->tl_truncated = 1;
     if (n == 0) return;
     if (r->tl_n + n > r->tl_cap) {
         size_t ncap = r->tl_cap ? r->tl_cap : 1024;

@@ -19,7 +19,9 @@
  *   as before the budget;
  * - share_spent: a held rank whose intervals outgrow its share is cut short ("truncated":
  *   true): the intervals that fit are held, the rest of its totals laid end to end after them,
- *   its rank-seconds still exact.
+ *   its rank-seconds still exact;
+ * - rank_cut_short: a rank past its own FTRT_TIMELINE_MAX sends its last intervals flagged
+ *   `sparse` 2: they are held, the timeline is cut short, its rank-seconds still exact.
  */
 #include <json-c/json.h>
 #include <math.h>
@@ -307,6 +309,37 @@ static void share_spent(void **state)
     world_close(&wd);
 }
 
+/* A rank past its own FTRT_TIMELINE_MAX sends what it kept and says no more will come
+ * (`sparse` 2): those intervals are held, the timeline cut short, its totals still exact. */
+static void rank_cut_short(void **state)
+{
+    (void)state;
+    world wd;
+    world_open(&wd, 4, 0, 256, 1024, 0);
+    ftrt__crank *r = &wd.c.r[2];
+    free(r->tl);
+    r->tl = NULL;
+    r->tl_n = r->tl_cap = 0;
+    r->tl_first = r->tl_last = 0;
+    ftrt__ledger_msg *m = calloc(1, ftrt__ledger_msg_size(10));
+    assert_non_null(m);
+    for (int i = 0; i < IV; i++) { /* the totals of all IV, the first 10 intervals */
+        ftrt__interval v = interval(r, 2, i);
+        m->totals[v.kind] += v.t1 - v.t0;
+        if (i < 10) m->iv[i] = v;
+    }
+    m->n = 10;
+    m->kind_open = FTRT__IV_TEARDOWN;
+    m->t_open = interval(r, 2, IV - 1).t1;
+    m->final = 1;
+    m->sparse = 2;
+    assert_int_equal(ftrt__ledger_take(&wd.c, 2, m, ftrt__ledger_msg_size(10)), 0);
+    assert_true(r->tl_truncated && r->tl_n == 10);
+    check_totals(&wd);
+    free(m);
+    world_close(&wd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -314,6 +347,7 @@ int main(void)
         cmocka_unit_test(large_world_within_budget),
         cmocka_unit_test(small_world_all_held),
         cmocka_unit_test(share_spent),
+        cmocka_unit_test(rank_cut_short),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
