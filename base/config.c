@@ -111,7 +111,13 @@
     X(standby, "FTRT_STANDBY", INT, 1, 0, 1, NULL,                                                 \
       "1 = a hot spare on another host than the coordinator's is the standby coordinator, which "  \
       "takes over in place when the coordinator is lost; 0 = no standby (the coordinator's loss "  \
-      "ends the job, a relaunch resumes from the last committed checkpoint)")
+      "ends the job, a relaunch resumes from the last committed checkpoint)")                    \
+    X(timeline_budget_mb, "FTRT_TIMELINE_BUDGET_MB", INT, 256, 0, 1 << 20, NULL,                   \
+      "MiB the coordinator holds for the report's per-rank timelines, split over the ranks it "    \
+      "holds them for (`FTRT_TIMELINE_RANKS`); the others' totals only (exact); 0 = none")       \
+    X(timeline_ranks, "FTRT_TIMELINE_RANKS", INT, 1024, 0, FTRT__MAX_WORLD, NULL,                  \
+      "ranks whose whole timeline the report holds: the first this many world ranks and every "   \
+      "hot spare (all ranks of a job this small); the others' totals only")
 
 /* The default in the descriptor's number or string slot, by kind. */
 #define FTRT__DEFNUM_INT(d) (double)(d)

@@ -108,6 +108,19 @@ void ftrt__ledger_close(ftrt__ledger *l, double t)
     l->t_open = t;
 }
 
+size_t ftrt__timeline_share(int w, int W, int spares, int ranks, int budget_mb, int timeline_max)
+{
+    if (w < 1 || w >= W || ranks < 0 || budget_mb <= 0 || timeline_max <= 0) return 0;
+    int slots = W - 1, first_spare = W - (spares > 0 ? spares : 0);
+    if (first_spare < 1) first_spare = 1;
+    int k = ranks < slots ? ranks : slots;
+    if (w > k && w < first_spare) return 0; /* left out: its totals only */
+    /* held: world ranks 1..k, and the spares first_spare..W-1 beyond them */
+    long long held = k + (slots - (k > first_spare - 1 ? k : first_spare - 1));
+    long long share = ((long long)budget_mb << 20) / (held * (long long)sizeof(ftrt__interval));
+    return share < timeline_max ? (size_t)share : (size_t)timeline_max;
+}
+
 int ftrt__goodput_compute(const ftrt__goodput_in *in, ftrt__goodput *out)
 {
     memset(out, 0, sizeof *out);

@@ -87,6 +87,20 @@ double ftrt__ledger_reclass_since_step(ftrt__ledger *l, int kind);
 /* Closes the open interval at t without opening another (end of the timeline). */
 void ftrt__ledger_close(ftrt__ledger *l, double t);
 
+/* ---- which ranks' timelines the coordinator holds (docs/goodput-ledger.md "Timelines at
+ * scale"; the coordinator and every rank compute it alike, so that a rank does not send
+ * intervals the coordinator would drop) ---- */
+
+/* Intervals of world rank w's timeline that the coordinator holds, in a world of W processes
+ * (world rank 0 the coordinator, the last `spares` ones hot spares) whose settings are
+ * `ranks` (FTRT_TIMELINE_RANKS: the first this many world ranks are held), budget_mb
+ * (FTRT_TIMELINE_BUDGET_MB: MiB for all held timelines) and timeline_max (FTRT_TIMELINE_MAX:
+ * the most a rank holds). Held: world ranks 1..ranks and every hot spare; each holds at most
+ * min(timeline_max, budget / (held ranks x sizeof(ftrt__interval))), so that all held
+ * timelines together stay within the budget. Returns 0 for a rank left out (its totals only),
+ * or for w outside 1..W-1. Pure; thread-safe. */
+size_t ftrt__timeline_share(int w, int W, int spares, int ranks, int budget_mb, int timeline_max);
+
 /* ---- the job's figures, from per-slot totals (pure arithmetic, unit-tested) ---- */
 
 typedef struct ftrt__goodput_in {

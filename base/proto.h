@@ -221,7 +221,11 @@ typedef struct ftrt__ledger_msg { /* LEDGER: totals and the intervals not sent y
     int32_t kind_open;
     int32_t n;                      /* intervals that follow */
     int32_t final;                  /* 1 on the last message (before BYE) */
-    int32_t pad;
+    int32_t sparse;                 /* 0: intervals as they come; 1: past its share
+                                       (ftrt__timeline_share()) or its FTRT_TIMELINE_MAX, only
+                                       its first and newest intervals (not contiguous); 2: these
+                                       intervals, then no more (its FTRT_TIMELINE_MAX reached):
+                                       the timeline is cut short after them */
     int64_t kept_steps;             /* steps this rank completed that were kept */
     ftrt__interval iv[];
 } ftrt__ledger_msg;

@@ -230,6 +230,14 @@ typedef struct ftrt_config {
                                  (docs/detection-and-recovery.md "Standby coordinator"); 0 = no
                                  standby: the coordinator's loss ends the job and a relaunch
                                  resumes from the last committed checkpoint */
+    int timeline_budget_mb;   /* FTRT_TIMELINE_BUDGET_MB: MiB the coordinator holds for the
+                                 report's per-rank timelines (default 256, 0..1048576), split
+                                 over the ranks it holds them for; the ledger's totals stay
+                                 exact for every rank (docs/goodput-ledger.md "Timelines at
+                                 scale"); 0 = no timelines, totals only */
+    int timeline_ranks;       /* FTRT_TIMELINE_RANKS: ranks whose whole timeline the report
+                                 holds: world ranks 1..this and every hot spare (default 1024:
+                                 every rank of a job that small); the others' totals only */
 } ftrt_config;
 
 /* FTRT_CKPT_POLICY values. */

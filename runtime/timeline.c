@@ -35,9 +35,27 @@ void ftrt__ledger_failure(ftrt_ctx *ctx)
     pthread_mutex_unlock(&ctx->ledger_lock);
 }
 
+/* Past this rank's share of the coordinator's timeline budget (or left out; or past its own
+ * FTRT_TIMELINE_MAX), only the first and the newest of the intervals [ctx->ledger_sent, upto)
+ * go (the coordinator would drop the rest; the two bound the timeline its totals rebuild):
+ * puts them in m. Returns how many. */
+static int32_t ledger_ends(ftrt_ctx *ctx, size_t upto, ftrt__ledger_msg *m)
+{
+    const ftrt__ledger *l = &ctx->ledger;
+    int32_t n = 0;
+    if (ctx->ledger_sent == 0 && upto > 0) m->iv[n++] = l->iv[0];
+    if (upto > ctx->ledger_sent && upto > 1) m->iv[n++] = l->iv[upto - 1];
+    ctx->ledger_sent = upto;
+    m->sparse = 1;
+    return n;
+}
+
 int ftrt__ledger_send(ftrt_ctx *ctx, int final)
 {
     enum { CHUNK = 512 };
+    size_t share = ftrt__timeline_share(ctx->world_rank, ctx->world_size, ctx->nspares,
+                                        ctx->cfg.timeline_ranks, ctx->cfg.timeline_budget_mb,
+                                        ctx->cfg.timeline_max);
     ftrt__ledger_msg *m = malloc(ftrt__ledger_msg_size(CHUNK));
     if (!m) return -ENOMEM;
     int rc = 0;
@@ -57,12 +75,18 @@ int ftrt__ledger_send(ftrt_ctx *ctx, int final)
         m->total_steps = ctx->total_steps;
         m->kept_steps = ctx->kept_steps;
         m->kind_open = l->kind;
-        m->n = (int32_t)n;
-        if (n > 0) memcpy(m->iv, l->iv + ctx->ledger_sent, n * sizeof *m->iv);
-        ctx->ledger_sent += n;
+        if (ctx->ledger_sent >= share || (l->truncated && ctx->ledger_sent >= l->n)) {
+            m->n = ledger_ends(ctx, upto, m);
+        } else {
+            if (n > share - ctx->ledger_sent) n = share - ctx->ledger_sent;
+            m->n = (int32_t)n;
+            if (n > 0) memcpy(m->iv, l->iv + ctx->ledger_sent, n * sizeof *m->iv);
+            ctx->ledger_sent += n;
+            if (l->truncated && ctx->ledger_sent >= l->n) m->sparse = 2; /* no more to come */
+        }
         m->final = final && ctx->ledger_sent >= l->n;
         pthread_mutex_unlock(&ctx->ledger_lock);
-        rc = ftrt__agent_send(ctx, FTRT__MSG_LEDGER, m, (uint32_t)ftrt__ledger_msg_size((int)n));
+        rc = ftrt__agent_send(ctx, FTRT__MSG_LEDGER, m, (uint32_t)ftrt__ledger_msg_size(m->n));
         if (rc || !final || m->final) break;
     } while (1);
     free(m);

@@ -135,10 +135,16 @@ typedef struct ftrt__crank {
     double resumed_t;          /* monotonic: that RESUMED's arrival */
     int said_bye;
     ftrt__bye bye;
-    /* ledger (LEDGER messages): intervals received, latest totals and open interval */
+    /* ledger (LEDGER messages): intervals received (up to its share of the timeline budget,
+     * ftrt__timeline_share(); none for a rank left out), latest totals and open interval; the
+     * earliest start and newest end received and that newest interval's kind, which with the
+     * totals rebuild a timeline not held (goodput.c) */
     ftrt__interval *tl;
     size_t tl_n, tl_cap;
     int tl_truncated, tl_final, tl_seen;
+    int tl_left_out;          /* its timeline not held: the report has its totals only */
+    double tl_first, tl_last; /* wall s; 0 = no interval received */
+    int tl_last_kind;
     double tl_totals[FTRT__IV_KINDS];
     double tl_t_open;
     int tl_kind_open;
@@ -655,6 +661,12 @@ void ftrt__progress_window(ftrt__coord *c, double now);
 void ftrt__progress_check(ftrt__coord *c, double now);
 
 /* ---- service.c: reading the ranks and the host agents ---- */
+/* A LEDGER message of len bytes from identified world rank w: its totals, open interval and
+ * FLOPs taken; its intervals appended to its timeline up to its share of
+ * FTRT_TIMELINE_BUDGET_MB (ftrt__timeline_share(); none for a rank left out, whose totals
+ * rebuild it). Returns 0 (also when memory ran short: that update is lost) or FTRT_EPROTO for a
+ * malformed message. Event-loop thread. */
+int ftrt__ledger_take(ftrt__coord *c, int w, const void *payload, size_t len);
 /* Reads and handles everything available from world rank w's own connection (KEY_RANK
  * readable); EOF or a malformed message declares it failed. */
 void ftrt__service(ftrt__coord *c, int w);

@@ -30,29 +30,74 @@ static int cmp_iv(const void *a, const void *b)
     return (x->t0 > y->t0) - (x->t0 < y->t0);
 }
 
+/* Takes d seconds off t: from kind k first, then from the others, last kind first. */
+static void take_off(double *t, int k, double d)
+{
+    for (int i = -1; i < FTRT__IV_KINDS && d > 0; i++) {
+        int x = i < 0 ? k : FTRT__IV_KINDS - 1 - i;
+        double m = fmin(t[x], d);
+        t[x] -= m;
+        d -= m;
+    }
+}
+
+/* Emits the intervals held for slot r over [j0, stop] (a gap: start-up before the first, else
+ * the next one's kind) and takes each one's length off rest[its kind]. Returns where they end. */
+static double rebuild_held(ftrt__crank *r, double j0, double stop, emit_fn emit, void *arg,
+                           double *rest)
+{
+    double cur = j0;
+    if (r->tl_n > 1) qsort(r->tl, r->tl_n, sizeof *r->tl, cmp_iv); /* arrival order may differ */
+    for (size_t i = 0; i < r->tl_n; i++) {
+        rest[r->tl[i].kind] -= r->tl[i].t1 - r->tl[i].t0;
+        double t0 = fmax(r->tl[i].t0, cur), t1 = fmin(r->tl[i].t1, stop);
+        if (cur >= stop || t1 <= t0) continue;
+        if (t0 > cur) emit(arg, cur == j0 ? FTRT__IV_STARTUP : r->tl[i].kind, cur, t0);
+        emit(arg, r->tl[i].kind, t0, t1);
+        cur = t1;
+    }
+    return cur;
+}
+
+/* What the intervals held do not give (all of a timeline left out, the rest of one cut short,
+ * a standby's copy): the rank's exact totals less those intervals, `rest`, laid end to end kind
+ * by kind from cur. With nothing held, from its first interval's start (from j0 when unknown:
+ * a standby's copy), start-up before it as for a held one, what lies before j0 off the
+ * start-up; what lies past stop comes off the newest interval's kind, as clipping a held
+ * timeline would. Returns where the pieces end (<= stop). */
+static double rebuild_rest(const ftrt__crank *r, double j0, double cur, double stop, double *t,
+                           emit_fn emit, void *arg)
+{
+    double sum = 0;
+    for (int k = 0; k < FTRT__IV_KINDS; k++) t[k] = fmax(t[k], 0);
+    if (r->tl_last > 0) {
+        if (cur == j0 && r->tl_first < j0) take_off(t, FTRT__IV_STARTUP, j0 - r->tl_first);
+        if (cur == j0 && r->tl_first > j0) {
+            cur = fmin(r->tl_first, stop);
+            emit(arg, FTRT__IV_STARTUP, j0, cur);
+        }
+        for (int k = 0; k < FTRT__IV_KINDS; k++) sum += t[k];
+        if (cur + sum > stop) take_off(t, r->tl_last_kind, cur + sum - stop);
+    }
+    for (int k = 0; k < FTRT__IV_KINDS && cur < stop; k++) {
+        double t1 = fmin(cur + t[k], stop);
+        if (t1 > cur) emit(arg, k, cur, t1);
+        cur = t1;
+    }
+    return cur;
+}
+
 /* Walks slot w's timeline over [j0, j1], emitting contiguous pieces that cover it exactly. */
 static void rebuild_slot(ftrt__coord *c, int w, double j0, double j1, emit_fn emit, void *arg)
 {
     ftrt__crank *r = &c->r[w];
-    double cur = j0;
-    if (r->tl_n > 1) qsort(r->tl, r->tl_n, sizeof *r->tl, cmp_iv); /* arrival order may differ */
+    double rest[FTRT__IV_KINDS];
+    memcpy(rest, r->tl_totals, sizeof rest);
     int dead = r->role == FTRT__ROLE_FAILED && r->t_fail_wall > 0;
     double stop = dead ? fmin(fmax(r->t_fail_wall, j0), j1) : j1;
-    if (!r->tl_truncated) {
-        for (size_t i = 0; i < r->tl_n && cur < stop; i++) {
-            double t0 = fmax(r->tl[i].t0, cur), t1 = fmin(r->tl[i].t1, stop);
-            if (t1 <= t0) continue;
-            if (t0 > cur) emit(arg, cur == j0 ? FTRT__IV_STARTUP : r->tl[i].kind, cur, t0);
-            emit(arg, r->tl[i].kind, t0, t1);
-            cur = t1;
-        }
-    } else { /* timeline cut short: the exact totals, laid end to end from the start */
-        for (int k = 0; k < FTRT__IV_KINDS && cur < stop; k++) {
-            double t1 = fmin(cur + r->tl_totals[k], stop);
-            if (t1 > cur) emit(arg, k, cur, t1);
-            cur = t1;
-        }
-    }
+    double cur = rebuild_held(r, j0, stop, emit, arg, rest);
+    if (r->tl_truncated || r->tl_left_out) /* the timeline cut short, or not held: the totals */
+        cur = rebuild_rest(r, j0, cur, stop, rest, emit, arg);
     if (cur < stop) {
         int kind;
         if (!r->tl_seen)
@@ -263,8 +308,41 @@ static void timeline_rank(ftrt__coord *c, int w, double j0, double j1, ftrt__jw 
     ftrt__jw_end(jw);
 }
 
-/* The report's "timeline": every rank's intervals from j0 to j1 and the incidents' events,
- * written rank by rank (nothing per rank is held). */
+/* One element of the timeline's "left_out": world rank w's role and rank-seconds by kind. */
+static void timeline_left_out(ftrt__coord *c, int w, double j0, double j1, ftrt__jw *jw)
+{
+    const ftrt__crank *r = &c->r[w];
+    double t[FTRT__IV_KINDS] = {0};
+    rebuild_slot(c, w, j0, j1, add_total, t);
+    ftrt__jw_object(jw, NULL);
+    ftrt__jw_int(jw, "world_rank", w);
+    ftrt__jw_string(jw, "role", ftrt__role_name(r->role));
+    opt_logical(jw, r->logical);
+    ftrt__jw_array(jw, "rank_s");
+    for (int k = 0; k < FTRT__IV_KINDS; k++) ftrt__jw_double(jw, NULL, round(t[k] * 1e6) / 1e6);
+    ftrt__jw_end(jw);
+    ftrt__jw_end(jw);
+}
+
+/* What the coordinator held: the budget, the ranks whose timelines are in "ranks" and the
+ * bytes their intervals took, the ranks left out. */
+static void timeline_held(const ftrt__coord *c, ftrt__jw *w)
+{
+    int held = 0;
+    long long bytes = 0;
+    for (int x = 1; x < c->W; x++) {
+        held += !c->r[x].tl_left_out;
+        bytes += (long long)(c->r[x].tl_cap * sizeof(ftrt__interval));
+    }
+    ftrt__jw_int(w, "budget_mib", c->a->cfg->timeline_budget_mb);
+    ftrt__jw_int(w, "held_ranks", held);
+    ftrt__jw_int(w, "held_bytes", bytes);
+    ftrt__jw_int(w, "left_out_ranks", c->W - 1 - held);
+}
+
+/* The report's "timeline": the intervals from j0 to j1 of every rank whose timeline the
+ * coordinator held, the others' rank-seconds by kind, and the incidents' events, written rank
+ * by rank (nothing per rank is held). */
 static void timeline_json(ftrt__coord *c, double j0, double j1, ftrt__jw *w)
 {
     ftrt__jw_object(w, "timeline");
@@ -273,8 +351,14 @@ static void timeline_json(ftrt__coord *c, double j0, double j1, ftrt__jw *w)
     ftrt__jw_array(w, "kinds");
     for (int k = 0; k < FTRT__IV_KINDS; k++) ftrt__jw_string(w, NULL, ftrt__iv_name(k));
     ftrt__jw_end(w);
+    timeline_held(c, w);
     ftrt__jw_array(w, "ranks");
-    for (int x = 1; x < c->W; x++) timeline_rank(c, x, j0, j1, w);
+    for (int x = 1; x < c->W; x++)
+        if (!c->r[x].tl_left_out) timeline_rank(c, x, j0, j1, w);
+    ftrt__jw_end(w);
+    ftrt__jw_array(w, "left_out");
+    for (int x = 1; x < c->W; x++)
+        if (c->r[x].tl_left_out) timeline_left_out(c, x, j0, j1, w);
     ftrt__jw_end(w);
     ftrt__jw_array(w, "events");
     for (int i = 0; i < c->ninc; i++) {

@@ -20,20 +20,58 @@
 #include "base/log.h"
 #include "runtime/coordinator/coord.h"
 
-/* Appends n intervals to rank r's timeline (up to timeline_max; beyond, it is truncated). */
-static void timeline_append(ftrt__coord *c, ftrt__crank *r, const ftrt__interval *iv, size_t n)
+/* Intervals world rank w's timeline may hold here: 0 for a rank left out (its totals only). */
+static size_t timeline_share(const ftrt__coord *c, int w)
 {
-    if (r->tl_n + n > (size_t)c->a->cfg->timeline_max) {
-        r->tl_truncated = 1;
+    const ftrt_config *cfg = c->a->cfg;
+    return ftrt__timeline_share(w, c->W, c->W - 1 - c->N, cfg->timeline_ranks,
+                                cfg->timeline_budget_mb, cfg->timeline_max);
+}
+
+/* Notes the earliest start and the newest end (and its kind) among n intervals: with the
+ * totals, they rebuild a timeline that is not held (goodput.c). */
+static void timeline_ends(ftrt__crank *r, const ftrt__interval *iv, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (r->tl_first == 0 || iv[i].t0 < r->tl_first) r->tl_first = iv[i].t0;
+        if (iv[i].t1 >= r->tl_last) {
+            r->tl_last = iv[i].t1;
+            r->tl_last_kind = iv[i].kind;
+        }
+    }
+}
+
+/* Appends n intervals to world rank w's timeline, up to its share of FTRT_TIMELINE_BUDGET_MB
+ * (the array never grows past it); beyond, or once the rank sends only its ends (`sparse` 1)
+ * or says no more will come (2), the timeline is cut short: the report rebuilds the rest from
+ * the totals. A rank left out (share 0) holds none. */
+static void timeline_append(ftrt__coord *c, int w, const ftrt__interval *iv, size_t n, int sparse)
+{
+    ftrt__crank *r = &c->r[w];
+    timeline_ends(r, iv, n);
+    if (r->tl_left_out || r->tl_truncated) return;
+    size_t share = timeline_share(c, w);
+    if (share == 0) {
+        r->tl_left_out = 1;
+        free(r->tl);
+        r->tl = NULL;
+        r->tl_n = r->tl_cap = 0;
         return;
     }
+    int cut = sparse != 0 || r->tl_n + n > share; /* (sparse 2: these, then no more) */
+    if (sparse == 1)
+        n = 0; /* only its ends: not contiguous */
+    else if (r->tl_n + n > share)
+        n = share - r->tl_n; /* what fits: the first of them */
+    if (cut) r->tl_truncated = 1;
     if (n == 0) return;
     if (r->tl_n + n > r->tl_cap) {
         size_t ncap = r->tl_cap ? r->tl_cap : 1024;
         while (ncap < r->tl_n + n) ncap *= 2;
+        if (ncap > share) ncap = share;
         ftrt__interval *grown = realloc(r->tl, ncap * sizeof *grown);
-        if (!grown) {
-            r->tl_truncated = 1; /* a lost ledger update is not a protocol error */
+        if (!grown) { /* a lost ledger update is not a protocol error */
+            r->tl_truncated = 1;
             return;
         }
         r->tl = grown;
@@ -43,8 +81,7 @@ static void timeline_append(ftrt__coord *c, ftrt__crank *r, const ftrt__interval
     r->tl_n += n;
 }
 
-/* A LEDGER message: the rank's totals and open interval, and intervals to append. */
-static int take_ledger(ftrt__coord *c, int w, const void *payload, size_t len)
+int ftrt__ledger_take(ftrt__coord *c, int w, const void *payload, size_t len)
 {
     ftrt__ledger_msg *m = malloc(len);
     if (!m) return 0; /* a lost ledger update is not a protocol error */
@@ -63,7 +100,7 @@ static int take_ledger(ftrt__coord *c, int w, const void *payload, size_t len)
     r->total_steps = m->total_steps;
     r->tl_final |= m->final;
     r->tl_seen = 1;
-    timeline_append(c, r, m->iv, (size_t)m->n);
+    timeline_append(c, w, m->iv, (size_t)m->n, m->sparse);
     free(m);
     return 0;
 }
@@ -151,7 +188,7 @@ static void take_bye(ftrt__coord *c, int w, const ftrt__bye *bye)
 static int handle(ftrt__coord *c, int w, const ftrt__msghdr *h, const void *payload)
 {
     ftrt__crank *r = &c->r[w];
-    if (h->type == FTRT__MSG_LEDGER) return take_ledger(c, w, payload, h->len);
+    if (h->type == FTRT__MSG_LEDGER) return ftrt__ledger_take(c, w, payload, h->len);
     union {
         ftrt__heartbeat hb;
         ftrt__report rep;

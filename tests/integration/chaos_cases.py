@@ -111,6 +111,17 @@ CASES = {
                       "--hold-ms", "500"],
                [{"kind": "kill-trainer", "at_step": 60, "target": "trainer:1"},
                 {"kind": "hang-trainer", "at_step": 135, "target": "trainer:3"}], [], {}),
+    # The same with the coordinator holding whole timelines for world ranks 1..2 and the spares
+    # only, each up to 60 intervals (docs/goodput-ledger.md "Timelines at scale"): the killed
+    # trainer (world rank 2) held and cut short, the hung one (world rank 4) left out; the
+    # ledger must match the ground truth as in "ledger", every left-out rank's rank-seconds
+    # cover the job, and the ranks past their share send only their ends (a malformed LEDGER
+    # would fail the job).
+    "ledger-sampled": (7, 2, ["--sharded-momentum", "--hold-at-step", "62", "--hold-at-step",
+                              "137", "--hold-ms", "500"],
+                       [{"kind": "kill-trainer", "at_step": 60, "target": "trainer:1"},
+                        {"kind": "hang-trainer", "at_step": 135, "target": "trainer:3"}], [],
+                       {"FTRT_TIMELINE_RANKS": "2", "FTRT_TIMELINE_MAX": "60"}),
     # Silent data corruption: a bit flipped in trainer 2's parameters (through /proc/<pid>/mem,
     # outside ftrt). Fingerprints every 4 steps, checkpoints every 2 (4 kept): the majority of 4
     # names the rank, a spare replaces it, the checkpoints taken since the last agreement are
@@ -343,9 +354,9 @@ def reference(a, args, trainers=4):
 SLACK_S = 0.002
 
 
-def check_ledger(d, v, live, steplog, metrics):
-    """The goodput ledger against ground truth; every check is run and printed. True if all
-    passed."""
+def check_ledger(d, v, live, steplog, metrics, sampled=False):
+    """The goodput ledger against ground truth; every check is run and printed (sampled: also
+    which ranks' timelines the report holds, case "ledger-sampled"). True if all passed."""
     ok = True
 
     def check(cond, msg):
@@ -400,6 +411,17 @@ def check_ledger(d, v, live, steplog, metrics):
         cont = iv and abs(iv[0][1]) < 1e-6 and abs(iv[-1][2] - wall) < 1e-6 and all(
             abs(x[2] - y[1]) < 1e-6 for x, y in zip(iv, iv[1:]))
         check(cont, f"timeline of world rank {r['world_rank']} covers the job without gaps")
+    for r in rep["timeline"].get("left_out", []):
+        check(abs(sum(r["rank_s"]) - wall) < 1e-4, f"world rank {r['world_rank']} (left out): its "
+              f"rank-seconds {sum(r['rank_s']):.6f} cover the job ({wall:.6f} s)")
+    if sampled:
+        tl = rep["timeline"]
+        held = sorted(r["world_rank"] for r in tl["ranks"])
+        out = sorted(r["world_rank"] for r in tl["left_out"])
+        check(held == [1, 2, 5, 6] and out == [3, 4] and tl["held_ranks"] == 4 and
+              tl["left_out_ranks"] == 2, f"timelines held for world ranks {held}, left out {out}")
+        check(all(r["truncated"] for r in tl["ranks"] if r["world_rank"] in (1, 2)),
+              "world ranks 1 and 2 (200 and 60 steps) cut short at FTRT_TIMELINE_MAX")
     # 4. OpenMetrics: parseable live and at the end, and consistent with the report
     from prometheus_client.openmetrics.parser import text_string_to_metric_families
     check(len(live) > 0, f"metrics file scraped {len(live)} time(s) while the job ran")
@@ -440,7 +462,7 @@ def run_case(name, a):
     """Runs ftrt-chaos on case `name`; None when it passed, else its exit status or Fail."""
     np_, spares, targs, plan, opts, extra = CASES[name]
     targs, extra = on_device(a, targs, extra)
-    if name == "ledger":  # before the job: a skip, or under CI a failure, naming the package
+    if name.startswith("ledger"):  # before the job: a skip, or under CI a failure, naming it
         h.need_module("prometheus_client.openmetrics.parser", "python3-prometheus-client")
     ref = reference(a, targs, np_ - 1 - spares)
     d = os.path.join(a.work, name)
@@ -487,7 +509,8 @@ def run_case(name, a):
     if rc != 0:
         return rc
     v = json.load(open(os.path.join(d, "verdict.json")))
-    if name == "ledger" and not check_ledger(d, v, live, steplog, metrics):
+    if name.startswith("ledger") and not check_ledger(d, v, live, steplog, metrics,
+                                                      sampled=name == "ledger-sampled"):
         raise Fail("the goodput ledger does not match the ground truth")
     if name in STATE_EXPECT:  # the sharded cases: the timing is forced, so is the outcome
         frm, resume = STATE_EXPECT[name]

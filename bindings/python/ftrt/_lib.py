@@ -276,6 +276,8 @@ class Config(_StrFields):
         ("shard_replica_every", ctypes.c_int),
         ("host_agents", ctypes.c_int),
         ("standby", ctypes.c_int),
+        ("timeline_budget_mb", ctypes.c_int),
+        ("timeline_ranks", ctypes.c_int),
     ]
 
     @classmethod

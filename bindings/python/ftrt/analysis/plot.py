@@ -5,7 +5,9 @@ Usage: python3 -m ftrt.analysis.plot REPORT.json [-o OUT.png] [--title TEXT]
        is pip-installed; from a source tree:
        PYTHONPATH=bindings/python python3 -m ftrt.analysis.plot)
 
-One row per world rank (trainers and hot spares; the coordinator holds no slot), coloured by
+One row per world rank whose timeline the report holds (trainers and hot spares, all of them in
+a job of at most FTRT_TIMELINE_RANKS ranks; a larger job's others are in "left_out" with their
+totals only, and the count is said on stderr; the coordinator holds no slot), coloured by
 ledger interval kind (start-up, compute, exposed communication, checkpoint stall, detection
 wait, recovery, rework, idle spare, down, teardown), with each failure (the injected or best
 known failure time), its detection and the return of every member to training marked, and a
@@ -89,6 +91,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     kinds = tl["kinds"]
     ranks = tl["ranks"]
+    if tl.get("left_out_ranks"):
+        print(f"ftrt-plot: {tl['left_out_ranks']} rank(s) left out of the report's timelines "
+              f"(totals only: timeline.left_out); plotting the {len(ranks)} held", file=sys.stderr)
     phase_spans = recovery_phases(rep, tl["t0"])
     fig, ax = plt.subplots(figsize=(11, 0.6 * (len(ranks) + bool(phase_spans)) + 1.8))
     for row, r in enumerate(ranks):
