@@ -18,11 +18,13 @@
  * canonical quiet NaN PyTorch produces (bfloat16 0x7FC0, whatever the sign; fp16 sign | 0x7E00).
  *
  * Arithmetic: a + b is computed in float32 and narrowed once (PyTorch's c10::BFloat16 and
- * c10::Half operators do the same). Since float32 has more than 2p + 2 significant bits for
+ * c10::Half operators do the same). Since float32 has at least 2p + 2 significant bits for
  * both formats (p = 8, 11), the float32 sum rounded to 16 bits equals the correctly rounded
- * 16-bit sum (double rounding is innocuous then), so it also equals what NCCL's native bf16 /
- * fp16 sums give pair by pair. Min / max compare the widened values; a NaN operand wins (as
- * fmaxf would not): a NaN anywhere in a reduction yields NaN. x * s (the mean's 1 / world
+ * 16-bit sum (double rounding is innocuous then; Figueroa, "When is double rounding
+ * innocuous?", 1995), so it also equals what NCCL's native bf16 / fp16 sums give pair by pair.
+ * A NaN sum is the canonical positive NaN (ftrt__h16_nan). Min / max compare the widened
+ * values; a NaN operand gives NaN (as fminf would not): a NaN anywhere in a reduction yields
+ * NaN. x * s (the mean's 1 / world
  * scaling) is float32(x) * (float)s rounded to float32, then narrowed: for a power-of-two world
  * size the product is exact and rounded once.
  */
@@ -115,15 +117,25 @@ FTRT__HD uint16_t ftrt__f32_to_h16(int dtype, float f)
 /* Reduction ops on 16-bit elements (values of ftrt_op). */
 enum { FTRT__H_SUM = 0, FTRT__H_MIN = 1, FTRT__H_MAX = 2 };
 
-/* a op b for 16-bit elements of dtype (see the file comment). */
+/* The quiet NaN a 16-bit reduction yields when its result is NaN (positive, canonical). */
+FTRT__HD uint16_t ftrt__h16_nan(int dtype) { return dtype == FTRT__K_BF16 ? 0x7FC0 : 0x7E00; }
+
+/* a op b for 16-bit elements of dtype (see the file comment). Bitwise commutative, as MPI's
+ * commutative operations must be for every rank to get the same bits: a NaN result is the
+ * canonical ftrt__h16_nan whatever the operands' signs and payloads, and min / max order -0
+ * below +0. */
 FTRT__HD uint16_t ftrt__h16_op(int dtype, int op, uint16_t a, uint16_t b)
 {
     float x = ftrt__h16_to_f32(dtype, a), y = ftrt__h16_to_f32(dtype, b);
-    if (op == FTRT__H_SUM) return ftrt__f32_to_h16(dtype, x + y);
-    if (x != x) return ftrt__f32_to_h16(dtype, x); /* NaN wins */
-    if (y != y) return ftrt__f32_to_h16(dtype, y);
+    if (op == FTRT__H_SUM) {
+        float z = x + y;
+        return z != z ? ftrt__h16_nan(dtype) : ftrt__f32_to_h16(dtype, z);
+    }
+    if (x != x || y != y) return ftrt__h16_nan(dtype);
+    if (x == y) /* the same bits, or +0 and -0: min takes -0 (0x8000 > 0), max +0 */
+        return op == FTRT__H_MIN ? (a > b ? a : b) : (a < b ? a : b);
     int take_b = op == FTRT__H_MIN ? y < x : y > x;
-    return take_b ? b : a; /* +0 vs -0 compare equal: the first operand stays */
+    return take_b ? b : a;
 }
 
 #endif
