@@ -110,7 +110,7 @@ class GradAverager:
                 self._plane.free()
             raise
         self.bucketer = self.bucketers[0]
-        self.dtype = self.bucketer.dtype  # the first bucketer's ftrt dtype
+        self.dtype = _FTRT_DTYPE[self.params[self._members[0][0]].dtype]  # the first bucketer's
         n = len(self.params)
         self._ready = [False] * n
         self._keep: List[Optional[torch.Tensor]] = [None] * n
