@@ -16,16 +16,12 @@
  * are the same whichever process holds a logical rank; the sums are bitwise those a fault-free
  * run computes.
  *
- * 16-bit floats (bfloat16, fp16): MPI has no such types, so they travel as MPI_UINT16_T and are
- * reduced by user-defined commutative operations created once per process (MPI_Op_create),
- * whose arithmetic is kernels/half.h's: each pairwise sum widened to float32, added, rounded to
- * nearest even. Open MPI applies a user operation in the same order as a predefined one, so the
- * determinism above holds for them too.
+ * 16-bit floats (bfloat16, fp16) are reduced by ftrt's own MPI operations (comm/mpi_types.c);
+ * Open MPI applies a user operation in the same order as a predefined one, so the determinism
+ * above holds for them too.
  */
 #include <errno.h>
 #include <limits.h>
-#include <pthread.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,7 +30,6 @@
 #include "comm/async.h"
 #include "comm/plane.h"
 #include "comm/ulfm.h"
-#include "kernels/half.h"
 
 void ftrt__plane_init(ftrt__plane *p, ftrt__watch *w, ftrt__host host, int async_progress,
                       int progress_poll_us)
@@ -118,79 +113,6 @@ int ftrt__plane_waitall(ftrt__plane *p, int n, MPI_Request *reqs)
         if (rc) return rc;
         if (i >= 64) ftrt__polite(i, 1024, 50 * 1000L);
     }
-}
-
-/* ---- 16-bit reductions ---- */
-
-void ftrt__h16_reduce(int dtype, int op, const void *in, void *inout, int len)
-{
-    const uint16_t *a = in;
-    uint16_t *b = inout;
-    for (int i = 0; i < len; i++) b[i] = ftrt__h16_op(dtype, op, a[i], b[i]);
-}
-
-#define H16_FN(name, dt, op)                                                                    \
-    static void name(void *in, void *inout, int *len, MPI_Datatype *type)                       \
-    {                                                                                          \
-        (void)type;                                                                            \
-        ftrt__h16_reduce(dt, op, in, inout, *len);                                             \
-    }
-H16_FN(bf16_sum, FTRT__K_BF16, FTRT__H_SUM)
-H16_FN(bf16_min, FTRT__K_BF16, FTRT__H_MIN)
-H16_FN(bf16_max, FTRT__K_BF16, FTRT__H_MAX)
-H16_FN(fp16_sum, FTRT__K_F16, FTRT__H_SUM)
-H16_FN(fp16_min, FTRT__K_F16, FTRT__H_MIN)
-H16_FN(fp16_max, FTRT__K_F16, FTRT__H_MAX)
-
-static MPI_User_function *const h16_fns[2][3] = {{bf16_sum, bf16_min, bf16_max},
-                                                 {fp16_sum, fp16_min, fp16_max}};
-static MPI_Op h16_ops[2][3];
-static int h16_err; /* the MPI error of creating them, 0 when all exist */
-static pthread_once_t h16_once = PTHREAD_ONCE_INIT;
-
-/* Creates the six operations (never freed: MPI_Finalize releases them). */
-static void h16_create(void)
-{
-    for (int d = 0; d < 2; d++)
-        for (int o = 0; o < 3; o++) {
-            int e = MPI_Op_create(h16_fns[d][o], 1 /* commutative */, &h16_ops[d][o]);
-            if (e != MPI_SUCCESS && !h16_err) h16_err = e;
-        }
-}
-
-int ftrt__mpi_reduction(int dtype, int op, MPI_Datatype *t, MPI_Op *o, size_t *esize)
-{
-    *t = MPI_DATATYPE_NULL;
-    *o = MPI_OP_NULL;
-    *esize = 0;
-    if (op != FTRT_SUM && op != FTRT_MIN && op != FTRT_MAX) {
-        ftrt_log_error("allreduce: unknown reduction op %d (FTRT_SUM, FTRT_MIN, FTRT_MAX)", op);
-        return FTRT_EINVAL;
-    }
-    switch (dtype) {
-    case FTRT_FLOAT32: *t = MPI_FLOAT; *esize = 4; break;
-    case FTRT_FLOAT64: *t = MPI_DOUBLE; *esize = 8; break;
-    case FTRT_INT64: *t = MPI_INT64_T; *esize = 8; break;
-    case FTRT_BFLOAT16:
-    case FTRT_FLOAT16: {
-        pthread_once(&h16_once, h16_create);
-        if (h16_err) {
-            ftrt_log_error("allreduce: MPI_Op_create for the 16-bit reductions failed (%d)",
-                           h16_err);
-            return FTRT_EMPI;
-        }
-        *t = MPI_UINT16_T;
-        *o = h16_ops[dtype == FTRT_FLOAT16][op];
-        *esize = 2;
-        return 0;
-    }
-    default:
-        ftrt_log_error("allreduce: unknown dtype %d (FTRT_FLOAT32, FTRT_FLOAT64, FTRT_INT64, "
-                       "FTRT_BFLOAT16, FTRT_FLOAT16)", dtype);
-        return FTRT_EINVAL;
-    }
-    *o = op == FTRT_SUM ? MPI_SUM : op == FTRT_MIN ? MPI_MIN : MPI_MAX;
-    return 0;
 }
 
 /* ---- collectives ---- */
