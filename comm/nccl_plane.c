@@ -268,8 +268,7 @@ static int ensure_comm(ftrt_gpu *g)
 
 static const ftrt__req_ops gpu_req_ops;
 
-/* ncclBfloat16 arrived in NCCL 2.10 (every NCCL ftrt builds against has it; older ones refuse
- * FTRT_BFLOAT16 in valid_dtype_op). */
+/* ncclBfloat16 arrived in NCCL 2.10 (older ones refuse FTRT_BFLOAT16 in check_dtype_op). */
 #if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0)
 #define HAVE_NCCL_BF16 1
 #else
@@ -509,23 +508,24 @@ int ftrt_gpu_free(ftrt_gpu *g)
 
 cudaStream_t ftrt_gpu_stream(const ftrt_gpu *g) { return g ? g->stream : NULL; }
 
-/* 1 when the plane reduces dtype with op; else logs why and returns 0. */
-static int valid_dtype_op(ftrt_dtype dtype, ftrt_op op)
+/* 0 when the plane reduces dtype with op; else logs why and returns FTRT_EINVAL (unknown dtype
+ * or op) or FTRT_ENOTSUP (FTRT_BFLOAT16 with an NCCL older than 2.10). */
+static int check_dtype_op(ftrt_dtype dtype, ftrt_op op)
 {
     if (op != FTRT_SUM && op != FTRT_MIN && op != FTRT_MAX) {
         ftrt_log_error("NCCL plane: unknown reduction op %d", (int)op);
-        return 0;
-    }
-    if (dtype == FTRT_BFLOAT16 && !HAVE_NCCL_BF16) {
-        ftrt_log_error("NCCL plane: FTRT_BFLOAT16 needs NCCL 2.10 or later (ncclBfloat16)");
-        return 0;
+        return FTRT_EINVAL;
     }
     if (!ftrt__k_esize((int)dtype)) {
         ftrt_log_error("NCCL plane: unknown dtype %d (FTRT_FLOAT32, FTRT_FLOAT64, FTRT_INT64, "
                        "FTRT_BFLOAT16, FTRT_FLOAT16)", (int)dtype);
-        return 0;
+        return FTRT_EINVAL;
     }
-    return 1;
+    if (dtype == FTRT_BFLOAT16 && !HAVE_NCCL_BF16) {
+        ftrt_log_error("NCCL plane: FTRT_BFLOAT16 needs NCCL 2.10 or later (ncclBfloat16)");
+        return FTRT_ENOTSUP;
+    }
+    return 0;
 }
 
 /* Orders the communication stream after the work queued so far on `producer`. */
@@ -542,8 +542,10 @@ int ftrt_gpu_allreduce_start(ftrt_gpu *g, void *buf, size_t count, ftrt_dtype dt
 {
     if (!req) return FTRT_EINVAL;
     *req = NULL;
-    if (!g || (!buf && count) || !valid_dtype_op(dtype, op)) return FTRT_EINVAL;
-    int rc = ftrt__watch_check(g->plane->watch);
+    if (!g || (!buf && count)) return FTRT_EINVAL;
+    int rc = check_dtype_op(dtype, op);
+    if (rc) return rc;
+    rc = ftrt__watch_check(g->plane->watch);
     if (rc) return rc;
     ftrt__seg seg = {buf, count * ftrt__k_esize((int)dtype)};
     pthread_mutex_lock(&g->lock); /* ev_producer and the stream are shared with posting threads */
@@ -631,14 +633,16 @@ int ftrt_gpu_bucketer_create(ftrt_gpu *g, const size_t *counts, int ntensors, ft
 {
     if (!out) return FTRT_EINVAL;
     *out = NULL;
-    if (!g || ntensors < 1 || !valid_dtype_op(dtype, FTRT_SUM)) return FTRT_EINVAL;
+    if (!g || ntensors < 1) return FTRT_EINVAL;
+    int rc = check_dtype_op(dtype, FTRT_SUM);
+    if (rc) return rc;
     gpu_bk *bk = calloc(1, sizeof *bk);
     if (!bk) return -ENOMEM;
     bk->g = g;
     bk->dtype = (int)dtype;
     bk->n = ntensors;
     bk->ev = calloc((size_t)ntensors, sizeof *bk->ev);
-    int rc = bk->ev ? 0 : -ENOMEM;
+    rc = bk->ev ? 0 : -ENOMEM;
     for (int i = 0; !rc && i < ntensors; i++)
         rc = ftrt__cuda_err(cudaEventCreateWithFlags(&bk->ev[i], cudaEventDisableTiming),
                             "cudaEventCreate");

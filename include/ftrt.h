@@ -635,7 +635,8 @@ typedef struct ftrt_bucketer ftrt_bucketer;
  * is the same on every trainer. Host memory; the NCCL plane has its own (ftrt_gpu.h).
  *   cfg: NULL = defaults; copied.  out: receives the bucketer, owned by the caller.
  * Returns 0; FTRT_EINVAL (NULL ctx/counts/out, ntensors < 1, bad dtype, a zero limit, average
- * with FTRT_INT64, absurd counts); FTRT_ESTATE (not a trainer); -ENOMEM.
+ * with FTRT_INT64, absurd counts; a bad dtype or average with FTRT_INT64 is logged); FTRT_ESTATE
+ * (not a trainer); FTRT_EMPI (MPI_Op_create of the 16-bit reductions failed); -ENOMEM.
  */
 FTRT_API int ftrt_bucketer_create(ftrt_ctx *ctx, const size_t *counts, int ntensors,
                                   ftrt_dtype dtype, const ftrt_bucket_config *cfg,
