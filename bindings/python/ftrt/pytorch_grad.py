@@ -48,7 +48,10 @@ class GradAverager:
     a later dtype that is ready early is held (in Python) until every gradient of the earlier
     dtypes has been handed over, so the later dtypes overlap less with the backward pass. One
     dtype (the usual case) behaves exactly as one bucketer. `bucketer` is the first one,
-    `bucketers` all of them.
+    `bucketers` all of them. On CUDA a held gradient's producer event is recorded when it is
+    handed over, on the stream current on the thread that hands it over (autograd's device
+    stream, or the caller's stream at the end of backward(), which autograd has ordered after
+    the whole pass).
     bucket_bytes / first_bucket_bytes: bucket limits in bytes (default DDP's 25 MiB / 1 MiB).
     average: True (mean, default) or False (sum).
 
