@@ -45,7 +45,8 @@ def bf16_job(d, env=None, sleep_ms=0, extra=()):
                     "NCCL_SHM_DISABLE": "1", "NCCL_IB_DISABLE": "1",
                     "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}, **(env or {}))
     cmd = h.ftrt_run_cmd(h.mpirun_cmd(4, argv), status=status, python=PYTHON)
-    return Job(d, cmd, job_env(dict({"FTRT_SPARES": "1"}, **(env or {}))), status=status)
+    base = {"FTRT_SPARES": "1", "FTRT_CKPT_DIR": os.path.join(d, "ckpt")}
+    return Job(d, cmd, job_env(dict(base, **(env or {}))), status=status)
 
 
 @pytest.fixture(scope="module")
