@@ -157,7 +157,8 @@ def test_allreduce_16bit_matches_torch(work):
     status = os.path.join(d, "status.json")
     argv = [PYTHON, os.path.join(REPO, "tests", "python", "mpi_bf16_prog.py")]
     cmd = h.ftrt_run_cmd(h.mpirun_cmd(3, argv), status=status, python=PYTHON)
-    job = Job(d, cmd, job_env({"FTRT_SPARES": "0"}), status=status)
+    job = Job(d, cmd, job_env({"FTRT_SPARES": "0", "FTRT_CKPT_DIR": os.path.join(d, "ckpt")}),
+              status=status)
     rc = job.run(120)
     passed = sorted(re.findall(r"rank (\d+): PASS", job.out))
     assert passed == ["0", "1"], job.out[-6000:]
