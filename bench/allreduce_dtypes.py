@@ -15,6 +15,7 @@ float32 of the medians, measured in the same job. Needs /usr/bin/python3 with to
 are tensors). Command lines: tests/harness/ftrt_harness.py."""
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -69,8 +70,9 @@ def main() -> int:
     rc = 0
     for t in [int(x) for x in a.trainers.split(",")]:
         load = os.getloadavg()[0]
+        ckpt = f"/tmp/ftrt-bench-ar16-{os.getpid()}"  # unused (no checkpoint), removed after
         env = h.job_env({"FTRT_LIB": os.path.abspath(a.lib), "FTRT_SPARES": "0",
-                         "FTRT_BENCH_JOB": "1", "FTRT_CKPT_DIR": f"/tmp/ftrt-bench-ar16-{os.getpid()}"})
+                         "FTRT_BENCH_JOB": "1", "FTRT_CKPT_DIR": ckpt})
         cmd = h.ftrt_run_cmd(h.mpirun_cmd(t + 1, [h.SYSTEM_PYTHON, os.path.abspath(__file__),
                                                   str(a.elements), str(a.reps)]),
                              python=h.SYSTEM_PYTHON)
@@ -79,6 +81,7 @@ def main() -> int:
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith("trainers ")]
         print(f"(load average {load:.1f}) " + (lines[0] if lines else p.stdout[-3000:]),
               flush=True)
+        shutil.rmtree(ckpt, ignore_errors=True)
         rc = rc or p.returncode
     return rc
 
