@@ -248,7 +248,7 @@ int ftrt__engine_submit(ftrt__engine *e, int epoch, const ftrt__seg *segs, int n
                         int dtype, int op, double scale, ftrt__areq **out)
 {
     *out = NULL;
-    if (n < 1) return FTRT_EINVAL;
+    if (n < 1 || !ftrt__k_esize(dtype)) return FTRT_EINVAL;
     ftrt__areq *r = calloc(1, sizeof *r);
     if (!r) return -ENOMEM;
     size_t bytes = 0;
@@ -265,7 +265,7 @@ int ftrt__engine_submit(ftrt__engine *e, int epoch, const ftrt__seg *segs, int n
         memcpy(r->segs, segs, (size_t)n * sizeof *segs);
     }
     r->nsegs = n;
-    r->esize = dtype == FTRT_FLOAT32 ? 4 : 8;
+    r->esize = ftrt__k_esize(dtype);
     r->chunk_count = e->chunk_bytes / r->esize ? e->chunk_bytes / r->esize : 1;
     int err = count / r->chunk_count >= INT_MAX - 1 ? FTRT_EINVAL : 0;
     if (!err) {
@@ -424,9 +424,11 @@ static int mpi_start(void *arg, ftrt__areq *r, int chunk, void *buf, size_t coun
 {
     (void)arg;
     size_t es;
-    MPI_Datatype t = ftrt__mpi_type(r->dtype, &es);
-    int err = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, t, ftrt__mpi_op(r->op), r->gen->comm,
-                             &r->mreqs[chunk]);
+    MPI_Datatype t;
+    MPI_Op o;
+    int rc = ftrt__mpi_reduction(r->dtype, r->op, &t, &o, &es); /* checked at submit */
+    if (rc) return rc;
+    int err = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, t, o, r->gen->comm, &r->mreqs[chunk]);
     return err == MPI_SUCCESS ? 0 : mpi_error(r, err, r->gen->comm);
 }
 
@@ -501,12 +503,13 @@ int ftrt__plane_allreduce_start(ftrt__plane *p, void *buf, size_t count, ftrt_dt
     if (!req) return FTRT_EINVAL;
     *req = NULL;
     size_t es = 0;
-    MPI_Datatype t = ftrt__mpi_type(dtype, &es);
-    if ((!buf && count) || t == MPI_DATATYPE_NULL || ftrt__mpi_op(op) == MPI_OP_NULL ||
-        count > SIZE_MAX / 8)
-        return FTRT_EINVAL;
+    MPI_Datatype t;
+    MPI_Op o;
+    if ((!buf && count) || count > SIZE_MAX / 8) return FTRT_EINVAL;
+    int rc = ftrt__mpi_reduction((int)dtype, (int)op, &t, &o, &es);
+    if (rc) return rc;
     if (p->comm == MPI_COMM_NULL) return FTRT_ESTATE;
-    int rc = ftrt__watch_check(p->watch);
+    rc = ftrt__watch_check(p->watch);
     if (rc) return rc;
     if (p->watch->needs_recover) return FTRT_ESTATE;
     ftrt__engine *e = ftrt__engine_get(p, &rc);

@@ -252,10 +252,18 @@ int ftrt__bucketer_create_be(ftrt__plane *plane, const size_t *counts, int ntens
         ftrt_bucket_config_init(&def, sizeof def);
         cfg = &def;
     }
-    size_t es = dtype == FTRT_FLOAT32 ? 4 : (dtype == FTRT_FLOAT64 || dtype == FTRT_INT64) ? 8 : 0;
-    if (!plane || !counts || ntensors < 1 || !es || cfg->size < sizeof *cfg ||
-        cfg->bucket_bytes == 0 || cfg->first_bucket_bytes == 0 ||
-        (cfg->average && dtype == FTRT_INT64))
+    size_t es = ftrt__k_esize((int)dtype);
+    if (!es) {
+        ftrt_log_error("bucketer: unknown dtype %d (FTRT_FLOAT32, FTRT_FLOAT64, FTRT_INT64, "
+                       "FTRT_BFLOAT16, FTRT_FLOAT16)", (int)dtype);
+        return FTRT_EINVAL;
+    }
+    if (cfg && cfg->size >= sizeof *cfg && cfg->average && dtype == FTRT_INT64) {
+        ftrt_log_error("bucketer: average (the mean) is not defined for FTRT_INT64: use a sum");
+        return FTRT_EINVAL;
+    }
+    if (!plane || !counts || ntensors < 1 || cfg->size < sizeof *cfg ||
+        cfg->bucket_bytes == 0 || cfg->first_bucket_bytes == 0)
         return FTRT_EINVAL;
     for (int i = 0; i < ntensors; i++)
         if (counts[i] > SIZE_MAX / 16 / (size_t)ntensors) return FTRT_EINVAL;
@@ -330,7 +338,14 @@ static const ftrt__bucket_backend cpu_backend = {cpu_submit, cpu_wait_raw, NULL,
 int ftrt__bucketer_create(ftrt__plane *plane, const size_t *counts, int ntensors,
                           ftrt_dtype dtype, const ftrt_bucket_config *cfg, ftrt_bucketer **out)
 {
-    int rc = ftrt__bucketer_create_be(plane, counts, ntensors, dtype, cfg, &cpu_backend, NULL, out);
+    if (!out) return FTRT_EINVAL;
+    *out = NULL;
+    MPI_Datatype t; /* checks dtype and creates its MPI reduction now, on this thread */
+    MPI_Op o;
+    size_t es;
+    int rc = ftrt__mpi_reduction((int)dtype, FTRT_SUM, &t, &o, &es);
+    if (rc) return rc;
+    rc = ftrt__bucketer_create_be(plane, counts, ntensors, dtype, cfg, &cpu_backend, NULL, out);
     if (!rc) (*out)->be_arg = *out;
     return rc;
 }

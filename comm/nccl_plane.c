@@ -268,9 +268,24 @@ static int ensure_comm(ftrt_gpu *g)
 
 static const ftrt__req_ops gpu_req_ops;
 
+/* ncclBfloat16 arrived in NCCL 2.10 (older ones refuse FTRT_BFLOAT16 in check_dtype_op). */
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0)
+#define HAVE_NCCL_BF16 1
+#else
+#define HAVE_NCCL_BF16 0
+#endif
+
 static ncclDataType_t nccl_type(int t)
 {
-    return t == FTRT_FLOAT64 ? ncclFloat64 : t == FTRT_INT64 ? ncclInt64 : ncclFloat32;
+    switch (t) {
+    case FTRT_FLOAT64: return ncclFloat64;
+    case FTRT_INT64: return ncclInt64;
+    case FTRT_FLOAT16: return ncclFloat16;
+#if HAVE_NCCL_BF16
+    case FTRT_BFLOAT16: return ncclBfloat16;
+#endif
+    default: return ncclFloat32;
+    }
 }
 
 static ncclRedOp_t nccl_op(int op) { return op == FTRT_MIN ? ncclMin : op == FTRT_MAX ? ncclMax : ncclSum; }
@@ -493,10 +508,24 @@ int ftrt_gpu_free(ftrt_gpu *g)
 
 cudaStream_t ftrt_gpu_stream(const ftrt_gpu *g) { return g ? g->stream : NULL; }
 
-static int valid_dtype_op(ftrt_dtype dtype, ftrt_op op)
+/* 0 when the plane reduces dtype with op; else logs why and returns FTRT_EINVAL (unknown dtype
+ * or op) or FTRT_ENOTSUP (FTRT_BFLOAT16 with an NCCL older than 2.10). */
+static int check_dtype_op(ftrt_dtype dtype, ftrt_op op)
 {
-    return (dtype == FTRT_FLOAT32 || dtype == FTRT_FLOAT64 || dtype == FTRT_INT64) &&
-           (op == FTRT_SUM || op == FTRT_MIN || op == FTRT_MAX);
+    if (op != FTRT_SUM && op != FTRT_MIN && op != FTRT_MAX) {
+        ftrt_log_error("NCCL plane: unknown reduction op %d", (int)op);
+        return FTRT_EINVAL;
+    }
+    if (!ftrt__k_esize((int)dtype)) {
+        ftrt_log_error("NCCL plane: unknown dtype %d (FTRT_FLOAT32, FTRT_FLOAT64, FTRT_INT64, "
+                       "FTRT_BFLOAT16, FTRT_FLOAT16)", (int)dtype);
+        return FTRT_EINVAL;
+    }
+    if (dtype == FTRT_BFLOAT16 && !HAVE_NCCL_BF16) {
+        ftrt_log_error("NCCL plane: FTRT_BFLOAT16 needs NCCL 2.10 or later (ncclBfloat16)");
+        return FTRT_ENOTSUP;
+    }
+    return 0;
 }
 
 /* Orders the communication stream after the work queued so far on `producer`. */
@@ -513,10 +542,12 @@ int ftrt_gpu_allreduce_start(ftrt_gpu *g, void *buf, size_t count, ftrt_dtype dt
 {
     if (!req) return FTRT_EINVAL;
     *req = NULL;
-    if (!g || (!buf && count) || !valid_dtype_op(dtype, op)) return FTRT_EINVAL;
-    int rc = ftrt__watch_check(g->plane->watch);
+    if (!g || (!buf && count)) return FTRT_EINVAL;
+    int rc = check_dtype_op(dtype, op);
     if (rc) return rc;
-    ftrt__seg seg = {buf, count * (dtype == FTRT_FLOAT32 ? 4 : 8)};
+    rc = ftrt__watch_check(g->plane->watch);
+    if (rc) return rc;
+    ftrt__seg seg = {buf, count * ftrt__k_esize((int)dtype)};
     pthread_mutex_lock(&g->lock); /* ev_producer and the stream are shared with posting threads */
     if ((rc = after_producer(g, producer)) == 0)
         rc = gpu_submit(g, &seg, 1, count, dtype, op, 1.0, req);
@@ -603,13 +634,15 @@ int ftrt_gpu_bucketer_create(ftrt_gpu *g, const size_t *counts, int ntensors, ft
     if (!out) return FTRT_EINVAL;
     *out = NULL;
     if (!g || ntensors < 1) return FTRT_EINVAL;
+    int rc = check_dtype_op(dtype, FTRT_SUM);
+    if (rc) return rc;
     gpu_bk *bk = calloc(1, sizeof *bk);
     if (!bk) return -ENOMEM;
     bk->g = g;
     bk->dtype = (int)dtype;
     bk->n = ntensors;
     bk->ev = calloc((size_t)ntensors, sizeof *bk->ev);
-    int rc = bk->ev ? 0 : -ENOMEM;
+    rc = bk->ev ? 0 : -ENOMEM;
     for (int i = 0; !rc && i < ntensors; i++)
         rc = ftrt__cuda_err(cudaEventCreateWithFlags(&bk->ev[i], cudaEventDisableTiming),
                             "cudaEventCreate");

@@ -33,27 +33,17 @@ typedef struct ftrt__plane {
     int progress_poll_us; /* its polling period while a collective is in flight, us */
 } ftrt__plane;
 
-/* MPI datatype of dtype (element size in *esize), MPI_DATATYPE_NULL (and 0) when unknown. */
-static inline MPI_Datatype ftrt__mpi_type(int dtype, size_t *esize)
-{
-    switch (dtype) {
-    case FTRT_FLOAT32: *esize = 4; return MPI_FLOAT;
-    case FTRT_FLOAT64: *esize = 8; return MPI_DOUBLE;
-    case FTRT_INT64: *esize = 8; return MPI_INT64_T;
-    default: *esize = 0; return MPI_DATATYPE_NULL;
-    }
-}
+/* The MPI datatype and reduction of `op` over elements of `dtype`, and the element size in
+ * *esize. float32 / float64 / int64 use MPI's predefined types and operations; bfloat16 and
+ * fp16 travel as MPI_UINT16_T and are reduced by ftrt's own commutative operations
+ * (MPI_Op_create, made once per process on first use, any thread; kernels/half.h has their
+ * arithmetic). Returns 0; FTRT_EINVAL (unknown dtype or op, logged, *t and *o null); FTRT_EMPI
+ * (MPI_Op_create failed). Needs MPI initialized for the 16-bit types. */
+int ftrt__mpi_reduction(int dtype, int op, MPI_Datatype *t, MPI_Op *o, size_t *esize);
 
-/* MPI reduction of op, MPI_OP_NULL when unknown. */
-static inline MPI_Op ftrt__mpi_op(int op)
-{
-    switch (op) {
-    case FTRT_SUM: return MPI_SUM;
-    case FTRT_MIN: return MPI_MIN;
-    case FTRT_MAX: return MPI_MAX;
-    default: return MPI_OP_NULL;
-    }
-}
+/* ftrt's MPI reduction function (MPI_User_function) for 16-bit dtype and op, applied without
+ * MPI: inout[i] = in[i] op inout[i] over len elements (exposed for the unit tests). */
+void ftrt__h16_reduce(int dtype, int op, const void *in, void *inout, int len);
 
 /* Prepares p with no communicator. w must outlive p; host is copied. async_progress and
  * progress_poll_us are the validated settings of the same names (ftrt_config). */

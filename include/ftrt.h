@@ -498,7 +498,30 @@ FTRT_API int ftrt_checkpoint_stats(const ftrt_ctx *ctx, ftrt_ckpt_stats *out, si
 /* Training loop                                                                               */
 /* ------------------------------------------------------------------------------------------ */
 
-typedef enum ftrt_dtype { FTRT_FLOAT32 = 0, FTRT_FLOAT64 = 1, FTRT_INT64 = 2 } ftrt_dtype;
+/*
+ * Element types of the collectives, with their element sizes:
+ *   FTRT_FLOAT32  4 bytes, IEEE 754 binary32      FTRT_FLOAT64  8 bytes, IEEE 754 binary64
+ *   FTRT_INT64    8 bytes, two's complement        FTRT_BFLOAT16 2 bytes, bfloat16 (the upper
+ *   FTRT_FLOAT16  2 bytes, IEEE 754 binary16         half of a binary32: 8 exponent bits)
+ * The 16-bit types are reduced in their own dtype (what moves between trainers is 2 bytes an
+ * element): each pairwise sum is computed in float32 and rounded to nearest even (ties to
+ * even) once, which for these formats is the correctly rounded 16-bit sum; overflow gives
+ * infinity, NaN stays NaN. MPI has no 16-bit float type, so the CPU plane reduces them with
+ * ftrt's own commutative MPI operations; the NCCL plane uses ncclBfloat16 / ncclFloat16. As
+ * for float32, the order of the pairwise sums depends on the number of trainers and MPI's
+ * algorithm, so results are bitwise reproducible for a fixed number of trainers but not equal
+ * to a sum in another order. FTRT_MIN / FTRT_MAX compare the values (a NaN operand gives NaN
+ * on the CPU plane; NCCL's own rules on the GPU). The mean of a bucketer (average = 1)
+ * multiplies each 16-bit sum by 1/N in float32 and rounds that to 16 bits, as PyTorch computes
+ * a 16-bit tensor times a scalar; for a power-of-two N that product is exact.
+ */
+typedef enum ftrt_dtype {
+    FTRT_FLOAT32 = 0,
+    FTRT_FLOAT64 = 1,
+    FTRT_INT64 = 2,
+    FTRT_BFLOAT16 = 3,
+    FTRT_FLOAT16 = 4
+} ftrt_dtype;
 typedef enum ftrt_op { FTRT_SUM = 0, FTRT_MIN = 1, FTRT_MAX = 2 } ftrt_op;
 
 /*
@@ -620,7 +643,8 @@ typedef struct ftrt_bucketer ftrt_bucketer;
  * is the same on every trainer. Host memory; the NCCL plane has its own (ftrt_gpu.h).
  *   cfg: NULL = defaults; copied.  out: receives the bucketer, owned by the caller.
  * Returns 0; FTRT_EINVAL (NULL ctx/counts/out, ntensors < 1, bad dtype, a zero limit, average
- * with FTRT_INT64, absurd counts); FTRT_ESTATE (not a trainer); -ENOMEM.
+ * with FTRT_INT64, absurd counts; a bad dtype or average with FTRT_INT64 is logged); FTRT_ESTATE
+ * (not a trainer); FTRT_EMPI (MPI_Op_create of the 16-bit reductions failed); -ENOMEM.
  */
 FTRT_API int ftrt_bucketer_create(ftrt_ctx *ctx, const size_t *counts, int ntensors,
                                   ftrt_dtype dtype, const ftrt_bucket_config *cfg,

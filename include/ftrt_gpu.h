@@ -92,9 +92,13 @@ FTRT_API cudaStream_t ftrt_gpu_stream(const ftrt_gpu *g);
  * collective completed on the device: order consumers with ftrt_gpu_request_order() and learn
  * the outcome with ftrt_request_test() / ftrt_request_wait() before trusting the result.
  * Collective over trainers, in the same order everywhere.
- * Returns 0 with *req; FTRT_ERECOVER / FTRT_ENOSPARE / FTRT_ECOORD / FTRT_EABORT; FTRT_EINVAL;
- * FTRT_ESTATE (ftrt_recover() owed); FTRT_ENCCL; FTRT_ECUDA; FTRT_EMPI (sending the unique id);
- * -ENOMEM.
+ * dtype: any ftrt_dtype (ftrt.h; element sizes and the 16-bit rounding there), reduced by NCCL
+ * in that type: ncclFloat32, ncclFloat64, ncclInt64, ncclBfloat16 (NCCL 2.10 and later),
+ * ncclFloat16.
+ * Returns 0 with *req; FTRT_ERECOVER / FTRT_ENOSPARE / FTRT_ECOORD / FTRT_EABORT; FTRT_EINVAL
+ * (NULL g/req, NULL buf with count > 0, an unknown dtype or op: logged); FTRT_ENOTSUP
+ * (FTRT_BFLOAT16 with an NCCL older than 2.10: logged); FTRT_ESTATE (ftrt_recover() owed);
+ * FTRT_ENCCL; FTRT_ECUDA; FTRT_EMPI (sending the unique id); -ENOMEM.
  */
 FTRT_API int ftrt_gpu_allreduce_start(ftrt_gpu *g, void *buf, size_t count, ftrt_dtype dtype,
                                       ftrt_op op, cudaStream_t producer, ftrt_request **req);
@@ -105,7 +109,9 @@ FTRT_API int ftrt_gpu_allreduce_start(ftrt_gpu *g, void *buf, size_t count, ftrt
 FTRT_API int ftrt_gpu_request_order(ftrt_request *req, cudaStream_t consumer);
 
 /* A bucketer (ftrt.h) whose buckets are packed, reduced and unpacked on the device by this
- * plane. Tensors are device pointers. Returns as ftrt_bucketer_create(); FTRT_ECUDA. Free it
+ * plane. Tensors are device pointers; dtypes as ftrt_gpu_allreduce_start() (the mean of a 16-bit
+ * dtype is scaled by the unpack kernel exactly as the CPU plane scales it). Returns as
+ * ftrt_bucketer_create(); FTRT_ENOTSUP (FTRT_BFLOAT16 with an NCCL older than 2.10); FTRT_ECUDA. Free it
  * with ftrt_bucketer_free(); ftrt_bucketer_wait_all() / _reset() work as for the CPU plane. */
 FTRT_API int ftrt_gpu_bucketer_create(ftrt_gpu *g, const size_t *counts, int ntensors,
                                       ftrt_dtype dtype, const ftrt_bucket_config *cfg,

@@ -3,10 +3,13 @@
  * guard), scaling, and per-chunk CRC32C fused with a copy. CPU references: kernels_ref.c.
  *
  * Compiled with --fmad=false: a scaled element is x * s rounded once, as on the CPU, so the
- * device and host results are bitwise equal.
+ * device and host results are bitwise equal. bfloat16 / fp16 elements are widened, multiplied
+ * in float32 (__fmul_rn) and narrowed with the host's own code (kernels/half.h, compiled here
+ * as __host__ __device__).
  */
 #include <stdint.h>
 
+#include "kernels/half.h"
 #include "kernels/kernels_gpu.h"
 
 #define THREADS 256
@@ -31,6 +34,14 @@ __device__ static void copy_bytes(char *dst, const char *src, size_t n, size_t t
     for (size_t i = done + tid; i < n; i += stride) dst[i] = src[i];
 }
 
+/* y[i] = narrow(widen(x[i]) * s) for the calling thread's elements (y may be x). */
+__device__ static void scale_h16(uint16_t *y, const uint16_t *x, size_t count, int dtype, float s,
+                                 size_t tid, size_t stride)
+{
+    for (size_t i = tid; i < count; i += stride)
+        y[i] = ftrt__f32_to_h16(dtype, __fmul_rn(ftrt__h16_to_f32(dtype, x[i]), s));
+}
+
 __global__ void pack_kernel(char *bucket, const ftrt__kdesc *desc)
 {
     ftrt__kdesc d = desc[blockIdx.y];
@@ -50,8 +61,11 @@ __global__ void unpack_kernel(const char *bucket, const ftrt__kdesc *desc, int d
     size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t stride = (size_t)gridDim.x * blockDim.x;
     const char *src = bucket + d.off;
-    if (scale == 1.0 || (dtype != FTRT__K_F32 && dtype != FTRT__K_F64)) {
+    if (scale == 1.0 || !ftrt__k_scalable(dtype)) {
         copy_bytes((char *)d.ptr, src, d.bytes, tid, stride);
+    } else if (dtype == FTRT__K_BF16 || dtype == FTRT__K_F16) {
+        scale_h16((uint16_t *)d.ptr, (const uint16_t *)src, d.bytes / 2, dtype, (float)scale,
+                  tid, stride);
     } else if (dtype == FTRT__K_F32) {
         const float s = (float)scale;
         const float *x = (const float *)src;
@@ -75,6 +89,8 @@ __global__ void scale_kernel(char *buf, size_t count, int dtype, double scale)
     } else if (dtype == FTRT__K_F64) {
         double *x = (double *)buf;
         for (size_t i = tid; i < count; i += stride) x[i] = __dmul_rn(x[i], scale);
+    } else if (dtype == FTRT__K_BF16 || dtype == FTRT__K_F16) {
+        scale_h16((uint16_t *)buf, (const uint16_t *)buf, count, dtype, (float)scale, tid, stride);
     }
 }
 

@@ -28,8 +28,30 @@ typedef struct ftrt__seg {
     size_t bytes;
 } ftrt__seg;
 
-/* Element types the kernels scale (values of ftrt_dtype in ftrt.h). */
-enum { FTRT__K_F32 = 0, FTRT__K_F64 = 1, FTRT__K_I64 = 2 };
+/* Element types the kernels scale (values of ftrt_dtype in ftrt.h): bfloat16 and fp16 are the
+ * 16-bit formats of kernels/half.h. */
+enum { FTRT__K_F32 = 0, FTRT__K_F64 = 1, FTRT__K_I64 = 2, FTRT__K_BF16 = 3, FTRT__K_F16 = 4 };
+
+/* Small helpers shared by host and device code (kernels.cu compiles them for both). */
+#ifdef __CUDACC__
+#define FTRT__HD __host__ __device__ static inline
+#else
+#define FTRT__HD static inline
+#endif
+
+/* Bytes of an element of dtype (FTRT__K_*), 0 for an unknown one. */
+FTRT__HD size_t ftrt__k_esize(int dtype)
+{
+    return dtype == FTRT__K_F32 ? 4 : dtype == FTRT__K_F64 || dtype == FTRT__K_I64 ? 8
+         : dtype == FTRT__K_BF16 || dtype == FTRT__K_F16 ? 2 : 0;
+}
+
+/* 1 when dtype is a floating-point type that scaling applies to (not int64). */
+FTRT__HD int ftrt__k_scalable(int dtype)
+{
+    return dtype == FTRT__K_F32 || dtype == FTRT__K_F64 || dtype == FTRT__K_BF16 ||
+           dtype == FTRT__K_F16;
+}
 
 /* Copies the n tensors segs[0..n) into `bucket` back to back (bucket holds at least the sum of
  * their sizes). Tensors must not overlap the bucket. */
@@ -39,7 +61,8 @@ void ftrt__k_pack(void *bucket, const ftrt__seg *segs, int n);
 void ftrt__k_unpack(const void *bucket, const ftrt__seg *segs, int n);
 
 /* ftrt__k_unpack fused with a scaling: every element written is bucket element x times
- * `scale` in the element type (float32: x * (float)scale; float64: x * scale); int64 and
+ * `scale` in the element type (float32: x * (float)scale; float64: x * scale; bfloat16 /
+ * fp16: float32(x) * (float)scale narrowed to nearest even, kernels/half.h); int64 and
  * scale == 1.0 copy unchanged. Used to turn a sum into a mean (scale = 1 / world size). */
 void ftrt__k_unpack_scale(const void *bucket, const ftrt__seg *segs, int n, int dtype,
                           double scale);
@@ -53,7 +76,7 @@ void ftrt__k_pack_range(void *bucket, const ftrt__seg *segs, int n, size_t off, 
 void ftrt__k_unpack_scale_range(const void *bucket, const ftrt__seg *segs, int n, size_t off,
                                 size_t len, int dtype, double scale);
 
-/* In-place x *= scale over `count` elements of `dtype` (float32 / float64; int64 and
+/* In-place x *= scale over `count` elements of `dtype` (float32 / float64 / bfloat16 / fp16; int64 and
  * scale == 1.0: no-op). Same rounding as ftrt__k_unpack_scale. */
 void ftrt__k_scale(void *buf, size_t count, int dtype, double scale);
 

@@ -4,11 +4,13 @@
  * These are what the CPU data plane runs, and the ground truth the CUDA kernels are tested
  * against. Scaling multiplies in the element type, element by element, so it is bitwise
  * reproducible and identical on both sides (IEEE 754 multiplication is correctly rounded; the
- * CUDA kernels are compiled without fused multiply-add contraction).
+ * CUDA kernels are compiled without fused multiply-add contraction; the 16-bit formats widen,
+ * multiply in float32 and narrow with the shared code of kernels/half.h).
  */
 #include <string.h>
 
 #include "base/crc32c.h"
+#include "kernels/half.h"
 #include "kernels/kernels.h"
 
 void ftrt__k_pack(void *bucket, const ftrt__seg *segs, int n)
@@ -40,15 +42,21 @@ static void scale_copy(void *dst, const void *src, size_t count, int dtype, doub
         const double *x = src;
         double *y = dst;
         for (size_t i = 0; i < count; i++) y[i] = x[i] * scale;
+    } else if (dtype == FTRT__K_BF16 || dtype == FTRT__K_F16) {
+        const float s = (float)scale; /* float32(x) * s, rounded to float32, then narrowed */
+        const uint16_t *x = src;
+        uint16_t *y = dst;
+        for (size_t i = 0; i < count; i++)
+            y[i] = ftrt__f32_to_h16(dtype, ftrt__h16_to_f32(dtype, x[i]) * s);
     }
 }
 
-static size_t esize(int dtype) { return dtype == FTRT__K_F32 ? 4 : 8; }
+static size_t esize(int dtype) { return ftrt__k_esize(dtype); }
 
 void ftrt__k_unpack_scale(const void *bucket, const ftrt__seg *segs, int n, int dtype,
                           double scale)
 {
-    if (scale == 1.0 || (dtype != FTRT__K_F32 && dtype != FTRT__K_F64)) {
+    if (scale == 1.0 || !ftrt__k_scalable(dtype)) {
         ftrt__k_unpack(bucket, segs, n);
         return;
     }
@@ -85,7 +93,7 @@ void ftrt__k_unpack_scale_range(const void *bucket, const ftrt__seg *segs, int n
                                 size_t len, int dtype, double scale)
 {
     const char *b = bucket;
-    if (scale == 1.0 || (dtype != FTRT__K_F32 && dtype != FTRT__K_F64))
+    if (scale == 1.0 || !ftrt__k_scalable(dtype))
         FOR_RANGE(segs, n, off, len, memcpy(t_, b + at_, nb_));
     else
         FOR_RANGE(segs, n, off, len, scale_copy(t_, b + at_, nb_ / esize(dtype), dtype, scale));

@@ -25,7 +25,7 @@
 #   --only: run these steps after configure and build (which always run: a reused build tree
 #   makes them quick), e.g. a second call for the steps the first one had no time left for.
 #   Steps: ctest-gpu memcheck device-gpu memcheck-device chaos-kill-gpu torch-gpu torch-ft-gpu
-#   mpi-kit overlap-1trainer overlap-2trainers-1gpu; and coord-scale, run only when --only names it
+#   torch-amp-gpu mpi-kit overlap-1trainer overlap-2trainers-1gpu; and coord-scale, run only when --only names it
 #   (bench/coord_scale.py at 16,384 and 131,072 simulated ranks on the machine's cores: a call
 #   of its own, --budget 590).
 # NCCL: $NCCL_HOME if set, else the CUDA toolkit's, else PyTorch's wheel (site-packages/nvidia).
@@ -38,7 +38,7 @@ budget=530
 arch=90
 only=
 all_steps=" ctest-gpu memcheck device-gpu memcheck-device chaos-kill-gpu torch-gpu torch-ft-gpu
-  mpi-kit overlap-1trainer overlap-2trainers-1gpu "
+  torch-amp-gpu mpi-kit overlap-1trainer overlap-2trainers-1gpu "
 all_steps=${all_steps//$'\n'/}
 # Steps run only when --only names them (CPU work that needs the GPU machine's 16 cores, not its
 # GPU: a call of its own, after the GPU steps).
@@ -335,6 +335,21 @@ if [ $built = 1 ]; then
   else
     step torch-ft-gpu 240 env FTRT_LIB="$build/libftrt_gpu.so" \
       "$py" "$repo/tests/python/gpu_ft_prog.py" --driver
+  fi
+  # Mixed precision on CUDA (issue 21): tests/python/test_mpi_bf16.py's CUDA cases, each an
+  # undisturbed job and one with a trainer SIGKILLed (1 coordinator + 2 trainers + 1 spare on
+  # the one GPU, NCCL over sockets): a bfloat16-body model (ncclBfloat16, the 16-bit unpack
+  # kernels) and float16 autocast with torch.cuda.amp.GradScaler; every averaged gradient the
+  # exact 2-trainer mean, final parameters byte-identical. Needs pytest beside torch.
+  if [ ! -f "$build/libftrt_gpu.so" ]; then
+    not_run torch-amp-gpu not_built "$build/libftrt_gpu.so (needs NCCL)"
+  elif [ -z "$py" ] || ! timeout 120 "$py" -c 'import torch, pytest' >/dev/null 2>&1; then
+    not_run torch-amp-gpu absent "no python3 with torch and pytest"
+  elif [ "$gpus" -eq 0 ]; then
+    not_run torch-amp-gpu skipped "nvidia-smi lists no GPU"
+  else
+    step torch-amp-gpu 300 env FTRT_LIB="$build/libftrt_gpu.so" FTRT_TEST_REQUIRE_GPU=1 \
+      "$py" -m pytest -q -p no:cacheprovider -rs "$repo/tests/python/test_mpi_bf16.py" -k cuda
   fi
   step mpi-kit 120 "${ct[@]}" -R '^mpi\.(reference|kill)$' --timeout 100
   if [ ! -x "$bench" ]; then

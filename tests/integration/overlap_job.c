@@ -13,6 +13,12 @@
  * overlapped collectives fall back to progress inside ftrt calls.
  * Logical rank 0 writes the final parameters (raw float32, tensor after tensor) to F and prints
  * their FNV-1a hash.
+ *
+ * Before the first step (epoch 0) every trainer also checks the 16-bit dtypes on the CPU plane
+ * (issue 21): FTRT_BFLOAT16 and FTRT_FLOAT16 through ftrt_allreduce (SUM, MIN, MAX) and
+ * ftrt_allreduce_start (SUM) of small integers, whose sums are exact in any order, and of
+ * infinities and NaNs (an integer sum of the bit patterns, or a wrong MPI datatype, fails it);
+ * so the MPI user operations run in every overlap job, under ASan/UBSan too.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -43,6 +49,89 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
     const unsigned char *c = p;
     for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
     return h;
+}
+
+/* Bits of the small integer v (|v| < 2048) as bfloat16 or fp16 (exact). */
+static uint16_t h16_int(ftrt_dtype dt, int v)
+{
+    if (dt == FTRT_BFLOAT16) {
+        float f = (float)v;
+        uint32_t u;
+        memcpy(&u, &f, sizeof u);
+        return (uint16_t)(u >> 16);
+    }
+    if (v == 0) return 0;
+    unsigned a = (unsigned)(v < 0 ? -v : v);
+    int e = 31 - __builtin_clz(a);
+    return (uint16_t)((v < 0 ? 0x8000u : 0u) | (unsigned)(e + 15) << 10 |
+                      ((a << (10 - e)) & 0x3FFu));
+}
+
+enum { H16N = 3001 };
+
+/* Rank r's element k: an integer in [-8, 8] + r; elements 0..3 special (see h16_want). */
+static void h16_fill(uint16_t *x, ftrt_dtype dt, int r)
+{
+    uint16_t inf = dt == FTRT_BFLOAT16 ? 0x7F80 : 0x7C00, nan = dt == FTRT_BFLOAT16 ? 0x7FC1 : 0x7E01;
+    uint16_t big = dt == FTRT_BFLOAT16 ? 0x7F7F : 0x7BFF; /* the largest finite */
+    for (int k = 0; k < H16N; k++) x[k] = h16_int(dt, (k % 17) - 8 + r);
+    x[0] = r == 0 ? inf : h16_int(dt, 1);
+    x[1] = r == 0 ? nan : h16_int(dt, 1);
+    x[2] = r == 0 ? inf : r == 1 ? (uint16_t)(inf | 0x8000) : h16_int(dt, 2);
+    x[3] = big;
+}
+
+static int h16_is_nan(ftrt_dtype dt, uint16_t h)
+{
+    return (h & 0x7FFF) > (dt == FTRT_BFLOAT16 ? 0x7F80 : 0x7C00);
+}
+
+/* 0 when x is the SUM (op 0), MIN or MAX over n ranks of h16_fill's data. */
+static int h16_check(const uint16_t *x, ftrt_dtype dt, ftrt_op op, int n)
+{
+    uint16_t inf = dt == FTRT_BFLOAT16 ? 0x7F80 : 0x7C00;
+    for (int k = 4; k < H16N; k++) {
+        int b = (k % 17) - 8, want = op == FTRT_SUM ? n * b + n * (n - 1) / 2
+                                   : op == FTRT_MIN ? b : b + n - 1;
+        if (x[k] != h16_int(dt, want)) return k;
+    }
+    if (op == FTRT_SUM)
+        return x[0] != inf ? 1 : !h16_is_nan(dt, x[1]) ? 2 : (n > 1 && !h16_is_nan(dt, x[2])) ? 3
+             : (n > 1 && x[3] != inf) ? 4 : 0;
+    return !h16_is_nan(dt, x[1]) ? 2 : 0; /* a NaN operand gives NaN */
+}
+
+/* The 16-bit check of the file comment; 0, 1 (a wrong result, printed) or an ftrt error. */
+static int h16_selftest(ftrt_ctx *ctx)
+{
+    static uint16_t x[H16N];
+    const ftrt_dtype dts[2] = {FTRT_BFLOAT16, FTRT_FLOAT16};
+    for (int d = 0; d < 2; d++)
+        for (int op = 0; op < 4; op++) { /* SUM, MIN, MAX blocking; 3: SUM overlapped */
+            ftrt_op o = op == 3 ? FTRT_SUM : (ftrt_op)op;
+            h16_fill(x, dts[d], ftrt_rank(ctx));
+            int rc;
+            if (op < 3) {
+                rc = ftrt_allreduce(ctx, x, H16N, dts[d], o);
+            } else {
+                ftrt_request *req;
+                rc = ftrt_allreduce_start(ctx, x, H16N, dts[d], o, &req);
+                if (!rc) rc = ftrt_request_wait(req);
+                if (!rc) ftrt_request_free(req);
+            }
+            if (rc) return rc;
+            int bad = h16_check(x, dts[d], o, ftrt_size(ctx));
+            if (bad) {
+                fprintf(stderr, "overlap_job: 16-bit check: dtype %d op %d: element %d wrong\n",
+                        (int)dts[d], op, bad);
+                return 1;
+            }
+        }
+    if (ftrt_allreduce(ctx, x, 1, (ftrt_dtype)9, FTRT_SUM) != FTRT_EINVAL) {
+        fprintf(stderr, "overlap_job: 16-bit check: an unknown dtype was not refused\n");
+        return 1;
+    }
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -109,6 +198,11 @@ int main(int argc, char **argv)
     if ((rc = ftrt_bucketer_create(ctx, counts, T, FTRT_FLOAT32, &bc, &b)) != 0) goto fail;
     int64_t step = 0;
     if ((rc = ftrt_restore(ctx, &step)) < 0) goto fail;
+    if (ftrt_epoch(ctx) == 0 && (rc = h16_selftest(ctx)) != 0) {
+        if (rc < 0) goto fail;
+        ftrt_finalize(ctx);
+        return 1;
+    }
     if (ftrt_rank(ctx) == 0 && ftrt_epoch(ctx) == 0)
         printf("overlap_job: %d trainers, %d tensors in %d buckets, %lld steps\n", ftrt_size(ctx),
                T, ftrt_bucketer_buckets(b), (long long)steps);

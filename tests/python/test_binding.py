@@ -185,7 +185,11 @@ def test_error_codes_match_the_header_and_the_library():
                          ("FTRT_CKPT_WAIT", ftrt.CKPT_WAIT), ("FTRT_CKPT_SKIP", ftrt.CKPT_SKIP)):
         m = re.search(rf"#define {macro} (\d+)", text)
         assert m and int(m.group(1)) == value, macro
-    assert "FTRT_FLOAT32 = 0, FTRT_FLOAT64 = 1, FTRT_INT64 = 2" in text
+    for name, value in (("FTRT_FLOAT32", ftrt.FLOAT32), ("FTRT_FLOAT64", ftrt.FLOAT64),
+                        ("FTRT_INT64", ftrt.INT64), ("FTRT_BFLOAT16", ftrt.BFLOAT16),
+                        ("FTRT_FLOAT16", ftrt.FLOAT16)):
+        m = re.search(rf"\b{name} = (\d+)", text)
+        assert m and int(m.group(1)) == value, name
     assert "FTRT_SUM = 0, FTRT_MIN = 1, FTRT_MAX = 2" in text
 
 

@@ -4,6 +4,7 @@ writes a snapshot back into them, in place, on recovery, as ftrt_recover() does)
 GradAverager for the bucketer (one trainer: the mean is the local gradient; it can raise
 FtrtRecover at a chosen step). The real runtime is exercised by test_mpi_lm.py and
 test_mpi_torch.py."""
+import collections
 import threading
 import types
 
@@ -179,7 +180,7 @@ class Counter:
 
 
 def ft_run(monkeypatch, fail_at=(), resume=None, ctx=None, scaler=None, steps=STEPS,
-           connect_fail_at=()):
+           connect_fail_at=(), before_step=None):
     monkeypatch.setattr(ftp, "GradAverager", FakeAverager)
     FakeAverager.fail_at = set(fail_at)
     FakeAverager.connects = []
@@ -199,6 +200,8 @@ def ft_run(monkeypatch, fail_at=(), resume=None, ctx=None, scaler=None, steps=ST
         torch.nn.functional.cross_entropy(model(x), y).backward()
         ft.state["tokens"] += len(x)
         counter.n += 1
+        if before_step is not None:
+            before_step(opt)
         ok = ft.step()
         results.append(ok)
         if ok:
@@ -278,6 +281,37 @@ def test_scaler_state_is_replicated(monkeypatch):
     sc = Scaler()
     m, o, s, ft, seen, res, counter = ft_run(monkeypatch, fail_at={8}, resume=5, scaler=sc)
     assert sc.calls == STEPS  # 8 updates, rolled back to 5, 7 more
+
+
+class AmpScaler(Scaler):
+    """torch.cuda.amp.GradScaler's per-step bookkeeping (CUDA-only in torch 1.13, so mimicked
+    here): unscale_() marks the optimizer in _per_optimizer_states and refuses a second call
+    before update(), which starts afresh."""
+
+    def __init__(self):
+        super().__init__()
+        self._per_optimizer_states = collections.defaultdict(lambda: {"stage": "ready"})
+
+    def unscale_(self, opt):
+        st = self._per_optimizer_states[id(opt)]
+        if st["stage"] == "unscaled":
+            raise RuntimeError("unscale_() has already been called on this optimizer since "
+                               "the last update().")
+        st["stage"] = "unscaled"
+
+    def update(self):
+        super().update()
+        self._per_optimizer_states = collections.defaultdict(lambda: {"stage": "ready"})
+
+
+def test_scaler_unscale_before_a_recovered_step(monkeypatch):
+    """scaler.unscale_(opt) before ft.step() (to clip gradients), and a failure in that
+    step's averaging: the recovery forgets the abandoned step's unscale_, so the redone step
+    may call it again."""
+    sc = AmpScaler()
+    m, o, s, ft, seen, res, counter = ft_run(monkeypatch, fail_at={6}, resume=4, scaler=sc,
+                                             before_step=sc.unscale_)
+    assert res.count(False) == 1 and ft.step_count == STEPS and sc.calls == STEPS
 
 
 def test_restore_from_a_checkpoint(monkeypatch):
@@ -462,6 +496,61 @@ def test_handover_error_reaches_wait():
     with pytest.raises(ftrt.FtrtRecover):
         avg.wait()
     assert b.ends == [("reset", threading.get_ident())]
+
+
+class DtypeOrder(ftp.GradAverager):
+    """GradAverager with the C calls replaced by a recorder of (ftrt dtype, index) per
+    hand-over: the feeding order of its bucketers."""
+
+    def __init__(self, ctx, params):
+        self.calls = []
+        super().__init__(ctx, params)
+
+    def _ready_fns(self):
+        def f(h, i, ptr):
+            self.calls.append((h, i))
+            return 0
+        return f, f
+
+
+def test_one_bucketer_per_dtype_fed_in_order():
+    """Layers of bfloat16, float32, bfloat16 (a float32 layer between bf16 ones): two
+    bucketers, bfloat16 first (the last parameter's dtype: backward produces it first); the
+    float32 gradients, ready in the middle of the backward pass, are held until every bfloat16
+    one has been handed over, so every trainer starts the collectives in the same order."""
+    class DtypeCtx(FakeCtx):
+        def bucketer(self, counts, dtype, cfg):
+            b = FakeBucketer()
+            b.handle, b.counts = dtype, list(counts)
+            self.made.append(b)
+            return b
+
+    torch.manual_seed(2)
+    a, b, c = torch.nn.Linear(4, 5), torch.nn.Linear(5, 5), torch.nn.Linear(5, 2)
+    a.to(torch.bfloat16)
+    c.to(torch.bfloat16)
+    ctx = DtypeCtx()
+    ctx.made = []
+    params = list(a.parameters()) + list(b.parameters()) + list(c.parameters())
+    avg = DtypeOrder(ctx, params)
+    assert [m.handle for m in ctx.made] == [ftrt.BFLOAT16, ftrt.FLOAT32]
+    assert ctx.made[0].counts == [20, 5, 10, 2] and ctx.made[1].counts == [25, 5]
+    assert avg.bucketer is ctx.made[0] and avg.buckets == 2 and avg.dtype == ftrt.BFLOAT16
+    x = torch.randn(3, 4)
+    c(b(a(x.bfloat16()).float()).bfloat16()).float().sum().backward()
+    assert [h for h, _ in avg.calls] == [ftrt.BFLOAT16] * 4 + [ftrt.FLOAT32] * 2, avg.calls
+    assert sorted(avg.calls) == sorted([(ftrt.BFLOAT16, i) for i in range(4)] +
+                                       [(ftrt.FLOAT32, i) for i in range(2)])
+    assert all(p.grad.dtype == p.dtype for p in params)
+    avg.wait()
+    assert [m.ends for m in ctx.made] == [[("wait_all", threading.get_ident())]] * 2
+    # the next step starts over: bfloat16 first again
+    avg.calls.clear()
+    c(b(a(x.bfloat16()).float()).bfloat16()).float().sum().backward()
+    assert [h for h, _ in avg.calls] == [ftrt.BFLOAT16] * 4 + [ftrt.FLOAT32] * 2
+    avg.wait()
+    with pytest.raises(ValueError, match="not supported"):
+        ftp.GradAverager(ctx, [torch.zeros(3, dtype=torch.complex64, requires_grad=True)])
 
 
 def emfu_run(monkeypatch, **kw):

@@ -1,7 +1,8 @@
 /*
  * GPU unit tests: every CUDA kernel of kernels/kernels.cu against its CPU reference
  * (kernels_ref.c), bit for bit: bucket pack and unpack (aligned and unaligned tensors), the
- * scaled unpack in float32 and float64, the abort guard of the unpack, in-place scaling, and
+ * scaled unpack in float32, float64, bfloat16 and fp16 (every finite and infinite 16-bit
+ * pattern, subnormals included; issue 21), the abort guard of the unpack, in-place scaling, and
  * per-chunk CRC32C with and without the fused copy (to device and to mapped host memory).
  * Exits 77 when no CUDA device is usable (no GPU, or no driver).
  */
@@ -15,6 +16,7 @@
 #include <cmocka.h>
 
 #include "base/crc32c.h"
+#include "kernels/half.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_gpu.h"
 
@@ -174,6 +176,59 @@ static void scale_matches_reference(void **state)
     free(got);
 }
 
+/* All 65,536 patterns of a 16-bit dtype but the NaNs (whose sign a device multiply may not
+ * keep), repeated to n elements. */
+static void fill_h16(uint16_t *x, size_t n, int dtype)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h = (uint16_t)(i * 40503u);
+        uint16_t mag = h & 0x7FFF;
+        int nan = dtype == FTRT__K_BF16 ? mag > 0x7F80 : mag > 0x7C00;
+        x[i] = nan ? (uint16_t)(h & 0x83FF) : h;
+    }
+}
+
+/* The 16-bit unpack with scaling and the in-place scaling: widened, multiplied in float32,
+ * narrowed to nearest even, bit for bit as on the CPU. */
+static void h16_scale_matches_reference(void **state)
+{
+    (void)state;
+    enum { N = 65536 * 3 + 5 };
+    const int dts[2] = {FTRT__K_BF16, FTRT__K_F16};
+    const double scales[3] = {0.25, 1.0 / 3.0, 1.0 / 6.0};
+    uint16_t *h = malloc(N * 2), *ref = malloc(N * 2), *got = malloc(N * 2);
+    uint16_t *d, *dbucket;
+    CK(cudaMalloc((void **)&d, N * 2));
+    CK(cudaMalloc((void **)&dbucket, N * 2));
+    ftrt__kdesc *desc;
+    CK(cudaHostAlloc((void **)&desc, 2 * sizeof *desc, cudaHostAllocMapped));
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < 3; j++) {
+            fill_h16(h, N, dts[k]);
+            memcpy(ref, h, N * 2);
+            ftrt__k_scale(ref, N, dts[k], scales[j]);
+            CK(cudaMemcpy(d, h, N * 2, cudaMemcpyHostToDevice));
+            CK(ftrt__kgpu_scale(d, N, dts[k], scales[j], 0));
+            CK(cudaMemcpy(got, d, N * 2, cudaMemcpyDeviceToHost));
+            assert_memory_equal(got, ref, N * 2);
+            /* the unpack: two tensors (the second at an odd element offset) */
+            ftrt__seg seg[2] = {{d, 2 * 1001}, {d + 1001, 2 * (N - 1001)}};
+            size_t maxb;
+            ftrt__kdesc_fill(desc, seg, 2, &maxb);
+            CK(cudaMemcpy(dbucket, h, N * 2, cudaMemcpyHostToDevice));
+            CK(cudaMemset(d, 0, N * 2));
+            CK(ftrt__kgpu_unpack_scale(dbucket, desc, 2, maxb, dts[k], scales[j], NULL, 0, 0));
+            CK(cudaMemcpy(got, d, N * 2, cudaMemcpyDeviceToHost));
+            assert_memory_equal(got, ref, N * 2);
+        }
+    cudaFreeHost(desc);
+    cudaFree(d);
+    cudaFree(dbucket);
+    free(h);
+    free(ref);
+    free(got);
+}
+
 static void crc_chunks_match_reference(void **state)
 {
     (void)state;
@@ -231,6 +286,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(pack_matches_reference), cmocka_unit_test(unpack_scale_matches_reference),
         cmocka_unit_test(unpack_guard), cmocka_unit_test(scale_matches_reference),
+        cmocka_unit_test(h16_scale_matches_reference),
         cmocka_unit_test(crc_chunks_match_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -61,7 +61,8 @@ from ._lib import (
     OK, DONE, SKIP_MPI_FINALIZE, SKIPPED,
     ERECOVER, ENOSPARE, ECOORD, EABORT, ECONFIG, ECORRUPT, ENOCKPT, EMISMATCH, EPROTO, EMPI,
     EINVAL, ESTATE, ETIMEDOUT, ENODEV, ECUDA, ENCCL, ENOTSUP,
-    REGION_REPLICATED, REGION_SHARDED, REGION_DEVICE, FLOAT32, FLOAT64, INT64, SUM, MIN, MAX,
+    REGION_REPLICATED, REGION_SHARDED, REGION_DEVICE, FLOAT32, FLOAT64, INT64, BFLOAT16, FLOAT16,
+    SUM, MIN, MAX,
     CKPT_WAIT, CKPT_SKIP, CKPT_STAT_DIRECT, CKPT_STAT_FIXED, CKPT_STAT_STREAMING,
 )
 from ._lib import Buffer
@@ -89,6 +90,7 @@ __all__ = [
     "ERECOVER", "ENOSPARE", "ECOORD", "EABORT", "ECONFIG", "ECORRUPT", "ENOCKPT", "EMISMATCH",
     "EPROTO", "EMPI", "EINVAL", "ESTATE", "ETIMEDOUT", "ENODEV", "ECUDA", "ENCCL", "ENOTSUP",
     "REGION_REPLICATED", "REGION_SHARDED", "REGION_DEVICE", "FLOAT32", "FLOAT64", "INT64",
+    "BFLOAT16", "FLOAT16",
     "SUM", "MIN", "MAX", "CKPT_WAIT", "CKPT_SKIP", "CKPT_STAT_DIRECT", "CKPT_STAT_FIXED",
     "CKPT_STAT_STREAMING",
 ]
@@ -150,8 +152,8 @@ class Bucketer:
     allreduce starts when its last tensor is ready and every earlier bucket has started), then
     wait_all(): every tensor then holds the mean (or the sum) over the trainers. After an
     FtrtRecover: reset() (waits for started buckets), Context.recover(), redo the step.
-    Attributes: counts (elements per tensor), dtype (FLOAT32, FLOAT64 or INT64). Threads: the
-    context's thread only, except ready_from_any_thread() (any thread; the context's thread
+    Attributes: counts (elements per tensor), dtype (FLOAT32, FLOAT64, INT64, BFLOAT16 or
+    FLOAT16). Threads: the context's thread only, except ready_from_any_thread() (any thread; the context's thread
     applies those posts in its next ready(), drain() or wait_all())."""
 
     def __init__(self, ctx: "Context", handle: Optional[int], counts: Sequence[int],
@@ -380,7 +382,7 @@ class Context:
             raise ValueError("ftrt's CPU collectives take host memory only")
         dtype = bdtype if dtype is None else dtype
         if dtype not in _ESIZE:
-            raise ValueError("dtype must be FLOAT32, FLOAT64 or INT64")
+            raise ValueError("dtype must be FLOAT32, FLOAT64, INT64, BFLOAT16 or FLOAT16")
         n = size // _ESIZE[dtype]
         count = n if count is None else int(count)
         if count > n:
@@ -391,8 +393,9 @@ class Context:
                   op: int = SUM) -> None:
         """In-place blocking allreduce over the trainers (ftrt_allreduce()).
 
-        buf: float32/float64/int64 memory (dtype inferred from a tensor or array; required
-        with an int address); count: elements (default: all of buf); op: SUM, MIN or MAX.
+        buf: float32/float64/int64/bfloat16/float16 memory (dtype inferred from a tensor or
+        array; required with an int address; the 16-bit floats are reduced in their own dtype,
+        each pairwise sum rounded to nearest even: include/ftrt.h, ftrt_dtype); count: elements (default: all of buf); op: SUM, MIN or MAX.
         Bitwise deterministic for a fixed number of trainers. Raises FtrtRecover (buf
         unchanged), FtrtNoSpare/FtrtCoordLost/FtrtAborted, FtrtInvalid, FtrtMPIError, ...;
         ValueError (device memory, bad dtype, count beyond the buffer)."""

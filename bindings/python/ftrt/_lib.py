@@ -73,7 +73,7 @@ ENOTSUP = -1017
 REGION_REPLICATED = 0
 REGION_SHARDED = 1
 REGION_DEVICE = 2
-FLOAT32, FLOAT64, INT64 = 0, 1, 2
+FLOAT32, FLOAT64, INT64, BFLOAT16, FLOAT16 = 0, 1, 2, 3, 4  # ftrt_dtype
 SUM, MIN, MAX = 0, 1, 2
 CKPT_WAIT, CKPT_SKIP = 0, 1
 CKPT_STAT_DIRECT, CKPT_STAT_FIXED, CKPT_STAT_STREAMING = 1, 2, 4
@@ -656,9 +656,12 @@ def check(rc: int, call: Optional[str] = None) -> int:
 # Buffers: the memory behind a tensor, an array, a ctypes object or an address
 # ----------------------------------------------------------------------------------------------
 
-ESIZE = {FLOAT32: 4, FLOAT64: 8, INT64: 8}   # bytes of an element of each ftrt dtype
-_DTYPE_NAMES = {"float32": FLOAT32, "float64": FLOAT64, "int64": INT64,
-                "torch.float32": FLOAT32, "torch.float64": FLOAT64, "torch.int64": INT64}
+# bytes of an element of each ftrt dtype
+ESIZE = {FLOAT32: 4, FLOAT64: 8, INT64: 8, BFLOAT16: 2, FLOAT16: 2}
+# ftrt dtype of a tensor's or array's dtype, by its str() (numpy has float16, no bfloat16)
+_DTYPE_NAMES = {"float32": FLOAT32, "float64": FLOAT64, "int64": INT64, "float16": FLOAT16,
+                "torch.float32": FLOAT32, "torch.float64": FLOAT64, "torch.int64": INT64,
+                "torch.bfloat16": BFLOAT16, "torch.float16": FLOAT16}
 
 
 def _is_tensor(obj: Any) -> bool:

@@ -196,6 +196,16 @@ def init_process(config: Optional[Config] = None, checkpoint_dir: Optional[str] 
     raise SystemExit(0)
 
 
+def _forget_scaler_step(scaler: Any) -> None:
+    """Drops what a GradScaler (torch.cuda.amp / torch.amp) noted about the abandoned step:
+    its per-optimizer stage (unscale_() already called) and found-inf tensors, which update()
+    would otherwise clear (GradScaler keeps them in _per_optimizer_states, a defaultdict that
+    refills itself). Other scalers are left alone."""
+    states = getattr(scaler, "_per_optimizer_states", None)
+    if isinstance(states, dict):
+        states.clear()
+
+
 class FaultTolerant:
     """Makes a single-process PyTorch training loop a fault-tolerant data-parallel one.
 
@@ -227,7 +237,14 @@ class FaultTolerant:
     the mean; step() waits on the host for the buckets before the optimizer. Do not make the
     host wait for that stream between backward() and step() (loss.item(), a norm's .item():
     read them after step()): were a trainer to die then, the wait would be on NCCL collectives
-    that only step() aborts. Float32/float64 parameters only so far.
+    that only step() aborts.
+
+    Mixed precision: gradients are averaged in their own dtype (float32, float64, bfloat16,
+    float16; one bucketer per dtype: GradAverager). Under torch.autocast the parameters, and
+    so the gradients, stay float32; a model converted with model.to(torch.bfloat16) has its
+    gradients reduced in bfloat16 (docs/pytorch.md, "Mixed precision"). A GradScaler's
+    per-step bookkeeping (unscale_() called, inf checks) is dropped when a recovery abandons
+    the step, so the redone step may call scaler.unscale_() again.
 
     Arguments (all after `optimizer` by keyword):
       model, optimizer: a torch.nn.Module whose parameters are all on the CPU, or all on one
@@ -532,6 +549,7 @@ class FaultTolerant:
         while True:
             step = recover(self.ctx, self.averager, self.registry)
             self._load_state()
+            _forget_scaler_step(self.scaler)
             self._step = step
             self._rank = self.ctx.rank
             self._stepped = True

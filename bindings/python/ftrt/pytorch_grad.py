@@ -8,11 +8,15 @@ from typing import Any, Callable, Iterable, List, Optional
 import torch
 
 from . import Context, _lib
-from ._lib import FLOAT32, FLOAT64, error_for, lib
+from ._lib import BFLOAT16, FLOAT16, FLOAT32, FLOAT64, error_for, lib
 from .pytorch_gpu import GpuPlane as _GpuPlane, cuda_device as _cuda_device
 from .pytorch_state import StateRegistry
 
 __all__ = ["GradAverager", "recover"]
+
+# the ftrt dtype gradients of each torch dtype are reduced in (their own)
+_FTRT_DTYPE = {torch.float32: FLOAT32, torch.float64: FLOAT64, torch.bfloat16: BFLOAT16,
+               torch.float16: FLOAT16}
 
 
 def _queue_callback() -> Optional[Callable[[Callable[[], None]], None]]:
@@ -30,8 +34,24 @@ class GradAverager:
     started from autograd hooks as gradients become ready (PyTorch DDP's approach).
 
     params: the parameters whose .grad to average (those with requires_grad; all on the CPU
-    or all on one CUDA device (libftrt_gpu; see the module docstring, "Devices"), all float32
-    or all float64, contiguous); every trainer must pass the same parameters in the same order.
+    or all on one CUDA device (libftrt_gpu; see the module docstring, "Devices"), float32,
+    float64, bfloat16 or float16, contiguous); every trainer must pass the same parameters in
+    the same order.
+
+    Dtypes: gradients are reduced in their own dtype (a bfloat16 gradient travels and is summed
+    as bfloat16, each pairwise sum rounded to nearest even: ftrt_dtype in include/ftrt.h; the
+    mean is that sum times 1/N rounded to the dtype, as DDP's division). Parameters of several
+    dtypes get one bucketer per dtype (DDP also buckets by dtype). So that every trainer starts
+    the same collectives in the same order whatever order its hooks run in, the bucketers are
+    fed one after the other: first the dtype of the last parameter (whose gradient backward
+    produces first), then the next dtype met walking back from there, and so on; a gradient of
+    a later dtype that is ready early is held (in Python) until every gradient of the earlier
+    dtypes has been handed over, so the later dtypes overlap less with the backward pass. One
+    dtype (the usual case) behaves exactly as one bucketer. `bucketer` is the first one,
+    `bucketers` all of them. On CUDA a held gradient's producer event is recorded when it is
+    handed over, on the stream current on the thread that hands it over (autograd's device
+    stream, or the caller's stream at the end of backward(), which autograd has ordered after
+    the whole pass).
     bucket_bytes / first_bucket_bytes: bucket limits in bytes (default DDP's 25 MiB / 1 MiB).
     average: True (mean, default) or False (sum).
 
@@ -63,10 +83,7 @@ class GradAverager:
         self.params = [p for p in params if p.requires_grad]
         if not self.params:
             raise ValueError("no parameter requires a gradient")
-        dtypes = {p.dtype for p in self.params}
-        if len(dtypes) != 1 or next(iter(dtypes)) not in (torch.float32, torch.float64):
-            raise ValueError(f"parameters must all be float32 or all float64 (got {dtypes})")
-        self.dtype = FLOAT32 if self.params[0].dtype == torch.float32 else FLOAT64
+        self._group_params()
         for p in self.params:
             if not p.is_contiguous():
                 raise ValueError("parameters must be contiguous")
@@ -77,13 +94,26 @@ class GradAverager:
         if first_bucket_bytes is not None:
             cfg.first_bucket_bytes = int(first_bucket_bytes)
         cfg.average = 1 if average else 0
-        counts = [p.numel() for p in self.params]
         self._plane: Optional[_GpuPlane] = None
-        if self.cuda_device is None:
-            self.bucketer = ctx.bucketer(counts, self.dtype, cfg)
-        else:
+        if self.cuda_device is not None:
             self._plane = _GpuPlane(ctx, self.cuda_device)
-            self.bucketer = self._plane.bucketer(ctx, counts, self.dtype, cfg)
+        self.bucketers: List[Any] = []
+        try:
+            for members in self._members:
+                counts = [self.params[i].numel() for i in members]
+                dt = _FTRT_DTYPE[self.params[members[0]].dtype]
+                if self._plane is None:
+                    self.bucketers.append(ctx.bucketer(counts, dt, cfg))
+                else:
+                    self.bucketers.append(self._plane.bucketer(ctx, counts, dt, cfg))
+        except BaseException:
+            for b in self.bucketers:
+                b.free()
+            if self._plane is not None:
+                self._plane.free()
+            raise
+        self.bucketer = self.bucketers[0]
+        self.dtype = _FTRT_DTYPE[self.params[self._members[0][0]].dtype]  # the first bucketer's
         n = len(self.params)
         self._ready = [False] * n
         self._keep: List[Optional[torch.Tensor]] = [None] * n
@@ -98,6 +128,10 @@ class GradAverager:
         self._ordered = False     # the callback ordered the current stream after every bucket
         self._gpu = self._plane is not None  # CUDA: the callback may run off the owning thread
         self._pending: Optional[_lib.FtrtError] = None  # what the callback met, for wait()
+        self._hand_lock = threading.Lock()  # the feeding order of several bucketers
+        self._held: List[List[Any]] = [[] for _ in self.bucketers]  # (i, ptr) held per group
+        self._left = [len(m) for m in self._members]  # per group: not yet handed this step
+        self._open = 0  # the group being fed; earlier groups are complete this step
         self._accs: List[Any] = []
         self._handles: List[Any] = []
         for i, p in enumerate(self.params):
@@ -105,10 +139,52 @@ class GradAverager:
             self._handles.append(acc.register_hook(self._make_hook(i, p)))
             self._accs.append(acc)
 
+    def _group_params(self) -> None:
+        """Sorts the parameters into dtype groups (_members: parameter indices per group, in
+        feeding order; _where[i]: (group, index in the group's bucketer)). Raises ValueError
+        for a dtype ftrt does not reduce."""
+        order: List[torch.dtype] = []
+        for p in reversed(self.params):  # backward produces the last parameters first
+            if p.dtype not in _FTRT_DTYPE:
+                raise ValueError(f"parameter dtype {p.dtype} is not supported (float32, "
+                                 f"float64, bfloat16, float16)")
+            if p.dtype not in order:
+                order.append(p.dtype)
+        self._members: List[List[int]] = [[] for _ in order]
+        self._where: List[Any] = []
+        for i, p in enumerate(self.params):
+            g = order.index(p.dtype)
+            self._where.append((g, len(self._members[g])))
+            self._members[g].append(i)
+
     @property
     def buckets(self) -> int:
-        """Number of buckets the parameters were assigned to."""
-        return self.bucketer.buckets
+        """Number of buckets the parameters were assigned to (over all dtypes)."""
+        return sum(b.buckets for b in self.bucketers)
+
+    def _hand(self, i: int, ptr: int, fn: Callable[[Any, int, int], int]) -> int:
+        """Hands gradient i (at ptr) to its bucketer with fn(handle, index, ptr), in the
+        bucketers' feeding order (class docstring, "Dtypes"): held while an earlier dtype
+        still has gradients to come; handing the last of a dtype hands what the next one
+        held. Returns 0 or the first negative rc."""
+        g, j = self._where[i]
+        if len(self.bucketers) == 1:
+            return fn(self.bucketer.handle, j, ptr)
+        with self._hand_lock:
+            if g > self._open:
+                self._held[g].append((j, ptr))
+                return 0
+            rc = fn(self.bucketers[g].handle, j, ptr)
+            self._left[g] -= 1
+            while rc >= 0 and self._open < len(self.bucketers) and self._left[self._open] == 0:
+                self._open += 1
+                if self._open < len(self.bucketers):
+                    held, self._held[self._open] = self._held[self._open], []
+                    for hj, hptr in held:
+                        r = fn(self.bucketers[self._open].handle, hj, hptr)
+                        self._left[self._open] -= 1
+                        rc = r if r < 0 and rc >= 0 else rc
+            return rc
 
     def _stream(self) -> Optional[int]:
         """The calling thread's current CUDA stream of the parameters' device (a
@@ -160,7 +236,7 @@ class GradAverager:
             # another thread posts: a backward() run elsewhere on CPU tensors (the owning
             # thread applies it in its next ready() or wait()), or autograd's device thread of
             # CUDA tensors (the GPU bucketer starts the buckets it completes right here)
-            rc = (ready if owner else post)(self.bucketer.handle, i, g.data_ptr())
+            rc = self._hand(i, g.data_ptr(), ready if owner else post)
             if rc < 0:
                 self._err = rc  # the backward pass goes on; wait() raises it
         return hook
@@ -228,7 +304,9 @@ class GradAverager:
         if self._err is None and self._mark_missing(self._ready_fns()[1]) < 0:
             return  # wait() raises it
         if self._err is None:
-            rc = self._order_fns()[1](self.bucketer.handle, self._stream())
+            rc = 0
+            for b in self.bucketers:
+                rc = rc or self._order_fns()[1](b.handle, self._stream())
             self._ordered = rc == 0
 
     def wait(self) -> None:
@@ -259,8 +337,8 @@ class GradAverager:
         """Marks the parameters not yet ready with mark(handle, i, ptr): zeros for those
         without a gradient, a contiguous copy for a non-contiguous one. Returns 0, or the
         first error (kept in _err)."""
-        for i, done in enumerate(self._ready):
-            if done:
+        for i in (i for m in self._members for i in m):  # in feeding order
+            if self._ready[i]:
                 continue
             p = self.params[i]
             if p.grad is None:
@@ -269,7 +347,7 @@ class GradAverager:
                 p.grad = p.grad.contiguous()
             self._ready[i] = True
             self._keep[i] = p.grad
-            rc = mark(self.bucketer.handle, i, p.grad.data_ptr())
+            rc = self._hand(i, p.grad.data_ptr(), mark)
             if rc < 0:
                 self._err = rc
                 return rc
@@ -284,10 +362,18 @@ class GradAverager:
             raise error_for(err, "ftrt_bucketer_ready")
         try:
             if self._gpu and not self._ordered:  # the current stream waits for every bucket
-                rc = self._order_fns()[0](self.bucketer.handle, self._stream())
-                if rc < 0 and rc != _lib.ESTATE:  # ESTATE: a failed step; wait_all says why
-                    raise error_for(rc, "ftrt_gpu_bucketer_order")
-            self.bucketer.wait_all()  # also after the callback's order: the step's errors
+                for b in self.bucketers:
+                    rc = self._order_fns()[0](b.handle, self._stream())
+                    if rc < 0 and rc != _lib.ESTATE:  # ESTATE: a failed step; wait_all says why
+                        raise error_for(rc, "ftrt_gpu_bucketer_order")
+            first: Optional[BaseException] = None
+            for b in self.bucketers:  # also after the callback's order: the step's errors
+                try:
+                    b.wait_all()
+                except _lib.FtrtError as e:  # the others' buckets still end before we raise
+                    first = first or e
+            if first is not None:
+                raise first
         finally:
             self._clear()
 
@@ -297,11 +383,15 @@ class GradAverager:
         self._keep = [None] * n
         self._err = None
         self._ordered = False
+        self._held = [[] for _ in self.bucketers]
+        self._left = [len(m) for m in self._members]
+        self._open = 0
 
     def reset(self) -> None:
         """Abandons this step's averaging (waits for the buckets already started) so that the
         step can be redone; recover() calls it."""
-        self.bucketer.reset()
+        for b in self.bucketers:
+            b.reset()
         self._clear()
         self._pending = None
         self._synced = self._ordered = False
@@ -312,7 +402,8 @@ class GradAverager:
         for h in self._handles:
             h.remove()
         self._handles, self._accs = [], []
-        self.bucketer.free()
+        for b in self.bucketers:
+            b.free()
         if self._plane is not None:
             self._plane.free()
 
