@@ -271,6 +271,9 @@ int main(int argc, char **argv)
     return 0;
 fail:
     fprintf(stderr, "overlap_job (logical rank %d): %s\n", ftrt_rank(ctx), ftrt_strerror(rc));
+    /* the job's outcome must say so: the BYE carries it (a process's own exit status after
+     * ftrt_finalize() is not the job's) */
+    ftrt_set_exit_code(ctx, rc < 0 ? rc : FTRT_EINVAL);
     ftrt_finalize(ctx);
     return 1;
 }
