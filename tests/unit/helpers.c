@@ -7,11 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "base/clock.h"
 #include "base/fs.h"
 #include "checkpoint/commit.h"
 #include "checkpoint/engine.h"
+#include "ftrt.h"
 #include "helpers.h"
+#include "runtime/coordinator/coordinator.h"
 
 int t_tmpdir(char *buf, size_t cap, const char *tag)
 {
@@ -249,4 +253,25 @@ ftrt__ckpt_msg t_coord_done(t_coord *c, int i)
     ftrt__ckpt_msg m = c->done[i];
     pthread_mutex_unlock(&c->lock);
     return m;
+}
+
+_Noreturn void t_coordinator_child(const char *dir, int lfd, const char *addrs, int port,
+                                   uint64_t secret, int W, int N, int hb_ms, int timeout_ms)
+{
+    ftrt_config cfg;
+    ftrt_config_init(&cfg, sizeof cfg);
+    cfg.heartbeat_ms = hb_ms;
+    cfg.heartbeat_timeout_ms = timeout_ms;
+    cfg.init_timeout_ms = 20000;
+    cfg.standby = 0;
+    cfg.progress = 0;
+    snprintf(cfg.ckpt_dir, sizeof cfg.ckpt_dir, "%s/ckpt", dir);
+    snprintf(cfg.status_file, sizeof cfg.status_file, "%s/status.json", dir);
+    snprintf(cfg.report_file, sizeof cfg.report_file, "%s/report.json", dir);
+    ftrt__coord_args ca = {.cfg = &cfg, .world_size = W, .ntrainers = N,
+                           .t_start = ftrt__now(), .t_start_wall = ftrt__wallclock(),
+                           .status_file = cfg.status_file, .host = "h0", .addr = addrs,
+                           .port = port, .mark_fd = -1};
+    int rc = ftrt__coordinator_run(&ca, lfd, secret);
+    _exit(rc == FTRT_DONE ? 0 : 1);
 }

@@ -106,4 +106,14 @@ void t_coord_auto_commit(t_coord *c, int on);
 int t_coord_ndone(t_coord *c);
 ftrt__ckpt_msg t_coord_done(t_coord *c, int i);
 
+/* ---- the real coordinator in a forked child ---- */
+
+/* Runs the real coordinator (ftrt__coordinator_run) on listener lfd (addrs:port, job secret
+ * `secret`) for a world of W processes, N of them trainers, on host "h0": heartbeat hb_ms,
+ * timeout timeout_ms, no standby, no progress detector, its checkpoints, status file and report
+ * in dir (ckpt/, status.json, report.json). Never returns: the process exits 0 when the job
+ * ended FTRT_DONE, else 1. For a child of fork(). */
+_Noreturn void t_coordinator_child(const char *dir, int lfd, const char *addrs, int port,
+                                   uint64_t secret, int W, int N, int hb_ms, int timeout_ms);
+
 #endif

@@ -80,26 +80,6 @@ static int recv_type(int fd, ftrt__rxbuf *rx, uint32_t type, void *out, size_t l
     }
 }
 
-static void coordinator(fixture *f, int lfd, const char *addrs, int port)
-{
-    ftrt_config cfg;
-    ftrt_config_init(&cfg, sizeof cfg);
-    cfg.heartbeat_ms = 100;
-    cfg.heartbeat_timeout_ms = 20000; /* (no silence in these tests) */
-    cfg.init_timeout_ms = 20000;
-    cfg.standby = 0;
-    cfg.progress = 0;
-    snprintf(cfg.ckpt_dir, sizeof cfg.ckpt_dir, "%s/ckpt", f->dir);
-    snprintf(cfg.status_file, sizeof cfg.status_file, "%s/status.json", f->dir);
-    snprintf(cfg.report_file, sizeof cfg.report_file, "%s/report.json", f->dir);
-    ftrt__coord_args ca = {.cfg = &cfg, .world_size = W, .ntrainers = N,
-                           .t_start = ftrt__now(), .t_start_wall = ftrt__wallclock(),
-                           .status_file = cfg.status_file, .host = "h0", .addr = addrs,
-                           .port = port, .mark_fd = -1};
-    int rc = ftrt__coordinator_run(&ca, lfd, f->secret);
-    _exit(rc == FTRT_DONE ? 0 : 1);
-}
-
 static int say_hello(int fd, uint32_t type, int w, const char *host, uint64_t secret)
 {
     ftrt__hello h = {.secret = secret, .world_rank = w, .pid = 0};
@@ -135,7 +115,7 @@ static fixture *start_coordinator(const char *name, char *addrs, int *port)
     assert_true(lfd >= 0);
     f->coord = fork();
     assert_true(f->coord >= 0);
-    if (f->coord == 0) coordinator(f, lfd, addrs, *port);
+    if (f->coord == 0) t_coordinator_child(f->dir, lfd, addrs, *port, f->secret, W, N, 100, 20000);
     close(lfd);
     return f;
 }

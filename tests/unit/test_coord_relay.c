@@ -81,26 +81,6 @@ static int agent_recv(fixture *f, int w, uint32_t type, int inner_w, void *out, 
     }
 }
 
-static void coordinator(fixture *f, int lfd, const char *addrs, int port)
-{
-    ftrt_config cfg;
-    ftrt_config_init(&cfg, sizeof cfg);
-    cfg.heartbeat_ms = 100;
-    cfg.heartbeat_timeout_ms = 20000; /* (no silence in these tests) */
-    cfg.init_timeout_ms = 20000;
-    cfg.standby = 0;
-    cfg.progress = 0;
-    snprintf(cfg.ckpt_dir, sizeof cfg.ckpt_dir, "%s/ckpt", f->dir);
-    snprintf(cfg.status_file, sizeof cfg.status_file, "%s/status.json", f->dir);
-    snprintf(cfg.report_file, sizeof cfg.report_file, "%s/report.json", f->dir);
-    ftrt__coord_args ca = {.cfg = &cfg, .world_size = W, .ntrainers = N,
-                           .t_start = ftrt__now(), .t_start_wall = ftrt__wallclock(),
-                           .status_file = cfg.status_file, .host = "h0", .addr = addrs,
-                           .port = port, .mark_fd = -1};
-    int rc = ftrt__coordinator_run(&ca, lfd, f->secret);
-    _exit(rc == FTRT_DONE ? 0 : 1);
-}
-
 /* A message relayed for world rank w by its host agent (RELAY). */
 static void relay_for(fixture *f, int w, uint32_t type, const void *p, uint32_t len)
 {
@@ -139,7 +119,7 @@ static int setup(void **state)
     ftrt__knobs.relay_group = 3; /* (read by the coordinator, forked below) */
     f->coord = fork();
     assert_true(f->coord >= 0);
-    if (f->coord == 0) coordinator(f, lfd, addrs, port);
+    if (f->coord == 0) t_coordinator_child(f->dir, lfd, addrs, port, f->secret, W, N, 100, 20000);
     close(lfd);
     for (int w = 1; w < A; w++) {
         f->agent[w] = ftrt__connect_any(addrs, port, 5000, NULL, 0);

@@ -68,26 +68,6 @@ typedef struct fixture {
     int port;
 } fixture;
 
-static void coordinator(fixture *f, int lfd, const char *addrs)
-{
-    ftrt_config cfg;
-    ftrt_config_init(&cfg, sizeof cfg);
-    cfg.heartbeat_ms = HB_MS;
-    cfg.heartbeat_timeout_ms = TIMEOUT_MS;
-    cfg.init_timeout_ms = 20000;
-    cfg.standby = 0;
-    cfg.progress = 0;
-    snprintf(cfg.ckpt_dir, sizeof cfg.ckpt_dir, "%s/ckpt", f->dir);
-    snprintf(cfg.status_file, sizeof cfg.status_file, "%s/status.json", f->dir);
-    snprintf(cfg.report_file, sizeof cfg.report_file, "%s/report.json", f->dir);
-    ftrt__coord_args ca = {.cfg = &cfg, .world_size = f->W, .ntrainers = f->N,
-                           .t_start = ftrt__now(), .t_start_wall = ftrt__wallclock(),
-                           .status_file = cfg.status_file, .host = "h0", .addr = addrs,
-                           .port = f->port, .mark_fd = -1};
-    int rc = ftrt__coordinator_run(&ca, lfd, f->secret);
-    _exit(rc == FTRT_DONE ? 0 : 1);
-}
-
 /* A connection to the coordinator on loopback; small_rcvbuf: the smallest receive buffer (set
  * before connect, so that the window it offers is small too). */
 static int dial(const fixture *f, int small_rcvbuf)
@@ -131,7 +111,8 @@ static fixture *start_coordinator(const char *name, int W, int N)
     ftrt__knobs.coord_sndbuf = 1; /* (the kernel's smallest) */
     f->coord = fork();
     assert_true(f->coord >= 0);
-    if (f->coord == 0) coordinator(f, lfd, addrs);
+    if (f->coord == 0)
+        t_coordinator_child(f->dir, lfd, addrs, f->port, f->secret, f->W, f->N, HB_MS, TIMEOUT_MS);
     ftrt__knobs.coord_sndbuf = 0;
     close(lfd);
     return f;
