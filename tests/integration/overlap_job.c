@@ -178,11 +178,12 @@ int main(int argc, char **argv)
         if (ctx) ftrt_finalize(ctx);
         return 1;
     }
-    float *w[T], *g[T];
+    float *w[T], *g[T], *w0[T];
     char name[32];
     for (int j = 0; j < T; j++) {
         w[j] = malloc(counts[j] * sizeof(float));
         g[j] = malloc(counts[j] * sizeof(float));
+        w0[j] = malloc(counts[j] * sizeof(float));
         for (size_t k = 0; k < counts[j]; k++)
             w[j][k] = (float)((k * 2654435761u + (size_t)j * 97u) % 1000u) * 1e-3f - 0.5f;
         snprintf(name, sizeof name, "w%d", j);
@@ -227,6 +228,8 @@ int main(int argc, char **argv)
             for (int j = 0; j < T; j++) stats[j] = g[j][0] * (float)(r + 1);
             rc = ftrt_allreduce_start(ctx, stats, 8, FTRT_FLOAT32, FTRT_SUM, &req);
         }
+        if (!rc && req) /* the update below overlaps the raw allreduce: kept to be undone */
+            for (int j = 0; j < T; j++) memcpy(w0[j], w[j], counts[j] * sizeof(float));
         if (!rc)
             for (int j = 0; j < T; j++)
                 for (size_t k = 0; k < counts[j]; k++) w[j][k] -= 0.5f * g[j][k];
@@ -234,6 +237,9 @@ int main(int argc, char **argv)
             rc = ftrt_request_wait(req);
             if (!rc)
                 for (int j = 0; j < T; j++) w[j][0] += 1e-3f * stats[j];
+            else /* the step is abandoned: its update too (ftrt_recover() keeps a survivor's
+                  * registered state as it is, so it must be the last completed step's) */
+                for (int j = 0; j < T; j++) memcpy(w[j], w0[j], counts[j] * sizeof(float));
         }
         ftrt_request_free(req);
         if (rc == FTRT_ERECOVER) {
@@ -266,6 +272,7 @@ int main(int argc, char **argv)
     for (int j = 0; j < T; j++) {
         free(w[j]);
         free(g[j]);
+        free(w0[j]);
     }
     if (ftrt_finalize(ctx) != FTRT_SKIP_MPI_FINALIZE && funneled) MPI_Finalize();
     return 0;
