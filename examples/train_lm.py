@@ -57,7 +57,8 @@ gradients and AdamW's state stay float32 (the gradients are averaged in float32)
 Test knob: FTRT_TEST_LM_KILL=RANK:STEP makes the trainer of logical rank RANK (of the first
 epoch; a spare that takes its place is not armed) SIGKILL itself from a gradient hook of the
 first block's MLP weight during the backward pass of step STEP, with the later layers'
-gradient buckets already posted (tests/python/gpu_lm_prog.py: a kill mid-backward).
+gradient buckets already posted (tests/python/gpu_lm_prog.py: a kill mid-backward), after
+appending the ground truth to FTRT_FAULT_LOG when that is set (the report's MTTD).
 """
 import contextlib
 import math
@@ -411,6 +412,13 @@ def arm_kill(model, ft, step_box):
 
     def die(grad):  # on autograd's thread (CUDA: the device thread), mid-backward
         if step_box[0] == step:
+            log = os.environ.get("FTRT_FAULT_LOG")
+            if log:  # the ground truth the report's MTTD is measured from
+                import json
+                with open(log, "a") as f:
+                    f.write(json.dumps({"time": time.time(), "kind": "sigkill",
+                                        "pid": os.getpid(), "world_rank": int(os.environ.get(
+                                            "OMPI_COMM_WORLD_RANK", "-1"))}) + "\n")
             os.kill(os.getpid(), signal.SIGKILL)
     model.blocks[0].fc.weight.register_hook(die)
 
