@@ -37,9 +37,9 @@ FaultTolerant reseeds with step_seed(seed, r, s) at the start of every step (the
 does the same), so every random number of a step is a function of (seed, logical rank, step).
 torch runs with one thread and deterministic algorithms (on CUDA also with
 CUBLAS_WORKSPACE_CONFIG=:4096:8 unless set, as PyTorch documents for deterministic cuBLAS);
-ftrt's allreduce is bitwise deterministic for a fixed number of trainers. A run with a killed trainer (a hot spare takes
-its logical rank, the survivors' state is restored into it) therefore ends byte-identical to
-an undisturbed one, which tests/python/test_mpi_lm.py checks.
+ftrt's allreduce is bitwise deterministic for a fixed number of trainers. A run with a
+killed trainer (a hot spare takes its logical rank, the survivors' state is restored into it)
+therefore ends byte-identical to an undisturbed one, which tests/python/test_mpi_lm.py checks.
 
 The replicated Python state: the scheduler (stepped by FaultTolerant.step()), the optimizer's
 param_groups (the LR the scheduler set) and extra_state {"tokens": global tokens trained on},
@@ -383,9 +383,9 @@ def header(a, backend, world, model, text, dev):
     if dev.type != "cpu" or a.amp != "off":
         where = f" on {dev}" + (f" ({torch_device_name(dev)})" if dev.type == "cuda" else "") \
             + (", bfloat16 autocast" if a.amp == "bf16" else ", float32")
-    return (f"train_lm: {backend}{where}, {world} trainers, {a.layers} layers x d_model {a.d_model} "
-            f"x {a.heads} heads, context {a.context}, vocab {text.vocab} ({n} parameters), "
-            f"batch {a.batch} per trainer"
+    return (f"train_lm: {backend}{where}, {world} trainers, {a.layers} layers x d_model "
+            f"{a.d_model} x {a.heads} heads, context {a.context}, vocab {text.vocab} "
+            f"({n} parameters), batch {a.batch} per trainer"
             + (f" x {a.accum} micro-batches" if a.accum > 1 else "")
             + f", {a.steps} steps, AdamW lr {a.lr:g} (warm-up "
             f"{a.warmup}, cosine), dropout {a.dropout:g}, seed {a.seed}; "
@@ -393,6 +393,7 @@ def header(a, backend, world, model, text, dev):
 
 
 def torch_device_name(dev):
+    """torch.cuda.get_device_name() of a CUDA torch.device (for the header line)."""
     import torch
     return torch.cuda.get_device_name(dev)
 

@@ -161,7 +161,7 @@ def main():
                     "only mode; kept for the same command line as gpu_ft_prog.py)")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument("--amp", choices=["bf16", "off"], default="bf16")
-    ap.add_argument("--job-timeout", type=float, default=240, help="seconds per job (240)")
+    ap.add_argument("--job-timeout", type=float, default=100, help="seconds per job (100)")
     a = ap.parse_args()
     return driver(a)
 
