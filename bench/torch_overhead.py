@@ -241,7 +241,11 @@ def job_cmds(name, c, a, rep, train):
                                                                            ftrt)}
 
 
-def bench(name, c, a, env):
+def bench(name, c, a, env, budget_s=0.0):
+    """Runs config `name` (c: its CONFIGS entry) a.reps times, both backends back to back in
+    alternating order; with budget_s > 0, starts no repetition past the first that the
+    slowest repetition so far would take past budget_s seconds (the table then says how many
+    ran). Returns the figures (medians, ratios, CPU seconds, load averages)."""
     train = ["--steps", str(c["steps"]), "--seed", "1", "--warmup-steps",
              str(a.warmup_steps)] + c["args"]
     if a.device == "cuda":
@@ -253,8 +257,13 @@ def bench(name, c, a, env):
     nparams = None
     res = {a.ddp: [], "ftrt": []}
     cpu = {a.ddp: [], "ftrt": []}
-    loads = []
+    loads, t0, slowest = [], time.monotonic(), 0.0
     for rep in range(a.reps):
+        if rep and budget_s and time.monotonic() - t0 + slowest > budget_s:
+            print(f"  stopped after {rep} repetition(s): --max-seconds leaves this config "
+                  f"{budget_s:.0f} s", flush=True)
+            break
+        t_rep = time.monotonic()
         order = [a.ddp, "ftrt"] if rep % 2 == 0 else ["ftrt", a.ddp]
         cmds = job_cmds(name, c, a, rep, train)
         for backend in order:
@@ -271,13 +280,15 @@ def bench(name, c, a, env):
             if cores is not None:
                 print("    cores while training: " + ", ".join(
                     f"{k} {cores[k]:.3f}" for k in KINDS if k in cores), flush=True)
+        slowest = max(slowest, time.monotonic() - t_rep)
     g, f = statistics.median(res[a.ddp]), statistics.median(res["ftrt"])
     # ratios of the two runs of each repetition (back to back, so under the same background
     # load): their median is less sensitive to load that drifts over the bench
     pair = statistics.median(x / y for x, y in zip(res["ftrt"], res[a.ddp]))
     return dict(name=name, nparams=nparams, gloo=g, ftrt=f, ratio=f / g, pair=pair,
                 trainers=c["trainers"], res=res, cpu_gloo=statistics.median(cpu[a.ddp]),
-                cpu_ftrt=statistics.median(cpu["ftrt"]), load=(min(loads), max(loads)))
+                cpu_ftrt=statistics.median(cpu["ftrt"]), load=(min(loads), max(loads)),
+                reps=len(res["ftrt"]))
 
 
 def cuda_ready(a):
@@ -299,7 +310,7 @@ def print_cuda(out, a):
         print(f"RESULT bench=torch_overhead device=cuda amp={a.amp} config={r['name']} "
               f"trainers={r['trainers']} params={r['nparams']} ddp={a.ddp} "
               f"ddp_step_ms={r['gloo']:.3f} ftrt_step_ms={r['ftrt']:.3f} ratio={r['ratio']:.4f} "
-              f"pair_ratio={r['pair']:.4f} reps={a.reps} arrangement="
+              f"pair_ratio={r['pair']:.4f} reps={r['reps']} arrangement="
               + ("time-shared-test-arrangement-not-a-performance-figure" if r["trainers"] > 1
                  else "one-trainer-overlap-comparison"))
 
@@ -313,6 +324,9 @@ def main():
     ap.add_argument("--amp", choices=["off", "bf16"], default="off",
                     help="train_lm.py's --amp: bf16 autocast in both backends (off)")
     ap.add_argument("--python", default=PY, help=f"the jobs' Python, with torch ({PY})")
+    ap.add_argument("--max-seconds", type=float, default=0, help="a time budget, shared "
+                    "equally by the configs: a config starts no repetition that would end past "
+                    "its share (its first always runs); 0 = none (0)")
     ap.add_argument("--steps", type=int, help="override the configs' step counts")
     ap.add_argument("--warmup-steps", type=int, default=10)
     ap.add_argument("--reps", type=int, default=5)
@@ -347,12 +361,12 @@ def main():
         env.update(ftrt_harness.NCCL_ONE_GPU_ENV)
     print(f"torch_overhead: {a.reps} alternating repetitions per config, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.2f} at start; libftrt {a.lib}", flush=True)
-    out = []
-    for name in a.configs.split(","):
+    out, names = [], a.configs.split(",")
+    for name in names:
         c = dict(CONFIGS[name])
         if a.steps:
             c["steps"] = a.steps
-        out.append(bench(name, c, a, env))
+        out.append(bench(name, c, a, env, a.max_seconds / len(names)))
     print(f"\nload average {os.getloadavg()[0]:.2f} at the end")
     print(f"\n| model | trainers | {a.ddp} DDP step (ms) | ftrt step (ms) | ftrt / {a.ddp} | "
           f"median of per-repetition ratios | job CPU s {a.ddp} / ftrt (medians) | "

@@ -375,7 +375,7 @@ if [ $built = 1 ]; then
     else
       bdir=$(mktemp -d "${TMPDIR:-/tmp}/ftrt-gpu-lm-ratio.XXXXXX")
       step torch-lm-ratio 330 "$py" "$repo/bench/torch_overhead.py" --device cuda --amp bf16 \
-        --python "$py" --lib "$build/libftrt_gpu.so" --reps 3 --work "$bdir"
+        --python "$py" --lib "$build/libftrt_gpu.so" --reps 3 --max-seconds 290 --work "$bdir"
       rm -rf "$bdir"
     fi
   done
