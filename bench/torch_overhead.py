@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """torch_overhead.py - step time of examples/train_torch.py (MLPs) and examples/train_lm.py (a
 transformer LM) under ftrt vs torch.distributed gloo DDP, same model, data, seed and number of
-trainers, in one run.
+trainers, in one run; with --device cuda, train_lm.py on the GPU against torch's NCCL DDP.
 
     bench/torch_overhead.py [--configs example,mlp512,lm,lm-accum] [--reps 5]
                             [--lib build/libftrt.so]
+    bench/torch_overhead.py --device cuda --amp bf16 --lib build-gpu/libftrt_gpu.so \\
+                            [--configs lm-gpu,lm-gpu-1] [--reps 3] [--python python3]
 
 For each model configuration (CONFIGS below), each repetition runs the gloo job (mpirun -np
 T) and the ftrt job (mpirun --enable-recovery -np T+2: coordinator, T trainers, one hot
@@ -29,6 +31,18 @@ other threads (ftrt's progress and agent threads, gloo's; mean of one trainer), 
 coordinator (world rank 0), the hot spare (the last world rank), the launcher wrapper
 (tools/ftrt-run) and mpirun. --ftrt-run FILE runs the ftrt jobs under another launcher wrapper
 (an older tools/ftrt-run, to compare).
+
+--device cuda (scripts/gpu-run.sh step torch-lm-ratio; issue 21): the CUDA configs (lm-gpu:
+train_lm.py --device cuda, 2 trainers; lm-gpu-1: the same with one trainer) against NCCL DDP,
+every rank on the one GPU (GPU local rank modulo 1), NCCL over sockets with a NCCL_HOSTID per
+rank (ftrt_harness.NCCL_ONE_GPU_ENV; docs/gpu.md). Two trainers time-sharing one GPU is a test
+arrangement: their ratio is labelled "time-shared test arrangement, not a performance figure".
+The one-trainer pair is the overlap comparison: neither backend has a peer to wait for, so the
+ratio is what each adds around the same backward pass on the GPU. --amp bf16 runs both under
+bfloat16 autocast. RESULT lines (one per config) carry the figures for scripts/gpu-run.sh's
+summary.json. Exit 77 when torch (--python) has no CUDA device. Step times are host times of
+whole steps: train_lm.py reads the step's loss after the optimizer step, which waits for the
+GPU.
 """
 import os
 import re
@@ -196,32 +210,66 @@ CONFIGS = {
                      what="transformer LM 2 x d64, ctx 64, 2 micro-batches",
                      args=["--batch", "4", "--accum", "2", "--context", "64", "--warmup", "10",
                            "--progress-every", "1000"]),
+    # --device cuda: train_lm.py on the GPU, 6 layers x d_model 384, context 256, 16 sequences
+    # per trainer (about 10.7 M parameters, as tests/python/gpu_lm_prog.py); 2 trainers
+    # time-sharing the one GPU (a test arrangement), and 1 trainer (the overlap comparison)
+    "lm-gpu": dict(script=EXAMPLE_LM, trainers=2, steps=40, cuda=True,
+                   what="transformer LM 6 x d384, ctx 256, on the GPU",
+                   args=["--batch", "16", "--context", "256", "--d-model", "384", "--layers",
+                         "6", "--heads", "6", "--warmup", "10", "--progress-every", "1000"]),
+    "lm-gpu-1": dict(script=EXAMPLE_LM, trainers=1, steps=40, cuda=True,
+                     what="transformer LM 6 x d384, ctx 256, on the GPU, one trainer",
+                     args=["--batch", "16", "--context", "256", "--d-model", "384", "--layers",
+                           "6", "--heads", "6", "--warmup", "10", "--progress-every", "1000"]),
 }
+DEFAULT_CONFIGS = {"cpu": "example,mlp512,lm,lm-accum", "cuda": "lm-gpu,lm-gpu-1"}
+TIME_SHARED = "time-shared test arrangement, not a performance figure"
 
 
-def bench(name, c, a, env):
+def job_cmds(name, c, a, rep, train):
+    """{backend: command} of one repetition: the DDP job (gloo, or NCCL with --device cuda)
+    and the ftrt job (under --ftrt-run); on CUDA every rank through
+    ftrt_harness.nccl_hostid_argv (the one-GPU arrangement)."""
+    wrap = (lambda argv: ftrt_harness.nccl_hostid_argv(argv, "ftrt-bench-lm")) \
+        if a.device == "cuda" else list
+    ddp = wrap([a.python, c["script"], "--backend", a.ddp, "--master-port",
+                str(ftrt_harness.free_port())] + train)
+    ck = os.path.join(a.work, f"ckpt-{name}-{rep}")
+    ftrt = wrap([a.python, c["script"], "--ckpt-every", "0", "--ckpt-dir", ck] + train)
+    return {a.ddp: ftrt_harness.mpirun_cmd(c["trainers"], ddp, recovery=False),
+            "ftrt": [a.python, a.ftrt_run, "--"] + ftrt_harness.mpirun_cmd(c["trainers"] + 2,
+                                                                           ftrt)}
+
+
+def bench(name, c, a, env, budget_s=0.0):
+    """Runs config `name` (c: its CONFIGS entry) a.reps times, both backends back to back in
+    alternating order; with budget_s > 0, starts no repetition past the first that the
+    slowest repetition so far would take past budget_s seconds (the table then says how many
+    ran). Returns the figures (medians, ratios, CPU seconds, load averages)."""
     train = ["--steps", str(c["steps"]), "--seed", "1", "--warmup-steps",
              str(a.warmup_steps)] + c["args"]
-    script = c["script"]
+    if a.device == "cuda":
+        train += ["--device", "cuda"]
+    if a.amp != "off":
+        train += ["--amp", a.amp]
     print(f"{name}: {c['trainers']} trainers, {c['what']}, {' '.join(c['args'])}, "
           f"{c['steps']} steps ({a.warmup_steps} warm-up)", flush=True)
     nparams = None
-    res = {"gloo": [], "ftrt": []}
-    cpu = {"gloo": [], "ftrt": []}
-    loads = []
+    res = {a.ddp: [], "ftrt": []}
+    cpu = {a.ddp: [], "ftrt": []}
+    loads, t0, slowest = [], time.monotonic(), 0.0
     for rep in range(a.reps):
-        order = ["gloo", "ftrt"] if rep % 2 == 0 else ["ftrt", "gloo"]
+        if rep and budget_s and time.monotonic() - t0 + slowest > budget_s:
+            print(f"  stopped after {rep} repetition(s): --max-seconds leaves this config "
+                  f"{budget_s:.0f} s", flush=True)
+            break
+        t_rep = time.monotonic()
+        order = [a.ddp, "ftrt"] if rep % 2 == 0 else ["ftrt", a.ddp]
+        cmds = job_cmds(name, c, a, rep, train)
         for backend in order:
             load = os.getloadavg()[0]
             loads.append(load)
-            if backend == "gloo":
-                cmd = ftrt_harness.mpirun_cmd(
-                    c["trainers"], [PY, script, "--backend", "gloo", "--master-port",
-                                    str(ftrt_harness.free_port())] + train, recovery=False)
-            else:
-                ck = os.path.join(a.work, f"ckpt-{name}-{rep}")
-                cmd = [PY, a.ftrt_run, "--"] + ftrt_harness.mpirun_cmd(c["trainers"] + 2, [
-                    PY, script, "--ckpt-every", "0", "--ckpt-dir", ck] + train)
+            cmd = cmds[backend]
             med, mean, nparams, cpu_s, cores = run(cmd, dict(env, FTRT_SPARES="1"),
                                                    per_process=a.per_process,
                                                    ftrt=backend == "ftrt")
@@ -232,19 +280,53 @@ def bench(name, c, a, env):
             if cores is not None:
                 print("    cores while training: " + ", ".join(
                     f"{k} {cores[k]:.3f}" for k in KINDS if k in cores), flush=True)
-    g, f = statistics.median(res["gloo"]), statistics.median(res["ftrt"])
+        slowest = max(slowest, time.monotonic() - t_rep)
+    g, f = statistics.median(res[a.ddp]), statistics.median(res["ftrt"])
     # ratios of the two runs of each repetition (back to back, so under the same background
     # load): their median is less sensitive to load that drifts over the bench
-    pair = statistics.median(x / y for x, y in zip(res["ftrt"], res["gloo"]))
+    pair = statistics.median(x / y for x, y in zip(res["ftrt"], res[a.ddp]))
     return dict(name=name, nparams=nparams, gloo=g, ftrt=f, ratio=f / g, pair=pair,
-                trainers=c["trainers"], res=res, cpu_gloo=statistics.median(cpu["gloo"]),
-                cpu_ftrt=statistics.median(cpu["ftrt"]), load=(min(loads), max(loads)))
+                trainers=c["trainers"], res=res, cpu_gloo=statistics.median(cpu[a.ddp]),
+                cpu_ftrt=statistics.median(cpu["ftrt"]), load=(min(loads), max(loads)),
+                reps=len(res["ftrt"]))
+
+
+def cuda_ready(a):
+    """None when --python's torch sees a CUDA device, else why not."""
+    p = subprocess.run([a.python, "-c", "import torch, sys; sys.exit(0 if "
+                        "torch.cuda.is_available() else 77)"], capture_output=True, text=True)
+    if p.returncode == 0:
+        return None
+    return f"{a.python}: torch sees no CUDA device (exit {p.returncode}) {p.stderr[-300:]}"
+
+
+def print_cuda(out, a):
+    """What the CUDA rows are, and one RESULT line per config (gpu-run.sh's summary.json)."""
+    for r in out:
+        what = TIME_SHARED if r["trainers"] > 1 else \
+            "one trainer on the GPU: the overlap comparison"
+        print(f"{r['name']}: ratio ftrt / {a.ddp} DDP = {r['ratio']:.3f}, {r['trainers']} "
+              f"trainer(s) on the one GPU ({what})")
+        print(f"RESULT bench=torch_overhead device=cuda amp={a.amp} config={r['name']} "
+              f"trainers={r['trainers']} params={r['nparams']} ddp={a.ddp} "
+              f"ddp_step_ms={r['gloo']:.3f} ftrt_step_ms={r['ftrt']:.3f} ratio={r['ratio']:.4f} "
+              f"pair_ratio={r['pair']:.4f} reps={r['reps']} arrangement="
+              + ("time-shared-test-arrangement-not-a-performance-figure" if r["trainers"] > 1
+                 else "one-trainer-overlap-comparison"))
 
 
 def main():
     ap = example_args.Parser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--configs", default="example,mlp512,lm,lm-accum",
-                    help=f"comma-separated, of {sorted(CONFIGS)}")
+    ap.add_argument("--configs", help=f"comma-separated, of {sorted(CONFIGS)} (default "
+                    f"{DEFAULT_CONFIGS['cpu']}; with --device cuda {DEFAULT_CONFIGS['cuda']})")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="cpu (against gloo DDP) or cuda (against NCCL DDP, on the one GPU)")
+    ap.add_argument("--amp", choices=["off", "bf16"], default="off",
+                    help="train_lm.py's --amp: bf16 autocast in both backends (off)")
+    ap.add_argument("--python", default=PY, help=f"the jobs' Python, with torch ({PY})")
+    ap.add_argument("--max-seconds", type=float, default=0, help="a time budget, shared "
+                    "equally by the configs: a config starts no repetition that would end past "
+                    "its share (its first always runs); 0 = none (0)")
     ap.add_argument("--steps", type=int, help="override the configs' step counts")
     ap.add_argument("--warmup-steps", type=int, default=10)
     ap.add_argument("--reps", type=int, default=5)
@@ -257,29 +339,46 @@ def main():
                     help="the launcher wrapper of the ftrt jobs (default tools/ftrt-run)")
     a = ap.parse_args()
     example_args.check_paths(ap, a, dirs=("work",), inputs=("lib", "ftrt_run"))
+    a.configs = a.configs or DEFAULT_CONFIGS[a.device]
+    a.ddp = "nccl" if a.device == "cuda" else "gloo"
     unknown = [n for n in a.configs.split(",") if n not in CONFIGS]
     if unknown or a.reps < 1:
         ap.error(f"--configs: unknown {unknown}, of {sorted(CONFIGS)}" if unknown else
                  "--reps: must be >= 1")
+    wrong = [n for n in a.configs.split(",") if CONFIGS[n].get("cuda", False) !=
+             (a.device == "cuda")]
+    if wrong:
+        ap.error(f"--configs: {wrong} are not for --device {a.device}")
+    if a.device == "cuda":
+        why = cuda_ready(a)
+        if why:
+            print(f"torch_overhead: skipped: {why}")
+            return 77
     os.makedirs(a.work, exist_ok=True)
     env = ftrt_harness.job_env({"FTRT_LIB": os.path.abspath(a.lib),
                                 "PYTHONDONTWRITEBYTECODE": "1"})
+    if a.device == "cuda":
+        env.update(ftrt_harness.NCCL_ONE_GPU_ENV)
     print(f"torch_overhead: {a.reps} alternating repetitions per config, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.2f} at start; libftrt {a.lib}", flush=True)
-    out = []
-    for name in a.configs.split(","):
+    out, names = [], a.configs.split(",")
+    for name in names:
         c = dict(CONFIGS[name])
         if a.steps:
             c["steps"] = a.steps
-        out.append(bench(name, c, a, env))
+        out.append(bench(name, c, a, env, a.max_seconds / len(names)))
     print(f"\nload average {os.getloadavg()[0]:.2f} at the end")
-    print("\n| model | trainers | gloo DDP step (ms) | ftrt step (ms) | ftrt / gloo | median of "
-          "per-repetition ratios | job CPU s gloo / ftrt (medians) | load average |")
+    print(f"\n| model | trainers | {a.ddp} DDP step (ms) | ftrt step (ms) | ftrt / {a.ddp} | "
+          f"median of per-repetition ratios | job CPU s {a.ddp} / ftrt (medians) | "
+          f"load average |")
     print("|---|---|---|---|---|---|---|---|")
     for r in out:
         print(f"| {r['name']} ({r['nparams']} params) | {r['trainers']} | {r['gloo']:.3f} | "
               f"{r['ftrt']:.3f} | {r['ratio']:.3f} | {r['pair']:.3f} | {r['cpu_gloo']:.1f} / "
               f"{r['cpu_ftrt']:.1f} | {r['load'][0]:.1f} to {r['load'][1]:.1f} |")
+    if a.device == "cuda":
+        print_cuda(out, a)
+        return 0
     for r in out:
         verdict = "meets" if r["ratio"] <= TARGET else "misses"
         print(f"{r['name']}: ratio ftrt / gloo = {r['ratio']:.3f} ({verdict} the target <= "

@@ -129,6 +129,11 @@ def bad_inputs(cmd, train_mlp, f, d):
          ["--accum"]),
         ("bench/torch_overhead.py: --configs unknown", cmd["bench/torch_overhead.py"] + [
             "--configs", "lm,bogus"], {}, ["--configs", "bogus"]),
+        ("examples/train_lm.py: --backend nccl on the CPU", cmd["examples/train_lm.py"] + [
+            "--backend", "nccl"], {}, ["--backend nccl", "--device cuda"]),
+        ("bench/torch_overhead.py: a CPU config with --device cuda",
+         cmd["bench/torch_overhead.py"] + ["--device", "cuda", "--configs", "lm"], {},
+         ["--configs", "'lm'", "--device cuda"]),
         ("bench/profile_rank.py: --report missing", cmd["bench/profile_rank.py"] + [
             "--report", os.path.join(d, "none.prof")], {}, ["--report", "none.prof"]),
         ("bench/profile_rank.py: program missing", cmd["bench/profile_rank.py"] + [

@@ -180,6 +180,21 @@ def open_mpi_major(launcher=None):
     return int(m.group(1)) if m else None
 
 
+# Several ranks on the one GPU of one host (docs/gpu.md: a test arrangement, not a performance
+# figure): NCCL refuses two ranks on one GPU of one host, so each rank claims a host of its own
+# (NCCL_HOSTID, set per rank by nccl_hostid_argv) and the ranks talk over sockets on lo.
+NCCL_ONE_GPU_ENV = {"NCCL_NET": "Socket", "NCCL_SOCKET_IFNAME": "lo", "NCCL_P2P_DISABLE": "1",
+                    "NCCL_SHM_DISABLE": "1", "NCCL_IB_DISABLE": "1"}
+
+
+def nccl_hostid_argv(argv, tag="ftrt-test"):
+    """argv (a rank's program and arguments, for mpirun) run through `bash -c` with
+    NCCL_HOSTID=<tag>-rank<OMPI_COMM_WORLD_RANK> exported: with NCCL_ONE_GPU_ENV, the
+    arrangement in which several ranks share the one GPU."""
+    return ["bash", "-c", f'export NCCL_HOSTID={tag}-rank$OMPI_COMM_WORLD_RANK; exec "$@"',
+            "_"] + list(argv)
+
+
 def ftrt_run_cmd(cmd, status=None, python=None, summary=None):
     """cmd under tools/ftrt-run (run by `python`, default this interpreter), which turns the
     job's real outcome into the exit status and, with status, names the job's status file;

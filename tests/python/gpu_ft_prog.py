@@ -39,6 +39,8 @@ import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bindings", "python"))
+sys.path.insert(1, os.path.join(HERE, "..", "harness"))
+import ftrt_harness  # noqa: E402  (the one-GPU NCCL arrangement)
 
 STEPS, KILL_AT, WIDTH, LAYERS, BATCH = 24, 10, 256, 4, 32
 
@@ -104,18 +106,25 @@ def trainer(a):
     return 0
 
 
+def one_gpu_job(argv, d, np_=4, env=None, timeout=110, tag="ftrt-gpu-ft"):
+    """One ftrt job of np_ ranks (1 coordinator + 2 trainers + 1 spare by default) running
+    argv (program and arguments) on the one GPU in the test arrangement
+    (ftrt_harness.NCCL_ONE_GPU_ENV, a NCCL_HOSTID per rank), checkpoints under d/ckpt, with
+    FTRT_SPARES=1 and `env` added; returns (rc, output)."""
+    env = dict(os.environ, FTRT_SPARES="1", FTRT_CKPT_DIR=os.path.join(d, "ckpt"),
+               **ftrt_harness.NCCL_ONE_GPU_ENV) | dict(env or {})
+    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(np_)] + \
+        ftrt_harness.nccl_hostid_argv(argv, tag)
+    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=timeout)
+    return p.returncode, p.stdout
+
+
 def job(py, d, kill_at):
     """One job of 1 coordinator + 2 trainers + 1 spare; returns (rc, output)."""
-    env = dict(os.environ, FTRT_SPARES="1", FTRT_CKPT_DIR=os.path.join(d, "ckpt"),
-               NCCL_NET="Socket", NCCL_SOCKET_IFNAME="lo", NCCL_P2P_DISABLE="1",
-               NCCL_SHM_DISABLE="1", NCCL_IB_DISABLE="1")
-    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "4", "bash", "-c",
-           'export NCCL_HOSTID=ftrt-gpu-ft-rank$OMPI_COMM_WORLD_RANK; exec "$@"', "_",
-           py, os.path.abspath(__file__), "--report", os.path.join(d, "report.json"),
-           "--params-out", os.path.join(d, "final.params"), "--kill-at", str(kill_at)]
-    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True, timeout=110)
-    return p.returncode, p.stdout
+    return one_gpu_job([py, os.path.abspath(__file__), "--report",
+                        os.path.join(d, "report.json"), "--params-out",
+                        os.path.join(d, "final.params"), "--kill-at", str(kill_at)], d)
 
 
 def norms(out):

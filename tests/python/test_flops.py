@@ -116,13 +116,14 @@ def test_sdpa_by_hand():
     assert c.stop().total == 3 * (2 * 2 * 3 * 5 * 5 * 4) * 2
 
 
-def lm_model(d=32, layers=2, heads=4, context=16):
+def lm_model(d=32, layers=2, heads=4, context=16, extra=()):
     sys.path.insert(0, os.path.join(REPO, "examples"))
     import train_lm
     a = train_lm.parse_args(["--d-model", str(d), "--layers", str(layers), "--heads",
-                             str(heads), "--context", str(context), "--batch", "3"])
+                             str(heads), "--context", str(context), "--batch", "3"]
+                            + list(extra))
     vocab = 50
-    model, _, _ = train_lm.build(torch, a, vocab)
+    model, _, _ = train_lm.build(torch, a, vocab, torch.device("cpu"))
     return train_lm, model, a, vocab
 
 
@@ -140,10 +141,30 @@ def test_train_lm_transformer_by_hand():
     y = torch.randint(0, V, (B, T))
     c = fl.StepFlopCounter(model, use_torch=False)
     c.start()
-    train_lm.loss_of(torch, model, x, y).backward()
+    train_lm.loss_of(torch, a, model, x, y).backward()
     n = c.stop()
     assert n.total == 3 * fwd, (n.total, 3 * fwd)
     assert "analytic" in n.describe() or n.method == "FlopCounterMode"
+
+
+def test_train_lm_bf16_autocast_counts_as_bf16():
+    """train_lm.py --amp bf16 (its forward and loss under torch.autocast("cpu", bfloat16), the
+    path --device cuda --amp bf16 takes on a GPU): the same FLOPs as in float32, all of them
+    under the bf16 key (the matrix products run in bfloat16; the loss is float32 but does no
+    counted FLOPs), and the loss stays float32; the peak eMFU then uses is the bf16 one."""
+    train_lm, model, a, V = lm_model(extra=["--amp", "bf16"])
+    B, T, d = a.batch, a.context, a.d_model
+    tok = B * T
+    fwd = a.layers * (2 * tok * 12 * d * d + 2 * 2 * B * T * T * d) + 2 * tok * d * V
+    x = torch.randint(0, V, (B, T))
+    c = fl.StepFlopCounter(model, use_torch=False)
+    c.start()
+    loss = train_lm.loss_of(torch, a, model, x, x)
+    loss.backward()
+    n = c.stop()
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
+    assert dict(n.by_dtype) == {("cpu", "bf16"): 3 * fwd}, n.by_dtype
+    assert all(p.grad.dtype == torch.float32 for p in model.parameters())
 
 
 def test_counting_leaves_results_bitwise_unchanged():
@@ -158,7 +179,7 @@ def test_counting_leaves_results_bitwise_unchanged():
         c = fl.StepFlopCounter(model)
         if counted:
             c.start()
-        loss = train_lm.loss_of(torch, model, x, x)
+        loss = train_lm.loss_of(torch, a, model, x, x)
         loss.backward()
         if counted:
             assert c.stop().total > 0
