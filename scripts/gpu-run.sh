@@ -25,7 +25,7 @@
 #   --only: run these steps after configure and build (which always run: a reused build tree
 #   makes them quick), e.g. a second call for the steps the first one had no time left for.
 #   Steps: ctest-gpu memcheck device-gpu memcheck-device chaos-kill-gpu torch-gpu torch-ft-gpu
-#   torch-amp-gpu mpi-kit overlap-1trainer overlap-2trainers-1gpu; and coord-scale, run only when --only names it
+#   torch-ft-sync-gpu torch-amp-gpu mpi-kit overlap-1trainer overlap-2trainers-1gpu; and coord-scale, run only when --only names it
 #   (bench/coord_scale.py at 16,384 and 131,072 simulated ranks on the machine's cores: a call
 #   of its own, --budget 590).
 # NCCL: $NCCL_HOME if set, else the CUDA toolkit's, else PyTorch's wheel (site-packages/nvidia).
@@ -38,7 +38,7 @@ budget=530
 arch=90
 only=
 all_steps=" ctest-gpu memcheck device-gpu memcheck-device chaos-kill-gpu torch-gpu torch-ft-gpu
-  torch-amp-gpu mpi-kit overlap-1trainer overlap-2trainers-1gpu "
+  torch-ft-sync-gpu torch-amp-gpu mpi-kit overlap-1trainer overlap-2trainers-1gpu "
 all_steps=${all_steps//$'\n'/}
 # Steps run only when --only names them (CPU work that needs the GPU machine's 16 cores, not its
 # GPU: a call of its own, after the GPU steps).
@@ -336,6 +336,18 @@ if [ $built = 1 ]; then
     step torch-ft-gpu 240 env FTRT_LIB="$build/libftrt_gpu.so" \
       "$py" "$repo/tests/python/gpu_ft_prog.py" --driver
   fi
+  # The same with the host synchronized with the stream between backward() and step() (a
+  # user's loss.item()): the survivor blocks in .item() on NCCL collectives that wait for the
+  # dead trainer until the agent thread aborts the communicator (comm/nccl_plane.c
+  # "Interrupts"); it must return, recover and end byte-identical, without hanging.
+  if [ ! -f "$build/libftrt_gpu.so" ]; then
+    not_run torch-ft-sync-gpu not_built "$build/libftrt_gpu.so (needs NCCL)"
+  elif [ -z "$py" ] || ! timeout 120 "$py" -c 'import torch' >/dev/null 2>&1; then
+    not_run torch-ft-sync-gpu absent "no python3 with torch"
+  else
+    step torch-ft-sync-gpu 240 env FTRT_LIB="$build/libftrt_gpu.so" \
+      "$py" "$repo/tests/python/gpu_ft_prog.py" --driver --host-sync
+  fi
   # Mixed precision on CUDA (issue 21): tests/python/test_mpi_bf16.py's CUDA cases, each an
   # undisturbed job and one with a trainer SIGKILLed (1 coordinator + 2 trainers + 1 spare on
   # the one GPU, NCCL over sockets): a bfloat16-body model (ncclBfloat16, the 16-bit unpack
@@ -398,7 +410,7 @@ if [ "$gpus" -gt 0 ] && grep -qE 'Test +#[0-9]+: .*\*\*\*Skipped' \
   say "a GPU test skipped although nvidia-smi lists a GPU"
   failed=1
 fi
-for s in torch-gpu torch-ft-gpu; do
+for s in torch-gpu torch-ft-gpu torch-ft-sync-gpu; do
   if [ "$gpus" -gt 0 ] && awk -F'\t' -v s="$s" '$1 == s && $3 == "skipped" { f = 1 } END { exit !f }' \
       "$steps_tsv"; then
     say "$s skipped although nvidia-smi lists a GPU"

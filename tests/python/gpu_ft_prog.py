@@ -22,7 +22,18 @@ one recovered failure of logical rank 1 with its MTTD and MTTR; the final parame
 float32, written by logical rank 0) are byte-identical between the two runs
 (torch.use_deterministic_algorithms, CUBLAS_WORKSPACE_CONFIG as PyTorch documents). Prints
 "PASS"; exits 1 on a failed check and 77 when torch has no CUDA device or the library is not
-libftrt_gpu. FTRT_TEST_GPU_FT_CPU=1 runs the same jobs on the CPU with libftrt (the hooks then
+libftrt_gpu.
+
+--host-sync (the GPU step torch-ft-sync-gpu): the trainers synchronize the host with the current
+stream between backward() and step(), as a user's loss.item() or norm.item() does: they read
+the gradient norm (computed from the averaged gradients) with .item() before step(). In the
+kill run the survivor's .item() then waits on NCCL collectives that wait for the dead trainer:
+only the agent thread's abort of the communicator (comm/nccl_plane.c, "Interrupts") frees it.
+Each trainer prints an "hsync" line once its .item() returned; the driver requires logical rank
+0's line for the kill step of epoch 0 (the sync inside the failure returned, and the job did not
+hang: a job past its timeout fails as "hung"), besides every check above.
+
+FTRT_TEST_GPU_FT_CPU=1 runs the same jobs on the CPU with libftrt (the hooks then
 run on the owning thread, which may kill itself there): a rehearsal of this program on a
 machine without a GPU, which checks nothing about CUDA."""
 import argparse
@@ -91,8 +102,11 @@ def trainer(a):
         torch.nn.functional.cross_entropy(model(x), y).backward()
         synced += ft.averager.synced
         norm = torch.nn.utils.clip_grad_norm_(params, 1.0)  # reads p.grad: the mean?
-        # No host synchronization before step(): the current stream now waits for the NCCL
-        # buckets, and if a trainer died only step()'s wait aborts them (module docstring).
+        if a.host_sync:  # the host waits for the NCCL buckets here, outside any ftrt call
+            norm.item()
+            print(f"hsync rank {ft.rank} epoch {ft.epoch} step {step}", flush=True)
+        # Without --host-sync no host synchronization before step(): the current stream waits
+        # for the NCCL buckets, and step()'s wait sees a failure itself.
         if ft.step():
             print(f"gnorm rank {ft.rank} epoch {ft.epoch} step {step} {norm.item():.9e}",
                   flush=True)
@@ -104,7 +118,7 @@ def trainer(a):
     return 0
 
 
-def job(py, d, kill_at):
+def job(py, d, kill_at, host_sync):
     """One job of 1 coordinator + 2 trainers + 1 spare; returns (rc, output)."""
     env = dict(os.environ, FTRT_SPARES="1", FTRT_CKPT_DIR=os.path.join(d, "ckpt"),
                NCCL_NET="Socket", NCCL_SOCKET_IFNAME="lo", NCCL_P2P_DISABLE="1",
@@ -113,8 +127,13 @@ def job(py, d, kill_at):
            'export NCCL_HOSTID=ftrt-gpu-ft-rank$OMPI_COMM_WORLD_RANK; exec "$@"', "_",
            py, os.path.abspath(__file__), "--report", os.path.join(d, "report.json"),
            "--params-out", os.path.join(d, "final.params"), "--kill-at", str(kill_at)]
-    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True, timeout=110)
+    cmd += ["--host-sync"] if host_sync else []
+    try:
+        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, timeout=110)
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else e.stdout
+        check(False, f"the job hung: no end within {e.timeout} s", out or "")
     return p.returncode, p.stdout
 
 
@@ -132,14 +151,14 @@ def check(cond, what, out=""):
         raise SystemExit(f"FAIL: {what}")
 
 
-def driver():
+def driver(host_sync):
     py = sys.executable
     work = tempfile.mkdtemp(prefix="ftrt-gpu-ft.")
     res = {}
     for name, kill_at in (("ref", -1), ("kill", KILL_AT)):
         d = os.path.join(work, name)
         os.makedirs(d)
-        rc, out = job(py, d, kill_at)
+        rc, out = job(py, d, kill_at, host_sync)
         if rc == 77 or "skipped:" in out and rc != 0:
             print(out[-2000:])
             return 77
@@ -167,10 +186,14 @@ def driver():
     check(len(f) == 1 and f[0].get("recovered") and f[0].get("logical_rank") == 1,
           f"kill: report failures {f}", out_kill)
     check("ftrt: recovered (epoch 1)" in out_kill, "kill: no recovery logged", out_kill)
+    if host_sync:
+        check(f"hsync rank 0 epoch 0 step {KILL_AT}" in out_kill, "kill: the survivor's host "
+              f"sync (.item()) of step {KILL_AT} did not return", out_kill)
+        check(f"hsync rank 0 epoch 0 step {STEPS - 1}" in out_ref, "ref: no host sync", out_ref)
     a = open(os.path.join(d_ref, "final.params"), "rb").read()
     b = open(os.path.join(d_kill, "final.params"), "rb").read()
     check(len(a) > 0 and a == b, "final parameters differ from the undisturbed run", out_kill)
-    print(f"gpu ft kill: {STEPS} steps, logical rank 1 SIGKILLed mid-backward at step "
+    print(f"gpu ft kill{' (host sync before step())' if host_sync else ''}: {STEPS} steps, logical rank 1 SIGKILLed mid-backward at step "
           f"{KILL_AT}; resumed at step {f[0].get('resume_step')}, MTTD "
           f"{f[0].get('mttd_s')} s, MTTR {f[0].get('mttr_s')} s; final parameters "
           f"byte-identical ({len(a)} bytes); gradient norms equal across trainers at every "
@@ -186,9 +209,11 @@ def main():
     ap.add_argument("--report")
     ap.add_argument("--params-out")
     ap.add_argument("--kill-at", type=int, default=-1)
+    ap.add_argument("--host-sync", action="store_true",
+                    help="read the gradient norm with .item() between backward() and step()")
     a = ap.parse_args()
     if a.driver:
-        return driver()
+        return driver(a.host_sync)
     return trainer(a)
 
 
