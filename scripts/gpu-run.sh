@@ -25,7 +25,8 @@
 #   --only: run these steps after configure and build (which always run: a reused build tree
 #   makes them quick), e.g. a second call for the steps the first one had no time left for.
 #   Steps: ctest-gpu memcheck device-gpu memcheck-device chaos-kill-gpu torch-gpu torch-ft-gpu
-#   torch-ft-sync-gpu torch-amp-gpu mpi-kit overlap-1trainer overlap-2trainers-1gpu; and coord-scale, run only when --only names it
+#   torch-ft-sync-gpu torch-amp-gpu mpi-kit overlap-1trainer overlap-2trainers-1gpu nccl-rebuild;
+#   and coord-scale, run only when --only names it
 #   (bench/coord_scale.py at 16,384 and 131,072 simulated ranks on the machine's cores: a call
 #   of its own, --budget 590).
 # NCCL: $NCCL_HOME if set, else the CUDA toolkit's, else PyTorch's wheel (site-packages/nvidia).
@@ -38,7 +39,7 @@ budget=530
 arch=90
 only=
 all_steps=" ctest-gpu memcheck device-gpu memcheck-device chaos-kill-gpu torch-gpu torch-ft-gpu
-  torch-ft-sync-gpu torch-amp-gpu mpi-kit overlap-1trainer overlap-2trainers-1gpu "
+  torch-ft-sync-gpu torch-amp-gpu mpi-kit overlap-1trainer overlap-2trainers-1gpu nccl-rebuild "
 all_steps=${all_steps//$'\n'/}
 # Steps run only when --only names them (CPU work that needs the GPU machine's 16 cores, not its
 # GPU: a call of its own, after the GPU steps).
@@ -60,7 +61,7 @@ while [ $# -gt 0 ]; do
                 bad "--only: no step '$x' (steps:$all_steps$opt_steps)"
             done
             only=" ${2//,/ } "; shift 2 ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) bad "unknown argument $1" ;;
   esac
 done
@@ -381,6 +382,18 @@ if [ $built = 1 ]; then
       "$bench" --grad-mib 100 --steps 10
     unset FTRT_SPARES NCCL_DEBUG NCCL_DEBUG_SUBSYS NCCL_DEBUG_FILE
   fi
+  # The survivors' communicator without the dead rank: ncclCommShrink (NCCL_SHRINK_ABORT) of the
+  # old one against today's full re-init, in the same run (bench/nccl_rebuild_bench.c: 4 ranks
+  # on the one GPU, a host id each, sockets on lo; a test arrangement, so only the ratio says
+  # something). Exit 77 where nccl.h has no ncclCommShrink.
+  if [ ! -x "$build/bench/nccl_rebuild_bench" ]; then
+    not_run nccl-rebuild not_built "$build/bench/nccl_rebuild_bench (needs NCCL)"
+  else
+    step nccl-rebuild 120 env NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo NCCL_P2P_DISABLE=1 \
+      NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 mpirun --oversubscribe --bind-to none -np 4 \
+      bash -c 'export NCCL_HOSTID=ftrt-gpu-run-rank$OMPI_COMM_WORLD_RANK; exec "$@"' _ \
+      "$build/bench/nccl_rebuild_bench" --rounds 5
+  fi
   # Issue 22's coordinator at scale on this machine's cores (no GPU involved): 16,384 and
   # 131,072 simulated ranks, 8 per host agent, relay groups on (the default at these sizes).
   if [[ $only == *" coord-scale "* ]]; then
@@ -480,7 +493,7 @@ for root, _, files in sorted(os.walk(os.path.join(logs, "jobs"))):
             jobs.append({"job": job + " (ftrt-chaos verdict)", "error": str(e)})
 bench = []
 for s in steps:
-    if s["name"].startswith("overlap"):
+    if s["name"].startswith("overlap") or s["name"] == "nccl-rebuild":
         for line in read(s["log"]).splitlines():
             if line.startswith("RESULT "):
                 r = dict(kv.split("=", 1) for kv in line.split()[1:])
@@ -497,7 +510,7 @@ fi
 {
   echo "gpu-run: $( [ $failed = 0 ] && echo OK || echo FAILED ) after ${total}s, $gpus GPU(s), NCCL ${nccl_version:-none}"
   awk -F'\t' '{ printf "  %-24s %-9s exit %-4s %7ss\n", $1, $3, $2, $4 }' "$steps_tsv"
-  grep -h '^RESULT' "$logs"/*-overlap-*.log 2>/dev/null | sed 's/^/  /'
+  grep -h '^RESULT' "$logs"/*-overlap-*.log "$logs"/*-nccl-rebuild.log 2>/dev/null | sed 's/^/  /'
 } >"$out/SUMMARY.txt"
 tar -czf "$out/logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$logs")"
 rm -rf "$(dirname "$logs")"
