@@ -29,9 +29,12 @@ stream between backward() and step(), as a user's loss.item() or norm.item() doe
 the gradient norm (computed from the averaged gradients) with .item() before step(). In the
 kill run the survivor's .item() then waits on NCCL collectives that wait for the dead trainer:
 only the agent thread's abort of the communicator (comm/nccl_plane.c, "Interrupts") frees it.
-Each trainer prints an "hsync" line once its .item() returned; the driver requires logical rank
-0's line for the kill step of epoch 0 (the sync inside the failure returned, and the job did not
-hang: a job past its timeout fails as "hung"), besides every check above.
+Each trainer prints an "hsync" line (with the time .item() took) once its .item() returned; the
+driver requires logical rank 0's line for the kill step of epoch 0 (the sync inside the failure
+returned, and the job did not hang: a job past its timeout fails as "hung"), besides every check
+above. The ranks' agents take the coordinator's failure announcement 1 s late in that mode
+(FTRT_TEST_EPOCH_DELAY_MS), so that the survivor has certainly queued its buckets and blocked in
+.item() before its agent learns of the failure.
 
 FTRT_TEST_GPU_FT_CPU=1 runs the same jobs on the CPU with libftrt (the hooks then
 run on the owning thread, which may kill itself there): a rehearsal of this program on a
@@ -47,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bindings", "python"))
@@ -103,8 +107,10 @@ def trainer(a):
         synced += ft.averager.synced
         norm = torch.nn.utils.clip_grad_norm_(params, 1.0)  # reads p.grad: the mean?
         if a.host_sync:  # the host waits for the NCCL buckets here, outside any ftrt call
+            t0 = time.monotonic()
             norm.item()
-            print(f"hsync rank {ft.rank} epoch {ft.epoch} step {step}", flush=True)
+            print(f"hsync rank {ft.rank} epoch {ft.epoch} step {step} "
+                  f"{(time.monotonic() - t0) * 1e3:.1f} ms", flush=True)
         # Without --host-sync no host synchronization before step(): the current stream waits
         # for the NCCL buckets, and step()'s wait sees a failure itself.
         if ft.step():
@@ -123,7 +129,14 @@ def job(py, d, kill_at, host_sync):
     env = dict(os.environ, FTRT_SPARES="1", FTRT_CKPT_DIR=os.path.join(d, "ckpt"),
                NCCL_NET="Socket", NCCL_SOCKET_IFNAME="lo", NCCL_P2P_DISABLE="1",
                NCCL_SHM_DISABLE="1", NCCL_IB_DISABLE="1")
-    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "4", "bash", "-c",
+    if host_sync:  # the survivor's agent takes the failure 1 s late: by then it has certainly
+        # queued its buckets (which wait for the dead trainer) and blocked in .item(); the
+        # heartbeat timeout covers the agent's delay (the kill itself is seen at once)
+        env.update(FTRT_TEST_EPOCH_DELAY_MS="1000", FTRT_HEARTBEAT_TIMEOUT_MS="5000")
+    # --enable-recovery: a dead rank is reported, not fatal (ftrt_harness.MPIRUN_FLAGS); without
+    # it mpirun tears the job down soon after the kill, and only a job that ended first passed
+    cmd = ["mpirun", "--enable-recovery", "--oversubscribe", "--bind-to", "none", "-np", "4",
+           "bash", "-c",
            'export NCCL_HOSTID=ftrt-gpu-ft-rank$OMPI_COMM_WORLD_RANK; exec "$@"', "_",
            py, os.path.abspath(__file__), "--report", os.path.join(d, "report.json"),
            "--params-out", os.path.join(d, "final.params"), "--kill-at", str(kill_at)]
@@ -186,10 +199,13 @@ def driver(host_sync):
     check(len(f) == 1 and f[0].get("recovered") and f[0].get("logical_rank") == 1,
           f"kill: report failures {f}", out_kill)
     check("ftrt: recovered (epoch 1)" in out_kill, "kill: no recovery logged", out_kill)
+    hs = ""
     if host_sync:
-        check(f"hsync rank 0 epoch 0 step {KILL_AT}" in out_kill, "kill: the survivor's host "
-              f"sync (.item()) of step {KILL_AT} did not return", out_kill)
-        check(f"hsync rank 0 epoch 0 step {STEPS - 1}" in out_ref, "ref: no host sync", out_ref)
+        m = re.search(rf"^hsync rank 0 epoch 0 step {KILL_AT} (\S+) ms$", out_kill, re.M)
+        check(m, f"kill: the survivor's host sync (.item()) of step {KILL_AT} did not return",
+              out_kill)
+        check(f"hsync rank 0 epoch 0 step {STEPS - 1} " in out_ref, "ref: no host sync", out_ref)
+        hs = f"; the survivor's .item() in the failed step returned after {m.group(1)} ms"
     a = open(os.path.join(d_ref, "final.params"), "rb").read()
     b = open(os.path.join(d_kill, "final.params"), "rb").read()
     check(len(a) > 0 and a == b, "final parameters differ from the undisturbed run", out_kill)
@@ -197,7 +213,7 @@ def driver(host_sync):
           f"{KILL_AT}; resumed at step {f[0].get('resume_step')}, MTTD "
           f"{f[0].get('mttd_s')} s, MTTR {f[0].get('mttr_s')} s; final parameters "
           f"byte-identical ({len(a)} bytes); gradient norms equal across trainers at every "
-          f"step")
+          f"step{hs}")
     shutil.rmtree(work, ignore_errors=True)
     print("PASS")
     return 0
