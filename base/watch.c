@@ -5,12 +5,13 @@
  * not run is not: a PyTorch user who calls loss.item() between backward() and step() blocks the
  * application thread in a CUDA stream synchronize on work (NCCL kernels) that waits for a
  * trainer that died, and no ftrt code polls anything until it returns. So the agent thread,
- * which raises the watch, also calls the listeners the engines registered (the NCCL plane
- * aborts its communicator there: comm/nccl_plane.c), once per change of the watch.
+ * which raises the watch, also calls the listeners the engines registered, once per change of
+ * the watch (the NCCL plane's wakes the thread that aborts its communicator: comm/interrupt.c,
+ * comm/nccl_plane.c).
  *
  * Locking: lis_lock guards the list and the last fired state, and is held while a listener
- * runs, so that ftrt__watch_unlisten() returning means the listener is not running (the NCCL
- * plane frees itself after it). Lock order: lis_lock, then the engine's own locks; nothing
+ * runs, so that ftrt__watch_unlisten() returning means the listener is not running (an
+ * interrupter frees itself after it). Lock order: lis_lock, then the engine's own locks; nothing
  * takes lis_lock while holding an engine lock.
  */
 #include <pthread.h>

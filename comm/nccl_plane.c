@@ -31,9 +31,10 @@
  * Interrupts from the agent thread: the application may wait on the plane's work outside ftrt
  * (a PyTorch user's loss.item() between backward() and step() synchronizes the host with a
  * stream that waits on `done`). When a trainer dies then, the NCCL kernels wait for it forever
- * and no ftrt call polls the watch. So the plane listens on the watch (base/watch.c): the agent
- * thread, on an epoch change or the end of the job, takes `lock` and aborts the communicator
- * of an older epoch there (ncclCommAbort "aborts any operations that might still be running on
+ * and no ftrt call polls the watch. So the plane listens on the watch through an interrupter
+ * (comm/interrupt.h): on an epoch change or the end of the job the agent thread wakes the
+ * interrupter's thread, which takes `lock` and aborts the communicator of an older epoch
+ * (ncclCommAbort "aborts any operations that might still be running on
  * the device" (nccl.h) and may be called from another thread to unblock a hung communicator:
  * "Error handling and communicator abort" in NCCL's user guide,
  * https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/usage/communicators.html). The
@@ -52,6 +53,7 @@
 #include "base/log.h"
 #include "comm/async.h"
 #include "comm/bucketer.h"
+#include "comm/interrupt.h"
 #include "comm/plane.h"
 #include "comm/pool.h"
 #include "ftrt_gpu.h"
@@ -94,7 +96,8 @@ struct ftrt_gpu {
     gpu_req *live;
     int nreqs, nbucketers;
     ftrt__plane_hook hook;
-    ftrt__watch_listener lis; /* the agent thread's interrupt (file header) */
+    ftrt__interrupter *intr; /* on_interrupt's thread (file header "Interrupts") */
+    int intr_aborts;         /* communicators on_interrupt aborted (for tests) */
 };
 
 static int nccl_err(ncclResult_t r, ncclComm_t comm, const char *call)
@@ -212,11 +215,12 @@ static void hook_abandon(void *arg)
 
 static int on_owner(const ftrt_gpu *g) { return pthread_equal(pthread_self(), g->owner); }
 
-/* The watch's listener (file header "Interrupts"): agent thread, no agent lock held. A
+/* The interrupter's call (file header "Interrupts"): its own thread, woken by the agent's. A
  * communicator of an older epoch than the announced one (or any, once the job is over) is
- * aborted at once and its live requests fail; ncclCommAbort only (ncclCommRevoke's wait for
- * quiescence would hold up the agent's heartbeats). A late call about an epoch whose own
- * communicator was built already (the application recovered first) leaves it alone. */
+ * aborted at once and its live requests fail; ncclCommAbort only (not ncclCommRevoke: abort is
+ * what NCCL documents for freeing a hung communicator from another thread). A late call about
+ * an epoch whose own communicator was built already (the application recovered first) leaves
+ * it alone. */
 static void on_interrupt(void *arg, int epoch, int fatal)
 {
     ftrt_gpu *g = arg;
@@ -224,8 +228,9 @@ static void on_interrupt(void *arg, int epoch, int fatal)
     if (g->comm && (fatal || epoch > g->comm_epoch)) {
         ftrt_log_info("epoch %d announced%s: aborting the NCCL communicator of epoch %d from the "
                       "agent thread", epoch, fatal ? " (job over)" : "", g->comm_epoch);
-        (void)cudaSetDevice(g->device); /* (the agent thread's own CUDA device) */
+        (void)cudaSetDevice(g->device); /* (this thread's own CUDA device) */
         comm_retire(g, 0);
+        g->intr_aborts++;
         for (gpu_req *r = g->live; r; r = r->next) {
             r->result = fatal ? fatal : FTRT_ERECOVER;
             bury(g, r);
@@ -515,13 +520,19 @@ int ftrt__gpu_create(ftrt__plane *plane, int device, ftrt_gpu **out)
         return rc;
     }
     pthread_mutex_init(&g->lock, NULL);
+    if ((rc = ftrt__interrupter_start(plane->watch, on_interrupt, g, &g->intr)) != 0) {
+        ftrt_log_error("ftrt_gpu_create: cannot start the interrupt thread: %s", ftrt_strerror(rc));
+        pthread_mutex_destroy(&g->lock);
+        cudaFreeHost((void *)g->guard);
+        cudaEventDestroy(g->ev_producer);
+        cudaStreamDestroy(g->stream);
+        free(g);
+        return rc;
+    }
     *g->guard = g->gen;
     g->hook.abandon = hook_abandon;
     g->hook.arg = g;
     ftrt__plane_hook_add(plane, &g->hook);
-    g->lis.fn = on_interrupt;
-    g->lis.arg = g;
-    ftrt__watch_listen(plane->watch, &g->lis);
     *out = g;
     return 0;
 }
@@ -530,7 +541,7 @@ int ftrt_gpu_free(ftrt_gpu *g)
 {
     if (!g) return 0;
     if (g->nreqs || g->nbucketers) return FTRT_ESTATE;
-    ftrt__watch_unlisten(g->plane->watch, &g->lis); /* the agent no longer calls in (watch.c) */
+    ftrt__interrupter_stop(g->intr); /* no on_interrupt runs or will (comm/interrupt.h) */
     cudaSetDevice(g->device);
     cudaStreamSynchronize(g->stream);
     if (g->comm) {
@@ -557,6 +568,15 @@ int ftrt_gpu_free(ftrt_gpu *g)
 }
 
 cudaStream_t ftrt_gpu_stream(const ftrt_gpu *g) { return g ? g->stream : NULL; }
+
+int ftrt__gpu_interrupt_wait(ftrt_gpu *g, int calls, int ms, int *aborts)
+{
+    int n = ftrt__interrupter_wait(g->intr, calls, ms);
+    pthread_mutex_lock(&g->lock);
+    *aborts = g->intr_aborts;
+    pthread_mutex_unlock(&g->lock);
+    return n;
+}
 
 /* 0 when the plane reduces dtype with op; else logs why and returns FTRT_EINVAL (unknown dtype
  * or op) or FTRT_ENOTSUP (FTRT_BFLOAT16 with an NCCL older than 2.10). */

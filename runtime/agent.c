@@ -5,8 +5,9 @@
  * heartbeat_ms carrying the rank's progress, and turns the coordinator's messages into shared
  * state that the application thread polls (two atomics) or waits on (cp.cond). It never calls
  * MPI. Losing the coordinator sets watch.fatal = FTRT_ECOORD. After each change of the watch it
- * calls the watch's listeners (base/watch.c) outside its own locks: the NCCL plane aborts its
- * communicator there, which frees an application thread blocked on the GPU outside ftrt.
+ * calls the watch's listeners (base/watch.c) outside its own locks: the NCCL plane's wakes the
+ * thread that aborts its communicator (comm/interrupt.c), which frees an application thread
+ * blocked on the GPU outside ftrt.
  *
  * With host agents (FTRT_HOST_AGENTS=1, docs/detection-and-recovery.md "Host agents") the
  * connection goes to this host's local socket: the first rank of the host to bind it runs the

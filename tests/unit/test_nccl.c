@@ -183,8 +183,8 @@ static void recover_to(one_rank *ctx, int epoch)
     ctx->watch.needs_recover = 0;
 }
 
-/* An epoch change fired from another thread aborts the communicator there: the stream's work
- * ends, the request in flight fails with FTRT_ERECOVER (even if its allreduce had finished: it
+/* An epoch change fired from another thread (as the agent's) has the plane's interrupt thread
+ * abort the communicator: the stream's work ends, the request in flight fails with FTRT_ERECOVER (even if its allreduce had finished: it
  * was live), recovery owed; the application's abandon then retires nothing twice and the next
  * epoch's communicator works. A late call about an epoch whose communicator was already rebuilt
  * leaves that communicator alone. */
@@ -205,6 +205,9 @@ static void interrupt_from_agent(void **state)
     assert_int_equal(ftrt_gpu_allreduce_start(g, d, n, FTRT_FLOAT32, FTRT_SUM, producer, &r), 0);
     t_watch_announce(&ctx->watch, 1);
     fire_from_thread(&ctx->watch);
+    int aborts = -1;
+    assert_int_equal(ftrt__gpu_interrupt_wait(g, 1, 5000, &aborts), 1);
+    assert_int_equal(aborts, 1); /* by the plane's interrupt thread, before any ftrt call */
     CK(cudaStreamSynchronize(ftrt_gpu_stream(g))); /* (a host sync outside ftrt returns) */
     assert_int_equal(ftrt_request_test(r), FTRT_ERECOVER);
     assert_int_equal(ctx->watch.needs_recover, 1);
@@ -216,7 +219,9 @@ static void interrupt_from_agent(void **state)
     recover_to(ctx, 2);
     allreduce_once(g, d, n, producer, consumer); /* epoch 2's communicator */
     fire_from_thread(&ctx->watch);                /* late: about epoch 2 */
-    allreduce_once(g, d, n, producer, consumer); /* still epoch 2's, not aborted */
+    assert_int_equal(ftrt__gpu_interrupt_wait(g, 2, 5000, &aborts), 2);
+    assert_int_equal(aborts, 1);                 /* epoch 2's communicator left alone */
+    allreduce_once(g, d, n, producer, consumer); /* and it works */
 
     assert_int_equal(ftrt_gpu_free(g), 0);
     cudaFree(d);
