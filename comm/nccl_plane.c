@@ -226,8 +226,8 @@ static void on_interrupt(void *arg, int epoch, int fatal)
     ftrt_gpu *g = arg;
     pthread_mutex_lock(&g->lock);
     if (g->comm && (fatal || epoch > g->comm_epoch)) {
-        ftrt_log_info("epoch %d announced%s: aborting the NCCL communicator of epoch %d from the "
-                      "agent thread", epoch, fatal ? " (job over)" : "", g->comm_epoch);
+        ftrt_log_info("epoch %d announced%s: the interrupt thread aborts the NCCL communicator "
+                      "of epoch %d", epoch, fatal ? " (job over)" : "", g->comm_epoch);
         (void)cudaSetDevice(g->device); /* (this thread's own CUDA device) */
         comm_retire(g, 0);
         g->intr_aborts++;
@@ -415,7 +415,7 @@ static int test_locked(struct ftrt_request *base)
     gpu_req *r = (gpu_req *)base;
     ftrt_gpu *g = r->g;
     int rc = ftrt__watch_check(g->plane->watch);
-    if (r->result <= 0) { /* (failed by the agent thread: recovery is owed while still stale) */
+    if (r->result <= 0) { /* (failed by on_interrupt: recovery owed while still stale) */
         if (r->result == FTRT_ERECOVER && rc == FTRT_ERECOVER && on_owner(g))
             g->plane->watch->needs_recover = 1;
         return r->result == 0 ? 1 : r->result;
