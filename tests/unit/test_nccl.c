@@ -184,10 +184,11 @@ static void recover_to(one_rank *ctx, int epoch)
 }
 
 /* An epoch change fired from another thread (as the agent's) has the plane's interrupt thread
- * abort the communicator: the stream's work ends, the request in flight fails with FTRT_ERECOVER (even if its allreduce had finished: it
- * was live), recovery owed; the application's abandon then retires nothing twice and the next
- * epoch's communicator works. A late call about an epoch whose communicator was already rebuilt
- * leaves that communicator alone. */
+ * abort the communicator: the stream's work ends, the request in flight fails with
+ * FTRT_ERECOVER (even if its allreduce had finished: it was live), recovery owed; the
+ * application's abandon then retires nothing twice and the next epoch's communicator works. A
+ * late call about an epoch whose communicator was already rebuilt leaves that communicator
+ * alone. */
 static void interrupt_from_agent(void **state)
 {
     (void)state;
