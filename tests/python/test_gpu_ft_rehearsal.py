@@ -4,7 +4,7 @@ model, a trainer SIGKILLed mid-backward, byte-identical) rehearsed on the CPU wi
 kill from an autograd hook) and checks, so that the program itself is known to work before it
 spends device time. It says nothing about CUDA: the hooks run on the owning thread here, and
 with --host-sync (step torch-ft-sync-gpu) the CPU plane's .item() never waits on a collective.
-About 25 s a case on a 2-core VM."""
+About 10 s a case on a 2-core VM."""
 import os
 import subprocess
 
