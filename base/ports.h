@@ -8,6 +8,10 @@
  *     pending_epoch when the coordinator announces a failure and sets fatal when the job is
  *     over; the application thread trains in `epoch` and sets needs_recover once an operation
  *     returned FTRT_ERECOVER. Engines poll it; they never write pending_epoch or fatal.
+ *     An engine whose work the application thread may wait on outside ftrt (a CUDA stream the
+ *     host synchronizes with) also registers a listener, which the agent thread calls when the
+ *     epoch changes or the job ends (ftrt__watch_fire, base/watch.c), so that it can stop that
+ *     work from there.
  *   - a host interface (ftrt__host): send a control message to the coordinator, switch this
  *     rank's ledger timeline, and the bracket around every data-plane wait (the progress
  *     detector's wait count, straggler time, exposed communication in the ledger).
@@ -21,6 +25,7 @@
 #define FTRT_BASE_PORTS_H
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -29,13 +34,48 @@
 
 /* ---- the epoch watch --------------------------------------------------------------------- */
 
+/* Called on the agent thread (ftrt__watch_fire) once per change of the watch: `epoch` is the
+ * newly announced pending epoch, `fatal` the job's fatal code or 0. It runs with the watch's
+ * listener lock held and no lock of the agent's: it may take its engine's own locks, must not
+ * call back into the watch's listener functions, and should return promptly (the agent's
+ * heartbeats wait for it). */
+typedef void (*ftrt__watch_fn)(void *arg, int epoch, int fatal);
+
+typedef struct ftrt__watch_listener {
+    ftrt__watch_fn fn;
+    void *arg;
+    struct ftrt__watch_listener *next; /* (the watch's) */
+} ftrt__watch_listener;
+
 typedef struct ftrt__watch {
     _Atomic int pending_epoch; /* newest epoch the coordinator announced (agent thread writes) */
     _Atomic int fatal;         /* 0 or FTRT_ENOSPARE / FTRT_ECOORD / FTRT_EABORT (job over) */
     int epoch;                 /* the epoch the application trains in (application thread) */
     int needs_recover;         /* an operation returned FTRT_ERECOVER: ftrt_recover() is owed
                                   (application thread) */
+    /* listeners (base/watch.c): ftrt__watch_init sets these up; a watch that never has a
+     * listener (a zeroed one in a test or a bench) needs no init and fires nothing */
+    pthread_mutex_t lis_lock;
+    ftrt__watch_listener *listeners; /* under lis_lock */
+    int lis_init;                    /* 1 once ftrt__watch_init ran */
+    int fired_epoch, fired_fatal;    /* what the last fire told the listeners (under lis_lock) */
 } ftrt__watch;
+
+/* Sets w to epoch 0, nothing pending, no listeners. Call once before w is shared with another
+ * thread; ftrt__watch_destroy releases it. */
+void ftrt__watch_init(ftrt__watch *w);
+void ftrt__watch_destroy(ftrt__watch *w);
+/* Registers l (caller-owned, valid until unlisten returns) / removes it. Any thread but the
+ * agent's, and not from inside a listener; after ftrt__watch_unlisten returns, l is not being
+ * called and will not be. Both need ftrt__watch_init to have run (else they do nothing and
+ * unlisten is trivially true). */
+void ftrt__watch_listen(ftrt__watch *w, ftrt__watch_listener *l);
+void ftrt__watch_unlisten(ftrt__watch *w, ftrt__watch_listener *l);
+/* Tells the listeners, once per change, that pending_epoch rose or fatal was set since the last
+ * fire: each is called with the new pending epoch and fatal code. The writer of the watch (the
+ * agent thread) calls it after each write, holding none of its own locks. Cheap when nothing
+ * changed (a lock and two atomic loads). */
+void ftrt__watch_fire(ftrt__watch *w);
 
 /* FTRT_ERECOVER when the epoch changed, the fatal code when the job is over, else 0. Cheap
  * (two atomic loads); application thread (reads `epoch`). */

@@ -10,3 +10,13 @@ if(TARGET ftrt_gpu_internal)
   set_target_properties(overlap_gpu_bench PROPERTIES LINKER_LANGUAGE C
     RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bench)
 endif()
+# bench/nccl_rebuild_bench.c: a communicator without the dead rank, ncclCommShrink against a
+# full re-init, in the same run (plain MPI + NCCL + CUDA, no ftrt; exit 77 where nccl.h has no
+# ncclCommShrink). scripts/gpu-run.sh step nccl-rebuild.
+if(TARGET ftrt_gpu_internal)
+  add_executable(nccl_rebuild_bench ${CMAKE_CURRENT_LIST_DIR}/nccl_rebuild_bench.c)
+  target_include_directories(nccl_rebuild_bench PRIVATE ${FTRT_NCCL_INCLUDE_DIR})
+  target_link_libraries(nccl_rebuild_bench PRIVATE MPI::MPI_C CUDA::cudart ${FTRT_NCCL_LIBRARY})
+  set_target_properties(nccl_rebuild_bench PROPERTIES LINKER_LANGUAGE C
+    RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bench)
+endif()

@@ -27,6 +27,21 @@
  * off the owner a bucket of an epoch whose communicator does not exist yet is deferred to the
  * owner (FTRT__BUCKET_DEFER, comm/bucketer.h). Off the owner the plane reads the epoch watch's
  * atomics and its epoch, which only ftrt_recover() changes, with no post in flight.
+ *
+ * Interrupts from the agent thread: the application may wait on the plane's work outside ftrt
+ * (a PyTorch user's loss.item() between backward() and step() synchronizes the host with a
+ * stream that waits on `done`). When a trainer dies then, the NCCL kernels wait for it forever
+ * and no ftrt call polls the watch. So the plane listens on the watch through an interrupter
+ * (comm/interrupt.h): on an epoch change or the end of the job the agent thread wakes the
+ * interrupter's thread, which takes `lock` and aborts the communicator of an older epoch
+ * (ncclCommAbort "aborts any operations that might still be running on
+ * the device" (nccl.h) and may be called from another thread to unblock a hung communicator:
+ * "Error handling and communicator abort" in NCCL's user guide,
+ * https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/usage/communicators.html). The
+ * kernels end, the unpacks are disarmed by the guard, `done` fires, the host sync returns,
+ * and the application's next ftrt call sees FTRT_ERECOVER as before. The live requests fail
+ * with FTRT_ERECOVER right there; the application's own abandon (recovery) then finds no
+ * communicator and retires nothing twice.
  */
 #include <errno.h>
 #include <nccl.h>
@@ -38,6 +53,7 @@
 #include "base/log.h"
 #include "comm/async.h"
 #include "comm/bucketer.h"
+#include "comm/interrupt.h"
 #include "comm/plane.h"
 #include "comm/pool.h"
 #include "ftrt_gpu.h"
@@ -70,6 +86,7 @@ struct ftrt_gpu {
     cudaEvent_t ev_producer; /* reusable: waited on right after each record */
     ncclComm_t comm;
     unsigned comm_plane_gen;
+    int comm_epoch; /* the watch's epoch when comm was built */
     unsigned dead_gen; /* the generation whose communicator was retired */
     int has_dead;
     volatile uint32_t *guard; /* mapped pinned: unpacks run only while *guard == gen */
@@ -79,6 +96,8 @@ struct ftrt_gpu {
     gpu_req *live;
     int nreqs, nbucketers;
     ftrt__plane_hook hook;
+    ftrt__interrupter *intr; /* on_interrupt's thread (file header "Interrupts") */
+    int intr_aborts;         /* communicators on_interrupt aborted (for tests) */
 };
 
 static int nccl_err(ncclResult_t r, ncclComm_t comm, const char *call)
@@ -146,9 +165,9 @@ static ncclResult_t await_state(ncclComm_t comm, int ms)
 }
 
 /* Retires the communicator: unpacks still queued are disarmed first, then in-flight
- * operations are stopped. ncclCommRevoke (NCCL >= 2.29) stops them and lets the communicator
- * be destroyed once quiescent; ncclCommAbort is the fallback. */
-static void comm_retire(ftrt_gpu *g)
+ * operations are stopped. ncclCommRevoke (where nccl.h has it) stops them and lets the
+ * communicator be destroyed once quiescent (when may_revoke); ncclCommAbort is the fallback. */
+static void comm_retire(ftrt_gpu *g, int may_revoke)
 {
     if (!g->comm) return;
     guard_bump(g);
@@ -157,9 +176,11 @@ static void comm_retire(ftrt_gpu *g)
     g->dead_gen = g->comm_plane_gen; /* not rebuilt before the plane's next generation */
     g->has_dead = 1;
     int destroyed = 0;
+    (void)may_revoke;
 #if defined(NCCL_REVOKE_DEFAULT) /* ncclCommRevoke: NCCL 2.29 (2.28.3 has ncclCommShrink only) */
-    ncclResult_t rv = ncclCommRevoke(c, NCCL_REVOKE_DEFAULT);
-    if ((rv == ncclSuccess || rv == ncclInProgress) && await_state(c, 2000) == ncclSuccess) {
+    ncclResult_t rv = may_revoke ? ncclCommRevoke(c, NCCL_REVOKE_DEFAULT) : ncclInvalidUsage;
+    if (may_revoke && (rv == ncclSuccess || rv == ncclInProgress) &&
+        await_state(c, 2000) == ncclSuccess) {
         ncclResult_t dr = ncclCommDestroy(c); /* quiescent: destroying is safe */
         if (dr != ncclSuccess) ftrt_log_warn("ncclCommDestroy: %s", ncclGetErrorString(dr));
         destroyed = 1;
@@ -176,7 +197,7 @@ static void comm_retire(ftrt_gpu *g)
 /* Fails every live request with rc and retires the communicator. */
 static void abandon_all(ftrt_gpu *g, int rc)
 {
-    comm_retire(g);
+    comm_retire(g, 1);
     for (gpu_req *r = g->live; r; r = r->next) {
         r->result = rc;
         bury(g, r);
@@ -193,6 +214,31 @@ static void hook_abandon(void *arg)
 }
 
 static int on_owner(const ftrt_gpu *g) { return pthread_equal(pthread_self(), g->owner); }
+
+/* The interrupter's call (file header "Interrupts"): its own thread, woken by the agent's. A
+ * communicator of an older epoch than the announced one (or any, once the job is over) is
+ * aborted at once and its live requests fail; ncclCommAbort only (not ncclCommRevoke: abort is
+ * what NCCL documents for freeing a hung communicator from another thread). A late call about
+ * an epoch whose own communicator was built already (the application recovered first) leaves
+ * it alone. */
+static void on_interrupt(void *arg, int epoch, int fatal)
+{
+    ftrt_gpu *g = arg;
+    pthread_mutex_lock(&g->lock);
+    if (g->comm && (fatal || epoch > g->comm_epoch)) {
+        ftrt_log_info("epoch %d announced%s: the interrupt thread aborts the NCCL communicator "
+                      "of epoch %d", epoch, fatal ? " (job over)" : "", g->comm_epoch);
+        (void)cudaSetDevice(g->device); /* (this thread's own CUDA device) */
+        comm_retire(g, 0);
+        g->intr_aborts++;
+        for (gpu_req *r = g->live; r; r = r->next) {
+            r->result = fatal ? fatal : FTRT_ERECOVER;
+            bury(g, r);
+        }
+        g->live = NULL;
+    }
+    pthread_mutex_unlock(&g->lock);
+}
 
 /* 1 when the current plane generation's communicator exists (no MPI needed to use it). */
 static int comm_ready(const ftrt_gpu *g)
@@ -243,6 +289,7 @@ static int comm_build(ftrt_gpu *g)
     }
     g->comm = comm;
     g->comm_plane_gen = pl->gen;
+    g->comm_epoch = pl->watch->epoch;
     ftrt_log_info("NCCL communicator for epoch %d: rank %d of %d on device %d in %.1f ms",
                   pl->watch->epoch, pl->rank, pl->size, g->device, (ftrt__now() - t0) * 1e3);
     return 0;
@@ -367,8 +414,12 @@ static int test_locked(struct ftrt_request *base)
 {
     gpu_req *r = (gpu_req *)base;
     ftrt_gpu *g = r->g;
-    if (r->result <= 0) return r->result == 0 ? 1 : r->result;
     int rc = ftrt__watch_check(g->plane->watch);
+    if (r->result <= 0) { /* (failed by on_interrupt: recovery owed while still stale) */
+        if (r->result == FTRT_ERECOVER && rc == FTRT_ERECOVER && on_owner(g))
+            g->plane->watch->needs_recover = 1;
+        return r->result == 0 ? 1 : r->result;
+    }
     if (!rc && g->comm) {
         ncclResult_t st = ncclSuccess;
         if (ncclCommGetAsyncError(g->comm, &st) != ncclSuccess) st = ncclInternalError;
@@ -469,6 +520,15 @@ int ftrt__gpu_create(ftrt__plane *plane, int device, ftrt_gpu **out)
         return rc;
     }
     pthread_mutex_init(&g->lock, NULL);
+    if ((rc = ftrt__interrupter_start(plane->watch, on_interrupt, g, &g->intr)) != 0) {
+        ftrt_log_error("ftrt_gpu_create: cannot start the interrupt thread: %s", ftrt_strerror(rc));
+        pthread_mutex_destroy(&g->lock);
+        cudaFreeHost((void *)g->guard);
+        cudaEventDestroy(g->ev_producer);
+        cudaStreamDestroy(g->stream);
+        free(g);
+        return rc;
+    }
     *g->guard = g->gen;
     g->hook.abandon = hook_abandon;
     g->hook.arg = g;
@@ -481,6 +541,7 @@ int ftrt_gpu_free(ftrt_gpu *g)
 {
     if (!g) return 0;
     if (g->nreqs || g->nbucketers) return FTRT_ESTATE;
+    ftrt__interrupter_stop(g->intr); /* no on_interrupt runs or will (comm/interrupt.h) */
     cudaSetDevice(g->device);
     cudaStreamSynchronize(g->stream);
     if (g->comm) {
@@ -507,6 +568,15 @@ int ftrt_gpu_free(ftrt_gpu *g)
 }
 
 cudaStream_t ftrt_gpu_stream(const ftrt_gpu *g) { return g ? g->stream : NULL; }
+
+int ftrt__gpu_interrupt_wait(ftrt_gpu *g, int calls, int ms, int *aborts)
+{
+    int n = ftrt__interrupter_wait(g->intr, calls, ms);
+    pthread_mutex_lock(&g->lock);
+    *aborts = g->intr_aborts;
+    pthread_mutex_unlock(&g->lock);
+    return n;
+}
 
 /* 0 when the plane reduces dtype with op; else logs why and returns FTRT_EINVAL (unknown dtype
  * or op) or FTRT_ENOTSUP (FTRT_BFLOAT16 with an NCCL older than 2.10). */

@@ -92,5 +92,9 @@ int ftrt__plane_allreduce_start(ftrt__plane *p, void *buf, size_t count, ftrt_dt
  * include/ftrt_gpu.h without the role check, which the runtime makes. Same returns. */
 struct ftrt_gpu;
 int ftrt__gpu_create(ftrt__plane *p, int device, struct ftrt_gpu **out);
+/* For tests: waits at most ms milliseconds until the NCCL plane's interrupt thread (comm/
+ * nccl_plane.c "Interrupts") has handled `calls` epoch changes in all; returns how many it has,
+ * and in *aborts how many communicators it aborted. Any thread. */
+int ftrt__gpu_interrupt_wait(struct ftrt_gpu *g, int calls, int ms, int *aborts);
 
 #endif

@@ -13,7 +13,11 @@
  * epoch change the communicator is revoked (ncclCommRevoke) and destroyed, or aborted
  * (ncclCommAbort) when revoking is not possible, and the device buffers of its collectives go
  * to a graveyard: never reused. The unpack of a bucket queued behind an aborted allreduce checks
- * a guard word in mapped host memory and leaves the application's tensors alone.
+ * a guard word in mapped host memory and leaves the application's tensors alone. The epoch
+ * change also reaches the plane when no ftrt call is running: a thread of the plane, woken by
+ * the rank's agent thread, aborts the communicator of the old epoch at once (ncclCommAbort), so
+ * a host synchronization with a stream that waits on the plane's collectives (loss.item()
+ * between backward and the optimizer step) returns instead of waiting for a dead trainer.
  *
  * Threading: the plane belongs to the thread that creates it with ftrt_gpu_create(), which must
  * be the application thread (the one that called ftrt_init()): every function here is for that
@@ -55,15 +59,16 @@ typedef struct ftrt_gpu ftrt_gpu;
 
 /*
  * Creates the GPU data plane of a trainer on CUDA device `device` (cudaSetDevice is called):
- * a nonblocking communication stream (highest priority) and the guard word; the NCCL
- * communicator comes with the first collective. out: owned by the caller; free it with
- * ftrt_gpu_free() before ftrt_finalize().
+ * a nonblocking communication stream (highest priority), the guard word and the thread that
+ * aborts the communicator on an epoch change (above); the NCCL communicator comes with the
+ * first collective. out: owned by the caller; free it with ftrt_gpu_free() before
+ * ftrt_finalize().
  * Returns 0; FTRT_ENODEV (no GPU, no driver, or no device `device`); FTRT_ESTATE (not a
- * trainer); FTRT_EINVAL; FTRT_ECUDA; -ENOMEM.
+ * trainer); FTRT_EINVAL; FTRT_ECUDA; -ENOMEM; -EAGAIN (no thread could be started).
  */
 FTRT_API int ftrt_gpu_create(ftrt_ctx *ctx, int device, ftrt_gpu **out);
 
-/* Destroys the plane: waits for its stream, destroys (or, after a failure, aborts) the NCCL
+/* Destroys the plane: stops its thread, waits for its stream, destroys (or, after a failure, aborts) the NCCL
  * communicator, frees its buffers and graveyard. Requests and bucketers of the plane must be
  * freed first (else FTRT_ESTATE and nothing is freed). NULL is accepted. Returns 0. */
 FTRT_API int ftrt_gpu_free(ftrt_gpu *g);

@@ -4,7 +4,10 @@
  * It connects to the coordinator, says hello with the job secret, sends a heartbeat every
  * heartbeat_ms carrying the rank's progress, and turns the coordinator's messages into shared
  * state that the application thread polls (two atomics) or waits on (cp.cond). It never calls
- * MPI. Losing the coordinator sets watch.fatal = FTRT_ECOORD.
+ * MPI. Losing the coordinator sets watch.fatal = FTRT_ECOORD. After each change of the watch it
+ * calls the watch's listeners (base/watch.c) outside its own locks: the NCCL plane's wakes the
+ * thread that aborts its communicator (comm/interrupt.c), which frees an application thread
+ * blocked on the GPU outside ftrt.
  *
  * With host agents (FTRT_HOST_AGENTS=1, docs/detection-and-recovery.md "Host agents") the
  * connection goes to this host's local socket: the first rank of the host to bind it runs the
@@ -317,6 +320,7 @@ static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *paylo
     }
     pthread_cond_broadcast(&cp->cond);
     pthread_mutex_unlock(&cp->lock);
+    ftrt__watch_fire(&ctx->watch); /* FAILURE, PLAN, ABORT: the engines' listeners (ports.h) */
     return 0;
 }
 
@@ -583,6 +587,7 @@ static void *agent_main(void *arg)
     if (!cp->stop && !cp->shutdown && !cp->farewell && !cp->takeover) set_fatal(ctx, FTRT_ECOORD);
     pthread_cond_broadcast(&cp->cond);
     pthread_mutex_unlock(&cp->lock);
+    ftrt__watch_fire(&ctx->watch);
     return NULL;
 }
 

@@ -60,6 +60,7 @@ static void ctx_free(ftrt_ctx *ctx)
     pthread_mutex_destroy(&ctx->cp.lock);
     pthread_mutex_destroy(&ctx->cp.send_lock);
     pthread_cond_destroy(&ctx->cp.cond);
+    ftrt__watch_destroy(&ctx->watch);
     free(ctx);
 }
 
@@ -151,6 +152,7 @@ static int init_ctx(ftrt_ctx *ctx, const ftrt_config *cfg)
     ctx->cp.logical = -1;
     ctx->cp.wake[0] = ctx->cp.wake[1] = -1;
     ctx->hostif = ftrt__host_of(ctx);
+    ftrt__watch_init(&ctx->watch); /* (its listeners: the NCCL plane's, base/watch.c) */
     ftrt__plane_init(&ctx->plane, &ctx->watch, ctx->hostif, ctx->cfg.async_progress,
                      ctx->cfg.progress_poll_us);
     pthread_mutex_init(&ctx->cp.lock, NULL);

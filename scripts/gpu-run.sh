@@ -25,11 +25,11 @@
 #   --only: run these steps after configure and build (which always run: a reused build tree
 #   makes them quick), e.g. a second call for the steps the first one had no time left for.
 #   Steps: ctest-gpu memcheck device-gpu memcheck-device chaos-kill-gpu torch-gpu torch-ft-gpu
-#   torch-amp-gpu mpi-kit overlap-1trainer overlap-2trainers-1gpu; and, run only when --only
-#   names them, each set a call of its own with --budget 590: torch-lm-gpu torch-lm-ratio
-#   (examples/train_lm.py on CUDA under bf16 autocast: the kill test, and the step-time ratio
-#   against torch's NCCL DDP) and coord-scale (bench/coord_scale.py at 16,384 and 131,072
-#   simulated ranks on the machine's cores).
+#   torch-ft-sync-gpu torch-amp-gpu mpi-kit overlap-1trainer overlap-2trainers-1gpu nccl-rebuild;
+#   and, run only when --only names them, each set a call of its own with --budget 590:
+#   torch-lm-gpu torch-lm-ratio (examples/train_lm.py on CUDA under bf16 autocast: the kill
+#   test, and the step-time ratio against torch's NCCL DDP) and coord-scale
+#   (bench/coord_scale.py at 16,384 and 131,072 simulated ranks on the machine's cores).
 # NCCL: $NCCL_HOME if set, else the CUDA toolkit's, else PyTorch's wheel (site-packages/nvidia).
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -40,7 +40,7 @@ budget=530
 arch=90
 only=
 all_steps=" ctest-gpu memcheck device-gpu memcheck-device chaos-kill-gpu torch-gpu torch-ft-gpu
-  torch-amp-gpu mpi-kit overlap-1trainer overlap-2trainers-1gpu "
+  torch-ft-sync-gpu torch-amp-gpu mpi-kit overlap-1trainer overlap-2trainers-1gpu nccl-rebuild "
 all_steps=${all_steps//$'\n'/}
 # Steps run only when --only names them, each set a call of its own after the GPU steps: the
 # real CUDA example (issue 21: the first call's 530 s hold no more), and CPU work that needs the
@@ -339,6 +339,18 @@ if [ $built = 1 ]; then
     step torch-ft-gpu 240 env FTRT_LIB="$build/libftrt_gpu.so" \
       "$py" "$repo/tests/python/gpu_ft_prog.py" --driver
   fi
+  # The same with the host synchronized with the stream between backward() and step() (a
+  # user's loss.item()): the survivor blocks in .item() on NCCL collectives that wait for the
+  # dead trainer until the agent thread aborts the communicator (comm/nccl_plane.c
+  # "Interrupts"); it must return, recover and end byte-identical, without hanging.
+  if [ ! -f "$build/libftrt_gpu.so" ]; then
+    not_run torch-ft-sync-gpu not_built "$build/libftrt_gpu.so (needs NCCL)"
+  elif [ -z "$py" ] || ! timeout 120 "$py" -c 'import torch' >/dev/null 2>&1; then
+    not_run torch-ft-sync-gpu absent "no python3 with torch"
+  else
+    step torch-ft-sync-gpu 240 env FTRT_LIB="$build/libftrt_gpu.so" \
+      "$py" "$repo/tests/python/gpu_ft_prog.py" --driver --host-sync
+  fi
   # Mixed precision on CUDA (issue 21): tests/python/test_mpi_bf16.py's CUDA cases, each an
   # undisturbed job and one with a trainer SIGKILLed (1 coordinator + 2 trainers + 1 spare on
   # the one GPU, NCCL over sockets): a bfloat16-body model (ncclBfloat16, the 16-bit unpack
@@ -397,6 +409,18 @@ if [ $built = 1 ]; then
       "$bench" --grad-mib 100 --steps 10
     unset FTRT_SPARES NCCL_DEBUG NCCL_DEBUG_SUBSYS NCCL_DEBUG_FILE
   fi
+  # The survivors' communicator without the dead rank: ncclCommShrink (NCCL_SHRINK_ABORT) of the
+  # old one against today's full re-init, in the same run (bench/nccl_rebuild_bench.c: 4 ranks
+  # on the one GPU, a host id each, sockets on lo; a test arrangement, so only the ratio says
+  # something). Exit 77 where nccl.h has no ncclCommShrink.
+  if [ ! -x "$build/bench/nccl_rebuild_bench" ]; then
+    not_run nccl-rebuild not_built "$build/bench/nccl_rebuild_bench (needs NCCL)"
+  else
+    step nccl-rebuild 120 env NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo NCCL_P2P_DISABLE=1 \
+      NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 mpirun --oversubscribe --bind-to none -np 4 \
+      bash -c 'export NCCL_HOSTID=ftrt-gpu-run-rank$OMPI_COMM_WORLD_RANK; exec "$@"' _ \
+      "$build/bench/nccl_rebuild_bench" --rounds 5
+  fi
   # Issue 22's coordinator at scale on this machine's cores (no GPU involved): 16,384 and
   # 131,072 simulated ranks, 8 per host agent, relay groups on (the default at these sizes).
   if [[ $only == *" coord-scale "* ]]; then
@@ -426,7 +450,7 @@ if [ "$gpus" -gt 0 ] && grep -qE 'Test +#[0-9]+: .*\*\*\*Skipped' \
   say "a GPU test skipped although nvidia-smi lists a GPU"
   failed=1
 fi
-for s in torch-gpu torch-ft-gpu torch-lm-gpu torch-lm-ratio; do
+for s in torch-gpu torch-ft-gpu torch-ft-sync-gpu torch-lm-gpu torch-lm-ratio; do
   if [ "$gpus" -gt 0 ] && awk -F'\t' -v s="$s" '$1 == s && $3 == "skipped" { f = 1 } END { exit !f }' \
       "$steps_tsv"; then
     say "$s skipped although nvidia-smi lists a GPU"
@@ -496,7 +520,7 @@ for root, _, files in sorted(os.walk(os.path.join(logs, "jobs"))):
             jobs.append({"job": job + " (ftrt-chaos verdict)", "error": str(e)})
 bench = []
 for s in steps:
-    if s["name"].startswith(("overlap", "torch-lm-")):
+    if s["name"].startswith(("overlap", "torch-lm-")) or s["name"] == "nccl-rebuild":
         for line in read(s["log"]).splitlines():
             if line.startswith("RESULT "):
                 r = dict(kv.split("=", 1) for kv in line.split()[1:])
@@ -513,7 +537,7 @@ fi
 {
   echo "gpu-run: $( [ $failed = 0 ] && echo OK || echo FAILED ) after ${total}s, $gpus GPU(s), NCCL ${nccl_version:-none}"
   awk -F'\t' '{ printf "  %-24s %-9s exit %-4s %7ss\n", $1, $3, $2, $4 }' "$steps_tsv"
-  grep -h '^RESULT' "$logs"/*-overlap-*.log "$logs"/*-torch-lm-*.log 2>/dev/null | sed 's/^/  /'
+  grep -h '^RESULT' "$logs"/*-overlap-*.log "$logs"/*-torch-lm-*.log "$logs"/*-nccl-rebuild.log 2>/dev/null | sed 's/^/  /'
 } >"$out/SUMMARY.txt"
 tar -czf "$out/logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$logs")"
 rm -rf "$(dirname "$logs")"

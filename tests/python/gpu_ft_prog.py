@@ -22,7 +22,21 @@ one recovered failure of logical rank 1 with its MTTD and MTTR; the final parame
 float32, written by logical rank 0) are byte-identical between the two runs
 (torch.use_deterministic_algorithms, CUBLAS_WORKSPACE_CONFIG as PyTorch documents). Prints
 "PASS"; exits 1 on a failed check and 77 when torch has no CUDA device or the library is not
-libftrt_gpu. FTRT_TEST_GPU_FT_CPU=1 runs the same jobs on the CPU with libftrt (the hooks then
+libftrt_gpu.
+
+--host-sync (the GPU step torch-ft-sync-gpu): the trainers synchronize the host with the current
+stream between backward() and step(), as a user's loss.item() or norm.item() does: they read
+the gradient norm (computed from the averaged gradients) with .item() before step(). In the
+kill run the survivor's .item() then waits on NCCL collectives that wait for the dead trainer:
+only the agent thread's abort of the communicator (comm/nccl_plane.c, "Interrupts") frees it.
+Each trainer prints an "hsync" line (with the time .item() took) once its .item() returned; the
+driver requires logical rank 0's line for the kill step of epoch 0 (the sync inside the failure
+returned, and the job did not hang: a job past its timeout fails as "hung"), besides every check
+above. The ranks' agents take the coordinator's failure announcement 1 s late in that mode
+(FTRT_TEST_EPOCH_DELAY_MS), so that the survivor has certainly queued its buckets and blocked in
+.item() before its agent learns of the failure.
+
+FTRT_TEST_GPU_FT_CPU=1 runs the same jobs on the CPU with libftrt (the hooks then
 run on the owning thread, which may kill itself there): a rehearsal of this program on a
 machine without a GPU, which checks nothing about CUDA."""
 import argparse
@@ -36,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bindings", "python"))
@@ -93,8 +108,13 @@ def trainer(a):
         torch.nn.functional.cross_entropy(model(x), y).backward()
         synced += ft.averager.synced
         norm = torch.nn.utils.clip_grad_norm_(params, 1.0)  # reads p.grad: the mean?
-        # No host synchronization before step(): the current stream now waits for the NCCL
-        # buckets, and if a trainer died only step()'s wait aborts them (module docstring).
+        if a.host_sync:  # the host waits for the NCCL buckets here, outside any ftrt call
+            t0 = time.monotonic()
+            norm.item()
+            print(f"hsync rank {ft.rank} epoch {ft.epoch} step {step} "
+                  f"{(time.monotonic() - t0) * 1e3:.1f} ms", flush=True)
+        # Without --host-sync no host synchronization before step(): the current stream waits
+        # for the NCCL buckets, and step()'s wait sees a failure itself.
         if ft.step():
             print(f"gnorm rank {ft.rank} epoch {ft.epoch} step {step} {norm.item():.9e}",
                   flush=True)
@@ -110,21 +130,32 @@ def one_gpu_job(argv, d, np_=4, env=None, timeout=110, tag="ftrt-gpu-ft"):
     """One ftrt job of np_ ranks (1 coordinator + 2 trainers + 1 spare by default) running
     argv (program and arguments) on the one GPU in the test arrangement
     (ftrt_harness.NCCL_ONE_GPU_ENV, a NCCL_HOSTID per rank), checkpoints under d/ckpt, with
-    FTRT_SPARES=1 and `env` added; returns (rc, output)."""
+    FTRT_SPARES=1 and `env` added, under `mpirun --enable-recovery` (without it mpirun tears
+    the job down soon after a kill, and only a job that ended first passed); a job still
+    running after `timeout` s fails the check as hung. Returns (rc, output)."""
     env = dict(os.environ, FTRT_SPARES="1", FTRT_CKPT_DIR=os.path.join(d, "ckpt"),
                **ftrt_harness.NCCL_ONE_GPU_ENV) | dict(env or {})
-    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(np_)] + \
-        ftrt_harness.nccl_hostid_argv(argv, tag)
-    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True, timeout=timeout)
+    cmd = ["mpirun", "--enable-recovery", "--oversubscribe", "--bind-to", "none", "-np",
+           str(np_)] + ftrt_harness.nccl_hostid_argv(argv, tag)
+    try:
+        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else e.stdout
+        check(False, f"the job hung: no end within {e.timeout} s", out or "")
     return p.returncode, p.stdout
 
 
-def job(py, d, kill_at):
+def job(py, d, kill_at, host_sync):
     """One job of 1 coordinator + 2 trainers + 1 spare; returns (rc, output)."""
-    return one_gpu_job([py, os.path.abspath(__file__), "--report",
-                        os.path.join(d, "report.json"), "--params-out",
-                        os.path.join(d, "final.params"), "--kill-at", str(kill_at)], d)
+    env = {}
+    if host_sync:  # the survivor's agent takes the failure 1 s late: by then it has certainly
+        # queued its buckets (which wait for the dead trainer) and blocked in .item(); the
+        # heartbeat timeout covers the agent's delay (the kill itself is seen at once)
+        env.update(FTRT_TEST_EPOCH_DELAY_MS="1000", FTRT_HEARTBEAT_TIMEOUT_MS="5000")
+    argv = [py, os.path.abspath(__file__), "--report", os.path.join(d, "report.json"),
+            "--params-out", os.path.join(d, "final.params"), "--kill-at", str(kill_at)]
+    return one_gpu_job(argv + (["--host-sync"] if host_sync else []), d, env=env)
 
 
 def norms(out):
@@ -141,14 +172,14 @@ def check(cond, what, out=""):
         raise SystemExit(f"FAIL: {what}")
 
 
-def driver():
+def driver(host_sync):
     py = sys.executable
     work = tempfile.mkdtemp(prefix="ftrt-gpu-ft.")
     res = {}
     for name, kill_at in (("ref", -1), ("kill", KILL_AT)):
         d = os.path.join(work, name)
         os.makedirs(d)
-        rc, out = job(py, d, kill_at)
+        rc, out = job(py, d, kill_at, host_sync)
         if rc == 77 or "skipped:" in out and rc != 0:
             print(out[-2000:])
             return 77
@@ -176,14 +207,21 @@ def driver():
     check(len(f) == 1 and f[0].get("recovered") and f[0].get("logical_rank") == 1,
           f"kill: report failures {f}", out_kill)
     check("ftrt: recovered (epoch 1)" in out_kill, "kill: no recovery logged", out_kill)
+    hs = ""
+    if host_sync:
+        m = re.search(rf"^hsync rank 0 epoch 0 step {KILL_AT} (\S+) ms$", out_kill, re.M)
+        check(m, f"kill: the survivor's host sync (.item()) of step {KILL_AT} did not return",
+              out_kill)
+        check(f"hsync rank 0 epoch 0 step {STEPS - 1} " in out_ref, "ref: no host sync", out_ref)
+        hs = f"; the survivor's .item() in the failed step returned after {m.group(1)} ms"
     a = open(os.path.join(d_ref, "final.params"), "rb").read()
     b = open(os.path.join(d_kill, "final.params"), "rb").read()
     check(len(a) > 0 and a == b, "final parameters differ from the undisturbed run", out_kill)
-    print(f"gpu ft kill: {STEPS} steps, logical rank 1 SIGKILLed mid-backward at step "
+    print(f"gpu ft kill{' (host sync before step())' if host_sync else ''}: {STEPS} steps, logical rank 1 SIGKILLed mid-backward at step "
           f"{KILL_AT}; resumed at step {f[0].get('resume_step')}, MTTD "
           f"{f[0].get('mttd_s')} s, MTTR {f[0].get('mttr_s')} s; final parameters "
           f"byte-identical ({len(a)} bytes); gradient norms equal across trainers at every "
-          f"step")
+          f"step{hs}")
     shutil.rmtree(work, ignore_errors=True)
     print("PASS")
     return 0
@@ -195,9 +233,11 @@ def main():
     ap.add_argument("--report")
     ap.add_argument("--params-out")
     ap.add_argument("--kill-at", type=int, default=-1)
+    ap.add_argument("--host-sync", action="store_true",
+                    help="read the gradient norm with .item() between backward() and step()")
     a = ap.parse_args()
     if a.driver:
-        return driver()
+        return driver(a.host_sync)
     return trainer(a)
 
 

@@ -161,13 +161,7 @@ int t_host_get(t_host *h, uint32_t type, int i, t_msg *out)
     return found;
 }
 
-void t_watch_init(ftrt__watch *w)
-{
-    atomic_store(&w->pending_epoch, 0);
-    atomic_store(&w->fatal, 0);
-    w->epoch = 0;
-    w->needs_recover = 0;
-}
+void t_watch_init(ftrt__watch *w) { ftrt__watch_init(w); }
 
 void t_watch_announce(ftrt__watch *w, int epoch) { atomic_store(&w->pending_epoch, epoch); }
 

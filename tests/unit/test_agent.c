@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -86,6 +88,7 @@ static int setup_with(void **state, int hosted, int hb_timeout_ms)
     pthread_mutex_init(&ctx->cp.lock, NULL);
     pthread_mutex_init(&ctx->cp.send_lock, NULL);
     pthread_cond_init(&ctx->cp.cond, NULL);
+    ftrt__watch_init(&ctx->watch);
     char addr[64];
     int port;
     f->listen_fd = ftrt__listen("127.0.0.1", addr, sizeof addr, &port);
@@ -135,6 +138,7 @@ static int teardown(void **state)
     pthread_mutex_destroy(&f->ctx->cp.send_lock);
     pthread_cond_destroy(&f->ctx->cp.cond);
     pthread_mutex_destroy(&f->ctx->ledger_lock);
+    ftrt__watch_destroy(&f->ctx->watch);
     free(f->ctx);
     free(f);
     return 0;
@@ -224,6 +228,90 @@ static void farewell_and_shutdown(void **state)
     f->coord_fd = -1;
     usleep(50000);
     assert_int_equal(ftrt__interrupted(f->ctx), 0);
+}
+
+/* A fake engine listening on the watch (as the NCCL plane does): what the agent thread told it,
+ * and a gate the application thread blocks on, outside any ftrt call, until the listener
+ * opens it (the PyTorch user's loss.item() on a stream that only an abort frees). */
+typedef struct fake_listener {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int calls, epoch, fatal, open, on_app_thread;
+    pthread_t app;
+} fake_listener;
+
+static void fake_interrupt(void *arg, int epoch, int fatal)
+{
+    fake_listener *l = arg;
+    pthread_mutex_lock(&l->lock);
+    l->calls++;
+    l->epoch = epoch;
+    l->fatal = fatal;
+    l->on_app_thread |= pthread_equal(pthread_self(), l->app);
+    l->open = 1;
+    pthread_cond_broadcast(&l->cond);
+    pthread_mutex_unlock(&l->lock);
+}
+
+/* Blocks until the listener opened the gate (then closes it again) or 5 s passed; returns the
+ * listener's call count. Application thread. */
+static int blocked_until_opened(fake_listener *l)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 5;
+    pthread_mutex_lock(&l->lock);
+    while (!l->open && pthread_cond_timedwait(&l->cond, &l->lock, &ts) == 0) {}
+    int calls = l->open ? l->calls : -1;
+    l->open = 0;
+    pthread_mutex_unlock(&l->lock);
+    return calls;
+}
+
+/* The agent thread calls the watch's listeners once per change (FAILURE announces the epoch,
+ * the PLAN of the same epoch is no second change, ABORT is), on its own thread, while the
+ * application thread is blocked outside ftrt; after unlisten nothing is called. */
+static void watch_listener_fires_once(void **state)
+{
+    fixture *f = *state;
+    struct ftrt_ctx *ctx = f->ctx;
+    fake_listener l = {.app = pthread_self()};
+    pthread_mutex_init(&l.lock, NULL);
+    pthread_cond_init(&l.cond, NULL);
+    ftrt__watch_listener wl = {.fn = fake_interrupt, .arg = &l};
+    ftrt__watch_listen(&ctx->watch, &wl);
+    ftrt__welcome w = {.role = FTRT__ROLE_TRAINER, .logical_rank = 2, .ntrainers = 4};
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_WELCOME, &w, sizeof w), 0);
+    ftrt__failure_msg fm = {.epoch = 1, .t_fail_wall = 1.0};
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_FAILURE, &fm, sizeof fm), 0);
+    assert_int_equal(blocked_until_opened(&l), 1);
+    assert_int_equal(l.epoch, 1);
+    assert_int_equal(l.fatal, 0);
+    size_t len = ftrt__plan_msg_size(0, 0);
+    ftrt__plan_msg *p = calloc(1, len);
+    p->epoch = 1, p->ntrainers = 4, p->source = 0, p->logical_rank = -1, p->resume_step = 3;
+    p->ckpt_step = p->mem_step = -1;
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_PLAN, p, (uint32_t)len), 0);
+    free(p);
+    pthread_mutex_lock(&ctx->cp.lock);
+    for (int i = 0; i < 500 && !ctx->cp.plan; i++) ftrt__cp_wait(ctx, 10);
+    assert_non_null(ctx->cp.plan);
+    pthread_mutex_unlock(&ctx->cp.lock);
+    ftrt__epoch_msg m = {.value = FTRT_ENOSPARE};
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_ABORT, &m, sizeof m), 0);
+    assert_int_equal(blocked_until_opened(&l), 2); /* (the PLAN between called nothing) */
+    assert_int_equal(l.fatal, FTRT_ENOSPARE);
+    assert_int_equal(l.epoch, 1);
+    assert_int_equal(l.on_app_thread, 0);
+    ftrt__watch_unlisten(&ctx->watch, &wl);
+    close(f->coord_fd); /* FTRT_ECOORD: no change for the fatal code set; and no listener */
+    f->coord_fd = -1;
+    usleep(50000);
+    pthread_mutex_lock(&l.lock);
+    assert_int_equal(l.calls, 2);
+    pthread_mutex_unlock(&l.lock);
+    pthread_mutex_destroy(&l.lock);
+    pthread_cond_destroy(&l.cond);
 }
 
 /* ABORT from the coordinator becomes the fatal code every ftrt call returns. */
@@ -621,6 +709,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(failure_and_plan, setup, teardown),
         cmocka_unit_test_setup_teardown(farewell_and_shutdown, setup, teardown),
         cmocka_unit_test_setup_teardown(abort_is_fatal, setup, teardown),
+        cmocka_unit_test_setup_teardown(watch_listener_fires_once, setup, teardown),
         cmocka_unit_test_setup_teardown(coordinator_loss, setup, teardown),
         cmocka_unit_test_setup_teardown(malformed_plan, setup, teardown),
         cmocka_unit_test_setup_teardown(plan_for_another_rank, setup, teardown),

@@ -18,7 +18,10 @@
  * reads the reduced data; its current device is given back. The 16-bit dtypes (issue 21):
  * bfloat16 and fp16 allreduces and a bfloat16 bucketer with the mean on one rank give the data
  * back bit for bit (ncclBfloat16 / ncclFloat16 accepted, sizes of 2 bytes), and an unknown
- * dtype is refused with FTRT_EINVAL. Exits 77 when no CUDA device is usable.
+ * dtype is refused with FTRT_EINVAL. The agent thread's interrupt (nccl_plane.c "Interrupts"):
+ * an epoch change fired from another thread aborts the communicator with a collective in
+ * flight, the request fails with FTRT_ERECOVER, recovery builds the next one; a late call
+ * leaves a rebuilt communicator alone. Exits 77 when no CUDA device is usable.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -149,6 +152,80 @@ static void create_use_revoke_recreate(void **state)
     cudaFree(d);
     free(h);
     free(back);
+    cudaStreamDestroy(producer);
+    cudaStreamDestroy(consumer);
+}
+
+/* ---- the agent thread's interrupt (nccl_plane.c "Interrupts") ---- */
+
+static void *fire_elsewhere(void *w)
+{
+    ftrt__watch_fire(w);
+    return NULL;
+}
+
+/* Calls the watch's listeners from another thread, as the agent thread does. */
+static void fire_from_thread(ftrt__watch *w)
+{
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, fire_elsewhere, w), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+}
+
+/* The recovery's part of the plane: a new MPI communicator, the new epoch (ftrt__apply_plan). */
+static void recover_to(one_rank *ctx, int epoch)
+{
+    assert_int_equal(ftrt__plane_abandon(&ctx->plane), 0); /* (after the agent's abort: none) */
+    MPI_Comm c;
+    assert_int_equal(MPI_Comm_dup(MPI_COMM_SELF, &c), MPI_SUCCESS);
+    ftrt__plane_set(&ctx->plane, c);
+    ctx->watch.epoch = epoch;
+    ctx->watch.needs_recover = 0;
+}
+
+/* An epoch change fired from another thread (as the agent's) has the plane's interrupt thread
+ * abort the communicator: the stream's work ends, the request in flight fails with
+ * FTRT_ERECOVER (even if its allreduce had finished: it was live), recovery owed; the
+ * application's abandon then retires nothing twice and the next epoch's communicator works. A
+ * late call about an epoch whose communicator was already rebuilt leaves that communicator
+ * alone. */
+static void interrupt_from_agent(void **state)
+{
+    (void)state;
+    one_rank *ctx = one_rank_ctx();
+    ftrt_gpu *g;
+    assert_int_equal(ftrt__gpu_create(&ctx->plane, 0, &g), 0);
+    cudaStream_t producer, consumer;
+    CK(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking));
+    size_t n = (4u << 20) / 4;
+    float *d;
+    CK(cudaMalloc((void **)&d, n * sizeof *d));
+    allreduce_once(g, d, n, producer, consumer); /* epoch 0's communicator */
+    ftrt_request *r;
+    assert_int_equal(ftrt_gpu_allreduce_start(g, d, n, FTRT_FLOAT32, FTRT_SUM, producer, &r), 0);
+    t_watch_announce(&ctx->watch, 1);
+    fire_from_thread(&ctx->watch);
+    int aborts = -1;
+    assert_int_equal(ftrt__gpu_interrupt_wait(g, 1, 5000, &aborts), 1);
+    assert_int_equal(aborts, 1); /* by the plane's interrupt thread, before any ftrt call */
+    CK(cudaStreamSynchronize(ftrt_gpu_stream(g))); /* (a host sync outside ftrt returns) */
+    assert_int_equal(ftrt_request_test(r), FTRT_ERECOVER);
+    assert_int_equal(ctx->watch.needs_recover, 1);
+    assert_int_equal(ftrt_request_free(r), 0);
+    recover_to(ctx, 1);
+    allreduce_once(g, d, n, producer, consumer); /* epoch 1's communicator */
+
+    t_watch_announce(&ctx->watch, 2); /* recovered before the agent's call comes */
+    recover_to(ctx, 2);
+    allreduce_once(g, d, n, producer, consumer); /* epoch 2's communicator */
+    fire_from_thread(&ctx->watch);                /* late: about epoch 2 */
+    assert_int_equal(ftrt__gpu_interrupt_wait(g, 2, 5000, &aborts), 2);
+    assert_int_equal(aborts, 1);                 /* epoch 2's communicator left alone */
+    allreduce_once(g, d, n, producer, consumer); /* and it works */
+
+    assert_int_equal(ftrt_gpu_free(g), 0);
+    cudaFree(d);
     cudaStreamDestroy(producer);
     cudaStreamDestroy(consumer);
 }
@@ -457,6 +534,7 @@ int main(int argc, char **argv)
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     const struct CMUnitTest tests[] = {cmocka_unit_test(create_use_revoke_recreate),
+                                       cmocka_unit_test(interrupt_from_agent),
                                        cmocka_unit_test(h16_one_rank),
                                        cmocka_unit_test(posters_match_single_thread)};
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

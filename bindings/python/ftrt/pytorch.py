@@ -56,7 +56,7 @@ Design notes.
    the plane's NCCL collectives wait for it on the device, as DDP's reducer does; wait() makes
    the current stream wait for every bucket and then waits on the host. FaultTolerant takes
    CUDA models (one device): see "Threads" for how backward() ends the averaging there, and
-   the FaultTolerant docstring for the rule on host synchronizations before step().
+   the FaultTolerant docstring for host synchronizations before step().
  - Threads: the data plane belongs to the thread that called ftrt.init() (the C API's rule).
    A hook that runs there marks its gradient with ftrt_bucketer_ready(); one that runs on any
    other thread hands it over. On CPU, autograd runs the hooks on the thread that called
@@ -234,10 +234,12 @@ class FaultTolerant:
     CUDA (a model on one device, libftrt_gpu loaded): gradients are averaged by the NCCL plane
     while backward() runs, and when backward() returns the current CUDA stream is ordered after
     every bucket, so work queued on it before step() (clip_grad_norm_, scaler.unscale_) reads
-    the mean; step() waits on the host for the buckets before the optimizer. Do not make the
-    host wait for that stream between backward() and step() (loss.item(), a norm's .item():
-    read them after step()): were a trainer to die then, the wait would be on NCCL collectives
-    that only step() aborts.
+    the mean; step() waits on the host for the buckets before the optimizer. The host may wait
+    for that stream between backward() and step() (loss.item(), a norm's .item()): were a
+    trainer to die then, the NCCL plane aborts its collectives as soon as this rank learns of
+    the failure (a thread of the plane, woken by ftrt's agent thread), the wait returns a value
+    computed from gradients that are not the mean, and step() recovers and returns False: use
+    such a value only once step() returned True.
 
     Mixed precision: gradients are averaged in their own dtype (float32, float64, bfloat16,
     float16; one bucketer per dtype: GradAverager). Under torch.autocast the parameters, and
