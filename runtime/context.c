@@ -334,8 +334,11 @@ static int join_job(ftrt_ctx *ctx, const bootstrap *b, ftrt_ctx **out)
  * tools/ftrt-run: when ftrt-run set FTRT_RUN_EXIT_DIR, a non-zero status goes to
  * <dir>/rank.<world rank> as "<status>\n", written by an on_exit() handler (glibc: it gets
  * the status exit() was given; a process killed by a signal or ended by _exit() writes
- * nothing). Armed by ftrt_finalize(), disarmed by ftrt_init(): a process's exit before its
- * ftrt_finalize() is a rank failure, which the coordinator sees and handles. */
+ * nothing). Armed by an ftrt_finalize() whose process took part in the job's end (a trainer's
+ * farewell, a spare's shutdown, the coordinator's own end, none of them an abort), disarmed by
+ * ftrt_init(): a process's exit before its ftrt_finalize() is a rank failure, which the
+ * coordinator sees and handles, and a rank declared failed, cut off or left without its
+ * coordinator is no longer the job's; an aborted job is failed whatever its processes do. */
 static atomic_int exit_world_rank = -1; /* world rank of the last ftrt_finalize, -1 = disarmed */
 static pthread_once_t exit_hook_once = PTHREAD_ONCE_INIT;
 
@@ -454,12 +457,12 @@ static int job_end(ftrt_ctx *ctx)
 int ftrt_finalize(ftrt_ctx *ctx)
 {
     if (!ctx) return 0;
-    arm_exit_record(ctx->world_rank);
     if (ctx->role == FTRT__ROLE_TRAINER) {
         ftrt__ledger_mark(ctx, FTRT__IV_TEARDOWN); /* after the last step: not a training stall */
         ftrt__ckpt_drain(ctx->ckpt); /* checkpoints finish (or are abandoned) before the BYE */
     }
     int end = job_end(ctx);
+    if (end >= 0) arm_exit_record(ctx->world_rank); /* this process's part ended normally */
     ftrt__agent_stop(ctx);
     ftrt__plane_stop(&ctx->plane); /* the progress thread makes MPI calls: stop it first */
     int by_us = ctx->mpi_initialized_by_us;
