@@ -474,10 +474,10 @@ def case_ckptnotdir(args):
     print(f"ckptnotdir: exit {rc} after {took:.1f} s")
 
 
-# Jobs that end failed without a dead process, launched the way tools/ftrt-chaos launches
 # exitstatus: 20 steps, no checkpoint, no sleep (about 1 s per job); (world rank, world size,
 # spares): the trainer of logical rank 1, the coordinator, the unused hot spare
-EXIT_ARGS = ["--steps", "20", "--batch", "32", "--hidden", "64", "--seed", "7", "--ckpt-every", "0"]
+EXIT_ARGS = ["--steps", "20", "--batch", "32", "--hidden", "64", "--seed", "7",
+             "--ckpt-every", "0"]
 EXIT_JOBS = ((2, 4, 0), (0, 4, 0), (4, 5, 1))
 
 
@@ -489,7 +489,7 @@ def case_exitstatus(args):
                                                                  "--exit-status", "3"])
         rc = job.run(60)
         rep, st, summ = job.load_report(), h.load_json(job.status), job.load_summary()
-        check(rep["status"] == "finished" and st["job"] == "finished" and summ["job"] == "finished",
+        check(rep["status"] == st["job"] == summ["job"] == "finished",
               f"world rank {rank}: the job itself finished (report {rep['status']}, status "
               f"file {st['job']})")
         check(rc == 3, f"world rank {rank} exited 3 after ftrt_finalize: ftrt-run exits 3 "
@@ -503,6 +503,7 @@ def case_exitstatus(args):
               f"{job.elapsed:.1f} s (mpirun {summ['mpirun_status']})", flush=True)
 
 
+# Jobs that end failed without a dead process, launched the way tools/ftrt-chaos launches
 # one-host jobs: under plain mpirun (no tools/ftrt-run to clean up after a hang). Open MPI
 # 4.1's MPI_Finalize can hang in its PMIx fence when some processes of the world call it and
 # others exit without it, so every process must take the same decision; FTRT_LOG=info makes
