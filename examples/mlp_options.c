@@ -78,6 +78,10 @@ static void usage(FILE *f)
           "                     with --device sim or cuda) after its update of step S, in the\n"
           "                     first epoch only; for CUDA memory, which --publish-addr's injector\n"
           "                     cannot reach\n"
+          "  --exit-rank W --exit-status S\n"
+          "                     test hook: world rank W returns S (1..255) from main() after\n"
+          "                     ftrt_finalize(), without ftrt_set_exit_code(): the job finished,\n"
+          "                     and tools/ftrt-run exits S all the same\n"
           "  --sharded-momentum register the momentum buffer SHARDED: recoveries then reload the\n"
           "                     last committed checkpoint (exercises that path; same results)\n"
           "  --device D         where parameters and momentum live: host (default); sim, the\n"
@@ -164,7 +168,7 @@ enum {
     OPT_SLOW_RANK, OPT_SLOW_MS, OPT_STEP_LOG, OPT_SHARDED_MOMENTUM, OPT_ERROR_RANK,
     OPT_ERROR_STEP, OPT_HOLD_STEP, OPT_HOLD_MS, OPT_PUBLISH, OPT_DEVICE, OPT_CHECK_DEVICE,
     OPT_FLIP_RANK, OPT_FLIP_STEP, OPT_CHECK_EVERY, OPT_DIE_RANK, OPT_DIE_STEP, OPT_LAG_RANK,
-    OPT_LAG_STEP, OPT_HELP = 'h'
+    OPT_LAG_STEP, OPT_EXIT_RANK, OPT_EXIT_STATUS, OPT_HELP = 'h'
 };
 
 static const struct option longopts[] = {
@@ -198,6 +202,8 @@ static const struct option longopts[] = {
     {"die-at-step", required_argument, NULL, OPT_DIE_STEP},
     {"lag-rank", required_argument, NULL, OPT_LAG_RANK},
     {"lag-at-step", required_argument, NULL, OPT_LAG_STEP},
+    {"exit-rank", required_argument, NULL, OPT_EXIT_RANK},
+    {"exit-status", required_argument, NULL, OPT_EXIT_STATUS},
     {"device", required_argument, NULL, OPT_DEVICE},
     {"check-device", no_argument, NULL, OPT_CHECK_DEVICE},
     {"help", no_argument, NULL, OPT_HELP},
@@ -266,6 +272,8 @@ static int test_option(int c, const char *arg, options *o)
     case OPT_DIE_STEP: return parse_i64("die-at-step", arg, 0, INT64_MAX / 2, &o->die_step);
     case OPT_LAG_RANK: return parse_i64("lag-rank", arg, 0, 1 << 20, &o->lag_rank);
     case OPT_LAG_STEP: return parse_i64("lag-at-step", arg, 0, INT64_MAX / 2, &o->lag_step);
+    case OPT_EXIT_RANK: return parse_i64("exit-rank", arg, 0, 1 << 20, &o->exit_rank);
+    case OPT_EXIT_STATUS: return parse_i64("exit-status", arg, 1, 255, &o->exit_status);
     default: return NOT_MINE;
     }
 }
@@ -279,7 +287,8 @@ int parse_options(int argc, char **argv, options *o)
                    .data = data && *data ? data : DIGITS_DEFAULT_PATH, .hang_step = -1,
                    .hang_rank = -1, .slow_rank = -1, .error_step = -1, .error_rank = -1,
                    .hold_ms = 1000, .flip_rank = -1, .flip_step = -1, .check_every = 1024,
-                   .die_step = -1, .die_rank = -1, .lag_step = -1, .lag_rank = -1};
+                   .die_step = -1, .die_rank = -1, .lag_step = -1, .lag_rank = -1,
+                   .exit_rank = -1, .exit_status = -1};
     int c, rc = 0;
     opterr = 0; /* one line of our own for an unknown option or a missing value */
     while (rc == 0 && (c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {

@@ -37,6 +37,8 @@ typedef struct options {
     int64_t slow_ms;
     int64_t flip_rank;   /* silent data corruption: this logical rank flips a bit of its */
     int64_t flip_step;   /* parameters after its update of flip_step, in epoch 0 (-1 = off) */
+    int64_t exit_rank;   /* test hook: world rank exit_rank returns exit_status from main() */
+    int64_t exit_status; /* after ftrt_finalize() (without ftrt_set_exit_code); -1 = off */
     const char *ckpt_dir;   /* NULL = ftrt's default (FTRT_CKPT_DIR or "ftrt-ckpt") */
     const char *report;     /* NULL = ftrt's default (FTRT_REPORT) */
     const char *params_out; /* NULL = do not write */

@@ -536,6 +536,8 @@ int main(int argc, char **argv)
             code = run_trainer(ctx, &opt, &m, &train, &test);
     }
     if (ctx) {
+        if (ftrt_world_rank(ctx) == opt.exit_rank && opt.exit_status > 0 && !code)
+            code = (int)opt.exit_status; /* --exit-rank/--exit-status: after ftrt_finalize */
         int frc = ftrt_finalize(ctx);
         if (frc < 0)
             fprintf(stderr, "train_mlp: warning: ftrt_finalize: %s (%s)\n", ftrt_strerror(frc),

@@ -299,6 +299,13 @@ FTRT_API int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out);
  * call it and others exit without it; the process simply exits. NULL is accepted.
  * Returns 0, or FTRT_SKIP_MPI_FINALIZE when the caller initialized MPI itself and must not call
  * MPI_Finalize. The context is freed in every case. Call from the thread that called ftrt_init().
+ * The process's exit status still counts after this: when the process later exits non-zero
+ * (exit(), or main() returning it), took part in the job's end (not a rank declared failed or
+ * cut off, not an aborted job) and tools/ftrt-run launched the job (FTRT_RUN_EXIT_DIR set), an
+ * on_exit() handler records that status for ftrt-run, which then exits with it even though the
+ * job finished (docs/running.md "Exit status"); libftrt must stay loaded until then (no
+ * dlclose() after ftrt_finalize()). Better still, record an error with ftrt_set_exit_code()
+ * before this call, so that the job itself ends failed.
  */
 FTRT_API int ftrt_finalize(ftrt_ctx *ctx);
 

@@ -7,9 +7,14 @@
  * broadcasts {address, port, secret} with MPI_Bcast; every other rank connects, says hello and
  * waits for its WELCOME. Trainers build the training communicator with MPI_Comm_create_group
  * over world ranks 1..N; spares block in ftrt_init() until promoted or shut down; the
- * coordinator runs its loop inside ftrt_init() (the "head process" pattern of FTI).
+ * coordinator runs its loop inside ftrt_init() (the "head process" pattern of FTI). After
+ * ftrt_finalize(), a non-zero exit status of the process is recorded for tools/ftrt-run
+ * (record_exit()).
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -322,10 +327,59 @@ static int join_job(ftrt_ctx *ctx, const bootstrap *b, ftrt_ctx **out)
     return rc;
 }
 
+/* ---- the process's exit status after ftrt_finalize (docs/running.md "Exit status") -------- */
+
+/* Once ftrt_finalize() returned, the job's outcome is written (the status file, the report),
+ * but the process may still exit non-zero (main() returning 3 after its last write failed,
+ * without ftrt_set_exit_code()). Under `mpirun --enable-recovery` that status is lost (Open
+ * MPI 4.1's mpirun exits 0 whatever its ranks' statuses), so the process records it for
+ * tools/ftrt-run: when ftrt-run set FTRT_RUN_EXIT_DIR, a non-zero status goes to
+ * <dir>/rank.<world rank> as "<status>\n", written by an on_exit() handler (glibc: it gets
+ * the status exit() was given; a process killed by a signal or ended by _exit() writes
+ * nothing). Armed by an ftrt_finalize() whose process took part in the job's end (a trainer's
+ * farewell, a spare's shutdown, the coordinator's own end, none of them an abort), disarmed by
+ * ftrt_init(): a process's exit before its ftrt_finalize() is a rank failure, which the
+ * coordinator sees and handles, and a rank declared failed, cut off or left without its
+ * coordinator is no longer the job's; an aborted job is failed whatever its processes do. */
+static atomic_int exit_world_rank = -1; /* world rank of the last ftrt_finalize, -1 = disarmed */
+static pthread_once_t exit_hook_once = PTHREAD_ONCE_INIT;
+
+static void record_exit(int status, void *arg)
+{
+    (void)arg;
+    int rank = atomic_load(&exit_world_rank);
+    const char *dir = getenv("FTRT_RUN_EXIT_DIR");
+    status &= 0xff; /* what the parent sees */
+    if (!status || rank < 0 || !dir || !*dir) return;
+    char path[4096], line[16];
+    if (ftrt__path(path, sizeof path, "%s/rank.%d", dir, rank)) return;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return; /* nothing to tell: ftrt-run then gives the job's outcome alone */
+    int n = snprintf(line, sizeof line, "%d\n", status);
+    ssize_t w = write(fd, line, (size_t)n);
+    (void)w;
+    close(fd);
+}
+
+static void exit_hook_register(void)
+{
+#ifdef __GLIBC__
+    on_exit(record_exit, NULL);
+#endif
+}
+
+/* Arms the exit-status record for this process as world rank `world_rank`. */
+static void arm_exit_record(int world_rank)
+{
+    pthread_once(&exit_hook_once, exit_hook_register);
+    atomic_store(&exit_world_rank, world_rank);
+}
+
 int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
 {
     if (!out) return FTRT_EINVAL;
     *out = NULL;
+    atomic_store(&exit_world_rank, -1); /* an exit before this job's ftrt_finalize is a failure */
     ftrt_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return -ENOMEM;
     if (init_ctx(ctx, cfg)) {
@@ -410,6 +464,7 @@ int ftrt_finalize(ftrt_ctx *ctx)
         ftrt__ckpt_drain(ctx->ckpt); /* checkpoints finish (or are abandoned) before the BYE */
     }
     int end = job_end(ctx);
+    if (end >= 0) arm_exit_record(ctx->world_rank); /* this process's part ended normally */
     ftrt__agent_stop(ctx);
     ftrt__plane_stop(&ctx->plane); /* the progress thread makes MPI calls: stop it first */
     int by_us = ctx->mpi_initialized_by_us;

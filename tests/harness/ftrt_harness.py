@@ -421,6 +421,16 @@ def train_job(directory, binary, np_=6, train_args=MLP_ARGS, spares=None,
 
 # ---- simulated hosts (tests/hosts/ftrt-hosts) ----------------------------------------------------
 
+def write_hostfile(path, lines):
+    """Writes an Open MPI hostfile at path (its directory made if missing), one line
+    "<host> slots=<n>" per (host, n) of `lines`, in order; returns path."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        for name, slots in lines:
+            f.write(f"{name} slots={slots}\n")
+    return path
+
+
 class Hosts:
     """N simulated hosts on this machine (network namespaces with their own hostnames on a
     bridge; tests/hosts/ftrt-hosts says how), made on entry and removed on exit, also when the
@@ -489,10 +499,16 @@ class Hosts:
     def hostfile(self, path, hosts, slots=None):
         """Writes a hostfile of `hosts` (names) with `slots` each (default self.slots) at path;
         returns path (for mpirun_opts(hostfile=...): a relaunch without a lost host)."""
-        with open(path, "w") as f:
-            for name in hosts:
-                f.write(f"{name} slots={slots or self.slots}\n")
-        return path
+        return write_hostfile(path, [(name, slots or self.slots) for name in hosts])
+
+    def hostfile_slots(self, path, slots):
+        """Writes a hostfile at path that gives every host its own number of slots: slots[i]
+        to the i-th host (self.names order), so that ranks are placed unevenly ([2, 3, 1]:
+        world ranks 0-1 on host 1, 2-4 on host 2, 5 on host 3). Returns path (for
+        mpirun_opts(hostfile=...)). Raises ValueError unless there is one count per host."""
+        if len(slots) != self.n:
+            raise ValueError(f"hostfile_slots: {len(slots)} slot counts for {self.n} hosts")
+        return write_hostfile(path, list(zip(self.names, slots)))
 
     def pids(self, host):
         """Pids of every process in host now."""

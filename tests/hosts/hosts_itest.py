@@ -598,10 +598,7 @@ def case_sparemove(args):
     r3 = need_reference(args, 3)
     with h.Hosts(3, 2) as hosts:
         before = sessions(hosts)
-        hf = os.path.join(args.work, "sparemove.hostfile")
-        os.makedirs(args.work, exist_ok=True)
-        with open(hf, "w") as f:
-            f.write("ftrt-h1 slots=2\nftrt-h2 slots=3\nftrt-h3 slots=1\n")
+        hf = hosts.hostfile_slots(os.path.join(args.work, "sparemove.hostfile"), [2, 3, 1])
         job = hosts_job(args, hosts, "sparemove", spares=2, hostfile=hf)
         job.cmd[job.cmd.index("--step-sleep-ms") + 1] = "40"  # (the result does not change)
         job.env.update(FTRT_TEST_REELECT_MS="200", FTRT_TEST_AGENT_LATE_RANKS=str(1 << 4))
@@ -739,10 +736,7 @@ def case_relaykill(args):
     r4 = need_reference(args, 4)
     with h.Hosts(4, 2) as hosts:
         before = sessions(hosts)
-        hf = os.path.join(args.work, "relaykill.hostfile")
-        os.makedirs(args.work, exist_ok=True)
-        with open(hf, "w") as f:
-            f.write("ftrt-h1 slots=1\nftrt-h2 slots=2\nftrt-h3 slots=2\nftrt-h4 slots=1\n")
+        hf = hosts.hostfile_slots(os.path.join(args.work, "relaykill.hostfile"), [1, 2, 2, 1])
         job = hosts_job(args, hosts, "relaykill", spares=1, hostfile=hf)
         # one relay group of the three host agents (ftrt-h2's in world rank 1, ftrt-h3's in 3)
         job.env.update(FTRT_TEST_RELAY_GROUP="3", FTRT_TEST_AGENT_LATE_RANKS=str((1 << 2) | (1 << 4)),

@@ -49,6 +49,11 @@ Cases:
               train_mlp --ckpt-dir, train_mlp stops before joining the job with a line naming
               the option; with FTRT_CKPT_DIR, every rank stops at ftrt_init with an error
               naming it; the job exits non-zero and ftrt-run's last line names the cause
+  exitstatus  a process returns 3 from main() after its ftrt_finalize() (train_mlp --exit-rank,
+              --exit-status; no ftrt_set_exit_code): a trainer, the coordinator, an unused
+              spare, each in a short job of its own. The job finished (report, status file),
+              yet ftrt-run exits 3 (mpirun --enable-recovery exits 0), names the rank on its
+              last line and its summary records that rank's status alone
 Exit 0 = pass, 1 = fail, 77 = skipped.
 """
 import os
@@ -467,6 +472,35 @@ def case_ckptnotdir(args):
           f"ftrt-run's last line names the cause ({last})")
     check(took < 60, f"bounded exit ({took:.1f} s)")
     print(f"ckptnotdir: exit {rc} after {took:.1f} s")
+
+
+# exitstatus: 20 steps, no checkpoint, no sleep (about 1 s per job); (world rank, world size,
+# spares): the trainer of logical rank 1, the coordinator, the unused hot spare
+EXIT_ARGS = ["--steps", "20", "--batch", "32", "--hidden", "64", "--seed", "7",
+             "--ckpt-every", "0"]
+EXIT_JOBS = ((2, 4, 0), (0, 4, 0), (4, 5, 1))
+
+
+@h.case(CASES, timeout_s=90)
+def case_exitstatus(args):
+    for rank, np_, spares in EXIT_JOBS:
+        job = h.train_job(os.path.join(args.work, f"exitstatus{rank}"), args.bin, np_=np_,
+                          spares=spares, train_args=EXIT_ARGS + ["--exit-rank", str(rank),
+                                                                 "--exit-status", "3"])
+        rc = job.run(60)
+        rep, st, summ = job.load_report(), h.load_json(job.status), job.load_summary()
+        check(rep["status"] == st["job"] == summ["job"] == "finished",
+              f"world rank {rank}: the job itself finished (report {rep['status']}, status "
+              f"file {st['job']})")
+        check(rc == 3, f"world rank {rank} exited 3 after ftrt_finalize: ftrt-run exits 3 "
+              f"(got {rc}; mpirun's own status {summ['mpirun_status']})")
+        check(summ["exit_status"] == 3 and summ["rank_exit_statuses"] == {str(rank): 3},
+              f"the summary records world rank {rank}'s status alone ({summ})")
+        last = job.out.rstrip().splitlines()[-1]
+        check(last.startswith("ftrt-run: ") and f"world rank {rank}'s process exited with "
+              "status 3" in last, f"ftrt-run's last line names the rank ({last})")
+        print(f"exitstatus: world rank {rank} of {np_}: ftrt-run exit {rc} after "
+              f"{job.elapsed:.1f} s (mpirun {summ['mpirun_status']})", flush=True)
 
 
 # Jobs that end failed without a dead process, launched the way tools/ftrt-chaos launches

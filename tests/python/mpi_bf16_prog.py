@@ -7,16 +7,12 @@ ftrt_allreduce (SUM, MIN, MAX), the overlapped ftrt_allreduce_start (SUM) and a 
 the mean must give, element by element: SUM (a.float() + b.float()).to(dtype), torch's
 rounding of the float32 sum (bit for bit; a NaN anywhere as a NaN); MIN / MAX the value of
 torch.minimum / torch.maximum (NaN where either is NaN); the mean (sum.float() * 0.5).to(dtype).
-Prints "rank R: PASS"; a failed check raises and the process exits 1."""
-import os
+Prints "rank R: PASS"; a failed check raises and the process exits 1 (trainer_prog.py)."""
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "bindings", "python"))
+import torch
 
-import torch  # noqa: E402
-
-import ftrt  # noqa: E402
+from trainer_prog import ftrt, run_trainers
 
 N = 1 << 16
 
@@ -75,25 +71,12 @@ def check_dtype(ctx, dt, code):
     same(x, (want.float() * 0.5).to(dt), f"{dt} bucketer mean")
 
 
-def main():
-    ctx = ftrt.init(ftrt.Config.from_env())
-    code = 0
-    try:
-        if ctx.is_trainer:
-            if ctx.size != 2:
-                raise AssertionError(f"2 trainers expected, got {ctx.size}")
-            check_dtype(ctx, torch.bfloat16, ftrt.BFLOAT16)
-            check_dtype(ctx, torch.float16, ftrt.FLOAT16)
-            print(f"rank {ctx.rank}: PASS", flush=True)
-    except Exception as e:  # report, then leave the job cleanly
-        import traceback
-        traceback.print_exc()
-        print(f"rank {ctx.rank if ctx.is_trainer else '-'}: FAIL: {e}", flush=True)
-        code = 1
-    finally:
-        ctx.finalize()
-    return code
+def checks(ctx):
+    if ctx.size != 2:
+        raise AssertionError(f"2 trainers expected, got {ctx.size}")
+    check_dtype(ctx, torch.bfloat16, ftrt.BFLOAT16)
+    check_dtype(ctx, torch.float16, ftrt.FLOAT16)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_trainers(checks))

@@ -4,18 +4,14 @@ test_mpi_torch.py::test_binding_in_a_job under mpirun: 1 coordinator + N trainer
 Every trainer checks the results of the collectives, the bucketer (also with gradients posted
 from other threads), checkpoints and the PyTorch GradAverager (against a manual mean of every
 rank's local gradient; with hooks on worker threads, against the same pass on the context's
-thread) and prints
-"rank R: PASS" at the end; any failed check raises, and the process exits 1."""
+thread) and prints "rank R: PASS" at the end; any failed check raises, and the process exits 1
+(trainer_prog.py)."""
 import ctypes
-import os
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "bindings", "python"))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-import ftrt  # noqa: E402
+from trainer_prog import ftrt, run_trainers
 
 U = 2.0 ** -24  # unit roundoff of float32
 
@@ -298,33 +294,24 @@ def grad_averager_threads(ctx):
     avg.close()
 
 
+def checks(ctx):
+    check(0 <= ctx.rank < ctx.size and ctx.epoch == 0 and ctx.world_rank == ctx.rank + 1,
+          "identity")
+    check(ctx.check() is None, "check(): no failure, the step may go on")
+    collectives(ctx)
+    bucketer(ctx)
+    checkpoints(ctx)
+    if "--no-torch" not in sys.argv:
+        grad_averager(ctx)
+        grad_averager(ctx, sync_in_backward=True)
+        grad_averager_threads(ctx)
+
+
 def main():
     cfg = ftrt.Config.from_env()
     if len(sys.argv) > 1:
         cfg.set_str("ckpt_dir", sys.argv[1])
-    ctx = ftrt.init(cfg)
-    code = 0
-    try:
-        if ctx.is_trainer:
-            check(0 <= ctx.rank < ctx.size and ctx.epoch == 0 and ctx.world_rank == ctx.rank + 1,
-                  "identity")
-            check(ctx.check() is None, "check(): no failure, the step may go on")
-            collectives(ctx)
-            bucketer(ctx)
-            checkpoints(ctx)
-            if "--no-torch" not in sys.argv:
-                grad_averager(ctx)
-                grad_averager(ctx, sync_in_backward=True)
-                grad_averager_threads(ctx)
-            print(f"rank {ctx.rank}: PASS", flush=True)
-    except Exception as e:  # report, then leave the job cleanly
-        import traceback
-        traceback.print_exc()
-        print(f"rank {ctx.rank if ctx.is_trainer else '-'}: FAIL: {e}", flush=True)
-        code = 1
-    finally:
-        ctx.finalize()
-    return code
+    return run_trainers(checks, cfg)
 
 
 if __name__ == "__main__":

@@ -480,7 +480,10 @@ class Context:
         waited for and freed first (their errors are dropped), and the references to
         registered objects released. Returns 0, or SKIP_MPI_FINALIZE when the application
         initialized MPI itself and must not call MPI_Finalize. Raises FtrtError from
-        ftrt_finalize() (the context is gone either way)."""
+        ftrt_finalize() (the context is gone either way). The process's exit status after
+        this still counts: under tools/ftrt-run a non-zero one is the launch's exit status
+        although the job finished (docs/running.md "Exit status"); set_exit_code() first ends
+        the job itself as failed."""
         if not self._h:
             return 0
         for child in list(self._children):
