@@ -143,6 +143,10 @@ typedef struct ftrt__crank {
     size_t tl_n, tl_cap;
     int tl_truncated, tl_final, tl_seen;
     int tl_left_out;          /* its timeline not held: the report has its totals only */
+    int tl_resend;            /* restored by a standby that took over (totals, no intervals):
+                               * the rank sends its whole timeline again once it is back
+                               * (agent.c to_standby); still 1 at the end: it did not, and its
+                               * timeline is rebuilt from the totals (cut short) */
     double tl_first, tl_last; /* wall s; 0 = no interval received */
     int tl_last_kind;
     double tl_totals[FTRT__IV_KINDS];
