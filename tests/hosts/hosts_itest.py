@@ -915,9 +915,10 @@ def stacks_if_stuck(job, st, limit_s):
 # first failure's plan had promoted: the member's trainer never reported), cause not found yet.
 # Not reproduced since in 50 ASan runs (23 with the relay on ftrt-h2; the 13 whose log was kept
 # all took that path: spare 4 promoted, then 6 and 5; 12 runs with the job pinned to one core),
-# nor in 36 more ASan runs on 2026-11-24 (15 of them pinned to one core with taskset; at least
-# 10 with the relay on ftrt-h2) and 7 RelWithDebInfo runs (3 on ftrt-h2): about 11 s a run
-# under ASan, 7 s without.
+# nor in 42 more ASan runs on 2026-11-24 (15 of them pinned to one core with taskset; at least
+# 15 with the relay on ftrt-h2; 6 with the orphan grace at 20 ms or 2 s or the announcement
+# taken 300 ms late: FTRT_TEST_ORPHAN_GRACE_MS, FTRT_TEST_EPOCH_DELAY_MS) and 13 RelWithDebInfo
+# runs (the same 6 variations among them): about 11 s a run under ASan, 7 s without.
 # Open MPI's "peer process has unexpectedly disconnected" in the member's trainer (rank 3's
 # death) shows in passing runs too: it does not mark the hang. A next hang leaves the stuck
 # ranks' stacks and the status file in the job's directory (stacks_if_stuck, 60 s after the
