@@ -79,7 +79,11 @@
     X(coord_sndbuf, "FTRT_TEST_COORD_SNDBUF", 1 << 24,                                         \
       "N > 0: the coordinator's accepted connections get SO_SNDBUF N bytes (the kernel doubles " \
       "it; 4,608 at least), so that a peer that stops reading fills its socket after a few "   \
-      "small messages and the coordinator's send queue for it takes the rest")
+      "small messages and the coordinator's send queue for it takes the rest")                 \
+    X(coord_tx_slack, "FTRT_TEST_COORD_TX_SLACK", 1 << 23,                                     \
+      "N > 0: a coordinator's send queue may hold N bytes beyond its largest message (instead " \
+      "of 8 MiB) before its peer is declared lost, so that a test reaches that bound with a "  \
+      "few thousand small messages")
 
 struct ftrt__knobs {
 #define FTRT__KNOB_FIELD(field, env, max, doc) int32_t field;

@@ -45,8 +45,9 @@
 
 /* A queue may hold this many bytes beyond its largest message (a PLAN to a promoted spare, a
  * relay's FANOUT, a SYNC to the standby: up to tens of MiB in the largest worlds) when the next
- * message comes; more, and its peer is declared lost. */
-#define TX_SLACK ((size_t)8 << 20)
+ * message comes; more, and its peer is declared lost. FTRT_TEST_COORD_TX_SLACK lowers it. */
+#define TX_SLACK                                                                                 \
+    (ftrt__knobs.coord_tx_slack > 0 ? (size_t)ftrt__knobs.coord_tx_slack : (size_t)8 << 20)
 
 static ftrt__txq *txq(ftrt__coord *c, int id)
 {

@@ -41,6 +41,9 @@ enum ftrt__failure_kind {
 /* Fingerprints kept per trainer (FINGERPRINT messages), newest last, to compare a step once
  * every member has sent it. */
 #define FTRT__SDC_KEEP 8
+/* Times a member host agent is told its live relay again after its connection to it closed
+ * (fanout.c relay_rejoin). */
+#define FTRT__RELAY_REJOINS 3
 typedef struct ftrt__sdc_fp {
     int64_t step; /* steps done; 0 = empty (fingerprints are taken at steps >= 1) */
     uint64_t fp;
@@ -84,6 +87,8 @@ typedef struct ftrt__hlink {
     int nvia;           /* a relay: links whose fan-outs go through it */
     int catch_up;       /* its ranks are to be caught up (its relay was lost; fanout.c) */
     int via_told;       /* a member: told where its relay listens (RELAY_VIA), once */
+    int rejoins;        /* a member: times told its live relay again after its connection to
+                         * it closed (RELAY_PEER up 0), at most FTRT__RELAY_REJOINS; fanout.c */
 } ftrt__hlink;
 
 typedef struct ftrt__crank {
@@ -143,6 +148,10 @@ typedef struct ftrt__crank {
     size_t tl_n, tl_cap;
     int tl_truncated, tl_final, tl_seen;
     int tl_left_out;          /* its timeline not held: the report has its totals only */
+    int tl_resend;            /* restored by a standby that took over (totals, no intervals):
+                               * the rank sends its whole timeline again once it is back
+                               * (agent.c to_standby); still 1 at the end: it did not, and its
+                               * timeline is rebuilt from the totals (cut short) */
     double tl_first, tl_last; /* wall s; 0 = no interval received */
     int tl_last_kind;
     double tl_totals[FTRT__IV_KINDS];

@@ -19,6 +19,10 @@
  * to the relay (RELAY_VIA, port 0) and each of its ranks is caught up with what a relayed
  * fan-out may have carried (ftrt__rank_catch_up: the epoch's FAILURE or PLAN, the newest
  * COMMIT, the abort, the standby), as a rank that comes back after its host agent was lost is.
+ * A member whose connection closed while its relay lives is told that relay again at once
+ * (RELAY_VIA), up to FTRT__RELAY_REJOINS times a job (a member that keeps losing it, say one
+ * too slow to read what the relay sends on, stays direct): once the relay confirms it again
+ * (RELAY_PEER up 1) its fan-outs go through the relay as before.
  * A lost relay's group then gets a new relay by the same rule (the first live link left that
  * listens): its other members are told where it listens (RELAY_VIA) and, once it confirms
  * each (RELAY_PEER up 1), their fan-outs go through it again; until then they go directly. A
@@ -129,6 +133,24 @@ static int relay_fall_back(ftrt__coord *c, int m)
     return 1;
 }
 
+/* Member m's connection to live relay `lead` closed (it fell back): it is told the relay again
+ * (RELAY_VIA), at most FTRT__RELAY_REJOINS times a job. */
+static void relay_rejoin(ftrt__coord *c, int m, int lead)
+{
+    ftrt__hlink *l = &c->hl[m];
+    if (c->phase == PH_DONE || l->fd < 0 || !relay_ready(c, lead)) return;
+    if (l->rejoins >= FTRT__RELAY_REJOINS) {
+        ftrt_log_warn("host agent of %s: its connection to the relay of %s closed %d times: its "
+                      "fan-outs stay direct", l->host, c->hl[lead].host, l->rejoins + 1);
+        return;
+    }
+    l->rejoins++;
+    l->via_told = 0;
+    ftrt_log_info("host agent of %s: its connection to the relay of %s closed; told that relay "
+                  "again (%d of %d)", l->host, c->hl[lead].host, l->rejoins, FTRT__RELAY_REJOINS);
+    send_via(c, m, c->hl[lead].relay_at);
+}
+
 int ftrt__relay_on_peer(ftrt__coord *c, int h, const void *payload)
 {
     ftrt__relay_peer rp;
@@ -141,11 +163,15 @@ int ftrt__relay_on_peer(ftrt__coord *c, int h, const void *payload)
         if (rp.up && l->via < 0) {
             l->via = h;
             c->hl[h].nvia++;
+            c->status_dirty |= 2; /* (the status file names each rank's relay) */
             ftrt_log_info("host agent of %s (in world rank %d): fan-outs through the relay of %s "
                           "(in world rank %d)", l->host, l->agent_w, c->hl[h].host,
                           c->hl[h].agent_w);
-        } else if (!rp.up && l->via == h && relay_fall_back(c, m)) {
-            c->catch_up_due = 1; /* (ftrt__links_catch_up, at the end of the loop's turn) */
+        } else if (!rp.up && l->via == h) {
+            c->status_dirty |= 2;
+            if (relay_fall_back(c, m))
+                c->catch_up_due = 1; /* (ftrt__links_catch_up, at the end of the loop's turn) */
+            relay_rejoin(c, m, h);
         }
         return 0;
     }

@@ -96,7 +96,8 @@ static void rebuild_slot(ftrt__coord *c, int w, double j0, double j1, emit_fn em
     int dead = r->role == FTRT__ROLE_FAILED && r->t_fail_wall > 0;
     double stop = dead ? fmin(fmax(r->t_fail_wall, j0), j1) : j1;
     double cur = rebuild_held(r, j0, stop, emit, arg, rest);
-    if (r->tl_truncated || r->tl_left_out) /* the timeline cut short, or not held: the totals */
+    if (r->tl_truncated || r->tl_left_out || r->tl_resend) /* cut short, not held, or not
+                                                             * sent again after a takeover */
         cur = rebuild_rest(r, j0, cur, stop, rest, emit, arg);
     if (cur < stop) {
         int kind;
@@ -300,7 +301,7 @@ static void timeline_rank(ftrt__coord *c, int w, double j0, double j1, ftrt__jw 
     ftrt__jw_int(jw, "world_rank", w);
     ftrt__jw_string(jw, "role", ftrt__role_name(r->role));
     opt_logical(jw, r->logical);
-    ftrt__jw_bool(jw, "truncated", r->tl_truncated);
+    ftrt__jw_bool(jw, "truncated", r->tl_truncated || r->tl_resend);
     ftrt__jw_array(jw, "intervals");
     tl_arg ta = {jw, j0};
     rebuild_slot(c, w, j0, j1, add_json, &ta);
@@ -328,16 +329,20 @@ static void timeline_left_out(ftrt__coord *c, int w, double j0, double j1, ftrt_
  * bytes their intervals took, the ranks left out. */
 static void timeline_held(const ftrt__coord *c, ftrt__jw *w)
 {
-    int held = 0;
+    int held = 0, unsent = 0;
     long long bytes = 0;
     for (int x = 1; x < c->W; x++) {
         held += !c->r[x].tl_left_out;
+        unsent += c->r[x].tl_resend;
         bytes += (long long)(c->r[x].tl_cap * sizeof(ftrt__interval));
     }
     ftrt__jw_int(w, "budget_mib", c->a->cfg->timeline_budget_mb);
     ftrt__jw_int(w, "held_ranks", held);
     ftrt__jw_int(w, "held_bytes", bytes);
     ftrt__jw_int(w, "left_out_ranks", c->W - 1 - held);
+    /* after a standby's takeover: the ranks that never sent their timeline again (they did not
+     * come back to it; the standby itself): cut short, their intervals before it not known */
+    ftrt__jw_int(w, "not_resent_ranks", unsent);
 }
 
 /* The report's "timeline": the intervals from j0 to j1 of every rank whose timeline the

@@ -100,6 +100,7 @@ int ftrt__ledger_take(ftrt__coord *c, int w, const void *payload, size_t len)
     r->total_steps = m->total_steps;
     r->tl_final |= m->final;
     r->tl_seen = 1;
+    r->tl_resend = 0; /* (after a takeover: its whole timeline, from its first interval) */
     timeline_append(c, w, m->iv, (size_t)m->n, m->sparse);
     free(m);
     return 0;

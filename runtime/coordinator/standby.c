@@ -293,9 +293,10 @@ static void get_rank(ftrt__crank *r, const sync_rank *s)
     memcpy(r->tl_totals, s->tl_totals, sizeof r->tl_totals);
     memcpy(r->host, s->host, sizeof r->host);
     r->host[FTRT__HOST_MAX - 1] = 0;
-    /* Its intervals stay with the rank, which sends them all again; a rank that does not come
-     * back is accounted by these totals (goodput.c, "timeline cut short"). */
-    r->tl_truncated = r->tl_seen;
+    /* Its intervals stay with the rank, which sends them all again from its first once back
+     * (agent.c to_standby: the first LEDGER here starts the timeline anew); a rank that does
+     * not come back is accounted by these totals (goodput.c, "timeline cut short"). */
+    r->tl_resend = r->tl_seen;
 }
 
 /* The incidents, their monotonic times moved from the old coordinator's clock to this one's. */

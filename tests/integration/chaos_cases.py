@@ -303,6 +303,21 @@ def check_mid_recovery(name, v):
 TAKEOVER_AGENTS = ("kill-coordinator-host", "hang-coordinator-hosts")
 
 
+def check_timeline_after_takeover(v):
+    """kill-coordinator: every rank back with the standby sent its whole timeline again, which
+    the report holds (not cut short); only the standby itself (now the coordinator) did not
+    (the report's timeline.not_resent_ranks 1, its entry truncated). Raises Fail."""
+    log = open(v["launches"][0]["log"], errors="replace").read()
+    took = re.findall(r"standby world rank (\d+) took over as the coordinator", log)
+    tl = json.load(open(v["launches"][0]["report"]))["timeline"]
+    cut = [r["world_rank"] for r in tl["ranks"] if r["truncated"]]
+    print(f"takeover by world rank(s) {took}; timelines cut short: {cut}; not resent: "
+          f"{tl.get('not_resent_ranks')} of {len(tl['ranks'])} held")
+    if len(took) != 1 or cut != [int(took[0])] or tl.get("not_resent_ranks") != 1 or \
+            len(tl["ranks"]) < 6:
+        raise Fail("after the takeover, only the standby's timeline may be cut short")
+
+
 def check_agents_after_takeover(d, v):
     """A TAKEOVER_AGENTS case: the new coordinator's log has both ftrt-h2 trainers moving to
     the same new host agent (one of them), and its last status file has every rank of ftrt-h3
@@ -529,6 +544,8 @@ def run_case(name, a):
         check_mid_recovery(name, v)
     if name in TAKEOVER_AGENTS:
         check_agents_after_takeover(d, v)
+    if name == "kill-coordinator":
+        check_timeline_after_takeover(v)
     if name == "fail-during-recovery":
         first = v["launches"][0]
         kill2 = [i for i in v["injections"] if i["launch"] == 0][-1]["time"]

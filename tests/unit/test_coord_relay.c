@@ -34,6 +34,7 @@
 #include "base/proto.h"
 #include "ftrt.h"
 #include "helpers.h"
+#include "runtime/coordinator/coord.h" /* (FTRT__RELAY_REJOINS) */
 #include "runtime/coordinator/coordinator.h"
 
 enum { W = 5, N = 3, A = 4, SPARE = 4, PORT0 = 41000 };
@@ -89,10 +90,36 @@ static void relay_for(fixture *f, int w, uint32_t type, const void *p, uint32_t 
                      0);
 }
 
+static void relay_peer_up(fixture *f, int relay, int member_w, int up)
+{
+    ftrt__relay_peer rp = {.world_rank = member_w, .up = up};
+    assert_int_equal(ftrt__msg_send(f->agent[relay], FTRT__MSG_RELAY_PEER, &rp, sizeof rp), 0);
+}
+
 static void relay_peer(fixture *f, int relay, int member_w)
 {
-    ftrt__relay_peer rp = {.world_rank = member_w, .up = 1};
-    assert_int_equal(ftrt__msg_send(f->agent[relay], FTRT__MSG_RELAY_PEER, &rp, sizeof rp), 0);
+    relay_peer_up(f, relay, member_w, 1);
+}
+
+/* Waits up to 5 s for the status file to name `relay` as world rank w's relay (-1: null). */
+static void wait_relay(fixture *f, int w, int relay)
+{
+    char path[600], want[64], key[32], buf[8192];
+    snprintf(path, sizeof path, "%s/status.json", f->dir);
+    snprintf(key, sizeof key, "{\"world_rank\": %d,", w);
+    if (relay >= 0) snprintf(want, sizeof want, "\"relay\": %d}", relay);
+    else snprintf(want, sizeof want, "\"relay\": null}");
+    for (double end = ftrt__now() + 5; ftrt__now() < end; usleep(10000)) {
+        FILE *fp = fopen(path, "r");
+        if (!fp) continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, fp);
+        fclose(fp);
+        buf[n] = 0;
+        char *at = strstr(buf, key), *eol = at ? strchr(at, '\n') : NULL;
+        if (eol) *eol = 0;
+        if (at && strstr(at, want)) return;
+    }
+    fail_msg("the status file never gave world rank %d the relay %d", w, relay);
 }
 
 /* The next RELAY_VIA to agent w: its port (0: close the connection to the relay). */
@@ -225,11 +252,42 @@ static void relay_replaced(void **state)
     assert_true((parts[0] == 2 && parts[1] == 3) || (parts[0] == 3 && parts[1] == 2));
 }
 
+/* The relay (h1's agent) says h3's connection to it closed (RELAY_PEER up 0) while it lives:
+ * h3 falls back (RELAY_VIA port 0) and is told the relay again (RELAY_VIA, its port); once the
+ * relay confirms it, h3's fan-outs go through it again: the FAILURE of trainer 2 (its host
+ * agent lost) is one FANOUT to the relay with the parts of h1 and h3. After
+ * FTRT__RELAY_REJOINS such closes, a next one leaves h3 direct. */
+static void member_rejoins(void **state)
+{
+    fixture *f = *state;
+    for (int k = 0; k < FTRT__RELAY_REJOINS; k++) {
+        relay_peer_up(f, 1, 3, 0);
+        assert_int_equal(via_port(f, 3), 0);
+        assert_int_equal(via_port(f, 3), PORT0 + 1); /* the same relay, again */
+        wait_relay(f, 3, -1);
+        relay_peer(f, 1, 3);
+        wait_relay(f, 3, 1);
+    }
+    close(f->agent[2]); /* trainer 2's process, its host's agent */
+    f->agent[2] = -1;
+    int32_t parts[A];
+    int np = 0;
+    assert_int_equal(fanout_of(f, 1, FTRT__MSG_FAILURE, parts, &np, 5), 1);
+    assert_int_equal(np, 2);
+    assert_true((parts[0] == 1 && parts[1] == 3) || (parts[0] == 3 && parts[1] == 1));
+    relay_peer_up(f, 1, 3, 0); /* one time too many: direct from now on */
+    assert_int_equal(via_port(f, 3), 0);
+    ftrt__coord_at at;
+    assert_int_equal(agent_recv(f, 3, FTRT__MSG_RELAY_VIA, 0, &at, sizeof at, 0.3), 0);
+    wait_relay(f, 3, -1);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(relay_replaced, setup, teardown),
+        cmocka_unit_test_setup_teardown(member_rejoins, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -95,7 +95,15 @@ static int hello(const fixture *f, int fd, uint32_t type, int w, const char *hos
 
 /* The coordinator forked off with W processes (N trainers), the smallest send buffers on its
  * connections; no connection made yet. */
+static fixture *start_coordinator_t(const char *name, int W, int N, int timeout_ms);
+
 static fixture *start_coordinator(const char *name, int W, int N)
+{
+    return start_coordinator_t(name, W, N, TIMEOUT_MS);
+}
+
+/* start_coordinator with a heartbeat timeout of timeout_ms. */
+static fixture *start_coordinator_t(const char *name, int W, int N, int timeout_ms)
 {
     fixture *f = calloc(1, sizeof *f);
     assert_non_null(f);
@@ -112,7 +120,7 @@ static fixture *start_coordinator(const char *name, int W, int N)
     f->coord = fork();
     assert_true(f->coord >= 0);
     if (f->coord == 0)
-        t_coordinator_child(f->dir, lfd, addrs, f->port, f->secret, f->W, f->N, HB_MS, TIMEOUT_MS);
+        t_coordinator_child(f->dir, lfd, addrs, f->port, f->secret, f->W, f->N, HB_MS, timeout_ms);
     ftrt__knobs.coord_sndbuf = 0;
     close(lfd);
     return f;
@@ -179,6 +187,27 @@ static int setup_ranks(void **state)
     assert_int_equal(hello(f, f->fd[1], FTRT__MSG_HELLO, 1, "h1"), 0);
     assert_int_equal(hello(f, f->fd[2], FTRT__MSG_HELLO, 2, "h2"), 0);
     heard hd = {0}; /* (the job started: the listener's W pending slots are free again) */
+    while (hd.welcomed == 0) take(f, 2, &hd, 1);
+    agent_join(f, 0, 2, 0);
+    agent_join(f, 1, 1, 0);
+    *state = f;
+    return 0;
+}
+
+/* As setup_ranks, with a heartbeat timeout of LONG_TIMEOUT_MS (no send queue waits that long
+ * in these tests) and queues bounded at SLACK bytes past their largest message
+ * (FTRT_TEST_COORD_TX_SLACK). */
+enum { LONG_TIMEOUT_MS = 60000, SLACK = 16384 };
+static int setup_bound(void **state)
+{
+    ftrt__knobs.coord_tx_slack = SLACK; /* (read by the coordinator, forked below) */
+    fixture *f = start_coordinator_t("coord_tx_bound", 3, 2, LONG_TIMEOUT_MS);
+    ftrt__knobs.coord_tx_slack = 0;
+    f->fd[1] = dial(f, 1);
+    f->fd[2] = dial(f, 0);
+    assert_int_equal(hello(f, f->fd[1], FTRT__MSG_HELLO, 1, "h1"), 0);
+    assert_int_equal(hello(f, f->fd[2], FTRT__MSG_HELLO, 2, "h2"), 0);
+    heard hd = {0};
     while (hd.welcomed == 0) take(f, 2, &hd, 1);
     agent_join(f, 0, 2, 0);
     agent_join(f, 1, 1, 0);
@@ -419,6 +448,116 @@ static void slow_reader_kept(void **state)
     assert_true(h1.pings >= 1);
 }
 
+/* queue_bound: trainer 1 never reads (beating all along), its HELLO bounces; the heartbeat
+ * timeout (60 s) is far off, so only the queue's size bound (SLACK past its largest message)
+ * can have it declared lost: within 20 s, after at least SLACK bytes of MOVEs were sent to it;
+ * with no spare the job aborts and trainer 2 is told. */
+static void queue_bound(void **state)
+{
+    fixture *f = *state;
+    heard hd = {0};
+    double t0 = ftrt__now(), next = t0;
+    int turn = 0, bounced = 0;
+    while (ftrt__now() < t0 + 20.0 && !hd.aborted) {
+        if (ftrt__now() >= next) {
+            beat_all(f);
+            next += HB_MS / 1000.0;
+        }
+        bounced += bounce(f, 1, 50, &turn);
+        struct pollfd pf = {.fd = f->fd[2], .events = POLLIN};
+        if (poll(&pf, 1, 1) > 0) take(f, 2, &hd, 0);
+    }
+    print_message("queue_bound: trainer 2 told of the abort %.2f s on, after %d bounces\n",
+                  ftrt__now() - t0, bounced);
+    assert_true(hd.aborted);
+    assert_true(bounced * (int)(sizeof(ftrt__msghdr) + sizeof(ftrt__epoch_msg)) > SLACK);
+    leave_all(f);
+    assert_true(reported(f, 1, "heartbeat_timeout"));
+}
+
+/* Trainer 1 stops reading, its HELLO bouncing until its receive buffer stopped growing for
+ * 0.3 s (the rest waits in the coordinator's queue); both trainers say BYE: the job's end.
+ * Returns the bytes unread in trainer 1's receive buffer then. */
+static int end_with_queue(fixture *f)
+{
+    double t0 = ftrt__now(), grew = t0, next = t0;
+    int last = -1, turn = 0;
+    heard h2 = {0};
+    while (ftrt__now() < t0 + 10.0 && ftrt__now() - grew < 0.3) {
+        if (ftrt__now() >= next) {
+            beat_all(f);
+            next += HB_MS / 1000.0;
+        }
+        bounce(f, 1, 10, &turn);
+        int n = unread(f->fd[1]);
+        if (n != last) grew = ftrt__now();
+        last = n;
+        struct pollfd pf = {.fd = f->fd[2], .events = POLLIN};
+        if (poll(&pf, 1, 1) > 0) take(f, 2, &h2, 0);
+    }
+    ftrt__bye bye = {0};
+    for (int w = 1; w <= 2; w++)
+        assert_int_equal(ftrt__msg_send(f->fd[w], FTRT__MSG_BYE, &bye, sizeof bye), 0);
+    return last;
+}
+
+/* Whether the coordinator exited (status 0) within timeout_s. */
+static int coord_exited(fixture *f, double timeout_s)
+{
+    int st = -1;
+    for (double end = ftrt__now() + timeout_s; ftrt__now() < end; usleep(10 * 1000))
+        if (waitpid(f->coord, &st, WNOHANG) == f->coord) {
+            f->coord = -1;
+            return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        }
+    return 0;
+}
+
+/* drain_at_end: the job ends with MOVEs queued for trainer 1, which reads again 0.3 x the
+ * heartbeat timeout later: the coordinator has not closed its connection meanwhile (it drains
+ * its queues first), and trainer 1 gets every MOVE and then its FAREWELL, the last message
+ * before EOF; the coordinator then exits. */
+static void drain_at_end(void **state)
+{
+    fixture *f = *state;
+    int full = end_with_queue(f);
+    usleep((useconds_t)(0.3 * TIMEOUT_MS * 1000));
+    assert_int_equal(waitpid(f->coord, NULL, WNOHANG), 0); /* (still draining) */
+    int farewell_last = 0, eof = 0, moves = 0;
+    for (double end = ftrt__now() + 5; !eof && ftrt__now() < end;) {
+        struct pollfd pf = {.fd = f->fd[1], .events = POLLIN};
+        if (poll(&pf, 1, 100) <= 0) continue;
+        ssize_t got;
+        while ((got = ftrt__rx_fill(&f->rx[1], f->fd[1])) > 0) {}
+        eof = got == 0;
+        ftrt__msghdr h;
+        const void *p;
+        while (ftrt__rx_next(&f->rx[1], &h, &p) == 1) {
+            moves += h.type == FTRT__MSG_MOVE;
+            farewell_last = h.type == FTRT__MSG_FAREWELL;
+        }
+    }
+    print_message("drain_at_end: %d MOVEs, then FAREWELL %d, EOF %d\n", moves, farewell_last, eof);
+    assert_true(eof && farewell_last);
+    /* more than both sockets' buffers held (the coordinator's send buffer: 4,608 bytes at
+     * most): the rest waited in its queue, drained at the end */
+    assert_true(moves * (int)(sizeof(ftrt__msghdr) + sizeof(ftrt__epoch_msg)) > full + 8192);
+    assert_true(coord_exited(f, 5));
+}
+
+/* drain_bounded: the same end, trainer 1 never reading again: the coordinator gives up
+ * draining after the heartbeat timeout and exits (status 0: the job itself finished). */
+static void drain_bounded(void **state)
+{
+    fixture *f = *state;
+    double t0 = ftrt__now();
+    (void)end_with_queue(f);
+    assert_true(coord_exited(f, 5 * TIMEOUT_MS / 1000.0));
+    double took = ftrt__now() - t0;
+    print_message("drain_bounded: the coordinator exited %.2f s after the BYEs\n", took);
+    assert_true(took >= 0.9 * TIMEOUT_MS / 1000.0);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -426,6 +565,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(rank_not_reading, setup_ranks, teardown),
         cmocka_unit_test_setup_teardown(agent_not_reading, setup_agent, teardown),
         cmocka_unit_test_setup_teardown(slow_reader_kept, setup_ranks, teardown),
+        cmocka_unit_test_setup_teardown(queue_bound, setup_bound, teardown),
+        cmocka_unit_test_setup_teardown(drain_at_end, setup_ranks, teardown),
+        cmocka_unit_test_setup_teardown(drain_bounded, setup_ranks, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
