@@ -61,6 +61,7 @@
 #include "kernels/kernels_gpu.h"
 
 #define POOL_MAX 32 /* buffers of each kind kept for reuse */
+#define REQ_POOL_MAX 64 /* freed requests (each with its `done` event) kept for reuse */
 
 typedef struct gbuf {
     void *p;
@@ -74,7 +75,7 @@ typedef struct gpu_req {
     cudaEvent_t done;
     gbuf staging; /* device */
     gbuf desc;    /* mapped pinned host, ftrt__kdesc[] */
-    struct gpu_req *next;
+    struct gpu_req *next; /* in g->live, or in g->free_reqs once freed */
 } gpu_req;
 
 struct ftrt_gpu {
@@ -94,6 +95,9 @@ struct ftrt_gpu {
     ftrt__pool dev, host;              /* device staging buckets, pinned descriptor arrays */
     ftrt__grave grave_dev, grave_host; /* their abandoned ones (comm/pool.h) */
     gpu_req *live;
+    gpu_req *free_reqs;  /* freed requests whose `done` has fired: reused by gpu_submit */
+    int nfree_reqs;      /* (at most REQ_POOL_MAX) */
+    long events_created; /* `done` events created so far (for tests: pooling bounds it) */
     int nreqs, nbucketers;
     ftrt__plane_hook hook;
     ftrt__interrupter *intr; /* on_interrupt's thread (file header "Interrupts") */
@@ -246,6 +250,66 @@ static int comm_ready(const ftrt_gpu *g)
     return g->comm && g->comm_plane_gen == g->plane->gen;
 }
 
+/* The CTA settings of ncclConfig_t, by the NCCL version of the build: CTAPolicy arrived in 2.27
+ * (NCCL_CTA_POLICY_DEFAULT / _EFFICIENCY), NCCL_CTA_POLICY_ZERO in 2.28, minCTAs / maxCTAs in
+ * 2.17. */
+#if defined(NCCL_CTA_POLICY_DEFAULT) && defined(NCCL_CTA_POLICY_EFFICIENCY)
+#define HAVE_NCCL_CTA_POLICY 1
+#else
+#define HAVE_NCCL_CTA_POLICY 0
+#endif
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 17, 0)
+#define HAVE_NCCL_CTAS 1
+#else
+#define HAVE_NCCL_CTAS 0
+#endif
+
+/* NCCL's CTAPolicy value for FTRT_NCCL_CTA_* p (not UNSET), or -1 when this NCCL lacks it. */
+static int cta_policy_value(int p)
+{
+#if HAVE_NCCL_CTA_POLICY
+    if (p == FTRT_NCCL_CTA_DEFAULT) return NCCL_CTA_POLICY_DEFAULT;
+    if (p == FTRT_NCCL_CTA_EFFICIENCY) return NCCL_CTA_POLICY_EFFICIENCY;
+#if defined(NCCL_CTA_POLICY_ZERO)
+    if (p == FTRT_NCCL_CTA_ZERO) return NCCL_CTA_POLICY_ZERO;
+#endif
+#endif
+    (void)p;
+    return -1;
+}
+
+/* Sets the plane's FTRT_NCCL_CTA_POLICY / FTRT_NCCL_MIN_CTAS / FTRT_NCCL_MAX_CTAS into cfg;
+ * unset ones stay NCCL_CONFIG_UNDEF_INT (NCCL's own default). 0, or FTRT_ENOTSUP (logged,
+ * naming the setting) when the build's NCCL lacks the field or the policy. */
+static int apply_settings(const ftrt__plane *pl, ncclConfig_t *cfg)
+{
+    static const char *const names[] = {"unset", "default", "efficiency", "zero"};
+    if (pl->nccl_cta_policy > FTRT_NCCL_CTA_UNSET) {
+        int v = cta_policy_value(pl->nccl_cta_policy);
+        if (v < 0) {
+            ftrt_log_error("FTRT_NCCL_CTA_POLICY=%s: the NCCL this library was built with "
+                           "(%d) lacks that CTA policy (CTAPolicy: NCCL 2.27+, zero: 2.28+)",
+                           names[pl->nccl_cta_policy & 3], NCCL_VERSION_CODE);
+            return FTRT_ENOTSUP;
+        }
+#if HAVE_NCCL_CTA_POLICY
+        cfg->CTAPolicy = v;
+#endif
+    }
+    if (pl->nccl_min_ctas > 0 || pl->nccl_max_ctas > 0) {
+#if HAVE_NCCL_CTAS
+        if (pl->nccl_min_ctas > 0) cfg->minCTAs = pl->nccl_min_ctas;
+        if (pl->nccl_max_ctas > 0) cfg->maxCTAs = pl->nccl_max_ctas;
+#else
+        ftrt_log_error("FTRT_NCCL_MIN_CTAS / FTRT_NCCL_MAX_CTAS: the NCCL this library was "
+                       "built with (%d) has no minCTAs / maxCTAs (NCCL 2.17+)", NCCL_VERSION_CODE);
+        return FTRT_ENOTSUP;
+#endif
+    }
+    (void)cfg;
+    return 0;
+}
+
 /* Builds the communicator of the current epoch: a fresh ncclUniqueId from logical rank 0,
  * broadcast over the trainers' MPI communicator; nonblocking init polled with the epoch flag. */
 static int comm_build(ftrt_gpu *g)
@@ -267,6 +331,7 @@ static int comm_build(ftrt_gpu *g)
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0; /* init returns at once and can be aborted */
     cfg.commName = "ftrt";
+    if ((rc = apply_settings(pl, &cfg)) != 0) return rc;
     ncclComm_t comm = NULL;
     double t0 = ftrt__now();
     ncclResult_t r = ncclCommInitRankConfig(&comm, pl->size, msg.id, pl->rank, &cfg);
@@ -290,8 +355,11 @@ static int comm_build(ftrt_gpu *g)
     g->comm = comm;
     g->comm_plane_gen = pl->gen;
     g->comm_epoch = pl->watch->epoch;
-    ftrt_log_info("NCCL communicator for epoch %d: rank %d of %d on device %d in %.1f ms",
-                  pl->watch->epoch, pl->rank, pl->size, g->device, (ftrt__now() - t0) * 1e3);
+    ftrt_log_info("NCCL communicator for epoch %d: rank %d of %d on device %d in %.1f ms "
+                  "(FTRT_NCCL_CTA_POLICY %d, FTRT_NCCL_MIN_CTAS %d, FTRT_NCCL_MAX_CTAS %d; 0 = "
+                  "NCCL's own)", pl->watch->epoch, pl->rank, pl->size, g->device,
+                  (ftrt__now() - t0) * 1e3, pl->nccl_cta_policy, pl->nccl_min_ctas,
+                  pl->nccl_max_ctas);
     return 0;
 }
 
@@ -314,6 +382,66 @@ static int ensure_comm(ftrt_gpu *g)
 /* ---- requests ---- */
 
 static const ftrt__req_ops gpu_req_ops;
+
+/* A request ready for a new collective (in flight, no buffers): one of the pool's, its `done`
+ * event reused, else a new one with a new event. Caller holds g->lock. 0, -ENOMEM or
+ * FTRT_ECUDA. */
+static int req_get(ftrt_gpu *g, gpu_req **out)
+{
+    gpu_req *r = g->free_reqs;
+    if (r) {
+        g->free_reqs = r->next;
+        g->nfree_reqs--;
+    } else {
+        if (!(r = calloc(1, sizeof *r))) return -ENOMEM;
+        int rc = ftrt__cuda_err(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming),
+                                "cudaEventCreate");
+        if (rc) {
+            free(r);
+            return rc;
+        }
+        g->events_created++;
+    }
+    cudaEvent_t done = r->done;
+    memset(r, 0, sizeof *r);
+    r->base.ops = &gpu_req_ops;
+    r->g = g;
+    r->done = done;
+    r->result = 1;
+    *out = r;
+    return 0;
+}
+
+/* Takes back a request nobody refers to any more (its buffers released or buried). Its event
+ * is reused only once it has fired: a request abandoned in flight (abandon_all, on_interrupt)
+ * may still have its record queued behind aborted work, and re-recording that event would
+ * make a later cudaEventQuery see the old work. Such an event is destroyed instead (CUDA
+ * releases it once the device completes it: cudaEventDestroy in the CUDA runtime API), as is
+ * any past the pool's bound. Caller holds g->lock. */
+static void req_put(ftrt_gpu *g, gpu_req *r)
+{
+    int fired = r->result == 0 || cudaEventQuery(r->done) == cudaSuccess;
+    if (!fired || g->nfree_reqs >= REQ_POOL_MAX) {
+        cudaEventDestroy(r->done);
+        free(r);
+        return;
+    }
+    r->next = g->free_reqs;
+    g->free_reqs = r;
+    g->nfree_reqs++;
+}
+
+/* Destroys the pooled requests and their events (ftrt_gpu_free, stream idle). */
+static void req_pool_clear(ftrt_gpu *g)
+{
+    while (g->free_reqs) {
+        gpu_req *r = g->free_reqs;
+        g->free_reqs = r->next;
+        cudaEventDestroy(r->done);
+        free(r);
+    }
+    g->nfree_reqs = 0;
+}
 
 /* ncclBfloat16 arrived in NCCL 2.10 (older ones refuse FTRT_BFLOAT16 in check_dtype_op). */
 #if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0)
@@ -351,16 +479,11 @@ static int gpu_submit(ftrt_gpu *g, const ftrt__seg *segs, int n, size_t count, i
     if (on_owner(g) && pl->watch->needs_recover) return FTRT_ESTATE; /* the owner's field */
     if ((rc = ftrt__cuda_err(cudaSetDevice(g->device), "cudaSetDevice")) != 0) return rc;
     if ((rc = ensure_comm(g)) != 0) return rc;
-    gpu_req *r = calloc(1, sizeof *r);
-    if (!r) return -ENOMEM;
-    r->base.ops = &gpu_req_ops;
-    r->g = g;
-    r->result = 1;
+    gpu_req *r;
+    if ((rc = req_get(g, &r)) != 0) return rc;
     size_t bytes = 0;
     for (int i = 0; i < n; i++) bytes += segs[i].bytes;
-    rc = ftrt__cuda_err(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming),
-                        "cudaEventCreate");
-    if (!rc) rc = get_buf(g, 1, bytes, &r->staging);
+    rc = get_buf(g, 1, bytes, &r->staging);
     if (!rc) rc = get_buf(g, 0, (size_t)n * sizeof(ftrt__kdesc), &r->desc);
     if (rc) goto unqueued;
     size_t max_bytes;
@@ -394,8 +517,8 @@ queued: /* work may be queued that uses the buffers: retire the communicator, ke
     bury(g, r);
 unqueued:
     release_bufs(g, r);
-    if (r->done) cudaEventDestroy(r->done);
-    free(r);
+    r->result = rc;
+    req_put(g, r);
     return rc;
 }
 
@@ -473,9 +596,8 @@ static int gpu_free_req(struct ftrt_request *base)
     pthread_mutex_lock(&g->lock);
     int rc = r->result > 0 ? FTRT_ESTATE : 0;
     if (!rc) {
-        cudaEventDestroy(r->done);
         g->nreqs--;
-        free(r);
+        req_put(g, r);
     }
     pthread_mutex_unlock(&g->lock);
     return rc;
@@ -554,6 +676,7 @@ int ftrt_gpu_free(ftrt_gpu *g)
             ncclCommAbort(c);
     }
     cudaStreamSynchronize(g->stream);
+    req_pool_clear(g);
     ftrt__pool_clear(&g->dev);
     ftrt__pool_clear(&g->host);
     ftrt__grave_clear(&g->grave_dev, dev_free); /* NCCL is gone, the stream idle */
@@ -574,6 +697,14 @@ int ftrt__gpu_interrupt_wait(ftrt_gpu *g, int calls, int ms, int *aborts)
     int n = ftrt__interrupter_wait(g->intr, calls, ms);
     pthread_mutex_lock(&g->lock);
     *aborts = g->intr_aborts;
+    pthread_mutex_unlock(&g->lock);
+    return n;
+}
+
+long ftrt__gpu_events_created(ftrt_gpu *g)
+{
+    pthread_mutex_lock(&g->lock);
+    long n = g->events_created;
     pthread_mutex_unlock(&g->lock);
     return n;
 }
