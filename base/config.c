@@ -121,7 +121,8 @@
     X(nccl_cta_policy, "FTRT_NCCL_CTA_POLICY", ENUM, FTRT_NCCL_CTA_UNSET, 0, 3,                    \
       "unset|default|efficiency|zero",                                                             \
       "the NCCL plane's communicator CTA policy (`ncclConfig_t.CTAPolicy`, NCCL 2.27+; `zero` "   \
-      "2.28+): `efficiency` = the fewest CTAs (SMs) for decent bandwidth, leaving SMs to compute; " \
+      "where nccl.h has it): `efficiency` = the fewest CTAs (SMs) for decent bandwidth, leaving "  \
+      "SMs to compute; "                                                                           \
       "`unset` = NCCL's own (its `NCCL_CTA_POLICY`)")                                             \
     X(nccl_min_ctas, "FTRT_NCCL_MIN_CTAS", INT, 0, 0, 64, NULL,                                    \
       "the NCCL plane's communicator: least CTAs per collective (`ncclConfig_t.minCTAs`); 0 = "   \

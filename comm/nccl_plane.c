@@ -251,8 +251,8 @@ static int comm_ready(const ftrt_gpu *g)
 }
 
 /* The CTA settings of ncclConfig_t, by the NCCL version of the build: CTAPolicy arrived in 2.27
- * (NCCL_CTA_POLICY_DEFAULT / _EFFICIENCY), NCCL_CTA_POLICY_ZERO in 2.28, minCTAs / maxCTAs in
- * 2.17. */
+ * (NCCL_CTA_POLICY_DEFAULT / _EFFICIENCY), NCCL_CTA_POLICY_ZERO later (2.27.5's docs lack it,
+ * 2.28.9's nccl.h has it), minCTAs / maxCTAs in 2.17. */
 #if defined(NCCL_CTA_POLICY_DEFAULT) && defined(NCCL_CTA_POLICY_EFFICIENCY)
 #define HAVE_NCCL_CTA_POLICY 1
 #else
@@ -288,7 +288,8 @@ static int apply_settings(const ftrt__plane *pl, ncclConfig_t *cfg)
         int v = cta_policy_value(pl->nccl_cta_policy);
         if (v < 0) {
             ftrt_log_error("FTRT_NCCL_CTA_POLICY=%s: the NCCL this library was built with "
-                           "(%d) lacks that CTA policy (CTAPolicy: NCCL 2.27+, zero: 2.28+)",
+                           "(%d) lacks that CTA policy (CTAPolicy: NCCL 2.27+; zero: where nccl.h "
+                           "defines NCCL_CTA_POLICY_ZERO)",
                            names[pl->nccl_cta_policy & 3], NCCL_VERSION_CODE);
             return FTRT_ENOTSUP;
         }

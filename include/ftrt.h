@@ -242,7 +242,8 @@ typedef struct ftrt_config {
                                  (NCCL 2.27+): FTRT_NCCL_CTA_UNSET (default, "unset": NCCL's own
                                  choice, its NCCL_CTA_POLICY variable included), _DEFAULT,
                                  _EFFICIENCY (the fewest CTAs for decent bandwidth: more SMs
-                                 left to compute) or _ZERO (NCCL 2.28+); a policy the build's
+                                 left to compute) or _ZERO (where nccl.h defines
+                                 NCCL_CTA_POLICY_ZERO: 2.28.9 does); a policy the build's
                                  NCCL lacks is refused at the communicator's build (FTRT_ENOTSUP)
                                  (docs/collectives.md "NCCL plane settings") */
     int nccl_min_ctas;        /* FTRT_NCCL_MIN_CTAS: ncclConfig_t.minCTAs, the least CTAs NCCL
