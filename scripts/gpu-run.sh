@@ -31,7 +31,8 @@
 #   test, and the step-time ratio against torch's NCCL DDP), coord-scale
 #   (bench/coord_scale.py at 16,384 and 131,072 simulated ranks on the machine's cores) and
 #   nsys-overlap (the overlap-1trainer job with its trainer under Nsight Systems: nsys stats'
-#   kernel, CUDA API and memory summaries in the step's log; "absent" without nsys).
+#   kernel, CUDA API and memory summaries in the step's log; "absent" without nsys) and
+#   overlap-1trainer-cta (overlap-1trainer with --cta-policy efficiency: FTRT_NCCL_CTA_POLICY).
 # NCCL: $NCCL_HOME if set, else the CUDA toolkit's, else PyTorch's wheel (site-packages/nvidia).
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -47,7 +48,7 @@ all_steps=${all_steps//$'\n'/}
 # Steps run only when --only names them, each set a call of its own after the GPU steps: the
 # real CUDA example (issue 21: the first call's 530 s hold no more), and CPU work that needs the
 # GPU machine's 16 cores, not its GPU.
-opt_steps=" torch-lm-gpu torch-lm-ratio coord-scale nsys-overlap "
+opt_steps=" torch-lm-gpu torch-lm-ratio coord-scale nsys-overlap overlap-1trainer-cta "
 bad() { echo "gpu-run: $* (see scripts/gpu-run.sh --help)" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -65,7 +66,7 @@ while [ $# -gt 0 ]; do
                 bad "--only: no step '$x' (steps:$all_steps$opt_steps)"
             done
             only=" ${2//,/ } "; shift 2 ;;
-    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     *) bad "unknown argument $1" ;;
   esac
 done
@@ -403,6 +404,8 @@ if [ $built = 1 ]; then
   if [ ! -x "$bench" ]; then
     not_run overlap-1trainer not_built "$bench (needs NCCL)"
     not_run overlap-2trainers-1gpu not_built "$bench (needs NCCL)"
+    [[ $only == *" overlap-1trainer-cta "* ]] &&
+      not_run overlap-1trainer-cta not_built "$bench (needs NCCL)"
   else
     export FTRT_SPARES=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET NCCL_DEBUG_FILE=$logs/nccl.%h.%p.log
     mpi=(mpirun --oversubscribe --bind-to none)
@@ -415,6 +418,14 @@ if [ $built = 1 ]; then
       NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 "${mpi[@]}" -np 3 \
       bash -c 'export NCCL_HOSTID=ftrt-gpu-run-rank$OMPI_COMM_WORLD_RANK; exec "$@"' _ \
       "$bench" --grad-mib 100 --steps 10
+    # Issue 21 (only when --only names it): overlap-1trainer with the plane's communicator on
+    # NCCL's efficiency CTA policy (the bench's --cta-policy: FTRT_NCCL_CTA_POLICY,
+    # docs/collectives.md), for the
+    # exposed-communication ratio against overlap-1trainer's in the same call.
+    if [[ $only == *" overlap-1trainer-cta "* ]]; then
+      step overlap-1trainer-cta 90 "${mpi[@]}" -np 2 "$bench" --grad-mib 400 --steps 20 \
+        --cta-policy efficiency
+    fi
     unset FTRT_SPARES NCCL_DEBUG NCCL_DEBUG_SUBSYS NCCL_DEBUG_FILE
   fi
   # Issue 21 (only when --only names it): where overlap-1trainer's allreduce time goes, before
