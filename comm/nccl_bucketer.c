@@ -61,7 +61,8 @@ static int bk_order(void *arg, struct ftrt_request *req, void *consumer)
     return ftrt_gpu_request_order(req, (cudaStream_t)consumer);
 }
 
-static const ftrt__bucket_backend gpu_backend = {bk_submit, ftrt__gpu_wait_raw, bk_destroy, 1, bk_order};
+static const ftrt__bucket_backend gpu_backend = {bk_submit, ftrt__gpu_wait_raw, bk_destroy, 1,
+                                                 bk_order};
 
 int ftrt_gpu_bucketer_create(ftrt_gpu *g, const size_t *counts, int ntensors, ftrt_dtype dtype,
                              const ftrt_bucket_config *cfg, ftrt_bucketer **out)

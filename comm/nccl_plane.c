@@ -362,7 +362,8 @@ static void req_pool_clear(ftrt_gpu *g)
     g->nfree_reqs = 0;
 }
 
-/* ncclBfloat16 arrived in NCCL 2.10 (older ones refuse FTRT_BFLOAT16 in ftrt__gpu_check_dtype_op). */
+/* ncclBfloat16 arrived in NCCL 2.10 (older ones refuse FTRT_BFLOAT16 in
+ * ftrt__gpu_check_dtype_op). */
 #if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0)
 #define HAVE_NCCL_BF16 1
 #else
@@ -384,18 +385,17 @@ static ncclDataType_t nccl_type(int t)
 
 static ncclRedOp_t nccl_op(int op) { return op == FTRT_MIN ? ncclMin : op == FTRT_MAX ? ncclMax : ncclSum; }
 
-/* Queues one collective of the tensors segs[0..n) on the communication stream. The caller holds
- * g->lock and has ordered the stream after the producers; off the owner, the communicator
- * exists (ftrt__gpu_comm_ready). */
+/* (comm/nccl_plane.h) */
 int ftrt__gpu_submit(ftrt_gpu *g, const ftrt__seg *segs, int n, size_t count, int dtype, int op,
-                      double scale, ftrt_request **out)
+                     double scale, ftrt_request **out)
 {
     ftrt__plane *pl = g->plane;
     *out = NULL;
     if (n < 1 || n > 65535) return FTRT_EINVAL;
     int rc = ftrt__watch_check(pl->watch);
     if (rc) return rc;
-    if (ftrt__gpu_on_owner(g) && pl->watch->needs_recover) return FTRT_ESTATE; /* the owner's field */
+    if (ftrt__gpu_on_owner(g) && pl->watch->needs_recover)
+        return FTRT_ESTATE; /* (the owner's field) */
     if ((rc = ftrt__cuda_err(cudaSetDevice(g->device), "cudaSetDevice")) != 0) return rc;
     if ((rc = ensure_comm(g)) != 0) return rc;
     gpu_req *r;

@@ -37,9 +37,9 @@ struct ftrt_gpu {
     ftrt__pool dev, host;              /* device staging buckets, pinned descriptor arrays */
     ftrt__grave grave_dev, grave_host; /* their abandoned ones (comm/pool.h) */
     struct gpu_req *live;
-    struct gpu_req *free_reqs;  /* freed requests whose `done` has fired: reused by ftrt__gpu_submit */
-    int nfree_reqs;      /* (at most REQ_POOL_MAX of nccl_plane.c) */
-    long events_created; /* `done` events created so far (for tests: pooling bounds it) */
+    struct gpu_req *free_reqs; /* freed requests whose `done` fired: ftrt__gpu_submit reuses */
+    int nfree_reqs;            /* (at most REQ_POOL_MAX of nccl_plane.c) */
+    long events_created;       /* `done` events created so far (for tests: pooling bounds it) */
     int nreqs, nbucketers;
     ftrt__plane_hook hook;
     ftrt__interrupter *intr; /* on_interrupt's thread (file header "Interrupts") */

@@ -167,7 +167,8 @@ done
 # Nsight Systems (the nsys-overlap step): PATH, the toolkit's bin, its nsight-systems-* folder,
 # /opt/nvidia's.
 nsys=$(command -v nsys || true)
-for c in "$cuda_root/bin/nsys" "$cuda_root"/nsight-systems-*/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys; do
+for c in "$cuda_root/bin/nsys" "$cuda_root"/nsight-systems-*/bin/nsys \
+  /opt/nvidia/nsight-systems/*/bin/nsys; do
   [ -z "$nsys" ] && [ -n "$cuda_root" ] && [ -x "$c" ] && nsys=$c
 done
 py=$(command -v python3 || true)
