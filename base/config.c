@@ -117,7 +117,19 @@
       "holds them for (`FTRT_TIMELINE_RANKS`); the others' totals only (exact); 0 = none")       \
     X(timeline_ranks, "FTRT_TIMELINE_RANKS", INT, 1024, 0, FTRT__MAX_WORLD, NULL,                  \
       "ranks whose whole timeline the report holds: the first this many world ranks and every "   \
-      "hot spare (all ranks of a job this small); the others' totals only")
+      "hot spare (all ranks of a job this small); the others' totals only")                     \
+    X(nccl_cta_policy, "FTRT_NCCL_CTA_POLICY", ENUM, FTRT_NCCL_CTA_UNSET, 0, 3,                    \
+      "unset|default|efficiency|zero",                                                             \
+      "the NCCL plane's communicator CTA policy (`ncclConfig_t.CTAPolicy`, NCCL 2.27+; `zero` "   \
+      "where nccl.h has it): `efficiency` = the fewest CTAs (SMs) for decent bandwidth, leaving "  \
+      "SMs to compute; "                                                                           \
+      "`unset` = NCCL's own (its `NCCL_CTA_POLICY`)")                                             \
+    X(nccl_min_ctas, "FTRT_NCCL_MIN_CTAS", INT, 0, 0, 64, NULL,                                    \
+      "the NCCL plane's communicator: least CTAs per collective (`ncclConfig_t.minCTAs`); 0 = "   \
+      "NCCL's own")                                                                                \
+    X(nccl_max_ctas, "FTRT_NCCL_MAX_CTAS", INT, 0, 0, 64, NULL,                                    \
+      "the NCCL plane's communicator: most CTAs per collective (`ncclConfig_t.maxCTAs`), fewer "   \
+      "leave more SMs to compute; 0 = NCCL's own")
 
 /* The default in the descriptor's number or string slot, by kind. */
 #define FTRT__DEFNUM_INT(d) (double)(d)
@@ -350,6 +362,11 @@ int ftrt__config_check(const ftrt_config *cfg, int world, int *spares_out)
     if (cfg->heartbeat_timeout_ms <= cfg->heartbeat_ms) {
         ftrt_log_error("heartbeat timeout (%d ms) must exceed the heartbeat period (%d ms)",
                        cfg->heartbeat_timeout_ms, cfg->heartbeat_ms);
+        return FTRT_ECONFIG;
+    }
+    if (cfg->nccl_min_ctas && cfg->nccl_max_ctas && cfg->nccl_min_ctas > cfg->nccl_max_ctas) {
+        ftrt_log_error("FTRT_NCCL_MIN_CTAS=%d exceeds FTRT_NCCL_MAX_CTAS=%d", cfg->nccl_min_ctas,
+                       cfg->nccl_max_ctas);
         return FTRT_ECONFIG;
     }
     *spares_out = spares;

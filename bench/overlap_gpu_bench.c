@@ -16,6 +16,9 @@
  * one-rank copy; the figure shows the stream/event overlap, not a network), with G GPUs up to G
  * trainers (trainer r uses device r % G):
  *   FTRT_SPARES=0 mpirun -np 2 build/bench/overlap_gpu_bench --grad-mib 400
+ * --cta-policy / --min-ctas / --max-ctas set the plane's NCCL communicator settings
+ * (FTRT_NCCL_CTA_POLICY, FTRT_NCCL_MIN_CTAS, FTRT_NCCL_MAX_CTAS; the environment's otherwise);
+ * the RESULT line names the values in use (0 / unset: NCCL's own).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -30,7 +33,18 @@
 typedef struct opts {
     double grad_mib, bucket_mib, first_mib, compute_ms, compute_ratio;
     int tensors, steps, warmup, busy_blocks;
+    int cta_policy, min_ctas, max_ctas; /* -1: as FTRT_NCCL_* (the environment) has it */
 } opts;
+
+static const char *const cta_names[] = {"unset", "default", "efficiency", "zero"};
+
+/* FTRT_NCCL_CTA_* for a name of cta_names, or -2 for none. */
+static int cta_policy_of(const char *v)
+{
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(v, cta_names[i])) return i;
+    return -2;
+}
 
 static double now(void)
 {
@@ -123,7 +137,8 @@ static int calibrate(bench *B, double *cycles_per_ms)
 static int parse(int argc, char **argv, opts *o)
 {
     *o = (opts){.grad_mib = 400, .bucket_mib = 25, .first_mib = 1, .compute_ms = -1,
-                .compute_ratio = 1.0, .tensors = 100, .steps = 20, .warmup = 3, .busy_blocks = 0};
+                .compute_ratio = 1.0, .tensors = 100, .steps = 20, .warmup = 3, .busy_blocks = 0,
+                .cta_policy = -1, .min_ctas = -1, .max_ctas = -1};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *a = argv[i], *v = argv[i + 1];
         if (!strcmp(a, "--grad-mib")) o->grad_mib = atof(v);
@@ -135,9 +150,13 @@ static int parse(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--steps")) o->steps = atoi(v);
         else if (!strcmp(a, "--warmup")) o->warmup = atoi(v);
         else if (!strcmp(a, "--busy-blocks")) o->busy_blocks = atoi(v);
+        else if (!strcmp(a, "--cta-policy")) o->cta_policy = cta_policy_of(v);
+        else if (!strcmp(a, "--min-ctas")) o->min_ctas = atoi(v);
+        else if (!strcmp(a, "--max-ctas")) o->max_ctas = atoi(v);
         else return 1;
     }
-    return !(o->grad_mib > 0 && o->tensors > 0 && o->steps > 0 && o->bucket_mib > 0);
+    return !(o->grad_mib > 0 && o->tensors > 0 && o->steps > 0 && o->bucket_mib > 0 &&
+             o->cta_policy >= -1);
 }
 
 int main(int argc, char **argv)
@@ -146,12 +165,17 @@ int main(int argc, char **argv)
     if (parse(argc, argv, &B.o)) {
         fprintf(stderr, "usage: overlap_gpu_bench [--grad-mib M] [--tensors T] [--bucket-mib B] "
                         "[--first-bucket-mib F] [--compute-ms C | --compute-ratio R] "
-                        "[--busy-blocks K] [--steps S] [--warmup W]\n");
+                        "[--busy-blocks K] [--steps S] [--warmup W] "
+                        "[--cta-policy unset|default|efficiency|zero] [--min-ctas N] "
+                        "[--max-ctas N]\n");
         return 2;
     }
     ftrt_config cfg;
     ftrt_config_init(&cfg, sizeof cfg);
     snprintf(cfg.ckpt_dir, sizeof cfg.ckpt_dir, "/tmp/ftrt-overlap-gpu-bench");
+    if (B.o.cta_policy >= 0) cfg.nccl_cta_policy = B.o.cta_policy; /* (ftrt_init checks them) */
+    if (B.o.min_ctas >= 0) cfg.nccl_min_ctas = B.o.min_ctas;
+    if (B.o.max_ctas >= 0) cfg.nccl_max_ctas = B.o.max_ctas;
     int rc = ftrt_init(&cfg, &B.ctx);
     if (rc == FTRT_DONE) return ftrt_finalize(B.ctx), 0;
     if (rc < 0) return fprintf(stderr, "ftrt_init: %s\n", ftrt_strerror(rc)), 1;
@@ -197,8 +221,10 @@ int main(int argc, char **argv)
                B.o.grad_mib, T, ftrt_bucketer_buckets(B.b), compute_ms, B.o.busy_blocks);
         for (int m = 0; m < 4; m++) printf("  %-8s %8.3f ms/step\n", mode_name[m], tm[m] * 1e3);
         printf("RESULT plane=nccl trainers=%d compute_ms=%.3f comm_ms=%.3f after_ms=%.3f "
-               "exposed_ms=%.3f ratio=%.3f\n", N, compute_ms, tm[M_COMM] * 1e3, comm * 1e3,
-               exposed * 1e3, comm > 0 ? exposed / comm : NAN);
+               "exposed_ms=%.3f ratio=%.3f cta_policy=%s min_ctas=%d max_ctas=%d\n", N,
+               compute_ms, tm[M_COMM] * 1e3, comm * 1e3, exposed * 1e3,
+               comm > 0 ? exposed / comm : NAN, cta_names[cfg.nccl_cta_policy & 3],
+               cfg.nccl_min_ctas, cfg.nccl_max_ctas);
     }
     ftrt_bucketer_free(B.b);
     for (int j = 0; j < T; j++) cudaFree(B.t[j]);

@@ -42,6 +42,10 @@
  * and the application's next ftrt call sees FTRT_ERECOVER as before. The live requests fail
  * with FTRT_ERECOVER right there; the application's own abandon (recovery) then finds no
  * communicator and retires nothing twice.
+ *
+ * Requests and their `done` events are pooled (req_get / req_put). The plane's state and the
+ * calls shared with the GPU bucketer (comm/nccl_bucketer.c) and the communicator's settings
+ * (comm/nccl_config.c) are in comm/nccl_plane.h.
  */
 #include <errno.h>
 #include <nccl.h>
@@ -55,12 +59,14 @@
 #include "comm/bucketer.h"
 #include "comm/interrupt.h"
 #include "comm/plane.h"
+#include "comm/nccl_plane.h"
 #include "comm/pool.h"
 #include "ftrt_gpu.h"
 #include "kernels/cuda_check.h"
 #include "kernels/kernels_gpu.h"
 
 #define POOL_MAX 32 /* buffers of each kind kept for reuse */
+#define REQ_POOL_MAX 64 /* freed requests (each with its `done` event) kept for reuse */
 
 typedef struct gbuf {
     void *p;
@@ -74,31 +80,8 @@ typedef struct gpu_req {
     cudaEvent_t done;
     gbuf staging; /* device */
     gbuf desc;    /* mapped pinned host, ftrt__kdesc[] */
-    struct gpu_req *next;
+    struct gpu_req *next; /* in g->live, or in g->free_reqs once freed */
 } gpu_req;
-
-struct ftrt_gpu {
-    ftrt__plane *plane; /* the trainers' data plane: watch, host, MPI communicator */
-    int device;
-    pthread_t owner;      /* the thread that created the plane: the only one that builds comm */
-    pthread_mutex_t lock; /* held by every call below that touches what follows (file header) */
-    cudaStream_t stream;
-    cudaEvent_t ev_producer; /* reusable: waited on right after each record */
-    ncclComm_t comm;
-    unsigned comm_plane_gen;
-    int comm_epoch; /* the watch's epoch when comm was built */
-    unsigned dead_gen; /* the generation whose communicator was retired */
-    int has_dead;
-    volatile uint32_t *guard; /* mapped pinned: unpacks run only while *guard == gen */
-    uint32_t gen;
-    ftrt__pool dev, host;              /* device staging buckets, pinned descriptor arrays */
-    ftrt__grave grave_dev, grave_host; /* their abandoned ones (comm/pool.h) */
-    gpu_req *live;
-    int nreqs, nbucketers;
-    ftrt__plane_hook hook;
-    ftrt__interrupter *intr; /* on_interrupt's thread (file header "Interrupts") */
-    int intr_aborts;         /* communicators on_interrupt aborted (for tests) */
-};
 
 static int nccl_err(ncclResult_t r, ncclComm_t comm, const char *call)
 {
@@ -213,7 +196,7 @@ static void hook_abandon(void *arg)
     pthread_mutex_unlock(&g->lock);
 }
 
-static int on_owner(const ftrt_gpu *g) { return pthread_equal(pthread_self(), g->owner); }
+int ftrt__gpu_on_owner(const ftrt_gpu *g) { return pthread_equal(pthread_self(), g->owner); }
 
 /* The interrupter's call (file header "Interrupts"): its own thread, woken by the agent's. A
  * communicator of an older epoch than the announced one (or any, once the job is over) is
@@ -241,7 +224,7 @@ static void on_interrupt(void *arg, int epoch, int fatal)
 }
 
 /* 1 when the current plane generation's communicator exists (no MPI needed to use it). */
-static int comm_ready(const ftrt_gpu *g)
+int ftrt__gpu_comm_ready(const ftrt_gpu *g)
 {
     return g->comm && g->comm_plane_gen == g->plane->gen;
 }
@@ -267,6 +250,7 @@ static int comm_build(ftrt_gpu *g)
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0; /* init returns at once and can be aborted */
     cfg.commName = "ftrt";
+    if ((rc = ftrt__nccl_apply_settings(pl, &cfg)) != 0) return rc;
     ncclComm_t comm = NULL;
     double t0 = ftrt__now();
     ncclResult_t r = ncclCommInitRankConfig(&comm, pl->size, msg.id, pl->rank, &cfg);
@@ -290,8 +274,11 @@ static int comm_build(ftrt_gpu *g)
     g->comm = comm;
     g->comm_plane_gen = pl->gen;
     g->comm_epoch = pl->watch->epoch;
-    ftrt_log_info("NCCL communicator for epoch %d: rank %d of %d on device %d in %.1f ms",
-                  pl->watch->epoch, pl->rank, pl->size, g->device, (ftrt__now() - t0) * 1e3);
+    ftrt_log_info("NCCL communicator for epoch %d: rank %d of %d on device %d in %.1f ms "
+                  "(FTRT_NCCL_CTA_POLICY %d, FTRT_NCCL_MIN_CTAS %d, FTRT_NCCL_MAX_CTAS %d; 0 = "
+                  "NCCL's own)", pl->watch->epoch, pl->rank, pl->size, g->device,
+                  (ftrt__now() - t0) * 1e3, pl->nccl_cta_policy, pl->nccl_min_ctas,
+                  pl->nccl_max_ctas);
     return 0;
 }
 
@@ -315,7 +302,68 @@ static int ensure_comm(ftrt_gpu *g)
 
 static const ftrt__req_ops gpu_req_ops;
 
-/* ncclBfloat16 arrived in NCCL 2.10 (older ones refuse FTRT_BFLOAT16 in check_dtype_op). */
+/* A request ready for a new collective (in flight, no buffers): one of the pool's, its `done`
+ * event reused, else a new one with a new event. Caller holds g->lock. 0, -ENOMEM or
+ * FTRT_ECUDA. */
+static int req_get(ftrt_gpu *g, gpu_req **out)
+{
+    gpu_req *r = g->free_reqs;
+    if (r) {
+        g->free_reqs = r->next;
+        g->nfree_reqs--;
+    } else {
+        if (!(r = calloc(1, sizeof *r))) return -ENOMEM;
+        int rc = ftrt__cuda_err(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming),
+                                "cudaEventCreate");
+        if (rc) {
+            free(r);
+            return rc;
+        }
+        g->events_created++;
+    }
+    cudaEvent_t done = r->done;
+    memset(r, 0, sizeof *r);
+    r->base.ops = &gpu_req_ops;
+    r->g = g;
+    r->done = done;
+    r->result = 1;
+    *out = r;
+    return 0;
+}
+
+/* Takes back a request nobody refers to any more (its buffers released or buried). Its event
+ * is reused only once it has fired: a request abandoned in flight (abandon_all, on_interrupt)
+ * may still have its record queued behind aborted work, and re-recording that event would
+ * make a later cudaEventQuery see the old work. Such an event is destroyed instead (CUDA
+ * releases it once the device completes it: cudaEventDestroy in the CUDA runtime API), as is
+ * any past the pool's bound. Caller holds g->lock. */
+static void req_put(ftrt_gpu *g, gpu_req *r)
+{
+    int fired = r->result == 0 || cudaEventQuery(r->done) == cudaSuccess;
+    if (!fired || g->nfree_reqs >= REQ_POOL_MAX) {
+        cudaEventDestroy(r->done);
+        free(r);
+        return;
+    }
+    r->next = g->free_reqs;
+    g->free_reqs = r;
+    g->nfree_reqs++;
+}
+
+/* Destroys the pooled requests and their events (ftrt_gpu_free, stream idle). */
+static void req_pool_clear(ftrt_gpu *g)
+{
+    while (g->free_reqs) {
+        gpu_req *r = g->free_reqs;
+        g->free_reqs = r->next;
+        cudaEventDestroy(r->done);
+        free(r);
+    }
+    g->nfree_reqs = 0;
+}
+
+/* ncclBfloat16 arrived in NCCL 2.10 (older ones refuse FTRT_BFLOAT16 in
+ * ftrt__gpu_check_dtype_op). */
 #if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0)
 #define HAVE_NCCL_BF16 1
 #else
@@ -337,30 +385,24 @@ static ncclDataType_t nccl_type(int t)
 
 static ncclRedOp_t nccl_op(int op) { return op == FTRT_MIN ? ncclMin : op == FTRT_MAX ? ncclMax : ncclSum; }
 
-/* Queues one collective of the tensors segs[0..n) on the communication stream. The caller holds
- * g->lock and has ordered the stream after the producers; off the owner, the communicator
- * exists (comm_ready). */
-static int gpu_submit(ftrt_gpu *g, const ftrt__seg *segs, int n, size_t count, int dtype, int op,
-                      double scale, ftrt_request **out)
+/* (comm/nccl_plane.h) */
+int ftrt__gpu_submit(ftrt_gpu *g, const ftrt__seg *segs, int n, size_t count, int dtype, int op,
+                     double scale, ftrt_request **out)
 {
     ftrt__plane *pl = g->plane;
     *out = NULL;
     if (n < 1 || n > 65535) return FTRT_EINVAL;
     int rc = ftrt__watch_check(pl->watch);
     if (rc) return rc;
-    if (on_owner(g) && pl->watch->needs_recover) return FTRT_ESTATE; /* the owner's field */
+    if (ftrt__gpu_on_owner(g) && pl->watch->needs_recover)
+        return FTRT_ESTATE; /* (the owner's field) */
     if ((rc = ftrt__cuda_err(cudaSetDevice(g->device), "cudaSetDevice")) != 0) return rc;
     if ((rc = ensure_comm(g)) != 0) return rc;
-    gpu_req *r = calloc(1, sizeof *r);
-    if (!r) return -ENOMEM;
-    r->base.ops = &gpu_req_ops;
-    r->g = g;
-    r->result = 1;
+    gpu_req *r;
+    if ((rc = req_get(g, &r)) != 0) return rc;
     size_t bytes = 0;
     for (int i = 0; i < n; i++) bytes += segs[i].bytes;
-    rc = ftrt__cuda_err(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming),
-                        "cudaEventCreate");
-    if (!rc) rc = get_buf(g, 1, bytes, &r->staging);
+    rc = get_buf(g, 1, bytes, &r->staging);
     if (!rc) rc = get_buf(g, 0, (size_t)n * sizeof(ftrt__kdesc), &r->desc);
     if (rc) goto unqueued;
     size_t max_bytes;
@@ -394,8 +436,8 @@ queued: /* work may be queued that uses the buffers: retire the communicator, ke
     bury(g, r);
 unqueued:
     release_bufs(g, r);
-    if (r->done) cudaEventDestroy(r->done);
-    free(r);
+    r->result = rc;
+    req_put(g, r);
     return rc;
 }
 
@@ -416,7 +458,7 @@ static int test_locked(struct ftrt_request *base)
     ftrt_gpu *g = r->g;
     int rc = ftrt__watch_check(g->plane->watch);
     if (r->result <= 0) { /* (failed by on_interrupt: recovery owed while still stale) */
-        if (r->result == FTRT_ERECOVER && rc == FTRT_ERECOVER && on_owner(g))
+        if (r->result == FTRT_ERECOVER && rc == FTRT_ERECOVER && ftrt__gpu_on_owner(g))
             g->plane->watch->needs_recover = 1;
         return r->result == 0 ? 1 : r->result;
     }
@@ -450,7 +492,7 @@ static int gpu_test(struct ftrt_request *base)
     return rc;
 }
 
-static int gpu_wait_raw(struct ftrt_request *base)
+int ftrt__gpu_wait_raw(struct ftrt_request *base)
 {
     int rc;
     for (long i = 0; (rc = gpu_test(base)) == 0; i++) polite(i);
@@ -461,7 +503,7 @@ static int gpu_wait(struct ftrt_request *base)
 {
     gpu_req *r = (gpu_req *)base;
     ftrt__host_wait_begin(&r->g->plane->host); /* counted even when already final: every trainer alike */
-    int rc = gpu_wait_raw(base);
+    int rc = ftrt__gpu_wait_raw(base);
     ftrt__host_wait_end(&r->g->plane->host, rc);
     return rc;
 }
@@ -473,9 +515,8 @@ static int gpu_free_req(struct ftrt_request *base)
     pthread_mutex_lock(&g->lock);
     int rc = r->result > 0 ? FTRT_ESTATE : 0;
     if (!rc) {
-        cudaEventDestroy(r->done);
         g->nreqs--;
-        free(r);
+        req_put(g, r);
     }
     pthread_mutex_unlock(&g->lock);
     return rc;
@@ -554,6 +595,7 @@ int ftrt_gpu_free(ftrt_gpu *g)
             ncclCommAbort(c);
     }
     cudaStreamSynchronize(g->stream);
+    req_pool_clear(g);
     ftrt__pool_clear(&g->dev);
     ftrt__pool_clear(&g->host);
     ftrt__grave_clear(&g->grave_dev, dev_free); /* NCCL is gone, the stream idle */
@@ -578,9 +620,17 @@ int ftrt__gpu_interrupt_wait(ftrt_gpu *g, int calls, int ms, int *aborts)
     return n;
 }
 
+long ftrt__gpu_events_created(ftrt_gpu *g)
+{
+    pthread_mutex_lock(&g->lock);
+    long n = g->events_created;
+    pthread_mutex_unlock(&g->lock);
+    return n;
+}
+
 /* 0 when the plane reduces dtype with op; else logs why and returns FTRT_EINVAL (unknown dtype
  * or op) or FTRT_ENOTSUP (FTRT_BFLOAT16 with an NCCL older than 2.10). */
-static int check_dtype_op(ftrt_dtype dtype, ftrt_op op)
+int ftrt__gpu_check_dtype_op(ftrt_dtype dtype, ftrt_op op)
 {
     if (op != FTRT_SUM && op != FTRT_MIN && op != FTRT_MAX) {
         ftrt_log_error("NCCL plane: unknown reduction op %d", (int)op);
@@ -613,21 +663,21 @@ int ftrt_gpu_allreduce_start(ftrt_gpu *g, void *buf, size_t count, ftrt_dtype dt
     if (!req) return FTRT_EINVAL;
     *req = NULL;
     if (!g || (!buf && count)) return FTRT_EINVAL;
-    int rc = check_dtype_op(dtype, op);
+    int rc = ftrt__gpu_check_dtype_op(dtype, op);
     if (rc) return rc;
     rc = ftrt__watch_check(g->plane->watch);
     if (rc) return rc;
     ftrt__seg seg = {buf, count * ftrt__k_esize((int)dtype)};
     pthread_mutex_lock(&g->lock); /* ev_producer and the stream are shared with posting threads */
     if ((rc = after_producer(g, producer)) == 0)
-        rc = gpu_submit(g, &seg, 1, count, dtype, op, 1.0, req);
+        rc = ftrt__gpu_submit(g, &seg, 1, count, dtype, op, 1.0, req);
     pthread_mutex_unlock(&g->lock);
     return rc;
 }
 
 int ftrt_gpu_connect(ftrt_gpu *g)
 {
-    if (!g || !on_owner(g)) return FTRT_EINVAL;
+    if (!g || !ftrt__gpu_on_owner(g)) return FTRT_EINVAL;
     int rc = ftrt__watch_check(g->plane->watch);
     if (rc) return rc;
     if (g->plane->watch->needs_recover) return FTRT_ESTATE;
@@ -643,148 +693,4 @@ int ftrt_gpu_request_order(ftrt_request *req, cudaStream_t consumer)
     if (!req || req->ops != &gpu_req_ops) return FTRT_EINVAL;
     return ftrt__cuda_err(cudaStreamWaitEvent(consumer, ((gpu_req *)req)->done, 0),
                           "cudaStreamWaitEvent");
-}
-
-/* ---- the GPU bucketer backend ---- */
-
-typedef struct gpu_bk {
-    ftrt_gpu *g;
-    int dtype, n;
-    cudaEvent_t *ev; /* per tensor: recorded on its producer at ready */
-} gpu_bk;
-
-/* Starts a bucket: the stream waits for its tensors' producer events, then the collective.
- * Any thread (under the bucketer's step lock); off the owner, deferred to it while the epoch
- * has no communicator yet. */
-static int bk_submit(void *arg, int bucket, const int *tensors, const ftrt__seg *segs, int n,
-                     size_t count, double scale, struct ftrt_request **req)
-{
-    gpu_bk *bk = arg;
-    ftrt_gpu *g = bk->g;
-    (void)bucket;
-    int rc = ftrt__watch_check(g->plane->watch);
-    if (rc) return rc;
-    pthread_mutex_lock(&g->lock);
-    if (!on_owner(g) && !comm_ready(g)) {
-        pthread_mutex_unlock(&g->lock);
-        return FTRT__BUCKET_DEFER;
-    }
-    for (int j = 0; !rc && j < n; j++)
-        rc = ftrt__cuda_err(cudaStreamWaitEvent(g->stream, bk->ev[tensors[j]], 0),
-                            "cudaStreamWaitEvent");
-    if (!rc) rc = gpu_submit(g, segs, n, count, bk->dtype, FTRT_SUM, scale, req);
-    pthread_mutex_unlock(&g->lock);
-    return rc;
-}
-
-static void bk_destroy(void *arg)
-{
-    gpu_bk *bk = arg;
-    for (int i = 0; i < bk->n; i++)
-        if (bk->ev[i]) cudaEventDestroy(bk->ev[i]);
-    free(bk->ev);
-    bk->g->nbucketers--;
-    free(bk);
-}
-
-/* The consumer stream waits for the request's `done` event (recorded under the plane's lock
- * before the request was published to the bucketer; destroyed only when the bucketer frees
- * the request, under its step lock, which the caller holds). Any thread. */
-static int bk_order(void *arg, struct ftrt_request *req, void *consumer)
-{
-    (void)arg;
-    return ftrt_gpu_request_order(req, (cudaStream_t)consumer);
-}
-
-static const ftrt__bucket_backend gpu_backend = {bk_submit, gpu_wait_raw, bk_destroy, 1, bk_order};
-
-int ftrt_gpu_bucketer_create(ftrt_gpu *g, const size_t *counts, int ntensors, ftrt_dtype dtype,
-                             const ftrt_bucket_config *cfg, ftrt_bucketer **out)
-{
-    if (!out) return FTRT_EINVAL;
-    *out = NULL;
-    if (!g || ntensors < 1) return FTRT_EINVAL;
-    int rc = check_dtype_op(dtype, FTRT_SUM);
-    if (rc) return rc;
-    gpu_bk *bk = calloc(1, sizeof *bk);
-    if (!bk) return -ENOMEM;
-    bk->g = g;
-    bk->dtype = (int)dtype;
-    bk->n = ntensors;
-    bk->ev = calloc((size_t)ntensors, sizeof *bk->ev);
-    rc = bk->ev ? 0 : -ENOMEM;
-    for (int i = 0; !rc && i < ntensors; i++)
-        rc = ftrt__cuda_err(cudaEventCreateWithFlags(&bk->ev[i], cudaEventDisableTiming),
-                            "cudaEventCreate");
-    g->nbucketers++;
-    ftrt_bucket_config c; /* whole buckets: NCCL pipelines inside a collective */
-    if (cfg && cfg->size >= sizeof c) c = *cfg;
-    else if (!cfg) ftrt_bucket_config_init(&c, sizeof c);
-    else rc = FTRT_EINVAL;
-    c.piece_bytes = 0;
-    if (!rc) rc = ftrt__bucketer_create_be(g->plane, counts, ntensors, dtype, &c, &gpu_backend, bk,
-                                           out);
-    if (rc) bk_destroy(bk);
-    return rc;
-}
-
-int ftrt_gpu_bucketer_ready(ftrt_bucketer *b, int tensor, void *ptr, cudaStream_t producer)
-{
-    void *arg;
-    if (!b || ftrt__bucketer_backend(b, &arg) != &gpu_backend) return FTRT_EINVAL;
-    if (ftrt_bucketer_bucket_of(b, tensor) < 0) return FTRT_EINVAL;
-    gpu_bk *bk = arg;
-    int rc = ftrt__cuda_err(cudaEventRecord(bk->ev[tensor], producer), "cudaEventRecord");
-    if (rc) return rc;
-    return ftrt_bucketer_ready(b, tensor, ptr);
-}
-
-/* Makes the plane's device current on the calling thread; *prev: the thread's own (-1 when
- * unknown). 0 or FTRT_ECUDA. */
-static int device_enter(const ftrt_gpu *g, int *prev)
-{
-    if (cudaGetDevice(prev) != cudaSuccess) *prev = -1;
-    if (*prev == g->device) return 0;
-    return ftrt__cuda_err(cudaSetDevice(g->device), "cudaSetDevice");
-}
-
-/* Gives the calling thread its own current device back (device_enter's prev). */
-static void device_leave(const ftrt_gpu *g, int prev)
-{
-    if (prev >= 0 && prev != g->device) cudaSetDevice(prev);
-}
-
-int ftrt_gpu_bucketer_ready_from_any_thread(ftrt_bucketer *b, int tensor, void *ptr,
-                                            cudaStream_t producer)
-{
-    void *arg;
-    if (!b || ftrt__bucketer_backend(b, &arg) != &gpu_backend) return FTRT_EINVAL;
-    if (ftrt_bucketer_bucket_of(b, tensor) < 0) return FTRT_EINVAL;
-    gpu_bk *bk = arg;
-    unsigned gen = ftrt__bucketer_gen(b); /* before the step can end under us: see bucketer.h */
-    int prev;
-    int rc = device_enter(bk->g, &prev);
-    if (!rc) rc = ftrt__cuda_err(cudaEventRecord(bk->ev[tensor], producer), "cudaEventRecord");
-    if (!rc) rc = ftrt__bucketer_post_direct(b, tensor, ptr, gen);
-    device_leave(bk->g, prev);
-    return rc;
-}
-
-int ftrt_gpu_bucketer_order(ftrt_bucketer *b, cudaStream_t consumer)
-{
-    if (!b || ftrt__bucketer_backend(b, NULL) != &gpu_backend) return FTRT_EINVAL;
-    (void)ftrt_bucketer_drain(b); /* starts what posters deferred; its error is wait_all's */
-    return ftrt__bucketer_order(b, consumer, 0);
-}
-
-int ftrt_gpu_bucketer_order_from_any_thread(ftrt_bucketer *b, cudaStream_t consumer)
-{
-    void *arg;
-    if (!b || ftrt__bucketer_backend(b, &arg) != &gpu_backend) return FTRT_EINVAL;
-    gpu_bk *bk = arg;
-    int prev;
-    int rc = device_enter(bk->g, &prev);
-    if (!rc) rc = ftrt__bucketer_order(b, consumer, 1); /* never starts a piece itself */
-    device_leave(bk->g, prev);
-    return rc;
 }

@@ -31,6 +31,12 @@ typedef struct ftrt__plane {
     ftrt__host host;    /* the runtime's host interface */
     int async_progress; /* FTRT_ASYNC_PROGRESS: a progress thread for overlapped collectives */
     int progress_poll_us; /* its polling period while a collective is in flight, us */
+    /* The NCCL plane's communicator settings (ncclConfig_t; comm/nccl_plane.c comm_build):
+     * FTRT_NCCL_CTA_POLICY (FTRT_NCCL_CTA_* of ftrt.h) and FTRT_NCCL_MIN_CTAS /
+     * FTRT_NCCL_MAX_CTAS; 0 = unset, NCCL's own default (and its NCCL_* variables) apply.
+     * ftrt__plane_init sets them to 0; the runtime copies its settings in before
+     * ftrt__gpu_create. */
+    int nccl_cta_policy, nccl_min_ctas, nccl_max_ctas;
 } ftrt__plane;
 
 /* The MPI datatype and reduction of `op` over elements of `dtype`, and the element size in
@@ -96,5 +102,9 @@ int ftrt__gpu_create(ftrt__plane *p, int device, struct ftrt_gpu **out);
  * nccl_plane.c "Interrupts") has handled `calls` epoch changes in all; returns how many it has,
  * and in *aborts how many communicators it aborted. Any thread. */
 int ftrt__gpu_interrupt_wait(struct ftrt_gpu *g, int calls, int ms, int *aborts);
+/* For tests: how many `done` events the NCCL plane g has created since ftrt__gpu_create.
+ * Requests and their events are pooled (comm/nccl_plane.c req_get / req_put): sequential
+ * collectives, each freed before the next starts, create one in all. Any thread. */
+long ftrt__gpu_events_created(struct ftrt_gpu *g);
 
 #endif

@@ -238,11 +238,31 @@ typedef struct ftrt_config {
     int timeline_ranks;       /* FTRT_TIMELINE_RANKS: ranks whose whole timeline the report
                                  holds: world ranks 1..this and every hot spare (default 1024:
                                  every rank of a job that small); the others' totals only */
+    int nccl_cta_policy;      /* FTRT_NCCL_CTA_POLICY: the NCCL plane's ncclConfig_t.CTAPolicy
+                                 (NCCL 2.27+): FTRT_NCCL_CTA_UNSET (default, "unset": NCCL's own
+                                 choice, its NCCL_CTA_POLICY variable included), _DEFAULT,
+                                 _EFFICIENCY (the fewest CTAs for decent bandwidth: more SMs
+                                 left to compute) or _ZERO (where nccl.h defines
+                                 NCCL_CTA_POLICY_ZERO: 2.28.9 does); a policy the build's
+                                 NCCL lacks is refused at the communicator's build (FTRT_ENOTSUP)
+                                 (docs/collectives.md "NCCL plane settings") */
+    int nccl_min_ctas;        /* FTRT_NCCL_MIN_CTAS: ncclConfig_t.minCTAs, the least CTAs NCCL
+                                 uses per collective, 1..64; 0 (default) = NCCL's own */
+    int nccl_max_ctas;        /* FTRT_NCCL_MAX_CTAS: ncclConfig_t.maxCTAs, the most CTAs NCCL
+                                 uses per collective, 1..64, at least nccl_min_ctas when both
+                                 are set; 0 (default) = NCCL's own */
 } ftrt_config;
 
 /* FTRT_CKPT_POLICY values. */
 #define FTRT_CKPT_WAIT 0
 #define FTRT_CKPT_SKIP 1
+
+/* FTRT_NCCL_CTA_POLICY values (ncclConfig_t.CTAPolicy: NCCL_CTA_POLICY_DEFAULT, _EFFICIENCY,
+ * _ZERO; unset = the field left at NCCL_CONFIG_UNDEF_INT). */
+#define FTRT_NCCL_CTA_UNSET 0
+#define FTRT_NCCL_CTA_DEFAULT 1
+#define FTRT_NCCL_CTA_EFFICIENCY 2
+#define FTRT_NCCL_CTA_ZERO 3
 
 /*
  * Fills *cfg with defaults, then applies FTRT_* environment variables.

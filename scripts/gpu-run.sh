@@ -28,8 +28,11 @@
 #   torch-ft-sync-gpu torch-amp-gpu mpi-kit overlap-1trainer overlap-2trainers-1gpu nccl-rebuild;
 #   and, run only when --only names them, each set a call of its own with --budget 590:
 #   torch-lm-gpu torch-lm-ratio (examples/train_lm.py on CUDA under bf16 autocast: the kill
-#   test, and the step-time ratio against torch's NCCL DDP) and coord-scale
-#   (bench/coord_scale.py at 16,384 and 131,072 simulated ranks on the machine's cores).
+#   test, and the step-time ratio against torch's NCCL DDP), coord-scale
+#   (bench/coord_scale.py at 16,384 and 131,072 simulated ranks on the machine's cores) and
+#   nsys-overlap (the overlap-1trainer job with its trainer under Nsight Systems: nsys stats'
+#   kernel, CUDA API and memory summaries in the step's log; "absent" without nsys) and
+#   overlap-1trainer-cta (overlap-1trainer with --cta-policy efficiency: FTRT_NCCL_CTA_POLICY).
 # NCCL: $NCCL_HOME if set, else the CUDA toolkit's, else PyTorch's wheel (site-packages/nvidia).
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -45,7 +48,7 @@ all_steps=${all_steps//$'\n'/}
 # Steps run only when --only names them, each set a call of its own after the GPU steps: the
 # real CUDA example (issue 21: the first call's 530 s hold no more), and CPU work that needs the
 # GPU machine's 16 cores, not its GPU.
-opt_steps=" torch-lm-gpu torch-lm-ratio coord-scale "
+opt_steps=" torch-lm-gpu torch-lm-ratio coord-scale nsys-overlap overlap-1trainer-cta "
 bad() { echo "gpu-run: $* (see scripts/gpu-run.sh --help)" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -63,7 +66,7 @@ while [ $# -gt 0 ]; do
                 bad "--only: no step '$x' (steps:$all_steps$opt_steps)"
             done
             only=" ${2//,/ } "; shift 2 ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     *) bad "unknown argument $1" ;;
   esac
 done
@@ -161,6 +164,13 @@ sanitizer=$(command -v compute-sanitizer || true)
 for c in "$cuda_root/bin/compute-sanitizer" "$cuda_root/compute-sanitizer/compute-sanitizer"; do
   [ -z "$sanitizer" ] && [ -n "$cuda_root" ] && [ -x "$c" ] && sanitizer=$c
 done
+# Nsight Systems (the nsys-overlap step): PATH, the toolkit's bin, its nsight-systems-* folder,
+# /opt/nvidia's.
+nsys=$(command -v nsys || true)
+for c in "$cuda_root/bin/nsys" "$cuda_root"/nsight-systems-*/bin/nsys \
+  /opt/nvidia/nsight-systems/*/bin/nsys; do
+  [ -z "$nsys" ] && [ -n "$cuda_root" ] && [ -x "$c" ] && nsys=$c
+done
 py=$(command -v python3 || true)
 # CMake and ninja come from pip on the GPU image: look beside python3 if they are not on PATH.
 for t in cmake ninja; do
@@ -209,7 +219,7 @@ if [ -n "$nccl_inc" ]; then
   LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(dirname "$nccl_lib")
   export LD_LIBRARY_PATH
 fi
-say "nvcc: ${nvcc:-none}; compute-sanitizer: ${sanitizer:-none}; python3: ${py:-none}"
+say "nvcc: ${nvcc:-none}; compute-sanitizer: ${sanitizer:-none}; nsys: ${nsys:-none}; python3: ${py:-none}"
 say "NCCL: ${nccl_version:-not found} from ${nccl_from:-nowhere} (nccl.h in ${nccl_inc:-?}, library ${nccl_lib:-?})"
 say "mpicc: $(command -v mpicc || echo none); mpirun: $(command -v mpirun || echo none)"
 # train_mlp's data set (the device jobs and mpi-kit read it): the kit's copy, DIGITS_DATA.
@@ -395,6 +405,8 @@ if [ $built = 1 ]; then
   if [ ! -x "$bench" ]; then
     not_run overlap-1trainer not_built "$bench (needs NCCL)"
     not_run overlap-2trainers-1gpu not_built "$bench (needs NCCL)"
+    [[ $only == *" overlap-1trainer-cta "* ]] &&
+      not_run overlap-1trainer-cta not_built "$bench (needs NCCL)"
   else
     export FTRT_SPARES=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET NCCL_DEBUG_FILE=$logs/nccl.%h.%p.log
     mpi=(mpirun --oversubscribe --bind-to none)
@@ -407,7 +419,31 @@ if [ $built = 1 ]; then
       NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 "${mpi[@]}" -np 3 \
       bash -c 'export NCCL_HOSTID=ftrt-gpu-run-rank$OMPI_COMM_WORLD_RANK; exec "$@"' _ \
       "$bench" --grad-mib 100 --steps 10
+    # Issue 21 (only when --only names it): overlap-1trainer with the plane's communicator on
+    # NCCL's efficiency CTA policy (the bench's --cta-policy: FTRT_NCCL_CTA_POLICY,
+    # docs/collectives.md), for the
+    # exposed-communication ratio against overlap-1trainer's in the same call.
+    if [[ $only == *" overlap-1trainer-cta "* ]]; then
+      step overlap-1trainer-cta 90 "${mpi[@]}" -np 2 "$bench" --grad-mib 400 --steps 20 \
+        --cta-policy efficiency
+    fi
     unset FTRT_SPARES NCCL_DEBUG NCCL_DEBUG_SUBSYS NCCL_DEBUG_FILE
+  fi
+  # Issue 21 (only when --only names it): where overlap-1trainer's allreduce time goes, before
+  # the plane is changed. The same job with the trainer (world rank 1; the coordinator is world
+  # rank 0) under `nsys profile --trace cuda,nvtx,osrt`, then nsys stats' kernel, CUDA API and
+  # memory-operation summaries into the step's log (scripts/nsys-trainer.sh; the .nsys-rep
+  # stays in a temporary directory, removed). Profiled timings are not the overlap figures.
+  if [[ $only == *" nsys-overlap "* ]]; then
+    if [ ! -x "$bench" ]; then
+      not_run nsys-overlap not_built "$bench (needs NCCL)"
+    elif [ -z "$nsys" ]; then
+      not_run nsys-overlap absent "nsys (Nsight Systems) not found"
+    else
+      step nsys-overlap 120 env FTRT_SPARES=0 TMPDIR="${TMPDIR:-/tmp}" \
+        bash "$repo/scripts/nsys-trainer.sh" "$nsys" 1 --oversubscribe --bind-to none -np 2 -- \
+        "$bench" --grad-mib 400 --steps 20
+    fi
   fi
   # The survivors' communicator without the dead rank: ncclCommShrink (NCCL_SHRINK_ABORT) of the
   # old one against today's full re-init, in the same run (bench/nccl_rebuild_bench.c: 4 ranks

@@ -48,6 +48,8 @@ static void env_overrides(void **state)
     setenv("FTRT_LOG", "debug", 1);
     setenv("FTRT_ASYNC_PROGRESS", "0", 1);
     setenv("FTRT_PROGRESS_POLL_US", "200", 1);
+    setenv("FTRT_NCCL_CTA_POLICY", "Efficiency", 1);
+    setenv("FTRT_NCCL_MAX_CTAS", "16", 1);
     ftrt_config c;
     assert_int_equal(ftrt_config_init(&c, sizeof c), 0);
     assert_int_equal(c.spares, 2);
@@ -57,6 +59,9 @@ static void env_overrides(void **state)
     assert_int_equal(c.log_level, 3);
     assert_int_equal(c.async_progress, 0);
     assert_int_equal(c.progress_poll_us, 200);
+    assert_int_equal(c.nccl_cta_policy, FTRT_NCCL_CTA_EFFICIENCY);
+    assert_int_equal(c.nccl_max_ctas, 16);
+    assert_int_equal(c.nccl_min_ctas, 0);
     clear_env();
 }
 
@@ -68,7 +73,9 @@ static void bad_env_values(void **state)
                             {"FTRT_CKPT_KEEP", "0"}, {"FTRT_LOG", "loud"},
                             {"FTRT_HEARTBEAT_TIMEOUT_MS", "99999999999"},
                             {"FTRT_ASYNC_PROGRESS", "2"}, {"FTRT_PROGRESS_POLL_US", "-1"},
-                            {"FTRT_PROGRESS_POLL_US", "100001"}};
+                            {"FTRT_PROGRESS_POLL_US", "100001"},
+                            {"FTRT_NCCL_CTA_POLICY", "fast"}, {"FTRT_NCCL_MAX_CTAS", "65"},
+                            {"FTRT_NCCL_MIN_CTAS", "-1"}};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         clear_env();
         setenv(bad[i][0], bad[i][1], 1);
@@ -196,7 +203,7 @@ static void settings_table(void **state)
     }
     assert_true(sizeof(ftrt_config) - end < 8);
     assert_string_equal(s[0].field, "spares");
-    assert_string_equal(s[n - 1].field, "timeline_ranks");
+    assert_string_equal(s[n - 1].field, "nccl_max_ctas");
 }
 
 /* The test knobs: set from the environment only when a variable is set and valid. */
@@ -289,6 +296,20 @@ static void validation(void **state)
     ftrt_config_init(&c, sizeof c);
     c.version = FTRT_VERSION_MAJOR + 1;
     assert_int_equal(ftrt__config_check(&c, 6, &spares), FTRT_ECONFIG);
+    /* The NCCL plane's CTA settings: unset by default, min at most max when both are set. */
+    ftrt_config_init(&c, sizeof c);
+    assert_int_equal(c.nccl_cta_policy, FTRT_NCCL_CTA_UNSET);
+    assert_int_equal(c.nccl_min_ctas, 0);
+    assert_int_equal(c.nccl_max_ctas, 0);
+    c.nccl_cta_policy = 4;
+    assert_int_equal(ftrt__config_check(&c, 6, &spares), FTRT_ECONFIG);
+    c.nccl_cta_policy = FTRT_NCCL_CTA_EFFICIENCY;
+    c.nccl_min_ctas = 8;
+    assert_int_equal(ftrt__config_check(&c, 6, &spares), 0); /* max unset: NCCL's own */
+    c.nccl_max_ctas = 4;
+    assert_int_equal(ftrt__config_check(&c, 6, &spares), FTRT_ECONFIG);
+    c.nccl_max_ctas = 8;
+    assert_int_equal(ftrt__config_check(&c, 6, &spares), 0);
 }
 
 int main(void)

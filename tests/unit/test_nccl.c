@@ -21,7 +21,9 @@
  * dtype is refused with FTRT_EINVAL. The agent thread's interrupt (nccl_plane.c "Interrupts"):
  * an epoch change fired from another thread aborts the communicator with a collective in
  * flight, the request fails with FTRT_ERECOVER, recovery builds the next one; a late call
- * leaves a rebuilt communicator alone. Exits 77 when no CUDA device is usable.
+ * leaves a rebuilt communicator alone. Requests and their events are pooled: sequential
+ * allreduces create one `done` event in all (ftrt__gpu_events_created). Exits 77 when no CUDA
+ * device is usable.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -152,6 +154,63 @@ static void create_use_revoke_recreate(void **state)
     cudaFree(d);
     free(h);
     free(back);
+    cudaStreamDestroy(producer);
+    cudaStreamDestroy(consumer);
+}
+
+/* Requests and their `done` events are pooled (issue 21): 20 sequential allreduces, each freed
+ * before the next, create one event in all; 4 in flight at once create at most 4, and 20 more
+ * sequential ones then create none; a request abandoned in flight by an epoch change is freed
+ * (its event pooled if it fired, else destroyed) and the plane works after the recovery, with
+ * results checked, from the pool. */
+static void requests_pooled(void **state)
+{
+    (void)state;
+    one_rank *ctx = one_rank_ctx();
+    ftrt_gpu *g;
+    assert_int_equal(ftrt__gpu_create(&ctx->plane, 0, &g), 0);
+    cudaStream_t producer, consumer;
+    CK(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking));
+    size_t n = 1u << 16;
+    float *d;
+    CK(cudaMalloc((void **)&d, 4 * n * sizeof *d));
+    assert_int_equal(ftrt__gpu_events_created(g), 0);
+    for (int i = 0; i < 20; i++) allreduce_once(g, d, n, producer, consumer);
+    assert_int_equal(ftrt__gpu_events_created(g), 1);
+
+    ftrt_request *r[4];
+    for (int k = 0; k < 4; k++)
+        assert_int_equal(ftrt_gpu_allreduce_start(g, d + k * n, n, FTRT_FLOAT32, FTRT_SUM,
+                                                  producer, &r[k]), 0);
+    for (int k = 0; k < 4; k++) {
+        assert_int_equal(ftrt_request_wait(r[k]), 0);
+        assert_int_equal(ftrt_request_free(r[k]), 0);
+    }
+    long four = ftrt__gpu_events_created(g);
+    assert_int_equal(four, 4); /* the first from the pool, 3 new */
+    for (int i = 0; i < 20; i++) allreduce_once(g, d, n, producer, consumer);
+    assert_int_equal(ftrt__gpu_events_created(g), four);
+
+    /* abandoned in flight by an epoch change, then freed; the recovery's communicator works */
+    ftrt_request *a;
+    assert_int_equal(ftrt_gpu_allreduce_start(g, d, 4 * n, FTRT_FLOAT32, FTRT_SUM, producer, &a),
+                     0);
+    t_watch_announce(&ctx->watch, 1);
+    int rc = ftrt_request_wait(a);
+    assert_true(rc == FTRT_ERECOVER || rc == 0);
+    assert_int_equal(ftrt_request_free(a), 0);
+    assert_int_equal(ftrt__plane_abandon(&ctx->plane), 0);
+    MPI_Comm c;
+    assert_int_equal(MPI_Comm_dup(MPI_COMM_SELF, &c), MPI_SUCCESS);
+    ftrt__plane_set(&ctx->plane, c);
+    ctx->watch.epoch = 1;
+    ctx->watch.needs_recover = 0;
+    for (int i = 0; i < 5; i++) allreduce_once(g, d, n, producer, consumer);
+    assert_int_equal(ftrt__gpu_events_created(g), four); /* the pool still had 3 */
+
+    assert_int_equal(ftrt_gpu_free(g), 0);
+    cudaFree(d);
     cudaStreamDestroy(producer);
     cudaStreamDestroy(consumer);
 }
@@ -534,6 +593,7 @@ int main(int argc, char **argv)
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     const struct CMUnitTest tests[] = {cmocka_unit_test(create_use_revoke_recreate),
+                                       cmocka_unit_test(requests_pooled),
                                        cmocka_unit_test(interrupt_from_agent),
                                        cmocka_unit_test(h16_one_rank),
                                        cmocka_unit_test(posters_match_single_thread)};

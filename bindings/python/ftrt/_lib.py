@@ -278,6 +278,9 @@ class Config(_StrFields):
         ("standby", ctypes.c_int),
         ("timeline_budget_mb", ctypes.c_int),
         ("timeline_ranks", ctypes.c_int),
+        ("nccl_cta_policy", ctypes.c_int),
+        ("nccl_min_ctas", ctypes.c_int),
+        ("nccl_max_ctas", ctypes.c_int),
     ]
 
     @classmethod
