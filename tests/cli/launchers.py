@@ -48,6 +48,10 @@ def bad_inputs(cmd, train_mlp, f, d):
         fh.write('{"faults": [{"kind": "no-such-kind", "at_step": 1}]}')
     fake = os.path.join(d, "other-mpi", "bin", "mpirun")  # not the launcher train_mlp needs
     os.makedirs(os.path.dirname(fake), exist_ok=True)
+    bad_tmp = os.path.join(d, "bad-tmp")  # a $TMPDIR whose ftrt-run.<uid> is a regular file
+    os.makedirs(bad_tmp, exist_ok=True)
+    bad_parent = os.path.join(bad_tmp, f"ftrt-run.{os.getuid()}")
+    open(bad_parent, "w").close()
     with open(fake, "w") as fh:
         fh.write("#!/bin/sh\necho 'mpirun (Open MPI) 5.0.0'\n")
     os.chmod(fake, 0o755)
@@ -64,6 +68,8 @@ def bad_inputs(cmd, train_mlp, f, d):
         ("ftrt-run: FTRT_RUN_SUMMARY in a missing directory", run + ["--", "true"],
          {"FTRT_RUN_SUMMARY": os.path.join(d, "no", "s.json")}, ["FTRT_RUN_SUMMARY"]),
         ("ftrt-run: unknown option", run + ["--bogus", "--", "true"], {}, ["--bogus"]),
+        ("ftrt-run: $TMPDIR/ftrt-run.<uid> not a directory", run + ["--", "true"],
+         {"TMPDIR": bad_tmp}, [bad_parent, "not a directory"]),
         ("ftrt-run: no command", run, {}, ["no command"]),
         ("ftrt-run: --linger not a number", run + ["--linger", "x", "--", "true"], {},
          ["--linger", "'x'"]),
