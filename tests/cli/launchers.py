@@ -3,16 +3,20 @@
 the usage on stdout) and a bad argument or path with one line on stderr that names the option
 or the path, a non-zero exit and no Python traceback. No MPI job is started: each bad input is
 refused before one would be (tools/ftrt-run's filter of Open MPI's PMIx notice is checked with
-a stand-in command that prints it; mpi.kill checks it after a real kill).
+a stand-in command that prints it; mpi.kill checks it after a real kill). ftrt-run's run
+directories are checked with stand-in commands too: the one of an ftrt-run SIGKILLed with its
+command is removed by the next ftrt-run's start, a live run's is kept.
 
 Usage: launchers.py --bin BUILD/examples/train_mlp [-v]
 Exit 0 = pass, 1 = fail. Python 3 standard library only.
 """
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 PY = sys.executable
@@ -44,6 +48,10 @@ def bad_inputs(cmd, train_mlp, f, d):
         fh.write('{"faults": [{"kind": "no-such-kind", "at_step": 1}]}')
     fake = os.path.join(d, "other-mpi", "bin", "mpirun")  # not the launcher train_mlp needs
     os.makedirs(os.path.dirname(fake), exist_ok=True)
+    bad_tmp = os.path.join(d, "bad-tmp")  # a $TMPDIR whose ftrt-run.<uid> is a regular file
+    os.makedirs(bad_tmp, exist_ok=True)
+    bad_parent = os.path.join(bad_tmp, f"ftrt-run.{os.getuid()}")
+    open(bad_parent, "w").close()
     with open(fake, "w") as fh:
         fh.write("#!/bin/sh\necho 'mpirun (Open MPI) 5.0.0'\n")
     os.chmod(fake, 0o755)
@@ -60,6 +68,8 @@ def bad_inputs(cmd, train_mlp, f, d):
         ("ftrt-run: FTRT_RUN_SUMMARY in a missing directory", run + ["--", "true"],
          {"FTRT_RUN_SUMMARY": os.path.join(d, "no", "s.json")}, ["FTRT_RUN_SUMMARY"]),
         ("ftrt-run: unknown option", run + ["--bogus", "--", "true"], {}, ["--bogus"]),
+        ("ftrt-run: $TMPDIR/ftrt-run.<uid> not a directory", run + ["--", "true"],
+         {"TMPDIR": bad_tmp}, [bad_parent, "not a directory"]),
         ("ftrt-run: no command", run, {}, ["no command"]),
         ("ftrt-run: --linger not a number", run + ["--linger", "x", "--", "true"], {},
          ["--linger", "'x'"]),
@@ -215,6 +225,96 @@ def check_pmix_filter(run_cmd, cwd):
     return []
 
 
+def killpg(p):
+    """SIGKILLs process p's process group, if any of it is left."""
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def wait_for(pred, timeout=20.0):
+    """Polls pred() every 20 ms until it is true (True) or timeout seconds passed (False)."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def check_run_dirs(run_cmd, d):
+    """ftrt-run's run directories ($TMPDIR/ftrt-run.<uid>/<pid>-<random>): one of a SIGKILLed
+    ftrt-run (with its command: tests' kill_all) is removed by the next ftrt-run's start; those
+    of a live ftrt-run, and of a SIGKILLed one whose command still runs (holding the lock), are
+    kept; a lock that no process holds is stale whatever pid the name carries; a directory
+    without a lock is kept while young; other names are left alone; a run that ends removes
+    its own. Stand-in commands (sleep, true), no MPI job."""
+    tmp = os.path.join(d, "tmp")
+    os.makedirs(tmp)
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", TMPDIR=tmp)
+    parent = os.path.join(tmp, f"ftrt-run.{os.getuid()}")
+
+    def launch(*cmd):
+        p = subprocess.Popen(run_cmd + ["--", *cmd], env=env, cwd=d, start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if not wait_for(lambda: any(n.startswith(f"{p.pid}-") and os.path.exists(
+                os.path.join(parent, n, "lock")) for n in listing()), 10.0):
+            p.kill()
+        return p
+
+    def listing():
+        return sorted(os.listdir(parent)) if os.path.isdir(parent) else []
+
+    def dir_of(p):
+        return next((n for n in listing() if n.startswith(f"{p.pid}-")), None)
+
+    names = {}
+    for _ in range(3):  # the killed one, the live one, the orphaned one
+        p = launch("sleep", "60")
+        names[p] = dir_of(p)
+        if names[p] is None:
+            for p in names:
+                killpg(p)
+                p.wait()
+            return [f"run dirs: ftrt-run made no $TMPDIR/ftrt-run.<uid>/<pid>-*/lock "
+                    f"({listing()}; $TMPDIR: {os.listdir(tmp)})"]
+    killed, live, orphaned = names
+    killpg(killed)  # ftrt-run and its command, as kill_all does
+    killed.wait()
+    os.kill(orphaned.pid, signal.SIGKILL)  # ftrt-run alone: its command runs on
+    orphaned.wait()
+    stale = os.path.join(parent, f"{os.getpid()}-unlocked")  # a live pid, a lock no one holds
+    young = os.path.join(parent, "1-nolock")
+    old = os.path.join(parent, "2-oldnolock")
+    other = os.path.join(parent, "notes")
+    for x in (stale, young, old, other):
+        os.mkdir(x)
+    open(os.path.join(stale, "lock"), "w").close()
+    os.utime(old, (time.time() - 120, time.time() - 120))
+    subprocess.run(run_cmd + ["--", "true"], env=env, cwd=d, capture_output=True, timeout=60)
+    after_first = listing()
+    killpg(orphaned)  # its command too: the lock is free now
+    subprocess.run(run_cmd + ["--", "true"], env=env, cwd=d, capture_output=True, timeout=60)
+    after_second = listing()
+    live.terminate()
+    rc = live.wait(30)
+    killpg(live)  # nothing should be left; if something is, end it
+    want_first = sorted([names[live], names[orphaned], "1-nolock", "notes"])
+    want_second = sorted([names[live], "1-nolock", "notes"])
+    want_end = ["1-nolock", "notes"]
+    problems = []
+    for what, got, want in (("after a SIGKILL and a start", after_first, want_first),
+                            ("after the orphaned command's end and a start", after_second,
+                             want_second), ("after the live run ended", listing(), want_end)):
+        if got != want:
+            problems.append(f"run dirs {what}: {got}, want {want} (killed {names[killed]}, "
+                            f"live {names[live]}, orphaned {names[orphaned]})")
+    if rc != 143:
+        problems.append(f"run dirs: SIGTERMed ftrt-run exited {rc}, want 143")
+    return problems
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True, help="build/examples/train_mlp")
@@ -235,10 +335,12 @@ def main():
             if a.v and not got:
                 print(f"  ok: {name}")
         problems += check_pmix_filter(cmd["tools/ftrt-run"], d)
+        problems += check_run_dirs(cmd["tools/ftrt-run"], d)
     for p in problems:
         print("FAIL:", p)
     print(f"launchers: {len(cmd)} launchers' --help and -h, {len(cases)} bad inputs, the PMIx "
-          f"filter: {'all passed' if not problems else f'{len(problems)} problem(s)'}")
+          f"filter, ftrt-run's run directories: "
+          f"{'all passed' if not problems else f'{len(problems)} problem(s)'}")
     return 1 if problems else 0
 
 

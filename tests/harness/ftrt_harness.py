@@ -23,6 +23,8 @@ otherwise (_ms). Python 3 standard library only.
 """
 import argparse
 import glob
+import importlib.machinery
+import importlib.util
 import json
 import os
 import shutil
@@ -359,7 +361,9 @@ class Job:
         `ranks` (status-file dicts; default: those of the status file now), then collects it,
         and removes the session directory the killed mpirun could not (Open MPI 4.1's
         <tmp>/ompi.<host>.<uid>/pid.<pid>, 5's <tmp>/ompi.<pid>), so that none is left behind
-        for a later mpirun given the same pid to be taken for its own."""
+        for a later mpirun given the same pid to be taken for its own, and the killed
+        ftrt-run's run directory (<tmp>/ftrt-run.<uid>/<pid>-*, once no process holds its
+        lock; else the next ftrt-run's start removes it)."""
         launchers = [self.proc.pid] + children(self.proc.pid)
         os.killpg(self.proc.pid, signal.SIGKILL)
         if ranks is None:
@@ -375,6 +379,9 @@ class Job:
             for d in glob.glob(os.path.join(tmp, "ompi.*", f"pid.{pid}")) + \
                     glob.glob(os.path.join(tmp, f"ompi.{pid}")):
                 shutil.rmtree(d, ignore_errors=True)
+        ftrt_run = ftrt_run_module()
+        for pid in launchers:
+            ftrt_run.sweep(ftrt_run.runs_parent(), pid)
         return rc
 
     def load_report(self):
@@ -384,6 +391,21 @@ class Job:
     def load_summary(self):
         """ftrt-run's summary JSON (self.summary): exit status, how mpirun ended, timings."""
         return load_json(self.summary)
+
+
+_FTRT_RUN_MODULE = []
+
+
+def ftrt_run_module():
+    """tools/ftrt-run loaded as a module (loaded once): its run-directory functions
+    (runs_parent(), sweep())."""
+    if not _FTRT_RUN_MODULE:
+        loader = importlib.machinery.SourceFileLoader("ftrt_run", FTRT_RUN)
+        module = importlib.util.module_from_spec(importlib.util.spec_from_loader("ftrt_run",
+                                                                                 loader))
+        loader.exec_module(module)
+        _FTRT_RUN_MODULE.append(module)
+    return _FTRT_RUN_MODULE[0]
 
 
 def children(pid):

@@ -24,8 +24,9 @@ Cases:
               mid-pass at its next ftrt_check; MTTR phases add up; byte-identical
   hang        SIGSTOP a trainer: declared failed by heartbeat timeout, fenced, replaced; result
               byte-identical
-  relaunch    kill the whole job after a committed checkpoint, relaunch: it resumes from the
-              checkpoint and ends byte-identical
+  relaunch    kill the whole job after a committed checkpoint (kill_all removes the killed
+              ftrt-run's run directory), relaunch: it resumes from the checkpoint and ends
+              byte-identical
   stall       a trainer stuck in its own code: progress detector, fenced, replaced
   straggler   a slow trainer is reported as a straggler, never declared failed
   intruder    bad-secret, garbage, oversized and silent connections are rejected and counted
@@ -56,6 +57,7 @@ Cases:
               last line and its summary records that rank's status alone
 Exit 0 = pass, 1 = fail, 77 = skipped.
 """
+import glob
 import os
 import re
 import shutil
@@ -385,6 +387,8 @@ def case_relaunch(args):
     job = mlp_job(args, "relaunch").start()
     job.wait_status(lambda s: s["last_committed_step"] >= 75)
     job.kill_all()  # the whole job, mpirun included
+    run_dirs = glob.glob(os.path.join(h.ftrt_run_module().runs_parent(), f"{job.proc.pid}-*"))
+    check(not run_dirs, f"kill_all removed the killed ftrt-run's run directory ({run_dirs})")
     time.sleep(0.5)
     with open(os.path.join(job.ckpt, "LATEST")) as f:
         latest = f.read().strip()
