@@ -7,8 +7,9 @@
  * CUT with fence SIGKILLs a rank's process (forked children play ranks of their own process),
  * never the agent's own; and its part in the relay groups (hostrelay.c: the relay's FANOUT
  * delivered here and sent on to a member, a member's MULTIs read from its relay, RELAY_VIA port
- * 0, a wrong PEER_HELLO, a member's connects to its relay failed and tried again). The host agent thread and the test thread meet here, so the suite also
- * runs it under ThreadSanitizer.
+ * 0, a wrong PEER_HELLO, a member's connects to its relay failed and tried again). The host
+ * agent thread and the test thread meet here, so the suite also runs it under
+ * ThreadSanitizer.
  */
 #include <errno.h>
 #include <poll.h>
