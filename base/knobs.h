@@ -73,6 +73,10 @@
       "N >= 2: the coordinator's relay groups hold N host agents whatever the world's size "   \
       "(by default ceil(sqrt(W / 8)), none below 16): fan-outs go through a relay on small "   \
       "jobs too; 1: no relay groups")                                                         \
+    X(relay_connect_fails, "FTRT_TEST_RELAY_CONNECT_FAILS", 1000,                            \
+      "N > 0: a host agent's first N connects to the relay it is told (RELAY_VIA) fail at "    \
+      "once, without a connection tried, as a relay out of reach would: it tries again with "  \
+      "backoff (FTRT__RELAY_CONNECT_RETRIES times), then its fan-outs stay direct")            \
     X(hello_unread, "FTRT_TEST_HELLO_UNREAD", 1,                                               \
       "1: the coordinator does not watch connections it accepted until their HELLO deadline "  \
       "(5 s), as a loop too busy to read them would not; they are read only then")             \

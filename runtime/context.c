@@ -220,7 +220,10 @@ static int take_over(ftrt_ctx *ctx, uint64_t secret)
     if (ca.mark_fd < 0 && ctx->cfg.host_agents)
         ftrt_log_warn("standby coordinator: cannot mark this host as the coordinator's (%s); "
                       "its ranks may elect a host agent", ftrt_strerror(ca.mark_fd));
+    ftrt__ledger_msg *own = ftrt__ledger_whole(ctx, &t.own_tl_len); /* (NULL: totals only) */
+    t.own_tl = own;
     int res = ftrt__coordinator_takeover(&ca, lfd, secret, &t);
+    free(own);
     ctx->ranks_lost = ca.ranks_lost;
     ctx->coord_aborted = ca.aborted || res < 0;
     ctx->coord_result = res;

@@ -13,7 +13,11 @@
  * connection that closes is reported (RELAY_PEER up 0) and that member goes direct again; a
  * relay that is lost is the coordinator's to notice (its own connection), and RELAY_VIA with
  * port 0 tells a member to close its connection to it; a new RELAY_VIA then names the group's
- * next relay (any host agent can be one: every one listens).
+ * next relay (any host agent can be one: every one listens). A member that cannot connect to
+ * its relay at all tries again itself, FTRT__RELAY_CONNECT_RETRIES times with backoff (0.25,
+ * 0.5, 1 s): the coordinator never learns of a connect that failed (only of one that closed),
+ * so a retry on its side would need a timer per member told; on the member's side it costs
+ * the coordinator nothing, and a later RELAY_VIA (port 0, or the group's next relay) ends it.
  *
  * Runs on the host agent's thread only (no locking); the host agent polls the descriptors
  * ftrt__hrelay_pollfds gives it.
@@ -30,6 +34,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "base/knobs.h"
 #include "base/log.h"
 #include "base/net.h"
 #include "runtime/internal.h"
@@ -168,17 +173,37 @@ static void via_read(ftrt__hrelay *r, ftrt__hrelay_msg_fn on_msg, void *arg)
     }
 }
 
-void ftrt__hrelay_serve(ftrt__hrelay *r, const struct pollfd *pf, int n, double timeout_s,
-                        ftrt__hrelay_msg_fn on_msg, void *arg)
+/* Connects to the relay in r->via_at and says PEER_HELLO; one that fails is tried again later
+ * (r->via_retry, backoff 0.25 s doubling), FTRT__RELAY_CONNECT_RETRIES times, then given up:
+ * the fan-outs stay direct. (A retry is the member's own: the coordinator is not told of a
+ * connect that failed, and keeps no timer per member.) */
+static void via_connect(ftrt__hrelay *r)
 {
-    int np = n - 2 < r->npeer ? n - 2 : r->npeer; /* (the slots polled) */
-    if (pf[1].revents && r->via_fd >= 0) via_read(r, on_msg, arg);
-    for (int i = np - 1; i >= 0; i--) /* (a dropped slot's successor moved into it) */
-        if (pf[2 + i].revents) peer_read(r, i);
-    if (pf[0].revents && r->lfd >= 0) peers_accept(r);
-    double now = ftrt__now();
-    for (int i = r->npeer - 1; i >= 0; i--) /* no PEER_HELLO in time */
-        if (r->peer[i].w == 0 && now - r->peer[i].since > timeout_s) peer_drop(r, i);
+    ftrt__coord_at *at = &r->via_at;
+    char addrs[FTRT__COORD_AT_ADDRS];
+    memcpy(addrs, at->addrs, sizeof addrs);
+    addrs[sizeof addrs - 1] = 0;
+    int fd = -ECONNREFUSED;
+    if (r->via_forced < ftrt__knobs.relay_connect_fails) r->via_forced++; /* (test knob) */
+    else fd = ftrt__connect_any(addrs, at->port, 250, NULL, 0); /* (one round, at most) */
+    ftrt__hello hello = {.secret = r->secret, .world_rank = r->self_w, .pid = (int32_t)getpid()};
+    memcpy(hello.host, r->host, sizeof hello.host);
+    r->via_retry = 0;
+    if (fd >= 0 && ftrt__msg_send(fd, FTRT__MSG_PEER_HELLO, &hello, sizeof hello) == 0) {
+        r->via_fd = fd;
+        ftrt_log_info("host agent: fan-outs through the relay in world rank %d", at->world_rank);
+        return;
+    }
+    if (fd >= 0) close(fd);
+    if (r->via_tries++ < FTRT__RELAY_CONNECT_RETRIES) {
+        r->via_retry = ftrt__now() + 0.25 * (double)(1 << (r->via_tries - 1));
+        ftrt_log_info("host agent: cannot reach the relay in world rank %d (%s port %d): trying "
+                      "again (%d of %d)", at->world_rank, addrs, at->port, r->via_tries,
+                      FTRT__RELAY_CONNECT_RETRIES);
+        return;
+    }
+    ftrt_log_warn("host agent: cannot reach the relay in world rank %d (%s port %d, %d tries): "
+                  "fan-outs stay direct", at->world_rank, addrs, at->port, r->via_tries);
 }
 
 void ftrt__hrelay_via(ftrt__hrelay *r, const ftrt__coord_at *at, const char *host)
@@ -188,21 +213,26 @@ void ftrt__hrelay_via(ftrt__hrelay *r, const ftrt__coord_at *at, const char *hos
         r->via_fd = -1;
         ftrt__rx_free(&r->via_rx);
     }
+    r->via_retry = 0; /* (a relay still being tried: forgotten) */
     if (at->port <= 0) return;
-    char addrs[FTRT__COORD_AT_ADDRS];
-    memcpy(addrs, at->addrs, sizeof addrs);
-    addrs[sizeof addrs - 1] = 0;
-    int fd = ftrt__connect_any(addrs, at->port, 250, NULL, 0); /* (one round, at most) */
-    ftrt__hello hello = {.secret = r->secret, .world_rank = r->self_w, .pid = (int32_t)getpid()};
-    snprintf(hello.host, sizeof hello.host, "%s", host);
-    if (fd >= 0 && ftrt__msg_send(fd, FTRT__MSG_PEER_HELLO, &hello, sizeof hello) == 0) {
-        r->via_fd = fd;
-        ftrt_log_info("host agent: fan-outs through the relay in world rank %d", at->world_rank);
-        return;
-    }
-    if (fd >= 0) close(fd);
-    ftrt_log_warn("host agent: cannot reach the relay in world rank %d (%s port %d): fan-outs "
-                  "stay direct", at->world_rank, addrs, at->port);
+    r->via_at = *at;
+    r->via_tries = 0;
+    snprintf(r->host, sizeof r->host, "%s", host);
+    via_connect(r);
+}
+
+void ftrt__hrelay_serve(ftrt__hrelay *r, const struct pollfd *pf, int n, double timeout_s,
+                        ftrt__hrelay_msg_fn on_msg, void *arg)
+{
+    int np = n - 2 < r->npeer ? n - 2 : r->npeer; /* (the slots polled) */
+    if (pf[1].revents && r->via_fd >= 0) via_read(r, on_msg, arg);
+    for (int i = np - 1; i >= 0; i--) /* (a dropped slot's successor moved into it) */
+        if (pf[2 + i].revents) peer_read(r, i);
+    if (pf[0].revents && r->lfd >= 0) peers_accept(r);
+    double now = ftrt__now();
+    if (r->via_retry > 0 && now >= r->via_retry && r->via_fd < 0) via_connect(r);
+    for (int i = r->npeer - 1; i >= 0; i--) /* no PEER_HELLO in time */
+        if (r->peer[i].w == 0 && now - r->peer[i].since > timeout_s) peer_drop(r, i);
 }
 
 int ftrt__hrelay_fanout(ftrt__hrelay *r, const void *payload, size_t len,

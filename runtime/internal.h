@@ -215,6 +215,12 @@ void ftrt__ledger_failure(struct ftrt_ctx *ctx);
  * by the agent every heartbeat period (through ftrt__ledger_tick) and by ftrt_finalize().
  * Returns 0 or -errno. */
 int ftrt__ledger_send(struct ftrt_ctx *ctx, int final);
+/* This rank's timeline from its first interval, as one LEDGER payload (malloc'ed, the
+ * caller's to free; *len its bytes): every closed interval up to its share of the
+ * coordinator's budget (more, or its own FTRT_TIMELINE_MAX reached: sparse 2, cut short after
+ * them), the totals, not final. For a standby that takes over: its coordinator side holds its
+ * intervals as a LEDGER would have brought them. Thread-safe (ledger_lock). NULL on -ENOMEM. */
+ftrt__ledger_msg *ftrt__ledger_whole(struct ftrt_ctx *ctx, size_t *len);
 /* The agent's periodic callback (cp.on_tick): ftrt__ledger_send(ctx, 0). */
 void ftrt__ledger_tick(struct ftrt_ctx *ctx);
 
@@ -307,7 +313,16 @@ typedef struct ftrt__hrelay {
     int npeer, cap;
     int via_fd;         /* as a member: the connection to its relay, or -1 */
     ftrt__rxbuf via_rx;
+    ftrt__coord_at via_at; /* as a member: the relay it was told (RELAY_VIA) and could not reach */
+    int via_tries;      /* connects to via_at that failed (the first included) */
+    double via_retry;   /* monotonic: when to connect to via_at again; 0: not to */
+    int via_forced;     /* connects failed by FTRT_TEST_RELAY_CONNECT_FAILS so far */
+    char host[FTRT__HOST_MAX]; /* this host's name (PEER_HELLO) */
 } ftrt__hrelay;
+/* A member that cannot connect to its relay tries again this many times, 0.25 s after the
+ * first attempt, then 0.5 s and 1 s after each next (ftrt__hrelay_via); then its fan-outs stay
+ * direct. */
+#define FTRT__RELAY_CONNECT_RETRIES 3
 /* Messages read from the relay (MULTIs), for the host agent to take as the coordinator's.
  * Returns 0, or nonzero to close the connection to the relay. */
 typedef int (*ftrt__hrelay_msg_fn)(void *arg, const ftrt__msghdr *h, const void *p);
@@ -324,12 +339,16 @@ int ftrt__hrelay_open(ftrt__hrelay *r, uint64_t secret, int self_w, ftrt__txbuf 
 int ftrt__hrelay_pollfds(const ftrt__hrelay *r, struct pollfd *pf);
 /* After poll over the n entries that ftrt__hrelay_pollfds filled: accepts members, reads their
  * PEER_HELLO (RELAY_PEER up 1 queued) or EOF (up 0), drops one without a PEER_HELLO after
- * timeout_s, and hands each MULTI read from this agent's relay to on_msg(arg, ...). */
+ * timeout_s, hands each MULTI read from this agent's relay to on_msg(arg, ...), and connects
+ * to a relay not reached yet once its retry is due (ftrt__hrelay_via; called at least once a
+ * heartbeat period, which bounds how late a retry is). */
 void ftrt__hrelay_serve(ftrt__hrelay *r, const struct pollfd *pf, int n, double timeout_s,
                         ftrt__hrelay_msg_fn on_msg, void *arg);
-/* RELAY_VIA: closes the connection to this agent's relay, if any, and with at->port > 0
- * connects to the relay at at->addrs (one 250 ms round at most) and says PEER_HELLO (host:
- * this host's name). A relay out of reach is logged: the fan-outs stay direct. */
+/* RELAY_VIA: closes the connection to this agent's relay, if any (and forgets a relay it was
+ * still trying to reach), and with at->port > 0 connects to the relay at at->addrs (one 250 ms
+ * round at most) and says PEER_HELLO (host: this host's name). A relay out of reach is tried
+ * again FTRT__RELAY_CONNECT_RETRIES times, with backoff (ftrt__hrelay_serve does), then
+ * logged: the fan-outs stay direct. */
 void ftrt__hrelay_via(ftrt__hrelay *r, const ftrt__coord_at *at, const char *host);
 /* FANOUT (payload of len bytes): this host's part to local(arg, ...), every other part on to
  * its member as a MULTI (a member not connected: skipped; a failed send drops it, RELAY_PEER

@@ -93,6 +93,32 @@ int ftrt__ledger_send(ftrt_ctx *ctx, int final)
     return rc;
 }
 
+ftrt__ledger_msg *ftrt__ledger_whole(ftrt_ctx *ctx, size_t *len)
+{
+    size_t share = ftrt__timeline_share(ctx->world_rank, ctx->world_size, ctx->nspares,
+                                        ctx->cfg.timeline_ranks, ctx->cfg.timeline_budget_mb,
+                                        ctx->cfg.timeline_max);
+    pthread_mutex_lock(&ctx->ledger_lock);
+    const ftrt__ledger *l = &ctx->ledger;
+    size_t n = l->n < share ? l->n : share;
+    ftrt__ledger_msg *m = calloc(1, ftrt__ledger_msg_size((int)n));
+    if (m) {
+        m->t_open = l->t_open;
+        memcpy(m->totals, l->totals, sizeof m->totals);
+        m->flops_per_step = ctx->flops_per_step;
+        m->peak_flops = ctx->peak_flops;
+        m->total_steps = ctx->total_steps;
+        m->kept_steps = ctx->kept_steps;
+        m->kind_open = l->kind;
+        m->n = (int32_t)n;
+        if (n > 0) memcpy(m->iv, l->iv, n * sizeof *m->iv);
+        m->sparse = l->truncated || n < l->n ? 2 : 0; /* (these, then no more) */
+        *len = ftrt__ledger_msg_size((int)n);
+    }
+    pthread_mutex_unlock(&ctx->ledger_lock);
+    return m;
+}
+
 int ftrt__timeline_step_done(ftrt_ctx *ctx, int64_t step)
 {
     if (step >= ctx->step_cap) {

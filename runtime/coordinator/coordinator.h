@@ -41,6 +41,10 @@ typedef struct ftrt__takeover_args {
     size_t sync_len;
     int by_silence;       /* the old coordinator was detected by silence (else EOF) */
     double last_heard;    /* monotonic: the old coordinator's last message */
+    const void *own_tl;   /* the standby's own timeline as a LEDGER payload (not owned;
+                           * own_tl_len bytes), or NULL: its entry in the report is rebuilt
+                           * from the SYNC's totals */
+    size_t own_tl_len;
 } ftrt__takeover_args;
 
 /* Runs the coordinator on the standby (a hot spare) that lost the coordinator: the state from

@@ -341,7 +341,7 @@ static void timeline_held(const ftrt__coord *c, ftrt__jw *w)
     ftrt__jw_int(w, "held_bytes", bytes);
     ftrt__jw_int(w, "left_out_ranks", c->W - 1 - held);
     /* after a standby's takeover: the ranks that never sent their timeline again (they did not
-     * come back to it; the standby itself): cut short, their intervals before it not known */
+     * come back to it): cut short, their intervals before it not known */
     ftrt__jw_int(w, "not_resent_ranks", unsent);
 }
 

@@ -126,6 +126,10 @@ int ftrt__takeover_begin(ftrt__coord *c, const ftrt__takeover_args *t)
     me->hello = 1;
     me->pid = (int)getpid();
     ftrt__rank_set_host(c, t->self, c->a->host);
+    /* Its own timeline as a spare: its process holds it (the SYNC has its totals only) */
+    if (t->own_tl && ftrt__ledger_take(c, t->self, t->own_tl, t->own_tl_len))
+        ftrt_log_warn("standby coordinator: its own timeline could not be taken; the report "
+                      "rebuilds it from its totals");
     ftrt__rank_set_role(c, old_w, FTRT__ROLE_FAILED);
     c->r[old_w].hello = 1;
     c->nfailed++;

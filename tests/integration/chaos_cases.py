@@ -304,18 +304,21 @@ TAKEOVER_AGENTS = ("kill-coordinator-host", "hang-coordinator-hosts")
 
 
 def check_timeline_after_takeover(v):
-    """kill-coordinator: every rank back with the standby sent its whole timeline again, which
-    the report holds (not cut short); only the standby itself (now the coordinator) did not
-    (the report's timeline.not_resent_ranks 1, its entry truncated). Raises Fail."""
+    """kill-coordinator: every rank back with the standby sent its whole timeline again, and
+    the standby handed its own (from its time as a spare) to its coordinator side: the report
+    holds every timeline whole (none cut short, timeline.not_resent_ranks 0), the standby's
+    included. Raises Fail."""
     log = open(v["launches"][0]["log"], errors="replace").read()
     took = re.findall(r"standby world rank (\d+) took over as the coordinator", log)
     tl = json.load(open(v["launches"][0]["report"]))["timeline"]
     cut = [r["world_rank"] for r in tl["ranks"] if r["truncated"]]
     print(f"takeover by world rank(s) {took}; timelines cut short: {cut}; not resent: "
           f"{tl.get('not_resent_ranks')} of {len(tl['ranks'])} held")
-    if len(took) != 1 or cut != [int(took[0])] or tl.get("not_resent_ranks") != 1 or \
-            len(tl["ranks"]) < 6:
-        raise Fail("after the takeover, only the standby's timeline may be cut short")
+    held = [r["world_rank"] for r in tl["ranks"]]
+    if len(took) != 1 or cut or tl.get("not_resent_ranks") != 0 or len(tl["ranks"]) < 6 or \
+            int(took[0]) not in held:
+        raise Fail("after the takeover, every timeline (the standby's own included) must be "
+                   "held whole")
 
 
 def check_agents_after_takeover(d, v):

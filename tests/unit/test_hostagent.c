@@ -7,8 +7,9 @@
  * CUT with fence SIGKILLs a rank's process (forked children play ranks of their own process),
  * never the agent's own; and its part in the relay groups (hostrelay.c: the relay's FANOUT
  * delivered here and sent on to a member, a member's MULTIs read from its relay, RELAY_VIA port
- * 0, a wrong PEER_HELLO). The host agent thread and the test thread meet here, so the suite also
- * runs it under ThreadSanitizer.
+ * 0, a wrong PEER_HELLO, a member's connects to its relay failed and tried again). The host
+ * agent thread and the test thread meet here, so the suite also runs it under
+ * ThreadSanitizer.
  */
 #include <errno.h>
 #include <poll.h>
@@ -27,6 +28,7 @@
 
 #include "ftrt.h"
 #include "base/fence.h"
+#include "base/knobs.h"
 #include "runtime/internal.h"
 
 typedef struct peer { /* one end the test holds: the coordinator's, or a rank's */
@@ -382,6 +384,100 @@ static void member_reads_relay(void **state)
     ftrt__rx_free(&r.rx);
 }
 
+/* setup, with the host agent's first FTRT__RELAY_CONNECT_RETRIES connects to its relay failed
+ * (FTRT_TEST_RELAY_CONNECT_FAILS; set before its thread starts). */
+static int setup_connect_fails(void **state)
+{
+    ftrt__knobs.relay_connect_fails = FTRT__RELAY_CONNECT_RETRIES;
+    return setup(state);
+}
+
+static int setup_all_connects_fail(void **state)
+{
+    ftrt__knobs.relay_connect_fails = FTRT__RELAY_CONNECT_RETRIES + 1;
+    return setup(state);
+}
+
+static int teardown_knobs(void **state)
+{
+    int rc = teardown(state);
+    ftrt__knobs.relay_connect_fails = 0;
+    return rc;
+}
+
+/* A relay played by the test (world rank 40): listens on loopback, its address in *at.
+ * Returns the listener. */
+static int relay_listen(ftrt__coord_at *at)
+{
+    int port;
+    *at = (ftrt__coord_at){.world_rank = 40};
+    int lfd = ftrt__listen("127.0.0.1", at->addrs, sizeof at->addrs, &port);
+    assert_true(lfd >= 0);
+    at->port = port;
+    return lfd;
+}
+
+/* Tells the host agent RELAY_VIA to the relay at *at. */
+static void via_to(fixture *f, const ftrt__coord_at *at)
+{
+    assert_int_equal(ftrt__msg_send(f->coord.fd, FTRT__MSG_RELAY_VIA, at, sizeof *at), 0);
+}
+
+/* The host agent's connection to the relay on lfd within timeout_s (its PEER_HELLO checked),
+ * or -1 when none comes. The coordinator PINGs it meanwhile (it would fall silent after 1 s). */
+static int relay_accepts(fixture *f, int lfd, double timeout_s)
+{
+    struct pollfd pf = {.fd = lfd, .events = POLLIN};
+    ftrt__epoch_msg ping = {0};
+    for (double end = ftrt__now() + timeout_s; poll(&pf, 1, 100) <= 0;) {
+        if (ftrt__now() > end) return -1;
+        assert_int_equal(ftrt__msg_send(f->coord.fd, FTRT__MSG_PING, &ping, sizeof ping), 0);
+    }
+    peer r = {.fd = accept(lfd, NULL, NULL)};
+    assert_true(r.fd >= 0);
+    ftrt__msghdr h;
+    ftrt__hello hello;
+    assert_true(next_msg(&r, 0, &h, &hello, sizeof hello));
+    assert_int_equal(h.type, FTRT__MSG_PEER_HELLO);
+    assert_int_equal(hello.world_rank, 4);
+    ftrt__rx_free(&r.rx);
+    return r.fd;
+}
+
+/* As a member that cannot connect to its relay (its first FTRT__RELAY_CONNECT_RETRIES connects
+ * failed by the knob): it tries again with backoff, and its last retry (0.25 + 0.5 + 1 s after
+ * the first) connects and says PEER_HELLO. */
+static void member_retries_relay(void **state)
+{
+    fixture *f = *state;
+    ftrt__coord_at at;
+    int lfd = relay_listen(&at);
+    double t0 = ftrt__now();
+    via_to(f, &at);
+    int fd = relay_accepts(f, lfd, 5);
+    assert_true(fd >= 0);
+    assert_true(ftrt__now() - t0 >= 1.7); /* (not before its third retry was due) */
+    close(fd);
+    close(lfd);
+}
+
+/* A member whose every try fails (the first connect and FTRT__RELAY_CONNECT_RETRIES retries)
+ * gives up: no connection within 3 s (the retries were due within 1.75 s); told the relay
+ * again (RELAY_VIA), it tries anew, and connects (the knob spent). */
+static void member_gives_up(void **state)
+{
+    fixture *f = *state;
+    ftrt__coord_at at;
+    int lfd = relay_listen(&at);
+    via_to(f, &at);
+    assert_int_equal(relay_accepts(f, lfd, 3), -1);
+    via_to(f, &at);
+    int fd = relay_accepts(f, lfd, 5);
+    assert_true(fd >= 0);
+    close(fd);
+    close(lfd);
+}
+
 /* A rank whose socket closes without BYE died: RANK_LOST at once; one that said BYE left. */
 static void death_and_goodbye(void **state)
 {
@@ -618,6 +714,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(wrong_secret, setup, teardown),
         cmocka_unit_test_setup_teardown(relay_fans_out, setup, teardown),
         cmocka_unit_test_setup_teardown(member_reads_relay, setup, teardown),
+        cmocka_unit_test_setup_teardown(member_retries_relay, setup_connect_fails, teardown_knobs),
+        cmocka_unit_test_setup_teardown(member_gives_up, setup_all_connects_fail, teardown_knobs),
         cmocka_unit_test_setup_teardown(send_to_closed_rank, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
