@@ -1,7 +1,8 @@
 /*
- * goodput.c - the goodput ledger on the coordinator: every slot's timeline over the job window,
- * the GAU x ECTR x eMFU figures, the "where the rank-hours went" waterfall, the Young/Daly
- * checkpoint-interval advice, the OpenMetrics file and the live progress line.
+ * goodput.c - the goodput ledger on the coordinator: the intake of the ranks' LEDGER messages
+ * (ftrt__ledger_take: from service.c, and a standby's own timeline from takeover.c), every
+ * slot's timeline over the job window, the GAU x ECTR x eMFU figures, the "where the rank-hours
+ * went" waterfall, the Young/Daly checkpoint-interval advice, the OpenMetrics file and the live progress line.
  *
  * Slots are world ranks 1..W-1 (trainers and hot spares: what the job pays for); the
  * coordinator is not a slot. A slot's timeline comes from the LEDGER messages of the process
@@ -21,6 +22,96 @@
 #include "runtime/coordinator/coord.h"
 #include "base/jsonw.h"
 #include "base/log.h"
+
+/* ---- the LEDGER messages' intake (service.c and a standby's takeover.c hand them here) ---- */
+
+/* Intervals world rank w's timeline may hold here: 0 for a rank left out (its totals only). */
+static size_t timeline_share(const ftrt__coord *c, int w)
+{
+    const ftrt_config *cfg = c->a->cfg;
+    return ftrt__timeline_share(w, c->W, c->W - 1 - c->N, cfg->timeline_ranks,
+                                cfg->timeline_budget_mb, cfg->timeline_max);
+}
+
+/* Notes the earliest start and the newest end (and its kind) among n intervals: with the
+ * totals, they rebuild a timeline that is not held (goodput.c). */
+static void timeline_ends(ftrt__crank *r, const ftrt__interval *iv, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (r->tl_first == 0 || iv[i].t0 < r->tl_first) r->tl_first = iv[i].t0;
+        if (iv[i].t1 >= r->tl_last) {
+            r->tl_last = iv[i].t1;
+            r->tl_last_kind = iv[i].kind;
+        }
+    }
+}
+
+/* Appends n intervals to world rank w's timeline, up to its share of FTRT_TIMELINE_BUDGET_MB
+ * (the array never grows past it); beyond, or once the rank sends only its ends (`sparse` 1)
+ * or says no more will come (2), the timeline is cut short: the report rebuilds the rest from
+ * the totals. A rank left out (share 0) holds none. */
+static void timeline_append(ftrt__coord *c, int w, const ftrt__interval *iv, size_t n, int sparse)
+{
+    ftrt__crank *r = &c->r[w];
+    timeline_ends(r, iv, n);
+    if (r->tl_left_out || r->tl_truncated) return;
+    size_t share = timeline_share(c, w);
+    if (share == 0) {
+        r->tl_left_out = 1;
+        free(r->tl);
+        r->tl = NULL;
+        r->tl_n = r->tl_cap = 0;
+        return;
+    }
+    int cut = sparse != 0 || r->tl_n + n > share; /* (sparse 2: these, then no more) */
+    if (sparse == 1)
+        n = 0; /* only its ends: not contiguous */
+    else if (r->tl_n + n > share)
+        n = share - r->tl_n; /* what fits: the first of them */
+    if (cut) r->tl_truncated = 1;
+    if (n == 0) return;
+    if (r->tl_n + n > r->tl_cap) {
+        size_t ncap = r->tl_cap ? r->tl_cap : 1024;
+        while (ncap < r->tl_n + n) ncap *= 2;
+        if (ncap > share) ncap = share;
+        ftrt__interval *grown = realloc(r->tl, ncap * sizeof *grown);
+        if (!grown) { /* a lost ledger update is not a protocol error */
+            r->tl_truncated = 1;
+            return;
+        }
+        r->tl = grown;
+        r->tl_cap = ncap;
+    }
+    memcpy(r->tl + r->tl_n, iv, n * sizeof *iv);
+    r->tl_n += n;
+}
+
+int ftrt__ledger_take(ftrt__coord *c, int w, const void *payload, size_t len)
+{
+    ftrt__ledger_msg *m = malloc(len);
+    if (!m) return 0; /* a lost ledger update is not a protocol error */
+    memcpy(m, payload, len);
+    if (ftrt__ledger_msg_check(m, len)) {
+        free(m);
+        return FTRT_EPROTO;
+    }
+    ftrt__crank *r = &c->r[w];
+    memcpy(r->tl_totals, m->totals, sizeof r->tl_totals);
+    r->tl_t_open = m->t_open;
+    r->tl_kind_open = m->kind_open;
+    r->kept_steps = m->kept_steps;
+    r->flops_per_step = m->flops_per_step;
+    r->peak_flops = m->peak_flops;
+    r->total_steps = m->total_steps;
+    r->tl_final |= m->final;
+    r->tl_seen = 1;
+    r->tl_resend = 0; /* (after a takeover: its whole timeline, from its first interval) */
+    timeline_append(c, w, m->iv, (size_t)m->n, m->sparse);
+    free(m);
+    return 0;
+}
+
+/* ---- the report's figures ---- */
 
 typedef void (*emit_fn)(void *arg, int kind, double t0, double t1);
 
