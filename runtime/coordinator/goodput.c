@@ -2,7 +2,8 @@
  * goodput.c - the goodput ledger on the coordinator: the intake of the ranks' LEDGER messages
  * (ftrt__ledger_take: from service.c, and a standby's own timeline from takeover.c), every
  * slot's timeline over the job window, the GAU x ECTR x eMFU figures, the "where the rank-hours
- * went" waterfall, the Young/Daly checkpoint-interval advice, the OpenMetrics file and the live progress line.
+ * went" waterfall, the Young/Daly checkpoint-interval advice, the OpenMetrics file and the live
+ * progress line.
  *
  * Slots are world ranks 1..W-1 (trainers and hot spares: what the job pays for); the
  * coordinator is not a slot. A slot's timeline comes from the LEDGER messages of the process
