@@ -22,7 +22,7 @@ typedef struct gpu_bk {
  * Any thread (under the bucketer's step lock); off the owner, deferred to it while the epoch
  * has no communicator yet. */
 static int bk_submit(void *arg, int bucket, const int *tensors, const ftrt__seg *segs, int n,
-                     size_t count, double scale, struct ftrt_request **req)
+                     size_t count, double scale, int in_place, struct ftrt_request **req)
 {
     gpu_bk *bk = arg;
     ftrt_gpu *g = bk->g;
@@ -37,7 +37,8 @@ static int bk_submit(void *arg, int bucket, const int *tensors, const ftrt__seg 
     for (int j = 0; !rc && j < n; j++)
         rc = ftrt__cuda_err(cudaStreamWaitEvent(g->stream, bk->ev[tensors[j]], 0),
                             "cudaStreamWaitEvent");
-    if (!rc) rc = ftrt__gpu_submit(g, segs, n, count, bk->dtype, FTRT_SUM, scale, req);
+    if (!rc) rc = ftrt__gpu_submit(g, segs, n, count, bk->dtype, FTRT_SUM, scale, in_place,
+                                           req);
     pthread_mutex_unlock(&g->lock);
     return rc;
 }
