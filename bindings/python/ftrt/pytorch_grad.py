@@ -158,6 +158,8 @@ class GradAverager:
         self._views: List[Optional[torch.Tensor]] = [None] * n  # p.grad's view, per param
         self.buried: List[torch.Tensor] = []  # CPU buckets of abandoned steps (class doc)
         self._flats: List[torch.Tensor] = []  # the bucket buffers of the views
+        self._packed_at_close: Optional[int] = None
+        self._dirty = False  # gradients handed over since the last successful wait()
         if self.gradient_as_bucket_view:
             self._make_views()
         self._accs: List[Any] = []
@@ -230,7 +232,9 @@ class GradAverager:
     def packed_bytes(self) -> int:
         """Bytes the bucketers sent through a staging copy since creation
         (ftrt_bucketer_packed_bytes(), summed): stays 0 with gradient_as_bucket_view while
-        every gradient is its view."""
+        every gradient is its view. After close(): the count it had then."""
+        if self._packed_at_close is not None:
+            return self._packed_at_close
         return sum(b.packed_bytes() for b in self.bucketers)
 
     @property
@@ -244,6 +248,7 @@ class GradAverager:
         still has gradients to come; handing the last of a dtype hands what the next one
         held. Returns 0 or the first negative rc."""
         g, j = self._where[i]
+        self._dirty = True  # a step has handed gradients over: until its wait() succeeds
         if len(self.bucketers) == 1:
             return fn(self.bucketer.handle, j, ptr)
         with self._hand_lock:
@@ -452,6 +457,7 @@ class GradAverager:
                     first = first or e
             if first is not None:
                 raise first
+            self._dirty = False
         finally:
             self._clear()
 
@@ -470,8 +476,9 @@ class GradAverager:
         step can be redone; recover() calls it."""
         for b in self.bucketers:
             b.reset()
-        if self.gradient_as_bucket_view and self._plane is None:
-            self._rebury()
+        if self.gradient_as_bucket_view and self._plane is None and self._dirty:
+            self._rebury()  # a bucket may have started: its MPI allreduce may still write
+        self._dirty = False
         self._clear()
         self._pending = None
         self._synced = self._ordered = False
@@ -490,6 +497,8 @@ class GradAverager:
         for h in self._handles:
             h.remove()
         self._handles, self._accs = [], []
+        if self._packed_at_close is None:
+            self._packed_at_close = self.packed_bytes
         for b in self.bucketers:
             b.free()
         if self._plane is not None:
