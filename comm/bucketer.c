@@ -127,15 +127,27 @@ int ftrt__bucket_assign(const size_t *bytes, int n, int reverse, size_t first_ca
 
 int ftrt_bucket_config_init(ftrt_bucket_config *cfg, size_t size)
 {
-    if (!cfg || size < sizeof *cfg) return FTRT_EINVAL;
-    memset(cfg, 0, sizeof *cfg);
-    cfg->size = sizeof *cfg;
-    cfg->version = FTRT_VERSION_MAJOR;
-    cfg->bucket_bytes = DEFAULT_BUCKET_BYTES;
-    cfg->first_bucket_bytes = DEFAULT_FIRST_BUCKET_BYTES;
-    cfg->reverse = 1;
-    cfg->average = 1;
-    cfg->piece_bytes = DEFAULT_PIECE_BYTES;
+    if (!cfg || size < FTRT__BUCKET_CONFIG_V1) return FTRT_EINVAL;
+    ftrt_bucket_config c;
+    memset(&c, 0, sizeof c);
+    c.size = (uint32_t)(size < sizeof c ? size : sizeof c); /* the fields the caller knows */
+    c.version = FTRT_VERSION_MAJOR;
+    c.bucket_bytes = DEFAULT_BUCKET_BYTES;
+    c.first_bucket_bytes = DEFAULT_FIRST_BUCKET_BYTES;
+    c.reverse = 1;
+    c.average = 1;
+    c.piece_bytes = DEFAULT_PIECE_BYTES;
+    memcpy(cfg, &c, c.size);
+    return 0;
+}
+
+int ftrt__bucket_config_copy(ftrt_bucket_config *dst, const ftrt_bucket_config *src)
+{
+    ftrt_bucket_config_init(dst, sizeof *dst);
+    if (!src) return 0;
+    if (src->size < FTRT__BUCKET_CONFIG_V1) return FTRT_EINVAL;
+    memcpy(dst, src, src->size < sizeof *dst ? src->size : sizeof *dst);
+    dst->size = sizeof *dst;
     return 0;
 }
 
@@ -249,23 +261,20 @@ int ftrt__bucketer_create_be(ftrt__plane *plane, const size_t *counts, int ntens
 {
     if (!out) return FTRT_EINVAL;
     *out = NULL;
-    ftrt_bucket_config def;
-    if (!cfg) {
-        ftrt_bucket_config_init(&def, sizeof def);
-        cfg = &def;
-    }
+    ftrt_bucket_config def; /* cfg as this library knows it: later fields at defaults */
+    if (ftrt__bucket_config_copy(&def, cfg)) return FTRT_EINVAL;
+    cfg = &def;
     size_t es = ftrt__k_esize((int)dtype);
     if (!es) {
         ftrt_log_error("bucketer: unknown dtype %d (FTRT_FLOAT32, FTRT_FLOAT64, FTRT_INT64, "
                        "FTRT_BFLOAT16, FTRT_FLOAT16)", (int)dtype);
         return FTRT_EINVAL;
     }
-    if (cfg && cfg->size >= sizeof *cfg && cfg->average && dtype == FTRT_INT64) {
+    if (cfg->average && dtype == FTRT_INT64) {
         ftrt_log_error("bucketer: average (the mean) is not defined for FTRT_INT64: use a sum");
         return FTRT_EINVAL;
     }
-    if (!plane || !counts || ntensors < 1 || cfg->size < sizeof *cfg ||
-        cfg->bucket_bytes == 0 || cfg->first_bucket_bytes == 0)
+    if (!plane || !counts || ntensors < 1 || cfg->bucket_bytes == 0 || cfg->first_bucket_bytes == 0)
         return FTRT_EINVAL;
     for (int i = 0; i < ntensors; i++)
         if (counts[i] > SIZE_MAX / 16 / (size_t)ntensors) return FTRT_EINVAL;

@@ -26,6 +26,15 @@
 int ftrt__bucket_assign(const size_t *bytes, int n, int reverse, size_t first_cap, size_t cap,
                         int *order, int *start, int *bucket_of);
 
+/* The size of ftrt_bucket_config before `in_place` was added: a caller built against that
+ * header passes it, and the fields it does not know take their defaults. */
+#define FTRT__BUCKET_CONFIG_V1 offsetof(ftrt_bucket_config, in_place)
+
+/* *dst = the defaults overlaid with the fields src's caller knows (src->size bytes; NULL:
+ * the defaults), dst->size = sizeof *dst. 0, or FTRT_EINVAL (src->size below
+ * FTRT__BUCKET_CONFIG_V1; dst holds the defaults). Thread-safe. */
+int ftrt__bucket_config_copy(ftrt_bucket_config *dst, const ftrt_bucket_config *src);
+
 /* What a direct backend's submit returns when it cannot start the bucket on the calling thread
  * (the GPU plane off its owning thread before the epoch's NCCL communicator exists, which only
  * the owner may build): the piece stays unsubmitted and the owner starts it at its next

@@ -85,9 +85,7 @@ int ftrt_gpu_bucketer_create(ftrt_gpu *g, const size_t *counts, int ntensors, ft
                             "cudaEventCreate");
     g->nbucketers++;
     ftrt_bucket_config c; /* whole buckets: NCCL pipelines inside a collective */
-    if (cfg && cfg->size >= sizeof c) c = *cfg;
-    else if (!cfg) ftrt_bucket_config_init(&c, sizeof c);
-    else rc = FTRT_EINVAL;
+    if (!rc) rc = ftrt__bucket_config_copy(&c, cfg);
     c.piece_bytes = 0;
     if (!rc) rc = ftrt__bucketer_create_be(g->plane, counts, ntensors, dtype, &c, &gpu_backend, bk,
                                            out);

@@ -117,6 +117,13 @@ static void config_defaults(void **state)
     assert_int_equal(c.piece_bytes, 4 * MiB);
     assert_int_equal(c.size, sizeof c);
     assert_int_equal(ftrt_bucket_config_init(&c, 4), FTRT_EINVAL);
+    /* a caller built before in_place: its fields filled, nothing past them written */
+    size_t old = offsetof(ftrt_bucket_config, in_place);
+    memset(&c, 0x5A, sizeof c);
+    assert_int_equal(ftrt_bucket_config_init(&c, old), 0);
+    assert_int_equal(c.size, old);
+    assert_int_equal(c.piece_bytes, 4 * MiB);
+    assert_int_equal(c.in_place, 0x5A5A5A5A);
     assert_int_equal(ftrt_bucket_config_init(NULL, sizeof c), FTRT_EINVAL);
 }
 
@@ -431,6 +438,15 @@ static void bucketer_in_place(void **state)
     assert_int_equal(ftrt_bucketer_wait_all(b), 0);
     assert_int_equal(ftrt_bucketer_packed_bytes(b), 580);
     assert_int_equal(ftrt_bucketer_packed_bytes(NULL), FTRT_EINVAL);
+    assert_int_equal(ftrt_bucketer_free(b), 0);
+    c.in_place = 1; /* a config from a caller that does not know in_place: it stays off */
+    c.size = (uint32_t)offsetof(ftrt_bucket_config, in_place);
+    assert_int_equal(ftrt__bucketer_create_be(&ctx->p, counts, 4, FTRT_FLOAT32, &c, &fake_backend,
+                                              &log, &b), 0);
+    for (int t = 3; t >= 0; t--)
+        assert_int_equal(ftrt_bucketer_ready(b, t, (char *)(t == 3 ? flat0 : flat1) + off[t]), 0);
+    assert_int_equal(ftrt_bucketer_wait_all(b), 0);
+    assert_int_equal(ftrt_bucketer_packed_bytes(b), 580);
     assert_int_equal(ftrt_bucketer_free(b), 0);
     assert_int_equal(log.live, 0);
     free_ctx(ctx);
