@@ -45,8 +45,9 @@ int ftrt__bucket_config_copy(ftrt_bucket_config *dst, const ftrt_bucket_config *
  * `scale`) of the tensors segs[0..n) (application pointers, in bucket order, `count` elements)
  * and return a request. in_place: 1 when the bucketer's configuration allows it and segs are
  * one run of memory (each starts where the one before ends): the backend reduces on that
- * memory itself, with no staging copy (ftrt_bucket_config.in_place); submit is called in bucket order, from the application thread (a
- * direct backend: from any thread, under the bucketer's step lock). */
+ * memory itself, with no staging copy (ftrt_bucket_config.in_place). submit is called in
+ * bucket order, from the application thread (a direct backend: from any thread, under the
+ * bucketer's step lock). */
 typedef struct ftrt__bucket_backend {
     /* tensors[0..n): the tensor indices of segs */
     int (*submit)(void *arg, int bucket, const int *tensors, const ftrt__seg *segs, int n,

@@ -228,7 +228,8 @@ static void epoch_change_fails_and_buries(void **state)
 /* Submits three tensors that lie back to back in buf (5, 1 and 3 floats), in place or not. */
 static ftrt__areq *submit3(fx *x, float *buf, double scale, int in_place, int epoch)
 {
-    ftrt__seg segs[3] = {{buf, 5 * sizeof *buf}, {buf + 5, sizeof *buf}, {buf + 6, 3 * sizeof *buf}};
+    ftrt__seg segs[3] = {{buf, 5 * sizeof *buf}, {buf + 5, sizeof *buf},
+                         {buf + 6, 3 * sizeof *buf}};
     ftrt__areq *r = NULL;
     assert_int_equal(ftrt__engine_submit(x->e, epoch, segs, 3, 9, FTRT_FLOAT32, FTRT_SUM, scale,
                                          in_place, &r),

@@ -324,8 +324,10 @@ class BucketConfig(ctypes.Structure):
 
     @classmethod
     def defaults(cls: Type[_B]) -> _B:
-        """ftrt_bucket_config_init() with ctypes.sizeof(BucketConfig). Raises FtrtInvalid when
-        the library's struct is larger than this mirror."""
+        """ftrt_bucket_config_init() with ctypes.sizeof(BucketConfig) (a library with a
+        larger struct fills the fields this mirror has; its newer fields take their defaults).
+        Raises FtrtInvalid when this mirror is smaller than the oldest struct the library
+        takes."""
         cfg = cls()
         check(lib().ftrt_bucket_config_init(ctypes.byref(cfg), ctypes.sizeof(cfg)),
               "ftrt_bucket_config_init")
