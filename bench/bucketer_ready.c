@@ -55,8 +55,10 @@ static int dr_free(struct ftrt_request *r)
 static const ftrt__req_ops dr_ops = {dr_test, dr_wait, dr_free};
 
 static int none_submit(void *arg, int bucket, const int *tensors, const ftrt__seg *segs, int n,
-                       size_t count, double scale, struct ftrt_request **req)
+                       size_t count, double scale, int in_place,
+                       struct ftrt_request **req)
 {
+    (void)in_place;
     (void)arg, (void)bucket, (void)tensors, (void)segs, (void)n, (void)count, (void)scale;
     done_req *r = &pool[pool_next++ % POOL];
     r->base.ops = &dr_ops;

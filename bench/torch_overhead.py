@@ -32,6 +32,11 @@ coordinator (world rank 0), the hot spare (the last world rank), the launcher wr
 (tools/ftrt-run) and mpirun. --ftrt-run FILE runs the ftrt jobs under another launcher wrapper
 (an older tools/ftrt-run, to compare).
 
+--bucket-view: the ftrt jobs run train_torch.py --bucket-view (FaultTolerant's
+gradient_as_bucket_view: every bucket reduced in place, no pack or unpack copies); the DDP jobs
+keep DDP's default. MLP configs only. Compare with a run without it by alternating the two in
+one sitting; two separate invocations are indicative only.
+
 --device cuda (scripts/gpu-run.sh step torch-lm-ratio; issue 21): the CUDA configs (lm-gpu:
 train_lm.py --device cuda, 2 trainers; lm-gpu-1: the same with one trainer) against NCCL DDP,
 every rank on the one GPU (GPU local rank modulo 1), NCCL over sockets with a NCCL_HOSTID per
@@ -235,7 +240,8 @@ def job_cmds(name, c, a, rep, train):
     ddp = wrap([a.python, c["script"], "--backend", a.ddp, "--master-port",
                 str(ftrt_harness.free_port())] + train)
     ck = os.path.join(a.work, f"ckpt-{name}-{rep}")
-    ftrt = wrap([a.python, c["script"], "--ckpt-every", "0", "--ckpt-dir", ck] + train)
+    views = ["--bucket-view"] if a.bucket_view else []
+    ftrt = wrap([a.python, c["script"], "--ckpt-every", "0", "--ckpt-dir", ck] + views + train)
     return {a.ddp: ftrt_harness.mpirun_cmd(c["trainers"], ddp, recovery=False),
             "ftrt": [a.python, a.ftrt_run, "--"] + ftrt_harness.mpirun_cmd(c["trainers"] + 2,
                                                                            ftrt)}
@@ -335,6 +341,10 @@ def main():
     ap.add_argument("--work", default="/tmp/ftrt-torch-overhead")
     ap.add_argument("--per-process", action="store_true",
                     help="print the cores each kind of process used while training")
+    ap.add_argument("--bucket-view", action="store_true",
+                    help="the ftrt jobs with gradients as bucket views (train_torch.py "
+                         "--bucket-view: reduced in place, no pack or unpack copies); the "
+                         "DDP jobs keep DDP's default (copies). MLP configs only")
     ap.add_argument("--ftrt-run", default=ftrt_harness.FTRT_RUN,
                     help="the launcher wrapper of the ftrt jobs (default tools/ftrt-run)")
     a = ap.parse_args()
@@ -349,6 +359,9 @@ def main():
              (a.device == "cuda")]
     if wrong:
         ap.error(f"--configs: {wrong} are not for --device {a.device}")
+    no_view = [n for n in a.configs.split(",") if CONFIGS[n]["script"] != EXAMPLE]
+    if a.bucket_view and no_view:
+        ap.error(f"--bucket-view: {no_view} run train_lm.py, which has no such option")
     if a.device == "cuda":
         why = cuda_ready(a)
         if why:
@@ -360,7 +373,8 @@ def main():
     if a.device == "cuda":
         env.update(ftrt_harness.NCCL_ONE_GPU_ENV)
     print(f"torch_overhead: {a.reps} alternating repetitions per config, {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.2f} at start; libftrt {a.lib}", flush=True)
+          f"load average {os.getloadavg()[0]:.2f} at start; libftrt {a.lib}"
+          f"{'; ftrt with gradients as bucket views' if a.bucket_view else ''}", flush=True)
     out, names = [], a.configs.split(",")
     for name in names:
         c = dict(CONFIGS[name])

@@ -37,7 +37,9 @@
 static void finish(ftrt__engine *e, ftrt__areq *r, int rc)
 {
     pthread_mutex_lock(&e->lock);
-    if (rc && r->nstarted > 0)
+    if (r->in_place)
+        ; /* the application's memory: neither ours to pool nor to bury */
+    else if (rc && r->nstarted > 0)
         (void)ftrt__grave_put(&e->grave, r->staging); /* MPI may still write it (else leaked) */
     else
         ftrt__pool_put(&e->pool, r->staging, r->staging_cap);
@@ -95,7 +97,8 @@ static int progress(ftrt__engine *e)
             int i = r->nstarted;
             size_t off = (size_t)i * r->chunk_count;
             size_t cnt = r->count - off < r->chunk_count ? r->count - off : r->chunk_count;
-            ftrt__k_pack_range(r->staging, r->segs, r->nsegs, off * r->esize, cnt * r->esize);
+            if (!r->in_place)
+                ftrt__k_pack_range(r->staging, r->segs, r->nsegs, off * r->esize, cnt * r->esize);
             rc = e->xp->start(e->xarg, r, i, (char *)r->staging + off * r->esize, cnt);
             if (!rc) {
                 r->nstarted++;
@@ -111,8 +114,11 @@ static int progress(ftrt__engine *e)
             } else if (t == 1) {
                 size_t off = (size_t)i * r->chunk_count;
                 size_t cnt = r->count - off < r->chunk_count ? r->count - off : r->chunk_count;
-                ftrt__k_unpack_scale_range(r->staging, r->segs, r->nsegs, off * r->esize,
-                                           cnt * r->esize, r->dtype, r->scale);
+                if (r->in_place) /* the same rounding as the unpack's */
+                    ftrt__k_scale((char *)r->staging + off * r->esize, cnt, r->dtype, r->scale);
+                else
+                    ftrt__k_unpack_scale_range(r->staging, r->segs, r->nsegs, off * r->esize,
+                                               cnt * r->esize, r->dtype, r->scale);
                 r->cdone[i] = 1;
                 r->ndone++;
                 events++;
@@ -244,8 +250,37 @@ void ftrt__engine_free(ftrt__engine *e, int free_graveyard)
 
 static const ftrt__req_ops areq_ops;
 
+/* Gives r its staging buffer: the segments' own memory in place, else one from the pool or
+ * malloc. 0 or -ENOMEM. */
+static int take_staging(ftrt__engine *e, ftrt__areq *r, int in_place)
+{
+    if (in_place) {
+        r->in_place = 1;
+        r->staging = r->segs[0].ptr;
+        r->staging_cap = r->bytes;
+        return 0;
+    }
+    pthread_mutex_lock(&e->lock);
+    r->staging = ftrt__pool_take(&e->pool, r->bytes, &r->staging_cap);
+    pthread_mutex_unlock(&e->lock);
+    if (!r->staging) {
+        r->staging_cap = r->bytes ? r->bytes : 1;
+        r->staging = malloc(r->staging_cap);
+    }
+    return r->staging ? 0 : -ENOMEM;
+}
+
+/* Gives back a staging buffer that nothing was started on. */
+static void put_staging(ftrt__engine *e, ftrt__areq *r)
+{
+    if (r->in_place) return;
+    pthread_mutex_lock(&e->lock);
+    ftrt__pool_put(&e->pool, r->staging, r->staging_cap);
+    pthread_mutex_unlock(&e->lock);
+}
+
 int ftrt__engine_submit(ftrt__engine *e, int epoch, const ftrt__seg *segs, int n, size_t count,
-                        int dtype, int op, double scale, ftrt__areq **out)
+                        int dtype, int op, double scale, int in_place, ftrt__areq **out)
 {
     *out = NULL;
     if (n < 1 || !ftrt__k_esize(dtype)) return FTRT_EINVAL;
@@ -287,19 +322,10 @@ int ftrt__engine_submit(ftrt__engine *e, int epoch, const ftrt__seg *segs, int n
     r->op = op;
     r->scale = scale;
     atomic_init(&r->state, FTRT__AREQ_QUEUED);
-    pthread_mutex_lock(&e->lock);
-    r->staging = ftrt__pool_take(&e->pool, bytes, &r->staging_cap);
-    pthread_mutex_unlock(&e->lock);
-    if (!r->staging) {
-        r->staging_cap = bytes ? bytes : 1;
-        r->staging = malloc(r->staging_cap);
-    }
-    int rc = r->staging ? 0 : -ENOMEM;
+    int rc = take_staging(e, r, in_place);
     if (!rc && e->xp->bind) rc = e->xp->bind(e->xarg, r);
     if (rc) {
-        pthread_mutex_lock(&e->lock);
-        ftrt__pool_put(&e->pool, r->staging, r->staging_cap);
-        pthread_mutex_unlock(&e->lock);
+        put_staging(e, r);
         if (r->segs != &r->seg1) free(r->segs);
         free(r->cdone);
         free(r);
@@ -516,7 +542,7 @@ int ftrt__plane_allreduce_start(ftrt__plane *p, void *buf, size_t count, ftrt_dt
     if (!e) return rc;
     ftrt__seg seg = {buf, count * es};
     ftrt__areq *r;
-    rc = ftrt__engine_submit(e, p->watch->epoch, &seg, 1, count, dtype, op, 1.0, &r);
+    rc = ftrt__engine_submit(e, p->watch->epoch, &seg, 1, count, dtype, op, 1.0, 0, &r);
     if (rc) return rc;
     *req = &r->base;
     return 0;

@@ -19,7 +19,10 @@
  * staging buffer to the graveyard: never reused, never freed before MPI_Finalize, so a late
  * write of the dead epoch cannot land anywhere live. ftrt__plane_abandon() waits until every
  * request of the old epoch is final, so after ftrt_recover() nothing of the old epoch writes
- * application memory.
+ * application memory. The exception is a request submitted in place (ftrt__engine_submit's
+ * in_place, the bucketer's ftrt_bucket_config.in_place): its collective runs on application
+ * memory, which then takes the graveyard's role: the application must give it up after a
+ * failure (include/ftrt.h says so at the option).
  *
  * The collective itself is behind a small transport interface: MPI in the library, a fake in
  * the unit tests (tests/unit/test_async.c).
@@ -72,7 +75,9 @@ typedef struct ftrt__areq {
     ftrt__seg *segs;      /* application tensors, in bucket order (points at seg1 for one) */
     int nsegs;
     ftrt__seg seg1;
-    void *staging;        /* engine-owned; NULL once given to the graveyard */
+    void *staging;        /* engine-owned; NULL once given to the graveyard (in place: the
+                             application's memory, segs[0].ptr, never pooled nor buried) */
+    int in_place;         /* ftrt__engine_submit's in_place: no pack, unpack or staging */
     size_t staging_cap;
     size_t bytes, count, esize;
     int dtype, op;
@@ -142,10 +147,15 @@ int ftrt__engine_create_x(const ftrt__xport *xp, void *xarg, ftrt__watch *watch,
 ftrt__engine *ftrt__engine_get(struct ftrt__plane *p, int *err);
 
 /* Submits an allreduce (op over `count` elements of dtype) of the tensors segs[0..n) packed
- * back to back, results multiplied by `scale`. Application thread; `epoch` is its current
- * epoch. segs is copied. Returns 0 with *out, or a negative code (no request then). */
+ * back to back, results multiplied by `scale`. in_place: 1 when segs are one run of memory
+ * (the caller checked: each starts where the one before ends) that the collective may run on
+ * directly: no staging buffer, no pack, the scale applied there (ftrt__k_scale, the unpack's
+ * rounding). An in-place request gives up this engine's guarantee for that memory: abandoned
+ * after its collective started, MPI may still write it after ftrt__plane_abandon() (the
+ * caller must not reuse it; ftrt_bucket_config.in_place). Application thread; `epoch` is its
+ * current epoch. segs is copied. Returns 0 with *out, or a negative code (no request then). */
 int ftrt__engine_submit(ftrt__engine *e, int epoch, const ftrt__seg *segs, int n, size_t count,
-                        int dtype, int op, double scale, ftrt__areq **out);
+                        int dtype, int op, double scale, int in_place, ftrt__areq **out);
 /* Stops and joins the progress thread (requests still in flight stay unfinished). Call before
  * MPI_Finalize. Idempotent. */
 void ftrt__engine_stop(ftrt__engine *e);

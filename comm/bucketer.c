@@ -68,6 +68,8 @@ struct ftrt_bucketer {
     ftrt_dtype dtype;
     size_t esize;
     int average;
+    int in_place;        /* cfg->in_place: contiguous pieces are reduced on their memory */
+    _Atomic long long packed; /* bytes of the pieces sent through a staging copy */
     int n, nb, np;
     size_t *counts;
     int *order, *start, *bucket_of;
@@ -125,15 +127,27 @@ int ftrt__bucket_assign(const size_t *bytes, int n, int reverse, size_t first_ca
 
 int ftrt_bucket_config_init(ftrt_bucket_config *cfg, size_t size)
 {
-    if (!cfg || size < sizeof *cfg) return FTRT_EINVAL;
-    memset(cfg, 0, sizeof *cfg);
-    cfg->size = sizeof *cfg;
-    cfg->version = FTRT_VERSION_MAJOR;
-    cfg->bucket_bytes = DEFAULT_BUCKET_BYTES;
-    cfg->first_bucket_bytes = DEFAULT_FIRST_BUCKET_BYTES;
-    cfg->reverse = 1;
-    cfg->average = 1;
-    cfg->piece_bytes = DEFAULT_PIECE_BYTES;
+    if (!cfg || size < FTRT__BUCKET_CONFIG_V1) return FTRT_EINVAL;
+    ftrt_bucket_config c;
+    memset(&c, 0, sizeof c);
+    c.size = (uint32_t)(size < sizeof c ? size : sizeof c); /* the fields the caller knows */
+    c.version = FTRT_VERSION_MAJOR;
+    c.bucket_bytes = DEFAULT_BUCKET_BYTES;
+    c.first_bucket_bytes = DEFAULT_FIRST_BUCKET_BYTES;
+    c.reverse = 1;
+    c.average = 1;
+    c.piece_bytes = DEFAULT_PIECE_BYTES;
+    memcpy(cfg, &c, c.size);
+    return 0;
+}
+
+int ftrt__bucket_config_copy(ftrt_bucket_config *dst, const ftrt_bucket_config *src)
+{
+    ftrt_bucket_config_init(dst, sizeof *dst);
+    if (!src) return 0;
+    if (src->size < FTRT__BUCKET_CONFIG_V1) return FTRT_EINVAL;
+    memcpy(dst, src, src->size < sizeof *dst ? src->size : sizeof *dst);
+    dst->size = sizeof *dst;
     return 0;
 }
 
@@ -247,23 +261,20 @@ int ftrt__bucketer_create_be(ftrt__plane *plane, const size_t *counts, int ntens
 {
     if (!out) return FTRT_EINVAL;
     *out = NULL;
-    ftrt_bucket_config def;
-    if (!cfg) {
-        ftrt_bucket_config_init(&def, sizeof def);
-        cfg = &def;
-    }
+    ftrt_bucket_config def; /* cfg as this library knows it: later fields at defaults */
+    if (ftrt__bucket_config_copy(&def, cfg)) return FTRT_EINVAL;
+    cfg = &def;
     size_t es = ftrt__k_esize((int)dtype);
     if (!es) {
         ftrt_log_error("bucketer: unknown dtype %d (FTRT_FLOAT32, FTRT_FLOAT64, FTRT_INT64, "
                        "FTRT_BFLOAT16, FTRT_FLOAT16)", (int)dtype);
         return FTRT_EINVAL;
     }
-    if (cfg && cfg->size >= sizeof *cfg && cfg->average && dtype == FTRT_INT64) {
+    if (cfg->average && dtype == FTRT_INT64) {
         ftrt_log_error("bucketer: average (the mean) is not defined for FTRT_INT64: use a sum");
         return FTRT_EINVAL;
     }
-    if (!plane || !counts || ntensors < 1 || cfg->size < sizeof *cfg ||
-        cfg->bucket_bytes == 0 || cfg->first_bucket_bytes == 0)
+    if (!plane || !counts || ntensors < 1 || cfg->bucket_bytes == 0 || cfg->first_bucket_bytes == 0)
         return FTRT_EINVAL;
     for (int i = 0; i < ntensors; i++)
         if (counts[i] > SIZE_MAX / 16 / (size_t)ntensors) return FTRT_EINVAL;
@@ -276,6 +287,7 @@ int ftrt__bucketer_create_be(ftrt__plane *plane, const size_t *counts, int ntens
     b->dtype = dtype;
     b->esize = es;
     b->average = cfg->average ? 1 : 0;
+    b->in_place = cfg->in_place ? 1 : 0;
     b->n = n;
     size_t *bytes = malloc((size_t)n * sizeof *bytes);
     int rc = -ENOMEM;
@@ -315,7 +327,7 @@ fail: /* the backend's argument is not ours to destroy: b->be is still NULL */
 
 /* The CPU backend: the context's request engine. */
 static int cpu_submit(void *arg, int bucket, const int *tensors, const ftrt__seg *segs, int n,
-                      size_t count, double scale, struct ftrt_request **req)
+                      size_t count, double scale, int in_place, struct ftrt_request **req)
 {
     ftrt_bucketer *b = arg;
     (void)bucket;
@@ -324,8 +336,8 @@ static int cpu_submit(void *arg, int bucket, const int *tensors, const ftrt__seg
     ftrt__engine *e = ftrt__engine_get(b->plane, &rc);
     if (!e) return rc;
     ftrt__areq *r;
-    rc = ftrt__engine_submit(e, b->plane->watch->epoch, segs, n, count, (int)b->dtype, FTRT_SUM, scale,
-                             &r);
+    rc = ftrt__engine_submit(e, b->plane->watch->epoch, segs, n, count, (int)b->dtype, FTRT_SUM,
+                             scale, in_place, &r);
     if (rc) return rc;
     *req = &r->base;
     return 0;
@@ -348,6 +360,14 @@ int ftrt__bucketer_create(ftrt__plane *plane, const size_t *counts, int ntensors
     rc = ftrt__bucketer_create_be(plane, counts, ntensors, dtype, cfg, &cpu_backend, NULL, out);
     if (!rc) (*out)->be_arg = *out;
     return rc;
+}
+
+/* 1 when segs[0..n) are one run of memory: each starts where the one before it ends. */
+static int contiguous(const ftrt__seg *segs, int n)
+{
+    for (int i = 1; i < n; i++)
+        if ((char *)segs[i].ptr != (char *)segs[i - 1].ptr + segs[i - 1].bytes) return 0;
+    return 1;
 }
 
 /* Starts piece p's allreduce over the parts of its tensors that fall in its byte range. A
@@ -379,7 +399,10 @@ static inline __attribute__((always_inline)) int submit(ftrt_bucketer *b, int p)
         n = 1;
     }
     double scale = b->average ? 1.0 / (double)b->plane->size : 1.0;
-    return b->be->submit(b->be_arg, k, b->tidx, b->segs, n, (hi - lo) / b->esize, scale,
+    int in_place = b->in_place && contiguous(b->segs, n);
+    if (!in_place)
+        atomic_fetch_add_explicit(&b->packed, (long long)(hi - lo), memory_order_relaxed);
+    return b->be->submit(b->be_arg, k, b->tidx, b->segs, n, (hi - lo) / b->esize, scale, in_place,
                          &b->reqs[p]);
 }
 
@@ -642,6 +665,19 @@ int ftrt_bucketer_bucket_of(const ftrt_bucketer *b, int tensor)
 {
     if (!b || tensor < 0 || tensor >= b->n) return FTRT_EINVAL;
     return b->bucket_of[tensor];
+}
+
+int ftrt_bucketer_layout(const ftrt_bucketer *b, int tensor, size_t *offset)
+{
+    if (!b || !offset || tensor < 0 || tensor >= b->n) return FTRT_EINVAL;
+    *offset = b->t_off[tensor];
+    return b->bucket_of[tensor];
+}
+
+long long ftrt_bucketer_packed_bytes(const ftrt_bucketer *b)
+{
+    if (!b) return FTRT_EINVAL;
+    return atomic_load_explicit(&((ftrt_bucketer *)b)->packed, memory_order_relaxed);
 }
 
 const ftrt__bucket_backend *ftrt__bucketer_backend(const ftrt_bucketer *b, void **arg)

@@ -26,6 +26,15 @@
 int ftrt__bucket_assign(const size_t *bytes, int n, int reverse, size_t first_cap, size_t cap,
                         int *order, int *start, int *bucket_of);
 
+/* The size of ftrt_bucket_config before `in_place` was added: a caller built against that
+ * header passes it, and the fields it does not know take their defaults. */
+#define FTRT__BUCKET_CONFIG_V1 offsetof(ftrt_bucket_config, in_place)
+
+/* *dst = the defaults overlaid with the fields src's caller knows (src->size bytes; NULL:
+ * the defaults), dst->size = sizeof *dst. 0, or FTRT_EINVAL (src->size below
+ * FTRT__BUCKET_CONFIG_V1; dst holds the defaults). Thread-safe. */
+int ftrt__bucket_config_copy(ftrt_bucket_config *dst, const ftrt_bucket_config *src);
+
 /* What a direct backend's submit returns when it cannot start the bucket on the calling thread
  * (the GPU plane off its owning thread before the epoch's NCCL communicator exists, which only
  * the owner may build): the piece stays unsubmitted and the owner starts it at its next
@@ -34,12 +43,15 @@ int ftrt__bucket_assign(const size_t *bytes, int n, int reverse, size_t first_ca
 
 /* What the bucketer does with a complete bucket: start its allreduce (sum, then multiplied by
  * `scale`) of the tensors segs[0..n) (application pointers, in bucket order, `count` elements)
- * and return a request; submit is called in bucket order, from the application thread (a
- * direct backend: from any thread, under the bucketer's step lock). */
+ * and return a request. in_place: 1 when the bucketer's configuration allows it and segs are
+ * one run of memory (each starts where the one before ends): the backend reduces on that
+ * memory itself, with no staging copy (ftrt_bucket_config.in_place). submit is called in
+ * bucket order, from the application thread (a direct backend: from any thread, under the
+ * bucketer's step lock). */
 typedef struct ftrt__bucket_backend {
     /* tensors[0..n): the tensor indices of segs */
     int (*submit)(void *arg, int bucket, const int *tensors, const ftrt__seg *segs, int n,
-                  size_t count, double scale, struct ftrt_request **req);
+                  size_t count, double scale, int in_place, struct ftrt_request **req);
     /* waits for a request without the wait bookkeeping (the bucketer counts one wait for
      * ftrt_bucketer_wait_all); returns its result */
     int (*wait_raw)(struct ftrt_request *req);

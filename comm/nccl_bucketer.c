@@ -22,7 +22,7 @@ typedef struct gpu_bk {
  * Any thread (under the bucketer's step lock); off the owner, deferred to it while the epoch
  * has no communicator yet. */
 static int bk_submit(void *arg, int bucket, const int *tensors, const ftrt__seg *segs, int n,
-                     size_t count, double scale, struct ftrt_request **req)
+                     size_t count, double scale, int in_place, struct ftrt_request **req)
 {
     gpu_bk *bk = arg;
     ftrt_gpu *g = bk->g;
@@ -37,7 +37,8 @@ static int bk_submit(void *arg, int bucket, const int *tensors, const ftrt__seg 
     for (int j = 0; !rc && j < n; j++)
         rc = ftrt__cuda_err(cudaStreamWaitEvent(g->stream, bk->ev[tensors[j]], 0),
                             "cudaStreamWaitEvent");
-    if (!rc) rc = ftrt__gpu_submit(g, segs, n, count, bk->dtype, FTRT_SUM, scale, req);
+    if (!rc) rc = ftrt__gpu_submit(g, segs, n, count, bk->dtype, FTRT_SUM, scale, in_place,
+                                           req);
     pthread_mutex_unlock(&g->lock);
     return rc;
 }
@@ -84,9 +85,7 @@ int ftrt_gpu_bucketer_create(ftrt_gpu *g, const size_t *counts, int ntensors, ft
                             "cudaEventCreate");
     g->nbucketers++;
     ftrt_bucket_config c; /* whole buckets: NCCL pipelines inside a collective */
-    if (cfg && cfg->size >= sizeof c) c = *cfg;
-    else if (!cfg) ftrt_bucket_config_init(&c, sizeof c);
-    else rc = FTRT_EINVAL;
+    if (!rc) rc = ftrt__bucket_config_copy(&c, cfg);
     c.piece_bytes = 0;
     if (!rc) rc = ftrt__bucketer_create_be(g->plane, counts, ntensors, dtype, &c, &gpu_backend, bk,
                                            out);

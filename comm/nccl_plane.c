@@ -6,6 +6,9 @@
  *   wait for the producer (event) -> pack kernel (tensors -> plane-owned device bucket)
  *   -> ncclAllReduce in place on the bucket -> guarded unpack kernel (bucket -> tensors, times
  *   scale) -> `done` event, which consumers (the optimizer's stream) wait on.
+ *   With ftrt_bucket_config.in_place and tensors back to back (gradients as bucket views), the
+ *   bucket is the tensors' memory: no pack, the allreduce on it, the guarded unpack kernel
+ *   scaling it in place.
  * The host polls `done` together with ncclCommGetAsyncError and the epoch flag. On an epoch
  * change (or an NCCL/CUDA error) the plane first bumps the guard word (mapped pinned memory) so
  * that unpacks still queued write nothing, then revokes and destroys (or aborts) the
@@ -387,7 +390,7 @@ static ncclRedOp_t nccl_op(int op) { return op == FTRT_MIN ? ncclMin : op == FTR
 
 /* (comm/nccl_plane.h) */
 int ftrt__gpu_submit(ftrt_gpu *g, const ftrt__seg *segs, int n, size_t count, int dtype, int op,
-                     double scale, ftrt_request **out)
+                     double scale, int in_place, ftrt_request **out)
 {
     ftrt__plane *pl = g->plane;
     *out = NULL;
@@ -402,16 +405,26 @@ int ftrt__gpu_submit(ftrt_gpu *g, const ftrt__seg *segs, int n, size_t count, in
     if ((rc = req_get(g, &r)) != 0) return rc;
     size_t bytes = 0;
     for (int i = 0; i < n; i++) bytes += segs[i].bytes;
-    rc = get_buf(g, 1, bytes, &r->staging);
+    /* in place: the bucket is the tensors' own memory, seen as one tensor by the guarded
+     * unpack kernel, which then scales it where it lies (bit-identical to the copy path) */
+    ftrt__seg whole = {in_place ? segs[0].ptr : NULL, bytes};
+    if (in_place) {
+        segs = &whole;
+        n = 1;
+    } else {
+        rc = get_buf(g, 1, bytes, &r->staging);
+    }
     if (!rc) rc = get_buf(g, 0, (size_t)n * sizeof(ftrt__kdesc), &r->desc);
     if (rc) goto unqueued;
+    void *bucket = in_place ? whole.ptr : r->staging.p;
     size_t max_bytes;
     ftrt__kdesc_fill(r->desc.p, segs, n, &max_bytes);
-    rc = ftrt__cuda_err(ftrt__kgpu_pack(r->staging.p, r->desc.p, n, max_bytes, g->stream),
-                        "pack kernel");
+    if (!in_place)
+        rc = ftrt__cuda_err(ftrt__kgpu_pack(bucket, r->desc.p, n, max_bytes, g->stream),
+                            "pack kernel");
     if (rc) goto queued;
-    ncclResult_t nr = ncclAllReduce(r->staging.p, r->staging.p, count, nccl_type(dtype),
-                                    nccl_op(op), g->comm, g->stream);
+    ncclResult_t nr = ncclAllReduce(bucket, bucket, count, nccl_type(dtype), nccl_op(op),
+                                    g->comm, g->stream);
     if ((rc = nccl_err(nr, g->comm, "ncclAllReduce")) != 0) goto queued;
     for (long i = 0; nr == ncclInProgress; i++) { /* nonblocking communicator: enqueue pending */
         if (ncclCommGetAsyncError(g->comm, &nr) != ncclSuccess) nr = ncclInternalError;
@@ -421,9 +434,10 @@ int ftrt__gpu_submit(ftrt_gpu *g, const ftrt__seg *segs, int n, size_t count, in
             polite(i);
         }
     }
-    rc = ftrt__cuda_err(ftrt__kgpu_unpack_scale(r->staging.p, r->desc.p, n, max_bytes, dtype,
-                                                scale, g->guard, g->gen, g->stream),
-                        "unpack kernel");
+    if (!in_place || (scale != 1.0 && ftrt__k_scalable(dtype)))
+        rc = ftrt__cuda_err(ftrt__kgpu_unpack_scale(bucket, r->desc.p, n, max_bytes, dtype,
+                                                    scale, g->guard, g->gen, g->stream),
+                            "unpack kernel");
     if (!rc) rc = ftrt__cuda_err(cudaEventRecord(r->done, g->stream), "cudaEventRecord");
     if (rc) goto queued;
     r->next = g->live;
@@ -670,7 +684,7 @@ int ftrt_gpu_allreduce_start(ftrt_gpu *g, void *buf, size_t count, ftrt_dtype dt
     ftrt__seg seg = {buf, count * ftrt__k_esize((int)dtype)};
     pthread_mutex_lock(&g->lock); /* ev_producer and the stream are shared with posting threads */
     if ((rc = after_producer(g, producer)) == 0)
-        rc = ftrt__gpu_submit(g, &seg, 1, count, dtype, op, 1.0, req);
+        rc = ftrt__gpu_submit(g, &seg, 1, count, dtype, op, 1.0, 0, req);
     pthread_mutex_unlock(&g->lock);
     return rc;
 }

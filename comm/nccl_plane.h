@@ -53,12 +53,15 @@ int ftrt__gpu_on_owner(const struct ftrt_gpu *g);
 int ftrt__gpu_comm_ready(const struct ftrt_gpu *g);
 /* Queues one collective (op over `count` elements of dtype) of the tensors segs[0..n) on the
  * communication stream: pack, ncclAllReduce, unpack times scale, `done` event; *out receives
- * the request (ftrt_request_wait/test/free). The caller holds g->lock and has ordered the
+ * the request (ftrt_request_wait/test/free). in_place: segs are one run of memory (the caller
+ * checked): the allreduce runs there, no staging bucket and no pack; the guarded unpack kernel
+ * scales that memory in place (skipped when there is nothing to scale), so the bits are those
+ * of the copy path. The caller holds g->lock and has ordered the
  * stream after the producers; off the owner, the communicator exists (ftrt__gpu_comm_ready).
  * Returns 0, FTRT_EINVAL (n outside 1..65535), FTRT_ESTATE (recovery owed), the watch's code,
  * FTRT_ENCCL, FTRT_ECUDA, FTRT_ENOTSUP (a setting the build's NCCL lacks), -ENOMEM. */
 int ftrt__gpu_submit(struct ftrt_gpu *g, const ftrt__seg *segs, int n, size_t count, int dtype,
-                     int op, double scale, ftrt_request **out);
+                     int op, double scale, int in_place, ftrt_request **out);
 /* Waits for a request of the plane outside the host's wait bracket (the bucketer brackets its
  * own waits). 0, or the request's error. */
 int ftrt__gpu_wait_raw(struct ftrt_request *base);

@@ -135,6 +135,9 @@ def parse_args(argv):
                     "gradients (see the module docstring)")
     ap.add_argument("--bucket-mb", type=float, default=25.0, help="bucket size, MiB (25, "
                     "DDP's bucket_cap_mb; both backends)")
+    ap.add_argument("--bucket-view", action="store_true", help="gradients as views of their "
+                    "buckets (gradient_as_bucket_view, both backends): reduced in place, no "
+                    "copies; ftrt's logical rank 0 prints the bytes its bucketer packed")
     ap.add_argument("--warmup-steps", type=int, default=5, help="steps left out of the "
                     "step-time figure (5)")
     ap.add_argument("--master-addr", default=os.environ.get("MASTER_ADDR", "127.0.0.1"),
@@ -279,7 +282,8 @@ def main_ftrt(a):
     nparams = sum(p.numel() for p in model.parameters())
     ft = ftp.FaultTolerant(model, opt, checkpoint_every=a.ckpt_every,
                            checkpoint_dir=a.ckpt_dir, report=a.report, seed=a.seed,
-                           bucket_cap_mb=a.bucket_mb)  # FLOPs and peak for eMFU: found
+                           bucket_cap_mb=a.bucket_mb,  # FLOPs and peak for eMFU: found
+                           gradient_as_bucket_view=a.bucket_view)
     if ft.rank == 0 and ft.epoch == 0:
         print(f"train_torch: ftrt, {ft.world_size} trainers, {a.layers} x {a.hidden} hidden "
               f"({nparams} parameters), {ft.averager.buckets} bucket(s), batch {a.batch} per "
@@ -312,6 +316,8 @@ def main_ftrt(a):
         ft.close()
         return 1
     if ft.rank == 0:  # the job is over (ft closed itself after the last step)
+        if a.bucket_view:
+            print(f"train_torch: bucketer packed {ft.averager.packed_bytes} bytes")
         report_step_times(times, a, "train_torch")
         finish(torch, a, model, data, last_loss, ft.world_size, "train_torch")
     return 0
@@ -334,7 +340,7 @@ def main_gloo(a):
                             rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=120))
     model, opt = build(torch, a)
-    ddp = DDP(model, bucket_cap_mb=a.bucket_mb)
+    ddp = DDP(model, bucket_cap_mb=a.bucket_mb, gradient_as_bucket_view=a.bucket_view)
     nparams = sum(p.numel() for p in model.parameters())
     if rank == 0:
         print(f"train_torch: gloo DDP, {world} ranks, {a.layers} x {a.hidden} hidden "

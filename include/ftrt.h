@@ -656,10 +656,29 @@ typedef struct ftrt_bucket_config {
                                   0: the sum. Not for FTRT_INT64. */
     size_t piece_bytes;        /* largest allreduce, bytes (default 4 MiB; 0 = whole buckets).
                                   The same on every trainer: it sets the collectives' counts. */
+    int in_place;              /* 0 (default): every piece is packed into a staging buffer,
+                                  reduced there and unpacked into the tensors. 1: a piece whose
+                                  tensors lie back to back in memory, in bucket order (each
+                                  starts where the one before it in ftrt_bucketer_layout() ends:
+                                  gradients allocated as views of one flat buffer per bucket,
+                                  DDP's gradient_as_bucket_view), is reduced in place on that
+                                  memory, with no pack or unpack copy; other pieces are still
+                                  copied. What the CPU plane gives up in place: an allreduce
+                                  abandoned by a failure may still write the tensors' memory
+                                  after ftrt_recover() returns, until MPI_Finalize (it writes
+                                  staging buffers only otherwise), so the caller must not use
+                                  that memory for live data again: allocate new gradient
+                                  buffers after each recovery (ftrt.pytorch does) and keep the
+                                  old ones allocated. The NCCL plane loses nothing (its abort
+                                  stops the allreduce's kernels, the scale is guarded as the
+                                  unpack is). Results are bit-identical to the copy path.
+                                  docs/collectives.md, "In-place buckets". */
 } ftrt_bucket_config;
 
-/* Fills *cfg with the defaults above. size: sizeof(ftrt_bucket_config) as the caller knows it.
- * Returns 0 or FTRT_EINVAL (NULL, or size too small). Thread-safe. */
+/* Fills *cfg with the defaults above. size: sizeof(ftrt_bucket_config) as the caller knows it:
+ * a caller built against a header older than `in_place` passes a smaller size, gets the
+ * fields it knows (cfg->size = size) and, passing that config on, the defaults of the others
+ * (in_place 0). Returns 0 or FTRT_EINVAL (NULL, or size below that older struct's). Thread-safe. */
 FTRT_API int ftrt_bucket_config_init(ftrt_bucket_config *cfg, size_t size);
 
 typedef struct ftrt_bucketer ftrt_bucketer;
@@ -760,6 +779,24 @@ FTRT_API int ftrt_bucketer_pieces(const ftrt_bucketer *b);
 /* The bucket of `tensor` (buckets are numbered in the order they start), or FTRT_EINVAL.
  * Thread-safe (fixed at creation). */
 FTRT_API int ftrt_bucketer_bucket_of(const ftrt_bucketer *b, int tensor);
+
+/* Where `tensor` lies in its bucket: returns its bucket (as ftrt_bucketer_bucket_of()) and
+ * stores in *offset its byte offset from the start of the bucket (tensors back to back in
+ * bucket order, counts[t] * element size bytes each; a bucket's size is the largest offset +
+ * size of its tensors). Allocating each bucket as one buffer and each gradient at its offset
+ * in it makes every piece contiguous, so that ftrt_bucket_config.in_place reduces them with
+ * no copy (DDP's gradient_as_bucket_view). The layout depends only on the counts, dtype and
+ * configuration: the same on every trainer and on a hot spare promoted later. Returns the
+ * bucket (>= 0) or FTRT_EINVAL (NULL b or offset, bad index). Thread-safe (fixed at
+ * creation). */
+FTRT_API int ftrt_bucketer_layout(const ftrt_bucketer *b, int tensor, size_t *offset);
+
+/* Bytes the bucketer has sent through a staging copy since its creation (the pieces that were
+ * packed and unpacked, each counted once); pieces reduced in place (ftrt_bucket_config.
+ * in_place) add nothing. A statistic for tests and benchmarks: 0 after any number of steps
+ * means every piece ran in place. Returns the count (>= 0) or FTRT_EINVAL (NULL). Any thread
+ * (a relaxed atomic read). */
+FTRT_API long long ftrt_bucketer_packed_bytes(const ftrt_bucketer *b);
 
 /* Frees the bucketer. Returns 0 (also for NULL), or FTRT_ESTATE while a bucket of an unfinished
  * step is in flight (call ftrt_bucketer_wait_all() or ftrt_bucketer_reset() first). Application

@@ -294,6 +294,64 @@ def grad_averager_threads(ctx):
     avg.close()
 
 
+def grad_averager_views(ctx):
+    """gradient_as_bucket_view: two copies of a model averaged side by side, one with views
+    and one without, give bitwise the same gradients through plain steps, a step after
+    zero_grad(set_to_none=True) (autograd's new gradients are copied back into the views), no_sync()
+    accumulation and an unused parameter; p.grad stays a view of the buckets, and the bucketers
+    of the view run pack nothing while the other's pack every byte."""
+    import torch
+    import ftrt.pytorch as ftp
+    torch.set_num_threads(1)
+    r = ctx.rank
+    models, avgs = [], []
+    for views in (True, False):
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(),
+                                torch.nn.Linear(32, 4))
+        unused = torch.nn.Parameter(torch.ones(3))
+        params = list(m.parameters()) + [unused]
+        models.append((m, params))
+        avgs.append(ftp.GradAverager(ctx, params, bucket_bytes=1024, first_bucket_bytes=256,
+                                     sync_in_backward=views, gradient_as_bucket_view=views))
+    check(avgs[0].buckets >= 2, f"several buckets ({avgs[0].buckets})")
+    flats = {t.data_ptr(): t for t in avgs[0]._flats}
+
+    def is_view(p):
+        base = p.grad._base if p.grad is not None else None
+        return base is not None and base.data_ptr() in flats
+
+    check(all(is_view(p) for p in models[0][1]), "p.grad is a bucket view before any backward")
+    for step in range(4):
+        g = torch.Generator().manual_seed(77 * step + r)
+        x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+        for (m, params), avg in zip(models, avgs):
+            for p in params:
+                if step == 1:
+                    p.grad = None  # zero_grad(set_to_none=True)
+                elif p.grad is not None:
+                    p.grad.zero_()  # zero_grad(set_to_none=False)
+            if step == 2:
+                with avg.no_sync():
+                    (m(x[:4]) - y[:4]).square().mean().backward()
+                (m(x[4:]) - y[4:]).square().mean().backward()
+            else:
+                (m(x) - y).square().mean().backward()
+            avg.wait()
+        a = torch.cat([p.grad.reshape(-1) for p in models[0][1]])
+        b = torch.cat([p.grad.reshape(-1) for p in models[1][1]])
+        check(torch.equal(a, b) and bool(a.abs().sum() > 0),
+              f"step {step}: views give the copy path's gradients bitwise")
+        check(all(is_view(p) for p in models[0][1]), f"step {step}: p.grad is still a view")
+    check(avgs[0].packed_bytes == 0, f"views pack nothing ({avgs[0].packed_bytes} B)")
+    total = sum(p.numel() * 4 for p in models[1][1])
+    check(avgs[1].packed_bytes == 4 * total, f"without views every byte is packed "
+                                              f"({avgs[1].packed_bytes} B of {4 * total})")
+    for avg in avgs:
+        avg.close()
+    check(avgs[0].packed_bytes == 0, "packed_bytes is kept past close()")
+
+
 def checks(ctx):
     check(0 <= ctx.rank < ctx.size and ctx.epoch == 0 and ctx.world_rank == ctx.rank + 1,
           "identity")
@@ -305,6 +363,7 @@ def checks(ctx):
         grad_averager(ctx)
         grad_averager(ctx, sync_in_backward=True)
         grad_averager_threads(ctx)
+        grad_averager_views(ctx)
 
 
 def main():

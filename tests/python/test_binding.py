@@ -56,6 +56,7 @@ C_TO_CTYPES = {
     "cudaStream_t": ctypes.c_void_p,
     "int64_t *": ctypes.POINTER(ctypes.c_int64),
     "const size_t *": ctypes.POINTER(ctypes.c_size_t),
+    "size_t *": ctypes.POINTER(ctypes.c_size_t), "long long": ctypes.c_longlong,
     "ftrt_config *": ctypes.POINTER(_lib.Config),
     "const ftrt_config *": ctypes.POINTER(_lib.Config),
     "ftrt_bucket_config *": ctypes.POINTER(_lib.BucketConfig),

@@ -75,9 +75,11 @@ class FakeCtx:
 class FakeAverager:
     fail_at = set()  # steps (ctx.last_done + 1) at which wait() raises FtrtRecover once
 
-    def __init__(self, ctx, params, bucket_bytes=None, sync_in_backward=False):
+    def __init__(self, ctx, params, bucket_bytes=None, sync_in_backward=False,
+                 gradient_as_bucket_view=False):
         self.ctx, self.params, self.buckets = ctx, list(params), 1
         self.resets = 0
+        self.gradient_as_bucket_view = gradient_as_bucket_view
 
     def wait(self):
         step = getattr(self.ctx, "last_done", -1) + 1

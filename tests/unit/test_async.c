@@ -4,7 +4,8 @@
  * pipelined in chunks of 3 floats (chunks start in order, straddle tensor boundaries). Request lifecycle (pack, start in
  * submission order, unpack with scaling, test/wait/free), failure awareness (an epoch change or
  * a fatal code fails requests promptly and leaves application memory alone; started staging
- * buffers go to the graveyard and are never handed out again; unstarted ones are reused), and a
+ * buffers go to the graveyard and are never handed out again; unstarted ones are reused), requests
+ * in place on the application's memory (no staging, bits as the copy path's), and a
  * stress run where the application thread and the progress thread meet (also run under
  * ThreadSanitizer by tests/run.sh).
  */
@@ -109,7 +110,7 @@ static ftrt__areq *submit(fx *x, float *buf, size_t n, double scale, int epoch)
     ftrt__seg seg = {buf, n * sizeof(float)};
     ftrt__areq *r = NULL;
     assert_int_equal(ftrt__engine_submit(x->e, epoch, &seg, 1, n, FTRT_FLOAT32, FTRT_SUM, scale,
-                                         &r),
+                                         0, &r),
                      0);
     return r;
 }
@@ -133,7 +134,8 @@ static void lifecycle(void **state)
     float a[5] = {1, 2, 3, 4, 5}, b[1] = {0.1f}, c[3] = {-7, 8.5f, 1e30f};
     ftrt__seg segs[3] = {{a, sizeof a}, {b, sizeof b}, {c, sizeof c}};
     ftrt__areq *r;
-    assert_int_equal(ftrt__engine_submit(x->e, 0, segs, 3, 9, FTRT_FLOAT32, FTRT_SUM, 0.5, &r), 0);
+    assert_int_equal(ftrt__engine_submit(x->e, 0, segs, 3, 9, FTRT_FLOAT32, FTRT_SUM, 0.5, 0, &r),
+                     0);
     ftrt_request *req = &r->base;
     assert_int_equal(ftrt_request_test(req), 0); /* not released */
     assert_int_equal(ftrt_request_free(req), FTRT_ESTATE);
@@ -223,6 +225,50 @@ static void epoch_change_fails_and_buries(void **state)
     assert_ptr_equal(p1, p2);
 }
 
+/* Submits three tensors that lie back to back in buf (5, 1 and 3 floats), in place or not. */
+static ftrt__areq *submit3(fx *x, float *buf, double scale, int in_place, int epoch)
+{
+    ftrt__seg segs[3] = {{buf, 5 * sizeof *buf}, {buf + 5, sizeof *buf},
+                         {buf + 6, 3 * sizeof *buf}};
+    ftrt__areq *r = NULL;
+    assert_int_equal(ftrt__engine_submit(x->e, epoch, segs, 3, 9, FTRT_FLOAT32, FTRT_SUM, scale,
+                                         in_place, &r),
+                     0);
+    return r;
+}
+
+/* In place: the collective runs on the application's memory (no staging buffer), the scale is
+ * applied there, and the bits equal the copy path's; a started in-place request that fails is
+ * neither buried nor pooled (the memory is the application's: ASan would catch a free). */
+static void in_place_request(void **state)
+{
+    fx *x = *state;
+    float v[9], w[9], keep[9];
+    for (int k = 0; k < 9; k++) v[k] = w[k] = keep[k] = (float)k / 3.0f + 0.1f;
+    atomic_store(&x->f.released, 1000);
+    ftrt__areq *r = submit3(x, v, 1.0 / 3.0, 1, 0);
+    assert_int_equal(ftrt_request_wait(&r->base), 0);
+    assert_ptr_equal(atomic_load(&x->f.last_staging), v); /* started on v itself */
+    assert_int_equal(ftrt_request_free(&r->base), 0);
+    r = submit3(x, w, 1.0 / 3.0, 0, 0);
+    assert_int_equal(ftrt_request_wait(&r->base), 0);
+    assert_ptr_not_equal(atomic_load(&x->f.last_staging), w);
+    assert_int_equal(ftrt_request_free(&r->base), 0);
+    assert_memory_equal(v, w, sizeof v);               /* bit-identical to the copy path */
+    assert_true(v[3] == (keep[3] * 2.0f) * (float)(1.0 / 3.0));
+    int pooled = x->e->pool.n;
+    atomic_store(&x->f.released, 0); /* the next one starts and never completes */
+    long starts = atomic_load(&x->f.starts);
+    r = submit3(x, v, 1.0, 1, 0);
+    while (atomic_load(&x->f.starts) == starts) ftrt_request_test(&r->base); /* inline drives */
+    atomic_store(&x->w.pending_epoch, 1);
+    assert_int_equal(ftrt_request_wait(&r->base), FTRT_ERECOVER);
+    ftrt__engine_quiesce(x->e);
+    assert_int_equal(x->e->grave.n, 0);
+    assert_int_equal(x->e->pool.n, pooled);
+    assert_int_equal(ftrt_request_free(&r->base), 0);
+}
+
 static void fatal_code(void **state)
 {
     fx *x = *state;
@@ -287,7 +333,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         BOTH(lifecycle), BOTH(starts_in_submission_order), BOTH(epoch_change_fails_and_buries),
-        BOTH(fatal_code), BOTH(stress), BOTH(stop_is_idempotent),
+        BOTH(fatal_code), BOTH(stress), BOTH(stop_is_idempotent), BOTH(in_place_request),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

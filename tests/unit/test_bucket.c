@@ -117,6 +117,13 @@ static void config_defaults(void **state)
     assert_int_equal(c.piece_bytes, 4 * MiB);
     assert_int_equal(c.size, sizeof c);
     assert_int_equal(ftrt_bucket_config_init(&c, 4), FTRT_EINVAL);
+    /* a caller built before in_place: its fields filled, nothing past them written */
+    size_t old = offsetof(ftrt_bucket_config, in_place);
+    memset(&c, 0x5A, sizeof c);
+    assert_int_equal(ftrt_bucket_config_init(&c, old), 0);
+    assert_int_equal(c.size, old);
+    assert_int_equal(c.piece_bytes, 4 * MiB);
+    assert_int_equal(c.in_place, 0x5A5A5A5A);
     assert_int_equal(ftrt_bucket_config_init(NULL, sizeof c), FTRT_EINVAL);
 }
 
@@ -132,6 +139,7 @@ typedef struct fake_log {
     int bucket[64], n[64];
     size_t count[64];
     double scale[64];
+    int in_place[64];
     void *first_ptr[64];
     void *seg_ptr[64][3];
     size_t seg_bytes[64][3];
@@ -151,11 +159,13 @@ static int fr_free(struct ftrt_request *r)
 static const ftrt__req_ops fr_ops = {fr_test, fr_wait, fr_free};
 
 static int fake_submit(void *arg, int bucket, const int *tensors, const ftrt__seg *segs, int n,
-                       size_t count, double scale, struct ftrt_request **req)
+                       size_t count, double scale, int in_place,
+                       struct ftrt_request **req)
 {
     fake_log *l = arg;
     (void)tensors;
     int i = l->nsub++;
+    l->in_place[i] = in_place;
     l->bucket[i] = bucket;
     l->n[i] = n;
     l->count[i] = count;
@@ -367,6 +377,81 @@ static void bucketer_pieces(void **state)
     free_ctx(ctx);
 }
 
+/* In place (ftrt_bucket_config.in_place): the layout places each tensor at its bucket offset;
+ * gradients allocated there make every piece one run of memory, handed to the backend in
+ * place, and nothing counts as packed; a piece whose tensors are apart is still copied (and
+ * counted), as is everything without the option. */
+static void bucketer_in_place(void **state)
+{
+    (void)state;
+    fake_plane *ctx = fake_ctx(2);
+    fake_log log = {0};
+    g_log = &log;
+    size_t counts[4] = {10, 30, 5, 100}; /* reverse: bucket 0 = {3}, bucket 1 = {2, 1, 0} */
+    ftrt_bucket_config c;
+    ftrt_bucket_config_init(&c, sizeof c);
+    c.first_bucket_bytes = 400;
+    c.piece_bytes = 64;
+    c.in_place = 1;
+    ftrt_bucketer *b;
+    assert_int_equal(ftrt__bucketer_create_be(&ctx->p, counts, 4, FTRT_FLOAT32, &c, &fake_backend,
+                                              &log, &b), 0);
+    assert_int_equal(ftrt_bucketer_buckets(b), 2);
+    size_t off[4], want[4] = {140, 20, 0, 0};
+    for (int t = 0; t < 4; t++) {
+        assert_int_equal(ftrt_bucketer_layout(b, t, &off[t]), t == 3 ? 0 : 1);
+        assert_int_equal(off[t], want[t]);
+    }
+    assert_int_equal(ftrt_bucketer_layout(b, 4, &off[0]), FTRT_EINVAL);
+    assert_int_equal(ftrt_bucketer_layout(b, 0, NULL), FTRT_EINVAL);
+    assert_int_equal(ftrt_bucketer_layout(NULL, 0, &off[0]), FTRT_EINVAL);
+    float flat0[100], flat1[45], apart[4][100];
+    for (int step = 0; step < 2; step++) { /* views of one flat buffer per bucket */
+        log.nsub = 0;
+        for (int t = 3; t >= 0; t--) {
+            float *base = t == 3 ? flat0 : flat1;
+            assert_int_equal(ftrt_bucketer_ready(b, t, (char *)base + off[t]), 0);
+        }
+        assert_int_equal(log.nsub, ftrt_bucketer_pieces(b));
+        for (int i = 0; i < log.nsub; i++) assert_int_equal(log.in_place[i], 1);
+        assert_int_equal(ftrt_bucketer_wait_all(b), 0);
+    }
+    assert_int_equal(ftrt_bucketer_packed_bytes(b), 0);
+    log.nsub = 0; /* separate tensors: single-tensor pieces are in place, the others copied */
+    for (int t = 3; t >= 0; t--) assert_int_equal(ftrt_bucketer_ready(b, t, apart[t]), 0);
+    long long copied = 0;
+    for (int i = 0; i < log.nsub; i++) {
+        assert_int_equal(log.in_place[i], log.n[i] == 1);
+        if (log.n[i] > 1) copied += (long long)log.count[i] * 4;
+    }
+    assert_true(copied > 0);
+    assert_int_equal(ftrt_bucketer_wait_all(b), 0);
+    assert_int_equal(ftrt_bucketer_packed_bytes(b), copied);
+    assert_int_equal(ftrt_bucketer_free(b), 0);
+    c.in_place = 0; /* the default: every piece copied, even a contiguous one */
+    assert_int_equal(ftrt__bucketer_create_be(&ctx->p, counts, 4, FTRT_FLOAT32, &c, &fake_backend,
+                                              &log, &b), 0);
+    log.nsub = 0;
+    for (int t = 3; t >= 0; t--)
+        assert_int_equal(ftrt_bucketer_ready(b, t, (char *)(t == 3 ? flat0 : flat1) + off[t]), 0);
+    for (int i = 0; i < log.nsub; i++) assert_int_equal(log.in_place[i], 0);
+    assert_int_equal(ftrt_bucketer_wait_all(b), 0);
+    assert_int_equal(ftrt_bucketer_packed_bytes(b), 580);
+    assert_int_equal(ftrt_bucketer_packed_bytes(NULL), FTRT_EINVAL);
+    assert_int_equal(ftrt_bucketer_free(b), 0);
+    c.in_place = 1; /* a config from a caller that does not know in_place: it stays off */
+    c.size = (uint32_t)offsetof(ftrt_bucket_config, in_place);
+    assert_int_equal(ftrt__bucketer_create_be(&ctx->p, counts, 4, FTRT_FLOAT32, &c, &fake_backend,
+                                              &log, &b), 0);
+    for (int t = 3; t >= 0; t--)
+        assert_int_equal(ftrt_bucketer_ready(b, t, (char *)(t == 3 ? flat0 : flat1) + off[t]), 0);
+    assert_int_equal(ftrt_bucketer_wait_all(b), 0);
+    assert_int_equal(ftrt_bucketer_packed_bytes(b), 580);
+    assert_int_equal(ftrt_bucketer_free(b), 0);
+    assert_int_equal(log.live, 0);
+    free_ctx(ctx);
+}
+
 static void bucketer_bad_arguments(void **state)
 {
     (void)state;
@@ -398,6 +483,7 @@ int main(void)
         cmocka_unit_test(assign_random_invariants),  cmocka_unit_test(config_defaults),
         cmocka_unit_test(bucketer_orders_buckets),   cmocka_unit_test(bucketer_epoch_change),
         cmocka_unit_test(bucketer_pieces),           cmocka_unit_test(bucketer_bad_arguments),
+        cmocka_unit_test(bucketer_in_place),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -283,8 +283,10 @@ static const ftrt__req_ops sr_ops = {sr_test, sr_wait, sr_free};
 /* The device bucket backend: each segment is a device range; it is read through the device
  * interface, reduced (3x + 1, times scale) and written back, on the submitting thread. */
 static int sim_submit(void *arg, int bucket, const int *tensors, const ftrt__seg *segs, int n,
-                      size_t count, double scale, struct ftrt_request **req)
+                      size_t count, double scale, int in_place,
+                       struct ftrt_request **req)
 {
+    (void)in_place;
     const ftrt__loc_ops *dev = arg;
     (void)bucket, (void)tensors, (void)count;
     int rc = 0;
@@ -353,8 +355,10 @@ typedef struct rec {
 } rec;
 
 static int rec_submit(void *arg, int bucket, const int *tensors, const ftrt__seg *segs, int n,
-                      size_t count, double scale, struct ftrt_request **req)
+                      size_t count, double scale, int in_place,
+                       struct ftrt_request **req)
 {
+    (void)in_place;
     (void)bucket, (void)tensors, (void)segs, (void)n, (void)count, (void)scale;
     ((rec *)arg)->nsub++;
     sim_req *r = calloc(1, sizeof *r);
@@ -576,8 +580,10 @@ typedef struct direct_be {
 } direct_be;
 
 static int direct_submit(void *arg, int bucket, const int *tensors, const ftrt__seg *segs, int n,
-                         size_t count, double scale, struct ftrt_request **req)
+                         size_t count, double scale, int in_place,
+                       struct ftrt_request **req)
 {
+    (void)in_place;
     direct_be *d = arg;
     int rc = ftrt__watch_check(d->w);
     if (rc) return rc;
@@ -585,7 +591,8 @@ static int direct_submit(void *arg, int bucket, const int *tensors, const ftrt__
     if (!owner && !atomic_load(&d->connected)) return FTRT__BUCKET_DEFER;
     if ((rc = atomic_exchange(&d->fail_with, 0)) != 0) return rc;
     pthread_mutex_lock(&d->lock);
-    if (d->dev) rc = sim_submit((void *)d->dev, bucket, tensors, segs, n, count, scale, req);
+    if (d->dev) rc = sim_submit((void *)d->dev, bucket, tensors, segs, n, count, scale, in_place,
+                                     req);
     else rc = rec_submit_any(req);
     pthread_mutex_unlock(&d->lock);
     atomic_fetch_add(owner ? &d->by_owner : &d->by_posters, 1);

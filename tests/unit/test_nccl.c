@@ -22,7 +22,9 @@
  * an epoch change fired from another thread aborts the communicator with a collective in
  * flight, the request fails with FTRT_ERECOVER, recovery builds the next one; a late call
  * leaves a rebuilt communicator alone. Requests and their events are pooled: sequential
- * allreduces create one `done` event in all (ftrt__gpu_events_created). Exits 77 when no CUDA
+ * allreduces create one `done` event in all (ftrt__gpu_events_created). In-place buckets
+ * (ftrt_bucket_config.in_place): views of one buffer reduced with nothing packed, and a scaled
+ * in-place collective bit-identical to the copy path. Exits 77 when no CUDA
  * device is usable.
  */
 #include <pthread.h>
@@ -38,6 +40,7 @@
 
 #include "ftrt_gpu.h"
 #include "comm/bucketer.h"
+#include "comm/nccl_plane.h"
 #include "comm/plane.h"
 #include "helpers.h"
 #include "kernels/kernels_gpu.h"
@@ -290,6 +293,74 @@ static void interrupt_from_agent(void **state)
 }
 
 /* ---- 16-bit dtypes ---- */
+
+/* Starts one ftrt__gpu_submit of the n segs (the caller's lock taken, as the bucketer does),
+ * with scale and in_place, and waits for it. */
+static void submit_wait(ftrt_gpu *g, const ftrt__seg *segs, int n, size_t count, double scale,
+                        int in_place)
+{
+    ftrt_request *r = NULL;
+    pthread_mutex_lock(&g->lock);
+    int rc = ftrt__gpu_submit(g, segs, n, count, FTRT_FLOAT32, FTRT_SUM, scale, in_place, &r);
+    pthread_mutex_unlock(&g->lock);
+    assert_int_equal(rc, 0);
+    assert_int_equal(ftrt_request_wait(r), 0);
+    assert_int_equal(ftrt_request_free(r), 0);
+}
+
+/* In place (ftrt_bucket_config.in_place): gradients as views of one device buffer at the
+ * offsets ftrt_bucketer_layout() gives are reduced with nothing packed, the bytes past the
+ * bucket untouched; ftrt__gpu_submit in place with a scale (the guarded unpack kernel scaling
+ * the bucket where it lies) gives the copy path's bits. */
+static void in_place_bucket_views(void **state)
+{
+    (void)state;
+    one_rank *ctx = one_rank_ctx();
+    ftrt_gpu *g;
+    assert_int_equal(ftrt__gpu_create(&ctx->plane, 0, &g), 0);
+    enum { N = 300007 };
+    size_t counts[3] = {1000, 250000, 49007};
+    float *h = malloc((N + 1) * 4), *back = malloc((N + 1) * 4), *ref = malloc((N + 1) * 4);
+    for (size_t i = 0; i < N; i++) h[i] = (float)i * 0.37f + 1e-3f;
+    h[N] = -1.5f; /* past the bucket: must stay */
+    float *d, *e;
+    CK(cudaMalloc((void **)&d, (N + 1) * 4));
+    CK(cudaMalloc((void **)&e, (N + 1) * 4));
+    CK(cudaMemcpy(d, h, (N + 1) * 4, cudaMemcpyHostToDevice));
+    ftrt_bucket_config bc;
+    ftrt_bucket_config_init(&bc, sizeof bc);
+    bc.first_bucket_bytes = (size_t)1 << 30; /* one bucket */
+    bc.in_place = 1;
+    ftrt_bucketer *b;
+    assert_int_equal(ftrt_gpu_bucketer_create(g, counts, 3, FTRT_FLOAT32, &bc, &b), 0);
+    size_t off[3];
+    for (int t = 0; t < 3; t++) assert_int_equal(ftrt_bucketer_layout(b, t, &off[t]), 0);
+    for (int step = 0; step < 2; step++) {
+        for (int t = 2; t >= 0; t--)
+            assert_int_equal(ftrt_gpu_bucketer_ready(b, t, (char *)d + off[t], 0), 0);
+        assert_int_equal(ftrt_gpu_bucketer_order(b, 0), 0);
+        assert_int_equal(ftrt_bucketer_wait_all(b), 0);
+    }
+    assert_int_equal(ftrt_bucketer_packed_bytes(b), 0);
+    CK(cudaMemcpy(back, d, (N + 1) * 4, cudaMemcpyDeviceToHost));
+    assert_memory_equal(back, h, (N + 1) * 4); /* the sum over one rank, the sentinel intact */
+    assert_int_equal(ftrt_bucketer_free(b), 0);
+    CK(cudaMemcpy(e, h, (N + 1) * 4, cudaMemcpyHostToDevice));
+    ftrt__seg sd[3] = {{d, 4000}, {d + 1000, 1000000}, {d + 251000, 196028}};
+    ftrt__seg se[3] = {{e, 4000}, {e + 1000, 1000000}, {e + 251000, 196028}};
+    submit_wait(g, sd, 3, N, 1.0 / 3.0, 1);
+    submit_wait(g, se, 3, N, 1.0 / 3.0, 0);
+    CK(cudaMemcpy(back, d, (N + 1) * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(ref, e, (N + 1) * 4, cudaMemcpyDeviceToHost));
+    assert_memory_equal(back, ref, (N + 1) * 4);
+    assert_true(back[7] == h[7] * (float)(1.0 / 3.0) && back[N] == -1.5f);
+    assert_int_equal(ftrt_gpu_free(g), 0);
+    cudaFree(d);
+    cudaFree(e);
+    free(h);
+    free(back);
+    free(ref);
+}
 
 static void h16_one_rank(void **state)
 {
@@ -596,6 +667,7 @@ int main(int argc, char **argv)
                                        cmocka_unit_test(requests_pooled),
                                        cmocka_unit_test(interrupt_from_agent),
                                        cmocka_unit_test(h16_one_rank),
+                                       cmocka_unit_test(in_place_bucket_views),
                                        cmocka_unit_test(posters_match_single_thread)};
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     MPI_Finalize();

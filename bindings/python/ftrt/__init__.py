@@ -235,6 +235,21 @@ class Bucketer:
         return _check(_clib().ftrt_bucketer_bucket_of(self._h, int(tensor)),
                      "ftrt_bucketer_bucket_of")
 
+    def layout(self, tensor: int) -> Tuple[int, int]:
+        """(bucket, byte offset) of `tensor` in its bucket (ftrt_bucketer_layout()): tensors
+        lie back to back in bucket order, so gradients placed at these offsets of one buffer
+        per bucket are reduced in place with BucketConfig.in_place. The same on every
+        trainer. Raises FtrtInvalid for a bad index."""
+        off = ctypes.c_size_t()
+        k = _check(_clib().ftrt_bucketer_layout(self._h, int(tensor), ctypes.byref(off)),
+                   "ftrt_bucketer_layout")
+        return k, off.value
+
+    def packed_bytes(self) -> int:
+        """Bytes sent through a staging copy since creation (ftrt_bucketer_packed_bytes()):
+        0 when every piece ran in place."""
+        return _check(_clib().ftrt_bucketer_packed_bytes(self._h), "ftrt_bucketer_packed_bytes")
+
     def free(self) -> None:
         """Frees the bucketer (idempotent); resets an unfinished step first. Raises FtrtError
         from ftrt_bucketer_free()."""

@@ -307,7 +307,9 @@ class BucketConfig(ctypes.Structure):
     """ftrt_bucket_config: bucket_bytes / first_bucket_bytes in bytes (defaults 25 MiB / 1 MiB,
     DDP's), reverse (1: gradients become ready from the last tensor to the first), average (1:
     the mean over the trainers, 0: the sum), piece_bytes (largest single allreduce, bytes;
-    default 4 MiB, 0 = whole buckets). Fill it with BucketConfig.defaults()."""
+    default 4 MiB, 0 = whole buckets), in_place (1: pieces whose tensors lie back to back in
+    bucket order are reduced on that memory, no copy; include/ftrt.h says what the CPU plane
+    gives up). Fill it with BucketConfig.defaults()."""
 
     _fields_ = [
         ("size", ctypes.c_uint32),
@@ -317,12 +319,15 @@ class BucketConfig(ctypes.Structure):
         ("reverse", ctypes.c_int),
         ("average", ctypes.c_int),
         ("piece_bytes", ctypes.c_size_t),
+        ("in_place", ctypes.c_int),
     ]
 
     @classmethod
     def defaults(cls: Type[_B]) -> _B:
-        """ftrt_bucket_config_init() with ctypes.sizeof(BucketConfig). Raises FtrtInvalid when
-        the library's struct is larger than this mirror."""
+        """ftrt_bucket_config_init() with ctypes.sizeof(BucketConfig) (a library with a
+        larger struct fills the fields this mirror has; its newer fields take their defaults).
+        Raises FtrtInvalid when this mirror is smaller than the oldest struct the library
+        takes."""
         cfg = cls()
         check(lib().ftrt_bucket_config_init(ctypes.byref(cfg), ctypes.sizeof(cfg)),
               "ftrt_bucket_config_init")
@@ -408,6 +413,8 @@ PROTOTYPES = {
     "ftrt_bucketer_buckets": (_c_int, [_vp]),
     "ftrt_bucketer_bucket_of": (_c_int, [_vp, _c_int]),
     "ftrt_bucketer_pieces": (_c_int, [_vp]),
+    "ftrt_bucketer_layout": (_c_int, [_vp, _c_int, ctypes.POINTER(ctypes.c_size_t)]),
+    "ftrt_bucketer_packed_bytes": (ctypes.c_longlong, [_vp]),
     "ftrt_bucketer_free": (_c_int, [_vp]),
     "ftrt_step_done": (_c_int, [_vp, _c_i64]),
     "ftrt_set_job_info": (_c_int, [_vp, _c_i64, _c_dbl, _c_dbl]),

@@ -274,6 +274,11 @@ class FaultTolerant:
         init_process() (ignored with ctx). ctx: an existing trainer Context (then finalizing
         it is the caller's business).
       bucket_cap_mb: gradient bucket size, MiB (DDP's default 25; the first bucket 1 MiB).
+      gradient_as_bucket_view: True makes every p.grad a view into its gradient bucket
+        (DDP's option of the same name, default False): buckets are reduced in place, with
+        no pack and unpack copies. zero_grad(set_to_none=True) costs one copy per gradient
+        per step (it is copied back into its view, as DDP does); set_to_none=False keeps the
+        zero-copy path. GradAverager's docstring has the details, recoveries included.
       state_capacity: bytes reserved for the pickled Python state (default 64 KiB).
       flops_per_step, peak_flops: for the report's eMFU. By default (None) both are found
         at this process's first step: its FLOPs are counted (FlopCounterMode where this torch
@@ -300,7 +305,8 @@ class FaultTolerant:
                  report: Optional[str] = None, config: Optional[Config] = None,
                  ctx: Optional[Context] = None, bucket_cap_mb: float = 25.0,
                  state_capacity: int = 1 << 16, flops_per_step: Optional[float] = None,
-                 peak_flops: Optional[float] = None, verbose: bool = True) -> None:
+                 peak_flops: Optional[float] = None, verbose: bool = True,
+                 gradient_as_bucket_view: bool = False) -> None:
         if scheduler is None:
             self.schedulers = []
         elif isinstance(scheduler, (list, tuple)):
@@ -342,7 +348,8 @@ class FaultTolerant:
         ctx.register("py:state", self._pystate.tensor)
         self.averager = GradAverager(ctx, model.parameters(),
                                      bucket_bytes=int(float(bucket_cap_mb) * (1 << 20)),
-                                     sync_in_backward=True)
+                                     sync_in_backward=True,
+                                     gradient_as_bucket_view=gradient_as_bucket_view)
         if not getattr(self.averager, "sync_in_backward", True):
             # without it p.grad would still be ftrt's between backward() and step()
             raise NotImplementedError("this torch has no autograd queue_callback "

@@ -14,6 +14,10 @@ from .pytorch_state import StateRegistry
 
 __all__ = ["GradAverager", "recover"]
 
+# Bucket buffers of abandoned steps (gradient_as_bucket_view on the CPU plane): never freed,
+# because MPI may still write them (comm/async.h, the graveyard).
+_BURIED: List[torch.Tensor] = []
+
 # the ftrt dtype gradients of each torch dtype are reduced in (their own)
 _FTRT_DTYPE = {torch.float32: FLOAT32, torch.float64: FLOAT64, torch.bfloat16: BFLOAT16,
                torch.float16: FLOAT16}
@@ -64,6 +68,22 @@ class GradAverager:
     Memory: from its hook until wait() returns, p.grad's memory belongs to ftrt (the result is
     written into it by the progress thread): do not read or modify grads before wait().
 
+    gradient_as_bucket_view: True makes each p.grad a view into one flat buffer per bucket,
+    laid out in the bucketer's bucket order (Bucketer.layout(), ftrt_bucketer_layout()), set
+    before the first backward (a gradient already there is copied in), so autograd
+    accumulates into the bucket and every bucket is reduced in place: no pack and unpack
+    copies, and no second copy of the gradients in memory (PyTorch DDP's option of the same
+    name, default False as there). As in DDP: a gradient that is not the view when its hook
+    runs (zero_grad(set_to_none=True) dropped it, or user code replaced it) is copied into the
+    view and p.grad set back to the view, at the cost of that copy (optimizer.zero_grad(
+    set_to_none=False) keeps the views and the zero-copy path); detach_() cannot be called on
+    a view; no_sync() accumulates into the views. On the CPU plane an allreduce abandoned by a
+    failure may still write its bucket after recovery (include/ftrt.h, ftrt_bucket_config.
+    in_place): reset(), which recover() calls, therefore moves p.grad to fresh buffers (their
+    contents copied over) and keeps the old ones allocated for the life of the process
+    (`buried`), one set of gradients' bytes per recovery. The layout depends only on the
+    parameters and bucket limits, so a promoted hot spare builds the same one.
+
     sync_in_backward: True makes backward() itself end the averaging, as DDP does: the first
     hook of a backward pass queues an autograd callback that runs wait() when the pass ends,
     so p.grad holds the mean when backward() returns (gradient clipping and other code that
@@ -78,7 +98,8 @@ class GradAverager:
 
     def __init__(self, ctx: Context, params: Iterable[torch.Tensor],
                  bucket_bytes: Optional[int] = None, first_bucket_bytes: Optional[int] = None,
-                 average: bool = True, sync_in_backward: bool = False) -> None:
+                 average: bool = True, sync_in_backward: bool = False,
+                 gradient_as_bucket_view: bool = False) -> None:
         self.ctx = ctx
         self.params = [p for p in params if p.requires_grad]
         if not self.params:
@@ -94,6 +115,8 @@ class GradAverager:
         if first_bucket_bytes is not None:
             cfg.first_bucket_bytes = int(first_bucket_bytes)
         cfg.average = 1 if average else 0
+        self.gradient_as_bucket_view = bool(gradient_as_bucket_view)
+        cfg.in_place = 1 if self.gradient_as_bucket_view else 0
         self._plane: Optional[_GpuPlane] = None
         if self.cuda_device is not None:
             self._plane = _GpuPlane(ctx, self.cuda_device)
@@ -132,6 +155,13 @@ class GradAverager:
         self._held: List[List[Any]] = [[] for _ in self.bucketers]  # (i, ptr) held per group
         self._left = [len(m) for m in self._members]  # per group: not yet handed this step
         self._open = 0  # the group being fed; earlier groups are complete this step
+        self._views: List[Optional[torch.Tensor]] = [None] * n  # p.grad's view, per param
+        self.buried: List[torch.Tensor] = []  # CPU buckets of abandoned steps (class doc)
+        self._flats: List[torch.Tensor] = []  # the bucket buffers of the views
+        self._packed_at_close: Optional[int] = None
+        self._dirty = False  # gradients handed over since the last successful wait()
+        if self.gradient_as_bucket_view:
+            self._make_views()
         self._accs: List[Any] = []
         self._handles: List[Any] = []
         for i, p in enumerate(self.params):
@@ -157,6 +187,56 @@ class GradAverager:
             self._where.append((g, len(self._members[g])))
             self._members[g].append(i)
 
+    def _make_views(self) -> None:
+        """gradient_as_bucket_view: allocates one flat buffer per bucket (zeros, the
+        parameters' dtype and device; sizes and offsets from Bucketer.layout()) and points
+        each p.grad at its place in it, copying a gradient already there."""
+        flats: List[torch.Tensor] = []
+        with torch.no_grad():
+            for g, members in enumerate(self._members):
+                b, first = self.bucketers[g], self.params[members[0]]
+                esize = first.element_size()
+                lay = [b.layout(j) for j in range(len(members))]
+                ends = [0] * b.buckets
+                for (k, off), i in zip(lay, members):
+                    ends[k] = max(ends[k], off // esize + self.params[i].numel())
+                group = [torch.zeros(e, dtype=first.dtype, device=first.device) for e in ends]
+                flats.extend(group)
+                for (k, off), i in zip(lay, members):
+                    p = self.params[i]
+                    v = group[k].narrow(0, off // esize, p.numel()).view_as(p)
+                    if p.grad is not None:
+                        v.copy_(p.grad)
+                    p.grad = v
+                    self._views[i] = v
+        self._flats = flats
+
+    def _to_view(self, i: int, p: torch.Tensor) -> Optional[torch.Tensor]:
+        """gradient_as_bucket_view: makes p.grad the view again (DDP's reducer does the same
+        when autograd left another tensor there): copies the gradient in, or zeros the view
+        for a parameter without one. Returns p.grad (the view), or None without views."""
+        v = self._views[i]
+        if v is None:
+            return None
+        g = p.grad
+        if g is None or g.data_ptr() != v.data_ptr():
+            with torch.no_grad():
+                if g is None:
+                    v.zero_()
+                else:
+                    v.copy_(g)
+            p.grad = v
+        return v
+
+    @property
+    def packed_bytes(self) -> int:
+        """Bytes the bucketers sent through a staging copy since creation
+        (ftrt_bucketer_packed_bytes(), summed): stays 0 with gradient_as_bucket_view while
+        every gradient is its view. After close(): the count it had then."""
+        if self._packed_at_close is not None:
+            return self._packed_at_close
+        return sum(b.packed_bytes() for b in self.bucketers)
+
     @property
     def buckets(self) -> int:
         """Number of buckets the parameters were assigned to (over all dtypes)."""
@@ -168,6 +248,7 @@ class GradAverager:
         still has gradients to come; handing the last of a dtype hands what the next one
         held. Returns 0 or the first negative rc."""
         g, j = self._where[i]
+        self._dirty = True  # a step has handed gradients over: until its wait() succeeds
         if len(self.bucketers) == 1:
             return fn(self.bucketer.handle, j, ptr)
         with self._hand_lock:
@@ -228,7 +309,7 @@ class GradAverager:
             owner = get_ident() == self._thread
             if (owner or self._gpu) and self._queue_callback is not None and not self._queued:
                 self._queue_end()
-            g = p.grad
+            g = p.grad if self._views[i] is None else self._to_view(i, p)
             if g is None or not g.is_contiguous():
                 return  # handled in wait()
             self._ready[i] = True
@@ -341,7 +422,9 @@ class GradAverager:
             if self._ready[i]:
                 continue
             p = self.params[i]
-            if p.grad is None:
+            if self._views[i] is not None:
+                self._to_view(i, p)
+            elif p.grad is None:
                 p.grad = torch.zeros_like(p)
             elif not p.grad.is_contiguous():
                 p.grad = p.grad.contiguous()
@@ -374,6 +457,7 @@ class GradAverager:
                     first = first or e
             if first is not None:
                 raise first
+            self._dirty = False
         finally:
             self._clear()
 
@@ -392,16 +476,29 @@ class GradAverager:
         step can be redone; recover() calls it."""
         for b in self.bucketers:
             b.reset()
+        if self.gradient_as_bucket_view and self._plane is None and self._dirty:
+            self._rebury()  # a bucket may have started: its MPI allreduce may still write
+        self._dirty = False
         self._clear()
         self._pending = None
         self._synced = self._ordered = False
         self._queued = False
+
+    def _rebury(self) -> None:
+        """CPU views after an abandoned step: keeps the old buckets allocated (an abandoned
+        MPI allreduce may still write them) and moves every p.grad to a fresh view, its
+        values copied over (class docstring, gradient_as_bucket_view)."""
+        self.buried.extend(self._flats)
+        _BURIED.extend(self._flats)  # also past close(), until the process exits
+        self._make_views()
 
     def close(self) -> None:
         """Removes the hooks and frees the bucketer (before ctx.finalize())."""
         for h in self._handles:
             h.remove()
         self._handles, self._accs = [], []
+        if self._packed_at_close is None:
+            self._packed_at_close = self.packed_bytes
         for b in self.bucketers:
             b.free()
         if self._plane is not None:
