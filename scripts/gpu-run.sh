@@ -447,14 +447,16 @@ if [ $built = 1 ]; then
   # Issue 21 (only when --only names it): the plane's pack and unpack(+scale) kernels against
   # cudaMemcpyAsync D2D of the same bytes, in one run (bench/pack_gpu_bench.c: buckets of 25 and
   # 100 MiB of transformer-shaped float32 and bfloat16 tensors, then the same with every tensor
-  # but the first off 16-byte alignment; descriptors in mapped host memory as the plane has
-  # them, and in device memory). No MPI, no NCCL. Exit 77 without a usable device.
+  # but the first off 16-byte alignment; then overlap-1trainer's buckets, 4 MiB float32
+  # tensors in 25 MiB; descriptors in mapped host memory as the plane has them, and in device
+  # memory). No MPI, no NCCL. Exit 77 without a usable device.
   if [[ $only == *" pack-gpu "* ]]; then
     if [ ! -x "$build/bench/pack_gpu_bench" ]; then
       not_run pack-gpu not_built "$build/bench/pack_gpu_bench"
     else
-      step pack-gpu 60 "$build/bench/pack_gpu_bench" --bucket-mib 25,100 --dtype f32,bf16 \
-        --skew-elems 0,1 --reps 50
+      step pack-gpu 60 bash -c '"$0" --bucket-mib 25,100 --dtype f32,bf16 --skew-elems 0,1 \
+        --reps 50 && "$0" --tensor-mib 4 --bucket-mib 25 --dtype f32 --reps 50' \
+        "$build/bench/pack_gpu_bench"
     fi
   fi
   # Issue 21 (only when --only names it): where overlap-1trainer's allreduce time goes, before
