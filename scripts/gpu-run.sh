@@ -102,11 +102,14 @@ step() {
   n=$((n + 1))
   local log; log=$logs/$(printf '%02d' $n)-$name.log
   local now left t s e rc status
+  local cmd="$*" # one line of steps.tsv: no tab or newline in the command's field
+  cmd=${cmd//$'\t'/ }
+  cmd=${cmd//$'\n'/ }
   now=$(date +%s)
   left=$((deadline - now - 15))
   if [ "$left" -lt 10 ]; then
     say "$name: skipped, the run's ${budget}s budget is spent"
-    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" -1 no_time 0 "$(basename "$log")" "$*" >>"$steps_tsv"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" -1 no_time 0 "$(basename "$log")" "$cmd" >>"$steps_tsv"
     echo "not run: the budget was spent" >"$log"
     failed=1
     return 1
@@ -128,7 +131,7 @@ step() {
     *) status=failed; failed=1 ;;
   esac
   local secs; secs=$(awk -v a="$s" -v b="$e" 'BEGIN { printf "%.1f", b - a }')
-  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$rc" "$status" "$secs" "$(basename "$log")" "$*" >>"$steps_tsv"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$rc" "$status" "$secs" "$(basename "$log")" "$cmd" >>"$steps_tsv"
   say "$name: $status (exit $rc, ${secs}s)"
   [ "$status" = ok ] || tail -n 15 "$log" | sed 's/^/    | /'
   [ $rc = 0 ]
@@ -454,9 +457,9 @@ if [ $built = 1 ]; then
     if [ ! -x "$build/bench/pack_gpu_bench" ]; then
       not_run pack-gpu not_built "$build/bench/pack_gpu_bench"
     else
-      step pack-gpu 60 bash -c '"$0" --bucket-mib 25,100 --dtype f32,bf16 --skew-elems 0,1 \
-        --reps 50 && "$0" --tensor-mib 4 --bucket-mib 25 --dtype f32 --reps 50' \
-        "$build/bench/pack_gpu_bench"
+      pack_cmd='"$0" --bucket-mib 25,100 --dtype f32,bf16 --skew-elems 0,1 --reps 50 && '
+      pack_cmd+='"$0" --tensor-mib 4 --bucket-mib 25 --dtype f32 --reps 50'
+      step pack-gpu 60 bash -c "$pack_cmd" "$build/bench/pack_gpu_bench"
     fi
   fi
   # Issue 21 (only when --only names it): where overlap-1trainer's allreduce time goes, before
