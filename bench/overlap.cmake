@@ -20,3 +20,12 @@ if(TARGET ftrt_gpu_internal)
   set_target_properties(nccl_rebuild_bench PROPERTIES LINKER_LANGUAGE C
     RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bench)
 endif()
+# bench/pack_gpu_bench.c: the NCCL plane's pack and unpack kernels (kernels/kernels.cu) against
+# cudaMemcpyAsync D2D of the same bytes, in the same run (exit 77 without a usable device). The
+# kernels only: no NCCL, no MPI. scripts/gpu-run.sh step pack-gpu.
+if(TARGET ftrt_gpu_kernels)
+  add_executable(pack_gpu_bench ${CMAKE_CURRENT_LIST_DIR}/pack_gpu_bench.c)
+  target_link_libraries(pack_gpu_bench PRIVATE ftrt_gpu_kernels)
+  set_target_properties(pack_gpu_bench PROPERTIES LINKER_LANGUAGE C
+    RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bench)
+endif()

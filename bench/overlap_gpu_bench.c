@@ -19,6 +19,11 @@
  * --cta-policy / --min-ctas / --max-ctas set the plane's NCCL communicator settings
  * (FTRT_NCCL_CTA_POLICY, FTRT_NCCL_MIN_CTAS, FTRT_NCCL_MAX_CTAS; the environment's otherwise);
  * the RESULT line names the values in use (0 / unset: NCCL's own).
+ * --in-place sets the bucketer's ftrt_bucket_config.in_place and allocates each bucket as one
+ * device buffer with every gradient a view at its ftrt_bucketer_layout() offset (DDP's
+ * gradient_as_bucket_view), so that the plane reduces the buckets where they lie with no pack
+ * or unpack kernel; the run fails if any byte went through a staging copy
+ * (ftrt_bucketer_packed_bytes), and the RESULT line says in_place=1 and the bytes packed.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -32,7 +37,7 @@
 
 typedef struct opts {
     double grad_mib, bucket_mib, first_mib, compute_ms, compute_ratio;
-    int tensors, steps, warmup, busy_blocks;
+    int tensors, steps, warmup, busy_blocks, in_place;
     int cta_policy, min_ctas, max_ctas; /* -1: as FTRT_NCCL_* (the environment) has it */
 } opts;
 
@@ -66,6 +71,7 @@ typedef struct bench {
     cudaStream_t compute;
     opts o;
     float **t;
+    void **bufs; /* --in-place: one device buffer per bucket, t[j] views into them */
     size_t *counts;
     long long slice_cycles;
 } bench;
@@ -134,13 +140,62 @@ static int calibrate(bench *B, double *cycles_per_ms)
     return rc;
 }
 
+/* The gradients: a device buffer each, or (--in-place) one buffer per bucket with each
+ * gradient at its ftrt_bucketer_layout() offset. Zeroed. 0, -ENOMEM or FTRT_EINVAL. */
+static int alloc_grads(bench *B)
+{
+    int T = B->o.tensors, nb = ftrt_bucketer_buckets(B->b);
+    if (!B->o.in_place) {
+        for (int j = 0; j < T; j++) {
+            if (cudaMalloc((void **)&B->t[j], B->counts[j] * 4 + 4) != cudaSuccess) return -12;
+            cudaMemset(B->t[j], 0, B->counts[j] * 4);
+        }
+        return 0;
+    }
+    size_t *off = calloc((size_t)T, sizeof *off), *size = calloc((size_t)nb, sizeof *size);
+    int *bk = calloc((size_t)T, sizeof *bk), rc = off && size && bk && nb > 0 ? 0 : -12;
+    for (int j = 0; !rc && j < T; j++) {
+        if ((bk[j] = ftrt_bucketer_layout(B->b, j, &off[j])) < 0 || bk[j] >= nb) rc = FTRT_EINVAL;
+        else if (off[j] + B->counts[j] * 4 > size[bk[j]]) size[bk[j]] = off[j] + B->counts[j] * 4;
+    }
+    if (!rc && !(B->bufs = calloc((size_t)nb, sizeof *B->bufs))) rc = -12;
+    for (int k = 0; !rc && k < nb; k++)
+        if (cudaMalloc(&B->bufs[k], size[k] + 4) != cudaSuccess ||
+            cudaMemset(B->bufs[k], 0, size[k]) != cudaSuccess)
+            rc = -12;
+    for (int j = 0; !rc && j < T; j++) B->t[j] = (float *)((char *)B->bufs[bk[j]] + off[j]);
+    free(off);
+    free(size);
+    free(bk);
+    return rc;
+}
+
+static void free_grads(bench *B)
+{
+    int nb = ftrt_bucketer_buckets(B->b);
+    if (B->bufs) {
+        for (int k = 0; k < nb; k++) cudaFree(B->bufs[k]);
+        free(B->bufs);
+    } else if (B->t) {
+        for (int j = 0; j < B->o.tensors; j++) cudaFree(B->t[j]);
+    }
+    free(B->t);
+    free(B->counts);
+}
+
 static int parse(int argc, char **argv, opts *o)
 {
     *o = (opts){.grad_mib = 400, .bucket_mib = 25, .first_mib = 1, .compute_ms = -1,
                 .compute_ratio = 1.0, .tensors = 100, .steps = 20, .warmup = 3, .busy_blocks = 0,
                 .cta_policy = -1, .min_ctas = -1, .max_ctas = -1};
-    for (int i = 1; i + 1 < argc; i += 2) {
+    for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = argv[i + 1];
+        if (!strcmp(a, "--in-place")) {
+            o->in_place = 1;
+            i--; /* (a flag: no value) */
+            continue;
+        }
+        if (!v) return 1;
         if (!strcmp(a, "--grad-mib")) o->grad_mib = atof(v);
         else if (!strcmp(a, "--bucket-mib")) o->bucket_mib = atof(v);
         else if (!strcmp(a, "--first-bucket-mib")) o->first_mib = atof(v);
@@ -167,7 +222,7 @@ int main(int argc, char **argv)
                         "[--first-bucket-mib F] [--compute-ms C | --compute-ratio R] "
                         "[--busy-blocks K] [--steps S] [--warmup W] "
                         "[--cta-policy unset|default|efficiency|zero] [--min-ctas N] "
-                        "[--max-ctas N]\n");
+                        "[--max-ctas N] [--in-place]\n");
         return 2;
     }
     ftrt_config cfg;
@@ -193,19 +248,14 @@ int main(int argc, char **argv)
     size_t total = (size_t)(B.o.grad_mib * 1048576.0 / 4);
     B.t = calloc((size_t)T, sizeof *B.t);
     B.counts = calloc((size_t)T, sizeof *B.counts);
-    for (int j = 0; j < T; j++) {
-        B.counts[j] = total / (size_t)T + (j < (int)(total % (size_t)T));
-        if (cudaMalloc((void **)&B.t[j], B.counts[j] * 4 + 4) != cudaSuccess) {
-            rc = -12;
-            goto fail;
-        }
-        cudaMemset(B.t[j], 0, B.counts[j] * 4);
-    }
+    for (int j = 0; j < T; j++) B.counts[j] = total / (size_t)T + (j < (int)(total % (size_t)T));
     ftrt_bucket_config bc;
     ftrt_bucket_config_init(&bc, sizeof bc);
     bc.bucket_bytes = (size_t)(B.o.bucket_mib * 1048576.0);
     bc.first_bucket_bytes = (size_t)(B.o.first_mib * 1048576.0);
+    bc.in_place = B.o.in_place;
     if ((rc = ftrt_gpu_bucketer_create(B.g, B.counts, T, FTRT_FLOAT32, &bc, &B.b)) != 0) goto fail;
+    if ((rc = alloc_grads(&B)) != 0) goto fail;
     double cyc_per_ms;
     if ((rc = calibrate(&B, &cyc_per_ms)) != 0) goto fail;
     double tm[4] = {0};
@@ -214,20 +264,30 @@ int main(int argc, char **argv)
     B.slice_cycles = (long long)(compute_ms / T * cyc_per_ms);
     for (int m = M_NONE; m <= M_OVERLAP; m++)
         if ((rc = run_mode(&B, m, &tm[m])) != 0) goto fail;
+    long long packed = ftrt_bucketer_packed_bytes(B.b);
+    if (B.o.in_place && packed != 0) {
+        fprintf(stderr, "overlap_gpu_bench (rank %d): --in-place, but %lld bytes went through "
+                        "the staging copy: the in-place path was not taken\n", rank, packed);
+        rc = FTRT_ESTATE;
+        goto fail;
+    }
     if (rank == 0) {
         double comm = tm[M_AFTER] - tm[M_NONE], exposed = tm[M_OVERLAP] - tm[M_NONE];
         printf("overlap_gpu_bench: %d trainers on %d GPU(s), %.1f MiB of float32 gradients in %d "
-               "tensors, %d buckets, compute %.2f ms per step (%d busy blocks)\n", N, ndev,
-               B.o.grad_mib, T, ftrt_bucketer_buckets(B.b), compute_ms, B.o.busy_blocks);
+               "tensors, %d buckets%s, compute %.2f ms per step (%d busy blocks)\n", N, ndev,
+               B.o.grad_mib, T, ftrt_bucketer_buckets(B.b),
+               B.o.in_place ? " (in place: gradients as bucket views)" : "", compute_ms,
+               B.o.busy_blocks);
         for (int m = 0; m < 4; m++) printf("  %-8s %8.3f ms/step\n", mode_name[m], tm[m] * 1e3);
         printf("RESULT plane=nccl trainers=%d compute_ms=%.3f comm_ms=%.3f after_ms=%.3f "
-               "exposed_ms=%.3f ratio=%.3f cta_policy=%s min_ctas=%d max_ctas=%d\n", N,
-               compute_ms, tm[M_COMM] * 1e3, comm * 1e3, exposed * 1e3,
-               comm > 0 ? exposed / comm : NAN, cta_names[cfg.nccl_cta_policy & 3],
-               cfg.nccl_min_ctas, cfg.nccl_max_ctas);
+               "exposed_ms=%.3f ratio=%.3f cta_policy=%s min_ctas=%d max_ctas=%d in_place=%d "
+               "packed_bytes=%lld\n", N, compute_ms, tm[M_COMM] * 1e3, comm * 1e3,
+               exposed * 1e3, comm > 0 ? exposed / comm : NAN,
+               cta_names[cfg.nccl_cta_policy & 3], cfg.nccl_min_ctas, cfg.nccl_max_ctas,
+               B.o.in_place, packed);
     }
+    free_grads(&B);
     ftrt_bucketer_free(B.b);
-    for (int j = 0; j < T; j++) cudaFree(B.t[j]);
     ftrt_gpu_free(B.g);
     ftrt_finalize(B.ctx);
     return 0;

@@ -29,10 +29,13 @@
 #   and, run only when --only names them, each set a call of its own with --budget 590:
 #   torch-lm-gpu torch-lm-ratio (examples/train_lm.py on CUDA under bf16 autocast: the kill
 #   test, and the step-time ratio against torch's NCCL DDP), coord-scale
-#   (bench/coord_scale.py at 16,384 and 131,072 simulated ranks on the machine's cores) and
+#   (bench/coord_scale.py at 16,384 and 131,072 simulated ranks on the machine's cores),
 #   nsys-overlap (the overlap-1trainer job with its trainer under Nsight Systems: nsys stats'
-#   kernel, CUDA API and memory summaries in the step's log; "absent" without nsys) and
-#   overlap-1trainer-cta (overlap-1trainer with --cta-policy efficiency: FTRT_NCCL_CTA_POLICY).
+#   kernel, CUDA API and memory summaries in the step's log; "absent" without nsys),
+#   overlap-1trainer-cta (overlap-1trainer with --cta-policy efficiency: FTRT_NCCL_CTA_POLICY),
+#   overlap-1trainer-inplace (overlap-1trainer with --in-place: gradients as bucket views, no
+#   pack / unpack kernels) and pack-gpu (bench/pack_gpu_bench: the plane's pack and unpack
+#   kernels against cudaMemcpyAsync D2D of the same bytes, GB/s and ratios).
 # NCCL: $NCCL_HOME if set, else the CUDA toolkit's, else PyTorch's wheel (site-packages/nvidia).
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -48,7 +51,9 @@ all_steps=${all_steps//$'\n'/}
 # Steps run only when --only names them, each set a call of its own after the GPU steps: the
 # real CUDA example (issue 21: the first call's 530 s hold no more), and CPU work that needs the
 # GPU machine's 16 cores, not its GPU.
-opt_steps=" torch-lm-gpu torch-lm-ratio coord-scale nsys-overlap overlap-1trainer-cta "
+opt_steps=" torch-lm-gpu torch-lm-ratio coord-scale nsys-overlap overlap-1trainer-cta
+  overlap-1trainer-inplace pack-gpu "
+opt_steps=${opt_steps//$'\n'/}
 bad() { echo "gpu-run: $* (see scripts/gpu-run.sh --help)" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -66,7 +71,7 @@ while [ $# -gt 0 ]; do
                 bad "--only: no step '$x' (steps:$all_steps$opt_steps)"
             done
             only=" ${2//,/ } "; shift 2 ;;
-    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
     *) bad "unknown argument $1" ;;
   esac
 done
@@ -97,11 +102,14 @@ step() {
   n=$((n + 1))
   local log; log=$logs/$(printf '%02d' $n)-$name.log
   local now left t s e rc status
+  local cmd="$*" # one line of steps.tsv: no tab or newline in the command's field
+  cmd=${cmd//$'\t'/ }
+  cmd=${cmd//$'\n'/ }
   now=$(date +%s)
   left=$((deadline - now - 15))
   if [ "$left" -lt 10 ]; then
     say "$name: skipped, the run's ${budget}s budget is spent"
-    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" -1 no_time 0 "$(basename "$log")" "$*" >>"$steps_tsv"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" -1 no_time 0 "$(basename "$log")" "$cmd" >>"$steps_tsv"
     echo "not run: the budget was spent" >"$log"
     failed=1
     return 1
@@ -123,7 +131,7 @@ step() {
     *) status=failed; failed=1 ;;
   esac
   local secs; secs=$(awk -v a="$s" -v b="$e" 'BEGIN { printf "%.1f", b - a }')
-  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$rc" "$status" "$secs" "$(basename "$log")" "$*" >>"$steps_tsv"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$rc" "$status" "$secs" "$(basename "$log")" "$cmd" >>"$steps_tsv"
   say "$name: $status (exit $rc, ${secs}s)"
   [ "$status" = ok ] || tail -n 15 "$log" | sed 's/^/    | /'
   [ $rc = 0 ]
@@ -405,8 +413,9 @@ if [ $built = 1 ]; then
   if [ ! -x "$bench" ]; then
     not_run overlap-1trainer not_built "$bench (needs NCCL)"
     not_run overlap-2trainers-1gpu not_built "$bench (needs NCCL)"
-    [[ $only == *" overlap-1trainer-cta "* ]] &&
-      not_run overlap-1trainer-cta not_built "$bench (needs NCCL)"
+    for s in overlap-1trainer-cta overlap-1trainer-inplace; do
+      [[ $only == *" $s "* ]] && not_run $s not_built "$bench (needs NCCL)"
+    done
   else
     export FTRT_SPARES=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET NCCL_DEBUG_FILE=$logs/nccl.%h.%p.log
     mpi=(mpirun --oversubscribe --bind-to none)
@@ -427,7 +436,31 @@ if [ $built = 1 ]; then
       step overlap-1trainer-cta 90 "${mpi[@]}" -np 2 "$bench" --grad-mib 400 --steps 20 \
         --cta-policy efficiency
     fi
+    # Issue 21 (only when --only names it): overlap-1trainer with the gradients as bucket views
+    # (the bench's --in-place: ftrt_bucket_config.in_place, each bucket one buffer, gradients at
+    # their ftrt_bucketer_layout() offsets): the plane reduces them where they lie, with no pack
+    # or unpack kernel (the bench fails if a byte was packed). The exposed ratio against
+    # overlap-1trainer's in the same call says what the copies cost.
+    if [[ $only == *" overlap-1trainer-inplace "* ]]; then
+      step overlap-1trainer-inplace 90 "${mpi[@]}" -np 2 "$bench" --grad-mib 400 --steps 20 \
+        --in-place
+    fi
     unset FTRT_SPARES NCCL_DEBUG NCCL_DEBUG_SUBSYS NCCL_DEBUG_FILE
+  fi
+  # Issue 21 (only when --only names it): the plane's pack and unpack(+scale) kernels against
+  # cudaMemcpyAsync D2D of the same bytes, in one run (bench/pack_gpu_bench.c: buckets of 25 and
+  # 100 MiB of transformer-shaped float32 and bfloat16 tensors, then the same with every tensor
+  # but the first off 16-byte alignment; then overlap-1trainer's buckets, 4 MiB float32
+  # tensors in 25 MiB; descriptors in mapped host memory as the plane has them, and in device
+  # memory). No MPI, no NCCL. Exit 77 without a usable device.
+  if [[ $only == *" pack-gpu "* ]]; then
+    if [ ! -x "$build/bench/pack_gpu_bench" ]; then
+      not_run pack-gpu not_built "$build/bench/pack_gpu_bench"
+    else
+      pack_cmd='"$0" --bucket-mib 25,100 --dtype f32,bf16 --skew-elems 0,1 --reps 50 && '
+      pack_cmd+='"$0" --tensor-mib 4 --bucket-mib 25 --dtype f32 --reps 50'
+      step pack-gpu 60 bash -c "$pack_cmd" "$build/bench/pack_gpu_bench"
+    fi
   fi
   # Issue 21 (only when --only names it): where overlap-1trainer's allreduce time goes, before
   # the plane is changed. The same job with the trainer (world rank 1; the coordinator is world
@@ -486,7 +519,7 @@ if [ "$gpus" -gt 0 ] && grep -qE 'Test +#[0-9]+: .*\*\*\*Skipped' \
   say "a GPU test skipped although nvidia-smi lists a GPU"
   failed=1
 fi
-for s in torch-gpu torch-ft-gpu torch-ft-sync-gpu torch-lm-gpu torch-lm-ratio; do
+for s in torch-gpu torch-ft-gpu torch-ft-sync-gpu torch-lm-gpu torch-lm-ratio pack-gpu; do
   if [ "$gpus" -gt 0 ] && awk -F'\t' -v s="$s" '$1 == s && $3 == "skipped" { f = 1 } END { exit !f }' \
       "$steps_tsv"; then
     say "$s skipped although nvidia-smi lists a GPU"
@@ -556,10 +589,17 @@ for root, _, files in sorted(os.walk(os.path.join(logs, "jobs"))):
             jobs.append({"job": job + " (ftrt-chaos verdict)", "error": str(e)})
 bench = []
 for s in steps:
-    if s["name"].startswith(("overlap", "torch-lm-")) or s["name"] == "nccl-rebuild":
+    if s["name"].startswith(("overlap", "torch-lm-")) or s["name"] in ("nccl-rebuild",
+                                                                         "pack-gpu"):
         for line in read(s["log"]).splitlines():
             if line.startswith("RESULT "):
-                r = dict(kv.split("=", 1) for kv in line.split()[1:])
+                r = {}  # key=value pairs; a bare word ("RESULT nccl_rebuild ...") is the bench
+                for kv in line.split()[1:]:
+                    k, eq, v = kv.partition("=")
+                    if eq:
+                        r[k] = v
+                    else:
+                        r.setdefault("bench", k)
                 bench.append({"step": s["name"], **r})
 json.dump({"ok": failed == "0", "seconds": int(total), "budget_seconds": int(budget),
            "gpus": int(gpus), "machine": machine,
@@ -573,7 +613,8 @@ fi
 {
   echo "gpu-run: $( [ $failed = 0 ] && echo OK || echo FAILED ) after ${total}s, $gpus GPU(s), NCCL ${nccl_version:-none}"
   awk -F'\t' '{ printf "  %-24s %-9s exit %-4s %7ss\n", $1, $3, $2, $4 }' "$steps_tsv"
-  grep -h '^RESULT' "$logs"/*-overlap-*.log "$logs"/*-torch-lm-*.log "$logs"/*-nccl-rebuild.log 2>/dev/null | sed 's/^/  /'
+  grep -h '^RESULT' "$logs"/*-overlap-*.log "$logs"/*-torch-lm-*.log "$logs"/*-nccl-rebuild.log \
+    "$logs"/*-pack-gpu.log 2>/dev/null | sed 's/^/  /'
 } >"$out/SUMMARY.txt"
 tar -czf "$out/logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$logs")"
 rm -rf "$(dirname "$logs")"
