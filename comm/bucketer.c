@@ -127,7 +127,8 @@ int ftrt__bucket_assign(const size_t *bytes, int n, int reverse, size_t first_ca
 
 int ftrt_bucket_config_init(ftrt_bucket_config *cfg, size_t size)
 {
-    if (!cfg || size < FTRT__BUCKET_CONFIG_V1) return FTRT_EINVAL;
+    if (!cfg || (size != FTRT__BUCKET_CONFIG_V1 && size != sizeof(ftrt_bucket_config)))
+        return FTRT_EINVAL; /* (only whole structs of a known version) */
     ftrt_bucket_config c;
     memset(&c, 0, sizeof c);
     c.size = (uint32_t)(size < sizeof c ? size : sizeof c); /* the fields the caller knows */
@@ -145,7 +146,7 @@ int ftrt__bucket_config_copy(ftrt_bucket_config *dst, const ftrt_bucket_config *
 {
     ftrt_bucket_config_init(dst, sizeof *dst);
     if (!src) return 0;
-    if (src->size < FTRT__BUCKET_CONFIG_V1) return FTRT_EINVAL;
+    if (src->size != FTRT__BUCKET_CONFIG_V1 && src->size != sizeof *dst) return FTRT_EINVAL;
     memcpy(dst, src, src->size < sizeof *dst ? src->size : sizeof *dst);
     dst->size = sizeof *dst;
     return 0;

@@ -31,8 +31,8 @@ int ftrt__bucket_assign(const size_t *bytes, int n, int reverse, size_t first_ca
 #define FTRT__BUCKET_CONFIG_V1 offsetof(ftrt_bucket_config, in_place)
 
 /* *dst = the defaults overlaid with the fields src's caller knows (src->size bytes; NULL:
- * the defaults), dst->size = sizeof *dst. 0, or FTRT_EINVAL (src->size below
- * FTRT__BUCKET_CONFIG_V1; dst holds the defaults). Thread-safe. */
+ * the defaults), dst->size = sizeof *dst. 0, or FTRT_EINVAL (src->size neither sizeof *dst
+ * nor FTRT__BUCKET_CONFIG_V1; dst holds the defaults). Thread-safe. */
 int ftrt__bucket_config_copy(ftrt_bucket_config *dst, const ftrt_bucket_config *src);
 
 /* What a direct backend's submit returns when it cannot start the bucket on the calling thread

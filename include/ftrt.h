@@ -678,7 +678,8 @@ typedef struct ftrt_bucket_config {
 /* Fills *cfg with the defaults above. size: sizeof(ftrt_bucket_config) as the caller knows it:
  * a caller built against a header older than `in_place` passes a smaller size, gets the
  * fields it knows (cfg->size = size) and, passing that config on, the defaults of the others
- * (in_place 0). Returns 0 or FTRT_EINVAL (NULL, or size below that older struct's). Thread-safe. */
+ * (in_place 0). Returns 0 or FTRT_EINVAL (NULL, or a size that is neither this struct's nor
+ * that older one's). Thread-safe. */
 FTRT_API int ftrt_bucket_config_init(ftrt_bucket_config *cfg, size_t size);
 
 typedef struct ftrt_bucketer ftrt_bucketer;

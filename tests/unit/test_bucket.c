@@ -125,6 +125,10 @@ static void config_defaults(void **state)
     assert_int_equal(c.piece_bytes, 4 * MiB);
     assert_int_equal(c.in_place, 0x5A5A5A5A);
     assert_int_equal(ftrt_bucket_config_init(NULL, sizeof c), FTRT_EINVAL);
+    /* only whole structs of a known version: not a field cut in two, not a newer struct */
+    assert_int_equal(ftrt_bucket_config_init(&c, sizeof c - 1), FTRT_EINVAL);
+    assert_int_equal(ftrt_bucket_config_init(&c, old + 1), FTRT_EINVAL);
+    assert_int_equal(ftrt_bucket_config_init(&c, sizeof c + 8), FTRT_EINVAL);
 }
 
 /* ---- the bucketer over a fake backend ---- */
