@@ -7,8 +7,9 @@
  *
  * Slots are world ranks 1..W-1 (trainers and hot spares: what the job pays for); the
  * coordinator is not a slot. A slot's timeline comes from the LEDGER messages of the process
- * that held it (sent every heartbeat period); what those do not cover is filled in: start-up
- * before the first interval, teardown after a finished rank's last one, and for a rank that
+ * that held it (sent every heartbeat period; a hot spare's also when it joins and when it is
+ * promoted); what those do not cover is filled in: start-up before the first interval,
+ * teardown after a finished rank's last one or from a spare's SHUTDOWN, and for a rank that
  * failed, its last reported activity from its last report to the failure (under a heartbeat
  * period plus one step; its step in flight is counted as compute, not rework) and "down" from
  * then to the end.
@@ -201,7 +202,14 @@ static void rebuild_slot(ftrt__coord *c, int w, double j0, double j1, emit_fn em
             kind = FTRT__IV_TEARDOWN;
         else
             kind = r->tl_kind_open;
-        emit(arg, kind, cur, stop);
+        if (kind == FTRT__IV_SPARE_IDLE && !dead && r->t_released_wall > 0) {
+            /* a spare sent SHUTDOWN (it sends nothing after): idle until then, leaving after */
+            double t = fmin(fmax(r->t_released_wall, cur), stop);
+            if (t > cur) emit(arg, kind, cur, t);
+            cur = t;
+            kind = FTRT__IV_TEARDOWN;
+        }
+        if (cur < stop) emit(arg, kind, cur, stop);
         cur = stop;
     }
     if (cur < j1) emit(arg, FTRT__IV_DOWN, cur, j1);
