@@ -98,13 +98,18 @@ int ftrt__ledger_take(ftrt__coord *c, int w, const void *payload, size_t len)
         return FTRT_EPROTO;
     }
     ftrt__crank *r = &c->r[w];
-    memcpy(r->tl_totals, m->totals, sizeof r->tl_totals);
-    r->tl_t_open = m->t_open;
-    r->tl_kind_open = m->kind_open;
-    r->kept_steps = m->kept_steps;
-    r->flops_per_step = m->flops_per_step;
-    r->peak_flops = m->peak_flops;
-    r->total_steps = m->total_steps;
+    /* A rank's open interval never starts earlier than before: a message built before the one
+     * taken last (the agent's tick and the application thread's send race to the socket)
+     * brings its intervals, not its older totals and open kind. */
+    if (!r->tl_seen || m->t_open >= r->tl_t_open) {
+        memcpy(r->tl_totals, m->totals, sizeof r->tl_totals);
+        r->tl_t_open = m->t_open;
+        r->tl_kind_open = m->kind_open;
+        r->kept_steps = m->kept_steps;
+        r->flops_per_step = m->flops_per_step;
+        r->peak_flops = m->peak_flops;
+        r->total_steps = m->total_steps;
+    }
     r->tl_final |= m->final;
     r->tl_seen = 1;
     r->tl_resend = 0; /* (after a takeover: its whole timeline, from its first interval) */
