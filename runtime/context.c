@@ -115,7 +115,7 @@ static int spare_wait(ftrt_ctx *ctx, int *ended)
     if (ctx->cp.sb_fd >= 0) close(ctx->cp.sb_fd);
     ctx->cp.sb_fd = -1;
     pthread_mutex_unlock(&ctx->cp.send_lock);
-    ftrt__ledger_mark(ctx, FTRT__IV_RECOVERY);
+    ftrt__ledger_spare_mark(ctx, FTRT__IV_RECOVERY); /* its time as a spare, sent now */
     int rc = ftrt__apply_plan(ctx);
     if (rc) return rc;
     ctx->role = FTRT__ROLE_TRAINER;
@@ -312,7 +312,7 @@ static int join_job(ftrt_ctx *ctx, const bootstrap *b, ftrt_ctx **out)
     ctx->rank = ctx->cp.welcome.logical_rank;
     *out = ctx;
     if (ctx->role == FTRT__ROLE_SPARE) {
-        ftrt__ledger_mark(ctx, FTRT__IV_SPARE_IDLE);
+        ftrt__ledger_spare_mark(ctx, FTRT__IV_SPARE_IDLE); /* its start-up, sent now */
         int ended;
         rc = spare_wait(ctx, &ended);
         if (rc == TAKE_OVER) return take_over(ctx, b->secret);

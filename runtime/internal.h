@@ -221,6 +221,13 @@ int ftrt__ledger_send(struct ftrt_ctx *ctx, int final);
  * them), the totals, not final. For a standby that takes over: its coordinator side holds its
  * intervals as a LEDGER would have brought them. Thread-safe (ledger_lock). NULL on -ENOMEM. */
 ftrt__ledger_msg *ftrt__ledger_whole(struct ftrt_ctx *ctx, size_t *len);
+/* A hot spare's switch to `kind` (SPARE_IDLE once it has joined, RECOVERY at its promotion):
+ * the intervals closed so far are final (a spare has no step in flight that a failure could
+ * turn into rework), and go to the coordinator now. Without this a spare's ticks, which send
+ * only finished steps' intervals, send none until it finishes a step: never for a spare not
+ * needed, whose slot the report then showed spare idle from the job's start. A lost send is
+ * not an error (as a tick's). Called by the application thread. */
+void ftrt__ledger_spare_mark(struct ftrt_ctx *ctx, int kind);
 /* The agent's periodic callback (cp.on_tick): ftrt__ledger_send(ctx, 0). */
 void ftrt__ledger_tick(struct ftrt_ctx *ctx);
 

@@ -17,6 +17,16 @@ void ftrt__ledger_mark(ftrt_ctx *ctx, int kind)
     pthread_mutex_unlock(&ctx->ledger_lock);
 }
 
+void ftrt__ledger_spare_mark(ftrt_ctx *ctx, int kind)
+{
+    pthread_mutex_lock(&ctx->ledger_lock);
+    ftrt__ledger_switch(&ctx->ledger, kind, ftrt__wallclock());
+    ftrt__ledger_step_end(&ctx->ledger);
+    pthread_mutex_unlock(&ctx->ledger_lock);
+    if (ftrt__ledger_send(ctx, 0))
+        ftrt_log_debug("hot spare: its timeline's update did not go out");
+}
+
 int ftrt__compute_kind(const ftrt_ctx *ctx)
 {
     return atomic_load(&ctx->cp.steps_done) < ctx->ledger.rework_until ? FTRT__IV_REWORK

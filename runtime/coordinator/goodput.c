@@ -7,8 +7,9 @@
  *
  * Slots are world ranks 1..W-1 (trainers and hot spares: what the job pays for); the
  * coordinator is not a slot. A slot's timeline comes from the LEDGER messages of the process
- * that held it (sent every heartbeat period); what those do not cover is filled in: start-up
- * before the first interval, teardown after a finished rank's last one, and for a rank that
+ * that held it (sent every heartbeat period; a hot spare's also when it joins and when it is
+ * promoted); what those do not cover is filled in: start-up before the first interval,
+ * teardown after a finished rank's last one or from a spare's SHUTDOWN, and for a rank that
  * failed, its last reported activity from its last report to the failure (under a heartbeat
  * period plus one step; its step in flight is counted as compute, not rework) and "down" from
  * then to the end.
@@ -97,13 +98,18 @@ int ftrt__ledger_take(ftrt__coord *c, int w, const void *payload, size_t len)
         return FTRT_EPROTO;
     }
     ftrt__crank *r = &c->r[w];
-    memcpy(r->tl_totals, m->totals, sizeof r->tl_totals);
-    r->tl_t_open = m->t_open;
-    r->tl_kind_open = m->kind_open;
-    r->kept_steps = m->kept_steps;
-    r->flops_per_step = m->flops_per_step;
-    r->peak_flops = m->peak_flops;
-    r->total_steps = m->total_steps;
+    /* A rank's open interval never starts earlier than before: a message built before the one
+     * taken last (the agent's tick and the application thread's send race to the socket)
+     * brings its intervals, not its older totals and open kind. */
+    if (!r->tl_seen || m->t_open >= r->tl_t_open) {
+        memcpy(r->tl_totals, m->totals, sizeof r->tl_totals);
+        r->tl_t_open = m->t_open;
+        r->tl_kind_open = m->kind_open;
+        r->kept_steps = m->kept_steps;
+        r->flops_per_step = m->flops_per_step;
+        r->peak_flops = m->peak_flops;
+        r->total_steps = m->total_steps;
+    }
     r->tl_final |= m->final;
     r->tl_seen = 1;
     r->tl_resend = 0; /* (after a takeover: its whole timeline, from its first interval) */
@@ -201,7 +207,14 @@ static void rebuild_slot(ftrt__coord *c, int w, double j0, double j1, emit_fn em
             kind = FTRT__IV_TEARDOWN;
         else
             kind = r->tl_kind_open;
-        emit(arg, kind, cur, stop);
+        if (kind == FTRT__IV_SPARE_IDLE && !dead && r->t_released_wall > 0) {
+            /* a spare sent SHUTDOWN (it sends nothing after): idle until then, leaving after */
+            double t = fmin(fmax(r->t_released_wall, cur), stop);
+            if (t > cur) emit(arg, kind, cur, t);
+            cur = t;
+            kind = FTRT__IV_TEARDOWN;
+        }
+        if (cur < stop) emit(arg, kind, cur, stop);
         cur = stop;
     }
     if (cur < j1) emit(arg, FTRT__IV_DOWN, cur, j1);

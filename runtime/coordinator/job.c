@@ -37,6 +37,15 @@ void ftrt__job_start(ftrt__coord *c)
     ftrt_log_info("job started: %d trainers, %d spare(s)", c->N, c->W - 1 - c->N);
 }
 
+/* The n world ranks in fan, spares sent SHUTDOWN now: each one's teardown starts here (a
+ * spare sends no timeline after it: the coordinator stops reading at the job's end). */
+static void spares_released(ftrt__coord *c, const int *fan, int n)
+{
+    double now = c->t_start_wall + (ftrt__now() - c->t_start); /* the window's clock (j1's) */
+    for (int i = 0; i < n; i++)
+        if (c->r[fan[i]].t_released_wall == 0) c->r[fan[i]].t_released_wall = now;
+}
+
 int ftrt__live_spares(const ftrt__coord *c) { return c->ix.nspares; }
 
 void ftrt__job_abort(ftrt__coord *c, int code, const char *why)
@@ -54,6 +63,7 @@ void ftrt__job_abort(ftrt__coord *c, int code, const char *why)
             if ((c->r[w].role == FTRT__ROLE_SPARE) == spare) c->s.fan[n++] = w;
         ftrt__coord_multicast(c, c->s.fan, n, spare ? FTRT__MSG_SHUTDOWN : FTRT__MSG_ABORT, &m,
                               sizeof m);
+        if (spare) spares_released(c, c->s.fan, n);
     }
     c->status_dirty |= 2; /* membership: write now */
 }
@@ -102,6 +112,7 @@ void ftrt__job_check_end(ftrt__coord *c, double now)
                 ftrt__coord_multicast(c, c->s.fan, n,
                                       farewell ? FTRT__MSG_FAREWELL : FTRT__MSG_SHUTDOWN, &m,
                                       sizeof m);
+                if (!farewell) spares_released(c, c->s.fan, n);
             }
             c->phase = PH_DONE;
             c->result = c->sdc_unresolved ? FTRT_ECORRUPT : FTRT_DONE;

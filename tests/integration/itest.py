@@ -102,7 +102,37 @@ def case_reference(args):
           f"report: finished, {STEPS} steps, no failures")
     check(rep["checkpoints"]["committed"] == STEPS // 25, "a checkpoint committed every 25 steps")
     check(os.path.getsize(job.params) > 0, "final parameters written")
+    check_spare_timeline(rep, 5, ["startup", "spare_idle", "teardown"])  # its 1 spare, not needed
     shutil.copyfile(job.params, ref_path(args))
+
+
+def check_spare_timeline(rep, w, expect):
+    """World rank w, a hot spare: its timeline in the report is `expect`, the kinds in order
+    (consecutive intervals of one kind as one), its start-up and spare idle each there for a
+    while (> 1 ms; what follows may be shorter: its teardown from its SHUTDOWN to the job's end,
+    its recovery from its promotion to its part of the PLAN applied), and the ledger's
+    spare-idle rank-seconds are its own (the job's only spare not promoted) or include it
+    (promoted)."""
+    tl = rep["timeline"]
+    iv = [r for r in tl["ranks"] if r["world_rank"] == w][0]["intervals"]
+    seq, took = [], {}
+    for k, t0, t1 in iv:
+        name = tl["kinds"][k]
+        if not seq or seq[-1] != name:
+            seq.append(name)
+        took[name] = took.get(name, 0) + t1 - t0
+    head = seq[:len(expect) + 1]
+    print(f"  world rank {w}'s timeline ({len(iv)} intervals) begins with "
+          + ", ".join(head) + " (in all: " + ", ".join(f"{k} {took[k]:.3f} s" for k in head) + ")")
+    check(head[:len(expect)] == expect and (len(seq) == len(expect) or "teardown" not in expect)
+          and took["startup"] > 0.001 and took["spare_idle"] > 0.001,
+          f"the spare's timeline is {', '.join(expect)}" + ("" if "teardown" in expect else
+                                                             ", ...") + f" ({head})")
+    idle = rep["ledger"]["rank_s_by_kind"]["spare_idle"]
+    mine = "teardown" in expect
+    check(abs(idle - took["spare_idle"]) < 1e-3 if mine else idle >= took["spare_idle"] - 1e-3,
+          f"the ledger's spare idle, {idle:.3f} rank-s, "
+          + ("is" if mine else "includes") + f" its {took['spare_idle']:.3f} s")
 
 
 # MTTR's phases (docs/report-schema.md "phases_ms") add up to MTTR but for what no clock of one
@@ -153,6 +183,7 @@ def case_kill(args):
           f"MTTD from the fault log, under 1 s ({f['mttd_s'] * 1e3:.1f} ms)")
     check(f["mttr_s"] is not None and f["mttr_s"] < 10, f"MTTR {f['mttr_s'] * 1e3:.1f} ms")
     check_phases(f)
+    check_spare_timeline(rep, f["spare_world_rank"], ["startup", "spare_idle", "recovery"])
     st = job.status_json()
     spare = [r for r in st["ranks"] if r["world_rank"] == f["spare_world_rank"]][0]
     check(spare["role"] == "trainer" and spare["logical_rank"] == 2,

@@ -21,7 +21,11 @@
  *   true): the intervals that fit are held, the rest of its totals laid end to end after them,
  *   its rank-seconds still exact;
  * - rank_cut_short: a rank past its own FTRT_TIMELINE_MAX sends its last intervals flagged
- *   `sparse` 2: they are held, the timeline is cut short, its rank-seconds still exact.
+ *   `sparse` 2: they are held, the timeline is cut short, its rank-seconds still exact;
+ * - spare_not_needed: a hot spare that sent only its start-up (when it joined) and was sent
+ *   SHUTDOWN 1 s before the job's end: start-up, spare idle until the SHUTDOWN, teardown
+ *   after it (the report had it spare idle to the end); its agent's tick built before that
+ *   message and taken after it (an older open interval) does not undo it.
  */
 #include <json-c/json.h>
 #include <math.h>
@@ -340,6 +344,43 @@ static void rank_cut_short(void **state)
     world_close(&wd);
 }
 
+/* A hot spare never needed: its one LEDGER (sent when it joined: its start-up, spare idle
+ * open), then its SHUTDOWN 1 s before the job's end: start-up (from the job's start), spare
+ * idle until the SHUTDOWN, teardown after it. */
+static void spare_not_needed(void **state)
+{
+    (void)state;
+    world wd;
+    world_open(&wd, 2, 1, 256, 1024, 0);
+    ftrt__crank *r = &wd.c.r[3];
+    free(r->tl);
+    r->tl = NULL;
+    r->tl_n = r->tl_cap = 0;
+    r->tl_first = r->tl_last = r->tl_t_open = 0;
+    r->tl_final = r->tl_seen = 0; /* (world_open's messages forgotten) */
+    ftrt__ledger_msg *m = calloc(1, ftrt__ledger_msg_size(1));
+    assert_non_null(m);
+    m->iv[0] = (ftrt__interval){.t0 = J0 - 0.01, .t1 = J0 + 0.5, .kind = FTRT__IV_STARTUP};
+    m->totals[FTRT__IV_STARTUP] = 0.51;
+    m->n = 1;
+    m->kind_open = FTRT__IV_SPARE_IDLE;
+    m->t_open = J0 + 0.5;
+    assert_int_equal(ftrt__ledger_take(&wd.c, 3, m, ftrt__ledger_msg_size(1)), 0);
+    memset(m, 0, sizeof *m); /* its agent's tick, built before that and taken after: stale */
+    m->kind_open = FTRT__IV_STARTUP;
+    m->t_open = J0 - 0.01;
+    assert_int_equal(ftrt__ledger_take(&wd.c, 3, m, ftrt__ledger_msg_size(0)), 0);
+    assert_int_equal(r->tl_kind_open, FTRT__IV_SPARE_IDLE);
+    r->t_released_wall = J0 + WALL - 1.0;
+    memset(wd.want[2], 0, sizeof wd.want[2]);
+    wd.want[2][FTRT__IV_STARTUP] = 0.5;
+    wd.want[2][FTRT__IV_SPARE_IDLE] = WALL - 1.5;
+    wd.want[2][FTRT__IV_TEARDOWN] = 1.0;
+    check_totals(&wd);
+    free(m);
+    world_close(&wd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -348,6 +389,7 @@ int main(void)
         cmocka_unit_test(small_world_all_held),
         cmocka_unit_test(share_spent),
         cmocka_unit_test(rank_cut_short),
+        cmocka_unit_test(spare_not_needed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
