@@ -45,6 +45,19 @@ void ftrt__ledger_failure(ftrt_ctx *ctx)
     pthread_mutex_unlock(&ctx->ledger_lock);
 }
 
+/* A LEDGER's head: the totals, the open interval and the eMFU inputs (ledger_lock held). */
+static void ledger_head(const ftrt_ctx *ctx, ftrt__ledger_msg *m)
+{
+    const ftrt__ledger *l = &ctx->ledger;
+    m->t_open = l->t_open;
+    memcpy(m->totals, l->totals, sizeof m->totals);
+    m->flops_per_step = ctx->flops_per_step;
+    m->peak_flops = ctx->peak_flops;
+    m->total_steps = ctx->total_steps;
+    m->kept_steps = ctx->kept_steps;
+    m->kind_open = l->kind;
+}
+
 /* Past this rank's share of the coordinator's timeline budget (or left out; or past its own
  * FTRT_TIMELINE_MAX), only the first and the newest of the intervals [ctx->ledger_sent, upto)
  * go (the coordinator would drop the rest; the two bound the timeline its totals rebuild):
@@ -78,13 +91,7 @@ int ftrt__ledger_send(ftrt_ctx *ctx, int final)
         size_t n = upto > ctx->ledger_sent ? upto - ctx->ledger_sent : 0;
         if (n > CHUNK) n = CHUNK;
         memset(m, 0, sizeof *m);
-        m->t_open = l->t_open;
-        memcpy(m->totals, l->totals, sizeof m->totals);
-        m->flops_per_step = ctx->flops_per_step;
-        m->peak_flops = ctx->peak_flops;
-        m->total_steps = ctx->total_steps;
-        m->kept_steps = ctx->kept_steps;
-        m->kind_open = l->kind;
+        ledger_head(ctx, m);
         if (ctx->ledger_sent >= share || (l->truncated && ctx->ledger_sent >= l->n)) {
             m->n = ledger_ends(ctx, upto, m);
         } else {
@@ -113,13 +120,7 @@ ftrt__ledger_msg *ftrt__ledger_whole(ftrt_ctx *ctx, size_t *len)
     size_t n = l->n < share ? l->n : share;
     ftrt__ledger_msg *m = calloc(1, ftrt__ledger_msg_size((int)n));
     if (m) {
-        m->t_open = l->t_open;
-        memcpy(m->totals, l->totals, sizeof m->totals);
-        m->flops_per_step = ctx->flops_per_step;
-        m->peak_flops = ctx->peak_flops;
-        m->total_steps = ctx->total_steps;
-        m->kept_steps = ctx->kept_steps;
-        m->kind_open = l->kind;
+        ledger_head(ctx, m);
         m->n = (int32_t)n;
         if (n > 0) memcpy(m->iv, l->iv, n * sizeof *m->iv);
         m->sparse = l->truncated || n < l->n ? 2 : 0; /* (these, then no more) */
