@@ -334,6 +334,28 @@ static void relay_fans_out(void **state)
     relay_peer_says(f, 77, 0);
 }
 
+/* The host agent's connection to the relay on lfd within timeout_s (its PEER_HELLO checked:
+ * world rank 4, the job's secret), or -1 when none comes. The coordinator PINGs it meanwhile (it would fall silent after 1 s). */
+static int relay_accepts(fixture *f, int lfd, double timeout_s)
+{
+    struct pollfd pf = {.fd = lfd, .events = POLLIN};
+    ftrt__epoch_msg ping = {0};
+    for (double end = ftrt__now() + timeout_s; poll(&pf, 1, 100) <= 0;) {
+        if (ftrt__now() > end) return -1;
+        assert_int_equal(ftrt__msg_send(f->coord.fd, FTRT__MSG_PING, &ping, sizeof ping), 0);
+    }
+    peer r = {.fd = accept(lfd, NULL, NULL)};
+    assert_true(r.fd >= 0);
+    ftrt__msghdr h;
+    ftrt__hello hello;
+    assert_true(next_msg(&r, 0, &h, &hello, sizeof hello));
+    assert_int_equal(h.type, FTRT__MSG_PEER_HELLO);
+    assert_int_equal(hello.world_rank, 4);
+    assert_int_equal(hello.secret, f->secret);
+    ftrt__rx_free(&r.rx);
+    return r.fd;
+}
+
 /* As a member: told RELAY_VIA (a relay played by the test), it connects and says PEER_HELLO;
  * the relay's MULTIs reach its ranks, one of an older term than seen is refused; RELAY_VIA
  * with port 0 closes the connection to the relay. */
@@ -347,14 +369,9 @@ static void member_reads_relay(void **state)
     assert_true(lfd >= 0);
     at.port = port;
     assert_int_equal(ftrt__msg_send(f->coord.fd, FTRT__MSG_RELAY_VIA, &at, sizeof at), 0);
-    peer r = {.fd = accept(lfd, NULL, NULL)};
+    peer r = {.fd = relay_accepts(f, lfd, 5)};
     assert_true(r.fd >= 0);
     ftrt__msghdr h;
-    ftrt__hello hello;
-    assert_true(next_msg(&r, 0, &h, &hello, sizeof hello));
-    assert_int_equal(h.type, FTRT__MSG_PEER_HELLO);
-    assert_int_equal(hello.world_rank, 4);
-    assert_int_equal(hello.secret, f->secret);
     int32_t list[3] = {1, 4, 5}; /* (a relayed MULTI's pad holds the member's agent) */
     ftrt__ckpt_msg cm = {.step = 11};
     ftrt__msg_set_term(3);
@@ -421,27 +438,6 @@ static int relay_listen(ftrt__coord_at *at)
 static void via_to(fixture *f, const ftrt__coord_at *at)
 {
     assert_int_equal(ftrt__msg_send(f->coord.fd, FTRT__MSG_RELAY_VIA, at, sizeof *at), 0);
-}
-
-/* The host agent's connection to the relay on lfd within timeout_s (its PEER_HELLO checked),
- * or -1 when none comes. The coordinator PINGs it meanwhile (it would fall silent after 1 s). */
-static int relay_accepts(fixture *f, int lfd, double timeout_s)
-{
-    struct pollfd pf = {.fd = lfd, .events = POLLIN};
-    ftrt__epoch_msg ping = {0};
-    for (double end = ftrt__now() + timeout_s; poll(&pf, 1, 100) <= 0;) {
-        if (ftrt__now() > end) return -1;
-        assert_int_equal(ftrt__msg_send(f->coord.fd, FTRT__MSG_PING, &ping, sizeof ping), 0);
-    }
-    peer r = {.fd = accept(lfd, NULL, NULL)};
-    assert_true(r.fd >= 0);
-    ftrt__msghdr h;
-    ftrt__hello hello;
-    assert_true(next_msg(&r, 0, &h, &hello, sizeof hello));
-    assert_int_equal(h.type, FTRT__MSG_PEER_HELLO);
-    assert_int_equal(hello.world_rank, 4);
-    ftrt__rx_free(&r.rx);
-    return r.fd;
 }
 
 /* As a member that cannot connect to its relay (its first FTRT__RELAY_CONNECT_RETRIES connects
