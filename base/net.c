@@ -199,7 +199,9 @@ int ftrt__local_mark(uint64_t secret)
     struct sockaddr_un a = local_addr(secret, ".c", &len);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return -errno;
-    if (bind(fd, (struct sockaddr *)&a, len)) {
+    /* (listened on, never accepted: a backlog of 0 queues one probe; later probes find the
+     * queue full, which says the same) */
+    if (bind(fd, (struct sockaddr *)&a, len) || listen(fd, 0)) {
         int e = -errno;
         close(fd);
         return e;
@@ -209,9 +211,17 @@ int ftrt__local_mark(uint64_t secret)
 
 int ftrt__local_marked(uint64_t secret)
 {
-    int fd = ftrt__local_mark(secret);
-    if (fd >= 0) close(fd); /* (nobody held it: released at once) */
-    return fd == -EADDRINUSE;
+    /* A connect, not a bind: two ranks of one host probing at once must not take each
+     * other's probe for the mark (a bind held for a moment did: hosts.sparemove, 3 runs of 8
+     * on a rank left on its own connection). */
+    socklen_t len;
+    struct sockaddr_un a = local_addr(secret, ".c", &len);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return 0;
+    int rc = connect(fd, (struct sockaddr *)&a, len);
+    int e = errno;
+    close(fd);
+    return rc == 0 || e == EAGAIN; /* (EAGAIN: the mark's queue is full: it is held) */
 }
 
 int ftrt__local_listen(uint64_t secret)

@@ -38,10 +38,11 @@ int ftrt__connect_any(const char *addrs, int port, int timeout_ms, char *used, s
 int ftrt__local_listen(uint64_t secret);
 int ftrt__local_connect(uint64_t secret, int timeout_ms);
 /* The coordinator's mark on its host: another abstract name of the job ("...c"), bound and
- * held (not listened on) by the coordinator for the whole job, so that the ranks of its host
- * know to connect to it directly instead of through a host agent. ftrt__local_mark binds it:
- * the fd, or -errno. ftrt__local_marked: 1 when a process of this host holds it, else 0.
- * Thread-safe. */
+ * listened on (never accepted) by the coordinator for the whole job, so that the ranks of its
+ * host know to connect to it directly instead of through a host agent. ftrt__local_mark binds
+ * it: the fd, or -errno (-EADDRINUSE: held already). ftrt__local_marked: 1 when a process of
+ * this host holds it (a non-blocking connect is taken, or finds its queue full), else 0; it
+ * never binds, so two probes at once cannot see each other. Thread-safe. */
 int ftrt__local_mark(uint64_t secret);
 int ftrt__local_marked(uint64_t secret);
 
