@@ -224,11 +224,12 @@ int ftrt__tx_due(ftrt__coord *c, double now)
     return 0;
 }
 
-void ftrt__tx_drain(ftrt__coord *c, double until)
+void ftrt__tx_drain(ftrt__coord *c, double idle_s, double until)
 {
     struct pollfd pf[64];
     int ids[64];
-    for (double now = ftrt__now(); c->txw_head && now < until; now = ftrt__now()) {
+    double quiet = ftrt__now() + idle_s; /* (moved on by every byte that goes out) */
+    for (double now = ftrt__now(); c->txw_head && now < until && now < quiet; now = ftrt__now()) {
         int n = 0;
         for (int id = c->txw_head; id && n < 64; id = tnode(c, id)->next) {
             if (txq(c, id)->over) continue;
@@ -236,10 +237,16 @@ void ftrt__tx_drain(ftrt__coord *c, double until)
             ids[n++] = id;
         }
         if (n == 0) return;
-        int ms = (int)ceil((until - now) * 1000.0);
+        int ms = (int)ceil(((quiet < until ? quiet : until) - now) * 1000.0);
         if (poll(pf, (nfds_t)n, ms > 0 ? ms : 0) <= 0) return;
-        for (int i = 0; i < n; i++)
-            if (pf[i].revents) tx_progress(c, ids[i], now);
+        now = ftrt__now();
+        for (int i = 0; i < n; i++) {
+            if (!pf[i].revents) continue;
+            uint64_t out = txq(c, ids[i])->out;
+            tx_progress(c, ids[i], now);
+            if (txq(c, ids[i])->out > out || ftrt__tx_pending(&txq(c, ids[i])->b) == 0)
+                quiet = now + idle_s;
+        }
     }
 }
 

@@ -423,9 +423,12 @@ void ftrt__tx_ready(ftrt__coord *c, int id);
  * caller declares it (ftrt__tx_check) or closes its queue, or the same id comes again. O(1)
  * per connection written. */
 int ftrt__tx_due(ftrt__coord *c, double now);
-/* At the job's end: writes the send queues out, waiting for the sockets until `until`
- * (monotonic) at most; what is left then is dropped when the connections close. */
-void ftrt__tx_drain(ftrt__coord *c, double until);
+/* At the job's end: writes the send queues out, waiting for the sockets as long as bytes go
+ * out: until no queue took a byte for idle_s seconds, and until `until` (monotonic) at most;
+ * what is left then is dropped when the connections close. A peer that reads slowly (a small
+ * window, delayed ACKs) thus still gets its FAREWELL; one that stopped reading holds the exit
+ * idle_s. */
+void ftrt__tx_drain(ftrt__coord *c, double idle_s, double until);
 /* Empties connection id's send queue (it closes, or changes hands) and returns the bytes that
  * were still to go (0: none was lost). */
 size_t ftrt__tx_close(ftrt__coord *c, int id);

@@ -30,6 +30,9 @@
 #include "runtime/coordinator/coord.h"
 
 enum { MAXEV = 512 };
+/* At the job's end the send queues are drained while bytes go out, for this many heartbeat
+ * timeouts at most (a peer reading one byte a second must not hold the exit for ever). */
+enum { DRAIN_TIMEOUTS = 10 };
 
 /* The loop's own timers (monotonic seconds). */
 typedef struct loop_timers {
@@ -357,8 +360,10 @@ static int coord_main(ftrt__coord *c, int listen_fd, uint64_t secret, const ftrt
         if (coord_iterate(c, evs, &tm)) break;
         coord_periodic(c, &tm, ftrt__now());
     }
-    if (!c->deposed) /* the job's end (FAREWELL, SHUTDOWN, ABORT) still queued goes out */
-        ftrt__tx_drain(c, ftrt__now() + c->a->cfg->heartbeat_timeout_ms / 1000.0);
+    if (!c->deposed) { /* the job's end (FAREWELL, SHUTDOWN, ABORT) still queued goes out */
+        double t = c->a->cfg->heartbeat_timeout_ms / 1000.0;
+        ftrt__tx_drain(c, t, ftrt__now() + DRAIN_TIMEOUTS * t);
+    }
     coord_finish(c);
     coord_close(c);
     free(evs);
