@@ -23,8 +23,7 @@ otherwise (_ms). Python 3 standard library only.
 """
 import argparse
 import glob
-import importlib.machinery
-import importlib.util
+import importlib
 import json
 import os
 import shutil
@@ -393,19 +392,13 @@ class Job:
         return load_json(self.summary)
 
 
-_FTRT_RUN_MODULE = []
-
-
 def ftrt_run_module():
-    """tools/ftrt-run loaded as a module (loaded once): its run-directory functions
-    (runs_parent(), sweep())."""
-    if not _FTRT_RUN_MODULE:
-        loader = importlib.machinery.SourceFileLoader("ftrt_run", FTRT_RUN)
-        module = importlib.util.module_from_spec(importlib.util.spec_from_loader("ftrt_run",
-                                                                                 loader))
-        loader.exec_module(module)
-        _FTRT_RUN_MODULE.append(module)
-    return _FTRT_RUN_MODULE[0]
+    """The run-directory module of tools/ftrt-run (its package tools/ftrt_run: rundir.py, with
+    runs_parent() and sweep()), imported once."""
+    tools = os.path.join(REPO, "tools")
+    if tools not in sys.path:
+        sys.path.append(tools)
+    return importlib.import_module("ftrt_run.rundir")
 
 
 def children(pid):

@@ -7,6 +7,9 @@ build=$1 src=$2 work=$3
 rm -rf "$work" && mkdir -p "$work"
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
 test -x "$work/prefix/bin/ftrt-run"
+# the installed script finds its package (share/ftrt/python/ftrt_run) and runs
+help=$("$work/prefix/bin/ftrt-run" --help)
+grep -q "^Usage: ftrt-run" <<<"$help"
 cmake -S "$src/tests/install/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
 cmake --build "$work/consumer" >/dev/null
 LD_LIBRARY_PATH="$work/prefix/lib:${LD_LIBRARY_PATH:-}" "$work/consumer/consumer"
