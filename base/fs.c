@@ -56,6 +56,13 @@ int ftrt__mkdir_p(const char *path)
 
 FILE *ftrt__atomic_open(const char *path, char *tmp, size_t cap)
 {
+    struct stat st;
+    if (cap > 0 && stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        /* /dev/null, a FIFO, a terminal: written in place; a rename would put a regular file
+         * where the device was (as root, /dev/null itself) */
+        tmp[0] = '\0';
+        return fopen(path, "w");
+    }
     if (ftrt__path(tmp, cap, "%s.tmp.%d", path, (int)getpid())) {
         errno = ENAMETOOLONG;
         return NULL;
@@ -68,6 +75,7 @@ int ftrt__atomic_finish(FILE *f, const char *tmp, const char *path, int err)
     int e = err;
     if (fflush(f) != 0 && !e) e = -errno;
     if (fclose(f) != 0 && !e) e = -errno;
+    if (!tmp[0]) return e; /* (written in place: not a regular file) */
     if (!e && rename(tmp, path) != 0) e = -errno;
     if (e) unlink(tmp);
     return e;

@@ -19,11 +19,14 @@ int ftrt__fsync_dir(const char *path);
 int ftrt__mkdir_p(const char *path);
 
 /* Atomic replacement of a file (status and report files, not checkpoint data: no fsync): the
- * text goes to a temp file "<path>.tmp.<pid>" in the same directory, then a rename. */
+ * text goes to a temp file "<path>.tmp.<pid>" in the same directory, then a rename. A path that
+ * names something other than a regular file (/dev/null, a FIFO, a terminal) is written in
+ * place instead, never renamed over: as root, a rename over /dev/null replaced the device with
+ * a regular file for every process of the machine. */
 
 /* Opens the temp file for path, writing its name into tmp[cap] (cap >= strlen(path) + 20 is
- * enough). Returns the stream, or NULL with errno set (ENAMETOOLONG when tmp cannot hold the
- * name). */
+ * enough; tmp[0] = '\0' when path is not a regular file and is opened itself). Returns the
+ * stream, or NULL with errno set (ENAMETOOLONG when tmp cannot hold the name). */
 FILE *ftrt__atomic_open(const char *path, char *tmp, size_t cap);
 
 /* Finishes what ftrt__atomic_open began: flushes and closes f (always), then renames tmp over

@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -50,7 +51,9 @@
 /* ---- output files and helpers ---- */
 
 /* Writes the parameters as raw little-endian float32 to `path` through a temporary file in the
- * same directory, fsynced and renamed over `path`. Returns 0 or -1 (message printed). */
+ * same directory, fsynced and renamed over `path`; a path that is not a regular file
+ * (/dev/null, a FIFO) is written in place, never renamed over. Returns 0 or -1 (message
+ * printed). */
 static int write_params(const char *path, const float *p, size_t n)
 {
     size_t tlen = strlen(path) + 32;
@@ -59,7 +62,9 @@ static int write_params(const char *path, const float *p, size_t n)
         fprintf(stderr, "train_mlp: --params-out: out of memory\n");
         return -1;
     }
-    snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
+    struct stat st;
+    int in_place = stat(path, &st) == 0 && !S_ISREG(st.st_mode);
+    snprintf(tmp, tlen, in_place ? "%s" : "%s.tmp.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "wb");
     if (!f) {
         fprintf(stderr, "train_mlp: cannot create %s: %s\n", tmp, strerror(errno));
@@ -79,12 +84,12 @@ static int write_params(const char *path, const float *p, size_t n)
         }
     }
     int e = errno;
-    if (ok && (fflush(f) != 0 || fsync(fileno(f)) != 0)) ok = 0, e = errno;
+    if (ok && (fflush(f) != 0 || (!in_place && fsync(fileno(f)) != 0))) ok = 0, e = errno;
     if (fclose(f) != 0 && ok) ok = 0, e = errno;
-    if (ok && rename(tmp, path) != 0) ok = 0, e = errno;
+    if (ok && !in_place && rename(tmp, path) != 0) ok = 0, e = errno;
     if (!ok) {
         fprintf(stderr, "train_mlp: cannot write %s: %s\n", path, strerror(e));
-        remove(tmp);
+        if (!in_place) remove(tmp);
     }
     free(tmp);
     return ok ? 0 : -1;

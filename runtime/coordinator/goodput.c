@@ -23,6 +23,7 @@
 
 #include "runtime/coordinator/coord.h"
 #include "base/jsonw.h"
+#include "base/fs.h"
 #include "base/log.h"
 
 /* ---- the LEDGER messages' intake (service.c and a standby's takeover.c hand them here) ---- */
@@ -602,21 +603,13 @@ int ftrt__metrics_write(ftrt__coord *c, double t_wall)
                ftrt__ledger_figures(c, t_wall, totals, &g, &useful, &peak) == 0;
     free(totals);
     char tmp[1200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", c->a->cfg->metrics_file, (int)getpid());
-    FILE *f = fopen(tmp, "w");
+    FILE *f = ftrt__atomic_open(c->a->cfg->metrics_file, tmp, sizeof tmp);
     if (!f) return -errno;
     metrics_job(f, c);
     metrics_incidents(f, c);
     if (have) metrics_ledger(f, &g);
-    fprintf(f, "# EOF\n");
-    int ok = fflush(f) == 0;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, c->a->cfg->metrics_file)) {
-        int e = errno;
-        unlink(tmp);
-        return -e;
-    }
-    return 0;
+    int e = fprintf(f, "# EOF\n") < 0 ? -EIO : 0;
+    return ftrt__atomic_finish(f, tmp, c->a->cfg->metrics_file, e);
 }
 
 void ftrt__progress_line(ftrt__coord *c, int final)

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "runtime/coordinator/coord.h"
@@ -381,7 +382,8 @@ static void closing_text(const ftrt__coord *c, const totals *t)
  * previous job's, or a previous launch's) removed, so that none is taken for this job's. */
 static void report_failed(const char *path, int rc)
 {
-    int stale = unlink(path) == 0;
+    struct stat st; /* (a regular file only: never /dev/null or a FIFO given as the path) */
+    int stale = stat(path, &st) == 0 && S_ISREG(st.st_mode) && unlink(path) == 0;
     ftrt_log_error("cannot write the report %s: %s; no report of this job%s (its outcome is in "
                    "the summary above and in its exit status)", path, strerror(-rc),
                    stale ? ", and the older report there removed" : "");

@@ -18,6 +18,9 @@
  *   limit reached part way, EFBIG) is an error returned and logged, an older report at its
  *   path removed (not taken for this job's) and no temp file left behind; with no report
  *   configured, nothing is written and it is no error;
+ * - written_in_place: a path that is not a regular file (a FIFO here; /dev/null in use) is
+ *   written in place, never renamed over (as root, a rename over /dev/null put a regular file
+ *   there for the whole machine), and not removed after a failed write;
  * - status_streamed: the status file of the same world (runtime/coordinator/status.c, written
  *   64 KiB at a time) holds every rank in order; one that cannot be written is an error.
  *
@@ -39,11 +42,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #ifndef FTRT_REPORT_WORLD_ONLY /* (defined: the world and the report's tests only, to build
                                   against a tree before base/jsonw.h) */
+#include "base/fs.h"
 #include "base/jsonw.h"
 #endif
 #include "runtime/coordinator/coord.h"
@@ -418,6 +425,34 @@ static void report_write_errors(void **state)
     world_close(&wd);
 }
 
+/* A FIFO as the path: the text comes through it, and it is still a FIFO afterwards, also
+ * after a write that failed; no temp file beside it. */
+static void written_in_place(void **state)
+{
+    (void)state;
+    char path[600], got[64] = "";
+    snprintf(path, sizeof path, "%s/fifo", tmpdir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    int rd = open(path, O_RDONLY | O_NONBLOCK);
+    assert_true(rd >= 0);
+    assert_int_equal(ftrt__write_text_atomic(path, "hello\n", 6), 0);
+    assert_int_equal(read(rd, got, sizeof got - 1), 6);
+    assert_string_equal(got, "hello\n");
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_true(S_ISFIFO(st.st_mode));
+    char tmp[700];
+    FILE *f = ftrt__atomic_open(path, tmp, sizeof tmp);
+    assert_non_null(f);
+    assert_string_equal(tmp, ""); /* (opened itself) */
+    assert_int_equal(ftrt__atomic_finish(f, tmp, path, -EIO), -EIO);
+    assert_int_equal(stat(path, &st), 0);
+    assert_true(S_ISFIFO(st.st_mode));
+    assert_int_equal(t_glob_count("%s/fifo.tmp.*", tmpdir), 0);
+    close(rd);
+    unlink(path);
+}
+
 /* No report file configured: the summary only, nothing written, no error. */
 static void report_none(void **state)
 {
@@ -476,6 +511,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(streamed_equals_json_c),
         cmocka_unit_test(report_memory_linear),
         cmocka_unit_test(report_write_errors),
+        cmocka_unit_test(written_in_place),
         cmocka_unit_test(report_none),
         cmocka_unit_test(status_streamed),
     };
