@@ -111,6 +111,7 @@ static int stage(const xcase *c, const int32_t role[4], int junk)
     return receiver;
 }
 
+/* Every region of c holds the bytes wanted. */
 static void check_regions(const xcase *c)
 {
     for (int i = 0; i < 3; i++)
