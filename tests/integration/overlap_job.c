@@ -171,15 +171,30 @@ static int h16_selftest(ftrt_ctx *ctx)
     return unknown_dtype_refused(ctx, x);
 }
 
-int main(int argc, char **argv)
+/* The command line of the file comment. */
+struct opts {
+    int64_t steps, ckpt_every;
+    double sleep;
+    const char *out, *dir;
+    int funneled;
+};
+
+/* The job's parameters, gradients and the copy kept while an update may be undone. */
+struct job {
+    struct opts o;
+    ftrt_ctx *ctx;
+    ftrt_bucketer *b;
+    float *w[T], *g[T], *w0[T];
+    int64_t step;
+};
+
+/* 0, or the exit status (2) of a bad command line (printed). */
+static int parse_args(int argc, char **argv, struct opts *o)
 {
-    int64_t steps = 60, ckpt_every = 20;
-    double sleep = 0;
-    const char *out = NULL, *dir = "overlap-ckpt";
-    int funneled = 0;
+    *o = (struct opts){60, 20, 0, NULL, "overlap-ckpt", 0};
     for (int i = 1; i < argc; i += 2) {
         if (!strcmp(argv[i], "--mpi-funneled")) { /* the application initializes MPI itself */
-            funneled = 1;
+            o->funneled = 1;
             i--;
             continue;
         }
@@ -187,137 +202,191 @@ int main(int argc, char **argv)
             fprintf(stderr, "overlap_job: %s needs a value\n", argv[i]);
             return 2;
         }
-        if (!strcmp(argv[i], "--steps")) steps = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--ckpt-dir")) dir = argv[i + 1];
-        else if (!strcmp(argv[i], "--params-out")) out = argv[i + 1];
-        else if (!strcmp(argv[i], "--step-sleep-ms")) sleep = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--ckpt-every")) ckpt_every = atoll(argv[i + 1]);
+        if (!strcmp(argv[i], "--steps")) o->steps = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--ckpt-dir")) o->dir = argv[i + 1];
+        else if (!strcmp(argv[i], "--params-out")) o->out = argv[i + 1];
+        else if (!strcmp(argv[i], "--step-sleep-ms")) o->sleep = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--ckpt-every")) o->ckpt_every = atoll(argv[i + 1]);
         else {
             fprintf(stderr, "overlap_job: unknown flag %s\n", argv[i]);
             return 2;
         }
     }
-    if (funneled) {
-        int provided;
-        MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
-    }
-    ftrt_config cfg;
-    ftrt_config_init(&cfg, sizeof cfg);
-    snprintf(cfg.ckpt_dir, sizeof cfg.ckpt_dir, "%s", dir);
-    ftrt_ctx *ctx;
-    int rc = ftrt_init(&cfg, &ctx);
-    if (rc == FTRT_DONE) {
-        if (ftrt_finalize(ctx) != FTRT_SKIP_MPI_FINALIZE && funneled) MPI_Finalize();
-        return 0;
-    }
-    if (rc < 0) {
-        fprintf(stderr, "overlap_job: ftrt_init: %s\n", ftrt_strerror(rc));
-        if (ctx) ftrt_finalize(ctx);
-        return 1;
-    }
-    float *w[T], *g[T], *w0[T];
+    return 0;
+}
+
+/* ftrt_finalize(), and MPI_Finalize() where the job initialized MPI and libftrt leaves it. */
+static void finish(ftrt_ctx *ctx, int funneled)
+{
+    if (ftrt_finalize(ctx) != FTRT_SKIP_MPI_FINALIZE && funneled) MPI_Finalize();
+}
+
+/* The parameters allocated, initialized and registered; the bucketer created. 0 or an ftrt
+ * error. */
+static int setup_params(struct job *jb)
+{
     char name[32];
+    int rc;
     for (int j = 0; j < T; j++) {
-        w[j] = malloc(counts[j] * sizeof(float));
-        g[j] = malloc(counts[j] * sizeof(float));
-        w0[j] = malloc(counts[j] * sizeof(float));
+        jb->w[j] = malloc(counts[j] * sizeof(float));
+        jb->g[j] = malloc(counts[j] * sizeof(float));
+        jb->w0[j] = malloc(counts[j] * sizeof(float));
         for (size_t k = 0; k < counts[j]; k++)
-            w[j][k] = (float)((k * 2654435761u + (size_t)j * 97u) % 1000u) * 1e-3f - 0.5f;
+            jb->w[j][k] = (float)((k * 2654435761u + (size_t)j * 97u) % 1000u) * 1e-3f - 0.5f;
         snprintf(name, sizeof name, "w%d", j);
-        if ((rc = ftrt_register(ctx, name, w[j], counts[j] * sizeof(float),
+        if ((rc = ftrt_register(jb->ctx, name, jb->w[j], counts[j] * sizeof(float),
                                 FTRT_REGION_REPLICATED)) < 0)
-            goto fail;
+            return rc;
     }
     ftrt_bucket_config bc;
     ftrt_bucket_config_init(&bc, sizeof bc);
     bc.first_bucket_bytes = 4096;
     bc.bucket_bytes = 256 * 1024;
-    ftrt_bucketer *b;
-    if ((rc = ftrt_bucketer_create(ctx, counts, T, FTRT_FLOAT32, &bc, &b)) != 0) goto fail;
-    int64_t step = 0;
-    if ((rc = ftrt_restore(ctx, &step)) < 0) goto fail;
-    if (ftrt_epoch(ctx) == 0 && (rc = h16_selftest(ctx)) != 0) {
-        if (rc < 0) goto fail;
-        ftrt_finalize(ctx);
-        return 1;
+    return ftrt_bucketer_create(jb->ctx, counts, T, FTRT_FLOAT32, &bc, &jb->b);
+}
+
+/* backward: gradients of the last tensor first, each marked ready at once; then the wait for
+ * every bucket. 0, FTRT_ERECOVER (the bucketer reset) or another ftrt error. */
+static int backward(struct job *jb)
+{
+    int r = ftrt_rank(jb->ctx), rc = 0;
+    for (int j = T - 1; j >= 0; j--) {
+        for (size_t k = 0; k < counts[j]; k++) {
+            float x = jb->w[j][k] * 1.3f + (float)jb->step * 0.01f + (float)r * 0.7f;
+            jb->g[j][k] = sinf(x) * (float)(1 + (k % 13) * (k % 7)) * 1e-3f;
+        }
+        rc = ftrt_bucketer_ready(jb->b, j, jb->g[j]);
+        if (rc == FTRT_ERECOVER) break;
+        if (rc) return rc;
+        sleep_ms(jb->o.sleep / T);
     }
-    if (ftrt_rank(ctx) == 0 && ftrt_epoch(ctx) == 0)
-        printf("overlap_job: %d trainers, %d tensors in %d buckets, %lld steps\n", ftrt_size(ctx),
-               T, ftrt_bucketer_buckets(b), (long long)steps);
-    while (step < steps) {
-        int r = ftrt_rank(ctx);
-        /* backward: gradients of the last tensor first, each marked ready at once */
-        for (int j = T - 1; j >= 0; j--) {
-            for (size_t k = 0; k < counts[j]; k++) {
-                float x = w[j][k] * 1.3f + (float)step * 0.01f + (float)r * 0.7f;
-                g[j][k] = sinf(x) * (float)(1 + (k % 13) * (k % 7)) * 1e-3f;
-            }
-            rc = ftrt_bucketer_ready(b, j, g[j]);
-            if (rc == FTRT_ERECOVER) break;
-            if (rc) goto fail;
-            sleep_ms(sleep / T);
-        }
-        if (rc == FTRT_ERECOVER) ftrt_bucketer_reset(b); /* the backward was cut short */
-        else rc = ftrt_bucketer_wait_all(b);
-        float stats[8] = {0};
-        ftrt_request *req = NULL;
-        if (!rc && step % 5 == 4) { /* a raw overlapped allreduce, waited after the update */
-            for (int j = 0; j < T; j++) stats[j] = g[j][0] * (float)(r + 1);
-            rc = ftrt_allreduce_start(ctx, stats, 8, FTRT_FLOAT32, FTRT_SUM, &req);
-        }
-        if (!rc && req) /* the update below overlaps the raw allreduce: kept to be undone */
-            for (int j = 0; j < T; j++) memcpy(w0[j], w[j], counts[j] * sizeof(float));
+    if (rc == FTRT_ERECOVER) ftrt_bucketer_reset(jb->b); /* the backward was cut short */
+    else rc = ftrt_bucketer_wait_all(jb->b);
+    return rc;
+}
+
+/* The SGD update, every 5th step overlapping a raw allreduce of statistics folded in after
+ * it; a failed allreduce undoes the update. 0 or an ftrt error. */
+static int update(struct job *jb)
+{
+    int r = ftrt_rank(jb->ctx), rc = 0;
+    float stats[8] = {0};
+    ftrt_request *req = NULL;
+    if (jb->step % 5 == 4) { /* a raw overlapped allreduce, waited after the update */
+        for (int j = 0; j < T; j++) stats[j] = jb->g[j][0] * (float)(r + 1);
+        rc = ftrt_allreduce_start(jb->ctx, stats, 8, FTRT_FLOAT32, FTRT_SUM, &req);
+    }
+    if (!rc && req) /* the update below overlaps the raw allreduce: kept to be undone */
+        for (int j = 0; j < T; j++) memcpy(jb->w0[j], jb->w[j], counts[j] * sizeof(float));
+    if (!rc)
+        for (int j = 0; j < T; j++)
+            for (size_t k = 0; k < counts[j]; k++) jb->w[j][k] -= 0.5f * jb->g[j][k];
+    if (!rc && req) {
+        rc = ftrt_request_wait(req);
         if (!rc)
-            for (int j = 0; j < T; j++)
-                for (size_t k = 0; k < counts[j]; k++) w[j][k] -= 0.5f * g[j][k];
-        if (!rc && req) {
-            rc = ftrt_request_wait(req);
-            if (!rc)
-                for (int j = 0; j < T; j++) w[j][0] += 1e-3f * stats[j];
-            else /* the step is abandoned: its update too (ftrt_recover() keeps a survivor's
-                  * registered state as it is, so it must be the last completed step's) */
-                for (int j = 0; j < T; j++) memcpy(w[j], w0[j], counts[j] * sizeof(float));
-        }
-        ftrt_request_free(req);
+            for (int j = 0; j < T; j++) jb->w[j][0] += 1e-3f * stats[j];
+        else /* the step is abandoned: its update too (ftrt_recover() keeps a survivor's
+              * registered state as it is, so it must be the last completed step's) */
+            for (int j = 0; j < T; j++) memcpy(jb->w[j], jb->w0[j], counts[j] * sizeof(float));
+    }
+    ftrt_request_free(req);
+    return rc;
+}
+
+/* A checkpoint every ckpt_every steps; a failure other than FTRT_ERECOVER is printed and the
+ * job goes on. 0 or the error of ftrt_recover(). */
+static int maybe_checkpoint(struct job *jb)
+{
+    if (jb->o.ckpt_every <= 0 || jb->step % jb->o.ckpt_every != 0) return 0;
+    int rc = ftrt_checkpoint(jb->ctx, jb->step);
+    if (rc == FTRT_ERECOVER) return ftrt_recover(jb->ctx, &jb->step);
+    if (rc && rc != FTRT_SKIPPED)
+        fprintf(stderr, "overlap_job: checkpoint at step %lld: %s\n", (long long)jb->step,
+                ftrt_strerror(rc));
+    return 0;
+}
+
+/* The training loop up to --steps, recovering where a step fails with FTRT_ERECOVER. 0 or an
+ * ftrt error. */
+static int train(struct job *jb)
+{
+    int rc;
+    while (jb->step < jb->o.steps) {
+        rc = backward(jb);
+        if (!rc) rc = update(jb);
         if (rc == FTRT_ERECOVER) {
-            if ((rc = ftrt_recover(ctx, &step)) != 0) goto fail;
+            if ((rc = ftrt_recover(jb->ctx, &jb->step)) != 0) return rc;
             continue;
         }
-        if (rc) goto fail;
-        ftrt_step_done(ctx, step++);
-        if (ckpt_every > 0 && step % ckpt_every == 0) {
-            rc = ftrt_checkpoint(ctx, step);
-            if (rc == FTRT_ERECOVER) {
-                if ((rc = ftrt_recover(ctx, &step)) != 0) goto fail;
-            } else if (rc && rc != FTRT_SKIPPED) {
-                fprintf(stderr, "overlap_job: checkpoint at step %lld: %s\n", (long long)step,
-                        ftrt_strerror(rc));
-            }
-        }
+        if (rc) return rc;
+        ftrt_step_done(jb->ctx, jb->step++);
+        if ((rc = maybe_checkpoint(jb)) != 0) return rc;
     }
-    if (ftrt_rank(ctx) == 0) {
-        uint64_t h = 1469598103934665603ull;
-        FILE *f = out ? fopen(out, "wb") : NULL;
-        for (int j = 0; j < T; j++) {
-            h = fnv1a(h, w[j], counts[j] * sizeof(float));
-            if (f) fwrite(w[j], sizeof(float), counts[j], f);
-        }
-        if (f) fclose(f);
-        printf("overlap_job: done, params fnv1a64 %016llx\n", (unsigned long long)h);
-    }
-    ftrt_bucketer_free(b);
-    for (int j = 0; j < T; j++) {
-        free(w[j]);
-        free(g[j]);
-        free(w0[j]);
-    }
-    if (ftrt_finalize(ctx) != FTRT_SKIP_MPI_FINALIZE && funneled) MPI_Finalize();
     return 0;
-fail:
+}
+
+/* On logical rank 0: the final parameters' hash printed, and written to --params-out. */
+static void report_params(const struct job *jb)
+{
+    if (ftrt_rank(jb->ctx) != 0) return;
+    uint64_t h = 1469598103934665603ull;
+    FILE *f = jb->o.out ? fopen(jb->o.out, "wb") : NULL;
+    for (int j = 0; j < T; j++) {
+        h = fnv1a(h, jb->w[j], counts[j] * sizeof(float));
+        if (f) fwrite(jb->w[j], sizeof(float), counts[j], f);
+    }
+    if (f) fclose(f);
+    printf("overlap_job: done, params fnv1a64 %016llx\n", (unsigned long long)h);
+}
+
+/* A failed job: the error printed and set as the job's outcome. Returns the exit status 1. */
+static int fail(ftrt_ctx *ctx, int rc)
+{
     fprintf(stderr, "overlap_job (logical rank %d): %s\n", ftrt_rank(ctx), ftrt_strerror(rc));
     /* the job's outcome must say so: the BYE carries it (a process's own exit status after
      * ftrt_finalize() is not the job's) */
     ftrt_set_exit_code(ctx, rc < 0 ? rc : FTRT_EINVAL);
     ftrt_finalize(ctx);
     return 1;
+}
+
+int main(int argc, char **argv)
+{
+    static struct job jb;
+    int rc = parse_args(argc, argv, &jb.o);
+    if (rc) return rc;
+    if (jb.o.funneled) {
+        int provided;
+        MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    }
+    ftrt_config cfg;
+    ftrt_config_init(&cfg, sizeof cfg);
+    snprintf(cfg.ckpt_dir, sizeof cfg.ckpt_dir, "%s", jb.o.dir);
+    rc = ftrt_init(&cfg, &jb.ctx);
+    if (rc == FTRT_DONE) return finish(jb.ctx, jb.o.funneled), 0;
+    if (rc < 0) {
+        fprintf(stderr, "overlap_job: ftrt_init: %s\n", ftrt_strerror(rc));
+        if (jb.ctx) ftrt_finalize(jb.ctx);
+        return 1;
+    }
+    if ((rc = setup_params(&jb)) != 0 || (rc = ftrt_restore(jb.ctx, &jb.step)) < 0)
+        return fail(jb.ctx, rc);
+    if (ftrt_epoch(jb.ctx) == 0 && (rc = h16_selftest(jb.ctx)) != 0) {
+        if (rc < 0) return fail(jb.ctx, rc);
+        ftrt_finalize(jb.ctx);
+        return 1;
+    }
+    if (ftrt_rank(jb.ctx) == 0 && ftrt_epoch(jb.ctx) == 0)
+        printf("overlap_job: %d trainers, %d tensors in %d buckets, %lld steps\n",
+               ftrt_size(jb.ctx), T, ftrt_bucketer_buckets(jb.b), (long long)jb.o.steps);
+    if ((rc = train(&jb)) != 0) return fail(jb.ctx, rc);
+    report_params(&jb);
+    ftrt_bucketer_free(jb.b);
+    for (int j = 0; j < T; j++) {
+        free(jb.w[j]);
+        free(jb.g[j]);
+        free(jb.w0[j]);
+    }
+    finish(jb.ctx, jb.o.funneled);
+    return 0;
 }

@@ -79,95 +79,146 @@ static int mem_equals(const mem *m, int i, const unsigned char *want, size_t n)
     return ok;
 }
 
-/* Every case over the regions of m, in chunks of `chunk` bytes. */
-static void run_cases(ftrt__plane *p, const mem *m, size_t chunk)
-{
-    const char *where = m->dev ? "device (simulated)" : "host";
-    size_t sizes[3] = {(size_t)9 << 20 | 4321, 0, 77777}; /* 3 chunks of 4 MiB, ..., 1 */
+/* What the cases over one kind of memory share: the plane, the regions, their sizes and the
+ * bytes every member must end with. */
+typedef struct xcase {
+    ftrt__plane *p;
+    const mem *m;
+    const char *where;
+    size_t chunk, sizes[3];
     unsigned char *want[3];
-    for (int i = 0; i < 3; i++) {
-        want[i] = malloc(sizes[i] + 1);
-        fill(want[i], sizes[i], 100u + (unsigned)i);
-    }
-    const ftrt__loc_ops *loc = m->dev ? ftrt__loc_sim() : NULL;
-    ftrt__xfer_region regs[3] = {{"params", m->p[0], sizes[0], loc}, {"empty", m->p[1], 0, loc},
-                                 {"momentum", m->p[2], sizes[2], loc}};
-    uint64_t total = sizes[0] + sizes[2];
-    int mom_chunk = (int)((sizes[0] + chunk - 1) / chunk); /* the global index of momentum's */
+    ftrt__xfer_region regs[3];
+    uint64_t total;
+    int mom_chunk; /* the global index of momentum's only chunk */
+} xcase;
 
-    /* 1. logical ranks 1 and 3 need state; 0 and 2 hold it */
-    int32_t role[4] = {FTRT__PLAN_UP_TO_DATE, FTRT__PLAN_NEEDS_STATE, FTRT__PLAN_UP_TO_DATE,
-                       FTRT__PLAN_NEEDS_STATE};
+/* The regions of a receiver (under `role`) filled with `junk`; a source's left as they are.
+ * Returns 1 on a receiver. */
+static int scribble_receivers(const xcase *c, const int32_t role[4], int junk)
+{
     int receiver = role[me] == FTRT__PLAN_NEEDS_STATE;
-    for (int i = 0; i < 3; i++) {
-        if (receiver)
-            mem_fill(m, i, 0xAB, sizes[i]);
-        else
-            mem_set(m, i, want[i], sizes[i]);
-    }
+    for (int i = 0; i < 3; i++)
+        if (receiver) mem_fill(c->m, i, junk, c->sizes[i]);
+    return receiver;
+}
+
+/* As scribble_receivers, and a source's regions given the bytes wanted. */
+static int stage(const xcase *c, const int32_t role[4], int junk)
+{
+    int receiver = scribble_receivers(c, role, junk);
+    for (int i = 0; i < 3; i++)
+        if (!receiver) mem_set(c->m, i, c->want[i], c->sizes[i]);
+    return receiver;
+}
+
+/* Every region of c holds the bytes wanted. */
+static void check_regions(const xcase *c)
+{
+    for (int i = 0; i < 3; i++)
+        CHECK(mem_equals(c->m, i, c->want[i], c->sizes[i]), "region %d differs", i);
+}
+
+/* 1. logical ranks 1 and 3 need state; 0 and 2 hold it */
+static const int32_t role2[4] = {FTRT__PLAN_UP_TO_DATE, FTRT__PLAN_NEEDS_STATE,
+                                 FTRT__PLAN_UP_TO_DATE, FTRT__PLAN_NEEDS_STATE};
+
+static void case_striped(const xcase *c)
+{
+    int receiver = stage(c, role2, 0xAB);
     ftrt__xfer_stat st;
-    int rc = ftrt__xfer_replicated(p, regs, 3, role, chunk, -1, 0, &st);
-    CHECK(rc == 0, "%s: transfer returned %d", where, rc);
-    for (int i = 0; i < 3; i++) CHECK(mem_equals(m, i, want[i], sizes[i]), "region %d differs", i);
+    int rc = ftrt__xfer_replicated(c->p, c->regs, 3, role2, c->chunk, -1, 0, &st);
+    CHECK(rc == 0, "%s: transfer returned %d", c->where, rc);
+    check_regions(c);
     CHECK(st.sources == 2 && st.receivers == 2, "%d sources, %d receivers", st.sources,
           st.receivers);
     CHECK(st.chunks_retried == 0, "%d retries", st.chunks_retried);
     if (receiver)
-        CHECK(st.bytes_received == total && st.bytes_sent == 0, "received %llu sent %llu",
+        CHECK(st.bytes_received == c->total && st.bytes_sent == 0, "received %llu sent %llu",
               (unsigned long long)st.bytes_received, (unsigned long long)st.bytes_sent);
     else /* each source sends its stripe (chunks g, g+2, ...) to both receivers */
-        CHECK(st.bytes_sent > 0 && st.bytes_sent < 2 * total && st.bytes_received == 0,
+        CHECK(st.bytes_sent > 0 && st.bytes_sent < 2 * c->total && st.bytes_received == 0,
               "sent %llu of %llu", (unsigned long long)st.bytes_sent,
-              (unsigned long long)(2 * total));
+              (unsigned long long)(2 * c->total));
     uint64_t sent = st.bytes_sent, all = 0;
     MPI_Allreduce(&sent, &all, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
-    CHECK(all == 2 * total, "all sent %llu, want %llu", (unsigned long long)all,
-          (unsigned long long)(2 * total));
+    CHECK(all == 2 * c->total, "all sent %llu, want %llu", (unsigned long long)all,
+          (unsigned long long)(2 * c->total));
     if (me == 0)
-        printf("%s, case 1: %.1f MiB to 2 receivers from 2 sources in %.1f ms\n", where,
-               (double)total / 1048576.0, st.seconds * 1e3);
+        printf("%s, case 1: %.1f MiB to 2 receivers from 2 sources in %.1f ms\n", c->where,
+               (double)c->total / 1048576.0, st.seconds * 1e3);
+}
 
-    /* 2. the "momentum" region's only chunk corrupted on the way once */
-    for (int i = 0; i < 3; i++)
-        if (receiver) mem_fill(m, i, 0xCD, sizes[i]);
-    rc = ftrt__xfer_replicated(p, regs, 3, role, chunk, mom_chunk, 1, &st);
-    CHECK(rc == 0, "%s: transfer returned %d", where, rc);
-    for (int i = 0; i < 3; i++) CHECK(mem_equals(m, i, want[i], sizes[i]), "region %d differs", i);
+/* 2. the "momentum" region's only chunk corrupted on the way once */
+static void case_corrupted_once(const xcase *c)
+{
+    scribble_receivers(c, role2, 0xCD);
+    ftrt__xfer_stat st;
+    int rc = ftrt__xfer_replicated(c->p, c->regs, 3, role2, c->chunk, c->mom_chunk, 1, &st);
+    CHECK(rc == 0, "%s: transfer returned %d", c->where, rc);
+    check_regions(c);
     CHECK(st.chunks_retried == 2, "%d retries (want 2: the chunk at each receiver)",
           st.chunks_retried);
     if (me == 0)
-        printf("%s, case 2: corrupted chunk caught and resent (%d retries)\n", where,
+        printf("%s, case 2: corrupted chunk caught and resent (%d retries)\n", c->where,
                st.chunks_retried);
+}
 
-    /* 3. chunk 0 arrives corrupted from every source (the knob on every attempt): every
-     * member fails with FTRT_ECORRUPT, none uses the bad bytes silently */
-    for (int i = 0; i < 3; i++)
-        if (receiver) mem_fill(m, i, 0xEF, sizes[i]);
-    rc = ftrt__xfer_replicated(p, regs, 3, role, chunk, 0, 1000, &st);
+/* 3. chunk 0 arrives corrupted from every source (the knob on every attempt): every
+ * member fails with FTRT_ECORRUPT, none uses the bad bytes silently */
+static void case_corrupted_everywhere(const xcase *c)
+{
+    scribble_receivers(c, role2, 0xEF);
+    ftrt__xfer_stat st;
+    int rc = ftrt__xfer_replicated(c->p, c->regs, 3, role2, c->chunk, 0, 1000, &st);
     CHECK(rc == FTRT_ECORRUPT, "every source bad: transfer returned %d, want FTRT_ECORRUPT", rc);
     CHECK(st.chunks_retried == 4, "%d retries (want 2 attempts x 2 receivers)", st.chunks_retried);
-    if (me == 0) printf("%s, case 3: a chunk corrupted from every source: FTRT_ECORRUPT\n", where);
+    if (me == 0)
+        printf("%s, case 3: a chunk corrupted from every source: FTRT_ECORRUPT\n", c->where);
+}
 
-    /* 3b. a lone source, chunk 0 corrupted on the first attempt: the second try repairs it */
-    int32_t role1[4] = {FTRT__PLAN_UP_TO_DATE, FTRT__PLAN_NEEDS_STATE, FTRT__PLAN_NEEDS_STATE,
-                        FTRT__PLAN_NEEDS_STATE};
-    receiver = role1[me] == FTRT__PLAN_NEEDS_STATE;
-    for (int i = 0; i < 3; i++) {
-        if (receiver)
-            mem_fill(m, i, 0xEF, sizes[i]);
-        else
-            mem_set(m, i, want[i], sizes[i]);
-    }
-    rc = ftrt__xfer_replicated(p, regs, 3, role1, chunk, 0, 1, &st);
-    CHECK(rc == 0, "%s: lone source: transfer returned %d", where, rc);
-    for (int i = 0; i < 3; i++) CHECK(mem_equals(m, i, want[i], sizes[i]), "region %d differs", i);
+/* 3b. a lone source, chunk 0 corrupted on the first attempt: the second try repairs it */
+static void case_lone_source(const xcase *c)
+{
+    const int32_t role1[4] = {FTRT__PLAN_UP_TO_DATE, FTRT__PLAN_NEEDS_STATE,
+                              FTRT__PLAN_NEEDS_STATE, FTRT__PLAN_NEEDS_STATE};
+    stage(c, role1, 0xEF);
+    ftrt__xfer_stat st;
+    int rc = ftrt__xfer_replicated(c->p, c->regs, 3, role1, c->chunk, 0, 1, &st);
+    CHECK(rc == 0, "%s: lone source: transfer returned %d", c->where, rc);
+    check_regions(c);
     CHECK(st.chunks_retried == 3, "%d retries (want 3)", st.chunks_retried);
+}
 
-    /* 4. nobody needs state */
-    int32_t none[4] = {0, 0, 0, 0};
-    rc = ftrt__xfer_replicated(p, regs, 3, none, chunk, -1, 0, &st);
+/* 4. nobody needs state */
+static void case_idle(const xcase *c)
+{
+    const int32_t none[4] = {0, 0, 0, 0};
+    ftrt__xfer_stat st;
+    int rc = ftrt__xfer_replicated(c->p, c->regs, 3, none, c->chunk, -1, 0, &st);
     CHECK(rc == 0 && st.bytes_sent == 0 && st.bytes_received == 0, "idle transfer moved bytes");
-    for (int i = 0; i < 3; i++) free(want[i]);
+}
+
+/* Every case over the regions of m, in chunks of `chunk` bytes. */
+static void run_cases(ftrt__plane *p, const mem *m, size_t chunk)
+{
+    xcase c = {.p = p, .m = m, .chunk = chunk, .where = m->dev ? "device (simulated)" : "host",
+               .sizes = {(size_t)9 << 20 | 4321, 0, 77777}}; /* 3 chunks of 4 MiB, ..., 1 */
+    for (int i = 0; i < 3; i++) {
+        c.want[i] = malloc(c.sizes[i] + 1);
+        fill(c.want[i], c.sizes[i], 100u + (unsigned)i);
+    }
+    const ftrt__loc_ops *loc = m->dev ? ftrt__loc_sim() : NULL;
+    c.regs[0] = (ftrt__xfer_region){"params", m->p[0], c.sizes[0], loc};
+    c.regs[1] = (ftrt__xfer_region){"empty", m->p[1], 0, loc};
+    c.regs[2] = (ftrt__xfer_region){"momentum", m->p[2], c.sizes[2], loc};
+    c.total = c.sizes[0] + c.sizes[2];
+    c.mom_chunk = (int)((c.sizes[0] + chunk - 1) / chunk);
+    case_striped(&c);
+    case_corrupted_once(&c);
+    case_corrupted_everywhere(&c);
+    case_lone_source(&c);
+    case_idle(&c);
+    for (int i = 0; i < 3; i++) free(c.want[i]);
 }
 
 int main(int argc, char **argv)

@@ -741,18 +741,16 @@ static void test_slice_math(void **st)
     assert_int_equal(len, 3);
 }
 
-/* The parser survives arbitrary bytes and mutations of a valid header (no crash, no read
- * outside the buffer under ASan; a result of 0 or FTRT_ECORRUPT only). */
-static void test_parser_robust(void **st)
+/* The first tb bytes of rank 1's shard of step 6 (nranks 2, 5 regions) written in dir, parsed
+ * once as they are; *size gets the file's size. The caller frees the bytes. */
+static unsigned char *valid_shard_head(const char *dir, uint32_t tb, uint64_t *size)
 {
-    (void)st;
-    char dir[4096], p[4200];
-    make_tmpdir(dir, sizeof dir);
+    char p[4200];
     checkpoint_all(dir, 6, 2, 1, 2);
     shard_path(p, sizeof p, dir, 6, 1);
     struct stat sb;
     assert_int_equal(stat(p, &sb), 0);
-    uint32_t tb = FTRT__SHARD_HDR_BYTES + 5 * FTRT__SHARD_ENT_BYTES;
+    *size = (uint64_t)sb.st_size;
     unsigned char *orig = malloc(tb);
     assert_non_null(orig);
     int fd = open(p, O_RDONLY);
@@ -762,33 +760,46 @@ static void test_parser_robust(void **st)
     ftrt__shard_hdr h;
     ftrt__shard_ent *e;
     const char *why = NULL;
-    assert_int_equal(ftrt__shard_parse(orig, tb, (uint64_t)sb.st_size, &h, &e, &why), 0);
+    assert_int_equal(ftrt__shard_parse(orig, tb, *size, &h, &e, &why), 0);
     assert_int_equal(h.step, 6);
     assert_int_equal(h.rank, 1);
     assert_int_equal(h.nranks, 2);
     assert_int_equal(h.nregions, 5);
     free(e);
-    /* Truncated buffer or file size. */
+    return orig;
+}
+
+/* Truncated buffer or file size: FTRT_ECORRUPT, no entries. */
+static void parse_truncated(const unsigned char *orig, uint32_t tb, uint64_t size)
+{
+    ftrt__shard_hdr h;
+    ftrt__shard_ent *e;
+    const char *why = NULL;
     for (size_t len = 0; len < tb; len += 7) {
         unsigned char *cut = malloc(len ? len : 1);
         memcpy(cut, orig, len);
-        assert_int_equal(ftrt__shard_parse(cut, len, (uint64_t)sb.st_size, &h, &e, &why),
-                         FTRT_ECORRUPT);
+        assert_int_equal(ftrt__shard_parse(cut, len, size, &h, &e, &why), FTRT_ECORRUPT);
         assert_null(e);
         free(cut);
     }
-    assert_int_equal(ftrt__shard_parse(orig, tb, (uint64_t)sb.st_size - 4096, &h, &e, &why),
-                     FTRT_ECORRUPT);
-    /* Random mutations; re-encode the CRC half of the time so later checks are reached. */
-    uint64_t x = 12345;
+    assert_int_equal(ftrt__shard_parse(orig, tb, size - 4096, &h, &e, &why), FTRT_ECORRUPT);
+}
+
+/* 20,000 random mutations of orig (the generator state *x); the CRC re-encoded half of the
+ * time so later checks are reached. Returns how many the parser accepted. */
+static int parse_mutated(const unsigned char *orig, uint32_t tb, uint64_t size, uint64_t *x)
+{
+    ftrt__shard_hdr h;
+    ftrt__shard_ent *e;
+    const char *why = NULL;
     unsigned char *buf = malloc(tb);
     int accepted = 0;
     for (int it = 0; it < 20000; it++) {
         memcpy(buf, orig, tb);
-        int nm = 1 + (int)(x % 4);
+        int nm = 1 + (int)(*x % 4);
         for (int k = 0; k < nm; k++) {
-            x = x * 6364136223846793005ull + 1442695040888963407ull;
-            buf[(x >> 33) % tb] ^= (unsigned char)(1u << ((x >> 20) % 8));
+            *x = *x * 6364136223846793005ull + 1442695040888963407ull;
+            buf[(*x >> 33) % tb] ^= (unsigned char)(1u << ((*x >> 20) % 8));
         }
         if (it & 1) {
             /* Recompute the header CRC as a writer would, so field checks are exercised. */
@@ -796,13 +807,13 @@ static void test_parser_robust(void **st)
             uint32_t c = ftrt__crc32c(0, buf, tb);
             for (int i = 0; i < 4; i++) buf[36 + i] = (unsigned char)(c >> (8 * i));
         }
-        size_t len = (it % 5 == 0) ? (size_t)((x >> 40) % (tb + 1)) : tb;
-        int rc = ftrt__shard_parse(buf, len, (uint64_t)sb.st_size, &h, &e, &why);
+        size_t len = (it % 5 == 0) ? (size_t)((*x >> 40) % (tb + 1)) : tb;
+        int rc = ftrt__shard_parse(buf, len, size, &h, &e, &why);
         assert_true(rc == 0 || rc == FTRT_ECORRUPT);
         if (rc == 0) {
             accepted++;
             for (uint32_t i = 0; i < h.nregions; i++) {
-                assert_true(e[i].file_offset + e[i].slice_bytes <= (uint64_t)sb.st_size);
+                assert_true(e[i].file_offset + e[i].slice_bytes <= size);
                 assert_true(e[i].file_offset % 4096 == 0);
             }
             free(e);
@@ -810,21 +821,47 @@ static void test_parser_robust(void **st)
             assert_non_null(why);
         }
     }
-    /* Plain random bytes with a valid magic and version. */
+    free(buf);
+    return accepted;
+}
+
+/* 5,000 buffers of tb plain random bytes (generator state *x) with a valid magic and version. */
+static void parse_random(uint32_t tb, uint64_t *x)
+{
+    ftrt__shard_hdr h;
+    ftrt__shard_ent *e;
+    const char *why = NULL;
+    unsigned char *buf = malloc(tb);
     for (int it = 0; it < 5000; it++) {
         for (uint32_t i = 0; i < tb; i++) {
-            x = x * 6364136223846793005ull + 1442695040888963407ull;
-            buf[i] = (unsigned char)(x >> 56);
+            *x = *x * 6364136223846793005ull + 1442695040888963407ull;
+            buf[i] = (unsigned char)(*x >> 56);
         }
         memcpy(buf, "FTRTSHRD\x01\0\0\0", 12);
         int rc = ftrt__shard_parse(buf, tb, UINT64_MAX, &h, &e, &why);
         assert_true(rc == 0 || rc == FTRT_ECORRUPT);
         if (rc == 0) free(e);
     }
+    free(buf);
+}
+
+/* The parser survives arbitrary bytes and mutations of a valid header (no crash, no read
+ * outside the buffer under ASan; a result of 0 or FTRT_ECORRUPT only). */
+static void test_parser_robust(void **st)
+{
+    (void)st;
+    char dir[4096];
+    make_tmpdir(dir, sizeof dir);
+    uint32_t tb = FTRT__SHARD_HDR_BYTES + 5 * FTRT__SHARD_ENT_BYTES;
+    uint64_t size;
+    unsigned char *orig = valid_shard_head(dir, tb, &size);
+    parse_truncated(orig, tb, size);
+    uint64_t x = 12345; /* one generator through both loops */
+    int accepted = parse_mutated(orig, tb, size, &x);
+    parse_random(tb, &x);
     print_message("parser: %d of 20000 mutated headers accepted (mutations in data CRCs, names "
                   "or padding-free fields)\n",
                   accepted);
-    free(buf);
     free(orig);
     rm_rf(dir);
 }

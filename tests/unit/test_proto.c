@@ -153,21 +153,33 @@ static void plan_checks(void **state)
 /* A survivor's PLAN is the membership delta: O(replaced) bytes whatever the number of
  * trainers and of survivors behind (counted, not listed); expanded against the membership it
  * knew, it gives every member's world rank, role and sharded-image source, the survivors behind
- * once their set is applied (ftrt__plan_behind_apply, learned on the data plane). */
-static void plan_delta(void **state)
+ * once their set is applied (ftrt__plan_behind_apply, learned on the data plane). The cases
+ * plan_delta* below share this PLAN (delta_msg) and each change what they test in it. */
+
+/* The peers plan of the plan_delta cases, of *len bytes (ftrt__plan_msg_size(2, 0)): logical 1
+ * -> world 7, 4 -> 8, one survivor behind; prev gets the membership it replaces (world 1..6).
+ * The caller frees it. */
+static ftrt__plan_msg *delta_msg(size_t *len, int32_t prev[6])
 {
-    (void)state;
-    int32_t prev[6];
     ftrt__plan_initial_members(prev, 6);
-    for (int l = 0; l < 6; l++) assert_int_equal(prev[l], l + 1);
-    size_t len = ftrt__plan_msg_size(2, 0);
-    assert_int_equal(len, sizeof(ftrt__plan_msg) + 24); /* no N and no survivor behind in it */
-    ftrt__plan_msg *m = calloc(1, len);
+    *len = ftrt__plan_msg_size(2, 0);
+    ftrt__plan_msg *m = calloc(1, *len);
     *m = (ftrt__plan_msg){.resume_step = 30, .ckpt_step = -1, .mem_step = -1, .epoch = 2,
                           .ntrainers = 6, .source = 0, .logical_rank = -1, .nrepl = 2,
                           .nbehind = 1};
     int32_t d[] = {1, 7, -1, 4, 8, -1}; /* logical 1 -> world 7, 4 -> 8; one survivor behind */
     memcpy(m->data, d, sizeof d);
+    return m;
+}
+
+static void plan_delta(void **state)
+{
+    (void)state;
+    int32_t prev[6];
+    size_t len;
+    ftrt__plan_msg *m = delta_msg(&len, prev);
+    for (int l = 0; l < 6; l++) assert_int_equal(prev[l], l + 1);
+    assert_int_equal(len, sizeof(ftrt__plan_msg) + 24); /* no N and no survivor behind in it */
     ftrt__plan *p = NULL;
     size_t plen = 0;
     assert_int_equal(ftrt__plan_expand(m, len, prev, 6, 3, &p, &plen), 0);
@@ -195,16 +207,36 @@ static void plan_delta(void **state)
     want_role[5] = 1;
     for (int l = 0; l < 6; l++) assert_int_equal(ftrt__plan_roles(p)[l], want_role[l]);
     free(p);
-    /* refused, the plan left as it was: a count other than nbehind, a replaced rank, a bit past
-     * ntrainers, the source (it is up to date), a set of the wrong size */
+    free(m);
+}
+
+/* The set of survivors behind refused, the plan left as it was: a count other than nbehind, a
+ * replaced rank, a bit past ntrainers, the source (it is up to date), a set of the wrong size. */
+static void plan_delta_behind_refused(void **state)
+{
+    (void)state;
+    int32_t prev[6];
+    size_t len, plen = 0;
+    ftrt__plan_msg *m = delta_msg(&len, prev);
+    ftrt__plan *p = NULL;
     assert_int_equal(ftrt__plan_expand(m, len, prev, 6, 3, &p, &plen), 0);
+    int64_t bits[1] = {1 << 5}; /* logical 5 */
     int64_t bad[] = {(1 << 5) | (1 << 3), 1 << 4, 1 << 6, 1 << 0, 0};
     for (int i = 0; i < 5; i++) assert_int_equal(ftrt__plan_behind_apply(p, plen, &bad[i], 1),
                                                  FTRT_EPROTO);
     assert_int_equal(ftrt__plan_behind_apply(p, plen, bits, 2), FTRT_EPROTO);
     for (int l = 0; l < 6; l++) assert_int_equal(ftrt__plan_roles(p)[l], l == 1 || l == 4);
     free(p);
-    /* survivors behind only in a peers plan, fewer than the survivors */
+    free(m);
+}
+
+/* Survivors behind only in a peers plan, fewer than the survivors. */
+static void plan_delta_nbehind(void **state)
+{
+    (void)state;
+    int32_t prev[6];
+    size_t len;
+    ftrt__plan_msg *m = delta_msg(&len, prev);
     m->nbehind = 4; /* 4 survivors, all behind: the source would be too */
     assert_int_equal(ftrt__plan_msg_check(m, len), FTRT_EPROTO);
     m->nbehind = 3;
@@ -213,14 +245,38 @@ static void plan_delta(void **state)
     assert_int_equal(ftrt__plan_msg_check(m, len), FTRT_EPROTO);
     m->nbehind = 1, m->ckpt_step = 20;
     assert_int_equal(ftrt__plan_msg_check(m, len), FTRT_EPROTO);
-    /* a checkpoint plan: every member reloads it, nobody needs state from peers */
+    free(m);
+}
+
+/* A checkpoint plan: every member reloads it, nobody needs state from peers. */
+static void plan_delta_ckpt(void **state)
+{
+    (void)state;
+    int32_t prev[6];
+    size_t len, plen = 0;
+    ftrt__plan_msg *m = delta_msg(&len, prev);
+    ftrt__plan *p = NULL;
     m->ckpt_step = 20, m->resume_step = 20, m->nbehind = 0;
     size_t len2 = ftrt__plan_msg_size(2, 0);
     assert_int_equal(ftrt__plan_expand(m, len2, prev, 6, 3, &p, &plen), 0);
     for (int l = 0; l < 6; l++) assert_int_equal(ftrt__plan_roles(p)[l], FTRT__PLAN_UP_TO_DATE);
     assert_int_equal(ftrt__plan_behind_mine(p, 19), 0);
     free(p);
-    /* a memory plan: the replaced ranks receive their sharded image from the named holder */
+    free(m);
+}
+
+/* A memory plan: the replaced ranks receive their sharded image from the named holder; and
+ * the delta refused: another membership size, a sharded-image source that is itself replaced,
+ * bad counts, ranks and lengths, a logical rank with no table. */
+static void plan_delta_memory(void **state)
+{
+    (void)state;
+    int32_t prev[6];
+    size_t len, plen = 0;
+    ftrt__plan_msg *m = delta_msg(&len, prev);
+    ftrt__plan *p = NULL;
+    m->resume_step = 20, m->nbehind = 0; /* resumed at step 20, nobody behind */
+    size_t len2 = ftrt__plan_msg_size(2, 0);
     m->ckpt_step = -1, m->mem_step = 20;
     m->data[2] = 2, m->data[5] = 5;
     assert_int_equal(ftrt__plan_expand(m, len2, prev, 6, 3, &p, &plen), 0);
@@ -231,8 +287,6 @@ static void plan_delta(void **state)
     m->nbehind = 1; /* no survivor behind in a memory plan */
     assert_int_equal(ftrt__plan_msg_check(m, len2), FTRT_EPROTO);
     m->nbehind = 0;
-    /* refused: another membership size, a sharded-image source that is itself replaced, bad
-     * counts, ranks and lengths, a logical rank with no table */
     assert_int_equal(ftrt__plan_expand(m, len2, prev, 5, 3, &p, &plen), FTRT_EPROTO);
     assert_int_equal(ftrt__plan_expand(m, len2, NULL, 0, 3, &p, &plen), FTRT_EPROTO);
     m->data[5] = 1; /* logical 1 is replaced too: it holds no image */
@@ -499,7 +553,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(header_checks), cmocka_unit_test(plan_checks), cmocka_unit_test(heartbeat_period),
-        cmocka_unit_test(plan_delta), cmocka_unit_test(large_plan),
+        cmocka_unit_test(plan_delta), cmocka_unit_test(plan_delta_behind_refused),
+        cmocka_unit_test(plan_delta_nbehind), cmocka_unit_test(plan_delta_ckpt),
+        cmocka_unit_test(plan_delta_memory), cmocka_unit_test(large_plan),
         cmocka_unit_test(incremental_receive), cmocka_unit_test(send_and_malformed),
         cmocka_unit_test(resumed_phases), cmocka_unit_test(fanout_parts)};
     return cmocka_run_group_tests(tests, NULL, NULL);
