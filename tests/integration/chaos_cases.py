@@ -113,7 +113,8 @@ CASES = {
                 {"kind": "hang-trainer", "at_step": 135, "target": "trainer:3"}], [], {}),
     # The same with the coordinator holding whole timelines for world ranks 1..2 and the spares
     # only, each up to 60 intervals (docs/goodput-ledger.md "Timelines at scale"): the killed
-    # trainer (world rank 2) held and cut short, the hung one (world rank 4) left out; the
+    # trainer (world rank 2) held, the survivor world rank 1 cut short, the hung one (world
+    # rank 4) left out; the
     # ledger must match the ground truth as in "ledger", every left-out rank's rank-seconds
     # cover the job, and the ranks past their share send only their ends (a malformed LEDGER
     # would fail the job).
@@ -438,8 +439,12 @@ def check_ledger(d, v, live, steplog, metrics, sampled=False):
         out = sorted(r["world_rank"] for r in tl["left_out"])
         check(held == [1, 2, 5, 6] and out == [3, 4] and tl["held_ranks"] == 4 and
               tl["left_out_ranks"] == 2, f"timelines held for world ranks {held}, left out {out}")
-        check(all(r["truncated"] for r in tl["ranks"] if r["world_rank"] in (1, 2)),
-              "world ranks 1 and 2 (200 and 60 steps) cut short at FTRT_TIMELINE_MAX")
+        # (world rank 2, killed at step 60, is cut short only when more than 60 intervals
+        # reached the coordinator before its death: they go once a second, so that depends on
+        # the machine's speed: 53 arrived in one CI run under ASan)
+        cut = {r["world_rank"]: r["truncated"] for r in tl["ranks"]}
+        check(cut.get(1) is True, f"world rank 1 (200 steps) cut short at FTRT_TIMELINE_MAX "
+              f"(world rank 2, killed at step 60: cut short {cut.get(2)})")
     # 4. OpenMetrics: parseable live and at the end, and consistent with the report
     from prometheus_client.openmetrics.parser import text_string_to_metric_families
     check(len(live) > 0, f"metrics file scraped {len(live)} time(s) while the job ran")
