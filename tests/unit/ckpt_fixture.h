@@ -61,17 +61,6 @@ typedef struct state {
     int n;
 } state;
 
-static inline void fill(unsigned char *p, size_t n, uint64_t seed)
-{
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i < n; i++) {
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        p[i] = (unsigned char)((x * 0x2545F4914F6CDD1Dull) >> 56);
-    }
-}
-
 static inline void add_region(state *s, const char *name, size_t bytes, ftrt__region_kind kind)
 {
     assert_true(s->n < NREG);
@@ -101,7 +90,7 @@ static inline void make_state(state *s, int64_t step, int rank, int with_sharded
                         (s->r[i].kind == FTRT__KIND_SHARDED ? (uint64_t)rank * 100000 + 7 : 0);
         if (s->r[i].bytes == 0) continue;
         if (blank) memset(s->r[i].ptr, 0, s->r[i].bytes);
-        else fill(s->r[i].ptr, s->r[i].bytes, seed);
+        else t_fill(s->r[i].ptr, s->r[i].bytes, seed);
     }
 }
 

@@ -100,8 +100,8 @@ static void test_multi_chunk(void **st)
         w[1].ptr = malloc(5000);
         assert_non_null(w[0].ptr);
         assert_non_null(w[1].ptr);
-        fill(w[0].ptr, big, 42);
-        fill(w[1].ptr, 5000, 43);
+        t_fill(w[0].ptr, big, 42);
+        t_fill(w[1].ptr, 5000, 43);
         assert_int_equal(ftrt__shard_write(dir, 7, 0, 1, w, 2), 0);
         assert_int_equal(ftrt__ckpt_commit(dir, 7, 1, 2), 0);
         ftrt__region g[2] = {w[0], w[1]};
