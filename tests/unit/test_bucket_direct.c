@@ -273,15 +273,43 @@ static ftrt_bucketer *direct_three(fx *f, direct_be *d)
     return three_on(f, &direct_backend, d);
 }
 
+/* The arrangement of direct_errors and direct_order_any_thread (cmocka setup and teardown):
+ * direct_three()'s bucketer on a plane of 2 trainers with fake ports, its backend connected and
+ * counting only (no device), the tensors' data. */
+typedef struct duo {
+    fx f;
+    direct_be d;
+    ftrt_bucketer *b;
+    float t[3][4];
+} duo;
+
+static int duo_setup(void **state)
+{
+    duo *x = calloc(1, sizeof *x);
+    if (!x) return -1;
+    fx_init(&x->f, 2);
+    direct_init(&x->d, &x->f.w, NULL, 1);
+    x->b = direct_three(&x->f, &x->d);
+    *state = x;
+    return 0;
+}
+
+static int duo_teardown(void **state)
+{
+    duo *x = *state;
+    assert_int_equal(ftrt_bucketer_free(x->b), 0);
+    pthread_mutex_destroy(&x->d.lock);
+    t_host_destroy(&x->f.th);
+    free(x);
+    return 0;
+}
+
 static void direct_errors(void **state)
 {
-    (void)state;
-    fx f;
-    fx_init(&f, 2);
-    direct_be d;
-    direct_init(&d, &f.w, NULL, 1);
-    ftrt_bucketer *b = direct_three(&f, &d);
-    float t[3][4] = {{0}};
+    duo *x = *state;
+    ftrt_bucketer *b = x->b;
+    direct_be *d = &x->d;
+    float(*t)[4] = x->t;
     /* the queueing variant refuses a direct bucketer (the GPU one must record an event) */
     assert_int_equal(ftrt_bucketer_ready_from_any_thread(b, 0, t[0]), FTRT_EINVAL);
     assert_int_equal(ftrt__bucketer_post_direct(b, 3, t[0], ftrt__bucketer_gen(b)), FTRT_EINVAL);
@@ -303,8 +331,8 @@ static void direct_errors(void **state)
         assert_int_equal(ftrt_bucketer_wait_all(b), 0);
     }
     pthread_barrier_destroy(&go);
-    assert_int_equal(atomic_load(&d.by_posters), 20 * 2);
-    assert_int_equal(atomic_load(&d.by_owner), 20);
+    assert_int_equal(atomic_load(&d->by_posters), 20 * 2);
+    assert_int_equal(atomic_load(&d->by_owner), 20);
     /* a post that read the generation before its step ended: dropped, counted, harmless */
     unsigned old = ftrt__bucketer_gen(b);
     for (int i = 2; i >= 0; i--) assert_int_equal(ftrt_bucketer_ready(b, i, t[i]), 0);
@@ -313,39 +341,36 @@ static void direct_errors(void **state)
     assert_int_equal(ftrt__bucketer_stale_posts(b), 1);
     assert_int_equal(ftrt_bucketer_wait_all(b), FTRT_ESTATE); /* tensor 2 is not ready */
     /* a deferred bucket (no communicator off the owner) is started by the owner's drain */
-    atomic_store(&d.connected, 0);
-    int o0 = atomic_load(&d.by_owner), p0 = atomic_load(&d.by_posters);
+    atomic_store(&d->connected, 0);
+    int o0 = atomic_load(&d->by_owner), p0 = atomic_load(&d->by_posters);
     assert_int_equal(dpost_from_thread(b, 2, t[2], 0), 0);
-    assert_int_equal(atomic_load(&d.by_owner) - o0, 0);
+    assert_int_equal(atomic_load(&d->by_owner) - o0, 0);
     assert_int_equal(ftrt_bucketer_drain(b), 0);
-    assert_int_equal(atomic_load(&d.by_owner) - o0, 1);
-    atomic_store(&d.connected, 1);
+    assert_int_equal(atomic_load(&d->by_owner) - o0, 1);
+    atomic_store(&d->connected, 1);
     assert_int_equal(dpost_from_thread(b, 1, t[1], 0), 0);
     assert_int_equal(dpost_from_thread(b, 0, t[0], 0), 0);
-    assert_int_equal(atomic_load(&d.by_posters) - p0, 2);
+    assert_int_equal(atomic_load(&d->by_posters) - p0, 2);
     assert_int_equal(ftrt_bucketer_wait_all(b), 0);
     /* a collective that fails on a poster: the step's error, for later posters and the owner */
-    atomic_store(&d.fail_with, FTRT_ENCCL);
+    atomic_store(&d->fail_with, FTRT_ENCCL);
     assert_int_equal(dpost_from_thread(b, 2, t[2], 0), FTRT_ENCCL);
     assert_int_equal(dpost_from_thread(b, 1, t[1], 0), FTRT_ENCCL);
     assert_int_equal(ftrt_bucketer_ready(b, 0, t[0]), FTRT_ENCCL);
     assert_int_equal(ftrt_bucketer_wait_all(b), FTRT_ENCCL);
     /* an epoch change met by a poster's submit: FTRT_ERECOVER to it, the owner, the watch */
     assert_int_equal(dpost_from_thread(b, 2, t[2], 0), 0);
-    t_watch_announce(&f.w, 1);
+    t_watch_announce(&x->f.w, 1);
     assert_int_equal(dpost_from_thread(b, 1, t[1], 0), FTRT_ERECOVER);
     assert_int_equal(dpost_from_thread(b, 0, t[0], 0), FTRT_ERECOVER);
-    assert_int_equal(f.w.needs_recover, 0); /* posters never write the owner's field */
+    assert_int_equal(x->f.w.needs_recover, 0); /* posters never write the owner's field */
     assert_int_equal(ftrt_bucketer_wait_all(b), FTRT_ERECOVER);
-    assert_int_equal(f.w.needs_recover, 1);
+    assert_int_equal(x->f.w.needs_recover, 1);
     assert_int_equal(ftrt_bucketer_reset(b), 0);
-    f.w.epoch = 1; /* the recovery */
-    f.w.needs_recover = 0;
+    x->f.w.epoch = 1; /* the recovery */
+    x->f.w.needs_recover = 0;
     for (int i = 2; i >= 0; i--) assert_int_equal(dpost_from_thread(b, i, t[i], 0), 0);
     assert_int_equal(ftrt_bucketer_wait_all(b), 0);
-    assert_int_equal(ftrt_bucketer_free(b), 0);
-    pthread_mutex_destroy(&d.lock);
-    t_host_destroy(&f.th);
 }
 
 /* The any-thread order (ftrt_gpu_bucketer_order_from_any_thread's core) from threads of their
@@ -376,71 +401,65 @@ static int order_from_thread(ftrt_bucketer *b, void *consumer)
 
 static void direct_order_any_thread(void **state)
 {
-    (void)state;
-    fx f;
-    fx_init(&f, 2);
-    direct_be d;
-    direct_init(&d, &f.w, NULL, 1);
-    ftrt_bucketer *b = direct_three(&f, &d);
-    float t[3][4] = {{0}};
+    duo *x = *state;
+    ftrt_bucketer *b = x->b;
+    direct_be *d = &x->d;
+    float(*t)[4] = x->t;
     int consumer;
     /* two of three buckets started: nothing ordered */
     assert_int_equal(dpost_from_thread(b, 2, t[2], 0), 0);
     assert_int_equal(dpost_from_thread(b, 1, t[1], 0), 0);
     assert_int_equal(order_from_thread(b, &consumer), FTRT_ESTATE);
-    assert_int_equal(nordered(&d), 0);
+    assert_int_equal(nordered(d), 0);
     /* all three: the consumer is ordered after each request of the step, once */
     assert_int_equal(dpost_from_thread(b, 0, t[0], 0), 0);
     assert_int_equal(order_from_thread(b, &consumer), 0);
-    assert_int_equal(nordered(&d), 3);
-    assert_ptr_equal(d.consumer, &consumer);
-    for (int k = 0; k < 3; k++) assert_ptr_equal(d.ordered[k], ftrt__bucketer_request(b, k));
+    assert_int_equal(nordered(d), 3);
+    assert_ptr_equal(d->consumer, &consumer);
+    for (int k = 0; k < 3; k++) assert_ptr_equal(d->ordered[k], ftrt__bucketer_request(b, k));
     assert_int_equal(ftrt_bucketer_wait_all(b), 0);
     assert_int_equal(order_from_thread(b, &consumer), FTRT_ESTATE); /* the next step: nothing */
-    assert_int_equal(nordered(&d), 3);
+    assert_int_equal(nordered(d), 3);
     /* every tensor posted but no communicator off the owner: the buckets wait for the owner,
      * nothing is ordered, and the owner's wait_all starts them */
-    atomic_store(&d.connected, 0);
+    atomic_store(&d->connected, 0);
     for (int i = 2; i >= 0; i--) assert_int_equal(dpost_from_thread(b, i, t[i], 0), 0);
     assert_int_equal(order_from_thread(b, &consumer), FTRT_ESTATE);
-    assert_int_equal(nordered(&d), 3);
+    assert_int_equal(nordered(d), 3);
     assert_int_equal(ftrt_bucketer_wait_all(b), 0);
-    assert_int_equal(atomic_load(&d.by_owner), 3);
-    atomic_store(&d.connected, 1);
+    assert_int_equal(atomic_load(&d->by_owner), 3);
+    atomic_store(&d->connected, 1);
     /* a step whose collective failed on a poster: its error, nothing ordered */
     assert_int_equal(dpost_from_thread(b, 2, t[2], 0), 0);
-    atomic_store(&d.fail_with, FTRT_ENCCL);
+    atomic_store(&d->fail_with, FTRT_ENCCL);
     assert_int_equal(dpost_from_thread(b, 1, t[1], 0), FTRT_ENCCL);
     assert_int_equal(dpost_from_thread(b, 0, t[0], 0), FTRT_ENCCL);
     assert_int_equal(order_from_thread(b, &consumer), FTRT_ENCCL);
-    assert_int_equal(nordered(&d), 3);
+    assert_int_equal(nordered(d), 3);
     assert_int_equal(ftrt_bucketer_wait_all(b), FTRT_ENCCL);
     /* an epoch change met by a poster: FTRT_ERECOVER, nothing ordered */
-    t_watch_announce(&f.w, 1);
+    t_watch_announce(&x->f.w, 1);
     for (int i = 2; i >= 0; i--) assert_int_equal(dpost_from_thread(b, i, t[i], 0), FTRT_ERECOVER);
     assert_int_equal(order_from_thread(b, &consumer), FTRT_ERECOVER);
-    assert_int_equal(nordered(&d), 3);
+    assert_int_equal(nordered(d), 3);
     assert_int_equal(ftrt_bucketer_wait_all(b), FTRT_ERECOVER);
     assert_int_equal(ftrt_bucketer_reset(b), 0);
-    f.w.epoch = 1;
-    f.w.needs_recover = 0;
+    x->f.w.epoch = 1;
+    x->f.w.needs_recover = 0;
     /* a backend without an order op, and no bucketer */
     rec log = {0};
-    ftrt_bucketer *r = three(&f, &log);
+    ftrt_bucketer *r = three(&x->f, &log);
     assert_int_equal(ftrt__bucketer_order(r, &consumer, 1), FTRT_EINVAL);
     assert_int_equal(ftrt__bucketer_order(NULL, &consumer, 1), FTRT_EINVAL);
     assert_int_equal(ftrt_bucketer_free(r), 0);
-    assert_int_equal(ftrt_bucketer_free(b), 0);
-    pthread_mutex_destroy(&d.lock);
-    t_host_destroy(&f.th);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(direct_posters_start_buckets),
-        cmocka_unit_test(direct_errors),
-        cmocka_unit_test(direct_order_any_thread),
+        cmocka_unit_test_setup_teardown(direct_errors, duo_setup, duo_teardown),
+        cmocka_unit_test_setup_teardown(direct_order_any_thread, duo_setup, duo_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
