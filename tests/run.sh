@@ -41,13 +41,14 @@ if [ -f tests/unit/test_agent.c ]; then
   echo "== ThreadSanitizer build: tests where threads meet"
   cmake -S . -B build-tsan -DFTRT_WERROR=ON -DCMAKE_BUILD_TYPE=Debug -DFTRT_SANITIZE=thread >/dev/null
   cmake --build build-tsan -j"$jobs" --target test_agent test_hostagent test_ckpt_engine test_async \
-    test_bucket_threads test_interrupt
+    test_bucket_threads test_bucket_direct test_interrupt
   # The agent and host agent threads. The checkpoint engine: application, snapshot, persist and
   # agent threads. The overlapped collectives' request engine: application and progress threads.
-  # The bucketer's hand-over: poster threads (as autograd's device threads), the owning thread
-  # and the progress thread. The interrupter: the agent thread firing the epoch watch, the
-  # interrupter's thread (the NCCL plane's abort on an epoch change) and the application thread.
-  (cd build-tsan && ctest --output-on-failure -R '^unit\.(agent|hostagent|ckpt_engine|ckpt_enospc|async|bucket_threads|interrupt)$')
+  # The bucketer's hand-over, queued (bucket_threads) and direct (bucket_direct): poster threads
+  # (as autograd's device threads), the owning thread and the progress thread. The interrupter:
+  # the agent thread firing the epoch watch, the interrupter's thread (the NCCL plane's abort on
+  # an epoch change) and the application thread.
+  (cd build-tsan && ctest --output-on-failure -R '^unit\.(agent|hostagent|ckpt_engine|ckpt_enospc|async|bucket_threads|bucket_direct|interrupt)$')
 fi
 echo "== Open MPI 5 with ULFM: build-ompi5 and ctest -L ulfm"
 if ompi5=$(bash scripts/ensure-ompi5.sh); then

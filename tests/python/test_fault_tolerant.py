@@ -421,7 +421,7 @@ class HandOver(ftp.GradAverager):
     """GradAverager's CUDA hand-over with the C calls replaced by recorders, over CPU tensors:
     no CUDA runs here. It checks the Python side only: which thread marks, orders and ends
     the step, the zeros of unused parameters, the fallback to the owner. The C side is
-    unit.bucket_threads; the real thing is tests/python/gpu_ft_prog.py on a GPU."""
+    unit.bucket_direct; the real thing is tests/python/gpu_ft_prog.py on a GPU."""
 
     def __init__(self, ctx, params, order_rc=0, fail=None):
         self.calls, self.order_rc, self.fail = [], order_rc, fail
