@@ -244,8 +244,7 @@ void ftrt__tx_drain(ftrt__coord *c, double idle_s, double until)
             if (!pf[i].revents) continue;
             uint64_t out = txq(c, ids[i])->out;
             tx_progress(c, ids[i], now);
-            if (txq(c, ids[i])->out > out || ftrt__tx_pending(&txq(c, ids[i])->b) == 0)
-                quiet = now + idle_s;
+            if (txq(c, ids[i])->out > out) quiet = now + idle_s;
         }
     }
 }
