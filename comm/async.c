@@ -1,6 +1,7 @@
 /*
  * async.c - overlapped collectives: the request engine, its progress thread, the MPI
- * transport, and the public request API (ftrt_allreduce_start, ftrt_request_*).
+ * transport, and the public request API (ftrt_allreduce_start, ftrt_broadcast_start,
+ * ftrt_request_*).
  *
  * See async.h for the model. The engine's state is split by owner:
  *  - the submission queue, the live count, the staging pool and the graveyard (comm/pool.h)
@@ -279,15 +280,40 @@ static void put_staging(ftrt__engine *e, ftrt__areq *r)
     pthread_mutex_unlock(&e->lock);
 }
 
+/* What a submission asks for beyond its memory: the collective and its parameters. */
+typedef struct submit_args {
+    size_t count;
+    int dtype, op;
+    ftrt__coll coll;
+    int root;
+    double scale;
+    int in_place;
+} submit_args;
+
+static int submit(ftrt__engine *e, int epoch, const ftrt__seg *segs, int n, const submit_args *a,
+                  ftrt__areq **out);
+
 int ftrt__engine_submit(ftrt__engine *e, int epoch, const ftrt__seg *segs, int n, size_t count,
                         int dtype, int op, double scale, int in_place, ftrt__areq **out)
 {
-    *out = NULL;
-    if (n < 1 || !ftrt__k_esize(dtype)) return FTRT_EINVAL;
+    submit_args a = {count, dtype, op, FTRT__COLL_ALLREDUCE, 0, scale, in_place};
+    return submit(e, epoch, segs, n, &a, out);
+}
+
+int ftrt__engine_submit_bcast(ftrt__engine *e, int epoch, ftrt__seg seg, size_t count, int dtype,
+                              int root, ftrt__areq **out)
+{
+    submit_args a = {count, dtype, FTRT_SUM, FTRT__COLL_BCAST, root, 1.0, 0};
+    return submit(e, epoch, &seg, 1, &a, out);
+}
+
+/* A new request for segs[0..n) and a's collective, its chunks counted; 0 or a negative code. */
+static int req_new(ftrt__engine *e, const ftrt__seg *segs, int n, const submit_args *a,
+                   ftrt__areq **out)
+{
+    if (n < 1 || !ftrt__k_esize(a->dtype)) return FTRT_EINVAL;
     ftrt__areq *r = calloc(1, sizeof *r);
     if (!r) return -ENOMEM;
-    size_t bytes = 0;
-    for (int i = 0; i < n; i++) bytes += segs[i].bytes;
     if (n == 1) {
         r->seg1 = segs[0];
         r->segs = &r->seg1;
@@ -300,11 +326,11 @@ int ftrt__engine_submit(ftrt__engine *e, int epoch, const ftrt__seg *segs, int n
         memcpy(r->segs, segs, (size_t)n * sizeof *segs);
     }
     r->nsegs = n;
-    r->esize = ftrt__k_esize(dtype);
+    r->esize = ftrt__k_esize(a->dtype);
     r->chunk_count = e->chunk_bytes / r->esize ? e->chunk_bytes / r->esize : 1;
-    int err = count / r->chunk_count >= INT_MAX - 1 ? FTRT_EINVAL : 0;
+    int err = a->count / r->chunk_count >= INT_MAX - 1 ? FTRT_EINVAL : 0;
     if (!err) {
-        r->nchunks = count ? (int)((count + r->chunk_count - 1) / r->chunk_count) : 1;
+        r->nchunks = a->count ? (int)((a->count + r->chunk_count - 1) / r->chunk_count) : 1;
         r->cdone = calloc((size_t)r->nchunks, 1);
         if (!r->cdone) err = -ENOMEM;
     }
@@ -313,16 +339,31 @@ int ftrt__engine_submit(ftrt__engine *e, int epoch, const ftrt__seg *segs, int n
         free(r);
         return err;
     }
+    *out = r;
+    return 0;
+}
+
+static int submit(ftrt__engine *e, int epoch, const ftrt__seg *segs, int n, const submit_args *a,
+                  ftrt__areq **out)
+{
+    *out = NULL;
+    ftrt__areq *r;
+    int rc = req_new(e, segs, n, a, &r);
+    if (rc) return rc;
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++) bytes += segs[i].bytes;
     r->base.ops = &areq_ops;
     r->eng = e;
     r->epoch = epoch;
     r->bytes = bytes;
-    r->count = count;
-    r->dtype = dtype;
-    r->op = op;
-    r->scale = scale;
+    r->count = a->count;
+    r->dtype = a->dtype;
+    r->op = a->op;
+    r->coll = a->coll;
+    r->root = a->root;
+    r->scale = a->scale;
     atomic_init(&r->state, FTRT__AREQ_QUEUED);
-    int rc = take_staging(e, r, in_place);
+    rc = take_staging(e, r, a->in_place);
     if (!rc && e->xp->bind) rc = e->xp->bind(e->xarg, r);
     if (rc) {
         put_staging(e, r);
@@ -454,7 +495,10 @@ static int mpi_start(void *arg, ftrt__areq *r, int chunk, void *buf, size_t coun
     MPI_Op o;
     int rc = ftrt__mpi_reduction(r->dtype, r->op, &t, &o, &es); /* checked at submit */
     if (rc) return rc;
-    int err = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, t, o, r->gen->comm, &r->mreqs[chunk]);
+    int err = r->coll == FTRT__COLL_BCAST
+                  ? MPI_Ibcast(buf, (int)count, t, r->root, r->gen->comm, &r->mreqs[chunk])
+                  : MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, t, o, r->gen->comm,
+                                   &r->mreqs[chunk]);
     return err == MPI_SUCCESS ? 0 : mpi_error(r, err, r->gen->comm);
 }
 
@@ -531,18 +575,34 @@ int ftrt__plane_allreduce_start(ftrt__plane *p, void *buf, size_t count, ftrt_dt
     size_t es = 0;
     MPI_Datatype t;
     MPI_Op o;
-    if ((!buf && count) || count > SIZE_MAX / 8) return FTRT_EINVAL;
-    int rc = ftrt__mpi_reduction((int)dtype, (int)op, &t, &o, &es);
+    int rc = ftrt__plane_coll_check(p, buf, count, dtype, op, &t, &o, &es);
     if (rc) return rc;
-    if (p->comm == MPI_COMM_NULL) return FTRT_ESTATE;
-    rc = ftrt__watch_check(p->watch);
-    if (rc) return rc;
-    if (p->watch->needs_recover) return FTRT_ESTATE;
     ftrt__engine *e = ftrt__engine_get(p, &rc);
     if (!e) return rc;
     ftrt__seg seg = {buf, count * es};
     ftrt__areq *r;
     rc = ftrt__engine_submit(e, p->watch->epoch, &seg, 1, count, dtype, op, 1.0, 0, &r);
+    if (rc) return rc;
+    *req = &r->base;
+    return 0;
+}
+
+int ftrt__plane_broadcast_start(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dtype,
+                                int root, ftrt_request **req)
+{
+    if (!req) return FTRT_EINVAL;
+    *req = NULL;
+    size_t es = 0;
+    MPI_Datatype t;
+    MPI_Op o;
+    int rc = ftrt__plane_coll_check(p, buf, count, dtype, FTRT_SUM, &t, &o, &es);
+    if (rc) return rc;
+    if (root < 0 || root >= p->size) return FTRT_EINVAL;
+    ftrt__engine *e = ftrt__engine_get(p, &rc);
+    if (!e) return rc;
+    ftrt__seg seg = {buf, count * es};
+    ftrt__areq *r;
+    rc = ftrt__engine_submit_bcast(e, p->watch->epoch, seg, count, dtype, root, &r);
     if (rc) return rc;
     *req = &r->base;
     return 0;

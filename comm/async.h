@@ -55,6 +55,11 @@ struct ftrt_request {
 
 enum { FTRT__AREQ_QUEUED = 0, FTRT__AREQ_ACTIVE = 1, FTRT__AREQ_DONE = 2, FTRT__AREQ_FAILED = 3 };
 
+/* The collective a request runs (the same request and plane interface for each; include/ftrt.h
+ * has their contracts): an allreduce of op over the packed tensors, or a broadcast of them from
+ * logical rank `root`. */
+typedef enum ftrt__coll { FTRT__COLL_ALLREDUCE = 0, FTRT__COLL_BCAST = 1 } ftrt__coll;
+
 /* The communicator of one plane generation, duplicated with MPI_Comm_idup when the first
  * request of that generation is submitted (application thread) and completed by the progress
  * side. Never freed before MPI_Finalize (an abandoned one may hold a dead rank). */
@@ -81,6 +86,8 @@ typedef struct ftrt__areq {
     size_t staging_cap;
     size_t bytes, count, esize;
     int dtype, op;
+    ftrt__coll coll;      /* FTRT__COLL_*: what the transport starts on each chunk */
+    int root;             /* FTRT__COLL_BCAST: the sender's rank in the plane's communicator */
     double scale;         /* applied at unpack (1.0 = none) */
     /* the collective runs in chunks of chunk_count elements (the last one shorter), started in
      * order, each packed just before it starts and unpacked as soon as it completes */
@@ -156,6 +163,14 @@ ftrt__engine *ftrt__engine_get(struct ftrt__plane *p, int *err);
  * current epoch. segs is copied. Returns 0 with *out, or a negative code (no request then). */
 int ftrt__engine_submit(ftrt__engine *e, int epoch, const ftrt__seg *segs, int n, size_t count,
                         int dtype, int op, double scale, int in_place, ftrt__areq **out);
+/* Submits a broadcast of `count` elements of dtype at seg from the member of rank `root` (the
+ * plane's communicator, logical rank order) to every other member: staged like an allreduce
+ * (packed into an engine-owned buffer, the collective on it, unpacked when a chunk is done), so
+ * that a broadcast of a dead epoch never writes seg. The root's seg is unpacked onto itself
+ * (unchanged). Application thread; root is not checked here (the caller knows the size).
+ * Returns 0 with *out, or a negative code (no request then). */
+int ftrt__engine_submit_bcast(ftrt__engine *e, int epoch, ftrt__seg seg, size_t count, int dtype,
+                              int root, ftrt__areq **out);
 /* Stops and joins the progress thread (requests still in flight stay unfinished). Call before
  * MPI_Finalize. Idempotent. */
 void ftrt__engine_stop(ftrt__engine *e);

@@ -117,18 +117,30 @@ int ftrt__plane_waitall(ftrt__plane *p, int n, MPI_Request *reqs)
 
 /* ---- collectives ---- */
 
-int ftrt__plane_allreduce(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dtype, ftrt_op op)
+int ftrt__plane_coll_check(ftrt__plane *p, const void *buf, size_t count, ftrt_dtype dtype,
+                           ftrt_op op, MPI_Datatype *t, MPI_Op *o, size_t *es)
 {
-    size_t es = 0;
-    MPI_Datatype t;
-    MPI_Op o;
     if ((!buf && count) || count > SIZE_MAX / 8) return FTRT_EINVAL;
-    int rc = ftrt__mpi_reduction((int)dtype, (int)op, &t, &o, &es);
+    int rc = ftrt__mpi_reduction((int)dtype, (int)op, t, o, es);
     if (rc) return rc;
     if (p->comm == MPI_COMM_NULL) return FTRT_ESTATE;
     rc = ftrt__watch_check(p->watch);
     if (rc) return rc;
-    if (p->watch->needs_recover) return FTRT_ESTATE;
+    return p->watch->needs_recover ? FTRT_ESTATE : 0;
+}
+
+/* The blocking collectives: buf is copied into the plane's staging buffer, the collective
+ * (coll: FTRT__COLL_*) runs there in calls of at most 2^28 elements, each polled, and the result
+ * is copied back only when every call completed, so an error leaves buf unchanged. */
+static int staged(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dtype, ftrt_op op,
+                  ftrt__coll coll, int root)
+{
+    size_t es = 0;
+    MPI_Datatype t;
+    MPI_Op o;
+    int rc = ftrt__plane_coll_check(p, buf, count, dtype, op, &t, &o, &es);
+    if (rc) return rc;
+    if (coll == FTRT__COLL_BCAST && (root < 0 || root >= p->size)) return FTRT_EINVAL;
     size_t bytes = count * es;
     if (bytes > p->buf_cap) {
         void *n = realloc(p->buf, bytes);
@@ -140,15 +152,27 @@ int ftrt__plane_allreduce(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dt
     const size_t chunk = (size_t)1 << 28; /* elements per MPI call: stays below INT_MAX */
     for (size_t off = 0; off < count; off += chunk) {
         size_t n = count - off < chunk ? count - off : chunk;
+        void *at = (char *)p->buf + off * es;
         MPI_Request req;
-        int e = MPI_Iallreduce(MPI_IN_PLACE, (char *)p->buf + off * es, (int)n, t, o, p->comm,
-                               &req);
+        int e = coll == FTRT__COLL_BCAST
+                    ? MPI_Ibcast(at, (int)n, t, root, p->comm, &req)
+                    : MPI_Iallreduce(MPI_IN_PLACE, at, (int)n, t, o, p->comm, &req);
         if (e != MPI_SUCCESS) return ftrt__plane_mpi_error(p, e);
         rc = ftrt__plane_wait(p, &req);
         if (rc) return ftrt__watch_note(p->watch, rc);
     }
     if (bytes) memcpy(buf, p->buf, bytes);
     return 0;
+}
+
+int ftrt__plane_allreduce(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dtype, ftrt_op op)
+{
+    return staged(p, buf, count, dtype, op, FTRT__COLL_ALLREDUCE, 0);
+}
+
+int ftrt__plane_broadcast(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dtype, int root)
+{
+    return staged(p, buf, count, dtype, FTRT_SUM, FTRT__COLL_BCAST, root);
 }
 
 int ftrt__plane_bcast(ftrt__plane *p, void *buf, size_t bytes, int root)

@@ -1,6 +1,6 @@
 /*
- * nccl_plane.c - the GPU data plane: NCCL allreduces of buckets on a dedicated communication
- * stream, failure-aware (ftrt_gpu.h has the model; libftrt_gpu only).
+ * nccl_plane.c - the GPU data plane: NCCL allreduces of buckets (and broadcasts) on a dedicated
+ * communication stream, failure-aware (ftrt_gpu.h has the model; libftrt_gpu only).
  *
  * One collective on the communication stream:
  *   wait for the producer (event) -> pack kernel (tensors -> plane-owned device bucket)
@@ -388,9 +388,42 @@ static ncclDataType_t nccl_type(int t)
 
 static ncclRedOp_t nccl_op(int op) { return op == FTRT_MIN ? ncclMin : op == FTRT_MAX ? ncclMax : ncclSum; }
 
+/* Enqueues collective coll on the bucket (in place) on the plane's stream; with a nonblocking
+ * communicator, waits (polled with the watch) until NCCL accepted it. 0, FTRT_ENCCL or the
+ * watch's code. */
+static int nccl_enqueue(ftrt_gpu *g, ftrt__coll coll, int root, void *bucket, size_t count,
+                        int dtype, int op)
+{
+    const char *name = coll == FTRT__COLL_BCAST ? "ncclBroadcast" : "ncclAllReduce";
+    ncclResult_t nr = coll == FTRT__COLL_BCAST
+                          ? ncclBroadcast(bucket, bucket, count, nccl_type(dtype), root, g->comm,
+                                          g->stream)
+                          : ncclAllReduce(bucket, bucket, count, nccl_type(dtype), nccl_op(op),
+                                          g->comm, g->stream);
+    int rc = nccl_err(nr, g->comm, name);
+    for (long i = 0; !rc && nr == ncclInProgress; i++) { /* nonblocking: enqueue pending */
+        if (ncclCommGetAsyncError(g->comm, &nr) != ncclSuccess) nr = ncclInternalError;
+        rc = nccl_err(nr, g->comm, name);
+        if (!rc && nr == ncclInProgress) {
+            rc = ftrt__watch_check(g->plane->watch);
+            polite(i);
+        }
+    }
+    return rc;
+}
+
 /* (comm/nccl_plane.h) */
 int ftrt__gpu_submit(ftrt_gpu *g, const ftrt__seg *segs, int n, size_t count, int dtype, int op,
                      double scale, int in_place, ftrt_request **out)
+{
+    return ftrt__gpu_submit_coll(g, FTRT__COLL_ALLREDUCE, 0, segs, n, count, dtype, op, scale,
+                                 in_place, out);
+}
+
+/* (comm/nccl_plane.h) */
+int ftrt__gpu_submit_coll(ftrt_gpu *g, ftrt__coll coll, int root, const ftrt__seg *segs, int n,
+                          size_t count, int dtype, int op, double scale, int in_place,
+                          ftrt_request **out)
 {
     ftrt__plane *pl = g->plane;
     *out = NULL;
@@ -423,17 +456,7 @@ int ftrt__gpu_submit(ftrt_gpu *g, const ftrt__seg *segs, int n, size_t count, in
         rc = ftrt__cuda_err(ftrt__kgpu_pack(bucket, r->desc.p, n, max_bytes, g->stream),
                             "pack kernel");
     if (rc) goto queued;
-    ncclResult_t nr = ncclAllReduce(bucket, bucket, count, nccl_type(dtype), nccl_op(op),
-                                    g->comm, g->stream);
-    if ((rc = nccl_err(nr, g->comm, "ncclAllReduce")) != 0) goto queued;
-    for (long i = 0; nr == ncclInProgress; i++) { /* nonblocking communicator: enqueue pending */
-        if (ncclCommGetAsyncError(g->comm, &nr) != ncclSuccess) nr = ncclInternalError;
-        if ((rc = nccl_err(nr, g->comm, "ncclAllReduce (enqueue)")) != 0) goto queued;
-        if (nr == ncclInProgress) {
-            if ((rc = ftrt__watch_check(pl->watch)) != 0) goto queued;
-            polite(i);
-        }
-    }
+    if ((rc = nccl_enqueue(g, coll, root, bucket, count, dtype, op)) != 0) goto queued;
     if (!in_place || (scale != 1.0 && ftrt__k_scalable(dtype)))
         rc = ftrt__cuda_err(ftrt__kgpu_unpack_scale(bucket, r->desc.p, n, max_bytes, dtype,
                                                     scale, g->guard, g->gen, g->stream),
@@ -685,6 +708,25 @@ int ftrt_gpu_allreduce_start(ftrt_gpu *g, void *buf, size_t count, ftrt_dtype dt
     pthread_mutex_lock(&g->lock); /* ev_producer and the stream are shared with posting threads */
     if ((rc = after_producer(g, producer)) == 0)
         rc = ftrt__gpu_submit(g, &seg, 1, count, dtype, op, 1.0, 0, req);
+    pthread_mutex_unlock(&g->lock);
+    return rc;
+}
+
+int ftrt_gpu_broadcast_start(ftrt_gpu *g, void *buf, size_t count, ftrt_dtype dtype, int root,
+                             cudaStream_t producer, ftrt_request **req)
+{
+    if (!req) return FTRT_EINVAL;
+    *req = NULL;
+    if (!g || (!buf && count) || root < 0 || root >= g->plane->size) return FTRT_EINVAL;
+    int rc = ftrt__gpu_check_dtype_op(dtype, FTRT_SUM);
+    if (rc) return rc;
+    rc = ftrt__watch_check(g->plane->watch);
+    if (rc) return rc;
+    ftrt__seg seg = {buf, count * ftrt__k_esize((int)dtype)};
+    pthread_mutex_lock(&g->lock); /* ev_producer and the stream are shared with posting threads */
+    if ((rc = after_producer(g, producer)) == 0)
+        rc = ftrt__gpu_submit_coll(g, FTRT__COLL_BCAST, root, &seg, 1, count, dtype, FTRT_SUM,
+                                   1.0, 0, req);
     pthread_mutex_unlock(&g->lock);
     return rc;
 }

@@ -62,6 +62,12 @@ int ftrt__gpu_comm_ready(const struct ftrt_gpu *g);
  * FTRT_ENCCL, FTRT_ECUDA, FTRT_ENOTSUP (a setting the build's NCCL lacks), -ENOMEM. */
 int ftrt__gpu_submit(struct ftrt_gpu *g, const ftrt__seg *segs, int n, size_t count, int dtype,
                      int op, double scale, int in_place, ftrt_request **out);
+/* ftrt__gpu_submit for collective `coll` (comm/async.h): FTRT__COLL_ALLREDUCE as above, or
+ * FTRT__COLL_BCAST (ncclBroadcast on the bucket from `root`, the plane's logical rank; op and
+ * scale are then unused, 0 and 1.0). Same locking and returns. */
+int ftrt__gpu_submit_coll(struct ftrt_gpu *g, ftrt__coll coll, int root, const ftrt__seg *segs,
+                          int n, size_t count, int dtype, int op, double scale, int in_place,
+                          ftrt_request **out);
 /* Waits for a request of the plane outside the host's wait bracket (the bucketer brackets its
  * own waits). 0, or the request's error. */
 int ftrt__gpu_wait_raw(struct ftrt_request *base);

@@ -81,18 +81,32 @@ int ftrt__plane_wait(ftrt__plane *p, MPI_Request *req);
  * host's wait bracket (waits that are part of a recovery, not of training). Returns 0, FTRT_EMPI
  * or the watch's code (the requests are then abandoned). */
 int ftrt__plane_waitall(ftrt__plane *p, int n, MPI_Request *reqs);
+/* The checks every collective of the plane makes before it starts: buf and count (FTRT_EINVAL),
+ * dtype and op (*t, *o and *es as ftrt__mpi_reduction), a communicator and no recovery owed
+ * (FTRT_ESTATE), the watch (FTRT_ERECOVER or a fatal code). Returns 0 or that code. */
+int ftrt__plane_coll_check(ftrt__plane *p, const void *buf, size_t count, ftrt_dtype dtype,
+                           ftrt_op op, MPI_Datatype *t, MPI_Op *o, size_t *es);
 /* Blocking allreduce (op over count elements of dtype at buf, in place) over the plane, polled.
  * Returns 0, FTRT_EINVAL (bad dtype/op/buffer), FTRT_ESTATE (no communicator, or recovery
  * owed), FTRT_ERECOVER (sets watch->needs_recover), a fatal code, FTRT_EMPI, -ENOMEM. On an
  * error buf is unchanged. */
 int ftrt__plane_allreduce(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dtype, ftrt_op op);
-/* Polled broadcast of `bytes` at buf from `root` over the plane; returns 0, FTRT_ERECOVER or a
+/* Blocking broadcast of count elements of dtype at buf from logical rank `root` (staged like
+ * ftrt__plane_allreduce: on an error buf is unchanged). Same returns as ftrt__plane_allreduce,
+ * FTRT_EINVAL also for root outside [0, size). */
+int ftrt__plane_broadcast(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dtype, int root);
+/* Polled broadcast of `bytes` at buf from `root` over the plane, in place (recovery's state
+ * transfer: no staging); returns 0, FTRT_ERECOVER or a
  * fatal code, FTRT_EMPI. */
 int ftrt__plane_bcast(ftrt__plane *p, void *buf, size_t bytes, int root);
 /* Starts an overlapped allreduce of buf (comm/async.c). Same arguments and checks as
  * ftrt__plane_allreduce; *req receives the request (ftrt_request_wait/test/free). */
 int ftrt__plane_allreduce_start(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dtype,
                                 ftrt_op op, ftrt_request **req);
+/* Starts an overlapped broadcast of buf from logical rank root (comm/async.c). The checks of
+ * ftrt__plane_broadcast; *req receives the request. */
+int ftrt__plane_broadcast_start(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dtype,
+                                int root, ftrt_request **req);
 
 /* The NCCL plane over p (comm/nccl_plane.c, libftrt_gpu only): ftrt_gpu_create() of
  * include/ftrt_gpu.h without the role check, which the runtime makes. Same returns. */

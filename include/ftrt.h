@@ -563,12 +563,31 @@ typedef enum ftrt_op { FTRT_SUM = 0, FTRT_MIN = 1, FTRT_MAX = 2 } ftrt_op;
 FTRT_API int ftrt_allreduce(ftrt_ctx *ctx, void *buf, size_t count, ftrt_dtype dtype,
                             ftrt_op op);
 
+/*
+ * Broadcast of `count` elements of `dtype` at `buf` from the trainer of logical rank `root` to
+ * every trainer (MPI_Bcast's meaning, over the trainers in logical rank order; DDP's
+ * broadcast_buffers uses it to give every trainer logical rank 0's buffers). Every trainer
+ * calls it with the same count, dtype and root, at the same point of its sequence of
+ * collectives. Like ftrt_allreduce(), it runs on an ftrt-owned staging buffer with
+ * MPI_Ibcast, polled together with the epoch flag: a failure elsewhere returns FTRT_ERECOVER
+ * promptly and `buf` is left unchanged (the root's is never changed). The result is the root's
+ * bytes exactly, whichever process holds each logical rank.
+ *   buf: count * element size bytes (ftrt_dtype), read on the root, written on the others;
+ *     owned by the caller, NULL only with count 0.
+ *   root: a logical rank in [0, ftrt_size()).
+ * Application thread only. Returns 0; FTRT_ERECOVER; FTRT_ENOSPARE/FTRT_ECOORD/FTRT_EABORT;
+ * FTRT_EINVAL (NULL ctx, NULL buf with count > 0, bad dtype, root outside [0, size));
+ * FTRT_EMPI; -ENOMEM; FTRT_ESTATE (not a trainer, or ftrt_recover() is owed).
+ */
+FTRT_API int ftrt_broadcast(ftrt_ctx *ctx, void *buf, size_t count, ftrt_dtype dtype, int root);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Overlapped collectives                                                                      */
 /* ------------------------------------------------------------------------------------------ */
 
 /*
- * A request is one collective in flight: started by ftrt_allreduce_start() or by a bucketer
+ * A request is one collective in flight: started by ftrt_allreduce_start(),
+ * ftrt_broadcast_start() or by a bucketer
  * (or the NCCL plane, ftrt_gpu.h), finished by ftrt_request_test() / ftrt_request_wait(),
  * released by ftrt_request_free(). Owned by the caller; release every request before
  * ftrt_finalize(). As with MPI requests, every trainer starts the same requests in the same
@@ -610,6 +629,23 @@ typedef struct ftrt_request ftrt_request;
  */
 FTRT_API int ftrt_allreduce_start(ftrt_ctx *ctx, void *buf, size_t count, ftrt_dtype dtype,
                                   ftrt_op op, ftrt_request **req);
+
+/*
+ * Starts a broadcast of `count` elements of `dtype` at `buf` from logical rank `root` (the
+ * contract of ftrt_broadcast()) and returns at once. Staged like ftrt_allreduce_start(): buf is
+ * copied into an ftrt-owned buffer when the collective starts and the root's bytes copied back
+ * into buf when it completes, so a broadcast of an epoch that ended (FTRT_ERECOVER) leaves buf
+ * unchanged. buf must stay valid and must not be written until ftrt_request_test() returns 1
+ * or ftrt_request_wait() returns (on the root it may be read meanwhile). Runs on the same
+ * request engine, progress thread and duplicate communicator as ftrt_allreduce_start(), in
+ * the order the requests were started.
+ *   req: receives the request (NULL on error); free it with ftrt_request_free().
+ * Returns 0; FTRT_ERECOVER / FTRT_ENOSPARE / FTRT_ECOORD / FTRT_EABORT (nothing started);
+ * FTRT_EINVAL (NULL ctx or req, NULL buf with count > 0, bad dtype, root outside [0, size));
+ * FTRT_ESTATE (not a trainer, or ftrt_recover() is owed); FTRT_EMPI; -ENOMEM.
+ */
+FTRT_API int ftrt_broadcast_start(ftrt_ctx *ctx, void *buf, size_t count, ftrt_dtype dtype,
+                                  int root, ftrt_request **req);
 
 /*
  * Returns 1 once req completed (the result is in its buffer), 0 while it is in flight, or its

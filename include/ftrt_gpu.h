@@ -108,6 +108,23 @@ FTRT_API cudaStream_t ftrt_gpu_stream(const ftrt_gpu *g);
 FTRT_API int ftrt_gpu_allreduce_start(ftrt_gpu *g, void *buf, size_t count, ftrt_dtype dtype,
                                       ftrt_op op, cudaStream_t producer, ftrt_request **req);
 
+/*
+ * Starts a broadcast of `count` elements of `dtype` at device pointer `buf` from the trainer of
+ * logical rank `root` (ftrt_broadcast() of ftrt.h on the device), after the work already
+ * queued on `producer` (NULL = the legacy default stream): copied into a plane-owned device
+ * buffer, ncclBroadcast on the communication stream, copied back into buf by the guarded
+ * unpack kernel, so that a broadcast of an epoch that ended writes nothing into buf. The
+ * ordering and outcome rules of ftrt_gpu_allreduce_start() apply (ftrt_gpu_request_order(),
+ * ftrt_request_test() / ftrt_request_wait()). Collective over the trainers, same count,
+ * dtype and root everywhere, in the same order as the plane's other collectives.
+ * Returns 0 with *req; FTRT_ERECOVER / FTRT_ENOSPARE / FTRT_ECOORD / FTRT_EABORT; FTRT_EINVAL
+ * (NULL g/req, NULL buf with count > 0, an unknown dtype, root outside [0, trainers));
+ * FTRT_ENOTSUP (FTRT_BFLOAT16 with an NCCL older than 2.10); FTRT_ESTATE (ftrt_recover()
+ * owed); FTRT_ENCCL; FTRT_ECUDA; FTRT_EMPI (sending the unique id); -ENOMEM.
+ */
+FTRT_API int ftrt_gpu_broadcast_start(ftrt_gpu *g, void *buf, size_t count, ftrt_dtype dtype,
+                                      int root, cudaStream_t producer, ftrt_request **req);
+
 /* Makes `consumer` (e.g. the optimizer's stream) wait, on the device, for req's collective and
  * its copy back. Does not block the host. Returns 0, FTRT_EINVAL (not a GPU request), or
  * FTRT_ECUDA. After an abort the consumer proceeds on unreduced data: check the request. */

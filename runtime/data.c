@@ -13,6 +13,13 @@ int ftrt_allreduce(ftrt_ctx *ctx, void *buf, size_t count, ftrt_dtype dtype, ftr
     return ftrt__plane_allreduce(&ctx->plane, buf, count, dtype, op);
 }
 
+int ftrt_broadcast(ftrt_ctx *ctx, void *buf, size_t count, ftrt_dtype dtype, int root)
+{
+    if (!ctx) return FTRT_EINVAL;
+    if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
+    return ftrt__plane_broadcast(&ctx->plane, buf, count, dtype, root);
+}
+
 int ftrt_check(ftrt_ctx *ctx)
 {
     if (!ctx) return FTRT_EINVAL;
@@ -29,6 +36,15 @@ int ftrt_allreduce_start(ftrt_ctx *ctx, void *buf, size_t count, ftrt_dtype dtyp
     if (!ctx || !req) return FTRT_EINVAL;
     if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
     return ftrt__plane_allreduce_start(&ctx->plane, buf, count, dtype, op, req);
+}
+
+int ftrt_broadcast_start(ftrt_ctx *ctx, void *buf, size_t count, ftrt_dtype dtype, int root,
+                         ftrt_request **req)
+{
+    if (req) *req = NULL;
+    if (!ctx || !req) return FTRT_EINVAL;
+    if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
+    return ftrt__plane_broadcast_start(&ctx->plane, buf, count, dtype, root, req);
 }
 
 int ftrt_bucketer_create(ftrt_ctx *ctx, const size_t *counts, int ntensors, ftrt_dtype dtype,

@@ -21,6 +21,16 @@
  * so the MPI user operations run in every overlap job, under ASan/UBSan too. An unknown dtype
  * must be refused with FTRT_EINVAL and an error naming it, which libftrt logs at ERROR: that
  * deliberate line is kept out of the job's log (unknown_dtype_refused()).
+ *
+ * The broadcast (ftrt_broadcast, ftrt_broadcast_start) is checked the same way before the first
+ * step (bcast_selftest(): from every root, in three dtypes, every trainer ends with the root's
+ * bytes, NaN payloads included; a root outside [0, size) is refused), and runs in the training
+ * as DDP's broadcast_buffers does: every 5th step (step % 5 == 2) each trainer computes a
+ * "running statistic" of its own gradients and the trainer of logical rank step % size
+ * broadcasts its one, overlapped with the update (ftrt_broadcast_start) or before it
+ * (ftrt_broadcast, step % 10 == 7), and everyone folds it into the parameters. A broadcast that
+ * delivered anything but that root's bytes, or one of a dead epoch that landed, changes the
+ * final parameters.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -171,6 +181,54 @@ static int h16_selftest(ftrt_ctx *ctx)
     return unknown_dtype_refused(ctx, x);
 }
 
+enum { BCN = 1501 };
+
+/* Rank r's broadcast test data in dtype dt (es bytes an element): distinct per rank, with a
+ * NaN payload in 16-bit types that a conversion would lose. */
+static void bc_fill(unsigned char *x, size_t es, int r)
+{
+    for (size_t k = 0; k < BCN * es; k++) x[k] = (unsigned char)(k * 7 + (size_t)r * 31 + 1);
+    if (es == 2) {
+        x[0] = 0x01; /* 0x7F81: a bfloat16 signalling NaN with payload 1 */
+        x[1] = 0x7F;
+    }
+}
+
+/* Every trainer broadcasts once from each root, blocking and overlapped, in float32, bfloat16
+ * and float64, and checks it holds the root's bytes; roots -1 and size are refused with
+ * FTRT_EINVAL. 0, 1 (a wrong result, printed) or an ftrt error. */
+static int bcast_selftest(ftrt_ctx *ctx)
+{
+    static unsigned char x[BCN * 8], want[BCN * 8];
+    const ftrt_dtype dts[3] = {FTRT_FLOAT32, FTRT_BFLOAT16, FTRT_FLOAT64};
+    const size_t es[3] = {4, 2, 8};
+    int n = ftrt_size(ctx), r = ftrt_rank(ctx);
+    for (int d = 0; d < 3; d++)
+        for (int root = 0; root < n; root++)
+            for (int nb = 0; nb < 2; nb++) {
+                bc_fill(x, es[d], r);
+                bc_fill(want, es[d], root);
+                ftrt_request *req = NULL;
+                int rc = nb ? ftrt_broadcast_start(ctx, x, BCN, dts[d], root, &req)
+                            : ftrt_broadcast(ctx, x, BCN, dts[d], root);
+                if (!rc && nb) rc = ftrt_request_wait(req);
+                ftrt_request_free(req);
+                if (rc) return rc;
+                if (memcmp(x, want, BCN * es[d])) {
+                    fprintf(stderr, "overlap_job: broadcast check: dtype %d root %d %s: not the "
+                            "root's bytes\n", (int)dts[d], root, nb ? "overlapped" : "blocking");
+                    return 1;
+                }
+            }
+    ftrt_request *req = NULL;
+    if (ftrt_broadcast(ctx, x, 1, FTRT_FLOAT32, n) != FTRT_EINVAL ||
+        ftrt_broadcast_start(ctx, x, 1, FTRT_FLOAT32, -1, &req) != FTRT_EINVAL || req) {
+        fprintf(stderr, "overlap_job: broadcast check: a root outside [0, %d) was accepted\n", n);
+        return 1;
+    }
+    return 0;
+}
+
 /* The command line of the file comment. */
 struct opts {
     int64_t steps, ckpt_every;
@@ -265,30 +323,45 @@ static int backward(struct job *jb)
     return rc;
 }
 
-/* The SGD update, every 5th step overlapping a raw allreduce of statistics folded in after
- * it; a failed allreduce undoes the update. 0 or an ftrt error. */
+/* The collective of this step that overlaps the update (file comment): a raw allreduce of
+ * statistics (step % 5 == 4) or the broadcast of logical rank step % size's (step % 5 == 2,
+ * blocking and already done when step % 10 == 7). *req is NULL when there is none in flight.
+ * 0 or an ftrt error. */
+static int side_collective(struct job *jb, float *stats, ftrt_request **req)
+{
+    int r = ftrt_rank(jb->ctx), n = ftrt_size(jb->ctx);
+    *req = NULL;
+    if (jb->step % 5 != 4 && jb->step % 5 != 2) return 0;
+    for (int j = 0; j < T; j++) stats[j] = jb->g[j][0] * (float)(r + 1);
+    if (jb->step % 5 == 4)
+        return ftrt_allreduce_start(jb->ctx, stats, 8, FTRT_FLOAT32, FTRT_SUM, req);
+    int root = (int)(jb->step % n);
+    if (jb->step % 10 == 7) return ftrt_broadcast(jb->ctx, stats, 8, FTRT_FLOAT32, root);
+    return ftrt_broadcast_start(jb->ctx, stats, 8, FTRT_FLOAT32, root, req);
+}
+
+/* The SGD update, on some steps overlapping a collective of statistics folded in after it
+ * (side_collective); a failed collective undoes the update. 0 or an ftrt error. */
 static int update(struct job *jb)
 {
-    int r = ftrt_rank(jb->ctx), rc = 0;
     float stats[8] = {0};
     ftrt_request *req = NULL;
-    if (jb->step % 5 == 4) { /* a raw overlapped allreduce, waited after the update */
-        for (int j = 0; j < T; j++) stats[j] = jb->g[j][0] * (float)(r + 1);
-        rc = ftrt_allreduce_start(jb->ctx, stats, 8, FTRT_FLOAT32, FTRT_SUM, &req);
-    }
-    if (!rc && req) /* the update below overlaps the raw allreduce: kept to be undone */
+    int rc = side_collective(jb, stats, &req);
+    if (!rc && req) /* the update below overlaps the collective: kept to be undone */
         for (int j = 0; j < T; j++) memcpy(jb->w0[j], jb->w[j], counts[j] * sizeof(float));
     if (!rc)
         for (int j = 0; j < T; j++)
             for (size_t k = 0; k < counts[j]; k++) jb->w[j][k] -= 0.5f * jb->g[j][k];
     if (!rc && req) {
         rc = ftrt_request_wait(req);
-        if (!rc)
-            for (int j = 0; j < T; j++) jb->w[j][0] += 1e-3f * stats[j];
-        else /* the step is abandoned: its update too (ftrt_recover() keeps a survivor's
-              * registered state as it is, so it must be the last completed step's) */
+        if (rc) /* the step is abandoned: its update too (ftrt_recover() keeps a survivor's
+                 * registered state as it is, so it must be the last completed step's) */
             for (int j = 0; j < T; j++) memcpy(jb->w[j], jb->w0[j], counts[j] * sizeof(float));
     }
+    if (!rc && jb->step % 5 == 4)
+        for (int j = 0; j < T; j++) jb->w[j][0] += 1e-3f * stats[j];
+    if (!rc && jb->step % 5 == 2) /* the broadcast "running statistic" */
+        for (int j = 0; j < T; j++) jb->w[j][counts[j] - 1] += 1e-2f * stats[j];
     ftrt_request_free(req);
     return rc;
 }
@@ -371,7 +444,8 @@ int main(int argc, char **argv)
     }
     if ((rc = setup_params(&jb)) != 0 || (rc = ftrt_restore(jb.ctx, &jb.step)) < 0)
         return fail(jb.ctx, rc);
-    if (ftrt_epoch(jb.ctx) == 0 && (rc = h16_selftest(jb.ctx)) != 0) {
+    if (ftrt_epoch(jb.ctx) == 0 &&
+        ((rc = h16_selftest(jb.ctx)) != 0 || (rc = bcast_selftest(jb.ctx)) != 0)) {
         if (rc < 0) return fail(jb.ctx, rc);
         ftrt_finalize(jb.ctx);
         return 1;

@@ -24,7 +24,8 @@
  * leaves a rebuilt communicator alone. Requests and their events are pooled: sequential
  * allreduces create one `done` event in all (ftrt__gpu_events_created). In-place buckets
  * (ftrt_bucket_config.in_place): views of one buffer reduced with nothing packed, and a scaled
- * in-place collective bit-identical to the copy path. Exits 77 when no CUDA
+ * in-place collective bit-identical to the copy path. The broadcast (ftrt_gpu_broadcast_start)
+ * gives the root's bytes back, NaN payloads included. Exits 77 when no CUDA
  * device is usable.
  */
 #include <pthread.h>
@@ -409,6 +410,46 @@ static void h16_one_rank(void **state)
     free(back);
 }
 
+/* The broadcast (ftrt_gpu_broadcast_start) on one rank: the root's data comes back bit for bit
+ * (a bfloat16 NaN payload included, nothing written past the end), ordered after its
+ * producer; a root outside [0, 1) and an unknown dtype are refused with nothing started. */
+static void broadcast_one_rank(void **state)
+{
+    (void)state;
+    one_rank *ctx = one_rank_ctx();
+    ftrt_gpu *g;
+    assert_int_equal(ftrt__gpu_create(&ctx->plane, 0, &g), 0);
+    enum { N = 70001 };
+    uint16_t *h = malloc(N * 2), *back = malloc(N * 2 + 2);
+    for (size_t i = 0; i < N; i++) h[i] = (uint16_t)(0x3C00 + i % 0x3000);
+    h[5] = 0x7F81; /* a signalling NaN with payload 1: a conversion would change it */
+    uint16_t *d;
+    CK(cudaMalloc((void **)&d, N * 2 + 2));
+    cudaStream_t producer;
+    CK(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking));
+    CK(cudaMemsetAsync(d + N, 0x5A, 2, producer));
+    CK(cudaMemcpyAsync(d, h, N * 2, cudaMemcpyHostToDevice, producer));
+    ftrt_request *r = NULL;
+    assert_int_equal(ftrt_gpu_broadcast_start(g, d, N, FTRT_BFLOAT16, 0, producer, &r), 0);
+    assert_int_equal(ftrt_request_wait(r), 0);
+    assert_int_equal(ftrt_request_free(r), 0);
+    CK(cudaMemcpy(back, d, N * 2 + 2, cudaMemcpyDeviceToHost));
+    assert_memory_equal(back, h, N * 2);
+    assert_int_equal(back[N] & 0xFFFF, 0x5A5A);
+    r = NULL;
+    assert_int_equal(ftrt_gpu_broadcast_start(g, d, N, FTRT_BFLOAT16, 1, producer, &r),
+                     FTRT_EINVAL);
+    assert_null(r);
+    assert_int_equal(ftrt_gpu_broadcast_start(g, d, N, (ftrt_dtype)5, 0, producer, &r),
+                     FTRT_EINVAL);
+    assert_null(r);
+    CK(cudaStreamDestroy(producer));
+    assert_int_equal(ftrt_gpu_free(g), 0);
+    cudaFree(d);
+    free(h);
+    free(back);
+}
+
 /* ---- the hand-over from poster threads ---- */
 
 #define HT 24   /* tensors */
@@ -667,6 +708,7 @@ int main(int argc, char **argv)
                                        cmocka_unit_test(requests_pooled),
                                        cmocka_unit_test(interrupt_from_agent),
                                        cmocka_unit_test(h16_one_rank),
+                                       cmocka_unit_test(broadcast_one_rank),
                                        cmocka_unit_test(in_place_bucket_views),
                                        cmocka_unit_test(posters_match_single_thread)};
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
