@@ -3,12 +3,85 @@ finished, the parameters byte-identical to the reference, every injection judged
 job's report and the ground truth (see the usage in cli.py), nothing committed lost."""
 import json
 import os
+from dataclasses import dataclass
+from typing import Optional, Tuple
 
 from .common import HOST_KINDS, TRAINER_LOSS, committed_steps, latest_step, now, read_json
 
 # kinds whose targets must each be detected as failed (judge_loss)
 LOSS_KINDS = ("kill-trainer", "hang-trainer", "kill-spare", "kill-during-ckpt",
               "kill-two-trainers", "kill-beyond-spares", "kill-partners", "corrupt-replica")
+
+
+# replica_miss values (docs/report-schema.md) under which the committed checkpoint is the
+# state to take although the trainer's partner survived: the images of a refresh in flight are
+# not kept (no_common_image, lost_image_not_held) ...
+IN_REFRESH_MISSES = ("no_common_image", "lost_image_not_held")
+# ... and the replicas are older than the last committed checkpoint (a commit that completed
+# after the last refresh: the checkpoint is the newest usable state)
+NEWER_CHECKPOINT_MISS = "older_than_checkpoint"
+
+
+@dataclass(frozen=True)
+class StateFacts:
+    """What the verdict knows of one trainer lost and recovered in place under --sharded: the
+    injection's kind, K (replicas every K steps, 0: at each checkpoint), the report's failure
+    (state_from, replica_miss, resume_step, rework_steps), whether its partner was lost in the
+    same recovery, LATEST at the injection (None: no checkpoint directory or none committed
+    yet) and whether the launch's log has a replica failing its CRC32C."""
+    kind: str
+    every: int
+    state_from: Optional[str]
+    replica_miss: Optional[str]
+    resume_step: Optional[int]
+    rework_steps: int
+    pair_lost: bool
+    latest: Optional[int]
+    crc_logged: bool = False
+
+
+def judge_sharded_state(x: StateFacts) -> Tuple[str, bool, str]:
+    """The verdict on where a recovered trainer's sharded state came from: the row's title,
+    whether it passed, and a note for its detail. The newest usable state is accepted, with no
+    more rework than that state gives:
+
+    - the partner replica (its partner survived): rework <= K + 1 steps (K > 0);
+    - the committed checkpoint, always resumed at a step no older than LATEST at the injection
+      (no more rework than the last commit gives), when (a) it is newer than the replicas
+      (replica_miss older_than_checkpoint: a commit that completed after the last refresh;
+      with K > 0 rework <= K + 1 too, since the replica would have given that much), (b) the
+      failure struck during a refresh, whose images are not kept (the steps done at the
+      failure, resume step + rework, a multiple of K; no_common_image or
+      lost_image_not_held), (c) the partner was lost too (lost_image_not_held or
+      older_than_checkpoint), or (d) corrupt-replica: the held images were corrupted
+      (lost_image_not_held or older_than_checkpoint, and "fails its CRC32C" logged)."""
+    k, miss, resume, rework = x.every, x.replica_miss, x.resume_step, x.rework_steps
+    bound = k + 1 if k > 0 else None
+    from_ckpt = x.state_from == "checkpoint" and resume is not None
+    # the last commit at the injection, or a newer one: never an older checkpoint
+    ckpt_ok = from_ckpt and (x.latest is None or (resume is not None and resume >= x.latest))
+    latest = f"LATEST at the injection: step {x.latest}"
+    if x.kind == "corrupt-replica":
+        ok = ckpt_ok and miss in ("lost_image_not_held", NEWER_CHECKPOINT_MISS) and \
+            x.crc_logged
+        return ("from the checkpoint (its replica corrupted)", ok,
+                latest + ("; the CRC32C failure logged" if x.crc_logged
+                          else "; no CRC32C failure logged"))
+    if x.pair_lost:
+        ok = ckpt_ok and miss in ("lost_image_not_held", NEWER_CHECKPOINT_MISS)
+        return "from the checkpoint (its partner lost too)", ok, latest
+    title = "from the partner replica" + (f" (rework <= {bound})" if bound else "") + \
+        ", or the checkpoint when newer or struck during a refresh"
+    if x.state_from == "replica":
+        return title, bound is None or rework <= bound, ""
+    if miss == NEWER_CHECKPOINT_MISS:
+        ok = ckpt_ok and (bound is None or rework <= bound)
+        return title, ok, f"the committed checkpoint is newer than the replica; {latest}"
+    before = (resume or 0) + rework  # the most steps done at the failure
+    ok = ckpt_ok and k > 0 and before % k == 0 and miss in IN_REFRESH_MISSES
+    return title, ok, (f"struck at step {before}, a refresh (every {k}): that image was in "
+                       f"flight; {latest}" if ok else latest)
+
 
 
 class Verdict:
@@ -228,12 +301,14 @@ class Verdict:
               self.launches[inj["launch"]]["rc"] == 0, f"{failed} checkpoint(s) failed")
 
     def judge_state(self, inj, fails, by_pid, name, check):
-        """--sharded: where each trainer recovered in place took its state from (see the
-        docstring): the partner replicas in memory when its partner survived, the committed
-        checkpoint when the partner was lost with it or the replicas were corrupted."""
+        """--sharded: where each trainer recovered in place took its state from, judged by
+        judge_sharded_state() on the report's facts (state_from, replica_miss, resume_step,
+        rework_steps), the partner layout and LATEST at the injection, and whether the launch's
+        log has a replica's CRC32C failure."""
         k, lay = self.a.sharded, inj.get("partners") or {}
         n, s = lay.get("n", 0), lay.get("shift", 1)
-        log = self.launch_log(inj["launch"])
+        crc = "fails its CRC32C" in self.launch_log(inj["launch"]) \
+            if inj["kind"] == "corrupt-replica" else False
         for t in inj["targets"]:
             f = by_pid.get(t["pid"])
             if f is None or t.get("role") != "trainer" or not f.get("recovered") or n < 2:
@@ -241,39 +316,19 @@ class Verdict:
             lost = {g["logical_rank"] for g in fails if g.get("epoch") == f.get("epoch") and
                     g.get("role") == "trainer" and g.get("recovered")}
             holder = (f["logical_rank"] + s) % n
-            pair_lost = any((x + s) % n in lost for x in lost)
-            frm, miss = f.get("state_from"), f.get("replica_miss")
-            resume, rework = f.get("resume_step"), f.get("rework_steps") or 0
-            before = (resume or 0) + rework  # the most steps done at the failure
+            facts = StateFacts(kind=inj["kind"], every=k or 0, state_from=f.get("state_from"),
+                               replica_miss=f.get("replica_miss"),
+                               resume_step=f.get("resume_step"),
+                               rework_steps=f.get("rework_steps") or 0,
+                               pair_lost=any((x + s) % n in lost for x in lost),
+                               latest=lay.get("latest"), crc_logged=crc)
+            title, passed, note = judge_sharded_state(facts)
             det = (f"l{f['logical_rank']} (holder l{holder}, lost in epoch {f.get('epoch')}: "
-                   f"{sorted(lost)}): state from {frm}"
-                   + (f" ({miss})" if miss else "") + f", resumed at step {resume}, rework "
-                   f"{rework} step(s)")
-            row = name + f" w{t['world_rank']}: state "
-            if inj["kind"] == "corrupt-replica":
-                crc = "fails its CRC32C" in log
-                check(row + "from the checkpoint (its replica corrupted)",
-                      frm == "checkpoint" and miss == "lost_image_not_held" and crc,
-                      det + ("; the CRC32C failure logged" if crc else "; no CRC32C failure "
-                             "logged"))
-            elif pair_lost:
-                latest = lay.get("latest")
-                ok = frm == "checkpoint" and miss == "lost_image_not_held" and \
-                    resume is not None and (latest is None or resume >= latest)
-                check(row + "from the checkpoint (its partner lost too)", ok,
-                      det + f"; LATEST at the injection: step {latest}")
-            elif frm == "replica":
-                bound = k + 1 if k else None
-                check(row + "from the partner replica" +
-                      (f", rework <= {bound}" if bound else ""),
-                      bound is None or rework <= bound, det)
-            else:
-                in_refresh = bool(k) and frm == "checkpoint" and before % k == 0 and \
-                    miss in ("no_common_image", "lost_image_not_held")
-                check(row + "from the partner replica (or the checkpoint: struck during a "
-                      "refresh)", in_refresh,
-                      det + (f"; struck at step {before}, a refresh (every {k}): that image was "
-                             f"in flight" if in_refresh else ""))
+                   f"{sorted(lost)}): state from {facts.state_from}"
+                   + (f" ({facts.replica_miss})" if facts.replica_miss else "")
+                   + f", resumed at step {facts.resume_step}, rework {facts.rework_steps} "
+                   f"step(s)" + (f"; {note}" if note else ""))
+            check(name + f" w{t['world_rank']}: state " + title, passed, det)
 
     def judge_flip(self, inj, rep, fails, name, check):
         """flip-bit: detected as silent_data_corruption within FTRT_SDC_EVERY steps of the
