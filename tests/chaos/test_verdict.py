@@ -47,14 +47,15 @@ def failure(world: int, logical: int, state_from: str, miss: Optional[str], resu
 
 
 def judge(kind: str, fails: List[Dict[str, Any]], targets: List[int], latest: Optional[int],
-          k: int = 3, log: str = "") -> List[Tuple[str, bool, str]]:
+          extra: Dict[str, Any], k: int = 3, log: str = "") -> List[Tuple[str, bool, str]]:
     """The state rows of one injection of `kind` whose targets are the failures of world ranks
-    `targets`, 4 trainers, partners at shift 1, LATEST `latest` at the injection."""
-    inj = {"kind": kind, "launch": 0,
+    `targets`, 4 trainers, partners at shift 1, LATEST `latest` at the injection, and `extra`
+    (what the injector recorded besides: kill-during-ckpt's inflight, shard_at_death)."""
+    inj: Dict[str, Any] = {"kind": kind, "launch": 0,
            "targets": [{"pid": f["pid"], "world_rank": f["world_rank"], "role": "trainer",
                         "logical_rank": f["logical_rank"]}
                        for f in fails if f["world_rank"] in targets],
-           "partners": {"n": 4, "shift": 1, "latest": latest}}
+           "partners": {"n": 4, "shift": 1, "latest": latest}, **extra}
     rows: List[Tuple[str, bool, str]] = []
 
     def check(name: str, passed: bool, detail: str = "") -> None:
@@ -65,11 +66,25 @@ def judge(kind: str, fails: List[Dict[str, Any]], targets: List[int], latest: Op
     return rows
 
 
-# (id, kind, failures, target world ranks, LATEST at the injection, CRC line logged, passes)
-CASES = [
+RUN5 = [failure(4, 3, "checkpoint", "older_than_checkpoint", 125, 0)]
+# (id, kind, failures, target world ranks, LATEST at the injection, CRC line logged, passes[,
+# the injection's other records])
+CASES: List[Tuple[Any, ...]] = [
     # recorded: seed 40417 run 5, the checkpoint of step 125 newer than the replicas of 123
-    ("run5-kill-during-ckpt-newer-checkpoint", "kill-during-ckpt",
-     [failure(4, 3, "checkpoint", "older_than_checkpoint", 125, 0)], [4], 100, False, True),
+    ("run5-kill-during-ckpt-newer-checkpoint", "kill-during-ckpt", RUN5, [4], 100, False, True,
+     {"inflight": "step-125"}),
+    # the same with the ground truth of the killed trainer's shard (ftrt-chaos records it now):
+    # in place at its death, as the commit needs; not in place: step 125 committed without it
+    ("run5-killed-shard-in-place", "kill-during-ckpt", RUN5, [4], 100, False, True,
+     {"inflight": "step-125", "shard_at_death": {"3": True}}),
+    ("run5-killed-shard-missing", "kill-during-ckpt", RUN5, [4], 100, False, False,
+     {"inflight": "step-125", "shard_at_death": {"3": False}}),
+    ("run5-killed-trainer-not-seen-dead", "kill-during-ckpt", RUN5, [4], 100, False, True,
+     {"inflight": "step-125", "shard_at_death": {"3": None}}),
+    # the shard of an in-flight step that is not the one resumed at: not judged by it
+    ("shard-missing-of-another-step", "kill-during-ckpt",
+     [failure(4, 3, "checkpoint", "older_than_checkpoint", 125, 1)], [4], 125, False, True,
+     {"inflight": "step-150", "shard_at_death": {"3": False}}),
     # recorded: seed 40417 run 14 (corrupt-replica): the corrupted replicas of step 48, the
     # checkpoint of step 50 committed before the plan
     ("run14-corrupt-replica-newer-checkpoint", "corrupt-replica",
@@ -107,12 +122,14 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("kind,fails,targets,latest,crc,passes",
-                         [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("kind,fails,targets,latest,crc,passes,extra",
+                         [c[1:] + (() if len(c) == 8 else ({},)) for c in CASES],
+                         ids=[c[0] for c in CASES])
 def test_state_row(kind: str, fails: List[Dict[str, Any]], targets: List[int],
-                   latest: Optional[int], crc: bool, passes: bool) -> None:
+                   latest: Optional[int], crc: bool, passes: bool,
+                   extra: Dict[str, Any]) -> None:
     """Each lost trainer's state row passes or fails as the case says."""
-    rows = judge(kind, fails, targets, latest, log=CRC_LINE if crc else "")
+    rows = judge(kind, fails, targets, latest, extra, log=CRC_LINE if crc else "")
     assert len(rows) == len(targets), rows
     for r in rows:
         print(r)

@@ -8,7 +8,7 @@ import struct
 import threading
 import time
 
-from .common import HOST_KINDS, alive, committed_steps, fill, latest_step, now
+from .common import HOST_KINDS, alive, committed_steps, fill, gone, latest_step, now
 from .hosts import WriteWatch
 from .plan import WHEN
 
@@ -229,7 +229,12 @@ class Injector:
         return True
 
     def inject_during_ckpt(self, f, st):
-        """SIGKILL of a trainer while a checkpoint is being written (waits up to 30 s)."""
+        """SIGKILL of a trainer while a checkpoint is being written (waits up to 30 s): a step
+        directory with files but no MANIFEST. Once the trainer is dead (up to 2 s) it records
+        whether its shard of that step (rank-<logical>.ftrt, which a trainer renames into place
+        after its data is durable and before it reports the shard done) was in place: the
+        ground truth of whether that step may be committed with it (shard_at_death, by logical
+        rank; None where the trainer was not seen dead)."""
         kind = f["kind"]
         if not self.ckpt:
             return self.skip(kind, "needs --ckpt-dir")
@@ -240,8 +245,15 @@ class Injector:
                         os.listdir(os.path.join(self.ckpt, n))]
             if inflight:
                 t = self.pick_trainers(self.st(), f.get("target"))
-                self.record(kind, t, {"inflight": inflight[0]})
+                entry = self.record(kind, t, {"inflight": inflight[0]})
                 self.signal_all(t, signal.SIGKILL)
+                dead_by = now() + 2
+                while now() < dead_by and not all(gone(x["pid"]) for x in t):
+                    time.sleep(0.0005)
+                entry["shard_at_death"] = {
+                    str(x["logical_rank"]): os.path.exists(os.path.join(
+                        self.ckpt, inflight[0], f"rank-{x['logical_rank']}.ftrt"))
+                    if gone(x["pid"]) else None for x in t}
                 return False
             time.sleep(0.001)
         return self.skip(kind, "no checkpoint write seen in flight")

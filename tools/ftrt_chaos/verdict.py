@@ -28,7 +28,10 @@ class StateFacts:
     injection's kind, K (replicas every K steps, 0: at each checkpoint), the report's failure
     (state_from, replica_miss, resume_step, rework_steps), whether its partner was lost in the
     same recovery, LATEST at the injection (None: no checkpoint directory or none committed
-    yet) and whether the launch's log has a replica failing its CRC32C."""
+    yet), whether the launch's log has a replica failing its CRC32C, and, for kill-during-ckpt
+    resumed at the step whose checkpoint was in flight at the kill, whether the killed
+    trainer's shard of that step was in place once it was dead (inflight_shard; None
+    otherwise)."""
     kind: str
     every: int
     state_from: Optional[str]
@@ -38,6 +41,7 @@ class StateFacts:
     pair_lost: bool
     latest: Optional[int]
     crc_logged: bool = False
+    inflight_shard: Optional[bool] = None
 
 
 def judge_sharded_state(x: StateFacts) -> Tuple[str, bool, str]:
@@ -47,7 +51,9 @@ def judge_sharded_state(x: StateFacts) -> Tuple[str, bool, str]:
 
     - the partner replica (its partner survived): rework <= K + 1 steps (K > 0);
     - the committed checkpoint, always resumed at a step no older than LATEST at the injection
-      (no more rework than the last commit gives), when (a) it is newer than the replicas
+      (no more rework than the last commit gives) and, if it is the step whose checkpoint was
+      in flight at a kill-during-ckpt, with the killed trainer's shard of it in place at its
+      death (else that step was committed without it), when (a) it is newer than the replicas
       (replica_miss older_than_checkpoint: a commit that completed after the last refresh;
       with K > 0 rework <= K + 1 too, since the replica would have given that much), (b) the
       failure struck during a refresh, whose images are not kept (the steps done at the
@@ -59,8 +65,13 @@ def judge_sharded_state(x: StateFacts) -> Tuple[str, bool, str]:
     bound = k + 1 if k > 0 else None
     from_ckpt = x.state_from == "checkpoint" and resume is not None
     # the last commit at the injection, or a newer one: never an older checkpoint
-    ckpt_ok = from_ckpt and (x.latest is None or (resume is not None and resume >= x.latest))
+    ckpt_ok = from_ckpt and (x.latest is None or (resume is not None and resume >= x.latest)) \
+        and x.inflight_shard is not False
     latest = f"LATEST at the injection: step {x.latest}"
+    if x.inflight_shard is not None:
+        latest += (f"; step {resume} was in flight at the kill, the killed trainer's shard "
+                   + ("in place at its death" if x.inflight_shard else
+                      "NOT in place at its death: committed without it"))
     if x.kind == "corrupt-replica":
         ok = ckpt_ok and miss in ("lost_image_not_held", NEWER_CHECKPOINT_MISS) and \
             x.crc_logged
@@ -316,12 +327,17 @@ class Verdict:
             lost = {g["logical_rank"] for g in fails if g.get("epoch") == f.get("epoch") and
                     g.get("role") == "trainer" and g.get("recovered")}
             holder = (f["logical_rank"] + s) % n
+            shard = (inj.get("shard_at_death") or {}).get(str(f["logical_rank"]))
+            inflight = inj.get("inflight") or ""
+            at_inflight = inflight[5:].isdigit() and int(inflight[5:]) == f.get("resume_step") \
+                and f.get("state_from") == "checkpoint"
             facts = StateFacts(kind=inj["kind"], every=k or 0, state_from=f.get("state_from"),
                                replica_miss=f.get("replica_miss"),
                                resume_step=f.get("resume_step"),
                                rework_steps=f.get("rework_steps") or 0,
                                pair_lost=any((x + s) % n in lost for x in lost),
-                               latest=lay.get("latest"), crc_logged=crc)
+                               latest=lay.get("latest"), crc_logged=crc,
+                               inflight_shard=shard if at_inflight else None)
             title, passed, note = judge_sharded_state(facts)
             det = (f"l{f['logical_rank']} (holder l{holder}, lost in epoch {f.get('epoch')}: "
                    f"{sorted(lost)}): state from {facts.state_from}"
