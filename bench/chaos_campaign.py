@@ -48,8 +48,10 @@ is compared with a fault-free sharded run, and two more kinds are drawn:
   corrupt-replica  every held replica corrupted after its arrival check
                    (FTRT_TEST_REPLICA_CORRUPT=1), a trainer SIGKILLed: checkpoint
 and ftrt-chaos's verdict checks, for every trainer recovered in place, that its state came from
-its partner's replica (rework <= K + 1 steps) when that partner survived, else from the
-checkpoint. The per-kind table then shows where the state came from and the rework.
+the newest usable state: its partner's replica (rework <= K + 1 steps) when that partner
+survived, or the committed checkpoint when newer than the replicas or struck during a refresh;
+else from the checkpoint (docs/testing.md, "Sharded state and partner replicas"). The per-kind
+table then shows where the state came from and the rework.
 With --device sim every run keeps the parameters and momentum in the simulated device's
 memory (train_mlp --device sim, FTRT_TEST_SIM_DEVICE=1: a test arrangement, no GPU): the
 checkpoints, restores, the state transfer to a promoted spare, the partner replicas (with

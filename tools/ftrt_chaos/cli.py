@@ -47,12 +47,17 @@ Sharded state and partner replicas: --sharded K says that the job registers shar
 r + s (mod n), s the smallest shift that puts every trainer's partner on another host (the
 status file's hosts at the injection), else 1 (runtime/replica.c). For every trainer recovered
 in place the verdict then checks where the state came from (report: state_from, replica_miss):
-  - its partner survived: "replica", rework <= K + 1 steps; a fall back to the checkpoint is
-    accepted only when the failure struck during a refresh (the steps done at the failure a
-    multiple of K and replica_miss no_common_image or lost_image_not_held: an image in flight
-    is not kept, by design);
-  - its partner was lost in the same recovery: "checkpoint" (lost_image_not_held), resumed at
-    a committed step no older than LATEST at the injection.
+the newest usable state, with no more rework than that state gives.
+  - its partner survived: "replica", rework <= K + 1 steps; or "checkpoint" when the committed
+    checkpoint is newer than the replicas (older_than_checkpoint: a commit completed after the
+    last refresh), rework <= K + 1 too; or "checkpoint" when the failure struck during a
+    refresh (the steps done at the failure a multiple of K and replica_miss no_common_image
+    or lost_image_not_held: an image in flight is not kept, by design);
+  - its partner was lost in the same recovery: "checkpoint" (lost_image_not_held or
+    older_than_checkpoint);
+  - from the checkpoint, always resumed at a committed step no older than LATEST at the
+    injection; kill-during-ckpt records whether the killed trainer's shard of the step in
+    flight was in place at its death, and a recovery from that step without it fails.
 Kinds for it:
   kill-partners    SIGKILL of a trainer (target) and, at once, of the trainer holding its
                    replica (needs 2 spares to recover in place). Verdict as above: checkpoint.
@@ -61,7 +66,8 @@ Kinds for it:
                    it holds right after that replica passed its arrival check - a runtime test
                    knob, not an injection from outside), then SIGKILL of the target trainer:
                    the holder's CRC32C check refuses the image, "fails its CRC32C" logged,
-                   state from the checkpoint. Needs --sharded.
+                   state from the checkpoint (lost_image_not_held, or older_than_checkpoint
+                   when a newer checkpoint was committed). Needs --sharded.
 
 Several hosts (simulated: network namespaces, tests/hosts/ftrt-hosts): --hosts N --slots S
 makes N hosts of S slots for the run and removes them at the end; --hosts-made uses the
