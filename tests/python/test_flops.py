@@ -281,6 +281,8 @@ def test_analytic_count_matches_flop_counter_mode():
     train_lm, lm, a, V = lm_model()
     cases = [(mlp, torch.randn(5, 8)), (conv, torch.randn(2, 3, 5, 5)),
              (lm, torch.randint(0, V, (a.batch, a.context)))]
+    tv = pytest.importorskip("torchvision")
+    cases.append((tv.models.resnet18(num_classes=10), torch.randn(2, 3, 32, 32)))
     for model, x in cases:
         n = fwd_bwd(model, x, fl.StepFlopCounter(model))
         assert n.method == "FlopCounterMode" and n.total > 0
