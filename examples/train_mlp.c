@@ -104,8 +104,9 @@ static void sleep_ms(int64_t ms)
 }
 
 /* This CPU's float32 FLOP/s on a cache-friendly 256x256 matmul (i-k-j order, which compilers
- * vectorize): the best of 3 runs. A rough, honest peak for eMFU on a CPU run. */
-static double measured_peak_flops(void)
+ * vectorize): the best of 3 runs, wall clock. Printed beside eMFU's peak as a sanity figure:
+ * what this process got before the job, never the peak (on shared cores it is a share). */
+static double measured_matmul_flops(void)
 {
     enum { N = 256 };
     static float a[N * N], b[N * N], c[N * N];
@@ -207,20 +208,30 @@ static int join_training(ftrt_ctx *ctx, const options *o, model *m, int64_t *ste
 }
 
 /* Gives ftrt the job's size for the goodput ledger's eMFU: a step's FLOPs (forward 2 and
- * backward 4 multiply-adds' worth per parameter per example, plus the update), and this CPU's
- * peak, measured by this example with a float32 matmul micro-benchmark unless FTRT_PEAK_FLOPS
- * gives it; logical rank 0 of epoch 0 prints it and the job's shape (not again from a promoted
- * spare). Returns 0 or 1 (said on stderr). */
+ * backward 4 multiply-adds' worth per parameter per example, plus the update), and the peak
+ * FLOP/s of a rank: FTRT_PEAK_FLOPS when set, else the CPU's float32 peak from libftrt's table
+ * split among the trainers of this host (ftrt_cpu_peak_flops(), ftrt_host_trainers()); logical
+ * rank 0 of epoch 0 prints it with its source and a measured matmul rate for comparison, and
+ * the job's shape (not again from a promoted spare). Returns 0 or 1 (said on stderr). */
 static int describe_job(ftrt_ctx *ctx, const options *o, size_t n, const digits *train,
                         const digits *test, int64_t step)
 {
     const double step_flops = 6.0 * (double)n * (double)o->batch + 4.0 * (double)n;
-    double peak = getenv("FTRT_PEAK_FLOPS") ? 0 : measured_peak_flops();
+    const int first = ftrt_rank(ctx) == 0 && ftrt_epoch(ctx) == 0;
+    double peak = 0;
+    char src[512] = "";
+    int ranks = ftrt_host_trainers(ctx);
+    int prc = getenv("FTRT_PEAK_FLOPS") || ranks < 1
+                  ? 0 : ftrt_cpu_peak_flops(FTRT_FLOAT32, ranks, &peak, src, sizeof src);
     int rc = ftrt_set_job_info(ctx, o->steps, step_flops, peak);
     if (rc < 0) return fatal(ctx, "ftrt_set_job_info", step, rc);
-    if (ftrt_rank(ctx) == 0 && ftrt_epoch(ctx) == 0 && peak > 0)
-        printf("train_mlp: peak FLOP/s per rank for eMFU measured by this example with a 256x256 "
-               "float32 matmul: %.2f GFLOP/s (set FTRT_PEAK_FLOPS to override)\n", peak / 1e9);
+    if (first && peak > 0)
+        printf("train_mlp: peak FLOP/s per rank for eMFU: %.2f GFLOP/s (%s; FTRT_PEAK_FLOPS "
+               "overrides); a 256x256 float32 matmul measured here: %.2f GFLOP/s\n",
+               peak / 1e9, src, measured_matmul_flops() / 1e9);
+    else if (first && prc < 0)
+        printf("train_mlp: no peak FLOP/s for eMFU: %s (%s); set FTRT_PEAK_FLOPS\n", src,
+               ftrt_err_name(prc));
 
     if (ftrt_rank(ctx) == 0 && ftrt_epoch(ctx) == 0) { /* not again from a promoted spare */
         printf("train_mlp: %d trainers, hidden %zu (%zu parameters, %.1f MiB), batch %zu per "

@@ -873,6 +873,46 @@ FTRT_API int ftrt_set_job_info(ftrt_ctx *ctx, int64_t total_steps, double flops_
                                double peak_flops);
 
 /*
+ * The peak FLOP/s of one rank on this host's CPU for eMFU (ftrt_set_job_info()'s peak_flops):
+ * an upper bound of the hardware, split among the ranks that share the host's cores:
+ *   min(affinity CPUs, physical cores / ranks_sharing) x clock x FLOPs per cycle per core,
+ * the FLOPs per cycle (a fused multiply-add counts 2) of the widest vector or matrix unit that
+ * /proc/cpuinfo's flags show for the dtype, from libftrt's table (base/cpu_peak.c; the table
+ * and its sources, Intel's optimization manual and AMD's software optimization guides:
+ * docs/goodput-ledger.md "Peak FLOP/s of CPUs"). Where cpuinfo cannot tell how many FMA units
+ * a core has, the larger count is taken; the clock is cpufreq's highest (cpuinfo_max_freq),
+ * else the highest "cpu MHz" of /proc/cpuinfo; cores are online CPUs over SMT siblings. x86
+ * only. FTRT_PEAK_FLOPS is not read here: it is the user's override, the caller's to apply.
+ *   dtype:         FTRT_FLOAT32, FTRT_FLOAT64, FTRT_BFLOAT16 or FTRT_FLOAT16 (the dtype the
+ *                  products run in; bf16/fp16 without a unit of their own: the fp32 rate).
+ *   ranks_sharing: >= 1: the ranks that compute on this host's cores (ftrt_host_trainers()).
+ *   flops:         receives the FLOP/s (> 0); 0 on error.
+ *   source:        NULL, or cap bytes that receive (NUL-terminated, truncated to fit) how the
+ *                  figure was made up (unit, FLOPs per cycle, clock, cores, ranks), or why
+ *                  none was; 512 bytes hold it whole.
+ * Returns 0; FTRT_EINVAL (flops NULL, ranks_sharing < 1, an integer or unknown dtype, source
+ * not NULL with cap 0); FTRT_ENOTSUP (no row of the table fits: not an x86 CPU, or no clock or
+ * CPU count known: set FTRT_PEAK_FLOPS); -errno (/proc/cpuinfo unreadable); -ENOMEM. Reads
+ * /proc/cpuinfo and cpufreq's files in /sys; keeps nothing. Needs no context. Thread-safe.
+ */
+FTRT_API int ftrt_cpu_peak_flops(ftrt_dtype dtype, int ranks_sharing, double *flops,
+                                 char *source, size_t cap);
+
+/*
+ * The ranks_sharing of ftrt_cpu_peak_flops(): a lower bound of the trainers that run on this
+ * host, the job's processes the launcher placed here (Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE,
+ * MPICH's MPI_LOCALNRANKS) less every process of the job that is not a trainer (world size -
+ * trainers: the coordinator and the hot spares, which compute no model FLOPs and leave their
+ * cores to the trainers), at least 1. Exact when the whole job runs on one host; 1 when the
+ * launcher does not say. Counting fewer trainers than there are only raises each one's peak,
+ * so eMFU stays below 1 (docs/goodput-ledger.md "Peak FLOP/s of CPUs" says why the split
+ * holds). Computed at each call from the sizes of the job at its start (a spare promoted from
+ * another host is not seen).
+ * Returns >= 1; FTRT_EINVAL (ctx NULL). Thread-safe.
+ */
+FTRT_API int ftrt_host_trainers(const ftrt_ctx *ctx);
+
+/*
  * Whether the step in progress may go on: a check an application makes inside a long
  * computation (between micro-batches, layers or blocks of a layer), so that it learns of a
  * failure within that piece of work instead of at its step's next collective, and the

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "base/fs.h"
+#include "base/cpu_peak.h"
 #include "base/knobs.h"
 #include "base/log.h"
 #include "comm/ulfm.h"
@@ -497,6 +498,12 @@ int ftrt_rank(const ftrt_ctx *ctx)
 int ftrt_size(const ftrt_ctx *ctx) { return ctx ? ctx->size : FTRT_ESTATE; }
 int ftrt_world_rank(const ftrt_ctx *ctx) { return ctx ? ctx->world_rank : FTRT_ESTATE; }
 int ftrt_epoch(const ftrt_ctx *ctx) { return ctx ? ctx->watch.epoch : FTRT_ESTATE; }
+
+int ftrt_host_trainers(const ftrt_ctx *ctx)
+{
+    if (!ctx) return FTRT_EINVAL;
+    return ftrt__host_trainers_of(ftrt__launcher_local_size(), ctx->world_size, ctx->size);
+}
 
 /* ftrt_register/ftrt_unregister, ftrt_checkpoint* and ftrt_restore: runtime/regions.c. */
 

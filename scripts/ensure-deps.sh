@@ -7,14 +7,16 @@
 # `scripts/ensure-deps.sh --list` prints the list and installs nothing.
 set -euo pipefail
 # build; MPI; io_uring; unit tests; checkpoints; the report; Python: the demo's data set
-# (python3-sklearn), the tests, the PyTorch binding, the OpenMetrics check, the plot
+# (python3-sklearn), the tests, the PyTorch binding (python3-torchvision: resnet18 in
+# tests/python/test_mpi_resnet.py and test_flops.py), the OpenMetrics check, the plot
 # (ftrt.analysis.plot), `python3 -m venv` + `pip install .` (python3-venv, python3-pip; ctest
 # python.wheel), the type checker (mypy: ctest unit.python_types); fio: bench/ftrt-bench-ckpt;
 # Slurm 22.05 and munge: the Slurm cluster of ctests slurm.* (tests/harness/ftrt_slurm.py), with
 # libpmix-dev, whose libpmix.so Slurm's mpi/pmix plugin opens (docs/slurm.md).
 pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin liburing-dev libcmocka-dev
       zlib1g-dev libjson-c-dev python3 python3-sklearn python3-pytest python3-numpy
-      python3-torch python3-prometheus-client python3-matplotlib python3-pip python3-venv mypy
+      python3-torch python3-torchvision python3-prometheus-client python3-matplotlib
+      python3-pip python3-venv mypy
       fio slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge libpmix-dev)
 # Packages whose maintainer scripts start a daemon (invoke-rc.d) and enable it at boot: the tests
 # start their own, with their own configuration and key, so none of these runs otherwise.

@@ -484,6 +484,21 @@ static void timeline_json(ftrt__coord *c, double j0, double j1, ftrt__jw *w)
     ftrt__jw_end(w);
 }
 
+/* eMFU above 1 means the peak or the FLOPs per step are wrong (the peak is an upper bound of
+ * the hardware): the figure is reported as it is, never clamped, and this warning names both. */
+static void warn_emfu(const ftrt__coord *c, const ftrt__goodput *g, double useful, double peak)
+{
+    if (!(g->emfu > 1)) return;
+    double fps = 0;
+    for (int w = 1; w < c->W; w++)
+        if (c->r[w].flops_per_step > fps) fps = c->r[w].flops_per_step;
+    ftrt_log_warn("eMFU %.4f is above 1: the peak FLOP/s per rank (%.6g, from FTRT_PEAK_FLOPS "
+                  "or ftrt_set_job_info) is below what the trainers did, or the FLOPs per step "
+                  "(%.6g) are too many: %.6g useful FLOPs in %.3f compute rank-s is %.6g FLOP/s "
+                  "per rank", g->emfu, peak, fps, useful, g->compute_s,
+                  g->compute_s > 0 ? useful / g->compute_s : 0.0);
+}
+
 void ftrt__ledger_report(ftrt__coord *c, ftrt__jw *w)
 {
     int slots = c->W - 1;
@@ -497,6 +512,7 @@ void ftrt__ledger_report(ftrt__coord *c, ftrt__jw *w)
         return;
     }
     free(totals); /* (the figures are all in g) */
+    warn_emfu(c, &g, useful_flops, peak);
     ledger_json(&g, useful_flops, peak, w);
     waterfall(&g, slots, w);
     advice(c, &g, w);

@@ -89,7 +89,7 @@ DEBIAN_MODULES = {
     "torch": "python3-torch", "numpy": "python3-numpy", "sklearn": "python3-sklearn",
     "pytest": "python3-pytest", "matplotlib": "python3-matplotlib",
     "prometheus_client": "python3-prometheus-client", "pip": "python3-pip",
-    "mypy": "python3-mypy", "ensurepip": "python3-venv",
+    "mypy": "python3-mypy", "ensurepip": "python3-venv", "torchvision": "python3-torchvision",
 }
 # The Debian package of each program the tests and benches run.
 DEBIAN_TOOLS = {

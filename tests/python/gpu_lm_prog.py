@@ -20,7 +20,7 @@ datasheet's dense bf16 peak of the GPU (ftrt.pytorch_flops.GPU_PEAKS). Prints a 
 torch has no CUDA device or the library is not libftrt_gpu.
 
 --device cpu: the same jobs and checks on the CPU with libftrt and a tiny model (the eMFU's peak
-then measured), a rehearsal of this program on a machine without a GPU
+then libftrt's CPU table's), a rehearsal of this program on a machine without a GPU
 (tests/python/test_gpu_ft_rehearsal.py), which says nothing about CUDA."""
 import argparse
 import json

@@ -63,6 +63,11 @@ class FakeCtx:
     def set_job_info(self, *a):
         self.job_info = a  # (total steps, FLOPs per step, peak FLOP/s): the latest
 
+    host_ranks = 1  # host_trainers(): the ranks the CPU's peak is split among
+
+    def host_trainers(self):
+        return self.host_ranks
+
     def recover(self):
         self.epoch += 1
         self._write(self.snapshots[self.resume])
@@ -595,12 +600,18 @@ def test_emfu_inputs_are_found(monkeypatch, capsys):
     assert "peak 3 GFLOP/s per rank: FTRT_PEAK_FLOPS" in line[0]
 
 
-def test_emfu_peak_measured_on_the_cpu(monkeypatch, capsys):
-    """No FTRT_PEAK_FLOPS on the CPU: the peak is a measured matrix-product rate, said so."""
+def test_emfu_peak_from_the_cpu_table(monkeypatch, capsys):
+    """No FTRT_PEAK_FLOPS on the CPU: the peak is libftrt's table's fp32 figure split among
+    ctx.host_trainers() ranks, said so with its source; the measured matrix-product rate is
+    printed beside it and is not the peak."""
     monkeypatch.delenv("FTRT_PEAK_FLOPS", raising=False)
+    want, src = ftrt.cpu_peak_flops(ftrt.FLOAT32, 3)
+    monkeypatch.setattr(FakeCtx, "host_ranks", 3)
     ft, ctx, _ = emfu_run(monkeypatch)
-    assert ctx.job_info[1] == NET_FLOPS and ctx.job_info[2] == ft.peak.flops > 0
-    assert "measured: torch.mm 512x512 fp32" in capsys.readouterr().out
+    assert ctx.job_info[1] == NET_FLOPS and ctx.job_info[2] == ft.peak.flops == want > 0
+    assert ft.peak.source == src and "3 rank(s) sharing" in src
+    out = capsys.readouterr().out
+    assert f"per rank: {src}; for comparison, measured: torch.mm 512x512 fp32" in out, out
 
 
 def test_emfu_given_or_off(monkeypatch, capsys):

@@ -16,6 +16,7 @@ from conftest import REPO, needs_torch
 pytestmark = needs_torch
 
 torch = pytest.importorskip("torch")
+import ftrt  # noqa: E402
 import ftrt.pytorch_flops as fl  # noqa: E402
 
 nn = torch.nn
@@ -114,6 +115,62 @@ def test_sdpa_by_hand():
     c.start()
     torch.nn.functional.scaled_dot_product_attention(q, k, v).sum().backward()
     assert c.stop().total == 3 * (2 * 2 * 3 * 5 * 5 * 4) * 2
+
+
+def test_cnn_with_batchnorm_by_hand():
+    """Conv2d (no bias) -> BatchNorm2d -> ReLU -> Conv2d stride 2 -> BatchNorm2d -> ReLU ->
+    average pool -> Linear, batch 2 of 3x8x8 without an input gradient: the first conv is
+    forward + dW (2x), the second and the linear layer forward + dX + dW (3x); the batch
+    norms, activations and pooling count 0, as in the model FLOPs of MFU, and are not named
+    as missed."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
+                      nn.Conv2d(8, 8, 3, stride=2, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                      nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
+    c1 = 2 * (2 * 8 * 8 * 8) * (3 * 3 * 3)
+    c2 = 2 * (2 * 8 * 4 * 4) * (8 * 3 * 3)
+    fc = 2 * (2 * 10) * 8
+    n = fwd_bwd(m, torch.randn(2, 3, 8, 8), fl.StepFlopCounter(m, use_torch=False))
+    assert n.total == 2 * c1 + 3 * c2 + 3 * fc, (n.total, 2 * c1 + 3 * c2 + 3 * fc)
+    assert n.not_counted == [] and n.by_dtype == {("cpu", "fp32"): n.total}
+
+
+def module_count(model, x):
+    """An independent count from the modules' shapes (forward hooks, not the function mode):
+    2 x output elements x (in channels / groups x kernel) per Conv2d, 2 x output elements x
+    in features per Linear, each 3x for forward + dX + dW, 2x where the layer's input needs no
+    gradient (dX is not computed)."""
+    total = [0]
+
+    def hook(mod, inp, out):
+        per = (mod.in_channels // mod.groups) * mod.kernel_size[0] * mod.kernel_size[1] \
+            if isinstance(mod, nn.Conv2d) else mod.in_features
+        total[0] += 2 * out.numel() * per * (3 if inp[0].requires_grad else 2)
+    hs = [mm.register_forward_hook(hook) for mm in model.modules()
+          if isinstance(mm, (nn.Conv2d, nn.Linear))]
+    model(x).sum().backward()
+    for h in hs:
+        h.remove()
+    return total[0]
+
+
+def test_resnet18_count():
+    """torchvision's resnet18 (BatchNorm after every conv, 1x1 downsample convs, a 10-class
+    head) on 2 x 3 x 32 x 32: the analytic count of a step equals the count from the modules'
+    shapes; and its forward at 224 x 224 is the 1.81 GMAC (x 2 FLOPs) of torchvision's model
+    table (pytorch.org/vision/stable/models.html, "GFLOPS" there counts multiply-adds)."""
+    tv = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    m = tv.models.resnet18(num_classes=10)
+    x = torch.randn(2, 3, 32, 32)
+    want = module_count(m, x)
+    m.zero_grad()
+    n = fwd_bwd(m, x, fl.StepFlopCounter(m, use_torch=False))
+    assert n.total == want and n.not_counted == [], (n.total, want, n.not_counted)
+    a = fl.AnalyticFlopCounter()
+    with torch.no_grad(), a:
+        tv.models.resnet18()(torch.randn(1, 3, 224, 224))
+    assert math.isclose(a.flops / 2, 1.81e9, rel_tol=0.01), a.flops
 
 
 def lm_model(d=32, layers=2, heads=4, context=16, extra=()):
@@ -224,6 +281,8 @@ def test_analytic_count_matches_flop_counter_mode():
     train_lm, lm, a, V = lm_model()
     cases = [(mlp, torch.randn(5, 8)), (conv, torch.randn(2, 3, 5, 5)),
              (lm, torch.randint(0, V, (a.batch, a.context)))]
+    tv = pytest.importorskip("torchvision")
+    cases.append((tv.models.resnet18(num_classes=10), torch.randn(2, 3, 32, 32)))
     for model, x in cases:
         n = fwd_bwd(model, x, fl.StepFlopCounter(model))
         assert n.method == "FlopCounterMode" and n.total > 0
@@ -268,18 +327,41 @@ def test_peak_from_the_environment_wins():
     assert p.flops == 2.5e10 and p.source == "FTRT_PEAK_FLOPS"
 
 
-def test_cpu_peak_is_measured_without_random_numbers():
+def test_cpu_peak_is_the_table_split_among_ranks():
+    """On the CPU the peak is libftrt's table (ftrt.cpu_peak_flops), split among the ranks
+    sharing the host: 6 ranks get a sixth of one rank's figure; the source says how it was
+    made up. The matrix product measured in the process is not it."""
+    p1 = fl.peak_flops({("cpu", "fp32"): 1e9}, env={})
+    p6 = fl.peak_flops({("cpu", "fp32"): 1e9}, env={}, ranks_sharing=6)
+    want, src = ftrt.cpu_peak_flops(ftrt.FLOAT32, 1)
+    assert p1.flops == want > 0 and p1.source == src and "FLOP/cycle/core" in src, p1
+    # a sixth, unless an affinity mask of fewer CPUs binds first
+    assert p6.flops <= p1.flops and (math.isclose(p6.flops, p1.flops / 6, rel_tol=1e-12)
+                                     or "affinity" in p6.source), p6
+    assert "6 rank(s) sharing" in p6.source
+    # the table is an upper bound: above what a matrix product reaches here
     state = torch.default_generator.get_state()
+    m = fl.measure_cpu_peak(torch.float32)
+    assert torch.equal(state, torch.default_generator.get_state())  # no random numbers
+    assert 0 < m.flops < p1.flops and "measured: torch.mm 512x512 fp32" in m.source, (m, p1)
+    assert fl.cpu_peak("int64").flops == 0
+
+
+def test_cpu_peak_refused_is_said(monkeypatch):
+    """A CPU the table does not know: no peak, and the source says why (so the eMFU line
+    can ask for FTRT_PEAK_FLOPS)."""
+    def refuse(dtype, ranks):
+        raise ftrt.FtrtNotSupported(ftrt.ENOTSUP, "ftrt_cpu_peak_flops (not an x86 cpuinfo)")
+    monkeypatch.setattr(ftrt, "cpu_peak_flops", refuse)
     p = fl.peak_flops({("cpu", "fp32"): 1e9}, env={})
-    assert torch.equal(state, torch.default_generator.get_state())
-    assert 1e8 < p.flops < 1e13 and "measured: torch.mm 512x512 fp32" in p.source, p
+    assert p.flops == 0 and "not an x86" in p.source, p
 
 
 def test_mixed_dtypes_take_the_time_weighted_peak(monkeypatch):
     """Half the FLOPs at 1 GFLOP/s, half at 4: the time at peak is 1 s + 0.25 s for 2 GFLOP,
     so the peak is 1.6 GFLOP/s."""
-    rates = {torch.float32: 1e9, torch.bfloat16: 4e9}
-    monkeypatch.setattr(fl, "measure_cpu_peak", lambda dtype: fl.Peak(rates[dtype], "fake"))
+    rates = {"fp32": 1e9, "bf16": 4e9}
+    monkeypatch.setattr(fl, "cpu_peak", lambda dtype, ranks: fl.Peak(rates[dtype], "fake"))
     p = fl.peak_flops({("cpu", "fp32"): 1e9, ("cpu", "bf16"): 1e9}, env={})
     assert math.isclose(p.flops, 1.6e9) and "for 50% of the FLOPs" in p.source, p
     assert fl.peak_flops({}, env={}).flops == 0

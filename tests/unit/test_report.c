@@ -53,6 +53,7 @@
 #include "base/fs.h"
 #include "base/jsonw.h"
 #endif
+#include "base/log.h"
 #include "runtime/coordinator/coord.h"
 #include "tests/unit/helpers.h"
 
@@ -465,6 +466,49 @@ static void report_none(void **state)
     world_close(&wd);
 }
 
+/* The report of the world with flops_per_step and peak_flops given, stderr (where warnings
+ * go) captured into msg (cap bytes); returns the length captured. */
+static size_t report_logged(double flops_per_step, double peak, char *msg, size_t cap)
+{
+    char path[600];
+    world wd;
+    world_open(&wd, NULL);
+    wd.cfg.peak_flops = peak;
+    for (int w = 1; w <= W_TRAINERS; w++) wd.c.r[w].flops_per_step = flops_per_step;
+    snprintf(path, sizeof path, "%s/stderr.log", tmpdir);
+    fflush(stderr);
+    int saved = dup(2), fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    assert_true(saved >= 0 && fd >= 0);
+    int level = ftrt__log_level;
+    ftrt__log_level = FTRT__LOG_WARN;
+    dup2(fd, 2);
+    assert_int_equal(ftrt__report_write(&wd.c), 0);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    ftrt__log_level = level;
+    ssize_t got = pread(fd, msg, cap - 1, 0);
+    close(fd);
+    unlink(path);
+    msg[got > 0 ? got : 0] = 0;
+    world_close(&wd);
+    return got > 0 ? (size_t)got : 0;
+}
+
+/* eMFU above 1 (40 steps of 1 GFLOP in 4 compute-seconds a trainer against a peak of 1
+ * GFLOP/s: 10) is reported as it is, with a warning naming the peak and the FLOPs per step;
+ * at a peak of 1 TFLOP/s (0.01) there is none. */
+static void emfu_above_one_warns(void **state)
+{
+    (void)state;
+    char msg[4096];
+    report_logged(1e9, 1e9, msg, sizeof msg);
+    assert_non_null(strstr(msg, "is above 1: the peak FLOP/s per rank (1e+09"));
+    assert_non_null(strstr(msg, "FLOPs per step (1e+09)"));
+    report_logged(1e9, 1e12, msg, sizeof msg);
+    assert_null(strstr(msg, "above 1"));
+}
+
 /* The status file of the same world (about 1 MB, written 64 KiB at a time): every rank's line,
  * in order, the host name's escapes intact; a status file that cannot be written is an error. */
 static void status_streamed(void **state)
@@ -513,6 +557,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(report_write_errors),
         cmocka_unit_test(written_in_place),
         cmocka_unit_test(report_none),
+        cmocka_unit_test(emfu_above_one_warns),
         cmocka_unit_test(status_streamed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -86,6 +86,7 @@ __all__ = [
     "FtrtMPIError", "FtrtInvalid", "FtrtState", "FtrtTimeout", "FtrtNoDevice", "FtrtCudaError",
     "FtrtNcclError", "FtrtNotSupported",
     "version", "lib_path", "has_gpu_plane", "strerror", "err_name", "last_error",
+    "cpu_peak_flops",
     "OK", "DONE", "SKIP_MPI_FINALIZE", "SKIPPED",
     "ERECOVER", "ENOSPARE", "ECOORD", "EABORT", "ECONFIG", "ECORRUPT", "ENOCKPT", "EMISMATCH",
     "EPROTO", "EMPI", "EINVAL", "ESTATE", "ETIMEDOUT", "ENODEV", "ECUDA", "ENCCL", "ENOTSUP",
@@ -460,6 +461,12 @@ class Context:
         _check(_clib().ftrt_set_job_info(self._h, int(total_steps), float(flops_per_step),
                                       float(peak_flops)), "ftrt_set_job_info")
 
+    def host_trainers(self) -> int:
+        """The trainers on this host, counted from below (ftrt_host_trainers()): the
+        launcher's processes on this host less the job's processes that are not trainers, at
+        least 1; the ranks_sharing of cpu_peak_flops(). Raises FtrtInvalid (finalized)."""
+        return _check(_clib().ftrt_host_trainers(self._h), "ftrt_host_trainers")
+
     def check(self) -> None:
         """Whether the step in progress may go on (ftrt_check()): call it inside a long
         computation to learn of a failure there instead of at the step's next collective. Two
@@ -518,6 +525,24 @@ class Context:
 
     def __exit__(self, *exc: Any) -> None:
         self.finalize()
+
+
+def cpu_peak_flops(dtype: int = FLOAT32, ranks_sharing: int = 1) -> Tuple[float, str]:
+    """The peak FLOP/s of one of `ranks_sharing` ranks that share this host's CPU cores, for
+    `dtype` (FLOAT32, FLOAT64, BFLOAT16, FLOAT16): an upper bound from libftrt's table of
+    vector and matrix units (ftrt_cpu_peak_flops(); docs/goodput-ledger.md "Peak FLOP/s of
+    CPUs"). Returns (FLOP/s, how it was made up). Raises FtrtNotSupported (no row of the table
+    fits this CPU: not x86, no clock; the message says why), FtrtInvalid (ranks_sharing < 1,
+    an integer dtype), FtrtError (-errno: /proc/cpuinfo unreadable). Needs no context;
+    thread-safe. FTRT_PEAK_FLOPS is not read here (it is the user's override)."""
+    flops = ctypes.c_double()
+    src = ctypes.create_string_buffer(1024)
+    rc = _clib().ftrt_cpu_peak_flops(int(dtype), int(ranks_sharing), ctypes.byref(flops), src,
+                                     len(src))
+    if rc < 0:
+        why = src.value.decode(errors="replace")
+        raise _error_for(rc, "ftrt_cpu_peak_flops" + (f" ({why})" if why else ""))
+    return flops.value, src.value.decode(errors="replace")
 
 
 def init(cfg: Optional[Config] = None) -> Context:

@@ -284,9 +284,11 @@ class FaultTolerant:
         at this process's first step: its FLOPs are counted (FlopCounterMode where this torch
         has it, an analytic count otherwise) and the peak FLOP/s of one rank is
         FTRT_PEAK_FLOPS (or config's peak_flops), else the datasheet peak of the GPU model
-        for the dtype in use, else, on the CPU, a matrix-product rate measured here before
-        joining the job (about 0.1 s); logical rank 0 prints how each was found
-        (ftrt.pytorch_flops). A number > 0 is used as given; flops_per_step=0 turns eMFU off.
+        for the dtype in use, else, on the CPU, the upper bound of libftrt's table
+        (ftrt.cpu_peak_flops(): cores x clock x FLOPs per cycle of the widest unit for the
+        dtype) split among the trainers of this host (ctx.host_trainers()); logical rank 0
+        prints how each was found, with a matrix-product rate measured here before joining
+        the job (about 0.1 s) for comparison (ftrt.pytorch_flops). A number > 0 is used as given; flops_per_step=0 turns eMFU off.
       verbose: logical rank 0 prints a line when it resumes or recovers.
 
     Attributes: rank, world_size, epoch, step_count (steps done: the step to run next),
@@ -337,13 +339,14 @@ class FaultTolerant:
         self._seed_cuda = torch.cuda.is_available()
         # Everything that does not need the job first: a hot spare then waits ready.
         init_optimizer_state(optimizer)
-        self._emfu.measure_now()  # the CPU's peak for eMFU, where it is to be measured
+        self._emfu.measure_now()  # a matmul rate beside the CPU's peak in the log (not the peak)
         self._pystate = PyState(state_capacity)
         self._owns_ctx = ctx is None
         self.ctx = init_process(config, checkpoint_dir, report) if ctx is None else ctx
         atexit.register(self._close_at_exit)
         ctx = self.ctx
         self._rank, self._size = ctx.rank, ctx.size
+        self._emfu.ranks_sharing = ctx.host_trainers()  # the CPU's peak is split among them
         self.registry = register_state(ctx, model, optimizer)
         ctx.register("py:state", self._pystate.tensor)
         self.averager = GradAverager(ctx, model.parameters(),

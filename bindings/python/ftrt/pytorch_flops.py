@@ -28,14 +28,15 @@ missed: pass flops_per_step then).
 
 Peak FLOP/s (peak_flops()): FTRT_PEAK_FLOPS when set; on CUDA, the dense peak of the device
 model for the dtype from GPU_PEAKS (NVIDIA's datasheets; scaled by the SM count for a MIG
-slice); on the CPU no datasheet value exists that ftrt could know (it depends on the cores,
-their vector units and clocks), so it is measured: the best rate of a 512 x 512 matrix product
-in the step's dtype per second of CPU time, times this process's torch threads, so that
-shared cores do not pull it below what the training then reaches (measure_cpu_peak();
-FaultTolerant measures it for the parameters' dtype before joining the job:
-EmfuInputs.measure_now()); an honest but rough figure: the rate of the BLAS this torch was
-built with (Debian's is the generic reference BLAS). When the FLOPs come in several dtypes the
-peak is the time-weighted one, total / sum(flops_d / peak_d).
+slice); on the CPU an upper bound of the hardware from libftrt's table
+(ftrt.cpu_peak_flops(), ftrt_cpu_peak_flops() in C: cores x clock x FLOPs per cycle of the
+widest vector or matrix unit /proc/cpuinfo shows for the dtype), split among the ranks that
+share the host's cores (FaultTolerant passes ctx.host_trainers(): the trainers on this host,
+counted from below). A matrix product measured in this process (measure_cpu_peak()) is kept
+beside it as a sanity figure for the log, never as the peak: on shared cores it is a share,
+and the BLAS torch was built with may be slower than the kernels of the model (Debian's torch
+multiplies matrices with the reference BLAS but runs convolutions with oneDNN). When the
+FLOPs come in several dtypes the peak is the time-weighted one, total / sum(flops_d / peak_d).
 """
 import math
 import os
@@ -51,8 +52,8 @@ from torch.overrides import TorchFunctionMode
 
 __all__ = ["FlopCount", "AnalyticFlopCounter", "StepFlopCounter", "EmfuInputs",
            "have_flop_counter_mode",
-           "Peak", "GpuPeak", "GPU_PEAKS", "peak_flops", "cuda_peak", "measure_cpu_peak",
-           "dtype_key"]
+           "Peak", "GpuPeak", "GPU_PEAKS", "peak_flops", "cuda_peak", "cpu_peak",
+           "measure_cpu_peak", "dtype_key"]
 
 # (forward FLOPs, tensors whose requires_grad each adds a backward product of that size)
 _Parts = List[Tuple[float, Sequence[Any]]]
@@ -451,7 +452,8 @@ def cuda_peak(name: str, sms: int, dtype: str, tf32: bool = False) -> Peak:
 
 def measure_cpu_peak(dtype: torch.dtype = torch.float32, n: int = 512,
                      reps: int = 4) -> Peak:
-    """Measures this process's matrix-product rate on the CPU: the best of `reps` timings of
+    """A sanity figure, never eMFU's peak (cpu_peak() is): this process's matrix-product rate
+    on the CPU, the best of `reps` timings of
     torch.mm of two n x n matrices of `dtype` (each timing as many products as fill 20 ms),
     2 n^3 FLOPs each, per second of the process's CPU time (time.process_time), times
     torch.get_num_threads(): the rate of the process's threads each on a core of its own.
@@ -477,23 +479,37 @@ def measure_cpu_peak(dtype: torch.dtype = torch.float32, n: int = 512,
     threads = torch.get_num_threads()
     rate = 2.0 * n ** 3 / best * threads
     return Peak(rate, f"measured: torch.mm {n}x{n} {dtype_key(dtype)} per CPU-second x "
-                      f"{threads} thread(s), best of {reps}; the CPU has no datasheet peak "
-                      f"ftrt could know")
+                      f"{threads} thread(s), best of {reps}")
 
 
 _TORCH_DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16,
                  "fp16": torch.float16}
+_FTRT_DTYPES = {"fp64": 1, "fp32": 0, "bf16": 3, "fp16": 4}  # ftrt_dtype (include/ftrt.h)
+
+
+def cpu_peak(dtype: str, ranks_sharing: int = 1) -> Peak:
+    """The CPU's peak FLOP/s of one of `ranks_sharing` ranks sharing this host's cores for the
+    dtype key `dtype` ("fp32", "bf16", ...): libftrt's table (ftrt.cpu_peak_flops()), an
+    upper bound of the hardware. Peak.flops is 0 when the table has no row for this CPU or
+    dtype, or libftrt cannot be loaded; source says how the figure was made up, or why not."""
+    if dtype not in _FTRT_DTYPES:
+        return Peak(0.0, f"no CPU peak for {dtype}")
+    from . import FtrtError, cpu_peak_flops
+    try:
+        flops, source = cpu_peak_flops(_FTRT_DTYPES[dtype], max(1, int(ranks_sharing)))
+    except (OSError, FtrtError) as e:
+        return Peak(0.0, f"no CPU peak: {e}")
+    return Peak(flops, source)
 
 
 def peak_flops(by_dtype: Mapping[Tuple[str, str], float], device: Optional[torch.device] = None,
-               env: Optional[Mapping[str, str]] = None,
-               cpu_peaks: Optional[Mapping[str, Peak]] = None) -> Peak:
+               env: Optional[Mapping[str, str]] = None, ranks_sharing: int = 1) -> Peak:
     """The peak FLOP/s of one rank for a step whose FLOPs are `by_dtype` ({(device type,
     dtype key): FLOPs}, FlopCount.by_dtype): FTRT_PEAK_FLOPS of `env` (default os.environ)
     when set; else per dtype, from GPU_PEAKS on CUDA (`device`, default the current one) or
-    on the CPU from `cpu_peaks` ({dtype key: Peak}, measured earlier) or measured now
-    (measure_cpu_peak()), combined as total / sum(flops_d / peak_d). Peak.flops is 0 (source:
-    why) when a dtype has no peak or nothing was counted."""
+    on the CPU from libftrt's table for one of `ranks_sharing` ranks sharing the host's cores
+    (cpu_peak()), combined as total / sum(flops_d / peak_d). Peak.flops is 0 (source: why)
+    when a dtype has no peak or nothing was counted."""
     v = _env_peak(os.environ if env is None else env)
     if v is not None:
         return Peak(v, "FTRT_PEAK_FLOPS")
@@ -507,10 +523,8 @@ def peak_flops(by_dtype: Mapping[Tuple[str, str], float], device: Optional[torch
             p = cuda_peak(torch.cuda.get_device_name(d),
                           torch.cuda.get_device_properties(d).multi_processor_count, key,
                           tf32=bool(torch.backends.cuda.matmul.allow_tf32))
-        elif dev == "cpu" and cpu_peaks is not None and key in cpu_peaks:
-            p = cpu_peaks[key]
-        elif dev == "cpu" and key in _TORCH_DTYPES:
-            p = measure_cpu_peak(_TORCH_DTYPES[key])
+        elif dev == "cpu":
+            p = cpu_peak(key, ranks_sharing)
         else:
             p = Peak(0.0, f"no peak for {key} on {dev}")
         if p.flops <= 0 or len(by_dtype) == 1:
@@ -526,8 +540,10 @@ class EmfuInputs:
     body, finish() after its backward (counts it, finds the peak, returns the line to log),
     abandon() when the body ended without finish(). flops_per_step / peak_flops: None to find
     them, a number > 0 as given; flops_per_step=0 turns it all off. config: the job's
-    ftrt.Config, whose peak_flops (FTRT_PEAK_FLOPS) wins when set. Raises ValueError for a
-    negative value."""
+    ftrt.Config, whose peak_flops (FTRT_PEAK_FLOPS) wins when set. ranks_sharing: the ranks
+    that share this host's CPU cores, which the CPU's peak is split among (FaultTolerant sets
+    it from ctx.host_trainers() before the first step; default 1). measured: the sanity
+    figure of measure_now() (None until then). Raises ValueError for a negative value."""
 
     def __init__(self, model: Optional[torch.nn.Module], flops_per_step: Optional[float],
                  peak_flops: Optional[float], config: Any = None) -> None:
@@ -545,20 +561,21 @@ class EmfuInputs:
         self.peak: Optional[Peak] = None
         self._counter: Optional[StepFlopCounter] = None
         self._done = self.given_flops == 0.0
-        self._cpu_peaks: Dict[str, Peak] = {}
+        self.ranks_sharing = 1
+        self.measured: Optional[Peak] = None
 
     def measure_now(self) -> None:
-        """Measures the CPU's peak for the model's parameter dtype now, where finish() would
-        otherwise measure it (CPU parameters, nothing given, FTRT_PEAK_FLOPS unset):
-        FaultTolerant calls it before joining the job, when every process starts at once
-        and no trainer waits for another; a measurement in the first step would hold that
-        trainer's collectives back while the others wait (and poll)."""
+        """Measures this process's matrix-product rate for the model's parameter dtype
+        (measure_cpu_peak(); CPU parameters, nothing given, FTRT_PEAK_FLOPS unset): a sanity
+        figure that finish()'s line prints beside the table's peak, never the peak.
+        FaultTolerant calls it before joining the job, when every process starts at once and
+        no trainer waits for another."""
         params = list(self.model.parameters()) if self.model is not None else []
         if self._done or self.given_peak is not None or _env_peak(os.environ) is not None \
                 or not params or params[0].device.type != "cpu" \
                 or params[0].dtype not in _TORCH_DTYPES.values():
             return
-        self._cpu_peaks[dtype_key(params[0].dtype)] = measure_cpu_peak(params[0].dtype)
+        self.measured = measure_cpu_peak(params[0].dtype)
 
     @property
     def flops_per_step(self) -> float:
@@ -601,16 +618,19 @@ class EmfuInputs:
         if self.given_peak is not None:
             self.peak = Peak(self.given_peak, "as given (peak_flops or FTRT_PEAK_FLOPS)")
         else:
-            self.peak = peak_flops(count.by_dtype, cpu_peaks=self._cpu_peaks)
+            self.peak = peak_flops(count.by_dtype, ranks_sharing=self.ranks_sharing)
         if self.given_flops is not None:
             what = f"{self.given_flops / 1e9:.4g} GFLOP per trainer per step (as given)"
         elif count.total > 0:
             what = count.describe()
         else:
             what = "no FLOPs counted (" + count.describe().split(", ", 1)[1] + ")"
+        sanity = "" if self.measured is None else \
+            (f"; for comparison, {self.measured.source}: {self.measured.flops / 1e9:.4g} "
+             f"GFLOP/s (not the peak)")
         if self.peak.flops > 0 and self.flops_per_step > 0:
             return (f"ftrt: eMFU inputs: {what}; peak {self.peak.flops / 1e9:.4g} GFLOP/s per "
-                    f"rank: {self.peak.source}")
+                    f"rank: {self.peak.source}{sanity}")
         return (f"ftrt: eMFU inputs: {what}; peak FLOP/s "
                 + (f"{self.peak.flops / 1e9:.4g} GFLOP/s" if self.peak.flops > 0 else
                    f"unknown ({self.peak.source})")
