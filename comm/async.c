@@ -1,7 +1,7 @@
 /*
  * async.c - overlapped collectives: the request engine, its progress thread, the MPI
- * transport, and the public request API (ftrt_allreduce_start, ftrt_broadcast_start,
- * ftrt_request_*).
+ * transport, and the public request API (ftrt_request_*; the plane's ftrt__plane_*_start in
+ * comm/mpi_plane.c submit to it).
  *
  * See async.h for the model. The engine's state is split by owner:
  *  - the submission queue, the live count, the staging pool and the graveyard (comm/pool.h)
@@ -566,47 +566,6 @@ static int areq_wait(struct ftrt_request *base)
 static int areq_free(struct ftrt_request *base) { return ftrt__areq_free((ftrt__areq *)base); }
 
 static const ftrt__req_ops areq_ops = {areq_test, areq_wait, areq_free};
-
-int ftrt__plane_allreduce_start(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dtype,
-                                ftrt_op op, ftrt_request **req)
-{
-    if (!req) return FTRT_EINVAL;
-    *req = NULL;
-    size_t es = 0;
-    MPI_Datatype t;
-    MPI_Op o;
-    int rc = ftrt__plane_coll_check(p, buf, count, dtype, op, &t, &o, &es);
-    if (rc) return rc;
-    ftrt__engine *e = ftrt__engine_get(p, &rc);
-    if (!e) return rc;
-    ftrt__seg seg = {buf, count * es};
-    ftrt__areq *r;
-    rc = ftrt__engine_submit(e, p->watch->epoch, &seg, 1, count, dtype, op, 1.0, 0, &r);
-    if (rc) return rc;
-    *req = &r->base;
-    return 0;
-}
-
-int ftrt__plane_broadcast_start(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dtype,
-                                int root, ftrt_request **req)
-{
-    if (!req) return FTRT_EINVAL;
-    *req = NULL;
-    size_t es = 0;
-    MPI_Datatype t;
-    MPI_Op o;
-    int rc = ftrt__plane_coll_check(p, buf, count, dtype, FTRT_SUM, &t, &o, &es);
-    if (rc) return rc;
-    if (root < 0 || root >= p->size) return FTRT_EINVAL;
-    ftrt__engine *e = ftrt__engine_get(p, &rc);
-    if (!e) return rc;
-    ftrt__seg seg = {buf, count * es};
-    ftrt__areq *r;
-    rc = ftrt__engine_submit_bcast(e, p->watch->epoch, seg, count, dtype, root, &r);
-    if (rc) return rc;
-    *req = &r->base;
-    return 0;
-}
 
 int ftrt_request_test(ftrt_request *req)
 {

@@ -99,8 +99,8 @@ int ftrt__plane_broadcast(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dt
  * transfer: no staging); returns 0, FTRT_ERECOVER or a
  * fatal code, FTRT_EMPI. */
 int ftrt__plane_bcast(ftrt__plane *p, void *buf, size_t bytes, int root);
-/* Starts an overlapped allreduce of buf (comm/async.c). Same arguments and checks as
- * ftrt__plane_allreduce; *req receives the request (ftrt_request_wait/test/free). */
+/* Starts an overlapped allreduce of buf on the request engine (comm/async.c). Same arguments
+ * and checks as ftrt__plane_allreduce; *req receives the request (ftrt_request_wait/test/free). */
 int ftrt__plane_allreduce_start(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dtype,
                                 ftrt_op op, ftrt_request **req);
 /* Starts an overlapped broadcast of buf from logical rank root (comm/async.c). The checks of
