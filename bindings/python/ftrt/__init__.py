@@ -431,6 +431,33 @@ class Context:
         self._children.add(req)
         return req
 
+    def broadcast(self, buf: Buffer, count: Optional[int] = None, dtype: Optional[int] = None,
+                  root: int = 0) -> None:
+        """Blocking broadcast from the trainer of logical rank `root` to every trainer
+        (ftrt_broadcast()): afterwards every trainer's buf holds the root's bytes exactly.
+
+        buf, count, dtype: as allreduce() (host memory; dtype only sets the element size).
+        root: a logical rank in [0, size). Every trainer calls it with the same count, dtype
+        and root. Raises FtrtRecover (buf unchanged), FtrtNoSpare/FtrtCoordLost/FtrtAborted,
+        FtrtInvalid (root outside [0, size)), FtrtMPIError, ...; ValueError (device memory,
+        bad dtype, count beyond the buffer)."""
+        addr, count, dtype = self._coll_args(buf, count, dtype)
+        _check(_clib().ftrt_broadcast(self._h, addr, count, dtype, int(root)), "ftrt_broadcast")
+
+    def broadcast_start(self, buf: Buffer, count: Optional[int] = None,
+                        dtype: Optional[int] = None, root: int = 0) -> Request:
+        """Starts a broadcast (ftrt_broadcast_start()) and returns a Request at once;
+        arguments as broadcast(); buf must not be written until the Request completed (it
+        keeps a reference to `buf` until freed). Raises as broadcast() when nothing could be
+        started."""
+        addr, count, dtype = self._coll_args(buf, count, dtype)
+        h = ctypes.c_void_p()
+        _check(_clib().ftrt_broadcast_start(self._h, addr, count, dtype, int(root),
+                                            ctypes.byref(h)), "ftrt_broadcast_start")
+        req = Request(self, h.value, buf)
+        self._children.add(req)
+        return req
+
     def bucketer(self, counts: Sequence[int], dtype: int = FLOAT32,
                  cfg: Optional[BucketConfig] = None) -> Bucketer:
         """A Bucketer for len(counts) tensors of counts[i] elements of `dtype`, in

@@ -91,6 +91,7 @@ from typing import Any, Dict, Iterator, Optional, Sequence, Union
 import torch
 
 from . import Context, Config, _lib
+from . import pytorch_buffers as _buffers
 from . import pytorch_flops as _flops
 from .pytorch_gpu import cuda_device as _cuda_device
 from .pytorch_grad import GradAverager, recover
@@ -279,6 +280,19 @@ class FaultTolerant:
         no pack and unpack copies. zero_grad(set_to_none=True) costs one copy per gradient
         per step (it is copied back into its view, as DDP does); set_to_none=False keeps the
         zero-copy path. GradAverager's docstring has the details, recoveries included.
+      broadcast_buffers: DDP's option of the same name (BatchNorm's running statistics and
+        every other buffer; ftrt/pytorch_buffers.py). True (default): after each step's
+        gradient averaging logical rank 0's buffers are broadcast to every trainer
+        (Context.broadcast, all buffers packed in one collective through host memory), so
+        they are identical everywhere, registered REPLICATED and checked against silent data
+        corruption like the parameters. False: each trainer keeps its own, registered
+        REPLICATED no more but SHARDED by logical rank (checkpointed per rank; a promoted
+        spare gets them from the partner replica, so set FTRT_SHARD_REPLICA_EVERY or
+        checkpoint_every, or a kill rolls back to the last checkpoint). Either way the
+        buffers of the last completed step are put back before a recovery. Modules that
+        need a torch.distributed process group (SyncBatchNorm) raise ValueError here,
+        naming the module. At the first step of a job run every replicated region is
+        compared between the trainers and RuntimeError names any that differ.
       state_capacity: bytes reserved for the pickled Python state (default 64 KiB).
       flops_per_step, peak_flops: for the report's eMFU. By default (None) both are found
         at this process's first step: its FLOPs are counted (FlopCounterMode where this torch
@@ -293,7 +307,8 @@ class FaultTolerant:
 
     Attributes: rank, world_size, epoch, step_count (steps done: the step to run next),
     restored (state came from a checkpoint or a survivor at start), recoveries, state
-    (extra_state), ctx, averager (GradAverager), registry (StateRegistry), flop_count and peak
+    (extra_state), ctx, averager (GradAverager), registry (StateRegistry), buffers
+    (pytorch_buffers.BufferSync), flop_count and peak
     (eMFU's inputs and how they were found), cuda_device (the parameters' CUDA device index,
     None on the CPU).
     """
@@ -308,7 +323,7 @@ class FaultTolerant:
                  ctx: Optional[Context] = None, bucket_cap_mb: float = 25.0,
                  state_capacity: int = 1 << 16, flops_per_step: Optional[float] = None,
                  peak_flops: Optional[float] = None, verbose: bool = True,
-                 gradient_as_bucket_view: bool = False) -> None:
+                 gradient_as_bucket_view: bool = False, broadcast_buffers: bool = True) -> None:
         if scheduler is None:
             self.schedulers = []
         elif isinstance(scheduler, (list, tuple)):
@@ -324,6 +339,7 @@ class FaultTolerant:
         # CPU, or one CUDA device with libftrt_gpu loaded: refused here, before the job is
         # joined (ValueError: a mix; NotImplementedError: another device type;
         # FtrtNotSupported: CUDA without libftrt_gpu)
+        _buffers.check_modules(model)  # SyncBatchNorm and the like: ValueError naming the module
         trained = [p for p in model.parameters() if p.requires_grad]
         self.cuda_device = _cuda_device(trained) if trained else None
         self.model, self.optimizer, self.scaler = model, optimizer, scaler
@@ -347,8 +363,12 @@ class FaultTolerant:
         ctx = self.ctx
         self._rank, self._size = ctx.rank, ctx.size
         self._emfu.ranks_sharing = ctx.host_trainers()  # the CPU's peak is split among them
-        self.registry = register_state(ctx, model, optimizer)
+        self.buffers = _buffers.BufferSync(model, broadcast_buffers)
+        self.registry = register_state(
+            ctx, model, optimizer,
+            buffer_flags=_lib.REGION_REPLICATED if broadcast_buffers else _lib.REGION_SHARDED)
         ctx.register("py:state", self._pystate.tensor)
+        self._compared = False  # the replicated regions compared at the first step
         self.averager = GradAverager(ctx, model.parameters(),
                                      bucket_bytes=int(float(bucket_cap_mb) * (1 << 20)),
                                      sync_in_backward=True,
@@ -371,6 +391,7 @@ class FaultTolerant:
                 else:
                     self._log(f"ftrt: took over logical rank {self._rank} (epoch {ctx.epoch}): "
                               f"resuming at step {self._step}")
+            self.buffers.keep()
             self._connect()  # survivors connect right after their ftrt_recover() too
         if self.checkpoint_every:
             try:  # staging memory and threads now, not at the first checkpoint
@@ -449,6 +470,7 @@ class FaultTolerant:
             self._set_emfu()
         try:
             self.averager.wait()
+            self.buffers.sync(self.ctx)  # rank 0's buffers, before anything is updated
         except _lib.FtrtRecover:
             self._recover()
             return False
@@ -460,8 +482,11 @@ class FaultTolerant:
         for sch in self.schedulers:
             sch.step()
         self.ctx.step_done(s)
+        self.buffers.keep()
         self._step = s + 1
         self._save_state()
+        if not self._compared and not self._compare_replicas():
+            return False
         if self.checkpoint_every and self._step % self.checkpoint_every == 0:
             try:
                 self.ctx.checkpoint(self._step)
@@ -475,6 +500,36 @@ class FaultTolerant:
                       f"{self._step} failed: {e}; training goes on", file=sys.stderr,
                       flush=True)
         return self._connect()  # CUDA: the next backward's buckets start on its threads
+
+    def _compare_replicas(self) -> bool:
+        """At the first step of a job run (epoch 0; every trainer at the same step), compares
+        every REPLICATED region between the trainers, one hash each, and raises RuntimeError
+        naming those that differ: state registered as replicated that is not (a buffer a module
+        changes per trainer with broadcast_buffers=False missing, parameters initialized
+        differently per trainer). Without this the first silent-data-corruption check would end
+        the job with an anonymous "replicas disagree". Returns True; False when a trainer
+        failed and this call recovered instead."""
+        self._compared = True
+        if self.ctx.epoch != 0:
+            return True  # a promoted spare joins after the survivors compared (or skipped)
+        shared = [(name, t) for name, t, _, _ in self.registry.entries
+                  if self.buffers.broadcast or not name.startswith("buffer:")]
+        shared.append(("py:state", self._pystate.tensor))
+        try:
+            bad = _buffers.region_mismatches(self.ctx, shared)
+        except _lib.FtrtRecover:
+            self._recover()
+            return False
+        if bad:
+            raise RuntimeError(
+                f"logical rank {self._rank}: after step {self._step - 1} these regions "
+                f"registered as replicated differ between the trainers: {', '.join(bad[:8])}"
+                f"{' ...' if len(bad) > 8 else ''}. Replicated state must be identical on "
+                f"every trainer: give every trainer the same initial model (seed it the same), "
+                f"keep buffers with broadcast_buffers=True (rank 0's each step) or make them "
+                f"each trainer's own with broadcast_buffers=False, and keep extra_state the "
+                f"same on every trainer")
+        return True
 
     def _connect(self) -> bool:
         """GradAverager.connect() (CUDA: this epoch's NCCL communicator exists before the next
@@ -559,7 +614,9 @@ class FaultTolerant:
         """recover(), the Python state, and connect() in the new epoch (again after a failure
         met while connecting)."""
         while True:
+            self.buffers.restore_last()  # the abandoned step's forward changed them
             step = recover(self.ctx, self.averager, self.registry)
+            self.buffers.keep()
             self._load_state()
             _forget_scaler_step(self.scaler)
             self._step = step

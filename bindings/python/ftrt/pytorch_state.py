@@ -101,14 +101,17 @@ class StateRegistry:
 
 def register_state(ctx: Context, model: torch.nn.Module,
                    optimizer: Optional[torch.optim.Optimizer] = None,
-                   flags: int = REGION_REPLICATED, buffers: bool = True) -> StateRegistry:
+                   flags: int = REGION_REPLICATED, buffers: bool = True,
+                   buffer_flags: Optional[int] = None) -> StateRegistry:
     """Registers a model's parameters (and buffers) and an optimizer's state tensors with
     ftrt, as regions of their own storage.
 
     ctx: a trainer's ftrt.Context.  model: torch.nn.Module.  optimizer: a torch.optim
     optimizer whose state exists (init_optimizer_state()), or None.
     flags: REGION_REPLICATED (default: identical on every trainer, as in data parallelism) or
-    REGION_SHARDED; REGION_DEVICE is added for CUDA tensors.
+    REGION_SHARDED; REGION_DEVICE is added for CUDA tensors. buffer_flags: the buffers' flags
+    (default: flags); FaultTolerant(broadcast_buffers=False) registers them REGION_SHARDED,
+    each trainer's own.
     Regions, in this order (every trainer registers the same): "param:<name>" per
     model.named_parameters(), "buffer:<name>" per floating-point/integer buffer when `buffers`,
     then "optim:<param name>:<state key>" per optimizer parameter and state key (sorted).
@@ -118,10 +121,11 @@ def register_state(ctx: Context, model: torch.nn.Module,
     reg = StateRegistry(optimizer)
     names: Dict[torch.Tensor, str] = {}
 
-    def add(name: str, t: torch.Tensor, owner: Optional[Tuple[torch.Tensor, str]] = None) -> None:
+    def add(name: str, t: torch.Tensor, owner: Optional[Tuple[torch.Tensor, str]] = None,
+            fl: int = flags) -> None:
         if not t.is_contiguous():
             raise ValueError(f"{name}: tensor is not contiguous")
-        ctx.register(name, t, flags=flags)
+        ctx.register(name, t, flags=fl)
         reg.entries.append((name, t, t.data_ptr(), owner))
 
     for pname, p in model.named_parameters():
@@ -130,7 +134,8 @@ def register_state(ctx: Context, model: torch.nn.Module,
     if buffers:
         for bname, b in model.named_buffers():
             if b is not None and b.numel() > 0:
-                add(region_name("buffer", bname), b)
+                add(region_name("buffer", bname), b,
+                    fl=flags if buffer_flags is None else buffer_flags)
     if optimizer is not None:
         for gi, g in enumerate(optimizer.param_groups):
             for pi, p in enumerate(g["params"]):
