@@ -73,6 +73,20 @@ class FakeCtx:
         self._write(self.snapshots[self.resume])
         return self.resume
 
+    broadcasts = 0
+
+    def broadcast(self, buf, count=None, dtype=None, root=0):
+        assert root == 0
+        self.broadcasts += 1  # one trainer: the root's bytes are already here
+
+    allreduce_ops = ()
+    differ = ()  # region indices whose hash another (imagined) trainer has otherwise
+
+    def allreduce(self, buf, count=None, dtype=None, op=_lib.SUM):
+        self.allreduce_ops += (op,)
+        for i in self.differ:
+            buf[i] += 1 if op == _lib.MAX else 0
+
     def finalize(self):
         raise AssertionError("the caller owns the context")
 
@@ -647,3 +661,97 @@ def test_emfu_counts_a_step_that_ends_in_a_recovery(monkeypatch):
         results.append(ft.step())
     assert results == [False, True, True, True]
     assert ft.flop_count.total == NET_FLOPS and ctx.job_info[1] == NET_FLOPS
+
+
+# ---- buffers (BatchNorm): ftrt/pytorch_buffers.py --------------------------------------------
+
+
+class BnNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(6, 8)
+        self.bn = torch.nn.BatchNorm1d(8)
+        self.out = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.out(torch.relu(self.bn(self.fc(x))))
+
+
+def test_syncbatchnorm_is_refused_by_name():
+    """SyncBatchNorm needs a torch.distributed process group: refused before the job is
+    joined (no ctx is touched), the message naming the module and what to use instead."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.SyncBatchNorm(4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match=r"module '1' is a torch.nn.SyncBatchNorm.*"
+                                         r"broadcast_buffers=True"):
+        ftp.FaultTolerant(model, opt, ctx=object())
+
+
+class SurvivorCtx(FakeCtx):
+    """ftrt_recover() as a survivor sees it when it is the most advanced one: its registered
+    memory is kept as it is (nothing written back)."""
+
+    def recover(self):
+        self.epoch += 1
+        return self.resume
+
+
+def test_buffers_of_the_last_step_put_back_before_recovery(monkeypatch):
+    """The abandoned step's forward pass has changed BatchNorm's running statistics; a
+    recovery that keeps the survivor's memory must find those of the last completed step, so
+    that the redone step gives bitwise the buffers and parameters of a run without failure.
+    Each completed step broadcasts the buffers once; broadcast_buffers=False registers them
+    SHARDED and broadcasts nothing."""
+    def run(fail_at, ctx, broadcast=True):
+        monkeypatch.setattr(ftp, "GradAverager", FakeAverager)
+        FakeAverager.fail_at = set(fail_at)
+        torch.manual_seed(3)
+        model = BnNet()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        flags = {}
+        real_register = ctx.register
+
+        def register(name, buf, nbytes=None, flags_=0, **kw):
+            flags[name] = kw.get("flags", flags_)
+            real_register(name, buf)
+        ctx.register = register
+        ft = ftp.FaultTolerant(model, opt, ctx=ctx, verbose=False,
+                               broadcast_buffers=broadcast)
+        ctx.resume = 5  # the survivor's own state: 5 steps done
+        for step in ft.steps(8):
+            g = torch.Generator().manual_seed(step)
+            x = torch.randn(16, 6, generator=g)
+            y = torch.randint(0, 3, (16,), generator=g)
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            ft.step()
+        return model, flags
+    ref, flags = run((), FakeCtx())
+    assert flags["buffer:bn.running_mean"] == _lib.REGION_REPLICATED
+    ctx = SurvivorCtx()
+    got, _ = run({5}, ctx)
+    # steps 0-4 done, the failure in step 5's averaging (after its forward pass changed the
+    # buffers, before its broadcast), resumed at 5 with the survivor's memory: 5-7 done
+    assert ctx.broadcasts == 8, "one broadcast per completed step"
+    for (n, a), b in zip(ref.state_dict().items(), got.state_dict().values()):
+        assert torch.equal(a, b), f"{n} differs from the run without failure"
+    ctx = SurvivorCtx()
+    own, flags = run({5}, ctx, broadcast=False)
+    assert flags["buffer:bn.running_var"] == _lib.REGION_SHARDED and ctx.broadcasts == 0
+    assert torch.equal(own.bn.running_mean, ref.bn.running_mean)
+
+
+def test_replicated_regions_that_differ_are_named(monkeypatch):
+    """At the first step every replicated region is compared (MIN and MAX of a hash each);
+    one that differs between trainers is named instead of an anonymous SDC alarm later."""
+    monkeypatch.setattr(ftp, "GradAverager", FakeAverager)
+    model = BnNet()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    ctx = FakeCtx()
+    ctx.differ = (1,)  # the second region: param:fc.bias
+    ft = ftp.FaultTolerant(model, opt, ctx=ctx, verbose=False)
+    with pytest.raises(RuntimeError, match=r"differ between the trainers: param:fc.bias\."):
+        for _ in ft.steps(3):
+            model(torch.randn(4, 6)).sum().backward()
+            ft.step()
+    assert ctx.allreduce_ops == (_lib.MIN, _lib.MAX)
