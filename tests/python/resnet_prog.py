@@ -4,7 +4,7 @@ few steps), with nothing given for eMFU (FaultTolerant counts the first step's F
 the CPU's peak from libftrt's table) and BatchNorm's running statistics kept by FaultTolerant
 (broadcast_buffers). Logical rank 0 prints the "ftrt: eMFU inputs:" line and, with
 --params-out, writes the final parameters and buffers (model.state_dict() order, raw bytes) and
-prints their FNV-1a hash.
+prints their FNV-1a hash; every trainer writes its own to FILE.<logical rank>.
 
 Test knobs (logical rank 2 / 1, epoch 0 only, so a promoted spare does not repeat them):
   --hold-at S --hold-file F  logical rank 2 creates F right after its forward pass of step S
@@ -43,6 +43,8 @@ def write_state(model: torch.nn.Module, path: str) -> None:
                     for t in model.state_dict().values())
     with open(path, "wb") as f:
         f.write(blob)
+    if not path.endswith(".0"):
+        return
     print(f"resnet_prog: state fnv1a64 {fnv1a(blob[::97]):016x} ({len(blob)} bytes)", flush=True)
 
 
@@ -98,8 +100,8 @@ def main() -> int:
             time.sleep(120)  # the test kills this trainer here
         loss.backward()
         ft.step()
-    if a.params_out and ft.rank == 0:
-        write_state(model, a.params_out)
+    if a.params_out:  # every trainer's (its own buffers with --no-broadcast)
+        write_state(model, f"{a.params_out}.{ft.rank}")
     if ft.rank == 0:
         print(f"resnet_prog: {a.steps} steps done", flush=True)
     return 0

@@ -11,6 +11,10 @@ the CPU's peak).
    every trainer's BatchNorm statistics have already changed in the abandoned step): the hot
    spare takes over and the final parameters and buffers are byte-identical to the undisturbed
    run's, no SDC raised, eMFU in (0, 1];
+ - broadcast_buffers=False (each trainer's buffers its own, SHARDED) with partner replicas
+   every 2 steps: a trainer SIGKILLed mid-step, its buffers come back into the spare from the
+   partner replica, every trainer's final parameters and buffers byte-identical to the
+   undisturbed run's with the same setting;
  - one bit of a BatchNorm buffer flipped on logical rank 1 after the broadcast: caught at that
    step's check, the majority names logical rank 1, which is replaced, and the job finishes.
 Short: 8 steps of 8 images of 32 x 32 (about 15 s a job here)."""
@@ -83,11 +87,12 @@ def test_resnet18_no_false_sdc_and_emfu_at_most_one(resnet_ref):
     check_emfu(job, d)
 
 
-def test_resnet18_kill_mid_step_is_byte_identical(resnet_ref, work):
-    _, ref_dir = resnet_ref
-    hold = 4
-    held = os.path.join(work, "resnet18-kill", "HELD")
-    job, d = resnet_job(work, "resnet18-kill", ["--hold-at", str(hold), "--hold-file", held])
+def kill_mid_step(work, name, hold, args=(), env=None):
+    """A resnet_prog job whose logical rank 2 is held after its forward pass of step `hold`
+    and SIGKILLed there; returns (job, dir, the report's one failure) once it finished."""
+    held = os.path.join(work, name, "HELD")
+    job, d = resnet_job(work, name, ["--hold-at", str(hold), "--hold-file", held] + list(args),
+                        env)
     job.start()
     t0 = time.time()
     while not os.path.exists(held):
@@ -101,11 +106,38 @@ def test_resnet18_kill_mid_step_is_byte_identical(resnet_ref, work):
     assert len(rep["failures"]) == 1, rep["failures"]
     f = rep["failures"][0]
     assert f["kind"] == "connection_lost" and f["recovered"] and f["logical_rank"] == 2, f
-    assert f["resume_step"] == hold, f  # the held step was in flight, none after it done
     assert "silent data corruption at step" not in job.out
-    assert read(os.path.join(d, "final.state")) == read(os.path.join(ref_dir, "final.state")), \
-        "final parameters and buffers differ from the undisturbed run"
+    return job, d, f
+
+
+def same_states(d, ref_dir):
+    for r in range(N):
+        assert read(os.path.join(d, f"final.state.{r}")) == \
+            read(os.path.join(ref_dir, f"final.state.{r}")), \
+            f"logical rank {r}: final parameters and buffers differ from the undisturbed run"
+
+
+def test_resnet18_kill_mid_step_is_byte_identical(resnet_ref, work):
+    _, ref_dir = resnet_ref
+    hold = 4
+    job, d, f = kill_mid_step(work, "resnet18-kill", hold)
+    assert f["resume_step"] == hold and f["state_from"] == "peers", f  # nothing after it done
+    same_states(d, ref_dir)
     check_emfu(job, d)
+
+
+def test_resnet18_own_buffers_come_back_from_the_partner_replica(work):
+    own = ["--no-broadcast"]
+    env = {"FTRT_SHARD_REPLICA_EVERY": "2"}
+    ref, ref_dir = resnet_job(work, "resnet18-own", own, env)
+    rc = ref.run(240)
+    assert rc == 0, f"job exited {rc}:\n{ref.out[-6000:]}"
+    bufs = [read(os.path.join(ref_dir, f"final.state.{r}")) for r in range(N)]
+    assert len(set(bufs)) == N, "each trainer's buffers are its own"
+    hold = 5
+    job, d, f = kill_mid_step(work, "resnet18-own-kill", hold, own, env)
+    assert f["state_from"] == "replica" and f["resume_step"] == 4, f  # the replica of step 4
+    same_states(d, ref_dir)
 
 
 def test_resnet18_flipped_buffer_bit_is_caught(work):
