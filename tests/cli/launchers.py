@@ -28,14 +28,30 @@ def launchers(train_mlp):
     """(name, command prefix) of every launcher and example that users run."""
     py = [(f, [PY, os.path.join(REPO, f)]) for f in (
         "tools/ftrt-run", "tools/ftrt-chaos", "examples/train_torch.py", "examples/train_lm.py",
-        "bench/chaos_campaign.py", "bench/coord_scale.py", "bench/mttr_size.py",
-        "bench/recovery.py", "bench/replica_rework.py", "bench/slurm_recovery.py",
+        "examples/train_cnn.py", "bench/chaos_campaign.py", "bench/coord_scale.py",
+        "bench/mttr_size.py", "bench/recovery.py", "bench/replica_rework.py",
+        "bench/slurm_recovery.py",
         "bench/torch_overhead.py", "bench/mpi_versions.py", "bench/profile_rank.py")]
     sh = [(f, ["bash", os.path.join(REPO, f)]) for f in (
         "examples/demo.sh", "scripts/ensure-deps.sh", "scripts/fresh-chroot-test.sh",
         "scripts/gpu-kit.sh", "scripts/gpu-run.sh", "scripts/gpu-sim.sh",
         "scripts/ensure-ompi5.sh")]
     return py + sh + [("train_mlp", [train_mlp])]
+
+
+def unlisted_examples(cmd):
+    """Problems for each Python program of examples/ (a file with a __main__ block) that
+    launchers() leaves out, so that a new example cannot escape these checks."""
+    d = os.path.join(REPO, "examples")
+    out = []
+    for name in sorted(os.listdir(d)):
+        path = os.path.join(d, name)
+        if not name.endswith(".py") or f"examples/{name}" in cmd:
+            continue
+        with open(path) as fh:
+            if "__name__ == \"__main__\"" in fh.read():
+                out.append(f"examples/{name}: a program that launchers() does not list")
+    return out
 
 
 def bad_inputs(cmd, train_mlp, f, d):
@@ -121,7 +137,8 @@ def bad_inputs(cmd, train_mlp, f, d):
          [train_mlp, "--params-out", os.path.join(f, "p")], {}, ["--params-out", f]),
         ("train_mlp: --report is a directory", [train_mlp, "--report", d], {}, ["--report", d]),
     ]
-    for ex, data in (("examples/train_torch.py", "--data"), ("examples/train_lm.py", "--text")):
+    for ex, data in (("examples/train_torch.py", "--data"), ("examples/train_lm.py", "--text"),
+                     ("examples/train_cnn.py", "--data")):
         c = cmd[ex]
         cases += [
             (f"{ex}: --steps not a number", c + ["--steps", "x"], {}, ["--steps", "'x'"]),
@@ -135,6 +152,8 @@ def bad_inputs(cmd, train_mlp, f, d):
             need = ["--after", "/bin/true", "1"] if name == "bench/coord_scale.py" else []
             cases.append((f"{name}: unknown option", c + need + ["--bogus"], {}, ["--bogus"]))
     cases += [
+        ("examples/train_cnn.py: --batch 0", cmd["examples/train_cnn.py"] + ["--batch", "0"],
+         {}, ["--batch"]),
         ("examples/train_lm.py: --accum 0", cmd["examples/train_lm.py"] + ["--accum", "0"], {},
          ["--accum"]),
         ("bench/torch_overhead.py: --configs unknown", cmd["bench/torch_overhead.py"] + [
@@ -321,7 +340,7 @@ def main():
     ap.add_argument("-v", action="store_true")
     a = ap.parse_args()
     cmd = dict(launchers(os.path.abspath(a.bin)))
-    problems = []
+    problems = unlisted_examples(cmd)
     with tempfile.TemporaryDirectory(prefix="ftrt-launchers-") as d:
         f = os.path.join(d, "a-file")
         with open(f, "w") as fh:
