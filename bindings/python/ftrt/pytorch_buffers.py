@@ -86,6 +86,7 @@ class BufferSync:
         # the packed buffers travel through host memory (the CPU plane): a few KiB to MiB
         self._flat = torch.zeros(padded, dtype=torch.uint8)
         self._saved = torch.zeros(padded, dtype=torch.uint8)
+        self._flat_current = False  # _flat holds the buffers as they are (a sync just ran)
 
     def _pack(self, into: torch.Tensor) -> None:
         off = 0
@@ -109,10 +110,12 @@ class BufferSync:
         Context.broadcast()."""
         if not self.broadcast or not self._bufs:
             return
+        self._flat_current = False
         self._pack(self._flat)
         ctx.broadcast(self._flat, dtype=_lib.INT64, root=0)
         if ctx.rank != 0:
             self._unpack(self._flat)
+        self._flat_current = True
 
     def keep(self) -> None:
         """Keeps the current buffers as those of the last completed step (after
@@ -122,6 +125,7 @@ class BufferSync:
     def restore_last(self) -> None:
         """Puts back the buffers kept by keep(): before ftrt_recover(), since the abandoned
         step's forward pass has changed them and recovery keeps a survivor's memory."""
+        self._flat_current = False
         self._unpack(self._saved)
 
 
