@@ -191,8 +191,10 @@ int ftrt__plane_bcast(ftrt__plane *p, void *buf, size_t bytes, int root)
 
 /* ---- overlapped collectives: submitted to the plane's request engine (comm/async.c) ---- */
 
-int ftrt__plane_allreduce_start(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dtype,
-                                ftrt_op op, ftrt_request **req)
+/* Checks and submits one overlapped collective (coll, with op or root) of buf to the plane's
+ * engine; *req receives its request. The returns of ftrt__plane_allreduce_start. */
+static int start_coll(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dtype, ftrt_op op,
+                      ftrt__coll coll, int root, ftrt_request **req)
 {
     if (!req) return FTRT_EINVAL;
     *req = NULL;
@@ -201,33 +203,27 @@ int ftrt__plane_allreduce_start(ftrt__plane *p, void *buf, size_t count, ftrt_dt
     MPI_Op o;
     int rc = ftrt__plane_coll_check(p, buf, count, dtype, op, &t, &o, &es);
     if (rc) return rc;
+    if (coll == FTRT__COLL_BCAST && (root < 0 || root >= p->size)) return FTRT_EINVAL;
     ftrt__engine *e = ftrt__engine_get(p, &rc);
     if (!e) return rc;
     ftrt__seg seg = {buf, count * es};
     ftrt__areq *r;
-    rc = ftrt__engine_submit(e, p->watch->epoch, &seg, 1, count, dtype, op, 1.0, 0, &r);
+    rc = coll == FTRT__COLL_BCAST
+             ? ftrt__engine_submit_bcast(e, p->watch->epoch, seg, count, dtype, root, &r)
+             : ftrt__engine_submit(e, p->watch->epoch, &seg, 1, count, dtype, op, 1.0, 0, &r);
     if (rc) return rc;
     *req = &r->base;
     return 0;
 }
 
+int ftrt__plane_allreduce_start(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dtype,
+                                ftrt_op op, ftrt_request **req)
+{
+    return start_coll(p, buf, count, dtype, op, FTRT__COLL_ALLREDUCE, 0, req);
+}
+
 int ftrt__plane_broadcast_start(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dtype,
                                 int root, ftrt_request **req)
 {
-    if (!req) return FTRT_EINVAL;
-    *req = NULL;
-    size_t es = 0;
-    MPI_Datatype t;
-    MPI_Op o;
-    int rc = ftrt__plane_coll_check(p, buf, count, dtype, FTRT_SUM, &t, &o, &es);
-    if (rc) return rc;
-    if (root < 0 || root >= p->size) return FTRT_EINVAL;
-    ftrt__engine *e = ftrt__engine_get(p, &rc);
-    if (!e) return rc;
-    ftrt__seg seg = {buf, count * es};
-    ftrt__areq *r;
-    rc = ftrt__engine_submit_bcast(e, p->watch->epoch, seg, count, dtype, root, &r);
-    if (rc) return rc;
-    *req = &r->base;
-    return 0;
+    return start_coll(p, buf, count, dtype, FTRT_SUM, FTRT__COLL_BCAST, root, req);
 }

@@ -694,12 +694,15 @@ static int after_producer(ftrt_gpu *g, cudaStream_t producer)
     return rc;
 }
 
-int ftrt_gpu_allreduce_start(ftrt_gpu *g, void *buf, size_t count, ftrt_dtype dtype, ftrt_op op,
-                             cudaStream_t producer, ftrt_request **req)
+/* Checks and starts one collective (coll, with op or root) of buf after `producer`: the
+ * returns of ftrt_gpu_allreduce_start / ftrt_gpu_broadcast_start. */
+static int start_coll(ftrt_gpu *g, ftrt__coll coll, int root, void *buf, size_t count,
+                      ftrt_dtype dtype, ftrt_op op, cudaStream_t producer, ftrt_request **req)
 {
     if (!req) return FTRT_EINVAL;
     *req = NULL;
     if (!g || (!buf && count)) return FTRT_EINVAL;
+    if (coll == FTRT__COLL_BCAST && (root < 0 || root >= g->plane->size)) return FTRT_EINVAL;
     int rc = ftrt__gpu_check_dtype_op(dtype, op);
     if (rc) return rc;
     rc = ftrt__watch_check(g->plane->watch);
@@ -707,28 +710,21 @@ int ftrt_gpu_allreduce_start(ftrt_gpu *g, void *buf, size_t count, ftrt_dtype dt
     ftrt__seg seg = {buf, count * ftrt__k_esize((int)dtype)};
     pthread_mutex_lock(&g->lock); /* ev_producer and the stream are shared with posting threads */
     if ((rc = after_producer(g, producer)) == 0)
-        rc = ftrt__gpu_submit(g, &seg, 1, count, dtype, op, 1.0, 0, req);
+        rc = ftrt__gpu_submit_coll(g, coll, root, &seg, 1, count, dtype, op, 1.0, 0, req);
     pthread_mutex_unlock(&g->lock);
     return rc;
+}
+
+int ftrt_gpu_allreduce_start(ftrt_gpu *g, void *buf, size_t count, ftrt_dtype dtype, ftrt_op op,
+                             cudaStream_t producer, ftrt_request **req)
+{
+    return start_coll(g, FTRT__COLL_ALLREDUCE, 0, buf, count, dtype, op, producer, req);
 }
 
 int ftrt_gpu_broadcast_start(ftrt_gpu *g, void *buf, size_t count, ftrt_dtype dtype, int root,
                              cudaStream_t producer, ftrt_request **req)
 {
-    if (!req) return FTRT_EINVAL;
-    *req = NULL;
-    if (!g || (!buf && count) || root < 0 || root >= g->plane->size) return FTRT_EINVAL;
-    int rc = ftrt__gpu_check_dtype_op(dtype, FTRT_SUM);
-    if (rc) return rc;
-    rc = ftrt__watch_check(g->plane->watch);
-    if (rc) return rc;
-    ftrt__seg seg = {buf, count * ftrt__k_esize((int)dtype)};
-    pthread_mutex_lock(&g->lock); /* ev_producer and the stream are shared with posting threads */
-    if ((rc = after_producer(g, producer)) == 0)
-        rc = ftrt__gpu_submit_coll(g, FTRT__COLL_BCAST, root, &seg, 1, count, dtype, FTRT_SUM,
-                                   1.0, 0, req);
-    pthread_mutex_unlock(&g->lock);
-    return rc;
+    return start_coll(g, FTRT__COLL_BCAST, root, buf, count, dtype, FTRT_SUM, producer, req);
 }
 
 int ftrt_gpu_connect(ftrt_gpu *g)
