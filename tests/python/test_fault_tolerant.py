@@ -87,6 +87,21 @@ class FakeCtx:
         for i in self.differ:
             buf[i] += 1 if op == _lib.MAX else 0
 
+    gather_fail_at = set()  # steps (last_done + 1) at which all_gather raises FtrtRecover once
+    gathers = 0
+
+    def all_gather(self, send, recv, count=None, dtype=None):
+        step = getattr(self, "last_done", -1) + 1
+        if step in self.gather_fail_at:
+            self.gather_fail_at.discard(step)
+            send.add_(1.0)  # what a half-done step leaves; the recovery must undo it
+            raise _lib.error_for(_lib.ERECOVER, "ftrt_allgather")
+        self.gathers += 1
+        recv.copy_(send)  # one trainer
+
+    def reduce_scatter(self, send, recv, count=None, dtype=None, op=_lib.SUM):
+        recv.copy_(send[:recv.numel()])
+
     def finalize(self):
         raise AssertionError("the caller owns the context")
 
@@ -755,3 +770,36 @@ def test_replicated_regions_that_differ_are_named(monkeypatch):
             model(torch.randn(4, 6)).sum().backward()
             ft.step()
     assert ctx.allreduce_ops == (_lib.MIN, _lib.MAX)
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_zero_optimizer_trains_and_recovers_like_the_plain_one(monkeypatch, stage):
+    """FaultTolerant with a ZeroOptimizer (one trainer: the shard is everything): its state
+    registered SHARDED, the parameters views of its flat buffer, a recovery in the middle of
+    its all-gather (the shard already stepped) rolled back by the restored regions and a
+    reshard, and the run ends with the plain loop's parameters, bitwise."""
+    monkeypatch.setattr(ftp, "GradAverager", FakeAverager)
+    torch.manual_seed(5)
+    model = Net()
+    opt = ftp.ZeroOptimizer(model.parameters(), torch.optim.AdamW, stage=stage, lr=0.01,
+                            weight_decay=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 4) * 0.9 ** s)
+    ctx = FakeCtx()
+    ctx.gather_fail_at = {3}
+    ft = ftp.FaultTolerant(model, opt, scheduler=sched, ctx=ctx, verbose=False)
+    assert (isinstance(ft.averager, FakeAverager)) == (stage == 1)
+    assert sorted(n for n in ctx.regions if n.startswith("zero:")) == \
+        ["zero:g0:exp_avg", "zero:g0:exp_avg_sq", "zero:g0:step"]
+    ctx.resume = 2
+    for step in ft.steps(STEPS):
+        x, y = batch(step)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        if ft.step():
+            ctx.snapshots[ft.step_count] = ctx._snap()
+    assert ft.recoveries == 1 and ctx.gathers == STEPS + 1  # step 2 redone
+    ref, ref_opt, _, _ = plain_run()
+    assert same_params(model, ref)
+    st = opt.inner.state[opt.groups[0].shard]
+    flat_ref = torch.cat([ref_opt.state[p]["exp_avg"].reshape(-1) for p in ref.parameters()])
+    assert torch.equal(st["exp_avg"][:flat_ref.numel()], flat_ref)

@@ -96,10 +96,11 @@ from . import pytorch_flops as _flops
 from .pytorch_gpu import cuda_device as _cuda_device
 from .pytorch_grad import GradAverager, recover
 from .pytorch_state import StateRegistry, init_optimizer_state, region_name, register_state
+from .pytorch_zero import LocalGrads, ZeroOptimizer
 
 __all__ = ["FaultTolerant", "init_process", "step_seed", "PyState",
            "init_optimizer_state", "register_state", "StateRegistry", "GradAverager",
-           "recover", "region_name"]
+           "recover", "region_name", "ZeroOptimizer"]
 
 # ------------------------------------------------------------------------------------------
 # The high-level API: FaultTolerant (model + optimizer + the rest of the training state)
@@ -256,7 +257,13 @@ class FaultTolerant:
         torch.optim optimizer (state tensors are created up front: init_optimizer_state()).
         Parameters and optimizer state must be updated in place (torch.optim does). On CUDA
         they are registered as device regions and the gradients averaged by the NCCL plane
-        (module docstring, "Devices" and "Threads").
+        (module docstring, "Devices" and "Threads"). A ZeroOptimizer (ftrt/pytorch_zero.py,
+        ZeRO stage 1 or 2) shards the optimizer state over the trainers: it is bound here
+        once the logical rank is known (the parameters become views of its flat buffer),
+        its state registered SHARDED (partner replicas: FTRT_SHARD_REPLICA_EVERY), its shard
+        cut again from the parameters after every restore and recovery; at stage 2 the
+        gradients are not averaged in backward() (p.grad stays local) but reduce-scattered
+        in step().
       scheduler: an LR scheduler, or a list of them, stepped once per step() after the
         optimizer (do not call their step() yourself). Schedulers stepped otherwise (per
         epoch, ReduceLROnPlateau) go in extra_state, and you step them.
@@ -354,7 +361,9 @@ class FaultTolerant:
         self._closed, self._stepped, self._step = False, True, 0
         self._seed_cuda = torch.cuda.is_available()
         # Everything that does not need the job first: a hot spare then waits ready.
-        init_optimizer_state(optimizer)
+        self._zero = optimizer if isinstance(optimizer, ZeroOptimizer) else None
+        if self._zero is None:
+            init_optimizer_state(optimizer)  # (a ZeroOptimizer's, once its shard is known)
         self._emfu.measure_now()  # a matmul rate beside the CPU's peak in the log (not the peak)
         self._pystate = PyState(state_capacity)
         self._owns_ctx = ctx is None
@@ -363,16 +372,23 @@ class FaultTolerant:
         ctx = self.ctx
         self._rank, self._size = ctx.rank, ctx.size
         self._emfu.ranks_sharing = ctx.host_trainers()  # the CPU's peak is split among them
+        if self._zero is not None:  # the parameters become views of the flat partition
+            self._zero.bind(ctx)
         self.buffers = _buffers.BufferSync(model, broadcast_buffers)
         self.registry = register_state(
-            ctx, model, optimizer,
+            ctx, model, optimizer if self._zero is None else None,
             buffer_flags=_lib.REGION_REPLICATED if broadcast_buffers else _lib.REGION_SHARDED)
+        if self._zero is not None:
+            self._zero.register(ctx)  # its state: SHARDED regions "zero:g<group>:<key>"
         ctx.register("py:state", self._pystate.tensor)
         self._compared = False  # the replicated regions compared at the first step
-        self.averager = GradAverager(ctx, model.parameters(),
-                                     bucket_bytes=int(float(bucket_cap_mb) * (1 << 20)),
-                                     sync_in_backward=True,
-                                     gradient_as_bucket_view=gradient_as_bucket_view)
+        if self._zero is not None and self._zero.stage == 2:
+            self.averager = LocalGrads()  # type: ignore[assignment]
+        else:
+            self.averager = GradAverager(ctx, model.parameters(),
+                                         bucket_bytes=int(float(bucket_cap_mb) * (1 << 20)),
+                                         sync_in_backward=True,
+                                         gradient_as_bucket_view=gradient_as_bucket_view)
         if not getattr(self.averager, "sync_in_backward", True):
             # without it p.grad would still be ftrt's between backward() and step()
             raise NotImplementedError("this torch has no autograd queue_callback "
@@ -386,6 +402,7 @@ class FaultTolerant:
         else:
             if self.restored:
                 self._load_state()
+                self._reshard()
                 if ctx.epoch == 0:
                     self._log(f"ftrt: resumed at step {self._step} (checkpoint)")
                 else:
@@ -474,11 +491,15 @@ class FaultTolerant:
         except _lib.FtrtRecover:
             self._recover()
             return False
-        if self.scaler is not None:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            self.optimizer.step()
+        try:  # a ZeroOptimizer's step runs collectives
+            if self.scaler is not None:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                self.optimizer.step()
+        except _lib.FtrtRecover:
+            self._recover()
+            return False
         for sch in self.schedulers:
             sch.step()
         self.ctx.step_done(s)
@@ -615,7 +636,8 @@ class FaultTolerant:
         met while connecting)."""
         while True:
             self.buffers.restore_last()  # the abandoned step's forward changed them
-            step = recover(self.ctx, self.averager, self.registry)
+            step = recover(self.ctx, self.averager, self.registry)  # type: ignore[arg-type]
+            self._reshard()
             self.buffers.keep()
             self._load_state()
             _forget_scaler_step(self.scaler)
@@ -629,6 +651,11 @@ class FaultTolerant:
                 return
             except _lib.FtrtRecover:
                 continue
+
+    def _reshard(self) -> None:
+        """A ZeroOptimizer's shard cut again from the parameters just restored."""
+        if self._zero is not None:
+            self._zero.reshard()
 
     def _log(self, msg: str) -> None:
         if self.verbose and self._rank == 0:
