@@ -4,7 +4,7 @@ transformer LM) and examples/train_cnn.py (resnet18 with BatchNorm) under ftrt v
 torch.distributed gloo DDP, same model, data, seed and number of trainers, in one run; with
 --device cuda, train_lm.py on the GPU against torch's NCCL DDP.
 
-    bench/torch_overhead.py [--configs example,mlp512,lm,lm-accum,cnn] [--reps 5]
+    bench/torch_overhead.py [--configs example,mlp512,lm,lm-accum,lm-zero,cnn] [--reps 5]
                             [--lib build/libftrt.so]
     bench/torch_overhead.py --device cuda --amp bf16 --lib build-gpu/libftrt_gpu.so \\
                             [--configs lm-gpu,lm-gpu-1] [--reps 3] [--python python3]
@@ -219,6 +219,12 @@ CONFIGS = {
                      what="transformer LM 2 x d64, ctx 64, 2 micro-batches",
                      args=["--batch", "4", "--accum", "2", "--context", "64", "--warmup", "10",
                            "--progress-every", "1000"]),
+    # the "lm" job with AdamW's state sharded over the 4 trainers (ZeRO-1): ftrt's
+    # ZeroOptimizer against torch's ZeroRedundancyOptimizer over gloo DDP (train_lm.py --zero 1)
+    "lm-zero": dict(script=EXAMPLE_LM, trainers=4, steps=50,
+                    what="transformer LM 2 x d64, ctx 64, AdamW state sharded (ZeRO-1)",
+                    args=["--batch", "8", "--context", "64", "--warmup", "10",
+                          "--progress-every", "1000", "--zero", "1"]),
     # examples/train_cnn.py: torchvision's resnet18 (11,181,642 parameters, 44.7 MB of
     # gradients in 3 buckets; 20 BatchNorm layers, 38,560 bytes of buffers broadcast from rank
     # 0 every step), 4 trainers, 8 digits at 3 x 32 x 32 each: compute-bound

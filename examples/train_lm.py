@@ -54,6 +54,15 @@ aborts them if a trainer died (ftrt.pytorch.FaultTolerant). Exit 77 when torch h
 device. --amp bf16: forward and loss under torch.autocast(device, bfloat16); parameters,
 gradients and AdamW's state stay float32 (the gradients are averaged in float32).
 
+Sharded optimizer state (--zero 1 or 2): AdamW's state is split over the trainers by
+ftrt.pytorch.ZeroOptimizer (ZeRO-1; ZeRO-2 also reduce-scatters the gradient instead of
+averaging it whole), each trainer keeping 1/N of it in SHARDED regions that partner replicas
+hold in memory (set FTRT_SHARD_REPLICA_EVERY=K to refresh them every K steps; by default
+they are refreshed at each checkpoint); with --backend gloo, --zero 1 is torch's
+ZeroRedundancyOptimizer over DDP, for comparison. Each trainer prints a "state memory:" line
+at the end (with any --zero). A killed trainer's shard comes back from its partner's memory, and the run ends
+byte-identical to an undisturbed run with the same --zero (tests/python/test_mpi_zero.py).
+
 Test knob: FTRT_TEST_LM_KILL=RANK:STEP makes the trainer of logical rank RANK (of the first
 epoch; a spare that takes its place is not armed) SIGKILL itself from a gradient hook of the
 first block's MLP weight during the backward pass of step STEP, with the later layers'
@@ -104,6 +113,11 @@ def parse_args(argv):
     ap.add_argument("--warmup", type=int, default=30, help="LR warm-up steps (30)")
     ap.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay (0.1)")
     ap.add_argument("--clip", type=float, default=1.0, help="gradient norm clip, 0 = off (1.0)")
+    ap.add_argument("--zero", type=int, choices=[0, 1, 2], default=0, help="AdamW's state "
+                    "sharded over the trainers: 0 = replicated (default), 1 = ZeRO-1 "
+                    "(ftrt.pytorch.ZeroOptimizer; with --backend gloo/nccl torch's "
+                    "ZeroRedundancyOptimizer), 2 = ZeRO-2, also the averaged gradient (ftrt "
+                    "only)")
     ap.add_argument("--seed", type=int, default=1, help="weights, minibatches, dropout (1)")
     ap.add_argument("--no-step-rng", action="store_true", help="do not reseed torch's "
                     "generator at each step (dropout then depends on the process's history: "
@@ -139,6 +153,8 @@ def parse_args(argv):
         ap.error("--d-model must be a multiple of --heads")
     if a.backend == "nccl" and a.device != "cuda":
         ap.error("--backend nccl needs --device cuda")
+    if a.zero == 2 and a.backend != "ftrt":
+        ap.error("--zero 2 is ftrt's (torch's ZeroRedundancyOptimizer is ZeRO-1)")
     if not (0 <= a.dropout < 1) or not (a.lr > 0 and math.isfinite(a.lr)) or a.clip < 0 \
             or a.weight_decay < 0 or a.step_sleep_ms < 0 or a.bucket_mb <= 0:
         ap.error("out-of-range --dropout, --lr, --clip, --weight-decay, --step-sleep-ms or "
@@ -232,8 +248,9 @@ class Text:
 
 
 def build(torch, a, vocab, dev):
-    """The model (initialized on the CPU from a.seed, then moved to `dev`), AdamW and its
-    LambdaLR schedule."""
+    """The model (initialized on the CPU from a.seed, then moved to `dev`), AdamW (with
+    --zero, sharded: ftrt's ZeroOptimizer or torch's ZeroRedundancyOptimizer) and its LambdaLR
+    schedule."""
     nn, F = torch.nn, torch.nn.functional
 
     class Block(nn.Module):
@@ -285,8 +302,16 @@ def build(torch, a, vocab, dev):
 
     torch.manual_seed(a.seed)
     model = CharLM().to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.99),
-                            weight_decay=a.weight_decay)
+    kw = dict(lr=a.lr, betas=(0.9, 0.99), weight_decay=a.weight_decay)
+    if a.zero and a.backend == "ftrt":
+        from ftrt.pytorch import ZeroOptimizer
+        opt = ZeroOptimizer(model.parameters(), torch.optim.AdamW, stage=a.zero, **kw)
+    elif a.zero:  # torch's, over DDP (a process group exists by now)
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW,
+                                      **kw)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), **kw)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(a))
     return model, opt, sched
 
@@ -451,7 +476,9 @@ def main_ftrt(a):
             t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
             losses, tokens = forward_backward(torch, a, model, text, step, ft.rank, ft.no_sync)
-            if a.clip:                            # p.grad holds the mean over the trainers
+            if a.clip and a.zero == 2:            # p.grad is local: clipped on the shards
+                opt.clip_grad_norm_(a.clip)
+            elif a.clip:                          # p.grad holds the mean over the trainers
                 torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
             ft.state["tokens"] += tokens * ft.world_size  # before step(): committed with it
             if not ft.step():                     # AdamW, LambdaLR, bookkeeping, checkpoint
@@ -474,7 +501,25 @@ def main_ftrt(a):
               f"{ft.state['tokens']}, recoveries here {ft.recoveries}")
         report_step_times(times, a, "train_lm")
         finish(torch, a, model, text, last_loss, "train_lm")
+    print_memory(ft, opt, a)
     return 0
+
+
+def print_memory(ft, opt, a):
+    """One line per trainer: the bytes of its training state by kind
+    (FaultTolerant.memory(); host and device added up), and with --zero its optimizer shard
+    against the unsharded optimizer's state (ZeroOptimizer.memory())."""
+    m = ft.memory()
+    kinds = ("params", "buffers", "optimizer_state", "python_state", "grads", "replica_images")
+    parts = ", ".join(f"{k} {m[k + '_host'] + m[k + '_device']} B" for k in kinds)
+    line = (f"state memory: logical rank {ft.rank} of {ft.world_size}, zero {a.zero}: {parts}, "
+            f"total {sum(m.values())} B")
+    if a.zero:
+        z = opt.memory()
+        line += (f"; optimizer state {z['optimizer_state']} B of an unsharded "
+                 f"{z['optimizer_state_replicated']} B "
+                 f"({z['optimizer_state'] / z['optimizer_state_replicated']:.3f}x)")
+    print(line, flush=True)
 
 
 # ------------------------------------------------------------------------------------------

@@ -803,3 +803,8 @@ def test_zero_optimizer_trains_and_recovers_like_the_plain_one(monkeypatch, stag
     st = opt.inner.state[opt.groups[0].shard]
     flat_ref = torch.cat([ref_opt.state[p]["exp_avg"].reshape(-1) for p in ref.parameters()])
     assert torch.equal(st["exp_avg"][:flat_ref.numel()], flat_ref)
+    m = ft.memory()
+    shard = sum(t.numel() * t.element_size() for t in st.values())
+    assert m["optimizer_state_host"] == shard and m["optimizer_state_device"] == 0
+    assert m["params_host"] == sum(p.numel() * 4 for p in model.parameters())
+    assert m["replica_images_host"] == m["params_host"] + m["python_state_host"] + 2 * shard

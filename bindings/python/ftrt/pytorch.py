@@ -82,6 +82,7 @@ Design notes.
    step), wait() ends the averaging, and p.grad is local until then (synced is False).
 """
 import atexit
+import os
 import ctypes
 import pickle
 import struct
@@ -96,6 +97,7 @@ from . import pytorch_flops as _flops
 from .pytorch_gpu import cuda_device as _cuda_device
 from .pytorch_grad import GradAverager, recover
 from .pytorch_state import StateRegistry, init_optimizer_state, region_name, register_state
+from . import pytorch_zero as _zero_mod
 from .pytorch_zero import LocalGrads, ZeroOptimizer
 
 __all__ = ["FaultTolerant", "init_process", "step_seed", "PyState",
@@ -567,6 +569,27 @@ class FaultTolerant:
         """Context manager for gradient accumulation: backward passes inside it only
         accumulate local gradients; the last backward, outside it, averages the sum."""
         return self.averager.no_sync()
+
+    def memory(self) -> Dict[str, int]:
+        """Bytes this trainer holds for its training state, by kind, host and device apart
+        (pytorch_zero.state_memory(): parameters, buffers, optimizer state or this trainer's
+        shard of it, gradients, the partner replicas' host images when SHARDED regions are
+        registered and FTRT_SHARD_REPLICA_EVERY is not -1). Regions registered outside
+        FaultTolerant are not counted."""
+        sharded = []
+        if self._zero is not None:
+            inner = self._zero.inner
+            sharded = [t for g in self._zero.groups for t in inner.state[g.shard].values()
+                       if torch.is_tensor(t)] if inner is not None else []
+        shard_buffers = not self.buffers.broadcast
+        if shard_buffers:
+            sharded += [t for n, t, _, _ in self.registry.entries if n.startswith("buffer:")]
+        entries = [e for e in self.registry.entries
+                   if not (shard_buffers and e[0].startswith("buffer:"))]
+        entries.append(("py:state", self._pystate.tensor, 0, None))
+        images = bool(sharded) and os.environ.get("FTRT_SHARD_REPLICA_EVERY", "0").strip() != "-1"
+        return _zero_mod.state_memory(entries, sharded, list(self.model.parameters()),
+                                      self._zero, images)
 
     @property
     def flop_count(self) -> Optional[_flops.FlopCount]:

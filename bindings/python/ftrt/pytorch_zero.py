@@ -53,7 +53,7 @@ from . import Context
 from ._lib import REGION_SHARDED
 from .pytorch_state import init_optimizer_state, region_name
 
-__all__ = ["ZeroOptimizer", "LocalGrads", "REFUSED_OPTIMIZERS"]
+__all__ = ["ZeroOptimizer", "LocalGrads", "REFUSED_OPTIMIZERS", "state_memory"]
 
 REFUSED_OPTIMIZERS = ("LBFGS", "SparseAdam")
 
@@ -332,6 +332,54 @@ class ZeroOptimizer(torch.optim.Optimizer):
             "grad_flat": sum(esz(g.grad_flat) for g in self.groups if g.grad_flat is not None),
             "sharded_regions": st,
         }
+
+
+def state_memory(registry_entries: List[Any], sharded: List[torch.Tensor],
+                 params: List[torch.Tensor], zero: Optional[ZeroOptimizer],
+                 images: bool) -> Dict[str, int]:
+    """Bytes one trainer holds for its training state, by kind, host and device apart (what
+    FaultTolerant.memory() returns). registry_entries: StateRegistry.entries (the regions
+    registered from the model and, without ZeRO, the optimizer); sharded: the tensors of the
+    SHARDED regions outside the registry (a ZeroOptimizer's state); params: the model's
+    parameters (their .grad counted as gradients); images: partner replicas are refreshed
+    (SHARDED regions exist and FTRT_SHARD_REPLICA_EVERY is not -1). Keys, each with
+    "_host" and "_device": "params", "buffers", "optimizer_state" (ZeRO: this trainer's
+    shard of it), "python_state" (FaultTolerant's pickled state), "other" (regions of other
+    names), "grads" (p.grad, plus ZeRO's shard gradient and stage-2 buffer),
+    "replica_images" (host memory, whatever the region's device: runtime/replica.c copies
+    every region of the trainer into an image of its own, plus the partner's sharded image it
+    keeps, as large as its own sharded part)."""
+    out: Dict[str, int] = {}
+
+    def add(kind: str, t: Optional[torch.Tensor]) -> None:
+        if t is None:
+            return
+        where = "device" if t.device.type != "cpu" else "host"
+        key = f"{kind}_{where}"
+        out[key] = out.get(key, 0) + t.numel() * t.element_size()
+
+    kind_of = {"param": "params", "buffer": "buffers", "optim": "optimizer_state",
+               "py": "python_state"}
+    for name, t, _, _ in registry_entries:
+        add(kind_of.get(name.split(":", 1)[0], "other"), t)
+    for t in sharded:
+        add("optimizer_state", t)
+    for p in params:
+        add("grads", p.grad)
+    if zero is not None:
+        for grp in zero.groups:
+            add("grads", grp.shard.grad)
+            add("grads", grp.grad_flat)
+    if images:
+        total = sum(t.numel() * t.element_size() for _, t, _, _ in registry_entries) + \
+            sum(t.numel() * t.element_size() for t in sharded)
+        shard_bytes = sum(t.numel() * t.element_size() for t in sharded)
+        out["replica_images_host"] = total + shard_bytes
+    for kind in ("params", "buffers", "optimizer_state", "python_state", "other", "grads",
+                 "replica_images"):
+        for where in ("host", "device"):
+            out.setdefault(f"{kind}_{where}", 0)
+    return out
 
 
 class LocalGrads:
