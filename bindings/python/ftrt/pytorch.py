@@ -382,6 +382,12 @@ class FaultTolerant:
             buffer_flags=_lib.REGION_REPLICATED if broadcast_buffers else _lib.REGION_SHARDED)
         if self._zero is not None:
             self._zero.register(ctx)  # its state: SHARDED regions "zero:g<group>:<key>"
+            if not self.checkpoint_every and \
+                    os.environ.get("FTRT_SHARD_REPLICA_EVERY", "0").strip() in ("0", "-1"):
+                self._log("ftrt: warning: ZeroOptimizer's state is sharded and neither "
+                          "FTRT_SHARD_REPLICA_EVERY nor checkpoint_every is set: a lost "
+                          "trainer's shard exists nowhere else, so a failure cannot be "
+                          "recovered from (docs/pytorch.md, ZeRO)")
         ctx.register("py:state", self._pystate.tensor)
         self._compared = False  # the replicated regions compared at the first step
         if self._zero is not None and self._zero.stage == 2:
