@@ -60,7 +60,7 @@ averaging it whole), each trainer keeping 1/N of it in SHARDED regions that part
 hold in memory (set FTRT_SHARD_REPLICA_EVERY=K to refresh them every K steps; by default
 they are refreshed at each checkpoint); with --backend gloo, --zero 1 is torch's
 ZeroRedundancyOptimizer over DDP, for comparison. Each trainer prints a "state memory:" line
-at the end (with any --zero). A killed trainer's shard comes back from its partner's memory, and the run ends
+at the end (also with --zero 0 when --print-memory is given). A killed trainer's shard comes back from its partner's memory, and the run ends
 byte-identical to an undisturbed run with the same --zero (tests/python/test_mpi_zero.py).
 
 Test knob: FTRT_TEST_LM_KILL=RANK:STEP makes the trainer of logical rank RANK (of the first
@@ -113,6 +113,9 @@ def parse_args(argv):
     ap.add_argument("--warmup", type=int, default=30, help="LR warm-up steps (30)")
     ap.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay (0.1)")
     ap.add_argument("--clip", type=float, default=1.0, help="gradient norm clip, 0 = off (1.0)")
+    ap.add_argument("--print-memory", action="store_true", help="each trainer prints the "
+                    "bytes of its training state at the end (FaultTolerant.memory(); on by "
+                    "default with --zero 1 or 2)")
     ap.add_argument("--zero", type=int, choices=[0, 1, 2], default=0, help="AdamW's state "
                     "sharded over the trainers: 0 = replicated (default), 1 = ZeRO-1 "
                     "(ftrt.pytorch.ZeroOptimizer; with --backend gloo/nccl torch's "
@@ -501,7 +504,8 @@ def main_ftrt(a):
               f"{ft.state['tokens']}, recoveries here {ft.recoveries}")
         report_step_times(times, a, "train_lm")
         finish(torch, a, model, text, last_loss, "train_lm")
-    print_memory(ft, opt, a)
+    if a.zero or a.print_memory:
+        print_memory(ft, opt, a)
     return 0
 
 

@@ -23,7 +23,8 @@ pytestmark = [needs_torch, needs_mpirun]
 TRAIN_LM = os.path.join(REPO, "examples", "train_lm.py")
 STEPS, N, BATCH, CONTEXT, REPLICA_EVERY = 24, 4, 8, 32, 2
 ARGS = ["--steps", str(STEPS), "--batch", str(BATCH), "--context", str(CONTEXT),
-        "--warmup", "6", "--ckpt-every", "8", "--progress-every", "8", "--seed", "4"]
+        "--warmup", "6", "--ckpt-every", "8", "--progress-every", "8", "--seed", "4",
+        "--print-memory"]
 
 
 def lm_job(directory, zero, spares=1, env=None):
