@@ -17,6 +17,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -67,6 +68,50 @@ static int req_interrupted(const ftrt__engine *e, const ftrt__areq *r)
     return 0;
 }
 
+/* Chunk i of r: elements [*off, *off + *cnt) (of every rank's block for a reduce-scatter or an
+ * all-gather). */
+static void chunk_range(const ftrt__areq *r, int i, size_t *off, size_t *cnt)
+{
+    *off = (size_t)i * r->chunk_count;
+    *cnt = r->count - *off < r->chunk_count ? r->count - *off : r->chunk_count;
+}
+
+static int is_rsag(const ftrt__areq *r)
+{
+    return r->coll == FTRT__COLL_RSCATTER || r->coll == FTRT__COLL_ALLGATHER;
+}
+
+/* Packs chunk i of r into its staging (nothing in place) and starts its collective. */
+static int start_chunk(ftrt__engine *e, ftrt__areq *r, int i)
+{
+    size_t off, cnt;
+    chunk_range(r, i, &off, &cnt);
+    void *sbuf, *rbuf = NULL;
+    if (is_rsag(r)) {
+        ftrt__rsag_pack(r->coll, r->nranks, r->count, r->esize, r->segs[0].ptr, r->staging, off,
+                        cnt, &sbuf, &rbuf);
+    } else {
+        if (!r->in_place)
+            ftrt__k_pack_range(r->staging, r->segs, r->nsegs, off * r->esize, cnt * r->esize);
+        sbuf = (char *)r->staging + off * r->esize;
+    }
+    return e->xp->start(e->xarg, r, i, sbuf, rbuf, cnt);
+}
+
+/* Chunk i of r completed: its result goes to the application's memory (scaled). */
+static void chunk_done(ftrt__areq *r, int i)
+{
+    size_t off, cnt;
+    chunk_range(r, i, &off, &cnt);
+    if (is_rsag(r))
+        ftrt__rsag_unpack(r->coll, r->nranks, r->count, r->esize, r->rbuf, r->staging, off, cnt);
+    else if (r->in_place) /* the same rounding as the unpack's */
+        ftrt__k_scale((char *)r->staging + off * r->esize, cnt, r->dtype, r->scale);
+    else
+        ftrt__k_unpack_scale_range(r->staging, r->segs, r->nsegs, off * r->esize,
+                                   cnt * r->esize, r->dtype, r->scale);
+}
+
 /* One pass over the active requests, in submission order: fail interrupted ones; start the
  * next chunk of the first request that has chunks left to start (packing it just before), so
  * that chunks start in the same order on every trainer; test the started chunks and unpack each
@@ -95,12 +140,7 @@ static int progress(ftrt__engine *e)
             if (s == 1) atomic_store_explicit(&r->state, FTRT__AREQ_ACTIVE, memory_order_relaxed);
         }
         if (!rc && !blocked && r->ready && r->nstarted < r->nchunks) {
-            int i = r->nstarted;
-            size_t off = (size_t)i * r->chunk_count;
-            size_t cnt = r->count - off < r->chunk_count ? r->count - off : r->chunk_count;
-            if (!r->in_place)
-                ftrt__k_pack_range(r->staging, r->segs, r->nsegs, off * r->esize, cnt * r->esize);
-            rc = e->xp->start(e->xarg, r, i, (char *)r->staging + off * r->esize, cnt);
+            rc = start_chunk(e, r, r->nstarted);
             if (!rc) {
                 r->nstarted++;
                 events++;
@@ -113,13 +153,7 @@ static int progress(ftrt__engine *e)
             if (t < 0) {
                 rc = t;
             } else if (t == 1) {
-                size_t off = (size_t)i * r->chunk_count;
-                size_t cnt = r->count - off < r->chunk_count ? r->count - off : r->chunk_count;
-                if (r->in_place) /* the same rounding as the unpack's */
-                    ftrt__k_scale((char *)r->staging + off * r->esize, cnt, r->dtype, r->scale);
-                else
-                    ftrt__k_unpack_scale_range(r->staging, r->segs, r->nsegs, off * r->esize,
-                                               cnt * r->esize, r->dtype, r->scale);
+                chunk_done(r, i);
                 r->cdone[i] = 1;
                 r->ndone++;
                 events++;
@@ -288,6 +322,8 @@ typedef struct submit_args {
     int root;
     double scale;
     int in_place;
+    void *rbuf;   /* reduce-scatter / all-gather: the receive buffer */
+    int nranks;   /* reduce-scatter / all-gather: the communicator's size */
 } submit_args;
 
 static int submit(ftrt__engine *e, int epoch, const ftrt__seg *segs, int n, const submit_args *a,
@@ -296,14 +332,29 @@ static int submit(ftrt__engine *e, int epoch, const ftrt__seg *segs, int n, cons
 int ftrt__engine_submit(ftrt__engine *e, int epoch, const ftrt__seg *segs, int n, size_t count,
                         int dtype, int op, double scale, int in_place, ftrt__areq **out)
 {
-    submit_args a = {count, dtype, op, FTRT__COLL_ALLREDUCE, 0, scale, in_place};
+    submit_args a = {count, dtype, op, FTRT__COLL_ALLREDUCE, 0, scale, in_place, NULL, 0};
     return submit(e, epoch, segs, n, &a, out);
 }
 
 int ftrt__engine_submit_bcast(ftrt__engine *e, int epoch, ftrt__seg seg, size_t count, int dtype,
                               int root, ftrt__areq **out)
 {
-    submit_args a = {count, dtype, FTRT_SUM, FTRT__COLL_BCAST, root, 1.0, 0};
+    submit_args a = {count, dtype, FTRT_SUM, FTRT__COLL_BCAST, root, 1.0, 0, NULL, 0};
+    return submit(e, epoch, &seg, 1, &a, out);
+}
+
+int ftrt__engine_submit_rsag(ftrt__engine *e, int epoch, ftrt__coll coll, const void *send,
+                             void *recv, size_t count, int dtype, int op, int nranks,
+                             ftrt__areq **out)
+{
+    *out = NULL;
+    size_t es = ftrt__k_esize(dtype);
+    if ((coll != FTRT__COLL_RSCATTER && coll != FTRT__COLL_ALLGATHER) || nranks < 1 || !es)
+        return FTRT_EINVAL;
+    if (count > SIZE_MAX / es / ((size_t)nranks + 1)) return FTRT_EINVAL;
+    size_t n = coll == FTRT__COLL_RSCATTER ? (size_t)nranks * count : count;
+    ftrt__seg seg = {(void *)(uintptr_t)send, n * es}; /* only read (ftrt__rsag_pack) */
+    submit_args a = {count, dtype, op, coll, 0, 1.0, 0, recv, nranks};
     return submit(e, epoch, &seg, 1, &a, out);
 }
 
@@ -327,7 +378,10 @@ static int req_new(ftrt__engine *e, const ftrt__seg *segs, int n, const submit_a
     }
     r->nsegs = n;
     r->esize = ftrt__k_esize(a->dtype);
-    r->chunk_count = e->chunk_bytes / r->esize ? e->chunk_bytes / r->esize : 1;
+    /* a reduce-scatter's or all-gather's chunk moves about chunk_bytes in all: cnt elements of
+     * each of the nranks blocks */
+    size_t unit = r->esize * (a->nranks > 1 ? (size_t)a->nranks : 1);
+    r->chunk_count = e->chunk_bytes / unit ? e->chunk_bytes / unit : 1;
     int err = a->count / r->chunk_count >= INT_MAX - 1 ? FTRT_EINVAL : 0;
     if (!err) {
         r->nchunks = a->count ? (int)((a->count + r->chunk_count - 1) / r->chunk_count) : 1;
@@ -352,6 +406,8 @@ static int submit(ftrt__engine *e, int epoch, const ftrt__seg *segs, int n, cons
     if (rc) return rc;
     size_t bytes = 0;
     for (int i = 0; i < n; i++) bytes += segs[i].bytes;
+    if (a->coll == FTRT__COLL_RSCATTER || a->coll == FTRT__COLL_ALLGATHER)
+        bytes = ((size_t)a->nranks + 1) * a->count * r->esize; /* both sides staged */
     r->base.ops = &areq_ops;
     r->eng = e;
     r->epoch = epoch;
@@ -361,6 +417,8 @@ static int submit(ftrt__engine *e, int epoch, const ftrt__seg *segs, int n, cons
     r->op = a->op;
     r->coll = a->coll;
     r->root = a->root;
+    r->rbuf = a->rbuf;
+    r->nranks = a->nranks;
     r->scale = a->scale;
     atomic_init(&r->state, FTRT__AREQ_QUEUED);
     rc = take_staging(e, r, a->in_place);
@@ -435,6 +493,43 @@ int ftrt__areq_free(ftrt__areq *r)
     return 0;
 }
 
+/* ---- reduce-scatter and all-gather staging (the layout: async.h) ---- */
+
+void ftrt__rsag_pack(ftrt__coll coll, int nranks, size_t count, size_t es, const void *send,
+                     void *staging, size_t off, size_t cnt, void **sbuf, void **rbuf)
+{
+    const char *s = send;
+    char *st = staging;
+    size_t n = (size_t)nranks;
+    if (coll == FTRT__COLL_RSCATTER) {
+        char *at = st + n * off * es;
+        for (size_t j = 0; j < n && cnt; j++)
+            memcpy(at + j * cnt * es, s + (j * count + off) * es, cnt * es);
+        *sbuf = at;
+        *rbuf = st + (n * count + off) * es;
+    } else {
+        if (cnt) memcpy(st + off * es, s + off * es, cnt * es);
+        *sbuf = st + off * es;
+        *rbuf = st + (count + n * off) * es;
+    }
+}
+
+void ftrt__rsag_unpack(ftrt__coll coll, int nranks, size_t count, size_t es, void *recv,
+                       const void *staging, size_t off, size_t cnt)
+{
+    char *d = recv;
+    const char *st = staging;
+    size_t n = (size_t)nranks;
+    if (!cnt) return;
+    if (coll == FTRT__COLL_RSCATTER) {
+        memcpy(d + off * es, st + (n * count + off) * es, cnt * es);
+    } else {
+        const char *at = st + (count + n * off) * es;
+        for (size_t j = 0; j < n; j++)
+            memcpy(d + (j * count + off) * es, at + j * cnt * es, cnt * es);
+    }
+}
+
 /* ---- the MPI transport ---- */
 
 /* Application thread: the request runs on the duplicate of the plane's current communicator,
@@ -487,7 +582,23 @@ static int mpi_ready(void *arg, ftrt__areq *r)
     return 1;
 }
 
-static int mpi_start(void *arg, ftrt__areq *r, int chunk, void *buf, size_t count)
+int ftrt__mpi_icoll(ftrt__coll coll, void *sbuf, void *rbuf, int count, MPI_Datatype t, MPI_Op o,
+                    int root, MPI_Comm comm, MPI_Request *req)
+{
+    switch (coll) {
+    case FTRT__COLL_BCAST:
+        return MPI_Ibcast(sbuf, count, t, root, comm, req);
+    case FTRT__COLL_RSCATTER:
+        return MPI_Ireduce_scatter_block(sbuf, rbuf, count, t, o, comm, req);
+    case FTRT__COLL_ALLGATHER:
+        return MPI_Iallgather(sbuf, count, t, rbuf, count, t, comm, req);
+    default:
+        return MPI_Iallreduce(MPI_IN_PLACE, sbuf, count, t, o, comm, req);
+    }
+}
+
+static int mpi_start(void *arg, ftrt__areq *r, int chunk, void *buf, void *rbuf,
+                     size_t count)
 {
     (void)arg;
     size_t es;
@@ -495,10 +606,8 @@ static int mpi_start(void *arg, ftrt__areq *r, int chunk, void *buf, size_t coun
     MPI_Op o;
     int rc = ftrt__mpi_reduction(r->dtype, r->op, &t, &o, &es); /* checked at submit */
     if (rc) return rc;
-    int err = r->coll == FTRT__COLL_BCAST
-                  ? MPI_Ibcast(buf, (int)count, t, r->root, r->gen->comm, &r->mreqs[chunk])
-                  : MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, t, o, r->gen->comm,
-                                   &r->mreqs[chunk]);
+    int err = ftrt__mpi_icoll(r->coll, buf, rbuf, (int)count, t, o, r->root, r->gen->comm,
+                              &r->mreqs[chunk]);
     return err == MPI_SUCCESS ? 0 : mpi_error(r, err, r->gen->comm);
 }
 

@@ -56,9 +56,40 @@ struct ftrt_request {
 enum { FTRT__AREQ_QUEUED = 0, FTRT__AREQ_ACTIVE = 1, FTRT__AREQ_DONE = 2, FTRT__AREQ_FAILED = 3 };
 
 /* The collective a request runs (the same request and plane interface for each; include/ftrt.h
- * has their contracts): an allreduce of op over the packed tensors, or a broadcast of them from
- * logical rank `root`. */
-typedef enum ftrt__coll { FTRT__COLL_ALLREDUCE = 0, FTRT__COLL_BCAST = 1 } ftrt__coll;
+ * has their contracts): an allreduce of op over the packed tensors, a broadcast of them from
+ * logical rank `root`, a reduce-scatter (op; rank r gets the reduction of block r of every
+ * member's send buffer) or an all-gather (every member gets every member's block, in rank
+ * order). */
+typedef enum ftrt__coll {
+    FTRT__COLL_ALLREDUCE = 0,
+    FTRT__COLL_BCAST = 1,
+    FTRT__COLL_RSCATTER = 2,
+    FTRT__COLL_ALLGATHER = 3
+} ftrt__coll;
+
+/* Reduce-scatter and all-gather stage both sides: a request's (or the blocking plane call's)
+ * staging buffer holds (nranks + 1) * count elements, the send side first, then the receive
+ * side. Chunk [off, off + cnt) of every rank's block is one collective call:
+ *  - reduce-scatter: the send side holds, at element nranks * off, the nranks pieces
+ *    send[j * count + off, + cnt) back to back (what MPI_Ireduce_scatter_block reads); its
+ *    result, cnt elements, lands at nranks * count + off and is unpacked to recv[off, + cnt).
+ *  - all-gather: the send side holds send[off, + cnt) at element off; the nranks received
+ *    pieces land back to back at count + nranks * off and piece j is unpacked to
+ *    recv[j * count + off, + cnt).
+ * Chunks are disjoint on both sides, so any number may be in flight at once.
+ * ftrt__rsag_pack copies chunk [off, off + cnt) of `send` into `staging` and sets *sbuf and
+ * *rbuf to the chunk's send and receive places there; ftrt__rsag_unpack copies the chunk's
+ * received elements to `recv`. es: the element size in bytes. */
+void ftrt__rsag_pack(ftrt__coll coll, int nranks, size_t count, size_t es, const void *send,
+                     void *staging, size_t off, size_t cnt, void **sbuf, void **rbuf);
+void ftrt__rsag_unpack(ftrt__coll coll, int nranks, size_t count, size_t es, void *recv,
+                       const void *staging, size_t off, size_t cnt);
+/* Starts collective coll of `count` elements (per rank for reduce-scatter and all-gather) of
+ * MPI type t (op o, root for a broadcast) on comm: MPI_Iallreduce in place at sbuf,
+ * MPI_Ibcast at sbuf, MPI_Ireduce_scatter_block(sbuf -> rbuf) or MPI_Iallgather(sbuf ->
+ * rbuf). count must fit an int. Returns MPI's error code. */
+int ftrt__mpi_icoll(ftrt__coll coll, void *sbuf, void *rbuf, int count, MPI_Datatype t, MPI_Op o,
+                    int root, MPI_Comm comm, MPI_Request *req);
 
 /* The communicator of one plane generation, duplicated with MPI_Comm_idup when the first
  * request of that generation is submitted (application thread) and completed by the progress
@@ -88,6 +119,9 @@ typedef struct ftrt__areq {
     int dtype, op;
     ftrt__coll coll;      /* FTRT__COLL_*: what the transport starts on each chunk */
     int root;             /* FTRT__COLL_BCAST: the sender's rank in the plane's communicator */
+    void *rbuf;           /* reduce-scatter / all-gather: the application's receive buffer
+                             (segs[0] is the send buffer, only read) */
+    int nranks;           /* reduce-scatter / all-gather: the communicator's size */
     double scale;         /* applied at unpack (1.0 = none) */
     /* the collective runs in chunks of chunk_count elements (the last one shorter), started in
      * order, each packed just before it starts and unpacked as soon as it completes */
@@ -104,12 +138,14 @@ typedef struct ftrt__areq {
 /* The collective behind the engine. bind: application thread, at submission (may start
  * communicator setup). The others run on the progress side. ready: 1 when r can start, 0 not
  * yet (retried later; later requests wait behind it), or a negative code. start: starts chunk
- * `chunk` of r, `count` elements at buf (packed); 0 or a negative code. test: 1 when that chunk
- * is done, 0 while in flight, or a negative code. */
+ * `chunk` of r, `count` elements at buf (packed; in place for an allreduce or a broadcast,
+ * rbuf NULL), or for a reduce-scatter / all-gather `count` elements per rank from buf into
+ * rbuf (the staging layout above); 0 or a negative code. test: 1 when that chunk is done, 0
+ * while in flight, or a negative code. */
 typedef struct ftrt__xport {
     int (*bind)(void *arg, ftrt__areq *r);
     int (*ready)(void *arg, ftrt__areq *r);
-    int (*start)(void *arg, ftrt__areq *r, int chunk, void *buf, size_t count);
+    int (*start)(void *arg, ftrt__areq *r, int chunk, void *buf, void *rbuf, size_t count);
     int (*test)(void *arg, ftrt__areq *r, int chunk);
 } ftrt__xport;
 
@@ -171,6 +207,18 @@ int ftrt__engine_submit(ftrt__engine *e, int epoch, const ftrt__seg *segs, int n
  * Returns 0 with *out, or a negative code (no request then). */
 int ftrt__engine_submit_bcast(ftrt__engine *e, int epoch, ftrt__seg seg, size_t count, int dtype,
                               int root, ftrt__areq **out);
+/* Submits a reduce-scatter (coll FTRT__COLL_RSCATTER, op) or an all-gather
+ * (FTRT__COLL_ALLGATHER; op unused) of `count` elements of dtype per rank over a communicator
+ * of `nranks` members (the plane's, logical rank order): send holds nranks * count elements
+ * (reduce-scatter) or count (all-gather), recv count or nranks * count. Both sides are staged
+ * (the layout above; chunks of about chunk_bytes in all, count per rank split alike on every
+ * trainer), so that a request of a dead epoch never writes recv, and send is read only while
+ * a chunk is packed. recv may alias send only at a whole block (the caller checks: the
+ * chunks then never write what a later chunk reads). Application thread. Returns 0 with *out,
+ * or a negative code (no request then). */
+int ftrt__engine_submit_rsag(ftrt__engine *e, int epoch, ftrt__coll coll, const void *send,
+                             void *recv, size_t count, int dtype, int op, int nranks,
+                             ftrt__areq **out);
 /* Stops and joins the progress thread (requests still in flight stay unfinished). Call before
  * MPI_Finalize. Idempotent. */
 void ftrt__engine_stop(ftrt__engine *e);

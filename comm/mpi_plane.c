@@ -2,7 +2,8 @@
  * mpi_plane.c - the CPU data plane on Open MPI: failure-aware, polled collectives.
  *
  * Blocking MPI calls on a communicator that may hold a dead process would hang forever, so
- * every collective is nonblocking (MPI_Iallreduce, MPI_Ibcast) and polled with MPI_Test
+ * every collective is nonblocking (MPI_Iallreduce, MPI_Ibcast, MPI_Ireduce_scatter_block,
+ * MPI_Iallgather) and polled with MPI_Test
  * together with the epoch flag that the agent thread raises. When the epoch changes the request
  * is abandoned together with its communicator and staging buffer, which go to a graveyard and
  * are never reused: a late write from the dead epoch cannot land in live state.
@@ -22,6 +23,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -175,6 +177,81 @@ int ftrt__plane_broadcast(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dt
     return staged(p, buf, count, dtype, FTRT_SUM, FTRT__COLL_BCAST, root);
 }
 
+/* The checks of a reduce-scatter or an all-gather: those of every collective (both buffers),
+ * count * (size + 1) elements within size_t, and recv overlapping send only where one is a
+ * whole block of the other (reduce-scatter: recv == send + k * count elements, all-gather:
+ * send == recv + k * count, 0 <= k < size), the one aliasing the chunked pipeline keeps
+ * exact: a chunk never writes what a later chunk reads. */
+static int rsag_check(ftrt__plane *p, ftrt__coll coll, const void *send, const void *recv,
+                      size_t count, ftrt_dtype dtype, ftrt_op op, MPI_Datatype *t, MPI_Op *o,
+                      size_t *es)
+{
+    if ((!send || !recv) && count) return FTRT_EINVAL;
+    int rc = ftrt__plane_coll_check(p, send, count, dtype, op, t, o, es);
+    if (rc) return rc;
+    size_t n = (size_t)p->size;
+    if (count > SIZE_MAX / 8 / (n + 1)) return FTRT_EINVAL;
+    if (!count) return 0;
+    int rs = coll == FTRT__COLL_RSCATTER;
+    uintptr_t big = (uintptr_t)(rs ? send : recv), small = (uintptr_t)(rs ? recv : send);
+    size_t block = count * *es;
+    if (small + block <= big || big + n * block <= small) return 0; /* disjoint */
+    if (small < big || (small - big) % block) {
+        ftrt_log_warn("%s: the buffers overlap other than at a whole block: refused",
+                      rs ? "ftrt_reduce_scatter" : "ftrt_allgather");
+        return FTRT_EINVAL;
+    }
+    return 0;
+}
+
+/* The blocking reduce-scatter or all-gather: send is staged in the plane's buffer (the layout
+ * of comm/async.h), the collective runs there in calls of at most 2^28 elements per rank, each
+ * polled, and recv is written only once every call completed, so an error leaves it unchanged
+ * (recv may alias send at a whole block: every read precedes every write). */
+static int staged_rsag(ftrt__plane *p, ftrt__coll coll, const void *send, void *recv,
+                       size_t count, ftrt_dtype dtype, ftrt_op op)
+{
+    size_t es = 0;
+    MPI_Datatype t;
+    MPI_Op o;
+    int rc = rsag_check(p, coll, send, recv, count, dtype, op, &t, &o, &es);
+    if (rc) return rc;
+    size_t bytes = ((size_t)p->size + 1) * count * es;
+    if (bytes > p->buf_cap) {
+        void *n = realloc(p->buf, bytes);
+        if (!n) return -ENOMEM;
+        p->buf = n;
+        p->buf_cap = bytes;
+    }
+    const size_t chunk = (size_t)1 << 28; /* elements per rank and MPI call: below INT_MAX */
+    for (size_t off = 0; off < count; off += chunk) {
+        size_t n = count - off < chunk ? count - off : chunk;
+        void *sbuf, *rbuf;
+        ftrt__rsag_pack(coll, p->size, count, es, send, p->buf, off, n, &sbuf, &rbuf);
+        MPI_Request req;
+        int e = ftrt__mpi_icoll(coll, sbuf, rbuf, (int)n, t, o, 0, p->comm, &req);
+        if (e != MPI_SUCCESS) return ftrt__plane_mpi_error(p, e);
+        rc = ftrt__plane_wait(p, &req);
+        if (rc) return ftrt__watch_note(p->watch, rc);
+    }
+    for (size_t off = 0; off < count; off += chunk)
+        ftrt__rsag_unpack(coll, p->size, count, es, recv, p->buf, off,
+                          count - off < chunk ? count - off : chunk);
+    return 0;
+}
+
+int ftrt__plane_reduce_scatter(ftrt__plane *p, const void *send, void *recv, size_t count,
+                               ftrt_dtype dtype, ftrt_op op)
+{
+    return staged_rsag(p, FTRT__COLL_RSCATTER, send, recv, count, dtype, op);
+}
+
+int ftrt__plane_allgather(ftrt__plane *p, const void *send, void *recv, size_t count,
+                          ftrt_dtype dtype)
+{
+    return staged_rsag(p, FTRT__COLL_ALLGATHER, send, recv, count, dtype, FTRT_SUM);
+}
+
 int ftrt__plane_bcast(ftrt__plane *p, void *buf, size_t bytes, int root)
 {
     const size_t chunk = (size_t)1 << 30;
@@ -226,4 +303,38 @@ int ftrt__plane_broadcast_start(ftrt__plane *p, void *buf, size_t count, ftrt_dt
                                 int root, ftrt_request **req)
 {
     return start_coll(p, buf, count, dtype, FTRT_SUM, FTRT__COLL_BCAST, root, req);
+}
+
+/* Checks and submits one overlapped reduce-scatter or all-gather (coll) to the plane's engine;
+ * *req receives its request. The checks of the blocking forms. */
+static int start_rsag(ftrt__plane *p, ftrt__coll coll, const void *send, void *recv,
+                      size_t count, ftrt_dtype dtype, ftrt_op op, ftrt_request **req)
+{
+    if (!req) return FTRT_EINVAL;
+    *req = NULL;
+    size_t es = 0;
+    MPI_Datatype t;
+    MPI_Op o;
+    int rc = rsag_check(p, coll, send, recv, count, dtype, op, &t, &o, &es);
+    if (rc) return rc;
+    ftrt__engine *e = ftrt__engine_get(p, &rc);
+    if (!e) return rc;
+    ftrt__areq *r;
+    rc = ftrt__engine_submit_rsag(e, p->watch->epoch, coll, send, recv, count, (int)dtype,
+                                  (int)op, p->size, &r);
+    if (rc) return rc;
+    *req = &r->base;
+    return 0;
+}
+
+int ftrt__plane_reduce_scatter_start(ftrt__plane *p, const void *send, void *recv, size_t count,
+                                     ftrt_dtype dtype, ftrt_op op, ftrt_request **req)
+{
+    return start_rsag(p, FTRT__COLL_RSCATTER, send, recv, count, dtype, op, req);
+}
+
+int ftrt__plane_allgather_start(ftrt__plane *p, const void *send, void *recv, size_t count,
+                                ftrt_dtype dtype, ftrt_request **req)
+{
+    return start_rsag(p, FTRT__COLL_ALLGATHER, send, recv, count, dtype, FTRT_SUM, req);
 }

@@ -95,6 +95,18 @@ int ftrt__plane_allreduce(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dt
  * ftrt__plane_allreduce: on an error buf is unchanged). Same returns as ftrt__plane_allreduce,
  * FTRT_EINVAL also for root outside [0, size). */
 int ftrt__plane_broadcast(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dtype, int root);
+/* Blocking reduce-scatter (op over the members' send, nranks * count elements of dtype each;
+ * logical rank r receives in recv[0, count) the reduction of their elements [r * count,
+ * (r + 1) * count)) and all-gather (every member receives in recv[r * count, (r + 1) * count)
+ * the count elements of rank r's send). Both sides staged (comm/async.h's layout): on an error
+ * recv is unchanged. recv may overlap send only at a whole block (reduce-scatter: recv == send
+ * + k * count elements; all-gather: send == recv + k * count; 0 <= k < size). Returns those of
+ * ftrt__plane_allreduce; FTRT_EINVAL also for a NULL buffer with count > 0, another overlap,
+ * or a count whose (size + 1) * count elements overflow. */
+int ftrt__plane_reduce_scatter(ftrt__plane *p, const void *send, void *recv, size_t count,
+                               ftrt_dtype dtype, ftrt_op op);
+int ftrt__plane_allgather(ftrt__plane *p, const void *send, void *recv, size_t count,
+                          ftrt_dtype dtype);
 /* Polled broadcast of `bytes` at buf from `root` over the plane, in place (recovery's state
  * transfer: no staging); returns 0, FTRT_ERECOVER or a
  * fatal code, FTRT_EMPI. */
@@ -107,6 +119,12 @@ int ftrt__plane_allreduce_start(ftrt__plane *p, void *buf, size_t count, ftrt_dt
  * ftrt__plane_broadcast; *req receives the request. */
 int ftrt__plane_broadcast_start(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dtype,
                                 int root, ftrt_request **req);
+/* Start an overlapped reduce-scatter / all-gather (comm/async.c): the arguments and checks of
+ * the blocking forms; *req receives the request. */
+int ftrt__plane_reduce_scatter_start(ftrt__plane *p, const void *send, void *recv, size_t count,
+                                     ftrt_dtype dtype, ftrt_op op, ftrt_request **req);
+int ftrt__plane_allgather_start(ftrt__plane *p, const void *send, void *recv, size_t count,
+                                ftrt_dtype dtype, ftrt_request **req);
 
 /* The NCCL plane over p (comm/nccl_plane.c, libftrt_gpu only): ftrt_gpu_create() of
  * include/ftrt_gpu.h without the role check, which the runtime makes. Same returns. */

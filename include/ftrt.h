@@ -581,13 +581,61 @@ FTRT_API int ftrt_allreduce(ftrt_ctx *ctx, void *buf, size_t count, ftrt_dtype d
  */
 FTRT_API int ftrt_broadcast(ftrt_ctx *ctx, void *buf, size_t count, ftrt_dtype dtype, int root);
 
+/*
+ * Reduce-scatter over the trainers (MPI_Reduce_scatter_block's meaning, in logical rank
+ * order; ZeRO's gradient reduction): the trainer of logical rank r receives in recvbuf[0,
+ * count) the op-reduction over all trainers of the elements [r * count, (r + 1) * count) of
+ * their sendbuf. Every trainer calls it with the same count, dtype and op, at the same point
+ * of its sequence of collectives. Both buffers are staged in ftrt-owned memory (sendbuf copied
+ * in before the collective, the result copied to recvbuf only once it completed) and the
+ * collective (MPI_Ireduce_scatter_block) is polled together with the epoch flag: a failure
+ * elsewhere returns FTRT_ERECOVER promptly and recvbuf is left unchanged. For a fixed number of
+ * trainers the result is bitwise deterministic whichever process holds each logical rank (the
+ * 16-bit types as for ftrt_allreduce(): ftrt_dtype).
+ *   sendbuf: size * count elements of dtype (size = ftrt_size()), read only; block r is the
+ *     count elements that logical rank r receives reduced. Owned by the caller.
+ *   recvbuf: count elements of dtype, written. It may overlap sendbuf only as one whole block
+ *     of it (recvbuf == sendbuf + k * count elements, 0 <= k < size; sendbuf + rank * count is
+ *     MPI_IN_PLACE's layout); any other overlap is FTRT_EINVAL.
+ *   count: elements per trainer (the size of each block and of recvbuf), not bytes; both
+ *     buffers may be NULL when it is 0.
+ * Application thread only. Returns 0; FTRT_ERECOVER; FTRT_ENOSPARE/FTRT_ECOORD/FTRT_EABORT;
+ * FTRT_EINVAL (NULL ctx, a NULL buffer with count > 0, bad dtype or op, buffers overlapping
+ * other than at a whole block, (size + 1) * count * element size overflowing size_t);
+ * FTRT_EMPI; -ENOMEM; FTRT_ESTATE (not a trainer, or ftrt_recover() is owed).
+ */
+FTRT_API int ftrt_reduce_scatter(ftrt_ctx *ctx, const void *sendbuf, void *recvbuf, size_t count,
+                                 ftrt_dtype dtype, ftrt_op op);
+
+/*
+ * All-gather over the trainers (MPI_Allgather's meaning, in logical rank order; ZeRO's
+ * parameter gather): every trainer receives in recvbuf[r * count, (r + 1) * count) the count
+ * elements of logical rank r's sendbuf, for every r in [0, size). Every trainer calls it with
+ * the same count and dtype, at the same point of its sequence of collectives. Staged like
+ * ftrt_reduce_scatter() (MPI_Iallgather on ftrt-owned memory, recvbuf written only once it
+ * completed), polled with the epoch flag: a failure elsewhere returns FTRT_ERECOVER promptly
+ * and recvbuf is left unchanged. The result is every rank's bytes exactly, whichever process
+ * holds each logical rank.
+ *   sendbuf: count elements of dtype, read only. It may overlap recvbuf only as one whole
+ *     block of it (sendbuf == recvbuf + k * count elements, 0 <= k < size; recvbuf + rank *
+ *     count is MPI_IN_PLACE's layout); any other overlap is FTRT_EINVAL.
+ *   recvbuf: size * count elements of dtype (size = ftrt_size()), written.
+ *   count: elements per trainer, not bytes; both buffers may be NULL when it is 0.
+ * Application thread only. Returns 0; FTRT_ERECOVER; FTRT_ENOSPARE/FTRT_ECOORD/FTRT_EABORT;
+ * FTRT_EINVAL (NULL ctx, a NULL buffer with count > 0, bad dtype, buffers overlapping other
+ * than at a whole block, (size + 1) * count * element size overflowing size_t); FTRT_EMPI;
+ * -ENOMEM; FTRT_ESTATE (not a trainer, or ftrt_recover() is owed).
+ */
+FTRT_API int ftrt_allgather(ftrt_ctx *ctx, const void *sendbuf, void *recvbuf, size_t count,
+                            ftrt_dtype dtype);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Overlapped collectives                                                                      */
 /* ------------------------------------------------------------------------------------------ */
 
 /*
  * A request is one collective in flight: started by ftrt_allreduce_start(),
- * ftrt_broadcast_start() or by a bucketer
+ * ftrt_broadcast_start(), ftrt_reduce_scatter_start(), ftrt_allgather_start() or by a bucketer
  * (or the NCCL plane, ftrt_gpu.h), finished by ftrt_request_test() / ftrt_request_wait(),
  * released by ftrt_request_free(). Owned by the caller; release every request before
  * ftrt_finalize(). As with MPI requests, every trainer starts the same requests in the same
@@ -646,6 +694,44 @@ FTRT_API int ftrt_allreduce_start(ftrt_ctx *ctx, void *buf, size_t count, ftrt_d
  */
 FTRT_API int ftrt_broadcast_start(ftrt_ctx *ctx, void *buf, size_t count, ftrt_dtype dtype,
                                   int root, ftrt_request **req);
+
+/*
+ * Starts a reduce-scatter (the contract of ftrt_reduce_scatter(): sendbuf size * count
+ * elements, recvbuf count, count per trainer in elements, the same overlap rule) and returns
+ * at once. It runs on the same request engine, progress thread and duplicate communicator as
+ * ftrt_allreduce_start(), in the order the requests were started, pipelined in chunks of
+ * about 4 MiB in all (elements [off, off + n) of every block: the size pieces are packed side
+ * by side into an ftrt-owned buffer, reduced there with MPI_Ireduce_scatter_block, and the
+ * result copied to recvbuf[off, off + n) as each chunk completes). sendbuf must stay valid and
+ * unwritten, and recvbuf valid and neither read nor written, until ftrt_request_test() returns
+ * 1 or ftrt_request_wait() returns. A request of an epoch that ended fails with FTRT_ERECOVER
+ * and writes recvbuf no more (chunks that completed before the change may have been copied;
+ * the staging buffer of a started one is never reused). Bitwise deterministic whichever
+ * process holds each logical rank; it may differ in the last bits from ftrt_reduce_scatter()
+ * of the same data (different calls, so possibly different MPI algorithms).
+ *   req: receives the request (NULL on error); free it with ftrt_request_free().
+ * Returns 0; FTRT_ERECOVER / FTRT_ENOSPARE / FTRT_ECOORD / FTRT_EABORT (nothing started);
+ * FTRT_EINVAL (NULL ctx or req, and those of ftrt_reduce_scatter()); FTRT_ESTATE (not a
+ * trainer, or ftrt_recover() is owed); FTRT_EMPI; -ENOMEM.
+ */
+FTRT_API int ftrt_reduce_scatter_start(ftrt_ctx *ctx, const void *sendbuf, void *recvbuf,
+                                       size_t count, ftrt_dtype dtype, ftrt_op op,
+                                       ftrt_request **req);
+
+/*
+ * Starts an all-gather (the contract of ftrt_allgather(): sendbuf count elements, recvbuf
+ * size * count, count per trainer in elements, the same overlap rule) and returns at once, on
+ * the request engine like ftrt_reduce_scatter_start(): chunks of about 4 MiB in all, each
+ * gathered by MPI_Iallgather into an ftrt-owned buffer and its size pieces copied to
+ * recvbuf[r * count + off, + n) as it completes. The buffer rules, failures and the request's
+ * lifetime are those of ftrt_reduce_scatter_start().
+ *   req: receives the request (NULL on error); free it with ftrt_request_free().
+ * Returns 0; FTRT_ERECOVER / FTRT_ENOSPARE / FTRT_ECOORD / FTRT_EABORT (nothing started);
+ * FTRT_EINVAL (NULL ctx or req, and those of ftrt_allgather()); FTRT_ESTATE (not a trainer,
+ * or ftrt_recover() is owed); FTRT_EMPI; -ENOMEM.
+ */
+FTRT_API int ftrt_allgather_start(ftrt_ctx *ctx, const void *sendbuf, void *recvbuf,
+                                  size_t count, ftrt_dtype dtype, ftrt_request **req);
 
 /*
  * Returns 1 once req completed (the result is in its buffer), 0 while it is in flight, or its

@@ -20,6 +20,22 @@ int ftrt_broadcast(ftrt_ctx *ctx, void *buf, size_t count, ftrt_dtype dtype, int
     return ftrt__plane_broadcast(&ctx->plane, buf, count, dtype, root);
 }
 
+int ftrt_reduce_scatter(ftrt_ctx *ctx, const void *sendbuf, void *recvbuf, size_t count,
+                        ftrt_dtype dtype, ftrt_op op)
+{
+    if (!ctx) return FTRT_EINVAL;
+    if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
+    return ftrt__plane_reduce_scatter(&ctx->plane, sendbuf, recvbuf, count, dtype, op);
+}
+
+int ftrt_allgather(ftrt_ctx *ctx, const void *sendbuf, void *recvbuf, size_t count,
+                   ftrt_dtype dtype)
+{
+    if (!ctx) return FTRT_EINVAL;
+    if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
+    return ftrt__plane_allgather(&ctx->plane, sendbuf, recvbuf, count, dtype);
+}
+
 int ftrt_check(ftrt_ctx *ctx)
 {
     if (!ctx) return FTRT_EINVAL;
@@ -45,6 +61,25 @@ int ftrt_broadcast_start(ftrt_ctx *ctx, void *buf, size_t count, ftrt_dtype dtyp
     if (!ctx || !req) return FTRT_EINVAL;
     if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
     return ftrt__plane_broadcast_start(&ctx->plane, buf, count, dtype, root, req);
+}
+
+int ftrt_reduce_scatter_start(ftrt_ctx *ctx, const void *sendbuf, void *recvbuf, size_t count,
+                              ftrt_dtype dtype, ftrt_op op, ftrt_request **req)
+{
+    if (req) *req = NULL;
+    if (!ctx || !req) return FTRT_EINVAL;
+    if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
+    return ftrt__plane_reduce_scatter_start(&ctx->plane, sendbuf, recvbuf, count, dtype, op,
+                                            req);
+}
+
+int ftrt_allgather_start(ftrt_ctx *ctx, const void *sendbuf, void *recvbuf, size_t count,
+                         ftrt_dtype dtype, ftrt_request **req)
+{
+    if (req) *req = NULL;
+    if (!ctx || !req) return FTRT_EINVAL;
+    if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
+    return ftrt__plane_allgather_start(&ctx->plane, sendbuf, recvbuf, count, dtype, req);
 }
 
 int ftrt_bucketer_create(ftrt_ctx *ctx, const size_t *counts, int ntensors, ftrt_dtype dtype,

@@ -43,6 +43,49 @@ def collectives(ctx):
     check(np.array_equal(c, np.arange(5000) * (n * (n + 1) / 2)), "allreduce_start float64")
 
 
+def rsag(ctx):
+    """Reduce-scatter and all-gather, blocking and started, against values computed here."""
+    r, n, k = ctx.rank, ctx.size, 1000
+    # every trainer q sends q + 1 + j * 0.5 at element j: block r reduces to n(n+1)/2 + j n/2
+    send = (np.arange(n * k, dtype=np.float32) * 0.5 + (r + 1)).astype(np.float32)
+    recv = np.zeros(k, dtype=np.float32)
+    ctx.reduce_scatter(send, recv)
+    j = np.arange(r * k, (r + 1) * k, dtype=np.float64)
+    check(np.array_equal(recv, (n * (n + 1) / 2 + j * 0.5 * n).astype(np.float32)),
+          "reduce_scatter SUM float32")
+    mx = np.zeros(k, dtype=np.float32)
+    with ctx.reduce_scatter_start(send, mx, op=ftrt.MAX) as req:
+        req.wait()
+    check(np.array_equal(mx, (n + j * 0.5).astype(np.float32)), "reduce_scatter_start MAX")
+    mine = np.arange(7, dtype=np.int64) + 100 * r
+    full = np.full(7 * n, -1, dtype=np.int64)
+    ctx.all_gather(mine, full)
+    want = np.concatenate([np.arange(7, dtype=np.int64) + 100 * q for q in range(n)])
+    check(np.array_equal(full, want), "all_gather int64")
+    full[:] = -1
+    with ctx.all_gather_start(mine, full) as req:
+        req.wait()
+    check(np.array_equal(full, want), "all_gather_start int64")
+    inplace = np.zeros(7 * n, dtype=np.int64)
+    inplace[7 * r:7 * (r + 1)] = mine
+    ctx.all_gather(inplace[7 * r:7 * (r + 1)], inplace)  # MPI_IN_PLACE's layout: a view
+    check(np.array_equal(inplace, want), "all_gather in place")
+    for bad in (lambda: ctx.reduce_scatter(send[:n * k - 1], recv),
+                lambda: ctx.all_gather(mine, full[:-1]),
+                lambda: ctx.all_gather(mine.ctypes.data, full)):
+        try:
+            bad()
+        except ValueError:
+            continue
+        raise AssertionError("a buffer too small (or an address without count) not refused")
+    try:
+        ctx.all_gather(full[1:8], full)  # overlapping, not at a whole block
+    except ftrt.FtrtInvalid:
+        pass
+    else:
+        raise AssertionError("all_gather: a misaligned overlap not refused")
+
+
 def bucketer(ctx):
     r, n = ctx.rank, ctx.size
     cfg = ftrt.BucketConfig.defaults()
@@ -357,6 +400,7 @@ def checks(ctx):
           "identity")
     check(ctx.check() is None, "check(): no failure, the step may go on")
     collectives(ctx)
+    rsag(ctx)
     bucketer(ctx)
     checkpoints(ctx)
     if "--no-torch" not in sys.argv:

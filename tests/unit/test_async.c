@@ -51,7 +51,25 @@ static int f_ready(void *arg, ftrt__areq *r)
 }
 
 /* Chunks must start in (ticket, chunk) order; each doubles its floats. */
-static int f_start(void *arg, ftrt__areq *r, int chunk, void *buf, size_t count)
+/* Reduce-scatter and all-gather: this process is rank FAKE_RANK of r->nranks members whose
+ * send buffers are this one's plus 1000 * (member's rank) in every element: a reduce-scatter
+ * (sum) gives rbuf[i] = nranks * buf[FAKE_RANK * count + i] + 1000 * (0 + 1 + ... + nranks-1)
+ * (buf holds the chunk's nranks packed pieces), an all-gather rbuf[j * count + i] = buf[i] +
+ * 1000 * j. */
+#define FAKE_RANK 1
+static void f_rsag(const ftrt__areq *r, const float *buf, float *rbuf, size_t count)
+{
+    int n = r->nranks;
+    for (size_t i = 0; i < count; i++) {
+        if (r->coll == FTRT__COLL_RSCATTER)
+            rbuf[i] = (float)n * buf[FAKE_RANK * count + i] + 1000.0f * (float)(n * (n - 1) / 2);
+        else
+            for (int j = 0; j < n; j++) rbuf[(size_t)j * count + i] = buf[i] + 1000.0f * (float)j;
+    }
+}
+
+static int f_start(void *arg, ftrt__areq *r, int chunk, void *buf, void *rbuf,
+                   size_t count)
 {
     fake *f = arg;
     long key = r->fake * 100000 + chunk, last = atomic_load(&f->last_started);
@@ -59,7 +77,10 @@ static int f_start(void *arg, ftrt__areq *r, int chunk, void *buf, size_t count)
         atomic_fetch_add(&f->order_errors, 1);
     atomic_store(&f->last_started, key);
     float *x = buf;
-    for (size_t i = 0; i < count; i++) x[i] *= 2.0f;
+    if (rbuf)
+        f_rsag(r, x, rbuf, count);
+    else
+        for (size_t i = 0; i < count; i++) x[i] *= 2.0f;
     atomic_store(&f->last_staging, r->staging);
     atomic_fetch_add(&f->starts, 1);
     return 0;

@@ -40,8 +40,9 @@
 
 static int x_bind(void *arg, ftrt__areq *r) { (void)arg, (void)r; return 0; }
 static int x_ready(void *arg, ftrt__areq *r) { (void)arg, (void)r; return 1; }
-static int x_start(void *arg, ftrt__areq *r, int chunk, void *buf, size_t count)
+static int x_start(void *arg, ftrt__areq *r, int chunk, void *buf, void *rbuf, size_t count)
 {
+    (void)rbuf; /* allreduces only */
     (void)arg, (void)r, (void)chunk;
     float *x = buf;
     for (size_t i = 0; i < count; i++) x[i] = 3.0f * x[i] + 1.0f;

@@ -109,7 +109,8 @@ if not TYPE_CHECKING:  # a type checker sees the import above, and no catch-all 
 
 
 class Request:
-    """One overlapped collective (ftrt_request *), from Context.allreduce_start().
+    """One overlapped collective (ftrt_request *), from Context.allreduce_start(),
+    broadcast_start(), reduce_scatter_start() or all_gather_start().
 
     The buffer must not be read or written until test() returns True or wait() returns; the
     request keeps a reference to it until then. free() it (or use it as a context manager)
@@ -455,6 +456,107 @@ class Context:
         _check(_clib().ftrt_broadcast_start(self._h, addr, count, dtype, int(root),
                                             ctypes.byref(h)), "ftrt_broadcast_start")
         req = Request(self, h.value, buf)
+        self._children.add(req)
+        return req
+
+    def _rsag_args(self, send: Buffer, recv: Buffer, count: Optional[int],
+                   dtype: Optional[int], rs: bool) -> Tuple[int, int, int, int]:
+        """(send address, recv address, count per rank, dtype) of a reduce-scatter (rs) or an
+        all-gather, checked: the blocked side holds size * count elements, the other count."""
+        sides: List[Tuple[int, Optional[int], Optional[int]]] = []  # address, bytes, dtype
+        for b in (send, recv):
+            if isinstance(b, int):
+                sides.append((b, None, None))
+                continue
+            addr, nbytes, bdtype, dev = _buffer_of(b)
+            if dev != "cpu":
+                raise ValueError("ftrt's CPU collectives take host memory only")
+            sides.append((addr, nbytes, bdtype))
+        known = [d for _, _, d in sides if d is not None]
+        if dtype is None:
+            if not known:
+                raise ValueError("int addresses (or untyped buffers) need count and dtype")
+            if any(d != known[0] for d in known):
+                raise ValueError("send and recv have different dtypes: pass dtype")
+            dtype = known[0]
+        if dtype not in _ESIZE:
+            raise ValueError("dtype must be FLOAT32, FLOAT64, INT64, BFLOAT16 or FLOAT16")
+        es, size = _ESIZE[dtype], self.size
+        blocks = (size, 1) if rs else (1, size)  # (send, recv) in units of count
+        single = sides[1] if rs else sides[0]    # the one-block side sets the default count
+        if count is None:
+            if single[1] is None:
+                raise ValueError("an int address needs count and dtype")
+            count = single[1] // es
+        count = int(count)
+        if count < 0:
+            raise ValueError(f"count {count} is negative")
+        for side, k, name in zip(sides, blocks, ("send", "recv")):
+            have = side[1]
+            if have is not None and have // es < k * count:
+                raise ValueError(f"{name} holds {have // es} elements, fewer than the "
+                                 f"{k} x {count} the collective needs")
+        return sides[0][0], sides[1][0], count, dtype
+
+    def reduce_scatter(self, send: Buffer, recv: Buffer, count: Optional[int] = None,
+                       dtype: Optional[int] = None, op: int = SUM) -> None:
+        """Blocking reduce-scatter over the trainers (ftrt_reduce_scatter()): the trainer of
+        logical rank r receives in recv[0:count] the op-reduction over all trainers of
+        send[r*count:(r+1)*count].
+
+        send: size * count elements (size = self.size); recv: count elements; both host
+        memory (tensors, numpy arrays, ctypes arrays, or int addresses with count and dtype).
+        count: elements per trainer (default: recv's element count). dtype: inferred from the
+        buffers (required with int addresses; the 16-bit floats are reduced in their own dtype
+        as allreduce()). op: SUM, MIN or MAX. recv may be send's block k (a view of
+        send[k*count:(k+1)*count]); another overlap is FtrtInvalid. Bitwise deterministic for a
+        fixed number of trainers. Raises FtrtRecover (recv unchanged), FtrtNoSpare/
+        FtrtCoordLost/FtrtAborted, FtrtInvalid, FtrtMPIError, ...; ValueError (device memory,
+        bad dtype, a buffer too small for count)."""
+        s, r, count, dtype = self._rsag_args(send, recv, count, dtype, True)
+        _check(_clib().ftrt_reduce_scatter(self._h, s, r, count, dtype, op),
+               "ftrt_reduce_scatter")
+
+    def reduce_scatter_start(self, send: Buffer, recv: Buffer, count: Optional[int] = None,
+                             dtype: Optional[int] = None, op: int = SUM) -> Request:
+        """Starts a reduce-scatter (ftrt_reduce_scatter_start()) and returns a Request at once;
+        arguments as reduce_scatter(). send must not be written, nor recv read or written,
+        until the Request completed; it keeps references to both until freed. Raises as
+        reduce_scatter() when nothing could be started."""
+        s, r, count, dtype = self._rsag_args(send, recv, count, dtype, True)
+        h = ctypes.c_void_p()
+        _check(_clib().ftrt_reduce_scatter_start(self._h, s, r, count, dtype, op,
+                                                 ctypes.byref(h)), "ftrt_reduce_scatter_start")
+        req = Request(self, h.value, (send, recv))
+        self._children.add(req)
+        return req
+
+    def all_gather(self, send: Buffer, recv: Buffer, count: Optional[int] = None,
+                   dtype: Optional[int] = None) -> None:
+        """Blocking all-gather over the trainers (ftrt_allgather()): every trainer receives in
+        recv[r*count:(r+1)*count] the count elements of logical rank r's send, for every r.
+
+        send: count elements; recv: size * count elements (size = self.size); host memory as
+        reduce_scatter(). count: elements per trainer (default: send's element count). dtype:
+        inferred from the buffers (required with int addresses; it only sets the element size).
+        send may be recv's block k (a view of recv[k*count:(k+1)*count]); another overlap is
+        FtrtInvalid. Raises FtrtRecover (recv unchanged), FtrtNoSpare/FtrtCoordLost/
+        FtrtAborted, FtrtInvalid, FtrtMPIError, ...; ValueError (device memory, bad dtype, a
+        buffer too small for count)."""
+        s, r, count, dtype = self._rsag_args(send, recv, count, dtype, False)
+        _check(_clib().ftrt_allgather(self._h, s, r, count, dtype), "ftrt_allgather")
+
+    def all_gather_start(self, send: Buffer, recv: Buffer, count: Optional[int] = None,
+                         dtype: Optional[int] = None) -> Request:
+        """Starts an all-gather (ftrt_allgather_start()) and returns a Request at once;
+        arguments as all_gather(). send must not be written, nor recv read or written, until
+        the Request completed; it keeps references to both until freed. Raises as all_gather()
+        when nothing could be started."""
+        s, r, count, dtype = self._rsag_args(send, recv, count, dtype, False)
+        h = ctypes.c_void_p()
+        _check(_clib().ftrt_allgather_start(self._h, s, r, count, dtype, ctypes.byref(h)),
+               "ftrt_allgather_start")
+        req = Request(self, h.value, (send, recv))
         self._children.add(req)
         return req
 
