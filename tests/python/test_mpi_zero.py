@@ -33,7 +33,7 @@ def lm_job(directory, zero, spares=1, env=None):
                    "--params-out", os.path.join(directory, "final.params"),
                    "--report", os.path.join(directory, "report.json")]
     e = {"FTRT_SHARD_REPLICA_EVERY": str(REPLICA_EVERY),
-         "FTRT_FAULT_LOG": os.path.join(directory, "faults.jsonl")}
+         "FTRT_FAULT_LOG": os.path.join(directory, "faults.jsonl"), "FTRT_SPARES": str(spares)}
     e.update(env or {})
     cmd = h.ftrt_run_cmd(h.mpirun_cmd(N + 1 + spares, [PYTHON, TRAIN_LM] + args),
                          status=status, python=PYTHON)
@@ -95,7 +95,9 @@ def test_zero1_is_bitwise_the_replicated_optimizer(ref0, ref1):
     assert sorted(mem1) == list(range(N)) and sorted(mem0) == list(range(N)), ref1.out[-3000:]
     for r in range(N):
         full, shard = mem0[r]["optimizer_state"], mem1[r]["optimizer_state"]
-        assert full / N <= shard < full / N + 64, (r, shard, full)  # + step, padding
+        # a quarter, give or take Adam's step counters (one per parameter replicated, one
+        # per shard) and the padding of the last slice
+        assert abs(shard - full / N) < 256, (r, shard, full)
         assert mem1[r]["params"] == mem0[r]["params"]
         # the own image (every region) and the partner's shard; none without SHARDED regions
         assert mem1[r]["replica_images"] == mem1[r]["params"] + 2 * shard + \

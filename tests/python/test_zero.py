@@ -233,3 +233,18 @@ def test_schedulers_and_hyperparameters_reach_the_shard():
     sched.step()
     opt.step()
     assert opt.inner.param_groups[0]["lr"] == pytest.approx(0.05)
+
+
+def test_stage2_reduce_scatter_in_pieces(monkeypatch):
+    """Stage 2 packs at most _RS_CHUNK elements per rank at a time (here 7 of a 37-element
+    slice: 6 reduce-scatters a step), ends bitwise as the unsharded optimizer, and releases
+    every p.grad after the step (only the shard's gradient is kept)."""
+    import ftrt.pytorch_zero as pz
+    monkeypatch.setattr(pz, "_RS_CHUNK", 7)
+    ref = reference(4, 3, torch.optim.AdamW, {"lr": 1e-2})
+    out, ctxs, opts = run_zero(4, 3, torch.optim.AdamW, {"lr": 1e-2}, 2)
+    assert ctxs[2].calls.count("reduce_scatter") == 3 * 6, ctxs[2].calls
+    for a, b in zip(out[3], ref):
+        assert torch.equal(a, b)
+    assert all(p.grad is None for p in opts[0].groups[0].params)
+    assert opts[0].memory()["grad_flat"] == 4 * 7 * 4

@@ -510,10 +510,16 @@ class FaultTolerant:
             return False
         for sch in self.schedulers:
             sch.step()
-        self.ctx.step_done(s)
+        # the Python state of step s + 1 first: ftrt_step_done() may take the partner
+        # replicas' images (FTRT_SHARD_REPLICA_EVERY), py:state among the regions
+        self._save_state()
+        try:
+            self.ctx.step_done(s)
+        except _lib.FtrtRecover:  # a trainer failed during the replica refresh
+            self._recover()
+            return False
         self.buffers.keep()
         self._step = s + 1
-        self._save_state()
         if not self._compared and not self._compare_replicas():
             return False
         if self.checkpoint_every and self._step % self.checkpoint_every == 0:

@@ -61,7 +61,8 @@ REFUSED_OPTIMIZERS = ("LBFGS", "SparseAdam")
 class _Group:
     """One param group's flat partition: `flat` [size * per_rank] holds its parameters end
     to end (they are views of it) and zero padding; `shard` [per_rank] is this trainer's
-    slice, a leaf tensor the inner optimizer steps; `grad_flat` the stage-2 packing buffer."""
+    slice, a leaf tensor the inner optimizer steps; `grad_flat` the stage-2 packing buffer
+    (size * chunk elements, chunk <= per_rank: the reduce-scatter runs in pieces)."""
 
     def __init__(self, params: List[torch.Tensor], rank: int, size: int) -> None:
         dtypes = {p.dtype for p in params}
@@ -106,22 +107,34 @@ class _Group:
             if p.grad is not None:
                 g[sa:sa + n].copy_(p.grad.reshape(-1)[pa:pa + n])
 
-    def pack_local_grads(self) -> torch.Tensor:
-        """Stage 2: every local p.grad end to end in grad_flat (zeros where none, padding 0)."""
-        if self.grad_flat is None:
-            self.grad_flat = torch.zeros_like(self.flat)
-        gf = self.grad_flat
+    def grad_range(self, dst: torch.Tensor, a: int) -> None:
+        """Copies the local gradient of flat elements [a, a + len(dst)) into dst (zeros where
+        a parameter has no gradient and in the padding)."""
+        b = a + dst.numel()
+        dst.zero_()
         for p, off in zip(self.params, self.offsets):
-            seg = gf[off:off + p.numel()]
-            if p.grad is None:
-                seg.zero_()
-            else:
-                seg.copy_(p.grad.reshape(-1))
+            lo, hi = max(off, a), min(off + p.numel(), b)
+            if lo < hi and p.grad is not None:
+                dst[lo - a:hi - a].copy_(p.grad.reshape(-1)[lo - off:hi - off])
+
+    def pack_local_grads(self, o: int, n: int, size: int) -> torch.Tensor:
+        """Stage 2: elements [o, o + n) of every rank's block of the local gradient, block r
+        at [r * n, (r + 1) * n) of the packing buffer (the send buffer of a reduce-scatter of
+        n elements per rank)."""
+        if self.grad_flat is None:
+            self.grad_flat = torch.zeros(size * min(self.per_rank, _RS_CHUNK),
+                                         dtype=self.flat.dtype)
+        gf = self.grad_flat[:size * n]
+        for r in range(size):
+            self.grad_range(gf[r * n:(r + 1) * n], r * self.per_rank + o)
         return gf
 
     def reshard(self) -> None:
         with torch.no_grad():
             self.shard.copy_(self.flat[self.lo:self.lo + self.per_rank])
+
+
+_RS_CHUNK = 1 << 20  # stage 2: elements per rank of one reduce-scatter (4 MiB in float32)
 
 
 def _host(t: torch.Tensor) -> torch.Tensor:
@@ -261,13 +274,21 @@ class ZeroOptimizer(torch.optim.Optimizer):
         return loss
 
     def _reduce_scatter(self, ctx: Context, grp: _Group) -> None:
-        send = _host(grp.pack_local_grads())
-        recv = grp.shard.grad if grp.shard.grad.device.type == "cpu" \
-            else torch.empty(grp.per_rank, dtype=grp.shard.dtype)
-        ctx.reduce_scatter(send, recv)
-        recv.mul_(1.0 / ctx.size)  # the mean, rounded as the averager rounds it
-        if recv is not grp.shard.grad:
-            grp.shard.grad.copy_(recv)
+        """Stage 2: the mean of this trainer's slice of the gradient into its shard's
+        gradient, in reduce-scatters of at most _RS_CHUNK elements per rank (the packing
+        buffer stays small); then every p.grad of the group is released (None): only the
+        shard's gradient is kept between steps."""
+        g = grp.shard.grad
+        for o in range(0, grp.per_rank, _RS_CHUNK):
+            n = min(_RS_CHUNK, grp.per_rank - o)
+            send = grp.pack_local_grads(o, n, ctx.size)  # host memory
+            recv = g[o:o + n] if g.device.type == "cpu" else torch.empty(n, dtype=g.dtype)
+            ctx.reduce_scatter(send, recv)
+            recv.mul_(1.0 / ctx.size)  # the mean, rounded as the averager rounds it
+            if recv.data_ptr() != g[o:].data_ptr():
+                g[o:o + n].copy_(recv)
+        for p in grp.params:
+            p.grad = None
 
     def _apply_clip(self, ctx: Context) -> None:
         sq = torch.zeros(1, dtype=torch.float64)
@@ -312,7 +333,8 @@ class ZeroOptimizer(torch.optim.Optimizer):
         "shard" (the slice the inner optimizer steps, and its gradient), "optimizer_state"
         (the inner optimizer's state tensors), "optimizer_state_replicated" (what the same
         optimizer would hold unsharded: per-element state bytes x every parameter),
-        "grad_flat" (stage 2's packing buffer), "sharded_regions" (bytes registered
+        "grad_flat" (stage 2's packing buffer, N x min(1/N of the group, 2^20) elements),
+        "sharded_regions" (bytes registered
         SHARDED: the optimizer state; the partner replica holds as much for its partner)."""
         inner = self._inner()
         st = sum(t.numel() * t.element_size() for grp in self.groups
