@@ -9,7 +9,9 @@ host and device added up, everything is host memory on the CPU).
 
 Each job runs a few steps (--steps) with FTRT_SHARD_REPLICA_EVERY=2, so the partner replicas
 exist wherever SHARDED regions do. Prints one row per (N, zero) with logical rank 0's figures
-and, per N, each sharded row's ratio to the replicated one. Python 3 standard library only;
+and, per N, each row's ratios to the replicated one: optimizer state, total, and total without
+the partner replicas' images (host memory whatever the device: on a GPU the rest is what
+device memory holds). Python 3 standard library only;
 command lines from tests/harness/ftrt_harness.py.
 """
 import argparse
@@ -70,11 +72,13 @@ def main():
     print(f"train_lm.py d_model {a.d_model} x {a.layers} layers ({rows[0][4]} parameters, "
           f"float32), AdamW; bytes per trainer (logical rank 0), MiB:")
     print(f"{'N':>2} {'zero':>4} " + " ".join(f"{k:>15}" for k in KINDS) +
-          "   optimizer state / replicated, total / replicated")
+          "   against the replicated row: optimizer state, total, total without the images")
     for n, zero, f, base, _ in rows:
+        bare = f["total"] - f["replica_images"]
         print(f"{n:>2} {zero:>4} " + " ".join(f"{f[k] / 2**20:15.3f}" for k in KINDS) +
               f"   {f['optimizer_state'] / base['optimizer_state']:.3f}x, "
-              f"{f['total'] / base['total']:.3f}x")
+              f"{f['total'] / base['total']:.3f}x, "
+              f"{bare / (base['total'] - base['replica_images']):.3f}x")
     return 0
 
 

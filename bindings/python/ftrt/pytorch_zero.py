@@ -134,7 +134,7 @@ class _Group:
             self.shard.copy_(self.flat[self.lo:self.lo + self.per_rank])
 
 
-_RS_CHUNK = 1 << 20  # stage 2: elements per rank of one reduce-scatter (4 MiB in float32)
+_RS_CHUNK = 1 << 18  # stage 2: elements per rank of one reduce-scatter (1 MiB in float32)
 
 
 def _host(t: torch.Tensor) -> torch.Tensor:
@@ -333,7 +333,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
         "shard" (the slice the inner optimizer steps, and its gradient), "optimizer_state"
         (the inner optimizer's state tensors), "optimizer_state_replicated" (what the same
         optimizer would hold unsharded: per-element state bytes x every parameter),
-        "grad_flat" (stage 2's packing buffer, N x min(1/N of the group, 2^20) elements),
+        "grad_flat" (stage 2's packing buffer, N x min(1/N of the group, 2^18) elements),
         "sharded_regions" (bytes registered
         SHARDED: the optimizer state; the partner replica holds as much for its partner)."""
         inner = self._inner()
