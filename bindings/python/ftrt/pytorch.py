@@ -385,6 +385,7 @@ class FaultTolerant:
             self._recover()
         else:
             if self.restored:
+                self.registry.refresh_layout()
                 self._load_state()
                 if ctx.epoch == 0:
                     self._log(f"ftrt: resumed at step {self._step} (checkpoint)")
