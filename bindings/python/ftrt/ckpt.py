@@ -21,7 +21,7 @@ missing, a write error).
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, List, NoReturn, Optional
 
 from . import ckpt_format as fmt
 
@@ -196,11 +196,18 @@ def _report_export(ex: "Export", step: int, nranks: int, committed: bool,
         print(f"  not mapped: {u}")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line, "PROG: message (see PROG --help)", status 2."""
+
+    def error(self, message: str) -> "NoReturn":  # type: ignore[override]
+        self.exit(EXIT_FAILED, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="ftrt-ckpt", description=__doc__.split("\n")[0],
+    ap = _Parser(prog="ftrt-ckpt", description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{ls,verify,export}")
     p = sub.add_parser("ls", help="the steps of DIR (with --step: that step's regions)")
     p.add_argument("dir")
     p.add_argument("--step", type=int, help="list this step's regions")

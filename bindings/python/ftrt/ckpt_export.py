@@ -219,8 +219,13 @@ def _build_torch(regions: Regions, layout: Dict[str, Any], trust_pickle: bool) -
         ex.unmapped += [f"sharded flat state \"{k}\": not exported by this version (ZeRO)"
                         for k in layout["sharded"]]
     left = [n for n in regions.order if n not in m.used]
-    ex.unmapped += [f"region \"{n}\": not described by the layout (kept raw in "
-                    f"['ftrt']['raw'])" for n in left]
+    for n in left:
+        if n in layout["tensors"]:  # e.g. a non-persistent buffer: registered, no key
+            ex.notes.append(f"region \"{n}\": registered, in no state_dict (a "
+                            f"non-persistent buffer?): kept raw in ['ftrt']['raw']")
+        else:
+            ex.unmapped.append(f"region \"{n}\": not described by the layout (kept raw "
+                               f"in ['ftrt']['raw'])")
     raw = raw_tensors(regions)
     ex.obj["ftrt_raw"] = {k: v for k, v in raw.items() if k.split("@rank")[0] in left}
     return ex
