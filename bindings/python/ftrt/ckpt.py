@@ -199,7 +199,7 @@ def _report_export(ex: "Export", step: int, nranks: int, committed: bool,
 class _Parser(argparse.ArgumentParser):
     """argparse whose errors are one line, "PROG: message (see PROG --help)", status 2."""
 
-    def error(self, message: str) -> "NoReturn":  # type: ignore[override]
+    def error(self, message: str) -> "NoReturn":
         self.exit(EXIT_FAILED, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 

@@ -216,19 +216,19 @@ def read_table(path: str) -> Shard:
             head = f.read(HDR_BYTES)
             sh, table_bytes = _parse_header(path, head, size)
             raw = head + f.read(table_bytes - HDR_BYTES)
-    except OSError as e:
-        raise CkptError(f"cannot read: {e.strerror}", path)
+    except OSError as err:
+        raise CkptError(f"cannot read: {err.strerror}", path)
     want = crc32c(raw[HDR_BYTES:], crc32c(b"\0\0\0\0", crc32c(raw[:36])))
     if want != sh.header_crc:
         raise CkptError(f"header/table CRC32C 0x{want:08x}, the header says "
                         f"0x{sh.header_crc:08x}", path)
     for i in range((table_bytes - HDR_BYTES) // ENT_BYTES):
-        e = _parse_entry(path, raw, HDR_BYTES + ENT_BYTES * i)
-        if e.file_offset + e.slice_bytes > sh.size or \
-                e.slice_offset + e.slice_bytes > e.total_bytes:
-            raise CkptError(f"slice [{e.file_offset}, +{e.slice_bytes}) outside the "
-                            f"{sh.size}-byte file or the region", path, e.name)
-        sh.entries.append(e)
+        ent = _parse_entry(path, raw, HDR_BYTES + ENT_BYTES * i)
+        if ent.file_offset + ent.slice_bytes > sh.size or \
+                ent.slice_offset + ent.slice_bytes > ent.total_bytes:
+            raise CkptError(f"slice [{ent.file_offset}, +{ent.slice_bytes}) outside the "
+                            f"{sh.size}-byte file or the region", path, ent.name)
+        sh.entries.append(ent)
     return sh
 
 
@@ -308,8 +308,8 @@ def _scan_shard(path: str, r: int, n: int, step: int, manifest: Optional[Tuple[s
     problems; with out, keeps the slices' bytes there."""
     try:
         sh = read_table(path)
-    except CkptError as e:
-        problems.append(Problem(path, e.region, str(e)))
+    except CkptError as err:
+        problems.append(Problem(path, err.region, str(err)))
         return
     bad = _check_geometry(sh, r, n, step)
     if manifest is not None and (manifest[1] != sh.size or manifest[2] != sh.header_crc):
