@@ -29,8 +29,9 @@ MLP_STEPS = 50
 
 
 def tool(*args):
-    """Runs tools/ftrt-ckpt with args; returns the CompletedProcess (text)."""
-    return subprocess.run([PYTHON, TOOL] + [str(a) for a in args], capture_output=True,
+    """Runs tools/ftrt-ckpt with args under this interpreter (the one whose safetensors
+    test_safetensors_where_the_package_imports looks for); returns the CompletedProcess."""
+    return subprocess.run([sys.executable, TOOL] + [str(a) for a in args], capture_output=True,
                           text=True, timeout=120, env=job_env())
 
 
