@@ -89,6 +89,12 @@ def test_ls_shows_steps(torch_job):
     assert all(ln[-4] == "2" for ln in lines), r.stdout  # trainers
     r = tool("ls", os.path.join(torch_job, "ckpt"), "--step", STEPS)
     assert r.returncode == 0 and "py:layout" in r.stdout and "param:fc1.weight" in r.stdout
+    env = job_env()
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(REPO, "bindings", "python"),
+                                         env.get("PYTHONPATH", "")])
+    m = subprocess.run([sys.executable, "-m", "ftrt.ckpt", "ls", os.path.join(torch_job, "ckpt")],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert m.returncode == 0 and m.stdout == tool("ls", os.path.join(torch_job, "ckpt")).stdout
 
 
 def test_verify_passes(torch_job):

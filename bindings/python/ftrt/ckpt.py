@@ -248,6 +248,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except fmt.CkptError as e:
         print(f"ftrt-ckpt: {e.file or a.dir}: {e}", file=sys.stderr)
         return EXIT_FAILED
+    except OSError as e:  # libftrt not found (its CRC32C), or a file that vanished
+        print(f"ftrt-ckpt: {e}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":
