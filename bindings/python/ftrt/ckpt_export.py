@@ -269,6 +269,11 @@ def _tmp(path: str) -> str:
 
 
 def _fsync_file(path: str) -> None:
+    """fsync(path), after giving it the mode a new file gets here (0666 less the umask: the
+    safetensors writer creates its files 0600)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
