@@ -177,6 +177,10 @@ def test_uncommitted_step_refused_unless_asked(torch_job, tmp_path):
     assert r.returncode == 0 and out.exists(), r.stdout + r.stderr
     r = tool("export", d, "--out", tmp_path / "default.pt", "--no-safetensors")
     assert r.returncode == 0 and f"step-{EVERY} (committed" in r.stdout, r.stdout + r.stderr
+    missing = os.path.join(d, f"step-{STEPS}", "rank-1.ftrt")
+    os.unlink(missing)
+    r = tool("verify", d, "--step", STEPS)
+    assert r.returncode == 1 and missing in r.stdout and "missing" in r.stdout, r.stdout
 
 
 def test_safetensors_where_the_package_imports(torch_job, exported):

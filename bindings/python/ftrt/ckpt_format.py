@@ -303,21 +303,21 @@ def _expected_ranks(path: str, step: int, problems: List[Problem]) -> Tuple[int,
 
 
 def _scan_shard(path: str, r: int, n: int, step: int, manifest: Optional[Tuple[str, int, int]],
-                out: Optional[Regions], problems: List[Problem]) -> None:
+                out: Optional[Regions], problems: List[Problem]) -> List[Entry]:
     """Checks one shard (its header and every region's CRC32C), appending what is wrong to
-    problems; with out, keeps the slices' bytes there."""
+    problems; with out, keeps the slices' bytes there. Returns its table ([] if unreadable)."""
     try:
         sh = read_table(path)
     except CkptError as err:
         problems.append(Problem(path, err.region, str(err)))
-        return
+        return []
     bad = _check_geometry(sh, r, n, step)
     if manifest is not None and (manifest[1] != sh.size or manifest[2] != sh.header_crc):
         bad = (f"MANIFEST records {manifest[1]} bytes and header CRC32C 0x{manifest[2]:08x}, "
                f"the file has {sh.size} bytes and 0x{sh.header_crc:08x}")
     if bad:
         problems.append(Problem(path, None, bad))
-        return
+        return []
     with open(path, "rb") as f:
         for e in sh.entries:
             try:
@@ -330,6 +330,27 @@ def _scan_shard(path: str, r: int, n: int, step: int, manifest: Optional[Tuple[s
                                                       f"says 0x{e.data_crc:08x}"))
             elif out is not None and data is not None:
                 out.add(r, e, data)
+    return sh.entries
+
+
+def _check_coverage(path: str, n: int, tables: List[List[Entry]],
+                    problems: List[Problem]) -> None:
+    """Every region in every shard with one kind and size; a REPLICATED one's slices cover it
+    exactly once (restore would refuse the step otherwise)."""
+    seen: Dict[str, List[Entry]] = {}
+    for t in tables:
+        for e in t:
+            seen.setdefault(e.name, []).append(e)
+    for name, es in seen.items():
+        kinds, totals = {e.kind for e in es}, {e.total_bytes for e in es}
+        if len(es) != n or len(kinds) != 1:
+            problems.append(Problem(path, name, f"in {len(es)} of {n} shards, kinds "
+                                                f"{sorted(KIND_NAMES[k] for k in kinds)}"))
+            continue
+        covered = sum(e.slice_bytes for e in es)
+        if es[0].kind == KIND_REPLICATED and (len(totals) != 1 or covered != es[0].total_bytes):
+            problems.append(Problem(path, name, f"slices of {covered} bytes for sizes "
+                                                f"{sorted(totals)}"))
 
 
 def scan_step(directory: str, step: int, keep: bool = False) -> Tuple[List[Problem],
@@ -347,13 +368,16 @@ def scan_step(directory: str, step: int, keep: bool = False) -> Tuple[List[Probl
     if n == 0 and not problems:
         problems.append(Problem(path, None, "no readable shard file rank-<r>.ftrt"))
     out = Regions(n) if keep else None
+    tables: List[List[Entry]] = []
     for r in range(n):
         fname = manifest[r][0] if r in manifest else f"rank-{r}.ftrt"
         spath = os.path.join(path, fname)
         if not os.path.isfile(spath):
             problems.append(Problem(spath, None, f"missing (shard of rank {r} of {n})"))
             continue
-        _scan_shard(spath, r, n, step, manifest.get(r), out, problems)
+        tables.append(_scan_shard(spath, r, n, step, manifest.get(r), out, problems))
+    if not problems:
+        _check_coverage(path, n, tables, problems)
     if out is not None:
         out.finish()
     return problems, out, committed
