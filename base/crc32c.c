@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "base/crc32c.h"
+#include "ftrt.h"
 
 #if defined(__x86_64__)
 #include <nmmintrin.h>
@@ -323,4 +324,12 @@ uint32_t ftrt__copy_crc32c(void *dst, const void *src, size_t len, uint32_t crc)
 {
     if (len == 0) return crc;
     return ftrt__crc32c_hw() ? copy_crc_hw(dst, src, len, crc) : copy_crc_sw(dst, src, len, crc);
+}
+
+/* The public entry point (ftrt.h): the same CRC, for tools that check shards from outside. */
+int ftrt_crc32c(const void *buf, size_t len, uint32_t *crc)
+{
+    if (!crc || (!buf && len > 0)) return FTRT_EINVAL;
+    *crc = ftrt__crc32c(*crc, buf, len);
+    return 0;
 }

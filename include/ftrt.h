@@ -117,6 +117,21 @@ FTRT_API const char *ftrt_err_name(int code);
 FTRT_API int ftrt_version(int *major, int *minor, int *patch);
 
 /*
+ * CRC32C (Castagnoli, reflected polynomial 0x82F63B78), the checksum of every region slice and
+ * shard header of a checkpoint (docs/checkpoint.md "Shard format"), for tools that check a
+ * checkpoint from outside the job (`python3 -m ftrt.ckpt verify`). zlib's convention: start
+ * with *crc = 0; continuing over a second buffer gives the CRC of the two concatenated
+ * (crc of "123456789" is 0xE3069283).
+ *   buf: len bytes of host memory, only read (may be NULL when len is 0).
+ *   crc: in, the CRC of the bytes before buf (0 for none); out, the CRC of those bytes
+ *        followed by buf[0..len).
+ * Uses the SSE4.2 / ARMv8 CRC instruction when the CPU has one (several GB/s), a table-driven
+ * loop otherwise. Returns 0, or FTRT_EINVAL (crc NULL, or buf NULL with len > 0; *crc is then
+ * unchanged). Needs no ftrt_init(); allocates nothing, never logs. Thread-safe.
+ */
+FTRT_API int ftrt_crc32c(const void *buf, size_t len, uint32_t *crc);
+
+/*
  * The last error-level message libftrt logged on the calling thread (ncclGetLastError()), the
  * text without the "ftrt[w<rank>] ERROR file:line:" prefix and at most 1023 bytes; "" when
  * none was logged on this thread. It is recorded whatever FTRT_LOG is. It is not cleared by

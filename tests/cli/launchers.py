@@ -27,7 +27,7 @@ NOTICE = ("[vm:4242] PMIX ERROR: BAD-PARAM in file ../../../src/event/"
 def launchers(train_mlp):
     """(name, command prefix) of every launcher and example that users run."""
     py = [(f, [PY, os.path.join(REPO, f)]) for f in (
-        "tools/ftrt-run", "tools/ftrt-chaos", "examples/train_torch.py", "examples/train_lm.py",
+        "tools/ftrt-run", "tools/ftrt-chaos", "tools/ftrt-ckpt", "examples/train_torch.py", "examples/train_lm.py",
         "examples/train_cnn.py", "bench/chaos_campaign.py", "bench/coord_scale.py",
         "bench/mttr_size.py", "bench/recovery.py", "bench/replica_rework.py",
         "bench/slurm_recovery.py",
@@ -117,6 +117,15 @@ def bad_inputs(cmd, train_mlp, f, d):
          ["--mtbf"]),
         ("ftrt-chaos: --kinds unknown", chaos + ["--kinds", "zap", "--", "true"], {},
          ["--kinds", "zap"]),
+        ("ftrt-ckpt: no command", cmd["tools/ftrt-ckpt"], {}, ["ls", "verify", "export"]),
+        ("ftrt-ckpt: ls of a missing directory", cmd["tools/ftrt-ckpt"] + [
+            "ls", os.path.join(d, "none")], {}, ["none", "not a directory"]),
+        ("ftrt-ckpt: verify of a regular file", cmd["tools/ftrt-ckpt"] + ["verify", f], {},
+         [f, "not a directory"]),
+        ("ftrt-ckpt: export without --out", cmd["tools/ftrt-ckpt"] + ["export", d], {},
+         ["--out"]),
+        ("ftrt-ckpt: export of a directory without steps", cmd["tools/ftrt-ckpt"] + [
+            "export", d, "--out", os.path.join(d, "x.pt")], {}, [d, "no committed step"]),
         ("demo.sh: FTRT_DEMO_DIR under a regular file", cmd["examples/demo.sh"],
          {"FTRT_DEMO_DIR": under}, ["FTRT_DEMO_DIR", f]),
         ("train_mlp: --steps not a number", [train_mlp, "--steps", "x"], {}, ["--steps", "'x'"]),

@@ -91,6 +91,11 @@ DEBIAN_MODULES = {
     "prometheus_client": "python3-prometheus-client", "pip": "python3-pip",
     "mypy": "python3-mypy", "ensurepip": "python3-venv", "torchvision": "python3-torchvision",
 }
+# Modules that no Debian 12 package ships and that the tree imports only where they are
+# installed (inside try/except ImportError), each with the extra of pyproject.toml that
+# `pip install .[extra]` brings it with: tools/check-python-deps accepts them when that extra
+# names them, and the tests check the behaviour without them (they never skip for them).
+OPTIONAL_PIP_MODULES = {"safetensors": "safetensors"}
 # The Debian package of each program the tests and benches run.
 DEBIAN_TOOLS = {
     "mpirun": "openmpi-bin", "fio": "fio", "cc": "gcc", "gcc": "gcc", "cmake": "cmake",

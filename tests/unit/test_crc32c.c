@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "base/crc32c.h"
+#include "ftrt.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 
@@ -107,10 +108,27 @@ static void test_continuation(void **state)
     assert_int_not_equal(ftrt__crc32c(0, buf, sizeof buf), whole);
 }
 
+/* ftrt_crc32c(), the public entry point of ftrt.h: the same CRC, continued through *crc, and
+ * FTRT_EINVAL without touching *crc for a NULL crc or a NULL buffer of non-zero length. */
+static void test_public_entry_point(void **state)
+{
+    (void)state;
+    uint32_t crc = 0;
+    assert_int_equal(ftrt_crc32c("12345", 5, &crc), 0);
+    assert_int_equal(ftrt_crc32c("6789", 4, &crc), 0);
+    assert_int_equal(crc, 0xE3069283u);
+    assert_int_equal(ftrt_crc32c(NULL, 0, &crc), 0);
+    assert_int_equal(crc, 0xE3069283u);
+    assert_int_equal(ftrt_crc32c(NULL, 1, &crc), FTRT_EINVAL);
+    assert_int_equal(crc, 0xE3069283u);
+    assert_int_equal(ftrt_crc32c("1", 1, NULL), FTRT_EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rfc3720_vectors),
+        cmocka_unit_test(test_public_entry_point),
         cmocka_unit_test(test_hw_matches_sw),
         cmocka_unit_test(test_continuation),
     };

@@ -33,7 +33,7 @@ import os
 import shutil
 import subprocess
 import threading
-from typing import Any, Dict, List, Optional, Tuple, Type, TypeVar
+from typing import Any, Dict, List, Optional, Tuple, Type, TypeVar, Union
 
 from ._version import __version__
 
@@ -381,6 +381,7 @@ PROTOTYPES = {
     "ftrt_err_name": (ctypes.c_char_p, [_c_int]),
     "ftrt_version": (_c_int, [_pint, _pint, _pint]),
     "ftrt_last_error": (ctypes.c_char_p, []),
+    "ftrt_crc32c": (_c_int, [_vp, _c_size, ctypes.POINTER(ctypes.c_uint32)]),
     "ftrt_config_init": (_c_int, [ctypes.POINTER(Config), _c_size]),
     "ftrt_init": (_c_int, [ctypes.POINTER(Config), _pvp]),
     "ftrt_finalize": (_c_int, [_vp]),
@@ -666,6 +667,26 @@ def last_error() -> str:
     (str; "" when none; per thread). Not cleared by successful calls: read it right after an
     error. Loads the library on first use (OSError as load())."""
     return lib().ftrt_last_error().decode(errors="replace")
+
+
+def crc32c(data: Union[bytes, bytearray, memoryview], crc: int = 0) -> int:
+    """ftrt_crc32c(): the CRC32C (Castagnoli) of `data` continued from `crc` (0 to start; the
+    CRC of a concatenation is crc32c(b, crc32c(a))), as libftrt checks checkpoint shards
+    (an int in [0, 2^32)). data: bytes, or a writable contiguous buffer (bytearray, a
+    memoryview of one) of any length. Loads the library on first use (OSError as load());
+    raises ValueError for a read-only buffer other than bytes. Thread-safe."""
+    out = ctypes.c_uint32(crc & 0xFFFFFFFF)
+    if isinstance(data, bytes):
+        ptr: Any = data
+        n = len(data)
+    else:
+        view = memoryview(data).cast("B")
+        n = view.nbytes
+        if view.readonly:
+            raise ValueError("crc32c: a read-only buffer other than bytes: pass bytes(...)")
+        ptr = (ctypes.c_char * n).from_buffer(view) if n else None
+    check(lib().ftrt_crc32c(ptr, n, ctypes.byref(out)), "ftrt_crc32c")
+    return out.value
 
 
 def check(rc: int, call: Optional[str] = None) -> int:

@@ -409,6 +409,7 @@ class FaultTolerant:
             self._recover()
         else:
             if self.restored:
+                self.registry.refresh_layout()
                 self._load_state()
                 self._reshard()
                 if ctx.epoch == 0:

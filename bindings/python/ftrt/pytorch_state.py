@@ -17,6 +17,7 @@ import torch
 
 from . import Context
 from ._lib import REGION_REPLICATED
+from .pytorch_layout import LAYOUT_REGION, build_layout, layout_tensor
 
 __all__ = ["region_name", "init_optimizer_state", "StateRegistry", "register_state"]
 
@@ -72,11 +73,21 @@ def init_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
 
 class StateRegistry:
     """The tensors registered by register_state(): entries is a list of (region name, tensor,
-    data_ptr at registration, optimizer state owner (param, key) or None)."""
+    data_ptr at registration, optimizer state owner (param, key) or None); layout_doc is the
+    layout record registered as region "py:layout" (ftrt/pytorch_layout.py), b"" without."""
 
     def __init__(self, optimizer: Optional[torch.optim.Optimizer] = None) -> None:
         self.entries: List[Tuple[str, torch.Tensor, int, Optional[Tuple[torch.Tensor, str]]]] = []
         self.optimizer = optimizer
+        self.layout_doc = b""
+
+    def refresh_layout(self) -> None:
+        """Writes this job's layout record back into its region after a restore or a recovery
+        (which copied the checkpoint's or a survivor's there: of the same size, but it could
+        describe other shapes of the same bytes), so the next checkpoint describes this job."""
+        for name, t, _, _ in self.entries:
+            if name == LAYOUT_REGION and self.layout_doc:
+                t.copy_(layout_tensor(self.layout_doc))
 
     @property
     def nbytes(self) -> int:
@@ -102,7 +113,7 @@ class StateRegistry:
 def register_state(ctx: Context, model: torch.nn.Module,
                    optimizer: Optional[torch.optim.Optimizer] = None,
                    flags: int = REGION_REPLICATED, buffers: bool = True,
-                   buffer_flags: Optional[int] = None) -> StateRegistry:
+                   buffer_flags: Optional[int] = None, layout: bool = True) -> StateRegistry:
     """Registers a model's parameters (and buffers) and an optimizer's state tensors with
     ftrt, as regions of their own storage.
 
@@ -114,8 +125,11 @@ def register_state(ctx: Context, model: torch.nn.Module,
     each trainer's own.
     Regions, in this order (every trainer registers the same): "param:<name>" per
     model.named_parameters(), "buffer:<name>" per floating-point/integer buffer when `buffers`,
-    then "optim:<param name>:<state key>" per optimizer parameter and state key (sorted).
-    Every tensor must be contiguous. Returns a StateRegistry. Raises FtrtError from
+    then "optim:<param name>:<state key>" per optimizer parameter and state key (sorted), and
+    with `layout` (default) "py:layout", REPLICATED: the layout record that lets
+    `python3 -m ftrt.ckpt export` name the checkpoint's tensors (ftrt/pytorch_layout.py; a
+    job relaunched from a checkpoint written without it must pass layout=False, as restore
+    wants every registered region). Every tensor must be contiguous. Returns a StateRegistry. Raises FtrtError from
     ftrt_register() (FtrtInvalid: duplicate name; FtrtNotSupported: CUDA without a CUDA
     libftrt; FtrtState: not a trainer), ValueError (non-contiguous tensor)."""
     reg = StateRegistry(optimizer)
@@ -147,4 +161,7 @@ def register_state(ctx: Context, model: torch.nn.Module,
                                          f"(see init_optimizer_state)")
                     pname = names.get(p, f"g{gi}.{pi}")
                     add(region_name("optim", pname, key), v, (p, key))
+    if layout:
+        reg.layout_doc = build_layout(model, optimizer, reg.entries)
+        add(LAYOUT_REGION, layout_tensor(reg.layout_doc), fl=REGION_REPLICATED)
     return reg
