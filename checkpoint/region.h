@@ -34,6 +34,7 @@ typedef struct ftrt__region {
     ftrt__region_loc loc; /* FTRT__LOC_DEVICE: never dereferenced on the host; every path
                              reaches it through the device backend (kernels/location.h) and
                              refuses it (FTRT_ENOTSUP) when there is none */
+    int optional;         /* FTRT_REGION_OPTIONAL: a checkpoint without it still restores */
 } ftrt__region;
 
 /* "REPLICATED" / "SHARDED", for messages. */

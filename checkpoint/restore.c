@@ -84,14 +84,30 @@ static const ftrt__shard_ent *find_ent(const ftrt__shard_ent *e, uint32_t n, con
     return NULL;
 }
 
-/* Matches the registered regions against a shard's table: every one must be there with the
- * same kind; sizes must agree for REPLICATED regions and, in this rank's own shard, for
- * SHARDED ones (other ranks' SHARDED regions may have other sizes). */
+/* 1 when registered region g is optional and this shard's entry x cannot fill it (absent, of
+ * another kind, or of another size where sizes must agree): it is then left as it is. */
+static int optional_skipped(const ftrt__shard_ent *x, const ftrt__region *g, int own)
+{
+    if (!g->optional) return 0;
+    if (!x || x->kind != (uint32_t)g->kind) return 1;
+    return (own || x->kind == FTRT__KIND_REPLICATED) && x->total_bytes != (uint64_t)g->bytes;
+}
+
+/* Matches the registered regions against a shard's table: every one must be there (an
+ * optional one may be missing or differ: left as it is) with the same kind; sizes must agree
+ * for REPLICATED regions and, in this rank's own shard, for SHARDED ones (other ranks'
+ * SHARDED regions may have other sizes). */
 static int match_table(const char *path, const ftrt__shard_ent *e, uint32_t n,
                        const ftrt__region *regs, int nregs, int own, int log_extra)
 {
     for (int i = 0; i < nregs; i++) {
         const ftrt__shard_ent *x = find_ent(e, n, regs[i].name);
+        if (optional_skipped(x, &regs[i], own)) {
+            if (log_extra)
+                ftrt_log_info("checkpoint %s: optional region \"%s\" %s: left as it is", path,
+                              regs[i].name, x ? "differs in kind or size" : "is not there");
+            continue;
+        }
         if (!x) {
             ftrt_log_warn("checkpoint %s has no region \"%s\"", path, regs[i].name);
             return FTRT_EMISMATCH;
@@ -228,6 +244,7 @@ static int load_shard(loader *L, const char *sdir, const ftrt__manifest *m, int6
     }
     for (int i = 0; i < nregs && rc == 0; i++) {
         const ftrt__shard_ent *x = find_ent(e, h.nregions, regs[i].name);
+        if (optional_skipped(x, &regs[i], r == rank)) continue; /* match_table let it be */
         if (regs[i].kind == FTRT__KIND_SHARDED && r != rank) continue;
         if (x->slice_bytes == 0) {
             if (x->data_crc != 0) {

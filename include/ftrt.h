@@ -386,6 +386,13 @@ FTRT_API int ftrt_epoch(const ftrt_ctx *ctx);
  * device. Needs a libftrt built with CUDA (tests use the simulated device of ftrt_sim.h, a test
  * arrangement, instead: the test knob FTRT_TEST_SIM_DEVICE=1). */
 #define FTRT_REGION_DEVICE 2u
+/* Or'ed with the others: ftrt_restore() from a checkpoint that lacks the region (or holds it
+ * with another kind or size) leaves its memory as the caller set it (an INFO line says so)
+ * instead of refusing the checkpoint with FTRT_EMISMATCH. For records added after a job began, so that its older checkpoints still
+ * restore (the PyTorch binding's layout record, "py:layout", is one). A checkpoint that has
+ * the region restores it as any other; everything else (snapshots, recoveries, replicas,
+ * fingerprints) treats it as its kind says. */
+#define FTRT_REGION_OPTIONAL 4u
 
 /*
  * Registers `bytes` bytes of memory at `ptr` as checkpointed and recovered state.
@@ -395,7 +402,8 @@ FTRT_API int ftrt_epoch(const ftrt_ctx *ctx);
  *          or ftrt_checkpoint() returns) and in ftrt_step_done() (fingerprints, partner
  *          replica refreshes), and writes it in ftrt_restore() and ftrt_recover(); at no
  *          other time.
- *   flags: FTRT_REGION_REPLICATED or FTRT_REGION_SHARDED, optionally | FTRT_REGION_DEVICE.
+ *   flags: FTRT_REGION_REPLICATED or FTRT_REGION_SHARDED, optionally | FTRT_REGION_DEVICE
+ *          and | FTRT_REGION_OPTIONAL.
  * Every trainer registers the same regions in the same order (sizes of SHARDED regions may
  * differ). Regions may be added and removed (ftrt_unregister()) between checkpoints; the next
  * checkpoint holds the regions registered when it starts.

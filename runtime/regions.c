@@ -134,13 +134,12 @@ static int device_refused(const char *name, ftrt__region_loc loc)
 
 int ftrt_register(ftrt_ctx *ctx, const char *name, void *ptr, size_t bytes, unsigned flags)
 {
+    const unsigned known = FTRT_REGION_SHARDED | FTRT_REGION_DEVICE | FTRT_REGION_OPTIONAL;
     if (!ctx || !name || !*name || strlen(name) >= FTRT__NAME_MAX || (!ptr && bytes) ||
-        (flags & ~(unsigned)(FTRT_REGION_SHARDED | FTRT_REGION_DEVICE))) {
+        (flags & ~known)) {
         ftrt_log_error("ftrt_register: bad argument (name \"%s\", ptr %p, flags %#x%s)",
                        name ? name : "(null)", ptr, flags,
-                       flags & ~(unsigned)(FTRT_REGION_SHARDED | FTRT_REGION_DEVICE)
-                           ? ": unknown flag bits"
-                           : "");
+                       flags & ~known ? ": unknown flag bits" : "");
         return FTRT_EINVAL;
     }
     if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
@@ -168,6 +167,7 @@ int ftrt_register(ftrt_ctx *ctx, const char *name, void *ptr, size_t bytes, unsi
     r->bytes = bytes;
     r->kind = kind;
     r->loc = loc;
+    r->optional = (flags & FTRT_REGION_OPTIONAL) != 0;
     return ctx->nregs++;
 }
 

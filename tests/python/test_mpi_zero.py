@@ -158,3 +158,37 @@ def test_zero_partners_killed_fall_back_to_the_checkpoint(work, ref1):
     assert last["resume_step"] % 8 == 0, fails  # a committed checkpoint's step
     assert params(d) == params(ref1.dir), "final parameters differ from the undisturbed run"
     assert final_state(job.out) == final_state(ref1.out)
+
+
+def export(job, name):
+    """The newest committed step of job's checkpoint exported (tools/ftrt-ckpt export)."""
+    import subprocess
+    import torch
+    out = os.path.join(job.dir, f"{name}.pt")
+    p = subprocess.run([PYTHON, os.path.join(REPO, "tools", "ftrt-ckpt"), "export",
+                        os.path.join(job.dir, "ckpt"), "--out", out, "--no-safetensors"],
+                       capture_output=True, text=True, env=job_env({}))
+    assert p.returncode == 0, p.stdout + p.stderr
+    return torch.load(out), p.stdout
+
+
+def test_zero_checkpoint_exports_as_the_unsharded_optimizer(ref0, ref1):
+    """`ftrt-ckpt export` of the ZeRO-1 job gathers every rank's AdamW shard and cuts each
+    parameter's state out of it: the exported model and optimizer state_dict equal, tensor
+    for tensor and bitwise, the export of the replicated job at the same step."""
+    import torch
+    a, _ = export(ref0, "replicated")
+    b, out = export(ref1, "zero")
+    assert "gathered from 4 ranks" in out or "gathered from 4 ranks" in str(b["ftrt"]), out
+    assert a["model"].keys() == b["model"].keys()
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+    sa, sb = a["optimizer"]["state"], b["optimizer"]["state"]
+    assert sa.keys() == sb.keys() and len(sa) > 0
+    for i in sa:
+        assert sa[i].keys() == sb[i].keys(), i
+        for key in sa[i]:
+            assert torch.equal(sa[i][key], sb[i][key]), (i, key)
+    ga, gb = a["optimizer"]["param_groups"], b["optimizer"]["param_groups"]
+    assert [g["params"] for g in ga] == [g["params"] for g in gb]
+    assert ga[0]["lr"] == gb[0]["lr"] and ga[0]["betas"] == gb[0]["betas"]

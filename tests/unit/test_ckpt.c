@@ -177,6 +177,44 @@ static int load_logged(const char *dir, int64_t step, int n, state *s, char *msg
     return rc;
 }
 
+/* A region registered FTRT_REGION_OPTIONAL that the checkpoint lacks is left as the caller
+ * set it and the rest restores; one that the checkpoint has restores as any other. */
+static void test_optional_region(void **st)
+{
+    (void)st;
+    char dir[4096];
+    make_tmpdir(dir, sizeof dir);
+    checkpoint_all(dir, 9, 2, 1, 2);
+    state s;
+    make_state(&s, 9, 0, 1, 1);
+    add_region(&s, "added-later", 16, FTRT__KIND_REPLICATED);
+    memset(s.r[s.n - 1].ptr, 0x5a, 16);
+    assert_int_equal(ftrt__ckpt_load(dir, 9, 0, 2, s.r, s.n), FTRT_EMISMATCH);
+    s.r[s.n - 1].optional = 1;
+    assert_int_equal(ftrt__ckpt_load(dir, 9, 0, 2, s.r, s.n), 0);
+    for (int i = 0; i < 16; i++) assert_int_equal(((unsigned char *)s.r[s.n - 1].ptr)[i], 0x5a);
+    state ref;
+    make_state(&ref, 9, 0, 1, 0);
+    assert_memory_equal(s.r[0].ptr, ref.r[0].ptr, ref.r[0].bytes); /* the rest restored */
+    free_state(&ref);
+    free_state(&s);
+    make_state(&s, 9, 0, 1, 1);
+    s.r[1].optional = 1; /* present but of another size: left as it is */
+    s.r[1].bytes -= 1;
+    memset(s.r[1].ptr, 0x33, s.r[1].bytes);
+    assert_int_equal(ftrt__ckpt_load(dir, 9, 0, 2, s.r, s.n), 0);
+    assert_int_equal(((unsigned char *)s.r[1].ptr)[0], 0x33);
+    s.r[1].bytes += 1;
+    s.r[1].optional = 0;
+    s.r[0].optional = 1; /* present in the checkpoint: restored all the same */
+    assert_int_equal(ftrt__ckpt_load(dir, 9, 0, 2, s.r, s.n), 0);
+    make_state(&ref, 9, 0, 1, 0);
+    assert_memory_equal(s.r[0].ptr, ref.r[0].ptr, ref.r[0].bytes);
+    free_state(&ref);
+    free_state(&s);
+    rm_rf(dir);
+}
+
 /* Registered regions must match the checkpoint's by name, size and kind. */
 static void test_region_mismatch(void **st)
 {
@@ -534,6 +572,7 @@ int main(void)
         cmocka_unit_test(test_replicated_other_nranks),
         cmocka_unit_test(test_sharded_other_nranks),
         cmocka_unit_test(test_region_mismatch),
+        cmocka_unit_test(test_optional_region),
         cmocka_unit_test(test_commit_threads),
         cmocka_unit_test(test_large_table),
         cmocka_unit_test(test_uncommitted_not_listed),

@@ -91,7 +91,7 @@ static void unknown_flags(void **state)
 {
     fixture *f = *state;
     char m[64];
-    assert_int_equal(ftrt_register(f->ctx, "odd", m, sizeof m, 4u), FTRT_EINVAL);
+    assert_int_equal(ftrt_register(f->ctx, "odd", m, sizeof m, 8u), FTRT_EINVAL);
     assert_non_null(strstr(ftrt_last_error(), "\"odd\""));
     assert_non_null(strstr(ftrt_last_error(), "unknown flag bits"));
     assert_int_equal(ftrt_register(f->ctx, "odd", m, sizeof m, 0x80000000u), FTRT_EINVAL);
@@ -103,6 +103,10 @@ static void unknown_flags(void **state)
     assert_int_equal(f->ctx->regs[0].loc, FTRT__LOC_HOST);
     assert_int_equal(f->ctx->regs[1].kind, FTRT__KIND_SHARDED);
     assert_int_equal(f->ctx->regs[1].loc, FTRT__LOC_HOST);
+    assert_int_equal(ftrt_register(f->ctx, "o", m + 16, 8,
+                                   FTRT_REGION_SHARDED | FTRT_REGION_OPTIONAL), 2);
+    assert_int_equal(f->ctx->regs[2].kind, FTRT__KIND_SHARDED);
+    assert_true(f->ctx->regs[2].optional && !f->ctx->regs[1].optional);
 }
 
 /* A stand-in for libftrt_gpu's device hook: ftrt_register() accepts device regions with it.

@@ -153,6 +153,7 @@ class _Mapper:
                 t = self.tensor(region, f"optimizer state {idx}.{key}")
                 if t is not None:
                     state.setdefault(int(idx), {})[key] = t
+        self._sharded_state(state)
         hyper = (pystate or {}).get("param_groups")
         if hyper is None or len(hyper) != len(opt["param_groups"]):
             self.ex.unmapped.append("optimizer param_groups hyperparameters (lr, ...): not "
@@ -161,6 +162,43 @@ class _Mapper:
             hyper = [{} for _ in opt["param_groups"]]
         groups = [dict(h, params=list(g["params"])) for h, g in zip(hyper, opt["param_groups"])]
         return {"state": state, "param_groups": groups}
+
+
+    def _flat(self, region: str, desc: Dict[str, Any]) -> Optional[torch.Tensor]:
+        """The group's flat state of a ZeRO region: every rank's slice in rank order (a
+        scalar region: rank 0's), or None with an unmapped line."""
+        ranks = self.regions.sharded.get(region)
+        if not ranks:
+            self.ex.unmapped.append(f"sharded state \"{region}\": not in the checkpoint")
+            return None
+        self.used.add(region)
+        try:
+            if desc["scalar"]:
+                return _typed(ranks[min(ranks)], desc["dtype"], desc["shape"])
+            n = len(ranks)
+            if sorted(ranks) != list(range(n)):
+                raise ValueError(f"ranks {sorted(ranks)} of {n}")
+            return torch.cat([_typed(ranks[r], desc["dtype"], [desc["per_rank"]])
+                              for r in range(n)])
+        except ValueError as e:
+            self.ex.unmapped.append(f"sharded state \"{region}\": {e}")
+            return None
+
+    def _sharded_state(self, state: Dict[int, Dict[str, Any]]) -> None:
+        """ZeroOptimizer's state (layout "sharded"): each parameter's slice of the gathered
+        flat state, as the unsharded optimizer would hold it (a scalar such as Adam's step
+        given to every parameter of the group)."""
+        for region, desc in self.layout.get("sharded", {}).items():
+            flat = self._flat(region, desc)
+            if flat is None:
+                continue
+            for idx, off, shape in desc["params"]:
+                n = math.prod(int(d) for d in shape)
+                t = flat.clone() if desc["scalar"] else flat[off:off + n].reshape(shape).clone()
+                state.setdefault(int(idx), {})[desc["key"]] = t
+            if not desc["scalar"]:
+                self.ex.notes.append(f"sharded state \"{region}\": {len(flat)} elements "
+                                     f"gathered from {len(flat) // desc['per_rank']} ranks")
 
 
 def _pystate(regions: Regions, trust_pickle: bool, ex: Export) -> Optional[Dict[str, Any]]:
@@ -215,9 +253,6 @@ def _build_torch(regions: Regions, layout: Dict[str, Any], trust_pickle: bool) -
     if py is None and PYSTATE_REGION not in regions.replicated:
         ex.notes.append("no py:state (not a FaultTolerant job): no scheduler, scaler or "
                         "extra state")
-    if layout.get("sharded"):
-        ex.unmapped += [f"sharded flat state \"{k}\": not exported by this version (ZeRO)"
-                        for k in layout["sharded"]]
     left = [n for n in regions.order if n not in m.used]
     for n in left:
         if n in layout["tensors"]:  # e.g. a non-persistent buffer: registered, no key

@@ -96,7 +96,8 @@ from . import pytorch_buffers as _buffers
 from . import pytorch_flops as _flops
 from .pytorch_gpu import cuda_device as _cuda_device
 from .pytorch_grad import GradAverager, recover
-from .pytorch_state import StateRegistry, init_optimizer_state, region_name, register_state
+from .pytorch_state import (StateRegistry, init_optimizer_state, region_name, register_layout,
+                            register_state)
 from . import pytorch_zero as _zero_mod
 from .pytorch_zero import LocalGrads, ZeroOptimizer
 
@@ -379,9 +380,12 @@ class FaultTolerant:
         self.buffers = _buffers.BufferSync(model, broadcast_buffers)
         self.registry = register_state(
             ctx, model, optimizer if self._zero is None else None,
-            buffer_flags=_lib.REGION_REPLICATED if broadcast_buffers else _lib.REGION_SHARDED)
+            buffer_flags=_lib.REGION_REPLICATED if broadcast_buffers else _lib.REGION_SHARDED,
+            layout=self._zero is None)
         if self._zero is not None:
             self._zero.register(ctx)  # its state: SHARDED regions "zero:g<group>:<key>"
+            names = {id(p): n for n, p in model.named_parameters()}
+            register_layout(ctx, self.registry, model, zero=self._zero.layout_part(names))
             if not self.checkpoint_every and \
                     os.environ.get("FTRT_SHARD_REPLICA_EVERY", "0").strip() in ("0", "-1"):
                 self._log("ftrt: warning: ZeroOptimizer's state is sharded and neither "

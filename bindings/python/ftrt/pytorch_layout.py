@@ -22,10 +22,14 @@ Document (format "ftrt-layout", version 1; JSON, UTF-8, no padding; docs/checkpo
                           "state": {"<index>": {"<state key>": <region>}}},
      "sharded": {}}
 
-"sharded" is reserved for flat state split over the trainers (ZeRO, SHARDED regions): an
-entry per region name {"flat": <name>, "numel": <padded elements>, "dtype": ...,
-"params": [[<param name>, <element offset>, <shape>], ...]}, rank r of N holding elements
-[numel*r/N, numel*(r+1)/N) of the flat tensor; this version writes it empty.
+"sharded" describes flat state split over the trainers (ftrt.pytorch.ZeroOptimizer's state,
+SHARDED regions "zero:g<group>:<key>"; empty otherwise): an entry per region name
+{"group": <param group>, "key": <state key>, "dtype": ..., "per_rank": <elements each rank
+holds>, "scalar": <true for a per-shard scalar such as Adam's step, the same on every rank>,
+"shape": <the region's shape>, "params": [[<param index>, <element offset>, <shape>], ...]}:
+rank r of N holds elements [r*per_rank, (r+1)*per_rank) of the group's flat tensor (zero
+padded at the end), parameter i its elements [offset, offset + numel). "optimizer" is then the
+inner optimizer class's, numbered over the ZeroOptimizer's param_groups, with "state" {}.
 """
 import json
 from typing import Any, Dict, List, Optional
@@ -82,15 +86,18 @@ def _optimizer_part(optimizer: torch.optim.Optimizer, param_name: Dict[int, str]
 
 
 def build_layout(model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer],
-                 entries: List[Any]) -> bytes:
+                 entries: List[Any], zero: Optional[Dict[str, Any]] = None) -> bytes:
     """The layout document (UTF-8 JSON bytes) of the regions in `entries`: StateRegistry
     entries (region name, tensor, data_ptr, optimizer owner (param, key) or None), registered
     for `model` and `optimizer` (None: "optimizer" is null). Deterministic: the same model
-    structure and registration give the same bytes on every trainer."""
+    structure and registration give the same bytes on every trainer. zero: a ZeroOptimizer's
+    {"optimizer": ..., "sharded": ...} (ZeroOptimizer.layout_part()), replacing those parts."""
     tensors: Dict[str, Any] = {}
     region_of: Dict[int, str] = {}
     region_of_state: Dict[Any, str] = {}
     for name, t, _, owner in entries:
+        if name == LAYOUT_REGION:
+            continue  # (a rebuilt record does not describe itself)
         tensors[name] = _tensor_desc(t)
         region_of.setdefault(id(t), name)
         if owner is not None:
@@ -101,6 +108,8 @@ def build_layout(model: torch.nn.Module, optimizer: Optional[torch.optim.Optimiz
            "optimizer": None if optimizer is None else
            _optimizer_part(optimizer, param_name, region_of_state),
            "sharded": {}}
+    if zero is not None:  # a ZeroOptimizer's: its class, numbering and flat shards
+        doc["optimizer"], doc["sharded"] = zero["optimizer"], zero["sharded"]
     return json.dumps(doc, separators=(",", ":")).encode()
 
 

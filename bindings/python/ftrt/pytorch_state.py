@@ -16,10 +16,11 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from . import Context
-from ._lib import REGION_REPLICATED
+from ._lib import REGION_OPTIONAL, REGION_REPLICATED
 from .pytorch_layout import LAYOUT_REGION, build_layout, layout_tensor
 
-__all__ = ["region_name", "init_optimizer_state", "StateRegistry", "register_state"]
+__all__ = ["region_name", "init_optimizer_state", "StateRegistry", "register_state",
+           "register_layout"]
 
 _NAME_MAX = 63  # bytes of a region name (ftrt_register)
 
@@ -126,10 +127,9 @@ def register_state(ctx: Context, model: torch.nn.Module,
     Regions, in this order (every trainer registers the same): "param:<name>" per
     model.named_parameters(), "buffer:<name>" per floating-point/integer buffer when `buffers`,
     then "optim:<param name>:<state key>" per optimizer parameter and state key (sorted), and
-    with `layout` (default) "py:layout", REPLICATED: the layout record that lets
-    `python3 -m ftrt.ckpt export` name the checkpoint's tensors (ftrt/pytorch_layout.py; a
-    job relaunched from a checkpoint written without it must pass layout=False, as restore
-    wants every registered region). Every tensor must be contiguous. Returns a StateRegistry. Raises FtrtError from
+    with `layout` (default) "py:layout", REPLICATED and OPTIONAL: the layout record that lets
+    `python3 -m ftrt.ckpt export` name the checkpoint's tensors (ftrt/pytorch_layout.py;
+    register_layout(); a checkpoint written before the record existed still restores). Every tensor must be contiguous. Returns a StateRegistry. Raises FtrtError from
     ftrt_register() (FtrtInvalid: duplicate name; FtrtNotSupported: CUDA without a CUDA
     libftrt; FtrtState: not a trainer), ValueError (non-contiguous tensor)."""
     reg = StateRegistry(optimizer)
@@ -162,6 +162,19 @@ def register_state(ctx: Context, model: torch.nn.Module,
                     pname = names.get(p, f"g{gi}.{pi}")
                     add(region_name("optim", pname, key), v, (p, key))
     if layout:
-        reg.layout_doc = build_layout(model, optimizer, reg.entries)
-        add(LAYOUT_REGION, layout_tensor(reg.layout_doc), fl=REGION_REPLICATED)
+        register_layout(ctx, reg, model, optimizer)
     return reg
+
+
+def register_layout(ctx: Context, reg: StateRegistry, model: torch.nn.Module,
+                    optimizer: Optional[torch.optim.Optimizer] = None,
+                    zero: Optional[Dict[str, Any]] = None) -> None:
+    """Registers the layout record of reg's regions (ftrt/pytorch_layout.py) as region
+    "py:layout", REPLICATED and OPTIONAL (FTRT_REGION_OPTIONAL: a checkpoint written before
+    the record existed still restores, the record then left as built here), and appends it to
+    reg. zero: a ZeroOptimizer's part of the record (ZeroOptimizer.layout_part()), in place of
+    `optimizer`'s. Raises FtrtError from ftrt_register()."""
+    reg.layout_doc = build_layout(model, optimizer, reg.entries, zero)
+    t = layout_tensor(reg.layout_doc)
+    ctx.register(LAYOUT_REGION, t, flags=REGION_REPLICATED | REGION_OPTIONAL)
+    reg.entries.append((LAYOUT_REGION, t, t.data_ptr(), None))

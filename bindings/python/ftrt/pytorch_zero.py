@@ -221,6 +221,31 @@ class ZeroOptimizer(torch.optim.Optimizer):
                 names.append(name)
         return names
 
+    def layout_part(self, param_name: Dict[int, str]) -> Dict[str, Any]:
+        """This optimizer's part of the checkpoint's layout record (ftrt/pytorch_layout.py,
+        "sharded"): {"optimizer": the inner class, its param_groups numbered over this
+        optimizer's (names from param_name, id(param) -> name), "state": {}}, "sharded": per
+        SHARDED region, how its rank slices make the group's flat state and which elements
+        are whose}. The same on every trainer. After bind()."""
+        inner = self._inner()
+        groups, sharded, index = [], {}, 0
+        for gi, grp in enumerate(self.groups):
+            ids = list(range(index, index + len(grp.params)))
+            index += len(grp.params)
+            groups.append({"params": ids,
+                           "names": [param_name.get(id(p), f"#{i}")
+                                     for i, p in zip(ids, grp.params)]})
+            placed = [[i, off, list(p.shape)] for i, p, off in zip(ids, grp.params, grp.offsets)]
+            for key, t in sorted(inner.state[grp.shard].items(), key=lambda kv: str(kv[0])):
+                sharded[region_name("zero", f"g{gi}", key)] = {
+                    "group": gi, "key": str(key), "dtype": str(t.dtype).replace("torch.", ""),
+                    "per_rank": grp.per_rank, "scalar": t.numel() != grp.per_rank,
+                    "shape": list(t.shape), "params": placed}
+        cls = self.optimizer_class
+        return {"optimizer": {"class": f"{cls.__module__}.{cls.__qualname__}",
+                              "param_groups": groups, "state": {}},
+                "sharded": sharded}
+
     def reshard(self) -> None:
         """Cuts this trainer's shard again from the parameters (after a restore or a recovery
         wrote them)."""
