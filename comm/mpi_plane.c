@@ -179,8 +179,7 @@ int ftrt__plane_broadcast(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dt
 
 /* The checks of a reduce-scatter or an all-gather: those of every collective (both buffers),
  * count * (size + 1) elements within size_t, and recv overlapping send only where one is a
- * whole block of the other (reduce-scatter: recv == send + k * count elements, all-gather:
- * send == recv + k * count, 0 <= k < size), the one aliasing the chunked pipeline keeps
+ * whole block of the other (ftrt__rsag_alias_ok), the one aliasing the chunked pipeline keeps
  * exact: a chunk never writes what a later chunk reads. */
 static int rsag_check(ftrt__plane *p, ftrt__coll coll, const void *send, const void *recv,
                       size_t count, ftrt_dtype dtype, ftrt_op op, MPI_Datatype *t, MPI_Op *o,
@@ -191,17 +190,10 @@ static int rsag_check(ftrt__plane *p, ftrt__coll coll, const void *send, const v
     if (rc) return rc;
     size_t n = (size_t)p->size;
     if (count > SIZE_MAX / 8 / (n + 1)) return FTRT_EINVAL;
-    if (!count) return 0;
-    int rs = coll == FTRT__COLL_RSCATTER;
-    uintptr_t big = (uintptr_t)(rs ? send : recv), small = (uintptr_t)(rs ? recv : send);
-    size_t block = count * *es;
-    if (small + block <= big || big + n * block <= small) return 0; /* disjoint */
-    if (small < big || (small - big) % block) {
-        ftrt_log_warn("%s: the buffers overlap other than at a whole block: refused",
-                      rs ? "ftrt_reduce_scatter" : "ftrt_allgather");
-        return FTRT_EINVAL;
-    }
-    return 0;
+    if (ftrt__rsag_alias_ok(coll, send, recv, count, *es, p->size)) return 0;
+    ftrt_log_warn("%s: the buffers overlap other than at a whole block: refused",
+                  coll == FTRT__COLL_RSCATTER ? "ftrt_reduce_scatter" : "ftrt_allgather");
+    return FTRT_EINVAL;
 }
 
 /* The blocking reduce-scatter or all-gather: send is staged in the plane's buffer (the layout
