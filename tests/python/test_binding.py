@@ -53,6 +53,7 @@ C_TO_CTYPES = {
     "int": ctypes.c_int, "int *": ctypes.POINTER(ctypes.c_int), "unsigned": ctypes.c_uint, "size_t": ctypes.c_size_t,
     "int64_t": ctypes.c_int64, "double": ctypes.c_double, "const char *": ctypes.c_char_p,
     "ftrt_dtype": ctypes.c_int, "ftrt_op": ctypes.c_int, "void *": ctypes.c_void_p,
+    "const void *": ctypes.c_void_p,
     "cudaStream_t": ctypes.c_void_p,
     "int64_t *": ctypes.POINTER(ctypes.c_int64), "double *": ctypes.POINTER(ctypes.c_double),
     "char *": ctypes.c_char_p,
