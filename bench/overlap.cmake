@@ -29,3 +29,8 @@ if(TARGET ftrt_gpu_kernels)
   set_target_properties(pack_gpu_bench PROPERTIES LINKER_LANGUAGE C
     RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bench)
 endif()
+# bench/rsag_bench: ftrt_reduce_scatter / ftrt_allgather against MPI_Reduce_scatter_block /
+# MPI_Allgather in the same job (see the file's header; bench/rsag_bench.sh runs it).
+add_executable(rsag_bench ${CMAKE_CURRENT_LIST_DIR}/rsag_bench.c)
+target_link_libraries(rsag_bench PRIVATE ftrt::ftrt MPI::MPI_C)
+set_target_properties(rsag_bench PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bench)

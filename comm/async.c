@@ -530,6 +530,16 @@ void ftrt__rsag_unpack(ftrt__coll coll, int nranks, size_t count, size_t es, voi
     }
 }
 
+int ftrt__rsag_alias_ok(ftrt__coll coll, const void *send, const void *recv, size_t count,
+                        size_t es, int nranks)
+{
+    int rs = coll == FTRT__COLL_RSCATTER;
+    uintptr_t big = (uintptr_t)(rs ? send : recv), small = (uintptr_t)(rs ? recv : send);
+    size_t block = count * es;
+    if (!block || small + block <= big || big + (size_t)nranks * block <= small) return 1;
+    return small >= big && (small - big) % block == 0;
+}
+
 /* ---- the MPI transport ---- */
 
 /* Application thread: the request runs on the duplicate of the plane's current communicator,

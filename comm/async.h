@@ -84,6 +84,12 @@ void ftrt__rsag_pack(ftrt__coll coll, int nranks, size_t count, size_t es, const
                      void *staging, size_t off, size_t cnt, void **sbuf, void **rbuf);
 void ftrt__rsag_unpack(ftrt__coll coll, int nranks, size_t count, size_t es, void *recv,
                        const void *staging, size_t off, size_t cnt);
+/* 1 when a reduce-scatter's (coll) or all-gather's buffers over nranks members may be used
+ * together: disjoint, or the one-block side exactly one whole block of the other
+ * (reduce-scatter: recv == send + k * count elements, all-gather: send == recv + k * count,
+ * 0 <= k < nranks), the only overlap the chunked pipeline keeps exact; else 0. */
+int ftrt__rsag_alias_ok(ftrt__coll coll, const void *send, const void *recv, size_t count,
+                        size_t es, int nranks);
 /* Starts collective coll of `count` elements (per rank for reduce-scatter and all-gather) of
  * MPI type t (op o, root for a broadcast) on comm: MPI_Iallreduce in place at sbuf,
  * MPI_Ibcast at sbuf, MPI_Ireduce_scatter_block(sbuf -> rbuf) or MPI_Iallgather(sbuf ->

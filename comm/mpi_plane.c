@@ -179,8 +179,7 @@ int ftrt__plane_broadcast(ftrt__plane *p, void *buf, size_t count, ftrt_dtype dt
 
 /* The checks of a reduce-scatter or an all-gather: those of every collective (both buffers),
  * count * (size + 1) elements within size_t, and recv overlapping send only where one is a
- * whole block of the other (reduce-scatter: recv == send + k * count elements, all-gather:
- * send == recv + k * count, 0 <= k < size), the one aliasing the chunked pipeline keeps
+ * whole block of the other (ftrt__rsag_alias_ok), the one aliasing the chunked pipeline keeps
  * exact: a chunk never writes what a later chunk reads. */
 static int rsag_check(ftrt__plane *p, ftrt__coll coll, const void *send, const void *recv,
                       size_t count, ftrt_dtype dtype, ftrt_op op, MPI_Datatype *t, MPI_Op *o,
@@ -191,23 +190,50 @@ static int rsag_check(ftrt__plane *p, ftrt__coll coll, const void *send, const v
     if (rc) return rc;
     size_t n = (size_t)p->size;
     if (count > SIZE_MAX / 8 / (n + 1)) return FTRT_EINVAL;
-    if (!count) return 0;
-    int rs = coll == FTRT__COLL_RSCATTER;
-    uintptr_t big = (uintptr_t)(rs ? send : recv), small = (uintptr_t)(rs ? recv : send);
-    size_t block = count * *es;
-    if (small + block <= big || big + n * block <= small) return 0; /* disjoint */
-    if (small < big || (small - big) % block) {
-        ftrt_log_warn("%s: the buffers overlap other than at a whole block: refused",
-                      rs ? "ftrt_reduce_scatter" : "ftrt_allgather");
-        return FTRT_EINVAL;
+    if (ftrt__rsag_alias_ok(coll, send, recv, count, *es, p->size)) return 0;
+    ftrt_log_warn("%s: the buffers overlap other than at a whole block: refused",
+                  coll == FTRT__COLL_RSCATTER ? "ftrt_reduce_scatter" : "ftrt_allgather");
+    return FTRT_EINVAL;
+}
+
+/* Starts chunk after chunk of a staged reduce-scatter or all-gather on the plane's
+ * communicator (the layout of comm/async.h in p->buf, chunks of about FTRT__CHUNK_BYTES in all,
+ * each packed just before it starts), then waits for them all inside the host's wait bracket.
+ * 0, or FTRT_EMPI / the watch's code (requests still in flight on p->buf are then waited for
+ * or, after an epoch change, abandoned with it: ftrt__plane_abandon buries p->buf). */
+static int rsag_chunks(ftrt__plane *p, ftrt__coll coll, const void *send, size_t count,
+                       size_t es, MPI_Datatype t, MPI_Op o, size_t chunk, int nchunks)
+{
+    size_t m = (size_t)(nchunks ? nchunks : 1);
+    MPI_Request *reqs = malloc(m * sizeof *reqs);
+    int *idx = malloc(m * sizeof *idx);
+    int started = 0, rc = reqs && idx ? 0 : -ENOMEM;
+    while (!rc && started < nchunks) {
+        size_t off = (size_t)started * chunk, n = count - off < chunk ? count - off : chunk;
+        void *sbuf, *rbuf;
+        ftrt__rsag_pack(coll, p->size, count, es, send, p->buf, off, n, &sbuf, &rbuf);
+        int e = ftrt__mpi_icoll(coll, sbuf, rbuf, (int)n, t, o, 0, p->comm, &reqs[started]);
+        if (e == MPI_SUCCESS) { /* progress the chunks in flight before packing the next */
+            int done = 0;
+            started++;
+            e = MPI_Testsome(started, reqs, &done, idx, MPI_STATUSES_IGNORE);
+        }
+        if (e != MPI_SUCCESS) rc = ftrt__plane_mpi_error(p, e);
     }
-    return 0;
+    ftrt__host_wait_begin(&p->host);
+    int w = reqs ? ftrt__plane_waitall(p, started, reqs) : 0;
+    ftrt__host_wait_end(&p->host, rc ? rc : w);
+    free(reqs);
+    free(idx);
+    return rc ? rc : w;
 }
 
 /* The blocking reduce-scatter or all-gather: send is staged in the plane's buffer (the layout
- * of comm/async.h), the collective runs there in calls of at most 2^28 elements per rank, each
- * polled, and recv is written only once every call completed, so an error leaves it unchanged
- * (recv may alias send at a whole block: every read precedes every write). */
+ * of comm/async.h), the collective runs there in pipelined chunks of about FTRT__CHUNK_BYTES
+ * in all (rsag_chunks: the chunk's pieces stay in cache, which measured faster than one call
+ * on the whole vector; docs/benchmarks.md), and recv is written only once every chunk
+ * completed, so an error leaves it unchanged (recv may alias send at a whole block: every read
+ * precedes every write). */
 static int staged_rsag(ftrt__plane *p, ftrt__coll coll, const void *send, void *recv,
                        size_t count, ftrt_dtype dtype, ftrt_op op)
 {
@@ -223,17 +249,12 @@ static int staged_rsag(ftrt__plane *p, ftrt__coll coll, const void *send, void *
         p->buf = n;
         p->buf_cap = bytes;
     }
-    const size_t chunk = (size_t)1 << 28; /* elements per rank and MPI call: below INT_MAX */
-    for (size_t off = 0; off < count; off += chunk) {
-        size_t n = count - off < chunk ? count - off : chunk;
-        void *sbuf, *rbuf;
-        ftrt__rsag_pack(coll, p->size, count, es, send, p->buf, off, n, &sbuf, &rbuf);
-        MPI_Request req;
-        int e = ftrt__mpi_icoll(coll, sbuf, rbuf, (int)n, t, o, 0, p->comm, &req);
-        if (e != MPI_SUCCESS) return ftrt__plane_mpi_error(p, e);
-        rc = ftrt__plane_wait(p, &req);
-        if (rc) return ftrt__watch_note(p->watch, rc);
-    }
+    size_t unit = es * (size_t)p->size, chunk = FTRT__CHUNK_BYTES / unit;
+    if (!chunk) chunk = 1;
+    if (count / chunk >= INT_MAX - 1) return FTRT_EINVAL;
+    int nchunks = (int)((count + chunk - 1) / chunk);
+    rc = rsag_chunks(p, coll, send, count, es, t, o, chunk, nchunks);
+    if (rc) return ftrt__watch_note(p->watch, rc);
     for (size_t off = 0; off < count; off += chunk)
         ftrt__rsag_unpack(coll, p->size, count, es, recv, p->buf, off,
                           count - off < chunk ? count - off : chunk);

@@ -1,6 +1,9 @@
 /*
- * nccl_plane.c - the GPU data plane: NCCL allreduces of buckets (and broadcasts) on a dedicated
- * communication stream, failure-aware (ftrt_gpu.h has the model; libftrt_gpu only).
+ * nccl_plane.c - the GPU data plane: NCCL allreduces of buckets (and broadcasts, reduce-scatters
+ * and all-gathers) on a dedicated communication stream, failure-aware (ftrt_gpu.h has the
+ * model; libftrt_gpu only). A reduce-scatter or all-gather stages both sides in one device
+ * buffer (comm/async.h's layout, unchunked): pack the send side, NCCL from it into the receive
+ * side, guarded unpack into the application's receive buffer.
  *
  * One collective on the communication stream:
  *   wait for the producer (event) -> pack kernel (tensors -> plane-owned device bucket)
@@ -388,18 +391,35 @@ static ncclDataType_t nccl_type(int t)
 
 static ncclRedOp_t nccl_op(int op) { return op == FTRT_MIN ? ncclMin : op == FTRT_MAX ? ncclMax : ncclSum; }
 
-/* Enqueues collective coll on the bucket (in place) on the plane's stream; with a nonblocking
- * communicator, waits (polled with the watch) until NCCL accepted it. 0, FTRT_ENCCL or the
- * watch's code. */
-static int nccl_enqueue(ftrt_gpu *g, ftrt__coll coll, int root, void *bucket, size_t count,
-                        int dtype, int op)
+/* Calls NCCL's collective coll: in place on the bucket (allreduce, broadcast), or from the
+ * bucket into rbuf (reduce-scatter, all-gather: count per rank). */
+static ncclResult_t nccl_call(ftrt_gpu *g, ftrt__coll coll, int root, void *bucket, void *rbuf,
+                              size_t count, int dtype, int op, const char **name)
 {
-    const char *name = coll == FTRT__COLL_BCAST ? "ncclBroadcast" : "ncclAllReduce";
-    ncclResult_t nr = coll == FTRT__COLL_BCAST
-                          ? ncclBroadcast(bucket, bucket, count, nccl_type(dtype), root, g->comm,
-                                          g->stream)
-                          : ncclAllReduce(bucket, bucket, count, nccl_type(dtype), nccl_op(op),
-                                          g->comm, g->stream);
+    ncclDataType_t t = nccl_type(dtype);
+    switch (coll) {
+    case FTRT__COLL_BCAST:
+        *name = "ncclBroadcast";
+        return ncclBroadcast(bucket, bucket, count, t, root, g->comm, g->stream);
+    case FTRT__COLL_RSCATTER:
+        *name = "ncclReduceScatter";
+        return ncclReduceScatter(bucket, rbuf, count, t, nccl_op(op), g->comm, g->stream);
+    case FTRT__COLL_ALLGATHER:
+        *name = "ncclAllGather";
+        return ncclAllGather(bucket, rbuf, count, t, g->comm, g->stream);
+    default:
+        *name = "ncclAllReduce";
+        return ncclAllReduce(bucket, bucket, count, t, nccl_op(op), g->comm, g->stream);
+    }
+}
+
+/* Enqueues collective coll (nccl_call) on the plane's stream; with a nonblocking communicator,
+ * waits (polled with the watch) until NCCL accepted it. 0, FTRT_ENCCL or the watch's code. */
+static int nccl_enqueue(ftrt_gpu *g, ftrt__coll coll, int root, void *bucket, void *rbuf,
+                        size_t count, int dtype, int op)
+{
+    const char *name = "";
+    ncclResult_t nr = nccl_call(g, coll, root, bucket, rbuf, count, dtype, op, &name);
     int rc = nccl_err(nr, g->comm, name);
     for (long i = 0; !rc && nr == ncclInProgress; i++) { /* nonblocking: enqueue pending */
         if (ncclCommGetAsyncError(g->comm, &nr) != ncclSuccess) nr = ncclInternalError;
@@ -416,14 +436,14 @@ static int nccl_enqueue(ftrt_gpu *g, ftrt__coll coll, int root, void *bucket, si
 int ftrt__gpu_submit(ftrt_gpu *g, const ftrt__seg *segs, int n, size_t count, int dtype, int op,
                      double scale, int in_place, ftrt_request **out)
 {
-    return ftrt__gpu_submit_coll(g, FTRT__COLL_ALLREDUCE, 0, segs, n, count, dtype, op, scale,
-                                 in_place, out);
+    return ftrt__gpu_submit_coll(g, FTRT__COLL_ALLREDUCE, 0, segs, n, NULL, count, dtype, op,
+                                 scale, in_place, out);
 }
 
 /* (comm/nccl_plane.h) */
 int ftrt__gpu_submit_coll(ftrt_gpu *g, ftrt__coll coll, int root, const ftrt__seg *segs, int n,
-                          size_t count, int dtype, int op, double scale, int in_place,
-                          ftrt_request **out)
+                          const ftrt__seg *recv, size_t count, int dtype, int op, double scale,
+                          int in_place, ftrt_request **out)
 {
     ftrt__plane *pl = g->plane;
     *out = NULL;
@@ -436,8 +456,13 @@ int ftrt__gpu_submit_coll(ftrt_gpu *g, ftrt__coll coll, int root, const ftrt__se
     if ((rc = ensure_comm(g)) != 0) return rc;
     gpu_req *r;
     if ((rc = req_get(g, &r)) != 0) return rc;
-    size_t bytes = 0;
+    size_t bytes = 0, rs_off = 0; /* rs_off: the receive side's place in the bucket */
     for (int i = 0; i < n; i++) bytes += segs[i].bytes;
+    if (recv) { /* reduce-scatter / all-gather: both sides staged (comm/async.h's layout) */
+        rs_off = coll == FTRT__COLL_RSCATTER ? bytes : segs[0].bytes;
+        bytes = segs[0].bytes + recv->bytes;
+        in_place = 0;
+    }
     /* in place: the bucket is the tensors' own memory, seen as one tensor by the guarded
      * unpack kernel, which then scales it where it lies (bit-identical to the copy path) */
     ftrt__seg whole = {in_place ? segs[0].ptr : NULL, bytes};
@@ -447,17 +472,25 @@ int ftrt__gpu_submit_coll(ftrt_gpu *g, ftrt__coll coll, int root, const ftrt__se
     } else {
         rc = get_buf(g, 1, bytes, &r->staging);
     }
-    if (!rc) rc = get_buf(g, 0, (size_t)n * sizeof(ftrt__kdesc), &r->desc);
+    if (!rc) rc = get_buf(g, 0, (size_t)(n + !!recv) * sizeof(ftrt__kdesc), &r->desc);
     if (rc) goto unqueued;
     void *bucket = in_place ? whole.ptr : r->staging.p;
-    size_t max_bytes;
-    ftrt__kdesc_fill(r->desc.p, segs, n, &max_bytes);
+    size_t max_bytes, recv_max = 0;
+    ftrt__kdesc *desc = r->desc.p;
+    ftrt__kdesc_fill(desc, segs, n, &max_bytes);
+    if (recv) ftrt__kdesc_fill(desc + n, recv, 1, &recv_max); /* the unpack's, from rs_off */
     if (!in_place)
         rc = ftrt__cuda_err(ftrt__kgpu_pack(bucket, r->desc.p, n, max_bytes, g->stream),
                             "pack kernel");
     if (rc) goto queued;
-    if ((rc = nccl_enqueue(g, coll, root, bucket, count, dtype, op)) != 0) goto queued;
-    if (!in_place || (scale != 1.0 && ftrt__k_scalable(dtype)))
+    rc = nccl_enqueue(g, coll, root, bucket, (char *)bucket + rs_off, count, dtype, op);
+    if (rc) goto queued;
+    if (recv)
+        rc = ftrt__cuda_err(ftrt__kgpu_unpack_scale((char *)bucket + rs_off, desc + n, 1,
+                                                    recv_max, dtype, 1.0, g->guard, g->gen,
+                                                    g->stream),
+                            "unpack kernel");
+    else if (!in_place || (scale != 1.0 && ftrt__k_scalable(dtype)))
         rc = ftrt__cuda_err(ftrt__kgpu_unpack_scale(bucket, r->desc.p, n, max_bytes, dtype,
                                                     scale, g->guard, g->gen, g->stream),
                             "unpack kernel");
@@ -683,48 +716,6 @@ int ftrt__gpu_check_dtype_op(ftrt_dtype dtype, ftrt_op op)
         return FTRT_ENOTSUP;
     }
     return 0;
-}
-
-/* Orders the communication stream after the work queued so far on `producer`. */
-static int after_producer(ftrt_gpu *g, cudaStream_t producer)
-{
-    int rc = ftrt__cuda_err(cudaEventRecord(g->ev_producer, producer), "cudaEventRecord");
-    if (!rc) rc = ftrt__cuda_err(cudaStreamWaitEvent(g->stream, g->ev_producer, 0),
-                                 "cudaStreamWaitEvent");
-    return rc;
-}
-
-/* Checks and starts one collective (coll, with op or root) of buf after `producer`: the
- * returns of ftrt_gpu_allreduce_start / ftrt_gpu_broadcast_start. */
-static int start_coll(ftrt_gpu *g, ftrt__coll coll, int root, void *buf, size_t count,
-                      ftrt_dtype dtype, ftrt_op op, cudaStream_t producer, ftrt_request **req)
-{
-    if (!req) return FTRT_EINVAL;
-    *req = NULL;
-    if (!g || (!buf && count)) return FTRT_EINVAL;
-    if (coll == FTRT__COLL_BCAST && (root < 0 || root >= g->plane->size)) return FTRT_EINVAL;
-    int rc = ftrt__gpu_check_dtype_op(dtype, op);
-    if (rc) return rc;
-    rc = ftrt__watch_check(g->plane->watch);
-    if (rc) return rc;
-    ftrt__seg seg = {buf, count * ftrt__k_esize((int)dtype)};
-    pthread_mutex_lock(&g->lock); /* ev_producer and the stream are shared with posting threads */
-    if ((rc = after_producer(g, producer)) == 0)
-        rc = ftrt__gpu_submit_coll(g, coll, root, &seg, 1, count, dtype, op, 1.0, 0, req);
-    pthread_mutex_unlock(&g->lock);
-    return rc;
-}
-
-int ftrt_gpu_allreduce_start(ftrt_gpu *g, void *buf, size_t count, ftrt_dtype dtype, ftrt_op op,
-                             cudaStream_t producer, ftrt_request **req)
-{
-    return start_coll(g, FTRT__COLL_ALLREDUCE, 0, buf, count, dtype, op, producer, req);
-}
-
-int ftrt_gpu_broadcast_start(ftrt_gpu *g, void *buf, size_t count, ftrt_dtype dtype, int root,
-                             cudaStream_t producer, ftrt_request **req)
-{
-    return start_coll(g, FTRT__COLL_BCAST, root, buf, count, dtype, FTRT_SUM, producer, req);
 }
 
 int ftrt_gpu_connect(ftrt_gpu *g)

@@ -62,12 +62,19 @@ int ftrt__gpu_comm_ready(const struct ftrt_gpu *g);
  * FTRT_ENCCL, FTRT_ECUDA, FTRT_ENOTSUP (a setting the build's NCCL lacks), -ENOMEM. */
 int ftrt__gpu_submit(struct ftrt_gpu *g, const ftrt__seg *segs, int n, size_t count, int dtype,
                      int op, double scale, int in_place, ftrt_request **out);
-/* ftrt__gpu_submit for collective `coll` (comm/async.h): FTRT__COLL_ALLREDUCE as above, or
+/* ftrt__gpu_submit for collective `coll` (comm/async.h): FTRT__COLL_ALLREDUCE as above,
  * FTRT__COLL_BCAST (ncclBroadcast on the bucket from `root`, the plane's logical rank; op and
- * scale are then unused, 0 and 1.0). Same locking and returns. */
+ * scale are then unused, 0 and 1.0), or with `recv` (NULL for the others; n 1, in_place 0,
+ * scale 1.0) FTRT__COLL_RSCATTER / FTRT__COLL_ALLGATHER: segs[0] the send buffer, recv the
+ * receive buffer, count elements per rank; both staged in one device bucket (comm/async.h's
+ * layout: send side, then receive side), ncclReduceScatter / ncclAllGather between them, the
+ * guarded unpack into recv. Same locking and returns. */
 int ftrt__gpu_submit_coll(struct ftrt_gpu *g, ftrt__coll coll, int root, const ftrt__seg *segs,
-                          int n, size_t count, int dtype, int op, double scale, int in_place,
-                          ftrt_request **out);
+                          int n, const ftrt__seg *recv, size_t count, int dtype, int op,
+                          double scale, int in_place, ftrt_request **out);
+/* Orders the plane's communication stream after the work queued so far on `producer` (an
+ * event recorded there, waited on by the stream). Caller holds g->lock. 0 or FTRT_ECUDA. */
+int ftrt__gpu_after_producer(struct ftrt_gpu *g, cudaStream_t producer);
 /* Waits for a request of the plane outside the host's wait bracket (the bucketer brackets its
  * own waits). 0, or the request's error. */
 int ftrt__gpu_wait_raw(struct ftrt_request *base);

@@ -125,6 +125,43 @@ FTRT_API int ftrt_gpu_allreduce_start(ftrt_gpu *g, void *buf, size_t count, ftrt
 FTRT_API int ftrt_gpu_broadcast_start(ftrt_gpu *g, void *buf, size_t count, ftrt_dtype dtype,
                                       int root, cudaStream_t producer, ftrt_request **req);
 
+/*
+ * Starts a reduce-scatter on the device (ftrt_reduce_scatter() of ftrt.h: logical rank r
+ * receives in recvbuf[0, count) the op-reduction over the trainers of their sendbuf's elements
+ * [r * count, (r + 1) * count)) after the work already queued on `producer` (NULL = the legacy
+ * default stream). sendbuf (trainers * count elements of dtype) and recvbuf (count) are device
+ * pointers; count is per trainer, in elements. Both sides are staged in one plane-owned device
+ * buffer: sendbuf copied in by the pack kernel, ncclReduceScatter between its two halves on the
+ * communication stream, the result copied to recvbuf by the guarded unpack kernel, so that a
+ * reduce-scatter of an epoch that ended writes nothing into recvbuf. recvbuf may overlap
+ * sendbuf only as one whole block of it (recvbuf == sendbuf + k * count elements), as on the
+ * CPU plane. The ordering and outcome rules of ftrt_gpu_allreduce_start() apply
+ * (ftrt_gpu_request_order(), ftrt_request_test() / ftrt_request_wait()). Collective over the
+ * trainers, same count, dtype and op everywhere, in the same order as the plane's other
+ * collectives.
+ * Returns 0 with *req; FTRT_ERECOVER / FTRT_ENOSPARE / FTRT_ECOORD / FTRT_EABORT; FTRT_EINVAL
+ * (NULL g/req, a NULL buffer with count > 0, an unknown dtype or op, buffers overlapping other
+ * than at a whole block, (trainers + 1) * count elements overflowing size_t); FTRT_ENOTSUP
+ * (FTRT_BFLOAT16 with an NCCL older than 2.10); FTRT_ESTATE (ftrt_recover() owed);
+ * FTRT_ENCCL; FTRT_ECUDA; FTRT_EMPI (sending the unique id); -ENOMEM.
+ */
+FTRT_API int ftrt_gpu_reduce_scatter_start(ftrt_gpu *g, const void *sendbuf, void *recvbuf,
+                                           size_t count, ftrt_dtype dtype, ftrt_op op,
+                                           cudaStream_t producer, ftrt_request **req);
+
+/*
+ * Starts an all-gather on the device (ftrt_allgather() of ftrt.h: every trainer receives in
+ * recvbuf[r * count, (r + 1) * count) the count elements of logical rank r's sendbuf) after the
+ * work queued on `producer`. sendbuf (count elements) and recvbuf (trainers * count) are
+ * device pointers, staged like ftrt_gpu_reduce_scatter_start() (ncclAllGather between the two
+ * sides of one plane-owned buffer, the guarded unpack into recvbuf); sendbuf may be one whole
+ * block of recvbuf (sendbuf == recvbuf + k * count elements). Same rules and returns as
+ * ftrt_gpu_reduce_scatter_start() (no op).
+ */
+FTRT_API int ftrt_gpu_allgather_start(ftrt_gpu *g, const void *sendbuf, void *recvbuf,
+                                      size_t count, ftrt_dtype dtype, cudaStream_t producer,
+                                      ftrt_request **req);
+
 /* Makes `consumer` (e.g. the optimizer's stream) wait, on the device, for req's collective and
  * its copy back. Does not block the host. Returns 0, FTRT_EINVAL (not a GPU request), or
  * FTRT_ECUDA. After an abort the consumer proceeds on unreduced data: check the request. */

@@ -31,6 +31,17 @@
  * (ftrt_broadcast, step % 10 == 7), and everyone folds it into the parameters. A broadcast that
  * delivered anything but that root's bytes, or one of a dead epoch that landed, changes the
  * final parameters.
+ *
+ * Reduce-scatter and all-gather (ftrt_reduce_scatter, ftrt_allgather and their _start forms)
+ * are checked before the first step too (rsag_selftest(): every dtype, blocking and
+ * overlapped, small counts and counts of several pipelined chunks, SUM / MIN / MAX, against
+ * values computed here; the buffers aliased at a block as MPI_IN_PLACE; NULL buffers and a
+ * misaligned overlap refused), and run in the training as ZeRO does: every third step
+ * (step % 3 == 1, before the update) each trainer reduce-scatters a vector made of its
+ * gradients, "updates" its shard, all-gathers the shards and folds the gathered vector into
+ * tensor 2 in the update (sharded_step(); blocking on odd steps / 3, overlapped on even ones).
+ * A block reduced or placed wrong, or a collective of a dead epoch that landed, changes the
+ * final parameters.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -229,6 +240,121 @@ static int bcast_selftest(ftrt_ctx *ctx)
     return 0;
 }
 
+/* ---- reduce-scatter and all-gather ---- */
+
+/* Element k of trainer q's test data: a small integer, exact in every dtype and every sum. */
+static int rv(int q, size_t k) { return (int)((k * 7 + (size_t)q * 3) % 17) - 8; }
+
+/* Stores the integer v as element k of x in dt. */
+static void rput(void *x, ftrt_dtype dt, size_t k, int v)
+{
+    switch (dt) {
+    case FTRT_FLOAT32: ((float *)x)[k] = (float)v; break;
+    case FTRT_FLOAT64: ((double *)x)[k] = (double)v; break;
+    case FTRT_INT64: ((int64_t *)x)[k] = v; break;
+    default: ((uint16_t *)x)[k] = h16_int(dt, v); break;
+    }
+}
+
+static int rop(ftrt_op op, int a, int b)
+{
+    return op == FTRT_SUM ? a + b : op == FTRT_MIN ? (a < b ? a : b) : (a > b ? a : b);
+}
+
+/* Fills the expected results: a reduce-scatter's (rs) of rank r, count elements, or an
+ * all-gather's, n * count. */
+static void rsag_want(void *want, ftrt_dtype dt, ftrt_op op, int rs, int r, int n, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        if (rs) {
+            int acc = rv(0, (size_t)r * count + i);
+            for (int q = 1; q < n; q++) acc = rop(op, acc, rv(q, (size_t)r * count + i));
+            rput(want, dt, i, acc);
+        } else {
+            for (int q = 0; q < n; q++) rput(want, dt, (size_t)q * count + i, rv(q, i));
+        }
+    }
+}
+
+/* One reduce-scatter (rs) or all-gather of count elements per rank, blocking or overlapped
+ * (nb), optionally with the buffers aliased at this rank's block (in_place), checked against
+ * rsag_want. 0, 1 (a wrong result, printed) or an ftrt error. */
+static int rsag_one(ftrt_ctx *ctx, ftrt_dtype dt, ftrt_op op, int rs, int nb, int in_place,
+                    size_t count, unsigned char *send, unsigned char *recv, unsigned char *want)
+{
+    int n = ftrt_size(ctx), r = ftrt_rank(ctx);
+    size_t es = dt == FTRT_FLOAT32 ? 4 : dt == FTRT_FLOAT64 || dt == FTRT_INT64 ? 8 : 2;
+    size_t nsend = rs ? (size_t)n * count : count, nrecv = rs ? count : (size_t)n * count;
+    memset(recv, 0xA5, nrecv * es);
+    unsigned char *s = send, *d = recv;
+    if (in_place && rs) d = send + (size_t)r * count * es; /* the result lands in own block */
+    if (in_place && !rs) s = recv + (size_t)r * count * es; /* own block sent from recv */
+    for (size_t k = 0; k < nsend; k++) rput(s, dt, k, rv(r, k));
+    rsag_want(want, dt, op, rs, r, n, count);
+    ftrt_request *req = NULL;
+    int rc = rs ? (nb ? ftrt_reduce_scatter_start(ctx, s, d, count, dt, op, &req)
+                      : ftrt_reduce_scatter(ctx, s, d, count, dt, op))
+                : (nb ? ftrt_allgather_start(ctx, s, d, count, dt, &req)
+                      : ftrt_allgather(ctx, s, d, count, dt));
+    if (!rc && nb) rc = ftrt_request_wait(req);
+    ftrt_request_free(req);
+    if (rc) return rc;
+    if (memcmp(d, want, nrecv * es)) {
+        fprintf(stderr, "overlap_job: %s check: dtype %d op %d count %zu %s%s: wrong result\n",
+                rs ? "reduce-scatter" : "all-gather", (int)dt, (int)op, count,
+                nb ? "overlapped" : "blocking", in_place ? " in place" : "");
+        return 1;
+    }
+    return 0;
+}
+
+/* Bad arguments refused with FTRT_EINVAL and no request: NULL buffers with count > 0, and
+ * buffers overlapping other than at a whole block. 0 or 1 (printed). */
+static int rsag_refusals(ftrt_ctx *ctx, unsigned char *buf)
+{
+    ftrt_request *req = NULL;
+    int n = ftrt_size(ctx), bad = 0;
+    bad |= ftrt_reduce_scatter(ctx, NULL, buf, 4, FTRT_FLOAT32, FTRT_SUM) != FTRT_EINVAL;
+    bad |= ftrt_allgather(ctx, buf, NULL, 4, FTRT_FLOAT32) != FTRT_EINVAL;
+    bad |= ftrt_reduce_scatter(ctx, buf, buf + 4, 4, FTRT_FLOAT32, FTRT_SUM) != FTRT_EINVAL;
+    bad |= ftrt_allgather_start(ctx, buf + 4 * (size_t)n + 6, buf, 4, FTRT_FLOAT32, &req) !=
+           FTRT_EINVAL || req;
+    bad |= ftrt_reduce_scatter_start(ctx, buf, buf + 8, 4, FTRT_FLOAT32, FTRT_SUM, &req) !=
+           FTRT_EINVAL || req;
+    if (bad) fprintf(stderr, "overlap_job: reduce-scatter / all-gather: bad arguments accepted\n");
+    return bad;
+}
+
+/* Every dtype, reduce-scatter and all-gather, blocking and overlapped, a small odd count and
+ * one of several pipelined chunks (float32 and bfloat16), SUM and (float32, bfloat16, int64)
+ * MIN and MAX, in place at the end; then the refusals. 0, 1 (printed) or an ftrt error. */
+static int rsag_selftest(ftrt_ctx *ctx)
+{
+    const ftrt_dtype dts[5] = {FTRT_FLOAT32, FTRT_FLOAT64, FTRT_INT64, FTRT_BFLOAT16,
+                               FTRT_FLOAT16};
+    const size_t big = 1500000; /* per rank: several 4 MiB chunks in float32 and bfloat16 */
+    size_t n = (size_t)ftrt_size(ctx), cap = n * big * 8;
+    unsigned char *send = malloc(cap), *recv = malloc(cap), *want = malloc(cap);
+    int rc = send && recv && want ? 0 : -12; /* -ENOMEM */
+    for (int d = 0; d < 5 && !rc; d++)
+        for (int v = 0; v < 8 && !rc; v++) { /* v: rs, nb, big */
+            int rs = v & 1, nb = v >> 1 & 1, large = v >> 2;
+            if (large && dts[d] != FTRT_FLOAT32 && dts[d] != FTRT_BFLOAT16) continue;
+            rc = rsag_one(ctx, dts[d], FTRT_SUM, rs, nb, 0, large ? big : 1501, send, recv,
+                          want);
+            if (!rc && rs && (d == 0 || d == 2 || d == 3))
+                for (int op = FTRT_MIN; op <= FTRT_MAX && !rc; op++)
+                    rc = rsag_one(ctx, dts[d], (ftrt_op)op, rs, nb, 0, 1501, send, recv, want);
+        }
+    for (int v = 0; v < 4 && !rc; v++)
+        rc = rsag_one(ctx, FTRT_FLOAT32, FTRT_SUM, v & 1, v >> 1, 1, big, send, recv, want);
+    if (!rc) rc = rsag_refusals(ctx, send);
+    free(send);
+    free(recv);
+    free(want);
+    return rc;
+}
+
 /* The command line of the file comment. */
 struct opts {
     int64_t steps, ckpt_every;
@@ -243,8 +369,13 @@ struct job {
     ftrt_ctx *ctx;
     ftrt_bucketer *b;
     float *w[T], *g[T], *w0[T];
+    float *z, *shard, *full; /* sharded_step(): size * ZC, ZC, size * ZC */
+    int have_full;           /* full holds this step's gathered vector (sharded_step) */
     int64_t step;
 };
+
+/* Elements per trainer of sharded_step's vector: several pipelined chunks each. */
+#define ZC ((size_t)700000)
 
 /* 0, or the exit status (2) of a bad command line (printed). */
 static int parse_args(int argc, char **argv, struct opts *o)
@@ -296,6 +427,11 @@ static int setup_params(struct job *jb)
                                 FTRT_REGION_REPLICATED)) < 0)
             return rc;
     }
+    size_t n = (size_t)ftrt_size(jb->ctx);
+    jb->z = malloc(n * ZC * sizeof(float));
+    jb->shard = malloc(ZC * sizeof(float));
+    jb->full = malloc(n * ZC * sizeof(float));
+    if (!jb->z || !jb->shard || !jb->full) return -12; /* -ENOMEM */
     ftrt_bucket_config bc;
     ftrt_bucket_config_init(&bc, sizeof bc);
     bc.first_bucket_bytes = 4096;
@@ -320,6 +456,37 @@ static int backward(struct job *jb)
     }
     if (rc == FTRT_ERECOVER) ftrt_bucketer_reset(jb->b); /* the backward was cut short */
     else rc = ftrt_bucketer_wait_all(jb->b);
+    return rc;
+}
+
+/* ZeRO's pattern on every third step (file comment): the gradients' vector reduce-scattered,
+ * this trainer's shard "updated", the shards all-gathered into jb->full (update() folds it into
+ * tensor 2). Blocking or overlapped by step; the overlapped all-gather sends from its own
+ * block of jb->full (MPI_IN_PLACE's layout). 0 or an ftrt error; the parameters untouched. */
+static int sharded_step(struct job *jb)
+{
+    jb->have_full = 0;
+    if (jb->step % 3 != 1) return 0;
+    int r = ftrt_rank(jb->ctx), nb = (int)(jb->step / 3 % 2);
+    size_t total = (size_t)ftrt_size(jb->ctx) * ZC;
+    for (size_t k = 0; k < total; k++)
+        jb->z[k] = jb->g[2][k % counts[2]] * (float)(1 + (k + (size_t)r) % 5);
+    ftrt_request *req = NULL;
+    int rc = nb ? ftrt_reduce_scatter_start(jb->ctx, jb->z, jb->shard, ZC, FTRT_FLOAT32,
+                                            FTRT_SUM, &req)
+                : ftrt_reduce_scatter(jb->ctx, jb->z, jb->shard, ZC, FTRT_FLOAT32, FTRT_SUM);
+    if (!rc && nb) rc = ftrt_request_wait(req);
+    ftrt_request_free(req);
+    req = NULL;
+    if (rc) return rc;
+    float *mine = nb ? jb->full + (size_t)r * ZC : jb->shard;
+    for (size_t k = 0; k < ZC; k++)
+        mine[k] = jb->shard[k] * 1e-2f + (float)(((size_t)r * ZC + k) % 7) * 1e-6f;
+    rc = nb ? ftrt_allgather_start(jb->ctx, mine, jb->full, ZC, FTRT_FLOAT32, &req)
+            : ftrt_allgather(jb->ctx, mine, jb->full, ZC, FTRT_FLOAT32);
+    if (!rc && nb) rc = ftrt_request_wait(req);
+    ftrt_request_free(req);
+    jb->have_full = rc == 0;
     return rc;
 }
 
@@ -362,6 +529,9 @@ static int update(struct job *jb)
         for (int j = 0; j < T; j++) jb->w[j][0] += 1e-3f * stats[j];
     if (!rc && jb->step % 5 == 2) /* the broadcast "running statistic" */
         for (int j = 0; j < T; j++) jb->w[j][counts[j] - 1] += 1e-2f * stats[j];
+    if (!rc && jb->have_full) /* sharded_step's gathered vector */
+        for (size_t k = 0; k < (size_t)ftrt_size(jb->ctx) * ZC; k++)
+            jb->w[2][k % counts[2]] -= 0.1f * jb->full[k];
     ftrt_request_free(req);
     return rc;
 }
@@ -386,6 +556,7 @@ static int train(struct job *jb)
     int rc;
     while (jb->step < jb->o.steps) {
         rc = backward(jb);
+        if (!rc) rc = sharded_step(jb);
         if (!rc) rc = update(jb);
         if (rc == FTRT_ERECOVER) {
             if ((rc = ftrt_recover(jb->ctx, &jb->step)) != 0) return rc;
@@ -445,7 +616,8 @@ int main(int argc, char **argv)
     if ((rc = setup_params(&jb)) != 0 || (rc = ftrt_restore(jb.ctx, &jb.step)) < 0)
         return fail(jb.ctx, rc);
     if (ftrt_epoch(jb.ctx) == 0 &&
-        ((rc = h16_selftest(jb.ctx)) != 0 || (rc = bcast_selftest(jb.ctx)) != 0)) {
+        ((rc = h16_selftest(jb.ctx)) != 0 || (rc = bcast_selftest(jb.ctx)) != 0 ||
+         (rc = rsag_selftest(jb.ctx)) != 0)) {
         if (rc < 0) return fail(jb.ctx, rc);
         ftrt_finalize(jb.ctx);
         return 1;
@@ -461,6 +633,9 @@ int main(int argc, char **argv)
         free(jb.g[j]);
         free(jb.w0[j]);
     }
+    free(jb.z);
+    free(jb.shard);
+    free(jb.full);
     finish(jb.ctx, jb.o.funneled);
     return 0;
 }

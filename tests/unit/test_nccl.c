@@ -450,6 +450,62 @@ static void broadcast_one_rank(void **state)
     free(back);
 }
 
+/* Reduce-scatter and all-gather (ftrt_gpu_reduce_scatter_start, ftrt_gpu_allgather_start) on
+ * one rank: each gives back the send buffer's values (float32 sum over one member; int64 bytes
+ * gathered), nothing written past recv's end; the all-gather in place (send = recv's block 0);
+ * a misaligned overlap, NULL buffers and an unknown dtype refused with nothing started. */
+static void rsag_one_rank(void **state)
+{
+    (void)state;
+    one_rank *ctx = one_rank_ctx();
+    ftrt_gpu *g;
+    assert_int_equal(ftrt__gpu_create(&ctx->plane, 0, &g), 0);
+    enum { N = 50001 };
+    float *h = malloc(N * 4), *back = malloc(N * 4 + 4);
+    for (size_t i = 0; i < N; i++) h[i] = (float)i * 0.25f - 7.0f;
+    float *s, *d;
+    CK(cudaMalloc((void **)&s, N * 4));
+    CK(cudaMalloc((void **)&d, N * 4 + 4));
+    cudaStream_t producer;
+    CK(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking));
+    CK(cudaMemsetAsync(d, 0x5A, N * 4 + 4, producer));
+    CK(cudaMemcpyAsync(s, h, N * 4, cudaMemcpyHostToDevice, producer));
+    ftrt_request *r = NULL;
+    assert_int_equal(ftrt_gpu_reduce_scatter_start(g, s, d, N, FTRT_FLOAT32, FTRT_SUM, producer,
+                                                   &r), 0);
+    assert_int_equal(ftrt_request_wait(r), 0);
+    assert_int_equal(ftrt_request_free(r), 0);
+    CK(cudaMemcpy(back, d, N * 4 + 4, cudaMemcpyDeviceToHost));
+    assert_memory_equal(back, h, N * 4);
+    uint32_t tail;
+    memcpy(&tail, back + N, 4);
+    assert_int_equal(tail, 0x5A5A5A5Au);
+    CK(cudaMemsetAsync(d, 0, N * 4, producer));
+    assert_int_equal(ftrt_gpu_allgather_start(g, s, d, N / 2, FTRT_INT64, producer, &r), 0);
+    assert_int_equal(ftrt_request_wait(r), 0);
+    assert_int_equal(ftrt_request_free(r), 0);
+    CK(cudaMemcpy(back, d, N * 4 + 4, cudaMemcpyDeviceToHost));
+    assert_memory_equal(back, h, (N / 2) * 8);
+    assert_int_equal(ftrt_gpu_allgather_start(g, d, d, N, FTRT_FLOAT32, producer, &r), 0);
+    assert_int_equal(ftrt_request_wait(r), 0); /* in place: recv's block 0 is send */
+    assert_int_equal(ftrt_request_free(r), 0);
+    r = NULL;
+    assert_int_equal(ftrt_gpu_allgather_start(g, d + 1, d, 4, FTRT_FLOAT32, producer, &r),
+                     FTRT_EINVAL);
+    assert_null(r);
+    assert_int_equal(ftrt_gpu_reduce_scatter_start(g, NULL, d, 4, FTRT_FLOAT32, FTRT_SUM,
+                                                   producer, &r), FTRT_EINVAL);
+    assert_int_equal(ftrt_gpu_allgather_start(g, s, d, 4, (ftrt_dtype)5, producer, &r),
+                     FTRT_EINVAL);
+    assert_null(r);
+    CK(cudaStreamDestroy(producer));
+    assert_int_equal(ftrt_gpu_free(g), 0);
+    cudaFree(s);
+    cudaFree(d);
+    free(h);
+    free(back);
+}
+
 /* ---- the hand-over from poster threads ---- */
 
 #define HT 24   /* tensors */
@@ -709,6 +765,7 @@ int main(int argc, char **argv)
                                        cmocka_unit_test(interrupt_from_agent),
                                        cmocka_unit_test(h16_one_rank),
                                        cmocka_unit_test(broadcast_one_rank),
+                                       cmocka_unit_test(rsag_one_rank),
                                        cmocka_unit_test(in_place_bucket_views),
                                        cmocka_unit_test(posters_match_single_thread)};
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
