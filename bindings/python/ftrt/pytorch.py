@@ -394,8 +394,9 @@ class FaultTolerant:
                           "recovered from (docs/pytorch.md, ZeRO)")
         ctx.register("py:state", self._pystate.tensor)
         self._compared = False  # the replicated regions compared at the first step
+        self.averager: Union[GradAverager, LocalGrads]
         if self._zero is not None and self._zero.stage == 2:
-            self.averager = LocalGrads()  # type: ignore[assignment]
+            self.averager = LocalGrads()
         else:
             self.averager = GradAverager(ctx, model.parameters(),
                                          bucket_bytes=int(float(bucket_cap_mb) * (1 << 20)),
@@ -582,7 +583,7 @@ class FaultTolerant:
             self._recover()
             return False
 
-    def no_sync(self) -> "GradAverager._NoSync":
+    def no_sync(self) -> Any:
         """Context manager for gradient accumulation: backward passes inside it only
         accumulate local gradients; the last backward, outside it, averages the sum."""
         return self.averager.no_sync()

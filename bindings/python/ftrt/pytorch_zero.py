@@ -45,7 +45,7 @@ state or shard is applied by its owner only and then gathered identically everyw
 replica vote cannot see it (docs/pytorch.md, "ZeRO").
 """
 import math
-from typing import Any, Dict, Iterable, List, Optional, Type
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Type
 
 import torch
 
@@ -90,7 +90,7 @@ class _Group:
         self.shard.grad = torch.zeros_like(self.shard)
         self.grad_flat: Optional[torch.Tensor] = None
 
-    def pieces(self):
+    def pieces(self) -> Iterator[Tuple[torch.Tensor, int, int, int]]:
         """(parameter, start in it, start in the shard, length) of every parameter piece that
         falls in this trainer's slice [lo, lo + per_rank)."""
         hi = self.lo + self.per_rank
@@ -273,7 +273,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
         self._clip = float(max_norm)
 
     @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+    def step(self, closure: Any = None) -> Any:
         """One optimizer step on this trainer's shard, then the shards all-gathered into the
         parameters (every trainer's parameters identical afterwards). Collective: every
         trainer calls it at the same step. Raises FtrtRecover when a trainer failed during
@@ -336,12 +336,12 @@ class ZeroOptimizer(torch.optim.Optimizer):
         grp.flat.copy_(host)
 
     # -- state and memory ---------------------------------------------------------------
-    def state_dict(self) -> Dict[str, Any]:  # type: ignore[override]
+    def state_dict(self) -> Dict[str, Any]:
         raise NotImplementedError("ZeroOptimizer's state is sharded over the trainers and "
                                   "checkpointed by ftrt per rank; shard_state_dict() gives "
                                   "this trainer's shard")
 
-    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:  # type: ignore[override]
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         raise NotImplementedError("ZeroOptimizer's state comes back from ftrt's checkpoints "
                                   "and replicas, not from a state_dict")
 
