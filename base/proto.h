@@ -28,6 +28,9 @@
  * whether it is behind, and the members learn who is on the data plane (ftrt__plan_behind_*).
  * Version 1 listed the survivors behind to every member. */
 #define FTRT__PROTO_PLAN 2
+/* This protocol has drains (DRAIN; FAILURE's boundary; docs/detection-and-recovery.md
+ * "Drain"). */
+#define FTRT__PROTO_DRAIN 1
 /* Largest payload of any message but a PLAN, bytes. A PLAN (ftrt__plan_msg) carries the
  * membership delta, and the whole membership only to a promoted spare: it may be up to
  * ftrt__plan_msg_size(FTRT__MAX_WORLD, FTRT__MAX_WORLD) bytes; it only goes from
@@ -105,6 +108,10 @@ enum ftrt__msg_type {
                                  group (ftrt__fanout, its parts, then the whole message); the
                                  relay delivers its own part and sends each other one on as a
                                  MULTI */
+    /* drains (runtime/coordinator/drain.c; docs/detection-and-recovery.md "Drain") */
+    FTRT__MSG_DRAIN,          /* coord -> a trainer being drained: its logical rank went to a
+                                 hot spare (epoch_msg: epoch = the new epoch, value = 1: leave
+                                 at the next step boundary, 0: leave now) */
     FTRT__MSG_TYPE_END
 };
 
@@ -208,7 +215,8 @@ typedef struct ftrt__resumed_msg {
 
 typedef struct ftrt__failure_msg { /* FAILURE */
     int32_t epoch;
-    int32_t pad;
+    int32_t boundary;   /* 1: a drain's epoch, entered at the trainer's next step boundary
+                           (ftrt_step_done); 0: now (a failure, or the drain's made urgent) */
     double t_fail_wall; /* best known failure time (fault log, EOF, or last message heard) */
 } ftrt__failure_msg;
 

@@ -146,9 +146,21 @@ static void append_step_log(const char *path, int rank, int64_t step, int epoch)
 
 /* ---- training under ftrt ---- */
 
-/* Prints a fatal ftrt code in the documented form and where it came from; returns 1. */
+/* What a trainer's functions return when this process was drained (FTRT_EDRAINED): it
+ * leaves the job with exit status 0 (run_trainer). */
+#define DRAINED_LEFT 3
+
+/* Prints a fatal ftrt code in the documented form and where it came from; returns 1. For
+ * FTRT_EDRAINED (this process's logical rank went to a hot spare: not an error) it says so
+ * and returns DRAINED_LEFT. */
 static int fatal(ftrt_ctx *ctx, const char *call, int64_t step, int rc)
 {
+    if (rc == FTRT_EDRAINED) {
+        printf("drained (world rank %d) after step %" PRId64 ": leaving the job (from %s)\n",
+               ftrt_world_rank(ctx), step, call);
+        fflush(stdout);
+        return DRAINED_LEFT;
+    }
     if (rc < 0) ftrt_set_exit_code(ctx, rc); /* leaving with an error: the job is failed */
     fprintf(stderr, "train_mlp: %s (%s)\n", ftrt_strerror(rc), ftrt_err_name(rc));
     fprintf(stderr, "train_mlp: (from %s at step %" PRId64 ", logical rank %d, epoch %d)\n", call,
@@ -460,7 +472,7 @@ static int run_trainer(ftrt_ctx *ctx, options *o, model *m, const digits *train,
     }
     if (!code) code = finish(ctx, o, m, test, step, last_loss);
     ftrt_checkpoint_wait_snapshot(ctx); /* no snapshot may still read params when they go */
-    return code;
+    return code == DRAINED_LEFT ? 0 : code;
 }
 
 /* --device cuda, before anything else: every rank checks that a GPU is usable, so that none

@@ -90,7 +90,10 @@ extern "C" {
     X(FTRT_ENCCL, -1016,                                                                           \
       "an NCCL call failed (the log has ncclGetLastError(); run with NCCL_DEBUG=WARN for more)")   \
     X(FTRT_ENOTSUP, -1017,                                                                         \
-      "not supported by this build of libftrt (e.g. a device-memory region without CUDA)")
+      "not supported by this build of libftrt (e.g. a device-memory region without CUDA)")        \
+    X(FTRT_EDRAINED, -1018,                                                                        \
+      "this process was drained: its logical rank went to a hot spare; call ftrt_finalize() and "  \
+      "exit 0 (the job goes on without it)")
 
 enum ftrt_error {
 #define FTRT__ENUM(name, value, msg) name = value,

@@ -217,9 +217,31 @@ static void take_failure(struct ftrt_ctx *ctx, const void *payload)
     ftrt__failure_msg fm;
     memcpy(&fm, payload, sizeof fm);
     atomic_store(&ctx->cp.t_fail_wall, fm.t_fail_wall); /* before the epoch: waits read both */
+    if (fm.boundary) { /* a drain: entered at this trainer's next step boundary */
+        if (fm.epoch > atomic_load(&ctx->cp.boundary_epoch))
+            atomic_store(&ctx->cp.boundary_epoch, fm.epoch);
+        ftrt_log_info("epoch %d announced for the next step boundary: a rank is drained",
+                      fm.epoch);
+        return;
+    }
     if (fm.epoch > atomic_load(&ctx->watch.pending_epoch))
         atomic_store(&ctx->watch.pending_epoch, fm.epoch);
     ftrt_log_info("epoch %d announced: a rank failed", fm.epoch);
+}
+
+/* DRAIN: this trainer's logical rank went to a hot spare. value 1: it leaves at its next step
+ * boundary (ftrt_step_done() returns FTRT_EDRAINED), so that the others finish the step with
+ * it; 0: now (every call returns FTRT_EDRAINED). Under cp->lock. */
+static void take_drain(struct ftrt_ctx *ctx, const ftrt__epoch_msg *m)
+{
+    if (m->value) {
+        atomic_store(&ctx->cp.drained, 1);
+        ftrt_log_warn("drained: this process leaves the job at its next step boundary "
+                      "(epoch %d)", m->epoch);
+        return;
+    }
+    set_fatal(ctx, FTRT_EDRAINED);
+    ftrt_log_warn("drained: this process leaves the job now (epoch %d)", m->epoch);
 }
 
 /* COMMIT: the newest committed step, and the application's callback. Under cp->lock. */
@@ -308,6 +330,10 @@ static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *paylo
         break;
     case FTRT__MSG_SYNC:
         take_sync(ctx, payload, h->len);
+        break;
+    case FTRT__MSG_DRAIN:
+        memcpy(&em, payload, sizeof em);
+        take_drain(ctx, &em);
         break;
     case FTRT__MSG_ABORT:
         memcpy(&em, payload, sizeof em);

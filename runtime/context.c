@@ -468,7 +468,8 @@ int ftrt_finalize(ftrt_ctx *ctx)
         ftrt__ckpt_drain(ctx->ckpt); /* checkpoints finish (or are abandoned) before the BYE */
     }
     int end = job_end(ctx);
-    if (end >= 0) arm_exit_record(ctx->world_rank); /* this process's part ended normally */
+    if (end >= 0 || end == FTRT_EDRAINED) /* this process's part ended normally */
+        arm_exit_record(ctx->world_rank);
     ftrt__agent_stop(ctx);
     ftrt__plane_stop(&ctx->plane); /* the progress thread makes MPI calls: stop it first */
     int by_us = ctx->mpi_initialized_by_us;
@@ -511,6 +512,7 @@ int ftrt_step_done(ftrt_ctx *ctx, int64_t step)
 {
     if (!ctx || step < 0 || ctx->role != FTRT__ROLE_TRAINER) return FTRT_EINVAL;
     int rc = ftrt__timeline_step_done(ctx, step);
+    if (!rc && (rc = ftrt__drain_boundary(ctx)) != 0) return rc; /* a drain's epoch */
     if (!rc && (rc = ftrt__sdc_step(ctx, step + 1)) > 0) /* every FTRT_SDC_EVERY steps */
         rc = 0;
     if (!rc) /* every FTRT_SHARD_REPLICA_EVERY steps; ULFM: a dead partner is an epoch change */

@@ -78,6 +78,12 @@ typedef struct ftrt__cp {
     _Atomic double compute_s;   /* heartbeat payload: time outside data-plane waits */
     double last_from_coord;     /* agent thread only: monotonic time of the last message */
     _Atomic double t_fail_wall; /* failure time of the newest FAILURE (wall seconds) */
+    /* a drain (docs/detection-and-recovery.md "Drain"): the newest epoch announced for this
+     * trainer's next step boundary (a FAILURE with boundary set: ftrt_step_done() makes it
+     * pending), and whether this trainer is the one drained (1: it leaves at its next step
+     * boundary; the hard DRAIN sets the watch's fatal FTRT_EDRAINED at once) */
+    _Atomic int boundary_epoch;
+    _Atomic int drained;
     _Atomic int stop;
     /* guarded by lock */
     int welcomed;
@@ -398,6 +404,13 @@ int ftrt__sdc_fingerprint(const ftrt__region *regs, int nregs, uint64_t *fp, int
  * (a lost coordinator reaches the application through its next ftrt call). Application
  * thread. */
 int ftrt__sdc_step(struct ftrt_ctx *ctx, int64_t steps_done);
+
+/* ---- drains (drain.c; docs/detection-and-recovery.md "Drain") ---- */
+/* ftrt_step_done()'s part, at a step boundary: 0 when no drain's epoch is announced for it;
+ * FTRT_ERECOVER (a member that stays: the drain's epoch is now pending, ftrt_recover() is
+ * owed) or FTRT_EDRAINED (this trainer is the one drained: the watch's fatal code is set), after
+ * a refresh of the partner replicas where sharded regions have them. Application thread. */
+int ftrt__drain_boundary(struct ftrt_ctx *ctx);
 
 /* ---- partner replicas (replica.c; docs/detection-and-recovery.md "Partner replicas") ---- */
 /* 1 when this trainer keeps replicas: FTRT_SHARD_REPLICA_EVERY >= 0, two or more trainers, a

@@ -35,6 +35,8 @@ enum ftrt__phase { PH_INIT, PH_RUNNING, PH_COLLECT, PH_RESUMING, PH_ABORTING, PH
  * disagreed with the majority's (or, with no majority, world rank -1: no rank is named). */
 enum ftrt__failure_kind {
     FK_CONNECTION_LOST, FK_HEARTBEAT_TIMEOUT, FK_PROTOCOL, FK_PROGRESS_STALL, FK_SDC,
+    FK_DRAIN, /* not a failure: a planned move out of the job (drain.c); the report lists it
+                 under "drains", the ledger and the MTBF do not count it */
     FK_KINDS /* count */
 };
 
@@ -130,6 +132,8 @@ typedef struct ftrt__crank {
     double straggler_max; /* largest compute-per-step ratio to the median seen */
     int64_t straggler_step;
     int promoting;      /* spare assigned in the current recovery */
+    int drained;        /* it was drained (drain.c): role FAILED, but it leaves by itself */
+    int drain_epoch;    /* the epoch its drain opened or joined */
     int reported_epoch; /* REPORT received for this epoch */
     int64_t report_steps;
     int has_sharded;
@@ -303,6 +307,11 @@ typedef struct ftrt__coord {
     int relay_g;               /* host agents per relay group (1: no relay groups; fanout.c) */
     int catch_up_due;          /* some link's catch_up is set (ftrt__links_catch_up) */
     double epoch_t_fail;       /* the current epoch's FAILURE: its failure time (wall) */
+    /* drains (drain.c): the current epoch is a drain's, entered at the trainers' next step
+     * boundary (its FAILURE's boundary flag) until made urgent; when it was opened and when its
+     * first REPORT was seen (monotonic, 0: none); the control directory's last read */
+    int epoch_soft;
+    double drain_t, drain_first_report, control_polled;
     int mark_fd;               /* the coordinator's mark on its host (ftrt__local_mark), or -1 */
     uint64_t secret;           /* the job's hello secret */
     int hb_ms;                 /* the heartbeat period the WELCOME asks for */
@@ -637,6 +646,28 @@ int ftrt__epoch_check_resumed(ftrt__coord *c);
 /* Records incident kind for world rank w (-1: silent data corruption with no rank named) with
  * its detection and best known failure time. Returns it, or NULL without memory. */
 ftrt__incident *ftrt__incident_add(ftrt__coord *c, int w, int kind);
+/* ---- drain.c: drains (docs/detection-and-recovery.md "Drain") ---- */
+/* Drains world rank w: a trainer's logical rank goes to a hot spare in an epoch entered at the
+ * trainers' next step boundary; a hot spare leaves the pool. Returns 0 (done; why says what
+ * was done), 1 (refused; why says why: the coordinator, a failed or drained rank, no spare
+ * left, the job finishing or over) or 2 (not now: a recovery or the start is in progress; ask
+ * again). why: n bytes, NUL-terminated. Coordinator loop only. */
+int ftrt__drain_rank(ftrt__coord *c, int w, char *why, size_t n);
+/* Makes the current drain's epoch urgent (a plain FAILURE to the members that have not
+ * stopped, DRAIN "now" to a drained trainer still there); nothing when it is not a drain's
+ * boundary epoch. reason: for the log. */
+void ftrt__drain_harden(ftrt__coord *c, const char *reason);
+/* The periodic part: the urgent epoch when due, the control directory every 0.25 s. */
+void ftrt__drain_periodic(ftrt__coord *c, double now);
+/* The incidents of kind FK_DRAIN. O(incidents). */
+int ftrt__drains(const ftrt__coord *c);
+/* The hot spare for world rank w, leaving (failed or drained): failure.c; -1 when none is
+ * left. */
+int ftrt__pick_spare(const ftrt__coord *c, int w);
+/* A plain FAILURE of the current epoch to its members that are not promoted spares (the
+ * drain's epoch made urgent): epoch.c. */
+void ftrt__epoch_failure_urgent(ftrt__coord *c);
+
 /* Declares world rank w failed (kind: FK_*): dropped, fenced unless its connection was lost,
  * its host checked for loss; a trainer is replaced by a hot spare in a new epoch (or joins the
  * announced one), or the job aborts (no spare, during init or a plan being applied). */

@@ -249,6 +249,7 @@ static void coord_periodic(ftrt__coord *c, loop_timers *t, double now)
         ftrt__progress_window(c, now);
         c->last_window = now;
     }
+    ftrt__drain_periodic(c, now);
     if (now - t->last_progress_check >= 0.1) { /* O(N): ten times a second */
         ftrt__progress_check(c, now);
         t->last_progress_check = now;

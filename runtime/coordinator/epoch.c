@@ -27,7 +27,8 @@ void ftrt__epoch_open(ftrt__coord *c, double t_fail_wall)
 
 static void failure_send(ftrt__coord *c)
 {
-    ftrt__failure_msg m = {.epoch = c->epoch, .t_fail_wall = c->epoch_t_fail};
+    ftrt__failure_msg m = {.epoch = c->epoch, .boundary = c->epoch_soft,
+                           .t_fail_wall = c->epoch_t_fail};
     int n = 0;
     for (int k = 0; k < c->N; k++)
         if (!c->r[c->members[k]].promoting) c->s.fan[n++] = c->members[k];
@@ -39,6 +40,16 @@ static void failure_send(ftrt__coord *c)
         ftrt_log_warn("epoch %d: FAILURE sent to %d survivor(s); the PLAN is held %d ms "
                       "(FTRT_TEST_PLAN_DELAY_MS)", c->epoch, n, (int)ftrt__knobs.plan_delay_ms);
     }
+}
+
+void ftrt__epoch_failure_urgent(ftrt__coord *c)
+{
+    if (c->failure_sent_epoch != c->epoch) return; /* (it goes out urgent once acknowledged) */
+    ftrt__failure_msg m = {.epoch = c->epoch, .t_fail_wall = c->epoch_t_fail};
+    int n = 0;
+    for (int k = 0; k < c->N; k++)
+        if (!c->r[c->members[k]].promoting) c->s.fan[n++] = c->members[k];
+    ftrt__coord_multicast(c, c->s.fan, n, FTRT__MSG_FAILURE, &m, sizeof m);
 }
 
 static void plan_out(ftrt__coord *c)

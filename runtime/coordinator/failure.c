@@ -66,7 +66,7 @@ ftrt__incident *ftrt__incident_add(ftrt__coord *c, int w, int kind)
  * and the hosts' counters are kept up to date (rankidx.c; with the other scans of the world a
  * failure's handling made, they took 0.6 to 2.2 ms of a FAILURE's delay at 16,384 ranks,
  * docs/benchmarks.md "Coordinator at 131,072 simulated ranks"). */
-static int pick_spare(const ftrt__coord *c, int w)
+int ftrt__pick_spare(const ftrt__coord *c, int w)
 {
     int best = -1, best_score = -1, h = c->r[w].ix_host;
     for (int x = ftrt__spare_first(c); x; x = ftrt__spare_next(c, x)) {
@@ -118,7 +118,7 @@ static int recoverable(ftrt__coord *c, int w)
 static void replace(ftrt__coord *c, int w, int kind, ftrt__incident *inc)
 {
     ftrt__crank *r = &c->r[w];
-    int spare = pick_spare(c, w);
+    int spare = ftrt__pick_spare(c, w);
     if (spare < 0) {
         ftrt__job_abort(c, FTRT_ENOSPARE, "a trainer failed and no hot spare is left");
         return;
@@ -133,7 +133,9 @@ static void replace(ftrt__coord *c, int w, int kind, ftrt__incident *inc)
     if (inc) inc->spare_world_rank = spare;
     if (c->phase == PH_COLLECT) {
         /* The announced epoch's plan is not out yet: this failure joins it, so that a lost
-         * host takes as many spares as it held trainers in one epoch. */
+         * host takes as many spares as it held trainers in one epoch (a drain's epoch that
+         * waited for a step boundary is entered now: drain.c). */
+        ftrt__drain_harden(c, "a rank failed");
         ftrt_log_warn("epoch %d: hot spare world rank %d (%s) also takes logical rank %d",
                       c->epoch, spare, c->r[spare].host, l);
         ftrt__epoch_check_reports(c);
@@ -150,6 +152,10 @@ static void replace(ftrt__coord *c, int w, int kind, ftrt__incident *inc)
 void ftrt__fail(ftrt__coord *c, int w, int kind)
 {
     ftrt__crank *r = &c->r[w];
+    if (r->role == FTRT__ROLE_FAILED && r->drained) { /* it left, as it was told (drain.c) */
+        ftrt__coord_drop(c, w);
+        return;
+    }
     if (r->role == FTRT__ROLE_FAILED || r->role == FTRT__ROLE_COORD) return;
     int old_role = r->role;
     ftrt__rank_set_role(c, w, FTRT__ROLE_FAILED);

@@ -313,7 +313,8 @@ static void advice(ftrt__coord *c, const ftrt__goodput *g, ftrt__jw *w)
 {
     const ftrt_config *cfg = c->a->cfg;
     int nck = c->ncommitted + c->nckpt_failed, trainer_failures = 0;
-    for (int i = 0; i < c->ninc; i++) trainer_failures += !c->inc[i].was_spare;
+    for (int i = 0; i < c->ninc; i++)
+        trainer_failures += !c->inc[i].was_spare && c->inc[i].kind != FK_DRAIN;
     double wall = g->allocated_s / (c->W - 1);
     advice_in a;
     a.cost = nck > 0 ? g->by_kind[FTRT__IV_CKPT] / ((double)c->N * nck) : -1;
@@ -474,8 +475,12 @@ static void timeline_json(ftrt__coord *c, double j0, double j1, ftrt__jw *w)
     ftrt__jw_array(w, "events");
     for (int i = 0; i < c->ninc; i++) {
         const ftrt__incident *x = &c->inc[i];
-        add_event(w, j0, x->t_fail_wall, "failure", x);
-        add_event(w, j0, x->t_detect_wall, "detected", x);
+        if (x->kind == FK_DRAIN) {
+            add_event(w, j0, x->t_detect_wall, "drain", x);
+        } else {
+            add_event(w, j0, x->t_fail_wall, "failure", x);
+            add_event(w, j0, x->t_detect_wall, "detected", x);
+        }
         add_event(w, j0, x->t_plan_wall, "plan", x);
         if (x->recovered)
             add_event(w, j0, x->t_detect_wall + (x->t_resumed - x->t_detect), "resumed", x);
@@ -566,7 +571,11 @@ static void metrics_incidents(FILE *f, ftrt__coord *c)
         rework += c->inc[i].rework_steps;
     }
     for (int k = 0; k < FK_KINDS; k++)
-        fprintf(f, "ftrt_failures_total{kind=\"%s\"} %d\n", ftrt__failure_kind_name(k), nk[k]);
+        if (k != FK_DRAIN)
+            fprintf(f, "ftrt_failures_total{kind=\"%s\"} %d\n", ftrt__failure_kind_name(k),
+                    nk[k]);
+    metric(f, "ftrt_drains", "counter", "Ranks drained: planned moves out of the job.");
+    fprintf(f, "ftrt_drains_total %d\n", nk[FK_DRAIN]);
     metric(f, "ftrt_sdc_checks", "counter",
            "Steps whose replicas' fingerprints were compared (silent data corruption check).");
     fprintf(f, "ftrt_sdc_checks_total %d\n", c->sdc_checks);
@@ -575,6 +584,7 @@ static void metrics_incidents(FILE *f, ftrt__coord *c)
     metric(f, "ftrt_mttd_seconds", "gauge", "Time to detect each failure (fault log or bound).");
     for (int i = 0; i < c->ninc; i++) {
         const ftrt__incident *x = &c->inc[i];
+        if (x->kind == FK_DRAIN) continue; /* (nothing to detect) */
         double inj = ftrt__incident_injected_at(c, x);
         fprintf(f, "ftrt_mttd_seconds{incident=\"%d\",kind=\"%s\"} %.6f\n", i + 1,
                 ftrt__failure_kind_name(x->kind),
@@ -582,7 +592,7 @@ static void metrics_incidents(FILE *f, ftrt__coord *c)
     }
     metric(f, "ftrt_mttr_seconds", "gauge", "Detection to every member back in the loop.");
     for (int i = 0; i < c->ninc; i++)
-        if (c->inc[i].recovered)
+        if (c->inc[i].recovered && c->inc[i].kind != FK_DRAIN)
             fprintf(f, "ftrt_mttr_seconds{incident=\"%d\"} %.6f\n", i + 1,
                     c->inc[i].t_resumed - c->inc[i].t_detect);
 }

@@ -25,6 +25,7 @@ const char *ftrt__failure_kind_name(int kind)
     case FK_HEARTBEAT_TIMEOUT: return "heartbeat_timeout";
     case FK_PROGRESS_STALL: return "progress_stall";
     case FK_SDC: return "silent_data_corruption";
+    case FK_DRAIN: return "drain";
     default: return "protocol_error";
     }
 }

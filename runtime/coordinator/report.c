@@ -289,7 +289,56 @@ static void header_text(const ftrt__coord *c, const totals *t)
     if (c->self != 0)
         printf("  coordinator: world rank %d (%s, pid %d), term %d: a standby that took over\n",
                c->self, c->r[c->self].host, c->r[c->self].pid, c->term);
-    printf("  failures: %d\n", c->ninc);
+    int drains = ftrt__drains(c);
+    printf("  failures: %d%s", c->ninc - drains, drains ? "" : "\n");
+    if (drains) printf(", drains: %d\n", drains);
+}
+
+/* One element of "drains" (docs/report-schema.md): who left, for which spare, the time to
+ * move (the drain's request to every member back in the loop: no detection), resume step,
+ * rework and where the state came from; and its line of the summary. */
+static void drain_json(ftrt__jw *w, const ftrt__coord *c, const ftrt__incident *x, int i)
+{
+    static const char *const from[] = {"peers", "replica", "checkpoint"};
+    int resumed = x->resume_step >= 0;
+    double move = x->recovered ? x->t_resumed - x->t_detect : -1;
+    ftrt__jw_object(w, NULL);
+    ftrt__jw_int(w, "world_rank", x->world_rank);
+    ftrt__jw_int(w, "logical_rank", x->logical_rank);
+    ftrt__jw_int(w, "pid", x->pid);
+    ftrt__jw_string(w, "host", c->r[x->world_rank].host);
+    ftrt__jw_string(w, "role", x->was_spare ? "spare" : "trainer");
+    ftrt__jw_double(w, "requested_at", x->t_detect_wall);
+    opt_int(w, "spare_world_rank", x->spare_world_rank >= 0, x->spare_world_rank);
+    ftrt__jw_string(w, "spare_host",
+                    x->spare_world_rank >= 0 ? c->r[x->spare_world_rank].host : NULL);
+    ftrt__jw_bool(w, "moved", x->recovered);
+    opt_double(w, "time_to_move_s", x->recovered, move);
+    ftrt__jw_int(w, "epoch", x->epoch);
+    opt_int(w, "resume_step", resumed, x->resume_step);
+    ftrt__jw_int(w, "rework_steps", x->rework_steps);
+    ftrt__jw_string(w, "state_from", resumed && x->state_from >= 0 && x->state_from < 3
+                                         ? from[x->state_from]
+                                         : NULL);
+    ftrt__jw_end(w);
+    if (x->was_spare)
+        printf("    drain %d: hot spare world rank %d (%s, pid %d) left the pool\n", i + 1,
+               x->world_rank, c->r[x->world_rank].host, x->pid);
+    else
+        printf("    drain %d: logical rank %d (world rank %d, %s, pid %d) moved to hot spare "
+               "world rank %d %s%.1f ms, resumed at step %lld, rework %lld steps\n", i + 1,
+               x->logical_rank, x->world_rank, c->r[x->world_rank].host, x->pid,
+               x->spare_world_rank, x->recovered ? "in " : "(not done) ",
+               x->recovered ? move * 1e3 : 0.0, (long long)x->resume_step,
+               (long long)x->rework_steps);
+}
+
+static void drains_report(ftrt__jw *w, const ftrt__coord *c)
+{
+    ftrt__jw_array(w, "drains");
+    for (int i = 0, k = 0; i < c->ninc; i++)
+        if (c->inc[i].kind == FK_DRAIN) drain_json(w, c, &c->inc[i], k++);
+    ftrt__jw_end(w);
 }
 
 /* Failure #i+1, on one line (after a line naming its lost host, if any). */
@@ -401,13 +450,15 @@ int ftrt__report_write(ftrt__coord *c)
     checkpoints_json(&w, c, t.ck_abandoned, t.ck_stall);
     header_text(c, &t);
     ftrt__jw_array(&w, "failures");
-    for (int i = 0; i < c->ninc; i++) {
+    for (int i = 0, k = 0; i < c->ninc; i++) {
+        if (c->inc[i].kind == FK_DRAIN) continue; /* (under "drains") */
         measured m = measure(c, &c->inc[i]); /* reads the fault log: once per failure */
         failure_json(&w, c, &c->inc[i], &m);
-        failure_text(c, &c->inc[i], i, &m);
+        failure_text(c, &c->inc[i], k++, &m);
         phases_text(&c->inc[i], &m);
     }
     ftrt__jw_end(&w);
+    drains_report(&w, c);
     sdc_json(&w, c, &t);
     sdc_text(c, &t);
     stragglers_json(&w, c);

@@ -24,7 +24,7 @@
 #include "base/log.h"
 #include "runtime/coordinator/coord.h"
 
-enum { SYNC_VERSION = 1 };
+enum { SYNC_VERSION = 2 }; /* 2: a rank's drain */
 
 /* The fixed part of a SYNC, after ftrt__sync_head. Times are wall seconds. */
 typedef struct sync_state {
@@ -42,7 +42,7 @@ typedef struct sync_state {
 /* One rank's entry. */
 typedef struct sync_rank {
     int32_t role, logical, promoting, reported_epoch, resumed_epoch, said_bye, pid, tl_seen;
-    int32_t tl_kind_open, has_sharded;
+    int32_t tl_kind_open, has_sharded, drained, drain_epoch;
     int64_t steps_done, kept_steps, total_steps, report_steps;
     double kept_s, t_fail_wall, flops_per_step, peak_flops, tl_t_open;
     double tl_totals[FTRT__IV_KINDS];
@@ -203,6 +203,7 @@ static void put_rank(sync_rank *s, const ftrt__crank *r)
                      .reported_epoch = r->reported_epoch, .resumed_epoch = r->resumed_epoch,
                      .said_bye = r->said_bye, .pid = r->pid, .tl_seen = r->tl_seen,
                      .tl_kind_open = r->tl_kind_open, .has_sharded = r->has_sharded,
+                     .drained = r->drained, .drain_epoch = r->drain_epoch,
                      .steps_done = r->steps_done, .kept_steps = r->kept_steps,
                      .total_steps = r->total_steps, .report_steps = r->report_steps,
                      .kept_s = r->kept_s, .t_fail_wall = r->t_fail_wall,
@@ -280,6 +281,8 @@ static void get_rank(ftrt__crank *r, const sync_rank *s)
     r->tl_seen = s->tl_seen;
     r->tl_kind_open = s->tl_kind_open;
     r->has_sharded = s->has_sharded;
+    r->drained = s->drained;
+    r->drain_epoch = s->drain_epoch;
     r->steps_done = s->steps_done;
     r->kept_steps = s->kept_steps;
     r->total_steps = s->total_steps;

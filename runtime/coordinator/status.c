@@ -43,6 +43,7 @@ static const char *rank_state(const ftrt__coord *c, int w)
 {
     const ftrt__crank *r = &c->r[w];
     if (w == c->self) return "coordinator";
+    if (r->drained) return ftrt__rank_connected(c, w) ? "running" : "left";
     if (r->role == FTRT__ROLE_FAILED) return "dead";
     if (r->said_bye || (r->hello && !ftrt__rank_connected(c, w) && r->orphan_until <= 0))
         return "left";
@@ -224,7 +225,8 @@ static int status_rank(sbuf *b, const ftrt__coord *c, int w)
     o = put_i(put_s(o, ", \"pid\": "), r->pid);
     o = put_s(o, ", \"host\": ");
     json_str(o, 6 * FTRT__HOST_MAX + 3, r->host);
-    o = put_s(put_s(put_s(o + strlen(o), ", \"role\": \""), ftrt__role_name(r->role)), "\"");
+    o = put_s(put_s(put_s(o + strlen(o), ", \"role\": \""),
+                    r->drained ? "drained" : ftrt__role_name(r->role)), "\"");
     o = put_s(o, ", \"logical_rank\": ");
     o = r->logical >= 0 ? put_i(o, r->logical) : put_s(o, "null");
     o = put_i(put_s(o, ", \"steps_done\": "), r->steps_done);

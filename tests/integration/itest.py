@@ -50,6 +50,10 @@ Cases:
               train_mlp --ckpt-dir, train_mlp stops before joining the job with a line naming
               the option; with FTRT_CKPT_DIR, every rank stops at ftrt_init with an error
               naming it; the job exits non-zero and ftrt-run's last line names the cause
+  drain       tools/ftrt-ctl drain --rank of trainer logical rank 2 mid-run: accepted, its
+              logical rank goes to the hot spare at the next step boundary; a second drain of it
+              is refused; the job exits 0, the report has one drain (no failure, rework 0,
+              state from the peers, time to move), byte-identical
   exitstatus  a process returns 3 from main() after its ftrt_finalize() (train_mlp --exit-rank,
               --exit-status; no ftrt_set_exit_code): a trainer, the coordinator, an unused
               spare, each in a short job of its own. The job finished (report, status file),
@@ -190,6 +194,54 @@ def case_kill(args):
           "the hot spare now holds logical rank 2")
     check([r for r in st["ranks"] if r["pid"] == victim["pid"]][0]["role"] == "failed",
           "the killed rank is marked failed")
+    expect_identical(job, args)
+
+
+FTRT_CTL = os.path.join(h.REPO, "tools", "ftrt-ctl")
+
+
+def ctl_drain(job, *target):
+    """tools/ftrt-ctl drain <target> for the job; returns (exit status, output)."""
+    r = subprocess.run([sys.executable, FTRT_CTL, "drain", *target, "--status", job.status,
+                        "--wait", "60"], capture_output=True, text=True, timeout=90)
+    print(f"  ftrt-ctl drain {' '.join(target)}: exit {r.returncode}: "
+          f"{(r.stdout + r.stderr).strip()}", flush=True)
+    return r.returncode, r.stdout + r.stderr
+
+
+@h.case(CASES, fixture="required")
+def case_drain(args):
+    need_reference(args)
+    job = mlp_job(args, "drain").start()
+    victim = job.wait_trainer(2, min_steps=40)
+    rc, out = ctl_drain(job, "--rank", str(victim["world_rank"]))
+    check(rc == 0 and out.startswith("accepted") and "moved" in out,
+          f"ftrt-ctl drain accepted and saw the move ({out.strip()})")
+    st = job.status_json()
+    me = [r for r in st["ranks"] if r["world_rank"] == victim["world_rank"]][0]
+    check(me["role"] == "drained" and me["state"] == "left", f"the rank is drained and left ({me})")
+    rc, out = ctl_drain(job, "--rank", str(victim["world_rank"]))
+    check(rc == 1 and "already been drained" in out, "a second drain of it is refused")
+    rc = job.wait(180)
+    check(rc == 0, f"the job finishes and exits 0 (got {rc})")
+    rep = job.load_report()
+    check(not rep["failures"], f"no failure in the report ({rep['failures']})")
+    check(len(rep["drains"]) == 1, f"one drain in the report ({rep.get('drains')})")
+    d = rep["drains"][0]
+    check(d["moved"] and d["rework_steps"] == 0 and d["state_from"] == "peers"
+          and d["logical_rank"] == 2 and d["world_rank"] == victim["world_rank"],
+          f"the drain moved logical rank 2 with no rework, state from the peers ({d})")
+    check(d["time_to_move_s"] < 5, f"time to move {d['time_to_move_s'] * 1e3:.1f} ms")
+    print(f"  time to move: {d['time_to_move_s'] * 1e3:.1f} ms, resumed at step "
+          f"{d['resume_step']}", flush=True)
+    check(rep["advice"]["mtbf_source"] == "none",
+          f"the MTBF counts no failure ({rep['advice']['mtbf_source']})")
+    check(any(e["event"] == "drain" for e in rep["timeline"]["events"])
+          and not any(e["event"] == "failure" for e in rep["timeline"]["events"]),
+          "the timeline shows a drain, no failure")
+    check("drained (world rank" in job.out, "the drained trainer says it left")
+    summ = job.load_summary()
+    check(summ["exit_status"] == 0, f"ftrt-run's summary: exit 0 ({summ.get('exit_status')})")
     expect_identical(job, args)
 
 

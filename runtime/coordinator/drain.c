@@ -1,0 +1,332 @@
+/*
+ * drain.c - drains (docs/detection-and-recovery.md "Drain"): a planned move of a rank out of
+ * the job, asked for ahead of a node's maintenance or reclamation, which is not a failure.
+ *
+ * A request comes through the control directory (`<status file>.control/`, written by
+ * tools/ftrt-ctl): "rank W" or "host H". A trainer's logical rank goes to a hot spare in a new
+ * epoch entered at each trainer's next step boundary (the FAILURE's boundary flag; the trainer
+ * side is runtime/drain.c): every trainer finishes the step it is in, the drained one included,
+ * the recovery resumes at that step with the state from the members that stay (replicated
+ * regions) or from the partner replicas refreshed at the boundary (sharded ones), and the
+ * drained process leaves with FTRT_EDRAINED. Nothing is detected, nothing is redone. A
+ * trainer that was already in the next step when the epoch was announced waits in its
+ * collective for the others: once every trainer that has not reported is that far (or after
+ * max(2 s, 5 x the median step time)), the epoch is made urgent, a plain FAILURE, and that
+ * partial step is abandoned. A hot spare that is drained just leaves the pool. The drained
+ * process counts among those that leave without MPI_Finalize (as a failed one): at the end
+ * nobody calls it. The incident is of kind FK_DRAIN: the report lists it under "drains" with
+ * its time to move, the ledger does not count it as a failure.
+ *
+ * With no hot spare left a drain is refused (the rank keeps training); so is one of the
+ * coordinator's host, one while the job is finishing, and a malformed request. Each request
+ * gets one line of result beside it (`<request>.result`: "accepted: ..." or "refused: ...").
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/fs.h"
+#include "base/log.h"
+#include "runtime/coordinator/coord.h"
+
+/* How often the control directory is read, seconds. */
+#define CONTROL_POLL_S 0.25
+/* A request file's largest useful size, bytes. */
+#define REQUEST_MAX 512
+
+enum { DRAIN_DONE = 0, DRAIN_REFUSED = 1, DRAIN_LATER = 2 };
+
+/* World rank w leaves the job: out of the membership as a failed rank is (its process will
+ * not call MPI_Finalize), but marked drained, with an incident of kind FK_DRAIN. */
+static ftrt__incident *mark_drained(ftrt__coord *c, int w)
+{
+    ftrt__crank *r = &c->r[w];
+    ftrt__rank_set_role(c, w, FTRT__ROLE_FAILED);
+    c->nfailed++;
+    c->maybe_done = 1;
+    c->status_dirty |= 2;
+    r->drained = 1;
+    ftrt__incident *i = ftrt__incident_add(c, w, FK_DRAIN);
+    double wall = ftrt__wallclock();
+    r->t_fail_wall = wall; /* (its slot of the ledger ends here) */
+    if (i) {
+        i->t_fail_wall = wall;
+        i->t_last_heard = i->t_detect;
+        i->steps_at_failure = -1; /* (rework: what the survivors had done and redo) */
+    }
+    return i;
+}
+
+/* Hot spare w leaves the pool; told the job is over for it (SHUTDOWN, value 1: it does not
+ * call MPI_Finalize). */
+static int drain_spare(ftrt__coord *c, int w, char *why, size_t n)
+{
+    if (w == c->sb_w) ftrt__standby_dismiss(c, "it is drained");
+    ftrt__incident *i = mark_drained(c, w);
+    if (i) i->was_spare = 1;
+    ftrt__epoch_msg m = {.epoch = c->epoch, .value = 1};
+    ftrt__coord_send(c, w, FTRT__MSG_SHUTDOWN, &m, sizeof m);
+    snprintf(why, n, "hot spare world rank %d leaves the pool; %d spare(s) left", w,
+             ftrt__live_spares(c));
+    return DRAIN_DONE;
+}
+
+/* Trainer w hands its logical rank to a hot spare at the next step boundary. */
+static int drain_trainer(ftrt__coord *c, int w, char *why, size_t n)
+{
+    ftrt__crank *r = &c->r[w];
+    int joining = c->phase == PH_COLLECT && c->epoch_soft; /* a drain's epoch not planned yet */
+    if (c->phase != PH_RUNNING && !joining) return DRAIN_LATER; /* (after this recovery) */
+    if (ftrt__job_finishing(c)) {
+        snprintf(why, n, "the job is finishing");
+        return DRAIN_REFUSED;
+    }
+    int spare = ftrt__pick_spare(c, w);
+    if (spare < 0) {
+        snprintf(why, n, "no hot spare is left: world rank %d keeps training", w);
+        return DRAIN_REFUSED;
+    }
+    if (spare == c->sb_w) ftrt__standby_dismiss(c, "it is the last hot spare, promoted");
+    int l = r->logical;
+    ftrt__incident *i = mark_drained(c, w);
+    ftrt__member_set(c, l, spare);
+    ftrt__rank_set_role(c, spare, FTRT__ROLE_TRAINER);
+    c->r[spare].logical = l;
+    c->r[spare].promoting = 1;
+    c->npromoting++;
+    if (i) i->spare_world_rank = spare;
+    if (!joining) {
+        c->epoch_soft = 1;
+        c->drain_t = ftrt__now();
+        c->drain_first_report = 0;
+        ftrt__epoch_open(c, ftrt__wallclock());
+    }
+    r->drain_epoch = c->epoch;
+    ftrt__epoch_msg m = {.epoch = c->epoch, .value = c->epoch_soft};
+    ftrt__coord_send(c, w, FTRT__MSG_DRAIN, &m, sizeof m);
+    snprintf(why, n, "world rank %d (logical rank %d) moves to hot spare world rank %d (%s) in "
+             "epoch %d", w, l, spare, c->r[spare].host, c->epoch);
+    return DRAIN_DONE;
+}
+
+int ftrt__drain_rank(ftrt__coord *c, int w, char *why, size_t n)
+{
+    if (c->phase == PH_INIT) return DRAIN_LATER;
+    if (c->phase == PH_ABORTING || c->phase == PH_DONE) {
+        snprintf(why, n, "the job is over");
+        return DRAIN_REFUSED;
+    }
+    if (w < 1 || w >= c->W) {
+        snprintf(why, n, w == 0 ? "world rank 0 is the coordinator" :
+                 "no world rank %d in this job (world size %d)", w, c->W);
+        return DRAIN_REFUSED;
+    }
+    if (w == c->self) {
+        snprintf(why, n, "world rank %d is the coordinator", w);
+        return DRAIN_REFUSED;
+    }
+    const ftrt__crank *r = &c->r[w];
+    if (r->role == FTRT__ROLE_FAILED) {
+        snprintf(why, n, "world rank %d has already %s", w, r->drained ? "been drained" : "failed");
+        return DRAIN_REFUSED;
+    }
+    if (r->role == FTRT__ROLE_SPARE) return drain_spare(c, w, why, n);
+    if (r->promoting) return DRAIN_LATER; /* (a spare being promoted: once it is a member) */
+    return drain_trainer(c, w, why, n);
+}
+
+/* Every rank of host `host` (trainers first, then spares), in one epoch; refused as a whole
+ * when the spares elsewhere are fewer than its trainers. */
+static int drain_host(ftrt__coord *c, const char *host, char *why, size_t n)
+{
+    if (c->phase == PH_ABORTING || c->phase == PH_DONE) {
+        snprintf(why, n, "the job is over");
+        return DRAIN_REFUSED;
+    }
+    if (c->phase != PH_RUNNING) return DRAIN_LATER;
+    if (!strcmp(host, c->r[c->self].host)) {
+        snprintf(why, n, "host %s holds the coordinator (world rank %d)", host, c->self);
+        return DRAIN_REFUSED;
+    }
+    int trainers = 0, ranks = 0, spares_elsewhere = 0;
+    for (int w = 1; w < c->W; w++) {
+        const ftrt__crank *r = &c->r[w];
+        int here = !strcmp(r->host, host);
+        if (r->role == FTRT__ROLE_FAILED) continue;
+        ranks += here;
+        trainers += here && r->role == FTRT__ROLE_TRAINER;
+        spares_elsewhere += !here && r->role == FTRT__ROLE_SPARE;
+    }
+    if (!ranks) {
+        snprintf(why, n, "no live rank on host %s", host);
+        return DRAIN_REFUSED;
+    }
+    if (spares_elsewhere < trainers) {
+        snprintf(why, n, "host %s has %d trainer(s) and only %d hot spare(s) are elsewhere",
+                 host, trainers, spares_elsewhere);
+        return DRAIN_REFUSED;
+    }
+    char one[256];
+    for (int pass = 0; pass < 2; pass++)
+        for (int w = 1; w < c->W; w++)
+            if (!strcmp(c->r[w].host, host) &&
+                c->r[w].role == (pass ? FTRT__ROLE_SPARE : FTRT__ROLE_TRAINER))
+                ftrt__drain_rank(c, w, one, sizeof one);
+    snprintf(why, n, "host %s: %d rank(s) leave, %d trainer(s) move to hot spares in epoch %d",
+             host, ranks, trainers, c->epoch);
+    return DRAIN_DONE;
+}
+
+int ftrt__drains(const ftrt__coord *c)
+{
+    int n = 0;
+    for (int i = 0; i < c->ninc; i++) n += c->inc[i].kind == FK_DRAIN;
+    return n;
+}
+
+/* ---- the urgent epoch ---------------------------------------------------------------------- */
+
+void ftrt__drain_harden(ftrt__coord *c, const char *reason)
+{
+    if (!c->epoch_soft) return;
+    c->epoch_soft = 0;
+    if (c->phase == PH_COLLECT) {
+        ftrt_log_info("epoch %d: the drain's epoch is entered now (%s)", c->epoch, reason);
+        ftrt__epoch_failure_urgent(c);
+    }
+    ftrt__epoch_msg m = {.epoch = c->epoch, .value = 0};
+    for (int w = 1; w < c->W; w++) /* (O(W), once per drain) */
+        if (c->r[w].drained && c->r[w].drain_epoch == c->epoch && ftrt__rank_connected(c, w))
+            ftrt__coord_send(c, w, FTRT__MSG_DRAIN, &m, sizeof m);
+}
+
+/* 1 when every trainer of the drain's epoch that has not reported (and every drained one
+ * still connected) has done as many steps as the most advanced REPORT: it is past the
+ * boundary, waiting in the next step's collective for those that stopped. O(N + W). */
+static int all_past_boundary(ftrt__coord *c)
+{
+    int64_t most = -1;
+    for (int l = 0; l < c->N; l++) {
+        const ftrt__crank *r = &c->r[c->members[l]];
+        if (!r->promoting && r->reported_epoch == c->epoch && r->report_steps > most)
+            most = r->report_steps;
+    }
+    if (most < 0) return 0;
+    for (int l = 0; l < c->N; l++) {
+        const ftrt__crank *r = &c->r[c->members[l]];
+        if (!r->promoting && r->reported_epoch != c->epoch && r->steps_done < most) return 0;
+    }
+    for (int w = 1; w < c->W; w++) {
+        const ftrt__crank *r = &c->r[w];
+        if (r->drained && r->drain_epoch == c->epoch && ftrt__rank_connected(c, w) &&
+            r->steps_done < most)
+            return 0;
+    }
+    return 1;
+}
+
+/* The drain's epoch is made urgent when it no longer waits for a step boundary (above), the
+ * plan is out (a drained trainer still there leaves now), or nobody reached a boundary in
+ * time. */
+static void harden_due(ftrt__coord *c, double now)
+{
+    if (!c->epoch_soft) return;
+    if (c->phase != PH_COLLECT) {
+        ftrt__drain_harden(c, "the plan is out");
+        return;
+    }
+    double limit = 5.0 * c->median_step_s;
+    if (limit < 2.0) limit = 2.0;
+    if (now - c->drain_t > limit) {
+        ftrt__drain_harden(c, "no step boundary in time");
+        return;
+    }
+    if (c->nreports > 0 && !c->drain_first_report) c->drain_first_report = now;
+    if (c->drain_first_report > 0 && now - c->drain_first_report > 0.25 && all_past_boundary(c))
+        ftrt__drain_harden(c, "a trainer is already in the next step");
+}
+
+/* ---- the control directory ----------------------------------------------------------------- */
+
+/* Parses "rank W" or "host H" (one line; H at most FTRT__HOST_MAX - 1 bytes). Returns 0, or -1
+ * with why set. */
+static int parse_request(const char *text, int *w, char *host, char *why, size_t n)
+{
+    char word[16], arg[FTRT__HOST_MAX + 1], extra[2];
+    int k = sscanf(text, "%15s %64s %1s", word, arg, extra);
+    if (k == 2 && !strcmp(word, "rank")) {
+        char *end;
+        long v = strtol(arg, &end, 10);
+        if (*end == 0 && v >= 0 && v < FTRT__MAX_WORLD) {
+            *w = (int)v;
+            return 0;
+        }
+    }
+    if (k == 2 && !strcmp(word, "host") && strlen(arg) < FTRT__HOST_MAX) {
+        snprintf(host, FTRT__HOST_MAX, "%s", arg);
+        *w = -1;
+        return 0;
+    }
+    snprintf(why, n, "malformed request (expected \"rank <world rank>\" or \"host <name>\")");
+    return -1;
+}
+
+/* Writes `line` to <dir>/<name>.result (replacing it atomically). */
+static void write_result(const char *dir, const char *name, const char *line)
+{
+    char path[1600], tmp[1700];
+    snprintf(path, sizeof path, "%s/%s.result", dir, name);
+    FILE *f = ftrt__atomic_open(path, tmp, sizeof tmp);
+    if (!f) return;
+    fprintf(f, "%s\n", line);
+    if (ftrt__atomic_finish(f, tmp, path, 0))
+        ftrt_log_warn("cannot write the drain result %s", path);
+}
+
+/* One request file: read, carried out (or left for later), answered, removed. */
+static void take_request(ftrt__coord *c, const char *dir, const char *name)
+{
+    char path[1600], text[REQUEST_MAX + 1], why[512] = "", line[600];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;
+    ssize_t got = read(fd, text, REQUEST_MAX);
+    close(fd);
+    text[got > 0 ? got : 0] = 0;
+    int w = -1, rc = DRAIN_REFUSED;
+    char host[FTRT__HOST_MAX] = "";
+    if (!parse_request(text, &w, host, why, sizeof why))
+        rc = w >= 0 ? ftrt__drain_rank(c, w, why, sizeof why) : drain_host(c, host, why, sizeof why);
+    if (rc == DRAIN_LATER) return; /* (read again at the next poll) */
+    snprintf(line, sizeof line, "%s: %s", rc == DRAIN_DONE ? "accepted" : "refused", why);
+    if (rc == DRAIN_DONE) ftrt_log_warn("drain (%s): %s", name, why);
+    else ftrt_log_warn("drain (%s) refused: %s", name, why);
+    write_result(dir, name, line);
+    unlink(path);
+}
+
+static void control_poll(ftrt__coord *c)
+{
+    char dir[1200];
+    if (snprintf(dir, sizeof dir, "%s.control", c->a->status_file) >= (int)sizeof dir) return;
+    DIR *d = opendir(dir);
+    if (!d) return; /* (none: nobody asked for anything) */
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, "drain-", 6) && !strchr(e->d_name, '.'))
+            take_request(c, dir, e->d_name);
+    closedir(d);
+}
+
+void ftrt__drain_periodic(ftrt__coord *c, double now)
+{
+    harden_due(c, now);
+    if (c->deposed || c->claim_pending || ftrt__standby_deposed(c)) return;
+    if (now - c->control_polled < CONTROL_POLL_S) return;
+    c->control_polled = now;
+    control_poll(c);
+}
