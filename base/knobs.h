@@ -69,6 +69,11 @@
       "agent at ftrt_init() and are the only ones that start one in an election after a host " \
       "agent was lost; the others connect to the one started (waiting for it), so that a test " \
       "decides in which process of a host each host agent lives")                              \
+    X(drain_late_ranks, "FTRT_TEST_DRAIN_LATE_RANKS", 1 << 30,                                 \
+      "N > 0: a bit mask of world ranks (bit w: world rank w < 30) that ignore a drain's "      \
+      "step-boundary announcement (the FAILURE with its boundary flag, a DRAIN for the next "   \
+      "boundary) and go on into the next step, so that the coordinator must make the drain's " \
+      "epoch urgent (runtime/coordinator/drain.c)")                                             \
     X(relay_group, "FTRT_TEST_RELAY_GROUP", 1 << 20,                                           \
       "N >= 2: the coordinator's relay groups hold N host agents whatever the world's size "   \
       "(by default ceil(sqrt(W / 8)), none below 16): fan-outs go through a relay on small "   \

@@ -210,6 +210,16 @@ static int stale_term(ftrt__cp *cp, const ftrt__msghdr *h)
     return 0;
 }
 
+/* FTRT_TEST_DRAIN_LATE_RANKS names this rank: it ignores a drain's step-boundary
+ * announcement (logged). */
+static int late_for_drain(const struct ftrt_ctx *ctx)
+{
+    int late = ctx->world_rank < 30 && (ftrt__knobs.drain_late_ranks >> ctx->world_rank & 1);
+    if (late) ftrt_log_warn("a drain's step-boundary announcement ignored "
+                            "(FTRT_TEST_DRAIN_LATE_RANKS)");
+    return late;
+}
+
 /* FAILURE: the epoch it announces becomes pending (the trainer's waits and ftrt_check() see
  * it). Under cp->lock. */
 static void take_failure(struct ftrt_ctx *ctx, const void *payload)
@@ -217,6 +227,7 @@ static void take_failure(struct ftrt_ctx *ctx, const void *payload)
     ftrt__failure_msg fm;
     memcpy(&fm, payload, sizeof fm);
     atomic_store(&ctx->cp.t_fail_wall, fm.t_fail_wall); /* before the epoch: waits read both */
+    if (fm.boundary && late_for_drain(ctx)) return;
     if (fm.boundary) { /* a drain: entered at this trainer's next step boundary */
         if (fm.epoch > atomic_load(&ctx->cp.boundary_epoch))
             atomic_store(&ctx->cp.boundary_epoch, fm.epoch);
@@ -234,6 +245,7 @@ static void take_failure(struct ftrt_ctx *ctx, const void *payload)
  * it; 0: now (every call returns FTRT_EDRAINED). Under cp->lock. */
 static void take_drain(struct ftrt_ctx *ctx, const ftrt__epoch_msg *m)
 {
+    if (m->value && late_for_drain(ctx)) return;
     if (m->value) {
         atomic_store(&ctx->cp.drained, 1);
         ftrt_log_warn("drained: this process leaves the job at its next step boundary "

@@ -311,6 +311,7 @@ typedef struct ftrt__coord {
      * boundary (its FAILURE's boundary flag) until made urgent; when it was opened and when its
      * first REPORT was seen (monotonic, 0: none); the control directory's last read */
     int epoch_soft;
+    int drain_urgent; /* a failure joined the drain's epoch: it is made urgent at once */
     double drain_t, drain_first_report, control_polled;
     int mark_fd;               /* the coordinator's mark on its host (ftrt__local_mark), or -1 */
     uint64_t secret;           /* the job's hello secret */

@@ -103,6 +103,7 @@ static int drain_trainer(ftrt__coord *c, int w, char *why, size_t n)
         c->epoch_soft = 1;
         c->drain_t = ftrt__now();
         c->drain_first_report = 0;
+        c->drain_urgent = 0;
         ftrt__epoch_open(c, ftrt__wallclock());
     }
     r->drain_epoch = c->epoch;
@@ -235,6 +236,11 @@ static int all_past_boundary(ftrt__coord *c)
 static void harden_due(ftrt__coord *c, double now)
 {
     if (!c->epoch_soft) return;
+    if (c->drain_urgent) {
+        c->drain_urgent = 0;
+        ftrt__drain_harden(c, "a rank failed");
+        return;
+    }
     if (c->phase != PH_COLLECT) {
         ftrt__drain_harden(c, "the plan is out");
         return;

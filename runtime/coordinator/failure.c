@@ -134,8 +134,8 @@ static void replace(ftrt__coord *c, int w, int kind, ftrt__incident *inc)
     if (c->phase == PH_COLLECT) {
         /* The announced epoch's plan is not out yet: this failure joins it, so that a lost
          * host takes as many spares as it held trainers in one epoch (a drain's epoch that
-         * waited for a step boundary is entered now: drain.c). */
-        ftrt__drain_harden(c, "a rank failed");
+         * waited for a step boundary is entered at once: drain.c). */
+        if (c->epoch_soft) c->drain_urgent = 1;
         ftrt_log_warn("epoch %d: hot spare world rank %d (%s) also takes logical rank %d",
                       c->epoch, spare, c->r[spare].host, l);
         ftrt__epoch_check_reports(c);

@@ -53,7 +53,12 @@ Cases:
   drain       tools/ftrt-ctl drain --rank of trainer logical rank 2 mid-run: accepted, its
               logical rank goes to the hot spare at the next step boundary; a second drain of it
               is refused; the job exits 0, the report has one drain (no failure, rework 0,
-              state from the peers, time to move), byte-identical
+              state from the peers, time to move), byte-identical; a drain with no spare left
+              is refused
+  drain_late  two trainers (the drained one among them) miss the drain's step boundary
+              (FTRT_TEST_DRAIN_LATE_RANKS): the epoch is made urgent, no rework, byte-identical
+  drain_sharded  the same with sharded state (partner replicas): resumed from memory at the
+              drain's step boundary, no rework, byte-identical
   exitstatus  a process returns 3 from main() after its ftrt_finalize() (train_mlp --exit-rank,
               --exit-status; no ftrt_set_exit_code): a trainer, the coordinator, an unused
               spare, each in a short job of its own. The job finished (report, status file),
@@ -222,6 +227,10 @@ def case_drain(args):
     check(me["role"] == "drained" and me["state"] == "left", f"the rank is drained and left ({me})")
     rc, out = ctl_drain(job, "--rank", str(victim["world_rank"]))
     check(rc == 1 and "already been drained" in out, "a second drain of it is refused")
+    other = trainer(job.status_json(), 0)
+    rc, out = ctl_drain(job, "--rank", str(other["world_rank"]))
+    check(rc == 1 and "no hot spare is left" in out,
+          "with no spare left a drain is refused and the rank keeps training")
     rc = job.wait(180)
     check(rc == 0, f"the job finishes and exits 0 (got {rc})")
     rep = job.load_report()
@@ -242,6 +251,61 @@ def case_drain(args):
     check("drained (world rank" in job.out, "the drained trainer says it left")
     summ = job.load_summary()
     check(summ["exit_status"] == 0, f"ftrt-run's summary: exit 0 ({summ.get('exit_status')})")
+    expect_identical(job, args)
+
+
+@h.case(CASES, fixture="required")
+def case_drain_late(args):
+    """A drain whose step boundary two trainers miss (FTRT_TEST_DRAIN_LATE_RANKS: world rank 1,
+    which stays, and world rank 3, the one drained, ignore the announcement and go on into the
+    next step): the coordinator makes the drain's epoch urgent once the others stopped, the
+    late ones abandon their partial step, nothing completed is redone, byte-identical."""
+    need_reference(args)
+    job = mlp_job(args, "drain_late")
+    job.env.update({"FTRT_TEST_DRAIN_LATE_RANKS": str((1 << 1) | (1 << 3)), "FTRT_LOG": "info"})
+    job.start()
+    victim = job.wait_trainer(2, min_steps=40)
+    check(victim["world_rank"] == 3, f"logical rank 2 is world rank 3 ({victim})")
+    rc, out = ctl_drain(job, "--rank", "3")
+    check(rc == 0 and "moved" in out, f"ftrt-ctl drain accepted and saw the move ({out.strip()})")
+    rc = job.wait(180)
+    check(rc == 0, f"the job finishes and exits 0 (got {rc})")
+    check(job.out.count("step-boundary announcement ignored") == 2,
+          "both late ranks ignored the step-boundary announcement")
+    check("entered now (a trainer is already in the next step)" in job.out,
+          "the coordinator made the drain's epoch urgent: a trainer was in the next step")
+    rep = job.load_report()
+    d = rep["drains"][0] if len(rep["drains"]) == 1 else {}
+    check(not rep["failures"] and d.get("moved") and d.get("rework_steps") == 0,
+          f"one drain, moved, no rework, no failure ({rep['drains']}, {rep['failures']})")
+    print(f"  time to move {d['time_to_move_s'] * 1e3:.1f} ms (with the 0.25 s wait before the "
+          "urgent epoch)", flush=True)
+    expect_identical(job, args)
+
+
+@h.case(CASES, fixture="required")
+def case_drain_sharded(args):
+    """A trainer drained with sharded state (--sharded-momentum, partner replicas every 5 steps):
+    every trainer refreshes the replicas at the drain's step boundary, so the recovery resumes
+    there from memory: no rework, no checkpoint read, byte-identical."""
+    need_reference(args)
+    job = mlp_job(args, "drain_sharded")
+    job.cmd += ["--sharded-momentum"]
+    job.env.update({"FTRT_SHARD_REPLICA_EVERY": "5", "FTRT_LOG": "info"})
+    job.start()
+    victim = job.wait_trainer(1, min_steps=42)
+    rc, out = ctl_drain(job, "--rank", str(victim["world_rank"]))
+    check(rc == 0 and "moved" in out, f"ftrt-ctl drain accepted and saw the move ({out.strip()})")
+    rc = job.wait(180)
+    check(rc == 0, f"the job finishes and exits 0 (got {rc})")
+    rep = job.load_report()
+    check(not rep["failures"] and len(rep["drains"]) == 1, "one drain, no failure")
+    d = rep["drains"][0]
+    print(f"  resumed at step {d['resume_step']}, state from {d['state_from']}, time to move "
+          f"{d['time_to_move_s'] * 1e3:.1f} ms", flush=True)
+    check(d["state_from"] == "replica" and d["rework_steps"] == 0,
+          f"state from the partner replicas at the boundary, no rework ({d})")
+    check("reload checkpoint" not in job.out, "no checkpoint reload")
     expect_identical(job, args)
 
 
