@@ -68,6 +68,7 @@ ENODEV = -1014
 ECUDA = -1015
 ENCCL = -1016
 ENOTSUP = -1017
+EDRAINED = -1018
 
 # Region flags, dtypes, ops, checkpoint policy and stats flags.
 REGION_REPLICATED = 0
@@ -176,6 +177,13 @@ class FtrtNotSupported(FtrtError):
     CUDA)."""
 
 
+class FtrtDrained(FtrtError):
+    """FTRT_EDRAINED: this process was drained (tools/ftrt-ctl drain): its logical rank went to
+    a hot spare, the job goes on without it. Finalize and exit 0; write none of the job's
+    outputs (another process holds the logical rank now). FaultTolerant.step() does this by
+    itself (it raises SystemExit(0))."""
+
+
 # name in ftrt.h -> (code, exception class)
 ERRORS = {
     "FTRT_ERECOVER": (ERECOVER, FtrtRecover),
@@ -195,6 +203,7 @@ ERRORS = {
     "FTRT_ECUDA": (ECUDA, FtrtCudaError),
     "FTRT_ENCCL": (ENCCL, FtrtNcclError),
     "FTRT_ENOTSUP": (ENOTSUP, FtrtNotSupported),
+    "FTRT_EDRAINED": (EDRAINED, FtrtDrained),
 }
 _CLASS_OF: Dict[int, Type[FtrtError]] = {code: cls for code, cls in ERRORS.values()}
 

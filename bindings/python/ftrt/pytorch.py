@@ -316,7 +316,8 @@ class FaultTolerant:
       verbose: logical rank 0 prints a line when it resumes or recovers.
 
     Attributes: rank, world_size, epoch, step_count (steps done: the step to run next),
-    restored (state came from a checkpoint or a survivor at start), recoveries, state
+    restored (state came from a checkpoint or a survivor at start), recoveries, drained (this
+    process was drained: step() closed and raised SystemExit(0)), state
     (extra_state), ctx, averager (GradAverager), registry (StateRegistry), buffers
     (pytorch_buffers.BufferSync), flop_count and peak
     (eMFU's inputs and how they were found), cuda_device (the parameters' CUDA device index,
@@ -360,6 +361,7 @@ class FaultTolerant:
         self._emfu = _flops.EmfuInputs(model, flops_per_step, peak_flops, config)
         self.verbose = verbose
         self.restored, self.recoveries = False, 0
+        self.drained = False  # this process was drained: step() closed and raised SystemExit
         self.total_steps: Optional[int] = None
         self._closed, self._stepped, self._step = False, True, 0
         self._seed_cuda = torch.cuda.is_available()
@@ -490,7 +492,22 @@ class FaultTolerant:
         checkpoint_every steps. Returns True; False when a trainer failed and this call
         recovered instead (the step's work is abandoned and the state is that of the step
         the job resumes at, step_count). Raises FtrtNoSpare / FtrtCoordLost / FtrtAborted
-        when the job cannot go on, and RuntimeError when called twice in one step."""
+        when the job cannot go on, and RuntimeError when called twice in one step. A process
+        that was drained (tools/ftrt-ctl drain: its logical rank went to a hot spare) leaves
+        here: this closes (ftrt_finalize()) and raises SystemExit(0), so that nothing after the
+        loop runs in it (another process holds its logical rank now; catch SystemExit to do
+        something of this process's own before it exits)."""
+        try:
+            return self._step_once()
+        except _lib.FtrtDrained:
+            print(f"ftrt: drained (logical rank {self._rank}) after step {self._step}: leaving "
+                  "the job", flush=True)
+            self.drained = True
+            self.close()
+            raise SystemExit(0)
+
+    def _step_once(self) -> bool:
+        """step()'s work (FtrtDrained passes through)."""
         if self._closed:
             raise RuntimeError("FaultTolerant is closed")
         if self._stepped and self.total_steps is not None:
