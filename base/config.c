@@ -129,7 +129,12 @@
       "NCCL's own")                                                                                \
     X(nccl_max_ctas, "FTRT_NCCL_MAX_CTAS", INT, 0, 0, 64, NULL,                                    \
       "the NCCL plane's communicator: most CTAs per collective (`ncclConfig_t.maxCTAs`), fewer "   \
-      "leave more SMs to compute; 0 = NCCL's own")
+      "leave more SMs to compute; 0 = NCCL's own")                                                 \
+    X(sigterm, "FTRT_SIGTERM", ENUM, FTRT_SIGTERM_EXIT, 0, 1, "exit|drain",                        \
+      "what SIGTERM means: `exit` = its default action (a trainer that gets it dies: a "          \
+      "failure); `drain` = to a trainer or hot spare, a drain of that rank (a scheduler's "      \
+      "warning to one node), to the coordinator, the end of the whole job (aborted, every rank " \
+      "exits); the field holds `FTRT_SIGTERM_EXIT` or `FTRT_SIGTERM_DRAIN`")
 
 /* The default in the descriptor's number or string slot, by kind. */
 #define FTRT__DEFNUM_INT(d) (double)(d)

@@ -112,6 +112,8 @@ enum ftrt__msg_type {
     FTRT__MSG_DRAIN,          /* coord -> a trainer being drained: its logical rank went to a
                                  hot spare (epoch_msg: epoch = the new epoch, value = 1: leave
                                  at the next step boundary, 0: leave now) */
+    FTRT__MSG_DRAIN_ME,       /* trainer or spare -> coord: it received SIGTERM under
+                                 FTRT_SIGTERM=drain: drain it (epoch_msg, value unused) */
     FTRT__MSG_TYPE_END
 };
 

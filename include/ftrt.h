@@ -269,7 +269,17 @@ typedef struct ftrt_config {
     int nccl_max_ctas;        /* FTRT_NCCL_MAX_CTAS: ncclConfig_t.maxCTAs, the most CTAs NCCL
                                  uses per collective, 1..64, at least nccl_min_ctas when both
                                  are set; 0 (default) = NCCL's own */
+    int sigterm;              /* FTRT_SIGTERM: FTRT_SIGTERM_EXIT (default, "exit": ftrt installs
+                                 no handler, SIGTERM kills as usual) or FTRT_SIGTERM_DRAIN
+                                 ("drain": ftrt_init() installs a SIGTERM handler; to a trainer
+                                 or spare it asks for a drain of that rank, a second one kills;
+                                 to the coordinator it ends the whole job as aborted;
+                                 docs/detection-and-recovery.md "Drain") */
 } ftrt_config;
+
+/* FTRT_SIGTERM values (ftrt_config.sigterm). */
+#define FTRT_SIGTERM_EXIT 0
+#define FTRT_SIGTERM_DRAIN 1
 
 /* FTRT_CKPT_POLICY values. */
 #define FTRT_CKPT_WAIT 0

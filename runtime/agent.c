@@ -33,6 +33,7 @@
 
 #include "base/knobs.h"
 #include "base/log.h"
+#include "base/sigterm.h"
 #include "runtime/internal.h"
 
 /* Where kept[] holds the newest FINGERPRINT (after the SHARD_DONEs). */
@@ -388,6 +389,15 @@ static int agent_tick(struct ftrt_ctx *ctx, double now, double *next_hb, double 
         ftrt__move_beat(ctx, &hb);
         if (rc && !cp->stop) return -1;
         *next_hb = now + hb_period(ctx);
+    }
+    if (!cp->drain_asked && ftrt__sigterm_count() > 0) { /* FTRT_SIGTERM=drain */
+        cp->drain_asked = 1;
+        ftrt__epoch_msg m = {.epoch = atomic_load(&ctx->watch.pending_epoch)};
+        pthread_mutex_lock(&cp->send_lock);
+        int rc = cp->fd >= 0 ? ftrt__msg_send(cp->fd, FTRT__MSG_DRAIN_ME, &m, sizeof m) : -1;
+        pthread_mutex_unlock(&cp->send_lock);
+        ftrt_log_warn("SIGTERM received: asked the coordinator to drain this rank%s",
+                      rc ? " (not sent: no connection)" : "");
     }
     if (now >= *next_ledger) { /* the finished part of this rank's timeline, once a second */
         if (cp->on_tick) cp->on_tick(ctx);

@@ -24,6 +24,7 @@
 #include "base/fs.h"
 #include "base/cpu_peak.h"
 #include "base/knobs.h"
+#include "base/sigterm.h"
 #include "base/log.h"
 #include "comm/ulfm.h"
 #include "kernels/location.h"
@@ -413,6 +414,9 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
                   ctx->nspares);
     snprintf(ctx->coord_addr, sizeof ctx->coord_addr, "%s", b.addrs);
     ctx->coord_port = b.port;
+    if (ctx->cfg.sigterm == FTRT_SIGTERM_DRAIN && (rc = ftrt__sigterm_install()) != 0)
+        ftrt_log_warn("FTRT_SIGTERM=drain: cannot install the SIGTERM handler: %s; SIGTERM "
+                      "kills this process", ftrt_strerror(rc));
     if (ctx->world_rank == 0) {
         *out = ctx;
         return run_coordinator(ctx, &b, listen_fd, local_fd);
@@ -481,6 +485,7 @@ int ftrt_finalize(ftrt_ctx *ctx)
     else if (end < 0)
         ftrt_log_info("the job ended with %s: not calling MPI_Finalize", ftrt_err_name(end));
     ctx_free(ctx);
+    ftrt__sigterm_restore(); /* (FTRT_SIGTERM=drain) */
     return end && !by_us ? FTRT_SKIP_MPI_FINALIZE : 0;
 }
 

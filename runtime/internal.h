@@ -84,6 +84,7 @@ typedef struct ftrt__cp {
      * boundary; the hard DRAIN sets the watch's fatal FTRT_EDRAINED at once) */
     _Atomic int boundary_epoch;
     _Atomic int drained;
+    int drain_asked; /* FTRT_SIGTERM=drain: DRAIN_ME sent (agent thread only) */
     _Atomic int stop;
     /* guarded by lock */
     int welcomed;

@@ -134,6 +134,7 @@ typedef struct ftrt__crank {
     int promoting;      /* spare assigned in the current recovery */
     int drained;        /* it was drained (drain.c): role FAILED, but it leaves by itself */
     int drain_epoch;    /* the epoch its drain opened or joined */
+    int drain_asked;    /* it asked for its own drain (DRAIN_ME: SIGTERM), not done yet */
     int reported_epoch; /* REPORT received for this epoch */
     int64_t report_steps;
     int has_sharded;
@@ -313,6 +314,8 @@ typedef struct ftrt__coord {
     int epoch_soft;
     int drain_urgent; /* a failure joined the drain's epoch: it is made urgent at once */
     double drain_t, drain_first_report, control_polled;
+    int ndrain_asked;   /* ranks with drain_asked set */
+    int sigterm_init, sigterm_seen; /* this process's SIGTERMs when the loop began / handled */
     int mark_fd;               /* the coordinator's mark on its host (ftrt__local_mark), or -1 */
     uint64_t secret;           /* the job's hello secret */
     int hb_ms;                 /* the heartbeat period the WELCOME asks for */
@@ -658,8 +661,13 @@ int ftrt__drain_rank(ftrt__coord *c, int w, char *why, size_t n);
  * stopped, DRAIN "now" to a drained trainer still there); nothing when it is not a drain's
  * boundary epoch. reason: for the log. */
 void ftrt__drain_harden(ftrt__coord *c, const char *reason);
-/* The periodic part: the urgent epoch when due, the control directory every 0.25 s. */
+/* The periodic part: the urgent epoch when due, the control directory every 0.25 s, the
+ * drains ranks asked for that had to wait, and this process's SIGTERM (FTRT_SIGTERM=drain:
+ * the job is aborted). */
 void ftrt__drain_periodic(ftrt__coord *c, double now);
+/* DRAIN_ME from world rank w (it received SIGTERM): drained now, or once the recovery in
+ * progress is over; a refusal is logged (the rank keeps training). */
+void ftrt__drain_asked(ftrt__coord *c, int w);
 /* The incidents of kind FK_DRAIN. O(incidents). */
 int ftrt__drains(const ftrt__coord *c);
 /* The hot spare for world rank w, leaving (failed or drained): failure.c; -1 when none is

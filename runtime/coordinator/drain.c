@@ -31,6 +31,7 @@
 
 #include "base/fs.h"
 #include "base/log.h"
+#include "base/sigterm.h"
 #include "runtime/coordinator/coord.h"
 
 /* How often the control directory is read, seconds. */
@@ -328,9 +329,49 @@ static void control_poll(ftrt__coord *c)
     closedir(d);
 }
 
+/* A rank's own request (SIGTERM), carried out now or left for later. */
+static void try_asked(ftrt__coord *c, int w)
+{
+    char why[256];
+    int rc = ftrt__drain_rank(c, w, why, sizeof why);
+    if (rc == DRAIN_LATER) return;
+    c->r[w].drain_asked = 0;
+    c->ndrain_asked--;
+    if (rc == DRAIN_DONE) ftrt_log_warn("drain (SIGTERM to world rank %d): %s", w, why);
+    else ftrt_log_warn("drain (SIGTERM to world rank %d) refused: %s", w, why);
+}
+
+void ftrt__drain_asked(ftrt__coord *c, int w)
+{
+    if (c->r[w].drain_asked) return;
+    c->r[w].drain_asked = 1;
+    c->ndrain_asked++;
+    try_asked(c, w);
+}
+
+/* FTRT_SIGTERM=drain: a SIGTERM to the coordinator's process ends the job (the launcher's
+ * SIGTERM to the whole job keeps its meaning); counted from the loop's start, so that a
+ * standby that took over after its own drain was asked for does not take that for it. */
+static void sigterm_due(ftrt__coord *c)
+{
+    int n = ftrt__sigterm_count();
+    if (!c->sigterm_init) {
+        c->sigterm_init = 1;
+        c->sigterm_seen = n;
+    }
+    if (n <= c->sigterm_seen) return;
+    c->sigterm_seen = n;
+    if (c->phase == PH_ABORTING || c->phase == PH_DONE) return;
+    ftrt__job_abort(c, FTRT_EABORT, "the coordinator received SIGTERM (FTRT_SIGTERM=drain): the "
+                                    "whole job stops");
+}
+
 void ftrt__drain_periodic(ftrt__coord *c, double now)
 {
+    sigterm_due(c);
     harden_due(c, now);
+    for (int w = 1; w < c->W && c->ndrain_asked > 0; w++)
+        if (c->r[w].drain_asked) try_asked(c, w);
     if (c->deposed || c->claim_pending || ftrt__standby_deposed(c)) return;
     if (now - c->control_polled < CONTROL_POLL_S) return;
     c->control_polled = now;

@@ -126,6 +126,7 @@ static int handle(ftrt__coord *c, int w, const ftrt__msghdr *h, const void *payl
         return 0;
     case FTRT__MSG_FINGERPRINT: ftrt__sdc_vote_take(c, w, &u.fpm); return 0;
     case FTRT__MSG_BYE: take_bye(c, w, &u.bye); return 0;
+    case FTRT__MSG_DRAIN_ME: ftrt__drain_asked(c, w); return 0;
     case FTRT__MSG_STANDBY_AT: ftrt__standby_at(c, w, &u.at); return 0;
     case FTRT__MSG_SYNC_ACK:
         ftrt__standby_ack(c, w, &u.em);

@@ -55,6 +55,8 @@ Cases:
               is refused; the job exits 0, the report has one drain (no failure, rework 0,
               state from the peers, time to move), byte-identical; a drain with no spare left
               is refused
+  sigterm     FTRT_SIGTERM=drain: SIGTERM to one trainer drains it (exit 0, byte-identical, a
+              drain in the report); SIGTERM to the coordinator ends the whole job (aborted)
   drain_late  two trainers (the drained one among them) miss the drain's step boundary
               (FTRT_TEST_DRAIN_LATE_RANKS): the epoch is made urgent, no rework, byte-identical
   drain_sharded  the same with sharded state (partner replicas): resumed from memory at the
@@ -252,6 +254,43 @@ def case_drain(args):
     summ = job.load_summary()
     check(summ["exit_status"] == 0, f"ftrt-run's summary: exit 0 ({summ.get('exit_status')})")
     expect_identical(job, args)
+
+
+@h.case(CASES, fixture="required")
+def case_sigterm(args):
+    """FTRT_SIGTERM=drain: SIGTERM to trainer logical rank 2 alone (a scheduler's warning to
+    one node) drains it: the hot spare takes its rank at the next step boundary, the job goes
+    on and exits 0, byte-identical, one drain and no failure in the report. Then SIGTERM to the
+    coordinator (as a launcher's to the whole job) ends the job promptly as aborted."""
+    need_reference(args)
+    job = mlp_job(args, "sigterm")
+    job.env.update({"FTRT_SIGTERM": "drain"})
+    job.start()
+    victim = job.wait_trainer(2, min_steps=40)
+    job.inject(signal.SIGTERM, victim, "sigterm")
+    job.wait_status(lambda st: [r for r in st["ranks"] if r["world_rank"] == victim["world_rank"]]
+                    [0]["state"] == "left" and st["job"] == "running", timeout=30)
+    rc = job.wait(180)
+    check(rc == 0, f"the job goes on after the SIGTERM and exits 0 (got {rc})")
+    rep = job.load_report()
+    check(not rep["failures"] and len(rep["drains"]) == 1 and rep["drains"][0]["rework_steps"] == 0
+          and rep["drains"][0]["world_rank"] == victim["world_rank"],
+          f"one drain of that rank, no rework, no failure ({rep['drains']}, {rep['failures']})")
+    expect_identical(job, args)
+
+    job = mlp_job(args, "sigterm_job")
+    job.env.update({"FTRT_SIGTERM": "drain"})
+    job.start()
+    st = job.wait_status(lambda st: st.get("job") == "running" and trainer(st, 0)["steps_done"] >= 20)
+    coord = [r for r in st["ranks"] if r["world_rank"] == 0][0]
+    t0 = time.monotonic()
+    job.inject(signal.SIGTERM, coord, "sigterm")
+    rc = job.wait(60)
+    took = time.monotonic() - t0
+    check(rc != 0 and took < 20, f"SIGTERM to the coordinator ends the job, non-zero, in "
+          f"{took:.1f} s (exit {rc})")
+    check("received SIGTERM (FTRT_SIGTERM=drain): the whole job stops" in job.out,
+          "the coordinator says why the job stops")
 
 
 @h.case(CASES, fixture="required")

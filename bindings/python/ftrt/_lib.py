@@ -291,6 +291,7 @@ class Config(_StrFields):
         ("nccl_cta_policy", ctypes.c_int),
         ("nccl_min_ctas", ctypes.c_int),
         ("nccl_max_ctas", ctypes.c_int),
+        ("sigterm", ctypes.c_int),
     ]
 
     @classmethod

@@ -1,0 +1,387 @@
+/* Join spike (issue 35): can a process started after the job began become a member of the
+ * training communicator through Open MPI's dynamic processes?  One program, several roles:
+ *
+ *   join accept  [--kill R] [--over live|world] [--port-file F] [--name N]
+ *       job A: every rank waits; rank R (if given) SIGKILLs itself first; the others build the
+ *       "accept communicator" (the live ranks through MPI_Comm_create_group, as ftrt's recovery
+ *       does; or MPI_COMM_WORLD), its rank 0 opens a port and publishes it (MPI_Publish_name,
+ *       and into the port file when given), then all call MPI_Comm_accept over it, merge
+ *       (MPI_Intercomm_merge, A low), allreduce over the merged communicator and check the sums,
+ *       then rebuild a communicator from the merged one's group the way ftrt's recovery would
+ *       (MPI_Comm_create_group over the merged communicator; with ULFM MPI_Comm_create_from_group)
+ *       and allreduce over that too.
+ *   join connect [--port-file F] [--name N]
+ *       job B (1 process, started later): MPI_Lookup_name (or the port file), MPI_Comm_connect
+ *       over MPI_COMM_SELF, merge (high), the same allreduces.
+ *   join spawn   [--kill R] [--over live|world]
+ *       the running job spawns 1 new process (this program, role "child") with MPI_Comm_spawn
+ *       over the accept communicator, merges, allreduces.
+ *   join block   [--interrupt none|close|selfconnect] [--wait S]
+ *       1 process calls MPI_Comm_accept on an opened port that nobody connects to; with
+ *       --interrupt a second thread tries to end the wait after 2 s (MPI_Close_port on the port,
+ *       or MPI_Comm_connect to the port from the same process).  Prints whether and when the
+ *       accept returned; the caller runs it under `timeout`.
+ *
+ * Every line the checker (run.sh) reads starts with "SPIKE ".  Timings are CLOCK_MONOTONIC.
+ */
+#define _GNU_SOURCE
+#include <mpi.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <mpi-ext.h> /* Open MPI's extensions: ULFM's ftmpi in Open MPI 5 */
+#if defined(OMPI_HAVE_MPI_EXT_FTMPI) && OMPI_HAVE_MPI_EXT_FTMPI
+#define HAVE_ULFM 1
+#else
+#define HAVE_ULFM 0
+#endif
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static const char *errstr(int rc)
+{
+    static char buf[MPI_MAX_ERROR_STRING + 16];
+    int len = 0;
+    if (MPI_Error_string(rc, buf, &len) != MPI_SUCCESS)
+        snprintf(buf, sizeof buf, "error %d", rc);
+    return buf;
+}
+
+static const char *tag = "?";
+static int wrank = -1;
+
+#define SAY(...)                                                                                   \
+    do {                                                                                           \
+        printf("SPIKE %s w%d: ", tag, wrank);                                                      \
+        printf(__VA_ARGS__);                                                                       \
+        printf("\n");                                                                              \
+        fflush(stdout);                                                                            \
+    } while (0)
+
+#define CHECK(call)                                                                                \
+    do {                                                                                           \
+        double t0_ = now();                                                                        \
+        int rc_ = (call);                                                                          \
+        if (rc_ != MPI_SUCCESS) {                                                                  \
+            SAY("FAIL %s after %.3f s: %s", #call, now() - t0_, errstr(rc_));                      \
+            _exit(3);                                                                              \
+        }                                                                                          \
+    } while (0)
+
+/* Merge, allreduce over the merged communicator, then build a communicator from the merged
+ * one's whole group as ftrt's recovery builds an epoch's from MPI_COMM_WORLD's group. */
+static int after_connect(MPI_Comm inter, int high, double t_connect)
+{
+    double t0 = now();
+    MPI_Comm merged;
+    CHECK(MPI_Intercomm_merge(inter, high, &merged));
+    double t_merge = now() - t0;
+    MPI_Comm_set_errhandler(merged, MPI_ERRORS_RETURN);
+    int r, n, rsz;
+    MPI_Comm_rank(merged, &r);
+    MPI_Comm_size(merged, &n);
+    MPI_Comm_remote_size(inter, &rsz);
+
+    long v[2] = {r, 1}, s[2] = {0, 0};
+    t0 = now();
+    CHECK(MPI_Allreduce(v, s, 2, MPI_LONG, MPI_SUM, merged));
+    double t_ar = now() - t0;
+    int ok = s[0] == (long)n * (n - 1) / 2 && s[1] == n;
+    SAY("merged rank %d of %d (remote size %d): connect/accept %.3f s, merge %.3f s, "
+        "first allreduce %.6f s: sums %ld %ld %s",
+        r, n, rsz, t_connect, t_merge, t_ar, s[0], s[1], ok ? "correct" : "WRONG");
+
+    /* ftrt's rebuild, from the merged communicator instead of MPI_COMM_WORLD */
+    MPI_Group g, g2;
+    MPI_Comm_group(merged, &g);
+    int *ranks = malloc(sizeof(int) * n);
+    for (int i = 0; i < n; i++)
+        ranks[i] = n - 1 - i; /* reversed: the joiner becomes rank 0, as a new logical order */
+    MPI_Group_incl(g, n, ranks, &g2);
+    free(ranks);
+    MPI_Comm rebuilt;
+    t0 = now();
+#if HAVE_ULFM
+    CHECK(MPI_Comm_create_from_group(g2, "ftrt.spike.join", MPI_INFO_NULL, MPI_ERRORS_RETURN,
+                                     &rebuilt));
+    const char *how = "MPI_Comm_create_from_group";
+#else
+    CHECK(MPI_Comm_create_group(merged, g2, 7, &rebuilt));
+    const char *how = "MPI_Comm_create_group(merged)";
+#endif
+    double t_rb = now() - t0;
+    MPI_Comm_set_errhandler(rebuilt, MPI_ERRORS_RETURN);
+    int r2;
+    MPI_Comm_rank(rebuilt, &r2);
+    v[0] = r2;
+    s[0] = s[1] = 0;
+    CHECK(MPI_Allreduce(v, s, 2, MPI_LONG, MPI_SUM, rebuilt));
+    int ok2 = s[0] == (long)n * (n - 1) / 2 && s[1] == n && r2 == n - 1 - r;
+    SAY("rebuilt from the merged group with %s in %.3f s: rank %d, allreduce sums %ld %ld %s", how,
+        t_rb, r2, s[0], s[1], ok2 ? "correct" : "WRONG");
+    if (ok && ok2)
+        SAY("RESULT ok");
+    MPI_Group_free(&g);
+    MPI_Group_free(&g2);
+    /* everyone has printed before anyone leaves; then the clean way out */
+    MPI_Barrier(rebuilt);
+    MPI_Comm_free(&rebuilt);
+    MPI_Comm_free(&merged);
+    t0 = now();
+    int drc = MPI_Comm_disconnect(&inter);
+    SAY("MPI_Comm_disconnect %.3f s: %s", now() - t0, drc == MPI_SUCCESS ? "ok" : errstr(drc));
+    return ok && ok2 ? 0 : 1;
+}
+
+/* The live ranks' communicator (every rank but `killed`), built the way ftrt builds an epoch's. */
+static MPI_Comm live_comm(int killed, int size)
+{
+    if (killed < 0)
+        return MPI_COMM_WORLD;
+    MPI_Group wg, lg;
+    MPI_Comm_group(MPI_COMM_WORLD, &wg);
+    int ex[1] = {killed};
+    MPI_Group_excl(wg, 1, ex, &lg);
+    MPI_Comm c;
+    double t0 = now();
+#if HAVE_ULFM
+    CHECK(MPI_Comm_create_from_group(lg, "ftrt.spike.live", MPI_INFO_NULL, MPI_ERRORS_RETURN, &c));
+#else
+    CHECK(MPI_Comm_create_group(MPI_COMM_WORLD, lg, 5, &c));
+#endif
+    SAY("live communicator (%d of %d ranks) built in %.3f s", size - 1, size, now() - t0);
+    MPI_Group_free(&wg);
+    MPI_Group_free(&lg);
+    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+    return c;
+}
+
+static int g_kill = -1;
+static const char *g_over = "live";
+static const char *g_port_file = NULL;
+static const char *g_name = "ftrt-join-spike";
+static const char *g_interrupt = "none";
+static double g_wait = 2.0;
+
+static MPI_Comm prepare_job(int *size)
+{
+    MPI_Comm_size(MPI_COMM_WORLD, size);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_kill >= 0) {
+        if (wrank == g_kill) {
+            SAY("SIGKILL myself (pid %d)", (int)getpid());
+            raise(SIGKILL);
+        }
+        sleep(1); /* let the runtime see the death */
+    }
+    if (strcmp(g_over, "world") == 0) {
+        SAY("using MPI_COMM_WORLD (%d ranks, %s dead)", *size, g_kill >= 0 ? "one" : "none");
+        return MPI_COMM_WORLD;
+    }
+    return live_comm(g_kill, *size);
+}
+
+static int role_accept(void)
+{
+    int size;
+    MPI_Comm c = prepare_job(&size);
+    int r;
+    MPI_Comm_rank(c, &r);
+    char port[MPI_MAX_PORT_NAME] = "";
+    if (r == 0) {
+        CHECK(MPI_Open_port(MPI_INFO_NULL, port));
+        int prc = MPI_Publish_name(g_name, MPI_INFO_NULL, port);
+        SAY("port opened: %s; MPI_Publish_name(%s): %s", port, g_name,
+            prc == MPI_SUCCESS ? "ok" : errstr(prc));
+        if (g_port_file) {
+            char tmp[4096];
+            snprintf(tmp, sizeof tmp, "%s.tmp", g_port_file);
+            FILE *f = fopen(tmp, "w");
+            if (f) {
+                fprintf(f, "%s\n", port);
+                fclose(f);
+                rename(tmp, g_port_file);
+            }
+        }
+    }
+    SAY("waiting in MPI_Comm_accept");
+    double t0 = now();
+    MPI_Comm inter;
+    CHECK(MPI_Comm_accept(port, MPI_INFO_NULL, 0, c, &inter));
+    double t_acc = now() - t0;
+    int rc = after_connect(inter, 0, t_acc);
+    if (r == 0) {
+        MPI_Unpublish_name(g_name, MPI_INFO_NULL, port);
+        MPI_Close_port(port);
+    }
+    return rc;
+}
+
+static int role_connect(void)
+{
+    char port[MPI_MAX_PORT_NAME] = "";
+    double t0 = now();
+    if (g_port_file) {
+        for (int i = 0; i < 600 && port[0] == 0; i++) {
+            FILE *f = fopen(g_port_file, "r");
+            if (f) {
+                if (!fgets(port, sizeof port, f))
+                    port[0] = 0;
+                fclose(f);
+                port[strcspn(port, "\n")] = 0;
+            }
+            if (!port[0])
+                usleep(100000);
+        }
+        SAY("port from file after %.3f s: %s", now() - t0, port);
+    } else {
+        int rc = MPI_ERR_NAME;
+        for (int i = 0; i < 200; i++) { /* job A may not have published yet */
+            rc = MPI_Lookup_name(g_name, MPI_INFO_NULL, port);
+            if (rc == MPI_SUCCESS)
+                break;
+            usleep(100000);
+        }
+        if (rc != MPI_SUCCESS) {
+            SAY("FAIL MPI_Lookup_name(%s) after %.3f s: %s", g_name, now() - t0, errstr(rc));
+            return 3;
+        }
+        SAY("MPI_Lookup_name after %.3f s: %s", now() - t0, port);
+    }
+    MPI_Comm inter;
+    t0 = now();
+    CHECK(MPI_Comm_connect(port, MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter));
+    return after_connect(inter, 1, now() - t0);
+}
+
+static const char *g_argv0;
+
+static int role_spawn(void)
+{
+    int size;
+    MPI_Comm c = prepare_job(&size);
+    char kbuf[16];
+    snprintf(kbuf, sizeof kbuf, "%d", g_kill);
+    char *args[] = {"child", "--kill", kbuf, NULL}; /* -1: none (the child then finalizes) */
+    MPI_Comm inter;
+    int errcode = 0;
+    double t0 = now();
+    SAY("calling MPI_Comm_spawn");
+    CHECK(MPI_Comm_spawn((char *)g_argv0, args, 1, MPI_INFO_NULL, 0, c, &inter, &errcode));
+    return after_connect(inter, 0, now() - t0);
+}
+
+static int role_child(void)
+{
+    MPI_Comm parent;
+    MPI_Comm_get_parent(&parent);
+    if (parent == MPI_COMM_NULL) {
+        SAY("FAIL no parent");
+        return 3;
+    }
+    MPI_Comm_set_errhandler(parent, MPI_ERRORS_RETURN);
+    return after_connect(parent, 1, 0.0);
+}
+
+static char g_block_port[MPI_MAX_PORT_NAME];
+
+static void *interrupter(void *arg)
+{
+    (void)arg;
+    usleep((useconds_t)(g_wait * 1e6));
+    if (strcmp(g_interrupt, "close") == 0) {
+        SAY("interrupter: MPI_Close_port from a second thread");
+        int rc = MPI_Close_port(g_block_port);
+        SAY("interrupter: MPI_Close_port returned: %s", rc == MPI_SUCCESS ? "ok" : errstr(rc));
+    } else if (strcmp(g_interrupt, "selfconnect") == 0) {
+        SAY("interrupter: MPI_Comm_connect to the same port from a second thread");
+        MPI_Comm inter;
+        double t0 = now();
+        int rc = MPI_Comm_connect(g_block_port, MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter);
+        SAY("interrupter: MPI_Comm_connect returned after %.3f s: %s", now() - t0,
+            rc == MPI_SUCCESS ? "ok" : errstr(rc));
+    }
+    return NULL;
+}
+
+static int role_block(void)
+{
+    CHECK(MPI_Open_port(MPI_INFO_NULL, g_block_port));
+    pthread_t th;
+    int have_thread = strcmp(g_interrupt, "none") != 0;
+    if (have_thread)
+        pthread_create(&th, NULL, interrupter, NULL);
+    SAY("MPI_Comm_accept on %s, nobody connects (interrupt: %s)", g_block_port, g_interrupt);
+    double t0 = now();
+    MPI_Comm inter;
+    int rc = MPI_Comm_accept(g_block_port, MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter);
+    SAY("MPI_Comm_accept returned after %.3f s: %s", now() - t0,
+        rc == MPI_SUCCESS ? "ok" : errstr(rc));
+    if (have_thread)
+        pthread_join(th, NULL);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    g_argv0 = argv[0];
+    const char *role = argc > 1 ? argv[1] : "";
+    for (int i = 2; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--kill"))
+            g_kill = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--over"))
+            g_over = argv[i + 1];
+        else if (!strcmp(argv[i], "--port-file"))
+            g_port_file = argv[i + 1];
+        else if (!strcmp(argv[i], "--name"))
+            g_name = argv[i + 1];
+        else if (!strcmp(argv[i], "--interrupt"))
+            g_interrupt = argv[i + 1];
+        else if (!strcmp(argv[i], "--wait"))
+            g_wait = atof(argv[i + 1]);
+    }
+    tag = role;
+    int provided;
+    double t0 = now();
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+    if (wrank == 0 || !strcmp(role, "child") || !strcmp(role, "connect"))
+        SAY("MPI_Init_thread %.3f s, thread level %d (MULTIPLE=%d), ULFM %d, pid %d", now() - t0,
+            provided, MPI_THREAD_MULTIPLE, HAVE_ULFM, (int)getpid());
+    int rc;
+    if (!strcmp(role, "accept"))
+        rc = role_accept();
+    else if (!strcmp(role, "connect"))
+        rc = role_connect();
+    else if (!strcmp(role, "spawn"))
+        rc = role_spawn();
+    else if (!strcmp(role, "child"))
+        rc = role_child();
+    else if (!strcmp(role, "block"))
+        rc = role_block();
+    else {
+        fprintf(stderr, "usage: join accept|connect|spawn|block [options] (see the source)\n");
+        rc = 2;
+    }
+    /* With a dead rank (or a blocked accept) MPI_Finalize may wait on it: leave without it then;
+     * the spike only needs the lines above. */
+    if (g_kill < 0 && strcmp(role, "block") != 0) {
+        double tf = now();
+        MPI_Finalize();
+        SAY("MPI_Finalize %.3f s", now() - tf);
+    }
+    SAY("exit %d", rc);
+    fflush(stdout);
+    _exit(rc);
+}
