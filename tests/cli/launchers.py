@@ -27,7 +27,8 @@ NOTICE = ("[vm:4242] PMIX ERROR: BAD-PARAM in file ../../../src/event/"
 def launchers(train_mlp):
     """(name, command prefix) of every launcher and example that users run."""
     py = [(f, [PY, os.path.join(REPO, f)]) for f in (
-        "tools/ftrt-run", "tools/ftrt-chaos", "tools/ftrt-ckpt", "examples/train_torch.py", "examples/train_lm.py",
+        "tools/ftrt-run", "tools/ftrt-chaos", "tools/ftrt-ckpt", "tools/ftrt-ctl",
+        "examples/train_torch.py", "examples/train_lm.py",
         "examples/train_cnn.py", "bench/chaos_campaign.py", "bench/coord_scale.py",
         "bench/mttr_size.py", "bench/recovery.py", "bench/replica_rework.py",
         "bench/slurm_recovery.py",
@@ -126,6 +127,12 @@ def bad_inputs(cmd, train_mlp, f, d):
          ["--out"]),
         ("ftrt-ckpt: export of a directory without steps", cmd["tools/ftrt-ckpt"] + [
             "export", d, "--out", os.path.join(d, "x.pt")], {}, [d, "no committed step"]),
+        ("ftrt-ctl: no command", cmd["tools/ftrt-ctl"], {}, ["drain"]),
+        ("ftrt-ctl: drain without a target", cmd["tools/ftrt-ctl"] + ["drain"], {},
+         ["--rank", "--host"]),
+        ("ftrt-ctl: drain of a job with no status file", cmd["tools/ftrt-ctl"] + [
+            "drain", "--rank", "1", "--status", os.path.join(d, "none.json")], {},
+         [os.path.join(d, "none.json"), "no job status"]),
         ("demo.sh: FTRT_DEMO_DIR under a regular file", cmd["examples/demo.sh"],
          {"FTRT_DEMO_DIR": under}, ["FTRT_DEMO_DIR", f]),
         ("train_mlp: --steps not a number", [train_mlp, "--steps", "x"], {}, ["--steps", "'x'"]),
