@@ -100,6 +100,22 @@ CASES = {
                                     [], {"FTRT_DEBUG_RECOVERY_DELAY_MS": "3000"}),
     "kill-beyond-spares": (6, 1, [], [{"kind": "kill-beyond-spares", "at_step": 80}],
                            ["--relaunch", "1"], {}),
+    # Planned moves (docs/detection-and-recovery.md "Drain"): tools/ftrt-ctl drain of trainer
+    # logical rank 2, its rank to the spare at the next step boundary, no rework, no failure;
+    # then (drain-beyond-spares) a second drain with no spare left is refused and the job
+    # finishes in the same launch; sigterm-rank: SIGTERM to one trainer under
+    # FTRT_SIGTERM=drain; drain-host: every rank of ftrt-h2 (2 trainers) to the 2 spares of
+    # ftrt-h3 in one epoch. Each byte-identical.
+    "drain-rank": (6, 1, [], [{"kind": "drain-rank", "at_step": 60, "target": "trainer:2"}],
+                   [], {}),
+    "drain-beyond-spares": (6, 1, [], [{"kind": "drain-rank", "at_step": 50,
+                                        "target": "trainer:2"},
+                                       {"kind": "drain-rank", "at_step": 100,
+                                        "target": "trainer:0"}], [], {}),
+    "sigterm-rank": (6, 1, [], [{"kind": "sigterm-rank", "at_step": 60, "target": "trainer:1"}],
+                     [], {}),
+    "drain-host": (6, 2, [], [{"kind": "drain-host", "at_step": 60, "host": "ftrt-h2"}],
+                   ["--hosts", "3", "--slots", "2"], {}),
     # A second failure while the first recovery's plan is being applied: the job must end
     # promptly and cleanly (spares left or not), and the relaunch must finish the job.
     # Two failures (a crash, then a hang) with sharded state, so that each recovery reloads the

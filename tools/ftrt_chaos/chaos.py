@@ -14,12 +14,13 @@ import time
 from .plan import trigger_ready
 from .common import FTRT_RUN, alive, gone, latest_step, now, read_json
 from .hosts import Arrangement
+from .drain import Drains
 from .inject import Injector
 from .slurm import SlurmArrangement
 from .verdict import Verdict
 
 
-class Chaos(Injector, Verdict):
+class Chaos(Injector, Verdict, Drains):
     """One ftrt-chaos run: launches (and relaunches) the job, injects the plan's faults while
     watching the status file, and gives the verdict."""
 
@@ -42,6 +43,7 @@ class Chaos(Injector, Verdict):
         self.hosts = None  # Arrangement (--hosts / --hosts-made), SlurmArrangement (--slurm)
         self.replica_corrupt = False  # FTRT_TEST_REPLICA_CORRUPT=1 for the job (corrupt-replica)
         self.lost_hosts = []       # hosts killed or cut: left out of the relaunches
+        self.drain_times = []      # time to move of each drain judged moved (drain.py)
         self.write_watch = None    # WriteWatch of the launch (a partition)
         self.hb_timeout_s = float(os.environ.get("FTRT_HEARTBEAT_TIMEOUT_MS", "1000")) / 1000.0
 
@@ -130,6 +132,8 @@ class Chaos(Injector, Verdict):
         env = dict(os.environ, FTRT_STATUS_FILE=self.status, FTRT_FAULT_LOG=self.fault_log)
         if self.a.sharded is not None:
             env["FTRT_SHARD_REPLICA_EVERY"] = str(self.a.sharded)
+        if any(f.get("kind") == "sigterm-rank" for f in plan):
+            env["FTRT_SIGTERM"] = "drain"  # (drain.py)
         if self.replica_corrupt:
             env["FTRT_TEST_REPLICA_CORRUPT"] = "1"
         if self.report:

@@ -39,6 +39,12 @@ Kinds: kill-trainer, kill-spare, kill-two-trainers, hang-trainer (SIGSTOP), paus
   and writing it back; the verdict wants it detected within FTRT_SDC_EVERY steps as
   silent_data_corruption, the rank fenced and replaced (3+ trainers) or every member rolled
   back (2), and the final parameters byte-identical).
+Planned moves (drain.py; only when --kinds or the plan names them): drain-rank (tools/ftrt-ctl
+  drain --rank of a trainer), sigterm-rank (SIGTERM to one trainer; the job runs with
+  FTRT_SIGTERM=drain), drain-host (ftrt-ctl drain --host; a plan entry may name "host"; needs
+  --hosts or --hosts-made). With a hot spare for each trainer the verdict wants each in the
+  report's "drains", moved with no rework, in one epoch, not a failure; without, the drain
+  refused and nothing changed.
 Random mode: --random --mtbf S --seed N [--kinds k1,k2] [--max-faults N].
 
 Sharded state and partner replicas: --sharded K says that the job registers sharded regions
@@ -131,7 +137,7 @@ import sys
 
 from . import plan
 from .chaos import Chaos
-from .common import HOST_KINDS, KINDS
+from .common import DRAIN_KINDS, HOST_KINDS, KINDS
 
 
 class Usage(Exception):
@@ -235,10 +241,10 @@ def check_values(a):
         raise Usage("--hosts N (N >= 1) or --hosts-made, not both")
     if a.slurm and (a.hosts is not None or a.hosts_made):
         raise Usage("--slurm makes its own hosts: not with --hosts or --hosts-made")
-    unknown = [k for k in (a.kinds or "").split(",") if a.kinds and k not in KINDS + HOST_KINDS]
+    unknown = [k for k in (a.kinds or "").split(",") if a.kinds and k not in KINDS + HOST_KINDS + DRAIN_KINDS]
     if unknown:
         raise Usage(f"--kinds: unknown fault kind(s) {unknown}; known: "
-                    f"{', '.join(KINDS + HOST_KINDS)}")
+                    f"{', '.join(KINDS + HOST_KINDS + DRAIN_KINDS)}")
     lo_hi = a.flip_bits.split("-")
     if len(lo_hi) != 2 or not all(x.isdigit() and int(x) < 32 for x in lo_hi) or \
             int(lo_hi[0]) > int(lo_hi[1]):

@@ -12,6 +12,9 @@ SHARDED_KINDS = ["kill-partners", "corrupt-replica"]  # make sense with --sharde
 TRAINER_LOSS = ["kill-trainer", "hang-trainer", "kill-during-ckpt", "kill-two-trainers",
                 "kill-partners", "corrupt-replica"]
 HOST_KINDS = ["kill-host", "partition-host"]  # need --hosts or --hosts-made
+# planned moves (drain.py), only when --kinds or a plan names them: drain-host needs --hosts or
+# --hosts-made; sigterm-rank runs the job with FTRT_SIGTERM=drain
+DRAIN_KINDS = ["drain-rank", "sigterm-rank", "drain-host"]
 
 
 REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))

@@ -8,6 +8,7 @@ import struct
 import threading
 import time
 
+from .drain import Drains
 from .common import HOST_KINDS, alive, committed_steps, fill, gone, latest_step, now
 from .hosts import WriteWatch
 from .plan import WHEN
@@ -534,6 +535,8 @@ Injector.HANDLERS = dict(
      for k in ("kill-trainer", "hang-trainer", "pause-trainer", "corrupt-replica")},
     **{k: Injector.inject_damage_shard for k in ("corrupt-shard", "truncate-shard")},
     **{k: Injector.inject_host_fault for k in HOST_KINDS},
+    **{"drain-rank": Drains.inject_drain_rank, "sigterm-rank": Drains.inject_drain_rank,
+       "drain-host": Drains.inject_drain_host},
     **{"kill-two-trainers": Injector.inject_kill_two,
        "kill-partners": Injector.inject_kill_partners,
        "kill-spare": Injector.inject_kill_spare,

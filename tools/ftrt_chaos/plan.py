@@ -2,7 +2,7 @@
 an entry's trigger is reached (see the usage in cli.py)."""
 import json
 
-from .common import HOST_KINDS, KINDS, SHARDED_KINDS, now, read_json
+from .common import DRAIN_KINDS, HOST_KINDS, KINDS, SHARDED_KINDS, now, read_json
 
 
 class PlanError(Exception):
@@ -21,10 +21,10 @@ def load(path):
     plan = p.get("faults") if isinstance(p, dict) else p
     if not isinstance(plan, list) or not all(isinstance(f, dict) for f in plan):
         raise PlanError(f"--plan {path}: expected {{\"faults\": [{{\"kind\": ...}}, ...]}}")
-    bad = [f.get("kind") for f in plan if f.get("kind") not in KINDS + HOST_KINDS]
+    bad = [f.get("kind") for f in plan if f.get("kind") not in KINDS + HOST_KINDS + DRAIN_KINDS]
     if bad:
         raise PlanError(f"--plan {path}: unknown fault kind(s) {bad}; known: "
-                        f"{', '.join(KINDS + HOST_KINDS)}")
+                        f"{', '.join(KINDS + HOST_KINDS + DRAIN_KINDS)}")
     check_when(plan, f"--plan {path}")
     return plan
 
