@@ -248,11 +248,19 @@ typedef struct ftrt__coord_scratch {
     int *fan;             /* job.c, epoch.c: the world ranks of one fan-out */
 } ftrt__coord_scratch;
 
+/* One change of the membership (membership.c). */
+typedef struct ftrt__member_change {
+    int epoch, logical, from, to, why; /* from/to: world ranks; why: FTRT__MEMBER_* */
+    double t_wall;
+} ftrt__member_change;
+
 typedef struct ftrt__coord {
     ftrt__coord_args *a; /* what the runtime gave (coordinator.h) */
     ftrt__crank *r; /* indexed by world rank; r[self] is the coordinator itself */
     int W, N;
-    int *members; /* logical rank -> world rank */
+    int *members; /* logical rank -> world rank (written by membership.c only) */
+    ftrt__member_change *mhist; /* its changes since the start (membership.c) */
+    int nmhist, mhist_cap;
     int epoch, phase, result;
     int aborted; /* job_abort() ended the job: no process of the world calls MPI_Finalize */
     ftrt__incident *inc;
@@ -407,8 +415,22 @@ void ftrt__rank_set_steps(ftrt__coord *c, int w, int64_t steps);
 int64_t ftrt__steps_most(ftrt__coord *c);
 /* 1 while that maximum is stale (the periodic work then recomputes it off a failure's path). */
 int ftrt__rankidx_stale(const ftrt__coord *c);
-/* Logical rank l's member is world rank w from now on (c->members[l] = w). O(1). */
-void ftrt__member_set(ftrt__coord *c, int l, int w);
+/* ---- membership.c: the map from logical rank to process and its history ---- */
+/* Why logical rank l changed process: the job's start, a failure, a drain, a standby's
+ * restore of the map it was sent. */
+enum { FTRT__MEMBER_START = 0, FTRT__MEMBER_FAILURE, FTRT__MEMBER_DRAIN, FTRT__MEMBER_TAKEOVER };
+/* Logical rank l's member is world rank w from now on (c->members[l] = w), for `why`
+ * (FTRT__MEMBER_*), kept in the history with the epoch it takes effect in (the next one while
+ * running, the one collecting REPORTs when it joins it; not the start's). The only
+ * writer of c->members (tools/check-layers). O(1) amortized. */
+void ftrt__member_set(ftrt__coord *c, int l, int w, int why);
+/* A standby's map from its SYNC: c->N int32 world ranks at p (unaligned). Returns 0 or
+ * FTRT_EPROTO (a world rank out of [1, W)). The caller rebuilds the index after. */
+int ftrt__members_restore(ftrt__coord *c, const unsigned char *p);
+/* The report's "membership": each change of the history (docs/report-schema.md). */
+struct ftrt__jw;
+void ftrt__membership_json(struct ftrt__jw *w, const ftrt__coord *c);
+void ftrt__membership_free(ftrt__coord *c);
 /* World rank w said BYE (r[w].said_bye = 1). O(1). */
 void ftrt__rank_said_bye(ftrt__coord *c, int w);
 

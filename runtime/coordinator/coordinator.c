@@ -319,6 +319,7 @@ static void coord_close(ftrt__coord *c)
     ftrt__track_free(c->ckpt_track);
     free(c->r);
     free(c->members);
+    ftrt__membership_free(c);
     free(c->hl);
     free(c->mc_list);
     free(c->mc_cnt);

@@ -94,7 +94,7 @@ static int drain_trainer(ftrt__coord *c, int w, char *why, size_t n)
     if (spare == c->sb_w) ftrt__standby_dismiss(c, "it is the last hot spare, promoted");
     int l = r->logical;
     ftrt__incident *i = mark_drained(c, w);
-    ftrt__member_set(c, l, spare);
+    ftrt__member_set(c, l, spare, FTRT__MEMBER_DRAIN);
     ftrt__rank_set_role(c, spare, FTRT__ROLE_TRAINER);
     c->r[spare].logical = l;
     c->r[spare].promoting = 1;

@@ -125,7 +125,7 @@ static void replace(ftrt__coord *c, int w, int kind, ftrt__incident *inc)
     }
     if (spare == c->sb_w) ftrt__standby_dismiss(c, "it is the last hot spare, promoted");
     int l = r->logical;
-    ftrt__member_set(c, l, spare);
+    ftrt__member_set(c, l, spare, FTRT__MEMBER_FAILURE);
     ftrt__rank_set_role(c, spare, FTRT__ROLE_TRAINER);
     c->r[spare].logical = l;
     c->r[spare].promoting = 1;

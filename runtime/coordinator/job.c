@@ -29,7 +29,7 @@ void ftrt__job_start(ftrt__coord *c)
         ftrt__fanout_pump(c, w);
     }
     for (int l = 0; l < c->N; l++) {
-        ftrt__member_set(c, l, l + 1);
+        ftrt__member_set(c, l, l + 1, FTRT__MEMBER_START);
         c->r[l + 1].last_change = ftrt__now();
     }
     c->phase = PH_RUNNING;

@@ -233,16 +233,6 @@ int64_t ftrt__steps_most(ftrt__coord *c)
 
 int ftrt__rankidx_stale(const ftrt__coord *c) { return !c->ix.steps_ok; }
 
-void ftrt__member_set(ftrt__coord *c, int l, int w)
-{
-    ftrt__crank *old = &c->r[c->members[l]];
-    old->ix_member--;
-    c->ix.nbye_members -= old->said_bye != 0;
-    c->members[l] = w;
-    c->r[w].ix_member++;
-    c->ix.nbye_members += c->r[w].said_bye != 0;
-}
-
 void ftrt__rank_said_bye(ftrt__coord *c, int w)
 {
     if (!c->r[w].said_bye) c->ix.nbye_members += c->r[w].ix_member;

@@ -459,6 +459,7 @@ int ftrt__report_write(ftrt__coord *c)
     }
     ftrt__jw_end(&w);
     drains_report(&w, c);
+    ftrt__membership_json(&w, c);
     sdc_json(&w, c, &t);
     sdc_text(c, &t);
     stragglers_json(&w, c);

@@ -380,12 +380,8 @@ int ftrt__standby_restore(ftrt__coord *c, const void *payload, size_t len)
     old->pid = s.coord_pid;
     memcpy(old->host, s.coord_host, sizeof old->host);
     old->host[FTRT__HOST_MAX - 1] = 0;
-    for (int l = 0; l < c->N; l++, p += sizeof(int32_t)) {
-        int32_t m;
-        memcpy(&m, p, sizeof m);
-        if (m < 1 || m >= c->W) return FTRT_EPROTO;
-        c->members[l] = m;
-    }
+    if (ftrt__members_restore(c, p)) return FTRT_EPROTO;
+    p += (size_t)c->N * sizeof(int32_t);
     double shift = (ftrt__wallclock() - ftrt__now()) - s.mono_to_wall;
     if (s.plan_t_ready > 0) c->plan_t_ready = s.plan_t_ready - shift; /* a PLAN out: the MTTR */
     if (s.plan_t_sent > 0) c->plan_t_sent = s.plan_t_sent - shift;    /* phases go on from it */

@@ -243,6 +243,11 @@ def case_drain(args):
           and d["logical_rank"] == 2 and d["world_rank"] == victim["world_rank"],
           f"the drain moved logical rank 2 with no rework, state from the peers ({d})")
     check(d["time_to_move_s"] < 5, f"time to move {d['time_to_move_s'] * 1e3:.1f} ms")
+    m = rep["membership"]
+    check(len(m) == 1 and m[0]["why"] == "drain" and m[0]["logical_rank"] == 2
+          and m[0]["from_world_rank"] == victim["world_rank"]
+          and m[0]["to_world_rank"] == d["spare_world_rank"] and m[0]["epoch"] == d["epoch"],
+          f"the membership history has the move ({m})")
     print(f"  time to move: {d['time_to_move_s'] * 1e3:.1f} ms, resumed at step "
           f"{d['resume_step']}", flush=True)
     check(rep["advice"]["mtbf_source"] == "none",

@@ -157,7 +157,7 @@ static void random_step(ftrt__coord *c, unsigned *seed)
     } else if (op < 85) {
         ftrt__rank_set_steps(c, w, c->r[w].steps_done + rand_r(seed) % 3);
     } else if (op < 88 && c->N > 0) {
-        ftrt__member_set(c, rand_r(seed) % c->N, w);
+        ftrt__member_set(c, rand_r(seed) % c->N, w, FTRT__MEMBER_FAILURE);
     } else if (op < 89) {
         ftrt__rank_said_bye(c, w);
     } else if (op < 95) {
