@@ -274,7 +274,7 @@ static int parse_request(const char *text, int *w, char *host, char *why, size_t
         }
     }
     if (k == 2 && !strcmp(word, "host") && strlen(arg) < FTRT__HOST_MAX) {
-        snprintf(host, FTRT__HOST_MAX, "%s", arg);
+        memcpy(host, arg, strlen(arg) + 1); /* (fits: checked just above) */
         *w = -1;
         return 0;
     }
