@@ -104,6 +104,7 @@ static void world_close(ftrt__coord *c)
     ftrt__rankidx_free(c);
     free(c->r);
     free(c->members);
+    ftrt__membership_free(c);
     free(c->inc);
 }
 
