@@ -165,3 +165,38 @@ def test_cli_scale(tmp_path, capsys):
     res.write_text("no result here\n")
     assert P.main([str(rep), "--scale", str(res), "--no-des"]) == 1
     assert "no RESULT line" in capsys.readouterr().err
+
+
+def test_deficit_against_a_plain_sum():
+    """deficit(): P(D >= 1) is P(X > spares); E[D] the sum of (k - spares) P(X = k)."""
+    mu, spares = 3.7, 2
+    pmf = [math.exp(-mu) * mu ** k / math.factorial(k) for k in range(80)]
+    p_any, e_d = P.deficit(spares, mu, 10 ** 6)
+    assert p_any == pytest.approx(sum(pmf[spares + 1:]), rel=1e-9)
+    assert e_d == pytest.approx(sum((k - spares) * q for k, q in enumerate(pmf) if k > spares),
+                                rel=1e-9)
+    assert P.deficit(spares, mu, 1)[1] == pytest.approx(sum(pmf[spares + 1:]), rel=1e-9)
+
+
+def test_no_spare_policies(tmp_path, capsys):
+    """With few spares and a long repair, shrink keeps more ETTR than stop (a restart per
+    failure with no spare) while fold, with a node almost always missing at this size, runs at
+    about half the throughput: worse than stop; a join sooner than the repair brings every
+    policy closer to the job with spares; fold never does worse than half the throughput."""
+    rep = tmp_path / "report.json"
+    rep.write_text(json.dumps(report()))
+    out = tmp_path / "p.json"
+    args = [str(rep), "--no-des", "--json", str(out), "--spare-refill-h", "48",
+            "--rates", "meta-rsc1", "--sizes", "131072"]
+    assert P.main(args) == 0
+    assert "no spare node left" in capsys.readouterr().out
+    rows = json.loads(out.read_text())["results"]
+    for r in rows:
+        ns = r["no_spare"]
+        assert ns["shrink"]["ettr"] > r["ftrt"]["ettr"] > ns["fold"]["ettr"]
+        assert 0.5 <= ns["fold"]["throughput"] < 0.51 and 0.99 < ns["shrink"]["throughput"] < 1
+    assert P.main(args[:-2] + ["--sizes", "131072", "--join-h", "0.5"]) == 0
+    joined = json.loads(out.read_text())["results"]
+    for r, j in zip(rows, joined):
+        assert j["ftrt"]["ettr"] >= r["ftrt"]["ettr"]
+        assert j["no_spare"]["fold"]["throughput"] >= r["no_spare"]["fold"]["throughput"]

@@ -19,7 +19,13 @@ policies:
          timeout, every failure a whole-job restart (relaunch + re-init + reload from shared
          storage) that rolls back to the last (blocking) checkpoint;
 
-each with its Young/Daly-optimal checkpoint interval. The closed form (docs/goodput-
+each with its Young/Daly-optimal checkpoint interval. For ftrt, what a failure that finds no
+spare node costs is projected under three no-spare policies (issue 35; `fold` and `shrink` are
+not built yet: these rows are the model's, to weigh them): `stop` (above: a whole-job restart),
+`shrink` (the job goes on with the nodes it has: its throughput falls by the nodes missing),
+`fold` (a surviving node takes a missing node's logical ranks as well: the step waits for it,
+half the throughput while any node is missing); --join-h H makes a replacement node join the
+running job H hours after a failure when that is sooner than its repair (--spare-refill-h). The closed form (docs/goodput-
 projection.md) is exact for its model; a seeded discrete-event simulation of the same model
 runs beside it as a check. Prints the inputs (measured or assumed, with their sources) and a
 table; --json writes both, --plot draws goodput against job size (256 to 131,072 GPUs).
@@ -360,6 +366,9 @@ def from_report(rep: Dict[str, Any], a: argparse.Namespace) -> Inputs:
             "assumed: hot spare nodes per 128 job nodes, at least 1 (--spare-nodes-per-128)")
     inp.set("spare_refill_h", a.spare_refill_h,
             "assumed: a failed node is back (or replaced) after this (--spare-refill-h)")
+    inp.set("join_h", a.join_h if a.join_h is not None else math.inf,
+            "assumed: a replacement node joins the running job this long after a failure "
+            "(--join-h; inf: none joins)")
     return inp
 
 
@@ -400,7 +409,8 @@ def models(inp: Inputs, gpus: int,
     spare_nodes = max(1, int(round(nodes * inp["spare_nodes_per_128"] / 128.0)))
     # the spare pool: failed nodes are in repair for spare_refill_h (M/G/inf): a failure finds
     # no spare with the stationary probability P(in repair >= spares)
-    mu = lam * inp["spare_refill_h"] * 3600.0
+    missing_h = min(inp["spare_refill_h"], inp.values.get("join_h", math.inf))  # (or a join)
+    mu = lam * missing_h * 3600.0
     q_out = poisson_sf(spare_nodes, mu)
     p_coord = 1.0 / nodes                        # the coordinator's node is one of the job's
     pi_rb = p_coord + (1.0 - p_coord) * q_out
@@ -416,8 +426,41 @@ def models(inp: Inputs, gpus: int,
     facts = {"gpus": gpus, "nodes": nodes, "failures_per_day": lam * DAY_S,
              "job_mtbf_h": 1.0 / lam / 3600.0, "spare_nodes": spare_nodes,
              "spares_out_share": q_out, "rollback_share": pi_rb,
-             "spare_fraction": spare_nodes / (nodes + spare_nodes)}
+             "spare_fraction": spare_nodes / (nodes + spare_nodes), "missing_h": missing_h}
     return plain, ftrt, facts
+
+
+def deficit(spares: int, mu: float, nodes: int) -> Tuple[float, float]:
+    """(P(D >= 1), E[D]) of the nodes missing, D = min(nodes, max(0, X - spares)), X ~
+    Poisson(mu) the failed nodes not back yet (the M/G/inf pool of models())."""
+    top = int(mu + 12.0 * math.sqrt(mu + 1.0) + spares + 20)
+    p_any = e_d = 0.0
+    term = math.exp(-mu)
+    for k in range(0, top + 1):
+        if k > 0:
+            term *= mu / k
+        if k > spares:
+            p_any += term
+            e_d += term * min(nodes, k - spares)
+    return p_any, e_d
+
+
+def no_spare_policies(inp: Inputs, ftrt: Model, facts: Dict[str, Any],
+                      tau: float) -> Dict[str, Dict[str, float]]:
+    """ETTR and goodput of ftrt under `shrink` and `fold` (no_spare_policies in the module's
+    docstring): failures that find no spare recover in place (only the coordinator's node still
+    restarts the job), and the throughput while nodes are missing is 1 - E[D]/nodes (shrink)
+    or 1 - P(D >= 1)/2 (fold: the folded node does two nodes' work)."""
+    p_coord = 1.0 / facts["nodes"]
+    m = dict(ftrt, pi_rb=p_coord)
+    base, _ = closed_form(m, tau)
+    mu = facts["failures_per_day"] / DAY_S * facts["missing_h"] * 3600.0
+    p_any, e_d = deficit(facts["spare_nodes"], mu, facts["nodes"])
+    out = {}
+    for name, thr in (("shrink", 1.0 - e_d / facts["nodes"]), ("fold", 1.0 - p_any / 2.0)):
+        out[name] = {"ettr": base * thr, "throughput": thr,
+                     "goodput": base * thr * (1.0 - facts["spare_fraction"])}
+    return out
 
 
 def project_one(inp: Inputs, gpus: int, rate: float, des_failures: int = 0,
@@ -441,6 +484,7 @@ def project_one(inp: Inputs, gpus: int, rate: float, des_failures: int = 0,
             work = des_failures / m["lam"] * ettr
             r["des_ettr"], r["des_failures"] = simulate(m, tau, work, seed)
         row[name] = r
+    row["no_spare"] = no_spare_policies(inp, ftrt, facts, row["ftrt"]["daly_interval_s"])
     return row
 
 
@@ -509,6 +553,15 @@ def print_table(rows: List[Dict[str, Any]], out: IO[str], des: bool) -> None:
                  fmt_s(r["job_mtbf_h"] * 3600), fmt_s(p["daly_interval_s"]), p["ettr"],
                  fmt_s(f["daly_interval_s"]), f["ettr"], f["goodput"],
                  100 * r["rollback_share"]), file=out)
+    print("no spare node left (policies of issue 35, projected; fold and shrink are not built): "
+          "ETTR under stop (the table's ftrt) / shrink / fold, throughput while nodes are "
+          "missing:", file=out)
+    for r in rows:
+        ns = r["no_spare"]
+        print("  %-10s %7d GPUs: stop %.4f  shrink %.4f (x%.4f)  fold %.4f (x%.4f)"
+              % (r["rate_source"], r["gpus"], r["ftrt"]["ettr"], ns["shrink"]["ettr"],
+                 ns["shrink"]["throughput"], ns["fold"]["ettr"], ns["fold"]["throughput"]),
+              file=out)
     if des:
         print("check, discrete-event simulation of the same model (seeded, ETTR):", file=out)
         for r in rows:
@@ -595,6 +648,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="background write of a checkpoint (default: state / storage bandwidth)")
     g.add_argument("--spare-nodes-per-128", type=float, default=1.0)
     g.add_argument("--spare-refill-h", type=float, default=4.0)
+    g.add_argument("--join-h", type=float,
+                   help="a replacement node joins the running job this long after a failure "
+                        "(default: none joins)")
     p = ap.add_argument_group("plain checkpoint-restart (and ftrt's whole-job restarts)")
     p.add_argument("--plain-crash-detect-s", type=float, default=30.0)
     p.add_argument("--plain-hang-timeout-s", type=float, default=600.0)
