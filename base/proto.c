@@ -265,7 +265,8 @@ int ftrt__plan_behind_apply(ftrt__plan *p, size_t len, const int64_t *bits, size
 static int wrappable(uint32_t type)
 {
     return type < FTRT__MSG_HOST_HELLO || type == FTRT__MSG_HOSTED ||
-           type == FTRT__MSG_COORD_LOST || (type >= FTRT__MSG_STANDBY && type <= FTRT__MSG_SYNC_ACK);
+           type == FTRT__MSG_COORD_LOST || (type >= FTRT__MSG_STANDBY && type <= FTRT__MSG_SYNC_ACK) ||
+           type == FTRT__MSG_DRAIN || type == FTRT__MSG_DRAIN_ME;
 }
 
 static int inner_open(const uint8_t *p, size_t len, ftrt__msghdr *h, const void **inner)

@@ -116,6 +116,10 @@ CASES = {
                      [], {}),
     "drain-host": (6, 2, [], [{"kind": "drain-host", "at_step": 60, "host": "ftrt-h2"}],
                    ["--hosts", "3", "--slots", "2"], {}),
+    # On the simulated hosts, the drained trainer (logical rank 1, world rank 2) is the process
+    # of ftrt-h2's host agent: world rank 3 of that host stays and goes on through a new one.
+    "drain-agent": (6, 2, [], [{"kind": "drain-rank", "at_step": 60, "target": "trainer:1"}],
+                    ["--hosts", "3", "--slots", "2"], {}),
     # A second failure while the first recovery's plan is being applied: the job must end
     # promptly and cleanly (spares left or not), and the relaunch must finish the job.
     # Two failures (a crash, then a hang) with sharded state, so that each recovery reloads the

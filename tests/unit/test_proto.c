@@ -468,6 +468,16 @@ static void send_and_malformed(void **state)
     assert_int_equal(w, 5);
     assert_int_equal(ih.type, FTRT__MSG_ABORT);
     assert_int_equal(ih.term, 3);
+    /* a drain's messages go through host agents both ways: DRAIN to a rank, DRAIN_ME from one */
+    const uint32_t drains[] = {FTRT__MSG_DRAIN, FTRT__MSG_DRAIN_ME};
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(ftrt__msg_send2(sv[0], FTRT__MSG_RELAY, &pre, sizeof pre, drains[k], &m,
+                                         sizeof m), 0);
+        assert_true(ftrt__rx_fill(&rx, sv[1]) > 0);
+        assert_int_equal(ftrt__rx_next(&rx, &h, &payload), 1);
+        assert_int_equal(ftrt__relay_open(payload, h.len, &w, &ih, &inner), 0);
+        assert_int_equal(ih.type, drains[k]);
+    }
     /* garbage: a header with the wrong magic is rejected, not waited on */
     uint8_t junk[sizeof h] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
     assert_int_equal(write(sv[0], junk, sizeof junk), (ssize_t)sizeof junk);
