@@ -55,6 +55,10 @@ extern "C" {
  *    MPI_Finalize (no process of the world calls it then: Open MPI 4.1's MPI_Finalize can hang
  *    in its PMIx fence after a process died, or when some processes call it and others exit
  *    without it).
+ *  - FTRT_EDRAINED: this process was drained (tools/ftrt-ctl drain, or SIGTERM under
+ *    FTRT_SIGTERM=drain): like the job's end codes FTRT_ENOSPARE/FTRT_ECOORD/FTRT_EABORT, every
+ *    function that lists those may return it instead, from ftrt_step_done() at the step
+ *    boundary where the drain takes effect on; the process calls ftrt_finalize() and exits 0.
  *  - FTRT_SKIPPED: ftrt_checkpoint()/ftrt_checkpoint_start() under FTRT_CKPT_POLICY=skip when
  *    the previous checkpoint is still being written, so this one was not taken (the coordinator
  *    counts it as skipped); ftrt_checkpoint_wait_commit() for such a checkpoint.
@@ -973,7 +977,14 @@ FTRT_API int ftrt_bucketer_free(ftrt_bucketer *b);
  * docs/detection-and-recovery.md). And every FTRT_SHARD_REPLICA_EVERY > 0 steps, where SHARDED
  * regions are registered, it refreshes the in-memory partner replicas (collective over the
  * trainers: each copies its regions and sends its sharded ones to its partner).
- * Returns 0, FTRT_EINVAL (step decreasing by more than a recovery allows), and only when a
+ * A step boundary is also where a drain takes effect (docs/detection-and-recovery.md "Drain"):
+ * when the coordinator announced a drain's epoch for it, this returns FTRT_ERECOVER (the step
+ * is counted: call ftrt_recover(), which resumes after it) on the trainers that stay and
+ * FTRT_EDRAINED on the one drained (its logical rank went to a hot spare: call ftrt_finalize()
+ * and exit 0; every later call returns FTRT_EDRAINED too), after a refresh of the partner
+ * replicas where sharded regions have them.
+ * Returns 0, FTRT_EINVAL (step decreasing by more than a recovery allows), FTRT_ERECOVER and
+ * FTRT_EDRAINED at a drain's boundary (above), and only when a
  * replica refresh was due: FTRT_ERECOVER (a rank failed meanwhile: call ftrt_recover()), the
  * job's fatal code, FTRT_EMPI, FTRT_EMISMATCH (trainers refreshing different steps), -ENOMEM;
  * FTRT_ENOTSUP when a due fingerprint or refresh meets a device region and there is no device
