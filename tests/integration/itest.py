@@ -55,6 +55,8 @@ Cases:
               is refused; the job exits 0, the report has one drain (no failure, rework 0,
               state from the peers, time to move), byte-identical; a drain with no spare left
               is refused
+  drain_spare the standby coordinator (a hot spare) drained: it leaves the pool, a later kill is
+              recovered on the other spare, byte-identical
   sigterm     FTRT_SIGTERM=drain: SIGTERM to one trainer drains it (exit 0, byte-identical, a
               drain in the report); SIGTERM to the coordinator ends the whole job (aborted)
   drain_late  two trainers (the drained one among them) miss the drain's step boundary
@@ -258,6 +260,32 @@ def case_drain(args):
     check("drained (world rank" in job.out, "the drained trainer says it left")
     summ = job.load_summary()
     check(summ["exit_status"] == 0, f"ftrt-run's summary: exit 0 ({summ.get('exit_status')})")
+    expect_identical(job, args)
+
+
+@h.case(CASES, fixture="required")
+def case_drain_spare(args):
+    """Two hot spares; the standby coordinator among them (the highest world rank, 6) drained:
+    it leaves the pool (the standby dismissed first), then a SIGKILLed trainer is replaced by
+    the other spare; exit 0, byte-identical, one drain (a spare) and one failure."""
+    need_reference(args)
+    job = mlp_job(args, "drain_spare", np_=7, spares=2).start()
+    job.wait_trainer(1, min_steps=30)
+    rc, out = ctl_drain(job, "--rank", "6")
+    check(rc == 0 and "hot spare world rank 6 leaves the pool; 1 spare(s) left" in out,
+          f"the spare's drain accepted ({out.strip()})")
+    job.wait_status(lambda st: [r for r in st["ranks"] if r["world_rank"] == 6][0]["state"]
+                    == "left", timeout=30)
+    victim = job.wait_trainer(2, min_steps=60)
+    job.inject(signal.SIGKILL, victim, "sigkill")
+    rc = job.wait(180)
+    check(rc == 0, f"the job survives the kill with the spare left and exits 0 (got {rc})")
+    rep = job.load_report()
+    check(len(rep["drains"]) == 1 and rep["drains"][0]["role"] == "spare"
+          and rep["drains"][0]["world_rank"] == 6, f"one drain, of the spare ({rep['drains']})")
+    check(len(rep["failures"]) == 1 and rep["failures"][0]["recovered"]
+          and rep["failures"][0]["spare_world_rank"] == 5,
+          f"the kill recovered on the other spare ({rep['failures']})")
     expect_identical(job, args)
 
 
