@@ -33,6 +33,8 @@ ftrt-chaos run (--hosts-made), N x S ranks per job, the kinds drawn from the hos
   kill-coord-host-beyond-spares the coordinator's host killed with 1 spare (the standby): it
                                 takes over, no spare is left for the trainer: clean failure,
                                 relaunch without the host resumes
+  drain-host                    every rank of a host drained (tools/ftrt-ctl drain --host): its
+                                trainers to spares elsewhere in one epoch, no rework, no failure
 Each run is judged by ftrt-chaos's verdict (also: ftrt-run's exit within 5 s of the last rank's
 exit, nothing left in the hosts, byte-identical to a one-host run with as many trainers). It
 prints the verdict counts per kind, MTTD and MTTR per detection kind, how long the partitioned
@@ -89,7 +91,7 @@ import ftrt_harness as h  # noqa: E402
 
 KINDS = ["kill-trainer", "kill-spare", "kill-two-trainers", "hang-trainer", "pause-trainer",
          "kill-during-ckpt", "corrupt-shard", "truncate-shard", "enospc", "kill-coordinator",
-         "hang-coordinator", "kill-beyond-spares", "flip-bit"]
+         "hang-coordinator", "kill-beyond-spares", "flip-bit", "drain-rank", "sigterm-rank"]
 SHARDED_KINDS = ["kill-partners", "corrupt-replica"]  # with --sharded only
 
 # --hosts: campaign kind -> (spares: "host" = a host's worth (slots) or a number, the plan
@@ -121,6 +123,9 @@ HOST_KINDS = {
     # the same with one spare, the standby: no spare is left for the lost trainer: clean
     # failure, relaunch without the host resumes
     "kill-coord-host-beyond-spares": (1, {"kind": "kill-host", "target": "coordinator"}, {}),
+    # a planned move: every rank of a host other than the coordinator's drained (ftrt-ctl
+    # drain --host): its trainers to the spares elsewhere in one epoch, no rework, no failure
+    "drain-host": ("host", {"kind": "drain-host"}, {}),
 }
 
 

@@ -245,10 +245,13 @@ void ftrt__host_lost(ftrt__coord *c, int h, int kind)
     int aborting = c->phase == PH_ABORTING || c->phase == PH_DONE;
     ftrt__host_drop(c, h);
     ftrt__relay_link_lost(c, h); /* (its group's hosts fall back to direct fan-outs) */
-    if (!aborting)
+    if (!aborting && l->nranks > 1)
         ftrt_log_warn("host agent of %s (in world rank %d) lost: %s; %d rank(s) of its host may "
                       "come back on their own connection", l->host, l->agent_w,
                       ftrt__failure_kind_name(kind), l->nranks - 1);
+    else if (!aborting) /* (the others drained, or gone before it) */
+        ftrt_log_warn("host agent of %s (in world rank %d) lost: %s", l->host, l->agent_w,
+                      ftrt__failure_kind_name(kind));
     double until = ftrt__now() + orphan_grace(c);
     int agent = 0;
     for (int w = 1; w < c->W; w++) {

@@ -73,6 +73,14 @@ class Drains:
             check(name + ": no spare, refused; the rank(s) kept training", not mine and not failed,
                   f"drains {[t['world_rank'] for t in mine]}, failures {failed}")
             return
+        spares = [t for t in inj["targets"] if t["role"] == "spare"]
+        if not trainers:  # a host of spares only: they leave the pool
+            gone = [t for t in spares if drains.get(t["pid"], {}).get("role") == "spare"]
+            check(name + f": its {len(spares)} spare(s) left the pool",
+                  len(gone) == len(spares) and not failed,
+                  f"drained {[t['world_rank'] for t in gone]} of "
+                  f"{[t['world_rank'] for t in spares]}; failures {failed}")
+            return
         ds = [drains.get(t["pid"]) for t in trainers]
         ok = bool(ds) and None not in ds and all(d["moved"] and d["rework_steps"] == 0
                                                  for d in ds) and \
