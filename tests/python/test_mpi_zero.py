@@ -6,12 +6,15 @@ shards' partner replicas refreshed every 2 steps (FTRT_SHARD_REPLICA_EVERY=2):
  - a SIGKILLed trainer's shard comes back from its partner's memory (state_from "replica",
    rework within the refresh interval) and the run ends byte-identical (ZeRO-1 and ZeRO-2);
  - a trainer and its partner SIGKILLed together: the shard is nowhere in memory, every
-   trainer goes back to the committed checkpoint, the report says so, byte-identical still.
+   trainer goes back to the committed checkpoint, the report says so, byte-identical still;
+ - a drained trainer (ZeRO-2): the shard moves from memory at the drain's step boundary, no
+   rework, byte-identical.
 Kept short (24 steps of 8 x 32 characters) for 2-core machines. A ctest of its own
 (python.zero) beside python.pytest."""
 import os
 import re
 import signal
+import subprocess
 
 import pytest
 
@@ -143,6 +146,30 @@ def test_zero_kill_recovers_the_shard_from_memory(work, ref1, ref2, zero):
     assert final_state(job.out) == final_state(ref.out)
     print(f"zero-{zero} kill: resumed at step {fail['resume_step']} from the replica, "
           f"rework {fail['rework_steps']} steps, MTTR {fail['mttr_s'] * 1e3:.1f} ms")
+
+
+def test_zero_drain_moves_the_shard_with_no_rework(work, ref2):
+    """ZeRO-2: logical rank 1 drained (tools/ftrt-ctl) once it has done 11 steps: every trainer
+    refreshes the partner replicas at the drain's step boundary, the spare takes the shard from
+    memory there, nothing is redone, the drained process leaves through FaultTolerant.step()
+    (exit 0), and the run ends byte-identical."""
+    d = os.path.join(work, "zero2-drain")
+    job = lm_job(d, 2).start()
+    victim = job.wait_trainer(1, 11, timeout=120)
+    r = subprocess.run([PYTHON, os.path.join(REPO, "tools", "ftrt-ctl"), "drain", "--rank",
+                        str(victim["world_rank"]), "--status", job.status, "--wait", "120"],
+                       capture_output=True, text=True, timeout=150)
+    assert r.returncode == 0 and "moved" in r.stdout, r.stdout + r.stderr
+    rc = job.wait(300)
+    assert rc == 0, f"job did not survive the drain (exit {rc}):\n{job.out[-6000:]}"
+    rep = h.load_json(os.path.join(d, "report.json"))
+    assert not rep["failures"] and len(rep["drains"]) == 1, (rep["failures"], rep["drains"])
+    dr = rep["drains"][0]
+    assert dr["moved"] and dr["rework_steps"] == 0 and dr["state_from"] == "replica", dr
+    assert params(job.dir) == params(ref2.dir), "final parameters differ from the undisturbed run"
+    assert final_state(job.out) == final_state(ref2.out)
+    print(f"zero-2 drain: resumed at step {dr['resume_step']} from the replicas, no rework, "
+          f"time to move {dr['time_to_move_s'] * 1e3:.1f} ms")
 
 
 def test_zero_partners_killed_fall_back_to_the_checkpoint(work, ref1):
