@@ -695,6 +695,10 @@ int ftrt__drains(const ftrt__coord *c);
 /* The hot spare for world rank w, leaving (failed or drained): failure.c; -1 when none is
  * left. */
 int ftrt__pick_spare(const ftrt__coord *c, int w);
+/* Hot spare `spare` takes logical rank l in the recovery being planned (failure.c): the
+ * standby dismissed when it is that spare, the membership changed for `why`
+ * (FTRT__MEMBER_*), the spare a promoted trainer, named in inc (may be NULL). */
+void ftrt__promote_spare(ftrt__coord *c, int l, int spare, int why, ftrt__incident *inc);
 /* A plain FAILURE of the current epoch to its members that are not promoted spares (the
  * drain's epoch made urgent): epoch.c. */
 void ftrt__epoch_failure_urgent(ftrt__coord *c);

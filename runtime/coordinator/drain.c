@@ -91,15 +91,8 @@ static int drain_trainer(ftrt__coord *c, int w, char *why, size_t n)
         snprintf(why, n, "no hot spare is left: world rank %d keeps training", w);
         return DRAIN_REFUSED;
     }
-    if (spare == c->sb_w) ftrt__standby_dismiss(c, "it is the last hot spare, promoted");
     int l = r->logical;
-    ftrt__incident *i = mark_drained(c, w);
-    ftrt__member_set(c, l, spare, FTRT__MEMBER_DRAIN);
-    ftrt__rank_set_role(c, spare, FTRT__ROLE_TRAINER);
-    c->r[spare].logical = l;
-    c->r[spare].promoting = 1;
-    c->npromoting++;
-    if (i) i->spare_world_rank = spare;
+    ftrt__promote_spare(c, l, spare, FTRT__MEMBER_DRAIN, mark_drained(c, w));
     if (!joining) {
         c->epoch_soft = 1;
         c->drain_t = ftrt__now();

@@ -80,6 +80,17 @@ int ftrt__pick_spare(const ftrt__coord *c, int w)
     return best;
 }
 
+void ftrt__promote_spare(ftrt__coord *c, int l, int spare, int why, ftrt__incident *inc)
+{
+    if (spare == c->sb_w) ftrt__standby_dismiss(c, "it is the last hot spare, promoted");
+    ftrt__member_set(c, l, spare, why);
+    ftrt__rank_set_role(c, spare, FTRT__ROLE_TRAINER);
+    c->r[spare].logical = l;
+    c->r[spare].promoting = 1;
+    c->npromoting++;
+    if (inc) inc->spare_world_rank = spare;
+}
+
 /* After world rank w failed: when every rank on its host has now failed (and the host held
  * two or more, so that a process crash is not mistaken for a host), the host is lost: its
  * ranks' incidents are marked so, and the log says it once. O(incidents): the host's counters
@@ -123,14 +134,8 @@ static void replace(ftrt__coord *c, int w, int kind, ftrt__incident *inc)
         ftrt__job_abort(c, FTRT_ENOSPARE, "a trainer failed and no hot spare is left");
         return;
     }
-    if (spare == c->sb_w) ftrt__standby_dismiss(c, "it is the last hot spare, promoted");
     int l = r->logical;
-    ftrt__member_set(c, l, spare, FTRT__MEMBER_FAILURE);
-    ftrt__rank_set_role(c, spare, FTRT__ROLE_TRAINER);
-    c->r[spare].logical = l;
-    c->r[spare].promoting = 1;
-    c->npromoting++;
-    if (inc) inc->spare_world_rank = spare;
+    ftrt__promote_spare(c, l, spare, FTRT__MEMBER_FAILURE, inc);
     if (c->phase == PH_COLLECT) {
         /* The announced epoch's plan is not out yet: this failure joins it, so that a lost
          * host takes as many spares as it held trainers in one epoch (a drain's epoch that

@@ -81,6 +81,14 @@ static void totals_of(const ftrt__coord *c, totals *t)
     t->ck_abandoned = c->nckpt_abandoned + ftrt__track_pending(c->ckpt_track);
 }
 
+/* Where a planned recovery's state came from (FTRT__FROM_*), or NULL before a plan. */
+static const char *state_from_name(const ftrt__incident *x)
+{
+    static const char *const from[] = {"peers", "replica", "checkpoint"};
+    return x->resume_step >= 0 && x->state_from >= 0 && x->state_from < 3 ? from[x->state_from]
+                                                                           : NULL;
+}
+
 /* Whether x's MTTR has phases: a recovery through an epoch's PLAN. A standby's takeover (the
  * coordinator lost) has none: no REPORT, no PLAN, the ranks only come back. */
 static int has_phases(const ftrt__incident *x)
@@ -190,7 +198,6 @@ static void failure_detection_json(ftrt__jw *w, const ftrt__coord *c, const ftrt
  * MTTR's phases. */
 static void failure_recovery_json(ftrt__jw *w, const ftrt__incident *x, const measured *m)
 {
-    static const char *const from[] = {"peers", "replica", "checkpoint"};
     int resumed = x->resume_step >= 0;
     ftrt__jw_bool(w, "recovered", x->recovered);
     opt_double(w, "mttr_s", x->recovered, m->mttr);
@@ -198,9 +205,7 @@ static void failure_recovery_json(ftrt__jw *w, const ftrt__incident *x, const me
     ftrt__jw_int(w, "epoch", x->epoch);
     opt_int(w, "resume_step", resumed, x->resume_step);
     ftrt__jw_int(w, "rework_steps", x->rework_steps);
-    ftrt__jw_string(w, "state_from", resumed && x->state_from >= 0 && x->state_from < 3
-                                         ? from[x->state_from]
-                                         : NULL);
+    ftrt__jw_string(w, "state_from", state_from_name(x));
     ftrt__jw_string(w, "replica_miss", resumed ? ftrt__replica_miss_name(x->replica_miss) : NULL);
     if (has_phases(x)) {
         ftrt__jw_object(w, "phases_ms");
@@ -299,7 +304,6 @@ static void header_text(const ftrt__coord *c, const totals *t)
  * rework and where the state came from; and its line of the summary. */
 static void drain_json(ftrt__jw *w, const ftrt__coord *c, const ftrt__incident *x, int i)
 {
-    static const char *const from[] = {"peers", "replica", "checkpoint"};
     int resumed = x->resume_step >= 0;
     double move = x->recovered ? x->t_resumed - x->t_detect : -1;
     ftrt__jw_object(w, NULL);
@@ -317,9 +321,7 @@ static void drain_json(ftrt__jw *w, const ftrt__coord *c, const ftrt__incident *
     ftrt__jw_int(w, "epoch", x->epoch);
     opt_int(w, "resume_step", resumed, x->resume_step);
     ftrt__jw_int(w, "rework_steps", x->rework_steps);
-    ftrt__jw_string(w, "state_from", resumed && x->state_from >= 0 && x->state_from < 3
-                                         ? from[x->state_from]
-                                         : NULL);
+    ftrt__jw_string(w, "state_from", state_from_name(x));
     ftrt__jw_end(w);
     if (x->was_spare)
         printf("    drain %d: hot spare world rank %d (%s, pid %d) left the pool\n", i + 1,
