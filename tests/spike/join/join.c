@@ -1,7 +1,7 @@
 /* Join spike (issue 35): can a process started after the job began become a member of the
  * training communicator through Open MPI's dynamic processes?  One program, several roles:
  *
- *   join accept  [--kill R] [--over live|world] [--port-file F] [--name N]
+ *   join accept  [--kill R] [--over live|world] [--port-file F] [--name N] [--kill-merged M]
  *       job A: every rank waits; rank R (if given) SIGKILLs itself first; the others build the
  *       "accept communicator" (the live ranks through MPI_Comm_create_group, as ftrt's recovery
  *       does; or MPI_COMM_WORLD), its rank 0 opens a port and publishes it (MPI_Publish_name,
@@ -16,6 +16,9 @@
  *   join spawn   [--kill R] [--over live|world]
  *       the running job spawns 1 new process (this program, role "child") with MPI_Comm_spawn
  *       over the accept communicator, merges, allreduces.
+ *   --kill-merged M (accept, connect, spawn): after the first allreduce over the merged
+ *       communicator, its rank M SIGKILLs itself and the others rebuild from the merged group
+ *       without it: a recovery after the join, built from the merged communicator.
  *   join block   [--interrupt none|close|selfconnect] [--wait S]
  *       1 process calls MPI_Comm_accept on an opened port that nobody connects to; with
  *       --interrupt a second thread tries to end the wait after 2 s (MPI_Close_port on the port,
@@ -57,6 +60,8 @@ static const char *errstr(int rc)
 }
 
 static const char *tag = "?";
+static int g_kill_merged = -1; /* --kill-merged R: merged rank R SIGKILLs itself after the first
+                                  allreduce; the rebuild then leaves it out (a later recovery) */
 static int wrank = -1;
 
 #define SAY(...)                                                                                   \
@@ -101,12 +106,27 @@ static int after_connect(MPI_Comm inter, int high, double t_connect)
         r, n, rsz, t_connect, t_merge, t_ar, s[0], s[1], ok ? "correct" : "WRONG");
 
     /* ftrt's rebuild, from the merged communicator instead of MPI_COMM_WORLD */
+    int n0 = n;
+    if (g_kill_merged >= 0) {
+        if (r == g_kill_merged) {
+            SAY("merged rank %d: SIGKILL myself (pid %d) after the first allreduce", r, (int)getpid());
+            raise(SIGKILL);
+        }
+        sleep(1);
+        n = n0 - 1;
+    }
     MPI_Group g, g2;
     MPI_Comm_group(merged, &g);
-    int *ranks = malloc(sizeof(int) * n);
-    for (int i = 0; i < n; i++)
-        ranks[i] = n - 1 - i; /* reversed: the joiner becomes rank 0, as a new logical order */
-    MPI_Group_incl(g, n, ranks, &g2);
+    int *ranks = malloc(sizeof(int) * n0);
+    int m = 0;
+    for (int i = n0 - 1; i >= 0; i--) /* reversed: the joiner first, as a new logical order */
+        if (i != g_kill_merged)
+            ranks[m++] = i;
+    MPI_Group_incl(g, m, ranks, &g2);
+    int expect_r2 = -1;
+    for (int i = 0; i < m; i++)
+        if (ranks[i] == r)
+            expect_r2 = i;
     free(ranks);
     MPI_Comm rebuilt;
     t0 = now();
@@ -125,9 +145,10 @@ static int after_connect(MPI_Comm inter, int high, double t_connect)
     v[0] = r2;
     s[0] = s[1] = 0;
     CHECK(MPI_Allreduce(v, s, 2, MPI_LONG, MPI_SUM, rebuilt));
-    int ok2 = s[0] == (long)n * (n - 1) / 2 && s[1] == n && r2 == n - 1 - r;
-    SAY("rebuilt from the merged group with %s in %.3f s: rank %d, allreduce sums %ld %ld %s", how,
-        t_rb, r2, s[0], s[1], ok2 ? "correct" : "WRONG");
+    int ok2 = s[0] == (long)n * (n - 1) / 2 && s[1] == n && r2 == expect_r2;
+    SAY("rebuilt from the merged group%s with %s in %.3f s: rank %d of %d, allreduce sums %ld %ld %s",
+        g_kill_merged >= 0 ? " less the killed rank" : "", how, t_rb, r2, n, s[0], s[1],
+        ok2 ? "correct" : "WRONG");
     if (ok && ok2)
         SAY("RESULT ok");
     MPI_Group_free(&g);
@@ -135,6 +156,8 @@ static int after_connect(MPI_Comm inter, int high, double t_connect)
     /* everyone has printed before anyone leaves; then the clean way out */
     MPI_Barrier(rebuilt);
     MPI_Comm_free(&rebuilt);
+    if (g_kill_merged >= 0)
+        return ok && ok2 ? 0 : 1; /* a dead member: no disconnect (it would wait for it) */
     MPI_Comm_free(&merged);
     t0 = now();
     int drc = MPI_Comm_disconnect(&inter);
@@ -269,9 +292,10 @@ static int role_spawn(void)
 {
     int size;
     MPI_Comm c = prepare_job(&size);
-    char kbuf[16];
+    char kbuf[16], kmbuf[16];
     snprintf(kbuf, sizeof kbuf, "%d", g_kill);
-    char *args[] = {"child", "--kill", kbuf, NULL}; /* -1: none (the child then finalizes) */
+    snprintf(kmbuf, sizeof kmbuf, "%d", g_kill_merged);
+    char *args[] = {"child", "--kill", kbuf, "--kill-merged", kmbuf, NULL}; /* -1: none */
     MPI_Comm inter;
     int errcode = 0;
     double t0 = now();
@@ -338,6 +362,8 @@ int main(int argc, char **argv)
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--kill"))
             g_kill = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--kill-merged"))
+            g_kill_merged = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--over"))
             g_over = argv[i + 1];
         else if (!strcmp(argv[i], "--port-file"))
@@ -357,8 +383,10 @@ int main(int argc, char **argv)
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
     if (wrank == 0 || !strcmp(role, "child") || !strcmp(role, "connect"))
-        SAY("MPI_Init_thread %.3f s, thread level %d (MULTIPLE=%d), ULFM %d, pid %d", now() - t0,
-            provided, MPI_THREAD_MULTIPLE, HAVE_ULFM, (int)getpid());
+        SAY("MPI_Init_thread %.3f s, thread level %d (MULTIPLE=%d), ULFM %d (OMPI_MCA_mpi_ft_enable=%s), "
+            "pid %d",
+            now() - t0, provided, MPI_THREAD_MULTIPLE, HAVE_ULFM,
+            getenv("OMPI_MCA_mpi_ft_enable") ? getenv("OMPI_MCA_mpi_ft_enable") : "unset", (int)getpid());
     int rc;
     if (!strcmp(role, "accept"))
         rc = role_accept();
@@ -376,7 +404,7 @@ int main(int argc, char **argv)
     }
     /* With a dead rank (or a blocked accept) MPI_Finalize may wait on it: leave without it then;
      * the spike only needs the lines above. */
-    if (g_kill < 0 && strcmp(role, "block") != 0) {
+    if (g_kill < 0 && g_kill_merged < 0 && strcmp(role, "block") != 0) {
         double tf = now();
         MPI_Finalize();
         SAY("MPI_Finalize %.3f s", now() - tf);

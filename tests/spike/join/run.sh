@@ -2,7 +2,7 @@
 # The join spike (issue 35; docs/join.md): builds join.c against an Open MPI and runs each
 # experiment, printing one GO / NO-GO / INFO line per experiment with its evidence.
 #
-# Usage: tests/spike/join/run.sh [--reps N] [--exp "e1 e2 e3 e4"] [--out DIR] CONFIG...
+# Usage: tests/spike/join/run.sh [--reps N] [--exp "e1 e2 e3 e5 e4"] [--out DIR] CONFIG...
 #   CONFIG: 4.1  Debian's Open MPI 4.1 (/usr/bin/mpicc, mpirun --enable-recovery, ompi-server)
 #           5    Open MPI 5 with ULFM (scripts/ensure-ompi5.sh, or $OMPI5_PREFIX;
 #                mpirun --with-ft ulfm; a `prte` DVM for the two-mpirun experiments)
@@ -14,7 +14,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 reps=3
-exps="e1 e2 e3 e4"
+exps="e1 e2 e3 e5 e4"
 out=""
 cfgs=()
 while [ $# -gt 0 ]; do
@@ -94,7 +94,7 @@ run_cfg() {
     if [ "$cfg" = 4.1 ]; then
       timeout -k 5 900 /usr/bin/ompi-server --no-daemonize --report-uri "$srv_uri" > "$d/server.log" 2>&1 &
     else
-      timeout -k 5 900 "$prefix/bin/prte" --no-ready-msg --allow-run-as-root --report-uri "$srv_uri" \
+      OMPI_MCA_mpi_ft_enable=1 timeout -k 5 900 "$prefix/bin/prte" --no-ready-msg --allow-run-as-root --report-uri "$srv_uri" \
         > "$d/server.log" 2>&1 &
     fi
     srv_pid=$!
@@ -103,7 +103,11 @@ run_cfg() {
     if [ "$cfg" = 4.1 ]; then
       two="$base --ompi-server file:$srv_uri"
     else
-      two="env LD_PRELOAD=$shim $base --dvm file:$srv_uri"
+      # not --bind-to none: with --dvm it makes PMIx_Spawn fail (PMIX_ERR_JOB_FAILED_TO_LAUNCH)
+      # --with-ft ulfm (or --mca / -x / the environment of mpirun) through --dvm does not set
+      # mpi_ft_enable in the processes, which take their environment from prte: prte is
+      # started with OMPI_MCA_mpi_ft_enable=1 in its environment (start_server)
+      two="env LD_PRELOAD=$shim $mpirun --oversubscribe --mca mpi_yield_when_idle 1 --dvm file:$srv_uri"
     fi
   }
   stop_server() { [ -n "$srv_pid" ] && kill "$srv_pid" 2>/dev/null; wait "$srv_pid" 2>/dev/null; srv_pid=""; }
@@ -115,12 +119,24 @@ run_cfg() {
     (cd "$d" && timeout -k 5 60 $two $ft -np 3 "$d/join" accept "$@" > "$lp.A.log" 2>&1; echo "rc $?" >> "$lp.A.log") &
     local apid=$!
     if wait_line "$lp.A.log" "w0: waiting in MPI_Comm_accept" 40; then
-      (cd "$d" && timeout -k 5 50 $two -np 1 "$d/join" connect > "$lp.B.log" 2>&1; echo "rc $?" >> "$lp.B.log")
+      (cd "$d" && timeout -k 5 50 $two $ft -np 1 "$d/join" connect ${bargs:-} > "$lp.B.log" 2>&1; echo "rc $?" >> "$lp.B.log")
     else
       echo "job A never reached MPI_Comm_accept" > "$lp.B.log"
     fi
     wait "$apid"
     echo "wall $((SECONDS - t0)) s" >> "$lp.B.log"
+    sweep "$(basename "$lp")"
+  }
+
+  # processes of this configuration still running after their launcher ended or was killed
+  sweep() { # label
+    sleep 1
+    local left
+    left=$(pgrep -f -- "$d/join" || true)
+    if [ -n "$left" ]; then
+      say INFO "$cfg" "leftover after $1" "pids $(echo $left) still ran after the launcher ended: $(ps -o args= -p $left | head -2 | tr '\n' ';'); killed"
+      kill -9 $left 2>/dev/null
+    fi
   }
 
   for e in $exps; do
@@ -133,6 +149,7 @@ run_cfg() {
         wait_line "$d/e1-plain.A.log" "w0: waiting in MPI_Comm_accept" 20
         (cd "$d" && timeout -k 5 20 $base -np 1 "$d/join" connect --port-file "$d/e1-plain.port" > "$d/e1-plain.B.log" 2>&1; echo "rc $?" >> "$d/e1-plain.B.log")
         wait "$ap"
+        sweep e1-plain
         say INFO 5 "e1 plain mpiruns, port file" "$(oks "$d"/e1-plain.*.log) of 4 ok; job A $(tail -1 "$d/e1-plain.A.log"), job B $(tail -1 "$d/e1-plain.B.log") (124 = killed by timeout: both sides blocked)"
         # (b) the documented way (docs/launching-apps/unusual.rst): prte + mpirun --dvm, no shim
         start_server || { say NO-GO 5 e1 "prte did not start"; continue; }
@@ -176,6 +193,7 @@ run_cfg() {
         n_ok=0
         for ((r = 1; r <= reps_k; r++)); do
           (cd "$d" && timeout -k 5 60 $base $ft -np 3 "$d/join" spawn "${args[@]}" > "$d/e3-$k.$r.log" 2>&1; echo "rc $?" >> "$d/e3-$k.$r.log")
+          sweep "e3-$k.$r"
           [ "$(oks "$d/e3-$k.$r.log")" = "$want" ] && n_ok=$((n_ok + 1))
         done
         local v=NO-GO; [ "$n_ok" = "$reps_k" ] && v=GO
@@ -185,16 +203,50 @@ run_cfg() {
         say "$v" "$cfg" "e3 spawn, kill: $k" "$n_ok/$reps_k runs correct; $(phases "$d"/e3-$k.*.log | sed 's/connect[^;]*; //'); $(acc_phase "$d"/e3-$k.*.log | sed 's/ (includes waiting for the joiner)//')$extra"
       done
       ;;
+    e5)
+      # a recovery after the join: merged rank 1 (job A's rank 1) dies after the first
+      # allreduce; the others rebuild from the merged communicator's group without it
+      [ "$cfg" = 5 ] && [ -z "$shim" ] && { say NO-GO 5 e5 "no shim, no DVM"; continue; }
+      local n_ok=0
+      for ((r = 1; r <= reps; r++)); do
+        start_server || break
+        bargs="--kill-merged 1" two_jobs "$d/e5-connect.$r" --kill-merged 1
+        stop_server
+        [ "$(oks "$d/e5-connect.$r".*.log)" = 3 ] && n_ok=$((n_ok + 1))
+      done
+      local v=NO-GO; [ "$n_ok" = "$reps" ] && v=GO
+      say "$v" "$cfg" "e5 kill after join (connect)" "$n_ok/$reps runs: the 2 survivors of A + the joiner rebuilt and allreduced correctly; $(grep -h "rebuilt" "$d"/e5-connect.*.B.log | sed 's/.*with \(.*\) in \([0-9.]*\) s.*/\1 \2 s/' | tr '\n' ';')"
+      n_ok=0
+      for ((r = 1; r <= reps; r++)); do
+        (cd "$d" && timeout -k 5 60 $base $ft -np 3 "$d/join" spawn --kill-merged 1 > "$d/e5-spawn.$r.log" 2>&1; echo "rc $?" >> "$d/e5-spawn.$r.log")
+        sweep "e5-spawn.$r"
+        [ "$(oks "$d/e5-spawn.$r.log")" = 3 ] && n_ok=$((n_ok + 1))
+      done
+      v=NO-GO; [ "$n_ok" = "$reps" ] && v=GO
+      local extra=""
+      [ "$v" != GO ] && extra="; $(grep -h -E "FAIL|^rc " "$d"/e5-spawn.*.log | tr '\n' ';' | cut -c1-300)"
+      say "$v" "$cfg" "e5 kill after join (spawn)" "$n_ok/$reps runs: 2 parents + the child rebuilt and allreduced correctly$extra"
+      ;;
     e4)
       local i mode
       for mode in none close selfconnect; do
         (cd "$d" && timeout -k 5 20 $base -np 1 "$d/join" block --interrupt "$mode" > "$d/e4-$mode.log" 2>&1; echo "rc $?" >> "$d/e4-$mode.log")
+        sweep "e4-$mode"
         local ret
         ret=$(grep -h -E "accept returned|interrupter:|^rc " "$d/e4-$mode.log" | tr '\n' ';' | cut -c1-300)
         local v=INFO
         grep -q "MPI_Comm_accept returned" "$d/e4-$mode.log" || v=NO-GO
         say "$v" "$cfg" "e4 blocked accept, $mode" "$ret"
       done
+      # Open MPI 4.1's pmix_base_exchange_timeout overrides the 600 s the accept's root waits
+      # for the other side (opal/mca/pmix/base/pmix_base_fns.c); 5.0 passes 600 s past it
+      (cd "$d" && timeout -k 5 20 $base --mca pmix_base_exchange_timeout 3 -np 1 "$d/join" block > "$d/e4-exchtimeout.log" 2>&1; echo "rc $?" >> "$d/e4-exchtimeout.log")
+      sweep e4-exchtimeout
+      say INFO "$cfg" "e4 pmix_base_exchange_timeout 3" "$(grep -h -E "accept returned|^rc " "$d/e4-exchtimeout.log" | tr '\n' ';')"
+      # the same over 3 processes: does every rank of the accepting communicator return?
+      (cd "$d" && timeout -k 5 25 $base $ft --mca pmix_base_exchange_timeout 3 -np 3 "$d/join" accept --name ftrt-join-nobody > "$d/e4-exchtimeout3.log" 2>&1; echo "rc $?" >> "$d/e4-exchtimeout3.log")
+      sweep e4-exchtimeout3
+      say INFO "$cfg" "e4 exchange timeout, 3 ranks" "$(grep -h -E "FAIL|^rc " "$d/e4-exchtimeout3.log" | tr '\n' ';' | cut -c1-300) (ranks that print no FAIL line stayed blocked)"
       if [ "$cfg" = 5 ]; then
         (cd "$d" && timeout -k 5 20 $base --mca mpi_pmix_connect_timeout 3 -np 1 "$d/join" block > "$d/e4-pmixtimeout.log" 2>&1; echo "rc $?" >> "$d/e4-pmixtimeout.log")
         say INFO 5 "e4 mpi_pmix_connect_timeout 3" "$(grep -h -E "accept returned|^rc " "$d/e4-pmixtimeout.log" | tr '\n' ';')"
