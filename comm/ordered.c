@@ -1,0 +1,387 @@
+/*
+ * ordered.c - the fixed-order allreduce of the CPU plane (ftrt_allreduce_ordered, include/
+ * ftrt.h): the SUM of the contributions of N logical ranks computed as
+ * (((c_0 + c_1) + c_2) + ... + c_{N-1}) elementwise, strictly in logical rank order, so that
+ * its bytes do not depend on which process holds which logical rank nor on how many processes
+ * there are (issue 35, policy `fold`: a survivor computing a lost rank's micro-batches too must
+ * produce the bytes of an undisturbed run). MPI_Iallreduce cannot give that: its algorithm and
+ * summation order change with the number of processes.
+ *
+ * A process may hold several logical ranks (`held`, ascending; contrib[i] is held[i]'s buffer).
+ * The call runs in three stages on the plane's communicator, every MPI call nonblocking and
+ * polled together with the epoch watch (a failure elsewhere returns FTRT_ERECOVER and leaves
+ * `out` unchanged, as every collective of comm/mpi_plane.c):
+ *  1. the layout: an MPI_Iallgather of a small header (N, how many ranks each process holds,
+ *     count, dtype, whether its own arguments are sane), then an MPI_Iallgatherv of the held
+ *     lists. Every process sees the same data and so reaches the same verdict: a bad argument
+ *     anywhere, disagreeing arguments, or held lists that are not a partition of [0, N) are
+ *     FTRT_EINVAL on every process (no process is left waiting for the others).
+ *  2. a reduce-scatter in logical order: the vector is cut into windows (at most about 4 MiB
+ *     of messages from one process to one other) and each window over the P processes (owner
+ *     p gets [lo_p, lo_p + len_p)); every process packs, for each owner, the pieces of its held
+ *     contributions side by side and sends them (MPI_Isend / MPI_Irecv, one message per pair
+ *     and window, MPI's non-overtaking order matches them); the owner then has the window's N
+ *     pieces of its chunk and sums them in logical rank order (ordered_sum()).
+ *  3. an MPI_Iallgatherv of the reduced chunks, in place in an ftrt-owned result buffer.
+ * Up to WINDOWS_IN_FLIGHT windows are in flight at once, their all-gathers started in window
+ * order (the same sequence of collectives on every process). `out` is written only after every
+ * window completed, and every contribution was read (packed) before that, so out may be one of
+ * the contributions. What travels is what MPI_Ireduce_scatter_block + MPI_Iallgather move
+ * (each process sends its held pieces of the other owners' chunks and receives the gathered
+ * result), plus the layout exchange, two small collectives per call.
+ *
+ * The call is blocking; an overlapped form through the request engine (comm/async.c) does not
+ * exist yet: a window is three dependent steps (messages, local sum, all-gather), where the
+ * engine's transport starts one MPI request per chunk (docs/collectives.md says more).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "comm/async.h"
+#include "comm/plane.h"
+#include "comm/ulfm.h"
+#include "kernels/half.h"
+
+#define WINDOWS_IN_FLIGHT 4
+#define TAG_ORDERED 7201
+#define BLOCK 2048 /* elements summed per pass over the N pieces (stays in L1) */
+
+/* The layout every process agreed on. */
+typedef struct layout {
+    int n, nprocs, me;  /* logical ranks, processes, this process */
+    int *nheld;         /* [nprocs]: how many logical ranks each holds */
+    int *displ;         /* [nprocs]: where its held list starts in `all` */
+    int *all;           /* [n]: the held lists side by side, process after process */
+    int *gpos;          /* [n]: logical rank l's place in `all` */
+    int maxheld;
+    size_t count, es;
+    int dtype;
+} layout;
+
+static void layout_free(layout *L)
+{
+    free(L->nheld);
+    free(L->displ);
+    free(L->all);
+    free(L->gpos);
+}
+
+/* 1 when this process's own arguments are sane (checked before the layout exchange, so that a
+ * bad one is every process's FTRT_EINVAL). */
+static int local_ok(int n, const int *held, int nheld, void *const *contrib, const void *out,
+                    size_t count, ftrt_dtype dtype)
+{
+    size_t es = ftrt__k_esize((int)dtype);
+    if (n < 1 || nheld < 0 || nheld > n || (nheld && (!held || !contrib)) || !out || !count || !es)
+        return 0;
+    if (count > SIZE_MAX / es / 4) return 0;
+    for (int i = 0; i < nheld; i++)
+        if (held[i] < 0 || held[i] >= n || (i && held[i] <= held[i - 1]) || !contrib[i]) return 0;
+    return 1;
+}
+
+/* Stage 1 (file comment): the header and held lists of every process, checked alike
+ * everywhere. 0 with L filled, FTRT_EINVAL (logged), or an MPI / watch code. */
+static int exchange_layout(ftrt__plane *p, int ok, int n, const int *held, int nheld,
+                           size_t count, ftrt_dtype dtype, layout *L)
+{
+    int P = p->size;
+    int64_t mine[5] = {n, ok ? nheld : 0, (int64_t)dtype, ok, (int64_t)count};
+    int64_t *hdr = malloc((size_t)P * sizeof mine);
+    L->nheld = malloc((size_t)P * sizeof(int));
+    L->displ = malloc((size_t)P * sizeof(int));
+    if (!hdr || !L->nheld || !L->displ) return free(hdr), -ENOMEM;
+    MPI_Request rq;
+    int e = MPI_Iallgather(mine, 5, MPI_INT64_T, hdr, 5, MPI_INT64_T, p->comm, &rq);
+    int rc = e == MPI_SUCCESS ? ftrt__plane_waitall(p, 1, &rq) : ftrt__plane_mpi_error(p, e);
+    int64_t total = 0;
+    for (int q = 0; !rc && q < P; q++) {
+        const int64_t *h = hdr + 5 * q;
+        if (!h[3] || h[0] != n || h[2] != (int64_t)dtype || (uint64_t)h[4] != count) rc = 1;
+        L->displ[q] = (int)total;
+        L->nheld[q] = (int)h[1];
+        total += h[1];
+    }
+    free(hdr);
+    if (rc == 1 || (!rc && total != n)) {
+        ftrt_log_warn("ftrt_allreduce_ordered: %s: refused",
+                      !ok ? "a bad argument here" : rc == 1 ? "a bad or disagreeing argument "
+                      "on another process" : "the held ranks do not add up to nlogical");
+        return FTRT_EINVAL;
+    }
+    if (rc) return rc;
+    L->all = malloc((size_t)n * sizeof(int));
+    L->gpos = malloc((size_t)n * sizeof(int));
+    if (!L->all || !L->gpos) return -ENOMEM;
+    e = MPI_Iallgatherv(held, nheld, MPI_INT, L->all, L->nheld, L->displ, MPI_INT, p->comm, &rq);
+    rc = e == MPI_SUCCESS ? ftrt__plane_waitall(p, 1, &rq) : ftrt__plane_mpi_error(p, e);
+    if (rc) return rc;
+    for (int l = 0; l < n; l++) L->gpos[l] = -1;
+    for (int g = 0; g < n; g++) {
+        if (L->gpos[L->all[g]] >= 0) {
+            ftrt_log_warn("ftrt_allreduce_ordered: logical rank %d is held by two processes: "
+                          "refused", L->all[g]);
+            return FTRT_EINVAL;
+        }
+        L->gpos[L->all[g]] = g;
+    }
+    L->n = n;
+    L->nprocs = P;
+    L->me = p->rank;
+    L->maxheld = 0;
+    for (int q = 0; q < P; q++) L->maxheld = L->nheld[q] > L->maxheld ? L->nheld[q] : L->maxheld;
+    L->count = count;
+    L->es = ftrt__k_esize((int)dtype);
+    L->dtype = (int)dtype;
+    return 0;
+}
+
+/* ---- the sum in logical rank order ---- */
+
+/* dst[k] = (((src[0][k] + src[1][k]) + src[2][k]) + ...) for k < cnt, n sources, in blocks of
+ * BLOCK elements so that dst stays in cache across the n passes. Float sums in the dtype (no
+ * contraction: additions only), int64 wrapping, 16-bit ones widened to float32 and rounded once
+ * per pairwise sum (ftrt__h16_op, as the MPI plane's own operation). */
+static void ordered_sum(int dtype, void *dst, const void *const *src, int n, size_t cnt)
+{
+    for (size_t b = 0; b < cnt; b += BLOCK) {
+        size_t m = cnt - b < BLOCK ? cnt - b : BLOCK;
+        size_t es = ftrt__k_esize(dtype);
+        memcpy((char *)dst + b * es, (const char *)src[0] + b * es, m * es);
+        for (int l = 1; l < n; l++) {
+            if (dtype == FTRT_FLOAT32) {
+                float *d = (float *)dst + b;
+                const float *s = (const float *)src[l] + b;
+                for (size_t k = 0; k < m; k++) d[k] = d[k] + s[k];
+            } else if (dtype == FTRT_FLOAT64) {
+                double *d = (double *)dst + b;
+                const double *s = (const double *)src[l] + b;
+                for (size_t k = 0; k < m; k++) d[k] = d[k] + s[k];
+            } else if (dtype == FTRT_INT64) {
+                uint64_t *d = (uint64_t *)dst + b;
+                const uint64_t *s = (const uint64_t *)src[l] + b;
+                for (size_t k = 0; k < m; k++) d[k] = d[k] + s[k];
+            } else {
+                uint16_t *d = (uint16_t *)dst + b;
+                const uint16_t *s = (const uint16_t *)src[l] + b;
+                for (size_t k = 0; k < m; k++) d[k] = ftrt__h16_op(dtype, FTRT__H_SUM, d[k], s[k]);
+            }
+        }
+    }
+}
+
+/* ---- the windows ---- */
+
+/* One window in flight: its slot's staging and requests. */
+typedef struct window {
+    size_t off, len;     /* elements [off, off + len) of the vector */
+    int state;           /* 0 free, 1 messages in flight, 2 all-gather in flight, 3 done */
+    MPI_Request *reqs;   /* [2 * nprocs]: sends and receives; then [2 * nprocs]: the gather */
+    char *send, *recv;   /* maxheld * wmax and n * (wmax / nprocs + 1) elements */
+} window;
+
+typedef struct run {
+    ftrt__plane *p;
+    const layout *L;
+    void *const *contrib;
+    char *res;           /* count elements: the result, written by the all-gathers */
+    size_t wmax;         /* elements per window */
+    window w[WINDOWS_IN_FLIGHT];
+    int *rcount, *rdispl; /* [nprocs] byte counts and displacements of a window's all-gather */
+    const void **src;    /* [n] the pieces of this process's chunk, in logical order */
+} run;
+
+/* Owner q's chunk of a window of len elements: [*lo, *lo + *ln). */
+static void owner_range(size_t len, int P, int q, size_t *lo, size_t *ln)
+{
+    size_t base = len / (size_t)P, extra = len % (size_t)P;
+    *lo = (size_t)q * base + ((size_t)q < extra ? (size_t)q : extra);
+    *ln = base + ((size_t)q < extra);
+}
+
+/* Packs window w's pieces (for each owner, this process's held pieces side by side) and starts
+ * its messages; this process's own block is copied to its receive place. 0 or an MPI code. */
+static int window_start(run *R, window *w)
+{
+    const layout *L = R->L;
+    int P = L->nprocs, me = L->me, mine = L->nheld[me];
+    size_t es = L->es, lo, ln, mylo, myln;
+    owner_range(w->len, P, me, &mylo, &myln);
+    for (int q = 0; q < 2 * P; q++) w->reqs[q] = MPI_REQUEST_NULL;
+    for (int q = 0; q < P; q++) {
+        owner_range(w->len, P, q, &lo, &ln);
+        char *blk = w->send + (size_t)mine * lo * es;
+        for (int i = 0; i < mine; i++)
+            memcpy(blk + (size_t)i * ln * es, (const char *)R->contrib[i] + (w->off + lo) * es,
+                   ln * es);
+        size_t sb = (size_t)mine * ln * es, rb = (size_t)L->nheld[q] * myln * es;
+        char *rat = w->recv + (size_t)L->displ[q] * myln * es;
+        if (q == me) {
+            if (sb) memcpy(rat, blk, sb);
+            continue;
+        }
+        int e = MPI_SUCCESS;
+        if (rb) e = MPI_Irecv(rat, (int)rb, MPI_BYTE, q, TAG_ORDERED, R->p->comm, &w->reqs[2 * q]);
+        if (e == MPI_SUCCESS && sb)
+            e = MPI_Isend(blk, (int)sb, MPI_BYTE, q, TAG_ORDERED, R->p->comm, &w->reqs[2 * q + 1]);
+        if (e != MPI_SUCCESS) return e;
+    }
+    w->state = 1;
+    return MPI_SUCCESS;
+}
+
+/* Window w's messages arrived: sums this process's chunk in logical order into the result and
+ * starts the window's all-gather in place there. 0 or an MPI code. */
+static int window_gather(run *R, window *w)
+{
+    const layout *L = R->L;
+    int P = L->nprocs;
+    size_t es = L->es, lo, ln;
+    owner_range(w->len, P, L->me, &lo, &ln);
+    for (int l = 0; l < L->n; l++) R->src[l] = w->recv + (size_t)L->gpos[l] * ln * es;
+    char *at = R->res + w->off * es;
+    ordered_sum(L->dtype, at + lo * es, R->src, L->n, ln);
+    for (int q = 0; q < P; q++) {
+        size_t qlo, qln;
+        owner_range(w->len, P, q, &qlo, &qln);
+        R->rcount[q] = (int)(qln * es);
+        R->rdispl[q] = (int)(qlo * es);
+    }
+    w->reqs[0] = MPI_REQUEST_NULL;
+    int e = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, at, R->rcount, R->rdispl, MPI_BYTE,
+                            R->p->comm, &w->reqs[0]);
+    if (e == MPI_SUCCESS) w->state = 2;
+    return e;
+}
+
+/* 1 when window w's current requests (messages or all-gather) are complete, 0 if not, or a
+ * negative code. */
+static int window_test(run *R, window *w)
+{
+    int done = 0, n = w->state == 1 ? 2 * R->L->nprocs : 1;
+    int e = MPI_Testall(n, w->reqs, &done, MPI_STATUSES_IGNORE);
+    if (e != MPI_SUCCESS) return ftrt__plane_mpi_error(R->p, e);
+    return done;
+}
+
+/* One pass: start windows while slots are free, move the oldest window whose messages are in to
+ * its all-gather (in window order), retire finished all-gathers. Counts events in *ev. */
+static int pass(run *R, size_t nwin, size_t *started, size_t *gathered, size_t *finished, int *ev)
+{
+    while (*started < nwin && *started - *finished < WINDOWS_IN_FLIGHT) {
+        window *w = &R->w[*started % WINDOWS_IN_FLIGHT];
+        w->off = *started * R->wmax;
+        w->len = R->L->count - w->off < R->wmax ? R->L->count - w->off : R->wmax;
+        int e = window_start(R, w);
+        if (e != MPI_SUCCESS) return ftrt__plane_mpi_error(R->p, e);
+        ++*started, ++*ev;
+    }
+    if (*gathered < *started) {
+        window *w = &R->w[*gathered % WINDOWS_IN_FLIGHT];
+        int t = window_test(R, w);
+        if (t < 0) return t;
+        if (t) {
+            int e = window_gather(R, w);
+            if (e != MPI_SUCCESS) return ftrt__plane_mpi_error(R->p, e);
+            ++*gathered, ++*ev;
+        }
+    }
+    while (*finished < *gathered) { /* all-gathers complete in the order they started */
+        window *w = &R->w[*finished % WINDOWS_IN_FLIGHT];
+        int t = window_test(R, w);
+        if (t <= 0) return t;
+        w->state = 3;
+        ++*finished, ++*ev;
+    }
+    return 0;
+}
+
+/* Stage 2 and 3 (file comment): every window, polled with the watch. 0 or a code. */
+static int run_windows(run *R)
+{
+    size_t nwin = (R->L->count + R->wmax - 1) / R->wmax;
+    size_t started = 0, gathered = 0, finished = 0;
+    for (long i = 0; finished < nwin;) {
+        int ev = 0;
+        int rc = pass(R, nwin, &started, &gathered, &finished, &ev);
+        if (!rc) rc = ftrt__watch_check(R->p->watch);
+        if (rc) return rc;
+        if (ev) i = 0;
+        else if (++i >= 64) ftrt__polite(i, 1024, 50 * 1000L);
+    }
+    return 0;
+}
+
+/* The staging of a run in the plane's buffer (abandoned with it after an epoch change, as the
+ * blocking collectives' own): the result, then each slot's send and receive side, then the
+ * request and count arrays. 0 or -ENOMEM / FTRT_EINVAL (too large). */
+static int run_setup(ftrt__plane *p, const layout *L, void *const *contrib, run *R)
+{
+    int P = L->nprocs;
+    memset(R, 0, sizeof *R);
+    R->p = p;
+    R->L = L;
+    R->contrib = contrib;
+    size_t per = FTRT__CHUNK_BYTES / L->es / (size_t)(L->maxheld ? L->maxheld : 1);
+    R->wmax = per > (size_t)P ? per : (size_t)P;
+    size_t sendb = (size_t)L->maxheld * R->wmax * L->es;
+    size_t recvb = (size_t)L->n * (R->wmax / (size_t)P + 1) * L->es;
+    if (sendb > INT_MAX || recvb > (size_t)INT_MAX * 4) return FTRT_EINVAL;
+    size_t resb = (L->count * L->es + 63) / 64 * 64;
+    size_t slotb = (sendb + recvb + 63) / 64 * 64;
+    size_t bytes = resb + WINDOWS_IN_FLIGHT * slotb;
+    if (bytes > p->buf_cap) {
+        void *nb = realloc(p->buf, bytes);
+        if (!nb) return -ENOMEM;
+        p->buf = nb;
+        p->buf_cap = bytes;
+    }
+    R->res = p->buf;
+    size_t nreq = WINDOWS_IN_FLIGHT * 2 * (size_t)P;
+    MPI_Request *reqs = malloc(nreq * sizeof *reqs);
+    R->rcount = malloc((size_t)P * sizeof(int));
+    R->rdispl = malloc((size_t)P * sizeof(int));
+    R->src = malloc((size_t)L->n * sizeof *R->src);
+    if (!reqs || !R->rcount || !R->rdispl || !R->src) return free(reqs), -ENOMEM;
+    for (int s = 0; s < WINDOWS_IN_FLIGHT; s++) {
+        R->w[s].send = (char *)p->buf + resb + (size_t)s * slotb;
+        R->w[s].recv = R->w[s].send + sendb;
+        R->w[s].reqs = reqs + (size_t)s * 2 * (size_t)P;
+    }
+    return 0;
+}
+
+static void run_free(run *R)
+{
+    free(R->w[0].reqs); /* the one array of every slot's requests (run_setup) */
+    free(R->rcount);
+    free(R->rdispl);
+    free(R->src);
+}
+
+int ftrt__plane_allreduce_ordered(ftrt__plane *p, int nlogical, const int *held, int nheld,
+                                  void *const *contrib, void *out, size_t count,
+                                  ftrt_dtype dtype)
+{
+    if (p->comm == MPI_COMM_NULL) return FTRT_ESTATE;
+    int rc = ftrt__watch_check(p->watch);
+    if (rc) return ftrt__watch_note(p->watch, rc);
+    if (p->watch->needs_recover) return FTRT_ESTATE;
+    int ok = local_ok(nlogical, held, nheld, contrib, out, count, dtype);
+    layout L = {0};
+    run R = {0};
+    ftrt__host_wait_begin(&p->host);
+    rc = exchange_layout(p, ok, nlogical, held, nheld, count, dtype, &L);
+    if (!rc) rc = run_setup(p, &L, contrib, &R);
+    if (!rc) rc = run_windows(&R);
+    ftrt__host_wait_end(&p->host, rc);
+    if (!rc) memcpy(out, R.res, count * L.es);
+    run_free(&R);
+    layout_free(&L);
+    return ftrt__watch_note(p->watch, rc);
+}
