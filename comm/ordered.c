@@ -16,8 +16,8 @@
  *     lists. Every process sees the same data and so reaches the same verdict: a bad argument
  *     anywhere, disagreeing arguments, or held lists that are not a partition of [0, N) are
  *     FTRT_EINVAL on every process (no process is left waiting for the others).
- *  2. a reduce-scatter in logical order: the vector is cut into windows (at most about 4 MiB
- *     of messages from one process to one other) and each window over the P processes (owner
+ *  2. a reduce-scatter in logical order: the vector is cut into windows (WINDOW_BYTES of
+ *     contributions per process) and each window over the P processes (owner
  *     p gets [lo_p, lo_p + len_p)); every process packs, for each owner, the pieces of its held
  *     contributions side by side and sends them (MPI_Isend / MPI_Irecv, one message per pair
  *     and window, MPI's non-overtaking order matches them); the owner then has the window's N
@@ -42,12 +42,17 @@
 
 #include "base/clock.h"
 #include "base/log.h"
-#include "comm/async.h"
 #include "comm/plane.h"
 #include "comm/ulfm.h"
 #include "kernels/half.h"
+#include "kernels/kernels.h"
 
 #define WINDOWS_IN_FLIGHT 4
+/* A window holds WINDOW_BYTES / maxheld of the vector: a process sends each owner about
+ * WINDOW_BYTES / P bytes per window. 1 MiB measured no worse than 4 MiB (FTRT__CHUNK_BYTES,
+ * the request engine's chunk) and 16 MiB on the 2-core VM, through noise of 2x between runs,
+ * and keeps the staging of the windows in flight small. */
+#define WINDOW_BYTES ((size_t)1 << 20)
 #define TAG_ORDERED 7201
 #define BLOCK 2048 /* elements summed per pass over the N pieces (stays in L1) */
 
@@ -327,7 +332,7 @@ static int run_setup(ftrt__plane *p, const layout *L, void *const *contrib, run 
     R->p = p;
     R->L = L;
     R->contrib = contrib;
-    size_t per = FTRT__CHUNK_BYTES / L->es / (size_t)(L->maxheld ? L->maxheld : 1);
+    size_t per = WINDOW_BYTES / L->es / (size_t)(L->maxheld ? L->maxheld : 1);
     R->wmax = per > (size_t)P ? per : (size_t)P;
     size_t sendb = (size_t)L->maxheld * R->wmax * L->es;
     size_t recvb = (size_t)L->n * (R->wmax / (size_t)P + 1) * L->es;
