@@ -12,10 +12,12 @@
  * polled together with the epoch watch (a failure elsewhere returns FTRT_ERECOVER and leaves
  * `out` unchanged, as every collective of comm/mpi_plane.c):
  *  1. the layout: an MPI_Iallgather of a small header (N, how many ranks each process holds,
- *     count, dtype, whether its own arguments are sane), then an MPI_Iallgatherv of the held
- *     lists. Every process sees the same data and so reaches the same verdict: a bad argument
- *     anywhere, disagreeing arguments, or held lists that are not a partition of [0, N) are
- *     FTRT_EINVAL on every process (no process is left waiting for the others).
+ *     count, dtype, whether its own arguments are sane, a hash of its held list and of the
+ *     layout it kept from its last call), then, unless every process kept the same layout and
+ *     holds what it held then, an MPI_Iallgatherv of the held lists. Every process sees the
+ *     same data and so reaches the same verdict: a bad argument anywhere, disagreeing
+ *     arguments, or held lists that are not a partition of [0, N) are FTRT_EINVAL on every
+ *     process (no process is left waiting for the others).
  *  2. a reduce-scatter in logical order: the vector is cut into windows (WINDOW_BYTES of
  *     contributions per process) and each window over the P processes (owner
  *     p gets [lo_p, lo_p + len_p)); every process packs, for each owner, the pieces of its held
@@ -28,7 +30,8 @@
  * window completed, and every contribution was read (packed) before that, so out may be one of
  * the contributions. What travels is what MPI_Ireduce_scatter_block + MPI_Iallgather move
  * (each process sends its held pieces of the other owners' chunks and receives the gathered
- * result), plus the layout exchange, two small collectives per call.
+ * result), plus the layout exchange: one small collective per call, two when the layout
+ * changed.
  *
  * The call is blocking; an overlapped form through the request engine (comm/async.c) does not
  * exist yet: a window is three dependent steps (messages, local sum, all-gather), where the
@@ -56,24 +59,51 @@
 #define TAG_ORDERED 7201
 #define BLOCK 2048 /* elements summed per pass over the N pieces (stays in L1) */
 
-/* The layout every process agreed on. */
+/* The layout every process agreed on: one malloc'd block, kept in the plane (p->ordered) for
+ * the next call and freed with free() by ftrt__plane_free. The layout cache: a call whose
+ * header shows that every process holds what it held at the previous exchange, and that every
+ * process kept the same layout (the same hash), skips the held lists' all-gather; every
+ * process reads the same headers and, its layout being the same, decides alike. A process
+ * without one (a promoted spare, after a refusal) sends hash 0, and everyone exchanges. */
 typedef struct layout {
-    int n, nprocs, me;  /* logical ranks, processes, this process */
+    uint64_t hash;      /* of n, nprocs, own[] and all[]: the layout's identity */
+    int n, nprocs, maxheld; /* logical ranks, processes, most ranks one process holds */
+    uint64_t *own;      /* [nprocs]: each process's held-list hash (held_hash) */
     int *nheld;         /* [nprocs]: how many logical ranks each holds */
     int *displ;         /* [nprocs]: where its held list starts in `all` */
     int *all;           /* [n]: the held lists side by side, process after process */
     int *gpos;          /* [n]: logical rank l's place in `all` */
-    int maxheld;
-    size_t count, es;
-    int dtype;
 } layout;
 
-static void layout_free(layout *L)
+enum { HDR = 7 }; /* header: n, nheld, dtype, ok, count, held_hash, the layout's hash or 0 */
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
 {
-    free(L->nheld);
-    free(L->displ);
-    free(L->all);
-    free(L->gpos);
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t held_hash(const int *held, int nheld)
+{
+    uint64_t h = fnv(1469598103934665603ull, &nheld, sizeof nheld);
+    return nheld ? fnv(h, held, (size_t)nheld * sizeof *held) : h;
+}
+
+/* A layout block for n logical ranks over P processes (uninitialized arrays), or NULL. */
+static layout *layout_new(int n, int P)
+{
+    size_t np = (size_t)P, nn = (size_t)n;
+    layout *L = malloc(sizeof *L + np * sizeof(uint64_t) + (2 * np + 2 * nn) * sizeof(int));
+    if (!L) return NULL;
+    L->n = n;
+    L->nprocs = P;
+    L->own = (uint64_t *)(L + 1);
+    L->nheld = (int *)(L->own + np);
+    L->displ = L->nheld + np;
+    L->all = L->displ + np;
+    L->gpos = L->all + nn;
+    return L;
 }
 
 /* 1 when this process's own arguments are sane (checked before the layout exchange, so that a
@@ -90,60 +120,105 @@ static int local_ok(int n, const int *held, int nheld, void *const *contrib, con
     return 1;
 }
 
-/* Stage 1 (file comment): the header and held lists of every process, checked alike
- * everywhere. 0 with L filled, FTRT_EINVAL (logged), or an MPI / watch code. */
-static int exchange_layout(ftrt__plane *p, int ok, int n, const int *held, int nheld,
-                           size_t count, ftrt_dtype dtype, layout *L)
+/* The headers of every process (P * HDR values) checked alike everywhere: 0, or FTRT_EINVAL
+ * (logged) for a bad argument anywhere, a disagreement, or held counts that miss n. */
+static int check_headers(const int64_t *hdr, int P, int ok)
 {
-    int P = p->size;
-    int64_t mine[5] = {n, ok ? nheld : 0, (int64_t)dtype, ok, (int64_t)count};
-    int64_t *hdr = malloc((size_t)P * sizeof mine);
-    L->nheld = malloc((size_t)P * sizeof(int));
-    L->displ = malloc((size_t)P * sizeof(int));
-    if (!hdr || !L->nheld || !L->displ) return free(hdr), -ENOMEM;
-    MPI_Request rq;
-    int e = MPI_Iallgather(mine, 5, MPI_INT64_T, hdr, 5, MPI_INT64_T, p->comm, &rq);
-    int rc = e == MPI_SUCCESS ? ftrt__plane_waitall(p, 1, &rq) : ftrt__plane_mpi_error(p, e);
     int64_t total = 0;
-    for (int q = 0; !rc && q < P; q++) {
-        const int64_t *h = hdr + 5 * q;
-        if (!h[3] || h[0] != n || h[2] != (int64_t)dtype || (uint64_t)h[4] != count) rc = 1;
-        L->displ[q] = (int)total;
-        L->nheld[q] = (int)h[1];
+    for (int q = 0; q < P; q++) {
+        const int64_t *h = hdr + HDR * q;
+        if (!h[3] || h[0] != hdr[0] || h[2] != hdr[2] || h[4] != hdr[4]) {
+            ftrt_log_warn("ftrt_allreduce_ordered: %s: refused", !ok ? "a bad argument here"
+                          : "a bad or disagreeing argument on another process");
+            return FTRT_EINVAL;
+        }
         total += h[1];
     }
-    free(hdr);
-    if (rc == 1 || (!rc && total != n)) {
-        ftrt_log_warn("ftrt_allreduce_ordered: %s: refused",
-                      !ok ? "a bad argument here" : rc == 1 ? "a bad or disagreeing argument "
-                      "on another process" : "the held ranks do not add up to nlogical");
-        return FTRT_EINVAL;
+    if (total == hdr[0]) return 0;
+    ftrt_log_warn("ftrt_allreduce_ordered: the held ranks (%lld) are not nlogical (%lld): "
+                  "refused", (long long)total, (long long)hdr[0]);
+    return FTRT_EINVAL;
+}
+
+/* 1 when the kept layout L is every process's and matches the headers (file comment above). */
+static int cache_hit(const layout *L, const int64_t *hdr, int P)
+{
+    if (!L || L->nprocs != P || L->n != hdr[0]) return 0;
+    for (int q = 0; q < P; q++) {
+        const int64_t *h = hdr + HDR * q;
+        if ((uint64_t)h[6] != L->hash || (uint64_t)h[5] != L->own[q] || h[1] != L->nheld[q])
+            return 0;
     }
-    if (rc) return rc;
-    L->all = malloc((size_t)n * sizeof(int));
-    L->gpos = malloc((size_t)n * sizeof(int));
-    if (!L->all || !L->gpos) return -ENOMEM;
-    e = MPI_Iallgatherv(held, nheld, MPI_INT, L->all, L->nheld, L->displ, MPI_INT, p->comm, &rq);
-    rc = e == MPI_SUCCESS ? ftrt__plane_waitall(p, 1, &rq) : ftrt__plane_mpi_error(p, e);
-    if (rc) return rc;
-    for (int l = 0; l < n; l++) L->gpos[l] = -1;
-    for (int g = 0; g < n; g++) {
+    return 1;
+}
+
+/* The held lists' all-gather into a new layout (the headers known), checked for a logical
+ * rank held twice. 0 with *out, FTRT_EINVAL (logged), -ENOMEM, or an MPI / watch code. */
+static int gather_held(ftrt__plane *p, const int64_t *hdr, const int *held, int nheld,
+                       layout **out)
+{
+    int P = p->size, n = (int)hdr[0];
+    layout *L = layout_new(n, P);
+    if (!L) return -ENOMEM;
+    int total = 0;
+    L->maxheld = 0;
+    for (int q = 0; q < P; q++) {
+        L->own[q] = (uint64_t)hdr[HDR * q + 5];
+        L->nheld[q] = (int)hdr[HDR * q + 1];
+        L->displ[q] = total;
+        total += L->nheld[q];
+        L->maxheld = L->nheld[q] > L->maxheld ? L->nheld[q] : L->maxheld;
+    }
+    MPI_Request rq;
+    int e = MPI_Iallgatherv(held, nheld, MPI_INT, L->all, L->nheld, L->displ, MPI_INT, p->comm,
+                            &rq);
+    int rc = e == MPI_SUCCESS ? ftrt__plane_waitall(p, 1, &rq) : ftrt__plane_mpi_error(p, e);
+    for (int l = 0; !rc && l < n; l++) L->gpos[l] = -1;
+    for (int g = 0; !rc && g < n; g++) {
         if (L->gpos[L->all[g]] >= 0) {
             ftrt_log_warn("ftrt_allreduce_ordered: logical rank %d is held by two processes: "
                           "refused", L->all[g]);
-            return FTRT_EINVAL;
+            rc = FTRT_EINVAL;
         }
         L->gpos[L->all[g]] = g;
     }
-    L->n = n;
-    L->nprocs = P;
-    L->me = p->rank;
-    L->maxheld = 0;
-    for (int q = 0; q < P; q++) L->maxheld = L->nheld[q] > L->maxheld ? L->nheld[q] : L->maxheld;
-    L->count = count;
-    L->es = ftrt__k_esize((int)dtype);
-    L->dtype = (int)dtype;
+    if (rc) return free(L), rc;
+    uint64_t h = fnv(1469598103934665603ull, &L->n, 2 * sizeof(int));
+    h = fnv(h, L->own, (size_t)P * sizeof *L->own);
+    L->hash = fnv(h, L->all, (size_t)n * sizeof *L->all) | 1; /* never 0 ("none") */
+    *out = L;
     return 0;
+}
+
+/* Stage 1 (file comment): the headers, then the held lists unless the kept layout is every
+ * process's (cache_hit). 0 with *out (owned by p->ordered), FTRT_EINVAL (logged), -ENOMEM, or
+ * an MPI / watch code. */
+static int exchange_layout(ftrt__plane *p, int ok, int n, const int *held, int nheld,
+                           size_t count, ftrt_dtype dtype, const layout **out)
+{
+    int P = p->size;
+    layout *kept = p->ordered;
+    int64_t mine[HDR] = {n, ok ? nheld : 0, (int64_t)dtype, ok, (int64_t)count,
+                         (int64_t)held_hash(held, ok ? nheld : 0),
+                         kept ? (int64_t)kept->hash : 0};
+    int64_t *hdr = malloc((size_t)P * sizeof mine);
+    if (!hdr) return -ENOMEM;
+    MPI_Request rq;
+    int e = MPI_Iallgather(mine, HDR, MPI_INT64_T, hdr, HDR, MPI_INT64_T, p->comm, &rq);
+    int rc = e == MPI_SUCCESS ? ftrt__plane_waitall(p, 1, &rq) : ftrt__plane_mpi_error(p, e);
+    if (!rc) rc = check_headers(hdr, P, ok);
+    if (!rc && cache_hit(kept, hdr, P)) {
+        *out = kept;
+    } else if (!rc) {
+        free(p->ordered); /* every process exchanges: the new layout replaces the kept one */
+        p->ordered = NULL;
+        layout *L = NULL;
+        rc = gather_held(p, hdr, held, nheld, &L);
+        p->ordered = L;
+        *out = L;
+    }
+    free(hdr);
+    return rc;
 }
 
 /* ---- the sum in logical rank order ---- */
@@ -193,7 +268,9 @@ typedef struct window {
 typedef struct run {
     ftrt__plane *p;
     const layout *L;
-    void *const *contrib;
+    int me, dtype;       /* this process (rank in the plane's communicator), the element type */
+    size_t count, es;    /* elements of the vector, bytes of one */
+    void *const *contrib; /* the held contributions (the caller's, only read) */
     char *res;           /* count elements: the result, written by the all-gathers */
     size_t wmax;         /* elements per window */
     window w[WINDOWS_IN_FLIGHT];
@@ -214,8 +291,8 @@ static void owner_range(size_t len, int P, int q, size_t *lo, size_t *ln)
 static int window_start(run *R, window *w)
 {
     const layout *L = R->L;
-    int P = L->nprocs, me = L->me, mine = L->nheld[me];
-    size_t es = L->es, lo, ln, mylo, myln;
+    int P = L->nprocs, me = R->me, mine = L->nheld[me];
+    size_t es = R->es, lo, ln, mylo, myln;
     owner_range(w->len, P, me, &mylo, &myln);
     for (int q = 0; q < 2 * P; q++) w->reqs[q] = MPI_REQUEST_NULL;
     for (int q = 0; q < P; q++) {
@@ -246,11 +323,11 @@ static int window_gather(run *R, window *w)
 {
     const layout *L = R->L;
     int P = L->nprocs;
-    size_t es = L->es, lo, ln;
-    owner_range(w->len, P, L->me, &lo, &ln);
+    size_t es = R->es, lo, ln;
+    owner_range(w->len, P, R->me, &lo, &ln);
     for (int l = 0; l < L->n; l++) R->src[l] = w->recv + (size_t)L->gpos[l] * ln * es;
     char *at = R->res + w->off * es;
-    ordered_sum(L->dtype, at + lo * es, R->src, L->n, ln);
+    ordered_sum(R->dtype, at + lo * es, R->src, L->n, ln);
     for (int q = 0; q < P; q++) {
         size_t qlo, qln;
         owner_range(w->len, P, q, &qlo, &qln);
@@ -281,7 +358,7 @@ static int pass(run *R, size_t nwin, size_t *started, size_t *gathered, size_t *
     while (*started < nwin && *started - *finished < WINDOWS_IN_FLIGHT) {
         window *w = &R->w[*started % WINDOWS_IN_FLIGHT];
         w->off = *started * R->wmax;
-        w->len = R->L->count - w->off < R->wmax ? R->L->count - w->off : R->wmax;
+        w->len = R->count - w->off < R->wmax ? R->count - w->off : R->wmax;
         int e = window_start(R, w);
         if (e != MPI_SUCCESS) return ftrt__plane_mpi_error(R->p, e);
         ++*started, ++*ev;
@@ -309,7 +386,7 @@ static int pass(run *R, size_t nwin, size_t *started, size_t *gathered, size_t *
 /* Stage 2 and 3 (file comment): every window, polled with the watch. 0 or a code. */
 static int run_windows(run *R)
 {
-    size_t nwin = (R->L->count + R->wmax - 1) / R->wmax;
+    size_t nwin = (R->count + R->wmax - 1) / R->wmax;
     size_t started = 0, gathered = 0, finished = 0;
     for (long i = 0; finished < nwin;) {
         int ev = 0;
@@ -325,19 +402,23 @@ static int run_windows(run *R)
 /* The staging of a run in the plane's buffer (abandoned with it after an epoch change, as the
  * blocking collectives' own): the result, then each slot's send and receive side, then the
  * request and count arrays. 0 or -ENOMEM / FTRT_EINVAL (too large). */
-static int run_setup(ftrt__plane *p, const layout *L, void *const *contrib, run *R)
+static int run_setup(ftrt__plane *p, const layout *L, void *const *contrib, size_t count,
+                     ftrt_dtype dtype, run *R)
 {
     int P = L->nprocs;
-    memset(R, 0, sizeof *R);
     R->p = p;
     R->L = L;
     R->contrib = contrib;
-    size_t per = WINDOW_BYTES / L->es / (size_t)(L->maxheld ? L->maxheld : 1);
+    R->me = p->rank;
+    R->dtype = (int)dtype;
+    R->count = count;
+    R->es = ftrt__k_esize((int)dtype);
+    size_t per = WINDOW_BYTES / R->es / (size_t)(L->maxheld ? L->maxheld : 1);
     R->wmax = per > (size_t)P ? per : (size_t)P;
-    size_t sendb = (size_t)L->maxheld * R->wmax * L->es;
-    size_t recvb = (size_t)L->n * (R->wmax / (size_t)P + 1) * L->es;
+    size_t sendb = (size_t)L->maxheld * R->wmax * R->es;
+    size_t recvb = (size_t)L->n * (R->wmax / (size_t)P + 1) * R->es;
     if (sendb > INT_MAX || recvb > (size_t)INT_MAX * 4) return FTRT_EINVAL;
-    size_t resb = (L->count * L->es + 63) / 64 * 64;
+    size_t resb = (count * R->es + 63) / 64 * 64;
     size_t slotb = (sendb + recvb + 63) / 64 * 64;
     size_t bytes = resb + WINDOWS_IN_FLIGHT * slotb;
     if (bytes > p->buf_cap) {
@@ -378,15 +459,14 @@ int ftrt__plane_allreduce_ordered(ftrt__plane *p, int nlogical, const int *held,
     if (rc) return ftrt__watch_note(p->watch, rc);
     if (p->watch->needs_recover) return FTRT_ESTATE;
     int ok = local_ok(nlogical, held, nheld, contrib, out, count, dtype);
-    layout L = {0};
+    const layout *L = NULL;
     run R = {0};
     ftrt__host_wait_begin(&p->host);
     rc = exchange_layout(p, ok, nlogical, held, nheld, count, dtype, &L);
-    if (!rc) rc = run_setup(p, &L, contrib, &R);
+    if (!rc) rc = run_setup(p, L, contrib, count, dtype, &R);
     if (!rc) rc = run_windows(&R);
     ftrt__host_wait_end(&p->host, rc);
-    if (!rc) memcpy(out, R.res, count * L.es);
+    if (!rc) memcpy(out, R.res, count * R.es);
     run_free(&R);
-    layout_free(&L);
     return ftrt__watch_note(p->watch, rc);
 }

@@ -37,6 +37,9 @@ typedef struct ftrt__plane {
      * ftrt__plane_init sets them to 0; the runtime copies its settings in before
      * ftrt__gpu_create. */
     int nccl_cta_policy, nccl_min_ctas, nccl_max_ctas;
+    /* The fixed-order allreduce's layout kept from its last call (comm/ordered.c, one
+     * malloc'd block; NULL when none), freed by ftrt__plane_free. */
+    void *ordered;
 } ftrt__plane;
 
 /* The MPI datatype and reduction of `op` over elements of `dtype`, and the element size in

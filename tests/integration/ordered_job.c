@@ -20,7 +20,9 @@
  * Before and after that, bad arguments must give FTRT_EINVAL on every trainer with `out`
  * unchanged: count 0, a NULL ctx, a NULL out on one trainer only, held not ascending or out of
  * range on one trainer, a logical rank held by two trainers, nlogical or counts that disagree,
- * held lists that do not add up, an unknown dtype. Exit 0 when every check passed, else 1.
+ * held lists that do not add up, an unknown dtype. Last, each trainer holds the next trainer's
+ * list for one call (another partition: the layout kept from the call before must not be used)
+ * and its own again. Exit 0 when every check passed, else 1.
  * --loop STEPS runs STEPS ordered allreduces of 2,000,003 float32 instead (loop(): the test
  * kills a trainer meanwhile; an interrupted call must return FTRT_ERECOVER with out unchanged).
  */
@@ -141,7 +143,9 @@ typedef struct job {
     int64_t steps_done;  /* --loop: the replicated region a promoted spare receives */
 } job;
 
-static int parse_layout(job *J, const char *s)
+/* Reads layout s: this trainer holds group `mine` (its own: J->me). 0, or -1 when s is not one
+ * list per trainer. */
+static int parse_layout(job *J, const char *s, int mine)
 {
     int group = 0;
     J->nheld = 0;
@@ -150,7 +154,7 @@ static int parse_layout(job *J, const char *s)
         long v = strtol(p, &end, 10);
         if (end == p || v < 0 || v >= N) return -1;
         if (group == 0 && p == s) J->owner0 = (int)v;
-        if (group == J->me) J->held[J->nheld++] = (int)v;
+        if (group == mine) J->held[J->nheld++] = (int)v;
         p = end;
         if (*p == '|') group++;
         if (*p == ',' || *p == '|') p++;
@@ -258,7 +262,7 @@ static void bad_arguments(job *J)
     refused(J, "nlogical 0", J->ctx, 0, J->held, J->nheld, J->out, 16, FTRT_FLOAT32);
 }
 
-static void run(job *J)
+static void run(job *J, const char *layout)
 {
     static const size_t small[] = {1, 3, 1001};
     bad_arguments(J);
@@ -272,6 +276,15 @@ static void run(job *J)
     one(J, FTRT_BFLOAT16, 1300001, 1);
     bad_arguments(J); /* nothing of the refused calls is left over */
     one(J, FTRT_FLOAT64, 1001, 0);
+    if (J->P > 1) { /* another partition between two calls: the kept layout must not be used */
+        FILE *f = J->digest;
+        J->digest = NULL;
+        parse_layout(J, layout, (J->me + 1) % J->P);
+        one(J, FTRT_FLOAT32, 1001, 0);
+        parse_layout(J, layout, J->me);
+        one(J, FTRT_FLOAT32, 1001, 0);
+        J->digest = f;
+    }
 }
 
 /* --loop: `steps` ordered allreduces of the same LOOPC float32 contributions, each checked
@@ -334,7 +347,7 @@ int main(int argc, char **argv)
     }
     J.me = ftrt_rank(J.ctx);
     J.P = ftrt_size(J.ctx);
-    if (!layout || parse_layout(&J, layout)) {
+    if (!layout || parse_layout(&J, layout, J.me)) {
         fprintf(stderr, "ordered_job: --layout missing or not one list per trainer (%d)\n", J.P);
         ftrt_set_exit_code(J.ctx, FTRT_EINVAL);
         ftrt_finalize(J.ctx);
@@ -349,7 +362,7 @@ int main(int argc, char **argv)
         rc = loop(&J, steps);
         CHECK(rc == 0, "loop: %s", ftrt_strerror(rc));
     } else {
-        run(&J);
+        run(&J, layout);
     }
     if (J.digest) fclose(J.digest);
     printf("ordered_job: trainer %d of %d (held %d): %s\n", J.me, J.P, J.nheld,
