@@ -6,9 +6,10 @@ and 1 trainer(s).
 Usage: ordered_itest.py --bin BUILD/tests/integration/ordered_job --work DIR <case>
        ordered_itest.py --list   (for CMake)
 Cases:
-  layouts  the same contributions (seed, logical rank) reduced in five layouts: "0|1|2|3"
+  layouts  the same contributions (seed, logical rank) reduced in six layouts: "0|1|2|3"
            (4 trainers), "0|1,2|3" (3, one holding 2), "0,1|2,3" and "0,2|1,3" (2 trainers
-           holding 2 each, contiguous and interleaved), "0,1,2,3" (1 trainer). In every run
+           holding 2 each, contiguous and interleaved), "0,1,2,3" (1 trainer), "0,1||2,3" (3,
+           one holding none). In every run
            every trainer checks each result byte for byte against the logical-order sum it
            computes itself (every dtype, several counts, in place) and that bad arguments are
            FTRT_EINVAL on every trainer with out unchanged; across the runs the results'
@@ -31,13 +32,13 @@ import ftrt_harness as h  # noqa: E402
 from ftrt_harness import check  # noqa: E402
 
 CASES = {}
-LAYOUTS = ["0|1|2|3", "0|1,2|3", "0,1|2,3", "0,2|1,3", "0,1,2,3"]
+LAYOUTS = ["0|1|2|3", "0|1,2|3", "0,1|2,3", "0,2|1,3", "0,1,2,3", "0,1||2,3"]
 
 
 def run_layout(args, layout):
     """ordered_job with `layout` (one trainer per '|' group) + the coordinator, no spare; returns
     the digest lines trainer 0 wrote."""
-    name = "P%d-%s" % (layout.count("|") + 1, re.sub(r"[|,]", "_", layout))
+    name = "P%d-%s" % (layout.count("|") + 1, re.sub(r"[|,]", "_", layout.replace("||", "|x|")))
     d = os.path.join(args.work, name)
     digest = os.path.join(d, "digest.txt")
     cmd = h.mpirun_cmd(layout.count("|") + 2, [args.bin, "--layout", layout, "--digest", digest])

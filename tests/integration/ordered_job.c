@@ -7,7 +7,8 @@
  * Usage: ordered_job --layout L [--seed S] [--digest FILE] [--loop STEPS]
  *   L: the held lists of trainer 0, 1, ... separated by '|', each a comma-separated ascending
  *      list of logical ranks, e.g. "0|1|2|3" (4 trainers), "0,1|2,3" (2), "0|1,2|3" (3),
- *      "0,1,2,3" (1); the lists must be a partition of [0, N) and there must be one per trainer.
+ *      "0,1,2,3" (1), "0,1||2,3" (3, one holding none); the lists must be a partition of
+ *      [0, N) and there must be one per trainer.
  * For every dtype (float32, float64, int64, bfloat16, float16) and several counts (1, 3, 1001,
  * and counts of several pipelined windows), every trainer checks that the result's bytes are
  * those of out = (((c_0 + c_1) + c_2) + c_3) computed here in the dtype's own arithmetic,
@@ -150,6 +151,11 @@ static int parse_layout(job *J, const char *s, int mine)
     int group = 0;
     J->nheld = 0;
     for (const char *p = s; *p;) {
+        if (*p == '|') { /* an empty list: that trainer holds no logical rank */
+            group++;
+            p++;
+            continue;
+        }
         char *end;
         long v = strtol(p, &end, 10);
         if (end == p || v < 0 || v >= N) return -1;
