@@ -52,9 +52,9 @@
 
 #define WINDOWS_IN_FLIGHT 4
 /* A window holds WINDOW_BYTES / maxheld of the vector: a process sends each owner about
- * WINDOW_BYTES / P bytes per window. 1 MiB measured no worse than 4 MiB (FTRT__CHUNK_BYTES,
- * the request engine's chunk) and 16 MiB on the 2-core VM, through noise of 2x between runs,
- * and keeps the staging of the windows in flight small. */
+ * WINDOW_BYTES / P bytes per window. 1 MiB beat 4 MiB (FTRT__CHUNK_BYTES, the request engine's
+ * chunk) at 16 and 64 MiB on the 2-core VM, through noise of 2x between runs, and keeps the
+ * staging of the windows in flight small (docs/benchmarks.md). */
 #define WINDOW_BYTES ((size_t)1 << 20)
 #define TAG_ORDERED 7201
 #define BLOCK 2048 /* elements summed per pass over the N pieces (stays in L1) */
@@ -261,7 +261,7 @@ static void ordered_sum(int dtype, void *dst, const void *const *src, int n, siz
 typedef struct window {
     size_t off, len;     /* elements [off, off + len) of the vector */
     int state;           /* 0 free, 1 messages in flight, 2 all-gather in flight, 3 done */
-    MPI_Request *reqs;   /* [2 * nprocs]: sends and receives; then [2 * nprocs]: the gather */
+    MPI_Request *reqs;   /* [2 * nprocs]: receives and sends; then [0]: the all-gather */
     char *send, *recv;   /* maxheld * wmax and n * (wmax / nprocs + 1) elements */
 } window;
 
@@ -287,7 +287,8 @@ static void owner_range(size_t len, int P, int q, size_t *lo, size_t *ln)
 }
 
 /* Packs window w's pieces (for each owner, this process's held pieces side by side) and starts
- * its messages; this process's own block is copied to its receive place. 0 or an MPI code. */
+ * its messages; this process's own block is packed straight into its receive place. 0 or an MPI
+ * code. */
 static int window_start(run *R, window *w)
 {
     const layout *L = R->L;
@@ -297,16 +298,13 @@ static int window_start(run *R, window *w)
     for (int q = 0; q < 2 * P; q++) w->reqs[q] = MPI_REQUEST_NULL;
     for (int q = 0; q < P; q++) {
         owner_range(w->len, P, q, &lo, &ln);
-        char *blk = w->send + (size_t)mine * lo * es;
+        char *rat = w->recv + (size_t)L->displ[q] * myln * es;
+        char *blk = q == me ? rat : w->send + (size_t)mine * lo * es;
         for (int i = 0; i < mine; i++)
             memcpy(blk + (size_t)i * ln * es, (const char *)R->contrib[i] + (w->off + lo) * es,
                    ln * es);
+        if (q == me) continue;
         size_t sb = (size_t)mine * ln * es, rb = (size_t)L->nheld[q] * myln * es;
-        char *rat = w->recv + (size_t)L->displ[q] * myln * es;
-        if (q == me) {
-            if (sb) memcpy(rat, blk, sb);
-            continue;
-        }
         int e = MPI_SUCCESS;
         if (rb) e = MPI_Irecv(rat, (int)rb, MPI_BYTE, q, TAG_ORDERED, R->p->comm, &w->reqs[2 * q]);
         if (e == MPI_SUCCESS && sb)
@@ -417,7 +415,7 @@ static int run_setup(ftrt__plane *p, const layout *L, void *const *contrib, size
     R->wmax = per > (size_t)P ? per : (size_t)P;
     size_t sendb = (size_t)L->maxheld * R->wmax * R->es;
     size_t recvb = (size_t)L->n * (R->wmax / (size_t)P + 1) * R->es;
-    if (sendb > INT_MAX || recvb > (size_t)INT_MAX * 4) return FTRT_EINVAL;
+    if (sendb > INT_MAX) return FTRT_EINVAL; /* a message's bytes are an int (every one <= sendb) */
     size_t resb = (count * R->es + 63) / 64 * 64;
     size_t slotb = (sendb + recvb + 63) / 64 * 64;
     size_t bytes = resb + WINDOWS_IN_FLIGHT * slotb;

@@ -681,7 +681,8 @@ FTRT_API int ftrt_allgather(ftrt_ctx *ctx, const void *sendbuf, void *recvbuf, s
  * describes. How: the vector is cut over the processes; each sends every owner the pieces of
  * the contributions it holds, the owner sums its piece's nlogical contributions in logical
  * order, and the sums are all-gathered (about the traffic of a reduce-scatter plus an
- * all-gather, plus two small collectives that exchange and check the layout;
+ * all-gather, plus one small collective that exchanges and checks the layout, two when it
+ * changed;
  * docs/collectives.md "Fixed-order allreduce"). Every trainer calls it with the same
  * nlogical, count and dtype, at the same point of its sequence of collectives. The MPI calls
  * are nonblocking and polled together with the epoch flag: a failure elsewhere returns
