@@ -8,9 +8,10 @@
  * Every trainer holds its own logical rank (N = the number of trainers), the layout of a job
  * before any fold; with --nlogical N (at most 64 per trainer) trainer r holds the logical ranks
  * [r * N / P, (r + 1) * N / P) of P trainers (N = 4 on 3 trainers: a folded job, the last one
- * holding two; MPI_Iallreduce and ftrt_allreduce still reduce one vector per trainer). Each repetition runs every variant once, in turn (ordered, MPI_Iallreduce,
- * ftrt_allreduce), so that a change of load on the machine hits all alike; a time is the
- * slowest trainer's, and the figure the median over --reps (after one warm-up run of each).
+ * holding two; MPI_Iallreduce and ftrt_allreduce still reduce one vector per trainer).
+ * Each repetition runs every variant once, in turn (ordered, MPI_Iallreduce, ftrt_allreduce),
+ * so that a change of load on the machine hits all alike; a time is the slowest trainer's,
+ * and the figure the median over --reps (after one warm-up run of each).
  * The MPI reference runs on a communicator of the same trainers in logical rank order
  * (MPI_Comm_create_group over MPI_COMM_WORLD, the world ranks exchanged with an
  * ftrt_allreduce), the group, order and transport of ftrt's own plane communicator.

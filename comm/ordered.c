@@ -28,7 +28,11 @@
  * Up to WINDOWS_IN_FLIGHT windows are in flight at once, their all-gathers started in window
  * order (the same sequence of collectives on every process). `out` is written only after every
  * window completed, and every contribution was read (packed) before that, so out may be one of
- * the contributions. What travels is what MPI_Ireduce_scatter_block + MPI_Iallgather move
+ * the contributions. The split is that of Rabenseifner's allreduce (reduce-scatter, then
+ * all-gather: Thakur, Rabenseifner, Gropp, "Optimization of Collective Communication
+ * Operations in MPICH", 2005), except that a chunk's owner receives every contribution and
+ * reduces them itself, in logical order, instead of in halving rounds whose pairing depends on
+ * P. What travels is what MPI_Ireduce_scatter_block + MPI_Iallgather move
  * (each process sends its held pieces of the other owners' chunks and receives the gathered
  * result), plus the layout exchange: one small collective per call, two when the layout
  * changed.

@@ -680,13 +680,14 @@ FTRT_API int ftrt_allgather(ftrt_ctx *ctx, const void *sendbuf, void *recvbuf, s
  * to the 16-bit type once (ties to even; NaN results the canonical quiet NaN), as ftrt_dtype
  * describes. How: the vector is cut over the processes; each sends every owner the pieces of
  * the contributions it holds, the owner sums its piece's nlogical contributions in logical
- * order, and the sums are all-gathered (about the traffic of a reduce-scatter plus an
- * all-gather, plus one small collective that exchanges and checks the layout, two when it
- * changed;
- * docs/collectives.md "Fixed-order allreduce"). Every trainer calls it with the same
- * nlogical, count and dtype, at the same point of its sequence of collectives. The MPI calls
- * are nonblocking and polled together with the epoch flag: a failure elsewhere returns
- * FTRT_ERECOVER promptly and `out` is left unchanged.
+ * order, and the sums are all-gathered: the reduce-scatter + all-gather split of Rabenseifner's
+ * allreduce (R. Thakur, R. Rabenseifner, W. Gropp, "Optimization of Collective Communication
+ * Operations in MPICH", IJHPCA 19(1), 2005) with the whole reduction of a chunk at its owner,
+ * in logical order; about its traffic, plus one small collective that exchanges and checks the
+ * layout, two when it changed (docs/collectives.md "Fixed-order allreduce"). Every trainer
+ * calls it with the same nlogical, count and dtype, at the same point of its sequence of
+ * collectives. The MPI calls are nonblocking and polled together with the epoch flag: a
+ * failure elsewhere returns FTRT_ERECOVER promptly and `out` is left unchanged.
  *   nlogical: N, the number of logical ranks (>= 1; ftrt_size() while every process holds
  *     just its own logical rank).
  *   held, nheld: the logical ranks whose contributions this process gives, strictly ascending,
