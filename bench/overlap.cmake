@@ -34,3 +34,8 @@ endif()
 add_executable(rsag_bench ${CMAKE_CURRENT_LIST_DIR}/rsag_bench.c)
 target_link_libraries(rsag_bench PRIVATE ftrt::ftrt MPI::MPI_C)
 set_target_properties(rsag_bench PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bench)
+# bench/ordered_bench: ftrt_allreduce_ordered against MPI_Iallreduce and ftrt_allreduce in the
+# same job (see the file's header; bench/ordered_bench.sh runs it).
+add_executable(ordered_bench ${CMAKE_CURRENT_LIST_DIR}/ordered_bench.c)
+target_link_libraries(ordered_bench PRIVATE ftrt::ftrt MPI::MPI_C)
+set_target_properties(ordered_bench PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bench)

@@ -88,6 +88,8 @@ void ftrt__plane_free(ftrt__plane *p)
     ftrt__engine_free(p->async, finalized);
     ftrt__grave_clear(&p->graveyard, free);
     free(p->buf);
+    free(p->ordered);
+    p->ordered = NULL;
     p->async = NULL;
     p->buf = NULL;
     p->buf_cap = 0;

@@ -37,6 +37,9 @@ typedef struct ftrt__plane {
      * ftrt__plane_init sets them to 0; the runtime copies its settings in before
      * ftrt__gpu_create. */
     int nccl_cta_policy, nccl_min_ctas, nccl_max_ctas;
+    /* The fixed-order allreduce's layout kept from its last call (comm/ordered.c, one
+     * malloc'd block; NULL when none), freed by ftrt__plane_free. */
+    void *ordered;
 } ftrt__plane;
 
 /* The MPI datatype and reduction of `op` over elements of `dtype`, and the element size in
@@ -107,6 +110,17 @@ int ftrt__plane_reduce_scatter(ftrt__plane *p, const void *send, void *recv, siz
                                ftrt_dtype dtype, ftrt_op op);
 int ftrt__plane_allgather(ftrt__plane *p, const void *send, void *recv, size_t count,
                           ftrt_dtype dtype);
+/* Blocking fixed-order allreduce (comm/ordered.c; ftrt_allreduce_ordered() of include/ftrt.h
+ * without the role check): out = the SUM of the nlogical logical ranks' contributions, in
+ * logical rank order, this process holding held[0..nheld) (ascending) with contrib[i] the
+ * count elements of held[i]. Runs on the plane's communicator, polled with the watch, inside
+ * the host's wait bracket; out is written only once everything completed. Returns 0,
+ * FTRT_EINVAL (a bad argument on any process, or held lists that are not a partition of
+ * [0, nlogical): on every process alike), FTRT_ESTATE, FTRT_ERECOVER, a fatal code, FTRT_EMPI,
+ * -ENOMEM. */
+int ftrt__plane_allreduce_ordered(ftrt__plane *p, int nlogical, const int *held, int nheld,
+                                  void *const *contrib, void *out, size_t count,
+                                  ftrt_dtype dtype);
 /* Polled broadcast of `bytes` at buf from `root` over the plane, in place (recovery's state
  * transfer: no staging); returns 0, FTRT_ERECOVER or a
  * fatal code, FTRT_EMPI. */

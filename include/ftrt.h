@@ -669,6 +669,50 @@ FTRT_API int ftrt_reduce_scatter(ftrt_ctx *ctx, const void *sendbuf, void *recvb
 FTRT_API int ftrt_allgather(ftrt_ctx *ctx, const void *sendbuf, void *recvbuf, size_t count,
                             ftrt_dtype dtype);
 
+/*
+ * Fixed-order allreduce (issue 35, policy `fold`): every calling process receives in `out`
+ * the SUM over the `nlogical` logical ranks of their contributions, computed elementwise as
+ *     out = (((c_0 + c_1) + c_2) + ... + c_{nlogical-1})
+ * strictly in logical rank order, so that the bytes are the same whichever process holds which
+ * logical rank and however many processes there are: a run in which a survivor holds a lost
+ * logical rank as well (folds it) gives the bytes of an undisturbed run. ftrt_allreduce()
+ * cannot promise that: MPI_Iallreduce's algorithm and summation order change with the number
+ * of processes. The price, measured against MPI_Iallreduce in the same run, is in
+ * docs/benchmarks.md ("Fixed-order reduction against MPI_Iallreduce"). Each pairwise sum is
+ * one operation of the dtype: float32 / float64 IEEE additions (round to nearest even),
+ * int64 wrapping (two's complement), bfloat16 / float16 widened to float32, added and rounded
+ * to the 16-bit type once (ties to even; NaN results the canonical quiet NaN), as ftrt_dtype
+ * describes. How: the vector is cut over the processes; each sends every owner the pieces of
+ * the contributions it holds, the owner sums its piece's nlogical contributions in logical
+ * order, and the sums are all-gathered: the reduce-scatter + all-gather split of Rabenseifner's
+ * allreduce (R. Thakur, R. Rabenseifner, W. Gropp, "Optimization of Collective Communication
+ * Operations in MPICH", IJHPCA 19(1), 2005) with the whole reduction of a chunk at its owner,
+ * in logical order; about its traffic, plus one small collective that exchanges and checks the
+ * layout, two when it changed (docs/collectives.md "Fixed-order allreduce"). Every trainer
+ * calls it with the same nlogical, count and dtype, at the same point of its sequence of
+ * collectives. The MPI calls are nonblocking and polled together with the epoch flag: a
+ * failure elsewhere returns FTRT_ERECOVER promptly and `out` is left unchanged.
+ *   nlogical: N, the number of logical ranks (>= 1; ftrt_size() while every process holds
+ *     just its own logical rank).
+ *   held, nheld: the logical ranks whose contributions this process gives, strictly ascending,
+ *     each in [0, nlogical); nheld >= 0 (held may be NULL when it is 0). Over all processes
+ *     the held lists must be a partition of [0, nlogical): each logical rank held exactly once.
+ *   contrib: nheld pointers; contrib[i] is count elements of dtype, logical rank held[i]'s
+ *     contribution, only read (before out is written). Owned by the caller.
+ *   out: count elements of dtype, written only once the reduction completed; it may be one of
+ *     contrib[i] (in place) or overlap them.
+ *   count: elements (not bytes), >= 1, the same on every process.
+ * Blocking; application thread only. Returns 0; FTRT_ERECOVER; FTRT_ENOSPARE/FTRT_ECOORD/
+ * FTRT_EABORT; FTRT_EINVAL (NULL ctx, and on every process alike once the layout is exchanged:
+ * a NULL out, held, contrib or contrib[i], count 0, a bad dtype, nlogical < 1, held not
+ * strictly ascending or outside [0, nlogical), arguments that differ between processes, held
+ * lists that do not add up to nlogical, a logical rank held by two processes; logged);
+ * FTRT_EMPI; -ENOMEM; FTRT_ESTATE (not a trainer, or ftrt_recover() is owed).
+ */
+FTRT_API int ftrt_allreduce_ordered(ftrt_ctx *ctx, int nlogical, const int *held, int nheld,
+                                    void *const *contrib, void *out, size_t count,
+                                    ftrt_dtype dtype);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Overlapped collectives                                                                      */
 /* ------------------------------------------------------------------------------------------ */

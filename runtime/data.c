@@ -36,6 +36,15 @@ int ftrt_allgather(ftrt_ctx *ctx, const void *sendbuf, void *recvbuf, size_t cou
     return ftrt__plane_allgather(&ctx->plane, sendbuf, recvbuf, count, dtype);
 }
 
+int ftrt_allreduce_ordered(ftrt_ctx *ctx, int nlogical, const int *held, int nheld,
+                           void *const *contrib, void *out, size_t count, ftrt_dtype dtype)
+{
+    if (!ctx) return FTRT_EINVAL;
+    if (ctx->role != FTRT__ROLE_TRAINER) return FTRT_ESTATE;
+    return ftrt__plane_allreduce_ordered(&ctx->plane, nlogical, held, nheld, contrib, out, count,
+                                         dtype);
+}
+
 int ftrt_check(ftrt_ctx *ctx)
 {
     if (!ctx) return FTRT_EINVAL;

@@ -1,4 +1,5 @@
-# Overlapped collectives under real mpirun jobs with killed trainers (overlap_itest.py), included
+# Overlapped collectives under real mpirun jobs with killed trainers (overlap_itest.py) and the
+# fixed-order allreduce (ordered_itest.py), included
 # from tests/integration/CMakeLists.txt.
 add_executable(overlap_job ${CMAKE_CURRENT_LIST_DIR}/overlap_job.c)
 target_link_libraries(overlap_job PRIVATE ftrt::ftrt MPI::MPI_C m)
@@ -32,3 +33,14 @@ add_test(NAME mpi.xfer COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --bind-to n
   --mca mpi_yield_when_idle 1 -np 4 $<TARGET_FILE:xfer_job>)
 set_tests_properties(mpi.xfer PROPERTIES TIMEOUT 300 LABELS mpi RUN_SERIAL TRUE
   ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;FTRT_LOG=error")
+
+# The fixed-order allreduce (ftrt_allreduce_ordered, comm/ordered.c; issue 35): 4 logical ranks
+# held by 4, 3, 2 and 1 trainers, byte for byte against the logical-order sum and across the
+# layouts, bad arguments refused everywhere alike (ordered_itest.py; ctest ordered.layouts).
+add_executable(ordered_job ${CMAKE_CURRENT_LIST_DIR}/ordered_job.c)
+target_link_libraries(ordered_job PRIVATE ftrt::ftrt)
+if(CMAKE_C_COMPILER_ID MATCHES "GNU|Clang")
+  target_compile_options(ordered_job PRIVATE -ffp-contract=off) # the reference in plain adds
+endif()
+ftrt_py_cases(ordered none ${CMAKE_CURRENT_LIST_DIR}/ordered_itest.py
+  --bin $<TARGET_FILE:ordered_job> --work ${CMAKE_CURRENT_BINARY_DIR}/ordered)

@@ -43,6 +43,26 @@ def collectives(ctx):
     check(np.array_equal(c, np.arange(5000) * (n * (n + 1) / 2)), "allreduce_start float64")
 
 
+def ordered(ctx):
+    """ftrt_allreduce_ordered through Context.allreduce_ordered: 2 * size logical ranks, trainer
+    r holding 2r and 2r + 1; the bytes must be the logical-order float32 sum computed here."""
+    r, n, k = ctx.rank, ctx.size, 2001
+    rng = [np.random.default_rng(1000 + lr) for lr in range(2 * n)]
+    c = [(g.standard_normal(k) * np.exp2(g.integers(-20, 20, k))).astype(np.float32)
+         for g in rng]
+    ref = c[0].copy()
+    for x in c[1:]:
+        ref = (ref + x).astype(np.float32)
+    out = np.zeros(k, dtype=np.float32)
+    ctx.allreduce_ordered([c[2 * r], c[2 * r + 1]], out, [2 * r, 2 * r + 1], nlogical=2 * n)
+    check(out.tobytes() == ref.tobytes(), "allreduce_ordered: the logical-order sum, bitwise")
+    try:
+        ctx.allreduce_ordered([c[2 * r]], out, [2 * r], nlogical=2 * n)  # half the ranks missing
+        check(False, "allreduce_ordered: held lists short of nlogical refused")
+    except ftrt.FtrtInvalid:
+        pass
+
+
 def rsag(ctx):
     """Reduce-scatter and all-gather, blocking and started, against values computed here."""
     r, n, k = ctx.rank, ctx.size, 1000
@@ -401,6 +421,7 @@ def checks(ctx):
     check(ctx.check() is None, "check(): no failure, the step may go on")
     collectives(ctx)
     rsag(ctx)
+    ordered(ctx)
     bucketer(ctx)
     checkpoints(ctx)
     if "--no-torch" not in sys.argv:

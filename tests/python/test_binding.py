@@ -58,6 +58,8 @@ C_TO_CTYPES = {
     "int64_t *": ctypes.POINTER(ctypes.c_int64), "double *": ctypes.POINTER(ctypes.c_double),
     "char *": ctypes.c_char_p,
     "const size_t *": ctypes.POINTER(ctypes.c_size_t),
+    "const int *": ctypes.POINTER(ctypes.c_int),
+    "void * const *": ctypes.POINTER(ctypes.c_void_p),
     "size_t *": ctypes.POINTER(ctypes.c_size_t), "long long": ctypes.c_longlong,
     "ftrt_config *": ctypes.POINTER(_lib.Config),
     "const ftrt_config *": ctypes.POINTER(_lib.Config),

@@ -420,6 +420,34 @@ class Context:
         addr, count, dtype = self._coll_args(buf, count, dtype)
         _check(_clib().ftrt_allreduce(self._h, addr, count, dtype, op), "ftrt_allreduce")
 
+    def allreduce_ordered(self, contribs: Sequence[Buffer], out: Buffer, held: Sequence[int],
+                          nlogical: Optional[int] = None, count: Optional[int] = None,
+                          dtype: Optional[int] = None) -> None:
+        """Blocking fixed-order allreduce (ftrt_allreduce_ordered()): out receives the SUM over
+        the nlogical logical ranks of their contributions, computed elementwise as
+        ((c_0 + c_1) + c_2) + ... strictly in logical rank order, so that its bytes do not
+        depend on which process holds which logical rank nor on how many processes there are.
+
+        contribs: the contributions of the logical ranks this process holds, one buffer each
+        (host memory as allreduce()), in the order of held; held: those logical ranks, strictly
+        ascending; over all processes the held lists are a partition of range(nlogical).
+        nlogical: default self.size. out: count elements, written only once the reduction
+        completed (it may be one of contribs). count: elements (default: out's element count).
+        dtype: inferred from out (required with int addresses). Raises FtrtRecover (out
+        unchanged), FtrtNoSpare/FtrtCoordLost/FtrtAborted, FtrtInvalid (a bad argument on any
+        process: on every process alike), FtrtMPIError, ...; ValueError (device memory, bad
+        dtype, a buffer too small for count, len(contribs) != len(held))."""
+        if len(contribs) != len(held):
+            raise ValueError(f"{len(contribs)} contributions for {len(held)} held ranks")
+        o, count, dtype = self._coll_args(out, count, dtype)
+        addrs = [self._coll_args(c, count, dtype)[0] for c in contribs]
+        n = len(held)
+        c_arr = (ctypes.c_void_p * max(n, 1))(*addrs)
+        h_arr = (ctypes.c_int * max(n, 1))(*[int(x) for x in held])
+        nl = self.size if nlogical is None else int(nlogical)
+        _check(_clib().ftrt_allreduce_ordered(self._h, nl, h_arr, n, c_arr, o, count, dtype),
+               "ftrt_allreduce_ordered")
+
     def allreduce_start(self, buf: Buffer, count: Optional[int] = None,
                         dtype: Optional[int] = None, op: int = SUM) -> Request:
         """Starts an in-place allreduce and returns a Request at once (ftrt_allreduce_start());

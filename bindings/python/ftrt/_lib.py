@@ -411,6 +411,7 @@ PROTOTYPES = {
     "ftrt_checkpoint_stats": (_c_int, [_vp, ctypes.POINTER(CkptStats), _c_size]),
     "ftrt_allreduce": (_c_int, [_vp, _vp, _c_size, _c_int, _c_int]),
     "ftrt_allreduce_start": (_c_int, [_vp, _vp, _c_size, _c_int, _c_int, _pvp]),
+    "ftrt_allreduce_ordered": (_c_int, [_vp, _c_int, _pint, _c_int, _pvp, _vp, _c_size, _c_int]),
     "ftrt_broadcast": (_c_int, [_vp, _vp, _c_size, _c_int, _c_int]),
     "ftrt_broadcast_start": (_c_int, [_vp, _vp, _c_size, _c_int, _c_int, _pvp]),
     "ftrt_reduce_scatter": (_c_int, [_vp, _vp, _vp, _c_size, _c_int, _c_int]),
