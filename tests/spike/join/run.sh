@@ -158,6 +158,18 @@ run_cfg() {
         stop_server
         [ -n "$shim" ] || { say NO-GO 5 e1 "the shim did not build: $(head -2 "$d/shim-build.log")"; continue; }
       fi
+      if [ "$cfg" = 4.1 ]; then
+        # job A launched without --ompi-server, the joiner with it and the port from a file
+        start_server || { say NO-GO 4.1 e1 "ompi-server did not start"; continue; }
+        (cd "$d" && timeout -k 5 30 $base $ft -np 3 "$d/join" accept --port-file "$d/e1-noserver.port" > "$d/e1-noserver.A.log" 2>&1; echo "rc $?" >> "$d/e1-noserver.A.log") &
+        local ap=$!
+        wait_line "$d/e1-noserver.A.log" "w0: waiting in MPI_Comm_accept" 20
+        (cd "$d" && timeout -k 5 25 $two $ft -np 1 "$d/join" connect --port-file "$d/e1-noserver.port" > "$d/e1-noserver.B.log" 2>&1; echo "rc $?" >> "$d/e1-noserver.B.log")
+        wait "$ap"
+        stop_server
+        sweep e1-noserver
+        say INFO 4.1 "e1 job A without --ompi-server" "$(oks "$d"/e1-noserver.*.log) of 4 ok; job A $(tail -1 "$d/e1-noserver.A.log"), job B $(tail -1 "$d/e1-noserver.B.log") (124 = killed by timeout: both sides blocked)"
+      fi
       local n_ok=0
       for ((r = 1; r <= reps; r++)); do
         start_server || break
