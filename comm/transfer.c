@@ -22,6 +22,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +31,7 @@
 #include "base/log.h"
 #include "base/proto.h"
 #include "comm/transfer.h"
+#include "comm/ulfm.h"
 #include "ftrt.h"
 
 enum { TAG_DATA = 7101, TAG_CRC = 7102 };
@@ -100,10 +102,11 @@ static int receiver_land(const win *w, int64_t k, uint32_t want, int64_t *bad)
 /* Posts this member's receives and sends of window w for the (receiver, chunk) pairs with
  * pend[j * nk + k] != 0: a receiver's data and each sending source's CRC array (one entry per
  * chunk of the window); a source's chunks, each staged and CRC'd once, at its first receiver.
- * Returns the number of requests posted in *q. */
+ * Returns the number of requests posted in *q; kof[i] = the chunk of request i, for a
+ * receiver's data (kof's other entries are left as they are). */
 static int post_window(ftrt__plane *p, const sched *s, const win *w, const int64_t *pend,
-                       MPI_Request *req, int *q, uint32_t *crc_in, uint32_t *crc_out, int *from,
-                       ftrt__xfer_stat *st)
+                       MPI_Request *req, int64_t *kof, int *q, uint32_t *crc_in,
+                       uint32_t *crc_out, int *from, ftrt__xfer_stat *st)
 {
     MPI_Comm comm = p->comm;
     int64_t nk = w->nk;
@@ -113,6 +116,7 @@ static int post_window(ftrt__plane *p, const sched *s, const win *w, const int64
         if (!pend[(int64_t)s->ri * nk + k]) continue;
         int o = owner(s, w->g0 + k, w->attempt);
         from[o] = 1;
+        kof[*q] = k;
         if (MPI_Irecv(chunk_buf(w, k), (int)chunk_len(w, k), MPI_BYTE, s->src[o], TAG_DATA, comm,
                       &req[(*q)++]) != MPI_SUCCESS)
             rc = FTRT_EMPI;
@@ -146,10 +150,148 @@ static int post_window(ftrt__plane *p, const sched *s, const win *w, const int64
     return rc;
 }
 
-/* One window of one attempt: post, wait, then (receivers) check each chunk that arrived. bad[]
- * receives this member's mismatches. On an error or an interruption the requests are
- * abandoned (the recovery fails) and *abandoned is set: buffers MPI may still write into
- * (the staging, the CRC arrays) must then be buried, never freed. */
+/* A receiver's CRC32C of each chunk of a host window as it lands, on a helper thread, while
+ * the receiving thread goes on driving MPI: with Open MPI's single-copy shared memory (CMA) the
+ * receiver's own thread does the copy, so checking the chunks after the last one landed would
+ * add a whole pass over the bytes to the transfer. The helper only reads chunks that completed
+ * (never a buffer MPI may still write), never calls MPI, and is joined before the window ends,
+ * on success and on failure alike. Where no thread can be started, each chunk is CRC'd by the
+ * receiving thread as it lands. */
+typedef struct verifier {
+    const win *w;
+    uint32_t *got;     /* got[k - k0]: the chunk's CRC32C as it arrived */
+    int64_t *queue;    /* chunk indices, in the order they landed */
+    size_t nq, done;   /* queued; CRC'd (the helper's, under mu) */
+    int stop, running; /* no more chunks; the helper was started */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t th;
+} verifier;
+
+static void *verifier_main(void *arg)
+{
+    verifier *v = arg;
+    pthread_mutex_lock(&v->mu);
+    for (;;) {
+        while (v->done == v->nq && !v->stop) pthread_cond_wait(&v->cv, &v->mu);
+        if (v->done == v->nq) break; /* stopped, and nothing left */
+        int64_t k = v->queue[v->done];
+        pthread_mutex_unlock(&v->mu);
+        uint32_t c = ftrt__crc32c(0, chunk_buf(v->w, k), chunk_len(v->w, k));
+        pthread_mutex_lock(&v->mu);
+        v->got[k - v->w->k0] = c;
+        v->done++;
+    }
+    pthread_mutex_unlock(&v->mu);
+    return NULL;
+}
+
+/* Starts the helper (or not: then verifier_push CRCs inline). queue and got hold wn entries. */
+static void verifier_start(verifier *v, const win *w, int64_t *queue, uint32_t *got)
+{
+    *v = (verifier){.w = w, .got = got, .queue = queue};
+    pthread_mutex_init(&v->mu, NULL);
+    pthread_cond_init(&v->cv, NULL);
+    v->running = pthread_create(&v->th, NULL, verifier_main, v) == 0;
+}
+
+/* Chunk k landed (complete: MPI will not write it again). */
+static void verifier_push(verifier *v, int64_t k)
+{
+    if (!v->running) {
+        v->got[k - v->w->k0] = ftrt__crc32c(0, chunk_buf(v->w, k), chunk_len(v->w, k));
+        return;
+    }
+    pthread_mutex_lock(&v->mu);
+    v->queue[v->nq++] = k;
+    pthread_cond_signal(&v->cv);
+    pthread_mutex_unlock(&v->mu);
+}
+
+/* Waits until every chunk pushed is CRC'd, then ends the helper. */
+static void verifier_finish(verifier *v)
+{
+    if (v->running) {
+        pthread_mutex_lock(&v->mu);
+        v->stop = 1;
+        pthread_cond_signal(&v->cv);
+        pthread_mutex_unlock(&v->mu);
+        pthread_join(v->th, NULL);
+    }
+    pthread_mutex_destroy(&v->mu);
+    pthread_cond_destroy(&v->cv);
+}
+
+/* A receiver's wait for the q requests of a host window: polled with the watch like
+ * ftrt__plane_waitall, each data chunk handed to the verifier as soon as it completed (after the
+ * test knob's bit flip, when it applies), so that its CRC32C overlaps the chunks still landing.
+ * Returns 0, FTRT_EMPI or the watch's code (the requests left are then abandoned). */
+static int land_host(ftrt__plane *p, const win *w, int q, MPI_Request *req, const int64_t *kof,
+                     int corrupt, int corrupt_attempts, verifier *v)
+{
+    int *idx = malloc((size_t)(q > 0 ? q : 1) * sizeof *idx);
+    if (!idx) return -ENOMEM;
+    int rc = 0;
+    for (long i = 0;; i++) {
+        int out = 0;
+        int e = MPI_Testsome(q, req, &out, idx, MPI_STATUSES_IGNORE);
+        if (e != MPI_SUCCESS) {
+            rc = ftrt__plane_mpi_error(p, e);
+            break;
+        }
+        if (out == MPI_UNDEFINED) break; /* every request complete */
+        for (int j = 0; j < out; j++) {
+            int64_t k = kof[idx[j]];
+            if (k < 0) continue; /* a CRC array */
+            if (w->attempt < corrupt_attempts && corrupt >= 0 && w->g0 + k == corrupt &&
+                chunk_len(w, k) > 0)
+                chunk_buf(w, k)[0] ^= 0x10; /* test knob: a bit flipped on the way */
+            verifier_push(v, k);
+        }
+        if (out > 0) {
+            i = -1; /* progress: keep polling at full speed */
+            continue;
+        }
+        rc = ftrt__watch_check(p->watch);
+        if (rc) break;
+        if (i >= 64) ftrt__polite(i, 1024, 50 * 1000L);
+    }
+    free(idx);
+    verifier_finish(v);
+    return rc;
+}
+
+/* The receiver's check of window w once every request completed: each pending chunk against
+ * its source's CRC32C (a host window: the CRC the verifier took as it landed; a device window:
+ * landed now, through from_host). bad[] receives the mismatches. Returns 0 or the backend's
+ * code. */
+static int check_window(const sched *s, const win *w, const int64_t *pend, int64_t *bad,
+                        const uint32_t *crc_in, const uint32_t *got, int corrupt,
+                        int corrupt_attempts, ftrt__xfer_stat *st)
+{
+    size_t wn = (size_t)(w->k1 - w->k0);
+    int rc = 0;
+    for (int64_t k = w->k0; !rc && k < w->k1; k++) {
+        if (!pend[(int64_t)s->ri * w->nk + k]) continue;
+        size_t len = chunk_len(w, k);
+        uint32_t want = crc_in[(size_t)owner(s, w->g0 + k, w->attempt) * wn + (size_t)(k - w->k0)];
+        if (got) {
+            if (got[k - w->k0] != want) bad[(int64_t)s->ri * w->nk + k] = 1;
+        } else {
+            if (w->attempt < corrupt_attempts && corrupt >= 0 && w->g0 + k == corrupt && len > 0)
+                chunk_buf(w, k)[0] ^= 0x10; /* test knob: a bit flipped on the way */
+            rc = receiver_land(w, k, want, &bad[(int64_t)s->ri * w->nk + k]);
+        }
+        if (st) st->bytes_received += len;
+    }
+    return rc;
+}
+
+/* One window of one attempt: post, wait (a receiver of a host window CRCs each chunk as it
+ * lands: land_host), then (receivers) check each chunk that arrived. bad[] receives this
+ * member's mismatches. On an error or an interruption the requests are abandoned (the recovery
+ * fails) and *abandoned is set: buffers MPI may still write into (the staging, the CRC arrays)
+ * must then be buried, never freed. */
 static int attempt_window(ftrt__plane *p, const sched *s, const win *w, const int64_t *pend,
                           int64_t *bad, int corrupt, int corrupt_attempts, ftrt__xfer_stat *st,
                           int *abandoned)
@@ -157,31 +299,35 @@ static int attempt_window(ftrt__plane *p, const sched *s, const win *w, const in
     size_t wn = (size_t)(w->k1 - w->k0); /* >= 1 */
     if (wn == 0 || wn > (size_t)INT_MAX || s->ns < 0 || s->nr < 0) return FTRT_EINVAL;
     size_t nreq = (s->ri >= 0 ? wn + (size_t)s->ns : 0) + (s->si >= 0 ? (wn + 1) * (size_t)s->nr : 0);
+    int host_rcv = s->ri >= 0 && !w->stage;
     MPI_Request *req = malloc((nreq ? nreq : 1) * sizeof *req);
+    int64_t *kof = malloc((nreq ? nreq : 1) * sizeof *kof), *queue = NULL;
     uint32_t *crc_in = s->ri >= 0 ? calloc((size_t)s->ns * wn, 4) : NULL;
-    uint32_t *crc_out = s->si >= 0 ? calloc((size_t)s->nr * wn, 4) : NULL;
+    uint32_t *crc_out = s->si >= 0 ? calloc((size_t)s->nr * wn, 4) : NULL, *got = NULL;
     int *from = s->ri >= 0 ? calloc((size_t)s->ns, sizeof *from) : NULL;
+    if (host_rcv) queue = malloc(wn * sizeof *queue), got = calloc(wn, sizeof *got);
     int rc = 0, q = 0;
-    if (!req || (s->ri >= 0 && (!crc_in || !from)) || (s->si >= 0 && !crc_out)) rc = -ENOMEM;
-    if (!rc) rc = post_window(p, s, w, pend, req, &q, crc_in, crc_out, from, st);
-    if (!rc) rc = ftrt__plane_waitall(p, q, req);
+    if (!req || !kof || (s->ri >= 0 && (!crc_in || !from)) || (s->si >= 0 && !crc_out) ||
+        (host_rcv && (!queue || !got)))
+        rc = -ENOMEM;
+    for (size_t i = 0; !rc && i < nreq; i++) kof[i] = -1;
+    if (!rc) rc = post_window(p, s, w, pend, req, kof, &q, crc_in, crc_out, from, st);
+    verifier v;
+    if (!rc && host_rcv) verifier_start(&v, w, queue, got);
+    if (!rc) rc = host_rcv ? land_host(p, w, q, req, kof, corrupt, corrupt_attempts, &v)
+                           : ftrt__plane_waitall(p, q, req);
     if (rc && q > 0) { /* MPI may still complete what was posted */
         *abandoned = 1;
         ftrt__plane_bury(p, crc_in);
         ftrt__plane_bury(p, crc_out);
         crc_in = crc_out = NULL;
     }
-    for (int64_t k = w->k0; !rc && s->ri >= 0 && k < w->k1; k++) {
-        if (!pend[(int64_t)s->ri * w->nk + k]) continue;
-        size_t len = chunk_len(w, k);
-        if (w->attempt < corrupt_attempts && corrupt >= 0 && w->g0 + k == corrupt && len > 0)
-            chunk_buf(w, k)[0] ^= 0x10; /* test knob: a bit flipped on the way */
-        int o = owner(s, w->g0 + k, w->attempt);
-        rc = receiver_land(w, k, crc_in[(size_t)o * wn + (size_t)(k - w->k0)],
-                           &bad[(int64_t)s->ri * w->nk + k]);
-        if (st) st->bytes_received += len;
-    }
+    if (!rc && s->ri >= 0)
+        rc = check_window(s, w, pend, bad, crc_in, got, corrupt, corrupt_attempts, st);
     free(req);
+    free(kof);
+    free(queue);
+    free(got);
     free(crc_in);
     free(crc_out);
     free(from);
