@@ -18,8 +18,9 @@
  *   mpi          the same bytes as plain MPI messages, no CRC: the stripes of the sources in
  *                chunks of C (MPI's shared-memory path alone); "1 src" from one source only.
  *
- * Prints one line per row: ms, GB/s, and the ratio to the floor. Not a test: figures only
- * (bench/mttr_size.py runs it beside the MTTR it measures).
+ * Prints one line per row: ms, GB/s, and the ratio to the floor. --quick: the floor, the transfer
+ * with the recovery's 4 MiB chunks and the plain MPI stripes only (bench/mttr_size.py runs it
+ * so, beside the MTTR it measures). Not a test: figures only.
  */
 #include <mpi.h>
 #include <stdint.h>
@@ -140,10 +141,11 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &np);
     double mib = 256;
-    int reps = 5;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--mib")) mib = atof(argv[i + 1]);
-        if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
+    int reps = 5, quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        if (i + 1 < argc && !strcmp(argv[i], "--mib")) mib = atof(argv[i + 1]);
+        if (i + 1 < argc && !strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
     }
     if (np < 2 || mib <= 0 || reps < 1) {
         if (me == 0) fprintf(stderr, "usage: mpirun -np N>=2 xfer_bench [--mib S] [--reps R]\n");
@@ -167,6 +169,13 @@ int main(int argc, char **argv)
         printf("xfer_bench: %.0f MiB, %d source(s) -> 1 receiver, medians of %d; crc32c %s\n",
                mib, np - 1, reps, ftrt__crc32c_hw() ? "hardware" : "software");
     double fl = row(&c, "floor: local copy+CRC32C (fused)", FLOOR, 0, reps, 0);
+    if (quick) {
+        row(&c, "xfer, 4 MiB chunks", XFER, (size_t)4 << 20, reps, fl);
+        row(&c, "mpi stripes, 4 MiB, no CRC", MPI_STRIPES, (size_t)4 << 20, reps, fl);
+        MPI_Comm_free(&comm);
+        MPI_Finalize();
+        return 0;
+    }
     row(&c, "memcpy alone", COPY, 0, reps, fl);
     row(&c, "CRC32C alone", CRC, 0, reps, fl);
     row(&c, "copy+CRC32C into fresh pages", FAULT, 0, reps, fl);
