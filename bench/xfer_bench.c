@@ -14,12 +14,16 @@
  *   xfer         ftrt__xfer_replicated as a recovery calls it (one region of S MiB, chunk C,
  *                every chunk's CRC32C computed at its source and checked at the receiver);
  *                "fresh" rows receive into memory never touched (a spare that never wrote its
- *                region), the others into memory faulted in;
+ *                region), the others into memory faulted in; on one host the sources write
+ *                the chunks into the receiver themselves (comm/cma.h);
+ *   xfer as messages  the same with every chunk an MPI message (the test knob
+ *                FTRT_TEST_XFER_NO_CMA, as between hosts: the receiver copies every byte);
  *   mpi          the same bytes as plain MPI messages, no CRC: the stripes of the sources in
  *                chunks of C (MPI's shared-memory path alone); "1 src" from one source only.
  *
  * Prints one line per row: ms, GB/s, and the ratio to the floor. --quick: the floor, the transfer
- * with the recovery's 4 MiB chunks and the plain MPI stripes only (bench/mttr_size.py runs it
+ * with the recovery's 4 MiB chunks (written by the sources, and as messages) and the plain MPI
+ * stripes only (bench/mttr_size.py runs it
  * so, beside the MTTR it measures). Not a test: figures only.
  */
 #include <mpi.h>
@@ -32,6 +36,7 @@
 
 #include "base/clock.h"
 #include "base/crc32c.h"
+#include "base/knobs.h"
 #include "base/ports.h"
 #include "base/proto.h"
 #include "comm/plane.h"
@@ -66,7 +71,7 @@ typedef struct bctx {
     int32_t *role;
 } bctx;
 
-enum kind { FLOOR, COPY, CRC, FAULT, XFER, XFER_FRESH, MPI_STRIPES, MPI_ONE };
+enum kind { FLOOR, COPY, CRC, FAULT, XFER, XFER_FRESH, XFER_MSG, MPI_STRIPES, MPI_ONE };
 
 /* Plain MPI: the sources' stripes (chunk g from source g mod nsrc; nsrc = np-1 or 1) into dst,
  * no CRC. */
@@ -100,11 +105,16 @@ static double one(const bctx *c, enum kind k, size_t chunk, long *flt)
     if (k == FAULT && local) sink = ftrt__copy_crc32c(d, c->src, c->n, 0);
     if (k == COPY && local) memcpy(d, c->src, c->n);
     if (k == CRC && local) sink = ftrt__crc32c(0, c->src, c->n);
-    if (k == XFER || k == XFER_FRESH) {
+    if (k == XFER || k == XFER_FRESH || k == XFER_MSG) {
         ftrt__xfer_region r = {"state", me == np - 1 ? d : c->src, c->n, NULL};
         ftrt__xfer_stat st;
+        ftrt__knobs.xfer_no_cma = k == XFER_MSG;
         int rc = ftrt__xfer_replicated(c->p, &r, 1, c->role, chunk, -1, 0, &st);
+        ftrt__knobs.xfer_no_cma = 0;
         if (rc) fprintf(stderr, "xfer_bench: rank %d: transfer failed: %d\n", me, rc);
+        if (!rc && st.single_copy != (k != XFER_MSG) && local)
+            fprintf(stderr, "xfer_bench: single copy %d in a row of kind %d\n", st.single_copy,
+                    (int)k);
     }
     if (k == MPI_STRIPES) mpi_stripes(c, d, chunk, np - 1);
     if (k == MPI_ONE) mpi_stripes(c, d, chunk, 1);
@@ -171,6 +181,7 @@ int main(int argc, char **argv)
     double fl = row(&c, "floor: local copy+CRC32C (fused)", FLOOR, 0, reps, 0);
     if (quick) {
         row(&c, "xfer, 4 MiB chunks", XFER, (size_t)4 << 20, reps, fl);
+        row(&c, "xfer as messages, 4 MiB chunks", XFER_MSG, (size_t)4 << 20, reps, fl);
         row(&c, "mpi stripes, 4 MiB, no CRC", MPI_STRIPES, (size_t)4 << 20, reps, fl);
         MPI_Comm_free(&comm);
         MPI_Finalize();
@@ -179,13 +190,16 @@ int main(int argc, char **argv)
     row(&c, "memcpy alone", COPY, 0, reps, fl);
     row(&c, "CRC32C alone", CRC, 0, reps, fl);
     row(&c, "copy+CRC32C into fresh pages", FAULT, 0, reps, fl);
-    static const size_t chunks[] = {(size_t)4 << 20, (size_t)16 << 20, (size_t)64 << 20};
-    for (int i = 0; i < 3; i++) {
+    static const size_t chunks[] = {(size_t)1 << 20, (size_t)4 << 20, (size_t)16 << 20,
+                                    (size_t)64 << 20};
+    for (int i = 0; i < 4; i++) {
         char nm[64];
         snprintf(nm, sizeof nm, "xfer, %zu MiB chunks", chunks[i] >> 20);
         row(&c, nm, XFER, chunks[i], reps, fl);
         snprintf(nm, sizeof nm, "xfer, %zu MiB chunks, fresh pages", chunks[i] >> 20);
         row(&c, nm, XFER_FRESH, chunks[i], reps, fl);
+        snprintf(nm, sizeof nm, "xfer as messages, %zu MiB chunks", chunks[i] >> 20);
+        row(&c, nm, XFER_MSG, chunks[i], reps, fl);
         snprintf(nm, sizeof nm, "mpi stripes, %zu MiB, no CRC", chunks[i] >> 20);
         row(&c, nm, MPI_STRIPES, chunks[i], reps, fl);
     }

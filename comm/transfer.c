@@ -29,12 +29,18 @@
 #include "base/clock.h"
 #include "base/crc32c.h"
 #include "base/log.h"
+#include "base/knobs.h"
 #include "base/proto.h"
+#include "comm/cma.h"
 #include "comm/transfer.h"
 #include "comm/ulfm.h"
 #include "ftrt.h"
 
-enum { TAG_DATA = 7101, TAG_CRC = 7102 };
+enum { TAG_DATA = 7101, TAG_CRC = 7102, TAG_CMA = 7103 };
+
+/* A source's single-copy write of a chunk goes in pieces of this many bytes, each CRC'd right
+ * after it was written, while it is still in the source's cache. */
+#define CMA_PIECE ((size_t)256 << 10)
 
 /* Chunks of a device region staged in host memory at once, per member: the window. */
 #define STAGE_CHUNKS 8
@@ -43,6 +49,10 @@ typedef struct sched {
     int ns, nr;
     int *src, *rcv;  /* logical ranks of the sources and of the receivers, ascending */
     int si, ri;      /* this member's index in src / rcv, or -1 */
+    int cma;         /* the sources write host regions into the receivers (cma_agree) */
+    int nreg;        /* regions of the transfer */
+    int64_t *pid;    /* a source's: pid[j], receiver j's process */
+    uint64_t *addr;  /* a source's: addr[j * nreg + i], region i in receiver j (0: device) */
 } sched;
 
 /* One attempt's view of region r: chunks [0, nk) of `chunk` bytes, global index g0 + k; the
@@ -52,6 +62,8 @@ typedef struct win {
     size_t chunk;
     int64_t nk, g0, k0, k1;
     int attempt;
+    int reg;              /* r's index in the transfer's table */
+    int cma;              /* the sources write the chunks into the receivers (host region) */
     unsigned char *stage; /* NULL: host memory, sent from and received into r->ptr */
 } win;
 
@@ -99,54 +111,110 @@ static int receiver_land(const win *w, int64_t k, uint32_t want, int64_t *bad)
     return rc;
 }
 
-/* Posts this member's receives and sends of window w for the (receiver, chunk) pairs with
- * pend[j * nk + k] != 0: a receiver's data and each sending source's CRC array (one entry per
- * chunk of the window); a source's chunks, each staged and CRC'd once, at its first receiver.
- * Returns the number of requests posted in *q; kof[i] = the chunk of request i, for a
- * receiver's data (kof's other entries are left as they are). */
-static int post_window(ftrt__plane *p, const sched *s, const win *w, const int64_t *pend,
-                       MPI_Request *req, int64_t *kof, int *q, uint32_t *crc_in,
-                       uint32_t *crc_out, int *from, ftrt__xfer_stat *st)
+/* Chunk k of a host window written into receiver j's copy of the region (single copy,
+ * comm/cma.h) in pieces, with the CRC32C of the source's bytes into *crc when do_crc (each piece
+ * CRC'd right after it was written, from the cache). A chunk that could not be written all is
+ * announced with the complement of its CRC32C, which the receiver's bytes cannot match: the
+ * chunk fails its check there and comes again from the next source. */
+static void cma_put(const sched *s, const win *w, int j, int64_t k, int do_crc, uint32_t *crc)
 {
-    MPI_Comm comm = p->comm;
+    const unsigned char *b = chunk_buf(w, k);
+    size_t len = chunk_len(w, k);
+    uint64_t dst = s->addr[(size_t)j * (size_t)s->nreg + (size_t)w->reg] + (uint64_t)k * w->chunk;
+    uint32_t c = 0;
+    int rc = 0;
+    for (size_t off = 0; off < len; off += CMA_PIECE) {
+        size_t m = len - off < CMA_PIECE ? len - off : CMA_PIECE;
+        if (!rc) rc = ftrt__cma_write(s->pid[j], dst + off, b + off, m);
+        if (do_crc) c = ftrt__crc32c(c, b + off, m);
+    }
+    if (do_crc) *crc = c;
+    if (rc) {
+        ftrt_log_warn("state transfer: writing chunk %lld of region \"%s\" into logical rank %d "
+                      "failed (%s); it will come from another source", (long long)(w->g0 + k),
+                      w->r->name, s->rcv[j], strerror(-rc));
+        *crc = ~*crc;
+    }
+}
+
+/* A receiver's posts of window w: for each pending chunk, its data (MPI) and one CRC array per
+ * sending source; or, when the sources write the chunks themselves (w->cma), one CRC per chunk,
+ * sent once the chunk was written. kof[i] = the chunk whose arrival request i tells. */
+static int post_receiver(ftrt__plane *p, const sched *s, const win *w, const int64_t *pend,
+                         MPI_Request *req, int64_t *kof, int *q, uint32_t *crc_in, int *from)
+{
+    size_t wn = (size_t)(w->k1 - w->k0);
+    for (int64_t k = w->k0; k < w->k1; k++) {
+        if (!pend[(int64_t)s->ri * w->nk + k]) continue;
+        int o = owner(s, w->g0 + k, w->attempt), e;
+        from[o] = 1;
+        kof[*q] = k;
+        if (w->cma)
+            e = MPI_Irecv(crc_in + (size_t)o * wn + (size_t)(k - w->k0), 1, MPI_UINT32_T,
+                          s->src[o], TAG_CRC, p->comm, &req[(*q)++]);
+        else
+            e = MPI_Irecv(chunk_buf(w, k), (int)chunk_len(w, k), MPI_BYTE, s->src[o], TAG_DATA,
+                          p->comm, &req[(*q)++]);
+        if (e != MPI_SUCCESS) return FTRT_EMPI;
+    }
+    for (int o = 0; !w->cma && o < s->ns; o++)
+        if (from[o] && MPI_Irecv(crc_in + (size_t)o * wn, (int)wn, MPI_UINT32_T, s->src[o],
+                                 TAG_CRC, p->comm, &req[(*q)++]) != MPI_SUCCESS)
+            return FTRT_EMPI;
+    return 0;
+}
+
+/* A source's posts of window w: each chunk it owns for each receiver that still needs it,
+ * staged and CRC'd once (at its first receiver); sent as a message and then one CRC array per
+ * receiver, or (w->cma) written into the receiver and then its CRC sent alone. Between two
+ * written chunks the watch is checked: a source stops writing into a receiver once a failure
+ * was announced. */
+static int post_source(ftrt__plane *p, const sched *s, const win *w, const int64_t *pend,
+                       MPI_Request *req, int *q, uint32_t *crc_out, ftrt__xfer_stat *st)
+{
     int64_t nk = w->nk;
     size_t wn = (size_t)(w->k1 - w->k0);
     int rc = 0;
-    for (int64_t k = w->k0; s->ri >= 0 && k < w->k1 && !rc; k++) {
-        if (!pend[(int64_t)s->ri * nk + k]) continue;
-        int o = owner(s, w->g0 + k, w->attempt);
-        from[o] = 1;
-        kof[*q] = k;
-        if (MPI_Irecv(chunk_buf(w, k), (int)chunk_len(w, k), MPI_BYTE, s->src[o], TAG_DATA, comm,
-                      &req[(*q)++]) != MPI_SUCCESS)
-            rc = FTRT_EMPI;
-    }
-    for (int o = 0; s->ri >= 0 && o < s->ns && !rc; o++)
-        if (from[o] && MPI_Irecv(crc_in + (size_t)o * wn, (int)wn, MPI_UINT32_T,
-                                 s->src[o], TAG_CRC, comm, &req[(*q)++]) != MPI_SUCCESS)
-            rc = FTRT_EMPI;
-    for (int j = 0; s->si >= 0 && j < s->nr && !rc; j++) {
+    for (int j = 0; j < s->nr && !rc; j++) {
         int any = 0;
         for (int64_t k = w->k0; k < w->k1 && !rc; k++) {
             if (!pend[(int64_t)j * nk + k] || owner(s, w->g0 + k, w->attempt) != s->si) continue;
             int64_t first = 0;
             while (first < j && !pend[first * nk + k]) first++;
             uint32_t *c = &crc_out[(size_t)j * wn + (size_t)(k - w->k0)];
-            if (first < j)
-                *c = crc_out[(size_t)first * wn + (size_t)(k - w->k0)];
-            else
-                rc = source_stage(w, k, c);
-            if (!rc && MPI_Isend(chunk_buf(w, k), (int)chunk_len(w, k), MPI_BYTE, s->rcv[j],
-                                 TAG_DATA, comm, &req[(*q)++]) != MPI_SUCCESS)
-                rc = FTRT_EMPI;
+            if (first < j) *c = crc_out[(size_t)first * wn + (size_t)(k - w->k0)];
+            if (w->cma && !(rc = ftrt__watch_check(p->watch))) {
+                cma_put(s, w, j, k, first == j, c);
+                if (MPI_Isend(c, 1, MPI_UINT32_T, s->rcv[j], TAG_CRC, p->comm, &req[(*q)++]) !=
+                    MPI_SUCCESS)
+                    rc = FTRT_EMPI;
+            } else if (!w->cma) {
+                if (first == j) rc = source_stage(w, k, c);
+                if (!rc && MPI_Isend(chunk_buf(w, k), (int)chunk_len(w, k), MPI_BYTE,
+                                     s->rcv[j], TAG_DATA, p->comm, &req[(*q)++]) != MPI_SUCCESS)
+                    rc = FTRT_EMPI;
+            }
             if (st) st->bytes_sent += chunk_len(w, k);
             any = 1;
         }
-        if (any && !rc &&
+        if (any && !rc && !w->cma &&
             MPI_Isend(crc_out + (size_t)j * wn, (int)wn, MPI_UINT32_T, s->rcv[j], TAG_CRC,
-                      comm, &req[(*q)++]) != MPI_SUCCESS)
+                      p->comm, &req[(*q)++]) != MPI_SUCCESS)
             rc = FTRT_EMPI;
     }
+    return rc;
+}
+
+/* Posts this member's receives and sends of window w for the (receiver, chunk) pairs with
+ * pend[j * nk + k] != 0 (post_receiver, post_source). Returns 0 or the code; *q counts the
+ * requests posted. */
+static int post_window(ftrt__plane *p, const sched *s, const win *w, const int64_t *pend,
+                       MPI_Request *req, int64_t *kof, int *q, uint32_t *crc_in,
+                       uint32_t *crc_out, int *from, ftrt__xfer_stat *st)
+{
+    int rc = 0;
+    if (s->ri >= 0) rc = post_receiver(p, s, w, pend, req, kof, q, crc_in, from);
+    if (!rc && s->si >= 0) rc = post_source(p, s, w, pend, req, q, crc_out, st);
     return rc;
 }
 
@@ -379,7 +447,7 @@ static int attempt_once(ftrt__plane *p, const sched *s, win *w, const int64_t *p
 }
 
 /* Region r over every attempt; st->chunks_retried counts the chunks sent again. */
-static int transfer_region(ftrt__plane *p, const sched *s, const ftrt__xfer_region *r,
+static int transfer_region(ftrt__plane *p, const sched *s, const ftrt__xfer_region *r, int reg,
                            size_t chunk, int64_t g0, int corrupt, int corrupt_attempts,
                            ftrt__xfer_stat *st)
 {
@@ -388,7 +456,7 @@ static int transfer_region(ftrt__plane *p, const sched *s, const ftrt__xfer_regi
     size_t cells = (size_t)s->nr * (size_t)nk;
     int64_t *pend = malloc(cells * sizeof *pend), *bad = calloc(cells, sizeof *bad);
     int rc = 0, abandoned = 0;
-    win w = {.r = r, .chunk = chunk, .nk = nk, .g0 = g0};
+    win w = {.r = r, .chunk = chunk, .nk = nk, .g0 = g0, .reg = reg, .cma = s->cma && !r->loc};
     if (pend && bad && (s->si >= 0 || s->ri >= 0)) w.stage = stage_new(r, chunk, nk, &rc);
     if (!pend || !bad || rc) {
         free(pend);
@@ -396,6 +464,7 @@ static int transfer_region(ftrt__plane *p, const sched *s, const ftrt__xfer_regi
         return -ENOMEM;
     }
     for (size_t i = 0; i < cells; i++) pend[i] = 1;
+    if (st && w.cma) st->single_copy = 1;
     /* Every source once; a lone source gets a second try (a transient corruption). */
     int attempts = s->ns > 1 ? s->ns : 2;
     for (int a = 0; a < attempts; a++) {
@@ -429,6 +498,89 @@ static int transfer_region(ftrt__plane *p, const sched *s, const ftrt__xfer_regi
     return rc;
 }
 
+/* What a receiver tells each source for the single-copy path: who it is, and where its host
+ * regions are (0 for a device region, never written so). */
+typedef struct cma_hello {
+    ftrt__cma_ident id;
+    uint64_t addr[]; /* one per region */
+} cma_hello;
+
+/* A source's check that it can write into every receiver (same host, and the kernel lets it):
+ * one byte of the first non-empty host region, the byte the transfer writes there anyway.
+ * Returns the number of receivers it cannot reach. */
+static int64_t cma_probe(const sched *s, const ftrt__xfer_region *regs, int n,
+                         const cma_hello *h, size_t hsz)
+{
+    int64_t fail = 0;
+    for (int j = 0; j < s->nr; j++) {
+        const cma_hello *x = (const cma_hello *)((const char *)h + (size_t)j * hsz);
+        s->pid[j] = x->id.pid;
+        memcpy(s->addr + (size_t)j * (size_t)n, x->addr, (size_t)n * sizeof *s->addr);
+        if (!ftrt__cma_same_host(&x->id)) {
+            fail++;
+            continue;
+        }
+        for (int i = 0; i < n; i++) {
+            if (regs[i].loc || regs[i].bytes == 0 || !x->addr[i]) continue;
+            int rc = ftrt__cma_write(x->id.pid, x->addr[i], regs[i].ptr, 1);
+            if (rc) {
+                ftrt_log_debug("state transfer: no single-copy write into logical rank %d (%s); "
+                               "chunks go as messages", s->rcv[j], strerror(-rc));
+                fail++;
+            }
+            break;
+        }
+    }
+    return fail;
+}
+
+/* The single-copy path's agreement (comm/cma.h), once per transfer: each receiver sends every
+ * source a cma_hello, each source probes every receiver (cma_probe), and all members agree (an
+ * allreduce) to use the path only when every source reaches every receiver and the test knob
+ * FTRT_TEST_XFER_NO_CMA is off; s->cma = 1 then. Returns 0, -ENOMEM or the plane's code (the
+ * hellos are then buried: MPI may still write into them). Collective over p's communicator. */
+static int cma_agree(ftrt__plane *p, sched *s, const ftrt__xfer_region *regs, int n)
+{
+    size_t hsz = sizeof(cma_hello) + (size_t)n * sizeof(uint64_t);
+    int peers = s->ri >= 0 ? s->ns : s->si >= 0 ? s->nr : 0;
+    cma_hello *h = calloc(peers > 0 ? (size_t)peers : 1, hsz);
+    MPI_Request *req = malloc((size_t)(peers + 1) * sizeof *req);
+    s->nreg = n;
+    if (s->si >= 0) {
+        s->pid = calloc((size_t)s->nr, sizeof *s->pid);
+        s->addr = calloc((size_t)s->nr * (size_t)(n > 0 ? n : 1), sizeof *s->addr);
+    }
+    if (!h || !req || (s->si >= 0 && (!s->pid || !s->addr))) {
+        free(h);
+        free(req);
+        return -ENOMEM;
+    }
+    if (s->ri >= 0) {
+        ftrt__cma_self(&h->id);
+        for (int i = 0; i < n; i++) h->addr[i] = regs[i].loc ? 0 : (uint64_t)(uintptr_t)regs[i].ptr;
+    }
+    int rc = 0, q = 0;
+    for (int o = 0; s->ri >= 0 && o < s->ns && !rc; o++)
+        if (MPI_Isend(h, (int)hsz, MPI_BYTE, s->src[o], TAG_CMA, p->comm, &req[q++]) != MPI_SUCCESS)
+            rc = FTRT_EMPI;
+    for (int j = 0; s->si >= 0 && j < s->nr && !rc; j++)
+        if (MPI_Irecv((char *)h + (size_t)j * hsz, (int)hsz, MPI_BYTE, s->rcv[j], TAG_CMA,
+                      p->comm, &req[q++]) != MPI_SUCCESS)
+            rc = FTRT_EMPI;
+    if (!rc) rc = ftrt__plane_waitall(p, q, req);
+    free(req);
+    if (rc && q > 0) {
+        ftrt__plane_bury(p, h);
+        return rc;
+    }
+    int64_t fail = ftrt__knobs.xfer_no_cma ? 1 : 0;
+    if (!rc && s->si >= 0) fail += cma_probe(s, regs, n, h, hsz);
+    free(h);
+    if (!rc) rc = ftrt__plane_allreduce(p, &fail, 1, FTRT_INT64, FTRT_SUM);
+    s->cma = !rc && fail == 0;
+    return rc;
+}
+
 int ftrt__xfer_replicated(ftrt__plane *p, const ftrt__xfer_region *regs, int n,
                           const int32_t *role, size_t chunk, int corrupt_chunk,
                           int corrupt_attempts, ftrt__xfer_stat *st)
@@ -457,13 +609,16 @@ int ftrt__xfer_replicated(ftrt__plane *p, const ftrt__xfer_region *regs, int n,
     if (st) st->sources = s.ns, st->receivers = s.nr;
     int rc = 0;
     if (s.nr > 0 && s.ns == 0) rc = FTRT_EINVAL;
+    if (!rc && s.nr > 0) rc = cma_agree(p, &s, regs, n);
     int64_t g0 = 0;
     for (int i = 0; i < n && s.nr > 0 && !rc; i++) {
-        rc = transfer_region(p, &s, &regs[i], chunk, g0, corrupt_chunk, corrupt_attempts, st);
+        rc = transfer_region(p, &s, &regs[i], i, chunk, g0, corrupt_chunk, corrupt_attempts, st);
         g0 += (int64_t)((regs[i].bytes + chunk - 1) / chunk);
     }
     free(s.src);
     free(s.rcv);
+    free(s.pid);
+    free(s.addr);
     if (st) st->seconds = ftrt__now() - t0;
     return rc;
 }
