@@ -22,8 +22,8 @@
  *                chunks of C (MPI's shared-memory path alone); "1 src" from one source only.
  *
  * Prints one line per row: ms, GB/s, and the ratio to the floor. --quick: the floor, the transfer
- * with the recovery's 4 MiB chunks (written by the sources, and as messages) and the plain MPI
- * stripes only (bench/mttr_size.py runs it
+ * with the recovery's 4 MiB chunks (--chunk-mib C: C MiB; written by the sources, and as
+ * messages) and the plain MPI stripes only (bench/mttr_size.py runs it
  * so, beside the MTTR it measures). Not a test: figures only.
  */
 #include <mpi.h>
@@ -152,12 +152,15 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &np);
     double mib = 256;
     int reps = 5, quick = 0;
+    size_t qchunk = (size_t)4 << 20; /* the recovery's (FTRT__XFER_CHUNK) */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         if (i + 1 < argc && !strcmp(argv[i], "--mib")) mib = atof(argv[i + 1]);
         if (i + 1 < argc && !strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
+        if (i + 1 < argc && !strcmp(argv[i], "--chunk-mib"))
+            qchunk = (size_t)(atof(argv[i + 1]) * 1048576.0);
     }
-    if (np < 2 || mib <= 0 || reps < 1) {
+    if (np < 2 || mib <= 0 || reps < 1 || qchunk == 0) {
         if (me == 0) fprintf(stderr, "usage: mpirun -np N>=2 xfer_bench [--mib S] [--reps R]\n");
         MPI_Finalize();
         return 2;
@@ -180,9 +183,13 @@ int main(int argc, char **argv)
                mib, np - 1, reps, ftrt__crc32c_hw() ? "hardware" : "software");
     double fl = row(&c, "floor: local copy+CRC32C (fused)", FLOOR, 0, reps, 0);
     if (quick) {
-        row(&c, "xfer, 4 MiB chunks", XFER, (size_t)4 << 20, reps, fl);
-        row(&c, "xfer as messages, 4 MiB chunks", XFER_MSG, (size_t)4 << 20, reps, fl);
-        row(&c, "mpi stripes, 4 MiB, no CRC", MPI_STRIPES, (size_t)4 << 20, reps, fl);
+        char nm[64];
+        snprintf(nm, sizeof nm, "xfer, %g MiB chunks", (double)qchunk / 1048576.0);
+        row(&c, nm, XFER, qchunk, reps, fl);
+        snprintf(nm, sizeof nm, "xfer as messages, %g MiB chunks", (double)qchunk / 1048576.0);
+        row(&c, nm, XFER_MSG, qchunk, reps, fl);
+        snprintf(nm, sizeof nm, "mpi stripes, %g MiB, no CRC", (double)qchunk / 1048576.0);
+        row(&c, nm, MPI_STRIPES, qchunk, reps, fl);
         MPI_Comm_free(&comm);
         MPI_Finalize();
         return 0;

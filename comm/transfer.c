@@ -254,13 +254,16 @@ static void *verifier_main(void *arg)
     return NULL;
 }
 
-/* Starts the helper (or not: then verifier_push CRCs inline). queue and got hold wn entries. */
-static void verifier_start(verifier *v, const win *w, int64_t *queue, uint32_t *got)
+/* Starts the helper when `thread` (or not: then verifier_push CRCs inline). queue and got hold
+ * wn entries. When the sources write the chunks (w->cma) the receiving thread has no copy to
+ * do, and CRCs each chunk itself as its CRC arrives: a helper would only add a runnable thread
+ * beside the sources' on a host's cores. */
+static void verifier_start(verifier *v, const win *w, int64_t *queue, uint32_t *got, int thread)
 {
     *v = (verifier){.w = w, .got = got, .queue = queue};
     pthread_mutex_init(&v->mu, NULL);
     pthread_cond_init(&v->cv, NULL);
-    v->running = pthread_create(&v->th, NULL, verifier_main, v) == 0;
+    v->running = thread && pthread_create(&v->th, NULL, verifier_main, v) == 0;
 }
 
 /* Chunk k landed (complete: MPI will not write it again). */
@@ -381,7 +384,7 @@ static int attempt_window(ftrt__plane *p, const sched *s, const win *w, const in
     for (size_t i = 0; !rc && i < nreq; i++) kof[i] = -1;
     if (!rc) rc = post_window(p, s, w, pend, req, kof, &q, crc_in, crc_out, from, st);
     verifier v;
-    if (!rc && host_rcv) verifier_start(&v, w, queue, got);
+    if (!rc && host_rcv) verifier_start(&v, w, queue, got, !w->cma);
     if (!rc) rc = host_rcv ? land_host(p, w, q, req, kof, corrupt, corrupt_attempts, &v)
                            : ftrt__plane_waitall(p, q, req);
     if (rc && q > 0) { /* MPI may still complete what was posted */
