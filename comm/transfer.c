@@ -8,9 +8,16 @@
  * sources[(g + attempt) mod ns]. A source computes the CRC32C of each chunk it sends, sends the
  * chunks straight from region memory, then one array of CRCs per receiver; a receiver posts
  * its receives straight into region memory and checks each chunk against its source's CRC.
- * Every member then adds the receivers' mismatch flags (an allreduce), so that all agree on
- * what the next attempt resends. Within one (source, receiver) pair messages are matched in
- * posting order (MPI's non-overtaking rule), so one data tag and one CRC tag suffice.
+ * Once every region had the attempt, every member adds the receivers' mismatch flags of all
+ * regions (one allreduce), so that all agree on what the next attempt resends. Within one
+ * (source, receiver) pair messages are matched in posting order (MPI's non-overtaking rule),
+ * so one data tag and one CRC tag suffice, even when a source has gone on to the next region
+ * while its receiver still waits for the last chunks of this one: both post the same messages
+ * in the same order.
+ *
+ * On one host the sources may write the chunks of host regions into the receivers themselves
+ * (comm/cma.h; agreed once per transfer, cma_agree): then only each chunk's CRC32C travels as a
+ * message, sent once the chunk was written, and the receiver checks the chunk when it arrives.
  *
  * A device region (ftrt__xfer_region.loc set) is never read or written on the host: it goes
  * through host staging of at most STAGE_CHUNKS chunks per member (page-locked where the backend
@@ -449,53 +456,109 @@ static int attempt_once(ftrt__plane *p, const sched *s, win *w, const int64_t *p
     return rc;
 }
 
-/* Region r over every attempt; st->chunks_retried counts the chunks sent again. */
-static int transfer_region(ftrt__plane *p, const sched *s, const ftrt__xfer_region *r, int reg,
-                           size_t chunk, int64_t g0, int corrupt, int corrupt_attempts,
-                           ftrt__xfer_stat *st)
+/* One region's part of the transfer: its view of the schedule, and per (receiver, chunk) cell
+ * whether the chunk is still pending and whether this attempt's copy failed its check (both
+ * point into the transfer's arrays, so that one allreduce agrees on every region at once). */
+typedef struct rpart {
+    win w;
+    int64_t *pend, *bad;
+    size_t cells;
+} rpart;
+
+static int64_t count_set(const int64_t *v, size_t n)
 {
-    int64_t nk = (int64_t)((r->bytes + chunk - 1) / chunk);
-    if (nk == 0) return 0;
-    size_t cells = (size_t)s->nr * (size_t)nk;
-    int64_t *pend = malloc(cells * sizeof *pend), *bad = calloc(cells, sizeof *bad);
+    int64_t c = 0;
+    for (size_t i = 0; i < n; i++) c += v[i] != 0;
+    return c;
+}
+
+/* Attempt a of one region's pending chunks, with its staging (device regions) for the attempt:
+ * freed after it, or buried when the attempt was abandoned with requests in flight. */
+static int part_attempt(ftrt__plane *p, const sched *s, rpart *x, int a, int corrupt,
+                        int corrupt_attempts, ftrt__xfer_stat *st)
+{
     int rc = 0, abandoned = 0;
-    win w = {.r = r, .chunk = chunk, .nk = nk, .g0 = g0, .reg = reg, .cma = s->cma && !r->loc};
-    if (pend && bad && (s->si >= 0 || s->ri >= 0)) w.stage = stage_new(r, chunk, nk, &rc);
-    if (!pend || !bad || rc) {
-        free(pend);
-        free(bad);
-        return -ENOMEM;
-    }
-    for (size_t i = 0; i < cells; i++) pend[i] = 1;
-    if (st && w.cma) st->single_copy = 1;
-    /* Every source once; a lone source gets a second try (a transient corruption). */
-    int attempts = s->ns > 1 ? s->ns : 2;
-    for (int a = 0; a < attempts; a++) {
-        memset(bad, 0, cells * sizeof *bad);
-        w.attempt = a;
-        rc = attempt_once(p, s, &w, pend, bad, corrupt, corrupt_attempts, st, &abandoned);
-        if (rc) break;
-        rc = ftrt__plane_allreduce(p, bad, cells, FTRT_INT64, FTRT_SUM); /* all agree */
-        if (rc) break;
-        int64_t nbad = 0;
-        for (size_t i = 0; i < cells; i++) nbad += bad[i] != 0;
-        if (nbad == 0) break;
-        if (st) st->chunks_retried += (int)nbad;
+    x->w.attempt = a;
+    x->w.stage = NULL;
+    if (s->si >= 0 || s->ri >= 0) x->w.stage = stage_new(x->w.r, x->w.chunk, x->w.nk, &rc);
+    if (rc) return rc;
+    rc = attempt_once(p, s, &x->w, x->pend, x->bad, corrupt, corrupt_attempts, st, &abandoned);
+    stage_free(p, x->w.r, x->w.stage, abandoned);
+    x->w.stage = NULL;
+    if (rc && rc != FTRT_ERECOVER && x->w.r->loc)
+        ftrt_log_error("state transfer of device region \"%s\" failed: %s", x->w.r->name,
+                       ftrt_strerror(rc));
+    return rc;
+}
+
+/* After attempt a's agreement: says which regions had chunks fail their check (and, after the
+ * last attempt, that the transfer failed). Returns the number of such chunks. */
+static int64_t report_bad(const rpart *x, int n, int a, int attempts)
+{
+    int64_t all = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t nbad = count_set(x[i].bad, x[i].cells);
+        if (nbad == 0) continue;
+        all += nbad;
         ftrt_log_warn("state transfer: %lld chunk(s) of region \"%s\" failed their CRC32C at the "
-                      "receiver; %s", (long long)nbad, r->name,
+                      "receiver; %s", (long long)nbad, x[i].w.r->name,
                       a + 1 < attempts ? "sending them again from another source"
                                        : "no source left to try");
-        memcpy(pend, bad, cells * sizeof *pend);
+        if (a + 1 == attempts)
+            ftrt_log_error("state transfer of region \"%s\" failed: chunks arrived corrupted "
+                           "from every source (silent data corruption on a source, or on the "
+                           "way)", x[i].w.r->name);
+    }
+    return all;
+}
+
+/* Every region over every attempt. An attempt moves the pending chunks of every region, one
+ * region after the other, and then one allreduce of all their mismatch flags makes every member
+ * agree on what the next attempt sends again: one agreement per attempt, not per region, so that
+ * a source goes on to the next region while the receivers still check the last one.
+ * st->chunks_retried counts the chunks sent again. */
+static int transfer_all(ftrt__plane *p, const sched *s, const ftrt__xfer_region *regs, int n,
+                        size_t chunk, int corrupt, int corrupt_attempts, ftrt__xfer_stat *st)
+{
+    rpart *x = calloc(n > 0 ? (size_t)n : 1, sizeof *x);
+    size_t total = 0;
+    int64_t g0 = 0;
+    for (int i = 0; x && i < n; i++) {
+        int64_t nk = (int64_t)((regs[i].bytes + chunk - 1) / chunk);
+        x[i].w = (win){.r = &regs[i], .chunk = chunk, .nk = nk, .g0 = g0, .reg = i,
+                       .cma = s->cma && !regs[i].loc};
+        x[i].cells = (size_t)s->nr * (size_t)nk;
+        total += x[i].cells;
+        g0 += nk;
+    }
+    int64_t *pend = malloc((total ? total : 1) * sizeof *pend);
+    int64_t *bad = calloc(total ? total : 1, sizeof *bad);
+    if (!x || !pend || !bad) {
+        free(x), free(pend), free(bad);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < total; i++) pend[i] = 1;
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        x[i].pend = pend + off, x[i].bad = bad + off;
+        off += x[i].cells;
+        if (st && x[i].w.cma && x[i].cells) st->single_copy = 1;
+    }
+    /* Every source once; a lone source gets a second try (a transient corruption). */
+    int attempts = s->ns > 1 ? s->ns : 2, rc = 0;
+    for (int a = 0; a < attempts && !rc && total > 0; a++) {
+        memset(bad, 0, total * sizeof *bad);
+        for (int i = 0; i < n && !rc; i++)
+            if (count_set(x[i].pend, x[i].cells) > 0)
+                rc = part_attempt(p, s, &x[i], a, corrupt, corrupt_attempts, st);
+        if (!rc) rc = ftrt__plane_allreduce(p, bad, total, FTRT_INT64, FTRT_SUM); /* all agree */
+        int64_t nbad = rc ? 0 : report_bad(x, n, a, attempts);
+        if (nbad == 0) break;
+        if (st) st->chunks_retried += (int)nbad;
+        memcpy(pend, bad, total * sizeof *pend);
         if (a + 1 == attempts) rc = FTRT_ECORRUPT;
     }
-    if (rc == FTRT_ECORRUPT)
-        ftrt_log_error("state transfer of region \"%s\" failed: chunks arrived corrupted from "
-                       "every source (silent data corruption on a source, or on the way)",
-                       r->name);
-    else if (rc && rc != FTRT_ERECOVER && r->loc)
-        ftrt_log_error("state transfer of device region \"%s\" failed: %s", r->name,
-                       ftrt_strerror(rc));
-    stage_free(p, r, w.stage, abandoned);
+    free(x);
     free(pend);
     free(bad);
     return rc;
@@ -613,11 +676,8 @@ int ftrt__xfer_replicated(ftrt__plane *p, const ftrt__xfer_region *regs, int n,
     int rc = 0;
     if (s.nr > 0 && s.ns == 0) rc = FTRT_EINVAL;
     if (!rc && s.nr > 0) rc = cma_agree(p, &s, regs, n);
-    int64_t g0 = 0;
-    for (int i = 0; i < n && s.nr > 0 && !rc; i++) {
-        rc = transfer_region(p, &s, &regs[i], i, chunk, g0, corrupt_chunk, corrupt_attempts, st);
-        g0 += (int64_t)((regs[i].bytes + chunk - 1) / chunk);
-    }
+    if (!rc && s.nr > 0) rc = transfer_all(p, &s, regs, n, chunk, corrupt_chunk,
+                                           corrupt_attempts, st);
     free(s.src);
     free(s.rcv);
     free(s.pid);
