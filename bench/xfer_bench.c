@@ -23,7 +23,7 @@
  *
  * Prints one line per row: ms, GB/s, and the ratio to the floor. --quick: the floor, the transfer
  * with the recovery's 4 MiB chunks (--chunk-mib C: C MiB; written by the sources, and as
- * messages) and the plain MPI stripes only (bench/mttr_size.py runs it
+ * messages) and the plain MPI stripes only, their reps interleaved (bench/mttr_size.py runs it
  * so, beside the MTTR it measures). Not a test: figures only.
  */
 #include <mpi.h>
@@ -125,12 +125,10 @@ static double one(const bctx *c, enum kind k, size_t chunk, long *flt)
     return local ? t : 0.0;
 }
 
-static double row(const bctx *c, const char *name, enum kind k, size_t chunk, int reps,
-                  double floor_s)
+/* Prints one row from its reps samples t (sorted here); returns the median. */
+static double print_row(const bctx *c, const char *name, double *t, int reps, long flt,
+                        double floor_s)
 {
-    double *t = calloc((size_t)reps, sizeof *t);
-    long flt = 0;
-    for (int i = 0; i < reps; i++) t[i] = one(c, k, chunk, &flt);
     qsort(t, (size_t)reps, sizeof *t, cmp_d);
     double m = t[reps / 2];
     if (me == np - 1) {
@@ -140,8 +138,42 @@ static double row(const bctx *c, const char *name, enum kind k, size_t chunk, in
                flt);
         fflush(stdout);
     }
+    return m;
+}
+
+static double row(const bctx *c, const char *name, enum kind k, size_t chunk, int reps,
+                  double floor_s)
+{
+    double *t = calloc((size_t)reps, sizeof *t);
+    long flt = 0;
+    for (int i = 0; i < reps; i++) t[i] = one(c, k, chunk, &flt);
+    double m = print_row(c, name, t, reps, flt, floor_s);
     free(t);
     return m;
+}
+
+/* --quick: the floor, the transfer (written by the sources, and as messages) and plain MPI,
+ * their reps interleaved (floor, xfer, messages, MPI, floor, ...), so that a machine whose load
+ * drifts during the run loads the floor and the rows it is compared with alike. */
+static void quick_rows(const bctx *c, size_t chunk, int reps)
+{
+    enum { NQ = 4 };
+    static const enum kind kinds[NQ] = {FLOOR, XFER, XFER_MSG, MPI_STRIPES};
+    double *t = calloc((size_t)reps * NQ, sizeof *t);
+    long flt[NQ] = {0};
+    for (int i = 0; i < reps; i++)
+        for (int j = 0; j < NQ; j++)
+            t[(size_t)j * (size_t)reps + (size_t)i] = one(c, kinds[j], chunk, &flt[j]);
+    double mib = (double)chunk / 1048576.0;
+    char nm[NQ][64];
+    snprintf(nm[0], sizeof nm[0], "floor: local copy+CRC32C (fused)");
+    snprintf(nm[1], sizeof nm[1], "xfer, %g MiB chunks", mib);
+    snprintf(nm[2], sizeof nm[2], "xfer as messages, %g MiB chunks", mib);
+    snprintf(nm[3], sizeof nm[3], "mpi stripes, %g MiB, no CRC", mib);
+    double fl = print_row(c, nm[0], t, reps, flt[0], 0);
+    for (int j = 1; j < NQ; j++)
+        print_row(c, nm[j], t + (size_t)j * (size_t)reps, reps, flt[j], fl);
+    free(t);
 }
 
 int main(int argc, char **argv)
@@ -175,25 +207,20 @@ int main(int argc, char **argv)
     c.src = fresh(c.n);
     c.dst = fresh(c.n);
     c.role = malloc((size_t)np * sizeof *c.role);
-    for (int l = 0; l < np; l++) c.role[l] = l == np - 1 ? FTRT__PLAN_NEEDS_STATE : FTRT__PLAN_UP_TO_DATE;
+    for (int l = 0; l < np; l++)
+        c.role[l] = l == np - 1 ? FTRT__PLAN_NEEDS_STATE : FTRT__PLAN_UP_TO_DATE;
     for (size_t i = 0; i < c.n; i++) c.src[i] = (unsigned char)(i * 2654435761u >> 13);
     memset(c.dst, 0, c.n);
     if (me == np - 1)
         printf("xfer_bench: %.0f MiB, %d source(s) -> 1 receiver, medians of %d; crc32c %s\n",
                mib, np - 1, reps, ftrt__crc32c_hw() ? "hardware" : "software");
-    double fl = row(&c, "floor: local copy+CRC32C (fused)", FLOOR, 0, reps, 0);
     if (quick) {
-        char nm[64];
-        snprintf(nm, sizeof nm, "xfer, %g MiB chunks", (double)qchunk / 1048576.0);
-        row(&c, nm, XFER, qchunk, reps, fl);
-        snprintf(nm, sizeof nm, "xfer as messages, %g MiB chunks", (double)qchunk / 1048576.0);
-        row(&c, nm, XFER_MSG, qchunk, reps, fl);
-        snprintf(nm, sizeof nm, "mpi stripes, %g MiB, no CRC", (double)qchunk / 1048576.0);
-        row(&c, nm, MPI_STRIPES, qchunk, reps, fl);
+        quick_rows(&c, qchunk, reps);
         MPI_Comm_free(&comm);
         MPI_Finalize();
         return 0;
     }
+    double fl = row(&c, "floor: local copy+CRC32C (fused)", FLOOR, 0, reps, 0);
     row(&c, "memcpy alone", COPY, 0, reps, fl);
     row(&c, "CRC32C alone", CRC, 0, reps, fl);
     row(&c, "copy+CRC32C into fresh pages", FAULT, 0, reps, fl);
