@@ -23,6 +23,7 @@
 typedef struct ftrt__cma_ident {
     char where[128]; /* host name, boot id and PID namespace, NUL-padded */
     int64_t pid;
+    uint64_t start; /* the process's start time (clock ticks after boot; 0: unknown) */
 } ftrt__cma_ident;
 
 /* Fills *id for the calling process. Never fails: what cannot be read is left empty (then no
@@ -32,6 +33,11 @@ void ftrt__cma_self(ftrt__cma_ident *id);
 /* 1 when `peer` (another process's ftrt__cma_self) is on this kernel and PID namespace, else
  * 0. Any thread. */
 int ftrt__cma_same_host(const ftrt__cma_ident *peer);
+
+/* 1 when the process `id` names (another process's ftrt__cma_self, on this host) still runs:
+ * its pid has the start time it had, so that a pid reused by another process after the one
+ * named died is never written into; 0 otherwise. Reads /proc (a few microseconds). Any thread. */
+int ftrt__cma_alive(const ftrt__cma_ident *id);
 
 /* Copies len bytes from src (this process) to address dst in process `pid` (of the same
  * host: ftrt__cma_same_host), in one kernel copy, whatever number of calls it takes. Returns 0,

@@ -58,7 +58,7 @@ typedef struct sched {
     int si, ri;      /* this member's index in src / rcv, or -1 */
     int cma;         /* the sources write host regions into the receivers (cma_agree) */
     int nreg;        /* regions of the transfer */
-    int64_t *pid;    /* a source's: pid[j], receiver j's process */
+    ftrt__cma_ident *peer; /* a source's: peer[j], receiver j's process */
     uint64_t *addr;  /* a source's: addr[j * nreg + i], region i in receiver j (0: device) */
 } sched;
 
@@ -120,19 +120,21 @@ static int receiver_land(const win *w, int64_t k, uint32_t want, int64_t *bad)
 
 /* Chunk k of a host window written into receiver j's copy of the region (single copy,
  * comm/cma.h) in pieces, with the CRC32C of the source's bytes into *crc when do_crc (each piece
- * CRC'd right after it was written, from the cache). A chunk that could not be written all is
- * announced with the complement of its CRC32C, which the receiver's bytes cannot match: the
- * chunk fails its check there and comes again from the next source. */
+ * CRC'd right after it was written, from the cache). Nothing is written unless receiver j's
+ * pid still names the process that said hello (ftrt__cma_alive: not a pid reused after it
+ * died). A chunk that could not be written all is announced with the complement of its CRC32C,
+ * which the receiver's bytes cannot match: the chunk fails its check there and comes again
+ * from the next source. */
 static void cma_put(const sched *s, const win *w, int j, int64_t k, int do_crc, uint32_t *crc)
 {
     const unsigned char *b = chunk_buf(w, k);
     size_t len = chunk_len(w, k);
     uint64_t dst = s->addr[(size_t)j * (size_t)s->nreg + (size_t)w->reg] + (uint64_t)k * w->chunk;
     uint32_t c = 0;
-    int rc = 0;
+    int rc = ftrt__cma_alive(&s->peer[j]) ? 0 : -ESRCH;
     for (size_t off = 0; off < len; off += CMA_PIECE) {
         size_t m = len - off < CMA_PIECE ? len - off : CMA_PIECE;
-        if (!rc) rc = ftrt__cma_write(s->pid[j], dst + off, b + off, m);
+        if (!rc) rc = ftrt__cma_write(s->peer[j].pid, dst + off, b + off, m);
         if (do_crc) c = ftrt__crc32c(c, b + off, m);
     }
     if (do_crc) *crc = c;
@@ -580,9 +582,9 @@ static int64_t cma_probe(const sched *s, const ftrt__xfer_region *regs, int n,
     int64_t fail = 0;
     for (int j = 0; j < s->nr; j++) {
         const cma_hello *x = (const cma_hello *)((const char *)h + (size_t)j * hsz);
-        s->pid[j] = x->id.pid;
+        s->peer[j] = x->id;
         memcpy(s->addr + (size_t)j * (size_t)n, x->addr, (size_t)n * sizeof *s->addr);
-        if (!ftrt__cma_same_host(&x->id)) {
+        if (!ftrt__cma_same_host(&x->id) || !ftrt__cma_alive(&x->id)) {
             fail++;
             continue;
         }
@@ -613,10 +615,10 @@ static int cma_agree(ftrt__plane *p, sched *s, const ftrt__xfer_region *regs, in
     MPI_Request *req = malloc((size_t)(peers + 1) * sizeof *req);
     s->nreg = n;
     if (s->si >= 0) {
-        s->pid = calloc((size_t)s->nr, sizeof *s->pid);
+        s->peer = calloc((size_t)s->nr, sizeof *s->peer);
         s->addr = calloc((size_t)s->nr * (size_t)(n > 0 ? n : 1), sizeof *s->addr);
     }
-    if (!h || !req || (s->si >= 0 && (!s->pid || !s->addr))) {
+    if (!h || !req || (s->si >= 0 && (!s->peer || !s->addr))) {
         free(h);
         free(req);
         return -ENOMEM;
@@ -680,7 +682,7 @@ int ftrt__xfer_replicated(ftrt__plane *p, const ftrt__xfer_region *regs, int n,
                                            corrupt_attempts, st);
     free(s.src);
     free(s.rcv);
-    free(s.pid);
+    free(s.peer);
     free(s.addr);
     if (st) st->seconds = ftrt__now() - t0;
     return rc;
