@@ -41,6 +41,9 @@
     X(xfer_corrupt_times, "FTRT_TEST_XFER_CORRUPT_TIMES", 1000,                                \
       "with FTRT_TEST_XFER_CORRUPT_CHUNK: on this many attempts (default 1; more than the "     \
       "sources: the transfer must fail with FTRT_ECORRUPT)")                                  \
+    X(xfer_no_cma, "FTRT_TEST_XFER_NO_CMA", 1,                                                \
+      "1: the recovery's state transfer never writes into a receiver's memory from its sources " \
+      "(single copy, comm/cma.h) and sends every chunk as an MPI message, as between hosts")    \
     X(replica_corrupt, "FTRT_TEST_REPLICA_CORRUPT", 1,                                         \
       "1: a trainer flips a bit of the partner replica it holds right after it arrived and was " \
       "checked (memory corrupted while held: the recovery must not use it)")                    \

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""MTTR against the size of the replicated state, with a memcpy of the same bytes as reference.
+"""MTTR and its state transfer against the size of the replicated state, with their floor.
 
 For each state size S (MiB per rank: train_mlp's parameters + momentum, both replicated; no
 checkpoints, so recovery moves the state in memory), a job of 1 coordinator + 4 trainers + 1
@@ -7,25 +7,33 @@ hot spare runs train_mlp; trainer logical rank 2 is SIGKILLed once it completed 
 report's MTTR (detection -> every member back in the training loop) and its phases are kept.
 --runs repetitions per size, alternating the variants given (--bin; --bin-old for an earlier
 build and/or --old-args for other train_mlp arguments, e.g. "--check-every 0"), so that both
-see the same machine. memcpy: numpy's copy of S MiB in this process, median of 5. --batch sets
+see the same machine. The floor, measured in the same run for each size by build/bench/xfer_bench
+(--quick, under mpirun -np 4: 3 sources and a receiver, as in the recovery): one local copy of
+S MiB with its CRC32C (the library's fused ftrt__copy_crc32c), with, for reference, the transfer
+alone between 4 processes (4 MiB chunks, every CRC32C checked; written into the receiver by the
+sources, as the recovery does on one host, and as MPI messages, as between hosts) and plain MPI
+messages of the same bytes (no CRC). The transfer of the job is the report's phase "state transfer". --batch sets
 the minibatch per trainer (default 1: short steps; at 32 a step of a large model takes about a
 second on a small machine, and the survivors' reaching the recovery point shows).
 
-Usage: bench/mttr_size.py [--sizes 4,16,64,256,1024] [--runs 3] [--batch 1]
+Usage: bench/mttr_size.py [--sizes 16,256,1024] [--runs 3] [--batch 1]
                           [--bin build/examples/train_mlp] [--bin-old OTHER/train_mlp]
+                          [--xfer-bench build/bench/xfer_bench]
                           [--old-args "ARGS"] [--json FILE]
-Prints a table (medians), the ratio MTTR / memcpy, and per variant the median of each phase of
+Prints a table (medians): the floor, the bench's transfer and MPI, and per variant the MTTR and
+its transfer phase with their ratios to the floor; then per variant the median of each phase of
 MTTR (the report's phases_ms; the old variant's only when its build reports them). Not a
 test: figures only.
 """
 import json
 import os
+import re
 import shlex
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
-import time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
@@ -40,16 +48,21 @@ def hidden_for(mib):
     return max(1, int(mib * 1048576 / 600))
 
 
-def memcpy_s(mib):
-    import numpy as np
-    a = np.ones(int(mib * 1048576) // 8, dtype=np.float64)
-    b = np.empty_like(a)
-    t = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        np.copyto(b, a)
-        t.append(time.perf_counter() - t0)
-    return statistics.median(t)
+def floors(xbench, mib):
+    """xfer_bench --quick at mib MiB: {floor, xfer, msg, mpi} in seconds (medians of 5)."""
+    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "mpi_yield_when_idle", "1",
+           "-np", "4", xbench, "--mib", f"{mib:g}", "--reps", "5", "--quick"]
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600).stdout
+    got = {}
+    for line in out.splitlines():
+        m = re.match(r"\s*(floor|xfer as messages|xfer|mpi)\S*.*?\s([0-9.]+) ms ", line)
+        if m:
+            got[{"xfer as messages": "msg"}.get(m.group(1), m.group(1))] = \
+                float(m.group(2)) / 1e3
+    if set(got) != {"floor", "xfer", "msg", "mpi"}:
+        raise SystemExit(f"xfer_bench gave no figures:\n{out}")
+    return got
 
 
 def one_run(binary, mib, work, batch=1, extra=()):
@@ -93,38 +106,44 @@ def print_phases(name, extra, fails):
 def main():
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     ap = example_args.Parser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", default="4,16,64,256,1024")
+    ap.add_argument("--sizes", default="16,256,1024")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--bin", default=os.path.join(root, "build", "examples", "train_mlp"))
+    ap.add_argument("--xfer-bench", default=os.path.join(root, "build", "bench", "xfer_bench"))
     ap.add_argument("--bin-old", default=None)
     ap.add_argument("--old-args", default=None)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
-    example_args.check_paths(ap, a, outputs=("json",), inputs=("bin", "bin_old"))
+    example_args.check_paths(ap, a, outputs=("json",), inputs=("bin", "bin_old", "xfer_bench"))
     bins = [("new", a.bin, [])]
     if a.bin_old or a.old_args is not None:
         bins.append(("old", a.bin_old or a.bin, shlex.split(a.old_args or "")))
     work = tempfile.mkdtemp(prefix="ftrt-mttr-")
     rows = []
-    hdr = f"{'state MiB':>9} {'memcpy ms':>9}" + "".join(f" {n + ' MTTR ms':>13} {n + '/memcpy':>11}"
-                                                      for n, _, _ in bins)
-    print(hdr, flush=True)
+    print(f"{'MiB':>5} {'floor ms':>8} {'bench xfer':>10} {'bench msgs':>10} {'bench mpi':>9}"
+          + "".join(f" {n + ' MTTR':>9} {'/floor':>6} {n + ' xfer':>9} {'/floor':>6}"
+                    for n, _, _ in bins), flush=True)
     for mib in [float(x) for x in a.sizes.split(",")]:
-        mc = memcpy_s(mib)
+        fl = floors(a.xfer_bench, mib)
         got = {n: [] for n, _, _ in bins}
         for i in range(a.runs):
             for n, b, extra in bins:
                 got[n].append(one_run(b, mib, os.path.join(work, f"{n}-{mib:g}-{i}"), a.batch,
                                       extra))
-        row = {"state_mib": mib, "memcpy_s": mc, "batch": a.batch}
-        line = f"{mib:9g} {mc * 1e3:9.1f}"
+        row = {"state_mib": mib, "floor_s": fl["floor"], "bench_xfer_s": fl["xfer"],
+               "bench_msgs_s": fl["msg"], "bench_mpi_s": fl["mpi"], "batch": a.batch}
+        line = (f"{mib:5g} {fl['floor'] * 1e3:8.1f} {fl['xfer'] * 1e3:10.1f} "
+                f"{fl['msg'] * 1e3:10.1f} {fl['mpi'] * 1e3:9.1f}")
         for n, _, _ in bins:
             mttr = [f["mttr_s"] for f in got[n]]
+            xfer = [f["phases_ms"]["transfer"] / 1e3 for f in got[n]
+                    if f.get("phases_ms") and "transfer" in f["phases_ms"]]
             m = statistics.median(mttr)
-            row[n] = {"mttr_s": mttr, "median_s": m,
+            x = statistics.median(xfer) if xfer else float("nan")
+            row[n] = {"mttr_s": mttr, "median_s": m, "transfer_s": xfer, "transfer_median_s": x,
                       "phases_ms": [f.get("phases_ms") for f in got[n]]}
-            line += f" {m * 1e3:13.1f} {m / mc:11.1f}"
+            line += f" {m * 1e3:9.1f} {m / fl['floor']:6.2f} {x * 1e3:9.1f} {x / fl['floor']:6.2f}"
         rows.append(row)
         print(line, flush=True)
         for n, _, extra in bins:

@@ -29,6 +29,15 @@
 #include "ftrt.h"
 #include "kernels/location.h"
 
+/* The restore's read requests are at most this long (checkpoint writes keep the configured
+ * FTRT_CKPT_CHUNK_KB). Each completed request is copied out of its bounce buffer while the
+ * next ones are in flight: a request of 1 MiB is still in the cache when it is copied, one of
+ * 4 MiB (8 in flight: 32 MiB, the whole L3 of the VM measured) is read back from memory, and
+ * on a disk as fast as memory's share of the copy that halves the restore (measured on a
+ * 2-core VM, O_DIRECT reads at 7-8 GB/s: 4 MiB x 8 with the copy + CRC32C at 4 GB/s, 1 MiB x 8
+ * at 7 GB/s, the reads alone at 7-8 GB/s either way; docs/benchmarks.md, checkpoint engine). */
+#define READ_CHUNK ((size_t)1 << 20)
+
 static int read_manifest(const char *sdir, int64_t step, ftrt__manifest *m)
 {
     char path[4096];
@@ -308,7 +317,8 @@ int ftrt__ckpt_load_ex(const char *dir, int64_t step, int rank, int nranks,
     }
     loader L = {.o = o, .st = st};
     ftrt__io_init(&L.io, FTRT__IO_ENTRIES);
-    if ((rc = ftrt__reader_init(&L.rd, &L.io, o->qd, o->chunk)) < 0) {
+    size_t rchunk = o->chunk < READ_CHUNK ? o->chunk : READ_CHUNK;
+    if ((rc = ftrt__reader_init(&L.rd, &L.io, o->qd, rchunk)) < 0) {
         ftrt__io_exit(&L.io);
         goto out;
     }

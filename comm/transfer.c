@@ -8,9 +8,16 @@
  * sources[(g + attempt) mod ns]. A source computes the CRC32C of each chunk it sends, sends the
  * chunks straight from region memory, then one array of CRCs per receiver; a receiver posts
  * its receives straight into region memory and checks each chunk against its source's CRC.
- * Every member then adds the receivers' mismatch flags (an allreduce), so that all agree on
- * what the next attempt resends. Within one (source, receiver) pair messages are matched in
- * posting order (MPI's non-overtaking rule), so one data tag and one CRC tag suffice.
+ * Once every region had the attempt, every member adds the receivers' mismatch flags of all
+ * regions (one allreduce), so that all agree on what the next attempt resends. Within one
+ * (source, receiver) pair messages are matched in posting order (MPI's non-overtaking rule),
+ * so one data tag and one CRC tag suffice, even when a source has gone on to the next region
+ * while its receiver still waits for the last chunks of this one: both post the same messages
+ * in the same order.
+ *
+ * On one host the sources may write the chunks of host regions into the receivers themselves
+ * (comm/cma.h; agreed once per transfer, cma_agree): then only each chunk's CRC32C travels as a
+ * message, sent once the chunk was written, and the receiver checks the chunk when it arrives.
  *
  * A device region (ftrt__xfer_region.loc set) is never read or written on the host: it goes
  * through host staging of at most STAGE_CHUNKS chunks per member (page-locked where the backend
@@ -22,17 +29,25 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/clock.h"
 #include "base/crc32c.h"
 #include "base/log.h"
+#include "base/knobs.h"
 #include "base/proto.h"
+#include "comm/cma.h"
 #include "comm/transfer.h"
+#include "comm/ulfm.h"
 #include "ftrt.h"
 
-enum { TAG_DATA = 7101, TAG_CRC = 7102 };
+enum { TAG_DATA = 7101, TAG_CRC = 7102, TAG_CMA = 7103 };
+
+/* A source's single-copy write of a chunk goes in pieces of this many bytes, each CRC'd right
+ * after it was written, while it is still in the source's cache. */
+#define CMA_PIECE ((size_t)256 << 10)
 
 /* Chunks of a device region staged in host memory at once, per member: the window. */
 #define STAGE_CHUNKS 8
@@ -41,6 +56,10 @@ typedef struct sched {
     int ns, nr;
     int *src, *rcv;  /* logical ranks of the sources and of the receivers, ascending */
     int si, ri;      /* this member's index in src / rcv, or -1 */
+    int cma;         /* the sources write host regions into the receivers (cma_agree) */
+    int nreg;        /* regions of the transfer */
+    ftrt__cma_ident *peer; /* a source's: peer[j], receiver j's process */
+    uint64_t *addr;  /* a source's: addr[j * nreg + i], region i in receiver j (0: device) */
 } sched;
 
 /* One attempt's view of region r: chunks [0, nk) of `chunk` bytes, global index g0 + k; the
@@ -50,6 +69,8 @@ typedef struct win {
     size_t chunk;
     int64_t nk, g0, k0, k1;
     int attempt;
+    int reg;              /* r's index in the transfer's table */
+    int cma;              /* the sources write the chunks into the receivers (host region) */
     unsigned char *stage; /* NULL: host memory, sent from and received into r->ptr */
 } win;
 
@@ -97,59 +118,260 @@ static int receiver_land(const win *w, int64_t k, uint32_t want, int64_t *bad)
     return rc;
 }
 
-/* Posts this member's receives and sends of window w for the (receiver, chunk) pairs with
- * pend[j * nk + k] != 0: a receiver's data and each sending source's CRC array (one entry per
- * chunk of the window); a source's chunks, each staged and CRC'd once, at its first receiver.
- * Returns the number of requests posted in *q. */
-static int post_window(ftrt__plane *p, const sched *s, const win *w, const int64_t *pend,
-                       MPI_Request *req, int *q, uint32_t *crc_in, uint32_t *crc_out, int *from,
-                       ftrt__xfer_stat *st)
+/* Chunk k of a host window written into receiver j's copy of the region (single copy,
+ * comm/cma.h) in pieces, with the CRC32C of the source's bytes into *crc when do_crc (each piece
+ * CRC'd right after it was written, from the cache). Nothing is written unless receiver j's
+ * pid still names the process that said hello (ftrt__cma_alive: not a pid reused after it
+ * died). A chunk that could not be written all is announced with the complement of its CRC32C,
+ * which the receiver's bytes cannot match: the chunk fails its check there and comes again
+ * from the next source. */
+static void cma_put(const sched *s, const win *w, int j, int64_t k, int do_crc, uint32_t *crc)
 {
-    MPI_Comm comm = p->comm;
+    const unsigned char *b = chunk_buf(w, k);
+    size_t len = chunk_len(w, k);
+    uint64_t dst = s->addr[(size_t)j * (size_t)s->nreg + (size_t)w->reg] + (uint64_t)k * w->chunk;
+    uint32_t c = 0;
+    int rc = ftrt__cma_alive(&s->peer[j]) ? 0 : -ESRCH;
+    for (size_t off = 0; off < len; off += CMA_PIECE) {
+        size_t m = len - off < CMA_PIECE ? len - off : CMA_PIECE;
+        if (!rc) rc = ftrt__cma_write(s->peer[j].pid, dst + off, b + off, m);
+        if (do_crc) c = ftrt__crc32c(c, b + off, m);
+    }
+    if (do_crc) *crc = c;
+    if (rc) {
+        ftrt_log_warn("state transfer: writing chunk %lld of region \"%s\" into logical rank %d "
+                      "failed (%s); it will come from another source", (long long)(w->g0 + k),
+                      w->r->name, s->rcv[j], strerror(-rc));
+        *crc = ~*crc;
+    }
+}
+
+/* A receiver's posts of window w: for each pending chunk, its data (MPI) and one CRC array per
+ * sending source; or, when the sources write the chunks themselves (w->cma), one CRC per chunk,
+ * sent once the chunk was written. kof[i] = the chunk whose arrival request i tells. */
+static int post_receiver(ftrt__plane *p, const sched *s, const win *w, const int64_t *pend,
+                         MPI_Request *req, int64_t *kof, int *q, uint32_t *crc_in, int *from)
+{
+    size_t wn = (size_t)(w->k1 - w->k0);
+    for (int64_t k = w->k0; k < w->k1; k++) {
+        if (!pend[(int64_t)s->ri * w->nk + k]) continue;
+        int o = owner(s, w->g0 + k, w->attempt), e;
+        from[o] = 1;
+        kof[*q] = k;
+        if (w->cma)
+            e = MPI_Irecv(crc_in + (size_t)o * wn + (size_t)(k - w->k0), 1, MPI_UINT32_T,
+                          s->src[o], TAG_CRC, p->comm, &req[(*q)++]);
+        else
+            e = MPI_Irecv(chunk_buf(w, k), (int)chunk_len(w, k), MPI_BYTE, s->src[o], TAG_DATA,
+                          p->comm, &req[(*q)++]);
+        if (e != MPI_SUCCESS) return FTRT_EMPI;
+    }
+    for (int o = 0; !w->cma && o < s->ns; o++)
+        if (from[o] && MPI_Irecv(crc_in + (size_t)o * wn, (int)wn, MPI_UINT32_T, s->src[o],
+                                 TAG_CRC, p->comm, &req[(*q)++]) != MPI_SUCCESS)
+            return FTRT_EMPI;
+    return 0;
+}
+
+/* A source's posts of window w: each chunk it owns for each receiver that still needs it,
+ * staged and CRC'd once (at its first receiver); sent as a message and then one CRC array per
+ * receiver, or (w->cma) written into the receiver and then its CRC sent alone. Between two
+ * written chunks the watch is checked: a source stops writing into a receiver once a failure
+ * was announced. */
+static int post_source(ftrt__plane *p, const sched *s, const win *w, const int64_t *pend,
+                       MPI_Request *req, int *q, uint32_t *crc_out, ftrt__xfer_stat *st)
+{
     int64_t nk = w->nk;
     size_t wn = (size_t)(w->k1 - w->k0);
     int rc = 0;
-    for (int64_t k = w->k0; s->ri >= 0 && k < w->k1 && !rc; k++) {
-        if (!pend[(int64_t)s->ri * nk + k]) continue;
-        int o = owner(s, w->g0 + k, w->attempt);
-        from[o] = 1;
-        if (MPI_Irecv(chunk_buf(w, k), (int)chunk_len(w, k), MPI_BYTE, s->src[o], TAG_DATA, comm,
-                      &req[(*q)++]) != MPI_SUCCESS)
-            rc = FTRT_EMPI;
-    }
-    for (int o = 0; s->ri >= 0 && o < s->ns && !rc; o++)
-        if (from[o] && MPI_Irecv(crc_in + (size_t)o * wn, (int)wn, MPI_UINT32_T,
-                                 s->src[o], TAG_CRC, comm, &req[(*q)++]) != MPI_SUCCESS)
-            rc = FTRT_EMPI;
-    for (int j = 0; s->si >= 0 && j < s->nr && !rc; j++) {
+    for (int j = 0; j < s->nr && !rc; j++) {
         int any = 0;
         for (int64_t k = w->k0; k < w->k1 && !rc; k++) {
             if (!pend[(int64_t)j * nk + k] || owner(s, w->g0 + k, w->attempt) != s->si) continue;
             int64_t first = 0;
             while (first < j && !pend[first * nk + k]) first++;
             uint32_t *c = &crc_out[(size_t)j * wn + (size_t)(k - w->k0)];
-            if (first < j)
-                *c = crc_out[(size_t)first * wn + (size_t)(k - w->k0)];
-            else
-                rc = source_stage(w, k, c);
-            if (!rc && MPI_Isend(chunk_buf(w, k), (int)chunk_len(w, k), MPI_BYTE, s->rcv[j],
-                                 TAG_DATA, comm, &req[(*q)++]) != MPI_SUCCESS)
-                rc = FTRT_EMPI;
+            if (first < j) *c = crc_out[(size_t)first * wn + (size_t)(k - w->k0)];
+            if (w->cma && !(rc = ftrt__watch_check(p->watch))) {
+                cma_put(s, w, j, k, first == j, c);
+                if (MPI_Isend(c, 1, MPI_UINT32_T, s->rcv[j], TAG_CRC, p->comm, &req[(*q)++]) !=
+                    MPI_SUCCESS)
+                    rc = FTRT_EMPI;
+            } else if (!w->cma) {
+                if (first == j) rc = source_stage(w, k, c);
+                if (!rc && MPI_Isend(chunk_buf(w, k), (int)chunk_len(w, k), MPI_BYTE,
+                                     s->rcv[j], TAG_DATA, p->comm, &req[(*q)++]) != MPI_SUCCESS)
+                    rc = FTRT_EMPI;
+            }
             if (st) st->bytes_sent += chunk_len(w, k);
             any = 1;
         }
-        if (any && !rc &&
+        if (any && !rc && !w->cma &&
             MPI_Isend(crc_out + (size_t)j * wn, (int)wn, MPI_UINT32_T, s->rcv[j], TAG_CRC,
-                      comm, &req[(*q)++]) != MPI_SUCCESS)
+                      p->comm, &req[(*q)++]) != MPI_SUCCESS)
             rc = FTRT_EMPI;
     }
     return rc;
 }
 
-/* One window of one attempt: post, wait, then (receivers) check each chunk that arrived. bad[]
- * receives this member's mismatches. On an error or an interruption the requests are
- * abandoned (the recovery fails) and *abandoned is set: buffers MPI may still write into
- * (the staging, the CRC arrays) must then be buried, never freed. */
+/* Posts this member's receives and sends of window w for the (receiver, chunk) pairs with
+ * pend[j * nk + k] != 0 (post_receiver, post_source). Returns 0 or the code; *q counts the
+ * requests posted. */
+static int post_window(ftrt__plane *p, const sched *s, const win *w, const int64_t *pend,
+                       MPI_Request *req, int64_t *kof, int *q, uint32_t *crc_in,
+                       uint32_t *crc_out, int *from, ftrt__xfer_stat *st)
+{
+    int rc = 0;
+    if (s->ri >= 0) rc = post_receiver(p, s, w, pend, req, kof, q, crc_in, from);
+    if (!rc && s->si >= 0) rc = post_source(p, s, w, pend, req, q, crc_out, st);
+    return rc;
+}
+
+/* A receiver's CRC32C of each chunk of a host window as it lands, on a helper thread, while
+ * the receiving thread goes on driving MPI: with Open MPI's single-copy shared memory (CMA) the
+ * receiver's own thread does the copy, so checking the chunks after the last one landed would
+ * add a whole pass over the bytes to the transfer. The helper only reads chunks that completed
+ * (never a buffer MPI may still write), never calls MPI, and is joined before the window ends,
+ * on success and on failure alike. Where no thread can be started, each chunk is CRC'd by the
+ * receiving thread as it lands. */
+typedef struct verifier {
+    const win *w;
+    uint32_t *got;     /* got[k - k0]: the chunk's CRC32C as it arrived */
+    int64_t *queue;    /* chunk indices, in the order they landed */
+    size_t nq, done;   /* queued; CRC'd (the helper's, under mu) */
+    int stop, running; /* no more chunks; the helper was started */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t th;
+} verifier;
+
+static void *verifier_main(void *arg)
+{
+    verifier *v = arg;
+    pthread_mutex_lock(&v->mu);
+    for (;;) {
+        while (v->done == v->nq && !v->stop) pthread_cond_wait(&v->cv, &v->mu);
+        if (v->done == v->nq) break; /* stopped, and nothing left */
+        int64_t k = v->queue[v->done];
+        pthread_mutex_unlock(&v->mu);
+        uint32_t c = ftrt__crc32c(0, chunk_buf(v->w, k), chunk_len(v->w, k));
+        pthread_mutex_lock(&v->mu);
+        v->got[k - v->w->k0] = c;
+        v->done++;
+    }
+    pthread_mutex_unlock(&v->mu);
+    return NULL;
+}
+
+/* Starts the helper when `thread` (or not: then verifier_push CRCs inline). queue and got hold
+ * wn entries. When the sources write the chunks (w->cma) the receiving thread has no copy to
+ * do, and CRCs each chunk itself as its CRC arrives: a helper would only add a runnable thread
+ * beside the sources' on a host's cores. */
+static void verifier_start(verifier *v, const win *w, int64_t *queue, uint32_t *got, int thread)
+{
+    *v = (verifier){.w = w, .got = got, .queue = queue};
+    pthread_mutex_init(&v->mu, NULL);
+    pthread_cond_init(&v->cv, NULL);
+    v->running = thread && pthread_create(&v->th, NULL, verifier_main, v) == 0;
+}
+
+/* Chunk k landed (complete: MPI will not write it again). */
+static void verifier_push(verifier *v, int64_t k)
+{
+    if (!v->running) {
+        v->got[k - v->w->k0] = ftrt__crc32c(0, chunk_buf(v->w, k), chunk_len(v->w, k));
+        return;
+    }
+    pthread_mutex_lock(&v->mu);
+    v->queue[v->nq++] = k;
+    pthread_cond_signal(&v->cv);
+    pthread_mutex_unlock(&v->mu);
+}
+
+/* Waits until every chunk pushed is CRC'd, then ends the helper. */
+static void verifier_finish(verifier *v)
+{
+    if (v->running) {
+        pthread_mutex_lock(&v->mu);
+        v->stop = 1;
+        pthread_cond_signal(&v->cv);
+        pthread_mutex_unlock(&v->mu);
+        pthread_join(v->th, NULL);
+    }
+    pthread_mutex_destroy(&v->mu);
+    pthread_cond_destroy(&v->cv);
+}
+
+/* A receiver's wait for the q requests of a host window: polled with the watch like
+ * ftrt__plane_waitall, each data chunk handed to the verifier as soon as it completed (after the
+ * test knob's bit flip, when it applies), so that its CRC32C overlaps the chunks still landing.
+ * Returns 0, FTRT_EMPI or the watch's code (the requests left are then abandoned). */
+static int land_host(ftrt__plane *p, const win *w, int q, MPI_Request *req, const int64_t *kof,
+                     int corrupt, int corrupt_attempts, verifier *v)
+{
+    int *idx = malloc((size_t)(q > 0 ? q : 1) * sizeof *idx);
+    if (!idx) return -ENOMEM;
+    int rc = 0;
+    for (long i = 0;; i++) {
+        int out = 0;
+        int e = MPI_Testsome(q, req, &out, idx, MPI_STATUSES_IGNORE);
+        if (e != MPI_SUCCESS) {
+            rc = ftrt__plane_mpi_error(p, e);
+            break;
+        }
+        if (out == MPI_UNDEFINED) break; /* every request complete */
+        for (int j = 0; j < out; j++) {
+            int64_t k = kof[idx[j]];
+            if (k < 0) continue; /* a CRC array */
+            if (w->attempt < corrupt_attempts && corrupt >= 0 && w->g0 + k == corrupt &&
+                chunk_len(w, k) > 0)
+                chunk_buf(w, k)[0] ^= 0x10; /* test knob: a bit flipped on the way */
+            verifier_push(v, k);
+        }
+        if (out > 0) {
+            i = -1; /* progress: keep polling at full speed */
+            continue;
+        }
+        rc = ftrt__watch_check(p->watch);
+        if (rc) break;
+        if (i >= 64) ftrt__polite(i, 1024, 50 * 1000L);
+    }
+    free(idx);
+    verifier_finish(v);
+    return rc;
+}
+
+/* The receiver's check of window w once every request completed: each pending chunk against
+ * its source's CRC32C (a host window: the CRC the verifier took as it landed; a device window:
+ * landed now, through from_host). bad[] receives the mismatches. Returns 0 or the backend's
+ * code. */
+static int check_window(const sched *s, const win *w, const int64_t *pend, int64_t *bad,
+                        const uint32_t *crc_in, const uint32_t *got, int corrupt,
+                        int corrupt_attempts, ftrt__xfer_stat *st)
+{
+    size_t wn = (size_t)(w->k1 - w->k0);
+    int rc = 0;
+    for (int64_t k = w->k0; !rc && k < w->k1; k++) {
+        if (!pend[(int64_t)s->ri * w->nk + k]) continue;
+        size_t len = chunk_len(w, k);
+        uint32_t want = crc_in[(size_t)owner(s, w->g0 + k, w->attempt) * wn + (size_t)(k - w->k0)];
+        if (got) {
+            if (got[k - w->k0] != want) bad[(int64_t)s->ri * w->nk + k] = 1;
+        } else {
+            if (w->attempt < corrupt_attempts && corrupt >= 0 && w->g0 + k == corrupt && len > 0)
+                chunk_buf(w, k)[0] ^= 0x10; /* test knob: a bit flipped on the way */
+            rc = receiver_land(w, k, want, &bad[(int64_t)s->ri * w->nk + k]);
+        }
+        if (st) st->bytes_received += len;
+    }
+    return rc;
+}
+
+/* One window of one attempt: post, wait (a receiver of a host window CRCs each chunk as it
+ * lands: land_host), then (receivers) check each chunk that arrived. bad[] receives this
+ * member's mismatches. On an error or an interruption the requests are abandoned (the recovery
+ * fails) and *abandoned is set: buffers MPI may still write into (the staging, the CRC arrays)
+ * must then be buried, never freed. */
 static int attempt_window(ftrt__plane *p, const sched *s, const win *w, const int64_t *pend,
                           int64_t *bad, int corrupt, int corrupt_attempts, ftrt__xfer_stat *st,
                           int *abandoned)
@@ -157,31 +379,35 @@ static int attempt_window(ftrt__plane *p, const sched *s, const win *w, const in
     size_t wn = (size_t)(w->k1 - w->k0); /* >= 1 */
     if (wn == 0 || wn > (size_t)INT_MAX || s->ns < 0 || s->nr < 0) return FTRT_EINVAL;
     size_t nreq = (s->ri >= 0 ? wn + (size_t)s->ns : 0) + (s->si >= 0 ? (wn + 1) * (size_t)s->nr : 0);
+    int host_rcv = s->ri >= 0 && !w->stage;
     MPI_Request *req = malloc((nreq ? nreq : 1) * sizeof *req);
+    int64_t *kof = malloc((nreq ? nreq : 1) * sizeof *kof), *queue = NULL;
     uint32_t *crc_in = s->ri >= 0 ? calloc((size_t)s->ns * wn, 4) : NULL;
-    uint32_t *crc_out = s->si >= 0 ? calloc((size_t)s->nr * wn, 4) : NULL;
+    uint32_t *crc_out = s->si >= 0 ? calloc((size_t)s->nr * wn, 4) : NULL, *got = NULL;
     int *from = s->ri >= 0 ? calloc((size_t)s->ns, sizeof *from) : NULL;
+    if (host_rcv) queue = malloc(wn * sizeof *queue), got = calloc(wn, sizeof *got);
     int rc = 0, q = 0;
-    if (!req || (s->ri >= 0 && (!crc_in || !from)) || (s->si >= 0 && !crc_out)) rc = -ENOMEM;
-    if (!rc) rc = post_window(p, s, w, pend, req, &q, crc_in, crc_out, from, st);
-    if (!rc) rc = ftrt__plane_waitall(p, q, req);
+    if (!req || !kof || (s->ri >= 0 && (!crc_in || !from)) || (s->si >= 0 && !crc_out) ||
+        (host_rcv && (!queue || !got)))
+        rc = -ENOMEM;
+    for (size_t i = 0; !rc && i < nreq; i++) kof[i] = -1;
+    if (!rc) rc = post_window(p, s, w, pend, req, kof, &q, crc_in, crc_out, from, st);
+    verifier v;
+    if (!rc && host_rcv) verifier_start(&v, w, queue, got, !w->cma);
+    if (!rc) rc = host_rcv ? land_host(p, w, q, req, kof, corrupt, corrupt_attempts, &v)
+                           : ftrt__plane_waitall(p, q, req);
     if (rc && q > 0) { /* MPI may still complete what was posted */
         *abandoned = 1;
         ftrt__plane_bury(p, crc_in);
         ftrt__plane_bury(p, crc_out);
         crc_in = crc_out = NULL;
     }
-    for (int64_t k = w->k0; !rc && s->ri >= 0 && k < w->k1; k++) {
-        if (!pend[(int64_t)s->ri * w->nk + k]) continue;
-        size_t len = chunk_len(w, k);
-        if (w->attempt < corrupt_attempts && corrupt >= 0 && w->g0 + k == corrupt && len > 0)
-            chunk_buf(w, k)[0] ^= 0x10; /* test knob: a bit flipped on the way */
-        int o = owner(s, w->g0 + k, w->attempt);
-        rc = receiver_land(w, k, crc_in[(size_t)o * wn + (size_t)(k - w->k0)],
-                           &bad[(int64_t)s->ri * w->nk + k]);
-        if (st) st->bytes_received += len;
-    }
+    if (!rc && s->ri >= 0)
+        rc = check_window(s, w, pend, bad, crc_in, got, corrupt, corrupt_attempts, st);
     free(req);
+    free(kof);
+    free(queue);
+    free(got);
     free(crc_in);
     free(crc_out);
     free(from);
@@ -232,54 +458,194 @@ static int attempt_once(ftrt__plane *p, const sched *s, win *w, const int64_t *p
     return rc;
 }
 
-/* Region r over every attempt; st->chunks_retried counts the chunks sent again. */
-static int transfer_region(ftrt__plane *p, const sched *s, const ftrt__xfer_region *r,
-                           size_t chunk, int64_t g0, int corrupt, int corrupt_attempts,
-                           ftrt__xfer_stat *st)
+/* One region's part of the transfer: its view of the schedule, and per (receiver, chunk) cell
+ * whether the chunk is still pending and whether this attempt's copy failed its check (both
+ * point into the transfer's arrays, so that one allreduce agrees on every region at once). */
+typedef struct rpart {
+    win w;
+    int64_t *pend, *bad;
+    size_t cells;
+} rpart;
+
+static int64_t count_set(const int64_t *v, size_t n)
 {
-    int64_t nk = (int64_t)((r->bytes + chunk - 1) / chunk);
-    if (nk == 0) return 0;
-    size_t cells = (size_t)s->nr * (size_t)nk;
-    int64_t *pend = malloc(cells * sizeof *pend), *bad = calloc(cells, sizeof *bad);
+    int64_t c = 0;
+    for (size_t i = 0; i < n; i++) c += v[i] != 0;
+    return c;
+}
+
+/* Attempt a of one region's pending chunks, with its staging (device regions) for the attempt:
+ * freed after it, or buried when the attempt was abandoned with requests in flight. */
+static int part_attempt(ftrt__plane *p, const sched *s, rpart *x, int a, int corrupt,
+                        int corrupt_attempts, ftrt__xfer_stat *st)
+{
     int rc = 0, abandoned = 0;
-    win w = {.r = r, .chunk = chunk, .nk = nk, .g0 = g0};
-    if (pend && bad && (s->si >= 0 || s->ri >= 0)) w.stage = stage_new(r, chunk, nk, &rc);
-    if (!pend || !bad || rc) {
-        free(pend);
-        free(bad);
-        return -ENOMEM;
-    }
-    for (size_t i = 0; i < cells; i++) pend[i] = 1;
-    /* Every source once; a lone source gets a second try (a transient corruption). */
-    int attempts = s->ns > 1 ? s->ns : 2;
-    for (int a = 0; a < attempts; a++) {
-        memset(bad, 0, cells * sizeof *bad);
-        w.attempt = a;
-        rc = attempt_once(p, s, &w, pend, bad, corrupt, corrupt_attempts, st, &abandoned);
-        if (rc) break;
-        rc = ftrt__plane_allreduce(p, bad, cells, FTRT_INT64, FTRT_SUM); /* all agree */
-        if (rc) break;
-        int64_t nbad = 0;
-        for (size_t i = 0; i < cells; i++) nbad += bad[i] != 0;
-        if (nbad == 0) break;
-        if (st) st->chunks_retried += (int)nbad;
+    x->w.attempt = a;
+    x->w.stage = NULL;
+    if (s->si >= 0 || s->ri >= 0) x->w.stage = stage_new(x->w.r, x->w.chunk, x->w.nk, &rc);
+    if (rc) return rc;
+    rc = attempt_once(p, s, &x->w, x->pend, x->bad, corrupt, corrupt_attempts, st, &abandoned);
+    stage_free(p, x->w.r, x->w.stage, abandoned);
+    x->w.stage = NULL;
+    if (rc && rc != FTRT_ERECOVER && x->w.r->loc)
+        ftrt_log_error("state transfer of device region \"%s\" failed: %s", x->w.r->name,
+                       ftrt_strerror(rc));
+    return rc;
+}
+
+/* After attempt a's agreement: says which regions had chunks fail their check (and, after the
+ * last attempt, that the transfer failed). Returns the number of such chunks. */
+static int64_t report_bad(const rpart *x, int n, int a, int attempts)
+{
+    int64_t all = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t nbad = count_set(x[i].bad, x[i].cells);
+        if (nbad == 0) continue;
+        all += nbad;
         ftrt_log_warn("state transfer: %lld chunk(s) of region \"%s\" failed their CRC32C at the "
-                      "receiver; %s", (long long)nbad, r->name,
+                      "receiver; %s", (long long)nbad, x[i].w.r->name,
                       a + 1 < attempts ? "sending them again from another source"
                                        : "no source left to try");
-        memcpy(pend, bad, cells * sizeof *pend);
+        if (a + 1 == attempts)
+            ftrt_log_error("state transfer of region \"%s\" failed: chunks arrived corrupted "
+                           "from every source (silent data corruption on a source, or on the "
+                           "way)", x[i].w.r->name);
+    }
+    return all;
+}
+
+/* Every region over every attempt. An attempt moves the pending chunks of every region, one
+ * region after the other, and then one allreduce of all their mismatch flags makes every member
+ * agree on what the next attempt sends again: one agreement per attempt, not per region, so that
+ * a source goes on to the next region while the receivers still check the last one.
+ * st->chunks_retried counts the chunks sent again. */
+static int transfer_all(ftrt__plane *p, const sched *s, const ftrt__xfer_region *regs, int n,
+                        size_t chunk, int corrupt, int corrupt_attempts, ftrt__xfer_stat *st)
+{
+    rpart *x = calloc(n > 0 ? (size_t)n : 1, sizeof *x);
+    size_t total = 0;
+    int64_t g0 = 0;
+    for (int i = 0; x && i < n; i++) {
+        int64_t nk = (int64_t)((regs[i].bytes + chunk - 1) / chunk);
+        x[i].w = (win){.r = &regs[i], .chunk = chunk, .nk = nk, .g0 = g0, .reg = i,
+                       .cma = s->cma && !regs[i].loc};
+        x[i].cells = (size_t)s->nr * (size_t)nk;
+        total += x[i].cells;
+        g0 += nk;
+    }
+    int64_t *pend = malloc((total ? total : 1) * sizeof *pend);
+    int64_t *bad = calloc(total ? total : 1, sizeof *bad);
+    if (!x || !pend || !bad) {
+        free(x), free(pend), free(bad);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < total; i++) pend[i] = 1;
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        x[i].pend = pend + off, x[i].bad = bad + off;
+        off += x[i].cells;
+        if (st && x[i].w.cma && x[i].cells) st->single_copy = 1;
+    }
+    /* Every source once; a lone source gets a second try (a transient corruption). */
+    int attempts = s->ns > 1 ? s->ns : 2, rc = 0;
+    for (int a = 0; a < attempts && !rc && total > 0; a++) {
+        memset(bad, 0, total * sizeof *bad);
+        for (int i = 0; i < n && !rc; i++)
+            if (count_set(x[i].pend, x[i].cells) > 0)
+                rc = part_attempt(p, s, &x[i], a, corrupt, corrupt_attempts, st);
+        if (!rc) rc = ftrt__plane_allreduce(p, bad, total, FTRT_INT64, FTRT_SUM); /* all agree */
+        int64_t nbad = rc ? 0 : report_bad(x, n, a, attempts);
+        if (nbad == 0) break;
+        if (st) st->chunks_retried += (int)nbad;
+        memcpy(pend, bad, total * sizeof *pend);
         if (a + 1 == attempts) rc = FTRT_ECORRUPT;
     }
-    if (rc == FTRT_ECORRUPT)
-        ftrt_log_error("state transfer of region \"%s\" failed: chunks arrived corrupted from "
-                       "every source (silent data corruption on a source, or on the way)",
-                       r->name);
-    else if (rc && rc != FTRT_ERECOVER && r->loc)
-        ftrt_log_error("state transfer of device region \"%s\" failed: %s", r->name,
-                       ftrt_strerror(rc));
-    stage_free(p, r, w.stage, abandoned);
+    free(x);
     free(pend);
     free(bad);
+    return rc;
+}
+
+/* What a receiver tells each source for the single-copy path: who it is, and where its host
+ * regions are (0 for a device region, never written so). */
+typedef struct cma_hello {
+    ftrt__cma_ident id;
+    uint64_t addr[]; /* one per region */
+} cma_hello;
+
+/* A source's check that it can write into every receiver (same host, and the kernel lets it):
+ * one byte of the first non-empty host region, the byte the transfer writes there anyway.
+ * Returns the number of receivers it cannot reach. */
+static int64_t cma_probe(const sched *s, const ftrt__xfer_region *regs, int n,
+                         const cma_hello *h, size_t hsz)
+{
+    int64_t fail = 0;
+    for (int j = 0; j < s->nr; j++) {
+        const cma_hello *x = (const cma_hello *)((const char *)h + (size_t)j * hsz);
+        s->peer[j] = x->id;
+        memcpy(s->addr + (size_t)j * (size_t)n, x->addr, (size_t)n * sizeof *s->addr);
+        if (!ftrt__cma_same_host(&x->id) || !ftrt__cma_alive(&x->id)) {
+            fail++;
+            continue;
+        }
+        for (int i = 0; i < n; i++) {
+            if (regs[i].loc || regs[i].bytes == 0 || !x->addr[i]) continue;
+            int rc = ftrt__cma_write(x->id.pid, x->addr[i], regs[i].ptr, 1);
+            if (rc) {
+                ftrt_log_debug("state transfer: no single-copy write into logical rank %d (%s); "
+                               "chunks go as messages", s->rcv[j], strerror(-rc));
+                fail++;
+            }
+            break;
+        }
+    }
+    return fail;
+}
+
+/* The single-copy path's agreement (comm/cma.h), once per transfer: each receiver sends every
+ * source a cma_hello, each source probes every receiver (cma_probe), and all members agree (an
+ * allreduce) to use the path only when every source reaches every receiver and the test knob
+ * FTRT_TEST_XFER_NO_CMA is off; s->cma = 1 then. Returns 0, -ENOMEM or the plane's code (the
+ * hellos are then buried: MPI may still write into them). Collective over p's communicator. */
+static int cma_agree(ftrt__plane *p, sched *s, const ftrt__xfer_region *regs, int n)
+{
+    size_t hsz = sizeof(cma_hello) + (size_t)n * sizeof(uint64_t);
+    int peers = s->ri >= 0 ? s->ns : s->si >= 0 ? s->nr : 0;
+    cma_hello *h = calloc(peers > 0 ? (size_t)peers : 1, hsz);
+    MPI_Request *req = malloc((size_t)(peers + 1) * sizeof *req);
+    s->nreg = n;
+    if (s->si >= 0) {
+        s->peer = calloc((size_t)s->nr, sizeof *s->peer);
+        s->addr = calloc((size_t)s->nr * (size_t)(n > 0 ? n : 1), sizeof *s->addr);
+    }
+    if (!h || !req || (s->si >= 0 && (!s->peer || !s->addr))) {
+        free(h);
+        free(req);
+        return -ENOMEM;
+    }
+    if (s->ri >= 0) {
+        ftrt__cma_self(&h->id);
+        for (int i = 0; i < n; i++) h->addr[i] = regs[i].loc ? 0 : (uint64_t)(uintptr_t)regs[i].ptr;
+    }
+    int rc = 0, q = 0;
+    for (int o = 0; s->ri >= 0 && o < s->ns && !rc; o++)
+        if (MPI_Isend(h, (int)hsz, MPI_BYTE, s->src[o], TAG_CMA, p->comm, &req[q++]) != MPI_SUCCESS)
+            rc = FTRT_EMPI;
+    for (int j = 0; s->si >= 0 && j < s->nr && !rc; j++)
+        if (MPI_Irecv((char *)h + (size_t)j * hsz, (int)hsz, MPI_BYTE, s->rcv[j], TAG_CMA,
+                      p->comm, &req[q++]) != MPI_SUCCESS)
+            rc = FTRT_EMPI;
+    if (!rc) rc = ftrt__plane_waitall(p, q, req);
+    free(req);
+    if (rc && q > 0) {
+        ftrt__plane_bury(p, h);
+        return rc;
+    }
+    int64_t fail = ftrt__knobs.xfer_no_cma ? 1 : 0;
+    if (!rc && s->si >= 0) fail += cma_probe(s, regs, n, h, hsz);
+    free(h);
+    if (!rc) rc = ftrt__plane_allreduce(p, &fail, 1, FTRT_INT64, FTRT_SUM);
+    s->cma = !rc && fail == 0;
     return rc;
 }
 
@@ -311,13 +677,13 @@ int ftrt__xfer_replicated(ftrt__plane *p, const ftrt__xfer_region *regs, int n,
     if (st) st->sources = s.ns, st->receivers = s.nr;
     int rc = 0;
     if (s.nr > 0 && s.ns == 0) rc = FTRT_EINVAL;
-    int64_t g0 = 0;
-    for (int i = 0; i < n && s.nr > 0 && !rc; i++) {
-        rc = transfer_region(p, &s, &regs[i], chunk, g0, corrupt_chunk, corrupt_attempts, st);
-        g0 += (int64_t)((regs[i].bytes + chunk - 1) / chunk);
-    }
+    if (!rc && s.nr > 0) rc = cma_agree(p, &s, regs, n);
+    if (!rc && s.nr > 0) rc = transfer_all(p, &s, regs, n, chunk, corrupt_chunk,
+                                           corrupt_attempts, st);
     free(s.src);
     free(s.rcv);
+    free(s.peer);
+    free(s.addr);
     if (st) st->seconds = ftrt__now() - t0;
     return rc;
 }

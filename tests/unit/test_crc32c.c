@@ -1,6 +1,7 @@
 /*
  * test_crc32c.c - CRC32C: known vectors (RFC 3720 B.4), hardware vs software for random
- * lengths and alignments, continuation, and the fused copy + CRC.
+ * lengths and alignments, continuation, the fused copy + CRC, and the folding path of large
+ * buffers (a bit flipped anywhere in each of its lanes changes the CRC, as the reference's).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -108,6 +109,33 @@ static void test_continuation(void **state)
     assert_int_not_equal(ftrt__crc32c(0, buf, sizeof buf), whole);
 }
 
+/* Buffers large enough for the folding path (crc32c.c: crc_fold, 1 KiB and more where the CPU
+ * has VPCLMULQDQ; the 3-way path elsewhere): equal to the reference for lengths around the
+ * 256-byte blocks, and a single bit flipped at any of 16 places of each 64-byte stretch, and in
+ * the tail, changes the CRC exactly as it changes the reference's. */
+static void test_large_fold(void **state)
+{
+    (void)state;
+    enum { MAX = 300000 };
+    unsigned char *buf = malloc(MAX);
+    assert_non_null(buf);
+    for (size_t i = 0; i < MAX; i++) buf[i] = (unsigned char)rnd();
+    static const size_t lens[] = {1023, 1024, 1279, 1280, 1536, 2047, 4096 + 255, 65536, MAX};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        uint32_t seed = (uint32_t)rnd();
+        assert_int_equal(ftrt__crc32c(seed, buf, lens[i]), ftrt__crc32c_sw(seed, buf, lens[i]));
+    }
+    uint32_t whole = ftrt__crc32c(0, buf, 8192 + 100);
+    for (size_t at = 0; at < 8192 + 100; at += 61) {
+        buf[at] ^= (unsigned char)(1u << (at % 8));
+        uint32_t got = ftrt__crc32c(0, buf, 8192 + 100);
+        assert_int_not_equal(got, whole);
+        assert_int_equal(got, ftrt__crc32c_sw(0, buf, 8192 + 100));
+        buf[at] ^= (unsigned char)(1u << (at % 8));
+    }
+    free(buf);
+}
+
 /* ftrt_crc32c(), the public entry point of ftrt.h: the same CRC, continued through *crc, and
  * FTRT_EINVAL without touching *crc for a NULL crc or a NULL buffer of non-zero length. */
 static void test_public_entry_point(void **state)
@@ -131,6 +159,7 @@ int main(void)
         cmocka_unit_test(test_public_entry_point),
         cmocka_unit_test(test_hw_matches_sw),
         cmocka_unit_test(test_continuation),
+        cmocka_unit_test(test_large_fold),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
