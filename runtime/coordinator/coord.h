@@ -683,7 +683,7 @@ int ftrt__drain_rank(ftrt__coord *c, int w, char *why, size_t n);
  * stopped, DRAIN "now" to a drained trainer still there); nothing when it is not a drain's
  * boundary epoch. reason: for the log. */
 void ftrt__drain_harden(ftrt__coord *c, const char *reason);
-/* The periodic part: the urgent epoch when due, the control directory every 0.25 s, the
+/* The periodic part: the urgent epoch when due, the control directory every second, the
  * drains ranks asked for that had to wait, and this process's SIGTERM (FTRT_SIGTERM=drain:
  * the job is aborted). */
 void ftrt__drain_periodic(ftrt__coord *c, double now);

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/fs.h"
@@ -35,7 +36,7 @@
 #include "runtime/coordinator/coord.h"
 
 /* How often the control directory is read, seconds. */
-#define CONTROL_POLL_S 0.25
+#define CONTROL_POLL_S 1.0
 /* A request file's largest useful size, bytes. */
 #define REQUEST_MAX 512
 
@@ -313,6 +314,8 @@ static void control_poll(ftrt__coord *c)
 {
     char dir[1200];
     if (snprintf(dir, sizeof dir, "%s.control", c->a->status_file) >= (int)sizeof dir) return;
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return; /* (nobody asked: no directory) */
     DIR *d = opendir(dir);
     if (!d) return; /* (none: nobody asked for anything) */
     struct dirent *e;
@@ -363,10 +366,10 @@ void ftrt__drain_periodic(ftrt__coord *c, double now)
 {
     sigterm_due(c);
     harden_due(c, now);
-    for (int w = 1; w < c->W && c->ndrain_asked > 0; w++)
+    for (int w = 1; w < c->W && c->ndrain_asked > 0; w++) /* (O(W) only while one waits) */
         if (c->r[w].drain_asked) try_asked(c, w);
-    if (c->deposed || c->claim_pending || ftrt__standby_deposed(c)) return;
     if (now - c->control_polled < CONTROL_POLL_S) return;
-    c->control_polled = now;
+    c->control_polled = now; /* (the deposed check reads a file: at this pace only) */
+    if (c->deposed || c->claim_pending || ftrt__standby_deposed(c)) return;
     control_poll(c);
 }
