@@ -30,41 +30,7 @@
 #include <time.h>
 
 #include "ftrt.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The trainers in logical rank order as an MPI communicator of their own (file comment). */
-static int trainer_comm(ftrt_ctx *ctx, MPI_Comm *out)
-{
-    int n = ftrt_size(ctx), me = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &me);
-    int64_t *w = calloc((size_t)n, sizeof *w);
-    int *ranks = malloc((size_t)n * sizeof *ranks);
-    if (!w || !ranks) return -1;
-    w[ftrt_rank(ctx)] = me;
-    int rc = ftrt_allreduce(ctx, w, (size_t)n, FTRT_INT64, FTRT_SUM);
-    for (int i = 0; i < n; i++) ranks[i] = (int)w[i];
-    MPI_Group world, g;
-    MPI_Comm_group(MPI_COMM_WORLD, &world);
-    MPI_Group_incl(world, n, ranks, &g);
-    if (!rc && MPI_Comm_create_group(MPI_COMM_WORLD, g, 78, out) != MPI_SUCCESS) rc = -1;
-    MPI_Group_free(&g);
-    MPI_Group_free(&world);
-    free(w);
-    free(ranks);
-    return rc;
-}
+#include "trainer_comm.h"
 
 typedef struct bench {
     ftrt_ctx *ctx;
@@ -169,7 +135,7 @@ int main(int argc, char **argv)
     size_t bytes = (size_t)(maxkib * 1024.0) + 64;
     B.in = malloc(bytes);
     B.out = malloc(bytes);
-    int err = !B.in || !B.out || trainer_comm(B.ctx, &B.comm) != 0;
+    int err = !B.in || !B.out || trainer_comm(B.ctx, 78, &B.comm) != 0;
     for (int i = 0; i < B.nheld; i++) B.contrib[i] = B.in;
     for (size_t i = 0; !err && i < bytes / sizeof(float); i++) {
         B.in[i] = (float)(i % 1000) * 1e-3f + (float)ftrt_rank(B.ctx);
