@@ -20,7 +20,6 @@ Usage: bench/recovery.py [--runs N] [--fault sigkill|sigstop|drain|kill-and-drai
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,11 +40,9 @@ def inject(job, fault):
     victim = job.wait_trainer(2, 60)
     t = time.time()
     if fault == "drain":
-        r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "ftrt-ctl"), "drain",
-                            "--rank", str(victim["world_rank"]), "--status", job.status],
-                           capture_output=True, text=True, timeout=60)
-        if r.returncode != 0:
-            raise RuntimeError(f"ftrt-ctl drain: {r.stdout}{r.stderr}")
+        rc, out = job.drain("--rank", str(victim["world_rank"]), wait_s=0)
+        if rc != 0:
+            raise RuntimeError(f"ftrt-ctl drain: {out}")
     else:
         job.inject(SIGNALS[fault], victim, fault)
     return t

@@ -38,6 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 FTRT_RUN = os.path.join(REPO, "tools", "ftrt-run")      # the job's real outcome -> exit status
 FTRT_CHAOS = os.path.join(REPO, "tools", "ftrt-chaos")  # fault plans, relaunches, verdicts
+FTRT_CTL = os.path.join(REPO, "tools", "ftrt-ctl")      # drains of a running job
 FTRT_HOSTS = os.path.join(REPO, "tests", "hosts", "ftrt-hosts")  # simulated hosts (namespaces)
 # Debian's PyTorch runs under /usr/bin/python3 (the first python3 on PATH may lack it).
 SYSTEM_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
@@ -387,6 +388,17 @@ class Job:
         for pid in launchers:
             ftrt_run.sweep(ftrt_run.runs_parent(), pid)
         return rc
+
+    def drain(self, *target, wait_s=60):
+        """tools/ftrt-ctl drain <target> (--rank W or --host H) of this job, then up to wait_s
+        seconds for the move (0: the coordinator's answer only). Returns (exit status, its
+        output), the output also printed."""
+        cmd = [sys.executable, FTRT_CTL, "drain", *target, "--status", self.status]
+        r = subprocess.run(cmd + (["--wait", str(wait_s)] if wait_s else []),
+                           capture_output=True, text=True, timeout=wait_s + 30)
+        print(f"  ftrt-ctl drain {' '.join(target)}: exit {r.returncode}: "
+              f"{(r.stdout + r.stderr).strip()}", flush=True)
+        return r.returncode, r.stdout + r.stderr
 
     def load_report(self):
         """The job's report JSON (self.report)."""

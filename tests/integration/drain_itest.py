@@ -24,7 +24,6 @@ Exit 0 = pass, 1 = fail, 77 = skipped.
 """
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -39,33 +38,21 @@ from itest import expect_identical, mlp_job, need_reference  # noqa: E402
 CASES = {}  # name -> ftrt_harness.Case
 
 
-FTRT_CTL = os.path.join(h.REPO, "tools", "ftrt-ctl")
-
-
-def ctl_drain(job, *target):
-    """tools/ftrt-ctl drain <target> for the job; returns (exit status, output)."""
-    r = subprocess.run([sys.executable, FTRT_CTL, "drain", *target, "--status", job.status,
-                        "--wait", "60"], capture_output=True, text=True, timeout=90)
-    print(f"  ftrt-ctl drain {' '.join(target)}: exit {r.returncode}: "
-          f"{(r.stdout + r.stderr).strip()}", flush=True)
-    return r.returncode, r.stdout + r.stderr
-
-
 @h.case(CASES, fixture="required")
 def case_drain(args):
     need_reference(args)
     job = mlp_job(args, "drain").start()
     victim = job.wait_trainer(2, min_steps=40)
-    rc, out = ctl_drain(job, "--rank", str(victim["world_rank"]))
+    rc, out = job.drain("--rank", str(victim["world_rank"]))
     check(rc == 0 and out.startswith("accepted") and "moved" in out,
           f"ftrt-ctl drain accepted and saw the move ({out.strip()})")
     st = job.status_json()
     me = [r for r in st["ranks"] if r["world_rank"] == victim["world_rank"]][0]
     check(me["role"] == "drained" and me["state"] == "left", f"the rank is drained and left ({me})")
-    rc, out = ctl_drain(job, "--rank", str(victim["world_rank"]))
+    rc, out = job.drain("--rank", str(victim["world_rank"]))
     check(rc == 1 and "already been drained" in out, "a second drain of it is refused")
     other = trainer(job.status_json(), 0)
-    rc, out = ctl_drain(job, "--rank", str(other["world_rank"]))
+    rc, out = job.drain("--rank", str(other["world_rank"]))
     check(rc == 1 and "no hot spare is left" in out,
           "with no spare left a drain is refused and the rank keeps training")
     rc = job.wait(180)
@@ -104,7 +91,7 @@ def case_drain_spare(args):
     need_reference(args)
     job = mlp_job(args, "drain_spare", np_=7, spares=2).start()
     job.wait_trainer(1, min_steps=30)
-    rc, out = ctl_drain(job, "--rank", "6")
+    rc, out = job.drain("--rank", "6")
     check(rc == 0 and "hot spare world rank 6 leaves the pool; 1 spare(s) left" in out,
           f"the spare's drain accepted ({out.strip()})")
     job.wait_status(lambda st: [r for r in st["ranks"] if r["world_rank"] == 6][0]["state"]
@@ -171,7 +158,7 @@ def case_drain_late(args):
     job.start()
     victim = job.wait_trainer(2, min_steps=40)
     check(victim["world_rank"] == 3, f"logical rank 2 is world rank 3 ({victim})")
-    rc, out = ctl_drain(job, "--rank", "3")
+    rc, out = job.drain("--rank", "3")
     check(rc == 0 and "moved" in out, f"ftrt-ctl drain accepted and saw the move ({out.strip()})")
     rc = job.wait(180)
     check(rc == 0, f"the job finishes and exits 0 (got {rc})")
@@ -199,7 +186,7 @@ def case_drain_sharded(args):
     job.env.update({"FTRT_SHARD_REPLICA_EVERY": "5", "FTRT_LOG": "info"})
     job.start()
     victim = job.wait_trainer(1, min_steps=42)
-    rc, out = ctl_drain(job, "--rank", str(victim["world_rank"]))
+    rc, out = job.drain("--rank", str(victim["world_rank"]))
     check(rc == 0 and "moved" in out, f"ftrt-ctl drain accepted and saw the move ({out.strip()})")
     rc = job.wait(180)
     check(rc == 0, f"the job finishes and exits 0 (got {rc})")

@@ -15,8 +15,6 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -249,11 +247,8 @@ def test_drain_is_byte_identical(ftrt_ref, work):
                                       os.path.join(d, "final.params")])
     job.start()
     victim = job.wait_trainer(2, 40)
-    ctl = os.path.join(REPO, "tools", "ftrt-ctl")
-    r = subprocess.run([sys.executable, ctl, "drain", "--rank", str(victim["world_rank"]),
-                        "--status", job.status, "--wait", "60"], capture_output=True,
-                       text=True, timeout=90)
-    assert r.returncode == 0 and "moved" in r.stdout, r.stdout + r.stderr
+    rc, out = job.drain("--rank", str(victim["world_rank"]))
+    assert rc == 0 and "moved" in out, out
     rc = job.wait(240)
     assert rc == 0, f"job did not survive the drain (exit {rc}):\n{job.out[-6000:]}"
     with open(os.path.join(d, "report.json")) as fh:

@@ -14,7 +14,6 @@ Kept short (24 steps of 8 x 32 characters) for 2-core machines. A ctest of its o
 import os
 import re
 import signal
-import subprocess
 
 import pytest
 
@@ -156,10 +155,8 @@ def test_zero_drain_moves_the_shard_with_no_rework(work, ref2):
     d = os.path.join(work, "zero2-drain")
     job = lm_job(d, 2).start()
     victim = job.wait_trainer(1, 11, timeout=120)
-    r = subprocess.run([PYTHON, os.path.join(REPO, "tools", "ftrt-ctl"), "drain", "--rank",
-                        str(victim["world_rank"]), "--status", job.status, "--wait", "120"],
-                       capture_output=True, text=True, timeout=150)
-    assert r.returncode == 0 and "moved" in r.stdout, r.stdout + r.stderr
+    rc, out = job.drain("--rank", str(victim["world_rank"]), wait_s=120)
+    assert rc == 0 and "moved" in out, out
     rc = job.wait(300)
     assert rc == 0, f"job did not survive the drain (exit {rc}):\n{job.out[-6000:]}"
     rep = h.load_json(os.path.join(d, "report.json"))
