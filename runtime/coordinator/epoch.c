@@ -25,7 +25,9 @@ void ftrt__epoch_open(ftrt__coord *c, double t_fail_wall)
     ftrt__epoch_release(c);
 }
 
-static void failure_send(ftrt__coord *c)
+/* The current epoch's FAILURE (boundary: c->epoch_soft, a drain's not yet urgent) to its
+ * members that are not promoted spares. Returns how many it went to. */
+static int failure_multicast(ftrt__coord *c)
 {
     ftrt__failure_msg m = {.epoch = c->epoch, .boundary = c->epoch_soft,
                            .t_fail_wall = c->epoch_t_fail};
@@ -33,6 +35,12 @@ static void failure_send(ftrt__coord *c)
     for (int k = 0; k < c->N; k++)
         if (!c->r[c->members[k]].promoting) c->s.fan[n++] = c->members[k];
     ftrt__coord_multicast(c, c->s.fan, n, FTRT__MSG_FAILURE, &m, sizeof m);
+    return n;
+}
+
+static void failure_send(ftrt__coord *c)
+{
+    int n = failure_multicast(c);
     c->failure_sent_epoch = c->epoch;
     c->status_dirty |= 2; /* (fault injectors wait for it: a recovery in flight) */
     if (ftrt__knobs.plan_delay_ms > 0) { /* test knob: the PLAN held (plan_held) */
@@ -44,12 +52,8 @@ static void failure_send(ftrt__coord *c)
 
 void ftrt__epoch_failure_urgent(ftrt__coord *c)
 {
-    if (c->failure_sent_epoch != c->epoch) return; /* (it goes out urgent once acknowledged) */
-    ftrt__failure_msg m = {.epoch = c->epoch, .t_fail_wall = c->epoch_t_fail};
-    int n = 0;
-    for (int k = 0; k < c->N; k++)
-        if (!c->r[c->members[k]].promoting) c->s.fan[n++] = c->members[k];
-    ftrt__coord_multicast(c, c->s.fan, n, FTRT__MSG_FAILURE, &m, sizeof m);
+    /* (not sent yet: it goes out urgent once acknowledged, epoch_soft being 0 by then) */
+    if (c->failure_sent_epoch == c->epoch) failure_multicast(c);
 }
 
 static void plan_out(ftrt__coord *c)
