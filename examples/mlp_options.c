@@ -54,6 +54,9 @@ static void usage(FILE *f)
           "                     timing knob (repeatable, up to 8): logical rank 0 sleeps M ms (1000)\n"
           "                     the first time it reaches step S, so that a fault injected then\n"
           "                     lands between checkpoints\n"
+          "  --pause-file F     timing knob: logical rank 0 waits at the end of every step while\n"
+          "                     the file F exists (polled every 10 ms), so that a test can keep\n"
+          "                     the job from finishing while it does something\n"
           "  --die-rank R --die-at-step S\n"
           "                     fault injection: logical rank R SIGKILLs itself inside its forward\n"
           "                     pass at step S (first epoch only), at its 8th ftrt_check; every\n"
@@ -168,7 +171,7 @@ enum {
     OPT_SLOW_RANK, OPT_SLOW_MS, OPT_STEP_LOG, OPT_SHARDED_MOMENTUM, OPT_ERROR_RANK,
     OPT_ERROR_STEP, OPT_HOLD_STEP, OPT_HOLD_MS, OPT_PUBLISH, OPT_DEVICE, OPT_CHECK_DEVICE,
     OPT_FLIP_RANK, OPT_FLIP_STEP, OPT_CHECK_EVERY, OPT_DIE_RANK, OPT_DIE_STEP, OPT_LAG_RANK,
-    OPT_LAG_STEP, OPT_EXIT_RANK, OPT_EXIT_STATUS, OPT_HELP = 'h'
+    OPT_LAG_STEP, OPT_EXIT_RANK, OPT_EXIT_STATUS, OPT_PAUSE_FILE, OPT_HELP = 'h'
 };
 
 static const struct option longopts[] = {
@@ -194,6 +197,7 @@ static const struct option longopts[] = {
     {"error-at-step", required_argument, NULL, OPT_ERROR_STEP},
     {"hold-at-step", required_argument, NULL, OPT_HOLD_STEP},
     {"hold-ms", required_argument, NULL, OPT_HOLD_MS},
+    {"pause-file", required_argument, NULL, OPT_PAUSE_FILE},
     {"publish-addr", required_argument, NULL, OPT_PUBLISH},
     {"flip-rank", required_argument, NULL, OPT_FLIP_RANK},
     {"flip-at-step", required_argument, NULL, OPT_FLIP_STEP},
@@ -265,6 +269,7 @@ static int test_option(int c, const char *arg, options *o)
         }
         return parse_i64("hold-at-step", arg, 0, INT64_MAX / 2, &o->hold_step[o->nhold++]);
     case OPT_HOLD_MS: return parse_i64("hold-ms", arg, 0, 3600000, &o->hold_ms);
+    case OPT_PAUSE_FILE: return parse_path("pause-file", arg, 4096, &o->pause_file);
     case OPT_PUBLISH: return parse_path("publish-addr", arg, 4000, &o->publish);
     case OPT_FLIP_RANK: return parse_i64("flip-rank", arg, 0, 1 << 20, &o->flip_rank);
     case OPT_FLIP_STEP: return parse_i64("flip-at-step", arg, 0, INT64_MAX / 2, &o->flip_step);

@@ -44,6 +44,7 @@ typedef struct options {
     const char *params_out; /* NULL = do not write */
     const char *data;       /* data set path (--data, else $DIGITS_DATA, else Debian's) */
     const char *step_log;   /* append "<logical rank> <step> <epoch>" per completed step */
+    const char *pause_file; /* timing knob: logical rank 0 waits after each step while it exists */
     const char *publish;    /* test hook: write "<pid> <params address> <bytes> <steps address>"
                                to <publish>.w<world rank> (tools/ftrt-chaos flip-bit) */
     int sharded_momentum;   /* register the momentum buffer SHARDED (recovery from checkpoint) */

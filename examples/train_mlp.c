@@ -258,8 +258,9 @@ static int describe_job(ftrt_ctx *ctx, const options *o, size_t n, const digits 
 
 /* The fault and timing knobs of the tests, at `step` on logical rank `rank`, after the
  * gradients: --slow-rank computes longer, --hold-at-step holds logical rank 0 once per step
- * listed, --error-rank stops with an application error (returns 1), --hang-rank gets stuck in
- * its own code in epoch 0 (never returns). Returns 0 otherwise. */
+ * listed, --pause-file holds it while the file exists, --error-rank stops with an application
+ * error (returns 1), --hang-rank gets stuck in its own code in epoch 0 (never returns).
+ * Returns 0 otherwise. */
 static int test_knobs(ftrt_ctx *ctx, options *o, int rank, int64_t step)
 {
     if (rank == o->slow_rank && o->slow_ms > 0) sleep_ms(o->slow_ms);
@@ -268,6 +269,7 @@ static int test_knobs(ftrt_ctx *ctx, options *o, int rank, int64_t step)
             o->hold_step[k] = -1; /* once: not again when steps are redone */
             sleep_ms(o->hold_ms);
         }
+    while (rank == 0 && o->pause_file && access(o->pause_file, F_OK) == 0) sleep_ms(10);
     if (rank == o->error_rank && step == o->error_step) {
         fprintf(stderr, "train_mlp: logical rank %d stops at step %" PRId64 " with an "
                         "application error (--error-rank/--error-at-step)\n", rank, step);

@@ -41,11 +41,21 @@ CASES = {}  # name -> ftrt_harness.Case
 @h.case(CASES, fixture="required")
 def case_drain(args):
     need_reference(args)
-    job = mlp_job(args, "drain").start()
+    # Logical rank 0 waits at each step's end while `pause` exists (--pause-file), so that the
+    # job cannot run out of steps while the refused requests are made (each waits for the
+    # coordinator's 1 s poll of the control directory).
+    pause = os.path.join(args.work, "drain.pause")
+    if os.path.exists(pause):
+        os.unlink(pause)
+    job = h.train_job(os.path.join(args.work, "drain"), args.bin, 6,
+                      h.MLP_ARGS + ["--pause-file", pause])
+    job.env["FTRT_PROGRESS_TIMEOUT_MS"] = "120000"  # the pause is not a stall
+    job.start()
     victim = job.wait_trainer(2, min_steps=40)
     rc, out = job.drain("--rank", str(victim["world_rank"]))
     check(rc == 0 and out.startswith("accepted") and "moved" in out,
           f"ftrt-ctl drain accepted and saw the move ({out.strip()})")
+    open(pause, "w").close()
     st = job.status_json()
     me = [r for r in st["ranks"] if r["world_rank"] == victim["world_rank"]][0]
     check(me["role"] == "drained" and me["state"] == "left", f"the rank is drained and left ({me})")
@@ -55,6 +65,10 @@ def case_drain(args):
     rc, out = job.drain("--rank", str(other["world_rank"]))
     check(rc == 1 and "no hot spare is left" in out,
           "with no spare left a drain is refused and the rank keeps training")
+    still = trainer(job.status_json(), 0)
+    check(still and still["world_rank"] == other["world_rank"],
+          f"logical rank 0 is still a trainer on world rank {other['world_rank']} ({still})")
+    os.unlink(pause)
     rc = job.wait(180)
     check(rc == 0, f"the job finishes and exits 0 (got {rc})")
     rep = job.load_report()
