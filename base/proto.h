@@ -274,7 +274,7 @@ typedef struct ftrt__plan {
     int32_t logical_rank; /* the recipient's */
     int32_t nbehind;      /* survivors behind the resume step (a peers plan): their roles are
                              FTRT__PLAN_UP_TO_DATE here until ftrt__plan_behind_apply sets them */
-    int32_t pad;
+    int32_t data_rank;    /* the recipient's data rank, or -1 (unchanged: a delta PLAN) */
     int32_t members[];    /* 3 x ntrainers: the world ranks, index = logical rank, then each
                              logical rank's state role (FTRT__PLAN_*; ftrt__plan_roles), then
                              the logical rank holding its sharded image, or -1
@@ -323,7 +323,8 @@ typedef struct ftrt__plan_msg {
     int32_t nrepl;        /* replaced logical ranks: {logical, world, sharded-image source} */
     int32_t nbehind;      /* how many survivors are behind the resume step (peers plans only) */
     int32_t nmembers;     /* 0, or ntrainers: the world ranks of the whole membership follow */
-    int32_t pad;
+    int32_t data_rank;    /* the recipient's data rank (ftrt_data_rank()) when nmembers > 0,
+                             else -1 (unchanged) */
     int32_t data[];       /* 3 x nrepl, then nmembers int32 */
 } ftrt__plan_msg;
 
@@ -334,8 +335,8 @@ size_t ftrt__plan_msg_size(int nrepl, int nmembers);
  * nmembers 0 or ntrainers, ntrainers in [1, FTRT__MAX_WORLD)), nbehind 0 outside a peers plan
  * and below the number of survivors (the source is up to date), logical ranks and sources in
  * [0, ntrainers) (a sharded-image source may be -1), world ranks in [1, FTRT__MAX_WORLD),
- * logical_rank -1 exactly when nmembers is 0. The membership itself is checked once expanded
- * (ftrt__plan_check). Returns 0 or FTRT_EPROTO. O(len). Thread-safe. */
+ * logical_rank and data_rank -1 exactly when nmembers is 0. The membership itself is checked
+ * once expanded (ftrt__plan_check). Returns 0 or FTRT_EPROTO. O(len). Thread-safe. */
 int ftrt__plan_msg_check(const ftrt__plan_msg *m, size_t len);
 
 /* Fills members[0..n) with the membership a job starts with: logical rank l is world rank l + 1

@@ -14,11 +14,13 @@
  * state, the step (gradients, allreduce, update, ftrt_step_done, checkpoints), the fault and
  * timing knobs of the tests, and the outputs.
  *
- * Determinism: logical rank r's minibatch at step s is a pure function of (seed, s, r), the
- * gradient sum and the update are computed in a fixed order in float32, and ftrt's allreduce
- * is bitwise deterministic for a fixed number of trainers. So a run that survives failures
- * (or is restarted from a checkpoint) ends with bitwise the same parameters as an undisturbed
- * run with the same flags and trainer count.
+ * Determinism: data rank r's minibatch at step s is a pure function of (seed, s, r) (the data
+ * rank is the logical rank until a shrink, ftrt_data_rank()), the gradient sum and the update
+ * are computed in a fixed order in float32, and ftrt's allreduce is bitwise deterministic for a
+ * fixed number of trainers. So a run that survives failures (or is restarted from a
+ * checkpoint) ends with bitwise the same parameters as an undisturbed run with the same flags
+ * and trainer count; under FTRT_NO_SPARE=shrink, as any run with the same membership history
+ * (which data rank left at which step).
  *
  * The training loop follows the contract of include/ftrt.h: FTRT_ERECOVER from any collective
  * call means "call ftrt_recover() and continue at the step it returns".
@@ -369,10 +371,13 @@ static int train_step(ftrt_ctx *ctx, options *o, model *m, const digits *train, 
 {
     const size_t n = m->n;
     float *grad = m->grad;
-    const int rank = ftrt_rank(ctx), size = ftrt_size(ctx);
-    if (rank < 0 || size <= 0)
-        return fatal(ctx, "ftrt_rank/ftrt_size", *step, rank < 0 ? rank : size);
-    minibatch_indices(o->seed, *step, rank, train->n, m->idx, o->batch);
+    const int rank = ftrt_rank(ctx), size = ftrt_size(ctx), data = ftrt_data_rank(ctx);
+    if (rank < 0 || size <= 0 || data < 0)
+        return fatal(ctx, "ftrt_rank/ftrt_size/ftrt_data_rank", *step,
+                     rank < 0 ? rank : data < 0 ? data : size);
+    /* (by the data rank: a shrink skips the lost rank's minibatches, nobody else's change; the
+     * gradient is averaged over the trainers present, ftrt_size(), below) */
+    minibatch_indices(o->seed, *step, data, train->n, m->idx, o->batch);
     int rc = state_read(m, 0); /* --device sim/cuda: this step's parameters from the device */
     if (rc < 0) return fatal(ctx, "the device read of the parameters", *step, rc);
     the_poll.step = *step;

@@ -279,7 +279,16 @@ typedef struct ftrt_config {
                                  or spare it asks for a drain of that rank, a second one kills;
                                  to the coordinator it ends the whole job as aborted;
                                  docs/detection-and-recovery.md "Drain") */
+    int no_spare;             /* FTRT_NO_SPARE: a trainer lost when no hot spare is left:
+                                 FTRT_NO_SPARE_STOP (default, "stop": the job ends with
+                                 FTRT_ENOSPARE) or FTRT_NO_SPARE_SHRINK ("shrink": the job goes on
+                                 with one trainer fewer; docs/detection-and-recovery.md
+                                 "Shrink") */
 } ftrt_config;
+
+/* FTRT_NO_SPARE values (ftrt_config.no_spare). */
+#define FTRT_NO_SPARE_STOP 0
+#define FTRT_NO_SPARE_SHRINK 1
 
 /* FTRT_SIGTERM values (ftrt_config.sigterm). */
 #define FTRT_SIGTERM_EXIT 0
@@ -376,8 +385,19 @@ FTRT_API int ftrt_set_exit_code(ftrt_ctx *ctx, int code);
 
 /* Logical rank of this trainer in [0, ftrt_size()), or FTRT_ESTATE for non-trainers. */
 FTRT_API int ftrt_rank(const ftrt_ctx *ctx);
-/* Number of trainers N (the data-parallel world), or FTRT_ESTATE for a NULL ctx. */
+/* Number of trainers N (the data-parallel world), or FTRT_ESTATE for a NULL ctx. It falls by
+ * one with each shrink (FTRT_NO_SPARE=shrink): read it after every ftrt_recover() (the
+ * gradient is averaged over the trainers present; docs/detection-and-recovery.md "Shrink"). */
 FTRT_API int ftrt_size(const ftrt_ctx *ctx);
+/* The data rank of this trainer: the logical rank whose data it trains on, numbered as at the
+ * job's start, in [0, N at the start). It equals ftrt_rank() until a shrink: a shrink
+ * renumbers the logical ranks above the lost one down by one, their data ranks stay, and the
+ * lost one's data rank is absent from then on (its data skipped); a hot spare promoted later
+ * takes the data rank of the logical rank it replaces. Choose minibatches by it, not by
+ * ftrt_rank(), so that a shrink skips the lost rank's data and changes nobody else's.
+ * Returns it, or FTRT_ESTATE (NULL ctx, or not a trainer). Any thread; changes only inside
+ * ftrt_init() and ftrt_recover(). */
+FTRT_API int ftrt_data_rank(const ftrt_ctx *ctx);
 /* World rank of this process in MPI_COMM_WORLD. */
 FTRT_API int ftrt_world_rank(const ftrt_ctx *ctx);
 /* Current epoch (0 at start, +1 per membership change). */

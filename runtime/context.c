@@ -311,7 +311,7 @@ static int join_job(ftrt_ctx *ctx, const bootstrap *b, ftrt_ctx **out)
     }
     ctx->role = ctx->cp.welcome.role;
     ctx->size = ctx->cp.welcome.ntrainers;
-    ctx->rank = ctx->cp.welcome.logical_rank;
+    ctx->rank = ctx->data_rank = ctx->cp.welcome.logical_rank;
     *out = ctx;
     if (ctx->role == FTRT__ROLE_SPARE) {
         ftrt__ledger_spare_mark(ctx, FTRT__IV_SPARE_IDLE); /* its start-up, sent now */
@@ -502,6 +502,10 @@ int ftrt_rank(const ftrt_ctx *ctx)
     return ctx && ctx->role == FTRT__ROLE_TRAINER ? ctx->rank : FTRT_ESTATE;
 }
 int ftrt_size(const ftrt_ctx *ctx) { return ctx ? ctx->size : FTRT_ESTATE; }
+int ftrt_data_rank(const ftrt_ctx *ctx)
+{
+    return ctx && ctx->role == FTRT__ROLE_TRAINER ? ctx->data_rank : FTRT_ESTATE;
+}
 int ftrt_world_rank(const ftrt_ctx *ctx) { return ctx ? ctx->world_rank : FTRT_ESTATE; }
 int ftrt_epoch(const ftrt_ctx *ctx) { return ctx ? ctx->watch.epoch : FTRT_ESTATE; }
 

@@ -142,6 +142,8 @@ struct ftrt_ctx {
     int world_rank, world_size;
     int role; /* enum ftrt__role */
     int rank, size;
+    int data_rank; /* the logical rank whose data it trains on, as numbered at the start (a
+                      shrink renumbers rank, not this; ftrt_data_rank()) */
     ftrt__watch watch; /* epoch, pending epoch, fatal code, recovery owed (base/ports.h) */
     ftrt__host hostif; /* what the engines below may ask of the runtime (timeline.c) */
     int ntrainers_initial, nspares;

@@ -56,6 +56,7 @@ int ftrt__apply_plan(ftrt_ctx *ctx)
     }
     ftrt__plane_set(&ctx->plane, comm);
     ctx->rank = p->logical_rank;
+    if (p->data_rank >= 0) ctx->data_rank = p->data_rank; /* (a whole-membership plan's) */
     ctx->size = p->ntrainers;
     ctx->watch.epoch = p->epoch;
     ctx->watch.needs_recover = 0;

@@ -206,6 +206,7 @@ enum { FTRT__FROM_PEERS = 0, FTRT__FROM_REPLICA = 1, FTRT__FROM_CHECKPOINT = 2 }
 typedef struct ftrt__incident {
     int world_rank, logical_rank, pid, kind, epoch, spare_world_rank;
     int was_spare; /* an unused hot spare: removed from the pool, nothing to recover */
+    int shrunk;    /* no hot spare was left: the job shrank (FTRT_NO_SPARE=shrink) */
     double t_detect, t_detect_wall, t_last_heard, t_resumed; /* monotonic, except _wall */
     double t_fail_wall;   /* best known failure time: fault log, EOF, or last message heard */
     double t_plan_wall;   /* recovery plan sent */
@@ -250,15 +251,22 @@ typedef struct ftrt__coord_scratch {
 
 /* One change of the membership (membership.c). */
 typedef struct ftrt__member_change {
-    int epoch, logical, from, to, why; /* from/to: world ranks; why: FTRT__MEMBER_* */
+    int epoch, logical, from, to, why; /* from/to: world ranks (to -1: a shrink); why:
+                                          FTRT__MEMBER_* */
+    int data_rank;                     /* logical rank l's data rank (ftrt_data_rank()) */
     double t_wall;
 } ftrt__member_change;
 
 typedef struct ftrt__coord {
     ftrt__coord_args *a; /* what the runtime gave (coordinator.h) */
     ftrt__crank *r; /* indexed by world rank; r[self] is the coordinator itself */
-    int W, N;
+    int W, N;     /* N: the trainers now (a shrink lowers it; N0 at the start) */
+    int N0;
     int *members; /* logical rank -> world rank (written by membership.c only) */
+    int *data_rank; /* logical rank -> its data rank, the logical rank at the start whose data it
+                       trains on (membership.c only; the identity until a shrink) */
+    int shrink_epoch; /* the last epoch a shrink took effect in (its PLAN is whole to everyone) */
+    int nshrinks;
     ftrt__member_change *mhist; /* its changes since the start (membership.c) */
     int nmhist, mhist_cap;
     int epoch, phase, result;
@@ -418,15 +426,29 @@ int ftrt__rankidx_stale(const ftrt__coord *c);
 /* ---- membership.c: the map from logical rank to process and its history ---- */
 /* Why logical rank l changed process: the job's start, a failure, a drain, a standby's
  * restore of the map it was sent. */
-enum { FTRT__MEMBER_START = 0, FTRT__MEMBER_FAILURE, FTRT__MEMBER_DRAIN, FTRT__MEMBER_TAKEOVER };
+enum {
+    FTRT__MEMBER_START = 0,
+    FTRT__MEMBER_FAILURE,
+    FTRT__MEMBER_DRAIN,
+    FTRT__MEMBER_TAKEOVER,
+    FTRT__MEMBER_SHRINK
+};
 /* Logical rank l's member is world rank w from now on (c->members[l] = w), for `why`
  * (FTRT__MEMBER_*), kept in the history with the epoch it takes effect in (the next one while
  * running, the one collecting REPORTs when it joins it; not the start's). The only
  * writer of c->members (tools/check-layers). O(1) amortized. */
 void ftrt__member_set(ftrt__coord *c, int l, int w, int why);
-/* A standby's map from its SYNC: c->N int32 world ranks at p (unaligned). Returns 0 or
- * FTRT_EPROTO (a world rank out of [1, W)). The caller rebuilds the index after. */
-int ftrt__members_restore(ftrt__coord *c, const unsigned char *p);
+/* FTRT_NO_SPARE=shrink: logical rank l leaves the membership with nobody in its place (its
+ * member failed and no hot spare is left; docs/detection-and-recovery.md "Shrink"): the logical
+ * ranks above it move down by one (members, data ranks and each member's r[].logical), N falls
+ * by one, the change is kept in the history (to -1) and the epoch it takes effect in is
+ * remembered (c->shrink_epoch: its PLAN goes whole to every member, each learning its new
+ * logical rank). Needs N >= 2. O(N). */
+void ftrt__member_shrink(ftrt__coord *c, int l);
+/* A standby's map from its SYNC: n (at most c->N0) int32 world ranks at p, then n int32 data
+ * ranks (unaligned); sets c->N = n. Returns 0 or FTRT_EPROTO (a world rank out of [1, W), a
+ * data rank out of [0, N0), n out of [1, N0]). The caller rebuilds the index after. */
+int ftrt__members_restore(ftrt__coord *c, const unsigned char *p, int n);
 /* The report's "membership": each change of the history (docs/report-schema.md). */
 struct ftrt__jw;
 void ftrt__membership_json(struct ftrt__jw *w, const ftrt__coord *c);

@@ -56,12 +56,19 @@ void ftrt__epoch_failure_urgent(ftrt__coord *c)
     if (c->failure_sent_epoch == c->epoch) failure_multicast(c);
 }
 
+/* Whether world rank w gets the whole membership in this epoch's PLAN (addressed to it alone):
+ * a promoted spare, which knows none, and every member in an epoch a shrink renumbered. */
+static int gets_full_plan(const ftrt__coord *c, int w)
+{
+    return c->r[w].promoting || c->shrink_epoch == c->epoch;
+}
+
 static void plan_out(ftrt__coord *c)
 {
     int n = 0;
     for (int l = 0; l < c->N; l++) {
         int w = c->members[l];
-        if (c->r[w].promoting) ftrt__epoch_resend_plan(c, w);
+        if (gets_full_plan(c, w)) ftrt__epoch_resend_plan(c, w);
         else c->s.fan[n++] = w;
     }
     ftrt__coord_multicast(c, c->s.fan, n, FTRT__MSG_PLAN, c->plan_delta,
@@ -101,10 +108,11 @@ void ftrt__epoch_resend_plan(ftrt__coord *c, int w)
 {
     const ftrt__crank *r = &c->r[w];
     if (c->plan_due) return; /* it goes to every member once the standby acknowledged it */
-    if (r->promoting && c->plan_full) {
+    if (gets_full_plan(c, w) && c->plan_full) {
         c->plan_full->logical_rank = r->logical;
+        c->plan_full->data_rank = c->data_rank[r->logical];
         ftrt__coord_send(c, w, FTRT__MSG_PLAN, c->plan_full, (uint32_t)c->plan_full_len);
-    } else if (!r->promoting && c->plan_delta) {
+    } else if (!gets_full_plan(c, w) && c->plan_delta) {
         ftrt__coord_send(c, w, FTRT__MSG_PLAN, c->plan_delta, (uint32_t)c->plan_delta_len);
     }
 }
@@ -227,8 +235,9 @@ static ftrt__plan_msg *plan_delta(ftrt__coord *c, const plan_in *in, size_t *len
     return m;
 }
 
-/* The same plan with the whole membership, for the promoted spares (which know none); its
- * logical_rank is set per recipient. NULL without memory. */
+/* The same plan with the whole membership, for the promoted spares (which know none) and, in
+ * an epoch a shrink renumbered, every member; its logical_rank and data_rank are set per
+ * recipient (ftrt__epoch_resend_plan). NULL without memory. */
 static ftrt__plan_msg *plan_full(ftrt__coord *c, const ftrt__plan_msg *delta, size_t dlen,
                                  size_t *len)
 {
@@ -247,8 +256,9 @@ static int plan_send(ftrt__coord *c, const plan_in *in)
 {
     size_t dlen, flen = 0;
     ftrt__plan_msg *delta = plan_delta(c, in, &dlen);
-    ftrt__plan_msg *full = delta && delta->nrepl ? plan_full(c, delta, dlen, &flen) : NULL;
-    if (!delta || (delta->nrepl && !full)) {
+    int whole = delta && (delta->nrepl || c->shrink_epoch == c->epoch);
+    ftrt__plan_msg *full = whole ? plan_full(c, delta, dlen, &flen) : NULL;
+    if (!delta || (whole && !full)) {
         free(delta);
         return -ENOMEM;
     }
@@ -270,6 +280,12 @@ static void send_plan(ftrt__coord *c)
     plan_in in = {0};
     if (plan_gather(c, &in)) {
         ftrt__job_abort(c, -ENOMEM, "out of memory building the recovery plan");
+        goto out;
+    }
+    if (in.sharded && c->shrink_epoch == c->epoch) {
+        ftrt__job_abort(c, FTRT_ENOSPARE, "a trainer failed, no hot spare is left, and "
+                                          "FTRT_NO_SPARE=shrink is refused with sharded regions "
+                                          "(the lost rank's shard would have no owner)");
         goto out;
     }
     int rc = plan_decide(c, &in);

@@ -125,17 +125,47 @@ static int recoverable(ftrt__coord *c, int w)
     return 1;
 }
 
-/* Trainer w failed: a hot spare takes its logical rank, in the announced epoch or a new one. */
+/* Trainer w failed and no hot spare is left: under FTRT_NO_SPARE=shrink its logical rank
+ * leaves the membership (membership.c) and the job goes on with one trainer fewer; else, or
+ * when it was the last trainer, the job ends. Returns 1 when it shrank. */
+static int shrink(ftrt__coord *c, int w, ftrt__incident *inc)
+{
+    if (c->a->cfg->no_spare != FTRT_NO_SPARE_SHRINK) {
+        ftrt__job_abort(c, FTRT_ENOSPARE, "a trainer failed and no hot spare is left");
+        return 0;
+    }
+    if (c->N < 2) {
+        ftrt__job_abort(c, FTRT_ENOSPARE, "the last trainer failed (FTRT_NO_SPARE=shrink)");
+        return 0;
+    }
+    int l = c->r[w].logical;
+    if (inc) inc->shrunk = 1;
+    ftrt__member_shrink(c, l);
+    ftrt_log_warn("epoch %d: no hot spare is left: the job shrinks to %d trainer(s) without "
+                  "logical rank %d (FTRT_NO_SPARE=shrink); the ranks above it move down",
+                  c->shrink_epoch, c->N, l);
+    return 1;
+}
+
+/* Trainer w failed: a hot spare takes its logical rank (or, with none left, the job shrinks:
+ * shrink()), in the announced epoch or a new one. */
 static void replace(ftrt__coord *c, int w, int kind, ftrt__incident *inc)
 {
     ftrt__crank *r = &c->r[w];
     int spare = ftrt__pick_spare(c, w);
-    if (spare < 0) {
-        ftrt__job_abort(c, FTRT_ENOSPARE, "a trainer failed and no hot spare is left");
+    if (spare < 0 && !shrink(c, w, inc)) return;
+    int l = r->logical;
+    if (spare >= 0) ftrt__promote_spare(c, l, spare, FTRT__MEMBER_FAILURE, inc);
+    if (spare < 0 && c->phase == PH_COLLECT) {
+        if (c->epoch_soft) c->drain_urgent = 1;
+        ftrt__epoch_check_reports(c);
         return;
     }
-    int l = r->logical;
-    ftrt__promote_spare(c, l, spare, FTRT__MEMBER_FAILURE, inc);
+    if (spare < 0) {
+        ftrt__epoch_open(c, !inc ? ftrt__wallclock()
+                            : kind == FK_SDC ? inc->t_detect_wall : inc->t_fail_wall);
+        return;
+    }
     if (c->phase == PH_COLLECT) {
         /* The announced epoch's plan is not out yet: this failure joins it, so that a lost
          * host takes as many spares as it held trainers in one epoch (a drain's epoch that

@@ -32,7 +32,7 @@
 static size_t timeline_share(const ftrt__coord *c, int w)
 {
     const ftrt_config *cfg = c->a->cfg;
-    return ftrt__timeline_share(w, c->W, c->W - 1 - c->N, cfg->timeline_ranks,
+    return ftrt__timeline_share(w, c->W, c->W - 1 - c->N0, cfg->timeline_ranks,
                                 cfg->timeline_budget_mb, cfg->timeline_max);
 }
 

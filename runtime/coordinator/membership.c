@@ -4,7 +4,9 @@
  *
  * Membership changes when a trainer fails (failure.c: a hot spare takes its logical rank), when
  * one is drained (drain.c), at the job's start (job.c) and when a standby coordinator takes
- * over (standby.c restores the map it was sent). Every write goes through here: the recovery's
+ * over (standby.c restores the map it was sent); a shrink (FTRT_NO_SPARE=shrink, failure.c)
+ * removes a logical rank and renumbers the ones above it, whose data ranks (c->data_rank: the
+ * logical rank at the start whose data each trains on) stay. Every write goes through here: the recovery's
  * plans, the status file and the report read the map, and tools/check-layers fails the build of
  * any other coordinator file that writes it. Each change after the start is kept with its epoch,
  * cause and time, for the report's "membership" (a standby that took over has the history from
@@ -16,7 +18,7 @@
 #include "base/jsonw.h"
 #include "runtime/coordinator/coord.h"
 
-static const char *const why_names[] = {"start", "failure", "drain", "takeover"};
+static const char *const why_names[] = {"start", "failure", "drain", "takeover", "shrink"};
 
 /* Keeps one change in the history (best effort: without memory it is not kept). */
 static void remember(ftrt__coord *c, int l, int from, int to, int why)
@@ -34,6 +36,7 @@ static void remember(ftrt__coord *c, int l, int from, int to, int why)
     int epoch = c->phase == PH_RUNNING ? c->epoch + 1 : c->epoch;
     c->mhist[c->nmhist++] = (ftrt__member_change){.epoch = epoch, .logical = l, .from = from,
                                                    .to = to, .why = why,
+                                                   .data_rank = c->data_rank[l],
                                                    .t_wall = ftrt__wallclock()};
 }
 
@@ -44,19 +47,41 @@ void ftrt__member_set(ftrt__coord *c, int l, int w, int why)
     old->ix_member--;
     c->ix.nbye_members -= old->said_bye != 0;
     c->members[l] = w;
+    if (why == FTRT__MEMBER_START) c->data_rank[l] = l;
     c->r[w].ix_member++;
     c->ix.nbye_members += c->r[w].said_bye != 0;
     remember(c, l, from, w, why);
 }
 
-int ftrt__members_restore(ftrt__coord *c, const unsigned char *p)
+void ftrt__member_shrink(ftrt__coord *c, int l)
 {
-    for (int l = 0; l < c->N; l++, p += sizeof(int32_t)) {
-        int32_t m;
-        memcpy(&m, p, sizeof m);
-        if (m < 1 || m >= c->W) return FTRT_EPROTO;
-        c->members[l] = m; /* (the index is rebuilt after: ftrt__rankidx_rebuild) */
+    int from = c->members[l];
+    ftrt__crank *old = &c->r[from];
+    old->ix_member--;
+    c->ix.nbye_members -= old->said_bye != 0;
+    remember(c, l, from, -1, FTRT__MEMBER_SHRINK);
+    for (int k = l; k + 1 < c->N; k++) {
+        c->members[k] = c->members[k + 1];
+        c->data_rank[k] = c->data_rank[k + 1];
+        c->r[c->members[k]].logical = k;
     }
+    c->N--;
+    c->nshrinks++;
+    c->shrink_epoch = c->phase == PH_RUNNING ? c->epoch + 1 : c->epoch;
+}
+
+int ftrt__members_restore(ftrt__coord *c, const unsigned char *p, int n)
+{
+    if (n < 1 || n > c->N0) return FTRT_EPROTO;
+    for (int l = 0; l < n; l++) {
+        int32_t m, d;
+        memcpy(&m, p + (size_t)l * sizeof m, sizeof m);
+        memcpy(&d, p + (size_t)(n + l) * sizeof d, sizeof d);
+        if (m < 1 || m >= c->W || d < 0 || d >= c->N0) return FTRT_EPROTO;
+        c->members[l] = m; /* (the index is rebuilt after: ftrt__rankidx_rebuild) */
+        c->data_rank[l] = d;
+    }
+    c->N = n;
     return 0;
 }
 
@@ -70,6 +95,7 @@ void ftrt__membership_json(struct ftrt__jw *w, const ftrt__coord *c)
         ftrt__jw_int(w, "logical_rank", x->logical);
         ftrt__jw_int(w, "from_world_rank", x->from);
         ftrt__jw_int(w, "to_world_rank", x->to);
+        ftrt__jw_int(w, "data_rank", x->data_rank);
         ftrt__jw_string(w, "why", why_names[x->why]);
         ftrt__jw_double(w, "at", x->t_wall);
         ftrt__jw_end(w);

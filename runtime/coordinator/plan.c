@@ -48,7 +48,8 @@ int ftrt__plan_msg_build(const ftrt__plan_msg *head, const int *survivor, const 
     m->logical_rank = -1;
     m->nrepl = nrepl;
     m->nbehind = nbehind; /* (each knows whether it is one: base/proto.h) */
-    m->nmembers = m->pad = 0;
+    m->nmembers = 0;
+    m->data_rank = -1;
     int32_t *repl = m->data;
     for (int l = 0; l < n; l++)
         if (!survivor[l]) {

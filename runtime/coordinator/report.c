@@ -63,8 +63,8 @@ static void totals_of(const ftrt__coord *c, totals *t)
 {
     memset(t, 0, sizeof *t);
     t->wall = c->t_end - c->t_start;
-    t->nspares = c->W - 1 - c->N;
-    t->allocated = (double)(c->N + t->nspares) * t->wall;
+    t->nspares = c->W - 1 - c->N0; /* (at the start) */
+    t->allocated = (double)(c->N0 + t->nspares) * t->wall;
     for (int w = 1; w < c->W; w++) {
         const ftrt__crank *r = &c->r[w];
         t->kept += r->kept_s;
@@ -146,7 +146,9 @@ static void summary_json(ftrt__jw *w, const ftrt__coord *c, const totals *t)
     ftrt__jw_string(w, "error", t->ok ? NULL : ftrt_err_name(c->result));
     ftrt__jw_int(w, "steps", t->steps);
     ftrt__jw_double(w, "wall_s", t->wall);
-    ftrt__jw_int(w, "trainers", c->N);
+    ftrt__jw_int(w, "trainers", c->N0);
+    ftrt__jw_int(w, "trainers_at_end", c->N);
+    ftrt__jw_int(w, "shrinks", c->nshrinks);
     ftrt__jw_int(w, "spares", t->nspares);
     ftrt__jw_int(w, "epoch", c->epoch);
     coordinator_json(w, c);
@@ -202,6 +204,7 @@ static void failure_recovery_json(ftrt__jw *w, const ftrt__incident *x, const me
     ftrt__jw_bool(w, "recovered", x->recovered);
     opt_double(w, "mttr_s", x->recovered, m->mttr);
     opt_int(w, "spare_world_rank", x->spare_world_rank >= 0, x->spare_world_rank);
+    ftrt__jw_bool(w, "shrunk", x->shrunk);
     ftrt__jw_int(w, "epoch", x->epoch);
     opt_int(w, "resume_step", resumed, x->resume_step);
     ftrt__jw_int(w, "rework_steps", x->rework_steps);
@@ -290,7 +293,10 @@ static void header_text(const ftrt__coord *c, const totals *t)
 {
     printf("ftrt report: job %s%s%s after %lld steps, %d trainers + %d spare(s), wall %.3f s\n",
            t->ok ? "finished" : "FAILED", t->ok ? "" : ": ", t->ok ? "" : ftrt_err_name(c->result),
-           (long long)t->steps, c->N, t->nspares, t->wall);
+           (long long)t->steps, c->N0, t->nspares, t->wall);
+    if (c->nshrinks)
+        printf("  shrunk %d time(s) (FTRT_NO_SPARE=shrink): %d trainer(s) at the end\n",
+               c->nshrinks, c->N);
     if (c->self != 0)
         printf("  coordinator: world rank %d (%s, pid %d), term %d: a standby that took over\n",
                c->self, c->r[c->self].host, c->r[c->self].pid, c->term);
@@ -362,6 +368,11 @@ static void failure_text(const ftrt__coord *c, const ftrt__incident *x, int i, c
     else if (x->was_spare)
         printf("    #%d hot spare (world rank %d, pid %d): %s, MTTD %.1f ms (%s), removed from "
                "the pool\n", i + 1, x->world_rank, x->pid, kind, m->mttd * 1e3, src);
+    else if (x->recovered && x->shrunk)
+        printf("    #%d logical rank %d (world rank %d, pid %d): %s, MTTD %.1f ms (%s), MTTR "
+               "%.1f ms, no hot spare: the job shrank, resumed at step %lld, rework %lld "
+               "steps\n", i + 1, x->logical_rank, x->world_rank, x->pid, kind, m->mttd * 1e3,
+               src, m->mttr * 1e3, (long long)x->resume_step, (long long)x->rework_steps);
     else if (x->recovered)
         printf("    #%d logical rank %d (world rank %d, pid %d): %s, MTTD %.1f ms (%s), MTTR "
                "%.1f ms, hot spare world rank %d, resumed at step %lld (state from %s), "

@@ -166,7 +166,7 @@ static ftrt__plan_msg *delta_msg(size_t *len, int32_t prev[6])
     ftrt__plan_msg *m = calloc(1, *len);
     *m = (ftrt__plan_msg){.resume_step = 30, .ckpt_step = -1, .mem_step = -1, .epoch = 2,
                           .ntrainers = 6, .source = 0, .logical_rank = -1, .nrepl = 2,
-                          .nbehind = 1};
+                          .nbehind = 1, .data_rank = -1};
     int32_t d[] = {1, 7, -1, 4, 8, -1}; /* logical 1 -> world 7, 4 -> 8; one survivor behind */
     memcpy(m->data, d, sizeof d);
     return m;
@@ -317,6 +317,42 @@ static void plan_delta_memory(void **state)
  * ftrt__msg_send and the receive buffer whole, and expands in O(n); a duplicate member is found
  * without an O(n^2) scan; a header announcing more than 4 x FTRT__MAX_WORLD entries is refused,
  * and other types stay bounded by FTRT__MSG_MAX. */
+/* A shrink's PLAN (FTRT_NO_SPARE=shrink): the whole, smaller membership to every member, each
+ * with its new logical rank and its data rank (which a shrink keeps); a delta PLAN leaves the
+ * data rank unchanged (-1), and a data rank is refused without the table or missing with it. */
+static void plan_shrink(void **state)
+{
+    (void)state;
+    size_t len = ftrt__plan_msg_size(0, 3);
+    ftrt__plan_msg *m = calloc(1, len);
+    *m = (ftrt__plan_msg){.resume_step = 40, .ckpt_step = -1, .mem_step = -1, .epoch = 3,
+                          .ntrainers = 3, .source = 0, .logical_rank = 1, .nmembers = 3,
+                          .data_rank = 2}; /* 4 trainers, logical 1 lost: old logical 2 is 1 */
+    int32_t table[3] = {1, 3, 4};
+    memcpy(m->data, table, sizeof table);
+    int32_t prev[4] = {1, 2, 3, 4};
+    ftrt__plan *p = NULL;
+    size_t plen = 0;
+    assert_int_equal(ftrt__plan_expand(m, len, prev, 4, 2, &p, &plen), 0);
+    assert_int_equal(p->ntrainers, 3);
+    assert_int_equal(p->logical_rank, 1);
+    assert_int_equal(p->data_rank, 2);
+    assert_int_equal(p->members[1], 3);
+    for (int l = 0; l < 3; l++) assert_int_equal(ftrt__plan_roles(p)[l], FTRT__PLAN_UP_TO_DATE);
+    free(p);
+    m->data_rank = -1; /* the table without a data rank */
+    assert_int_equal(ftrt__plan_msg_check(m, len), FTRT_EPROTO);
+    free(m);
+    int32_t prev6[6];
+    ftrt__plan_msg *d = delta_msg(&len, prev6);
+    assert_int_equal(ftrt__plan_expand(d, len, prev6, 6, 3, &p, &plen), 0);
+    assert_int_equal(p->data_rank, -1); /* a delta: unchanged */
+    free(p);
+    d->data_rank = 3; /* a data rank without the table */
+    assert_int_equal(ftrt__plan_msg_check(d, len), FTRT_EPROTO);
+    free(d);
+}
+
 static void large_plan(void **state)
 {
     (void)state;
@@ -565,7 +601,8 @@ int main(void)
         cmocka_unit_test(header_checks), cmocka_unit_test(plan_checks), cmocka_unit_test(heartbeat_period),
         cmocka_unit_test(plan_delta), cmocka_unit_test(plan_delta_behind_refused),
         cmocka_unit_test(plan_delta_nbehind), cmocka_unit_test(plan_delta_ckpt),
-        cmocka_unit_test(plan_delta_memory), cmocka_unit_test(large_plan),
+        cmocka_unit_test(plan_delta_memory), cmocka_unit_test(plan_shrink),
+        cmocka_unit_test(large_plan),
         cmocka_unit_test(incremental_receive), cmocka_unit_test(send_and_malformed),
         cmocka_unit_test(resumed_phases), cmocka_unit_test(fanout_parts)};
     return cmocka_run_group_tests(tests, NULL, NULL);

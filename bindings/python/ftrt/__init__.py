@@ -295,8 +295,17 @@ class Context:
 
     @property
     def size(self) -> int:
-        """Number of trainers N (raises FtrtState for non-trainers)."""
+        """Number of trainers N (raises FtrtState for non-trainers); one fewer after each
+        shrink (FTRT_NO_SPARE=shrink): read it again after every recover()."""
         return _check(_clib().ftrt_size(self._h), "ftrt_size")
+
+    @property
+    def data_rank(self) -> int:
+        """The logical rank, as numbered at the job's start, whose data this trainer trains on
+        (ftrt_data_rank()): rank until a shrink renumbers the ranks above a lost one; choose
+        minibatches by it so that a shrink skips only the lost rank's data (raises FtrtState
+        for non-trainers)."""
+        return _check(_clib().ftrt_data_rank(self._h), "ftrt_data_rank")
 
     @property
     def world_rank(self) -> int:

@@ -292,6 +292,7 @@ class Config(_StrFields):
         ("nccl_min_ctas", ctypes.c_int),
         ("nccl_max_ctas", ctypes.c_int),
         ("sigterm", ctypes.c_int),
+        ("no_spare", ctypes.c_int),
     ]
 
     @classmethod
@@ -398,6 +399,7 @@ PROTOTYPES = {
     "ftrt_finalize": (_c_int, [_vp]),
     "ftrt_rank": (_c_int, [_vp]),
     "ftrt_size": (_c_int, [_vp]),
+    "ftrt_data_rank": (_c_int, [_vp]),
     "ftrt_world_rank": (_c_int, [_vp]),
     "ftrt_epoch": (_c_int, [_vp]),
     "ftrt_register": (_c_int, [_vp, ctypes.c_char_p, _vp, _c_size, ctypes.c_uint]),

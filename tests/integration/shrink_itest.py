@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""MPI integration tests of the no-spare policy FTRT_NO_SPARE=shrink (docs/detection-and-
+recovery.md "Shrink"): real mpirun jobs of examples/train_mlp whose trainers are SIGKILLed
+with fewer hot spares than kills, checked against their reports and against a replay of the
+same membership history (the same data rank lost at the same step, forced with train_mlp's
+--die-rank/--die-at-step knob). Python 3 standard library only.
+
+Usage: shrink_itest.py --bin BUILD/examples/train_mlp --work DIR <case>
+       shrink_itest.py --list   (the cases for CMake: ctests mpi.<case>)
+Cases:
+  shrink          one hot spare, two kills: the first is replaced by the spare, the second
+                  shrinks the job to 3 trainers; exit 0, the report and the membership history
+                  say so, accuracy above 90%; a replay of the history (a job without a spare
+                  whose trainer of that logical rank dies at the shrink's resume step) ends
+                  byte-identical, and both differ from the fault-free run
+  shrink_first    logical rank 0 (the rank that writes the outputs) lost with no spare: the
+                  ranks above it move down, the new rank 0 writes them; a second run of the same
+                  history is byte-identical
+  shrink_sharded  sharded state (--sharded-momentum) and no spare: the shrink is refused, the
+                  job ends as failed with FTRT_ENOSPARE and says why
+Exit 0 = pass, 1 = fail, 77 = skipped.
+"""
+import os
+import signal
+import sys
+
+sys.dont_write_bytecode = True
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "harness"))
+sys.path.insert(0, HERE)
+import ftrt_harness as h  # noqa: E402
+from ftrt_harness import check, same_bytes, trainer  # noqa: E402
+from itest import need_reference, ref_path  # noqa: E402
+
+CASES = {}  # name -> ftrt_harness.Case
+
+# train_mlp's --die-rank needs --check-every <= hidden / 8 (64 / 8)
+DIE = ["--check-every", "8"]
+
+
+def shrink_job(args, name, np_, spares, extra=()):
+    """A train_mlp job under FTRT_NO_SPARE=shrink in WORK/name."""
+    job = h.train_job(os.path.join(args.work, name), args.bin, np_,
+                      h.MLP_ARGS + DIE + list(extra), spares=spares)
+    job.env["FTRT_NO_SPARE"] = "shrink"
+    return job
+
+
+def accuracy(job):
+    acc = [float(l.split()[2]) for l in job.out.splitlines() if l.startswith("test accuracy:")]
+    check(len(acc) == 1 and acc[0] > 0.90, f"test accuracy above 90% ({acc})")
+
+
+def replay(args, name, logical, step):
+    """The history "logical rank `logical` lost at step `step`, nobody in its place", replayed
+    in a job of four trainers and no spare: that trainer SIGKILLs itself inside step `step`'s
+    forward pass (--die-rank/--die-at-step), so that every survivor resumes at `step`. Returns
+    the finished job."""
+    job = shrink_job(args, name, 5, 0, ["--die-rank", str(logical), "--die-at-step", str(step)])
+    job.start()
+    rc = job.wait(180)
+    check(rc == 0, f"the replay ({name}) exits 0 (got {rc})")
+    f = job.load_report()["failures"]
+    check(len(f) == 1 and f[0]["shrunk"] and f[0]["resume_step"] == step
+          and f[0]["logical_rank"] == logical,
+          f"the replay lost logical rank {logical} and resumed at step {step} "
+          f"({[brief(x) for x in f]})")
+    return job
+
+
+def brief(f):
+    """A failure of the report, in the fields these tests check."""
+    return {k: f.get(k) for k in ("logical_rank", "world_rank", "recovered", "shrunk",
+                                  "spare_world_rank", "epoch", "resume_step", "rework_steps")}
+
+
+def check_shrink_report(rep, n_fail):
+    check(rep["status"] == "finished" and rep["trainers"] == 4 and rep["trainers_at_end"] == 3
+          and rep["shrinks"] == 1,
+          f"report: finished, 4 trainers at the start, 3 at the end, one shrink "
+          f"({rep['status']}, {rep['trainers']}, {rep['trainers_at_end']}, {rep['shrinks']})")
+    fs = rep["failures"]
+    check(len(fs) == n_fail and all(f["recovered"] for f in fs),
+          f"{n_fail} failure(s), all recovered ({[brief(f) for f in fs]})")
+    s = fs[-1]
+    check(s["shrunk"] and s.get("spare_world_rank") is None,
+          f"the last one shrank the job, no spare ({brief(s)})")
+    m = [x for x in rep["membership"] if x["why"] == "shrink"]
+    check(len(m) == 1 and m[0]["to_world_rank"] == -1 and m[0]["logical_rank"] == s["logical_rank"]
+          and m[0]["data_rank"] == s["logical_rank"] and m[0]["epoch"] == s["epoch"],
+          f"the membership history has the shrink ({rep['membership']})")
+    return s
+
+
+@h.case(CASES, fixture="required")
+def case_shrink(args):
+    need_reference(args)
+    job = shrink_job(args, "shrink", 6, 1).start()
+    first = job.wait_trainer(1, min_steps=40)
+    job.inject(signal.SIGKILL, first, "sigkill")
+    st = job.wait_status(lambda s: s["job"] == "running" and s["epoch"] == 1 and trainer(s, 2)
+                         and trainer(s, 2)["steps_done"] >= 110)
+    job.inject(signal.SIGKILL, trainer(st, 2), "sigkill")
+    rc = job.wait(180)
+    check(rc == 0, f"the job survives two kills with one spare and exits 0 (got {rc})")
+    rep = job.load_report()
+    s = check_shrink_report(rep, 2)
+    check(rep["failures"][0]["spare_world_rank"] == 5 and not rep["failures"][0]["shrunk"],
+          "the first kill took the hot spare")
+    check("mean over 3 trainers" in job.out, "the final loss is averaged over 3 trainers")
+    accuracy(job)
+    print(f"  shrank at step {s['resume_step']} (MTTR {s['mttr_s'] * 1e3:.1f} ms, rework "
+          f"{s['rework_steps']} steps)", flush=True)
+    check(not same_bytes(job.params, ref_path(args)),
+          "the parameters differ from the fault-free run's (a data rank was skipped)")
+    again = replay(args, "shrink_replay", 2, s["resume_step"])
+    check(same_bytes(job.params, again.params),
+          "byte-identical to the replay of the same membership history")
+
+
+@h.case(CASES, fixture="required")
+def case_shrink_first(args):
+    need_reference(args)
+    one = replay(args, "shrink_first", 0, 90)
+    check_shrink_report(one.load_report(), 1)
+    check("final train loss" in one.out and os.path.exists(one.params),
+          "the new logical rank 0 wrote the outputs")
+    accuracy(one)
+    two = replay(args, "shrink_first2", 0, 90)
+    check(same_bytes(one.params, two.params), "two runs of the same history are byte-identical")
+    check(not same_bytes(one.params, ref_path(args)),
+          "the parameters differ from the fault-free run's")
+
+
+@h.case(CASES, fixture="required")
+def case_shrink_sharded(args):
+    job = shrink_job(args, "shrink_sharded", 5, 0, ["--sharded-momentum"]).start()
+    victim = job.wait_trainer(1, min_steps=40)
+    job.inject(signal.SIGKILL, victim, "sigkill")
+    rc = job.wait(180)
+    check(rc != 0, f"the job ends as failed (exit {rc})")
+    check("FTRT_NO_SPARE=shrink is refused with sharded regions" in job.out,
+          "the coordinator says why the shrink is refused")
+    rep = job.load_report()
+    check(rep["status"] == "failed" and rep["error"] == "FTRT_ENOSPARE" and rep["shrinks"] == 1,
+          f"report: failed with FTRT_ENOSPARE ({rep['status']}, {rep['error']})")
+
+
+if __name__ == "__main__":
+    sys.exit(h.case_main(CASES, __doc__))
