@@ -10,11 +10,17 @@ alternate a SIGKILL and a drain (same binary), and the summary compares the drai
 move (request to every member back in the loop: nothing to detect) with the kill's MTTD + MTTR,
 and their rework, measured in the same run.
 
+With --fault kill-and-shrink the runs alternate a SIGKILL replaced by the hot spare and a
+SIGKILL with no spare under FTRT_NO_SPARE=shrink (1 coordinator + 4 trainers, no spare: the job
+goes on with 3), and the summary compares their MTTD + MTTR and rework, measured in the same
+run.
+
 With --sharded K the momentum is sharded (partner replicas every K steps): a kill then resumes
 from the replicas or the checkpoint and redoes steps, a drain from the replicas refreshed at its
 step boundary.
 
-Usage: bench/recovery.py [--runs N] [--fault sigkill|sigstop|drain|kill-and-drain] [--sharded K]
+Usage: bench/recovery.py [--runs N] [--fault sigkill|sigstop|drain|kill-and-drain|kill-and-shrink]
+                         [--sharded K]
                          [--bin build/examples/train_mlp] [--bin-before OLD/examples/train_mlp]
 """
 import os
@@ -49,9 +55,15 @@ def inject(job, fault):
 
 
 def one_run(work, i, binary, fault, sharded):
-    """(MTTD ms, bound ms, MTTR ms, rework, goodput, kind) of one job, or None."""
+    """(MTTD ms, bound ms, MTTR ms, rework, goodput, kind) of one job, or None. Fault "shrink":
+    a SIGKILL in a job of 4 trainers and no spare under FTRT_NO_SPARE=shrink."""
     args = h.MLP_ARGS + (["--sharded-momentum"] if sharded is not None else [])
-    job = h.train_job(os.path.join(work, f"run{i}"), binary, train_args=args)
+    shrink = fault == "shrink"
+    job = h.train_job(os.path.join(work, f"run{i}"), binary, 5 if shrink else 6, train_args=args,
+                      spares=0 if shrink else None)
+    if shrink:
+        job.env["FTRT_NO_SPARE"] = "shrink"
+        fault = "sigkill"
     if sharded is not None:
         job.env["FTRT_SHARD_REPLICA_EVERY"] = str(sharded)
     job.start()
@@ -78,6 +90,12 @@ def summary(rows):
             v = [r[k] for r in rs]
             print(f"{bname:>6} {name:>10}: median {statistics.median(v):8.2f} ms  "
                   f"min {min(v):8.2f}  max {max(v):8.2f}")
+    if set(rows) == {"kill", "shrink"}:
+        kill = statistics.median(r[0] + r[2] for r in rows["kill"])
+        shrink = statistics.median(r[0] + r[2] for r in rows["shrink"])
+        print(f"shrink MTTD + MTTR {shrink:.2f} ms vs kill replaced by the spare {kill:.2f} ms: "
+              f"{shrink / kill:.3f}x; rework (steps, each run): shrink "
+              f"{[r[3] for r in rows['shrink']]}, kill {[r[3] for r in rows['kill']]}")
     if set(rows) == {"kill", "drain"}:
         kill = statistics.median(r[0] + r[2] for r in rows["kill"])
         drain = statistics.median(r[2] for r in rows["drain"])
@@ -89,7 +107,8 @@ def summary(rows):
 def main():
     ap = example_args.Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--fault", choices=["sigkill", "sigstop", "drain", "kill-and-drain"],
+    ap.add_argument("--fault", choices=["sigkill", "sigstop", "drain", "kill-and-drain",
+                                        "kill-and-shrink"],
                     default="sigkill")
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "examples", "train_mlp"))
     ap.add_argument("--bin-before")
@@ -100,6 +119,8 @@ def main():
     example_args.check_paths(ap, a, inputs=("bin", "bin_before"))
     if a.fault == "kill-and-drain":
         plan = [("kill", a.bin, "sigkill"), ("drain", a.bin, "drain")]
+    elif a.fault == "kill-and-shrink":
+        plan = [("kill", a.bin, "sigkill"), ("shrink", a.bin, "shrink")]
     elif a.bin_before:
         plan = [("before", a.bin_before, a.fault), ("after", a.bin, a.fault)]
     else:

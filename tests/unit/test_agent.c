@@ -181,6 +181,7 @@ static void failure_and_plan(void **state)
     size_t len = ftrt__plan_msg_size(1, 0);
     ftrt__plan_msg *p = calloc(1, len);
     p->epoch = 1, p->ntrainers = 4, p->source = 0, p->logical_rank = -1, p->resume_step = 9;
+    p->data_rank = -1;
     p->ckpt_step = p->mem_step = -1;
     p->nrepl = 1;
     p->data[0] = 1, p->data[1] = 5, p->data[2] = -1;
@@ -290,6 +291,7 @@ static void watch_listener_fires_once(void **state)
     size_t len = ftrt__plan_msg_size(0, 0);
     ftrt__plan_msg *p = calloc(1, len);
     p->epoch = 1, p->ntrainers = 4, p->source = 0, p->logical_rank = -1, p->resume_step = 3;
+    p->data_rank = -1;
     p->ckpt_step = p->mem_step = -1;
     assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_PLAN, p, (uint32_t)len), 0);
     free(p);
@@ -373,7 +375,7 @@ static void delta_without_membership(void **state)
     fixture *f = *state;
     size_t len = ftrt__plan_msg_size(0, 0);
     ftrt__plan_msg *p = calloc(1, len);
-    p->epoch = 1, p->ntrainers = 2, p->logical_rank = -1;
+    p->epoch = 1, p->ntrainers = 2, p->logical_rank = -1, p->data_rank = -1;
     assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_PLAN, p, (uint32_t)len), 0);
     free(p);
     for (int i = 0; i < 500 && ftrt__interrupted(f->ctx) == 0; i++) usleep(10000);

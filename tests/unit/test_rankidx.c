@@ -91,11 +91,13 @@ static void world_open(ftrt__coord *c, int W)
 {
     memset(c, 0, sizeof *c);
     c->W = W;
-    c->N = W / 2;
+    c->N = c->N0 = W / 2;
     c->r = calloc((size_t)W, sizeof *c->r);
     c->members = calloc((size_t)(c->N > 0 ? c->N : 1), sizeof *c->members);
+    c->data_rank = calloc((size_t)(c->N > 0 ? c->N : 1), sizeof *c->data_rank);
     assert_non_null(c->r);
     assert_non_null(c->members);
+    assert_non_null(c->data_rank);
     assert_int_equal(ftrt__rankidx_alloc(c), 0);
 }
 
@@ -104,6 +106,7 @@ static void world_close(ftrt__coord *c)
     ftrt__rankidx_free(c);
     free(c->r);
     free(c->members);
+    free(c->data_rank);
     ftrt__membership_free(c);
     free(c->inc);
 }

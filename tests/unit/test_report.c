@@ -170,7 +170,7 @@ static void world_open(world *wd, const char *path)
     wd->a.cfg = &wd->cfg;
     wd->a.addr = "127.0.0.1";
     wd->a.port = 29500;
-    c->N = W_TRAINERS;
+    c->N = c->N0 = W_TRAINERS;
     c->W = 1 + W_TRAINERS + W_SPARES;
     double j0 = 1790000000.0;
     c->t_start = 100.0;

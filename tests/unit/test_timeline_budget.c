@@ -120,7 +120,7 @@ static void world_open(world *wd, int trainers, int spares, int budget_mb, int r
     wd->a.cfg = &wd->cfg;
     wd->a.addr = "127.0.0.1";
     wd->a.port = 29500;
-    c->N = trainers;
+    c->N = c->N0 = trainers;
     c->W = 1 + trainers + spares;
     c->t_start = 100.0;
     c->t_end = 100.0 + WALL;
