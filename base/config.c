@@ -135,12 +135,13 @@
       "failure); `drain` = to a trainer or hot spare, a drain of that rank (a scheduler's "      \
       "warning to one node), to the coordinator, the end of the whole job (aborted, every rank " \
       "exits); the field holds `FTRT_SIGTERM_EXIT` or `FTRT_SIGTERM_DRAIN`")                      \
-    X(no_spare, "FTRT_NO_SPARE", ENUM, FTRT_NO_SPARE_STOP, 0, 1, "stop|shrink",                    \
+    X(no_spare, "FTRT_NO_SPARE", ENUM, FTRT_NO_SPARE_STOP, 0, 2, "stop|shrink|fold",               \
       "what a trainer's failure does when no hot spare is left: `stop` = the job ends "           \
       "(`FTRT_ENOSPARE`); `shrink` = the job goes on with one trainer fewer, the logical ranks "  \
-      "above the lost one renumbered down, the lost one's data skipped (`ftrt_data_rank()`), "    \
-      "refused (the job ends) with sharded regions; the field holds `FTRT_NO_SPARE_STOP` or "     \
-      "`FTRT_NO_SPARE_SHRINK`")
+      "above the lost one renumbered down, the lost one's data skipped; `fold` = the same, a "    \
+      "survivor training on the lost one's data as well (`ftrt_data_ranks()`); both refused "    \
+      "(the job ends) with sharded regions; the field holds `FTRT_NO_SPARE_STOP`, "              \
+      "`FTRT_NO_SPARE_SHRINK` or `FTRT_NO_SPARE_FOLD`")
 
 /* The default in the descriptor's number or string slot, by kind. */
 #define FTRT__DEFNUM_INT(d) (double)(d)

@@ -126,7 +126,7 @@ int ftrt__plan_check(const ftrt__plan *p, size_t len)
         return FTRT_EPROTO;
     if (p->source < 0 || p->source >= p->ntrainers || p->logical_rank < 0 ||
         p->logical_rank >= p->ntrainers || p->resume_step < 0 || p->nbehind < 0 ||
-        p->data_rank < -1 || p->data_rank >= FTRT__MAX_WORLD ||
+        p->ndata < 0 || p->ndata >= FTRT__MAX_WORLD ||
         p->nbehind >= p->ntrainers || (p->nbehind > 0 && (p->ckpt_step >= 0 || p->mem_step >= 0)))
         return FTRT_EPROTO;
     const int32_t *role = ftrt__plan_roles_c(p);
@@ -167,10 +167,10 @@ int ftrt__plan_msg_check(const ftrt__plan_msg *m, size_t len)
     int n = m->ntrainers;
     if (n < 1 || n >= FTRT__MAX_WORLD || m->nrepl < 0 || m->nrepl > n ||
         (m->nmembers != 0 && m->nmembers != n) ||
-        len != ftrt__plan_msg_size(m->nrepl, m->nmembers) ||
+        len != ftrt__plan_msg_size(m->nrepl, m->nmembers + (m->nmembers ? m->ndata : 0)) ||
         (m->nmembers == 0) != (m->logical_rank == -1) || m->logical_rank < -1 ||
-        m->logical_rank >= n || (m->nmembers == 0) != (m->data_rank == -1) ||
-        m->data_rank >= FTRT__MAX_WORLD)
+        m->logical_rank >= n || (m->nmembers == 0) != (m->ndata == 0) || m->ndata < 0 ||
+        m->ndata >= FTRT__MAX_WORLD)
         return FTRT_EPROTO;
     /* survivors behind: a peers plan's, fewer than the survivors (the source is up to date) */
     if (m->nbehind < 0 || (m->nbehind > 0 && (m->ckpt_step >= 0 || m->mem_step >= 0 ||
@@ -182,6 +182,8 @@ int ftrt__plan_msg_check(const ftrt__plan_msg *m, size_t len)
             return FTRT_EPROTO;
     for (int i = 0; i < m->nmembers; i++, d++)
         if (*d < 1 || *d >= FTRT__MAX_WORLD) return FTRT_EPROTO;
+    for (int i = 0; i < m->ndata; i++, d++)
+        if (*d < -1 || *d >= n) return FTRT_EPROTO;
     return 0;
 }
 
@@ -204,7 +206,7 @@ int ftrt__plan_expand(const ftrt__plan_msg *m, size_t len, const int32_t *prev, 
     memcpy(p, m, offsetof(ftrt__plan, nbehind)); /* the fixed part: the same layout */
     p->logical_rank = m->nmembers ? m->logical_rank : logical;
     p->nbehind = m->nbehind; /* (who they are: ftrt__plan_behind_apply) */
-    p->data_rank = m->nmembers ? m->data_rank : -1;
+    p->ndata = m->ndata;
     int32_t *role = ftrt__plan_roles(p), *ss = ftrt__plan_shard_src(p);
     memcpy(p->members, m->nmembers ? table : prev, (size_t)n * sizeof(int32_t));
     for (int l = 0; l < n; l++) {

@@ -274,7 +274,8 @@ typedef struct ftrt__plan {
     int32_t logical_rank; /* the recipient's */
     int32_t nbehind;      /* survivors behind the resume step (a peers plan): their roles are
                              FTRT__PLAN_UP_TO_DATE here until ftrt__plan_behind_apply sets them */
-    int32_t data_rank;    /* the recipient's data rank, or -1 (unchanged: a delta PLAN) */
+    int32_t ndata;        /* 0 (a delta PLAN: the data ranks unchanged), or the size of the
+                             holder table the PLAN carried (the agent keeps it: cp.holder) */
     int32_t members[];    /* 3 x ntrainers: the world ranks, index = logical rank, then each
                              logical rank's state role (FTRT__PLAN_*; ftrt__plan_roles), then
                              the logical rank holding its sharded image, or -1
@@ -323,21 +324,29 @@ typedef struct ftrt__plan_msg {
     int32_t nrepl;        /* replaced logical ranks: {logical, world, sharded-image source} */
     int32_t nbehind;      /* how many survivors are behind the resume step (peers plans only) */
     int32_t nmembers;     /* 0, or ntrainers: the world ranks of the whole membership follow */
-    int32_t data_rank;    /* the recipient's data rank (ftrt_data_rank()) when nmembers > 0,
-                             else -1 (unchanged) */
-    int32_t data[];       /* 3 x nrepl, then nmembers int32 */
+    int32_t ndata;        /* 0, or N at the start when nmembers > 0: the holder table follows
+                             the members (data rank -> the logical rank holding it, -1: none;
+                             ftrt_data_ranks(); changed by a shrink or a fold) */
+    int32_t data[];       /* 3 x nrepl, then nmembers int32, then ndata int32 */
 } ftrt__plan_msg;
 
-/* Size of a PLAN payload with nrepl replaced ranks and nmembers member entries, bytes. */
+/* Size of a PLAN payload with nrepl replaced ranks and nmembers int32 entries after them (the
+ * members and the holder table: nmembers + ndata), bytes. */
 size_t ftrt__plan_msg_size(int nrepl, int nmembers);
 
 /* Checks a received PLAN payload of len bytes: the counts match len (nrepl at most ntrainers,
  * nmembers 0 or ntrainers, ntrainers in [1, FTRT__MAX_WORLD)), nbehind 0 outside a peers plan
  * and below the number of survivors (the source is up to date), logical ranks and sources in
  * [0, ntrainers) (a sharded-image source may be -1), world ranks in [1, FTRT__MAX_WORLD),
- * logical_rank and data_rank -1 exactly when nmembers is 0. The membership itself is checked
- * once expanded (ftrt__plan_check). Returns 0 or FTRT_EPROTO. O(len). Thread-safe. */
+ * logical_rank -1 and ndata 0 exactly when nmembers is 0, holder entries in [-1, ntrainers).
+ * The membership itself is checked once expanded (ftrt__plan_check). Returns 0 or FTRT_EPROTO.
+ * O(len). Thread-safe. */
 int ftrt__plan_msg_check(const ftrt__plan_msg *m, size_t len);
+/* The holder table of a checked PLAN (m->ndata entries; none when 0). */
+static inline const int32_t *ftrt__plan_msg_holder(const ftrt__plan_msg *m)
+{
+    return m->data + 3 * (size_t)m->nrepl + (size_t)m->nmembers;
+}
 
 /* Fills members[0..n) with the membership a job starts with: logical rank l is world rank l + 1
  * (the coordinator is world rank 0, spares follow the trainers). */

@@ -108,6 +108,9 @@ void model_free(model *m)
     mlp_work_free(&m->w);
     free(m->idx);
     free(m->grad);
+    free(m->folded);
+    free(m->data);
+    free(m->contrib);
     free(m->mom);
     free(m->params);
     if (m->dev) {

@@ -43,6 +43,12 @@ int mlp_cuda_check(int say, int select);
  * state (params and mom being the host copies the computation works on). */
 typedef struct model {
     float *params, *mom, *grad;
+    float *folded;         /* the gradient sums of the data ranks held beyond the first (fold),
+                              nfolded x (n + 1) floats, grown on demand (train_mlp.c) */
+    size_t nfolded;
+    int *data;             /* this trainer's data ranks (ftrt_data_ranks()), ndata_cap of room */
+    void **contrib;        /* ndata_cap pointers: the gradient buffer of each (--ordered) */
+    int ndata_cap;
     float *dparams, *dmom; /* device memory (of dev), or NULL (--device host) */
     const mlp_dev_ops *dev; /* the device of dparams and dmom, or NULL (--device host) */
     size_t n;              /* floats in params and mom */

@@ -366,38 +366,96 @@ static int poll_ftrt(void *arg)
  * bookkeeping and the checkpoint. Returns 0 (*step advanced, *last_loss set), FTRT_ERECOVER
  * (a rank failed: recover, then resume at the step ftrt_recover() gives), or 1 (fatal, said on
  * stderr). */
+/* This trainer's data ranks (ftrt_data_ranks(): one, or more once a lost rank's data was
+ * folded onto it) into m->data, with room in m->folded for the gradient sums beyond the first.
+ * Returns their number, or an ftrt / -errno code. */
+static int data_ranks(ftrt_ctx *ctx, model *m)
+{
+    int nd = ftrt_data_ranks(ctx, m->data, m->ndata_cap);
+    if (nd > m->ndata_cap) {
+        int *d = realloc(m->data, (size_t)nd * sizeof *d);
+        if (d) m->data = d;
+        void **c = d ? realloc(m->contrib, (size_t)nd * sizeof *c) : NULL;
+        if (!c) return -ENOMEM;
+        m->contrib = c;
+        m->ndata_cap = nd;
+        nd = ftrt_data_ranks(ctx, m->data, m->ndata_cap);
+    }
+    if (nd > 1 && (size_t)nd - 1 > m->nfolded) {
+        float *f = realloc(m->folded, ((size_t)nd - 1) * (m->n + 1) * sizeof *f);
+        if (!f) return -ENOMEM;
+        m->folded = f;
+        m->nfolded = (size_t)nd - 1;
+    }
+    return nd;
+}
+
+/* The gradient sums (and the loss sum, element n) of data rank k's minibatch (k-th of
+ * m->data) into buffer k: m->grad, then m->folded's. Returns 0, FTRT_ERECOVER (a rank failed:
+ * the step abandoned mid-pass) or the fatal code of a failed ftrt_check. */
+static int data_rank_grad(ftrt_ctx *ctx, options *o, model *m, const digits *train,
+                          int64_t step, int k)
+{
+    float *buf = k == 0 ? m->grad : m->folded + (size_t)(k - 1) * (m->n + 1);
+    /* (by the data rank: a shrink skips the lost rank's minibatches, a fold computes them
+     * here, and nobody else's change) */
+    minibatch_indices(o->seed, step, m->data[k], train->n, m->idx, o->batch);
+    buf[m->n] = mlp_grad_sum(m->params, &m->w, train, m->idx, o->batch, buf);
+    if (m->w.stopped == FTRT_ERECOVER) { /* a rank failed: this step is abandoned mid-pass */
+        fprintf(stderr, "train_mlp: logical rank %d stopped step %" PRId64 " mid-pass "
+                "(ftrt_check: a rank failed)\n", ftrt_rank(ctx), step);
+        return FTRT_ERECOVER;
+    }
+    return m->w.stopped ? fatal(ctx, "ftrt_check", step, m->w.stopped) : 0;
+}
+
+/* The sum over every data rank of the job of its gradient sums, into m->grad (n + 1 floats):
+ * with --ordered in data-rank order (ftrt_allreduce_ordered: the same bytes whoever holds
+ * which data rank), else this trainer's own summed in data-rank order, then ftrt_allreduce.
+ * Returns 0, FTRT_ERECOVER or the fatal code. */
+static int reduce_grad(ftrt_ctx *ctx, const options *o, model *m, int nd, int64_t step)
+{
+    const size_t n1 = m->n + 1;
+    int rc;
+    if (o->ordered) {
+        for (int k = 0; k < nd; k++)
+            m->contrib[k] = k == 0 ? m->grad : m->folded + (size_t)(k - 1) * n1;
+        rc = ftrt_allreduce_ordered(ctx, ftrt_data_size(ctx), m->data, nd, m->contrib, m->grad,
+                                    n1, FTRT_FLOAT32);
+    } else {
+        for (int k = 1; k < nd; k++)
+            for (size_t i = 0; i < n1; i++) m->grad[i] += m->folded[(size_t)(k - 1) * n1 + i];
+        rc = ftrt_allreduce(ctx, m->grad, n1, FTRT_FLOAT32, FTRT_SUM);
+    }
+    if (rc == FTRT_ERECOVER) return rc;
+    return rc < 0 ? fatal(ctx, o->ordered ? "ftrt_allreduce_ordered" : "ftrt_allreduce", step,
+                          rc)
+                  : 0;
+}
+
 static int train_step(ftrt_ctx *ctx, options *o, model *m, const digits *train, int64_t *step,
                       float *last_loss)
 {
     const size_t n = m->n;
     float *grad = m->grad;
-    const int rank = ftrt_rank(ctx), size = ftrt_size(ctx), data = ftrt_data_rank(ctx);
-    if (rank < 0 || size <= 0 || data < 0)
-        return fatal(ctx, "ftrt_rank/ftrt_size/ftrt_data_rank", *step,
-                     rank < 0 ? rank : data < 0 ? data : size);
-    /* (by the data rank: a shrink skips the lost rank's minibatches, nobody else's change; the
-     * gradient is averaged over the trainers present, ftrt_size(), below) */
-    minibatch_indices(o->seed, *step, data, train->n, m->idx, o->batch);
+    const int rank = ftrt_rank(ctx), ndata = ftrt_data_size(ctx), nd = data_ranks(ctx, m);
+    if (rank < 0 || ndata <= 0 || nd <= 0)
+        return fatal(ctx, "ftrt_rank/ftrt_data_size/ftrt_data_ranks", *step,
+                     rank < 0 ? rank : nd <= 0 ? nd : ndata);
     int rc = state_read(m, 0); /* --device sim/cuda: this step's parameters from the device */
     if (rc < 0) return fatal(ctx, "the device read of the parameters", *step, rc);
     the_poll.step = *step;
     the_poll.checks = 0;
-    grad[n] = mlp_grad_sum(m->params, &m->w, train, m->idx, o->batch, grad);
-    if (m->w.stopped == FTRT_ERECOVER) { /* a rank failed: this step is abandoned mid-pass */
-        fprintf(stderr, "train_mlp: logical rank %d stopped step %" PRId64 " mid-pass "
-                "(ftrt_check: a rank failed)\n", rank, *step);
-        return FTRT_ERECOVER;
-    }
-    if (m->w.stopped) return fatal(ctx, "ftrt_check", *step, m->w.stopped);
+    for (int k = 0; k < nd; k++)
+        if ((rc = data_rank_grad(ctx, o, m, train, *step, k)) != 0) return rc;
     if (test_knobs(ctx, o, rank, *step)) return 1;
 
-    rc = ftrt_allreduce(ctx, grad, n + 1, FTRT_FLOAT32, FTRT_SUM);
-    if (rc == FTRT_ERECOVER) return rc;
-    if (rc < 0) return fatal(ctx, "ftrt_allreduce", *step, rc);
+    if ((rc = reduce_grad(ctx, o, m, nd, *step)) != 0) return rc;
     if (rank == o->lag_rank && *step == o->lag_step && ftrt_epoch(ctx) == 0)
         return lag(ctx, rank, *step);
 
-    const float denom = (float)(o->batch * (size_t)size);
+    /* averaged over the data ranks held (the trainers present, unless folded) */
+    const float denom = (float)(o->batch * (size_t)ndata);
     /* A checkpoint started after the previous step copied params and momentum while this
      * step's gradients were computed; the update must wait until that copy is done. */
     ftrt_checkpoint_wait_snapshot(ctx);
@@ -436,8 +494,8 @@ static int finish(ftrt_ctx *ctx, const options *o, model *m, const digits *test,
     if (isnan(last_loss))
         printf("final train loss: n/a (no step ran in this process)\n");
     else
-        printf("final train loss: %.4f (last step, mean over %d trainers x %zu)\n",
-               (double)last_loss, ftrt_size(ctx), o->batch);
+        printf("final train loss: %.4f (last step, mean over %d trainers x %zu, %d data "
+               "rank(s))\n", (double)last_loss, ftrt_size(ctx), o->batch, ftrt_data_size(ctx));
     printf("test accuracy: %.4f (%zu/%zu)\n", (double)correct / (double)test->n, correct,
            test->n);
     printf("params fnv1a64: %016" PRIx64 "\n", params_fnv1a64(m->params, m->n));

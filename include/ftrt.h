@@ -281,14 +281,17 @@ typedef struct ftrt_config {
                                  docs/detection-and-recovery.md "Drain") */
     int no_spare;             /* FTRT_NO_SPARE: a trainer lost when no hot spare is left:
                                  FTRT_NO_SPARE_STOP (default, "stop": the job ends with
-                                 FTRT_ENOSPARE) or FTRT_NO_SPARE_SHRINK ("shrink": the job goes on
-                                 with one trainer fewer; docs/detection-and-recovery.md
-                                 "Shrink") */
+                                 FTRT_ENOSPARE), FTRT_NO_SPARE_SHRINK ("shrink": the job goes on
+                                 with one trainer fewer, the lost data skipped) or
+                                 FTRT_NO_SPARE_FOLD ("fold": the same, a survivor training on the
+                                 lost data as well); docs/detection-and-recovery.md "No spare
+                                 left" */
 } ftrt_config;
 
 /* FTRT_NO_SPARE values (ftrt_config.no_spare). */
 #define FTRT_NO_SPARE_STOP 0
 #define FTRT_NO_SPARE_SHRINK 1
+#define FTRT_NO_SPARE_FOLD 2
 
 /* FTRT_SIGTERM values (ftrt_config.sigterm). */
 #define FTRT_SIGTERM_EXIT 0
@@ -385,19 +388,35 @@ FTRT_API int ftrt_set_exit_code(ftrt_ctx *ctx, int code);
 
 /* Logical rank of this trainer in [0, ftrt_size()), or FTRT_ESTATE for non-trainers. */
 FTRT_API int ftrt_rank(const ftrt_ctx *ctx);
-/* Number of trainers N (the data-parallel world), or FTRT_ESTATE for a NULL ctx. It falls by
- * one with each shrink (FTRT_NO_SPARE=shrink): read it after every ftrt_recover() (the
- * gradient is averaged over the trainers present; docs/detection-and-recovery.md "Shrink"). */
+/* Number of trainers N (the data-parallel world: processes), or FTRT_ESTATE for a NULL ctx. It
+ * falls by one with each shrink or fold (FTRT_NO_SPARE): read it after every ftrt_recover()
+ * (docs/detection-and-recovery.md "No spare left"). */
 FTRT_API int ftrt_size(const ftrt_ctx *ctx);
-/* The data rank of this trainer: the logical rank whose data it trains on, numbered as at the
- * job's start, in [0, N at the start). It equals ftrt_rank() until a shrink: a shrink
- * renumbers the logical ranks above the lost one down by one, their data ranks stay, and the
- * lost one's data rank is absent from then on (its data skipped); a hot spare promoted later
- * takes the data rank of the logical rank it replaces. Choose minibatches by it, not by
- * ftrt_rank(), so that a shrink skips the lost rank's data and changes nobody else's.
- * Returns it, or FTRT_ESTATE (NULL ctx, or not a trainer). Any thread; changes only inside
- * ftrt_init() and ftrt_recover(). */
+/*
+ * Data ranks (docs/detection-and-recovery.md "No spare left"). A data rank is a logical rank
+ * as numbered at the job's start, in [0, N at the start): the data a trainer trains on. Each
+ * trainer holds its own logical rank's until a trainer is lost with no hot spare left; then
+ * the logical ranks above the lost one are renumbered down by one (ftrt_rank() changes) while
+ * every trainer keeps its data ranks, and the lost one's data ranks are skipped
+ * (FTRT_NO_SPARE=shrink) or given to a survivor, which then holds two or more
+ * (FTRT_NO_SPARE=fold: it computes each one's microbatch, and the sum over all data ranks,
+ * reduced in data-rank order with ftrt_allreduce_ordered(), is the bytes of an undisturbed
+ * run). A hot spare promoted later takes the data ranks of the logical rank it replaces.
+ * Choose minibatches (and any per-rank RNG stream or buffer) by data rank, not by ftrt_rank().
+ * All three: any thread; they change only inside ftrt_init() and ftrt_recover().
+ */
+/* The lowest data rank this trainer holds (its only one unless folded). Returns it, or
+ * FTRT_ESTATE (NULL ctx, or not a trainer). */
 FTRT_API int ftrt_data_rank(const ftrt_ctx *ctx);
+/* The data ranks this trainer holds, ascending: the first min(n, max) into out[0..max).
+ * Returns n (>= 1), FTRT_EINVAL (NULL ctx, max < 0, out NULL with max > 0) or FTRT_ESTATE (not
+ * a trainer). */
+FTRT_API int ftrt_data_ranks(const ftrt_ctx *ctx, int *out, int max);
+/* The number of data ranks the trainers hold now, all together: N at the start, fewer after a
+ * shrink (skipped data), N at the start again under fold. Divide a gradient summed over every
+ * data rank's microbatch by it (times the microbatch size) to average it. Returns it or
+ * FTRT_ESTATE (NULL ctx, or not a trainer). */
+FTRT_API int ftrt_data_size(const ftrt_ctx *ctx);
 /* World rank of this process in MPI_COMM_WORLD. */
 FTRT_API int ftrt_world_rank(const ftrt_ctx *ctx);
 /* Current epoch (0 at start, +1 per membership change). */

@@ -102,6 +102,24 @@ static int take_welcome(ftrt__cp *cp, const void *payload)
     return 0;
 }
 
+/* The holder table of a PLAN that carries one (m->ndata > 0), kept in cp->holder for the
+ * recovery (ftrt__apply_plan): this rank's logical rank must hold a data rank. cp.lock held.
+ * Returns 0, FTRT_EPROTO or -ENOMEM. */
+static int take_holder(ftrt__cp *cp, const ftrt__plan_msg *m, int logical)
+{
+    if (m->ndata == 0) return 0;
+    const int32_t *t = ftrt__plan_msg_holder(m);
+    int mine = 0;
+    for (int d = 0; d < m->ndata; d++) mine += t[d] == logical;
+    if (!mine) return FTRT_EPROTO;
+    int32_t *h = realloc(cp->holder, (size_t)m->ndata * sizeof *h);
+    if (!h) return -ENOMEM;
+    memcpy(h, t, (size_t)m->ndata * sizeof *h);
+    cp->holder = h;
+    cp->nholder = m->ndata;
+    return 0;
+}
+
 /* PLAN: expanded against the membership this rank knows (base/proto.h ftrt__plan_expand); it
  * must name this rank where it says this rank is. cp.lock held. Returns 0 or FTRT_EPROTO
  * (-ENOMEM is not a protocol error: the plan is lost, and the recovery waits for it). */
@@ -114,9 +132,14 @@ static int take_plan(struct ftrt_ctx *ctx, const void *payload, size_t len)
     ftrt__plan *p = NULL;
     size_t plen = 0;
     int rc = ftrt__plan_expand(m, len, cp->members, cp->nmembers, cp->logical, &p, &plen);
+    if (!rc && p->members[p->logical_rank] != ctx->world_rank) rc = FTRT_EPROTO;
+    if (!rc) rc = take_holder(cp, m, p->logical_rank);
     free(m);
-    if (rc == -ENOMEM) return 0;
-    if (rc || p->members[p->logical_rank] != ctx->world_rank) {
+    if (rc == -ENOMEM) {
+        free(p);
+        return 0;
+    }
+    if (rc) {
         free(p);
         return FTRT_EPROTO;
     }

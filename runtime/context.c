@@ -58,6 +58,8 @@ static void ctx_free(ftrt_ctx *ctx)
     ftrt__ckpt_engine_free(ctx->ckpt); /* after the agent: it calls into the engine */
     free(ctx->cp.plan);
     free(ctx->cp.members);
+    free(ctx->cp.holder);
+    free(ctx->data_ranks);
     free(ctx->plan);
     free(ctx->regs);
     free(ctx->step_s);
@@ -311,7 +313,18 @@ static int join_job(ftrt_ctx *ctx, const bootstrap *b, ftrt_ctx **out)
     }
     ctx->role = ctx->cp.welcome.role;
     ctx->size = ctx->cp.welcome.ntrainers;
-    ctx->rank = ctx->data_rank = ctx->cp.welcome.logical_rank;
+    ctx->rank = ctx->cp.welcome.logical_rank;
+    ctx->data_size = ctx->size;
+    if (ctx->role == FTRT__ROLE_TRAINER) { /* (a spare learns its data ranks from its PLAN) */
+        ctx->data_ranks = malloc(sizeof *ctx->data_ranks);
+        if (!ctx->data_ranks) {
+            ctx_free(ctx);
+            *out = NULL;
+            return -ENOMEM;
+        }
+        ctx->data_ranks[0] = ctx->rank;
+        ctx->ndata = 1;
+    }
     *out = ctx;
     if (ctx->role == FTRT__ROLE_SPARE) {
         ftrt__ledger_spare_mark(ctx, FTRT__IV_SPARE_IDLE); /* its start-up, sent now */
@@ -504,7 +517,21 @@ int ftrt_rank(const ftrt_ctx *ctx)
 int ftrt_size(const ftrt_ctx *ctx) { return ctx ? ctx->size : FTRT_ESTATE; }
 int ftrt_data_rank(const ftrt_ctx *ctx)
 {
-    return ctx && ctx->role == FTRT__ROLE_TRAINER ? ctx->data_rank : FTRT_ESTATE;
+    return ctx && ctx->role == FTRT__ROLE_TRAINER && ctx->ndata > 0 ? ctx->data_ranks[0]
+                                                                     : FTRT_ESTATE;
+}
+
+int ftrt_data_ranks(const ftrt_ctx *ctx, int *out, int max)
+{
+    if (!ctx || max < 0 || (max > 0 && !out)) return FTRT_EINVAL;
+    if (ctx->role != FTRT__ROLE_TRAINER || ctx->ndata < 1) return FTRT_ESTATE;
+    for (int i = 0; i < ctx->ndata && i < max; i++) out[i] = ctx->data_ranks[i];
+    return ctx->ndata;
+}
+
+int ftrt_data_size(const ftrt_ctx *ctx)
+{
+    return ctx && ctx->role == FTRT__ROLE_TRAINER ? ctx->data_size : FTRT_ESTATE;
 }
 int ftrt_world_rank(const ftrt_ctx *ctx) { return ctx ? ctx->world_rank : FTRT_ESTATE; }
 int ftrt_epoch(const ftrt_ctx *ctx) { return ctx ? ctx->watch.epoch : FTRT_ESTATE; }

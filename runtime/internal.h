@@ -95,6 +95,10 @@ typedef struct ftrt__cp {
     int32_t *members; /* the membership as of the newest plan (WELCOME: the initial one), by
                          logical rank, nmembers entries (malloc'd; NULL for a spare) */
     int nmembers;
+    int32_t *holder;  /* the holder table of the newest PLAN that carried one (data rank -> the
+                         logical rank holding it, -1: none), nholder entries (malloc'd; NULL
+                         until a shrink, a fold or a promotion: base/proto.h) */
+    int nholder;
     int logical;      /* this rank's logical rank in it (-1: a spare) */
     int64_t commit_step;
     int commit_result;
@@ -142,8 +146,11 @@ struct ftrt_ctx {
     int world_rank, world_size;
     int role; /* enum ftrt__role */
     int rank, size;
-    int data_rank; /* the logical rank whose data it trains on, as numbered at the start (a
-                      shrink renumbers rank, not this; ftrt_data_rank()) */
+    int *data_ranks; /* the data ranks it trains on, ascending (ftrt_data_ranks(): the logical
+                        ranks at the start whose data; a shrink or fold renumbers rank, not
+                        these), ndata of them (malloc'd; NULL with ndata 0 for non-trainers) */
+    int ndata;
+    int data_size;   /* data ranks held by the trainers now (ftrt_data_size()) */
     ftrt__watch watch; /* epoch, pending epoch, fatal code, recovery owed (base/ports.h) */
     ftrt__host hostif; /* what the engines below may ask of the runtime (timeline.c) */
     int ntrainers_initial, nspares;

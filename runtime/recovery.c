@@ -24,6 +24,25 @@
 #include "kernels/location.h"
 #include "runtime/internal.h"
 
+/* The data ranks of logical rank `logical` in the holder table the plan carried (cp.holder,
+ * kept by the agent with the plan: a shrink, a fold or a promotion), and how many are held at
+ * all, into ctx. cp.lock held. Returns 0 or -ENOMEM (nothing changed). */
+static int take_data_ranks(ftrt_ctx *ctx, int logical)
+{
+    int n = ctx->cp.nholder, mine = 0, held = 0;
+    int *d = malloc((size_t)(n > 0 ? n : 1) * sizeof *d);
+    if (!d) return -ENOMEM;
+    for (int k = 0; k < n; k++) {
+        held += ctx->cp.holder[k] >= 0;
+        if (ctx->cp.holder[k] == logical) d[mine++] = k;
+    }
+    free(ctx->data_ranks);
+    ctx->data_ranks = d;
+    ctx->ndata = mine; /* (>= 1: the agent checked it, take_holder) */
+    ctx->data_size = held;
+    return 0;
+}
+
 int ftrt__apply_plan(ftrt_ctx *ctx)
 {
     double t0 = ftrt__now();
@@ -31,8 +50,12 @@ int ftrt__apply_plan(ftrt_ctx *ctx)
     ftrt__plan *p = malloc(ctx->cp.plan_len);
     if (p) memcpy(p, ctx->cp.plan, ctx->cp.plan_len);
     ctx->plan_t = ctx->cp.plan_t;
+    int drc = p && p->ndata > 0 ? take_data_ranks(ctx, p->logical_rank) : 0;
     pthread_mutex_unlock(&ctx->cp.lock);
-    if (!p) return -ENOMEM;
+    if (!p || drc) {
+        free(p);
+        return -ENOMEM;
+    }
     free(ctx->plan);
     ctx->plan = p;
 
@@ -56,7 +79,6 @@ int ftrt__apply_plan(ftrt_ctx *ctx)
     }
     ftrt__plane_set(&ctx->plane, comm);
     ctx->rank = p->logical_rank;
-    if (p->data_rank >= 0) ctx->data_rank = p->data_rank; /* (a whole-membership plan's) */
     ctx->size = p->ntrainers;
     ctx->watch.epoch = p->epoch;
     ctx->watch.needs_recover = 0;

@@ -207,6 +207,7 @@ typedef struct ftrt__incident {
     int world_rank, logical_rank, pid, kind, epoch, spare_world_rank;
     int was_spare; /* an unused hot spare: removed from the pool, nothing to recover */
     int shrunk;    /* no hot spare was left: the job shrank (FTRT_NO_SPARE=shrink) */
+    int folded_onto; /* no hot spare was left: the world rank its data folded onto, else -1 */
     double t_detect, t_detect_wall, t_last_heard, t_resumed; /* monotonic, except _wall */
     double t_fail_wall;   /* best known failure time: fault log, EOF, or last message heard */
     double t_plan_wall;   /* recovery plan sent */
@@ -253,7 +254,8 @@ typedef struct ftrt__coord_scratch {
 typedef struct ftrt__member_change {
     int epoch, logical, from, to, why; /* from/to: world ranks (to -1: a shrink); why:
                                           FTRT__MEMBER_* */
-    int data_rank;                     /* logical rank l's data rank (ftrt_data_rank()) */
+    int data_rank, ndata;              /* logical rank l's lowest data rank and how many it held
+                                          (ftrt_data_ranks()) */
     double t_wall;
 } ftrt__member_change;
 
@@ -263,10 +265,12 @@ typedef struct ftrt__coord {
     int W, N;     /* N: the trainers now (a shrink lowers it; N0 at the start) */
     int N0;
     int *members; /* logical rank -> world rank (written by membership.c only) */
-    int *data_rank; /* logical rank -> its data rank, the logical rank at the start whose data it
-                       trains on (membership.c only; the identity until a shrink) */
-    int shrink_epoch; /* the last epoch a shrink took effect in (its PLAN is whole to everyone) */
-    int nshrinks;
+    int *holder;  /* data rank (a logical rank at the start, whose data) -> the logical rank that
+                     trains on it now, -1: nobody (shrunk); N0 entries (membership.c only; the
+                     identity until a shrink or a fold) */
+    int renumber_epoch; /* the last epoch a shrink or fold took effect in (its PLAN is whole to
+                           everyone) */
+    int nshrinks, nfolds;
     ftrt__member_change *mhist; /* its changes since the start (membership.c) */
     int nmhist, mhist_cap;
     int epoch, phase, result;
@@ -431,23 +435,29 @@ enum {
     FTRT__MEMBER_FAILURE,
     FTRT__MEMBER_DRAIN,
     FTRT__MEMBER_TAKEOVER,
-    FTRT__MEMBER_SHRINK
+    FTRT__MEMBER_SHRINK,
+    FTRT__MEMBER_FOLD
 };
 /* Logical rank l's member is world rank w from now on (c->members[l] = w), for `why`
  * (FTRT__MEMBER_*), kept in the history with the epoch it takes effect in (the next one while
  * running, the one collecting REPORTs when it joins it; not the start's). The only
  * writer of c->members (tools/check-layers). O(1) amortized. */
 void ftrt__member_set(ftrt__coord *c, int l, int w, int why);
-/* FTRT_NO_SPARE=shrink: logical rank l leaves the membership with nobody in its place (its
- * member failed and no hot spare is left; docs/detection-and-recovery.md "Shrink"): the logical
- * ranks above it move down by one (members, data ranks and each member's r[].logical), N falls
- * by one, the change is kept in the history (to -1) and the epoch it takes effect in is
- * remembered (c->shrink_epoch: its PLAN goes whole to every member, each learning its new
- * logical rank). Needs N >= 2. O(N). */
-void ftrt__member_shrink(ftrt__coord *c, int l);
-/* A standby's map from its SYNC: n (at most c->N0) int32 world ranks at p, then n int32 data
- * ranks (unaligned); sets c->N = n. Returns 0 or FTRT_EPROTO (a world rank out of [1, W), a
- * data rank out of [0, N0), n out of [1, N0]). The caller rebuilds the index after. */
+/* Logical rank l leaves the membership with no process in its place (its member failed and no
+ * hot spare is left; docs/detection-and-recovery.md "No spare left"): its data ranks go to
+ * logical rank `to` (FTRT_NO_SPARE=fold: a survivor trains on them as well) or to nobody (to
+ * -1, FTRT_NO_SPARE=shrink: skipped); the logical ranks above l move down by one (members,
+ * holders and each member's r[].logical), N falls by one, the change is kept in the history
+ * (to_world_rank: to's process, or -1) and the epoch it takes effect in is remembered
+ * (c->renumber_epoch: its PLAN goes whole to every member, each learning its new logical rank
+ * and data ranks). Needs N >= 2 and to != l. O(N + N0). */
+void ftrt__member_remove(ftrt__coord *c, int l, int to);
+/* The survivor to fold logical rank l onto: the logical rank other than l holding the fewest
+ * data ranks, the lowest on a tie. Needs N >= 2. O(N + N0). */
+int ftrt__fold_target(const ftrt__coord *c, int l);
+/* A standby's map from its SYNC: n (at most c->N0) int32 world ranks at p, then c->N0 int32
+ * holders (unaligned); sets c->N = n. Returns 0 or FTRT_EPROTO (a world rank out of [1, W), a
+ * holder out of [-1, n), n out of [1, N0]). The caller rebuilds the index after. */
 int ftrt__members_restore(ftrt__coord *c, const unsigned char *p, int n);
 /* The report's "membership": each change of the history (docs/report-schema.md). */
 struct ftrt__jw;

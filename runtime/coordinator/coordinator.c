@@ -97,7 +97,7 @@ static int tables_alloc(ftrt__coord *c)
     size_t w = (size_t)c->W;
     c->r = calloc(w, sizeof *c->r);
     c->members = calloc((size_t)(c->N > 0 ? c->N : 1), sizeof *c->members);
-    c->data_rank = calloc((size_t)(c->N > 0 ? c->N : 1), sizeof *c->data_rank);
+    c->holder = calloc((size_t)(c->N > 0 ? c->N : 1), sizeof *c->holder);
     c->hl = calloc(w, sizeof *c->hl);
     c->mc_list = calloc(4 * w, sizeof *c->mc_list);
     c->mc_grp = calloc(w, sizeof *c->mc_grp);
@@ -115,7 +115,7 @@ static int tables_alloc(ftrt__coord *c)
     c->last_commit.step = -1;
     ftrt__relay_init(c);
     int ixrc = c->r ? ftrt__rankidx_alloc(c) : -ENOMEM;
-    return !ixrc && c->r && c->members && c->data_rank && c->hl && c->mc_list && c->mc_cnt && c->mc_off && c->mc_grp
+    return !ixrc && c->r && c->members && c->holder && c->hl && c->mc_list && c->mc_cnt && c->mc_off && c->mc_grp
                    && c->relay_of
                ? 0
                : -ENOMEM;
@@ -320,7 +320,7 @@ static void coord_close(ftrt__coord *c)
     ftrt__track_free(c->ckpt_track);
     free(c->r);
     free(c->members);
-    free(c->data_rank);
+    free(c->holder);
     ftrt__membership_free(c);
     free(c->hl);
     free(c->mc_list);
@@ -339,7 +339,7 @@ static void coord_close(ftrt__coord *c)
 static ftrt__coord coord_init(ftrt__coord_args *a)
 {
     return (ftrt__coord){.a = a, .W = a->world_size, .N = a->ntrainers, .N0 = a->ntrainers,
-                         .phase = PH_INIT, .shrink_epoch = -1,
+                         .phase = PH_INIT, .renumber_epoch = -1,
                          .last_committed = -1, .t_start = a->t_start,
                          .t_start_wall = a->t_start_wall, .sdc_agreed_step = -1,
                          .sdc_judged_step = -1, .sdc_rollback = -1, .ep = -1,

@@ -57,10 +57,11 @@ void ftrt__epoch_failure_urgent(ftrt__coord *c)
 }
 
 /* Whether world rank w gets the whole membership in this epoch's PLAN (addressed to it alone):
- * a promoted spare, which knows none, and every member in an epoch a shrink renumbered. */
+ * a promoted spare, which knows none, and every member in an epoch a shrink or fold
+ * renumbered. */
 static int gets_full_plan(const ftrt__coord *c, int w)
 {
-    return c->r[w].promoting || c->shrink_epoch == c->epoch;
+    return c->r[w].promoting || c->renumber_epoch == c->epoch;
 }
 
 static void plan_out(ftrt__coord *c)
@@ -110,7 +111,6 @@ void ftrt__epoch_resend_plan(ftrt__coord *c, int w)
     if (c->plan_due) return; /* it goes to every member once the standby acknowledged it */
     if (gets_full_plan(c, w) && c->plan_full) {
         c->plan_full->logical_rank = r->logical;
-        c->plan_full->data_rank = c->data_rank[r->logical];
         ftrt__coord_send(c, w, FTRT__MSG_PLAN, c->plan_full, (uint32_t)c->plan_full_len);
     } else if (!gets_full_plan(c, w) && c->plan_delta) {
         ftrt__coord_send(c, w, FTRT__MSG_PLAN, c->plan_delta, (uint32_t)c->plan_delta_len);
@@ -235,18 +235,22 @@ static ftrt__plan_msg *plan_delta(ftrt__coord *c, const plan_in *in, size_t *len
     return m;
 }
 
-/* The same plan with the whole membership, for the promoted spares (which know none) and, in
- * an epoch a shrink renumbered, every member; its logical_rank and data_rank are set per
- * recipient (ftrt__epoch_resend_plan). NULL without memory. */
+/* The same plan with the whole membership and the holder table (data rank -> logical rank),
+ * for the promoted spares (which know neither) and, in an epoch a shrink or fold renumbered,
+ * every member; its logical_rank is set per recipient (ftrt__epoch_resend_plan). NULL without
+ * memory. */
 static ftrt__plan_msg *plan_full(ftrt__coord *c, const ftrt__plan_msg *delta, size_t dlen,
                                  size_t *len)
 {
-    *len = dlen + (size_t)c->N * sizeof(int32_t);
+    *len = dlen + ((size_t)c->N + (size_t)c->N0) * sizeof(int32_t);
     ftrt__plan_msg *m = malloc(*len);
     if (!m) return NULL;
     memcpy(m, delta, dlen);
     m->nmembers = c->N;
+    m->ndata = c->N0;
     memcpy((char *)m + dlen, c->members, (size_t)c->N * sizeof(int32_t));
+    memcpy((char *)m + dlen + (size_t)c->N * sizeof(int32_t), c->holder,
+           (size_t)c->N0 * sizeof(int32_t));
     return m;
 }
 
@@ -256,7 +260,7 @@ static int plan_send(ftrt__coord *c, const plan_in *in)
 {
     size_t dlen, flen = 0;
     ftrt__plan_msg *delta = plan_delta(c, in, &dlen);
-    int whole = delta && (delta->nrepl || c->shrink_epoch == c->epoch);
+    int whole = delta && (delta->nrepl || c->renumber_epoch == c->epoch);
     ftrt__plan_msg *full = whole ? plan_full(c, delta, dlen, &flen) : NULL;
     if (!delta || (whole && !full)) {
         free(delta);
@@ -282,10 +286,15 @@ static void send_plan(ftrt__coord *c)
         ftrt__job_abort(c, -ENOMEM, "out of memory building the recovery plan");
         goto out;
     }
-    if (in.sharded && c->shrink_epoch == c->epoch) {
-        ftrt__job_abort(c, FTRT_ENOSPARE, "a trainer failed, no hot spare is left, and "
-                                          "FTRT_NO_SPARE=shrink is refused with sharded regions "
-                                          "(the lost rank's shard would have no owner)");
+    if (in.sharded && c->renumber_epoch == c->epoch) {
+        ftrt__job_abort(c, FTRT_ENOSPARE,
+                        c->a->cfg->no_spare == FTRT_NO_SPARE_FOLD
+                            ? "a trainer failed, no hot spare is left, and FTRT_NO_SPARE=fold is "
+                              "refused with sharded regions (the lost rank's shard would have "
+                              "to be folded onto a survivor too: not built)"
+                            : "a trainer failed, no hot spare is left, and FTRT_NO_SPARE=shrink "
+                              "is refused with sharded regions (the lost rank's shard would "
+                              "have no owner)");
         goto out;
     }
     int rc = plan_decide(c, &in);

@@ -38,7 +38,7 @@ ftrt__incident *ftrt__incident_add(ftrt__coord *c, int w, int kind)
     i->t_detect = ftrt__now();
     i->t_detect_wall = ftrt__wallclock();
     i->t_last_heard = w > 0 ? c->r[w].last_heard : i->t_detect;
-    i->spare_world_rank = -1;
+    i->spare_world_rank = i->folded_onto = -1;
     i->resume_step = -1;
     i->sdc_step = i->sdc_agreed_step = i->sdc_ckpt = -1;
     if (kind == FK_SDC) incident_sdc(c, i, w);
@@ -125,35 +125,46 @@ static int recoverable(ftrt__coord *c, int w)
     return 1;
 }
 
-/* Trainer w failed and no hot spare is left: under FTRT_NO_SPARE=shrink its logical rank
- * leaves the membership (membership.c) and the job goes on with one trainer fewer; else, or
- * when it was the last trainer, the job ends. Returns 1 when it shrank. */
-static int shrink(ftrt__coord *c, int w, ftrt__incident *inc)
+/* Trainer w failed and no hot spare is left (docs/detection-and-recovery.md "No spare left"):
+ * under FTRT_NO_SPARE=shrink or fold its logical rank leaves the membership (membership.c),
+ * its data ranks skipped or given to the survivor holding the fewest, and the job goes on with
+ * one trainer fewer; under stop, or when it was the last trainer, the job ends. Returns 1
+ * when the job goes on. */
+static int no_spare(ftrt__coord *c, int w, ftrt__incident *inc)
 {
-    if (c->a->cfg->no_spare != FTRT_NO_SPARE_SHRINK) {
+    int policy = c->a->cfg->no_spare;
+    if (policy != FTRT_NO_SPARE_SHRINK && policy != FTRT_NO_SPARE_FOLD) {
         ftrt__job_abort(c, FTRT_ENOSPARE, "a trainer failed and no hot spare is left");
         return 0;
     }
     if (c->N < 2) {
-        ftrt__job_abort(c, FTRT_ENOSPARE, "the last trainer failed (FTRT_NO_SPARE=shrink)");
+        ftrt__job_abort(c, FTRT_ENOSPARE, "the last trainer failed (no hot spare left)");
         return 0;
     }
     int l = c->r[w].logical;
-    if (inc) inc->shrunk = 1;
-    ftrt__member_shrink(c, l);
-    ftrt_log_warn("epoch %d: no hot spare is left: the job shrinks to %d trainer(s) without "
-                  "logical rank %d (FTRT_NO_SPARE=shrink); the ranks above it move down",
-                  c->shrink_epoch, c->N, l);
+    int to = policy == FTRT_NO_SPARE_FOLD ? ftrt__fold_target(c, l) : -1;
+    int tw = to >= 0 ? c->members[to] : -1;
+    if (inc) inc->shrunk = policy == FTRT_NO_SPARE_SHRINK, inc->folded_onto = tw;
+    ftrt__member_remove(c, l, to);
+    if (to >= 0)
+        ftrt_log_warn("epoch %d: no hot spare is left: logical rank %d's data folds onto world "
+                      "rank %d (now logical rank %d); %d trainer(s), the ranks above it move "
+                      "down (FTRT_NO_SPARE=fold)", c->renumber_epoch, l, tw, c->r[tw].logical,
+                      c->N);
+    else
+        ftrt_log_warn("epoch %d: no hot spare is left: the job shrinks to %d trainer(s) without "
+                      "logical rank %d (FTRT_NO_SPARE=shrink); the ranks above it move down",
+                      c->renumber_epoch, c->N, l);
     return 1;
 }
 
-/* Trainer w failed: a hot spare takes its logical rank (or, with none left, the job shrinks:
- * shrink()), in the announced epoch or a new one. */
+/* Trainer w failed: a hot spare takes its logical rank (or, with none left, the job shrinks or
+ * folds: no_spare()), in the announced epoch or a new one. */
 static void replace(ftrt__coord *c, int w, int kind, ftrt__incident *inc)
 {
     ftrt__crank *r = &c->r[w];
     int spare = ftrt__pick_spare(c, w);
-    if (spare < 0 && !shrink(c, w, inc)) return;
+    if (spare < 0 && !no_spare(c, w, inc)) return;
     int l = r->logical;
     if (spare >= 0) ftrt__promote_spare(c, l, spare, FTRT__MEMBER_FAILURE, inc);
     if (spare < 0 && c->phase == PH_COLLECT) {

@@ -4,11 +4,12 @@
  *
  * Membership changes when a trainer fails (failure.c: a hot spare takes its logical rank), when
  * one is drained (drain.c), at the job's start (job.c) and when a standby coordinator takes
- * over (standby.c restores the map it was sent); a shrink (FTRT_NO_SPARE=shrink, failure.c)
- * removes a logical rank and renumbers the ones above it, whose data ranks (c->data_rank: the
- * logical rank at the start whose data each trains on) stay. Every write goes through here: the recovery's
- * plans, the status file and the report read the map, and tools/check-layers fails the build of
- * any other coordinator file that writes it. Each change after the start is kept with its epoch,
+ * over (standby.c restores the map it was sent); with no hot spare left (FTRT_NO_SPARE, failure.c)
+ * a logical rank is removed and the ones above it renumbered, its data ranks skipped (shrink)
+ * or given to a survivor (fold). The second map, c->holder (data rank -> logical rank: whose
+ * data each trains on), changes with them. Every write of either goes through here: the
+ * recovery's plans, the status file and the report read them, and tools/check-layers fails the
+ * build of any other coordinator file that writes them. Each change after the start is kept with its epoch,
  * cause and time, for the report's "membership" (a standby that took over has the history from
  * its takeover on: the SYNC carries the map, not its past).
  */
@@ -18,7 +19,21 @@
 #include "base/jsonw.h"
 #include "runtime/coordinator/coord.h"
 
-static const char *const why_names[] = {"start", "failure", "drain", "takeover", "shrink"};
+static const char *const why_names[] = {"start",    "failure", "drain",
+                                        "takeover", "shrink",  "fold"};
+
+/* The lowest data rank logical rank l holds (-1: none), and how many in *n. O(N0). */
+static int data_of(const ftrt__coord *c, int l, int *n)
+{
+    int first = -1;
+    *n = 0;
+    for (int d = 0; d < c->N0; d++)
+        if (c->holder[d] == l) {
+            if (first < 0) first = d;
+            ++*n;
+        }
+    return first;
+}
 
 /* Keeps one change in the history (best effort: without memory it is not kept). */
 static void remember(ftrt__coord *c, int l, int from, int to, int why)
@@ -34,10 +49,10 @@ static void remember(ftrt__coord *c, int l, int from, int to, int why)
     /* (called while running, before the epoch of the change is opened; while its epoch
      * collects REPORTs, when a failure or drain joins it) */
     int epoch = c->phase == PH_RUNNING ? c->epoch + 1 : c->epoch;
+    int nd, d = data_of(c, l, &nd);
     c->mhist[c->nmhist++] = (ftrt__member_change){.epoch = epoch, .logical = l, .from = from,
-                                                   .to = to, .why = why,
-                                                   .data_rank = c->data_rank[l],
-                                                   .t_wall = ftrt__wallclock()};
+                                                   .to = to, .why = why, .data_rank = d,
+                                                   .ndata = nd, .t_wall = ftrt__wallclock()};
 }
 
 void ftrt__member_set(ftrt__coord *c, int l, int w, int why)
@@ -47,39 +62,63 @@ void ftrt__member_set(ftrt__coord *c, int l, int w, int why)
     old->ix_member--;
     c->ix.nbye_members -= old->said_bye != 0;
     c->members[l] = w;
-    if (why == FTRT__MEMBER_START) c->data_rank[l] = l;
+    if (why == FTRT__MEMBER_START) c->holder[l] = l;
     c->r[w].ix_member++;
     c->ix.nbye_members += c->r[w].said_bye != 0;
     remember(c, l, from, w, why);
 }
 
-void ftrt__member_shrink(ftrt__coord *c, int l)
+int ftrt__fold_target(const ftrt__coord *c, int l)
+{
+    int best = -1, best_n = 0;
+    for (int k = 0; k < c->N; k++) {
+        if (k == l) continue;
+        int n;
+        data_of(c, k, &n);
+        if (best < 0 || n < best_n) {
+            best = k;
+            best_n = n;
+        }
+    }
+    return best;
+}
+
+void ftrt__member_remove(ftrt__coord *c, int l, int to)
 {
     int from = c->members[l];
     ftrt__crank *old = &c->r[from];
     old->ix_member--;
     c->ix.nbye_members -= old->said_bye != 0;
-    remember(c, l, from, -1, FTRT__MEMBER_SHRINK);
+    remember(c, l, from, to >= 0 ? c->members[to] : -1,
+             to >= 0 ? FTRT__MEMBER_FOLD : FTRT__MEMBER_SHRINK);
+    for (int d = 0; d < c->N0; d++) {
+        if (c->holder[d] == l) c->holder[d] = to;
+        if (c->holder[d] > l) c->holder[d]--;
+    }
     for (int k = l; k + 1 < c->N; k++) {
         c->members[k] = c->members[k + 1];
-        c->data_rank[k] = c->data_rank[k + 1];
         c->r[c->members[k]].logical = k;
     }
     c->N--;
-    c->nshrinks++;
-    c->shrink_epoch = c->phase == PH_RUNNING ? c->epoch + 1 : c->epoch;
+    if (to >= 0) c->nfolds++;
+    else c->nshrinks++;
+    c->renumber_epoch = c->phase == PH_RUNNING ? c->epoch + 1 : c->epoch;
 }
 
 int ftrt__members_restore(ftrt__coord *c, const unsigned char *p, int n)
 {
     if (n < 1 || n > c->N0) return FTRT_EPROTO;
     for (int l = 0; l < n; l++) {
-        int32_t m, d;
+        int32_t m;
         memcpy(&m, p + (size_t)l * sizeof m, sizeof m);
-        memcpy(&d, p + (size_t)(n + l) * sizeof d, sizeof d);
-        if (m < 1 || m >= c->W || d < 0 || d >= c->N0) return FTRT_EPROTO;
+        if (m < 1 || m >= c->W) return FTRT_EPROTO;
         c->members[l] = m; /* (the index is rebuilt after: ftrt__rankidx_rebuild) */
-        c->data_rank[l] = d;
+    }
+    for (int d = 0; d < c->N0; d++) {
+        int32_t h;
+        memcpy(&h, p + (size_t)(n + d) * sizeof h, sizeof h);
+        if (h < -1 || h >= n) return FTRT_EPROTO;
+        c->holder[d] = h;
     }
     c->N = n;
     return 0;
@@ -96,6 +135,7 @@ void ftrt__membership_json(struct ftrt__jw *w, const ftrt__coord *c)
         ftrt__jw_int(w, "from_world_rank", x->from);
         ftrt__jw_int(w, "to_world_rank", x->to);
         ftrt__jw_int(w, "data_rank", x->data_rank);
+        ftrt__jw_int(w, "data_ranks_held", x->ndata);
         ftrt__jw_string(w, "why", why_names[x->why]);
         ftrt__jw_double(w, "at", x->t_wall);
         ftrt__jw_end(w);

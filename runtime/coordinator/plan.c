@@ -49,7 +49,7 @@ int ftrt__plan_msg_build(const ftrt__plan_msg *head, const int *survivor, const 
     m->nrepl = nrepl;
     m->nbehind = nbehind; /* (each knows whether it is one: base/proto.h) */
     m->nmembers = 0;
-    m->data_rank = -1;
+    m->ndata = 0;
     int32_t *repl = m->data;
     for (int l = 0; l < n; l++)
         if (!survivor[l]) {

@@ -149,6 +149,7 @@ static void summary_json(ftrt__jw *w, const ftrt__coord *c, const totals *t)
     ftrt__jw_int(w, "trainers", c->N0);
     ftrt__jw_int(w, "trainers_at_end", c->N);
     ftrt__jw_int(w, "shrinks", c->nshrinks);
+    ftrt__jw_int(w, "folds", c->nfolds);
     ftrt__jw_int(w, "spares", t->nspares);
     ftrt__jw_int(w, "epoch", c->epoch);
     coordinator_json(w, c);
@@ -205,6 +206,7 @@ static void failure_recovery_json(ftrt__jw *w, const ftrt__incident *x, const me
     opt_double(w, "mttr_s", x->recovered, m->mttr);
     opt_int(w, "spare_world_rank", x->spare_world_rank >= 0, x->spare_world_rank);
     ftrt__jw_bool(w, "shrunk", x->shrunk);
+    opt_int(w, "folded_onto_world_rank", x->folded_onto >= 0, x->folded_onto);
     ftrt__jw_int(w, "epoch", x->epoch);
     opt_int(w, "resume_step", resumed, x->resume_step);
     ftrt__jw_int(w, "rework_steps", x->rework_steps);
@@ -294,9 +296,9 @@ static void header_text(const ftrt__coord *c, const totals *t)
     printf("ftrt report: job %s%s%s after %lld steps, %d trainers + %d spare(s), wall %.3f s\n",
            t->ok ? "finished" : "FAILED", t->ok ? "" : ": ", t->ok ? "" : ftrt_err_name(c->result),
            (long long)t->steps, c->N0, t->nspares, t->wall);
-    if (c->nshrinks)
-        printf("  shrunk %d time(s) (FTRT_NO_SPARE=shrink): %d trainer(s) at the end\n",
-               c->nshrinks, c->N);
+    if (c->nshrinks || c->nfolds)
+        printf("  no spare left: shrunk %d time(s), folded %d time(s) (FTRT_NO_SPARE): %d "
+               "trainer(s) at the end\n", c->nshrinks, c->nfolds, c->N);
     if (c->self != 0)
         printf("  coordinator: world rank %d (%s, pid %d), term %d: a standby that took over\n",
                c->self, c->r[c->self].host, c->r[c->self].pid, c->term);
@@ -368,11 +370,15 @@ static void failure_text(const ftrt__coord *c, const ftrt__incident *x, int i, c
     else if (x->was_spare)
         printf("    #%d hot spare (world rank %d, pid %d): %s, MTTD %.1f ms (%s), removed from "
                "the pool\n", i + 1, x->world_rank, x->pid, kind, m->mttd * 1e3, src);
-    else if (x->recovered && x->shrunk)
+    else if (x->recovered && (x->shrunk || x->folded_onto >= 0)) {
+        char how[64];
+        if (x->shrunk) snprintf(how, sizeof how, "the job shrank");
+        else snprintf(how, sizeof how, "its data folded onto world rank %d", x->folded_onto);
         printf("    #%d logical rank %d (world rank %d, pid %d): %s, MTTD %.1f ms (%s), MTTR "
-               "%.1f ms, no hot spare: the job shrank, resumed at step %lld, rework %lld "
-               "steps\n", i + 1, x->logical_rank, x->world_rank, x->pid, kind, m->mttd * 1e3,
-               src, m->mttr * 1e3, (long long)x->resume_step, (long long)x->rework_steps);
+               "%.1f ms, no hot spare: %s, resumed at step %lld, rework %lld steps\n", i + 1,
+               x->logical_rank, x->world_rank, x->pid, kind, m->mttd * 1e3, src, m->mttr * 1e3,
+               how, (long long)x->resume_step, (long long)x->rework_steps);
+    }
     else if (x->recovered)
         printf("    #%d logical rank %d (world rank %d, pid %d): %s, MTTD %.1f ms (%s), MTTR "
                "%.1f ms, hot spare world rank %d, resumed at step %lld (state from %s), "

@@ -24,7 +24,7 @@
 #include "base/log.h"
 #include "runtime/coordinator/coord.h"
 
-enum { SYNC_VERSION = 3 }; /* 2: a rank's drain; 3: N may shrink, the data ranks */
+enum { SYNC_VERSION = 3 }; /* 2: a rank's drain; 3: N may fall (shrink, fold), the holders */
 
 /* The fixed part of a SYNC, after ftrt__sync_head. Times are wall seconds. */
 typedef struct sync_state {
@@ -32,7 +32,7 @@ typedef struct sync_state {
     int32_t W, N, epoch, phase, ninc, hb_ms;
     int32_t ncommitted, nckpt_failed, nckpt_skipped, nckpt_abandoned, nfailed;
     int32_t rejected, protocol_errors, stall_reports, sdc_checks, coord_pid, coord_w;
-    int32_t shrink_epoch, nshrinks, pad;
+    int32_t renumber_epoch, nshrinks, nfolds;
     int64_t last_committed, plan_delta_len, plan_full_len;
     ftrt__ckpt_msg last_commit;
     double t_start_wall, first_commit_wall, last_commit_wall, epoch_t_fail, mono_to_wall;
@@ -195,7 +195,7 @@ int ftrt__standby_tick(ftrt__coord *c, double now)
 static size_t sync_size(const ftrt__coord *c)
 {
     return sizeof(sync_state) + (size_t)c->W * sizeof(sync_rank) +
-           2 * (size_t)c->N * sizeof(int32_t) +
+           ((size_t)c->N + (size_t)c->N0) * sizeof(int32_t) +
            (size_t)c->ninc * sizeof(ftrt__incident) + c->plan_delta_len + c->plan_full_len;
 }
 
@@ -226,7 +226,8 @@ static void put_state(const ftrt__coord *c, sync_state *s)
                       .rejected = c->rejected_connections, .protocol_errors = c->protocol_errors,
                       .stall_reports = c->stall_reports, .sdc_checks = c->sdc_checks,
                       .coord_pid = c->r[c->self].pid, .coord_w = c->self,
-                      .shrink_epoch = c->shrink_epoch, .nshrinks = c->nshrinks,
+                      .renumber_epoch = c->renumber_epoch, .nshrinks = c->nshrinks,
+                      .nfolds = c->nfolds,
                       .last_committed = c->last_committed,
                       .plan_delta_len = (int64_t)c->plan_delta_len,
                       .plan_full_len = (int64_t)c->plan_full_len, .last_commit = c->last_commit,
@@ -260,9 +261,9 @@ uint64_t ftrt__standby_sync(ftrt__coord *c)
         int32_t m = c->members[l];
         memcpy(p, &m, sizeof m);
     }
-    for (int l = 0; l < c->N; l++, p += sizeof(int32_t)) {
-        int32_t d = c->data_rank[l];
-        memcpy(p, &d, sizeof d);
+    for (int d = 0; d < c->N0; d++, p += sizeof(int32_t)) {
+        int32_t h = c->holder[d];
+        memcpy(p, &h, sizeof h);
     }
     if (c->ninc) memcpy(p, c->inc, (size_t)c->ninc * sizeof *c->inc);
     p += (size_t)c->ninc * sizeof *c->inc;
@@ -354,8 +355,9 @@ static void get_state(ftrt__coord *c, const sync_state *s)
     c->protocol_errors = s->protocol_errors;
     c->stall_reports = s->stall_reports;
     c->sdc_checks = s->sdc_checks;
-    c->shrink_epoch = s->shrink_epoch;
+    c->renumber_epoch = s->renumber_epoch;
     c->nshrinks = s->nshrinks;
+    c->nfolds = s->nfolds;
     if (s->last_committed > c->last_committed) c->last_committed = s->last_committed;
     c->last_commit = s->last_commit;
     c->t_start_wall = s->t_start_wall;
@@ -370,7 +372,8 @@ int ftrt__standby_restore(ftrt__coord *c, const void *payload, size_t len)
     sync_state s;
     if (len < sizeof s) return FTRT_EPROTO;
     memcpy(&s, payload, sizeof s);
-    size_t want = sizeof s + (size_t)s.W * sizeof(sync_rank) + 2 * (size_t)s.N * sizeof(int32_t) +
+    size_t want = sizeof s + (size_t)s.W * sizeof(sync_rank) +
+                  ((size_t)s.N + (size_t)c->N0) * sizeof(int32_t) +
                   (size_t)s.ninc * sizeof(ftrt__incident) + (size_t)s.plan_delta_len +
                   (size_t)s.plan_full_len;
     if (s.head.version != SYNC_VERSION || s.W != c->W || s.N < 1 || s.N > c->N0 || s.ninc < 0 ||
@@ -391,7 +394,7 @@ int ftrt__standby_restore(ftrt__coord *c, const void *payload, size_t len)
     memcpy(old->host, s.coord_host, sizeof old->host);
     old->host[FTRT__HOST_MAX - 1] = 0;
     if (ftrt__members_restore(c, p, s.N)) return FTRT_EPROTO;
-    p += 2 * (size_t)c->N * sizeof(int32_t);
+    p += ((size_t)c->N + (size_t)c->N0) * sizeof(int32_t);
     double shift = (ftrt__wallclock() - ftrt__now()) - s.mono_to_wall;
     if (s.plan_t_ready > 0) c->plan_t_ready = s.plan_t_ready - shift; /* a PLAN out: the MTTR */
     if (s.plan_t_sent > 0) c->plan_t_sent = s.plan_t_sent - shift;    /* phases go on from it */

@@ -181,7 +181,6 @@ static void failure_and_plan(void **state)
     size_t len = ftrt__plan_msg_size(1, 0);
     ftrt__plan_msg *p = calloc(1, len);
     p->epoch = 1, p->ntrainers = 4, p->source = 0, p->logical_rank = -1, p->resume_step = 9;
-    p->data_rank = -1;
     p->ckpt_step = p->mem_step = -1;
     p->nrepl = 1;
     p->data[0] = 1, p->data[1] = 5, p->data[2] = -1;
@@ -291,7 +290,6 @@ static void watch_listener_fires_once(void **state)
     size_t len = ftrt__plan_msg_size(0, 0);
     ftrt__plan_msg *p = calloc(1, len);
     p->epoch = 1, p->ntrainers = 4, p->source = 0, p->logical_rank = -1, p->resume_step = 3;
-    p->data_rank = -1;
     p->ckpt_step = p->mem_step = -1;
     assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_PLAN, p, (uint32_t)len), 0);
     free(p);
@@ -339,9 +337,10 @@ static void coordinator_loss(void **state)
 static void malformed_plan(void **state)
 {
     fixture *f = *state;
-    size_t len = ftrt__plan_msg_size(0, 2);
+    size_t len = ftrt__plan_msg_size(0, 2 + 2); /* the members, then the holder table */
     ftrt__plan_msg *p = calloc(1, len);
-    p->epoch = 1, p->ntrainers = 2, p->nmembers = 2, p->logical_rank = 0;
+    p->epoch = 1, p->ntrainers = 2, p->nmembers = 2, p->logical_rank = 0, p->ndata = 2;
+    p->data[2] = 0, p->data[3] = 1;
     p->data[0] = 3, p->data[1] = 3; /* duplicate member */
     assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_PLAN, p, (uint32_t)len), 0);
     free(p);
@@ -357,9 +356,10 @@ static void malformed_plan(void **state)
 static void plan_for_another_rank(void **state)
 {
     fixture *f = *state;
-    size_t len = ftrt__plan_msg_size(0, 2);
+    size_t len = ftrt__plan_msg_size(0, 2 + 2); /* the members, then the holder table */
     ftrt__plan_msg *p = calloc(1, len);
-    p->epoch = 1, p->ntrainers = 2, p->nmembers = 2, p->logical_rank = 0;
+    p->epoch = 1, p->ntrainers = 2, p->nmembers = 2, p->logical_rank = 0, p->ndata = 2;
+    p->data[2] = 0, p->data[3] = 1;
     p->data[0] = 4, p->data[1] = 3; /* this rank (world 3) is logical rank 1, not 0 */
     assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_PLAN, p, (uint32_t)len), 0);
     free(p);
@@ -375,7 +375,7 @@ static void delta_without_membership(void **state)
     fixture *f = *state;
     size_t len = ftrt__plan_msg_size(0, 0);
     ftrt__plan_msg *p = calloc(1, len);
-    p->epoch = 1, p->ntrainers = 2, p->logical_rank = -1, p->data_rank = -1;
+    p->epoch = 1, p->ntrainers = 2, p->logical_rank = -1;
     assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_PLAN, p, (uint32_t)len), 0);
     free(p);
     for (int i = 0; i < 500 && ftrt__interrupted(f->ctx) == 0; i++) usleep(10000);

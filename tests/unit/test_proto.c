@@ -166,7 +166,7 @@ static ftrt__plan_msg *delta_msg(size_t *len, int32_t prev[6])
     ftrt__plan_msg *m = calloc(1, *len);
     *m = (ftrt__plan_msg){.resume_step = 30, .ckpt_step = -1, .mem_step = -1, .epoch = 2,
                           .ntrainers = 6, .source = 0, .logical_rank = -1, .nrepl = 2,
-                          .nbehind = 1, .data_rank = -1};
+                          .nbehind = 1};
     int32_t d[] = {1, 7, -1, 4, 8, -1}; /* logical 1 -> world 7, 4 -> 8; one survivor behind */
     memcpy(m->data, d, sizeof d);
     return m;
@@ -317,39 +317,48 @@ static void plan_delta_memory(void **state)
  * ftrt__msg_send and the receive buffer whole, and expands in O(n); a duplicate member is found
  * without an O(n^2) scan; a header announcing more than 4 x FTRT__MAX_WORLD entries is refused,
  * and other types stay bounded by FTRT__MSG_MAX. */
-/* A shrink's PLAN (FTRT_NO_SPARE=shrink): the whole, smaller membership to every member, each
- * with its new logical rank and its data rank (which a shrink keeps); a delta PLAN leaves the
- * data rank unchanged (-1), and a data rank is refused without the table or missing with it. */
+/* The PLAN of an epoch a shrink or fold renumbered (FTRT_NO_SPARE): the whole, smaller
+ * membership to every member with its new logical rank, and the holder table (data rank ->
+ * logical rank, -1: skipped), which the agent keeps (a delta has none: ndata 0); a table with
+ * a holder out of [-1, ntrainers), or without the membership, is refused. */
 static void plan_shrink(void **state)
 {
     (void)state;
-    size_t len = ftrt__plan_msg_size(0, 3);
+    size_t len = ftrt__plan_msg_size(0, 3 + 4);
     ftrt__plan_msg *m = calloc(1, len);
     *m = (ftrt__plan_msg){.resume_step = 40, .ckpt_step = -1, .mem_step = -1, .epoch = 3,
                           .ntrainers = 3, .source = 0, .logical_rank = 1, .nmembers = 3,
-                          .data_rank = 2}; /* 4 trainers, logical 1 lost: old logical 2 is 1 */
-    int32_t table[3] = {1, 3, 4};
+                          .ndata = 4}; /* 4 trainers, logical 1 lost: old logical 2 is 1 */
+    int32_t table[7] = {1, 3, 4, /* holders: */ 0, -1, 1, 2};
     memcpy(m->data, table, sizeof table);
+    assert_int_equal(ftrt__plan_msg_check(m, len), 0);
+    assert_int_equal(ftrt__plan_msg_holder(m)[1], -1);
+    assert_int_equal(ftrt__plan_msg_holder(m)[3], 2);
     int32_t prev[4] = {1, 2, 3, 4};
     ftrt__plan *p = NULL;
     size_t plen = 0;
     assert_int_equal(ftrt__plan_expand(m, len, prev, 4, 2, &p, &plen), 0);
     assert_int_equal(p->ntrainers, 3);
     assert_int_equal(p->logical_rank, 1);
-    assert_int_equal(p->data_rank, 2);
+    assert_int_equal(p->ndata, 4);
     assert_int_equal(p->members[1], 3);
     for (int l = 0; l < 3; l++) assert_int_equal(ftrt__plan_roles(p)[l], FTRT__PLAN_UP_TO_DATE);
     free(p);
-    m->data_rank = -1; /* the table without a data rank */
+    m->data[3 + 1] = 3; /* a holder past the trainers */
     assert_int_equal(ftrt__plan_msg_check(m, len), FTRT_EPROTO);
+    m->data[3 + 1] = -2;
+    assert_int_equal(ftrt__plan_msg_check(m, len), FTRT_EPROTO);
+    m->data[3 + 1] = 0;                          /* fold: logical 0 holds data ranks 0 and 1 */
+    assert_int_equal(ftrt__plan_msg_check(m, len), 0);
+    assert_int_equal(ftrt__plan_msg_check(m, len - 4), FTRT_EPROTO); /* the table cut short */
     free(m);
     int32_t prev6[6];
     ftrt__plan_msg *d = delta_msg(&len, prev6);
     assert_int_equal(ftrt__plan_expand(d, len, prev6, 6, 3, &p, &plen), 0);
-    assert_int_equal(p->data_rank, -1); /* a delta: unchanged */
+    assert_int_equal(p->ndata, 0); /* a delta: the data ranks unchanged */
     free(p);
-    d->data_rank = 3; /* a data rank without the table */
-    assert_int_equal(ftrt__plan_msg_check(d, len), FTRT_EPROTO);
+    d->ndata = 3; /* a table without the membership */
+    assert_int_equal(ftrt__plan_msg_check(d, ftrt__plan_msg_size(2, 3)), FTRT_EPROTO);
     free(d);
 }
 
@@ -357,7 +366,7 @@ static void large_plan(void **state)
 {
     (void)state;
     const int n = 16384;
-    size_t len = ftrt__plan_msg_size(1, n);
+    size_t len = ftrt__plan_msg_size(1, n + n); /* the members and the holder table */
     assert_true(len > FTRT__MSG_MAX);
     ftrt__plan_msg *p = calloc(1, len);
     assert_non_null(p);
@@ -365,10 +374,11 @@ static void large_plan(void **state)
     p->resume_step = 7;
     p->logical_rank = n - 1;
     p->ckpt_step = p->mem_step = -1;
-    p->nrepl = 1, p->nmembers = n;
+    p->nrepl = 1, p->nmembers = n, p->ndata = n;
     p->data[0] = n - 1, p->data[1] = 1, p->data[2] = -1; /* logical n - 1 is world rank 1 now */
     int32_t *table = p->data + 3;
     for (int i = 0; i < n; i++) table[i] = n - i; /* world ranks n..1 */
+    for (int i = 0; i < n; i++) table[n + i] = i;  /* data rank i on logical rank i */
     ftrt__plan *x = NULL;
     size_t xlen = 0;
     assert_int_equal(ftrt__plan_expand(p, len, NULL, 0, -1, &x, &xlen), 0);

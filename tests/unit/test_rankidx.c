@@ -94,10 +94,10 @@ static void world_open(ftrt__coord *c, int W)
     c->N = c->N0 = W / 2;
     c->r = calloc((size_t)W, sizeof *c->r);
     c->members = calloc((size_t)(c->N > 0 ? c->N : 1), sizeof *c->members);
-    c->data_rank = calloc((size_t)(c->N > 0 ? c->N : 1), sizeof *c->data_rank);
+    c->holder = calloc((size_t)(c->N > 0 ? c->N : 1), sizeof *c->holder);
     assert_non_null(c->r);
     assert_non_null(c->members);
-    assert_non_null(c->data_rank);
+    assert_non_null(c->holder);
     assert_int_equal(ftrt__rankidx_alloc(c), 0);
 }
 
@@ -106,7 +106,7 @@ static void world_close(ftrt__coord *c)
     ftrt__rankidx_free(c);
     free(c->r);
     free(c->members);
-    free(c->data_rank);
+    free(c->holder);
     ftrt__membership_free(c);
     free(c->inc);
 }

@@ -301,11 +301,27 @@ class Context:
 
     @property
     def data_rank(self) -> int:
-        """The logical rank, as numbered at the job's start, whose data this trainer trains on
-        (ftrt_data_rank()): rank until a shrink renumbers the ranks above a lost one; choose
-        minibatches by it so that a shrink skips only the lost rank's data (raises FtrtState
-        for non-trainers)."""
+        """The lowest data rank this trainer holds (ftrt_data_rank()): a logical rank as
+        numbered at the job's start, whose data it trains on; rank until a shrink or fold
+        renumbers the ranks above a lost one. Raises FtrtState for non-trainers."""
         return _check(_clib().ftrt_data_rank(self._h), "ftrt_data_rank")
+
+    @property
+    def data_ranks(self) -> List[int]:
+        """Every data rank this trainer holds, ascending (ftrt_data_ranks()): more than one
+        once a lost rank's data was folded onto it (FTRT_NO_SPARE=fold). Choose minibatches
+        by these. Raises FtrtState for non-trainers."""
+        n = _check(_clib().ftrt_data_ranks(self._h, None, 0), "ftrt_data_ranks")
+        buf = (ctypes.c_int * n)()
+        _check(_clib().ftrt_data_ranks(self._h, buf, n), "ftrt_data_ranks")
+        return list(buf)
+
+    @property
+    def data_size(self) -> int:
+        """The data ranks held by the trainers now, all together (ftrt_data_size()): divide a
+        gradient summed over them by this times the microbatch size. Raises FtrtState for
+        non-trainers."""
+        return _check(_clib().ftrt_data_size(self._h), "ftrt_data_size")
 
     @property
     def world_rank(self) -> int:

@@ -400,6 +400,8 @@ PROTOTYPES = {
     "ftrt_rank": (_c_int, [_vp]),
     "ftrt_size": (_c_int, [_vp]),
     "ftrt_data_rank": (_c_int, [_vp]),
+    "ftrt_data_ranks": (_c_int, [_vp, _pint, _c_int]),
+    "ftrt_data_size": (_c_int, [_vp]),
     "ftrt_world_rank": (_c_int, [_vp]),
     "ftrt_epoch": (_c_int, [_vp]),
     "ftrt_register": (_c_int, [_vp, ctypes.c_char_p, _vp, _c_size, ctypes.c_uint]),

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""MPI integration tests of the no-spare policy FTRT_NO_SPARE=shrink (docs/detection-and-
-recovery.md "Shrink"): real mpirun jobs of examples/train_mlp whose trainers are SIGKILLed
-with fewer hot spares than kills, checked against their reports and against a replay of the
-same membership history (the same data rank lost at the same step, forced with train_mlp's
---die-rank/--die-at-step knob). Python 3 standard library only.
+"""MPI integration tests of the no-spare policies FTRT_NO_SPARE=shrink and fold
+(docs/detection-and-recovery.md "No spare left"): real mpirun jobs of examples/train_mlp whose
+trainers are SIGKILLed with fewer hot spares than kills, checked against their reports; a
+shrink against a replay of the same membership history (the same data rank lost at the same
+step, forced with train_mlp's --die-rank/--die-at-step knob), a fold byte for byte against a
+fault-free run with the same fixed-order reduction (train_mlp --ordered). Python 3 standard
+library only.
 
-Usage: shrink_itest.py --bin BUILD/examples/train_mlp --work DIR <case>
-       shrink_itest.py --list   (the cases for CMake: ctests mpi.<case>)
+Usage: nospare_itest.py --bin BUILD/examples/train_mlp --work DIR <case>
+       nospare_itest.py --list   (the cases for CMake: ctests mpi.<case>)
 Cases:
   shrink          one hot spare, two kills: the first is replaced by the spare, the second
                   shrinks the job to 3 trainers; exit 0, the report and the membership history
@@ -18,6 +20,13 @@ Cases:
                   history is byte-identical
   shrink_sharded  sharded state (--sharded-momentum) and no spare: the shrink is refused, the
                   job ends as failed with FTRT_ENOSPARE and says why
+  fold            FTRT_NO_SPARE=fold, one hot spare, two kills: the first is replaced by the
+                  spare, the second's data rank folds onto a survivor (3 trainers, 4 data
+                  ranks); exit 0, byte-identical to the fault-free run with --ordered
+  fold_twice      no spare, logical rank 1 killed (its data folds onto logical rank 0), then
+                  the trainer holding two data ranks killed (both fold onto one survivor):
+                  2 trainers, 4 data ranks, byte-identical to the same reference
+  fold_sharded    sharded state and no spare: the fold is refused (FTRT_ENOSPARE, said why)
 Exit 0 = pass, 1 = fail, 77 = skipped.
 """
 import os
@@ -38,12 +47,26 @@ CASES = {}  # name -> ftrt_harness.Case
 DIE = ["--check-every", "8"]
 
 
-def shrink_job(args, name, np_, spares, extra=()):
-    """A train_mlp job under FTRT_NO_SPARE=shrink in WORK/name."""
+def shrink_job(args, name, np_, spares, extra=(), policy="shrink"):
+    """A train_mlp job under FTRT_NO_SPARE=policy in WORK/name (--ordered under fold)."""
+    ordered = ["--ordered"] if policy == "fold" else []
     job = h.train_job(os.path.join(args.work, name), args.bin, np_,
-                      h.MLP_ARGS + DIE + list(extra), spares=spares)
-    job.env["FTRT_NO_SPARE"] = "shrink"
+                      h.MLP_ARGS + DIE + ordered + list(extra), spares=spares)
+    job.env["FTRT_NO_SPARE"] = policy
     return job
+
+
+def ordered_reference(args):
+    """The fault-free run with --ordered (the fold cases' reference: a fold keeps its bytes),
+    made once per work directory; its final parameters' path."""
+    path = os.path.join(args.work, "ordered_reference.params")
+    if not os.path.exists(path):
+        job = shrink_job(args, "ordered_reference", 5, 0, policy="fold").start()
+        rc = job.wait(180)
+        check(rc == 0, f"the fault-free run with --ordered exits 0 (got {rc})")
+        accuracy(job)
+        os.replace(job.params, path)
+    return path
 
 
 def accuracy(job):
@@ -76,7 +99,7 @@ def brief(f):
 
 def check_shrink_report(rep, n_fail):
     check(rep["status"] == "finished" and rep["trainers"] == 4 and rep["trainers_at_end"] == 3
-          and rep["shrinks"] == 1,
+          and rep["shrinks"] == 1 and rep["folds"] == 0,
           f"report: finished, 4 trainers at the start, 3 at the end, one shrink "
           f"({rep['status']}, {rep['trainers']}, {rep['trainers_at_end']}, {rep['shrinks']})")
     fs = rep["failures"]
@@ -107,7 +130,8 @@ def case_shrink(args):
     s = check_shrink_report(rep, 2)
     check(rep["failures"][0]["spare_world_rank"] == 5 and not rep["failures"][0]["shrunk"],
           "the first kill took the hot spare")
-    check("mean over 3 trainers" in job.out, "the final loss is averaged over 3 trainers")
+    check("mean over 3 trainers x 32, 3 data rank(s)" in job.out,
+          "the final loss is averaged over the 3 trainers and data ranks present")
     accuracy(job)
     print(f"  shrank at step {s['resume_step']} (MTTR {s['mttr_s'] * 1e3:.1f} ms, rework "
           f"{s['rework_steps']} steps)", flush=True)
@@ -143,6 +167,72 @@ def case_shrink_sharded(args):
           "the coordinator says why the shrink is refused")
     rep = job.load_report()
     check(rep["status"] == "failed" and rep["error"] == "FTRT_ENOSPARE" and rep["shrinks"] == 1,
+          f"report: failed with FTRT_ENOSPARE ({rep['status']}, {rep['error']})")
+
+
+def check_folds(job, args, n_fail, n_folds, end):
+    """The finished fold job: exit 0, n_fail failures (the last n_folds folded), `end` trainers
+    and 4 data ranks at the end, the folds in the membership history, byte-identical to the
+    ordered reference. Returns the report."""
+    rc = job.wait(180)
+    check(rc == 0, f"the job goes on after every kill and exits 0 (got {rc})")
+    rep = job.load_report()
+    fs = rep["failures"]
+    check(rep["status"] == "finished" and rep["folds"] == n_folds and rep["shrinks"] == 0
+          and rep["trainers_at_end"] == end,
+          f"report: finished, {n_folds} fold(s), {end} trainers at the end ({rep['folds']}, "
+          f"{rep['trainers_at_end']})")
+    check(len(fs) == n_fail and all(f["recovered"] for f in fs)
+          and all(f.get("folded_onto_world_rank") is not None and not f["shrunk"]
+                  for f in fs[n_fail - n_folds:]),
+          f"{n_fail} failure(s), all recovered, the last {n_folds} folded "
+          f"({[brief(f) | {'onto': f.get('folded_onto_world_rank')} for f in fs]})")
+    m = [x for x in rep["membership"] if x["why"] == "fold"]
+    check(len(m) == n_folds and all(x["to_world_rank"] >= 1 for x in m),
+          f"the membership history has the fold(s) ({rep['membership']})")
+    check(f"mean over {end} trainers x 32, 4 data rank(s)" in job.out,
+          f"{end} trainers train on the 4 data ranks")
+    check(same_bytes(job.params, ordered_reference(args)),
+          "byte-identical to the fault-free run with --ordered")
+    return rep
+
+
+@h.case(CASES, fixture="required")
+def case_fold(args):
+    ordered_reference(args)
+    job = shrink_job(args, "fold", 6, 1, policy="fold").start()
+    job.inject(signal.SIGKILL, job.wait_trainer(1, min_steps=40), "sigkill")
+    st = job.wait_status(lambda s: s["job"] == "running" and s["epoch"] == 1 and trainer(s, 2)
+                         and trainer(s, 2)["steps_done"] >= 110)
+    job.inject(signal.SIGKILL, trainer(st, 2), "sigkill")
+    rep = check_folds(job, args, 2, 1, 3)
+    check(rep["failures"][0]["spare_world_rank"] == 5, "the first kill took the hot spare")
+
+
+@h.case(CASES, fixture="required")
+def case_fold_twice(args):
+    ordered_reference(args)
+    job = shrink_job(args, "fold_twice", 5, 0, policy="fold").start()
+    job.inject(signal.SIGKILL, job.wait_trainer(1, min_steps=40), "sigkill")
+    # logical rank 1's data folds onto logical rank 0 (the fewest data ranks, the lowest)
+    st = job.wait_status(lambda s: s["job"] == "running" and s["epoch"] == 1 and trainer(s, 0)
+                         and trainer(s, 0)["steps_done"] >= 110)
+    job.inject(signal.SIGKILL, trainer(st, 0), "sigkill")
+    rep = check_folds(job, args, 2, 2, 2)
+    second = [x for x in rep["membership"] if x["why"] == "fold"][1]
+    check(second["data_ranks_held"] == 2, f"the second lost trainer held 2 data ranks ({second})")
+
+
+@h.case(CASES, fixture="required")
+def case_fold_sharded(args):
+    job = shrink_job(args, "fold_sharded", 5, 0, ["--sharded-momentum"], policy="fold").start()
+    job.inject(signal.SIGKILL, job.wait_trainer(1, min_steps=40), "sigkill")
+    rc = job.wait(180)
+    check(rc != 0, f"the job ends as failed (exit {rc})")
+    check("FTRT_NO_SPARE=fold is refused with sharded regions" in job.out,
+          "the coordinator says why the fold is refused")
+    rep = job.load_report()
+    check(rep["status"] == "failed" and rep["error"] == "FTRT_ENOSPARE",
           f"report: failed with FTRT_ENOSPARE ({rep['status']}, {rep['error']})")
 
 
