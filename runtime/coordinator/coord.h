@@ -452,6 +452,12 @@ void ftrt__member_set(ftrt__coord *c, int l, int w, int why);
  * (c->renumber_epoch: its PLAN goes whole to every member, each learning its new logical rank
  * and data ranks). Needs N >= 2 and to != l. O(N + N0). */
 void ftrt__member_remove(ftrt__coord *c, int l, int to);
+/* No hot spare is left for trainer w (failed or drained; docs/detection-and-recovery.md "No
+ * spare left"): under FTRT_NO_SPARE=shrink or fold its logical rank leaves the membership
+ * (ftrt__member_remove), its data ranks skipped or given to the survivor holding the fewest,
+ * recorded in inc (shrunk, folded_onto; may be NULL) and logged. Returns 1, or 0 (nothing
+ * done) under stop or when w is the last trainer. O(N + N0). (failure.c) */
+int ftrt__no_spare_remove(ftrt__coord *c, int w, ftrt__incident *inc);
 /* The survivor to fold logical rank l onto: the logical rank other than l holding the fewest
  * data ranks, the lowest on a tie. Needs N >= 2. O(N + N0). */
 int ftrt__fold_target(const ftrt__coord *c, int l);

@@ -17,8 +17,11 @@
  * nobody calls it. The incident is of kind FK_DRAIN: the report lists it under "drains" with
  * its time to move, the ledger does not count it as a failure.
  *
- * With no hot spare left a drain is refused (the rank keeps training); so is one of the
- * coordinator's host, one while the job is finishing, and a malformed request. Each request
+ * With no hot spare left a trainer's drain follows the no-spare policy (FTRT_NO_SPARE): under
+ * shrink or fold its logical rank leaves the membership at the same step boundary (its data
+ * skipped or folded onto a survivor), under stop it is refused (the rank keeps training). A
+ * drain of the coordinator's host is refused, so is one while the job is finishing, and a
+ * malformed request. Each request
  * gets one line of result beside it (`<request>.result`: "accepted: ..." or "refused: ...").
  */
 #include <dirent.h>
@@ -87,13 +90,15 @@ static int drain_trainer(ftrt__coord *c, int w, char *why, size_t n)
         snprintf(why, n, "the job is finishing");
         return DRAIN_REFUSED;
     }
-    int spare = ftrt__pick_spare(c, w);
-    if (spare < 0) {
-        snprintf(why, n, "no hot spare is left: world rank %d keeps training", w);
+    int spare = ftrt__pick_spare(c, w), l = r->logical;
+    if (spare < 0 && (c->a->cfg->no_spare == FTRT_NO_SPARE_STOP || c->N < 2)) {
+        snprintf(why, n, "no hot spare is left: world rank %d keeps training%s", w,
+                 c->N < 2 ? " (the last trainer)" : " (FTRT_NO_SPARE=stop)");
         return DRAIN_REFUSED;
     }
-    int l = r->logical;
-    ftrt__promote_spare(c, l, spare, FTRT__MEMBER_DRAIN, mark_drained(c, w));
+    ftrt__incident *inc = mark_drained(c, w);
+    if (spare >= 0) ftrt__promote_spare(c, l, spare, FTRT__MEMBER_DRAIN, inc);
+    else ftrt__no_spare_remove(c, w, inc);
     if (!joining) {
         c->epoch_soft = 1;
         c->drain_t = ftrt__now();
@@ -104,8 +109,15 @@ static int drain_trainer(ftrt__coord *c, int w, char *why, size_t n)
     r->drain_epoch = c->epoch;
     ftrt__epoch_msg m = {.epoch = c->epoch, .value = c->epoch_soft};
     ftrt__coord_send(c, w, FTRT__MSG_DRAIN, &m, sizeof m);
-    snprintf(why, n, "world rank %d (logical rank %d) moves to hot spare world rank %d (%s) in "
-             "epoch %d", w, l, spare, c->r[spare].host, c->epoch);
+    if (spare >= 0)
+        snprintf(why, n, "world rank %d (logical rank %d) moves to hot spare world rank %d (%s) "
+                 "in epoch %d", w, l, spare, c->r[spare].host, c->epoch);
+    else if (inc && inc->folded_onto >= 0)
+        snprintf(why, n, "world rank %d (logical rank %d) leaves with no hot spare left: its "
+                 "data folds onto world rank %d in epoch %d", w, l, inc->folded_onto, c->epoch);
+    else
+        snprintf(why, n, "world rank %d (logical rank %d) leaves with no hot spare left: the job "
+                 "shrinks to %d trainer(s) in epoch %d", w, l, c->N, c->epoch);
     return DRAIN_DONE;
 }
 
@@ -136,7 +148,8 @@ int ftrt__drain_rank(ftrt__coord *c, int w, char *why, size_t n)
 }
 
 /* Every rank of host `host` (trainers first, then spares), in one epoch; refused as a whole
- * when the spares elsewhere are fewer than its trainers. */
+ * when the spares elsewhere are fewer than its trainers (under FTRT_NO_SPARE=stop; under
+ * shrink or fold when no trainer would be left elsewhere). */
 static int drain_host(ftrt__coord *c, const char *host, char *why, size_t n)
 {
     if (c->phase == PH_ABORTING || c->phase == PH_DONE) {
@@ -161,9 +174,13 @@ static int drain_host(ftrt__coord *c, const char *host, char *why, size_t n)
         snprintf(why, n, "no live rank on host %s", host);
         return DRAIN_REFUSED;
     }
-    if (spares_elsewhere < trainers) {
-        snprintf(why, n, "host %s has %d trainer(s) and only %d hot spare(s) are elsewhere",
-                 host, trainers, spares_elsewhere);
+    /* (with too few spares, under shrink or fold the rest leave with nobody in their place:
+     * some trainer must stay elsewhere) */
+    if (spares_elsewhere < trainers &&
+        (c->a->cfg->no_spare == FTRT_NO_SPARE_STOP || trainers >= c->N)) {
+        snprintf(why, n, "host %s has %d trainer(s) and only %d hot spare(s) are elsewhere%s",
+                 host, trainers, spares_elsewhere,
+                 c->a->cfg->no_spare == FTRT_NO_SPARE_STOP ? "" : ", and no trainer elsewhere");
         return DRAIN_REFUSED;
     }
     char one[256];

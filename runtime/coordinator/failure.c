@@ -125,22 +125,10 @@ static int recoverable(ftrt__coord *c, int w)
     return 1;
 }
 
-/* Trainer w failed and no hot spare is left (docs/detection-and-recovery.md "No spare left"):
- * under FTRT_NO_SPARE=shrink or fold its logical rank leaves the membership (membership.c),
- * its data ranks skipped or given to the survivor holding the fewest, and the job goes on with
- * one trainer fewer; under stop, or when it was the last trainer, the job ends. Returns 1
- * when the job goes on. */
-static int no_spare(ftrt__coord *c, int w, ftrt__incident *inc)
+int ftrt__no_spare_remove(ftrt__coord *c, int w, ftrt__incident *inc)
 {
     int policy = c->a->cfg->no_spare;
-    if (policy != FTRT_NO_SPARE_SHRINK && policy != FTRT_NO_SPARE_FOLD) {
-        ftrt__job_abort(c, FTRT_ENOSPARE, "a trainer failed and no hot spare is left");
-        return 0;
-    }
-    if (c->N < 2) {
-        ftrt__job_abort(c, FTRT_ENOSPARE, "the last trainer failed (no hot spare left)");
-        return 0;
-    }
+    if ((policy != FTRT_NO_SPARE_SHRINK && policy != FTRT_NO_SPARE_FOLD) || c->N < 2) return 0;
     int l = c->r[w].logical;
     int to = policy == FTRT_NO_SPARE_FOLD ? ftrt__fold_target(c, l) : -1;
     int tw = to >= 0 ? c->members[to] : -1;
@@ -156,6 +144,16 @@ static int no_spare(ftrt__coord *c, int w, ftrt__incident *inc)
                       "logical rank %d (FTRT_NO_SPARE=shrink); the ranks above it move down",
                       c->renumber_epoch, c->N, l);
     return 1;
+}
+
+/* Trainer w failed and no hot spare is left: shrink or fold (ftrt__no_spare_remove), else the
+ * job ends. Returns 1 when the job goes on. */
+static int no_spare(ftrt__coord *c, int w, ftrt__incident *inc)
+{
+    if (ftrt__no_spare_remove(c, w, inc)) return 1;
+    ftrt__job_abort(c, FTRT_ENOSPARE, c->N < 2 ? "the last trainer failed (no hot spare left)"
+                                               : "a trainer failed and no hot spare is left");
+    return 0;
 }
 
 /* Trainer w failed: a hot spare takes its logical rank (or, with none left, the job shrinks or

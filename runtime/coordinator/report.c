@@ -324,6 +324,8 @@ static void drain_json(ftrt__jw *w, const ftrt__coord *c, const ftrt__incident *
     opt_int(w, "spare_world_rank", x->spare_world_rank >= 0, x->spare_world_rank);
     ftrt__jw_string(w, "spare_host",
                     x->spare_world_rank >= 0 ? c->r[x->spare_world_rank].host : NULL);
+    ftrt__jw_bool(w, "shrunk", x->shrunk);
+    opt_int(w, "folded_onto_world_rank", x->folded_onto >= 0, x->folded_onto);
     ftrt__jw_bool(w, "moved", x->recovered);
     opt_double(w, "time_to_move_s", x->recovered, move);
     ftrt__jw_int(w, "epoch", x->epoch);
@@ -334,6 +336,13 @@ static void drain_json(ftrt__jw *w, const ftrt__coord *c, const ftrt__incident *
     if (x->was_spare)
         printf("    drain %d: hot spare world rank %d (%s, pid %d) left the pool\n", i + 1,
                x->world_rank, c->r[x->world_rank].host, x->pid);
+    else if (x->spare_world_rank < 0)
+        printf("    drain %d: logical rank %d (world rank %d, %s, pid %d) left with no hot spare "
+               "(%s) %s%.1f ms, resumed at step %lld, rework %lld steps\n", i + 1,
+               x->logical_rank, x->world_rank, c->r[x->world_rank].host, x->pid,
+               x->shrunk ? "the job shrank" : "its data folded", x->recovered ? "in " : "(not done) ",
+               x->recovered ? move * 1e3 : 0.0, (long long)x->resume_step,
+               (long long)x->rework_steps);
     else
         printf("    drain %d: logical rank %d (world rank %d, %s, pid %d) moved to hot spare "
                "world rank %d %s%.1f ms, resumed at step %lld, rework %lld steps\n", i + 1,

@@ -27,6 +27,9 @@ Cases:
                   the trainer holding two data ranks killed (both fold onto one survivor):
                   2 trainers, 4 data ranks, byte-identical to the same reference
   fold_sharded    sharded state and no spare: the fold is refused (FTRT_ENOSPARE, said why)
+  drain_fold      no spare, tools/ftrt-ctl drain of logical rank 2: accepted, the rank leaves at
+                  the next step boundary and its data folds onto a survivor (rework 0, a drain
+                  in the report, no failure); byte-identical to the same reference
 Exit 0 = pass, 1 = fail, 77 = skipped.
 """
 import os
@@ -221,6 +224,27 @@ def case_fold_twice(args):
     rep = check_folds(job, args, 2, 2, 2)
     second = [x for x in rep["membership"] if x["why"] == "fold"][1]
     check(second["data_ranks_held"] == 2, f"the second lost trainer held 2 data ranks ({second})")
+
+
+@h.case(CASES, fixture="required")
+def case_drain_fold(args):
+    ordered_reference(args)
+    job = shrink_job(args, "drain_fold", 5, 0, policy="fold").start()
+    victim = job.wait_trainer(2, min_steps=60)
+    rc, out = job.drain("--rank", str(victim["world_rank"]))
+    check(rc == 0 and "its data folds onto world rank" in out and "moved" in out,
+          f"ftrt-ctl drain accepted with no spare left, the data folded ({out.strip()})")
+    rc = job.wait(180)
+    check(rc == 0, f"the job finishes and exits 0 (got {rc})")
+    rep = job.load_report()
+    d = rep["drains"]
+    check(not rep["failures"] and len(d) == 1 and d[0]["moved"] and d[0]["rework_steps"] == 0
+          and d[0].get("folded_onto_world_rank") is not None and not d[0]["shrunk"],
+          f"one drain, folded, no rework, no failure ({d}, {rep['failures']})")
+    check(rep["folds"] == 1 and rep["trainers_at_end"] == 3, "the report counts the fold")
+    check("drained (world rank" in job.out, "the drained trainer says it left")
+    check(same_bytes(job.params, ordered_reference(args)),
+          "byte-identical to the fault-free run with --ordered")
 
 
 @h.case(CASES, fixture="required")
