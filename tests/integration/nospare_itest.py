@@ -27,6 +27,10 @@ Cases:
                   the trainer holding two data ranks killed (both fold onto one survivor):
                   2 trainers, 4 data ranks, byte-identical to the same reference
   fold_sharded    sharded state and no spare: the fold is refused (FTRT_ENOSPARE, said why)
+  fold_long       six trainers and one hot spare, six trainers SIGKILLed in turn: the spare
+                  takes the first, the next five fold, one trainer ends holding all six data
+                  ranks; exit 0, every incident in the report, byte-identical to the fault-free
+                  run of six trainers with --ordered
   drain_fold      no spare, tools/ftrt-ctl drain of logical rank 2: accepted, the rank leaves at
                   the next step boundary and its data folds onto a survivor (rework 0, a drain
                   in the report, no failure); byte-identical to the same reference
@@ -59,12 +63,13 @@ def shrink_job(args, name, np_, spares, extra=(), policy="shrink"):
     return job
 
 
-def ordered_reference(args):
-    """The fault-free run with --ordered (the fold cases' reference: a fold keeps its bytes),
-    made once per work directory; its final parameters' path."""
-    path = os.path.join(args.work, "ordered_reference.params")
+def ordered_reference(args, trainers=4):
+    """The fault-free run of `trainers` trainers with --ordered (the fold cases' reference: a
+    fold keeps its bytes), made once per work directory; its final parameters' path."""
+    path = os.path.join(args.work, f"ordered_reference{trainers}.params")
     if not os.path.exists(path):
-        job = shrink_job(args, "ordered_reference", 5, 0, policy="fold").start()
+        job = shrink_job(args, f"ordered_reference{trainers}", trainers + 1, 0,
+                         policy="fold").start()
         rc = job.wait(180)
         check(rc == 0, f"the fault-free run with --ordered exits 0 (got {rc})")
         accuracy(job)
@@ -173,7 +178,7 @@ def case_shrink_sharded(args):
           f"report: failed with FTRT_ENOSPARE ({rep['status']}, {rep['error']})")
 
 
-def check_folds(job, args, n_fail, n_folds, end):
+def check_folds(job, args, n_fail, n_folds, end, trainers=4):
     """The finished fold job: exit 0, n_fail failures (the last n_folds folded), `end` trainers
     and 4 data ranks at the end, the folds in the membership history, byte-identical to the
     ordered reference. Returns the report."""
@@ -193,9 +198,9 @@ def check_folds(job, args, n_fail, n_folds, end):
     m = [x for x in rep["membership"] if x["why"] == "fold"]
     check(len(m) == n_folds and all(x["to_world_rank"] >= 1 for x in m),
           f"the membership history has the fold(s) ({rep['membership']})")
-    check(f"mean over {end} trainers x 32, 4 data rank(s)" in job.out,
-          f"{end} trainers train on the 4 data ranks")
-    check(same_bytes(job.params, ordered_reference(args)),
+    check(f"mean over {end} trainers x 32, {trainers} data rank(s)" in job.out,
+          f"{end} trainer(s) train on the {trainers} data ranks")
+    check(same_bytes(job.params, ordered_reference(args, trainers)),
           "byte-identical to the fault-free run with --ordered")
     return rep
 
@@ -224,6 +229,22 @@ def case_fold_twice(args):
     rep = check_folds(job, args, 2, 2, 2)
     second = [x for x in rep["membership"] if x["why"] == "fold"][1]
     check(second["data_ranks_held"] == 2, f"the second lost trainer held 2 data ranks ({second})")
+
+
+@h.case(CASES, fixture="required")
+def case_fold_long(args):
+    ordered_reference(args, 6)
+    job = shrink_job(args, "fold_long", 8, 1, policy="fold").start()
+    # (logical rank, steps it has done) of each kill, taken once the previous recovery is over
+    for k, (logical, steps) in enumerate([(1, 25), (0, 50), (2, 75), (1, 100), (0, 125),
+                                          (1, 150)]):
+        st = job.wait_status(lambda s: s["job"] == "running" and s["epoch"] == k
+                             and trainer(s, logical) and trainer(s, logical)["steps_done"] >= steps)
+        job.inject(signal.SIGKILL, trainer(st, logical), "sigkill")
+    rep = check_folds(job, args, 6, 5, 1, trainers=6)
+    check(rep["failures"][0]["spare_world_rank"] == 7, "the first kill took the hot spare")
+    check(rep["epoch"] == 6 and len(rep["membership"]) == 6,
+          f"six epochs, six membership changes ({rep['epoch']}, {len(rep['membership'])})")
 
 
 @h.case(CASES, fixture="required")
