@@ -100,6 +100,15 @@ CASES = {
                                     [], {"FTRT_DEBUG_RECOVERY_DELAY_MS": "3000"}),
     "kill-beyond-spares": (6, 1, [], [{"kind": "kill-beyond-spares", "at_step": 80}],
                            ["--relaunch", "1"], {}),
+    # The same under each no-spare policy that goes on in place (docs/detection-and-recovery.md
+    # "No spare left"): two trainers lost at once with one spare, one replaced and one shrunk
+    # (the bytes differ from the reference: data skipped) or folded (byte-identical with
+    # --ordered, in the reference too), in one launch.
+    "kill-beyond-spares-shrink": (6, 1, [], [{"kind": "kill-beyond-spares", "at_step": 80}],
+                                  [], {"FTRT_NO_SPARE": "shrink"}),
+    "kill-beyond-spares-fold": (6, 1, ["--ordered"],
+                                [{"kind": "kill-beyond-spares", "at_step": 80}], [],
+                                {"FTRT_NO_SPARE": "fold"}),
     # Planned moves (docs/detection-and-recovery.md "Drain"): tools/ftrt-ctl drain of trainer
     # logical rank 2, its rank to the spare at the next step boundary, no rework, no failure;
     # then (drain-beyond-spares) a second drain with no spare left is refused and the job

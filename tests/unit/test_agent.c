@@ -370,6 +370,26 @@ static void plan_for_another_rank(void **state)
     pthread_mutex_unlock(&f->ctx->cp.lock);
 }
 
+/* A whole PLAN (a shrink's or fold's) whose holder table gives this rank's logical rank no
+ * data rank is refused the same way (it would train on nothing). */
+static void plan_without_data_for_rank(void **state)
+{
+    fixture *f = *state;
+    size_t len = ftrt__plan_msg_size(0, 2 + 3);
+    ftrt__plan_msg *p = calloc(1, len);
+    p->epoch = 1, p->ntrainers = 2, p->nmembers = 2, p->logical_rank = 1, p->ndata = 3;
+    p->data[0] = 4, p->data[1] = 3;                  /* this rank (world 3) is logical rank 1 */
+    p->data[2] = 0, p->data[3] = -1, p->data[4] = 0; /* ...which holds no data rank */
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_PLAN, p, (uint32_t)len), 0);
+    free(p);
+    for (int i = 0; i < 500 && ftrt__interrupted(f->ctx) == 0; i++) usleep(10000);
+    assert_int_equal(ftrt__interrupted(f->ctx), FTRT_ECOORD);
+    pthread_mutex_lock(&f->ctx->cp.lock);
+    assert_null(f->ctx->cp.plan);
+    assert_null(f->ctx->cp.holder);
+    pthread_mutex_unlock(&f->ctx->cp.lock);
+}
+
 static void delta_without_membership(void **state)
 {
     fixture *f = *state;
@@ -715,6 +735,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(coordinator_loss, setup, teardown),
         cmocka_unit_test_setup_teardown(malformed_plan, setup, teardown),
         cmocka_unit_test_setup_teardown(plan_for_another_rank, setup, teardown),
+        cmocka_unit_test_setup_teardown(plan_without_data_for_rank, setup, teardown),
         cmocka_unit_test_setup_teardown(delta_without_membership, setup, teardown),
         cmocka_unit_test_setup_teardown(host_agent_lost, setup_hosted, teardown),
         cmocka_unit_test_setup_teardown(host_agent_lost_fingerprint, setup_hosted, teardown),

@@ -113,7 +113,12 @@ class Verdict:
         if self.a.reference and self.a.params:
             same = os.path.exists(self.a.params) and open(self.a.params, "rb").read() == \
                 open(self.a.reference, "rb").read()
-            check("parameters byte-identical to the reference", same, self.a.params)
+            last = self.launch_report(len(self.launches) - 1) or {}
+            if last.get("shrinks"):  # FTRT_NO_SPARE=shrink skipped data: other bytes, by design
+                check("parameters differ from the reference (a shrink skipped data)",
+                      not same and os.path.exists(self.a.params), self.a.params)
+            else:
+                check("parameters byte-identical to the reference", same, self.a.params)
         for inj in self.injections:
             self.judge(inj, check)
         if self.hosts:
@@ -189,6 +194,35 @@ class Verdict:
             self.measure_loss(inj, t, f)
         if self.a.sharded is not None and inj["kind"] in TRAINER_LOSS:
             self.judge_state(inj, fails, by_pid, name, check)
+        if inj["kind"] == "kill-beyond-spares":
+            self.judge_no_spare(inj, check, name, [by_pid.get(t["pid"]) for t in inj["targets"]])
+
+    def judge_no_spare(self, inj, check, name, fs):
+        """More trainers lost at once than spares were left (kill-beyond-spares), by the
+        no-spare policy of the job's environment (FTRT_NO_SPARE; docs/detection-and-recovery.md
+        "No spare left"): `stop` ends the launch with FTRT_ENOSPARE and a relaunch resumes;
+        `shrink` and `fold` recover every loss in place, the spares taking as many as they
+        can and the rest shrunk or folded, with no relaunch."""
+        policy = os.environ.get("FTRT_NO_SPARE", "stop").strip().lower()
+        li, spares = inj["launch"], inj.get("spares", 0)
+        rep = self.launch_report(li) or {}
+        if policy not in ("shrink", "fold"):
+            check(name + ": FTRT_NO_SPARE=stop ended the launch, relaunched",
+                  rep.get("error") == "FTRT_ENOSPARE" and li + 1 < len(self.launches),
+                  f"launch{li} {rep.get('status')} ({rep.get('error')}), "
+                  f"{len(self.launches)} launch(es)")
+            return
+        got = [f for f in fs if f]
+        spared = sum(1 for f in got if f.get("spare_world_rank") is not None)
+        removed = sum(1 for f in got if f.get("shrunk") or
+                      f.get("folded_onto_world_rank") is not None)
+        count = rep.get("shrinks" if policy == "shrink" else "folds", 0)
+        check(name + f": FTRT_NO_SPARE={policy} recovered every loss in place",
+              len(got) == len(fs) and all(f.get("recovered") for f in got)
+              and spared == spares and removed == len(fs) - spares and count == removed
+              and li + 1 == len(self.launches),
+              f"{len(fs)} lost, {spared} to spares, {removed} {policy}, report {policy}s "
+              f"{count}, {len(self.launches)} launch(es)")
 
     def loss_detail(self, inj, t, f):
         true_mttd = f["detected_at"] - inj["time"]
