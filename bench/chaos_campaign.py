@@ -65,9 +65,17 @@ in-place recovery's state_from (peers, replica, checkpoint, with the replica mis
 each relaunch the checkpoint step it resumed at (read from the launch's log).
 --summary FILE writes the per-kind table and every run's row as JSON.
 
+With --no-spare POLICY (stop, shrink or fold; one host only) every job runs under
+FTRT_NO_SPARE=POLICY (docs/detection-and-recovery.md "No spare left"), and kill-beyond-spares
+(spares + 1 trainers lost at once) is judged by it: under shrink and fold every loss is
+recovered in place in one launch (the spares first); under fold the jobs and their reference
+reduce with train_mlp --ordered, so the run stays byte-identical; under shrink a shrunk run's
+parameters must differ from the reference (data skipped), the others' be identical.
+
 Usage: bench/chaos_campaign.py [--runs 50] [--seed 1] [--bin build/examples/train_mlp]
                                [--sharded K] [--device host|sim] [--kinds k1,k2]
                                [--summary FILE] [--hosts N [--slots S]]
+                               [--no-spare stop|shrink|fold]
 """
 import argparse
 import json
@@ -168,12 +176,16 @@ def main():
                     help="where train_mlp keeps parameters and momentum: host memory or the "
                          "simulated device (a test arrangement; FTRT_TEST_SIM_DEVICE=1)")
     ap.add_argument("--summary", help="write the per-kind table and the runs as JSON here")
+    ap.add_argument("--no-spare", choices=("stop", "shrink", "fold"), default="stop",
+                    help="FTRT_NO_SPARE of every job (one host only; fold adds --ordered)")
     ap.add_argument("--hosts-prefix", default="ftrt-c")
     a = ap.parse_args()
     example_args.check_paths(ap, a, outputs=("summary",), inputs=("bin",))
     if a.hosts is not None:
         if a.device != "host":
             ap.error("--device sim runs on one host only (without --hosts)")
+        if a.no_spare != "stop":
+            ap.error("--no-spare runs on one host only (without --hosts)")
         return hosts_campaign(a)
     kinds = KINDS + (SHARDED_KINDS if a.sharded is not None else [])
     if a.kinds:
@@ -189,11 +201,14 @@ def main():
     sharded_args = ["--sharded-momentum"] if a.sharded is not None else []
     device_args = ["--device", "sim"] if a.device == "sim" else []
     device_env = {"FTRT_TEST_SIM_DEVICE": "1"} if a.device == "sim" else {}
+    device_env["FTRT_NO_SPARE"] = a.no_spare
+    device_args += ["--ordered"] if a.no_spare == "fold" else []
     ref = chaos_cases.reference(ns, sharded_args + device_args)
     print(f"campaign: {a.runs} runs, seed {a.seed}, kinds {','.join(kinds)}"
           + (f", sharded momentum, replicas every {a.sharded} steps" if a.sharded is not None
              else "")
-          + (", state in the simulated device's memory" if device_args else "")
+          + (", state in the simulated device's memory" if a.device == "sim" else "")
+          + f", FTRT_NO_SPARE={a.no_spare}"
           + f", work dir {work}", flush=True)
     matrix, mttd_crash, mttd_hang, mttd_sdc, mttr, rows = {}, [], [], [], [], []
     per = {}  # kind -> runs, passed, true MTTDs, MTTRs, state_from counts, rework steps
