@@ -237,7 +237,7 @@ def ftrt_loop(torch: Any, ft: Any, a: argparse.Namespace, data: Data) -> Tuple[O
     last_loss, times = None, []
     for step in ft.steps(a.steps):
         t0 = time.perf_counter()
-        x, y = data.batch(step, ft.rank)
+        x, y = data.batch(step, ft.data_rank)  # (a shrink keeps it)
         loss = train_step(torch, ft.model, ft.optimizer, x, y)
         if not ft.step():  # SGD step, buffers broadcast, bookkeeping; False: step redone
             continue

@@ -478,7 +478,8 @@ def main_ftrt(a):
             at[0] = step
             t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
-            losses, tokens = forward_backward(torch, a, model, text, step, ft.rank, ft.no_sync)
+            losses, tokens = forward_backward(torch, a, model, text, step, ft.data_rank,
+                                              ft.no_sync)
             if a.clip and a.zero == 2:            # p.grad is local: clipped on the shards
                 opt.clip_grad_norm_(a.clip)
             elif a.clip:                          # p.grad holds the mean over the trainers

@@ -294,7 +294,7 @@ def main_ftrt(a):
     try:
         for step in ft.steps(a.steps):
             t0 = time.perf_counter()
-            x, y = data.batch(torch, step, ft.rank)
+            x, y = data.batch(torch, step, ft.data_rank)  # (a shrink keeps it)
             local = dump.local(model, x, y) if dump else None
             opt.zero_grad(set_to_none=False)
             loss = F.cross_entropy(model(x), y)

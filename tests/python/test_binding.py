@@ -187,7 +187,10 @@ def test_error_codes_match_the_header_and_the_library():
     for macro, value in (("FTRT_REGION_REPLICATED", ftrt.REGION_REPLICATED),
                          ("FTRT_REGION_SHARDED", ftrt.REGION_SHARDED),
                          ("FTRT_REGION_DEVICE", ftrt.REGION_DEVICE),
-                         ("FTRT_CKPT_WAIT", ftrt.CKPT_WAIT), ("FTRT_CKPT_SKIP", ftrt.CKPT_SKIP)):
+                         ("FTRT_CKPT_WAIT", ftrt.CKPT_WAIT), ("FTRT_CKPT_SKIP", ftrt.CKPT_SKIP),
+                         ("FTRT_NO_SPARE_STOP", ftrt.NO_SPARE_STOP),
+                         ("FTRT_NO_SPARE_SHRINK", ftrt.NO_SPARE_SHRINK),
+                         ("FTRT_NO_SPARE_FOLD", ftrt.NO_SPARE_FOLD)):
         m = re.search(rf"#define {macro} (\d+)", text)
         assert m and int(m.group(1)) == value, macro
     for name, value in (("FTRT_FLOAT32", ftrt.FLOAT32), ("FTRT_FLOAT64", ftrt.FLOAT64),

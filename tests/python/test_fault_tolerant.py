@@ -30,6 +30,8 @@ class FakeCtx:
         self.regions, self.snapshots, self.checkpoints = {}, {}, []
         self.epoch, self.resume, self.restore_from = 0, None, restore_from
         self.rank, self.size, self.is_trainer = 0, 1, True
+        self.data_rank = 0
+        self.after_recover = None  # (rank, size, data_rank) a recover() gives, e.g. a shrink's
 
     def register(self, name, buf, nbytes=None, flags=0):
         assert name not in self.regions
@@ -71,6 +73,8 @@ class FakeCtx:
     def recover(self):
         self.epoch += 1
         self._write(self.snapshots[self.resume])
+        if self.after_recover:
+            self.rank, self.size, self.data_rank = self.after_recover
         return self.resume
 
     broadcasts = 0
@@ -311,6 +315,28 @@ def test_recovery_forward(monkeypatch):
     assert seen == list(range(STEPS)) and res.count(False) == 1
     assert same_params(pm, m) and ft.step_count == STEPS and ft.state["tokens"] == tokens
     assert counter.n == STEPS
+
+
+def test_identity_follows_a_shrink(monkeypatch):
+    """A recovery that renumbered this trainer (FTRT_NO_SPARE=shrink: logical rank 2 of 4 is
+    now 1 of 3, its data rank still 2): rank, world_size and data_rank follow, and the step's
+    RNG seed is the data rank's (the same dropout masks as before the renumbering)."""
+    ctx = FakeCtx()
+    ctx.rank, ctx.size, ctx.data_rank = 2, 4, 2
+    ctx.after_recover = (1, 3, 2)
+    m, o, s, ft, seen, res, counter = ft_run(monkeypatch, ctx=ctx, fail_at={6}, resume=5)
+    assert (ft.rank, ft.world_size, ft.data_rank) == (1, 3, 2) and ft.recoveries == 1
+    assert ft.step_seed(4) == ftp.step_seed(0, 2, 4) != ftp.step_seed(0, 1, 4)
+
+
+def test_fold_is_refused_before_the_job():
+    """FTRT_NO_SPARE=fold would give a survivor two data ranks, which FaultTolerant cannot
+    train: NotImplementedError naming the policy, before the job is joined."""
+    model, opt, _ = setup()
+    cfg = ftrt.Config.from_env()
+    cfg.no_spare = ftrt.NO_SPARE_FOLD
+    with pytest.raises(NotImplementedError, match="FTRT_NO_SPARE=fold"):
+        ftp.FaultTolerant(model, opt, config=cfg, verbose=False)
 
 
 def test_scaler_state_is_replicated(monkeypatch):

@@ -237,6 +237,35 @@ def test_kill_is_byte_identical(ftrt_ref, work):
           f"final parameters byte-identical")
 
 
+def test_shrink_goes_on_with_three(ftrt_ref, work):
+    """FTRT_NO_SPARE=shrink, no hot spare: SIGKILL of trainer logical rank 1; the job goes on
+    with 3 trainers in the same launch (the rank above moves down, its data rank stays), exits
+    0 with a test accuracy above 90 %, the report says one shrink, and the parameters differ
+    from the undisturbed run's (logical rank 1's data was skipped from then on)."""
+    d = os.path.join(work, "ftrt-shrink")
+    job = ftrt_job(d, 5, FTRT_ARGS + ["--ckpt-dir", os.path.join(d, "ckpt"), "--report",
+                                      os.path.join(d, "report.json"), "--params-out",
+                                      os.path.join(d, "final.params")],
+                   env={"FTRT_SPARES": "0", "FTRT_NO_SPARE": "shrink"})
+    job.start()
+    job.inject(signal.SIGKILL, job.wait_trainer(1, 40), "sigkill")
+    rc = job.wait(240)
+    assert rc == 0, f"job did not go on after the kill (exit {rc}):\n{job.out[-6000:]}"
+    with open(os.path.join(d, "report.json")) as fh:
+        rep = json.load(fh)
+    assert rep["shrinks"] == 1 and rep["trainers_at_end"] == 3, rep
+    fail = rep["failures"][0]
+    assert fail["recovered"] and fail["shrunk"] and fail["logical_rank"] == 1, fail
+    assert "mean over 3 trainers" in job.out, job.out[-3000:]
+    acc = [float(m) for m in re.findall(r"test accuracy: ([0-9.]+)", job.out)]
+    assert len(acc) == 1 and acc[0] > 0.90, acc
+    with open(os.path.join(d, "final.params"), "rb") as a, \
+            open(os.path.join(ftrt_ref.dir, "final.params"), "rb") as b:
+        assert a.read() != b.read(), "a shrink must change the training (data skipped)"
+    print(f"shrink: resumed at step {fail['resume_step']} with 3 trainers, MTTR "
+          f"{fail['mttr_s'] * 1e3:.1f} ms, test accuracy {acc[0]:.4f}")
+
+
 def test_drain_is_byte_identical(ftrt_ref, work):
     """tools/ftrt-ctl drain of trainer logical rank 2: its rank goes to the hot spare at the next
     step boundary, the drained process leaves through FaultTolerant.step() (SystemExit(0),

@@ -75,6 +75,11 @@ REGION_REPLICATED = 0
 REGION_SHARDED = 1
 REGION_DEVICE = 2
 REGION_OPTIONAL = 4  # FTRT_REGION_OPTIONAL: a checkpoint without it still restores
+
+# FTRT_NO_SPARE values (Config.no_spare; docs/detection-and-recovery.md "No spare left")
+NO_SPARE_STOP = 0
+NO_SPARE_SHRINK = 1
+NO_SPARE_FOLD = 2
 FLOAT32, FLOAT64, INT64, BFLOAT16, FLOAT16 = 0, 1, 2, 3, 4  # ftrt_dtype
 SUM, MIN, MAX = 0, 1, 2
 CKPT_WAIT, CKPT_SKIP = 0, 1

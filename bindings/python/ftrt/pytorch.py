@@ -7,7 +7,7 @@ High level (docs/pytorch.md; the class docstring):
 
     ft = ftrt.pytorch.FaultTolerant(model, opt, scheduler=sched)   # joins the job, restores
     for step in ft.steps(total_steps):                  # resumes after restore / recovery
-        x, y = get_batch(step, ft.rank)
+        x, y = get_batch(step, ft.data_rank)
         opt.zero_grad()
         loss_fn(model(x), y).backward()                 # p.grad = the mean over the trainers
         ft.step()                                       # optimizer, scheduler, recovery
@@ -118,11 +118,28 @@ def _mix64(z: int) -> int:
     return z ^ (z >> 31)
 
 
+def _refuse_fold(config: Optional[Config], ctx: Optional[Context]) -> None:
+    """NotImplementedError, before the job is joined, under FTRT_NO_SPARE=fold: FaultTolerant
+    trains one data rank per process, and a fold gives a survivor two (the C API can:
+    ftrt_data_ranks(), ftrt_allreduce_ordered(); examples/train_mlp.c --ordered)."""
+    if ctx is not None:
+        return  # (the caller's context: its configuration is the caller's)
+    cfg = config if config is not None else Config.from_env()
+    if cfg.no_spare == _lib.NO_SPARE_FOLD:
+        raise NotImplementedError(
+            "FaultTolerant trains one data rank per process, and FTRT_NO_SPARE=fold would give "
+            "a survivor two: use FTRT_NO_SPARE=shrink or stop (fold needs the application to "
+            "compute every data rank it holds: the C API's ftrt_data_ranks() and "
+            "ftrt_allreduce_ordered(); docs/detection-and-recovery.md \"No spare left\")")
+
+
 def step_seed(seed: int, rank: int, step: int) -> int:
     """The seed FaultTolerant(rng=True) gives torch's default generator (and CUDA's) at the
-    start of step `step` on logical rank `rank`: a splitmix64 hash of (seed, rank, step),
-    63 bits. A pure function, so a redone step, or a hot spare that took `rank` over, draws
-    the same dropout masks and random numbers. Use it to seed other generators per step."""
+    start of step `step` on data rank `rank` (the logical rank as numbered at the job's start:
+    FaultTolerant.data_rank): a splitmix64 hash of (seed, rank, step), 63 bits. A pure
+    function, so a redone step, a hot spare that took `rank` over, or a trainer renumbered by a
+    shrink draws the same dropout masks and random numbers. Use it to seed other generators
+    per step."""
     z = _mix64((int(seed) * 0x9E3779B97F4A7C15 + 0x6674727472) & _M64)
     z = _mix64(z ^ (((int(rank) + 1) * 0xD1B54A32D192ED03) & _M64))
     z = _mix64(z ^ (((int(step) + 1) * 0x8CB92BA72F3D8DD7) & _M64))
@@ -371,11 +388,12 @@ class FaultTolerant:
             init_optimizer_state(optimizer)  # (a ZeroOptimizer's, once its shard is known)
         self._emfu.measure_now()  # a matmul rate beside the CPU's peak in the log (not the peak)
         self._pystate = PyState(state_capacity)
+        _refuse_fold(config, ctx)  # before the job is joined
         self._owns_ctx = ctx is None
         self.ctx = init_process(config, checkpoint_dir, report) if ctx is None else ctx
         atexit.register(self._close_at_exit)
         ctx = self.ctx
-        self._rank, self._size = ctx.rank, ctx.size
+        self._rank, self._size, self._data = ctx.rank, ctx.size, ctx.data_rank
         self._emfu.ranks_sharing = ctx.host_trainers()  # the CPU's peak is split among them
         if self._zero is not None:  # the parameters become views of the flat partition
             self._zero.bind(ctx)
@@ -419,6 +437,7 @@ class FaultTolerant:
                 self.registry.refresh_layout()
                 self._load_state()
                 self._reshard()
+                self._rank, self._size, self._data = ctx.rank, ctx.size, ctx.data_rank
                 if ctx.epoch == 0:
                     self._log(f"ftrt: resumed at step {self._step} (checkpoint)")
                 else:
@@ -441,8 +460,17 @@ class FaultTolerant:
 
     @property
     def world_size(self) -> int:
-        """Number of trainers."""
+        """Number of trainers: one fewer after each shrink (FTRT_NO_SPARE=shrink; the gradient
+        mean is then over the trainers present). It changes only across a recovery."""
         return self._size
+
+    @property
+    def data_rank(self) -> int:
+        """The logical rank, as numbered at the job's start, whose data this trainer trains on
+        (ctx.data_rank): rank until a shrink renumbers the ranks above a lost one. Pick the
+        minibatch by it, so that a shrink skips only the lost rank's data
+        (docs/detection-and-recovery.md "No spare left"); the step's RNG seed follows it."""
+        return self._data
 
     @property
     def epoch(self) -> int:
@@ -456,7 +484,7 @@ class FaultTolerant:
 
     def step_seed(self, step: Optional[int] = None) -> int:
         """step_seed(seed, rank, step) of this trainer (default: the current step)."""
-        return step_seed(self.seed, self._rank, self._step if step is None else step)
+        return step_seed(self.seed, self._data, self._step if step is None else step)
 
     # -- the loop -------------------------------------------------------------------------
     def steps(self, total_steps: int) -> Iterator[int]:
@@ -471,7 +499,7 @@ class FaultTolerant:
             s = self._step
             self._stepped = False
             if self.rng:
-                seed = step_seed(self.seed, self._rank, s)
+                seed = step_seed(self.seed, self._data, s)
                 torch.default_generator.manual_seed(seed)
                 if self._seed_cuda:
                     torch.cuda.manual_seed_all(seed)
@@ -700,7 +728,7 @@ class FaultTolerant:
             self._load_state()
             _forget_scaler_step(self.scaler)
             self._step = step
-            self._rank = self.ctx.rank
+            self._rank, self._size, self._data = self.ctx.rank, self.ctx.size, self.ctx.data_rank
             self._stepped = True
             self.recoveries += 1
             self._log(f"ftrt: recovered (epoch {self.ctx.epoch}): resuming at step {step}")
