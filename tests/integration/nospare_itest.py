@@ -77,6 +77,15 @@ def ordered_reference(args, trainers=4):
     return path
 
 
+def kill_twice(job, first, second):
+    """SIGKILL of trainer `first` once it has done 40 steps, then, once the job runs in the
+    epoch after it, of the trainer that is logical rank `second` then, once it has done 110."""
+    job.inject(signal.SIGKILL, job.wait_trainer(first, min_steps=40), "sigkill")
+    st = job.wait_status(lambda s: s["job"] == "running" and s["epoch"] == 1
+                         and trainer(s, second) and trainer(s, second)["steps_done"] >= 110)
+    job.inject(signal.SIGKILL, trainer(st, second), "sigkill")
+
+
 def accuracy(job):
     acc = [float(l.split()[2]) for l in job.out.splitlines() if l.startswith("test accuracy:")]
     check(len(acc) == 1 and acc[0] > 0.90, f"test accuracy above 90% ({acc})")
@@ -127,11 +136,7 @@ def check_shrink_report(rep, n_fail):
 def case_shrink(args):
     need_reference(args)
     job = shrink_job(args, "shrink", 6, 1).start()
-    first = job.wait_trainer(1, min_steps=40)
-    job.inject(signal.SIGKILL, first, "sigkill")
-    st = job.wait_status(lambda s: s["job"] == "running" and s["epoch"] == 1 and trainer(s, 2)
-                         and trainer(s, 2)["steps_done"] >= 110)
-    job.inject(signal.SIGKILL, trainer(st, 2), "sigkill")
+    kill_twice(job, 1, 2)
     rc = job.wait(180)
     check(rc == 0, f"the job survives two kills with one spare and exits 0 (got {rc})")
     rep = job.load_report()
@@ -209,10 +214,7 @@ def check_folds(job, args, n_fail, n_folds, end, trainers=4):
 def case_fold(args):
     ordered_reference(args)
     job = shrink_job(args, "fold", 6, 1, policy="fold").start()
-    job.inject(signal.SIGKILL, job.wait_trainer(1, min_steps=40), "sigkill")
-    st = job.wait_status(lambda s: s["job"] == "running" and s["epoch"] == 1 and trainer(s, 2)
-                         and trainer(s, 2)["steps_done"] >= 110)
-    job.inject(signal.SIGKILL, trainer(st, 2), "sigkill")
+    kill_twice(job, 1, 2)
     rep = check_folds(job, args, 2, 1, 3)
     check(rep["failures"][0]["spare_world_rank"] == 5, "the first kill took the hot spare")
 
@@ -221,11 +223,8 @@ def case_fold(args):
 def case_fold_twice(args):
     ordered_reference(args)
     job = shrink_job(args, "fold_twice", 5, 0, policy="fold").start()
-    job.inject(signal.SIGKILL, job.wait_trainer(1, min_steps=40), "sigkill")
     # logical rank 1's data folds onto logical rank 0 (the fewest data ranks, the lowest)
-    st = job.wait_status(lambda s: s["job"] == "running" and s["epoch"] == 1 and trainer(s, 0)
-                         and trainer(s, 0)["steps_done"] >= 110)
-    job.inject(signal.SIGKILL, trainer(st, 0), "sigkill")
+    kill_twice(job, 1, 0)
     rep = check_folds(job, args, 2, 2, 2)
     second = [x for x in rep["membership"] if x["why"] == "fold"][1]
     check(second["data_ranks_held"] == 2, f"the second lost trainer held 2 data ranks ({second})")

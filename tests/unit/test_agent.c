@@ -334,6 +334,20 @@ static void coordinator_loss(void **state)
     assert_int_equal(ftrt__interrupted(f->ctx), FTRT_ECOORD);
 }
 
+/* Sends PLAN p (len bytes; freed here) to the agent and expects it refused: the agent closes
+ * the control plane (FTRT_ECOORD) and never adopts a plan or a holder table. */
+static void expect_plan_refused(fixture *f, ftrt__plan_msg *p, size_t len)
+{
+    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_PLAN, p, (uint32_t)len), 0);
+    free(p);
+    for (int i = 0; i < 500 && ftrt__interrupted(f->ctx) == 0; i++) usleep(10000);
+    assert_int_equal(ftrt__interrupted(f->ctx), FTRT_ECOORD);
+    pthread_mutex_lock(&f->ctx->cp.lock);
+    assert_null(f->ctx->cp.plan); /* the bad plan was never adopted */
+    assert_null(f->ctx->cp.holder);
+    pthread_mutex_unlock(&f->ctx->cp.lock);
+}
+
 static void malformed_plan(void **state)
 {
     fixture *f = *state;
@@ -342,13 +356,7 @@ static void malformed_plan(void **state)
     p->epoch = 1, p->ntrainers = 2, p->nmembers = 2, p->logical_rank = 0, p->ndata = 2;
     p->data[2] = 0, p->data[3] = 1;
     p->data[0] = 3, p->data[1] = 3; /* duplicate member */
-    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_PLAN, p, (uint32_t)len), 0);
-    free(p);
-    for (int i = 0; i < 500 && ftrt__interrupted(f->ctx) == 0; i++) usleep(10000);
-    assert_int_equal(ftrt__interrupted(f->ctx), FTRT_ECOORD);
-    pthread_mutex_lock(&f->ctx->cp.lock);
-    assert_null(f->ctx->cp.plan); /* the bad plan was never adopted */
-    pthread_mutex_unlock(&f->ctx->cp.lock);
+    expect_plan_refused(f, p, len);
 }
 
 /* A well-formed plan that puts another world rank where it says this rank is, or a delta for a
@@ -361,13 +369,7 @@ static void plan_for_another_rank(void **state)
     p->epoch = 1, p->ntrainers = 2, p->nmembers = 2, p->logical_rank = 0, p->ndata = 2;
     p->data[2] = 0, p->data[3] = 1;
     p->data[0] = 4, p->data[1] = 3; /* this rank (world 3) is logical rank 1, not 0 */
-    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_PLAN, p, (uint32_t)len), 0);
-    free(p);
-    for (int i = 0; i < 500 && ftrt__interrupted(f->ctx) == 0; i++) usleep(10000);
-    assert_int_equal(ftrt__interrupted(f->ctx), FTRT_ECOORD);
-    pthread_mutex_lock(&f->ctx->cp.lock);
-    assert_null(f->ctx->cp.plan);
-    pthread_mutex_unlock(&f->ctx->cp.lock);
+    expect_plan_refused(f, p, len);
 }
 
 /* A whole PLAN (a shrink's or fold's) whose holder table gives this rank's logical rank no
@@ -380,14 +382,7 @@ static void plan_without_data_for_rank(void **state)
     p->epoch = 1, p->ntrainers = 2, p->nmembers = 2, p->logical_rank = 1, p->ndata = 3;
     p->data[0] = 4, p->data[1] = 3;                  /* this rank (world 3) is logical rank 1 */
     p->data[2] = 0, p->data[3] = -1, p->data[4] = 0; /* ...which holds no data rank */
-    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_PLAN, p, (uint32_t)len), 0);
-    free(p);
-    for (int i = 0; i < 500 && ftrt__interrupted(f->ctx) == 0; i++) usleep(10000);
-    assert_int_equal(ftrt__interrupted(f->ctx), FTRT_ECOORD);
-    pthread_mutex_lock(&f->ctx->cp.lock);
-    assert_null(f->ctx->cp.plan);
-    assert_null(f->ctx->cp.holder);
-    pthread_mutex_unlock(&f->ctx->cp.lock);
+    expect_plan_refused(f, p, len);
 }
 
 static void delta_without_membership(void **state)
@@ -396,10 +391,7 @@ static void delta_without_membership(void **state)
     size_t len = ftrt__plan_msg_size(0, 0);
     ftrt__plan_msg *p = calloc(1, len);
     p->epoch = 1, p->ntrainers = 2, p->logical_rank = -1;
-    assert_int_equal(ftrt__msg_send(f->coord_fd, FTRT__MSG_PLAN, p, (uint32_t)len), 0);
-    free(p);
-    for (int i = 0; i < 500 && ftrt__interrupted(f->ctx) == 0; i++) usleep(10000);
-    assert_int_equal(ftrt__interrupted(f->ctx), FTRT_ECOORD);
+    expect_plan_refused(f, p, len);
 }
 
 /* The fake coordinator's end of the rank's connection closes (the process at the other end
