@@ -143,6 +143,7 @@ int ftrt__no_spare_remove(ftrt__coord *c, int w, ftrt__incident *inc)
         ftrt_log_warn("epoch %d: no hot spare is left: the job shrinks to %d trainer(s) without "
                       "logical rank %d (FTRT_NO_SPARE=shrink); the ranks above it move down",
                       c->renumber_epoch, c->N, l);
+    ftrt__sdc_say_vote(c);
     return 1;
 }
 

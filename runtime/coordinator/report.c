@@ -261,6 +261,7 @@ static void sdc_json(ftrt__jw *w, const ftrt__coord *c, const totals *t)
     opt_int(w, "last_agreed_step", c->sdc_agreed_step >= 0, c->sdc_agreed_step);
     ftrt__jw_double(w, "fingerprint_rank_s", c->sdc_fp_s);
     ftrt__jw_double(w, "fingerprint_share_of_steps", t->kept > 0 ? c->sdc_fp_s / t->kept : 0);
+    ftrt__jw_string(w, "vote_at_end", ftrt__sdc_vote_kind(c));
     ftrt__jw_end(w);
 }
 
@@ -427,6 +428,9 @@ static void sdc_text(const ftrt__coord *c, const totals *t)
     if (every > 0 && t->kept > 0 && share > 0.01)
         printf("  (above 1%%: FTRT_SDC_EVERY=%d would bring it to 1%%)\n",
                (int)(every * share / 0.01) + 1);
+    if (every > 0 && c->N < 3)
+        printf("  silent data corruption vote at the end: %s (%d trainer(s))\n",
+               ftrt__sdc_vote_kind(c), c->N);
 }
 
 static void stragglers_text(const ftrt__coord *c)

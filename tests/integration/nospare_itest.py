@@ -228,6 +228,10 @@ def case_fold_twice(args):
     rep = check_folds(job, args, 2, 2, 2)
     second = [x for x in rep["membership"] if x["why"] == "fold"][1]
     check(second["data_ranks_held"] == 2, f"the second lost trainer held 2 data ranks ({second})")
+    check(rep["sdc"]["vote_at_end"] == "detect_only"
+          and "with 2 trainers a disagreement is detected but no majority" in job.out,
+          f"the silent data corruption vote of 2 trainers is said to detect only "
+          f"({rep['sdc']['vote_at_end']})")
 
 
 @h.case(CASES, fixture="required")
