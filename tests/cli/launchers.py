@@ -11,6 +11,7 @@ Usage: launchers.py --bin BUILD/examples/train_mlp [-v]
 Exit 0 = pass, 1 = fail. Python 3 standard library only.
 """
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -245,6 +246,30 @@ def check_bad(name, argv, env, want, cwd):
     return []
 
 
+def check_ctl_job_ends(ctl, d):
+    """ftrt-ctl drain waiting for an answer stops once the job's status file says the job
+    ended (here 0.5 s after the request; no coordinator answers), well before its --timeout,
+    and says so: exit 3 and one line naming the end."""
+    status = os.path.join(d, "ctl-status.json")
+
+    def write(job):
+        with open(status + ".tmp", "w") as fh:
+            json.dump({"job": job, "ranks": [{"world_rank": 1, "host": "h"}]}, fh)
+        os.replace(status + ".tmp", status)
+    write("running")
+    t0 = time.monotonic()
+    p = subprocess.Popen(ctl + ["drain", "--rank", "1", "--status", status, "--timeout", "30"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    write("finished")
+    out, err = p.communicate(timeout=30)
+    took = time.monotonic() - t0
+    if p.returncode != 3 or "the job ended (finished)" not in err or took > 5:
+        return [f"ftrt-ctl while the job ends: exit {p.returncode} after {took:.1f} s, "
+                f"stderr {err.strip()!r}"]
+    return []
+
+
 def check_pmix_filter(run_cmd, cwd):
     """ftrt-run leaves out exactly the PMIx notice and forwards every other line, in order,
     and a partial last line."""
@@ -370,11 +395,12 @@ def main():
             if a.v and not got:
                 print(f"  ok: {name}")
         problems += check_pmix_filter(cmd["tools/ftrt-run"], d)
+        problems += check_ctl_job_ends(cmd["tools/ftrt-ctl"], d)
         problems += check_run_dirs(cmd["tools/ftrt-run"], d)
     for p in problems:
         print("FAIL:", p)
     print(f"launchers: {len(cmd)} launchers' --help and -h, {len(cases)} bad inputs, the PMIx "
-          f"filter, ftrt-run's run directories: "
+          f"filter, ftrt-run's run directories, ftrt-ctl as the job ends: "
           f"{'all passed' if not problems else f'{len(problems)} problem(s)'}")
     return 1 if problems else 0
 
