@@ -732,7 +732,8 @@ FTRT_API int ftrt_allgather(ftrt_ctx *ctx, const void *sendbuf, void *recvbuf, s
  * collectives. The MPI calls are nonblocking and polled together with the epoch flag: a
  * failure elsewhere returns FTRT_ERECOVER promptly and `out` is left unchanged.
  *   nlogical: N, the number of logical ranks (>= 1; ftrt_size() while every process holds
- *     just its own logical rank).
+ *     just its own logical rank). Under FTRT_NO_SPARE=fold these are the data ranks: held =
+ *     ftrt_data_ranks(), nlogical = ftrt_data_size() (examples/train_mlp.c --ordered).
  *   held, nheld: the logical ranks whose contributions this process gives, strictly ascending,
  *     each in [0, nlogical); nheld >= 0 (held may be NULL when it is 0). Over all processes
  *     the held lists must be a partition of [0, nlogical): each logical rank held exactly once.
