@@ -141,7 +141,12 @@
       "above the lost one renumbered down, the lost one's data skipped; `fold` = the same, a "    \
       "survivor training on the lost one's data as well (`ftrt_data_ranks()`); both refused "    \
       "(the job ends) with sharded regions; the field holds `FTRT_NO_SPARE_STOP`, "              \
-      "`FTRT_NO_SPARE_SHRINK` or `FTRT_NO_SPARE_FOLD`")
+      "`FTRT_NO_SPARE_SHRINK` or `FTRT_NO_SPARE_FOLD`")                                           \
+    X(fold_max, "FTRT_FOLD_MAX", INT, 0, 0, 262144, NULL,                                          \
+      "under `FTRT_NO_SPARE=fold`, the most data ranks one trainer may hold: a fold that finds "  \
+      "no survivor with room is refused (the job ends with `FTRT_ENOSPARE`, a drain is refused) " \
+      "instead of overloading a trainer whose per-data-rank state (activations, buffers) would "  \
+      "not fit; 0 = no limit")
 
 /* The default in the descriptor's number or string slot, by kind. */
 #define FTRT__DEFNUM_INT(d) (double)(d)

@@ -65,12 +65,14 @@ in-place recovery's state_from (peers, replica, checkpoint, with the replica mis
 each relaunch the checkpoint step it resumed at (read from the launch's log).
 --summary FILE writes the per-kind table and every run's row as JSON.
 
-With --no-spare POLICY (stop, shrink or fold; one host only) every job runs under
-FTRT_NO_SPARE=POLICY (docs/detection-and-recovery.md "No spare left"), and kill-beyond-spares
-(spares + 1 trainers lost at once) is judged by it: under shrink and fold every loss is
-recovered in place in one launch (the spares first); under fold the jobs and their reference
-reduce with train_mlp --ordered, so the run stays byte-identical; under shrink a shrunk run's
-parameters must differ from the reference (data skipped), the others' be identical.
+With --no-spare POLICY (stop, shrink or fold) every job runs under FTRT_NO_SPARE=POLICY
+(docs/detection-and-recovery.md "No spare left"), and the kinds that lose more trainers than
+spares are left (kill-beyond-spares; with --hosts kill-host-beyond-spares,
+partition-host-beyond-spares, kill-coord-host-beyond-spares) are judged by it: under shrink and
+fold every loss is recovered in place in one launch (the spares first); under fold the jobs
+and their reference reduce with train_mlp --ordered, so the run stays byte-identical; under
+shrink a shrunk run's parameters must differ from the reference (data skipped), the others'
+be identical.
 
 Usage: bench/chaos_campaign.py [--runs 50] [--seed 1] [--bin build/examples/train_mlp]
                                [--sharded K] [--device host|sim] [--kinds k1,k2]
@@ -144,8 +146,9 @@ def stat(name, v, unit="ms", width=28):
               f"{max(v) * k:8.1f} {unit}   (n={len(v)})")
 
 
-def run_one(a, d, fault, opts, ref, np_, env, rng):
-    """One ftrt-chaos run in d; returns (exit status, its verdict JSON)."""
+def run_one(a, d, fault, opts, ref, np_, env, rng, targs=()):
+    """One ftrt-chaos run in d (train_mlp with targs too); returns (exit status, its verdict
+    JSON)."""
     os.makedirs(d)
     json.dump({"faults": [fault]}, open(os.path.join(d, "plan.json"), "w"))
     ckpt, params = os.path.join(d, "ckpt"), os.path.join(d, "final.params")
@@ -153,7 +156,8 @@ def run_one(a, d, fault, opts, ref, np_, env, rng):
            "--workdir", d, "--ckpt-dir", ckpt, "--report", os.path.join(d, "report.json"),
            "--reference", ref, "--params", params, "--json", os.path.join(d, "v.json"),
            "--timeout", "120", "--seed", str(rng.randrange(1 << 30))] + opts + ["--"] + \
-        chaos_cases.job_cmd(a.bin, np_, ["--ckpt-dir", ckpt, "--params-out", params])
+        chaos_cases.job_cmd(a.bin, np_, ["--ckpt-dir", ckpt, "--params-out", params] +
+                            list(targs))
     with open(os.path.join(d, "chaos.out"), "w") as out:
         rc = subprocess.call(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
     v = json.load(open(os.path.join(d, "v.json"))) if os.path.exists(
@@ -177,15 +181,13 @@ def main():
                          "simulated device (a test arrangement; FTRT_TEST_SIM_DEVICE=1)")
     ap.add_argument("--summary", help="write the per-kind table and the runs as JSON here")
     ap.add_argument("--no-spare", choices=("stop", "shrink", "fold"), default="stop",
-                    help="FTRT_NO_SPARE of every job (one host only; fold adds --ordered)")
+                    help="FTRT_NO_SPARE of every job (fold adds train_mlp --ordered)")
     ap.add_argument("--hosts-prefix", default="ftrt-c")
     a = ap.parse_args()
     example_args.check_paths(ap, a, outputs=("summary",), inputs=("bin",))
     if a.hosts is not None:
         if a.device != "host":
             ap.error("--device sim runs on one host only (without --hosts)")
-        if a.no_spare != "stop":
-            ap.error("--no-spare runs on one host only (without --hosts)")
         return hosts_campaign(a)
     kinds = KINDS + (SHARDED_KINDS if a.sharded is not None else [])
     if a.kinds:
@@ -374,8 +376,9 @@ def hosts_campaign(a):
     matrix, rows = {}, []
     by_detect, mttr, exit_bound, gave_up = {}, {}, {"first launch": [], "relaunch": []}, []
     late_writes = []  # per partition: files its side wrote after the cut (never committed)
+    targs = ["--ordered"] if a.no_spare == "fold" else []
     print(f"campaign: {a.runs} runs on {a.hosts} hosts x {a.slots} slots ({np_} ranks), "
-          f"seed {a.seed}, work dir {work}", flush=True)
+          f"seed {a.seed}, FTRT_NO_SPARE={a.no_spare}, work dir {work}", flush=True)
     try:
         hosts_cm = h.Hosts(a.hosts, a.slots, env=hostenv)
         hosts = hosts_cm.__enter__()
@@ -389,15 +392,16 @@ def hosts_campaign(a):
             spares = a.slots if spares == "host" else spares
             trainers = np_ - 1 - spares
             if trainers not in refs:
-                refs[trainers] = chaos_cases.reference(ns, [], trainers)
+                refs[trainers] = chaos_cases.reference(ns, targs, trainers)
             # (a host of spares only, cut late, may outlive the job: the last 100 steps take
             # about 1.5 s, its spares' detection the heartbeat timeout of 1 s)
             fault = dict(entry, at_step=rng.randrange(40, 100 if kind == "partition-standby-host"
                                                       else 140))
             d = os.path.join(work, f"run{i}")
-            env = h.job_env(dict(hostenv, **extra), spares=spares, heartbeat_timeout_ms=1000)
+            env = h.job_env(dict(hostenv, FTRT_NO_SPARE=a.no_spare, **extra), spares=spares,
+                            heartbeat_timeout_ms=1000)
             rc, v = run_one(a, d, fault, ["--relaunch", "2", "--hosts-made"], refs[trainers],
-                            np_, env, rng)
+                            np_, env, rng, targs)
             left = hosts.leftovers()
             if left:  # ftrt-chaos kills what a launch left; anything here is a harness bug
                 print(f"  processes left in the hosts after run {i}: {left}", flush=True)

@@ -286,6 +286,10 @@ typedef struct ftrt_config {
                                  FTRT_NO_SPARE_FOLD ("fold": the same, a survivor training on the
                                  lost data as well); docs/detection-and-recovery.md "No spare
                                  left" */
+    int fold_max;             /* FTRT_FOLD_MAX: under fold, the most data ranks one trainer may
+                                 hold (the application's memory for per-data-rank state); a fold
+                                 that finds no survivor with room is refused (FTRT_ENOSPARE; a
+                                 drain is refused); 0 (default) = no limit */
 } ftrt_config;
 
 /* FTRT_NO_SPARE values (ftrt_config.no_spare). */

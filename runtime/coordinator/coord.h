@@ -461,12 +461,14 @@ void ftrt__sdc_say_vote(const ftrt__coord *c);
 /* No hot spare is left for trainer w (failed or drained; docs/detection-and-recovery.md "No
  * spare left"): under FTRT_NO_SPARE=shrink or fold its logical rank leaves the membership
  * (ftrt__member_remove), its data ranks skipped or given to the survivor holding the fewest,
- * recorded in inc (shrunk, folded_onto; may be NULL) and logged. Returns 1, or 0 (nothing
- * done) under stop or when w is the last trainer. O(N + N0). (failure.c) */
+ * recorded in inc (shrunk, folded_onto; may be NULL) and logged. Returns 1, 0 (nothing done)
+ * under stop or when w is the last trainer, or -1 (nothing done) under fold when no survivor
+ * has room for its data ranks (FTRT_FOLD_MAX). O(N x N0). (failure.c) */
 int ftrt__no_spare_remove(ftrt__coord *c, int w, ftrt__incident *inc);
 /* The survivor to fold logical rank l onto: the logical rank other than l holding the fewest
- * data ranks, the lowest on a tie. Needs N >= 2. O(N + N0). */
-int ftrt__fold_target(const ftrt__coord *c, int l);
+ * data ranks, the lowest on a tie, among those that would then hold at most max (0: no
+ * limit; FTRT_FOLD_MAX). -1 when none has room. O(N x N0). */
+int ftrt__fold_target(const ftrt__coord *c, int l, int max);
 /* A standby's map from its SYNC: n (at most c->N0) int32 world ranks at p, then c->N0 int32
  * holders (unaligned); sets c->N = n. Returns 0 or FTRT_EPROTO (a world rank out of [1, W), a
  * holder out of [-1, n), n out of [1, N0]). The caller rebuilds the index after. */

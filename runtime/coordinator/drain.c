@@ -96,6 +96,12 @@ static int drain_trainer(ftrt__coord *c, int w, char *why, size_t n)
                  c->N < 2 ? " (the last trainer)" : " (FTRT_NO_SPARE=stop)");
         return DRAIN_REFUSED;
     }
+    if (spare < 0 && c->a->cfg->no_spare == FTRT_NO_SPARE_FOLD &&
+        ftrt__fold_target(c, l, c->a->cfg->fold_max) < 0) {
+        snprintf(why, n, "no hot spare is left and no other trainer has room for world rank %d's "
+                 "data ranks (FTRT_FOLD_MAX=%d): it keeps training", w, c->a->cfg->fold_max);
+        return DRAIN_REFUSED;
+    }
     ftrt__incident *inc = mark_drained(c, w);
     if (spare >= 0) ftrt__promote_spare(c, l, spare, FTRT__MEMBER_DRAIN, inc);
     else ftrt__no_spare_remove(c, w, inc);

@@ -130,7 +130,8 @@ int ftrt__no_spare_remove(ftrt__coord *c, int w, ftrt__incident *inc)
     int policy = c->a->cfg->no_spare;
     if ((policy != FTRT_NO_SPARE_SHRINK && policy != FTRT_NO_SPARE_FOLD) || c->N < 2) return 0;
     int l = c->r[w].logical;
-    int to = policy == FTRT_NO_SPARE_FOLD ? ftrt__fold_target(c, l) : -1;
+    int to = policy == FTRT_NO_SPARE_FOLD ? ftrt__fold_target(c, l, c->a->cfg->fold_max) : -1;
+    if (policy == FTRT_NO_SPARE_FOLD && to < 0) return -1;
     int tw = to >= 0 ? c->members[to] : -1;
     if (inc) inc->shrunk = policy == FTRT_NO_SPARE_SHRINK, inc->folded_onto = tw;
     ftrt__member_remove(c, l, to);
@@ -151,9 +152,13 @@ int ftrt__no_spare_remove(ftrt__coord *c, int w, ftrt__incident *inc)
  * job ends. Returns 1 when the job goes on. */
 static int no_spare(ftrt__coord *c, int w, ftrt__incident *inc)
 {
-    if (ftrt__no_spare_remove(c, w, inc)) return 1;
-    ftrt__job_abort(c, FTRT_ENOSPARE, c->N < 2 ? "the last trainer failed (no hot spare left)"
-                                               : "a trainer failed and no hot spare is left");
+    int rc = ftrt__no_spare_remove(c, w, inc);
+    if (rc > 0) return 1;
+    ftrt__job_abort(c, FTRT_ENOSPARE,
+                    rc < 0      ? "a trainer failed, no hot spare is left, and no survivor has room "
+                                  "for its data ranks (FTRT_FOLD_MAX)"
+                    : c->N < 2 ? "the last trainer failed (no hot spare left)"
+                               : "a trainer failed and no hot spare is left");
     return 0;
 }
 

@@ -68,13 +68,15 @@ void ftrt__member_set(ftrt__coord *c, int l, int w, int why)
     remember(c, l, from, w, why);
 }
 
-int ftrt__fold_target(const ftrt__coord *c, int l)
+int ftrt__fold_target(const ftrt__coord *c, int l, int max)
 {
-    int best = -1, best_n = 0;
+    int best = -1, best_n = 0, lost;
+    data_of(c, l, &lost);
     for (int k = 0; k < c->N; k++) {
         if (k == l) continue;
         int n;
         data_of(c, k, &n);
+        if (max > 0 && n + lost > max) continue; /* no room (FTRT_FOLD_MAX) */
         if (best < 0 || n < best_n) {
             best = k;
             best_n = n;

@@ -27,6 +27,9 @@ Cases:
                   the trainer holding two data ranks killed (both fold onto one survivor):
                   2 trainers, 4 data ranks, byte-identical to the same reference
   fold_sharded    sharded state and no spare: the fold is refused (FTRT_ENOSPARE, said why)
+  fold_max        FTRT_FOLD_MAX=2, no spare: logical rank 1's data folds onto logical rank 0;
+                  then logical rank 0, holding two, is lost and no survivor has room for both:
+                  refused, the job ends with FTRT_ENOSPARE and says why
   fold_long       six trainers and one hot spare, six trainers SIGKILLed in turn: the spare
                   takes the first, the next five fold, one trainer ends holding all six data
                   ranks; exit 0, every incident in the report, byte-identical to the fault-free
@@ -269,6 +272,22 @@ def case_drain_fold(args):
     check("drained (world rank" in job.out, "the drained trainer says it left")
     check(same_bytes(job.params, ordered_reference(args)),
           "byte-identical to the fault-free run with --ordered")
+
+
+@h.case(CASES, fixture="required")
+def case_fold_max(args):
+    job = shrink_job(args, "fold_max", 5, 0, policy="fold")
+    job.env["FTRT_FOLD_MAX"] = "2"
+    job.start()
+    kill_twice(job, 1, 0)
+    rc = job.wait(180)
+    check(rc != 0, f"the job ends as failed (exit {rc})")
+    check("no survivor has room for its data ranks (FTRT_FOLD_MAX)" in job.out,
+          "the coordinator says why the second fold is refused")
+    rep = job.load_report()
+    check(rep["status"] == "failed" and rep["error"] == "FTRT_ENOSPARE" and rep["folds"] == 1,
+          f"report: failed with FTRT_ENOSPARE after one fold ({rep['status']}, {rep['error']}, "
+          f"{rep['folds']} fold(s))")
 
 
 @h.case(CASES, fixture="required")

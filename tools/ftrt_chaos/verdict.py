@@ -23,6 +23,11 @@ IN_REFRESH_MISSES = ("no_common_image", "lost_image_not_held")
 NEWER_CHECKPOINT_MISS = "older_than_checkpoint"
 
 
+def no_spare_policy():
+    """The job's FTRT_NO_SPARE (the environment ftrt-chaos runs it in), lower case."""
+    return os.environ.get("FTRT_NO_SPARE", "stop").strip().lower()
+
+
 @dataclass(frozen=True)
 class StateFacts:
     """What the verdict knows of one trainer lost and recovered in place under --sharded: the
@@ -203,7 +208,7 @@ class Verdict:
         "No spare left"): `stop` ends the launch with FTRT_ENOSPARE and a relaunch resumes;
         `shrink` and `fold` recover every loss in place, the spares taking as many as they
         can and the rest shrunk or folded, with no relaunch."""
-        policy = os.environ.get("FTRT_NO_SPARE", "stop").strip().lower()
+        policy = no_spare_policy()
         li, spares = inj["launch"], inj.get("spares", 0)
         rep = self.launch_report(li) or {}
         if policy not in ("shrink", "fold"):
@@ -448,6 +453,9 @@ class Verdict:
                 f"; epoch(s) {sorted({f.get('epoch') for f in fl if f})}"
             check(name + f": its {len(trainers)} trainer(s) replaced by spares on other hosts "
                   f"in one epoch", ok, det)
+        elif no_spare_policy() in ("shrink", "fold"):
+            self.judge_in_place(check, name, [by_pid.get(t["pid"]) for t in trainers],
+                                inj["spares_elsewhere"], host, launch, li)
         else:
             ok = launch.get("rc", 0) != 0 and rep.get("status") == "failed" and \
                 rep.get("error") in ("FTRT_ENOSPARE", "FTRT_EABORT")
@@ -457,6 +465,23 @@ class Verdict:
             self.check_resume(li, check, name, host)
         if kind == "partition-host":
             self.judge_partition(inj, check, name, launch)
+
+    def judge_in_place(self, check, name, fl, spares, host, launch, li):
+        """A host's trainers lost with fewer spares elsewhere (`spares`) under FTRT_NO_SPARE
+        shrink or fold: every one recovered in the same launch (exit 0), min(len, spares) by
+        spares on other hosts, the rest shrunk or folded."""
+        policy = no_spare_policy()
+        got = [f for f in fl if f]
+        spared = [f for f in got if f.get("spare_world_rank") is not None]
+        removed = [f for f in got if f.get("shrunk") or f.get("folded_onto_world_rank") is not None]
+        ok = len(got) == len(fl) and all(f.get("recovered") for f in got) and \
+            len(spared) == min(len(fl), spares) and len(removed) == len(fl) - len(spared) and \
+            all(f.get("spare_host") != host for f in spared) and launch.get("rc") == 0 and \
+            li + 1 == len(self.launches)
+        check(name + f" {len(fl)} trainer(s), {spares} spare(s) elsewhere: recovered in place "
+              f"under FTRT_NO_SPARE={policy}", ok,
+              f"{len(spared)} to spares, {len(removed)} {policy}; exit {launch.get('rc')}, "
+              f"{len(self.launches)} launch(es)")
 
     def judge_coordinator_host_takeover(self, inj, check, name, rep, by_pid):
         """The coordinator's host killed or cut, with a standby coordinator on another host: it
@@ -511,6 +536,9 @@ class Verdict:
                   ", ".join(f"w{g['world_rank']} -> w{g.get('spare_world_rank')} on "
                             f"{g.get('spare_host')}" for g in fl if g) +
                   f"; exit {launch.get('rc')}, {len(self.launches)} launch(es)")
+        elif no_spare_policy() in ("shrink", "fold"):
+            self.judge_in_place(check, name + ": the standby took over;", fl,
+                                inj["spares_elsewhere"] - 1, host, launch, li)
         else:
             rep = self.launch_report(li) or {}
             ok = launch.get("rc", 0) != 0 and rep.get("status") == "failed" and \

@@ -298,6 +298,7 @@ class Config(_StrFields):
         ("nccl_max_ctas", ctypes.c_int),
         ("sigterm", ctypes.c_int),
         ("no_spare", ctypes.c_int),
+        ("fold_max", ctypes.c_int),
     ]
 
     @classmethod
