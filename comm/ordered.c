@@ -37,6 +37,13 @@
  * result), plus the layout exchange: one small collective per call, two when the layout
  * changed.
  *
+ * Every buffer a started request reads or writes (the headers, the held lists, the layout's
+ * counts, the windows' all-gather counts; the windows themselves are the plane's staging) stays
+ * valid until the request completes: when a wait is abandoned (an epoch change), MPI may still
+ * progress it later, inside the next epoch's calls, so such buffers go to the plane's graveyard
+ * (ftrt__plane_bury), never back to malloc (mpi.fold_long under ASan found the headers freed
+ * under an abandoned all-gather).
+ *
  * The call is blocking; an overlapped form through the request engine (comm/async.c) does not
  * exist yet: a window is three dependent steps (messages, local sum, all-gather), where the
  * engine's transport starts one MPI request per chunk (docs/collectives.md says more).
@@ -157,13 +164,16 @@ static int cache_hit(const layout *L, const int64_t *hdr, int P)
 }
 
 /* The held lists' all-gather into a new layout (the headers known), checked for a logical
- * rank held twice. 0 with *out, FTRT_EINVAL (logged), -ENOMEM, or an MPI / watch code. */
+ * rank held twice. 0 with *out, FTRT_EINVAL (logged), -ENOMEM, or an MPI / watch code (the
+ * all-gather abandoned: the layout and the copy of held it sends from are buried). */
 static int gather_held(ftrt__plane *p, const int64_t *hdr, const int *held, int nheld,
                        layout **out)
 {
     int P = p->size, n = (int)hdr[0];
     layout *L = layout_new(n, P);
-    if (!L) return -ENOMEM;
+    int *mine = malloc((size_t)(nheld > 0 ? nheld : 1) * sizeof *mine); /* (the caller's may go) */
+    if (!L || !mine) return free(L), free(mine), -ENOMEM;
+    if (nheld > 0) memcpy(mine, held, (size_t)nheld * sizeof *mine);
     int total = 0;
     L->maxheld = 0;
     for (int q = 0; q < P; q++) {
@@ -174,9 +184,15 @@ static int gather_held(ftrt__plane *p, const int64_t *hdr, const int *held, int 
         L->maxheld = L->nheld[q] > L->maxheld ? L->nheld[q] : L->maxheld;
     }
     MPI_Request rq;
-    int e = MPI_Iallgatherv(held, nheld, MPI_INT, L->all, L->nheld, L->displ, MPI_INT, p->comm,
+    int e = MPI_Iallgatherv(mine, nheld, MPI_INT, L->all, L->nheld, L->displ, MPI_INT, p->comm,
                             &rq);
     int rc = e == MPI_SUCCESS ? ftrt__plane_waitall(p, 1, &rq) : ftrt__plane_mpi_error(p, e);
+    if (rc && e == MPI_SUCCESS) { /* abandoned: MPI may still read and write both */
+        ftrt__plane_bury(p, mine);
+        ftrt__plane_bury(p, L);
+        return rc;
+    }
+    free(mine);
     for (int l = 0; !rc && l < n; l++) L->gpos[l] = -1;
     for (int g = 0; !rc && g < n; g++) {
         if (L->gpos[L->all[g]] >= 0) {
@@ -202,14 +218,19 @@ static int exchange_layout(ftrt__plane *p, int ok, int n, const int *held, int n
 {
     int P = p->size;
     layout *kept = p->ordered;
-    int64_t mine[HDR] = {n, ok ? nheld : 0, (int64_t)dtype, ok, (int64_t)count,
-                         (int64_t)held_hash(held, ok ? nheld : 0),
-                         kept ? (int64_t)kept->hash : 0};
-    int64_t *hdr = malloc((size_t)P * sizeof mine);
-    if (!hdr) return -ENOMEM;
+    int64_t *buf = malloc(((size_t)P + 1) * HDR * sizeof *buf); /* this one's, then all */
+    if (!buf) return -ENOMEM;
+    int64_t *mine = buf, *hdr = buf + HDR;
+    int64_t m[HDR] = {n, ok ? nheld : 0, (int64_t)dtype, ok, (int64_t)count,
+                      (int64_t)held_hash(held, ok ? nheld : 0), kept ? (int64_t)kept->hash : 0};
+    memcpy(mine, m, sizeof m);
     MPI_Request rq;
     int e = MPI_Iallgather(mine, HDR, MPI_INT64_T, hdr, HDR, MPI_INT64_T, p->comm, &rq);
     int rc = e == MPI_SUCCESS ? ftrt__plane_waitall(p, 1, &rq) : ftrt__plane_mpi_error(p, e);
+    if (rc && e == MPI_SUCCESS) { /* abandoned: MPI may still write the headers */
+        ftrt__plane_bury(p, buf);
+        return rc;
+    }
     if (!rc) rc = check_headers(hdr, P, ok);
     if (!rc && cache_hit(kept, hdr, P)) {
         *out = kept;
@@ -221,7 +242,7 @@ static int exchange_layout(ftrt__plane *p, int ok, int n, const int *held, int n
         p->ordered = L;
         *out = L;
     }
-    free(hdr);
+    free(buf);
     return rc;
 }
 
@@ -444,11 +465,19 @@ static int run_setup(ftrt__plane *p, const layout *L, void *const *contrib, size
     return 0;
 }
 
-static void run_free(run *R)
+/* Frees the run's arrays; after an abandoned run (rc != 0) the all-gathers' counts and
+ * displacements, which a started MPI_Iallgatherv may still read, are buried instead. (The
+ * request handles and src are only ever read by this file.) */
+static void run_free(run *R, int rc)
 {
     free(R->w[0].reqs); /* the one array of every slot's requests (run_setup) */
-    free(R->rcount);
-    free(R->rdispl);
+    if (rc && R->p) { /* (R->p: run_setup reached) */
+        ftrt__plane_bury(R->p, R->rcount);
+        ftrt__plane_bury(R->p, R->rdispl);
+    } else {
+        free(R->rcount);
+        free(R->rdispl);
+    }
     free(R->src);
 }
 
@@ -469,6 +498,6 @@ int ftrt__plane_allreduce_ordered(ftrt__plane *p, int nlogical, const int *held,
     if (!rc) rc = run_windows(&R);
     ftrt__host_wait_end(&p->host, rc);
     if (!rc) memcpy(out, R.res, count * R.es);
-    run_free(&R);
+    run_free(&R, rc);
     return ftrt__watch_note(p->watch, rc);
 }
