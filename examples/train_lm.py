@@ -492,6 +492,8 @@ def main_ftrt(a):
             if ft.rank == 0 and ((step + 1) % a.progress_every == 0 or step + 1 == a.steps):
                 print(f"step {step + 1}/{a.steps}  loss {last_loss:.4f}  lr "
                       f"{sched.get_last_lr()[0]:.3e} (logical rank 0)", flush=True)
+            if step + 1 == a.steps and (a.zero or a.print_memory):
+                print_memory(ft, opt, a)          # before steps() ends the job (finalize)
             if a.step_sleep_ms:
                 time.sleep(a.step_sleep_ms / 1e3)
     except ftrt.FtrtError as e:
@@ -505,13 +507,13 @@ def main_ftrt(a):
               f"{ft.state['tokens']}, recoveries here {ft.recoveries}")
         report_step_times(times, a, "train_lm")
         finish(torch, a, model, text, last_loss, "train_lm")
-    if a.zero or a.print_memory:
-        print_memory(ft, opt, a)
     return 0
 
 
 def print_memory(ft, opt, a):
-    """One line per trainer: the bytes of its training state by kind
+    """One line per trainer, printed at the last step while the job still runs (one such
+    line printed after steps() had finalized went missing from mpirun's output once, in CI):
+    the bytes of its training state by kind
     (FaultTolerant.memory(); host and device added up), and with --zero its optimizer shard
     against the unsharded optimizer's state (ZeroOptimizer.memory())."""
     m = ft.memory()

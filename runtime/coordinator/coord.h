@@ -455,9 +455,8 @@ void ftrt__member_remove(ftrt__coord *c, int l, int to);
 /* What a silent data corruption vote among the trainers present can decide (sdc_vote.c):
  * "majority" (3 or more: the corrupted one named and replaced), "detect_only" (2: a
  * disagreement rolls every member back to a verified checkpoint), "none" (1, or the check
- * off). ftrt__sdc_say_vote logs it once the job is down to 2 or 1 (a shrink or fold). */
+ * off). failure.c logs it once the job is down to 2 or 1 (a shrink or fold). */
 const char *ftrt__sdc_vote_kind(const ftrt__coord *c);
-void ftrt__sdc_say_vote(const ftrt__coord *c);
 /* No hot spare is left for trainer w (failed or drained; docs/detection-and-recovery.md "No
  * spare left"): under FTRT_NO_SPARE=shrink or fold its logical rank leaves the membership
  * (ftrt__member_remove), its data ranks skipped or given to the survivor holding the fewest,

@@ -125,6 +125,21 @@ static int recoverable(ftrt__coord *c, int w)
     return 1;
 }
 
+/* What a silent data corruption vote can still decide once a shrink or fold leaves 2 or 1
+ * trainers (ftrt__sdc_vote_kind), said once in the log. Kept here rather than in sdc_vote.c,
+ * which depends on this file (ftrt__fail), so that the objects form no cycle. */
+static void say_sdc_vote(const ftrt__coord *c)
+{
+    if (c->a->cfg->sdc_every <= 0 || c->N > 2) return;
+    if (c->N == 2)
+        ftrt_log_warn("silent data corruption: with 2 trainers a disagreement is detected but "
+                      "no majority can name the corrupted one: it rolls every member back to "
+                      "the newest verified checkpoint");
+    else
+        ftrt_log_warn("silent data corruption: with 1 trainer there is nothing to compare: no "
+                      "check runs from now on");
+}
+
 int ftrt__no_spare_remove(ftrt__coord *c, int w, ftrt__incident *inc)
 {
     int policy = c->a->cfg->no_spare;
@@ -144,7 +159,7 @@ int ftrt__no_spare_remove(ftrt__coord *c, int w, ftrt__incident *inc)
         ftrt_log_warn("epoch %d: no hot spare is left: the job shrinks to %d trainer(s) without "
                       "logical rank %d (FTRT_NO_SPARE=shrink); the ranks above it move down",
                       c->renumber_epoch, c->N, l);
-    ftrt__sdc_say_vote(c);
+    say_sdc_vote(c);
     return 1;
 }
 

@@ -240,15 +240,3 @@ const char *ftrt__sdc_vote_kind(const ftrt__coord *c)
     if (c->a->cfg->sdc_every <= 0 || c->N < 2) return "none";
     return c->N == 2 ? "detect_only" : "majority";
 }
-
-void ftrt__sdc_say_vote(const ftrt__coord *c)
-{
-    if (c->a->cfg->sdc_every <= 0 || c->N > 2) return;
-    if (c->N == 2)
-        ftrt_log_warn("silent data corruption: with 2 trainers a disagreement is detected but "
-                      "no majority can name the corrupted one: it rolls every member back to "
-                      "the newest verified checkpoint");
-    else
-        ftrt_log_warn("silent data corruption: with 1 trainer there is nothing to compare: no "
-                      "check runs from now on");
-}
