@@ -328,10 +328,11 @@ out:
 }
 
 /* 1 while a member whose host agent was lost is within the grace: it came back on its own
- * connection, but its host may be going down process by process (a host whose processes are
- * killed one by one, or die at different moments); once the PLAN is out, its death could only
- * abort the recovery (the members build the new communicator with it), so the plan waits for
- * it to fail and join this epoch, or for the grace to end. */
+ * connection, or has not yet, but its host may be going down process by process (a host whose
+ * processes are killed one by one, or die at different moments); once the PLAN is out, its
+ * death could only abort the recovery (the members build the new communicator with it), so the
+ * plan waits for it to fail and join this epoch, or for the grace to end. A hot spare being
+ * promoted counts too: the spare of a lost host's own (the only one left) is one. */
 static int plan_held(const ftrt__coord *c)
 {
     double now = ftrt__now();
@@ -340,7 +341,7 @@ static int plan_held(const ftrt__coord *c)
     if (now >= c->plan_hold_until) return 0;
     for (int l = 0; l < c->N; l++) {
         const ftrt__crank *r = &c->r[c->members[l]];
-        if (!r->promoting && r->suspect_until > now) return 1;
+        if (r->suspect_until > now) return 1;
     }
     return 0;
 }

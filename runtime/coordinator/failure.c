@@ -214,6 +214,21 @@ static void replace(ftrt__coord *c, int w, int kind, ftrt__incident *inc)
                         : kind == FK_SDC ? inc->t_detect_wall : inc->t_fail_wall);
 }
 
+/* Hot spare w, promoted in this epoch to take a lost trainer's logical rank, failed before the
+ * PLAN went out (a spare of the lost trainer's own host, whose loss the plan waited for): the
+ * incident that promoted it takes another spare, or follows the no-spare policy, as if w had
+ * never been picked. */
+static void promoted_spare_lost(ftrt__coord *c, int w, int kind)
+{
+    ftrt__incident *p = NULL;
+    for (int i = c->ninc - 1; i >= 0 && !p; i--)
+        if (c->inc[i].spare_world_rank == w && c->inc[i].world_rank != w) p = &c->inc[i];
+    if (p) p->spare_world_rank = -1;
+    ftrt_log_warn("epoch %d: hot spare world rank %d failed before taking logical rank %d",
+                  c->epoch, w, c->r[w].logical);
+    replace(c, w, kind, p);
+}
+
 void ftrt__fail(ftrt__coord *c, int w, int kind)
 {
     ftrt__crank *r = &c->r[w];
@@ -222,7 +237,8 @@ void ftrt__fail(ftrt__coord *c, int w, int kind)
         return;
     }
     if (r->role == FTRT__ROLE_FAILED || r->role == FTRT__ROLE_COORD) return;
-    int old_role = r->role;
+    int old_role = r->role, promoting = r->promoting;
+    if (promoting) r->promoting = 0, c->npromoting--;
     ftrt__rank_set_role(c, w, FTRT__ROLE_FAILED);
     c->nfailed++;
     c->maybe_done = 1;
@@ -235,10 +251,11 @@ void ftrt__fail(ftrt__coord *c, int w, int kind)
     }
     ftrt__incident *inc = ftrt__incident_add(c, w, kind);
     check_host_lost(c, w);
-    if (old_role == FTRT__ROLE_SPARE) {
+    if (old_role == FTRT__ROLE_SPARE || promoting) {
         if (inc) inc->was_spare = 1;
         ftrt_log_warn("hot spare world rank %d failed (%s) and leaves the pool; %d spare(s) left",
                       w, ftrt__failure_kind_name(kind), ftrt__live_spares(c));
+        if (promoting && recoverable(c, w)) promoted_spare_lost(c, w, kind);
         return;
     }
     /* A stalled rank kept sending heartbeats: what is known is when it last made progress. */

@@ -247,6 +247,18 @@ CASES = {
                        ["--hosts", "3", "--slots", "2"],
                        {"FTRT_HEARTBEAT_TIMEOUT_MS": "1000",
                         "FTRT_DEBUG_CKPT_WRITE_DELAY_MS": "100"}),
+    # The host holding the last hot spare killed with a trainer of its own (ftrt-h3: trainer
+    # world rank 4, spare world rank 5, the standby coordinator), FTRT_NO_SPARE=fold, the host
+    # agent in the trainer's process (FTRT_TEST_AGENT_LATE_RANKS: not in world rank 5's): the
+    # trainer is lost with the agent, the spare picked for it is a suspect of the same host's
+    # loss (it may come back on its own connection), so the PLAN waits the
+    # orphan grace for it; it does not come back, the trainer's data rank folds onto a survivor
+    # in the same epoch, one launch, byte-identical (--ordered). Before, the PLAN went out
+    # with the dead spare in it and the job aborted (FTRT_EABORT, seen in a hosts campaign).
+    "kill-spare-host-fold": (6, 1, ["--ordered"], [{"kind": "kill-host", "at_step": 60,
+                                                    "target": "host:3"}],
+                             ["--hosts", "3", "--slots", "2"],
+                             {"FTRT_NO_SPARE": "fold", "FTRT_TEST_AGENT_LATE_RANKS": str(1 << 5)}),
     # ftrt-h1's link cut (the coordinator's host, with trainer logical rank 0) while a
     # checkpoint is being written: the standby coordinator (ftrt-h3) takes over by silence,
     # the trainer is replaced, the job trains on in the same launch; the cut-off coordinator,
