@@ -12,9 +12,10 @@ set -euo pipefail
 # (ftrt.analysis.plot), `python3 -m venv` + `pip install .` (python3-venv, python3-pip; ctest
 # python.wheel), the type checker (mypy: ctest unit.python_types); fio: bench/ftrt-bench-ckpt;
 # Slurm 22.05 and munge: the Slurm cluster of ctests slurm.* (tests/harness/ftrt_slurm.py), with
-# libpmix-dev, whose libpmix.so Slurm's mpi/pmix plugin opens (docs/slurm.md).
+# libpmix-dev, whose libpmix.so Slurm's mpi/pmix plugin opens (docs/slurm.md); ISA-L
+# (libisal-dev: the erasure code, optional in the build, required by the tests).
 pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin liburing-dev libcmocka-dev
-      zlib1g-dev libjson-c-dev python3 python3-sklearn python3-pytest python3-numpy
+      zlib1g-dev libjson-c-dev libisal-dev python3 python3-sklearn python3-pytest python3-numpy
       python3-torch python3-torchvision python3-prometheus-client python3-matplotlib
       python3-pip python3-venv mypy
       fio slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge libpmix-dev)

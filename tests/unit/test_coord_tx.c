@@ -23,9 +23,12 @@
  * connection closed, the process it lives in declared failed: heartbeat_timeout); trainer 2
  * goes on through B and the job ends normally.
  *
- * slow_reader_kept: trainer 1 stops reading, its HELLO bouncing, until 0.6 x the heartbeat
- * timeout after its socket stopped taking bytes, then reads again: merely slow, it is not
- * declared failed, and every MOVE the coordinator queued for it arrives, whole and in order.
+ * slow_reader_kept: trainer 1 stops reading, its HELLO bouncing, until 0.25 x the heartbeat
+ * timeout (SLOW_TIMEOUT_MS) after its socket stopped taking bytes, then reads again: merely
+ * slow, it is not declared failed, and every MOVE the coordinator queued for it arrives, whole
+ * and in order. The margin (0.75 x the timeout, 2.25 s) absorbs a loaded machine's stalls of
+ * either process (under AddressSanitizer, next to another build, 0.6 x a 1 s timeout once
+ * was not enough: the reader was declared lost).
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -204,6 +207,13 @@ static int setup_with(void **state, const char *name, int timeout_ms, int slack)
 }
 
 static int setup_ranks(void **state) { return setup_with(state, "coord_tx", TIMEOUT_MS, 0); }
+
+/* As setup_ranks, with a heartbeat timeout of SLOW_TIMEOUT_MS (slow_reader_kept). */
+enum { SLOW_TIMEOUT_MS = 3000 };
+static int setup_slow(void **state)
+{
+    return setup_with(state, "coord_tx_slow", SLOW_TIMEOUT_MS, 0);
+}
 
 /* As setup_ranks, with a heartbeat timeout of DRAIN_TIMEOUT_MS: the end's drain then gives up
  * only after that long with no byte taken, far more than a slow socket's pause (the smallest
@@ -410,8 +420,8 @@ static void slow_reader_kept(void **state)
     fixture *f = *state;
     heard h2 = {0}, h1 = {0};
     /* trainer 1 does not read until its receive buffer stopped growing for 0.1 s (what the
-     * coordinator sends it then waits in its socket, then in its queue), and 0.6 x the
-     * heartbeat timeout after that: the queue waited 0.6 x the timeout at most */
+     * coordinator sends it then waits in its socket, then in its queue), and 0.25 x the
+     * heartbeat timeout after that: the queue waited 0.25 x the timeout, and a little more */
     double t0 = ftrt__now(), grew = t0, resume = 0, next = t0;
     int last = -1, turn = 0, full = 0;
     h2.last_ping = t0;
@@ -426,7 +436,7 @@ static void slow_reader_kept(void **state)
         if (n != last) grew = now;
         last = n;
         if (resume == 0 && now - grew > 0.1) {
-            resume = grew + 0.6 * TIMEOUT_MS / 1000.0;
+            resume = grew + 0.25 * SLOW_TIMEOUT_MS / 1000.0;
             full = n;
         }
         struct pollfd pf = {.fd = f->fd[2], .events = POLLIN};
@@ -442,7 +452,7 @@ static void slow_reader_kept(void **state)
     /* it reads again: every MOVE arrives, in order (each names the other agent than the one
      * before), the last one B; nobody is declared failed */
     run_job(f, 1, 0, &h1, 0.5, NULL);
-    run_job(f, 2, 0, &h2, 1.0, NULL); /* (past the heartbeat timeout) */
+    run_job(f, 2, 0, &h2, SLOW_TIMEOUT_MS / 1000.0 + 0.2, NULL); /* (past the timeout) */
     take(f, 1, &h1, 0);
     /* more than both sockets' buffers held (its receive buffer when full, the coordinator's
      * send buffer: 4,608 bytes at most): the rest waited in the coordinator's queue */
@@ -581,7 +591,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(rank_not_reading, setup_ranks, teardown),
         cmocka_unit_test_setup_teardown(agent_not_reading, setup_agent, teardown),
-        cmocka_unit_test_setup_teardown(slow_reader_kept, setup_ranks, teardown),
+        cmocka_unit_test_setup_teardown(slow_reader_kept, setup_slow, teardown),
         cmocka_unit_test_setup_teardown(queue_bound, setup_bound, teardown),
         cmocka_unit_test_setup_teardown(drain_at_end, setup_drain, teardown),
         cmocka_unit_test_setup_teardown(drain_bounded, setup_ranks, teardown),
