@@ -419,7 +419,7 @@ static void slow_reader_kept(void **state)
 {
     fixture *f = *state;
     heard h2 = {0}, h1 = {0};
-    /* trainer 1 does not read until its receive buffer stopped growing for 0.1 s (what the
+    /* trainer 1 does not read until its receive buffer stopped growing for 0.5 s (what the
      * coordinator sends it then waits in its socket, then in its queue), and 0.25 x the
      * heartbeat timeout after that: the queue waited 0.25 x the timeout, and a little more */
     double t0 = ftrt__now(), grew = t0, resume = 0, next = t0;
@@ -435,7 +435,7 @@ static void slow_reader_kept(void **state)
         int n = unread(f->fd[1]);
         if (n != last) grew = now;
         last = n;
-        if (resume == 0 && now - grew > 0.1) {
+        if (resume == 0 && now - grew > 0.5) {
             resume = grew + 0.25 * SLOW_TIMEOUT_MS / 1000.0;
             full = n;
         }
