@@ -74,9 +74,13 @@
       "decides in which process of a host each host agent lives")                              \
     X(drain_late_ranks, "FTRT_TEST_DRAIN_LATE_RANKS", 1 << 30,                                 \
       "N > 0: a bit mask of world ranks (bit w: world rank w < 30) that ignore a drain's "      \
-      "step-boundary announcement (the FAILURE with its boundary flag, a DRAIN for the next "   \
-      "boundary) and go on into the next step, so that the coordinator must make the drain's " \
+      "step-boundary announcement (the FAILURE with its boundary flag, a DRAIN for the "        \
+      "drain's boundary) and go on past it, so that the coordinator must make the drain's "     \
       "epoch urgent (runtime/coordinator/drain.c)")                                             \
+    X(drain_step, "FTRT_TEST_DRAIN_STEP", 1 << 30,                                             \
+      "N > 0: a drain's step boundary is after N steps done (at most the job's total steps, "  \
+      "where known; one past the newest heartbeat's count at least) instead of just ahead of " \
+      "the trainers, so that a test puts it at the job's last step")                           \
     X(relay_group, "FTRT_TEST_RELAY_GROUP", 1 << 20,                                           \
       "N >= 2: the coordinator's relay groups hold N host agents whatever the world's size "   \
       "(by default ceil(sqrt(W / 8)), none below 16): fan-outs go through a relay on small "   \

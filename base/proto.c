@@ -38,9 +38,9 @@ static size_t fixed_size(uint32_t type)
     case FTRT__MSG_SHUTDOWN:
     case FTRT__MSG_FAREWELL:
     case FTRT__MSG_PING:
-    case FTRT__MSG_DRAIN:
     case FTRT__MSG_DRAIN_ME:
     case FTRT__MSG_ABORT: return sizeof(ftrt__epoch_msg);
+    case FTRT__MSG_DRAIN: return sizeof(ftrt__drain_msg);
     case FTRT__MSG_RESUMED: return sizeof(ftrt__resumed_msg);
     case FTRT__MSG_REPORT: return sizeof(ftrt__report);
     case FTRT__MSG_SHARD_DONE:

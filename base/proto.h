@@ -110,8 +110,8 @@ enum ftrt__msg_type {
                                  MULTI */
     /* drains (runtime/coordinator/drain.c; docs/detection-and-recovery.md "Drain") */
     FTRT__MSG_DRAIN,          /* coord -> a trainer being drained: its logical rank went to a
-                                 hot spare (epoch_msg: epoch = the new epoch, value = 1: leave
-                                 at the next step boundary, 0: leave now) */
+                                 hot spare (ftrt__drain_msg: leave at the drain's step boundary,
+                                 or now) */
     FTRT__MSG_DRAIN_ME,       /* trainer or spare -> coord: it received SIGTERM under
                                  FTRT_SIGTERM=drain: drain it (epoch_msg, value unused) */
     FTRT__MSG_TYPE_END
@@ -217,10 +217,20 @@ typedef struct ftrt__resumed_msg {
 
 typedef struct ftrt__failure_msg { /* FAILURE */
     int32_t epoch;
-    int32_t boundary;   /* 1: a drain's epoch, entered at the trainer's next step boundary
+    int32_t boundary;   /* 1: a drain's epoch, entered at the step boundary boundary_step
                            (ftrt_step_done); 0: now (a failure, or the drain's made urgent) */
     double t_fail_wall; /* best known failure time (fault log, EOF, or last message heard) */
+    int64_t boundary_step; /* with boundary: the steps done (ftrt_step_done's step + 1) at
+                              which every trainer enters the epoch, the same for all of them
+                              (runtime/coordinator/drain.c picks it ahead of every trainer);
+                              unused otherwise */
 } ftrt__failure_msg;
+
+typedef struct ftrt__drain_msg { /* DRAIN */
+    int32_t epoch;         /* the drain's epoch */
+    int32_t value;         /* 1: leave at the step boundary boundary_step, 0: leave now */
+    int64_t boundary_step; /* with value 1: as ftrt__failure_msg's */
+} ftrt__drain_msg;
 
 typedef struct ftrt__ledger_msg { /* LEDGER: totals and the intervals not sent yet */
     double t_open;                  /* start of the open interval (wall) */

@@ -1066,7 +1066,8 @@ FTRT_API int ftrt_bucketer_free(ftrt_bucketer *b);
  * regions are registered, it refreshes the in-memory partner replicas (collective over the
  * trainers: each copies its regions and sends its sharded ones to its partner).
  * A step boundary is also where a drain takes effect (docs/detection-and-recovery.md "Drain"):
- * when the coordinator announced a drain's epoch for it, this returns FTRT_ERECOVER (the step
+ * when the coordinator announced a drain's epoch for the boundary after this step (the same
+ * step count for every trainer, picked a few steps ahead), this returns FTRT_ERECOVER (the step
  * is counted: call ftrt_recover(), which resumes after it) on the trainers that stay and
  * FTRT_EDRAINED on the one drained (its logical rank went to a hot spare: call ftrt_finalize()
  * and exit 0; every later call returns FTRT_EDRAINED too), after a refresh of the partner

@@ -252,11 +252,14 @@ static void take_failure(struct ftrt_ctx *ctx, const void *payload)
     memcpy(&fm, payload, sizeof fm);
     atomic_store(&ctx->cp.t_fail_wall, fm.t_fail_wall); /* before the epoch: waits read both */
     if (fm.boundary && late_for_drain(ctx)) return;
-    if (fm.boundary) { /* a drain: entered at this trainer's next step boundary */
-        if (fm.epoch > atomic_load(&ctx->cp.boundary_epoch))
+    if (fm.boundary) { /* a drain: entered at the step boundary the coordinator picked */
+        if (fm.epoch > atomic_load(&ctx->cp.boundary_epoch)) {
+            atomic_store(&ctx->cp.boundary_step, fm.boundary_step);
             atomic_store(&ctx->cp.boundary_epoch, fm.epoch);
-        ftrt_log_info("epoch %d announced for the next step boundary: a rank is drained",
-                      fm.epoch);
+        }
+        ftrt_log_info("epoch %d announced for the step boundary after %lld steps (%lld done): "
+                      "a rank is drained", fm.epoch, (long long)fm.boundary_step,
+                      (long long)atomic_load(&ctx->cp.steps_done));
         return;
     }
     if (fm.epoch > atomic_load(&ctx->watch.pending_epoch))
@@ -264,16 +267,18 @@ static void take_failure(struct ftrt_ctx *ctx, const void *payload)
     ftrt_log_info("epoch %d announced: a rank failed", fm.epoch);
 }
 
-/* DRAIN: this trainer's logical rank went to a hot spare. value 1: it leaves at its next step
- * boundary (ftrt_step_done() returns FTRT_EDRAINED), so that the others finish the step with
- * it; 0: now (every call returns FTRT_EDRAINED). Under cp->lock. */
-static void take_drain(struct ftrt_ctx *ctx, const ftrt__epoch_msg *m)
+/* DRAIN: this trainer's logical rank went to a hot spare. value 1: it leaves at the drain's
+ * step boundary (ftrt_step_done() returns FTRT_EDRAINED once boundary_step steps are done), so
+ * that the others finish the same steps with it; 0: now (every call returns FTRT_EDRAINED).
+ * Under cp->lock. */
+static void take_drain(struct ftrt_ctx *ctx, const ftrt__drain_msg *m)
 {
     if (m->value && late_for_drain(ctx)) return;
     if (m->value) {
+        atomic_store(&ctx->cp.boundary_step, m->boundary_step);
         atomic_store(&ctx->cp.drained, 1);
-        ftrt_log_warn("drained: this process leaves the job at its next step boundary "
-                      "(epoch %d)", m->epoch);
+        ftrt_log_warn("drained: this process leaves the job at the step boundary after %lld "
+                      "steps (epoch %d)", (long long)m->boundary_step, m->epoch);
         return;
     }
     set_fatal(ctx, FTRT_EDRAINED);
@@ -367,10 +372,12 @@ static int handle(struct ftrt_ctx *ctx, const ftrt__msghdr *h, const void *paylo
     case FTRT__MSG_SYNC:
         take_sync(ctx, payload, h->len);
         break;
-    case FTRT__MSG_DRAIN:
-        memcpy(&em, payload, sizeof em);
-        take_drain(ctx, &em);
+    case FTRT__MSG_DRAIN: {
+        ftrt__drain_msg dm;
+        memcpy(&dm, payload, sizeof dm);
+        take_drain(ctx, &dm);
         break;
+    }
     case FTRT__MSG_ABORT:
         memcpy(&em, payload, sizeof em);
         ftrt_log_warn("the coordinator aborted the job: %s", ftrt_strerror(em.value));

@@ -1,15 +1,18 @@
 /*
  * drain.c - the trainer side of a drain (docs/detection-and-recovery.md "Drain"): a planned
  * move of a logical rank to a hot spare, which is not a failure. The coordinator announces the
- * drain's epoch "for the next step boundary" (a FAILURE with boundary set) to the members that
- * stay, and DRAIN to the trainer that leaves; the agent thread records both (agent.c), and
- * ftrt_step_done() (a step boundary: the state reflects a whole step) makes them take effect:
- * the members that stay owe ftrt_recover() (FTRT_ERECOVER), the drained trainer leaves
- * (FTRT_EDRAINED). Every trainer thus finishes the step it is in, the drained one included,
- * and the recovery resumes where they all stopped: nothing is redone. A trainer that was
- * already in the next step when the announcement came waits in that step's collective for the
- * others, until the coordinator makes the epoch urgent (a plain FAILURE: its collective
- * returns FTRT_ERECOVER and that partial step is abandoned, not a completed one).
+ * drain's epoch for a step boundary it picks ahead of every trainer, "after S steps done" (a
+ * FAILURE with boundary set and boundary_step S) to the members that stay, and DRAIN to the
+ * trainer that leaves; the agent thread records both (agent.c), and ftrt_step_done() at S steps
+ * done (a step boundary: the state reflects a whole step) makes them take effect: the members
+ * that stay owe ftrt_recover() (FTRT_ERECOVER), the drained trainer leaves (FTRT_EDRAINED).
+ * Every trainer thus stops after the same step, the drained one included (a refresh of the
+ * partner replicas there is a collective they all enter), and the recovery resumes where they
+ * all stopped: nothing is redone. A trainer already past S when the announcement came (it was
+ * late, or ignored it: FTRT_TEST_DRAIN_LATE_RANKS) takes it at its next step boundary; it
+ * waits in that step's collective for the others until the coordinator makes the epoch urgent
+ * (a plain FAILURE: its collective returns FTRT_ERECOVER and that partial step is abandoned,
+ * not a completed one).
  */
 #include <stdatomic.h>
 
@@ -47,6 +50,8 @@ int ftrt__drain_boundary(ftrt_ctx *ctx)
     int drained = atomic_load(&ctx->cp.drained);
     int be = atomic_load(&ctx->cp.boundary_epoch);
     if (!drained && be <= ctx->watch.epoch) return 0;
+    /* (every trainer at the same count: a collective refresh below finds them all in it) */
+    if (atomic_load(&ctx->cp.steps_done) < atomic_load(&ctx->cp.boundary_step)) return 0;
     if (!atomic_load(&ctx->watch.fatal)) refresh_at_boundary(ctx);
     if (drained) {
         int zero = 0;

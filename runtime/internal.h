@@ -78,10 +78,12 @@ typedef struct ftrt__cp {
     _Atomic double compute_s;   /* heartbeat payload: time outside data-plane waits */
     double last_from_coord;     /* agent thread only: monotonic time of the last message */
     _Atomic double t_fail_wall; /* failure time of the newest FAILURE (wall seconds) */
-    /* a drain (docs/detection-and-recovery.md "Drain"): the newest epoch announced for this
-     * trainer's next step boundary (a FAILURE with boundary set: ftrt_step_done() makes it
-     * pending), and whether this trainer is the one drained (1: it leaves at its next step
-     * boundary; the hard DRAIN sets the watch's fatal FTRT_EDRAINED at once) */
+    /* a drain (docs/detection-and-recovery.md "Drain"): the newest epoch announced for a step
+     * boundary (a FAILURE with boundary set: ftrt_step_done() makes it pending once steps_done
+     * reaches boundary_step, stored before it), and whether this trainer is the one drained
+     * (1: it leaves at that step boundary; the hard DRAIN sets the watch's fatal FTRT_EDRAINED
+     * at once) */
+    _Atomic int64_t boundary_step;
     _Atomic int boundary_epoch;
     _Atomic int drained;
     int drain_asked; /* FTRT_SIGTERM=drain: DRAIN_ME sent (agent thread only) */

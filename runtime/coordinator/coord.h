@@ -334,6 +334,8 @@ typedef struct ftrt__coord {
     int epoch_soft;
     int drain_urgent; /* a failure joined the drain's epoch: it is made urgent at once */
     double drain_t, drain_first_report, control_polled;
+    int64_t drain_step;  /* the drain's step boundary: steps done when trainers enter it */
+    double drain_wait_s; /* how long the epoch waits for that boundary before made urgent */
     int ndrain_asked;   /* ranks with drain_asked set */
     int sigterm_init, sigterm_seen; /* this process's SIGTERMs when the loop began / handled */
     int mark_fd;               /* the coordinator's mark on its host (ftrt__local_mark), or -1 */
@@ -718,8 +720,8 @@ int ftrt__epoch_check_resumed(ftrt__coord *c);
  * its detection and best known failure time. Returns it, or NULL without memory. */
 ftrt__incident *ftrt__incident_add(ftrt__coord *c, int w, int kind);
 /* ---- drain.c: drains (docs/detection-and-recovery.md "Drain") ---- */
-/* Drains world rank w: a trainer's logical rank goes to a hot spare in an epoch entered at the
- * trainers' next step boundary; a hot spare leaves the pool. Returns 0 (done; why says what
+/* Drains world rank w: a trainer's logical rank goes to a hot spare in an epoch entered at one
+ * step boundary a few steps ahead of the trainers; a hot spare leaves the pool. Returns 0 (done; why says what
  * was done), 1 (refused; why says why: the coordinator, a failed or drained rank, no spare
  * left, the job finishing or over) or 2 (not now: a recovery or the start is in progress; ask
  * again). why: n bytes, NUL-terminated. Coordinator loop only. */

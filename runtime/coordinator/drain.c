@@ -4,15 +4,16 @@
  *
  * A request comes through the control directory (`<status file>.control/`, written by
  * tools/ftrt-ctl): "rank W" or "host H". A trainer's logical rank goes to a hot spare in a new
- * epoch entered at each trainer's next step boundary (the FAILURE's boundary flag; the trainer
- * side is runtime/drain.c): every trainer finishes the step it is in, the drained one included,
- * the recovery resumes at that step with the state from the members that stay (replicated
- * regions) or from the partner replicas refreshed at the boundary (sharded ones), and the
- * drained process leaves with FTRT_EDRAINED. Nothing is detected, nothing is redone. A
- * trainer that was already in the next step when the epoch was announced waits in its
- * collective for the others: once every trainer that has not reported is that far (or after
- * max(2 s, 5 x the median step time)), the epoch is made urgent, a plain FAILURE, and that
- * partial step is abandoned. A hot spare that is drained just leaves the pool. The drained
+ * epoch entered at one step boundary, the same step count for every trainer, picked ahead of
+ * them all (pick_boundary; the FAILURE's boundary flag and step; the trainer side is
+ * runtime/drain.c): every trainer stops after that step, the drained one included, the
+ * recovery resumes there with the state from the members that stay (replicated regions) or
+ * from the partner replicas refreshed at the boundary (sharded ones: a collective, hence the
+ * same step for all), and the drained process leaves with FTRT_EDRAINED. Nothing is detected,
+ * nothing is redone. A trainer already past the boundary when the epoch was announced waits in
+ * its next step's collective for the others: once every trainer that has not reported is that
+ * far (or after drain_wait_s), the epoch is made urgent, a plain FAILURE, and that partial
+ * step is abandoned. A hot spare that is drained just leaves the pool. The drained
  * process counts among those that leave without MPI_Finalize (as a failed one): at the end
  * nobody calls it. The incident is of kind FK_DRAIN: the report lists it under "drains" with
  * its time to move, the ledger does not count it as a failure.
@@ -27,6 +28,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +36,7 @@
 #include <unistd.h>
 
 #include "base/fs.h"
+#include "base/knobs.h"
 #include "base/log.h"
 #include "base/sigterm.h"
 #include "runtime/coordinator/coord.h"
@@ -80,7 +83,41 @@ static int drain_spare(ftrt__coord *c, int w, char *why, size_t n)
     return DRAIN_DONE;
 }
 
-/* Trainer w hands its logical rank to a hot spare at the next step boundary. */
+/* The drain's step boundary, as steps done, and how long to wait for it: ahead of every
+ * trainer's last heartbeat (the members' and the drained one's) by what a trainer may have
+ * done since (a heartbeat period and 50 ms for the announcement to arrive, in median steps)
+ * plus 2, so that no trainer has passed it when the announcement arrives and all of them stop
+ * after the same step (at most the job's total steps, where known). O(N + W). */
+static void pick_boundary(ftrt__coord *c, int drained)
+{
+    int64_t most = c->r[drained].steps_done, total = 0;
+    for (int l = 0; l < c->N; l++) {
+        const ftrt__crank *r = &c->r[c->members[l]];
+        if (!r->promoting && r->steps_done > most) most = r->steps_done;
+    }
+    for (int w = 1; w < c->W; w++)
+        if (c->r[w].total_steps > total) total = c->r[w].total_steps;
+    int64_t ahead = 2;
+    double step = c->median_step_s;
+    if (step > 0) {
+        double k = ceil((c->hb_ms / 1000.0 + 0.05) / step);
+        ahead += k < 1000 ? (int64_t)k : 1000;
+    }
+    c->drain_step = most + ahead;
+    if (ftrt__knobs.drain_step > 0) { /* test knob */
+        c->drain_step = ftrt__knobs.drain_step > most ? ftrt__knobs.drain_step : most + 1;
+        ftrt_log_warn("a drain's step boundary after %lld steps (FTRT_TEST_DRAIN_STEP)",
+                      (long long)c->drain_step);
+    }
+    if (total > 0 && c->drain_step > total) c->drain_step = total > most ? total : most + 1;
+    c->drain_wait_s = 2.0 * (double)(c->drain_step - most + 5) * step; /* (slower steps) */
+    if (c->drain_wait_s < 2.0) c->drain_wait_s = 2.0;
+    ftrt_log_info("epoch %d: the drain's step boundary is after %lld steps (the trainers' "
+                  "newest heartbeat: %lld done)", c->epoch + 1, (long long)c->drain_step,
+                  (long long)most);
+}
+
+/* Trainer w hands its logical rank to a hot spare at the drain's step boundary. */
 static int drain_trainer(ftrt__coord *c, int w, char *why, size_t n)
 {
     ftrt__crank *r = &c->r[w];
@@ -110,10 +147,12 @@ static int drain_trainer(ftrt__coord *c, int w, char *why, size_t n)
         c->drain_t = ftrt__now();
         c->drain_first_report = 0;
         c->drain_urgent = 0;
+        pick_boundary(c, w); /* (before the FAILURE can go out: ftrt__epoch_open) */
         ftrt__epoch_open(c, ftrt__wallclock());
     }
     r->drain_epoch = c->epoch;
-    ftrt__epoch_msg m = {.epoch = c->epoch, .value = c->epoch_soft};
+    ftrt__drain_msg m = {.epoch = c->epoch, .value = c->epoch_soft,
+                         .boundary_step = c->drain_step};
     ftrt__coord_send(c, w, FTRT__MSG_DRAIN, &m, sizeof m);
     if (spare >= 0)
         snprintf(why, n, "world rank %d (logical rank %d) moves to hot spare world rank %d (%s) "
@@ -217,7 +256,7 @@ void ftrt__drain_harden(ftrt__coord *c, const char *reason)
         ftrt_log_info("epoch %d: the drain's epoch is entered now (%s)", c->epoch, reason);
         ftrt__epoch_failure_urgent(c);
     }
-    ftrt__epoch_msg m = {.epoch = c->epoch, .value = 0};
+    ftrt__drain_msg m = {.epoch = c->epoch, .value = 0};
     for (int w = 1; w < c->W; w++) /* (O(W), once per drain) */
         if (c->r[w].drained && c->r[w].drain_epoch == c->epoch && ftrt__rank_connected(c, w))
             ftrt__coord_send(c, w, FTRT__MSG_DRAIN, &m, sizeof m);
@@ -263,9 +302,7 @@ static void harden_due(ftrt__coord *c, double now)
         ftrt__drain_harden(c, "the plan is out");
         return;
     }
-    double limit = 5.0 * c->median_step_s;
-    if (limit < 2.0) limit = 2.0;
-    if (now - c->drain_t > limit) {
+    if (now - c->drain_t > c->drain_wait_s) {
         ftrt__drain_harden(c, "no step boundary in time");
         return;
     }

@@ -30,7 +30,7 @@ void ftrt__epoch_open(ftrt__coord *c, double t_fail_wall)
 static int failure_multicast(ftrt__coord *c)
 {
     ftrt__failure_msg m = {.epoch = c->epoch, .boundary = c->epoch_soft,
-                           .t_fail_wall = c->epoch_t_fail};
+                           .t_fail_wall = c->epoch_t_fail, .boundary_step = c->drain_step};
     int n = 0;
     for (int k = 0; k < c->N; k++)
         if (!c->r[c->members[k]].promoting) c->s.fan[n++] = c->members[k];

@@ -60,8 +60,10 @@ static void take_resumed(ftrt__coord *c, ftrt__crank *r, const ftrt__resumed_msg
 }
 
 /* A trainer that stops with an error, or before its loop's end (the job's total steps, when
- * ftrt_set_job_info() gave them), or in the middle of a recovery, ends the job as failed: the
- * others cannot finish without it, and a spare would meet the same error. */
+ * ftrt_set_job_info() gave them), or in the middle of its recovery, ends the job as failed: the
+ * others cannot finish without it, and a spare would meet the same error. One that has
+ * resumed in this epoch and then ended its loop (a recovery that resumed at the job's last
+ * step: nothing was left to do) is done, while the others may still be resuming. */
 static void judge_bye(ftrt__coord *c, int w, const ftrt__crank *r)
 {
     char why[300];
@@ -75,7 +77,8 @@ static void judge_bye(ftrt__coord *c, int w, const ftrt__crank *r)
         snprintf(why, sizeof why, "trainer logical rank %d (world rank %d) left after %lld of "
                  "%lld steps", r->logical, w, (long long)r->bye.steps_done,
                  (long long)r->total_steps);
-    } else if (c->phase == PH_COLLECT || c->phase == PH_RESUMING) {
+    } else if ((c->phase == PH_COLLECT || c->phase == PH_RESUMING) &&
+               r->resumed_epoch != c->epoch) {
         code = FTRT_EABORT;
         snprintf(why, sizeof why, "trainer logical rank %d (world rank %d) left during the "
                  "recovery of epoch %d", r->logical, w, c->epoch);

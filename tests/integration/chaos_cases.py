@@ -110,7 +110,7 @@ CASES = {
                                 [{"kind": "kill-beyond-spares", "at_step": 80}], [],
                                 {"FTRT_NO_SPARE": "fold"}),
     # Planned moves (docs/detection-and-recovery.md "Drain"): tools/ftrt-ctl drain of trainer
-    # logical rank 2, its rank to the spare at the next step boundary, no rework, no failure;
+    # logical rank 2, its rank to the spare at the drain's step boundary, no rework, no failure;
     # then (drain-beyond-spares) a second drain with no spare left is refused and the job
     # finishes in the same launch; sigterm-rank: SIGTERM to one trainer under
     # FTRT_SIGTERM=drain; drain-host: every rank of ftrt-h2 (2 trainers) to the 2 spares of

@@ -8,7 +8,7 @@ Usage: drain_itest.py --bin BUILD/examples/train_mlp --work DIR <case>
        drain_itest.py --list   (the cases for CMake: ctests mpi.<case>)
 Cases:
   drain       tools/ftrt-ctl drain --rank of trainer logical rank 2 mid-run: accepted, its
-              logical rank goes to the hot spare at the next step boundary; a second drain of it
+              logical rank goes to the hot spare at the drain's step boundary; a second drain of it
               is refused; the job exits 0, the report has one drain (no failure, rework 0,
               state from the peers, time to move), byte-identical; a drain with no spare left
               is refused
@@ -20,6 +20,8 @@ Cases:
               (FTRT_TEST_DRAIN_LATE_RANKS): the epoch is made urgent, no rework, byte-identical
   drain_sharded  the same with sharded state (partner replicas): resumed from memory at the
               drain's step boundary, no rework, byte-identical
+  drain_last  the drain's step boundary at the job's last step (FTRT_TEST_DRAIN_STEP): the
+              promoted spare ends its loop at once, the job exits 0, byte-identical
 Exit 0 = pass, 1 = fail, 77 = skipped.
 """
 import os
@@ -126,7 +128,7 @@ def case_drain_spare(args):
 @h.case(CASES, fixture="required")
 def case_sigterm(args):
     """FTRT_SIGTERM=drain: SIGTERM to trainer logical rank 2 alone (a scheduler's warning to
-    one node) drains it: the hot spare takes its rank at the next step boundary, the job goes
+    one node) drains it: the hot spare takes its rank at the drain's step boundary, the job goes
     on and exits 0, byte-identical, one drain and no failure in the report. Then SIGTERM to the
     coordinator (as a launcher's to the whole job) ends the job promptly as aborted."""
     need_reference(args)
@@ -212,6 +214,34 @@ def case_drain_sharded(args):
     check(d["state_from"] == "replica" and d["rework_steps"] == 0,
           f"state from the partner replicas at the boundary, no rework ({d})")
     check("reload checkpoint" not in job.out, "no checkpoint reload")
+    expect_identical(job, args)
+
+
+
+@h.case(CASES, fixture="required")
+def case_drain_last(args):
+    """A drain whose step boundary is the job's last step (FTRT_TEST_DRAIN_STEP: what a request
+    that comes late in the run gets): the recovery resumes at the last step, so the promoted
+    spare has nothing left to do and ends its loop while the others may still be resuming; that
+    is the job's end, not a trainer leaving mid-recovery (which would abort it): exit 0, one
+    drain, no rework, byte-identical."""
+    need_reference(args)
+    job = mlp_job(args, "drain_last")
+    job.env.update({"FTRT_TEST_DRAIN_STEP": str(h.MLP_STEPS), "FTRT_LOG": "info"})
+    job.start()
+    victim = job.wait_trainer(1, min_steps=120)
+    rc, out = job.drain("--rank", str(victim["world_rank"]), wait_s=0)
+    check(rc == 0 and out.startswith("accepted"), f"ftrt-ctl drain accepted ({out.strip()})")
+    rc = job.wait(180)
+    check(rc == 0, f"the job finishes and exits 0 (got {rc}):\n{job.out[-3000:]}")
+    check(f"step boundary after {h.MLP_STEPS} steps (FTRT_TEST_DRAIN_STEP)" in job.out,
+          "the drain's boundary is the job's last step")
+    rep = job.load_report()
+    d = rep["drains"][0] if len(rep["drains"]) == 1 else {}
+    check(not rep["failures"] and d.get("moved") and d.get("rework_steps") == 0
+          and d.get("resume_step") == h.MLP_STEPS,
+          f"one drain, moved, resumed at the last step, no rework ({rep['drains']}, "
+          f"{rep['failures']})")
     expect_identical(job, args)
 
 

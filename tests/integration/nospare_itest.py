@@ -35,7 +35,7 @@ Cases:
                   ranks; exit 0, every incident in the report, byte-identical to the fault-free
                   run of six trainers with --ordered
   drain_fold      no spare, tools/ftrt-ctl drain of logical rank 2: accepted, the rank leaves at
-                  the next step boundary and its data folds onto a survivor (rework 0, a drain
+                  the drain's step boundary and its data folds onto a survivor (rework 0, a drain
                   in the report, no failure); byte-identical to the same reference
 Exit 0 = pass, 1 = fail, 77 = skipped.
 """

@@ -516,14 +516,24 @@ static void send_and_malformed(void **state)
     assert_int_equal(ih.term, 3);
     /* a drain's messages go through host agents both ways: DRAIN to a rank, DRAIN_ME from one */
     const uint32_t drains[] = {FTRT__MSG_DRAIN, FTRT__MSG_DRAIN_ME};
+    ftrt__drain_msg dm = {.epoch = 7, .value = 1, .boundary_step = 5000000000LL};
+    const void *drain_payload[] = {&dm, &m};
+    const size_t drain_len[] = {sizeof dm, sizeof m};
     for (int k = 0; k < 2; k++) {
-        assert_int_equal(ftrt__msg_send2(sv[0], FTRT__MSG_RELAY, &pre, sizeof pre, drains[k], &m,
-                                         sizeof m), 0);
+        assert_int_equal(ftrt__msg_send2(sv[0], FTRT__MSG_RELAY, &pre, sizeof pre, drains[k],
+                                         drain_payload[k], drain_len[k]), 0);
         assert_true(ftrt__rx_fill(&rx, sv[1]) > 0);
         assert_int_equal(ftrt__rx_next(&rx, &h, &payload), 1);
         assert_int_equal(ftrt__relay_open(payload, h.len, &w, &ih, &inner), 0);
         assert_int_equal(ih.type, drains[k]);
+        assert_int_equal(ih.len, drain_len[k]);
     }
+    /* (a DRAIN of an epoch_msg's size is malformed now: the boundary step is part of it) */
+    assert_int_equal(ftrt__msg_send2(sv[0], FTRT__MSG_RELAY, &pre, sizeof pre, FTRT__MSG_DRAIN,
+                                     &m, sizeof m), 0);
+    assert_true(ftrt__rx_fill(&rx, sv[1]) > 0);
+    assert_int_equal(ftrt__rx_next(&rx, &h, &payload), 1);
+    assert_true(ftrt__relay_open(payload, h.len, &w, &ih, &inner) != 0);
     /* garbage: a header with the wrong magic is rejected, not waited on */
     uint8_t junk[sizeof h] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
     assert_int_equal(write(sv[0], junk, sizeof junk), (ssize_t)sizeof junk);
