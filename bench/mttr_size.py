@@ -6,8 +6,9 @@ checkpoints, so recovery moves the state in memory), a job of 1 coordinator + 4 
 hot spare runs train_mlp; trainer logical rank 2 is SIGKILLed once it completed a few steps; the
 report's MTTR (detection -> every member back in the training loop) and its phases are kept.
 --runs repetitions per size, alternating the variants given (--bin; --bin-old for an earlier
-build and/or --old-args for other train_mlp arguments, e.g. "--check-every 0"), so that both
-see the same machine. The floor, measured in the same run for each size by build/bench/xfer_bench
+build and/or --old-args for other train_mlp arguments, e.g. "--check-every 0"; --args for
+arguments of every variant, e.g. "--sharded-momentum" with FTRT_SHARD_REPLICA_EVERY=2 in the
+environment: the shard then comes from the partner replica), so that both see the same machine. The floor, measured in the same run for each size by build/bench/xfer_bench
 (--quick, under mpirun -np 4: 3 sources and a receiver, as in the recovery): one local copy of
 S MiB with its CRC32C (the library's fused ftrt__copy_crc32c), with, for reference, the transfer
 alone between 4 processes (4 MiB chunks, every CRC32C checked; written into the receiver by the
@@ -19,7 +20,7 @@ second on a small machine, and the survivors' reaching the recovery point shows)
 Usage: bench/mttr_size.py [--sizes 16,256,1024] [--runs 3] [--batch 1]
                           [--bin build/examples/train_mlp] [--bin-old OTHER/train_mlp]
                           [--xfer-bench build/bench/xfer_bench]
-                          [--old-args "ARGS"] [--json FILE]
+                          [--old-args "ARGS"] [--args "ARGS"] [--json FILE]
 Prints a table (medians): the floor, the bench's transfer and MPI, and per variant the MTTR and
 its transfer phase with their ratios to the floor; then per variant the median of each phase of
 MTTR (the report's phases_ms; the old variant's only when its build reports them). Not a
@@ -112,13 +113,15 @@ def main():
     ap.add_argument("--xfer-bench", default=os.path.join(root, "build", "bench", "xfer_bench"))
     ap.add_argument("--bin-old", default=None)
     ap.add_argument("--old-args", default=None)
+    ap.add_argument("--args", default="")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     example_args.check_paths(ap, a, outputs=("json",), inputs=("bin", "bin_old", "xfer_bench"))
-    bins = [("new", a.bin, [])]
+    common = shlex.split(a.args)
+    bins = [("new", a.bin, common)]
     if a.bin_old or a.old_args is not None:
-        bins.append(("old", a.bin_old or a.bin, shlex.split(a.old_args or "")))
+        bins.append(("old", a.bin_old or a.bin, common + shlex.split(a.old_args or "")))
     work = tempfile.mkdtemp(prefix="ftrt-mttr-")
     rows = []
     print(f"{'MiB':>5} {'floor ms':>8} {'bench xfer':>10} {'bench msgs':>10} {'bench mpi':>9}"
