@@ -28,7 +28,9 @@
  * slow, it is not declared failed, and every MOVE the coordinator queued for it arrives, whole
  * and in order. The margin (0.75 x the timeout, 2.25 s) absorbs a loaded machine's stalls of
  * either process (under AddressSanitizer, next to another build, 0.6 x a 1 s timeout once
- * was not enough: the reader was declared lost).
+ * was not enough: the reader was declared lost). It reads again only once 1,000 more HELLOs
+ * bounced after its buffer filled (up to 0.6 x the timeout): on a loaded machine 0.25 x the
+ * timeout once bounced too few to pass the queue's premise (CI, 2026-12-06).
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -421,28 +423,37 @@ static void slow_reader_kept(void **state)
     heard h2 = {0}, h1 = {0};
     /* trainer 1 does not read until its receive buffer stopped growing for 0.5 s (what the
      * coordinator sends it then waits in its socket, then in its queue), and 0.25 x the
-     * heartbeat timeout after that: the queue waited 0.25 x the timeout, and a little more */
-    double t0 = ftrt__now(), grew = t0, resume = 0, next = t0;
-    int last = -1, turn = 0, full = 0;
+     * heartbeat timeout after that: the queue waited 0.25 x the timeout, and a little more;
+     * and not before AFTER_FULL more HELLOs bounced (each a MOVE to it: more than the
+     * coordinator's send buffer and the 8 KiB the premise below asks for, whatever a loaded
+     * machine's bounce rate), up to 0.6 x the timeout after its buffer stopped growing */
+    enum { AFTER_FULL = 1000 };
+    double t0 = ftrt__now(), grew = t0, resume = 0, cap = 0, next = t0;
+    int last = -1, turn = 0, full = 0, after = 0;
     h2.last_ping = t0;
-    while (ftrt__now() < t0 + 10.0 && (resume == 0 || ftrt__now() < resume)) {
+    while (ftrt__now() < t0 + 10.0 &&
+           (resume == 0 || ftrt__now() < resume || (after < AFTER_FULL && ftrt__now() < cap))) {
         double now = ftrt__now();
         if (now >= next) {
             beat_all(f);
             next += HB_MS / 1000.0;
         }
-        bounce(f, 1, 10, &turn);
+        int sent = bounce(f, 1, 10, &turn);
+        if (resume > 0) after += sent;
         int n = unread(f->fd[1]);
         if (n != last) grew = now;
         last = n;
-        if (resume == 0 && now - grew > 0.5) {
+        if (resume == 0 && n > 0 && now - grew > 0.5) { /* (n 0: nothing sent to it yet) */
             resume = grew + 0.25 * SLOW_TIMEOUT_MS / 1000.0;
+            cap = grew + 0.6 * SLOW_TIMEOUT_MS / 1000.0;
             full = n;
         }
         struct pollfd pf = {.fd = f->fd[2], .events = POLLIN};
         if (poll(&pf, 1, 1) > 0) take(f, 2, &h2, 0);
     }
     assert_true(resume > 0);
+    printf("slow_reader_kept: %d byte(s) unread when full, %d HELLO(s) bounced after, reading "
+           "again %.2f s after it stopped growing\n", full, after, ftrt__now() - grew);
     /* the last bounce goes to B: the last MOVE must name it */
     usleep(50 * 1000);
     turn = 0;
