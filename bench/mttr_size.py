@@ -8,7 +8,8 @@ report's MTTR (detection -> every member back in the training loop) and its phas
 --runs repetitions per size, alternating the variants given (--bin; --bin-old for an earlier
 build and/or --old-args for other train_mlp arguments, e.g. "--check-every 0"; --args for
 arguments of every variant, e.g. "--sharded-momentum" with FTRT_SHARD_REPLICA_EVERY=2 in the
-environment: the shard then comes from the partner replica), so that both see the same machine. The floor, measured in the same run for each size by build/bench/xfer_bench
+environment: the shard then comes from the partner replica), so that both see the same
+machine. The floor, measured in the same run for each size by build/bench/xfer_bench
 (--quick, under mpirun -np 4: 3 sources and a receiver, as in the recovery): one local copy of
 S MiB with its CRC32C (the library's fused ftrt__copy_crc32c), with, for reference, the transfer
 alone between 4 processes (4 MiB chunks, every CRC32C checked; written into the receiver by the

@@ -721,10 +721,10 @@ int ftrt__epoch_check_resumed(ftrt__coord *c);
 ftrt__incident *ftrt__incident_add(ftrt__coord *c, int w, int kind);
 /* ---- drain.c: drains (docs/detection-and-recovery.md "Drain") ---- */
 /* Drains world rank w: a trainer's logical rank goes to a hot spare in an epoch entered at one
- * step boundary a few steps ahead of the trainers; a hot spare leaves the pool. Returns 0 (done; why says what
- * was done), 1 (refused; why says why: the coordinator, a failed or drained rank, no spare
- * left, the job finishing or over) or 2 (not now: a recovery or the start is in progress; ask
- * again). why: n bytes, NUL-terminated. Coordinator loop only. */
+ * step boundary a few steps ahead of the trainers; a hot spare leaves the pool. Returns 0
+ * (done; why says what was done), 1 (refused; why says why: the coordinator, a failed or
+ * drained rank, no spare left, the job finishing or over) or 2 (not now: a recovery or the
+ * start is in progress; ask again). why: n bytes, NUL-terminated. Coordinator loop only. */
 int ftrt__drain_rank(ftrt__coord *c, int w, char *why, size_t n);
 /* Makes the current drain's epoch urgent (a plain FAILURE to the members that have not
  * stopped, DRAIN "now" to a drained trainer still there); nothing when it is not a drain's

@@ -8,8 +8,8 @@ Usage: drain_itest.py --bin BUILD/examples/train_mlp --work DIR <case>
        drain_itest.py --list   (the cases for CMake: ctests mpi.<case>)
 Cases:
   drain       tools/ftrt-ctl drain --rank of trainer logical rank 2 mid-run: accepted, its
-              logical rank goes to the hot spare at the drain's step boundary; a second drain of it
-              is refused; the job exits 0, the report has one drain (no failure, rework 0,
+              logical rank goes to the hot spare at the drain's step boundary; a second drain
+              of it is refused; the job exits 0, the report has one drain (no failure, rework 0,
               state from the peers, time to move), byte-identical; a drain with no spare left
               is refused
   drain_spare the standby coordinator (a hot spare) drained: it leaves the pool, a later kill is
@@ -128,8 +128,8 @@ def case_drain_spare(args):
 @h.case(CASES, fixture="required")
 def case_sigterm(args):
     """FTRT_SIGTERM=drain: SIGTERM to trainer logical rank 2 alone (a scheduler's warning to
-    one node) drains it: the hot spare takes its rank at the drain's step boundary, the job goes
-    on and exits 0, byte-identical, one drain and no failure in the report. Then SIGTERM to the
+    one node) drains it: the hot spare takes its rank at the drain's step boundary, the job
+    goes on and exits 0, byte-identical, one drain and no failure in the report. Then SIGTERM to the
     coordinator (as a launcher's to the whole job) ends the job promptly as aborted."""
     need_reference(args)
     job = mlp_job(args, "sigterm")
@@ -215,7 +215,6 @@ def case_drain_sharded(args):
           f"state from the partner replicas at the boundary, no rework ({d})")
     check("reload checkpoint" not in job.out, "no checkpoint reload")
     expect_identical(job, args)
-
 
 
 @h.case(CASES, fixture="required")

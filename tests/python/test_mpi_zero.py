@@ -149,9 +149,9 @@ def test_zero_kill_recovers_the_shard_from_memory(work, ref1, ref2, zero):
 
 def test_zero_drain_moves_the_shard_with_no_rework(work, ref2):
     """ZeRO-2: logical rank 1 drained (tools/ftrt-ctl) once it has done 6 steps: every trainer
-    refreshes the partner replicas at the drain's step boundary (the same step for all), the spare takes the shard from
-    memory there, nothing is redone, the drained process leaves through FaultTolerant.step()
-    (exit 0), and the run ends byte-identical."""
+    refreshes the partner replicas at the drain's step boundary (the same step for all), the
+    spare takes the shard from memory there, nothing is redone, the drained process leaves
+    through FaultTolerant.step() (exit 0), and the run ends byte-identical."""
     d = os.path.join(work, "zero2-drain")
     job = lm_job(d, 2).start()
     # (early: the request waits for the coordinator's 1 s poll of the control directory, and

@@ -26,11 +26,12 @@
  * slow_reader_kept: trainer 1 stops reading, its HELLO bouncing, until 0.25 x the heartbeat
  * timeout (SLOW_TIMEOUT_MS) after its socket stopped taking bytes, then reads again: merely
  * slow, it is not declared failed, and every MOVE the coordinator queued for it arrives, whole
- * and in order. The margin (0.75 x the timeout, 2.25 s) absorbs a loaded machine's stalls of
- * either process (under AddressSanitizer, next to another build, 0.6 x a 1 s timeout once
- * was not enough: the reader was declared lost). It reads again only once 1,000 more HELLOs
- * bounced after its buffer filled (up to 0.6 x the timeout): on a loaded machine 0.25 x the
- * timeout once bounced too few to pass the queue's premise (CI, 2026-12-06).
+ * and in order. The margin (0.75 x the timeout, 2.25 s; 0.4 x, 1.2 s, when the bounces below
+ * run late) absorbs a loaded machine's stalls of either process (under AddressSanitizer, next
+ * to another build, 0.6 x a 1 s timeout once was not enough: the reader was declared lost).
+ * It reads again only once 1,000 more HELLOs bounced after its buffer filled (up to 0.6 x the
+ * timeout): on a loaded machine 0.25 x the timeout once bounced too few to pass the queue's
+ * premise (CI, 2026-12-06).
  */
 #include <errno.h>
 #include <netinet/in.h>
