@@ -127,7 +127,7 @@ int ftrt__plan_check(const ftrt__plan *p, size_t len)
     if (p->source < 0 || p->source >= p->ntrainers || p->logical_rank < 0 ||
         p->logical_rank >= p->ntrainers || p->resume_step < 0 || p->nbehind < 0 ||
         p->ndata < 0 || p->ndata >= FTRT__MAX_WORLD ||
-        p->nbehind >= p->ntrainers || (p->nbehind > 0 && (p->ckpt_step >= 0 || p->mem_step >= 0)))
+        p->nbehind >= p->ntrainers || (p->nbehind > 0 && p->ckpt_step >= 0))
         return FTRT_EPROTO;
     const int32_t *role = ftrt__plan_roles_c(p);
     uint8_t *seen = calloc(FTRT__MAX_WORLD / 8, 1); /* one bit per world rank: duplicates */
@@ -148,9 +148,11 @@ int ftrt__plan_check(const ftrt__plan *p, size_t len)
     if (p->mem_step >= 0 && (p->ckpt_step >= 0 || p->mem_step != p->resume_step)) return FTRT_EPROTO;
     for (int i = 0; i < p->ntrainers; i++) {
         if (ss[i] < -1 || ss[i] >= p->ntrainers || ss[i] == i) return FTRT_EPROTO;
-        /* an image is sent from a survivor to a member that needs state, in a memory plan */
+        /* an image is sent from a survivor (not a replaced rank: those have a source; it may
+         * be behind, with a shard-only image of its own) to a member that needs state, in a
+         * memory plan */
         if (ss[i] >= 0 && (p->mem_step < 0 || role[i] != FTRT__PLAN_NEEDS_STATE ||
-                           role[ss[i]] != FTRT__PLAN_UP_TO_DATE))
+                           ss[ss[i]] >= 0))
             return FTRT_EPROTO;
     }
     return 0;
@@ -172,9 +174,9 @@ int ftrt__plan_msg_check(const ftrt__plan_msg *m, size_t len)
         m->logical_rank >= n || (m->nmembers == 0) != (m->ndata == 0) || m->ndata < 0 ||
         m->ndata >= FTRT__MAX_WORLD)
         return FTRT_EPROTO;
-    /* survivors behind: a peers plan's, fewer than the survivors (the source is up to date) */
-    if (m->nbehind < 0 || (m->nbehind > 0 && (m->ckpt_step >= 0 || m->mem_step >= 0 ||
-                                              m->nbehind >= n - m->nrepl)))
+    /* survivors behind: a peers or memory plan's, fewer than the survivors (the source is up
+     * to date) */
+    if (m->nbehind < 0 || (m->nbehind > 0 && (m->ckpt_step >= 0 || m->nbehind >= n - m->nrepl)))
         return FTRT_EPROTO;
     const int32_t *d = m->data;
     for (int i = 0; i < m->nrepl; i++, d += 3)
@@ -231,11 +233,12 @@ int ftrt__plan_expand(const ftrt__plan_msg *m, size_t len, const int32_t *prev, 
 
 size_t ftrt__plan_behind_words(int n) { return n > 0 ? ((size_t)n + 63) / 64 : 0; }
 
-int ftrt__plan_behind_mine(const ftrt__plan *p, int64_t reported_steps)
+int ftrt__plan_behind_mine(const ftrt__plan *p, int64_t reported_steps, int reported_shard_only)
 {
-    return p->nbehind > 0 && p->ckpt_step < 0 && p->mem_step < 0 &&
-           ftrt__plan_roles_c(p)[p->logical_rank] == FTRT__PLAN_UP_TO_DATE &&
-           reported_steps != p->resume_step;
+    if (p->nbehind <= 0 || p->ckpt_step >= 0 ||
+        ftrt__plan_roles_c(p)[p->logical_rank] != FTRT__PLAN_UP_TO_DATE)
+        return 0;
+    return p->mem_step >= 0 ? reported_shard_only != 0 : reported_steps != p->resume_step;
 }
 
 int ftrt__plan_behind_apply(ftrt__plan *p, size_t len, const int64_t *bits, size_t words)

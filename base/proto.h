@@ -264,7 +264,9 @@ typedef struct ftrt__report {
     int64_t own_step;  /* this trainer's own image (all its regions) holds step own_step */
     int64_t held_step; /* the image of logical rank held_of's sharded regions it holds */
     int32_t held_of;
-    int32_t pad;
+    int32_t own_shard_only; /* 1: the own image holds the sharded regions only (a rank whose
+                               state came by a transfer, replica.c ftrt__replica_adopt): in a
+                               memory plan it is a survivor behind for the replicated ones */
 } ftrt__report;
 
 /* A recovery plan as a member applies it (runtime/recovery.c, runtime/replica.c): the whole
@@ -282,7 +284,8 @@ typedef struct ftrt__plan {
     int32_t ntrainers;
     int32_t source;       /* an up-to-date logical rank (the lowest): checks the region table */
     int32_t logical_rank; /* the recipient's */
-    int32_t nbehind;      /* survivors behind the resume step (a peers plan): their roles are
+    int32_t nbehind;      /* survivors behind the resume step (a peers plan) or holding a
+                             shard-only image (a memory plan): their roles are
                              FTRT__PLAN_UP_TO_DATE here until ftrt__plan_behind_apply sets them */
     int32_t ndata;        /* 0 (a delta PLAN: the data ranks unchanged), or the size of the
                              holder table the PLAN carried (the agent keeps it: cp.holder) */
@@ -320,8 +323,10 @@ static inline const int32_t *ftrt__plan_shard_src_c(const ftrt__plan *p)
  * as well (nmembers = ntrainers) and its logical rank. The first 48 bytes are laid out as
  * ftrt__plan's. Roles follow from the rest: a replaced rank needs state unless the plan reloads
  * a checkpoint (ckpt_step >= 0); in a peers plan (ckpt_step < 0, mem_step < 0) a survivor
- * whose REPORT gave a step count other than resume_step is behind and needs state: nbehind
- * says how many there are, and each knows whether it is one from its own REPORT (the list
+ * whose REPORT gave a step count other than resume_step is behind and needs state, and in a
+ * memory plan (mem_step >= 0) so is a survivor whose REPORT offered a shard-only own image
+ * (own_shard_only: it restores its sharded regions itself, the replicated ones from the peers):
+ * nbehind says how many there are, and each knows whether it is one from its own REPORT (the list
  * itself, version 1's, made the bytes O(N^2) again when many survivors were a step behind);
  * the members learn the whole set on the data plane (ftrt__plan_behind_*, runtime/recovery.c).
  * Every other member is up to date. */
@@ -332,7 +337,7 @@ typedef struct ftrt__plan_msg {
     int32_t source;
     int32_t logical_rank; /* the recipient's when nmembers > 0, else -1 */
     int32_t nrepl;        /* replaced logical ranks: {logical, world, sharded-image source} */
-    int32_t nbehind;      /* how many survivors are behind the resume step (peers plans only) */
+    int32_t nbehind;      /* how many survivors are behind (peers and memory plans) */
     int32_t nmembers;     /* 0, or ntrainers: the world ranks of the whole membership follow */
     int32_t ndata;        /* 0, or N at the start when nmembers > 0: the holder table follows
                              the members (data rank -> the logical rank holding it, -1: none;
@@ -345,7 +350,7 @@ typedef struct ftrt__plan_msg {
 size_t ftrt__plan_msg_size(int nrepl, int nmembers);
 
 /* Checks a received PLAN payload of len bytes: the counts match len (nrepl at most ntrainers,
- * nmembers 0 or ntrainers, ntrainers in [1, FTRT__MAX_WORLD)), nbehind 0 outside a peers plan
+ * nmembers 0 or ntrainers, ntrainers in [1, FTRT__MAX_WORLD)), nbehind 0 in a checkpoint plan
  * and below the number of survivors (the source is up to date), logical ranks and sources in
  * [0, ntrainers) (a sharded-image source may be -1), world ranks in [1, FTRT__MAX_WORLD),
  * logical_rank -1 and ndata 0 exactly when nmembers is 0, holder entries in [-1, ntrainers).
@@ -379,11 +384,12 @@ int ftrt__plan_expand(const ftrt__plan_msg *m, size_t len, const int32_t *prev, 
  * their union (no carry: each bit has one contributor). Words of a set for n members. */
 size_t ftrt__plan_behind_words(int n);
 
-/* Whether this member (p->logical_rank) is a survivor behind the resume step of the expanded
- * plan p: a peers plan with p->nbehind > 0, this member not replaced (its role up to date
- * before ftrt__plan_behind_apply), and the step count of its own REPORT for this epoch
- * (reported_steps) other than resume_step, the coordinator's rule (epoch.c). 1 or 0. Pure. */
-int ftrt__plan_behind_mine(const ftrt__plan *p, int64_t reported_steps);
+/* Whether this member (p->logical_rank) is a survivor behind of the expanded plan p: p->nbehind
+ * > 0, this member not replaced (its role up to date before ftrt__plan_behind_apply), and in a
+ * peers plan the step count of its own REPORT for this epoch (reported_steps) other than
+ * resume_step, in a memory plan its REPORT's own_shard_only (reported_shard_only) set: the
+ * coordinator's rules (epoch.c). 1 or 0. Pure. */
+int ftrt__plan_behind_mine(const ftrt__plan *p, int64_t reported_steps, int reported_shard_only);
 
 /* Sets the role FTRT__PLAN_NEEDS_STATE for every logical rank whose bit is set in bits (the
  * union of the members' sets, words = ftrt__plan_behind_words(p->ntrainers)) and checks the

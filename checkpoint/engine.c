@@ -450,7 +450,7 @@ void ftrt__ckpt_stats(struct ftrt__ckpt_engine *e, ftrt_ckpt_stats *out, size_t 
     memcpy(out, &s, s.size);
 }
 
-void ftrt__ckpt_drain(struct ftrt__ckpt_engine *e)
+void ftrt__ckpt_drain(struct ftrt__ckpt_engine *e, int wait_commits)
 {
     if (!e) return;
     const ftrt__watch *w = e->watch;
@@ -466,7 +466,7 @@ void ftrt__ckpt_drain(struct ftrt__ckpt_engine *e)
         ftrt__ckpt_wait(e, 10);
     }
     /* Then the commits of this epoch's durable shards, for a bounded time. */
-    for (;;) {
+    while (wait_commits) {
         int open = 0;
         unsigned n = e->nrec < FTRT__CKPT_NREC ? e->nrec : FTRT__CKPT_NREC;
         for (unsigned k = 1; k <= n; k++) {

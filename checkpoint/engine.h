@@ -100,8 +100,10 @@ void ftrt__ckpt_on_commit(void *arg, int64_t step, int epoch, int result);
  * older than the watch's pending one and lets a running snapshot finish. NULL: no-op. */
 void ftrt__ckpt_quiesce(struct ftrt__ckpt_engine *e);
 /* ftrt_finalize(): lets the running snapshot and the persists finish (abandoning them when the
- * job is failing) and waits, at most 30 s, for the coordinator's decisions on them. */
-void ftrt__ckpt_drain(struct ftrt__ckpt_engine *e);
+ * job is failing) and, with wait_commits, waits at most 30 s for the coordinator's decisions on
+ * them (0: a drain's epoch is pending, in which the coordinator decides none before this
+ * trainer's BYE; runtime/drain.c). */
+void ftrt__ckpt_drain(struct ftrt__ckpt_engine *e, int wait_commits);
 /* For the BYE message: seconds the application thread was blocked in checkpoint calls, and
  * checkpoints skipped here. NULL e: zeros. */
 void ftrt__ckpt_bye(struct ftrt__ckpt_engine *e, double *stall_s, int64_t *skipped);

@@ -44,6 +44,8 @@ static void usage(FILE *f)
           "                     instead of ftrt_allreduce: under FTRT_NO_SPARE=fold a folded\n"
           "                     run then ends byte-identical to an undisturbed one with --ordered\n"
           "                     (not with FTRT_NO_SPARE=shrink: skipped data ranks)\n"
+          "  --no-total-steps   do not give ftrt the job's total steps (ftrt_set_job_info with\n"
+          "                     0: unknown), as a job whose length ftrt is not told\n"
           "  --step-sleep-ms M  sleep M ms after each step (default 0; for fault tests)\n"
           "  --check-every U    ftrt_check() after every U hidden units of the forward and\n"
           "                     backward passes, so that a failure stops the step there, not at\n"
@@ -175,7 +177,8 @@ enum {
     OPT_SLOW_RANK, OPT_SLOW_MS, OPT_STEP_LOG, OPT_SHARDED_MOMENTUM, OPT_ERROR_RANK,
     OPT_ERROR_STEP, OPT_HOLD_STEP, OPT_HOLD_MS, OPT_PUBLISH, OPT_DEVICE, OPT_CHECK_DEVICE,
     OPT_FLIP_RANK, OPT_FLIP_STEP, OPT_CHECK_EVERY, OPT_DIE_RANK, OPT_DIE_STEP, OPT_LAG_RANK,
-    OPT_LAG_STEP, OPT_EXIT_RANK, OPT_EXIT_STATUS, OPT_PAUSE_FILE, OPT_ORDERED, OPT_HELP = 'h'
+    OPT_LAG_STEP, OPT_EXIT_RANK, OPT_EXIT_STATUS, OPT_PAUSE_FILE, OPT_ORDERED,
+    OPT_NO_TOTAL, OPT_HELP = 'h'
 };
 
 static const struct option longopts[] = {
@@ -203,6 +206,7 @@ static const struct option longopts[] = {
     {"hold-ms", required_argument, NULL, OPT_HOLD_MS},
     {"pause-file", required_argument, NULL, OPT_PAUSE_FILE},
     {"ordered", no_argument, NULL, OPT_ORDERED},
+    {"no-total-steps", no_argument, NULL, OPT_NO_TOTAL},
     {"publish-addr", required_argument, NULL, OPT_PUBLISH},
     {"flip-rank", required_argument, NULL, OPT_FLIP_RANK},
     {"flip-at-step", required_argument, NULL, OPT_FLIP_STEP},
@@ -244,6 +248,7 @@ static int train_option(int c, const char *arg, options *o)
     case OPT_CHECK_EVERY: return parse_i64("check-every", arg, 0, HIDDEN_MAX, &o->check_every);
     case OPT_SHARDED_MOMENTUM: o->sharded_momentum = 1; return 0;
     case OPT_ORDERED: o->ordered = 1; return 0;
+    case OPT_NO_TOTAL: o->no_total_steps = 1; return 0;
     case OPT_DEVICE:
         if (strcmp(arg, "host") == 0) o->device = MLP_DEVICE_HOST;
         else if (strcmp(arg, "sim") == 0) o->device = MLP_DEVICE_SIM;

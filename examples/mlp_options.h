@@ -49,6 +49,7 @@ typedef struct options {
                                to <publish>.w<world rank> (tools/ftrt-chaos flip-bit) */
     int sharded_momentum;   /* register the momentum buffer SHARDED (recovery from checkpoint) */
     int ordered;            /* --ordered: gradients reduced in data-rank order */
+    int no_total_steps;     /* --no-total-steps: ftrt_set_job_info() gets 0 (unknown) */
     enum mlp_device device; /* --device: host, the simulated device's memory, or CUDA memory */
     int check_device;       /* --check-device: report the GPU (exit 0) or why none (77) */
 } options;

@@ -237,7 +237,7 @@ static int describe_job(ftrt_ctx *ctx, const options *o, size_t n, const digits 
     int ranks = ftrt_host_trainers(ctx);
     int prc = getenv("FTRT_PEAK_FLOPS") || ranks < 1
                   ? 0 : ftrt_cpu_peak_flops(FTRT_FLOAT32, ranks, &peak, src, sizeof src);
-    int rc = ftrt_set_job_info(ctx, o->steps, step_flops, peak);
+    int rc = ftrt_set_job_info(ctx, o->no_total_steps ? 0 : o->steps, step_flops, peak);
     if (rc < 0) return fatal(ctx, "ftrt_set_job_info", step, rc);
     if (first && peak > 0)
         printf("train_mlp: peak FLOP/s per rank for eMFU: %.2f GFLOP/s (%s; FTRT_PEAK_FLOPS "

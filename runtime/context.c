@@ -482,7 +482,8 @@ int ftrt_finalize(ftrt_ctx *ctx)
     if (!ctx) return 0;
     if (ctx->role == FTRT__ROLE_TRAINER) {
         ftrt__ledger_mark(ctx, FTRT__IV_TEARDOWN); /* after the last step: not a training stall */
-        ftrt__ckpt_drain(ctx->ckpt); /* checkpoints finish (or are abandoned) before the BYE */
+        /* checkpoints finish (or are abandoned) before the BYE */
+        ftrt__ckpt_drain(ctx->ckpt, !ftrt__drain_pending(ctx));
     }
     int end = job_end(ctx);
     if (end >= 0 || end == FTRT_EDRAINED) /* this process's part ended normally */

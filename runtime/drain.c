@@ -12,7 +12,9 @@
  * late, or ignored it: FTRT_TEST_DRAIN_LATE_RANKS) takes it at its next step boundary; it
  * waits in that step's collective for the others until the coordinator makes the epoch urgent
  * (a plain FAILURE: its collective returns FTRT_ERECOVER and that partial step is abandoned,
- * not a completed one).
+ * not a completed one). A loop that ends before S (a job that did not give its total steps)
+ * says BYE without waiting for its last checkpoints' commits: the coordinator withdraws the
+ * drain on it and decides them then.
  */
 #include <stdatomic.h>
 
@@ -43,6 +45,12 @@ static void refresh_at_boundary(ftrt_ctx *ctx)
     if (rc) ftrt_log_warn("drain: the partner replicas were not refreshed at step %lld (%s)",
                           (long long)step, ftrt_err_name(rc));
     ctx->watch.needs_recover = 0; /* (what this returns says what is owed) */
+}
+
+int ftrt__drain_pending(const ftrt_ctx *ctx)
+{
+    return atomic_load(&ctx->cp.drained) ||
+           atomic_load(&ctx->cp.boundary_epoch) > ctx->watch.epoch;
 }
 
 int ftrt__drain_boundary(ftrt_ctx *ctx)

@@ -130,6 +130,9 @@ typedef struct ftrt__replica {
     size_t own_cap, own_bytes, own_shard;
     int64_t own_step;   /* the step it holds, -1 = none (or being refreshed) */
     uint32_t own_crc_all; /* CRC32C of the whole image */
+    int own_shard_only; /* the image holds the sharded regions only (own_bytes == own_shard):
+                           a rank whose state came by a transfer (ftrt__replica_adopt); a
+                           recovery gives it the replicated ones from the peers */
     unsigned char *held; /* the partner's sharded image */
     size_t held_cap, held_bytes;
     int64_t held_step;  /* -1 = none */
@@ -163,6 +166,8 @@ struct ftrt_ctx {
                                  the phases RESUMED carries (recovery.c) */
     int64_t reported_steps; /* the step count of this trainer's latest REPORT: whether it is a
                                survivor behind a plan's resume step (recovery.c) */
+    int reported_shard_only; /* that REPORT offered a shard-only own image: a survivor behind in
+                                a memory plan (recovery.c) */
     char status_file[1100];
     char host[FTRT__HOST_MAX];
     char coord_addr[FTRT__ADDRS_MAX]; /* the control plane's addresses (a list) and port */
@@ -423,6 +428,11 @@ int ftrt__sdc_step(struct ftrt_ctx *ctx, int64_t steps_done);
  * owed) or FTRT_EDRAINED (this trainer is the one drained: the watch's fatal code is set), after
  * a refresh of the partner replicas where sharded regions have them. Application thread. */
 int ftrt__drain_boundary(struct ftrt_ctx *ctx);
+/* 1 when a drain's epoch is announced for a step boundary this trainer has not reached (or it
+ * is the one drained and still here): ftrt_finalize() then does not wait for the commits of
+ * its last checkpoints, which the coordinator decides only once the drain is withdrawn on the
+ * BYE (the loop ended first). Application thread. */
+int ftrt__drain_pending(const struct ftrt_ctx *ctx);
 
 /* ---- partner replicas (replica.c; docs/detection-and-recovery.md "Partner replicas") ---- */
 /* 1 when this trainer keeps replicas: FTRT_SHARD_REPLICA_EVERY >= 0, two or more trainers, a
@@ -443,11 +453,14 @@ int ftrt__replica_refresh(struct ftrt_ctx *ctx, int64_t step);
  * ledger as checkpoint time). Returns what ftrt__replica_refresh returns, 0 when not due. */
 int ftrt__replica_step(struct ftrt_ctx *ctx, int64_t steps_done);
 /* For the REPORT: the steps of the images this rank holds that verify against their CRC32C
- * now (-1 where none, or where one fails: logged as memory corruption). */
+ * now (-1 where none, or where one fails: logged as memory corruption), and whether its own
+ * image holds the sharded regions only (*own_shard_only 1: ftrt__replica_adopt's). */
 void ftrt__replica_offer(struct ftrt_ctx *ctx, int64_t *own_step, int64_t *held_step,
-                         int32_t *held_of);
+                         int32_t *held_of, int32_t *own_shard_only);
 /* Applies a plan with mem_step >= 0 (collective over the new communicator): a survivor copies
- * its own image back into its regions; each replaced rank receives its sharded image from the
+ * its own image back into its regions (the sharded ones only from a shard-only image: the
+ * replicated ones are then the caller's transfer's, the plan's survivors behind); each replaced
+ * rank receives its sharded image from the
  * plan's holder (CRC32C per chunk, comm/transfer.c) into its regions. Replicated regions of the
  * replaced ranks are left to the caller's transfer. st (may be NULL) sums the transfers.
  * Device regions are written through the device backend, each piece checked against the
@@ -457,8 +470,11 @@ void ftrt__replica_offer(struct ftrt_ctx *ctx, int64_t *own_step, int64_t *held_
  * (FTRT_ECORRUPT: a piece changed on its way into device memory). */
 struct ftrt__xfer_stat;
 int ftrt__replica_restore(struct ftrt_ctx *ctx, struct ftrt__xfer_stat *st);
-/* After this rank's state was restored at `step` by a transfer: takes its own image of it, so
- * that a later recovery of another rank finds one here. Best effort (no memory: no image). */
+/* After this rank's state was restored at `step` by a transfer, its sharded image of `step`
+ * already in its own image buffer (ftrt__replica_restore): keeps that as its own image,
+ * shard-only (its replicated regions, the same bytes on every survivor, come from the peers in
+ * a later recovery), so that a later recovery of another rank finds one here without a copy of
+ * every region on the recovery's path. Only its CRC32C is taken (O(sharded bytes)). */
 void ftrt__replica_adopt(struct ftrt_ctx *ctx, int64_t step);
 /* Forgets the images (buffers kept): after a rollback to a checkpoint, images of later steps
  * belong to a timeline that was abandoned (after silent data corruption, a polluted one). */

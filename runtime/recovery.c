@@ -105,7 +105,8 @@ static uint64_t regions_signature(const ftrt_ctx *ctx, int replicated_only)
     return h;
 }
 
-/* The survivors behind the resume step of a peers plan: the PLAN only counts them (base/proto.h,
+/* The survivors behind the resume step of a peers plan, or with a shard-only image of their own
+ * in a memory plan (their replicated regions come from the peers): the PLAN only counts them (base/proto.h,
  * FTRT__PROTO_PLAN) and each knows itself from its REPORT, so every member sets its own bit and
  * one SUM allreduce of ceil(N / 64) words gives all the same set, which fills the plan's roles
  * (ftrt__plan_behind_apply): the roles, hence the transfer's schedule, are those the whole list
@@ -119,7 +120,7 @@ static int learn_behind(ftrt_ctx *ctx)
     size_t words = ftrt__plan_behind_words(p->ntrainers);
     int64_t *bits = calloc(words, sizeof *bits);
     if (!bits) return -ENOMEM;
-    if (ftrt__plan_behind_mine(p, ctx->reported_steps))
+    if (ftrt__plan_behind_mine(p, ctx->reported_steps, ctx->reported_shard_only))
         bits[p->logical_rank / 64] = (int64_t)((uint64_t)1 << (p->logical_rank % 64));
     int rc = ftrt__plane_allreduce(&ctx->plane, bits, words, FTRT_INT64, FTRT_SUM);
     if (!rc) rc = ftrt__plan_behind_apply(p, ftrt__plan_size(p->ntrainers), bits, words);
@@ -243,7 +244,8 @@ static int await_plan(ftrt_ctx *ctx)
             ftrt__report rep = {.steps_done = atomic_load(&ctx->cp.steps_done),
                                 .epoch = pending, .has_sharded = has_sharded(ctx)};
             pthread_mutex_unlock(&ctx->cp.lock);
-            ftrt__replica_offer(ctx, &rep.own_step, &rep.held_step, &rep.held_of);
+            ftrt__replica_offer(ctx, &rep.own_step, &rep.held_step, &rep.held_of,
+                                &rep.own_shard_only);
             rc = ftrt__agent_send(ctx, FTRT__MSG_REPORT, &rep, sizeof rep);
             pthread_mutex_lock(&ctx->cp.lock);
             if (rc) {
@@ -251,6 +253,7 @@ static int await_plan(ftrt_ctx *ctx)
                 break;
             }
             ctx->reported_steps = rep.steps_done; /* (learn_behind) */
+            ctx->reported_shard_only = rep.own_shard_only;
             reported = pending;
         }
         ftrt__cp_wait(ctx, 10);

@@ -140,6 +140,7 @@ typedef struct ftrt__crank {
     int has_sharded;
     int64_t own_step, held_step; /* REPORT: in-memory images held (runtime/replica.c), -1 none */
     int32_t held_of;
+    int32_t own_shard_only; /* REPORT: its own image holds the sharded regions only */
     int resumed_epoch;
     ftrt__resumed_msg resumed; /* its RESUMED of resumed_epoch: the phases it timed */
     double resumed_t;          /* monotonic: that RESUMED's arrival */
@@ -223,6 +224,8 @@ typedef struct ftrt__incident {
     int replica_miss; /* sharded state from the checkpoint: why not from the partner replicas
                          (FTRT__RMISS_*, plan.h); FTRT__RMISS_NONE otherwise */
     int recovered;
+    int withdrawn; /* FK_DRAIN: the job's loop ended before the drain's step boundary; the rank
+                      stayed, nothing moved (drain.c ftrt__drain_withdraw) */
     int host_lost; /* every rank of this rank's host failed (check_host_lost) */
     int coord_lost; /* the coordinator was lost and this standby took over (takeover.c) */
     /* FK_SDC only: the step whose fingerprints disagreed, the last step at which they all
@@ -273,6 +276,11 @@ typedef struct ftrt__coord {
     int nshrinks, nfolds;
     ftrt__member_change *mhist; /* its changes since the start (membership.c) */
     int nmhist, mhist_cap;
+    /* the map as it was before the current drain's epoch (membership.c ftrt__members_save),
+     * put back if the drain is withdrawn: members and holder (N0 entries each), N, the
+     * counters and the history's length; saved_epoch: the epoch it was saved for (0: none) */
+    int *saved_members, *saved_holder;
+    int saved_epoch, saved_N, saved_nshrinks, saved_nfolds, saved_renumber, saved_nmhist;
     int epoch, phase, result;
     int aborted; /* job_abort() ended the job: no process of the world calls MPI_Finalize */
     ftrt__incident *inc;
@@ -337,6 +345,13 @@ typedef struct ftrt__coord {
     int64_t drain_step;  /* the drain's step boundary: steps done when trainers enter it */
     double drain_wait_s; /* how long the epoch waits for that boundary before made urgent */
     int ndrain_asked;   /* ranks with drain_asked set */
+    /* SHARD_DONEs of the epoch before a drain's that arrived while it waited for its step
+     * boundary (the trainers still train in it; drain.c): replayed if the drain is withdrawn */
+    struct ftrt__held_sd {
+        int w;
+        ftrt__ckpt_msg cm;
+    } held_sd[64];
+    int nheld_sd;
     int sigterm_init, sigterm_seen; /* this process's SIGTERMs when the loop began / handled */
     int mark_fd;               /* the coordinator's mark on its host (ftrt__local_mark), or -1 */
     uint64_t secret;           /* the job's hello secret */
@@ -474,6 +489,15 @@ int ftrt__fold_target(const ftrt__coord *c, int l, int max);
  * holders (unaligned); sets c->N = n. Returns 0 or FTRT_EPROTO (a world rank out of [1, W), a
  * holder out of [-1, n), n out of [1, N0]). The caller rebuilds the index after. */
 int ftrt__members_restore(ftrt__coord *c, const unsigned char *p, int n);
+/* Saves the map (members, holders, N, the shrink and fold counters, the history's length)
+ * before drains change it for epoch `epoch` (a drain's epoch about to open), for
+ * ftrt__members_withdraw. O(N0). */
+void ftrt__members_save(ftrt__coord *c, int epoch);
+/* Puts back the map saved for the current epoch (a withdrawn drain: the job's loop ended before
+ * its step boundary), each member's r[].logical with it; the history forgets the changes made
+ * since. Returns 0, or -1 (nothing done) when none was saved for c->epoch. The caller sets the
+ * roles and rebuilds the index after. O(N0). */
+int ftrt__members_withdraw(ftrt__coord *c);
 /* The report's "membership": each change of the history (docs/report-schema.md). */
 struct ftrt__jw;
 void ftrt__membership_json(struct ftrt__jw *w, const ftrt__coord *c);
@@ -737,6 +761,19 @@ void ftrt__drain_periodic(ftrt__coord *c, double now);
 /* DRAIN_ME from world rank w (it received SIGTERM): drained now, or once the recovery in
  * progress is over; a refusal is logged (the rank keeps training). */
 void ftrt__drain_asked(ftrt__coord *c, int w);
+/* A trainer (world rank w, a member or the drained one) said BYE (*bye) while the current
+ * drain's epoch still waits for its step boundary: when nobody has reached the boundary
+ * (no REPORT, bye->steps_done below it, no failure joined) its loop ended first, and so will
+ * every trainer's (they take each step's collective together), so the drain is withdrawn:
+ * the drained trainers are members again, the promoted spares back in the pool, the shrunk or
+ * folded logical ranks back (the saved map), the incidents marked withdrawn, the phase
+ * running; the job then ends as it would have without the drain. Returns 1 (withdrawn), 0
+ * (not a withdraw: judged as any BYE). Coordinator loop only. O(W + incidents + N0). */
+int ftrt__drain_withdraw(ftrt__coord *c, int w, const ftrt__bye *bye);
+/* SHARD_DONE *cm from world rank w that the current epoch does not take: kept when it is of
+ * the epoch before a drain's that still waits for its step boundary (for a withdraw to
+ * decide), else dropped (abandoned). O(1). */
+void ftrt__drain_hold_shard_done(ftrt__coord *c, int w, const ftrt__ckpt_msg *cm);
 /* The incidents of kind FK_DRAIN. O(incidents). */
 int ftrt__drains(const ftrt__coord *c);
 /* The hot spare for world rank w, leaving (failed or drained): failure.c; -1 when none is

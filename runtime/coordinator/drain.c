@@ -22,7 +22,10 @@
  * shrink or fold its logical rank leaves the membership at the same step boundary (its data
  * skipped or folded onto a survivor), under stop it is refused (the rank keeps training). A
  * drain of the coordinator's host is refused, so is one while the job is finishing, and a
- * malformed request. Each request
+ * malformed request. A drain whose trainers end their loops before its step boundary (a job
+ * that did not give its total steps) is withdrawn on their first goodbye
+ * (ftrt__drain_withdraw): the membership saved before its epoch is put back and the job ends
+ * as it would have without it. Each request
  * gets one line of result beside it (`<request>.result`: "accepted: ..." or "refused: ...").
  */
 #include <dirent.h>
@@ -139,6 +142,10 @@ static int drain_trainer(ftrt__coord *c, int w, char *why, size_t n)
                  "data ranks (FTRT_FOLD_MAX=%d): it keeps training", w, c->a->cfg->fold_max);
         return DRAIN_REFUSED;
     }
+    if (!joining) { /* (for a withdraw: the map before the epoch it opens, and what arrives) */
+        ftrt__members_save(c, c->epoch + 1);
+        c->nheld_sd = 0;
+    }
     ftrt__incident *inc = mark_drained(c, w);
     if (spare >= 0) ftrt__promote_spare(c, l, spare, FTRT__MEMBER_DRAIN, inc);
     else ftrt__no_spare_remove(c, w, inc);
@@ -237,6 +244,82 @@ static int drain_host(ftrt__coord *c, const char *host, char *why, size_t n)
     snprintf(why, n, "host %s: %d rank(s) leave, %d trainer(s) move to hot spares in epoch %d",
              host, ranks, trainers, c->epoch);
     return DRAIN_DONE;
+}
+
+/* ---- the withdraw: the job's end came first --------------------------------------------- */
+
+/* Whether the BYE of world rank w (a member, or a trainer drained in this epoch) says the
+ * trainers' loop ended before the drain's step boundary: the epoch still soft, nobody at the
+ * boundary, no failure joined, a clean goodbye below the boundary. */
+static int loop_ended_first(const ftrt__coord *c, int w, const ftrt__bye *bye)
+{
+    const ftrt__crank *r = &c->r[w];
+    if (c->phase != PH_COLLECT || !c->epoch_soft || c->drain_urgent || c->nreports > 0)
+        return 0;
+    if (r->role != FTRT__ROLE_TRAINER && !(r->drained && r->drain_epoch == c->epoch)) return 0;
+    if (r->promoting) return 0;
+    return bye->exit_code >= 0 && bye->steps_done < c->drain_step &&
+           c->saved_epoch == c->epoch;
+}
+
+int ftrt__drain_withdraw(ftrt__coord *c, int w, const ftrt__bye *bye)
+{
+    if (!loop_ended_first(c, w, bye) || ftrt__members_withdraw(c)) return 0;
+    int n = 0;
+    for (int i = 0; i < c->ninc; i++) { /* the drained trainers: members again */
+        ftrt__incident *x = &c->inc[i];
+        ftrt__crank *r = x->world_rank > 0 ? &c->r[x->world_rank] : NULL;
+        if (x->kind != FK_DRAIN || x->was_spare || x->recovered || !r || !r->drained ||
+            r->drain_epoch != c->epoch)
+            continue;
+        x->withdrawn = 1;
+        x->epoch = c->epoch;
+        x->spare_world_rank = x->folded_onto = -1; /* (nobody took its place) */
+        x->shrunk = 0;
+        r->drained = 0;
+        r->t_fail_wall = 0; /* (its slot of the ledger runs to the end again) */
+        ftrt__rank_set_role(c, x->world_rank, FTRT__ROLE_TRAINER);
+        c->nfailed--;
+        n++;
+    }
+    for (int x = 1; x < c->W; x++) /* the promoted spares: back in the pool */
+        if (c->r[x].promoting) {
+            c->r[x].promoting = 0;
+            c->r[x].logical = -1;
+            ftrt__rank_set_role(c, x, FTRT__ROLE_SPARE);
+        }
+    c->npromoting = 0;
+    c->epoch_soft = 0;
+    c->failure_due = 0;
+    c->epoch--; /* (never entered: every trainer is still in the one before) */
+    c->phase = PH_RUNNING;
+    c->maybe_done = 1;
+    c->status_dirty |= 2;
+    ftrt__rankidx_rebuild(c);
+    ftrt__standby_sync(c);
+    ftrt_log_warn("epoch %d: %d drain(s) withdrawn: world rank %d ended its loop after %lld "
+                  "steps, before the drain's step boundary (%lld); nothing moved; epoch %d goes "
+                  "on", c->epoch + 1, n, w, (long long)bye->steps_done,
+                  (long long)c->drain_step, c->epoch);
+    for (int i = 0; i < c->nheld_sd; i++) /* (their checkpoints decided now) */
+        if (c->held_sd[i].cm.epoch == c->epoch)
+            ftrt__commit_shard_done(c, c->held_sd[i].w, &c->held_sd[i].cm);
+    c->nheld_sd = 0;
+    return 1;
+}
+
+void ftrt__drain_hold_shard_done(ftrt__coord *c, int w, const ftrt__ckpt_msg *cm)
+{
+    if (c->phase != PH_COLLECT || !c->epoch_soft || cm->epoch != c->epoch - 1 ||
+        c->saved_epoch != c->epoch)
+        return;
+    if (c->nheld_sd == (int)(sizeof c->held_sd / sizeof c->held_sd[0])) {
+        ftrt_log_warn("checkpoint of step %lld: its SHARD_DONE from world rank %d is not kept "
+                      "during the drain's epoch (%d kept already)", (long long)cm->step, w,
+                      c->nheld_sd);
+        return;
+    }
+    c->held_sd[c->nheld_sd++] = (struct ftrt__held_sd){.w = w, .cm = *cm};
 }
 
 int ftrt__drains(const ftrt__coord *c)

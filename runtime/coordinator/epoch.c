@@ -122,6 +122,8 @@ typedef struct plan_in {
     int64_t *steps, *own, *held; /* each member's REPORT */
     int32_t *held_of;
     int32_t *shard_src;          /* the memory plan's holder of each replaced rank's image */
+    int *shard_only;             /* a survivor's own image holds its sharded regions only */
+    int nshard_only;             /* a memory plan: those survivors (behind: replicated state) */
     int *survivor;               /* 0: a promoted spare */
     int sharded;                 /* a survivor registered sharded regions */
     int64_t most;                /* the most steps a survivor reported */
@@ -136,6 +138,7 @@ static void plan_in_free(plan_in *in)
     free(in->survivor);
     free(in->held_of);
     free(in->shard_src);
+    free(in->shard_only);
 }
 
 /* Fills in from the members' REPORTs. Returns 0 or -ENOMEM. */
@@ -146,7 +149,9 @@ static int plan_gather(ftrt__coord *c, plan_in *in)
     in->survivor = calloc(n, sizeof *in->survivor);
     in->held_of = calloc(n, sizeof *in->held_of);
     in->shard_src = calloc(n, sizeof *in->shard_src);
-    if (!in->steps || !in->survivor || !in->held_of || !in->shard_src) return -ENOMEM;
+    in->shard_only = calloc(n, sizeof *in->shard_only);
+    if (!in->steps || !in->survivor || !in->held_of || !in->shard_src || !in->shard_only)
+        return -ENOMEM;
     in->own = in->steps + n;
     in->held = in->steps + 2 * n;
     for (int l = 0; l < c->N; l++) {
@@ -156,12 +161,31 @@ static int plan_gather(ftrt__coord *c, plan_in *in)
         in->own[l] = r->own_step;
         in->held[l] = r->held_step;
         in->held_of[l] = r->held_of;
+        in->shard_only[l] = in->survivor[l] && r->own_shard_only;
         if (in->survivor[l]) {
             in->sharded |= r->has_sharded;
             if (r->report_steps > in->most) in->most = r->report_steps;
         }
     }
     return 0;
+}
+
+/* A memory plan's source of replicated state: a survivor whose own image holds every region
+ * (not shard-only; ftrt__replica_adopt), the most advanced such. The others, shard-only, are
+ * the plan's survivors behind (their replicated regions from the peers): counted in
+ * in->nshard_only. 0 when every survivor's image is shard-only (then no memory plan). */
+static int full_image_source(const ftrt__coord *c, plan_in *in)
+{
+    int src = -1;
+    in->nshard_only = 0;
+    for (int l = 0; l < c->N; l++) {
+        if (!in->survivor[l]) continue;
+        if (in->shard_only[l]) in->nshard_only++;
+        else if (src < 0 || in->steps[l] > in->steps[src]) src = l;
+    }
+    if (src < 0) return 0;
+    in->source = src;
+    return 1;
 }
 
 /* Decides the resume step, the source and where sharded state comes from (plan.c). Returns 0
@@ -178,11 +202,15 @@ static int plan_decide(ftrt__coord *c, plan_in *in)
      * rank at a step no older than the committed checkpoint, else from the checkpoint. */
     if (in->sharded && c->sdc_rollback < 0 &&
         ftrt__plan_replica(in->survivor, in->own, in->held, in->held_of, c->N, c->last_committed,
-                           &in->mem_step, shard_src) == 1) {
+                           &in->mem_step, shard_src) == 1 &&
+        full_image_source(c, in)) {
         rc = 0;
         in->resume = in->mem_step;
         in->ckpt = -1;
     } else if (in->sharded) {
+        in->mem_step = -1;
+        in->nshard_only = 0;
+        for (int l = 0; l < c->N; l++) shard_src[l] = -1;
         in->miss = c->sdc_rollback >= 0
                        ? FTRT__RMISS_SDC_ROLLBACK
                        : ftrt__plan_replica_miss(in->survivor, in->own, in->held, in->held_of,
@@ -232,6 +260,7 @@ static ftrt__plan_msg *plan_delta(ftrt__coord *c, const plan_in *in, size_t *len
     ftrt__plan_msg *m = NULL;
     if (ftrt__plan_msg_build(&head, in->survivor, in->steps, c->members, in->shard_src, &m, len))
         return NULL;
+    if (in->mem_step >= 0) m->nbehind = in->nshard_only; /* (each knows it from its REPORT) */
     return m;
 }
 

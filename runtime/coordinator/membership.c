@@ -6,7 +6,8 @@
  * one is drained (drain.c), at the job's start (job.c) and when a standby coordinator takes
  * over (standby.c restores the map it was sent); with no hot spare left (FTRT_NO_SPARE, failure.c)
  * a logical rank is removed and the ones above it renumbered, its data ranks skipped (shrink)
- * or given to a survivor (fold). The second map, c->holder (data rank -> logical rank: whose
+ * or given to a survivor (fold); a drain withdrawn (the job's loop ended before its step
+ * boundary) puts back the map saved before its epoch. The second map, c->holder (data rank -> logical rank: whose
  * data each trains on), changes with them. Every write of either goes through here: the
  * recovery's plans, the status file and the report read them, and tools/check-layers fails the
  * build of any other coordinator file that writes them. Each change after the start is kept with its epoch,
@@ -126,6 +127,38 @@ int ftrt__members_restore(ftrt__coord *c, const unsigned char *p, int n)
     return 0;
 }
 
+void ftrt__members_save(ftrt__coord *c, int epoch)
+{
+    size_t n = (size_t)(c->N0 > 0 ? c->N0 : 1);
+    if (!c->saved_members) c->saved_members = malloc(n * sizeof *c->saved_members);
+    if (!c->saved_holder) c->saved_holder = malloc(n * sizeof *c->saved_holder);
+    c->saved_epoch = 0;
+    if (!c->saved_members || !c->saved_holder) return; /* (no withdraw without memory) */
+    memcpy(c->saved_members, c->members, (size_t)c->N * sizeof *c->members);
+    memcpy(c->saved_holder, c->holder, (size_t)c->N0 * sizeof *c->holder);
+    c->saved_N = c->N;
+    c->saved_nshrinks = c->nshrinks;
+    c->saved_nfolds = c->nfolds;
+    c->saved_renumber = c->renumber_epoch;
+    c->saved_nmhist = c->nmhist;
+    c->saved_epoch = epoch;
+}
+
+int ftrt__members_withdraw(ftrt__coord *c)
+{
+    if (!c->saved_epoch || c->saved_epoch != c->epoch) return -1;
+    c->N = c->saved_N;
+    memcpy(c->members, c->saved_members, (size_t)c->N * sizeof *c->members);
+    memcpy(c->holder, c->saved_holder, (size_t)c->N0 * sizeof *c->holder);
+    for (int l = 0; l < c->N; l++) c->r[c->members[l]].logical = l;
+    c->nshrinks = c->saved_nshrinks;
+    c->nfolds = c->saved_nfolds;
+    c->renumber_epoch = c->saved_renumber;
+    if (c->saved_nmhist <= c->nmhist) c->nmhist = c->saved_nmhist;
+    c->saved_epoch = 0;
+    return 0;
+}
+
 void ftrt__membership_json(struct ftrt__jw *w, const ftrt__coord *c)
 {
     ftrt__jw_array(w, "membership");
@@ -148,6 +181,9 @@ void ftrt__membership_json(struct ftrt__jw *w, const ftrt__coord *c)
 void ftrt__membership_free(ftrt__coord *c)
 {
     free(c->mhist);
+    free(c->saved_members);
+    free(c->saved_holder);
+    c->saved_members = c->saved_holder = NULL;
     c->mhist = NULL;
     c->nmhist = c->mhist_cap = 0;
 }

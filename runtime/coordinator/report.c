@@ -328,6 +328,7 @@ static void drain_json(ftrt__jw *w, const ftrt__coord *c, const ftrt__incident *
     ftrt__jw_bool(w, "shrunk", x->shrunk);
     opt_int(w, "folded_onto_world_rank", x->folded_onto >= 0, x->folded_onto);
     ftrt__jw_bool(w, "moved", x->recovered);
+    ftrt__jw_bool(w, "withdrawn", x->withdrawn);
     opt_double(w, "time_to_move_s", x->recovered, move);
     ftrt__jw_int(w, "epoch", x->epoch);
     opt_int(w, "resume_step", resumed, x->resume_step);
@@ -337,6 +338,10 @@ static void drain_json(ftrt__jw *w, const ftrt__coord *c, const ftrt__incident *
     if (x->was_spare)
         printf("    drain %d: hot spare world rank %d (%s, pid %d) left the pool\n", i + 1,
                x->world_rank, c->r[x->world_rank].host, x->pid);
+    else if (x->withdrawn)
+        printf("    drain %d: logical rank %d (world rank %d, %s, pid %d) withdrawn: the job's "
+               "loop ended before the drain's step boundary; the rank stayed, nothing moved\n",
+               i + 1, x->logical_rank, x->world_rank, c->r[x->world_rank].host, x->pid);
     else if (x->spare_world_rank < 0)
         printf("    drain %d: logical rank %d (world rank %d, %s, pid %d) left with no hot spare "
                "(%s) %s%.1f ms, resumed at step %lld, rework %lld steps\n", i + 1,

@@ -41,6 +41,7 @@ static void take_report(ftrt__coord *c, ftrt__crank *r, const ftrt__report *rep)
     r->own_step = rep->own_step;
     r->held_step = rep->held_step;
     r->held_of = rep->held_of;
+    r->own_shard_only = rep->own_shard_only;
     /* (the O(N) check once every survivor may have reported; a member that reported and then
      * failed makes this an overestimate, which the check itself corrects) */
     if (c->nreports + c->npromoting >= c->N) ftrt__epoch_check_reports(c);
@@ -89,6 +90,7 @@ static void judge_bye(ftrt__coord *c, int w, const ftrt__crank *r)
 static void take_bye(ftrt__coord *c, int w, const ftrt__bye *bye)
 {
     ftrt__crank *r = &c->r[w];
+    ftrt__drain_withdraw(c, w, bye); /* (the job's end before a drain's step boundary) */
     ftrt__rank_said_bye(c, w);
     ftrt__silence_remove(c, w); /* a rank that said goodbye is not watched for silence */
     c->maybe_done = 1;
@@ -124,8 +126,9 @@ static int handle(ftrt__coord *c, int w, const ftrt__msghdr *h, const void *payl
     case FTRT__MSG_REPORT: take_report(c, r, &u.rep); return 0;
     case FTRT__MSG_RESUMED: take_resumed(c, r, &u.rm); return 0;
     case FTRT__MSG_SHARD_DONE:
-        if (u.cm.epoch == c->epoch && c->phase == PH_RUNNING) /* else abandoned */
+        if (u.cm.epoch == c->epoch && c->phase == PH_RUNNING)
             ftrt__commit_shard_done(c, w, &u.cm);
+        else ftrt__drain_hold_shard_done(c, w, &u.cm); /* (else abandoned) */
         return 0;
     case FTRT__MSG_FINGERPRINT: ftrt__sdc_vote_take(c, w, &u.fpm); return 0;
     case FTRT__MSG_BYE: take_bye(c, w, &u.bye); return 0;

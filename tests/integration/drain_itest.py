@@ -22,6 +22,10 @@ Cases:
               drain's step boundary, no rework, byte-identical
   drain_last  the drain's step boundary at the job's last step (FTRT_TEST_DRAIN_STEP): the
               promoted spare ends its loop at once, the job exits 0, byte-identical
+  drain_end   a job without its total steps whose drain's step boundary lies past its end: the
+              trainers end their loops first, the drain is withdrawn (the rank stays), the job
+              exits 0, every process finalizes, byte-identical; again with no spare under
+              FTRT_NO_SPARE=fold (the fold undone)
 Exit 0 = pass, 1 = fail, 77 = skipped.
 """
 import os
@@ -243,6 +247,65 @@ def case_drain_last(args):
           f"{rep['failures']})")
     expect_identical(job, args)
 
+
+@h.case(CASES, fixture="required")
+def case_drain_end(args):
+    """A job that does not give ftrt its total steps (--no-total-steps) and whose drain's step
+    boundary lies past its end (FTRT_TEST_DRAIN_STEP: what a request in the last steps of such a
+    job gets): the trainers end their loops before the boundary, so the drain is withdrawn, not
+    taken for trainers leaving mid-recovery. Twice: with a hot spare (the drained trainer stays
+    a member, the spare goes back to the pool) and with none under FTRT_NO_SPARE=fold (the fold
+    undone). Each: exit 0, every process calls MPI_Finalize, the report's drain withdrawn and
+    not moved, no failure, no membership change, the checkpoints written meanwhile committed,
+    byte-identical. Logical rank 0 is held (--pause-file) while the request is taken, so that
+    the job cannot end first."""
+    need_reference(args)
+    for name, np_, spares, policy in (("drain_end", 6, None, None),
+                                      ("drain_end_fold", 5, 0, "fold")):
+        drain_end_job(args, name, np_, spares, policy)
+
+
+def drain_end_job(args, name, np_, spares, policy):
+    """One job of case_drain_end (policy: FTRT_NO_SPARE, None for the default)."""
+    print(f" {name}:", flush=True)
+    pause = os.path.join(args.work, name + ".pause")
+    if os.path.exists(pause):
+        os.unlink(pause)
+    job = h.train_job(os.path.join(args.work, name), args.bin, np_,
+                      h.MLP_ARGS + ["--no-total-steps", "--pause-file", pause], spares=spares)
+    job.env.update({"FTRT_TEST_DRAIN_STEP": str(h.MLP_STEPS + 1000), "FTRT_LOG": "info",
+                    "FTRT_PROGRESS_TIMEOUT_MS": "120000"})  # the pause is not a stall
+    if policy:
+        job.env["FTRT_NO_SPARE"] = policy
+    job.start()
+    victim = job.wait_trainer(1, min_steps=150)
+    open(pause, "w").close()
+    rc, out = job.drain("--rank", str(victim["world_rank"]), wait_s=0)
+    os.unlink(pause)
+    check(rc == 0 and out.startswith("accepted") and ("folds onto" in out) == bool(policy),
+          f"ftrt-ctl drain accepted ({out.strip()})")
+    rc = job.wait(180)
+    check(rc == 0, f"the job finishes and exits 0 (got {rc}):\n{job.out[-3000:]}")
+    check("drain(s) withdrawn" in job.out, "the coordinator says the drain was withdrawn")
+    check("not calling MPI_Finalize" not in job.out, "every process calls MPI_Finalize")
+    rep = job.load_report()
+    d = rep["drains"][0] if len(rep["drains"]) == 1 else {}
+    check(not rep["failures"] and d.get("withdrawn") is True and d.get("moved") is False
+          and d.get("world_rank") == victim["world_rank"],
+          f"one drain, withdrawn, not moved, no failure ({rep['drains']}, {rep['failures']})")
+    check(not rep["membership"] and "no spare left: " not in job.out
+          and d.get("spare_world_rank") is None and d.get("folded_onto_world_rank") is None,
+          f"no membership change, no spare taken, nothing folded ({rep['membership']})")
+    check(rep["checkpoints"]["last_committed_step"] == h.MLP_STEPS,
+          f"the checkpoints written meanwhile are committed, the last at step {h.MLP_STEPS} "
+          f"({rep['checkpoints']})")
+    st = job.status_json()
+    me = [r for r in st["ranks"] if r["world_rank"] == victim["world_rank"]][0]
+    check(me["role"] == "trainer" and st["job"] == "finished",
+          f"the rank ended as a trainer of the finished job ({me}, {st['job']})")
+    summ = job.load_summary()
+    check(summ["exit_status"] == 0, f"ftrt-run's summary: exit 0 ({summ.get('exit_status')})")
+    expect_identical(job, args)
 
 if __name__ == "__main__":
     sys.exit(h.case_main(CASES, __doc__))

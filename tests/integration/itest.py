@@ -766,6 +766,45 @@ def case_replica_pair(args):
 
 
 @h.case(CASES, fixture="required")
+def case_replica_twice(args):
+    """Two trainers SIGKILLed one after the other, the second before the replicas' next refresh
+    (two spares; logical rank 0 also holds at step HOLD + 1, which it reaches once more only
+    after the first recovery): the first promoted spare keeps the sharded image it received as
+    its own image, shard-only, so the second recovery resumes from memory again (step 60) with
+    that spare a survivor behind, receiving the replicated regions with the second spare (the
+    state transfer goes to 2 members), byte-identical."""
+    need_reference(args)
+    job = replica_job(args, "replica-twice", np_=7, spares=2)
+    job.cmd += ["--hold-at-step", str(HOLD + 1)]
+    job.start()
+    st = wait_hold(job)
+    job.inject(signal.SIGKILL, trainer(st, 2), "sigkill")
+
+    def held_again(st):
+        tr = [r for r in st["ranks"] if r["role"] == "trainer"]
+        return (st.get("job") == "running" and st.get("epoch", 0) >= 1 and tr
+                and all(r["steps_done"] >= HOLD + 1 for r in tr))
+    st = job.wait_status(held_again, timeout=90)
+    # logical rank 3's sharded image is held by logical rank 0 (partner r + 1), not by the
+    # promoted spare (it holds none before the next refresh)
+    job.inject(signal.SIGKILL, trainer(st, 3), "sigkill")
+    rc = job.wait(180)
+    check(rc == 0, f"job survives both kills and exits 0 (got {rc})")
+    fs = sorted(job.load_report()["failures"], key=lambda f: f["epoch"])
+    check(len(fs) == 2 and all(f["recovered"] and f["state_from"] == "replica"
+                               and f["resume_step"] == REPLICA_AT for f in fs),
+          f"two failures, both resumed from the partner replicas at step {REPLICA_AT} "
+          f"({[(f['state_from'], f['resume_step']) for f in fs]})")
+    check(fs[1]["rework_steps"] == HOLD + 1 - REPLICA_AT,
+          f"the second redid {HOLD + 1 - REPLICA_AT} steps (got {fs[1]['rework_steps']})")
+    check("state transfer to 2 member(s)" in job.out,
+          "the second recovery sends the replicated regions to the new spare and to the first "
+          "one (a survivor behind: its own image is shard-only)")
+    check("reload checkpoint" not in job.out, "no checkpoint reload")
+    expect_identical(job, args)
+
+
+@h.case(CASES, fixture="required")
 def case_replica_corrupt(args):
     """Every held replica corrupted in memory after its check on arrival
     (FTRT_TEST_REPLICA_CORRUPT=1): the holder's CRC32C check before the recovery refuses it, the

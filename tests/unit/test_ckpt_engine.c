@@ -189,7 +189,7 @@ static void abandon_write(fixture *f, int64_t step, int epoch)
     t_watch_announce(&f->w, epoch); /* the agent thread got FAILURE(epoch) */
     assert_int_equal(ftrt__ckpt_wait_commit(f->e, step, 20000), FTRT_ERECOVER);
     ftrt__ckpt_quiesce(f->e); /* what ftrt_recover() does */
-    ftrt__ckpt_drain(f->e);   /* the persist thread is done with it */
+    ftrt__ckpt_drain(f->e, 1);   /* the persist thread is done with it */
     assert_false(t_glob_count("%s/step-%lld/rank-0.ftrt.tmp.*", f->dir, (long long)step));
     assert_false(exists("%s/step-%lld/rank-0.ftrt", f->dir, (long long)step));
 }
@@ -472,7 +472,7 @@ static void drain_and_free(void **state)
     f->o.write_delay_ms = 20;
     set_opts(f);
     assert_int_equal(ckpt(f, 1), 0);
-    ftrt__ckpt_drain(f->e);
+    ftrt__ckpt_drain(f->e, 1);
     ftrt_ckpt_stats s = stats(f);
     assert_int_equal(s.committed, 1);
     assert_true(exists("%s/step-1/MANIFEST", f->dir));

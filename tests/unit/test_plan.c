@@ -165,7 +165,7 @@ static size_t behind_plan(int n)
     assert_non_null(bits);
     for (int l = 0; l < n; l++) { /* each member's own bit (as recovery.c sets it) */
         p->logical_rank = l;
-        if (ftrt__plan_behind_mine(p, steps[l])) bits[l / 64] += (int64_t)((uint64_t)1 << (l % 64));
+        if (ftrt__plan_behind_mine(p, steps[l], 0)) bits[l / 64] += (int64_t)((uint64_t)1 << (l % 64));
     }
     p->logical_rank = 0;
     assert_int_equal(ftrt__plan_behind_apply(p, plen, bits, ftrt__plan_behind_words(n)), 0);

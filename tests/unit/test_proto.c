@@ -194,10 +194,10 @@ static void plan_delta(void **state)
     assert_int_equal(p->epoch, 2);
     assert_int_equal(p->nbehind, 1);
     /* who is behind: a survivor that reported fewer steps; a replaced rank never */
-    assert_int_equal(ftrt__plan_behind_mine(p, 30), 0);
-    assert_int_equal(ftrt__plan_behind_mine(p, 29), 1);
+    assert_int_equal(ftrt__plan_behind_mine(p, 30, 0), 0);
+    assert_int_equal(ftrt__plan_behind_mine(p, 29, 0), 1);
     p->logical_rank = 1;
-    assert_int_equal(ftrt__plan_behind_mine(p, 29), 0);
+    assert_int_equal(ftrt__plan_behind_mine(p, 29, 0), 0);
     p->logical_rank = 3;
     assert_int_equal(ftrt__plan_behind_words(6), 1);
     assert_int_equal(ftrt__plan_behind_words(64), 1);
@@ -260,7 +260,7 @@ static void plan_delta_ckpt(void **state)
     size_t len2 = ftrt__plan_msg_size(2, 0);
     assert_int_equal(ftrt__plan_expand(m, len2, prev, 6, 3, &p, &plen), 0);
     for (int l = 0; l < 6; l++) assert_int_equal(ftrt__plan_roles(p)[l], FTRT__PLAN_UP_TO_DATE);
-    assert_int_equal(ftrt__plan_behind_mine(p, 19), 0);
+    assert_int_equal(ftrt__plan_behind_mine(p, 19, 0), 0);
     free(p);
     free(m);
 }
@@ -284,8 +284,23 @@ static void plan_delta_memory(void **state)
     assert_int_equal(ftrt__plan_shard_src(p)[4], 5);
     assert_int_equal(ftrt__plan_roles(p)[4], FTRT__PLAN_NEEDS_STATE);
     free(p);
-    m->nbehind = 1; /* no survivor behind in a memory plan */
-    assert_int_equal(ftrt__plan_msg_check(m, len2), FTRT_EPROTO);
+    /* a survivor behind in a memory plan: one whose own image is shard-only (it restores its
+     * sharded regions itself and receives the replicated ones), here logical 5, which also
+     * holds logical 4's sharded image: it still sends it */
+    m->nbehind = 1;
+    assert_int_equal(ftrt__plan_expand(m, len2, prev, 6, 3, &p, &plen), 0);
+    assert_int_equal(ftrt__plan_behind_mine(p, 20, 0), 0);
+    assert_int_equal(ftrt__plan_behind_mine(p, 19, 0), 0); /* (steps do not count here) */
+    p->logical_rank = 5;
+    assert_int_equal(ftrt__plan_behind_mine(p, 20, 1), 1);
+    p->logical_rank = 4; /* a replaced rank is never behind */
+    assert_int_equal(ftrt__plan_behind_mine(p, 20, 1), 0);
+    int64_t bits[1] = {1 << 5};
+    assert_int_equal(ftrt__plan_behind_apply(p, plen, bits, 1), 0);
+    assert_int_equal(ftrt__plan_roles(p)[5], FTRT__PLAN_NEEDS_STATE);
+    assert_int_equal(ftrt__plan_shard_src(p)[4], 5);
+    free(p);
+    p = NULL;
     m->nbehind = 0;
     assert_int_equal(ftrt__plan_expand(m, len2, prev, 5, 3, &p, &plen), FTRT_EPROTO);
     assert_int_equal(ftrt__plan_expand(m, len2, NULL, 0, 3, &p, &plen), FTRT_EPROTO);
