@@ -16,9 +16,14 @@ alone between 4 processes (4 MiB chunks, every CRC32C checked; written into the 
 sources, as the recovery does on one host, and as MPI messages, as between hosts) and plain MPI
 messages of the same bytes (no CRC). The transfer of the job is the report's phase "state transfer". --batch sets
 the minibatch per trainer (default 1: short steps; at 32 a step of a large model takes about a
-second on a small machine, and the survivors' reaching the recovery point shows).
+second on a small machine, and the survivors' reaching the recovery point shows). --hosts runs
+everything on 4 simulated hosts (tests/hosts/ftrt-hosts: network namespaces on one bridge, TCP
+over veth pairs): the job with the hot spare alone on the 4th host, so that the state it
+receives crosses the link from every survivor, and xfer_bench with one process per host; its
+"mpi" row (plain MPI messages of the same bytes, 3 sources -> 1 receiver) is then the link's own
+throughput with those bytes, and its floor the local copy on the receiver's host.
 
-Usage: bench/mttr_size.py [--sizes 16,256,1024] [--runs 3] [--batch 1]
+Usage: bench/mttr_size.py [--sizes 16,256,1024] [--runs 3] [--batch 1] [--hosts]
                           [--bin build/examples/train_mlp] [--bin-old OTHER/train_mlp]
                           [--xfer-bench build/bench/xfer_bench]
                           [--old-args "ARGS"] [--args "ARGS"] [--json FILE]
@@ -50,10 +55,12 @@ def hidden_for(mib):
     return max(1, int(mib * 1048576 / 600))
 
 
-def floors(xbench, mib):
-    """xfer_bench --quick at mib MiB: {floor, xfer, msg, mpi} in seconds (medians of 5)."""
-    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "mpi_yield_when_idle", "1",
-           "-np", "4", xbench, "--mib", f"{mib:g}", "--reps", "5", "--quick"]
+def floors(xbench, mib, mpirun_opts=()):
+    """xfer_bench --quick at mib MiB: {floor, xfer, msg, mpi} in seconds (medians of 5);
+    mpirun_opts: those of simulated hosts (one process per host), else one host."""
+    cmd = ["mpirun", *mpirun_opts, "--oversubscribe", "--bind-to", "none", "--mca",
+           "mpi_yield_when_idle", "1", "-np", "4", xbench, "--mib", f"{mib:g}", "--reps", "5",
+           "--quick"]
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600).stdout
     got = {}
@@ -67,14 +74,15 @@ def floors(xbench, mib):
     return got
 
 
-def one_run(binary, mib, work, batch=1, extra=()):
-    """One job; returns the failure's entry of the report."""
+def one_run(binary, mib, work, batch=1, extra=(), mpirun_opts=None):
+    """One job (mpirun_opts: those of simulated hosts, else one host); returns the failure's
+    entry of the report."""
     hid = hidden_for(mib)
     # A short sleep per step: MTTR ends when every member is back in the training loop, and a
     # survivor notices the failure at its next ftrt call, so long sleeps would inflate it.
     args = ["--steps", "12", "--batch", str(batch), "--hidden", str(hid), "--seed", "3",
             "--ckpt-every", "0", "--step-sleep-ms", "20"] + list(extra)
-    job = h.train_job(work, binary, 6, args, spares=1)
+    job = h.train_job(work, binary, 6, args, spares=1, mpirun_opts=mpirun_opts)
     # Steps of several seconds at 1 GiB on a small machine: no progress-stall false positive;
     # and no rank declared silent when a loaded machine starves it for a second (a kill is
     # detected by its connection's loss, whatever this timeout).
@@ -117,6 +125,8 @@ def main():
     ap.add_argument("--args", default="")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--hosts", action="store_true",
+                    help="on 4 simulated hosts, the spare alone on the 4th (needs root)")
     a = ap.parse_args()
     example_args.check_paths(ap, a, outputs=("json",), inputs=("bin", "bin_old", "xfer_bench"))
     common = shlex.split(a.args)
@@ -124,19 +134,35 @@ def main():
     if a.bin_old or a.old_args is not None:
         bins.append(("old", a.bin_old or a.bin, common + shlex.split(a.old_args or "")))
     work = tempfile.mkdtemp(prefix="ftrt-mttr-")
+    if not a.hosts:
+        return measure(a, bins, work, (), None)
+    with h.Hosts(4, slots=2) as hosts:
+        # the job: world 0-1 on host 1, 2 on host 2, 3-4 on host 3 (logical rank 2, the
+        # victim, is world 3), the spare (world 5) alone on host 4; xfer_bench: one per host
+        job_opts = hosts.mpirun_opts(hostfile=hosts.hostfile_slots(
+            os.path.join(work, "job.hosts"), [2, 1, 2, 1]))
+        bench_opts = hosts.mpirun_opts(hostfile=hosts.hostfile_slots(
+            os.path.join(work, "bench.hosts"), [1, 1, 1, 1]))
+        return measure(a, bins, work, bench_opts, job_opts)
+
+
+def measure(a, bins, work, bench_opts, job_opts):
+    """The table for every size of a.sizes: floors (xfer_bench under bench_opts), then a.runs
+    jobs of each variant of bins (under job_opts, None: one host); a.json written. Returns 0."""
     rows = []
     print(f"{'MiB':>5} {'floor ms':>8} {'bench xfer':>10} {'bench msgs':>10} {'bench mpi':>9}"
           + "".join(f" {n + ' MTTR':>9} {'/floor':>6} {n + ' xfer':>9} {'/floor':>6}"
                     for n, _, _ in bins), flush=True)
     for mib in [float(x) for x in a.sizes.split(",")]:
-        fl = floors(a.xfer_bench, mib)
+        fl = floors(a.xfer_bench, mib, bench_opts)
         got = {n: [] for n, _, _ in bins}
         for i in range(a.runs):
             for n, b, extra in bins:
                 got[n].append(one_run(b, mib, os.path.join(work, f"{n}-{mib:g}-{i}"), a.batch,
-                                      extra))
+                                      extra, job_opts))
         row = {"state_mib": mib, "floor_s": fl["floor"], "bench_xfer_s": fl["xfer"],
-               "bench_msgs_s": fl["msg"], "bench_mpi_s": fl["mpi"], "batch": a.batch}
+               "bench_msgs_s": fl["msg"], "bench_mpi_s": fl["mpi"], "batch": a.batch,
+               "hosts": 4 if job_opts else 1}
         line = (f"{mib:5g} {fl['floor'] * 1e3:8.1f} {fl['xfer'] * 1e3:10.1f} "
                 f"{fl['msg'] * 1e3:10.1f} {fl['mpi'] * 1e3:9.1f}")
         for n, _, _ in bins:
