@@ -55,9 +55,9 @@ int ftrt__drain_pending(const ftrt_ctx *ctx)
 
 int ftrt__drain_boundary(ftrt_ctx *ctx)
 {
+    if (!ftrt__drain_pending(ctx)) return 0;
     int drained = atomic_load(&ctx->cp.drained);
     int be = atomic_load(&ctx->cp.boundary_epoch);
-    if (!drained && be <= ctx->watch.epoch) return 0;
     /* (every trainer at the same count: a collective refresh below finds them all in it) */
     if (atomic_load(&ctx->cp.steps_done) < atomic_load(&ctx->cp.boundary_step)) return 0;
     if (!atomic_load(&ctx->watch.fatal)) refresh_at_boundary(ctx);

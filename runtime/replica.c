@@ -482,7 +482,8 @@ void ftrt__replica_adopt(ftrt_ctx *ctx, int64_t step)
     size_t total, shard;
     layout(ctx, &total, &shard);
     if (!ftrt__replica_enabled(ctx) || !rp->own || rp->own_cap < shard) return;
-    /* (the sharded image that arrived, or this survivor's shard-only image, of `step`) */
+    if (rp->own_shard_only && rp->own_step == step) return; /* a survivor behind: kept, CRC'd */
+    /* (the sharded image that arrived into it, of `step`) */
     rp->own_bytes = rp->own_shard = shard;
     rp->own_crc_all = ftrt__crc32c(0, rp->own, shard);
     rp->own_shard_only = 1;

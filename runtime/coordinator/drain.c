@@ -258,8 +258,8 @@ static int loop_ended_first(const ftrt__coord *c, int w, const ftrt__bye *bye)
         return 0;
     if (r->role != FTRT__ROLE_TRAINER && !(r->drained && r->drain_epoch == c->epoch)) return 0;
     if (r->promoting) return 0;
-    return bye->exit_code >= 0 && bye->steps_done < c->drain_step &&
-           c->saved_epoch == c->epoch;
+    /* (a map saved for this epoch as well: ftrt__members_withdraw checks it) */
+    return bye->exit_code >= 0 && bye->steps_done < c->drain_step;
 }
 
 int ftrt__drain_withdraw(ftrt__coord *c, int w, const ftrt__bye *bye)
