@@ -146,7 +146,17 @@
       "under `FTRT_NO_SPARE=fold`, the most data ranks one trainer may hold: a fold that finds "  \
       "no survivor with room is refused (the job ends with `FTRT_ENOSPARE`, a drain is refused) " \
       "instead of overloading a trainer whose per-data-rank state (activations, buffers) would "  \
-      "not fit; 0 = no limit")
+      "not fit; 0 = no limit")                                                                     \
+    X(shard_redundancy, "FTRT_SHARD_REDUNDANCY", ENUM, FTRT_SHARD_REPLICA, 0, 1, "replica|erasure", \
+      "how sharded regions are kept in memory between refreshes (`FTRT_SHARD_REPLICA_EVERY`): "   \
+      "`replica` = each trainer's shard copied to a partner (survives one loss per pair); "       \
+      "`erasure` = Reed-Solomon parity over groups of `FTRT_EC_GROUP` trainers, 2 parity "        \
+      "chunks per stripe (any two losses in a group rebuilt from memory; needs ISA-L in the "     \
+      "build); the field holds `FTRT_SHARD_REPLICA` or `FTRT_SHARD_ERASURE`")                    \
+    X(ec_group, "FTRT_EC_GROUP", INT, 4, 3, 32, NULL,                                              \
+      "under `FTRT_SHARD_REDUNDANCY=erasure`, the trainers per redundancy group: the job's N "    \
+      "trainers form max(1, N / this) groups (logical rank l in group l mod groups); each "       \
+      "member keeps 2 / (group size - 2) of its shard in parity")
 
 /* The default in the descriptor's number or string slot, by kind. */
 #define FTRT__DEFNUM_INT(d) (double)(d)

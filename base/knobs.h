@@ -47,6 +47,14 @@
     X(replica_corrupt, "FTRT_TEST_REPLICA_CORRUPT", 1,                                         \
       "1: a trainer flips a bit of the partner replica it holds right after it arrived and was " \
       "checked (memory corrupted while held: the recovery must not use it)")                    \
+    X(ec_corrupt, "FTRT_TEST_EC_CORRUPT", 1 << 20,                                             \
+      "N > 0: the trainer of logical rank N - 1 flips a bit of its erasure-group parity right "  \
+      "after each refresh (memory corrupted while held: its REPORT must not offer it)")          \
+    X(ec_die_rank, "FTRT_TEST_EC_DIE_RANK", 1 << 20,                                            \
+      "N > 0: the trainer of logical rank N - 1 SIGKILLs itself in the middle of the erasure "  \
+      "refresh of step FTRT_TEST_EC_DIE_STEP (its first contributions sent, the parity not)")   \
+    X(ec_die_step, "FTRT_TEST_EC_DIE_STEP", 1 << 30,                                            \
+      "the step of the refresh in which FTRT_TEST_EC_DIE_RANK dies")                            \
     X(sim_device, "FTRT_TEST_SIM_DEVICE", 1,                                                   \
       "1: ftrt_init() installs the simulated device (kernels/loc_sim.c, a test arrangement) as " \
       "the device backend: FTRT_REGION_DEVICE regions live in ftrt__sim_alloc memory")          \

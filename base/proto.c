@@ -147,6 +147,10 @@ int ftrt__plan_check(const ftrt__plan *p, size_t len)
     const int32_t *ss = ftrt__plan_shard_src_c(p);
     if (p->mem_step >= 0 && (p->ckpt_step >= 0 || p->mem_step != p->resume_step)) return FTRT_EPROTO;
     for (int i = 0; i < p->ntrainers; i++) {
+        if (ss[i] == FTRT__SHARD_SRC_ERASURE) { /* rebuilt by its group, in a memory plan */
+            if (p->mem_step < 0 || role[i] != FTRT__PLAN_NEEDS_STATE) return FTRT_EPROTO;
+            continue;
+        }
         if (ss[i] < -1 || ss[i] >= p->ntrainers || ss[i] == i) return FTRT_EPROTO;
         /* an image is sent from a survivor (not a replaced rank: those have a source; it may
          * be behind, with a shard-only image of its own) to a member that needs state, in a
@@ -180,7 +184,8 @@ int ftrt__plan_msg_check(const ftrt__plan_msg *m, size_t len)
         return FTRT_EPROTO;
     const int32_t *d = m->data;
     for (int i = 0; i < m->nrepl; i++, d += 3)
-        if (d[0] < 0 || d[0] >= n || d[1] < 1 || d[1] >= FTRT__MAX_WORLD || d[2] < -1 || d[2] >= n)
+        if (d[0] < 0 || d[0] >= n || d[1] < 1 || d[1] >= FTRT__MAX_WORLD ||
+            (d[2] < -1 && d[2] != FTRT__SHARD_SRC_ERASURE) || d[2] >= n)
             return FTRT_EPROTO;
     for (int i = 0; i < m->nmembers; i++, d++)
         if (*d < 1 || *d >= FTRT__MAX_WORLD) return FTRT_EPROTO;

@@ -267,7 +267,16 @@ typedef struct ftrt__report {
     int32_t own_shard_only; /* 1: the own image holds the sharded regions only (a rank whose
                                state came by a transfer, replica.c ftrt__replica_adopt): in a
                                memory plan it is a survivor behind for the replicated ones */
+    /* Erasure groups (runtime/ecgroup.c, FTRT_SHARD_REDUNDANCY=erasure): the step of the
+     * parity fragments it holds (CRC32C-verified just before this report; -1: none), and the
+     * layout they were made for (ec_n trainers, group size setting ec_k; 0 without). */
+    int64_t ec_step;
+    int32_t ec_n, ec_k;
 } ftrt__report;
+
+/* A sharded-image source (ftrt__plan_shard_src) that is no single survivor: the replaced
+ * rank's sharded image is rebuilt from its erasure group's survivors (runtime/ecgroup.c). */
+#define FTRT__SHARD_SRC_ERASURE (-2)
 
 /* A recovery plan as a member applies it (runtime/recovery.c, runtime/replica.c): the whole
  * membership, every member's role and the sharded-image sources. Built at the member from the
@@ -352,7 +361,8 @@ size_t ftrt__plan_msg_size(int nrepl, int nmembers);
 /* Checks a received PLAN payload of len bytes: the counts match len (nrepl at most ntrainers,
  * nmembers 0 or ntrainers, ntrainers in [1, FTRT__MAX_WORLD)), nbehind 0 in a checkpoint plan
  * and below the number of survivors (the source is up to date), logical ranks and sources in
- * [0, ntrainers) (a sharded-image source may be -1), world ranks in [1, FTRT__MAX_WORLD),
+ * [0, ntrainers) (a sharded-image source may be -1, or
+ * FTRT__SHARD_SRC_ERASURE), world ranks in [1, FTRT__MAX_WORLD),
  * logical_rank -1 and ndata 0 exactly when nmembers is 0, holder entries in [-1, ntrainers).
  * The membership itself is checked once expanded (ftrt__plan_check). Returns 0 or FTRT_EPROTO.
  * O(len). Thread-safe. */

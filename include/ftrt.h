@@ -290,7 +290,22 @@ typedef struct ftrt_config {
                                  hold (the application's memory for per-data-rank state); a fold
                                  that finds no survivor with room is refused (FTRT_ENOSPARE; a
                                  drain is refused); 0 (default) = no limit */
+    int shard_redundancy;     /* FTRT_SHARD_REDUNDANCY: how the in-memory redundancy of SHARDED
+                                 regions is kept (docs/detection-and-recovery.md "Erasure
+                                 groups"): FTRT_SHARD_REPLICA (default, "replica": a partner
+                                 replica per trainer, one loss per pair) or FTRT_SHARD_ERASURE
+                                 ("erasure": Reed-Solomon parity over groups of ec_group
+                                 trainers, any two losses per group; needs ISA-L, else
+                                 ftrt_init() returns FTRT_ENOTSUP) */
+    int ec_group;             /* FTRT_EC_GROUP: trainers per erasure group (default 4, 3..32):
+                                 N trainers form max(1, N / ec_group) groups, logical rank l in
+                                 group l mod groups; each member keeps 2 / (size - 2) of its
+                                 shard in parity */
 } ftrt_config;
+
+/* FTRT_SHARD_REDUNDANCY values (ftrt_config.shard_redundancy). */
+#define FTRT_SHARD_REPLICA 0
+#define FTRT_SHARD_ERASURE 1
 
 /* FTRT_NO_SPARE values (ftrt_config.no_spare). */
 #define FTRT_NO_SPARE_STOP 0

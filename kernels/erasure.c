@@ -71,6 +71,36 @@ int ftrt__ec_stripe_of_chunk(int k, int m, int i, int j)
     return mod(i - j, k);
 }
 
+int ftrt__ec_ngroups(int n, int k)
+{
+    if (n < FTRT__EC_PARITY + 1 || k < FTRT__EC_PARITY + 1) return 0;
+    int g = n / k > 1 ? n / k : 1;
+    int most = (n + FTRT__EC_MAX_K - 1) / FTRT__EC_MAX_K; /* no group above FTRT__EC_MAX_K */
+    return g > most ? g : most;
+}
+
+int ftrt__ec_group_of(int n, int k, int l, int *idx)
+{
+    int g = ftrt__ec_ngroups(n, k);
+    if (g < 1 || l < 0 || l >= n) return -1;
+    if (idx) *idx = l / g;
+    return l % g;
+}
+
+int ftrt__ec_group_size(int n, int k, int g)
+{
+    int ng = ftrt__ec_ngroups(n, k);
+    if (ng < 1 || g < 0 || g >= ng) return -1;
+    return (n - g + ng - 1) / ng;
+}
+
+int ftrt__ec_group_member(int n, int k, int g, int i)
+{
+    int size = ftrt__ec_group_size(n, k, g);
+    if (size < 0 || i < 0 || i >= size) return -1;
+    return g + i * ftrt__ec_ngroups(n, k);
+}
+
 int ftrt__ec_create(int k, int m, ftrt__ec **out)
 {
     if (!out || m < 1 || m > FTRT__EC_MAX_M || k > FTRT__EC_MAX_K || k - m < 1)

@@ -93,6 +93,24 @@ int ftrt__ec_contribute_add(const ftrt__ec *ec, int p, const void *chunk, size_t
  * Thread-safe. */
 int ftrt__ec_rebuild(const ftrt__ec *ec, const void *const *frag, size_t len, void *const *out);
 
+/* Parity positions per stripe of ftrt's redundancy groups (FTRT_SHARD_REDUNDANCY=erasure):
+ * any two losses in a group are rebuilt from memory. */
+#define FTRT__EC_PARITY 2
+
+/* Redundancy groups of a job of n trainers (logical ranks 0..n-1) for a target group size k
+ * (FTRT_EC_GROUP, >= 3): G = max(1, n / k) groups, more when a group would exceed
+ * FTRT__EC_MAX_K members (G = ceil(n / FTRT__EC_MAX_K)); logical rank l is member l / G of
+ * group l mod G (strided: consecutive ranks, usually on one host, fall in different groups),
+ * group g has ceil((n - g) / G) members. ftrt__ec_ngroups returns G, 0 when no group of at
+ * least FTRT__EC_PARITY + 1 members can be formed (n < 3, k < 3). ftrt__ec_group_of returns l's
+ * group (and its member index in *idx, may be NULL), ftrt__ec_group_size g's size,
+ * ftrt__ec_group_member the logical rank of member i of group g; each -1 for an argument out of
+ * range. Pure, thread-safe; the coordinator's plan and the trainers compute the same. */
+int ftrt__ec_ngroups(int n, int k);
+int ftrt__ec_group_of(int n, int k, int l, int *idx);
+int ftrt__ec_group_size(int n, int k, int g);
+int ftrt__ec_group_member(int n, int k, int g, int i);
+
 /* The codec's k and m. */
 int ftrt__ec_k(const ftrt__ec *ec);
 int ftrt__ec_m(const ftrt__ec *ec);

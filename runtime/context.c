@@ -26,6 +26,7 @@
 #include "base/knobs.h"
 #include "base/sigterm.h"
 #include "base/log.h"
+#include "kernels/erasure.h"
 #include "comm/ulfm.h"
 #include "kernels/location.h"
 #include "runtime/coordinator/coordinator.h"
@@ -409,6 +410,12 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
         return FTRT_EMPI;
     }
     int rc = ftrt__config_check(&ctx->cfg, ctx->world_size, &ctx->nspares);
+    if (!rc && ctx->cfg.shard_redundancy == FTRT_SHARD_ERASURE && !ftrt__ec_available()) {
+        ftrt_log_error("FTRT_SHARD_REDUNDANCY=erasure needs the erasure code of ISA-L, and this "
+                       "libftrt was built without it (install libisal-dev and rebuild, or use "
+                       "FTRT_SHARD_REDUNDANCY=replica)");
+        rc = FTRT_ENOTSUP;
+    }
     ctx->ntrainers_initial = ctx->world_size - 1 - ctx->nspares;
 
     /* World rank 0 opens the control plane and broadcasts where it is (or its error). */

@@ -145,6 +145,21 @@ typedef struct ftrt__replica {
     const struct ftrt__loc_ops *own_pin, *held_pin;
 } ftrt__replica;
 
+/* Erasure-group state of a trainer (ecgroup.c; FTRT_SHARD_REDUNDANCY=erasure). */
+typedef struct ftrt__ecgroup {
+    int64_t step;          /* the step of the parity held, -1 = none (or being refreshed) */
+    int n;                 /* the trainers the parity was made for */
+    int g, kg, idx;        /* this rank's group, its size, this rank's member index */
+    size_t chunk;          /* bytes per chunk of the group's stripes (C) */
+    unsigned char *parity; /* FTRT__EC_PARITY chunks: row r of stripe (idx - (kg - 2) - r) mod kg */
+    size_t parity_cap;
+    uint32_t crc_parity;   /* CRC32C of the 2 * chunk parity bytes */
+    int64_t bytes[32];     /* by member index: its sharded image's bytes (-1: none) */
+    uint32_t crc[32];      /* ... and their CRC32C, agreed at the refresh */
+    struct ftrt__ec *codec; /* kernels/erasure.h, for kg members */
+    int warned;
+} ftrt__ecgroup;
+
 /* ---- the context ---- */
 struct ftrt_ctx {
     ftrt_config cfg;
@@ -182,6 +197,7 @@ struct ftrt_ctx {
     ftrt__cp cp;
     struct ftrt__hostagent *ha; /* this host's agent when it lives in this process (hostagent.c) */
     ftrt__replica rep; /* application thread only */
+    ftrt__ecgroup ec;  /* application thread only */
 
     /* step timing for the report */
     double t_start;     /* ftrt_init entry */
@@ -481,6 +497,32 @@ void ftrt__replica_adopt(struct ftrt_ctx *ctx, int64_t step);
 void ftrt__replica_drop(struct ftrt_ctx *ctx);
 /* Frees the images (finalize). */
 void ftrt__replica_free(struct ftrt_ctx *ctx);
+
+/* ---- erasure groups (ecgroup.c; docs/detection-and-recovery.md "Erasure groups") ---- */
+/* The erasure part of a refresh (called by ftrt__replica_refresh under
+ * FTRT_SHARD_REDUNDANCY=erasure, collective over the trainers, every one with the same step,
+ * right after it took its own image: have 1 when it did, crc_shard the CRC32C of that image's
+ * sharded part). Agrees on the images' sizes and CRC32Cs and reduces this rank's group's parity
+ * (kernels/erasure.h layout) into its parity buffer, with its CRC32C; the parity is invalid
+ * while this runs. Returns 0 (also with fewer than 3 trainers, logged once, or when a member of
+ * the group kept no image, or without memory for the parity: no parity then), FTRT_ERECOVER
+ * (watch set), a fatal code, FTRT_EMPI. */
+int ftrt__ec_refresh(struct ftrt_ctx *ctx, int64_t step, int have, uint32_t crc_shard);
+/* For the REPORT: the step of the parity this rank holds if it verifies against its CRC32C
+ * now (-1: none, or failed: logged as memory corruption), the trainers it was made for, and
+ * the group size setting (0 when erasure groups are not in use). */
+void ftrt__ec_offer(struct ftrt_ctx *ctx, int64_t *ec_step, int32_t *ec_n, int32_t *ec_k);
+/* Rebuilds the sharded image of every rank the plan marks FTRT__SHARD_SRC_ERASURE, of `step`,
+ * into that rank's own image buffer (grown by the caller to its regions' size): collective over
+ * the new communicator (survivors send fragments, each rebuilt rank decodes its chunks and
+ * checks the result against the CRC32C agreed at the refresh). st (may be NULL) counts what was
+ * received and the time. Returns 0, FTRT_ECORRUPT (too few fragments, or a rebuilt image that
+ * fails its CRC32C: logged), FTRT_EMISMATCH (no group for this membership, or another size
+ * than the regions'), FTRT_EMPI, -ENOMEM, the plane's wait's code. */
+int ftrt__ec_restore(struct ftrt_ctx *ctx, int64_t step, struct ftrt__xfer_stat *st);
+/* Forgets the parity (after a rollback: a later step's) / frees it (finalize). */
+void ftrt__ec_drop(struct ftrt_ctx *ctx);
+void ftrt__ec_free(struct ftrt_ctx *ctx);
 
 /* ---- regions (regions.c) ---- */
 /* The checkpoint engine's settings from the configuration. */

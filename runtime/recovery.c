@@ -194,9 +194,12 @@ static int transfer_state(ftrt_ctx *ctx)
     if (!rc && p->mem_step >= 0) {
         if (ftrt__plan_roles_c(p)[ctx->rank] == FTRT__PLAN_NEEDS_STATE)
             ftrt__replica_adopt(ctx, p->mem_step); /* an image of its own, for the next one */
-        ftrt_log_info("recovery: state of step %lld from the partner replicas in memory: %d "
+        ftrt_log_info("recovery: state of step %lld from the %s in memory: %d "
                       "sharded image(s), %.1f MiB received here in %.1f ms",
-                      (long long)p->mem_step, ms.receivers, (double)ms.bytes_received / 1048576.0,
+                      (long long)p->mem_step,
+                      ctx->cfg.shard_redundancy == FTRT_SHARD_ERASURE ? "erasure groups"
+                                                                      : "partner replicas",
+                      ms.receivers, (double)ms.bytes_received / 1048576.0,
                       ms.seconds * 1e3);
     }
     if (!rc && xs.receivers > 0)
@@ -246,6 +249,7 @@ static int await_plan(ftrt_ctx *ctx)
             pthread_mutex_unlock(&ctx->cp.lock);
             ftrt__replica_offer(ctx, &rep.own_step, &rep.held_step, &rep.held_of,
                                 &rep.own_shard_only);
+            ftrt__ec_offer(ctx, &rep.ec_step, &rep.ec_n, &rep.ec_k);
             rc = ftrt__agent_send(ctx, FTRT__MSG_REPORT, &rep, sizeof rep);
             pthread_mutex_lock(&ctx->cp.lock);
             if (rc) {

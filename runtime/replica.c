@@ -321,6 +321,15 @@ int ftrt__replica_refresh(ftrt_ctx *ctx, int64_t step)
     if (rc) return rc;
     rc = ftrt__interrupted(ctx);
     if (rc) return rc;
+    if (ctx->cfg.shard_redundancy == FTRT_SHARD_ERASURE) { /* parity instead (ecgroup.c) */
+        uint32_t crc = 0;
+        int trc = take_image(ctx, dev, step, &crc);
+        if (trc)
+            ftrt_log_warn("erasure group of step %lld: no image (%s); this rank's group keeps no "
+                          "parity (a recovery of it uses the checkpoint)", (long long)step,
+                          ftrt_strerror(trc));
+        return ftrt__ec_refresh(ctx, step, trc == 0, crc);
+    }
     rc = partner_shift(ctx);
     if (rc) return rc;
     size_t total, shard;
@@ -399,12 +408,14 @@ void ftrt__replica_offer(ftrt_ctx *ctx, int64_t *own_step, int64_t *held_step, i
     }
 }
 
+static int from_partners(ftrt_ctx *ctx, ftrt__xfer_stat *st);
+
 int ftrt__replica_restore(ftrt_ctx *ctx, ftrt__xfer_stat *st)
 {
     ftrt__replica *rp = &ctx->rep;
     const ftrt__plan *p = ctx->plan;
-    const int32_t *role = ftrt__plan_roles_c(p), *ss = ftrt__plan_shard_src_c(p);
-    int me = ctx->rank, needs = role[me] == FTRT__PLAN_NEEDS_STATE;
+    const int32_t *role = ftrt__plan_roles_c(p);
+    int needs = role[ctx->rank] == FTRT__PLAN_NEEDS_STATE;
     size_t total, shard;
     layout(ctx, &total, &shard);
     if (st) memset(st, 0, sizeof *st);
@@ -424,10 +435,30 @@ int ftrt__replica_restore(ftrt_ctx *ctx, ftrt__xfer_stat *st)
     } else {
         rc = grow(&rp->own, &rp->own_cap, total, dev, &rp->own_pin);
         rp->own_step = -1;
+        rp->own_shard = shard; /* (the sharded part arrives into it) */
     }
     if (rc) return rc;
-    /* Each replaced rank's sharded image, from the survivor holding it, CRC-checked per chunk
-     * (comm/transfer.c with one source, one receiver, the others bystanders). */
+    if (ctx->cfg.shard_redundancy == FTRT_SHARD_ERASURE) /* rebuilt by their groups */
+        rc = ftrt__ec_restore(ctx, p->mem_step, st);
+    else
+        rc = from_partners(ctx, st);
+    if (rc) return rc;
+    if (needs) /* the sharded part arrived into its image */
+        rc = copy_regions(ctx, dev, rp->own, 0, 1, NULL, NULL);
+    return rc;
+}
+
+/* Each replaced rank's sharded image, from the survivor holding it, CRC-checked per chunk
+ * (comm/transfer.c with one source, one receiver, the others bystanders), into its own image.
+ * Returns 0, FTRT_EMISMATCH, -ENOMEM or the transfer's code. */
+static int from_partners(ftrt_ctx *ctx, ftrt__xfer_stat *st)
+{
+    ftrt__replica *rp = &ctx->rep;
+    const ftrt__plan *p = ctx->plan;
+    const int32_t *ss = ftrt__plan_shard_src_c(p);
+    int me = ctx->rank, rc = 0;
+    size_t total, shard;
+    layout(ctx, &total, &shard);
     int32_t *r2 = malloc((size_t)p->ntrainers * sizeof *r2);
     if (!r2) return -ENOMEM;
     for (int l = 0; l < p->ntrainers && !rc; l++) {
@@ -470,9 +501,6 @@ int ftrt__replica_restore(ftrt_ctx *ctx, ftrt__xfer_stat *st)
         }
     }
     free(r2);
-    if (rc) return rc;
-    if (needs) /* the sharded part arrived into its image */
-        rc = copy_regions(ctx, dev, rp->own, 0, 1, NULL, NULL);
     return rc;
 }
 
@@ -492,6 +520,7 @@ void ftrt__replica_adopt(ftrt_ctx *ctx, int64_t step)
 
 void ftrt__replica_drop(ftrt_ctx *ctx)
 {
+    ftrt__ec_drop(ctx);
     ctx->rep.own_step = ctx->rep.held_step = -1;
     ctx->rep.held_of = -1;
 }
@@ -502,6 +531,7 @@ void ftrt__replica_free(ftrt_ctx *ctx)
     if (ctx->rep.held_pin) ctx->rep.held_pin->unpin(ctx->rep.held);
     free(ctx->rep.own);
     free(ctx->rep.held);
+    ftrt__ec_free(ctx);
     memset(&ctx->rep, 0, sizeof ctx->rep);
     ctx->rep.own_step = ctx->rep.held_step = -1;
     ctx->rep.held_of = -1;

@@ -140,6 +140,8 @@ typedef struct ftrt__crank {
     int has_sharded;
     int64_t own_step, held_step; /* REPORT: in-memory images held (runtime/replica.c), -1 none */
     int32_t held_of;
+    int64_t ec_step; /* REPORT: erasure parity held (runtime/ecgroup.c), -1 none */
+    int32_t ec_n, ec_k;
     int32_t own_shard_only; /* REPORT: its own image holds the sharded regions only */
     int resumed_epoch;
     ftrt__resumed_msg resumed; /* its RESUMED of resumed_epoch: the phases it timed */
@@ -202,7 +204,8 @@ typedef struct ftrt__rankidx {
 } ftrt__rankidx;
 
 /* Where a recovery took the resume step's state from (the report's "state_from"). */
-enum { FTRT__FROM_PEERS = 0, FTRT__FROM_REPLICA = 1, FTRT__FROM_CHECKPOINT = 2 };
+enum { FTRT__FROM_PEERS = 0, FTRT__FROM_REPLICA = 1, FTRT__FROM_CHECKPOINT = 2,
+       FTRT__FROM_ERASURE = 3 };
 
 typedef struct ftrt__incident {
     int world_rank, logical_rank, pid, kind, epoch, spare_world_rank;

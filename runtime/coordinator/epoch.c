@@ -119,8 +119,8 @@ void ftrt__epoch_resend_plan(ftrt__coord *c, int w)
 
 /* What the plan is built from and what it decided. Arrays of N entries (logical ranks). */
 typedef struct plan_in {
-    int64_t *steps, *own, *held; /* each member's REPORT */
-    int32_t *held_of;
+    int64_t *steps, *own, *held, *ec_step; /* each member's REPORT */
+    int32_t *held_of, *ec_n, *ec_k;
     int32_t *shard_src;          /* the memory plan's holder of each replaced rank's image */
     int *shard_only;             /* a survivor's own image holds its sharded regions only */
     int nshard_only;             /* a memory plan: those survivors (behind: replicated state) */
@@ -130,6 +130,7 @@ typedef struct plan_in {
     /* the decision */
     int64_t resume, ckpt, mem_step;
     int source, miss;
+    int erasure; /* the sharded state is in erasure groups (a survivor reported their layout) */
 } plan_in;
 
 static void plan_in_free(plan_in *in)
@@ -137,6 +138,7 @@ static void plan_in_free(plan_in *in)
     free(in->steps);
     free(in->survivor);
     free(in->held_of);
+    free(in->ec_n);
     free(in->shard_src);
     free(in->shard_only);
 }
@@ -145,15 +147,19 @@ static void plan_in_free(plan_in *in)
 static int plan_gather(ftrt__coord *c, plan_in *in)
 {
     size_t n = (size_t)(c->N > 0 ? c->N : 1);
-    in->steps = calloc(3 * n, sizeof *in->steps);
+    in->steps = calloc(4 * n, sizeof *in->steps);
     in->survivor = calloc(n, sizeof *in->survivor);
     in->held_of = calloc(n, sizeof *in->held_of);
+    in->ec_n = calloc(2 * n, sizeof *in->ec_n);
     in->shard_src = calloc(n, sizeof *in->shard_src);
     in->shard_only = calloc(n, sizeof *in->shard_only);
-    if (!in->steps || !in->survivor || !in->held_of || !in->shard_src || !in->shard_only)
+    if (!in->steps || !in->survivor || !in->held_of || !in->ec_n || !in->shard_src ||
+        !in->shard_only)
         return -ENOMEM;
     in->own = in->steps + n;
     in->held = in->steps + 2 * n;
+    in->ec_step = in->steps + 3 * n;
+    in->ec_k = in->ec_n + n;
     for (int l = 0; l < c->N; l++) {
         const ftrt__crank *r = &c->r[c->members[l]];
         in->survivor[l] = !r->promoting;
@@ -161,6 +167,10 @@ static int plan_gather(ftrt__coord *c, plan_in *in)
         in->own[l] = r->own_step;
         in->held[l] = r->held_step;
         in->held_of[l] = r->held_of;
+        in->ec_step[l] = r->ec_step;
+        in->ec_n[l] = r->ec_n;
+        in->ec_k[l] = r->ec_k;
+        in->erasure |= in->survivor[l] && r->ec_k > 0;
         in->shard_only[l] = in->survivor[l] && r->own_shard_only;
         if (in->survivor[l]) {
             in->sharded |= r->has_sharded;
@@ -188,6 +198,19 @@ static int full_image_source(const ftrt__coord *c, plan_in *in)
     return 1;
 }
 
+/* Sharded state from memory: the erasure groups when a survivor reported their layout, else
+ * the partner replicas (plan.c). 1: a memory plan (in->mem_step, in->shard_src), 0: none
+ * (in->miss set for erasure groups). */
+static int memory_plan(const ftrt__coord *c, plan_in *in)
+{
+    if (!in->erasure)
+        return ftrt__plan_replica(in->survivor, in->own, in->held, in->held_of, c->N,
+                                  c->last_committed, &in->mem_step, in->shard_src);
+    ftrt__ec_plan_in e = {.n = c->N, .survivor = in->survivor, .own_step = in->own,
+                          .ec_step = in->ec_step, .ec_n = in->ec_n, .ec_k = in->ec_k};
+    return ftrt__plan_erasure(&e, c->last_committed, &in->mem_step, in->shard_src, &in->miss);
+}
+
 /* Decides the resume step, the source and where sharded state comes from (plan.c). Returns 0
  * or the code to abort with. */
 static int plan_decide(ftrt__coord *c, plan_in *in)
@@ -200,9 +223,7 @@ static int plan_decide(ftrt__coord *c, plan_in *in)
                                 &in->resume, &in->source, &in->ckpt);
     /* Sharded state: from the partner replicas in memory where they cover every replaced
      * rank at a step no older than the committed checkpoint, else from the checkpoint. */
-    if (in->sharded && c->sdc_rollback < 0 &&
-        ftrt__plan_replica(in->survivor, in->own, in->held, in->held_of, c->N, c->last_committed,
-                           &in->mem_step, shard_src) == 1 &&
+    if (in->sharded && c->sdc_rollback < 0 && memory_plan(c, in) == 1 &&
         full_image_source(c, in)) {
         rc = 0;
         in->resume = in->mem_step;
@@ -211,11 +232,13 @@ static int plan_decide(ftrt__coord *c, plan_in *in)
         in->mem_step = -1;
         in->nshard_only = 0;
         for (int l = 0; l < c->N; l++) shard_src[l] = -1;
-        in->miss = c->sdc_rollback >= 0
-                       ? FTRT__RMISS_SDC_ROLLBACK
-                       : ftrt__plan_replica_miss(in->survivor, in->own, in->held, in->held_of,
-                                                 c->N, c->last_committed);
-        ftrt_log_info("epoch %d: partner replicas not used (%s)", c->epoch,
+        in->miss = c->sdc_rollback >= 0 ? FTRT__RMISS_SDC_ROLLBACK
+                   : in->erasure       ? (in->miss ? in->miss : FTRT__RMISS_NO_COMMON_IMAGE)
+                                       : ftrt__plan_replica_miss(in->survivor, in->own, in->held,
+                                                                 in->held_of, c->N,
+                                                                 c->last_committed);
+        ftrt_log_info("epoch %d: %s not used (%s)", c->epoch,
+                      in->erasure ? "erasure groups" : "partner replicas",
                       ftrt__replica_miss_name(in->miss));
     }
     if (rc) return rc;
@@ -239,7 +262,8 @@ static void plan_record(ftrt__coord *c, const plan_in *in)
         x->rework_steps = before > in->resume ? before - in->resume : 0;
         x->epoch = c->epoch;
         x->state_from = in->ckpt >= 0       ? FTRT__FROM_CHECKPOINT
-                        : in->mem_step >= 0 ? FTRT__FROM_REPLICA
+                        : in->mem_step >= 0 ? (in->erasure ? FTRT__FROM_ERASURE
+                                                           : FTRT__FROM_REPLICA)
                                             : FTRT__FROM_PEERS;
         x->replica_miss = in->ckpt >= 0 ? in->miss : FTRT__RMISS_NONE;
     }
@@ -348,7 +372,8 @@ static void send_plan(ftrt__coord *c)
     ftrt_log_info("epoch %d plan: resume at step %lld, state from logical rank %d%s", c->epoch,
                   (long long)in.resume, in.source,
                   in.ckpt >= 0       ? " (checkpoint)"
-                  : in.mem_step >= 0 ? " (partner replicas in memory)"
+                  : in.mem_step >= 0 ? (in.erasure ? " (erasure groups in memory)"
+                                                   : " (partner replicas in memory)")
                                      : "");
     c->status_dirty |= 2; /* membership: write now */
     ftrt__epoch_release(c);

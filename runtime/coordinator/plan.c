@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "kernels/erasure.h"
+
 int ftrt__plan_compute(const int64_t *steps_done, const int *survivor, int n, int has_sharded,
                        int64_t last_committed, int64_t *resume, int *source, int64_t *ckpt)
 {
@@ -111,10 +113,81 @@ int ftrt__plan_replica_miss(const int *survivor, const int64_t *own_step, const 
     return FTRT__RMISS_NONE;
 }
 
+/* The survivors' common own-image step (every survivor holds one of the same step), else -1. */
+static int64_t common_image(const int *survivor, const int64_t *own_step, int n)
+{
+    int64_t t = -1;
+    for (int l = 0; l < n; l++) {
+        if (!survivor[l]) continue;
+        if (own_step[l] < 0 || (t >= 0 && own_step[l] != t)) return -1;
+        t = own_step[l];
+    }
+    return t;
+}
+
+/* Whether stripe s of group g (size kg) keeps k - m usable positions: a survivor's data chunk
+ * (its own image of step t) or a survivor's parity of step t made for this layout. */
+static int stripe_ok(const ftrt__ec_plan_in *in, int g, int kg, int s, int k)
+{
+    int usable = 0;
+    for (int q = 0; q < kg; q++) {
+        int l = ftrt__ec_group_member(in->n, k, g, ftrt__ec_member_at(kg, s, q));
+        if (!in->survivor[l]) continue;
+        usable += q < kg - FTRT__EC_PARITY ||
+                  (in->ec_step[l] == in->t && in->ec_n[l] == in->n && in->ec_k[l] == k);
+    }
+    return usable >= kg - FTRT__EC_PARITY;
+}
+
+/* The miss of group g for the layout k: _EC_TOO_MANY, _EC_FRAGMENTS or _NONE. */
+static int group_miss(const ftrt__ec_plan_in *in, int g, int k)
+{
+    int kg = ftrt__ec_group_size(in->n, k, g), lost = 0;
+    for (int i = 0; i < kg; i++) lost += !in->survivor[ftrt__ec_group_member(in->n, k, g, i)];
+    if (lost > FTRT__EC_PARITY) return FTRT__RMISS_EC_TOO_MANY;
+    for (int i = 0; i < kg && lost; i++) {
+        if (in->survivor[ftrt__ec_group_member(in->n, k, g, i)]) continue;
+        for (int j = 0; j < kg - FTRT__EC_PARITY; j++)
+            if (!stripe_ok(in, g, kg, ftrt__ec_stripe_of_chunk(kg, FTRT__EC_PARITY, i, j), k))
+                return FTRT__RMISS_EC_FRAGMENTS;
+    }
+    return FTRT__RMISS_NONE;
+}
+
+int ftrt__plan_erasure(ftrt__ec_plan_in *in, int64_t last_committed, int64_t *mem_step,
+                       int32_t *shard_src, int *miss)
+{
+    if (!in || in->n < 1 || !in->survivor || !in->own_step || !in->ec_step || !in->ec_n ||
+        !in->ec_k || !mem_step || !shard_src || !miss)
+        return FTRT_EINVAL;
+    int n = in->n, k = 0;
+    *mem_step = -1;
+    for (int l = 0; l < n; l++) shard_src[l] = -1;
+    in->t = common_image(in->survivor, in->own_step, n);
+    *miss = in->t < 0 ? FTRT__RMISS_NO_COMMON_IMAGE
+            : in->t < last_committed ? FTRT__RMISS_OLDER_THAN_CKPT : FTRT__RMISS_NONE;
+    if (*miss) return 0;
+    for (int l = 0; l < n && !k; l++) /* the layout of the parity of step t */
+        if (in->survivor[l] && in->ec_step[l] == in->t && in->ec_n[l] == n) k = in->ec_k[l];
+    int ng = ftrt__ec_ngroups(n, k);
+    if (ng < 1) {
+        *miss = FTRT__RMISS_EC_FRAGMENTS; /* no survivor holds parity of step t */
+        return 0;
+    }
+    for (int g = 0; g < ng && !*miss; g++) *miss = group_miss(in, g, k);
+    if (*miss) return 0;
+    for (int l = 0; l < n; l++)
+        if (!in->survivor[l]) shard_src[l] = FTRT__SHARD_SRC_ERASURE;
+    *mem_step = in->t;
+    return 1;
+}
+
 const char *ftrt__replica_miss_name(int miss)
 {
     static const char *const names[] = {NULL, "no_common_image", "older_than_checkpoint",
-                                        "lost_image_not_held", "sdc_rollback"};
+                                        "lost_image_not_held", "sdc_rollback",
+                                        "erasure_group_lost_more_than_parity",
+                                        "erasure_fragments_missing"};
     return miss > 0 && miss < (int)(sizeof names / sizeof *names) ? names[miss] : NULL;
 }
 

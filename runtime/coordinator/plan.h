@@ -59,12 +59,42 @@ int ftrt__plan_replica(const int *survivor, const int64_t *own_step, const int64
  * _LOST_NOT_HELD (no survivor holds some replaced rank's sharded image of that step: its
  * partner is lost too, or the partner's copy is older, missing or failed its CRC32C). Pure. */
 enum { FTRT__RMISS_NONE = 0, FTRT__RMISS_NO_COMMON_IMAGE = 1, FTRT__RMISS_OLDER_THAN_CKPT = 2,
-       FTRT__RMISS_LOST_NOT_HELD = 3, FTRT__RMISS_SDC_ROLLBACK = 4 };
+       FTRT__RMISS_LOST_NOT_HELD = 3, FTRT__RMISS_SDC_ROLLBACK = 4, FTRT__RMISS_EC_TOO_MANY = 5,
+       FTRT__RMISS_EC_FRAGMENTS = 6 };
 int ftrt__plan_replica_miss(const int *survivor, const int64_t *own_step, const int64_t *held_step,
                             const int32_t *held_of, int n, int64_t last_committed);
-/* "no_common_image", "older_than_checkpoint", "lost_image_not_held", "sdc_rollback"; NULL for
- * FTRT__RMISS_NONE or an unknown value. */
+/* "no_common_image", "older_than_checkpoint", "lost_image_not_held", "sdc_rollback",
+ * "erasure_group_lost_more_than_parity", "erasure_fragments_missing"; NULL for FTRT__RMISS_NONE
+ * or an unknown value. */
 const char *ftrt__replica_miss_name(int miss);
+
+/* What ftrt__plan_erasure reads: for logical ranks l in [0, n), each as its REPORT gave it
+ * (CRC-verified): survivor[l] (0 for a rank being replaced), own_step[l] (its own image's step,
+ * -1: none), ec_step[l] (the step of the parity fragments it holds, -1: none), ec_n[l] and
+ * ec_k[l] (the trainers and the group size setting that parity was made for). t is set by the
+ * call (the survivors' common image step, -1: none). */
+typedef struct ftrt__ec_plan_in {
+    int n;
+    const int *survivor;
+    const int64_t *own_step, *ec_step;
+    const int32_t *ec_n, *ec_k;
+    int64_t t;
+} ftrt__ec_plan_in;
+
+/* Whether a recovery with sharded state can resume from the erasure groups in memory
+ * (runtime/ecgroup.c; the layout: kernels/erasure.h): every survivor holds its own image of
+ * one step T >= last_committed, and in every group (ftrt__ec_group_*, of the k a survivor's
+ * parity of T for n trainers names) at most FTRT__EC_PARITY members are replaced and every
+ * stripe holding a replaced member's data chunk keeps k_g - FTRT__EC_PARITY usable positions (a
+ * survivor's data chunk, or a survivor's parity of T for this layout). Then *mem_step = T,
+ * shard_src[l] = FTRT__SHARD_SRC_ERASURE for each replaced l (-1 for the others), *miss =
+ * FTRT__RMISS_NONE, and 1 is returned; else 0, *mem_step = -1, shard_src all -1 and *miss says
+ * why (FTRT__RMISS_NO_COMMON_IMAGE, _OLDER_THAN_CKPT, _EC_TOO_MANY: a group lost more members
+ * than it has parity, _EC_FRAGMENTS: a stripe lacks fragments: parity of another step or
+ * layout, none, or one that failed its CRC32C). Returns FTRT_EINVAL for NULL arrays or n < 1.
+ * Pure, O(n * k^2) at worst. */
+int ftrt__plan_erasure(ftrt__ec_plan_in *in, int64_t last_committed, int64_t *mem_step,
+                       int32_t *shard_src, int *miss);
 
 /* The verdict of ftrt__sdc_judge. */
 enum { FTRT__SDC_AGREE = 0, FTRT__SDC_MAJORITY = 1, FTRT__SDC_SPLIT = 2 };

@@ -7,7 +7,7 @@
  * bound detection - last message heard. MTTR is detection -> the last member's RESUMED. Goodput
  * is the rank-seconds of kept steps (each trainer times its own steps; a dead rank's figure
  * comes from its last heartbeat) over allocated = (trainers + spares) x wall time.
- * JSON schema (version 1): see docs/report-schema.md "Report". The JSON is streamed to the file
+ * JSON schema (version 2): see docs/report-schema.md "Report". The JSON is streamed to the file
  * as it is produced (base/jsonw.h), never held whole: at 131,072 ranks its json-c tree and
  * text took 13.2 GiB of the coordinator (issue 22); what it holds now is one rank's part.
  */
@@ -84,8 +84,8 @@ static void totals_of(const ftrt__coord *c, totals *t)
 /* Where a planned recovery's state came from (FTRT__FROM_*), or NULL before a plan. */
 static const char *state_from_name(const ftrt__incident *x)
 {
-    static const char *const from[] = {"peers", "replica", "checkpoint"};
-    return x->resume_step >= 0 && x->state_from >= 0 && x->state_from < 3 ? from[x->state_from]
+    static const char *const from[] = {"peers", "replica", "checkpoint", "erasure"};
+    return x->resume_step >= 0 && x->state_from >= 0 && x->state_from < 4 ? from[x->state_from]
                                                                            : NULL;
 }
 
@@ -141,7 +141,7 @@ static void coordinator_json(ftrt__jw *w, const ftrt__coord *c)
 
 static void summary_json(ftrt__jw *w, const ftrt__coord *c, const totals *t)
 {
-    ftrt__jw_int(w, "schema", 1);
+    ftrt__jw_int(w, "schema", 2);
     ftrt__jw_string(w, "status", t->ok ? "finished" : "failed");
     ftrt__jw_string(w, "error", t->ok ? NULL : ftrt_err_name(c->result));
     ftrt__jw_int(w, "steps", t->steps);
@@ -401,6 +401,7 @@ static void failure_text(const ftrt__coord *c, const ftrt__incident *x, int i, c
                i + 1, x->logical_rank, x->world_rank, x->pid, kind, m->mttd * 1e3, src,
                m->mttr * 1e3, x->spare_world_rank, (long long)x->resume_step,
                x->state_from == FTRT__FROM_REPLICA      ? "partner replicas in memory"
+               : x->state_from == FTRT__FROM_ERASURE    ? "erasure groups in memory"
                : x->state_from == FTRT__FROM_CHECKPOINT ? "the checkpoint"
                                                         : "the survivors",
                (long long)x->rework_steps);

@@ -42,6 +42,9 @@ static void take_report(ftrt__coord *c, ftrt__crank *r, const ftrt__report *rep)
     r->held_step = rep->held_step;
     r->held_of = rep->held_of;
     r->own_shard_only = rep->own_shard_only;
+    r->ec_step = rep->ec_step;
+    r->ec_n = rep->ec_n;
+    r->ec_k = rep->ec_k;
     /* (the O(N) check once every survivor may have reported; a member that reported and then
      * failed makes this an overestimate, which the check itself corrects) */
     if (c->nreports + c->npromoting >= c->N) ftrt__epoch_check_reports(c);

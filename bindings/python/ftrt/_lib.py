@@ -80,6 +80,9 @@ REGION_OPTIONAL = 4  # FTRT_REGION_OPTIONAL: a checkpoint without it still resto
 NO_SPARE_STOP = 0
 NO_SPARE_SHRINK = 1
 NO_SPARE_FOLD = 2
+# FTRT_SHARD_REDUNDANCY values (Config.shard_redundancy; docs/detection-and-recovery.md)
+SHARD_REPLICA = 0
+SHARD_ERASURE = 1
 FLOAT32, FLOAT64, INT64, BFLOAT16, FLOAT16 = 0, 1, 2, 3, 4  # ftrt_dtype
 SUM, MIN, MAX = 0, 1, 2
 CKPT_WAIT, CKPT_SKIP = 0, 1
@@ -299,6 +302,8 @@ class Config(_StrFields):
         ("sigterm", ctypes.c_int),
         ("no_spare", ctypes.c_int),
         ("fold_max", ctypes.c_int),
+        ("shard_redundancy", ctypes.c_int),
+        ("ec_group", ctypes.c_int),
     ]
 
     @classmethod
