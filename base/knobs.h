@@ -51,8 +51,9 @@
       "N > 0: the trainer of logical rank N - 1 flips a bit of its erasure-group parity right "  \
       "after each refresh (memory corrupted while held: its REPORT must not offer it)")          \
     X(ec_die_rank, "FTRT_TEST_EC_DIE_RANK", 1 << 20,                                            \
-      "N > 0: the trainer of logical rank N - 1 SIGKILLs itself in the middle of the erasure "  \
-      "refresh of step FTRT_TEST_EC_DIE_STEP (its first contributions sent, the parity not)")   \
+      "N > 0: the trainer of logical rank N - 1 SIGKILLs itself (in epoch 0) in the erasure "   \
+      "refresh of step FTRT_TEST_EC_DIE_STEP, mid-refresh: its image taken, no contribution "  \
+      "sent")                                                                                   \
     X(ec_die_step, "FTRT_TEST_EC_DIE_STEP", 1 << 30,                                            \
       "the step of the refresh in which FTRT_TEST_EC_DIE_RANK dies")                            \
     X(sim_device, "FTRT_TEST_SIM_DEVICE", 1,                                                   \

@@ -180,11 +180,12 @@ static int refresh_round(ftrt_ctx *ctx, round_bufs *b, size_t off, size_t len)
 }
 
 /* Test knob: the trainer FTRT_TEST_EC_DIE_RANK - 1 SIGKILLs itself in the middle of the refresh
- * of step FTRT_TEST_EC_DIE_STEP, its contributions of the first round sent, its parity not. */
+ * of step FTRT_TEST_EC_DIE_STEP: its image taken and the images' sizes agreed, no contribution
+ * sent (the others' parity cannot complete). */
 static void die_if_asked(const ftrt_ctx *ctx, int64_t step)
 {
     if (ftrt__knobs.ec_die_rank > 0 && ctx->rank == ftrt__knobs.ec_die_rank - 1 &&
-        step == ftrt__knobs.ec_die_step) {
+        step == ftrt__knobs.ec_die_step && ctx->watch.epoch == 0) { /* (once: not the spare) */
         ftrt_log_warn("test knob FTRT_TEST_EC_DIE_RANK: dying in the refresh of step %lld",
                       (long long)step);
         raise(SIGKILL);
@@ -200,10 +201,9 @@ static int reduce_parity(ftrt_ctx *ctx, int64_t step)
     round_bufs b = {malloc((size_t)d * M * PIECE), malloc((size_t)M * (d > 1 ? d - 1 : 1) * PIECE),
                     malloc(PIECE), malloc((size_t)(d * M + M * d) * sizeof(MPI_Request))};
     int rc = b.contrib && b.recv && b.pad && b.req ? grow_parity(ec) : -ENOMEM;
-    for (size_t off = 0; !rc && off < ec->chunk; off += PIECE) {
+    die_if_asked(ctx, step);
+    for (size_t off = 0; !rc && off < ec->chunk; off += PIECE)
         rc = refresh_round(ctx, &b, off, ec->chunk - off < PIECE ? ec->chunk - off : PIECE);
-        if (off == 0) die_if_asked(ctx, step);
-    }
     free(b.pad);
     free(b.req);
     if (rc && rc != -ENOMEM) { /* requests may still complete into these */
