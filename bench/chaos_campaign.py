@@ -54,6 +54,12 @@ the newest usable state: its partner's replica (rework <= K + 1 steps) when that
 survived, or the committed checkpoint when newer than the replicas or struck during a refresh;
 else from the checkpoint (docs/testing.md, "Sharded state and partner replicas"). The per-kind
 table then shows where the state came from and the rework.
+With --erasure G as well (--sharded K needed) the jobs keep the sharded state in erasure groups
+of G trainers instead (ftrt-chaos --erasure G: FTRT_SHARD_REDUNDANCY=erasure, FTRT_EC_GROUP=G;
+docs/detection-and-recovery.md "Erasure groups"), corrupt-replica is not drawn, and the verdict
+wants every trainer whose group lost at most 2 rebuilt from memory (state_from erasure, rework
+<= K + 1) unless the loss struck during a refresh or the checkpoint is newer; with --hosts
+the jobs (and their references) have the sharded momentum too.
 With --device sim every run keeps the parameters and momentum in the simulated device's
 memory (train_mlp --device sim, FTRT_TEST_SIM_DEVICE=1: a test arrangement, no GPU): the
 checkpoints, restores, the state transfer to a promoted spare, the partner replicas (with
@@ -75,7 +81,8 @@ shrink a shrunk run's parameters must differ from the reference (data skipped), 
 be identical.
 
 Usage: bench/chaos_campaign.py [--runs 50] [--seed 1] [--bin build/examples/train_mlp]
-                               [--sharded K] [--device host|sim] [--kinds k1,k2]
+                               [--sharded K [--erasure G]] [--device host|sim]
+                               [--kinds k1,k2]
                                [--summary FILE] [--hosts N [--slots S]]
                                [--no-spare stop|shrink|fold]
 """
@@ -146,6 +153,22 @@ def stat(name, v, unit="ms", width=28):
               f"{max(v) * k:8.1f} {unit}   (n={len(v)})")
 
 
+def sharded_opts(a):
+    """ftrt-chaos's options for --sharded K [--erasure G]."""
+    if a.sharded is None:
+        return []
+    return ["--sharded", str(a.sharded)] + (["--erasure", str(a.erasure)]
+                                            if a.erasure is not None else [])
+
+
+def sharded_desc(a):
+    """The campaign line's words on --sharded / --erasure."""
+    if a.sharded is None:
+        return ""
+    how = "replicas" if a.erasure is None else f"erasure groups of {a.erasure}"
+    return f", sharded momentum, {how} every {a.sharded} steps"
+
+
 def run_one(a, d, fault, opts, ref, np_, env, rng, targs=()):
     """One ftrt-chaos run in d (train_mlp with targs too); returns (exit status, its verdict
     JSON)."""
@@ -176,6 +199,9 @@ def main():
     ap.add_argument("--sharded", type=int, metavar="K",
                     help="sharded momentum with partner replicas every K steps (0: at each "
                          "checkpoint), and the kinds kill-partners, corrupt-replica")
+    ap.add_argument("--erasure", type=int, metavar="G",
+                    help="with --sharded: erasure groups of G trainers instead of partner "
+                         "replicas (ftrt-chaos --erasure G; corrupt-replica is not drawn)")
     ap.add_argument("--device", choices=("host", "sim"), default="host",
                     help="where train_mlp keeps parameters and momentum: host memory or the "
                          "simulated device (a test arrangement; FTRT_TEST_SIM_DEVICE=1)")
@@ -185,11 +211,14 @@ def main():
     ap.add_argument("--hosts-prefix", default="ftrt-c")
     a = ap.parse_args()
     example_args.check_paths(ap, a, outputs=("summary",), inputs=("bin",))
+    if a.erasure is not None and (a.sharded is None or not 3 <= a.erasure <= 32):
+        ap.error("--erasure G needs --sharded K and 3 <= G <= 32")
     if a.hosts is not None:
         if a.device != "host":
             ap.error("--device sim runs on one host only (without --hosts)")
         return hosts_campaign(a)
-    kinds = KINDS + (SHARDED_KINDS if a.sharded is not None else [])
+    kinds = KINDS + ([k for k in SHARDED_KINDS if a.erasure is None or k != "corrupt-replica"]
+                     if a.sharded is not None else [])
     if a.kinds:
         kinds = a.kinds.split(",")
         bad = [k for k in kinds if k not in KINDS + SHARDED_KINDS]
@@ -207,8 +236,7 @@ def main():
     device_args += ["--ordered"] if a.no_spare == "fold" else []
     ref = chaos_cases.reference(ns, sharded_args + device_args)
     print(f"campaign: {a.runs} runs, seed {a.seed}, kinds {','.join(kinds)}"
-          + (f", sharded momentum, replicas every {a.sharded} steps" if a.sharded is not None
-             else "")
+          + sharded_desc(a)
           + (", state in the simulated device's memory" if a.device == "sim" else "")
           + f", FTRT_NO_SPARE={a.no_spare}"
           + f", work dir {work}", flush=True)
@@ -219,8 +247,7 @@ def main():
         fault = {"kind": kind, "at_step": rng.randrange(40, 140),
                  "target": f"trainer:{rng.randrange(4)}"}
         opts = ["--relaunch", "2"]
-        if a.sharded is not None:
-            opts += ["--sharded", str(a.sharded)]
+        opts += sharded_opts(a)
         if kind in ("corrupt-shard", "truncate-shard"):
             fault["then"] = [{"kind": "kill-coordinator"}]
         if kind == "enospc":
@@ -376,9 +403,12 @@ def hosts_campaign(a):
     matrix, rows = {}, []
     by_detect, mttr, exit_bound, gave_up = {}, {}, {"first launch": [], "relaunch": []}, []
     late_writes = []  # per partition: files its side wrote after the cut (never committed)
-    targs = ["--ordered"] if a.no_spare == "fold" else []
+    targs = (["--ordered"] if a.no_spare == "fold" else []) + \
+        (["--sharded-momentum"] if a.sharded is not None else [])
     print(f"campaign: {a.runs} runs on {a.hosts} hosts x {a.slots} slots ({np_} ranks), "
-          f"seed {a.seed}, FTRT_NO_SPARE={a.no_spare}, work dir {work}", flush=True)
+          f"seed {a.seed}, FTRT_NO_SPARE={a.no_spare}"
+          + sharded_desc(a)
+          + f", work dir {work}", flush=True)
     try:
         hosts_cm = h.Hosts(a.hosts, a.slots, env=hostenv)
         hosts = hosts_cm.__enter__()
@@ -400,7 +430,8 @@ def hosts_campaign(a):
             d = os.path.join(work, f"run{i}")
             env = h.job_env(dict(hostenv, FTRT_NO_SPARE=a.no_spare, **extra), spares=spares,
                             heartbeat_timeout_ms=1000)
-            rc, v = run_one(a, d, fault, ["--relaunch", "2", "--hosts-made"], refs[trainers],
+            rc, v = run_one(a, d, fault, ["--relaunch", "2", "--hosts-made"] + sharded_opts(a),
+                            refs[trainers],
                             np_, env, rng, targs)
             left = hosts.leftovers()
             if left:  # ftrt-chaos kills what a launch left; anything here is a harness bug

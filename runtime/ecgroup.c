@@ -32,7 +32,6 @@
  * (k - 2) images' worth of bytes per lost member.
  */
 #include <errno.h>
-#include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -192,30 +191,54 @@ static void die_if_asked(const ftrt_ctx *ctx, int64_t step)
     }
 }
 
-/* The pipelined reduction of this group's parity. On an error every buffer that MPI may still
- * write into is buried (the parity too). Returns 0 or what refresh_round returns, -ENOMEM. */
-static int reduce_parity(ftrt_ctx *ctx, int64_t step)
+static void free_bufs(round_bufs *b)
+{
+    free(b->contrib);
+    free(b->recv);
+    free(b->pad);
+    free(b->req);
+    memset(b, 0, sizeof *b);
+}
+
+/* The refresh's memory (a round's buffers into *b, the parity grown), then whether every
+ * trainer has it (one MIN allreduce: a member that lacks it must not leave the others waiting
+ * for its contributions). Returns 0 (*b allocated), 1 (some member lacks memory: nothing
+ * allocated, no parity this time; logged where it lacked), or the allreduce's code. */
+static int agree_memory(ftrt_ctx *ctx, round_bufs *b)
 {
     ftrt__ecgroup *ec = &ctx->ec;
     int d = ec->kg - M;
-    round_bufs b = {malloc((size_t)d * M * PIECE), malloc((size_t)M * (d > 1 ? d - 1 : 1) * PIECE),
-                    malloc(PIECE), malloc((size_t)(d * M + M * d) * sizeof(MPI_Request))};
-    int rc = b.contrib && b.recv && b.pad && b.req ? grow_parity(ec) : -ENOMEM;
+    *b = (round_bufs){malloc((size_t)d * M * PIECE),
+                      malloc((size_t)M * (d > 1 ? d - 1 : 1) * PIECE), malloc(PIECE),
+                      malloc((size_t)(2 * d * M) * sizeof(MPI_Request))};
+    int64_t ok = b->contrib && b->recv && b->pad && b->req && grow_parity(ec) == 0;
+    if (!ok)
+        ftrt_log_warn("erasure group %d: no memory for %zu bytes of parity and the refresh's "
+                      "buffers", ec->g, (size_t)M * ec->chunk);
+    int rc = ftrt__plane_allreduce(&ctx->plane, &ok, 1, FTRT_INT64, FTRT_MIN);
+    if (rc || !ok) free_bufs(b);
+    return rc ? rc : ok ? 0 : 1;
+}
+
+/* The pipelined reduction of this group's parity with the buffers of agree_memory (freed
+ * here). On an error every buffer that MPI may still write into is buried (the parity too).
+ * Returns 0 or what refresh_round returns. */
+static int reduce_parity(ftrt_ctx *ctx, round_bufs *b, int64_t step)
+{
+    ftrt__ecgroup *ec = &ctx->ec;
+    int rc = 0;
     die_if_asked(ctx, step);
     for (size_t off = 0; !rc && off < ec->chunk; off += PIECE)
-        rc = refresh_round(ctx, &b, off, ec->chunk - off < PIECE ? ec->chunk - off : PIECE);
-    free(b.pad);
-    free(b.req);
-    if (rc && rc != -ENOMEM) { /* requests may still complete into these */
-        ftrt__plane_bury(&ctx->plane, b.contrib);
-        ftrt__plane_bury(&ctx->plane, b.recv);
+        rc = refresh_round(ctx, b, off, ec->chunk - off < PIECE ? ec->chunk - off : PIECE);
+    if (rc) { /* requests may still complete into these */
+        ftrt__plane_bury(&ctx->plane, b->contrib);
+        ftrt__plane_bury(&ctx->plane, b->recv);
         ftrt__plane_bury(&ctx->plane, ec->parity);
+        b->contrib = b->recv = NULL;
         ec->parity = NULL;
         ec->parity_cap = 0;
-        return rc;
     }
-    free(b.contrib);
-    free(b.recv);
+    free_bufs(b);
     return rc;
 }
 
@@ -232,12 +255,15 @@ int ftrt__ec_refresh(ftrt_ctx *ctx, int64_t step, int have, uint32_t crc_shard)
     }
     if (!rc) rc = agree_images(ctx, have, crc_shard);
     if (!rc && ec->chunk == 0) return 0; /* a member of the group kept no image this time */
-    if (!rc) rc = reduce_parity(ctx, step);
+    round_bufs b = {0};
+    if (!rc) rc = agree_memory(ctx, &b);
+    if (rc == 1) return 0; /* a member of the group is out of memory: no parity this time */
+    if (!rc) rc = reduce_parity(ctx, &b, step);
     if (rc == FTRT_ERECOVER) ctx->watch.needs_recover = 1;
     if (rc) {
         ftrt_log_warn("erasure group %d: no parity of step %lld (%s)", ec->g, (long long)step,
                       ftrt_strerror(rc));
-        return rc == -ENOMEM || rc == FTRT_ENOTSUP ? 0 : rc;
+        return rc == FTRT_ENOTSUP ? 0 : rc;
     }
     ec->crc_parity = ftrt__crc32c(0, ec->parity, (size_t)M * ec->chunk);
     if (ftrt__knobs.ec_corrupt > 0 && ctx->rank == ftrt__knobs.ec_corrupt - 1)
@@ -252,7 +278,8 @@ void ftrt__ec_offer(ftrt_ctx *ctx, int64_t *ec_step, int32_t *ec_n, int32_t *ec_
     ftrt__ecgroup *ec = &ctx->ec;
     *ec_step = -1;
     *ec_n = ec->n;
-    *ec_k = ctx->cfg.shard_redundancy == FTRT_SHARD_ERASURE && ftrt__replica_enabled(ctx)
+    *ec_k = ctx->cfg.shard_redundancy == FTRT_SHARD_ERASURE && ec->kg > 0 /* (a refresh placed
+                                                                               it in a group) */
                 ? ctx->cfg.ec_group : 0;
     if (ec->step < 0 || !*ec_k) return;
     if (ftrt__crc32c(0, ec->parity, (size_t)M * ec->chunk) != ec->crc_parity) {
@@ -309,12 +336,34 @@ static int choose(const ftrt_ctx *ctx, const int64_t *v, int g, int kg, int s, i
     return c;
 }
 
-/* A rebuild's buffers at the receiver: kg chunks (fragments, then the lost positions). */
+/* A rebuild's buffers at the receiver: kg chunks (fragments, then the lost positions); the
+ * requests of a round (a fragment in messages of at most 1 GiB). */
 typedef struct rebuild_bufs {
     unsigned char *buf;
     size_t cap;
-    MPI_Request req[FTRT__EC_MAX_K];
+    MPI_Request *req;
+    int nreq;
 } rebuild_bufs;
+
+#define MSG ((size_t)1 << 30) /* bytes per MPI message of a fragment (int counts) */
+
+/* Posts a fragment of C bytes at p to (send) or from peer, one message per MSG bytes of C
+ * (into b->req[*q...]), so that both sides post as many; a sender holds only `have` bytes of
+ * it (a data chunk past its image's end: the receiver's zeros stand for the rest) and sends
+ * what it holds of each piece. Returns 0 or FTRT_EMPI. */
+static int post(rebuild_bufs *b, int *q, int send, unsigned char *p, size_t C, size_t have,
+                int peer, int tag, MPI_Comm comm)
+{
+    for (size_t o = 0; o < C; o += MSG) {
+        size_t piece = C - o < MSG ? C - o : MSG;
+        size_t n = !send ? piece : have <= o ? 0 : have - o < piece ? have - o : piece;
+        int rc = send ? MPI_Isend(p + (n ? o : 0), (int)n, MPI_BYTE, peer, tag, comm,
+                                  &b->req[(*q)++])
+                      : MPI_Irecv(p + o, (int)n, MPI_BYTE, peer, tag, comm, &b->req[(*q)++]);
+        if (rc != MPI_SUCCESS) return FTRT_EMPI;
+    }
+    return 0;
+}
 
 /* Decodes chunk j of lost member i at the receiver from the fragments in b (at pos[0..d)), into
  * its own image. Returns 0 or the codec's code. */
@@ -343,8 +392,15 @@ static int rebuild_round(ftrt_ctx *ctx, const int64_t *v, rebuild_bufs *b, int l
     int kg = ftrt__ec_group_size(n, k, g), d = kg - M, s = ftrt__ec_stripe_of_chunk(kg, M, i, j);
     int pos[FTRT__EC_MAX_K], who[FTRT__EC_MAX_K], q = 0, rc = 0, me = ctx->rank;
     size_t C = (size_t)v[n + l], S = (size_t)(v[2 * n + l] - 1);
-    if (choose(ctx, v, g, kg, s, pos, who) < d || C == 0 || C > INT_MAX) return FTRT_ECORRUPT;
+    if (choose(ctx, v, g, kg, s, pos, who) < d || C == 0) return FTRT_ECORRUPT;
     MPI_Comm comm = ctx->plane.comm;
+    int want = d * (int)((C + MSG - 1) / MSG);
+    if (b->nreq < want) {
+        free(b->req);
+        b->nreq = 0;
+        if (!(b->req = malloc((size_t)want * sizeof *b->req))) return -ENOMEM;
+        b->nreq = want;
+    }
     if (me == l && b->cap < (size_t)kg * C) {
         free(b->buf);
         b->cap = 0;
@@ -354,17 +410,13 @@ static int rebuild_round(ftrt_ctx *ctx, const int64_t *v, rebuild_bufs *b, int l
     for (int c = 0; c < d && !rc; c++) {
         if (me == l) {
             memset(b->buf + (size_t)c * C, 0, C); /* (a data chunk past an image's end: zeros) */
-            if (MPI_Irecv(b->buf + (size_t)c * C, (int)C, MPI_BYTE, who[c], TAG_FRAG + pos[c],
-                          comm, &b->req[q++]) != MPI_SUCCESS)
-                rc = FTRT_EMPI;
-        } else if (me == who[c]) {
-            size_t at = (size_t)pos[c] * C, have = ctx->rep.own_shard;
-            const unsigned char *src = pos[c] < d ? ctx->rep.own + (at < have ? at : 0)
-                                                  : ctx->ec.parity + (size_t)(pos[c] - d) * C;
-            int len = pos[c] < d ? (int)(at < have ? (have - at < C ? have - at : C) : 0) : (int)C;
-            if (MPI_Isend(src, len, MPI_BYTE, l, TAG_FRAG + pos[c], comm, &b->req[q++]) !=
-                MPI_SUCCESS)
-                rc = FTRT_EMPI;
+            rc = post(b, &q, 0, b->buf + (size_t)c * C, C, C, who[c], TAG_FRAG + pos[c], comm);
+        } else if (me == who[c]) { /* a data chunk (what the image holds of it) or a parity */
+            size_t at = (size_t)pos[c] * C, img = ctx->rep.own_shard;
+            size_t have = pos[c] >= d ? C : at < img ? img - at : 0;
+            unsigned char *src = pos[c] < d ? ctx->rep.own + (have ? at : 0)
+                                            : ctx->ec.parity + (size_t)(pos[c] - d) * C;
+            rc = post(b, &q, 1, src, C, have, l, TAG_FRAG + pos[c], comm);
         }
     }
     if (!rc && q) rc = ftrt__plane_waitall(&ctx->plane, q, b->req);
@@ -423,6 +475,7 @@ int ftrt__ec_restore(ftrt_ctx *ctx, int64_t step, ftrt__xfer_stat *st)
     }
     if (st) st->seconds += ftrt__now() - t0;
     free(b.buf);
+    free(b.req);
     free(v);
     return rc;
 }

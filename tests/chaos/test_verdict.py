@@ -28,8 +28,8 @@ CRC_LINE = ("ftrt[w2] ERROR replica.c:387: partner replica: the image of logical
 class Recorded(Verdict):
     """A Verdict over recorded facts: --sharded K and the launch's log, nothing else."""
 
-    def __init__(self, sharded: int, log: str = "") -> None:
-        self.a = argparse.Namespace(sharded=sharded)
+    def __init__(self, sharded: int, log: str = "", erasure: Optional[int] = None) -> None:
+        self.a = argparse.Namespace(sharded=sharded, erasure=erasure)
         self.log = log
 
     def launch_log(self, i: int) -> str:
@@ -47,7 +47,8 @@ def failure(world: int, logical: int, state_from: str, miss: Optional[str], resu
 
 
 def judge(kind: str, fails: List[Dict[str, Any]], targets: List[int], latest: Optional[int],
-          extra: Dict[str, Any], k: int = 3, log: str = "") -> List[Tuple[str, bool, str]]:
+          extra: Dict[str, Any], k: int = 3, log: str = "",
+          erasure: Optional[int] = None) -> List[Tuple[str, bool, str]]:
     """The state rows of one injection of `kind` whose targets are the failures of world ranks
     `targets`, 4 trainers, partners at shift 1, LATEST `latest` at the injection, and `extra`
     (what the injector recorded besides: kill-during-ckpt's inflight, shard_at_death)."""
@@ -61,7 +62,7 @@ def judge(kind: str, fails: List[Dict[str, Any]], targets: List[int], latest: Op
     def check(name: str, passed: bool, detail: str = "") -> None:
         rows.append((name, passed, detail))
 
-    Recorded(k, log).judge_state(inj, fails, {f["pid"]: f for f in fails}, f"{kind} @launch0",
+    Recorded(k, log, erasure).judge_state(inj, fails, {f["pid"]: f for f in fails}, f"{kind} @launch0",
                                  check)
     return rows
 
@@ -130,6 +131,47 @@ def test_state_row(kind: str, fails: List[Dict[str, Any]], targets: List[int],
                    extra: Dict[str, Any]) -> None:
     """Each lost trainer's state row passes or fails as the case says."""
     rows = judge(kind, fails, targets, latest, extra, log=CRC_LINE if crc else "")
+    assert len(rows) == len(targets), rows
+    for r in rows:
+        print(r)
+        assert r[1] == passes, r
+
+
+# Erasure groups (--erasure 4: one group of the 4 trainers, 2 parity): (id, kind, failures,
+# target world ranks, LATEST at the injection, passes)
+ERASURE_CASES: List[Tuple[Any, ...]] = [
+    # two lost at once, rebuilt from the group: rework <= K + 1
+    ("pair-rebuilt", "kill-partners",
+     [failure(2, 1, "erasure", None, 120, 2), failure(3, 2, "erasure", None, 120, 2)],
+     [2, 3], 100, True),
+    ("pair-rebuilt-too-much-rework", "kill-two-trainers",
+     [failure(2, 1, "erasure", None, 120, 5), failure(4, 3, "erasure", None, 120, 5)],
+     [2, 4], 100, False),
+    # two lost and the checkpoint without a reason that allows it: a missed rebuild
+    ("pair-not-rebuilt", "kill-partners",
+     [failure(2, 1, "checkpoint", "lost_image_not_held", 100, 22),
+      failure(3, 2, "checkpoint", "lost_image_not_held", 100, 22)], [2, 3], 100, False),
+    # three lost in the group: the checkpoint, with the reason
+    ("three-lost", "kill-beyond-spares",
+     [failure(1, 0, "checkpoint", "erasure_group_lost_more_than_parity", 100, 22),
+      failure(2, 1, "checkpoint", "erasure_group_lost_more_than_parity", 100, 22),
+      failure(3, 2, "checkpoint", "erasure_group_lost_more_than_parity", 100, 22)],
+     [1, 2, 3], 100, True),
+    # struck during a refresh (123 done, K = 3): no complete parity, the checkpoint
+    ("refresh-in-flight", "kill-two-trainers",
+     [failure(2, 1, "checkpoint", "erasure_fragments_missing", 100, 23),
+      failure(4, 3, "checkpoint", "erasure_fragments_missing", 100, 23)], [2, 4], 100, True),
+    ("fragments-missing-not-in-a-refresh", "kill-trainer",
+     [failure(2, 1, "checkpoint", "erasure_fragments_missing", 100, 24)], [2], 100, False),
+]
+
+
+@pytest.mark.parametrize("kind,fails,targets,latest,passes", [c[1:] for c in ERASURE_CASES],
+                         ids=[c[0] for c in ERASURE_CASES])
+def test_erasure_state_row(kind: str, fails: List[Dict[str, Any]], targets: List[int],
+                           latest: Optional[int], passes: bool) -> None:
+    """Each lost trainer's state row under --erasure 4 passes or fails as the case says."""
+    rows = judge(kind, fails, targets, latest, {}, erasure=4)
     assert len(rows) == len(targets), rows
     for r in rows:
         print(r)

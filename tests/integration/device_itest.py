@@ -25,6 +25,11 @@ Cases (each compares the final parameters with a fault-free run's, byte for byte
               memory, copied through the device backend); logical rank 0 holds at step 67, a
               trainer SIGKILLed there: its shard comes from its partner's memory, resume at
               the last replica (65, not the checkpoint at 60), rework 2 steps (<= K + 1)
+  erasure     the same with erasure groups (FTRT_SHARD_REDUNDANCY=erasure: one group of the 3
+              trainers, 2 parity) and 2 spares: two trainers SIGKILLed at once at the hold,
+              both sharded images rebuilt from the survivor's image and parity (host memory,
+              copied from and into device memory through the device backend), resume at 65,
+              rework 2 steps, byte-identical
   flip        silent data corruption in device memory: logical rank 1 flips one bit of one
               weight of its device parameters after its update of step 70 (train_mlp
               --flip-rank/--flip-at-step, from inside the process: an injector outside cannot
@@ -209,6 +214,34 @@ def case_replica(args):
           f"rework {HOLD - REPLICA_AT} steps <= K + 1 (got {f['rework_steps']})")
     check("from the partner replicas in memory" in job.out and "reload checkpoint" not in job.out,
           "the log shows the in-memory restore and no checkpoint reload")
+    expect_identical(job, args)
+
+
+@h.case(CASES, fixture="required", timeout_s=120)
+def case_erasure(args):
+    need_reference(args)
+    job = job_of(args, "erasure", np_=6, spares=2,
+                 extra=["--sharded-momentum", "--hold-at-step", str(HOLD), "--hold-ms", "2000"],
+                 env={"FTRT_SHARD_REPLICA_EVERY": str(K), "FTRT_LOG": "info",
+                      "FTRT_SHARD_REDUNDANCY": "erasure"}).start()
+
+    def held(st):
+        tr = [r for r in st["ranks"] if r["role"] == "trainer"]
+        return st.get("job") == "running" and tr and all(r["steps_done"] >= HOLD for r in tr)
+    st = job.wait_status(held, timeout=60)
+    for r in [trainer(st, 1), trainer(st, 2)]:
+        job.inject(signal.SIGKILL, r, "sigkill")
+    rc = job.wait(90)
+    check(rc == 0, f"job survives both kills and exits 0 (got {rc})")
+    fs = job.load_report()["failures"]
+    check(len(fs) == 2 and all(f["recovered"] for f in fs), "two failures, both recovered")
+    last = max(fs, key=lambda f: f["epoch"])
+    check(last["state_from"] == "erasure" and last["resume_step"] == REPLICA_AT
+          and last["rework_steps"] <= K + 1,
+          f"rebuilt from the erasure group at step {REPLICA_AT}, rework <= K + 1 "
+          f"({last['state_from']}, {last['resume_step']}, {last['rework_steps']})")
+    check("from the erasure groups in memory" in job.out and "reload checkpoint" not in job.out,
+          "the log shows the rebuild from memory and no checkpoint reload")
     expect_identical(job, args)
 
 

@@ -45,8 +45,12 @@ CASES = {}  # name -> ftrt_harness.Case
 
 def erasure_job(args, name, spares, env=None):
     """itest.py's replica job (sharded momentum, refresh every 5 steps, hold at step 62) with
-    erasure groups: 1 coordinator + 4 trainers + `spares` hot spares."""
-    e = {"FTRT_SHARD_REDUNDANCY": "erasure", "FTRT_EC_GROUP": "4"}
+    erasure groups: 1 coordinator + 4 trainers + `spares` hot spares. The coordinator holds
+    each PLAN 500 ms after its FAILURE (FTRT_TEST_PLAN_DELAY_MS), so that trainers killed at
+    once are lost in one epoch: without it the first kill's recovery may complete before the
+    next kill is detected, and each loss alone is rebuilt from memory."""
+    e = {"FTRT_SHARD_REDUNDANCY": "erasure", "FTRT_EC_GROUP": "4",
+         "FTRT_TEST_PLAN_DELAY_MS": "500"}
     e.update(env or {})
     return replica_job(args, name, np_=5 + spares, spares=spares, env=e)
 
@@ -72,7 +76,8 @@ def case_erasure_pair(args):
     kill_at_once(job, wait_hold(job), [1, 2])
     fs = failures(job, 2)
     last = max(fs, key=lambda f: f["epoch"])
-    check(all(f["state_from"] == "erasure" for f in fs if f["epoch"] == last["epoch"])
+    check(all(f["epoch"] == last["epoch"] for f in fs), "the two lost in one epoch")
+    check(all(f["state_from"] == "erasure" for f in fs)
           and last["resume_step"] == REPLICA_AT,
           f"rebuilt from the erasure group, resumed at step {REPLICA_AT} "
           f"({[(f['state_from'], f['resume_step']) for f in fs]})")
@@ -91,6 +96,7 @@ def case_erasure_three(args):
     kill_at_once(job, wait_hold(job), [0, 1, 2])
     fs = failures(job, 3)
     last = max(fs, key=lambda f: f["epoch"])
+    check(all(f["epoch"] == last["epoch"] for f in fs), "the three lost in one epoch")
     check(last["state_from"] == "checkpoint" and last["resume_step"] == CKPT_AT,
           f"three losses in a group of 4: checkpoint step {CKPT_AT} "
           f"({last['state_from']}, {last['resume_step']})")
@@ -108,6 +114,7 @@ def case_erasure_corrupt(args):
     kill_at_once(job, wait_hold(job), [1, 2])
     fs = failures(job, 2)
     last = max(fs, key=lambda f: f["epoch"])
+    check(all(f["epoch"] == last["epoch"] for f in fs), "the two lost in one epoch")
     check(last["state_from"] == "checkpoint" and last["resume_step"] == CKPT_AT
           and last["replica_miss"] == "erasure_fragments_missing",
           f"a corrupted parity and two losses: checkpoint step {CKPT_AT}, fragments missing "

@@ -237,6 +237,44 @@ static int strict(void)
     return ci && *ci && strcmp(ci, "false") != 0 && strcmp(ci, "0") != 0;
 }
 
+/* The groups of a job: every logical rank in exactly one group, at its member index; sizes
+ * differ by at most one, none above FTRT__EC_MAX_K nor below 3; strided (ranks l and l + 1 in
+ * different groups when there are several); no group below 3 trainers. */
+static void groups_partition_the_ranks(void **state)
+{
+    (void)state;
+    assert_int_equal(ftrt__ec_ngroups(2, 4), 0);
+    assert_int_equal(ftrt__ec_ngroups(5, 2), 0);
+    assert_int_equal(ftrt__ec_ngroups(4, 4), 1);
+    assert_int_equal(ftrt__ec_ngroups(7, 4), 1);
+    assert_int_equal(ftrt__ec_ngroups(8, 4), 2);
+    assert_int_equal(ftrt__ec_ngroups(100, 32), 4); /* 3 groups would hold 34 */
+    for (int n = 3; n <= 80; n++)
+        for (int k = 3; k <= FTRT__EC_MAX_K; k++) {
+            int ng = ftrt__ec_ngroups(n, k), seen[80] = {0}, lo = 1 << 30, hi = 0;
+            assert_true(ng >= 1);
+            for (int g = 0; g < ng; g++) {
+                int size = ftrt__ec_group_size(n, k, g);
+                lo = size < lo ? size : lo;
+                hi = size > hi ? size : hi;
+                for (int i = 0; i < size; i++) {
+                    int l = ftrt__ec_group_member(n, k, g, i), idx = -1;
+                    assert_true(l >= 0 && l < n);
+                    seen[l]++;
+                    assert_int_equal(ftrt__ec_group_of(n, k, l, &idx), g);
+                    assert_int_equal(idx, i);
+                }
+                assert_int_equal(ftrt__ec_group_member(n, k, g, size), -1);
+            }
+            for (int l = 0; l < n; l++) assert_int_equal(seen[l], 1);
+            assert_true(hi - lo <= 1 && lo >= 3 && hi <= FTRT__EC_MAX_K);
+            if (ng > 1) assert_int_not_equal(ftrt__ec_group_of(n, k, 0, NULL),
+                                             ftrt__ec_group_of(n, k, 1, NULL));
+        }
+    assert_int_equal(ftrt__ec_group_of(8, 4, 8, NULL), -1);
+    assert_int_equal(ftrt__ec_group_size(8, 4, 2), -1);
+}
+
 int main(void)
 {
     if (!ftrt__ec_available()) {
@@ -250,6 +288,7 @@ int main(void)
         cmocka_unit_test(two_losses_rebuild),
         cmocka_unit_test(corrupt_fragment_rebuilds_other_bytes),
         cmocka_unit_test(bad_arguments),
+        cmocka_unit_test(groups_partition_the_ranks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

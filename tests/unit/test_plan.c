@@ -180,6 +180,79 @@ static size_t behind_plan(int n)
 /* Issue 22: with many survivors a step behind, the PLAN listed them all to every member (524 KB
  * a member, 68.7 GB a recovery at 131,072 simulated ranks). Now a survivor's PLAN is the fixed
  * part and the 2 replaced ranks, the same bytes at 1,024 and at 16,384 trainers. */
+/* Erasure groups (k = 4, one group of 4 trainers, 2 parity): memory while a group lost at most
+ * 2 members and every stripe of a lost data chunk keeps 2 usable positions; the checkpoint, with
+ * the reason, otherwise. Then 8 trainers in 2 strided groups: 2 losses in each are fine. */
+static void erasure_plan(void **state)
+{
+    (void)state;
+    int surv[4] = {1, 0, 0, 1};
+    int64_t own[4] = {20, -1, -1, 20}, ec[4] = {20, 20, 20, 20}, mem = 0;
+    int32_t en[4] = {4, 4, 4, 4}, ek[4] = {4, 4, 4, 4}, src[4];
+    int miss = -1;
+    ftrt__ec_plan_in in = {.n = 4, .survivor = surv, .own_step = own, .ec_step = ec, .ec_n = en,
+                           .ec_k = ek};
+    assert_int_equal(ftrt__plan_erasure(&in, 10, &mem, src, &miss), 1);
+    assert_int_equal(mem, 20);
+    assert_int_equal(miss, FTRT__RMISS_NONE);
+    assert_int_equal(src[0], -1);
+    assert_int_equal(src[1], FTRT__SHARD_SRC_ERASURE);
+    assert_int_equal(src[2], FTRT__SHARD_SRC_ERASURE);
+    assert_int_equal(src[3], -1);
+    /* rank 1's chunk 0 lies in stripe 1 (positions: 1, 2 data, 3, 0 parity): rank 3's parity
+     * failing its CRC32C leaves one usable position of 2 needed */
+    ec[3] = -1;
+    assert_int_equal(ftrt__plan_erasure(&in, 10, &mem, src, &miss), 0);
+    assert_int_equal(miss, FTRT__RMISS_EC_FRAGMENTS);
+    assert_int_equal(mem, -1);
+    for (int l = 0; l < 4; l++) assert_int_equal(src[l], -1);
+    /* with one loss the other parity position is enough */
+    int one[4] = {1, 0, 1, 1};
+    int64_t own1[4] = {20, -1, 20, 20};
+    in.survivor = one, in.own_step = own1;
+    assert_int_equal(ftrt__plan_erasure(&in, 10, &mem, src, &miss), 1);
+    /* parity made for another membership (5 trainers) is not usable */
+    ec[3] = 20, en[0] = en[3] = 5;
+    in.survivor = surv, in.own_step = own;
+    assert_int_equal(ftrt__plan_erasure(&in, 10, &mem, src, &miss), 0);
+    assert_int_equal(miss, FTRT__RMISS_EC_FRAGMENTS);
+    en[0] = en[3] = 4;
+    /* three losses: more than the parity */
+    int three[4] = {1, 0, 0, 0};
+    int64_t own3[4] = {20, -1, -1, -1};
+    in.survivor = three, in.own_step = own3;
+    assert_int_equal(ftrt__plan_erasure(&in, 10, &mem, src, &miss), 0);
+    assert_int_equal(miss, FTRT__RMISS_EC_TOO_MANY);
+    assert_string_equal(ftrt__replica_miss_name(miss), "erasure_group_lost_more_than_parity");
+    /* a survivor without its own image of the step (a refresh cut short), a newer checkpoint */
+    in.survivor = surv, in.own_step = own;
+    own[3] = 15;
+    assert_int_equal(ftrt__plan_erasure(&in, 10, &mem, src, &miss), 0);
+    assert_int_equal(miss, FTRT__RMISS_NO_COMMON_IMAGE);
+    own[3] = 20;
+    assert_int_equal(ftrt__plan_erasure(&in, 30, &mem, src, &miss), 0);
+    assert_int_equal(miss, FTRT__RMISS_OLDER_THAN_CKPT);
+    /* nobody holds parity of the step (every survivor's refresh was cut short) */
+    for (int l = 0; l < 4; l++) ec[l] = 15;
+    assert_int_equal(ftrt__plan_erasure(&in, 10, &mem, src, &miss), 0);
+    assert_int_equal(miss, FTRT__RMISS_EC_FRAGMENTS);
+    assert_int_equal(ftrt__plan_erasure(NULL, 10, &mem, src, &miss), FTRT_EINVAL);
+    /* 8 trainers, k = 4: groups {0,2,4,6} and {1,3,5,7}; ranks 0, 2 (group 0) and 1, 7
+     * (group 1) lost: two per group, memory; a third in group 0 (4): not */
+    int s8[8] = {0, 0, 0, 1, 1, 1, 1, 0};
+    int64_t o8[8], e8[8];
+    int32_t n8[8], k8[8], src8[8];
+    for (int l = 0; l < 8; l++) o8[l] = s8[l] ? 40 : -1, e8[l] = 40, n8[l] = 8, k8[l] = 4;
+    ftrt__ec_plan_in in8 = {.n = 8, .survivor = s8, .own_step = o8, .ec_step = e8, .ec_n = n8,
+                            .ec_k = k8};
+    assert_int_equal(ftrt__plan_erasure(&in8, 0, &mem, src8, &miss), 1);
+    for (int l = 0; l < 8; l++)
+        assert_int_equal(src8[l], s8[l] ? -1 : FTRT__SHARD_SRC_ERASURE);
+    s8[4] = 0;
+    assert_int_equal(ftrt__plan_erasure(&in8, 0, &mem, src8, &miss), 0);
+    assert_int_equal(miss, FTRT__RMISS_EC_TOO_MANY);
+}
+
 static void behind_plan_does_not_grow(void **state)
 {
     (void)state;
@@ -193,6 +266,6 @@ int main(void)
         cmocka_unit_test(most_advanced_survivor), cmocka_unit_test(ties_pick_lowest_rank),
         cmocka_unit_test(sharded_uses_checkpoint), cmocka_unit_test(no_survivor),
         cmocka_unit_test(progress_timeout), cmocka_unit_test(replica_plan),
-        cmocka_unit_test(behind_plan_does_not_grow)};
+        cmocka_unit_test(behind_plan_does_not_grow), cmocka_unit_test(erasure_plan)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

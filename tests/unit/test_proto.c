@@ -128,6 +128,14 @@ static void plan_checks(void **state)
     assert_int_equal(ftrt__plan_check(p, len), FTRT_EPROTO);
     ss[2] = 3; /* no such rank */
     assert_int_equal(ftrt__plan_check(p, len), FTRT_EPROTO);
+    ss[2] = FTRT__SHARD_SRC_ERASURE; /* rebuilt by its erasure group */
+    assert_int_equal(ftrt__plan_check(p, len), 0);
+    role[2] = FTRT__PLAN_UP_TO_DATE; /* ... only a member that needs state */
+    assert_int_equal(ftrt__plan_check(p, len), FTRT_EPROTO);
+    role[2] = FTRT__PLAN_NEEDS_STATE, p->mem_step = -1; /* ... only in a memory plan */
+    assert_int_equal(ftrt__plan_check(p, len), FTRT_EPROTO);
+    p->mem_step = 10, ss[2] = -3; /* no such source */
+    assert_int_equal(ftrt__plan_check(p, len), FTRT_EPROTO);
     ss[2] = 0;
     p->ckpt_step = 10; /* memory and checkpoint at once */
     assert_int_equal(ftrt__plan_check(p, len), FTRT_EPROTO);
@@ -314,8 +322,10 @@ static void plan_delta_memory(void **state)
     assert_int_equal(ftrt__plan_msg_check(m, len2), FTRT_EPROTO);
     m->data[0] = 1, m->data[1] = 0; /* the coordinator is never a member */
     assert_int_equal(ftrt__plan_msg_check(m, len2), FTRT_EPROTO);
-    m->data[1] = 7, m->data[2] = -2;
+    m->data[1] = 7, m->data[2] = -3;
     assert_int_equal(ftrt__plan_msg_check(m, len2), FTRT_EPROTO);
+    m->data[2] = FTRT__SHARD_SRC_ERASURE; /* rebuilt by its erasure group: a valid source */
+    assert_int_equal(ftrt__plan_msg_check(m, len2), 0);
     m->data[2] = 2, m->logical_rank = 1; /* a logical rank only with the whole table */
     assert_int_equal(ftrt__plan_msg_check(m, len2), FTRT_EPROTO);
     m->logical_rank = -1, m->nrepl = 7; /* more replaced ranks than trainers */

@@ -132,6 +132,8 @@ class Chaos(Injector, Verdict, Drains):
         env = dict(os.environ, FTRT_STATUS_FILE=self.status, FTRT_FAULT_LOG=self.fault_log)
         if self.a.sharded is not None:
             env["FTRT_SHARD_REPLICA_EVERY"] = str(self.a.sharded)
+        if self.a.erasure is not None:
+            env.update(FTRT_SHARD_REDUNDANCY="erasure", FTRT_EC_GROUP=str(self.a.erasure))
         if any(f.get("kind") == "sigterm-rank" for f in plan):
             env["FTRT_SIGTERM"] = "drain"  # (drain.py)
         if self.replica_corrupt:

@@ -64,6 +64,11 @@ the newest usable state, with no more rework than that state gives.
   - from the checkpoint, always resumed at a committed step no older than LATEST at the
     injection; kill-during-ckpt records whether the killed trainer's shard of the step in
     flight was in place at its death, and a recovery from that step without it fails.
+With --erasure G as well: FTRT_SHARD_REDUNDANCY=erasure, FTRT_EC_GROUP=G (erasure groups
+instead of partner replicas); a trainer whose group (logical rank l in group l mod
+max(1, n / G)) lost at most 2 in the same recovery: "erasure", rework <= K + 1, or the
+checkpoint when newer or struck during a refresh (erasure_fragments_missing, no_common_image);
+3 or more: "checkpoint" (erasure_group_lost_more_than_parity). corrupt-replica is skipped.
 Kinds for it:
   kill-partners    SIGKILL of a trainer (target) and, at once, of the trainer holding its
                    replica (needs 2 spares to recover in place). Verdict as above: checkpoint.
@@ -185,6 +190,10 @@ def parser():
                     help="the job has sharded state (e.g. train_mlp --sharded-momentum): sets "
                          "FTRT_SHARD_REPLICA_EVERY=K (0: at each checkpoint) and checks where "
                          "each recovery took the state from (partner replica or checkpoint)")
+    ap.add_argument("--erasure", type=int, metavar="G",
+                    help="with --sharded: erasure groups instead of partner replicas "
+                         "(FTRT_SHARD_REDUNDANCY=erasure, FTRT_EC_GROUP=G); a recovered "
+                         "trainer's state is judged by the losses in its group")
     ap.add_argument("--hosts", type=int, help="make N simulated hosts for the run")
     ap.add_argument("--slots", type=int, default=2, help="slots per host (with --hosts)")
     ap.add_argument("--hosts-made", action="store_true",
@@ -235,6 +244,8 @@ def check_values(a):
     """Raises Usage naming the option whose value cannot be used."""
     if a.sharded is not None and a.sharded < 0:
         raise Usage("--sharded K needs K >= 0")
+    if a.erasure is not None and (a.sharded is None or a.erasure < 3 or a.erasure > 32):
+        raise Usage("--erasure G needs --sharded and 3 <= G <= 32")
     if a.ckpt_tmpfs and not a.ckpt_dir:
         raise Usage("--ckpt-tmpfs needs --ckpt-dir")
     if a.hosts is not None and (a.hosts_made or a.hosts < 1 or a.slots < 1):

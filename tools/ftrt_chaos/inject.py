@@ -125,8 +125,9 @@ class Injector:
         """kill-trainer, hang-trainer (SIGSTOP), pause-trainer (SIGSTOP, SIGCONT after
         --pause-ms), corrupt-replica (SIGKILL; the job corrupts its replicas itself)."""
         kind = f["kind"]
-        if kind == "corrupt-replica" and self.a.sharded is None:
-            return self.skip(kind, "needs --sharded (a job with partner replicas)")
+        if kind == "corrupt-replica" and (self.a.sharded is None or self.a.erasure is not None):
+            return self.skip(kind, "needs --sharded without --erasure (a job with partner "
+                                   "replicas)")
         t = self.pick_trainers(st, f.get("target"))
         if not t:
             return self.skip(kind, "no trainer")

@@ -48,6 +48,50 @@ class StateFacts:
     latest: Optional[int]
     crc_logged: bool = False
     inflight_shard: Optional[bool] = None
+    # erasure groups (--erasure): the trainers lost in the same recovery in its group
+    erasure: bool = False
+    group_lost: int = 0
+
+
+# replica_miss values of erasure groups: a stripe short of fragments (a refresh in flight:
+# no complete parity) or a survivor's image of another step; a group that lost more than 2
+ERASURE_REFRESH_MISSES = ("no_common_image", "erasure_fragments_missing")
+ERASURE_TOO_MANY_MISS = "erasure_group_lost_more_than_parity"
+
+
+def ec_group_of(n, g, logical):
+    """The erasure group of a logical rank among n trainers for FTRT_EC_GROUP = g (as
+    kernels/erasure.c ftrt__ec_group_of): max(1, n // g) groups, at least ceil(n / 32)."""
+    ng = max(1, n // g, -(-n // 32))
+    return logical % ng
+
+
+def judge_erasure_state(x: StateFacts) -> Tuple[str, bool, str]:
+    """As judge_sharded_state, with erasure groups: rebuilt from the group (state_from
+    "erasure") with rework <= K + 1 while the group lost at most 2; the committed checkpoint
+    (no older than LATEST at the injection) when the group lost 3 or more, when it is newer
+    than the parity, or when the failure struck during a refresh (the steps done at the failure
+    a multiple of K)."""
+    k, miss, resume, rework = x.every, x.replica_miss, x.resume_step, x.rework_steps
+    bound = k + 1 if k > 0 else None
+    from_ckpt = x.state_from == "checkpoint" and resume is not None
+    ckpt_ok = from_ckpt and (x.latest is None or (resume is not None and resume >= x.latest)) \
+        and x.inflight_shard is not False
+    latest = f"LATEST at the injection: step {x.latest}"
+    if x.group_lost > 2:
+        ok = ckpt_ok and miss in (ERASURE_TOO_MANY_MISS, NEWER_CHECKPOINT_MISS)
+        return (f"from the checkpoint ({x.group_lost} lost in its group)", ok, latest)
+    title = "rebuilt from its erasure group" + (f" (rework <= {bound})" if bound else "") + \
+        ", or the checkpoint when newer or struck during a refresh"
+    if x.state_from == "erasure":
+        return title, bound is None or rework <= bound, f"{x.group_lost} lost in its group"
+    if miss == NEWER_CHECKPOINT_MISS:
+        ok = ckpt_ok and (bound is None or rework <= bound)
+        return title, ok, f"the committed checkpoint is newer than the parity; {latest}"
+    before = (resume or 0) + rework
+    ok = ckpt_ok and k > 0 and before % k == 0 and miss in ERASURE_REFRESH_MISSES
+    return title, ok, (f"struck at step {before}, a refresh (every {k}): its parity was in "
+                       f"flight; {latest}" if ok else latest)
 
 
 def judge_sharded_state(x: StateFacts) -> Tuple[str, bool, str]:
@@ -371,15 +415,20 @@ class Verdict:
             inflight = inj.get("inflight") or ""
             at_inflight = inflight[5:].isdigit() and int(inflight[5:]) == f.get("resume_step") \
                 and f.get("state_from") == "checkpoint"
+            g = getattr(self.a, "erasure", None)
+            grp = [x for x in lost if g and ec_group_of(n, g, x) ==
+                   ec_group_of(n, g, f["logical_rank"])]
             facts = StateFacts(kind=inj["kind"], every=k or 0, state_from=f.get("state_from"),
                                replica_miss=f.get("replica_miss"),
                                resume_step=f.get("resume_step"),
                                rework_steps=f.get("rework_steps") or 0,
                                pair_lost=any((x + s) % n in lost for x in lost),
                                latest=lay.get("latest"), crc_logged=crc,
-                               inflight_shard=shard if at_inflight else None)
-            title, passed, note = judge_sharded_state(facts)
-            det = (f"l{f['logical_rank']} (holder l{holder}, lost in epoch {f.get('epoch')}: "
+                               inflight_shard=shard if at_inflight else None,
+                               erasure=g is not None, group_lost=len(grp))
+            title, passed, note = (judge_erasure_state if g else judge_sharded_state)(facts)
+            where = f"group {ec_group_of(n, g, f['logical_rank'])}" if g else f"holder l{holder}"
+            det = (f"l{f['logical_rank']} ({where}, lost in epoch {f.get('epoch')}: "
                    f"{sorted(lost)}): state from {facts.state_from}"
                    + (f" ({facts.replica_miss})" if facts.replica_miss else "")
                    + f", resumed at step {facts.resume_step}, rework {facts.rework_steps} "

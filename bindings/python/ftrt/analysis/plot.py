@@ -13,7 +13,7 @@ wait, recovery, rework, idle spare, down, teardown), with each failure (the inje
 known failure time), its detection and the return of every member to training marked, and a
 last row with each recovery's MTTR phases laid end to end from its detection (the failures'
 "phases_ms": reach, plan, rebuild, transfer, resume). Reads the JSON report's "timeline"
-(schema 1). Needs matplotlib (Debian: python3-matplotlib); does
+(schema 1 or 2). Needs matplotlib (Debian: python3-matplotlib); does
 not load libftrt.
 """
 import argparse
@@ -86,8 +86,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     with open(a.report) as f:
         rep = json.load(f)
     tl = rep.get("timeline")
-    if rep.get("schema") != 1 or not tl:
-        print(f"ftrt-plot: {a.report} has no schema-1 timeline", file=sys.stderr)
+    if rep.get("schema") not in (1, 2) or not tl:
+        print(f"ftrt-plot: {a.report} has no schema-1 or schema-2 timeline", file=sys.stderr)
         return 1
     kinds = tl["kinds"]
     ranks = tl["ranks"]

@@ -4,7 +4,7 @@ Usage: python3 -m ftrt.analysis.project REPORT.json [--json OUT.json] [--plot OU
        (`ftrt-project` once the package is pip-installed; from a source tree:
        PYTHONPATH=bindings/python python3 -m ftrt.analysis.project)
 
-Takes an ftrt job report (schema 1: MTTD, MTTR, rework per failure, checkpoint stall, step
+Takes an ftrt job report (schema 1 or 2: MTTD, MTTR, rework per failure, checkpoint stall, step
 time; with --scale, MTTD and the control plane's part of MTTR from bench/coord_load at 16,384
 simulated ranks instead) and published failure rates per node-day, and projects the effective training time
 ratio (ETTR: useful training time / wall time) and goodput (ETTR x trainers / (trainers +
@@ -278,8 +278,8 @@ def at_scale(inp: Inputs, a: argparse.Namespace, res: Dict[str, float]) -> None:
 
 def from_report(rep: Dict[str, Any], a: argparse.Namespace) -> Inputs:
     """The measured figures of report rep (overridden by flags) and the assumed ones."""
-    if rep.get("schema") != 1:
-        raise ValueError("not a schema-1 ftrt report")
+    if rep.get("schema") not in (1, 2):
+        raise ValueError("not a schema-1 or schema-2 ftrt report")
     inp = Inputs()
     trainers = rep["trainers"]
     fails = [f for f in rep.get("failures", []) if f.get("kind") != "silent_data_corruption"]
