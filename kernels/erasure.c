@@ -220,3 +220,29 @@ int ftrt__ec_rebuild(const ftrt__ec *ec, const void *const *frag, size_t len, vo
     return FTRT_ENOTSUP;
 #endif
 }
+
+int ftrt__ec_rebuild_one(const ftrt__ec *ec, const void *const *frag, size_t len, int want,
+                         void *out)
+{
+    if (!ec || !frag || !out || len == 0 || want < 0 || want >= ec->k || frag[want])
+        return FTRT_EINVAL;
+    int src_pos[FTRT__EC_MAX_K], nsrc = 0;
+    for (int q = 0; q < ec->k && nsrc < ec->d; q++)
+        if (frag[q]) src_pos[nsrc++] = q;
+    if (nsrc < ec->d) return FTRT_ECORRUPT;
+#ifdef FTRT_HAVE_ISAL
+    unsigned char rows[FTRT__EC_MAX_K], tbls[32 * FTRT__EC_MAX_K];
+    int rc = decode_rows(ec, src_pos, &want, 1, rows);
+    if (rc) return rc;
+    ec_init_tables(ec->d, 1, rows, tbls);
+    const size_t piece = (size_t)1 << 30; /* ISA-L's lengths are int */
+    for (size_t o = 0; o < len; o += piece) {
+        unsigned char *src[FTRT__EC_MAX_K], *dst = (unsigned char *)out + o;
+        for (int i = 0; i < ec->d; i++) src[i] = (unsigned char *)frag[src_pos[i]] + o;
+        ec_encode_data((int)(len - o < piece ? len - o : piece), ec->d, 1, tbls, src, &dst);
+    }
+    return 0;
+#else
+    return FTRT_ENOTSUP;
+#endif
+}

@@ -93,6 +93,17 @@ int ftrt__ec_contribute_add(const ftrt__ec *ec, int p, const void *chunk, size_t
  * Thread-safe. */
 int ftrt__ec_rebuild(const ftrt__ec *ec, const void *const *frag, size_t len, void *const *out);
 
+/* Rebuilds one lost position `want` of a stripe (frag[want] NULL) into out (len bytes, not
+ * overlapping any fragment) from the first k - m surviving fragments frag[q] (len bytes each,
+ * NULL where lost): the decode of ftrt__ec_rebuild restricted to one row, so a process that
+ * needs only its own chunk computes only that (half the work of decoding both lost positions
+ * with m = 2); any len (ISA-L is called in pieces of at most 1 GiB). Returns 0; FTRT_EINVAL
+ * (NULL arrays or out, len 0, want out of range or not lost); FTRT_ECORRUPT (fewer than k - m
+ * fragments); FTRT_ENOTSUP (no ISA-L). The caller checks the image's CRC32C afterwards, as
+ * with ftrt__ec_rebuild. Thread-safe. */
+int ftrt__ec_rebuild_one(const ftrt__ec *ec, const void *const *frag, size_t len, int want,
+                         void *out);
+
 /* Parity positions per stripe of ftrt's redundancy groups (FTRT_SHARD_REDUNDANCY=erasure):
  * any two losses in a group are rebuilt from memory. */
 #define FTRT__EC_PARITY 2

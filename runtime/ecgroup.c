@@ -27,7 +27,7 @@
  * replaced rank): for each of its data chunks, the replaced rank receives k - 2 surviving
  * fragments of that chunk's stripe (the first usable positions: survivors' data chunks from
  * their own images, survivors' parity of the plan's step) and decodes its chunk (ISA-L's
- * inverted submatrix, ftrt__ec_rebuild); the rebuilt sharded image is checked against the
+ * inverted submatrix, one row: ftrt__ec_rebuild_one); the rebuilt sharded image is checked against the
  * CRC32C agreed at the refresh before any byte of it reaches the regions. A rebuild moves
  * (k - 2) images' worth of bytes per lost member.
  */
@@ -336,8 +336,8 @@ static int choose(const ftrt_ctx *ctx, const int64_t *v, int g, int kg, int s, i
     return c;
 }
 
-/* A rebuild's buffers at the receiver: kg chunks (fragments, then the lost positions); the
- * requests of a round (a fragment in messages of at most 1 GiB). */
+/* A rebuild's buffers at the receiver: d + 1 chunks (the fragments, an output); the requests
+ * of a round (a fragment in messages of at most 1 GiB). */
 typedef struct rebuild_bufs {
     unsigned char *buf;
     size_t cap;
@@ -365,20 +365,20 @@ static int post(rebuild_bufs *b, int *q, int send, unsigned char *p, size_t C, s
     return 0;
 }
 
-/* Decodes chunk j of lost member i at the receiver from the fragments in b (at pos[0..d)), into
- * its own image. Returns 0 or the codec's code. */
+/* Decodes chunk j (position j of its stripe) of the lost member at the receiver from the
+ * fragments in b (at pos[0..d)), into its own image: in place where the chunk fits in the
+ * image's buffer, else through b's last chunk. Returns 0 or the codec's code. */
 static int decode_chunk(ftrt_ctx *ctx, rebuild_bufs *b, int kg, int j, const int *pos,
                         size_t C, size_t S)
 {
     const void *frag[FTRT__EC_MAX_K] = {0};
-    void *out[FTRT__EC_MAX_K] = {0};
-    int d = kg - M, spare = d;
+    int d = kg - M;
     for (int c = 0; c < d; c++) frag[pos[c]] = b->buf + (size_t)c * C;
-    for (int q = 0; q < kg; q++)
-        if (!frag[q]) out[q] = b->buf + (size_t)spare++ * C;
-    int rc = ftrt__ec_rebuild(ctx->ec.codec, frag, C, out);
     size_t at = (size_t)j * C;
-    if (!rc && at < S) memcpy(ctx->rep.own + at, out[j], S - at < C ? S - at : C);
+    int direct = at + C <= ctx->rep.own_cap;
+    unsigned char *out = direct ? ctx->rep.own + at : b->buf + (size_t)d * C;
+    int rc = ftrt__ec_rebuild_one(ctx->ec.codec, frag, C, j, out);
+    if (!rc && !direct && at < S) memcpy(ctx->rep.own + at, out, S - at < C ? S - at : C);
     return rc;
 }
 
@@ -401,11 +401,11 @@ static int rebuild_round(ftrt_ctx *ctx, const int64_t *v, rebuild_bufs *b, int l
         if (!(b->req = malloc((size_t)want * sizeof *b->req))) return -ENOMEM;
         b->nreq = want;
     }
-    if (me == l && b->cap < (size_t)kg * C) {
+    if (me == l && b->cap < (size_t)(d + 1) * C) { /* d fragments and an output chunk */
         free(b->buf);
         b->cap = 0;
-        if (!(b->buf = malloc((size_t)kg * C))) return -ENOMEM;
-        b->cap = (size_t)kg * C;
+        if (!(b->buf = malloc((size_t)(d + 1) * C))) return -ENOMEM;
+        b->cap = (size_t)(d + 1) * C;
     }
     for (int c = 0; c < d && !rc; c++) {
         if (me == l) {

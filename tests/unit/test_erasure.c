@@ -128,6 +128,15 @@ static int lose_and_rebuild(const ftrt__ec *ec, group *g, unsigned lost, int *di
         rc = ftrt__ec_rebuild(ec, frag, g->C, (void *const *)out);
         for (int p = 0; p < g->k && rc == 0; p++)
             if (!frag[p] && memcmp(out[p], chunk(g, s, p), g->C) != 0) *diff = 1;
+        /* each lost position alone (ftrt__ec_rebuild_one): the same bytes, the same verdict */
+        for (int p = 0; p < g->k; p++) {
+            if (frag[p]) continue;
+            memset(out[p], 0xa5, g->C);
+            int one = ftrt__ec_rebuild_one(ec, frag, g->C, p, out[p]);
+            if (one != rc) fail_msg("rebuild_one %d, rebuild %d (stripe %d, position %d)", one,
+                                    rc, s, p);
+            if (one == 0 && memcmp(out[p], chunk(g, s, p), g->C) != 0) *diff = 1;
+        }
     }
     for (int q = 0; q < g->k; q++) free(out[q]);
     return rc;
@@ -226,6 +235,9 @@ static void bad_arguments(void **state)
     assert_int_equal(ftrt__ec_rebuild(ec, frag, sizeof c, out), FTRT_EINVAL); /* no out[1] */
     assert_int_equal(ftrt__ec_rebuild(ec, frag, 0, out), FTRT_EINVAL);
     assert_int_equal(ftrt__ec_rebuild(ec, NULL, sizeof c, out), FTRT_EINVAL);
+    assert_int_equal(ftrt__ec_rebuild_one(ec, frag, sizeof c, 0, c), FTRT_EINVAL); /* not lost */
+    assert_int_equal(ftrt__ec_rebuild_one(ec, frag, sizeof c, -1, c), FTRT_EINVAL);
+    assert_int_equal(ftrt__ec_rebuild_one(ec, frag, 0, 1, c), FTRT_EINVAL);
     ftrt__ec_destroy(ec);
     ftrt__ec_destroy(NULL);
 }
