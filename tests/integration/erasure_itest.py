@@ -69,6 +69,15 @@ def failures(job, n):
     return fs
 
 
+def expect_checkpoint(f, miss, what):
+    """The last recovery reloaded the committed checkpoint (step CKPT_AT) for the reason
+    `miss` (the report's replica_miss)."""
+    check(f["state_from"] == "checkpoint" and f["resume_step"] == CKPT_AT
+          and f["replica_miss"] == miss,
+          f"{what}: checkpoint step {CKPT_AT}, {miss} "
+          f"({f['state_from']}, {f['resume_step']}, {f['replica_miss']})")
+
+
 @h.case(CASES, fixture="required")
 def case_erasure_pair(args):
     need_reference(args)
@@ -97,11 +106,8 @@ def case_erasure_three(args):
     fs = failures(job, 3)
     last = max(fs, key=lambda f: f["epoch"])
     check(all(f["epoch"] == last["epoch"] for f in fs), "the three lost in one epoch")
-    check(last["state_from"] == "checkpoint" and last["resume_step"] == CKPT_AT,
-          f"three losses in a group of 4: checkpoint step {CKPT_AT} "
-          f"({last['state_from']}, {last['resume_step']})")
-    check(last["replica_miss"] == "erasure_group_lost_more_than_parity",
-          f"the report says why ({last['replica_miss']})")
+    expect_checkpoint(last, "erasure_group_lost_more_than_parity",
+                      "three losses in a group of 4")
     expect_identical(job, args)
 
 
@@ -115,10 +121,7 @@ def case_erasure_corrupt(args):
     fs = failures(job, 2)
     last = max(fs, key=lambda f: f["epoch"])
     check(all(f["epoch"] == last["epoch"] for f in fs), "the two lost in one epoch")
-    check(last["state_from"] == "checkpoint" and last["resume_step"] == CKPT_AT
-          and last["replica_miss"] == "erasure_fragments_missing",
-          f"a corrupted parity and two losses: checkpoint step {CKPT_AT}, fragments missing "
-          f"({last['state_from']}, {last['resume_step']}, {last['replica_miss']})")
+    expect_checkpoint(last, "erasure_fragments_missing", "a corrupted parity and two losses")
     check("parity of step" in job.out and "fails its CRC32C" in job.out,
           "the corruption is logged")
     expect_identical(job, args)
@@ -141,10 +144,7 @@ def case_erasure_refresh(args):
                            str(REPLICA_AT)}).start()
     f = failures(job, 1)[0]
     check(f["logical_rank"] == 2, f"logical rank 2 died (got {f['logical_rank']})")
-    check(f["state_from"] == "checkpoint" and f["resume_step"] == CKPT_AT
-          and f["replica_miss"] == "erasure_fragments_missing",
-          f"a loss mid-refresh: one generation, checkpoint step {CKPT_AT} "
-          f"({f['state_from']}, {f['resume_step']}, {f['replica_miss']})")
+    expect_checkpoint(f, "erasure_fragments_missing", "a loss mid-refresh (one generation)")
     check("dying in the refresh of step" in job.out, "the knob fired mid-refresh")
     expect_identical(job, args)
 

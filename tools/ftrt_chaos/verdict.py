@@ -66,6 +66,24 @@ def ec_group_of(n, g, logical):
     return logical % ng
 
 
+def checkpoint_facts(x: StateFacts) -> Tuple[Optional[int], bool, str]:
+    """What both judges need: the rework bound K + 1 (None at K = 0), whether the state came
+    from an acceptable checkpoint (the last commit at the injection or a newer one, never an
+    older one; with the killed trainer's shard in place when it is the step that was in flight
+    at a kill-during-ckpt), and the note on LATEST."""
+    resume = x.resume_step
+    bound = x.every + 1 if x.every > 0 else None
+    from_ckpt = x.state_from == "checkpoint" and resume is not None
+    ckpt_ok = from_ckpt and (x.latest is None or (resume is not None and resume >= x.latest)) \
+        and x.inflight_shard is not False
+    latest = f"LATEST at the injection: step {x.latest}"
+    if x.inflight_shard is not None:
+        latest += (f"; step {resume} was in flight at the kill, the killed trainer's shard "
+                   + ("in place at its death" if x.inflight_shard else
+                      "NOT in place at its death: committed without it"))
+    return bound, ckpt_ok, latest
+
+
 def judge_erasure_state(x: StateFacts) -> Tuple[str, bool, str]:
     """As judge_sharded_state, with erasure groups: rebuilt from the group (state_from
     "erasure") with rework <= K + 1 while the group lost at most 2; the committed checkpoint
@@ -73,11 +91,7 @@ def judge_erasure_state(x: StateFacts) -> Tuple[str, bool, str]:
     than the parity, or when the failure struck during a refresh (the steps done at the failure
     a multiple of K)."""
     k, miss, resume, rework = x.every, x.replica_miss, x.resume_step, x.rework_steps
-    bound = k + 1 if k > 0 else None
-    from_ckpt = x.state_from == "checkpoint" and resume is not None
-    ckpt_ok = from_ckpt and (x.latest is None or (resume is not None and resume >= x.latest)) \
-        and x.inflight_shard is not False
-    latest = f"LATEST at the injection: step {x.latest}"
+    bound, ckpt_ok, latest = checkpoint_facts(x)
     if x.group_lost > 2:
         ok = ckpt_ok and miss in (ERASURE_TOO_MANY_MISS, NEWER_CHECKPOINT_MISS)
         return (f"from the checkpoint ({x.group_lost} lost in its group)", ok, latest)
@@ -112,16 +126,7 @@ def judge_sharded_state(x: StateFacts) -> Tuple[str, bool, str]:
       older_than_checkpoint), or (d) corrupt-replica: the held images were corrupted
       (lost_image_not_held or older_than_checkpoint, and "fails its CRC32C" logged)."""
     k, miss, resume, rework = x.every, x.replica_miss, x.resume_step, x.rework_steps
-    bound = k + 1 if k > 0 else None
-    from_ckpt = x.state_from == "checkpoint" and resume is not None
-    # the last commit at the injection, or a newer one: never an older checkpoint
-    ckpt_ok = from_ckpt and (x.latest is None or (resume is not None and resume >= x.latest)) \
-        and x.inflight_shard is not False
-    latest = f"LATEST at the injection: step {x.latest}"
-    if x.inflight_shard is not None:
-        latest += (f"; step {resume} was in flight at the kill, the killed trainer's shard "
-                   + ("in place at its death" if x.inflight_shard else
-                      "NOT in place at its death: committed without it"))
+    bound, ckpt_ok, latest = checkpoint_facts(x)
     if x.kind == "corrupt-replica":
         ok = ckpt_ok and miss in ("lost_image_not_held", NEWER_CHECKPOINT_MISS) and \
             x.crc_logged
