@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Assembles, on this Debian 12 machine, what the GPU machine lacks to build and run ftrt: Open MPI
 # 4.1 (the version every CPU figure of the README was measured with) with the shared libraries
-# it loads, liburing, json-c, cmocka, zlib's headers and pkg-config, and the digits data set
-# of examples/train_mlp (one file of Debian's python3-sklearn; env.sh sets DIGITS_DATA). The Debian packages are
+# it loads, liburing, json-c, cmocka, ISA-L (erasure groups), zlib's headers and pkg-config, and
+# the digits data set of examples/train_mlp (one file of Debian's python3-sklearn; env.sh sets
+# DIGITS_DATA). The Debian packages are
 # fetched with `apt-get download` (nothing is installed here), unpacked with `dpkg -x` into a
 # git-ignored folder (gpukit/ at the repository root by default), pruned of documentation, man
 # pages, static libraries and Fortran modules, and checked: every shared library that an ELF
@@ -50,6 +51,7 @@ pkgs=(
   libucx0 libfabric1 libibverbs1 ibverbs-providers librdmacm1 libpsm2-2 libpsm-infinipath1
   libnl-3-200 libnl-route-3-200 libnuma1 libmunge2
   liburing2 liburing-dev libjson-c5 libjson-c-dev libcmocka0 libcmocka-dev
+  libisal2 libisal-dev
   zlib1g zlib1g-dev pkgconf pkgconf-bin libpkgconf3
   libudev1 libatomic1 libuuid1
 )
