@@ -200,18 +200,23 @@ static void free_bufs(round_bufs *b)
     memset(b, 0, sizeof *b);
 }
 
-/* The refresh's memory (a round's buffers into *b, the parity grown), then whether every
- * trainer has it (one MIN allreduce: a member that lacks it must not leave the others waiting
- * for its contributions). Returns 0 (*b allocated), 1 (some member lacks memory: nothing
- * allocated, no parity this time; logged where it lacked), or the allreduce's code. */
+/* The refresh's memory (a round's buffers into *b, the parity grown; none when this rank's
+ * group makes no parity: ec->chunk 0), then whether every trainer has it (one MIN allreduce
+ * over all of them, whatever their group: a member that lacks it must not leave the others
+ * waiting for its contributions). Returns 0 (*b allocated where needed), 1 (some trainer lacks
+ * memory: nothing allocated, no parity this time; logged where it lacked), or the allreduce's
+ * code. */
 static int agree_memory(ftrt_ctx *ctx, round_bufs *b)
 {
     ftrt__ecgroup *ec = &ctx->ec;
     int d = ec->kg - M;
-    *b = (round_bufs){malloc((size_t)d * M * PIECE),
-                      malloc((size_t)M * (d > 1 ? d - 1 : 1) * PIECE), malloc(PIECE),
-                      malloc((size_t)(2 * d * M) * sizeof(MPI_Request))};
-    int64_t ok = b->contrib && b->recv && b->pad && b->req && grow_parity(ec) == 0;
+    int64_t ok = 1;
+    if (ec->chunk > 0) {
+        *b = (round_bufs){malloc((size_t)d * M * PIECE),
+                          malloc((size_t)M * (d > 1 ? d - 1 : 1) * PIECE), malloc(PIECE),
+                          malloc((size_t)(2 * d * M) * sizeof(MPI_Request))};
+        ok = b->contrib && b->recv && b->pad && b->req && grow_parity(ec) == 0;
+    }
     if (!ok)
         ftrt_log_warn("erasure group %d: no memory for %zu bytes of parity and the refresh's "
                       "buffers", ec->g, (size_t)M * ec->chunk);
@@ -254,10 +259,10 @@ int ftrt__ec_refresh(ftrt_ctx *ctx, int64_t step, int have, uint32_t crc_shard)
         return 0;
     }
     if (!rc) rc = agree_images(ctx, have, crc_shard);
-    if (!rc && ec->chunk == 0) return 0; /* a member of the group kept no image this time */
     round_bufs b = {0};
-    if (!rc) rc = agree_memory(ctx, &b);
-    if (rc == 1) return 0; /* a member of the group is out of memory: no parity this time */
+    if (!rc) rc = agree_memory(ctx, &b); /* (every trainer, whatever its group's chunk) */
+    if (rc == 1) return 0; /* a trainer is out of memory: no parity this time */
+    if (!rc && ec->chunk == 0) return 0; /* a member of the group kept no image this time */
     if (!rc) rc = reduce_parity(ctx, &b, step);
     if (rc == FTRT_ERECOVER) ctx->watch.needs_recover = 1;
     if (rc) {

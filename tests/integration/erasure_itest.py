@@ -14,6 +14,9 @@ Cases:
                    partner replicas a rank and its partner, which falls back to the checkpoint):
                    both rebuilt from the group's survivors, resumed at step 60 (rework 2, not
                    12), the disk not read, byte-identical
+  erasure_groups   6 trainers in 2 groups of 3 (FTRT_EC_GROUP=3), two of one group and one of the
+                   other SIGKILLed at once: each group rebuilds its own, byte-identical to a
+                   fault-free run of 6 trainers
   erasure_three    three trainers of the group SIGKILLed at once: more losses than parity, the
                    job falls back to the checkpoint (step 50) and the report says why
                    (replica_miss "erasure_group_lost_more_than_parity"), byte-identical
@@ -28,6 +31,7 @@ Cases:
 Exit 0 = pass, 1 = fail, 77 = skipped.
 """
 import os
+import shutil
 import signal
 import sys
 
@@ -43,7 +47,7 @@ from itest import (CKPT_AT, HOLD, REPLICA_AT, expect_identical, need_reference, 
 CASES = {}  # name -> ftrt_harness.Case
 
 
-def erasure_job(args, name, spares, env=None):
+def erasure_job(args, name, spares, env=None, trainers=4):
     """itest.py's replica job (sharded momentum, refresh every 5 steps, hold at step 62) with
     erasure groups: 1 coordinator + 4 trainers + `spares` hot spares. The coordinator holds
     each PLAN 500 ms after its FAILURE (FTRT_TEST_PLAN_DELAY_MS), so that trainers killed at
@@ -52,7 +56,7 @@ def erasure_job(args, name, spares, env=None):
     e = {"FTRT_SHARD_REDUNDANCY": "erasure", "FTRT_EC_GROUP": "4",
          "FTRT_TEST_PLAN_DELAY_MS": "500"}
     e.update(env or {})
-    return replica_job(args, name, np_=5 + spares, spares=spares, env=e)
+    return replica_job(args, name, np_=1 + trainers + spares, spares=spares, env=e)
 
 
 def kill_at_once(job, st, ranks):
@@ -96,6 +100,28 @@ def case_erasure_pair(args):
     check("from the erasure groups in memory" in job.out and "reload checkpoint" not in job.out,
           "the log shows the rebuild from memory and no checkpoint reload")
     expect_identical(job, args)
+
+
+@h.case(CASES, fixture="required", timeout_s=300)
+def case_erasure_groups(args):
+    """6 trainers in 2 groups of 3 (FTRT_EC_GROUP=3: logical ranks {0, 2, 4} and {1, 3, 5}), 3
+    spares: logical ranks 0 and 2 (two of group 0) and 1 (one of group 1) SIGKILLed at once:
+    every group rebuilds its own from memory, byte-identical to a fault-free run with the same
+    6 trainers."""
+    ref = os.path.join(args.work, "erasure-groups-reference.params")
+    if not os.path.exists(ref):
+        job = erasure_job(args, "erasure-groups-ref", spares=0, trainers=6).start()
+        check(job.wait(240) == 0, "the fault-free run of 6 trainers exits 0")
+        shutil.copyfile(job.params, ref)
+    job = erasure_job(args, "erasure-groups", spares=3, trainers=6,
+                      env={"FTRT_EC_GROUP": "3"}).start()
+    kill_at_once(job, wait_hold(job), [0, 1, 2])
+    fs = failures(job, 3)
+    check(len({f["epoch"] for f in fs}) == 1, "the three lost in one epoch")
+    check(all(f["state_from"] == "erasure" and f["resume_step"] == REPLICA_AT for f in fs),
+          f"each rebuilt from its group at step {REPLICA_AT} "
+          f"({[(f['logical_rank'], f['state_from'], f['resume_step']) for f in fs]})")
+    check(h.same_bytes(job.params, ref), "final parameters byte-identical to the fault-free run")
 
 
 @h.case(CASES, fixture="required")
