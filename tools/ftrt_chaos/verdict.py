@@ -507,6 +507,8 @@ class Verdict:
                 f"; epoch(s) {sorted({f.get('epoch') for f in fl if f})}"
             check(name + f": its {len(trainers)} trainer(s) replaced by spares on other hosts "
                   f"in one epoch", ok, det)
+            if self.a.sharded is not None:  # where their sharded state came from
+                self.judge_state(inj, rep.get("failures") or [], by_pid, name, check)
         elif no_spare_policy() in ("shrink", "fold"):
             self.judge_in_place(check, name, [by_pid.get(t["pid"]) for t in trainers],
                                 inj["spares_elsewhere"], host, launch, li)
