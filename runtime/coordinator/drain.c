@@ -86,11 +86,26 @@ static int drain_spare(ftrt__coord *c, int w, char *why, size_t n)
     return DRAIN_DONE;
 }
 
+/* The step time a drain's margin is sized with: the trainers' median over the last progress
+ * window; before the first window is measured (a job's first seconds, when the median is
+ * still 0) the time since the job started over the most steps done, halved: that time holds
+ * the start-up too, so a step may be much shorter than it, and a margin sized with a step too
+ * long leaves too few steps (then every trainer may pass the boundary before the announcement
+ * arrives, each stops at its own next step, and a collective at the boundary cannot match).
+ * 0 when nothing is known (no step done). */
+static double step_estimate(const ftrt__coord *c, int64_t most)
+{
+    if (c->median_step_s > 0) return c->median_step_s;
+    if (most <= 0) return 0;
+    return (ftrt__now() - c->t_start) / (double)most / 2.0;
+}
+
 /* The drain's step boundary, as steps done, and how long to wait for it: ahead of every
  * trainer's last heartbeat (the members' and the drained one's) by what a trainer may have
- * done since (a heartbeat period and 50 ms for the announcement to arrive, in median steps)
- * plus 2, so that no trainer has passed it when the announcement arrives and all of them stop
- * after the same step (at most the job's total steps, where known). O(N + W). */
+ * done since (a heartbeat period and 50 ms for the announcement to arrive, in steps of
+ * step_estimate) plus 2, so that no trainer has passed it when the announcement arrives and
+ * all of them stop after the same step (at most the job's total steps, where known).
+ * O(N + W). */
 static void pick_boundary(ftrt__coord *c, int drained)
 {
     int64_t most = c->r[drained].steps_done, total = 0;
@@ -101,7 +116,7 @@ static void pick_boundary(ftrt__coord *c, int drained)
     for (int w = 1; w < c->W; w++)
         if (c->r[w].total_steps > total) total = c->r[w].total_steps;
     int64_t ahead = 2;
-    double step = c->median_step_s;
+    double step = step_estimate(c, most);
     if (step > 0) {
         double k = ceil((c->hb_ms / 1000.0 + 0.05) / step);
         ahead += k < 1000 ? (int64_t)k : 1000;
@@ -116,8 +131,9 @@ static void pick_boundary(ftrt__coord *c, int drained)
     c->drain_wait_s = 2.0 * (double)(c->drain_step - most + 5) * step; /* (slower steps) */
     if (c->drain_wait_s < 2.0) c->drain_wait_s = 2.0;
     ftrt_log_info("epoch %d: the drain's step boundary is after %lld steps (the trainers' "
-                  "newest heartbeat: %lld done)", c->epoch + 1, (long long)c->drain_step,
-                  (long long)most);
+                  "newest heartbeat: %lld done; a step %s %.1f ms)", c->epoch + 1,
+                  (long long)c->drain_step, (long long)most,
+                  c->median_step_s > 0 ? "takes" : "may take as little as", step * 1e3);
 }
 
 /* Trainer w hands its logical rank to a hot spare at the drain's step boundary. */
