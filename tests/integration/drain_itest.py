@@ -20,6 +20,8 @@ Cases:
               (FTRT_TEST_DRAIN_LATE_RANKS): the epoch is made urgent, no rework, byte-identical
   drain_sharded  the same with sharded state (partner replicas): resumed from memory at the
               drain's step boundary, no rework, byte-identical
+  drain_sharded_early  the same in the job's first second (no median step time measured yet),
+              by SIGTERM, the announcement 40 ms late (FTRT_TEST_EPOCH_DELAY_MS): no rework
   drain_last  the drain's step boundary at the job's last step (FTRT_TEST_DRAIN_STEP): the
               promoted spare ends its loop at once, the job exits 0, byte-identical
   drain_end   a job without its total steps whose drain's step boundary lies past its end: the
@@ -218,6 +220,34 @@ def case_drain_sharded(args):
     check(d["state_from"] == "replica" and d["rework_steps"] == 0,
           f"state from the partner replicas at the boundary, no rework ({d})")
     check("reload checkpoint" not in job.out, "no checkpoint reload")
+    expect_identical(job, args)
+
+
+@h.case(CASES, fixture="required")
+def case_drain_sharded_early(args):
+    """drain_sharded in the job's first second, before the coordinator has measured a median
+    step time (its progress window needs two passes, 1 s apart), asked by a SIGTERM to the
+    trainer (FTRT_SIGTERM=drain: at once, where ftrt-ctl's request waits for the control
+    directory's poll), with the announcement reaching the members 40 ms late
+    (FTRT_TEST_EPOCH_DELAY_MS): the boundary's margin must still cover it (a margin of 2 steps
+    let every trainer pass the boundary, each stopped at its own next step, the replicas'
+    refresh there could not match, and the drain fell back to the checkpoint)."""
+    need_reference(args)
+    job = mlp_job(args, "drain_sharded_early")
+    job.cmd += ["--sharded-momentum"]
+    job.env.update({"FTRT_SHARD_REPLICA_EVERY": "5", "FTRT_LOG": "info", "FTRT_SIGTERM": "drain",
+                    "FTRT_TEST_EPOCH_DELAY_MS": "40"})
+    job.start()
+    job.inject(signal.SIGTERM, job.wait_trainer(1, min_steps=12), "sigterm")
+    rc = job.wait(180)
+    check(rc == 0, f"the job finishes and exits 0 (got {rc})")
+    rep = job.load_report()
+    d = rep["drains"][0] if len(rep["drains"]) == 1 else {}
+    check(not rep["failures"] and d.get("state_from") == "replica" and d.get("rework_steps") == 0,
+          f"one drain, state from the partner replicas at the boundary, no rework ({d})")
+    check("may take as little as" in job.out, "the margin was sized before a median existed")
+    check("no step boundary in time" not in job.out,
+          "every trainer stopped at the boundary (the drain's epoch was not made urgent)")
     expect_identical(job, args)
 
 
