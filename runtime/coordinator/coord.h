@@ -297,6 +297,8 @@ typedef struct ftrt__coord {
     double status_written;
     int status_dirty; /* 1: progress (written at most every 0.25 s), 2: membership (now) */
     double last_ping, last_window;
+    int nwindows;              /* progress windows measured (progress.c) */
+    double t_running;          /* monotonic: when the job started running (job.c) */
     double median_step_s;      /* median over trainers of the last window's step time */
     int rejected_connections;  /* bad hello, wrong secret, duplicate rank, no hello in time */
     int protocol_errors;       /* malformed or oversized messages from identified ranks */

@@ -88,16 +88,17 @@ static int drain_spare(ftrt__coord *c, int w, char *why, size_t n)
 
 /* The step time a drain's margin is sized with: the trainers' median over the last progress
  * window; before the first window is measured (a job's first seconds, when the median is
- * still 0) a third of the time since the job started per step done: that time holds
- * the start-up too, so a step may be much shorter than it, and a margin sized with a step too
- * long leaves too few steps (then every trainer may pass the boundary before the announcement
- * arrives, each stops at its own next step, and a collective at the boundary cannot match).
- * 0 when nothing is known (no step done). */
+ * still 0) half the time since the job started running (the trainers' welcome; not since
+ * ftrt_init, whose start-up may be long, under a sanitizer most of all) per step done: that
+ * time holds the application's own set-up and the first, slower steps too, so a step may be
+ * shorter than it, and a margin sized with a step too long leaves too few steps (then every
+ * trainer may pass the boundary before the announcement arrives, each stops at its own next
+ * step, and a collective at the boundary cannot match). 0 when nothing is known. */
 static double step_estimate(const ftrt__coord *c, int64_t most)
 {
     if (c->median_step_s > 0) return c->median_step_s;
-    if (most <= 0) return 0;
-    return (ftrt__now() - c->t_start) / (double)most / 3.0;
+    if (most <= 0 || c->t_running <= 0) return 0;
+    return (ftrt__now() - c->t_running) / (double)most / 2.0;
 }
 
 /* The drain's step boundary, as steps done, and how long to wait for it: ahead of every

@@ -33,6 +33,7 @@ void ftrt__job_start(ftrt__coord *c)
         c->r[l + 1].last_change = ftrt__now();
     }
     c->phase = PH_RUNNING;
+    c->t_running = ftrt__now();
     c->status_dirty |= 2; /* membership: write now */
     ftrt_log_info("job started: %d trainers, %d spare(s)", c->N, c->W - 1 - c->N);
 }

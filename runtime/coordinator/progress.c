@@ -63,7 +63,10 @@ void ftrt__progress_window(ftrt__coord *c, double now)
         qsort(steps_t, (size_t)ns, sizeof *steps_t, cmp_double);
         c->median_step_s = steps_t[ns / 2];
     }
-    if (ns >= 3) stragglers(c, now, comp, ns); /* a median needs a few trainers to mean anything */
+    /* (a median needs a few trainers to mean anything; and the first window measured holds
+     * the warm-up: first touches, lazy set-up, a machine still busy starting the others) */
+    if (ns > 0) c->nwindows++;
+    if (ns >= 3 && c->nwindows >= 2) stragglers(c, now, comp, ns);
     for (int l = 0; l < c->N; l++) {
         ftrt__crank *r = &c->r[c->members[l]];
         r->win_t = now;
