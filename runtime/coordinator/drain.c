@@ -86,19 +86,20 @@ static int drain_spare(ftrt__coord *c, int w, char *why, size_t n)
     return DRAIN_DONE;
 }
 
-/* The step time a drain's margin is sized with: the trainers' median over the last progress
- * window; before the first window is measured (a job's first seconds, when the median is
- * still 0) half the time since the job started running (the trainers' welcome; not since
- * ftrt_init, whose start-up may be long, under a sanitizer most of all) per step done: that
- * time holds the application's own set-up and the first, slower steps too, so a step may be
- * shorter than it, and a margin sized with a step too long leaves too few steps (then every
- * trainer may pass the boundary before the announcement arrives, each stops at its own next
- * step, and a collective at the boundary cannot match). 0 when nothing is known. */
+/* The step time a drain's margin is sized with, the shorter of two: the trainers' median over
+ * the last progress window (0 before the first is measured, in a job's first seconds; too long
+ * while it still holds the slow first steps), and half the time since the job started running
+ * (the trainers' welcome, not ftrt_init's start-up) per step done (that time holds the
+ * application's set-up and the slow first steps too, so a step may be shorter). A step too
+ * long leaves a margin of too few steps: every trainer may pass the boundary before the
+ * announcement arrives, each stops at its own next step, and a collective at the boundary
+ * cannot match. 0 when nothing is known. */
 static double step_estimate(const ftrt__coord *c, int64_t most)
 {
-    if (c->median_step_s > 0) return c->median_step_s;
-    if (most <= 0 || c->t_running <= 0) return 0;
-    return (ftrt__now() - c->t_running) / (double)most / 2.0;
+    double est = most > 0 && c->t_running > 0
+                     ? (ftrt__now() - c->t_running) / (double)most / 2.0 : 0;
+    double med = c->median_step_s;
+    return med > 0 && (est <= 0 || med < est) ? med : est;
 }
 
 /* The drain's step boundary, as steps done, and how long to wait for it: ahead of every
@@ -134,7 +135,7 @@ static void pick_boundary(ftrt__coord *c, int drained)
     ftrt_log_info("epoch %d: the drain's step boundary is after %lld steps (the trainers' "
                   "newest heartbeat: %lld done; a step %s %.1f ms)", c->epoch + 1,
                   (long long)c->drain_step, (long long)most,
-                  c->median_step_s > 0 ? "takes" : "may take as little as", step * 1e3);
+                  step == c->median_step_s ? "takes" : "may take as little as", step * 1e3);
 }
 
 /* Trainer w hands its logical rank to a hot spare at the drain's step boundary. */
