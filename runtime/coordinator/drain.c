@@ -104,7 +104,7 @@ static double step_estimate(const ftrt__coord *c, int64_t most)
 
 /* The drain's step boundary, as steps done, and how long to wait for it: ahead of every
  * trainer's last heartbeat (the members' and the drained one's) by what a trainer may have
- * done since (a heartbeat period and 50 ms for the announcement to arrive, in steps of
+ * done since (two heartbeat periods and 100 ms for the announcement to arrive, in steps of
  * step_estimate) plus 2, so that no trainer has passed it when the announcement arrives and
  * all of them stop after the same step (at most the job's total steps, where known).
  * O(N + W). */
@@ -120,7 +120,8 @@ static void pick_boundary(ftrt__coord *c, int drained)
     int64_t ahead = 2;
     double step = step_estimate(c, most);
     if (step > 0) {
-        double k = ceil((c->hb_ms / 1000.0 + 0.05) / step);
+        double k = ceil((2.0 * c->hb_ms / 1000.0 + 0.1) / step); /* (a heartbeat may be a period
+                                                                  old, and late under load) */
         ahead += k < 1000 ? (int64_t)k : 1000;
     }
     c->drain_step = most + ahead;
