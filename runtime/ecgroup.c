@@ -46,6 +46,9 @@
 enum { TAG_CONTRIB = 7300, TAG_FRAG = 7400 };
 #define PIECE ((size_t)4 << 20) /* bytes per pipelined round of the parity's reduction */
 #define M FTRT__EC_PARITY
+_Static_assert(sizeof ((ftrt__ecgroup *)0)->bytes / sizeof(int64_t) >= FTRT__EC_MAX_K &&
+                   sizeof ((ftrt__ecgroup *)0)->crc / sizeof(uint32_t) >= FTRT__EC_MAX_K,
+               "ftrt__ecgroup (internal.h) holds a group of FTRT__EC_MAX_K members");
 
 /* This rank's place in its group for n trainers: ec->g, ec->kg, ec->idx, and a codec for kg
  * (kept while kg does not change). Returns 0, 1 (no group can be formed: n < 3), -ENOMEM. */
