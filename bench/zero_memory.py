@@ -32,17 +32,22 @@ KINDS = ("params", "optimizer_state", "grads", "replica_images", "total")
 def run_job(a, n, zero, work):
     d = os.path.join(work, f"n{n}-z{zero}")
     os.makedirs(d, exist_ok=True)
+    mem = os.path.join(d, "memory", "memory-0.txt")  # a file: mpirun's stdout can lose a line
+    if os.path.exists(mem):
+        os.remove(mem)                                 # not an earlier run's
     argv = [a.python, os.path.join(REPO, "examples", "train_lm.py"), "--steps", str(a.steps),
             "--d-model", str(a.d_model), "--layers", str(a.layers), "--heads", "4",
             "--batch", "4", "--context", "64", "--warmup", "1", "--ckpt-every", "0",
             "--ckpt-dir", os.path.join(d, "ckpt"), "--zero", str(zero),
-            "--eval-batches", "0", "--progress-every", "1000", "--print-memory"]
+            "--eval-batches", "0", "--progress-every", "1000", "--print-memory",
+            "--memory-out", os.path.join(d, "memory")]
     cmd = [a.python, os.path.join(REPO, "tools", "ftrt-run"), "--"] + \
         ftrt_harness.mpirun_cmd(n + 2, argv)
     env = dict(os.environ, FTRT_LIB=a.lib, FTRT_SHARD_REPLICA_EVERY="2", FTRT_SPARES="1",
                OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    m = re.search(r"^state memory: logical rank 0 of (\d+), zero (\d): (.*)$", p.stdout, re.M)
+    text = open(mem).read() if os.path.exists(mem) else ""
+    m = re.search(r"^state memory: logical rank 0 of (\d+), zero (\d): (.*)$", text, re.M)
     if p.returncode or not m:
         sys.stderr.write(p.stdout[-3000:] + p.stderr[-3000:])
         raise SystemExit(f"zero_memory: job N={n} zero={zero} failed (exit {p.returncode})")

@@ -116,6 +116,9 @@ def parse_args(argv):
     ap.add_argument("--print-memory", action="store_true", help="each trainer prints the "
                     "bytes of its training state at the end (FaultTolerant.memory(); on by "
                     "default with --zero 1 or 2)")
+    ap.add_argument("--memory-out", metavar="DIR", help="each trainer also writes its state "
+                    "memory line to DIR/memory-<logical rank>.txt (a file, unlike mpirun's "
+                    "merged stdout, cannot lose a line)")
     ap.add_argument("--zero", type=int, choices=[0, 1, 2], default=0, help="AdamW's state "
                     "sharded over the trainers: 0 = replicated (default), 1 = ZeRO-1 "
                     "(ftrt.pytorch.ZeroOptimizer; with --backend gloo/nccl torch's "
@@ -492,7 +495,7 @@ def main_ftrt(a):
             if ft.rank == 0 and ((step + 1) % a.progress_every == 0 or step + 1 == a.steps):
                 print(f"step {step + 1}/{a.steps}  loss {last_loss:.4f}  lr "
                       f"{sched.get_last_lr()[0]:.3e} (logical rank 0)", flush=True)
-            if step + 1 == a.steps and (a.zero or a.print_memory):
+            if step + 1 == a.steps and (a.zero or a.print_memory or a.memory_out):
                 print_memory(ft, opt, a)          # before steps() ends the job (finalize)
             if a.step_sleep_ms:
                 time.sleep(a.step_sleep_ms / 1e3)
@@ -527,6 +530,12 @@ def print_memory(ft, opt, a):
                  f"{z['optimizer_state_replicated']} B "
                  f"({z['optimizer_state'] / z['optimizer_state_replicated']:.3f}x)")
     print(line, flush=True)
+    if a.memory_out:                      # written whole, then renamed: never half a line
+        os.makedirs(a.memory_out, exist_ok=True)
+        path = os.path.join(a.memory_out, f"memory-{ft.rank}.txt")
+        with open(path + ".tmp", "w") as f:
+            f.write(line + "\n")
+        os.replace(path + ".tmp", path)
 
 
 # ------------------------------------------------------------------------------------------
