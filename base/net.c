@@ -184,19 +184,19 @@ int ftrt__connect_any(const char *addrs, int port, int timeout_ms, char *used, s
 
 /* The abstract address of the job's local socket (suffix "") or of the coordinator's mark
  * (suffix ".c"); *len receives its length. */
-static struct sockaddr_un local_addr(uint64_t secret, const char *suffix, socklen_t *len)
+static struct sockaddr_un local_addr(uint64_t tag, const char *suffix, socklen_t *len)
 {
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     int n = snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "ftrt.%016llx%s",
-                     (unsigned long long)secret, suffix);
+                     (unsigned long long)tag, suffix);
     *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
     return a;
 }
 
-int ftrt__local_mark(uint64_t secret)
+int ftrt__local_mark(uint64_t tag)
 {
     socklen_t len;
-    struct sockaddr_un a = local_addr(secret, ".c", &len);
+    struct sockaddr_un a = local_addr(tag, ".c", &len);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return -errno;
     /* (listened on, never accepted: a backlog of 0 queues one probe; later probes find the
@@ -209,13 +209,13 @@ int ftrt__local_mark(uint64_t secret)
     return fd;
 }
 
-int ftrt__local_marked(uint64_t secret)
+int ftrt__local_marked(uint64_t tag)
 {
     /* A connect, not a bind: two ranks of one host probing at once must not take each
      * other's probe for the mark (a bind held for a moment did: hosts.sparemove, 3 runs of 8
      * on a rank left on its own connection). */
     socklen_t len;
-    struct sockaddr_un a = local_addr(secret, ".c", &len);
+    struct sockaddr_un a = local_addr(tag, ".c", &len);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return 0;
     int rc = connect(fd, (struct sockaddr *)&a, len);
@@ -224,10 +224,10 @@ int ftrt__local_marked(uint64_t secret)
     return rc == 0 || e == EAGAIN; /* (EAGAIN: the mark's queue is full: it is held) */
 }
 
-int ftrt__local_listen(uint64_t secret)
+int ftrt__local_listen(uint64_t tag)
 {
     socklen_t len;
-    struct sockaddr_un a = local_addr(secret, "", &len);
+    struct sockaddr_un a = local_addr(tag, "", &len);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return -errno;
     if (bind(fd, (struct sockaddr *)&a, len) || listen(fd, 1024)) {
@@ -238,10 +238,10 @@ int ftrt__local_listen(uint64_t secret)
     return fd;
 }
 
-int ftrt__local_connect(uint64_t secret, int timeout_ms)
+int ftrt__local_connect(uint64_t tag, int timeout_ms)
 {
     socklen_t len;
-    struct sockaddr_un a = local_addr(secret, "", &len);
+    struct sockaddr_un a = local_addr(tag, "", &len);
     double end = ftrt__now() + timeout_ms / 1000.0;
     for (;;) {
         int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -28,22 +28,24 @@ int ftrt__host_addrs(char *out, size_t cap);
  * (-EINVAL: no address parsed, -ETIMEDOUT). Thread-safe. */
 int ftrt__connect_any(const char *addrs, int port, int timeout_ms, char *used, size_t cap);
 
-/* The job's local socket: an abstract Unix stream socket named after the job secret
- * ("\0ftrt.<secret in hex>"). Abstract names belong to a network namespace, so every process
+/* The job's local socket: an abstract Unix stream socket named after the job's local tag
+ * ("\0ftrt.<tag in hex>"), 64 random bits of its own, never the hello secret: every user of a
+ * host can list abstract names (/proc/net/unix), and a name must not hand out the secret that
+ * every hello on the control plane is checked against. Abstract names belong to a network namespace, so every process
  * of one host (one namespace) finds the same one, and it vanishes with the last descriptor.
  * ftrt__local_listen binds and listens on it: the fd, or -EADDRINUSE when a process of this
  * host holds it already, or -errno. ftrt__local_connect connects to it, retrying while it is
  * bound but not listening yet, for at most timeout_ms: the fd (blocking), or -errno
  * (-ECONNREFUSED / -ENOENT: nobody holds it). Thread-safe. */
-int ftrt__local_listen(uint64_t secret);
-int ftrt__local_connect(uint64_t secret, int timeout_ms);
+int ftrt__local_listen(uint64_t tag);
+int ftrt__local_connect(uint64_t tag, int timeout_ms);
 /* The coordinator's mark on its host: another abstract name of the job ("...c"), bound and
  * listened on (never accepted) by the coordinator for the whole job, so that the ranks of its
  * host know to connect to it directly instead of through a host agent. ftrt__local_mark binds
  * it: the fd, or -errno (-EADDRINUSE: held already). ftrt__local_marked: 1 when a process of
  * this host holds it (a non-blocking connect is taken, or finds its queue full), else 0; it
  * never binds, so two probes at once cannot see each other. Thread-safe. */
-int ftrt__local_mark(uint64_t secret);
-int ftrt__local_marked(uint64_t secret);
+int ftrt__local_mark(uint64_t tag);
+int ftrt__local_marked(uint64_t tag);
 
 #endif

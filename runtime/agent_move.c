@@ -44,12 +44,13 @@ static int may_bind(const struct ftrt_ctx *ctx, int reelect)
 int ftrt__local_upstream(struct ftrt_ctx *ctx, const char *addr, int port, uint64_t secret,
                          int init_timeout_ms, int reelect)
 {
-    if (ftrt__local_marked(secret)) return -EEXIST;
+    uint64_t tag = ctx->local_tag; /* (the local sockets' names: base/net.h) */
+    if (ftrt__local_marked(tag)) return -EEXIST;
     if (!may_bind(ctx, reelect)) /* (a test's choice: another rank of the host binds it; in an
                                   * election, one try: the agent thread does not wait) */
-        return ftrt__local_connect(secret, reelect ? 0 : init_timeout_ms > 1000 ? init_timeout_ms
+        return ftrt__local_connect(tag, reelect ? 0 : init_timeout_ms > 1000 ? init_timeout_ms
                                                                                  : 1000);
-    int lfd = ftrt__local_listen(secret);
+    int lfd = ftrt__local_listen(tag);
     if (lfd >= 0 && ctx->ha) { /* this process's earlier host agent: it has ended (an agent
                                 * frees the host's socket only when it lost the coordinator) */
         ftrt__hostagent_stop(ctx->ha, 0);
@@ -69,7 +70,7 @@ int ftrt__local_upstream(struct ftrt_ctx *ctx, const char *addr, int port, uint6
     } else if (lfd != -EADDRINUSE) {
         return lfd;
     }
-    return ftrt__local_connect(secret, 1000);
+    return ftrt__local_connect(tag, 1000);
 }
 
 /* Seconds from a fallback to the election, and between two attempts. */

@@ -49,7 +49,8 @@ typedef struct bootstrap {
     char addrs[FTRT__ADDRS_MAX]; /* the coordinator's addresses, to try in order */
     int32_t port;
     int32_t rc;
-    uint64_t secret;
+    uint64_t secret;    /* every hello on the control plane carries it */
+    uint64_t local_tag; /* names the job's local sockets (base/net.h): never the secret */
 } bootstrap;
 
 static void ctx_free(ftrt_ctx *ctx)
@@ -221,7 +222,7 @@ static int take_over(ftrt_ctx *ctx, uint64_t secret)
                            .mark_fd = -1};
     /* The coordinator's mark on this host, as world rank 0 holds it: the ranks of this host
      * stay on their own connections when the others elect new host agents (agent_move.c). */
-    if (ctx->cfg.host_agents) ca.mark_fd = ftrt__local_mark(secret);
+    if (ctx->cfg.host_agents) ca.mark_fd = ftrt__local_mark(ctx->local_tag);
     if (ca.mark_fd < 0 && ctx->cfg.host_agents)
         ftrt_log_warn("standby coordinator: cannot mark this host as the coordinator's (%s); "
                       "its ranks may elect a host agent", ftrt_strerror(ca.mark_fd));
@@ -265,10 +266,12 @@ static void open_control_plane(ftrt_ctx *ctx, bootstrap *b, int *listen_fd, int 
 {
     *listen_fd = ftrt__listen(ctx->cfg.coord_addr, b->addrs, sizeof b->addrs, &b->port);
     if (*listen_fd < 0) b->rc = *listen_fd;
-    else if ((b->rc = ftrt__random(&b->secret, sizeof b->secret)) != 0) close(*listen_fd);
-    /* The coordinator's mark on this host, before any other rank learns the secret: the
+    else if ((b->rc = ftrt__random(&b->secret, sizeof b->secret)) != 0 ||
+             (b->rc = ftrt__random(&b->local_tag, sizeof b->local_tag)) != 0)
+        close(*listen_fd);
+    /* The coordinator's mark on this host, before any other rank learns the tag: the
      * ranks of this host connect to the coordinator directly, not through a host agent. */
-    if (!b->rc && ctx->cfg.host_agents) *local_fd = ftrt__local_mark(b->secret);
+    if (!b->rc && ctx->cfg.host_agents) *local_fd = ftrt__local_mark(b->local_tag);
     if (b->rc) return;
     /* Every rank learns it at once: a job that cannot checkpoint (nor write its status file,
      * which lives there by default) does not start. */
@@ -434,6 +437,7 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
                   ctx->nspares);
     snprintf(ctx->coord_addr, sizeof ctx->coord_addr, "%s", b.addrs);
     ctx->coord_port = b.port;
+    ctx->local_tag = b.local_tag;
     if (ctx->cfg.sigterm == FTRT_SIGTERM_DRAIN && (rc = ftrt__sigterm_install()) != 0)
         ftrt_log_warn("FTRT_SIGTERM=drain: cannot install the SIGTERM handler: %s; SIGTERM "
                       "kills this process", ftrt_strerror(rc));

@@ -187,6 +187,7 @@ struct ftrt_ctx {
     char host[FTRT__HOST_MAX];
     char coord_addr[FTRT__ADDRS_MAX]; /* the control plane's addresses (a list) and port */
     int coord_port;
+    uint64_t local_tag; /* names this job's local sockets (base/net.h), from world rank 0 */
 
     ftrt__region *regs;
     int nregs, regs_cap;
@@ -284,7 +285,8 @@ void ftrt__cp_wait(struct ftrt_ctx *ctx, int ms);
 
 /* ---- a new host agent after one was lost (agent_move.c, the agent thread's) ---- */
 enum { FTRT__MV_NONE, FTRT__MV_ASKED, FTRT__MV_MOVING };
-/* This host's local socket: binds it and starts the host agent in this process (ctx->ha) when
+/* This host's local socket (named after ctx->local_tag; secret: the hellos' that the host agent
+ * started here checks): binds it and starts the host agent in this process (ctx->ha) when
  * no process of the host holds it, then connects to it (within 1 s). init_timeout_ms bounds the
  * new host agent's connection to the coordinator at addr:port. reelect: 0 at ftrt_init(), 1 in
  * an election after a host agent was lost (FTRT_TEST_AGENT_LATE_RANKS may keep this rank from

@@ -457,7 +457,9 @@ int ftrt__standby_claim(ftrt__coord *c)
     term_path(c, path, sizeof path);
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     int n = snprintf(buf, sizeof buf, "%llx %d\n", (unsigned long long)c->secret, c->term);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* 0600: it holds the job's secret (the job's user only; a file left by an earlier job with
+     * wider permissions is replaced by the rename, never written through) */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) return -errno;
     int rc = write(fd, buf, (size_t)n) == n && fsync(fd) == 0 ? 0 : -errno;
     close(fd);

@@ -101,6 +101,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -460,6 +461,10 @@ def case_coordhost(args):
         check(0 in fl and fl[0]["cause"] == "coordinator_lost" and fl[0]["recovered"] and
               "standby world rank 5 took over" in job.out,
               "the standby coordinator (world rank 5, ftrt-h3) took over from world rank 0")
+        term = os.stat(os.path.join(job.ckpt, "coordinator.term"))
+        check(stat.S_IMODE(term.st_mode) == 0o600,
+              f"the term file (it holds the job's secret) is the job user's only: "
+              f"{stat.S_IMODE(term.st_mode):o}")
         check(1 in fl and not fl[1]["recovered"] and rep["status"] == "failed" and
               rep["error"] == "FTRT_ENOSPARE",
               f"trainer world rank 1 (ftrt-h1) lost with no spare left: {rep['status']} "

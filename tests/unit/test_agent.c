@@ -96,7 +96,8 @@ static int setup_with(void **state, int hosted, int hb_timeout_ms)
     snprintf(ctx->coord_addr, sizeof ctx->coord_addr, "%s", addr);
     ctx->coord_port = port;
     uint64_t secret = 0x5ec2e7ull ^ (uint64_t)getpid() << 24; /* (one job per test process) */
-    f->local_fd = hosted ? ftrt__local_listen(secret) : -1;
+    ctx->local_tag = secret ^ 0x7a9; /* the local socket's name: not the secret (base/net.h) */
+    f->local_fd = hosted ? ftrt__local_listen(ctx->local_tag) : -1;
     if (hosted) assert_true(f->local_fd >= 0);
     assert_int_equal(ftrt__agent_start(ctx, addr, port, secret), 0);
     f->coord_fd = accept(hosted ? f->local_fd : f->listen_fd, NULL, NULL);
