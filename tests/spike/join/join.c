@@ -19,6 +19,25 @@
  *   --kill-merged M (accept, connect, spawn): after the first allreduce over the merged
  *       communicator, its rank M SIGKILLs itself and the others rebuild from the merged group
  *       without it: a recovery after the join, built from the merged communicator.
+ *   join jaccept [--port-file F] [--via all|one] [--die-before-accept 1]
+ *       the joiner the other way round (1 process): opens a port, writes it into F (standing in
+ *       for ftrt's control plane, which would carry it to the job), then MPI_Comm_accept over
+ *       MPI_COMM_SELF; --die-before-accept 1: it SIGKILLs itself after writing F instead (a
+ *       joiner lost between "ready" and its accept). --via one: the job's rank 0 alone connected
+ *       to it; the joiner then meets the job's whole communicator in MPI_Intercomm_create,
+ *       with the 2-process merged communicator as the peer communicator.
+ *   join jconnect [--kill R] [--over live|world] [--port-file F] [--via all|one]
+ *       job A the other way round: every rank of its (live) communicator MPI_Comm_connect's to
+ *       the port read from F (--via all), or (--via one) rank 0 alone connects over
+ *       MPI_COMM_SELF, tells the others with an MPI_Bcast over their communicator whether it
+ *       got through, and only then do they all enter MPI_Intercomm_create with the joiner:
+ *       a joiner lost before its accept then blocks rank 0 alone, in a wait that
+ *       pmix_base_exchange_timeout may bound.
+ *   --spare S (jaccept: 1; jconnect: S = a world rank of job A): job A's rank S stays out of
+ *       the join (an idle spare of MPI_COMM_WORLD); after e7's join the merged communicator
+ *       (A's others and the joiner) and rank S meet in MPI_Intercomm_create with
+ *       MPI_COMM_WORLD as the peer communicator of the two leaders (A's rank 0 and S), merge,
+ *       and allreduce: a later epoch holding a joined member and a promoted world spare.
  *   join block   [--interrupt none|close|selfconnect] [--wait S]
  *       1 process calls MPI_Comm_accept on an opened port that nobody connects to; with
  *       --interrupt a second thread tries to end the wait after 2 s (MPI_Close_port on the port,
@@ -194,6 +213,78 @@ static const char *g_port_file = NULL;
 static const char *g_name = "ftrt-join-spike";
 static const char *g_interrupt = "none";
 static double g_wait = 2.0;
+static const char *g_via = "all";
+static int g_spare = -1;
+
+/* An allreduce of (rank, 1) over c, checked; prints what and RESULT ok when correct. */
+static int final_check(MPI_Comm c, const char *what)
+{
+    int r, n;
+    MPI_Comm_rank(c, &r);
+    MPI_Comm_size(c, &n);
+    long v[2] = {r, 1}, s[2] = {0, 0};
+    CHECK(MPI_Allreduce(v, s, 2, MPI_LONG, MPI_SUM, c));
+    int ok = s[0] == (long)n * (n - 1) / 2 && s[1] == n;
+    SAY("%s: rank %d of %d, allreduce sums %ld %ld %s", what, r, n, s[0], s[1],
+        ok ? "correct" : "WRONG");
+    if (ok)
+        SAY("RESULT ok");
+    MPI_Barrier(c);
+    return ok ? 0 : 1;
+}
+
+/* --spare: the communicator `low` (A's members and the joiner) and A's idle world rank
+ * g_spare meet in MPI_Intercomm_create, peer MPI_COMM_WORLD (significant at the leaders
+ * only), and merge (the spare high). leader_world: A's rank 0 as a world rank. */
+static int with_spare(MPI_Comm low, int is_spare)
+{
+    MPI_Comm inter, all;
+    double t0 = now();
+    if (is_spare)
+        CHECK(MPI_Intercomm_create(MPI_COMM_SELF, 0, MPI_COMM_WORLD, 0, 4343, &inter));
+    else
+        CHECK(MPI_Intercomm_create(low, 0, MPI_COMM_WORLD, g_spare, 4343, &inter));
+    CHECK(MPI_Intercomm_merge(inter, is_spare, &all));
+    char what[160];
+    snprintf(what, sizeof what, "joined member + world spare: MPI_Intercomm_create (peer "
+             "MPI_COMM_WORLD) and merge %.3f s", now() - t0);
+    return final_check(all, what);
+}
+static int g_die_before = 0;
+
+/* Writes the port into g_port_file (write, then rename: a reader never sees half of it). */
+static void write_port_file(const char *port)
+{
+    if (!g_port_file)
+        return;
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", g_port_file);
+    FILE *f = fopen(tmp, "w");
+    if (f) {
+        fprintf(f, "%s\n", port);
+        fclose(f);
+        rename(tmp, g_port_file);
+    }
+}
+
+/* Reads the port from g_port_file, waiting up to 60 s for it; "" if it never came. */
+static void read_port_file(char *port)
+{
+    double t0 = now();
+    port[0] = 0;
+    for (int i = 0; i < 600 && port[0] == 0; i++) {
+        FILE *f = fopen(g_port_file, "r");
+        if (f) {
+            if (!fgets(port, MPI_MAX_PORT_NAME, f))
+                port[0] = 0;
+            fclose(f);
+            port[strcspn(port, "\n")] = 0;
+        }
+        if (!port[0])
+            usleep(100000);
+    }
+    SAY("port from file after %.3f s: %s", now() - t0, port);
+}
 
 static MPI_Comm prepare_job(int *size)
 {
@@ -225,16 +316,7 @@ static int role_accept(void)
         int prc = MPI_Publish_name(g_name, MPI_INFO_NULL, port);
         SAY("port opened: %s; MPI_Publish_name(%s): %s", port, g_name,
             prc == MPI_SUCCESS ? "ok" : errstr(prc));
-        if (g_port_file) {
-            char tmp[4096];
-            snprintf(tmp, sizeof tmp, "%s.tmp", g_port_file);
-            FILE *f = fopen(tmp, "w");
-            if (f) {
-                fprintf(f, "%s\n", port);
-                fclose(f);
-                rename(tmp, g_port_file);
-            }
-        }
+        write_port_file(port);
     }
     SAY("waiting in MPI_Comm_accept");
     double t0 = now();
@@ -254,18 +336,7 @@ static int role_connect(void)
     char port[MPI_MAX_PORT_NAME] = "";
     double t0 = now();
     if (g_port_file) {
-        for (int i = 0; i < 600 && port[0] == 0; i++) {
-            FILE *f = fopen(g_port_file, "r");
-            if (f) {
-                if (!fgets(port, sizeof port, f))
-                    port[0] = 0;
-                fclose(f);
-                port[strcspn(port, "\n")] = 0;
-            }
-            if (!port[0])
-                usleep(100000);
-        }
-        SAY("port from file after %.3f s: %s", now() - t0, port);
+        read_port_file(port);
     } else {
         int rc = MPI_ERR_NAME;
         for (int i = 0; i < 200; i++) { /* job A may not have published yet */
@@ -284,6 +355,105 @@ static int role_connect(void)
     t0 = now();
     CHECK(MPI_Comm_connect(port, MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter));
     return after_connect(inter, 1, now() - t0);
+}
+
+/* The joiner accepting over MPI_COMM_SELF (the job connects to it); --via one: then the
+ * job's whole communicator through MPI_Intercomm_create, the peer communicator being the one
+ * merged with the job's rank 0. */
+static int role_jaccept(void)
+{
+    char port[MPI_MAX_PORT_NAME];
+    CHECK(MPI_Open_port(MPI_INFO_NULL, port));
+    write_port_file(port);
+    SAY("joiner: port written (%s); accepting over MPI_COMM_SELF (via %s)", port, g_via);
+    if (g_die_before) {
+        SAY("joiner: SIGKILL myself (pid %d) before MPI_Comm_accept", (int)getpid());
+        raise(SIGKILL);
+    }
+    double t0 = now();
+    MPI_Comm inter;
+    CHECK(MPI_Comm_accept(port, MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter));
+    double t_acc = now() - t0;
+    if (strcmp(g_via, "one") != 0)
+        return after_connect(inter, 1, t_acc);
+    MPI_Comm m0, inter2;
+    CHECK(MPI_Intercomm_merge(inter, 1, &m0)); /* {the job's rank 0, the joiner} */
+    t0 = now();
+    CHECK(MPI_Intercomm_create(MPI_COMM_SELF, 0, m0, 0, 4242, &inter2));
+    SAY("joiner: MPI_Intercomm_create with the job's communicator %.3f s", now() - t0);
+    if (g_spare >= 0) { /* then the job's idle world spare too */
+        MPI_Comm m3;
+        CHECK(MPI_Intercomm_merge(inter2, 1, &m3));
+        return with_spare(m3, 0);
+    }
+    int rc = after_connect(inter2, 1, t_acc + (now() - t0));
+    MPI_Comm_free(&m0);
+    MPI_Comm_disconnect(&inter);
+    return rc;
+}
+
+/* The job connecting to the joiner's port: every rank (--via all), or rank 0 alone over
+ * MPI_COMM_SELF and then every rank through MPI_Intercomm_create (--via one). */
+static int role_jconnect(void)
+{
+    int size;
+    MPI_Comm c;
+    if (g_spare >= 0) { /* rank g_spare idles; the others join */
+        MPI_Comm_size(MPI_COMM_WORLD, &size);
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (wrank == g_spare)
+            return with_spare(MPI_COMM_NULL, 1);
+        c = live_comm(g_spare, size);
+    } else {
+        c = prepare_job(&size);
+    }
+    int r;
+    MPI_Comm_rank(c, &r);
+    char port[MPI_MAX_PORT_NAME] = "";
+    if (r == 0)
+        read_port_file(port);
+    double t0 = now();
+    MPI_Comm inter;
+    if (strcmp(g_via, "one") != 0) {
+        SAY("connecting over the job's communicator");
+        CHECK(MPI_Comm_connect(port, MPI_INFO_NULL, 0, c, &inter));
+        return after_connect(inter, 0, now() - t0);
+    }
+    MPI_Comm inter0 = MPI_COMM_NULL, m0 = MPI_COMM_NULL;
+    int ok = 1;
+    if (r == 0) {
+        int rc = MPI_Comm_connect(port, MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter0);
+        SAY("rank 0: MPI_Comm_connect over MPI_COMM_SELF %.3f s: %s", now() - t0,
+            rc == MPI_SUCCESS ? "ok" : errstr(rc));
+        ok = rc == MPI_SUCCESS;
+        if (ok)
+            CHECK(MPI_Intercomm_merge(inter0, 0, &m0));
+    }
+    CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, c)); /* (ftrt: the coordinator's word) */
+    if (!ok) { /* the job goes on without the joiner: its communicator still works? */
+        long v[2] = {r, 1}, sum[2] = {0, 0};
+        CHECK(MPI_Allreduce(v, sum, 2, MPI_LONG, MPI_SUM, c));
+        int n;
+        MPI_Comm_size(c, &n);
+        int good = sum[0] == (long)n * (n - 1) / 2 && sum[1] == n;
+        SAY("the connect failed at rank 0; nobody else entered a join call; an allreduce over "
+            "the job's communicator after it: %s", good ? "correct: RESULT escaped" : "WRONG");
+        return good ? 0 : 1;
+    }
+    double t1 = now();
+    CHECK(MPI_Intercomm_create(c, 0, r == 0 ? m0 : c, 1, 4242, &inter));
+    SAY("MPI_Intercomm_create with the joiner %.3f s", now() - t1);
+    if (g_spare >= 0) {
+        MPI_Comm m3;
+        CHECK(MPI_Intercomm_merge(inter, 0, &m3));
+        return with_spare(m3, 0);
+    }
+    int rc = after_connect(inter, 0, now() - t0);
+    if (r == 0) {
+        MPI_Comm_free(&m0);
+        MPI_Comm_disconnect(&inter0);
+    }
+    return rc;
 }
 
 static const char *g_argv0;
@@ -374,6 +544,12 @@ int main(int argc, char **argv)
             g_interrupt = argv[i + 1];
         else if (!strcmp(argv[i], "--wait"))
             g_wait = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--spare"))
+            g_spare = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--via"))
+            g_via = argv[i + 1];
+        else if (!strcmp(argv[i], "--die-before-accept"))
+            g_die_before = atoi(argv[i + 1]);
     }
     tag = role;
     int provided;
@@ -382,7 +558,8 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
-    if (wrank == 0 || !strcmp(role, "child") || !strcmp(role, "connect"))
+    if (wrank == 0 || !strcmp(role, "child") || !strcmp(role, "connect") ||
+        !strcmp(role, "jaccept"))
         SAY("MPI_Init_thread %.3f s, thread level %d (MULTIPLE=%d), ULFM %d (OMPI_MCA_mpi_ft_enable=%s), "
             "pid %d",
             now() - t0, provided, MPI_THREAD_MULTIPLE, HAVE_ULFM,
@@ -398,8 +575,13 @@ int main(int argc, char **argv)
         rc = role_child();
     else if (!strcmp(role, "block"))
         rc = role_block();
+    else if (!strcmp(role, "jaccept"))
+        rc = role_jaccept();
+    else if (!strcmp(role, "jconnect"))
+        rc = role_jconnect();
     else {
-        fprintf(stderr, "usage: join accept|connect|spawn|block [options] (see the source)\n");
+        fprintf(stderr, "usage: join accept|connect|spawn|block|jaccept|jconnect [options] (see "
+                        "the source)\n");
         rc = 2;
     }
     /* With a dead rank (or a blocked accept) MPI_Finalize may wait on it: leave without it then;

@@ -2,7 +2,7 @@
 # The join spike (issue 35; docs/join.md): builds join.c against an Open MPI and runs each
 # experiment, printing one GO / NO-GO / INFO line per experiment with its evidence.
 #
-# Usage: tests/spike/join/run.sh [--reps N] [--exp "e1 e2 e3 e5 e4"] [--out DIR] CONFIG...
+# Usage: tests/spike/join/run.sh [--reps N] [--exp "e1 e2 e3 e5 e4 e6 e7 e8 e9"] [--out DIR] CONFIG...
 #   CONFIG: 4.1  Debian's Open MPI 4.1 (/usr/bin/mpicc, mpirun --enable-recovery, ompi-server)
 #           5    Open MPI 5 with ULFM (scripts/ensure-ompi5.sh, or $OMPI5_PREFIX;
 #                mpirun --with-ft ulfm; a `prte` DVM for the two-mpirun experiments)
@@ -14,7 +14,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 reps=3
-exps="e1 e2 e3 e5 e4"
+exps="e1 e2 e3 e5 e4 e6 e7 e8 e9"
 out=""
 cfgs=()
 while [ $# -gt 0 ]; do
@@ -53,6 +53,11 @@ acc_phase() { # the accept side's (job A's rank 0) times
   grep -h -E "SPIKE (accept|spawn) w0: merged rank" "$@" 2>/dev/null |
     sed -E 's/.*connect\/accept ([0-9.]+) s, merge ([0-9.]+) s, first allreduce ([0-9.]+) s.*/\1 \2 \3/' |
     awk '{c=c" "$1; m=m" "$2; a=a" "$3} END {if (NR) printf "job A rank 0: accept/spawn%s s (includes waiting for the joiner); merge%s s; allreduce%s s", c, m, a}'
+}
+jphases() { # the joiner's accept (and Intercomm_create) times, the other way round (e6, e7)
+  grep -h -E "SPIKE jaccept .*merged rank" "$@" 2>/dev/null |
+    sed -E 's/.*connect\/accept ([0-9.]+) s, merge ([0-9.]+) s, first allreduce ([0-9.]+) s.*/\1 \2 \3/' |
+    awk '{c=c" "$1; m=m" "$2; a=a" "$3} END {if (NR) printf "joiner: accept (from its port written)%s s; merge%s s; first allreduce%s s", c, m, a}'
 }
 wait_line() { # file pattern seconds
   local i
@@ -125,6 +130,25 @@ run_cfg() {
     fi
     wait "$apid"
     echo "wall $((SECONDS - t0)) s" >> "$lp.B.log"
+    sweep "$(basename "$lp")"
+  }
+
+  # one run the other way round: the joiner (1 process) opens a port, writes it to a file and
+  # accepts over MPI_COMM_SELF; job A (3 processes) connects once the port is there. B-args go
+  # to the joiner; btime / atime / amca (variables) set the timeouts and A's MCA options.
+  rev_jobs() { # log-prefix "B-args" A-args...
+    local lp=$1 ba=$2; shift 2
+    local t0=$SECONDS
+    rm -f "$lp.port"
+    (cd "$d" && timeout -k 5 ${btime:-60} $two $ft -np 1 "$d/join" jaccept --port-file "$lp.port" $ba > "$lp.B.log" 2>&1; echo "rc $?" >> "$lp.B.log") &
+    local bpid=$!
+    if wait_line "$lp.port" . 40; then
+      (cd "$d" && timeout -k 5 ${atime:-60} $two $ft ${amca:-} -np 3 "$d/join" jconnect --port-file "$lp.port" "$@" > "$lp.A.log" 2>&1; echo "rc $?" >> "$lp.A.log")
+    else
+      echo "the joiner never wrote its port" > "$lp.A.log"
+    fi
+    wait "$bpid"
+    echo "wall $((SECONDS - t0)) s" >> "$lp.A.log"
     sweep "$(basename "$lp")"
   }
 
@@ -238,6 +262,62 @@ run_cfg() {
       local extra=""
       [ "$v" != GO ] && extra="; $(grep -h -E "FAIL|^rc " "$d"/e5-spawn.*.log | tr '\n' ';' | cut -c1-300)"
       say "$v" "$cfg" "e5 kill after join (spawn)" "$n_ok/$reps runs: 2 parents + the child rebuilt and allreduced correctly$extra"
+      ;;
+    e6|e7)
+      # the joiner accepts and the job connects: over the job's whole live communicator (e6),
+      # or its rank 0 alone over MPI_COMM_SELF and then MPI_Intercomm_create (e7); kill: none,
+      # live (job A's rank 2 SIGKILLed before: the live ranks' communicator connects), after
+      # (merged rank 1 SIGKILLed after the first allreduce, the others rebuild without it: a
+      # recovery after the join, as e5)
+      [ "$cfg" = 4.1 ] || { say INFO 5 "$e" "not run: two mpiruns meet only in a DVM on 5 (e1)"; continue; }
+      local via=all; [ "$e" = e7 ] && via=one
+      local k
+      for k in none live after; do
+        local args=(--via "$via") want=4 bx=""
+        [ "$k" = live ] && { args+=(--kill 2 --over live); want=3; }
+        [ "$k" = after ] && { args+=(--kill-merged 1); bx="--kill-merged 1"; want=3; }
+        local n_ok=0
+        for ((r = 1; r <= reps; r++)); do
+          start_server || break
+          rev_jobs "$d/$e-$k.$r" "--via $via $bx" "${args[@]}"
+          stop_server
+          [ "$(oks "$d/$e-$k.$r".*.log)" = "$want" ] && n_ok=$((n_ok + 1))
+        done
+        local v=NO-GO; [ "$n_ok" = "$reps" ] && v=GO
+        local extra=""
+        [ "$via" = one ] && extra="; job's Intercomm_create$(grep -h "w0: MPI_Intercomm_create with the joiner" "$d"/$e-$k.*.A.log | sed -E 's/.*joiner ([0-9.]+) s/ \1/' | tr -d '\n') s"
+        [ "$v" != GO ] && extra="$extra; $(grep -h -E "FAIL|^rc " "$d"/$e-$k.*.log | tr '\n' ';' | cut -c1-300)"
+        say "$v" 4.1 "$e via $via, kill: $k" "$n_ok/$reps runs: the joiner accepts, the job connects; merged, allreduce and rebuild correct; $(jphases "$d"/$e-$k.*.B.log)$extra"
+      done
+      ;;
+    e8)
+      # the joiner SIGKILLed after writing its port, before its accept: what the connecting
+      # job does, via all / via one, with and without pmix_base_exchange_timeout
+      [ "$cfg" = 4.1 ] || { say INFO 5 e8 "not run: two mpiruns meet only in a DVM on 5 (e1)"; continue; }
+      local via mca tg
+      for via in all one; do
+        for mca in "" "--mca pmix_base_exchange_timeout 3"; do
+          tg="e8-$via"; [ -n "$mca" ] && tg="$tg-t3"
+          start_server || break
+          atime=30 amca="$mca" rev_jobs "$d/$tg.1" "--via $via --die-before-accept 1" --via "$via"
+          stop_server
+          say INFO 4.1 "e8 joiner dead, via $via${mca:+, exch. 3}" "job A $(grep -h -E '^rc |^wall' "$d/$tg.1.A.log" | tr '\n' ' ')(124 = blocked until the timeout, 30 s); ranks that escaped and allreduced correctly after: $(grep -c 'RESULT escaped' "$d/$tg.1.A.log"); $(grep -h -E 'FAIL|rank 0: MPI_Comm_connect' "$d/$tg.1.A.log" | sed 's/^SPIKE //' | tr '\n' ';' | cut -c1-300)"
+        done
+      done
+      ;;
+    e9)
+      # e7's join by A's ranks 0 and 1 while rank 2 idles (a spare of MPI_COMM_WORLD); then the
+      # merged communicator and rank 2 meet in MPI_Intercomm_create, peer MPI_COMM_WORLD
+      [ "$cfg" = 4.1 ] || { say INFO 5 e9 "not run: two mpiruns meet only in a DVM on 5 (e1)"; continue; }
+      local n_ok=0
+      for ((r = 1; r <= reps; r++)); do
+        start_server || break
+        rev_jobs "$d/e9.$r" "--via one --spare 1" --via one --spare 2
+        stop_server
+        [ "$(oks "$d/e9.$r".*.log)" = 4 ] && n_ok=$((n_ok + 1))
+      done
+      local v=NO-GO; [ "$n_ok" = "$reps" ] && v=GO
+      say "$v" 4.1 "e9 joined member + world spare" "$n_ok/$reps runs: all 4 allreduce correctly over the communicator merged from Intercomm_create (peer MPI_COMM_WORLD):$(grep -h "w0: joined member + world spare" "$d"/e9.*.A.log | sed -E 's/.*and merge ([0-9.]+) s.*/ \1/' | tr -d '\n') s; exits: $(grep -h '^rc ' "$d"/e9.*.log | tr '\n' ' ')"
       ;;
     e4)
       local i mode
