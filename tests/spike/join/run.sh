@@ -55,7 +55,7 @@ acc_phase() { # the accept side's (job A's rank 0) times
     awk '{c=c" "$1; m=m" "$2; a=a" "$3} END {if (NR) printf "job A rank 0: accept/spawn%s s (includes waiting for the joiner); merge%s s; allreduce%s s", c, m, a}'
 }
 jphases() { # the joiner's accept (and Intercomm_create) times, the other way round (e6, e7)
-  grep -h -E "SPIKE jaccept .*merged rank" "$@" 2>/dev/null |
+  grep -h -E "SPIKE jaccept .*merged rank [0-9]+ of" "$@" 2>/dev/null |
     sed -E 's/.*connect\/accept ([0-9.]+) s, merge ([0-9.]+) s, first allreduce ([0-9.]+) s.*/\1 \2 \3/' |
     awk '{c=c" "$1; m=m" "$2; a=a" "$3} END {if (NR) printf "joiner: accept (from its port written)%s s; merge%s s; first allreduce%s s", c, m, a}'
 }
@@ -268,14 +268,16 @@ run_cfg() {
       # or its rank 0 alone over MPI_COMM_SELF and then MPI_Intercomm_create (e7); kill: none,
       # live (job A's rank 2 SIGKILLed before: the live ranks' communicator connects), after
       # (merged rank 1 SIGKILLed after the first allreduce, the others rebuild without it: a
-      # recovery after the join, as e5)
+      # recovery after the join, as e5), jafter (the joiner, merged rank 3, SIGKILLed after the
+      # first allreduce: do job A's processes and its mpirun go on?)
       [ "$cfg" = 4.1 ] || { say INFO 5 "$e" "not run: two mpiruns meet only in a DVM on 5 (e1)"; continue; }
       local via=all; [ "$e" = e7 ] && via=one
       local k
-      for k in none live after; do
+      for k in none live after jafter; do
         local args=(--via "$via") want=4 bx=""
         [ "$k" = live ] && { args+=(--kill 2 --over live); want=3; }
         [ "$k" = after ] && { args+=(--kill-merged 1); bx="--kill-merged 1"; want=3; }
+        [ "$k" = jafter ] && { args+=(--kill-merged 3); bx="--kill-merged 3"; want=3; }
         local n_ok=0
         for ((r = 1; r <= reps; r++)); do
           start_server || break
@@ -286,6 +288,7 @@ run_cfg() {
         local v=NO-GO; [ "$n_ok" = "$reps" ] && v=GO
         local extra=""
         [ "$via" = one ] && extra="; job's Intercomm_create$(grep -h "w0: MPI_Intercomm_create with the joiner" "$d"/$e-$k.*.A.log | sed -E 's/.*joiner ([0-9.]+) s/ \1/' | tr -d '\n') s"
+        [ "$k" = jafter ] && extra="$extra; job A's exits: $(grep -h '^rc ' "$d"/$e-$k.*.A.log | tr '\n' ' ')"
         [ "$v" != GO ] && extra="$extra; $(grep -h -E "FAIL|^rc " "$d"/$e-$k.*.log | tr '\n' ';' | cut -c1-300)"
         say "$v" 4.1 "$e via $via, kill: $k" "$n_ok/$reps runs: the joiner accepts, the job connects; merged, allreduce and rebuild correct; $(jphases "$d"/$e-$k.*.B.log)$extra"
       done
