@@ -4,10 +4,11 @@
  * collectives runtime/data.c; ftrt_recover runtime/recovery.c).
  *
  * Start-up (docs/ARCHITECTURE.md "Roles"): world rank 0 opens the control-plane socket and
- * broadcasts {address, port, secret} with MPI_Bcast; every other rank connects, says hello and
- * waits for its WELCOME. Trainers build the training communicator with MPI_Comm_create_group
- * over world ranks 1..N; spares block in ftrt_init() until promoted or shut down; the
- * coordinator runs its loop inside ftrt_init() (the "head process" pattern of FTI). After
+ * broadcasts {address, port, secret, local tag} with MPI_Bcast; every other rank connects, says
+ * hello and waits for its WELCOME. Trainers build the training communicator with
+ * MPI_Comm_create_group over world ranks 1..N; spares block in ftrt_init() until promoted or
+ * shut down; the coordinator runs its loop inside ftrt_init() (the "head process" pattern of
+ * FTI). After
  * ftrt_finalize(), a non-zero exit status of the process is recorded for tools/ftrt-run
  * (record_exit()).
  */
