@@ -101,6 +101,22 @@ static int wrank = -1;
         }                                                                                          \
     } while (0)
 
+/* An allreduce of (rank in c, 1) over c into s, its time into *t (may be NULL): 1 when the
+ * sums are those of c's size (every member took part, each with its own rank), else 0. */
+static int rank_sums(MPI_Comm c, long s[2], double *t)
+{
+    int r, n;
+    MPI_Comm_rank(c, &r);
+    MPI_Comm_size(c, &n);
+    long v[2] = {r, 1};
+    s[0] = s[1] = 0;
+    double t0 = now();
+    CHECK(MPI_Allreduce(v, s, 2, MPI_LONG, MPI_SUM, c));
+    if (t)
+        *t = now() - t0;
+    return s[0] == (long)n * (n - 1) / 2 && s[1] == n;
+}
+
 /* Merge, allreduce over the merged communicator, then build a communicator from the merged
  * one's whole group as ftrt's recovery builds an epoch's from MPI_COMM_WORLD's group. */
 static int after_connect(MPI_Comm inter, int high, double t_connect)
@@ -115,11 +131,9 @@ static int after_connect(MPI_Comm inter, int high, double t_connect)
     MPI_Comm_size(merged, &n);
     MPI_Comm_remote_size(inter, &rsz);
 
-    long v[2] = {r, 1}, s[2] = {0, 0};
-    t0 = now();
-    CHECK(MPI_Allreduce(v, s, 2, MPI_LONG, MPI_SUM, merged));
-    double t_ar = now() - t0;
-    int ok = s[0] == (long)n * (n - 1) / 2 && s[1] == n;
+    long s[2];
+    double t_ar;
+    int ok = rank_sums(merged, s, &t_ar);
     SAY("merged rank %d of %d (remote size %d): connect/accept %.3f s, merge %.3f s, "
         "first allreduce %.6f s: sums %ld %ld %s",
         r, n, rsz, t_connect, t_merge, t_ar, s[0], s[1], ok ? "correct" : "WRONG");
@@ -161,10 +175,7 @@ static int after_connect(MPI_Comm inter, int high, double t_connect)
     MPI_Comm_set_errhandler(rebuilt, MPI_ERRORS_RETURN);
     int r2;
     MPI_Comm_rank(rebuilt, &r2);
-    v[0] = r2;
-    s[0] = s[1] = 0;
-    CHECK(MPI_Allreduce(v, s, 2, MPI_LONG, MPI_SUM, rebuilt));
-    int ok2 = s[0] == (long)n * (n - 1) / 2 && s[1] == n && r2 == expect_r2;
+    int ok2 = rank_sums(rebuilt, s, NULL) && r2 == expect_r2;
     SAY("rebuilt from the merged group%s with %s in %.3f s: rank %d of %d, allreduce sums %ld %ld %s",
         g_kill_merged >= 0 ? " less the killed rank" : "", how, t_rb, r2, n, s[0], s[1],
         ok2 ? "correct" : "WRONG");
@@ -222,9 +233,8 @@ static int final_check(MPI_Comm c, const char *what)
     int r, n;
     MPI_Comm_rank(c, &r);
     MPI_Comm_size(c, &n);
-    long v[2] = {r, 1}, s[2] = {0, 0};
-    CHECK(MPI_Allreduce(v, s, 2, MPI_LONG, MPI_SUM, c));
-    int ok = s[0] == (long)n * (n - 1) / 2 && s[1] == n;
+    long s[2];
+    int ok = rank_sums(c, s, NULL);
     SAY("%s: rank %d of %d, allreduce sums %ld %ld %s", what, r, n, s[0], s[1],
         ok ? "correct" : "WRONG");
     if (ok)
@@ -431,11 +441,8 @@ static int role_jconnect(void)
     }
     CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, c)); /* (ftrt: the coordinator's word) */
     if (!ok) { /* the job goes on without the joiner: its communicator still works? */
-        long v[2] = {r, 1}, sum[2] = {0, 0};
-        CHECK(MPI_Allreduce(v, sum, 2, MPI_LONG, MPI_SUM, c));
-        int n;
-        MPI_Comm_size(c, &n);
-        int good = sum[0] == (long)n * (n - 1) / 2 && sum[1] == n;
+        long sum[2];
+        int good = rank_sums(c, sum, NULL);
         SAY("the connect failed at rank 0; nobody else entered a join call; an allreduce over "
             "the job's communicator after it: %s", good ? "correct: RESULT escaped" : "WRONG");
         return good ? 0 : 1;
