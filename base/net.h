@@ -31,8 +31,9 @@ int ftrt__connect_any(const char *addrs, int port, int timeout_ms, char *used, s
 /* The job's local socket: an abstract Unix stream socket named after the job's local tag
  * ("\0ftrt.<tag in hex>"), 64 random bits of its own, never the hello secret: every user of a
  * host can list abstract names (/proc/net/unix), and a name must not hand out the secret that
- * every hello on the control plane is checked against. Abstract names belong to a network namespace, so every process
- * of one host (one namespace) finds the same one, and it vanishes with the last descriptor.
+ * every hello on the control plane is checked against. Abstract names belong to a network
+ * namespace, so every process of one host (one namespace) finds the same one, and it vanishes
+ * with the last descriptor.
  * ftrt__local_listen binds and listens on it: the fd, or -EADDRINUSE when a process of this
  * host holds it already, or -errno. ftrt__local_connect connects to it, retrying while it is
  * bound but not listening yet, for at most timeout_ms: the fd (blocking), or -errno

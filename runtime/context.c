@@ -8,9 +8,8 @@
  * hello and waits for its WELCOME. Trainers build the training communicator with
  * MPI_Comm_create_group over world ranks 1..N; spares block in ftrt_init() until promoted or
  * shut down; the coordinator runs its loop inside ftrt_init() (the "head process" pattern of
- * FTI). After
- * ftrt_finalize(), a non-zero exit status of the process is recorded for tools/ftrt-run
- * (record_exit()).
+ * FTI). After ftrt_finalize(), a non-zero exit status of the process is recorded for
+ * tools/ftrt-run (record_exit()).
  */
 #include <errno.h>
 #include <fcntl.h>
