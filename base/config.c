@@ -156,7 +156,11 @@
     X(ec_group, "FTRT_EC_GROUP", INT, 4, 3, 32, NULL,                                              \
       "under `FTRT_SHARD_REDUNDANCY=erasure`, the trainers per redundancy group: the job's N "    \
       "trainers form max(1, N / this) groups (logical rank l in group l mod groups); each "       \
-      "member keeps 2 / (group size - 2) of its shard in parity")
+      "member keeps 2 / (group size - 2) of its shard in parity")                              \
+    X(joinable, "FTRT_JOINABLE", INT, 0, 0, 4096, NULL,                                            \
+      "processes that may join the running job as hot spares over its life (`ftrt-run --join`, " \
+      "docs/join.md; Open MPI 4.1 with `ompi-server` only: `ftrt-run --joinable` sets it); 0 = "  \
+      "none, a JOIN is refused")
 
 /* The default in the descriptor's number or string slot, by kind. */
 #define FTRT__DEFNUM_INT(d) (double)(d)

@@ -108,7 +108,10 @@
     X(coord_tx_slack, "FTRT_TEST_COORD_TX_SLACK", 1 << 23,                                     \
       "N > 0: a coordinator's send queue may hold N bytes beyond its largest message (instead " \
       "of 8 MiB) before its peer is declared lost, so that a test reaches that bound with a "  \
-      "few thousand small messages")
+      "few thousand small messages")                                                          \
+    X(join_version, "FTRT_TEST_JOIN_VERSION", 1000,                                            \
+      "N > 0: a joining process (runtime/join.c) says join protocol version N instead of its "  \
+      "own, as another version of ftrt would: the coordinator must refuse it")
 
 struct ftrt__knobs {
 #define FTRT__KNOB_FIELD(field, env, max, doc) int32_t field;

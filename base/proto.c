@@ -47,6 +47,9 @@ static size_t fixed_size(uint32_t type)
     case FTRT__MSG_COMMIT: return sizeof(ftrt__ckpt_msg);
     case FTRT__MSG_BYE: return sizeof(ftrt__bye);
     case FTRT__MSG_FINGERPRINT: return sizeof(ftrt__fingerprint_msg);
+    case FTRT__MSG_JOIN: return sizeof(ftrt__join);
+    case FTRT__MSG_JOIN_OK: return sizeof(ftrt__join_ok);
+    case FTRT__MSG_JOIN_REFUSED: return sizeof(ftrt__join_refused);
     default: return 0;
     }
 }

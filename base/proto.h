@@ -114,6 +114,12 @@ enum ftrt__msg_type {
                                  or now) */
     FTRT__MSG_DRAIN_ME,       /* trainer or spare -> coord: it received SIGTERM under
                                  FTRT_SIGTERM=drain: drain it (epoch_msg, value unused) */
+    /* joins (runtime/coordinator/join.c; docs/join.md) */
+    FTRT__MSG_JOIN,           /* a process started after the job -> coord, first on its own TCP
+                                 connection: it asks to be a hot spare (ftrt__join) */
+    FTRT__MSG_JOIN_OK,        /* coord -> joiner: it is one, in slot `slot` (ftrt__join_ok) */
+    FTRT__MSG_JOIN_REFUSED,   /* coord -> joiner: it is not, and why (ftrt__join_refused); the
+                                 coordinator closes the connection after it */
     FTRT__MSG_TYPE_END
 };
 
@@ -158,6 +164,24 @@ typedef struct ftrt__hello {
     int32_t pid;
     char host[FTRT__HOST_MAX];
 } ftrt__hello;
+
+/* The version of JOIN's layout and meaning: a joiner of another one is refused. */
+#define FTRT__PROTO_JOIN 1
+
+/* JOIN: a joiner's hello. The secret is the job's (tools/ftrt-run --join hands it over). */
+typedef struct ftrt__join {
+    uint64_t secret;
+    int32_t version; /* FTRT__PROTO_JOIN */
+    int32_t pid;
+    char host[FTRT__HOST_MAX];
+} ftrt__join;
+
+/* JOIN_REFUSED: an ftrt error code and one line saying why (NUL-terminated). */
+typedef struct ftrt__join_refused {
+    int32_t code;
+    int32_t pad;
+    char why[192];
+} ftrt__join_refused;
 
 typedef struct ftrt__welcome {
     int32_t role;
@@ -277,6 +301,16 @@ typedef struct ftrt__report {
 /* A sharded-image source (ftrt__plan_shard_src) that is no single survivor: the replaced
  * rank's sharded image is rebuilt from its erasure group's survivors (runtime/ecgroup.c). */
 #define FTRT__SHARD_SRC_ERASURE (-2)
+
+/* JOIN_OK: the joiner's WELCOME (role SPARE, logical rank -1) and where it stands: its slot
+ * (its world rank in the job's tables, numbered after MPI_COMM_WORLD's ranks), the job's world
+ * size, and the tag naming its published port (ftrt__join_service, comm/join.h). */
+typedef struct ftrt__join_ok {
+    ftrt__welcome welcome;
+    int32_t slot;
+    int32_t world_size;
+    uint64_t tag;
+} ftrt__join_ok;
 
 /* A recovery plan as a member applies it (runtime/recovery.c, runtime/replica.c): the whole
  * membership, every member's role and the sharded-image sources. Built at the member from the

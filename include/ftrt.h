@@ -97,7 +97,10 @@ extern "C" {
       "not supported by this build of libftrt (e.g. a device-memory region without CUDA)")        \
     X(FTRT_EDRAINED, -1018,                                                                        \
       "this process was drained: its logical rank went to a hot spare; call ftrt_finalize() and "  \
-      "exit 0 (the job goes on without it)")
+      "exit 0 (the job goes on without it)")                                                       \
+    X(FTRT_EJOIN, -1019,                                                                           \
+      "this process's join of a running job was refused (the log says why: the secret, another "   \
+      "version, a job not joinable or out of join slots, or one that has ended)")
 
 enum ftrt_error {
 #define FTRT__ENUM(name, value, msg) name = value,
@@ -301,6 +304,11 @@ typedef struct ftrt_config {
                                  N trainers form max(1, N / ec_group) groups, logical rank l in
                                  group l mod groups; each member keeps 2 / (size - 2) of its
                                  shard in parity */
+    int joinable;             /* FTRT_JOINABLE: how many processes may join the running job as
+                                 hot spares over its life (default 0: none; up to 4096): each
+                                 takes a slot numbered after the world's ranks
+                                 (ftrt_world_rank()); Open MPI 4.1 under `ompi-server` only
+                                 (tools/ftrt-run --joinable sets it; docs/join.md) */
 } ftrt_config;
 
 /* FTRT_SHARD_REDUNDANCY values (ftrt_config.shard_redundancy). */

@@ -687,11 +687,19 @@ int ftrt__agent_start(struct ftrt_ctx *ctx, const char *addr, int port, uint64_t
     }
     ftrt_log_info("control plane: connected to the coordinator at %s (port %d)", used, port);
     cp->fd = fd;
-    cp->secret = secret;
     ftrt__hello hello = {.secret = secret, .world_rank = ctx->world_rank, .pid = (int32_t)getpid()};
     memcpy(hello.host, ctx->host, sizeof hello.host);
     int rc = ftrt__agent_send(ctx, FTRT__MSG_HELLO, &hello, sizeof hello);
     if (rc) return rc;
+    return ftrt__agent_run(ctx, fd, secret);
+}
+
+int ftrt__agent_run(struct ftrt_ctx *ctx, int fd, uint64_t secret)
+{
+    ftrt__cp *cp = &ctx->cp;
+    cp->fd = fd;
+    cp->secret = secret;
+    int rc;
     if (pipe2(cp->wake, O_CLOEXEC)) return -errno;
     cp->last_from_coord = ftrt__now();
     rc = pthread_create(&cp->thread, NULL, agent_main, ctx);

@@ -219,7 +219,7 @@ static int take_over(ftrt_ctx *ctx, uint64_t secret)
                            .ntrainers = ctx->ntrainers_initial, .t_start = ctx->t_start,
                            .t_start_wall = ctx->ledger.t_open, .status_file = ctx->status_file,
                            .host = ctx->host, .addr = ctx->coord_addr, .port = ctx->coord_port,
-                           .mark_fd = -1};
+                           .mark_fd = -1, .join_tag = ctx->local_tag};
     /* The coordinator's mark on this host, as world rank 0 holds it: the ranks of this host
      * stay on their own connections when the others elect new host agents (agent_move.c). */
     if (ctx->cfg.host_agents) ca.mark_fd = ftrt__local_mark(ctx->local_tag);
@@ -260,13 +260,30 @@ static int init_mpi(ftrt_ctx *ctx)
     return 0;
 }
 
+/* The job's secret: FTRT_JOB_SECRET (16 hex digits: tools/ftrt-run --joinable draws it and
+ * hands it to the processes that join, runtime/join.c) when set, else 64 random bits. Returns 0,
+ * FTRT_ECONFIG (malformed, logged) or -errno. */
+static int job_secret(uint64_t *secret)
+{
+    const char *s = getenv("FTRT_JOB_SECRET");
+    if (!s || !*s) return ftrt__random(secret, sizeof *secret);
+    char *end = NULL;
+    unsigned long long v = strtoull(s, &end, 16);
+    if (strlen(s) != 16 || *end) {
+        ftrt_log_error("FTRT_JOB_SECRET: expected 16 hex digits (the job's secret)");
+        return FTRT_ECONFIG;
+    }
+    *secret = v;
+    return 0;
+}
+
 /* World rank 0 opens the control plane (listener, secret, the coordinator's mark on its host,
  * the checkpoint directory) into *b, *listen_fd and *local_fd; b->rc says what failed. */
 static void open_control_plane(ftrt_ctx *ctx, bootstrap *b, int *listen_fd, int *local_fd)
 {
     *listen_fd = ftrt__listen(ctx->cfg.coord_addr, b->addrs, sizeof b->addrs, &b->port);
     if (*listen_fd < 0) b->rc = *listen_fd;
-    else if ((b->rc = ftrt__random(&b->secret, sizeof b->secret)) != 0 ||
+    else if ((b->rc = job_secret(&b->secret)) != 0 ||
              (b->rc = ftrt__random(&b->local_tag, sizeof b->local_tag)) != 0)
         close(*listen_fd);
     /* The coordinator's mark on this host, before any other rank learns the tag: the
@@ -296,7 +313,7 @@ static int run_coordinator(ftrt_ctx *ctx, const bootstrap *b, int listen_fd, int
                            .t_start_wall = ctx->ledger.t_open,
                            .status_file = ctx->status_file, .host = ctx->host,
                            .addr = ctx->coord_addr, .port = ctx->coord_port,
-                           .mark_fd = local_fd};
+                           .mark_fd = local_fd, .join_tag = b->local_tag};
     int res = ftrt__coordinator_run(&ca, listen_fd, b->secret);
     ctx->ranks_lost = ca.ranks_lost;
     ctx->coord_aborted = ca.aborted;
@@ -306,6 +323,8 @@ static int run_coordinator(ftrt_ctx *ctx, const bootstrap *b, int listen_fd, int
 
 /* Every other world rank: joins the control plane, learns its role, and waits as a hot spare
  * or builds the training communicator. *out is set as ftrt_init() documents. */
+static int take_role(ftrt_ctx *ctx, uint64_t secret, ftrt_ctx **out);
+
 static int join_job(ftrt_ctx *ctx, const bootstrap *b, ftrt_ctx **out)
 {
     int rc = ftrt__agent_start(ctx, b->addrs, b->port, b->secret);
@@ -315,6 +334,28 @@ static int join_job(ftrt_ctx *ctx, const bootstrap *b, ftrt_ctx **out)
         ctx_free(ctx);
         return rc == FTRT_EABORT ? FTRT_EABORT : rc;
     }
+    return take_role(ctx, b->secret, out);
+}
+
+/* A process started to join a running job (runtime/join.c): admitted, it is a hot spare;
+ * refused, ftrt_init() returns the refusal (FTRT_EJOIN, logged in one line). MPI stays
+ * initialised for the caller's own world either way. */
+static int join_running_job(ftrt_ctx *ctx, ftrt_ctx **out)
+{
+    uint64_t secret = 0;
+    int rc = ftrt__joiner_start(ctx, &secret);
+    if (rc) {
+        ctx_free(ctx);
+        return rc;
+    }
+    return take_role(ctx, secret, out);
+}
+
+/* Welcomed: the role it was given; a spare waits here (spare_wait), a trainer builds the
+ * training communicator. *out as ftrt_init() documents. */
+static int take_role(ftrt_ctx *ctx, uint64_t secret, ftrt_ctx **out)
+{
+    int rc;
     ctx->role = ctx->cp.welcome.role;
     ctx->size = ctx->cp.welcome.ntrainers;
     ctx->rank = ctx->cp.welcome.logical_rank;
@@ -334,7 +375,7 @@ static int join_job(ftrt_ctx *ctx, const bootstrap *b, ftrt_ctx **out)
         ftrt__ledger_spare_mark(ctx, FTRT__IV_SPARE_IDLE); /* its start-up, sent now */
         int ended;
         rc = spare_wait(ctx, &ended);
-        if (rc == TAKE_OVER) return take_over(ctx, b->secret);
+        if (rc == TAKE_OVER) return take_over(ctx, secret);
         if (rc < 0 && ended) { /* the job failed: *out stays set, ftrt_finalize() follows */
             ftrt_log_info("the job failed (%s); this hot spare was not needed", ftrt_err_name(rc));
         } else if (rc < 0) {
@@ -412,12 +453,18 @@ int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)
         ctx_free(ctx);
         return FTRT_EMPI;
     }
+    if (ftrt__join_mode()) return join_running_job(ctx, out);
     int rc = ftrt__config_check(&ctx->cfg, ctx->world_size, &ctx->nspares);
     if (!rc && ctx->cfg.shard_redundancy == FTRT_SHARD_ERASURE && !ftrt__ec_available()) {
         ftrt_log_error("FTRT_SHARD_REDUNDANCY=erasure needs the erasure code of ISA-L, and this "
                        "libftrt was built without it (install libisal-dev and rebuild, or use "
                        "FTRT_SHARD_REDUNDANCY=replica)");
         rc = FTRT_ENOTSUP;
+    }
+    if (!rc && ctx->cfg.joinable > 0 && ftrt__ulfm_active()) {
+        ftrt_log_error("FTRT_JOINABLE=%d: joins need Open MPI 4.1's ompi-server; a second mpirun "
+                       "cannot join an Open MPI 5 job (docs/join.md)", ctx->cfg.joinable);
+        rc = FTRT_ECONFIG;
     }
     ctx->ntrainers_initial = ctx->world_size - 1 - ctx->nspares;
 
@@ -505,7 +552,7 @@ int ftrt_finalize(ftrt_ctx *ctx)
     if (by_us && !end) MPI_Finalize();
     if (by_us || ctx->plane.graveyard.n == 0) ftrt__plane_free(&ctx->plane);
     if (end > 0)
-        ftrt_log_info("%d process(es) of the world died during the job: not calling "
+        ftrt_log_info("%d process(es) died or joined during the job: not calling "
                       "MPI_Finalize", end);
     else if (end < 0)
         ftrt_log_info("the job ended with %s: not calling MPI_Finalize", ftrt_err_name(end));

@@ -163,7 +163,11 @@ typedef struct ftrt__ecgroup {
 /* ---- the context ---- */
 struct ftrt_ctx {
     ftrt_config cfg;
-    int world_rank, world_size;
+    /* world_rank: this process's place in the job's tables (the coordinator's, the PLAN's):
+     * its MPI_COMM_WORLD rank, or for a joined process (joined = 1) the slot JOIN_OK gave,
+     * >= world_size, in no MPI_COMM_WORLD of the job; world_size: the job's MPI_COMM_WORLD's */
+    int world_rank, world_size, joined;
+    char join_port[MPI_MAX_PORT_NAME]; /* a joined process's open port (runtime/join.c) */
     int role; /* enum ftrt__role */
     int rank, size;
     int *data_ranks; /* the data ranks it trains on, ascending (ftrt_data_ranks(): the logical
@@ -276,6 +280,23 @@ void ftrt__ledger_tick(struct ftrt_ctx *ctx);
  * sends HELLO and starts the agent thread. Returns 0 or -errno (-ETIMEDOUT after
  * cfg.init_timeout_ms). */
 int ftrt__agent_start(struct ftrt_ctx *ctx, const char *addr, int port, uint64_t secret);
+/* Starts the agent thread on fd, a connection to the coordinator that said this process is
+ * in (after HELLO, or JOIN and its JOIN_OK: runtime/join.c); fd is owned from here on, closed
+ * by ftrt__agent_stop. Returns 0 or -errno. */
+int ftrt__agent_run(struct ftrt_ctx *ctx, int fd, uint64_t secret);
+
+/* ---- a process that joins a running job (join.c) ---- */
+/* 1 when this process was started to join a running job (FTRT_JOIN_ADDRS is set: tools/ftrt-run
+ * --join). */
+int ftrt__join_mode(void);
+/* The joiner's start in place of the world's bootstrap: reads FTRT_JOIN_ADDRS, FTRT_JOIN_PORT
+ * and FTRT_JOIN_SECRET, opens an MPI port, asks the job's coordinator (JOIN, again every 0.5 s
+ * while the job starts or recovers, for cfg.init_timeout_ms at most), and on JOIN_OK sets
+ * world_rank (its slot), world_size, joined, local_tag and cp.welcome/welcomed, publishes its
+ * port (ftrt__join_service) and starts the agent thread. *secret: the job's. Returns 0,
+ * FTRT_ECONFIG (a variable missing or malformed), FTRT_EJOIN (refused: the line logged),
+ * FTRT_EMPI, FTRT_ETIMEDOUT or -errno. Application thread, once, from ftrt_init(). */
+int ftrt__joiner_start(struct ftrt_ctx *ctx, uint64_t *secret);
 /* Sends a message on the control connection (thread-safe). Returns 0 or -errno. */
 int ftrt__agent_send(struct ftrt_ctx *ctx, uint32_t type, const void *payload, uint32_t len);
 /* Stops and joins the agent thread and closes the connection. Idempotent. */

@@ -563,6 +563,29 @@ static int adopt_host(ftrt__coord *c, pending *p, const ftrt__hello *hello)
     return 1;
 }
 
+/* JOIN (whole, checked for its size) on pending connection p: admitted (join.c), p becomes the
+ * joiner's connection and JOIN_OK goes out; refused, JOIN_REFUSED goes out and p is closed.
+ * Returns 1 (done with p either way). */
+static int join(ftrt__coord *c, pending *p, const void *payload)
+{
+    ftrt__join j;
+    memcpy(&j, payload, sizeof j);
+    j.host[FTRT__HOST_MAX - 1] = 0;
+    ftrt__join_refused no = {0};
+    int w = ftrt__join_admit(c, &j, no.why, sizeof no.why);
+    if (w > 0) {
+        hand_over(c, p, FTRT__KEY(FTRT__KEY_RANK, w), &c->r[w].fd, &c->r[w].rx);
+        ftrt__silence_touch(c, w);
+        ftrt__join_welcome(c, w);
+        return 1;
+    }
+    no.code = w;
+    (void)ftrt__msg_send(p->fd, FTRT__MSG_JOIN_REFUSED, &no, sizeof no); /* (a fresh socket) */
+    close(p->fd);
+    ftrt__rx_free(&p->rx);
+    return 1;
+}
+
 /* Reads pending connection p: 1 when it is done with (adopted or closed), 0 when it needs more
  * bytes. *rejoined: the world rank of a rank that had joined before and came back, else 0; or
  * -(h + 1) when it became host agent h's connection. */
@@ -582,14 +605,19 @@ static int identify(ftrt__coord *c, pending *p, int *rejoined)
     ftrt__hello hello;
     if (got > 0 && p->rx.used >= sizeof h) { /* anything but a HELLO first: rejected at once */
         memcpy(&h, p->rx.buf, sizeof h);
-        if (h.type != FTRT__MSG_HELLO && h.type != FTRT__MSG_HOST_HELLO) got = -EPROTO;
+        if (h.type != FTRT__MSG_HELLO && h.type != FTRT__MSG_HOST_HELLO &&
+            h.type != FTRT__MSG_JOIN)
+            got = -EPROTO;
     }
-    if (got > 0 && ftrt__rx_next(&p->rx, &h, &payload) == 0) return 0; /* need more bytes */
+    int whole = got > 0 ? ftrt__rx_next(&p->rx, &h, &payload) : -1;
+    if (whole == 0) return 0; /* need more bytes */
+    if (whole == 1 && h.type == FTRT__MSG_JOIN && h.len == sizeof(ftrt__join))
+        return join(c, p, payload);
     if (got > 0 && h.len == sizeof hello) {
         memcpy(&hello, payload, sizeof hello);
         hello.host[FTRT__HOST_MAX - 1] = 0;
         int w = hello.world_rank;
-        if (hello.secret == c->lis->secret && w > 0 && w < c->W &&
+        if (hello.secret == c->lis->secret && w > 0 && w < c->Wused &&
             (h.type == FTRT__MSG_HELLO ? adopt(c, p, &hello, rejoined) : adopt_host(c, p, &hello))) {
             if (h.type == FTRT__MSG_HOST_HELLO) *rejoined = -c->nhl; /* -(h + 1) */
             return 1;

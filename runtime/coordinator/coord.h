@@ -169,6 +169,7 @@ typedef struct ftrt__crank {
     double flops_per_step, peak_flops;
     int64_t total_steps;
     double t_fail_wall; /* failed ranks: best known failure time */
+    double t_joined_wall;   /* a joined process (slot >= Wworld): when it was admitted */
     double t_released_wall; /* a spare: when its SHUTDOWN went out (the job window's wall
                              * clock; 0: not yet): its teardown in the report starts there */
     ftrt__sdc_fp sdc[FTRT__SDC_KEEP]; /* latest fingerprints (ring, sdc_n written so far) */
@@ -268,7 +269,12 @@ typedef struct ftrt__member_change {
 typedef struct ftrt__coord {
     ftrt__coord_args *a; /* what the runtime gave (coordinator.h) */
     ftrt__crank *r; /* indexed by world rank; r[self] is the coordinator itself */
-    int W, N;     /* N: the trainers now (a shrink lowers it; N0 at the start) */
+    /* W: the rank table's slots, the world's ranks then FTRT_JOINABLE slots for processes that
+     * join (join.c), fixed (connection id W + h is host agent h); Wused: the slots in use, the
+     * world's (Wworld) then one per process joined so far: a joined process's "world rank" in
+     * these tables is its slot, >= Wworld, in no MPI_COMM_WORLD of the job */
+    int W, Wused, Wworld;
+    int N;        /* the trainers now (a shrink lowers it; N0 at the start) */
     int N0;
     int *members; /* logical rank -> world rank (written by membership.c only) */
     int *holder;  /* data rank (a logical rank at the start, whose data) -> the logical rank that
@@ -302,6 +308,9 @@ typedef struct ftrt__coord {
     double median_step_s;      /* median over trainers of the last window's step time */
     int rejected_connections;  /* bad hello, wrong secret, duplicate rank, no hello in time */
     int protocol_errors;       /* malformed or oversized messages from identified ranks */
+    int njoined;               /* processes admitted by JOIN (join.c) */
+    int join_refused;          /* JOINs refused (join.c; those with a bad secret or version
+                                  count as rejected connections too) */
     int stall_reports;         /* collective hangs with no rank behind (reported only) */
     char listen_addr[64];
     int listen_port;
@@ -644,6 +653,20 @@ void ftrt__standby_at(ftrt__coord *c, int w, const ftrt__coord_at *at);
 void ftrt__standby_ack(ftrt__coord *c, int w, const ftrt__epoch_msg *m);
 /* NEXT_COORD to world rank w (a rank that came back on a new connection). */
 void ftrt__standby_tell(ftrt__coord *c, int w);
+
+/* ---- joins (join.c) ------------------------------------------------------------------------ */
+
+/* JOIN j (its first message on a new connection, whole) asks for a hot spare's place. Admitted:
+ * the next join slot w (>= Wworld) is a connected SPARE now, identified by j's pid and host, and
+ * w is returned; the caller hands it the connection and then calls ftrt__join_welcome. Else the
+ * refusal's code, one line in why[n] (NUL-terminated) for JOIN_REFUSED, counted and logged:
+ * FTRT_EJOIN (wrong secret, another join protocol, a job that takes no joins, has ended, or has
+ * no join slot left) or FTRT_ESTATE (starting or recovering: the joiner may try again).
+ * Coordinator loop only. O(log W) (the spare list). */
+int ftrt__join_admit(ftrt__coord *c, const ftrt__join *j, char *why, size_t n);
+/* JOIN_OK to the joiner just admitted in slot w (its connection handed over), and where the
+ * standby coordinator listens. */
+void ftrt__join_welcome(ftrt__coord *c, int w);
 /* 1 when a standby took over from this coordinator (the checkpoint directory's
  * `coordinator.term` names this job's secret and a later term; a file of an earlier launch
  * names another secret): c->deposed is set, the caller writes nothing more. Reads one small

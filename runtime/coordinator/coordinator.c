@@ -181,11 +181,11 @@ static int coord_iterate(ftrt__coord *c, struct epoll_event *evs, const loop_tim
     ftrt__takeover_check(c);
     double now = ftrt__now();
     if (c->phase == PH_INIT) {
-        if (c->nhello == c->W - 1) {
+        if (c->nhello == c->Wworld - 1) {
             ftrt__job_start(c);
         } else if (now > t->init_deadline) {
             ftrt_log_error("only %d of %d ranks connected within %d ms (FTRT_INIT_TIMEOUT_MS)",
-                           c->nhello, c->W - 1, c->a->cfg->init_timeout_ms);
+                           c->nhello, c->Wworld - 1, c->a->cfg->init_timeout_ms);
             ftrt__job_abort(c, FTRT_ETIMEDOUT, "ranks missing at start");
         }
     }
@@ -296,16 +296,16 @@ static void coord_finish(ftrt__coord *c)
                       "the next commit finishes the job (they are no longer committed)");
     /* Ranks that never joined count as lost too: after an abort at start-up they never reach
      * MPI_Finalize, so the coordinator must not wait for them there. */
-    c->a->ranks_lost = c->nfailed;
+    c->a->ranks_lost = c->nfailed + c->njoined; /* (as FAREWELL's value, job.c) */
     c->a->aborted = c->aborted;
-    for (int w = 1; w < c->W; w++)
+    for (int w = 1; w < c->Wused; w++)
         c->a->ranks_lost += !c->r[w].hello && c->r[w].role != FTRT__ROLE_FAILED;
 }
 
 /* Closes every connection and frees everything coord_open made (what it got to). */
 static void coord_close(ftrt__coord *c)
 {
-    for (int w = 1; c->r && w < c->W; w++) {
+    for (int w = 1; c->r && w < c->Wused; w++) {
         ftrt__coord_drop(c, w);
         free(c->r[w].tl);
     }
@@ -338,7 +338,8 @@ static void coord_close(ftrt__coord *c)
 /* The coordinator's state before coord_open. */
 static ftrt__coord coord_init(ftrt__coord_args *a)
 {
-    return (ftrt__coord){.a = a, .W = a->world_size, .N = a->ntrainers, .N0 = a->ntrainers,
+    return (ftrt__coord){.a = a, .W = a->world_size + a->cfg->joinable, .Wused = a->world_size,
+                         .Wworld = a->world_size, .N = a->ntrainers, .N0 = a->ntrainers,
                          .phase = PH_INIT, .renumber_epoch = -1,
                          .last_committed = -1, .t_start = a->t_start,
                          .t_start_wall = a->t_start_wall, .sdc_agreed_step = -1,

@@ -23,6 +23,8 @@ typedef struct ftrt__coord_args {
     int port;
     int mark_fd;             /* the coordinator's mark on its host (ftrt__local_mark): held for
                                 the job, closed at its end (owned; -1: none) */
+    uint64_t join_tag;       /* names the ports joined processes publish (JOIN_OK's tag; the
+                                job's local tag, base/net.h) */
     int ranks_lost;          /* out: processes of the world that died during the job */
     int aborted;             /* out: 1 when the job was aborted (every member got ABORT, the
                                 spares a SHUTDOWN with the code): no process of the world

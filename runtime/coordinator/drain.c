@@ -115,7 +115,7 @@ static void pick_boundary(ftrt__coord *c, int drained)
         const ftrt__crank *r = &c->r[c->members[l]];
         if (!r->promoting && r->steps_done > most) most = r->steps_done;
     }
-    for (int w = 1; w < c->W; w++)
+    for (int w = 1; w < c->Wused; w++)
         if (c->r[w].total_steps > total) total = c->r[w].total_steps;
     int64_t ahead = 2;
     double step = step_estimate(c, most);
@@ -199,9 +199,9 @@ int ftrt__drain_rank(ftrt__coord *c, int w, char *why, size_t n)
         snprintf(why, n, "the job is over");
         return DRAIN_REFUSED;
     }
-    if (w < 1 || w >= c->W) {
+    if (w < 1 || w >= c->Wused) {
         snprintf(why, n, w == 0 ? "world rank 0 is the coordinator" :
-                 "no world rank %d in this job (world size %d)", w, c->W);
+                 "no world rank %d in this job (world size %d)", w, c->Wused);
         return DRAIN_REFUSED;
     }
     if (w == c->self) {
@@ -233,7 +233,7 @@ static int drain_host(ftrt__coord *c, const char *host, char *why, size_t n)
         return DRAIN_REFUSED;
     }
     int trainers = 0, ranks = 0, spares_elsewhere = 0;
-    for (int w = 1; w < c->W; w++) {
+    for (int w = 1; w < c->Wused; w++) {
         const ftrt__crank *r = &c->r[w];
         int here = !strcmp(r->host, host);
         if (r->role == FTRT__ROLE_FAILED) continue;
@@ -256,7 +256,7 @@ static int drain_host(ftrt__coord *c, const char *host, char *why, size_t n)
     }
     char one[256];
     for (int pass = 0; pass < 2; pass++)
-        for (int w = 1; w < c->W; w++)
+        for (int w = 1; w < c->Wused; w++)
             if (!strcmp(c->r[w].host, host) &&
                 c->r[w].role == (pass ? FTRT__ROLE_SPARE : FTRT__ROLE_TRAINER))
                 ftrt__drain_rank(c, w, one, sizeof one);
@@ -301,7 +301,7 @@ int ftrt__drain_withdraw(ftrt__coord *c, int w, const ftrt__bye *bye)
         c->nfailed--;
         n++;
     }
-    for (int x = 1; x < c->W; x++) /* the promoted spares: back in the pool */
+    for (int x = 1; x < c->Wused; x++) /* the promoted spares: back in the pool */
         if (c->r[x].promoting) {
             c->r[x].promoting = 0;
             c->r[x].logical = -1;
@@ -359,7 +359,7 @@ void ftrt__drain_harden(ftrt__coord *c, const char *reason)
         ftrt__epoch_failure_urgent(c);
     }
     ftrt__drain_msg m = {.epoch = c->epoch, .value = 0};
-    for (int w = 1; w < c->W; w++) /* (O(W), once per drain) */
+    for (int w = 1; w < c->Wused; w++) /* (O(W), once per drain) */
         if (c->r[w].drained && c->r[w].drain_epoch == c->epoch && ftrt__rank_connected(c, w))
             ftrt__coord_send(c, w, FTRT__MSG_DRAIN, &m, sizeof m);
 }
@@ -380,7 +380,7 @@ static int all_past_boundary(ftrt__coord *c)
         const ftrt__crank *r = &c->r[c->members[l]];
         if (!r->promoting && r->reported_epoch != c->epoch && r->steps_done < most) return 0;
     }
-    for (int w = 1; w < c->W; w++) {
+    for (int w = 1; w < c->Wused; w++) {
         const ftrt__crank *r = &c->r[w];
         if (r->drained && r->drain_epoch == c->epoch && ftrt__rank_connected(c, w) &&
             r->steps_done < most)
@@ -528,7 +528,7 @@ void ftrt__drain_periodic(ftrt__coord *c, double now)
 {
     sigterm_due(c);
     harden_due(c, now);
-    for (int w = 1; w < c->W && c->ndrain_asked > 0; w++) /* (O(W) only while one waits) */
+    for (int w = 1; w < c->Wused && c->ndrain_asked > 0; w++) /* (O(W) only while one waits) */
         if (c->r[w].drain_asked) try_asked(c, w);
     if (now - c->control_polled < CONTROL_POLL_S) return;
     c->control_polled = now; /* (the deposed check reads a file: at this pace only) */

@@ -336,7 +336,7 @@ void ftrt__host_lost(ftrt__coord *c, int h, int kind)
                       ftrt__failure_kind_name(kind));
     double until = ftrt__now() + orphan_grace(c);
     int agent = 0;
-    for (int w = 1; w < c->W; w++) {
+    for (int w = 1; w < c->Wused; w++) {
         ftrt__crank *r = &c->r[w];
         if (r->move_to == h) ftrt__move_cancel(c, w, kind);
         if (r->link != h) continue;
@@ -355,7 +355,7 @@ void ftrt__host_lost(ftrt__coord *c, int h, int kind)
 
 void ftrt__orphans_expire(ftrt__coord *c, double now)
 {
-    for (int w = 1; w < c->W && c->norphans > 0; w++) {
+    for (int w = 1; w < c->Wused && c->norphans > 0; w++) {
         ftrt__crank *r = &c->r[w];
         if (r->orphan_until <= 0 || now < r->orphan_until) continue;
         int kind = r->orphan_kind, coord = r->orphan_coord;

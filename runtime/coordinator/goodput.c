@@ -232,14 +232,14 @@ int ftrt__ledger_figures(const ftrt__coord *cc, double j1, double (*totals)[FTRT
 {
     ftrt__coord *c = (ftrt__coord *)cc; /* rebuild_slot sorts the received intervals */
     double j0 = c->t_start_wall, kept = 0, useful = 0, peak = c->a->cfg->peak_flops;
-    for (int w = 1; w < c->W; w++) {
+    for (int w = 1; w < c->Wused; w++) {
         memset(totals[w - 1], 0, sizeof totals[w - 1]);
         rebuild_slot(c, w, j0, j1, add_total, totals[w - 1]);
         kept += c->r[w].kept_s;
         useful += (double)c->r[w].kept_steps * c->r[w].flops_per_step;
         if (c->r[w].peak_flops > peak) peak = c->r[w].peak_flops;
     }
-    ftrt__goodput_in in = {.slots = c->W - 1, .wall_s = j1 - j0,
+    ftrt__goodput_in in = {.slots = c->Wused - 1, .wall_s = j1 - j0,
                            .totals = (const double (*)[FTRT__IV_KINDS])totals,
                            .kept_step_s = kept, .useful_flops = useful, .peak_flops = peak};
     *useful_flops = useful;
@@ -315,12 +315,12 @@ static void advice(ftrt__coord *c, const ftrt__goodput *g, ftrt__jw *w)
     int nck = c->ncommitted + c->nckpt_failed, trainer_failures = 0;
     for (int i = 0; i < c->ninc; i++)
         trainer_failures += !c->inc[i].was_spare && c->inc[i].kind != FK_DRAIN;
-    double wall = g->allocated_s / (c->W - 1);
+    double wall = g->allocated_s / (c->Wused - 1);
     advice_in a;
     a.cost = nck > 0 ? g->by_kind[FTRT__IV_CKPT] / ((double)c->N * nck) : -1;
     a.mtbf = cfg->mtbf_s > 0 ? cfg->mtbf_s : (trainer_failures ? wall / trainer_failures : -1);
     a.mtbf_source = cfg->mtbf_s > 0 ? "configured" : (trainer_failures ? "observed" : "none");
-    a.restart = g->by_kind[FTRT__IV_STARTUP] / (c->W - 1);
+    a.restart = g->by_kind[FTRT__IV_STARTUP] / (c->Wused - 1);
     a.tau = c->ncommitted > 1
                 ? (c->last_commit_wall - c->first_commit_wall) / (c->ncommitted - 1)
                 : -1;
@@ -438,7 +438,7 @@ static void timeline_held(const ftrt__coord *c, ftrt__jw *w)
 {
     int held = 0, unsent = 0;
     long long bytes = 0;
-    for (int x = 1; x < c->W; x++) {
+    for (int x = 1; x < c->Wused; x++) {
         held += !c->r[x].tl_left_out;
         unsent += c->r[x].tl_resend;
         bytes += (long long)(c->r[x].tl_cap * sizeof(ftrt__interval));
@@ -446,7 +446,7 @@ static void timeline_held(const ftrt__coord *c, ftrt__jw *w)
     ftrt__jw_int(w, "budget_mib", c->a->cfg->timeline_budget_mb);
     ftrt__jw_int(w, "held_ranks", held);
     ftrt__jw_int(w, "held_bytes", bytes);
-    ftrt__jw_int(w, "left_out_ranks", c->W - 1 - held);
+    ftrt__jw_int(w, "left_out_ranks", c->Wused - 1 - held);
     /* after a standby's takeover: the ranks that never sent their timeline again (they did not
      * come back to it): cut short, their intervals before it not known */
     ftrt__jw_int(w, "not_resent_ranks", unsent);
@@ -465,11 +465,11 @@ static void timeline_json(ftrt__coord *c, double j0, double j1, ftrt__jw *w)
     ftrt__jw_end(w);
     timeline_held(c, w);
     ftrt__jw_array(w, "ranks");
-    for (int x = 1; x < c->W; x++)
+    for (int x = 1; x < c->Wused; x++)
         if (!c->r[x].tl_left_out) timeline_rank(c, x, j0, j1, w);
     ftrt__jw_end(w);
     ftrt__jw_array(w, "left_out");
-    for (int x = 1; x < c->W; x++)
+    for (int x = 1; x < c->Wused; x++)
         if (c->r[x].tl_left_out) timeline_left_out(c, x, j0, j1, w);
     ftrt__jw_end(w);
     ftrt__jw_array(w, "events");
@@ -495,7 +495,7 @@ static void warn_emfu(const ftrt__coord *c, const ftrt__goodput *g, double usefu
 {
     if (!(g->emfu > 1)) return;
     double fps = 0;
-    for (int w = 1; w < c->W; w++)
+    for (int w = 1; w < c->Wused; w++)
         if (c->r[w].flops_per_step > fps) fps = c->r[w].flops_per_step;
     ftrt_log_warn("eMFU %.4f is above 1: the peak FLOP/s per rank (%.6g, from FTRT_PEAK_FLOPS "
                   "or ftrt_set_job_info) is below what the trainers did, or the FLOPs per step "
@@ -506,7 +506,7 @@ static void warn_emfu(const ftrt__coord *c, const ftrt__goodput *g, double usefu
 
 void ftrt__ledger_report(ftrt__coord *c, ftrt__jw *w)
 {
-    int slots = c->W - 1;
+    int slots = c->Wused - 1;
     double j0 = c->t_start_wall, j1 = j0 + (c->t_end - c->t_start);
     double (*totals)[FTRT__IV_KINDS] = calloc((size_t)slots, sizeof *totals);
     ftrt__goodput g;
@@ -536,7 +536,7 @@ static void metrics_job(FILE *f, const ftrt__coord *c)
 {
     int64_t steps = 0;
     int spares = 0;
-    for (int w = 1; w < c->W; w++) {
+    for (int w = 1; w < c->Wused; w++) {
         if (c->r[w].steps_done > steps) steps = c->r[w].steps_done;
         spares += c->r[w].role == FTRT__ROLE_SPARE;
     }
@@ -620,7 +620,7 @@ static void metrics_ledger(FILE *f, const ftrt__goodput *g)
 
 int ftrt__metrics_write(ftrt__coord *c, double t_wall)
 {
-    int slots = c->W - 1;
+    int slots = c->Wused - 1;
     double (*totals)[FTRT__IV_KINDS] = calloc((size_t)slots, sizeof *totals);
     if (!totals) return -ENOMEM;
     ftrt__goodput g;
@@ -644,7 +644,7 @@ void ftrt__progress_line(ftrt__coord *c, int final)
     if (on < 0) on = isatty(2);
     if (!on) return;
     int64_t steps = 0, total = 0;
-    for (int w = 1; w < c->W; w++) {
+    for (int w = 1; w < c->Wused; w++) {
         if (c->r[w].steps_done > steps) steps = c->r[w].steps_done;
         if (c->r[w].total_steps > total) total = c->r[w].total_steps;
     }

@@ -16,10 +16,10 @@
 void ftrt__job_start(ftrt__coord *c)
 {
     int links = c->nhl + 1;
-    for (int w = 1; w < c->W; w++) links += c->r[w].fd >= 0;
+    for (int w = 1; w < c->Wused; w++) links += c->r[w].fd >= 0;
     c->hb_ms = ftrt__heartbeat_period_ms(c->a->cfg->heartbeat_ms, c->a->cfg->heartbeat_timeout_ms,
                                          links);
-    for (int w = 1; w < c->W; w++) {
+    for (int w = 1; w < c->Wused; w++) {
         ftrt__crank *r = &c->r[w];
         ftrt__rank_set_role(c, w, w <= c->N ? FTRT__ROLE_TRAINER : FTRT__ROLE_SPARE);
         r->logical = w <= c->N ? w - 1 : -1;
@@ -35,7 +35,7 @@ void ftrt__job_start(ftrt__coord *c)
     c->phase = PH_RUNNING;
     c->t_running = ftrt__now();
     c->status_dirty |= 2; /* membership: write now */
-    ftrt_log_info("job started: %d trainers, %d spare(s)", c->N, c->W - 1 - c->N);
+    ftrt_log_info("job started: %d trainers, %d spare(s)", c->N, c->Wworld - 1 - c->N);
 }
 
 /* The n world ranks in fan, spares sent SHUTDOWN now: each one's teardown starts here (a
@@ -60,7 +60,7 @@ void ftrt__job_abort(ftrt__coord *c, int code, const char *why)
     ftrt__epoch_msg m = {.epoch = c->epoch, .value = code};
     for (int spare = 0; spare < 2; spare++) {
         int n = 0;
-        for (int w = 1; w < c->W; w++)
+        for (int w = 1; w < c->Wused; w++)
             if ((c->r[w].role == FTRT__ROLE_SPARE) == spare) c->s.fan[n++] = w;
         ftrt__coord_multicast(c, c->s.fan, n, spare ? FTRT__MSG_SHUTDOWN : FTRT__MSG_ABORT, &m,
                               sizeof m);
@@ -91,7 +91,7 @@ static int all_done(const ftrt__coord *c)
 
 static int any_connected(const ftrt__coord *c)
 {
-    for (int w = 1; w < c->W; w++)
+    for (int w = 1; w < c->Wused; w++)
         if (ftrt__rank_connected(c, w) && c->r[w].role != FTRT__ROLE_SPARE) return 1;
     return 0;
 }
@@ -102,11 +102,13 @@ void ftrt__job_check_end(ftrt__coord *c, double now)
         c->maybe_done = 0;
         if (all_done(c)) {
             /* The job's end, to every process at once: the trainers' FAREWELL and the spares'
-             * SHUTDOWN say how many processes died (0: all call MPI_Finalize). */
-            ftrt__epoch_msg m = {.epoch = c->epoch, .value = c->nfailed};
+             * SHUTDOWN say how many processes died or joined (0: all call MPI_Finalize; after
+             * a join none does: the job's processes may be connected across two MPI jobs,
+             * whose MPI_Finalize could wait on each other, comm/join.c) */
+            ftrt__epoch_msg m = {.epoch = c->epoch, .value = c->nfailed + c->njoined};
             for (int farewell = 0; farewell < 2; farewell++) {
                 int n = 0;
-                for (int w = 1; w < c->W; w++)
+                for (int w = 1; w < c->Wused; w++)
                     if (farewell ? c->r[w].role == FTRT__ROLE_TRAINER && c->r[w].said_bye
                                  : c->r[w].role == FTRT__ROLE_SPARE)
                         c->s.fan[n++] = w;
@@ -120,7 +122,7 @@ void ftrt__job_check_end(ftrt__coord *c, double now)
         }
     }
     if (c->phase == PH_ABORTING && (!any_connected(c) || now > c->abort_deadline)) {
-        for (int w = 1; w < c->W; w++)
+        for (int w = 1; w < c->Wused; w++)
             if (ftrt__rank_connected(c, w) && c->r[w].role != FTRT__ROLE_SPARE) {
                 ftrt_log_warn("world rank %d did not leave after the abort", w);
                 ftrt__job_fence(c, w);

@@ -114,7 +114,7 @@ int ftrt__members_restore(ftrt__coord *c, const unsigned char *p, int n)
     for (int l = 0; l < n; l++) {
         int32_t m;
         memcpy(&m, p + (size_t)l * sizeof m, sizeof m);
-        if (m < 1 || m >= c->W) return FTRT_EPROTO;
+        if (m < 1 || m >= c->Wused) return FTRT_EPROTO;
         c->members[l] = m; /* (the index is rebuilt after: ftrt__rankidx_rebuild) */
     }
     for (int d = 0; d < c->N0; d++) {

@@ -57,7 +57,7 @@ double ftrt__incident_injected_at(const ftrt__coord *c, const ftrt__incident *x)
     if (x->world_rank >= 0) /* (0: the coordinator, lost and taken over from) */
         return ftrt__fault_injected_at(log, x->pid, x->world_rank, x->t_detect_wall);
     double since = x->t_detect_wall - (x->t_detect - x->t_last_heard), best = -1;
-    for (int w = 1; w < c->W; w++) {
+    for (int w = 1; w < c->Wused; w++) {
         double t = ftrt__fault_injected_at(log, c->r[w].pid, w, x->t_detect_wall);
         if (t >= since && t > best) best = t;
     }

@@ -131,22 +131,22 @@ void ftrt__rankidx_rebuild(ftrt__coord *c)
     memset(x->slot, 0xff, (size_t)x->nslot * sizeof *x->slot); /* -1: empty */
     x->nhosts = x->nspares = x->spare_head = x->spare_tail = 0;
     x->steps_ok = 0;
-    for (int w = 0; w < c->W; w++) {
+    for (int w = 0; w < c->Wused; w++) {
         ftrt__crank *r = &c->r[w];
         r->ix_prev = r->ix_next = 0;
         r->ix_spare = r->ix_named = 0;
         r->ix_host = -1;
     }
     for (int i = 0; i < c->ninc; i++)
-        if (c->inc[i].world_rank >= 1 && c->inc[i].world_rank < c->W)
+        if (c->inc[i].world_rank >= 1 && c->inc[i].world_rank < c->Wused)
             c->r[c->inc[i].world_rank].ix_named = 1;
-    for (int w = 0; w < c->W; w++) c->r[w].ix_member = 0;
+    for (int w = 0; w < c->Wused; w++) c->r[w].ix_member = 0;
     x->nbye_members = 0;
     for (int l = 0; c->members && l < c->N; l++) {
         c->r[c->members[l]].ix_member++;
         x->nbye_members += c->r[c->members[l]].said_bye != 0;
     }
-    for (int w = 0; w < c->W; w++) host_join(c, w); /* (W + 1 places: never full here) */
+    for (int w = 0; w < c->Wused; w++) host_join(c, w); /* (W + 1 places: never full here) */
 }
 
 void ftrt__rank_set_host(ftrt__coord *c, int w, const char *host)
@@ -174,7 +174,7 @@ void ftrt__rank_set_role(ftrt__coord *c, int w, int role)
 
 void ftrt__rank_named(ftrt__coord *c, int w)
 {
-    if (w < 1 || w >= c->W) return;
+    if (w < 1 || w >= c->Wused) return;
     c->r[w].ix_named = 1;
     rank_sync(c, w);
 }
@@ -219,7 +219,7 @@ int64_t ftrt__steps_most(ftrt__coord *c)
     if (!x->steps_ok) {
         int64_t most = INT64_MIN;
         int n = 0;
-        for (int w = 1; w < c->W; w++) {
+        for (int w = 1; w < c->Wused; w++) {
             int64_t s = c->r[w].steps_done;
             if (s > most) most = s, n = 0;
             n += s == most;

@@ -63,9 +63,9 @@ static void totals_of(const ftrt__coord *c, totals *t)
 {
     memset(t, 0, sizeof *t);
     t->wall = c->t_end - c->t_start;
-    t->nspares = c->W - 1 - c->N0; /* (at the start) */
+    t->nspares = c->Wworld - 1 - c->N0; /* (at the start) */
     t->allocated = (double)(c->N0 + t->nspares) * t->wall;
-    for (int w = 1; w < c->W; w++) {
+    for (int w = 1; w < c->Wused; w++) {
         const ftrt__crank *r = &c->r[w];
         t->kept += r->kept_s;
         if (r->said_bye) {
@@ -268,7 +268,7 @@ static void sdc_json(ftrt__jw *w, const ftrt__coord *c, const totals *t)
 static void stragglers_json(ftrt__jw *w, const ftrt__coord *c)
 {
     ftrt__jw_array(w, "stragglers");
-    for (int x = 1; x < c->W; x++) {
+    for (int x = 1; x < c->Wused; x++) {
         const ftrt__crank *r = &c->r[x];
         if (r->straggler_max <= 0) continue;
         ftrt__jw_object(w, NULL);
@@ -287,6 +287,8 @@ static void control_plane_json(ftrt__jw *w, const ftrt__coord *c)
     ftrt__jw_int(w, "rejected_connections", c->rejected_connections);
     ftrt__jw_int(w, "protocol_errors", c->protocol_errors);
     ftrt__jw_int(w, "collective_hang_reports", c->stall_reports);
+    ftrt__jw_int(w, "joins", c->njoined);
+    ftrt__jw_int(w, "join_refused", c->join_refused);
     ftrt__jw_end(w);
 }
 
@@ -441,7 +443,7 @@ static void sdc_text(const ftrt__coord *c, const totals *t)
 
 static void stragglers_text(const ftrt__coord *c)
 {
-    for (int w = 1; w < c->W; w++) {
+    for (int w = 1; w < c->Wused; w++) {
         const ftrt__crank *r = &c->r[w];
         if (r->straggler_max > 0)
             printf("  straggler: logical rank %d (world rank %d) at step %lld: %.2fx the median "
@@ -453,6 +455,9 @@ static void stragglers_text(const ftrt__coord *c)
 /* The control plane's trouble (if any), rework and checkpoints. */
 static void closing_text(const ftrt__coord *c, const totals *t)
 {
+    if (c->njoined || c->join_refused)
+        printf("  joins: %d process(es) joined as hot spares, %d join(s) refused\n", c->njoined,
+               c->join_refused);
     if (c->rejected_connections || c->protocol_errors)
         printf("  control plane: %d connection(s) rejected, %d protocol error(s)\n",
                c->rejected_connections, c->protocol_errors);

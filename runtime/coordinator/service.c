@@ -199,7 +199,7 @@ static void move_begin(ftrt__coord *c, int h, int w)
 void ftrt__moves_due(ftrt__coord *c)
 {
     if (c->phase != PH_RUNNING || c->norphans > 0 || c->plan_hold_until > 0) return;
-    for (int w = 1; w < c->W && c->nmoving > 0; w++)
+    for (int w = 1; w < c->Wused && c->nmoving > 0; w++)
         if (c->r[w].move_to >= 0 && !c->r[w].move_sent) move_send(c, w);
 }
 
@@ -312,7 +312,7 @@ static int host_relay(ftrt__coord *c, int h, const void *payload, size_t len)
     int32_t w;
     ftrt__msghdr ih;
     const void *inner;
-    if (ftrt__relay_open(payload, len, &w, &ih, &inner) || w >= c->W) return FTRT_EPROTO;
+    if (ftrt__relay_open(payload, len, &w, &ih, &inner) || w >= c->Wused) return FTRT_EPROTO;
     if (ih.type == FTRT__MSG_HELLO) {
         ftrt__hello hello;
         if (ih.len != sizeof hello) return FTRT_EPROTO;
@@ -342,7 +342,7 @@ static int host_beat(ftrt__coord *c, int h, const void *payload, size_t len)
     double now = ftrt__now();
     for (int i = 0; !rc && i < b->n; i++) {
         int w = b->e[i].world_rank;
-        if (w < 1 || w >= c->W || c->r[w].link != h) continue;
+        if (w < 1 || w >= c->Wused || c->r[w].link != h) continue;
         c->r[w].last_heard = now;
         take_heartbeat(c, w, &b->e[i].hb);
     }
@@ -386,9 +386,9 @@ static int host_rank_lost(ftrt__coord *c, int h, const void *payload)
     ftrt__rank_lost m;
     memcpy(&m, payload, sizeof m);
     int w = m.world_rank;
-    if (w >= 1 && w < c->W && c->r[w].move_to == h && c->r[w].link != h)
+    if (w >= 1 && w < c->Wused && c->r[w].move_to == h && c->r[w].link != h)
         move_lost(c, h, w, m.why); /* (then h's rank, failed below; or on its own connection) */
-    if (w < 1 || w >= c->W || c->r[w].link != h) return 0; /* not (or no longer) its rank */
+    if (w < 1 || w >= c->Wused || c->r[w].link != h) return 0; /* not (or no longer) its rank */
     if (c->r[w].said_bye || c->phase == PH_ABORTING) {
         ftrt__coord_drop(c, w);
         return 0;
@@ -494,7 +494,7 @@ void ftrt__rank_catch_up(ftrt__coord *c, int w)
 void ftrt__links_catch_up(ftrt__coord *c)
 {
     c->catch_up_due = 0;
-    for (int w = 1; w < c->W; w++) {
+    for (int w = 1; w < c->Wused; w++) {
         int h = c->r[w].link;
         if (h >= 0 && c->hl[h].catch_up) ftrt__rank_catch_up(c, w);
     }

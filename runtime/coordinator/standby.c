@@ -24,7 +24,8 @@
 #include "base/log.h"
 #include "runtime/coordinator/coord.h"
 
-enum { SYNC_VERSION = 3 }; /* 2: a rank's drain; 3: N may fall (shrink, fold), the holders */
+enum { SYNC_VERSION = 4 }; /* 2: a rank's drain; 3: N may fall (shrink, fold), the holders;
+                              4: W is the slots in use (joined processes', join.c) */
 
 /* The fixed part of a SYNC, after ftrt__sync_head. Times are wall seconds. */
 typedef struct sync_state {
@@ -32,7 +33,7 @@ typedef struct sync_state {
     int32_t W, N, epoch, phase, ninc, hb_ms;
     int32_t ncommitted, nckpt_failed, nckpt_skipped, nckpt_abandoned, nfailed;
     int32_t rejected, protocol_errors, stall_reports, sdc_checks, coord_pid, coord_w;
-    int32_t renumber_epoch, nshrinks, nfolds;
+    int32_t renumber_epoch, nshrinks, nfolds, njoined, join_refused;
     int64_t last_committed, plan_delta_len, plan_full_len;
     ftrt__ckpt_msg last_commit;
     double t_start_wall, first_commit_wall, last_commit_wall, epoch_t_fail, mono_to_wall;
@@ -45,7 +46,7 @@ typedef struct sync_rank {
     int32_t role, logical, promoting, reported_epoch, resumed_epoch, said_bye, pid, tl_seen;
     int32_t tl_kind_open, has_sharded, drained, drain_epoch;
     int64_t steps_done, kept_steps, total_steps, report_steps;
-    double kept_s, t_fail_wall, flops_per_step, peak_flops, tl_t_open;
+    double kept_s, t_fail_wall, flops_per_step, peak_flops, tl_t_open, t_joined_wall;
     double tl_totals[FTRT__IV_KINDS];
     ftrt__bye bye;
     char host[FTRT__HOST_MAX];
@@ -53,17 +54,20 @@ typedef struct sync_rank {
 
 /* ---- appointment ------------------------------------------------------------------------- */
 
-/* The spare to appoint: the highest world rank among the connected spares on another host than
- * this coordinator's (the recovery promotes the lowest first); on a job of one host, any spare.
+/* The spare to appoint: the highest world rank among the connected spares of MPI_COMM_WORLD
+ * (no joined process) on another host than this coordinator's (the recovery promotes the lowest first); on a job of one host, any spare.
  * 0 when none. O(W). */
 static int pick_standby(const ftrt__coord *c)
 {
     const char *me = c->a->host;
     int one_host = 1, any = 0, other = 0;
-    for (int w = 1; w < c->W; w++) {
+    for (int w = 1; w < c->Wused; w++) {
         const ftrt__crank *r = &c->r[w];
         if (r->hello && r->role != FTRT__ROLE_COORD && strcmp(r->host, me) != 0) one_host = 0;
-        if (r->role != FTRT__ROLE_SPARE || r->promoting || !ftrt__rank_connected(c, w)) continue;
+        /* (a joined process cannot: it is in no MPI_COMM_WORLD of the job) */
+        if (r->role != FTRT__ROLE_SPARE || r->promoting || !ftrt__rank_connected(c, w) ||
+            w >= c->Wworld)
+            continue;
         any = w;
         if (strcmp(r->host, me) != 0) other = w;
     }
@@ -73,7 +77,7 @@ static int pick_standby(const ftrt__coord *c)
 /* Whether a hot spare is left at all (for the message when none can be the standby). */
 static int spares_left(const ftrt__coord *c)
 {
-    for (int w = 1; w < c->W; w++)
+    for (int w = 1; w < c->Wused; w++)
         if (c->r[w].role == FTRT__ROLE_SPARE) return 1;
     return 0;
 }
@@ -81,7 +85,7 @@ static int spares_left(const ftrt__coord *c)
 static void tell_all(ftrt__coord *c, const ftrt__coord_at *at)
 {
     int n = 0;
-    for (int w = 1; w < c->W; w++)
+    for (int w = 1; w < c->Wused; w++)
         if (w != c->self && c->r[w].role != FTRT__ROLE_FAILED && ftrt__rank_connected(c, w))
             c->s.fan[n++] = w;
     ftrt__coord_multicast(c, c->s.fan, n, FTRT__MSG_NEXT_COORD, at, sizeof *at);
@@ -194,7 +198,7 @@ int ftrt__standby_tick(ftrt__coord *c, double now)
 
 static size_t sync_size(const ftrt__coord *c)
 {
-    return sizeof(sync_state) + (size_t)c->W * sizeof(sync_rank) +
+    return sizeof(sync_state) + (size_t)c->Wused * sizeof(sync_rank) +
            ((size_t)c->N + (size_t)c->N0) * sizeof(int32_t) +
            (size_t)c->ninc * sizeof(ftrt__incident) + c->plan_delta_len + c->plan_full_len;
 }
@@ -210,7 +214,8 @@ static void put_rank(sync_rank *s, const ftrt__crank *r)
                      .total_steps = r->total_steps, .report_steps = r->report_steps,
                      .kept_s = r->kept_s, .t_fail_wall = r->t_fail_wall,
                      .flops_per_step = r->flops_per_step, .peak_flops = r->peak_flops,
-                     .tl_t_open = r->tl_t_open, .bye = r->bye};
+                     .tl_t_open = r->tl_t_open, .t_joined_wall = r->t_joined_wall,
+                     .bye = r->bye};
     memcpy(s->tl_totals, r->tl_totals, sizeof s->tl_totals);
     memcpy(s->host, r->host, sizeof s->host);
 }
@@ -219,7 +224,7 @@ static void put_state(const ftrt__coord *c, sync_state *s)
 {
     double off = ftrt__wallclock() - ftrt__now();
     *s = (sync_state){.head = {.seq = c->sb_seq, .term = c->term, .version = SYNC_VERSION},
-                      .W = c->W, .N = c->N, .epoch = c->epoch, .phase = c->phase,
+                      .W = c->Wused, .N = c->N, .epoch = c->epoch, .phase = c->phase,
                       .ninc = c->ninc, .hb_ms = c->hb_ms, .ncommitted = c->ncommitted,
                       .nckpt_failed = c->nckpt_failed, .nckpt_skipped = c->nckpt_skipped,
                       .nckpt_abandoned = c->nckpt_abandoned, .nfailed = c->nfailed,
@@ -227,7 +232,8 @@ static void put_state(const ftrt__coord *c, sync_state *s)
                       .stall_reports = c->stall_reports, .sdc_checks = c->sdc_checks,
                       .coord_pid = c->r[c->self].pid, .coord_w = c->self,
                       .renumber_epoch = c->renumber_epoch, .nshrinks = c->nshrinks,
-                      .nfolds = c->nfolds,
+                      .nfolds = c->nfolds, .njoined = c->njoined,
+                      .join_refused = c->join_refused,
                       .last_committed = c->last_committed,
                       .plan_delta_len = (int64_t)c->plan_delta_len,
                       .plan_full_len = (int64_t)c->plan_full_len, .last_commit = c->last_commit,
@@ -252,7 +258,7 @@ uint64_t ftrt__standby_sync(ftrt__coord *c)
     c->sb_seq++;
     put_state(c, (sync_state *)(void *)p);
     p += sizeof(sync_state);
-    for (int w = 0; w < c->W; w++, p += sizeof(sync_rank)) {
+    for (int w = 0; w < c->Wused; w++, p += sizeof(sync_rank)) {
         sync_rank s;
         put_rank(&s, &c->r[w]);
         memcpy(p, &s, sizeof s);
@@ -301,6 +307,7 @@ static void get_rank(ftrt__crank *r, const sync_rank *s)
     r->flops_per_step = s->flops_per_step;
     r->peak_flops = s->peak_flops;
     r->tl_t_open = s->tl_t_open;
+    r->t_joined_wall = s->t_joined_wall;
     r->bye = s->bye;
     memcpy(r->tl_totals, s->tl_totals, sizeof r->tl_totals);
     memcpy(r->host, s->host, sizeof r->host);
@@ -352,6 +359,8 @@ static void get_state(ftrt__coord *c, const sync_state *s)
     c->nckpt_abandoned = s->nckpt_abandoned;
     c->nfailed = s->nfailed;
     c->rejected_connections = s->rejected;
+    c->njoined = s->njoined;
+    c->join_refused = s->join_refused;
     c->protocol_errors = s->protocol_errors;
     c->stall_reports = s->stall_reports;
     c->sdc_checks = s->sdc_checks;
@@ -376,18 +385,20 @@ int ftrt__standby_restore(ftrt__coord *c, const void *payload, size_t len)
                   ((size_t)s.N + (size_t)c->N0) * sizeof(int32_t) +
                   (size_t)s.ninc * sizeof(ftrt__incident) + (size_t)s.plan_delta_len +
                   (size_t)s.plan_full_len;
-    if (s.head.version != SYNC_VERSION || s.W != c->W || s.N < 1 || s.N > c->N0 || s.ninc < 0 ||
-        s.plan_delta_len < 0 || s.plan_full_len < 0 || want != len || s.phase < PH_RUNNING ||
+    /* (s.W: the slots in use, the world's and the joined processes', join.c) */
+    if (s.head.version != SYNC_VERSION || s.W < c->Wworld || s.W > c->W || s.N < 1 ||
+        s.N > c->N0 || s.ninc < 0 || s.plan_delta_len < 0 || s.plan_full_len < 0 || want != len || s.phase < PH_RUNNING ||
         s.phase > PH_RESUMING)
         return FTRT_EPROTO;
     get_state(c, &s);
+    c->Wused = s.W;
     const unsigned char *p = (const unsigned char *)payload + sizeof s;
-    for (int w = 0; w < c->W; w++, p += sizeof(sync_rank)) {
+    for (int w = 0; w < c->Wused; w++, p += sizeof(sync_rank)) {
         sync_rank r;
         memcpy(&r, p, sizeof r);
         get_rank(&c->r[w], &r);
     }
-    if (s.coord_w < 0 || s.coord_w >= c->W) return FTRT_EPROTO;
+    if (s.coord_w < 0 || s.coord_w >= c->Wused) return FTRT_EPROTO;
     c->self = s.coord_w; /* the coordinator that sent it, until the caller takes its place */
     ftrt__crank *old = &c->r[s.coord_w];
     old->pid = s.coord_pid;

@@ -155,7 +155,7 @@ static void sb_str(sbuf *b, const char *s)
 static void status_head(sbuf *b, const ftrt__coord *c)
 {
     int spares = 0, nsdc = 0;
-    for (int w = 1; w < c->W; w++) spares += c->r[w].role == FTRT__ROLE_SPARE;
+    for (int w = 1; w < c->Wused; w++) spares += c->r[w].role == FTRT__ROLE_SPARE;
     for (int i = 0; i < c->ninc; i++) nsdc += c->inc[i].kind == FK_SDC;
     size_t first = strcspn(c->a->addr, " ");
     sb_printf(b, "{\n  \"schema\": 1,\n  \"job\": \"%s\",\n  \"epoch\": %d,\n"
@@ -178,7 +178,9 @@ static void status_head(sbuf *b, const ftrt__coord *c)
         p += l;
         p += strspn(p, " ");
     }
-    sb_printf(b, "],\n  \"rejected_connections\": %d,\n  \"failure_sent_epoch\": %d,\n"
+    sb_printf(b, "],\n  \"joins\": %d,\n  \"join_slots_left\": %d,\n  \"join_refused\": %d",
+              c->njoined, c->W - c->Wused, c->join_refused);
+    sb_printf(b, ",\n  \"rejected_connections\": %d,\n  \"failure_sent_epoch\": %d,\n"
                  "  \"reports_in_epoch\": %d,\n  \"plan_sent_epoch\": %d,\n"
                  "  \"sdc\": {\"every\": %d, \"checks\": %d, \"last_agreed_step\": %lld, "
                  "\"incidents\": %d},\n  \"ranks\": [\n",
@@ -240,7 +242,7 @@ static int status_rank(sbuf *b, const ftrt__coord *c, int w)
                 : c->hl[r->link].nvia > 0   ? c->hl[r->link].agent_w
                                             : -1;
     o = relay >= 0 ? put_i(put_s(o, ", \"relay\": "), relay) : put_s(o, ", \"relay\": null");
-    o = put_s(o, w + 1 < c->W ? "},\n" : "}\n");
+    o = put_s(o, w + 1 < c->Wused ? "},\n" : "}\n");
     *o = '\0';
     b->n = (size_t)(o - b->p);
     return w != c->self && (!strcmp(st, "running") || !strcmp(st, "joining"));
@@ -254,7 +256,7 @@ int ftrt__status_write(ftrt__coord *c)
     int accounted = 1, rc = b.f ? 0 : -errno;
     if (b.f) {
         status_head(&b, c);
-        for (int w = 0; w < c->W; w++)
+        for (int w = 0; w < c->Wused; w++)
             if (status_rank(&b, c, w)) accounted = 0;
         sb_printf(&b, "  ],\n  \"accounted\": %s,\n  \"final\": %s\n}\n",
                   accounted ? "true" : "false", c->final_written ? "true" : "false");

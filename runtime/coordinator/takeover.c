@@ -45,7 +45,7 @@ static void takeover_incident(ftrt__coord *c, const ftrt__takeover_args *t, int 
 static void expect_ranks(ftrt__coord *c, double now)
 {
     double grace = c->a->cfg->heartbeat_timeout_ms / 1000.0;
-    for (int w = 1; w < c->W; w++) {
+    for (int w = 1; w < c->Wused; w++) {
         ftrt__crank *r = &c->r[w];
         if (w == c->self || r->role == FTRT__ROLE_FAILED) continue;
         r->hello = 1;
@@ -56,7 +56,7 @@ static void expect_ranks(ftrt__coord *c, double now)
         r->last_change = now;
         c->norphans++;
     }
-    c->nhello = c->W - 1;
+    c->nhello = c->Wused - 1;
     c->nreports = c->nresumed = c->npromoting = 0;
     for (int l = 0; l < c->N; l++) {
         const ftrt__crank *r = &c->r[c->members[l]];
@@ -70,7 +70,7 @@ static void expect_ranks(ftrt__coord *c, double now)
  * coordinator's): then one of them must come back before the term is claimed. */
 static int third_host_expected(const ftrt__coord *c, int old_w)
 {
-    for (int w = 1; w < c->W; w++) {
+    for (int w = 1; w < c->Wused; w++) {
         const ftrt__crank *r = &c->r[w];
         if (w == c->self || r->role == FTRT__ROLE_FAILED || r->orphan_until <= 0) continue;
         if (strcmp(r->host, c->a->host) && strcmp(r->host, c->r[old_w].host)) return 1;

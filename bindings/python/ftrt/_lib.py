@@ -69,6 +69,7 @@ ECUDA = -1015
 ENCCL = -1016
 ENOTSUP = -1017
 EDRAINED = -1018
+EJOIN = -1019
 
 # Region flags, dtypes, ops, checkpoint policy and stats flags.
 REGION_REPLICATED = 0
@@ -192,6 +193,12 @@ class FtrtDrained(FtrtError):
     itself (it raises SystemExit(0))."""
 
 
+class FtrtJoinRefused(FtrtError):
+    """FTRT_EJOIN: this process asked to join a running job as a hot spare (ftrt-run --join)
+    and the job's coordinator refused it; the log says why (the secret, another version, a job
+    not joinable or out of join slots, one that has ended)."""
+
+
 # name in ftrt.h -> (code, exception class)
 ERRORS = {
     "FTRT_ERECOVER": (ERECOVER, FtrtRecover),
@@ -212,6 +219,7 @@ ERRORS = {
     "FTRT_ENCCL": (ENCCL, FtrtNcclError),
     "FTRT_ENOTSUP": (ENOTSUP, FtrtNotSupported),
     "FTRT_EDRAINED": (EDRAINED, FtrtDrained),
+    "FTRT_EJOIN": (EJOIN, FtrtJoinRefused),
 }
 _CLASS_OF: Dict[int, Type[FtrtError]] = {code: cls for code, cls in ERRORS.values()}
 
@@ -304,6 +312,7 @@ class Config(_StrFields):
         ("fold_max", ctypes.c_int),
         ("shard_redundancy", ctypes.c_int),
         ("ec_group", ctypes.c_int),
+        ("joinable", ctypes.c_int),
     ]
 
     @classmethod

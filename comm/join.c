@@ -1,0 +1,145 @@
+/*
+ * join.c - builds an epoch's communicator when joined processes are among its members (see
+ * join.h; docs/join.md "How a join works"). The joined members are reached one by one through
+ * a connect/accept of two processes (the root, one joined member), never of a whole
+ * communicator: that wait cannot be interrupted, and the smaller it is the less a death inside
+ * it costs (the spike's e7 and e8, tests/spike/join).
+ */
+#include "comm/join.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/log.h"
+#include "comm/ulfm.h"
+
+void ftrt__join_service(char *out, size_t n, uint64_t tag, int slot)
+{
+    snprintf(out, n, "ftrt-%016" PRIx64 "-%d", tag, slot);
+}
+
+/* Logs MPI error rc of `step` (for joined slot `slot`) and returns it. */
+static int failed(int rc, const char *step, int slot)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) len = 0;
+    msg[len] = 0;
+    ftrt_log_error("building the communicator with joined slot %d: %s failed: %s", slot, step,
+                   msg);
+    return rc;
+}
+
+static void comm_free(MPI_Comm *c)
+{
+    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+}
+
+/* The members of MPI_COMM_WORLD (slots < world_size), in logical order, build theirs into *c. */
+static int world_part(const int32_t *members, int n, int world_size, int epoch, MPI_Comm *c)
+{
+    int *ranks = malloc((size_t)n * sizeof *ranks), k = 0;
+    if (!ranks) return MPI_ERR_NO_MEM;
+    for (int l = 0; l < n; l++)
+        if (members[l] < world_size) ranks[k++] = members[l];
+    MPI_Group world, grp;
+    int rc = MPI_Comm_group(MPI_COMM_WORLD, &world);
+    if (rc == MPI_SUCCESS) {
+        rc = MPI_Group_incl(world, k, ranks, &grp);
+        MPI_Group_free(&world);
+    }
+    free(ranks);
+    if (rc != MPI_SUCCESS) return failed(rc, "the group of MPI_COMM_WORLD's members", -1);
+    rc = ftrt__comm_create(grp, epoch, c);
+    MPI_Group_free(&grp);
+    return rc == MPI_SUCCESS ? rc : failed(rc, "the communicator of MPI_COMM_WORLD's members", -1);
+}
+
+/* The root's side of joined slot `slot`'s pair: looks its port up, connects over
+ * MPI_COMM_SELF, merges (the root low) into *pair. */
+static int root_pair(uint64_t tag, int slot, MPI_Comm *pair)
+{
+    char name[64], port[MPI_MAX_PORT_NAME];
+    ftrt__join_service(name, sizeof name, tag, slot);
+    int rc = MPI_Lookup_name(name, MPI_INFO_NULL, port);
+    if (rc != MPI_SUCCESS) return failed(rc, "MPI_Lookup_name of its port", slot);
+    MPI_Comm inter;
+    rc = MPI_Comm_connect(port, MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter);
+    if (rc != MPI_SUCCESS) return failed(rc, "MPI_Comm_connect to it", slot);
+    MPI_Comm_set_errhandler(inter, MPI_ERRORS_RETURN);
+    rc = MPI_Intercomm_merge(inter, 0, pair);
+    MPI_Comm_free(&inter);
+    return rc == MPI_SUCCESS ? rc : failed(rc, "MPI_Intercomm_merge with it (root)", slot);
+}
+
+/* Joined slot `slot`'s own side: accepts the root on port over MPI_COMM_SELF, merges (high)
+ * into *pair. */
+static int joiner_pair(const char *port, int slot, MPI_Comm *pair)
+{
+    MPI_Comm inter;
+    int rc = MPI_Comm_accept(port, MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter);
+    if (rc != MPI_SUCCESS) return failed(rc, "MPI_Comm_accept of the root", slot);
+    MPI_Comm_set_errhandler(inter, MPI_ERRORS_RETURN);
+    rc = MPI_Intercomm_merge(inter, 1, pair);
+    MPI_Comm_free(&inter);
+    return rc == MPI_SUCCESS ? rc : failed(rc, "MPI_Intercomm_merge with the root", slot);
+}
+
+/* One joined member (slot) into *c: the members merged so far (*c, not NULL; root = its rank 0)
+ * and the joined one (*c NULL, is_joiner) meet in MPI_Intercomm_create over their pair and
+ * merge (the joined one high, last). */
+static int take_in(MPI_Comm *c, int is_joiner, const char *port, uint64_t tag, int slot,
+                   int itag)
+{
+    MPI_Comm pair = MPI_COMM_NULL, inter = MPI_COMM_NULL, merged = MPI_COMM_NULL;
+    int r = -1, rc = MPI_SUCCESS;
+    if (!is_joiner) MPI_Comm_rank(*c, &r);
+    if (is_joiner) rc = joiner_pair(port, slot, &pair);
+    else if (r == 0) rc = root_pair(tag, slot, &pair);
+    /* (a failed root leaves the others waiting here: the epoch change that follows the error
+     * cannot reach them; the coordinator's silence detection and fencing do, docs/join.md) */
+    if (rc != MPI_SUCCESS) return rc;
+    if (is_joiner)
+        rc = MPI_Intercomm_create(MPI_COMM_SELF, 0, pair, 0, itag, &inter);
+    else
+        rc = MPI_Intercomm_create(*c, 0, r == 0 ? pair : *c, 1, itag, &inter);
+    comm_free(&pair);
+    if (rc != MPI_SUCCESS) return failed(rc, "MPI_Intercomm_create", slot);
+    rc = MPI_Intercomm_merge(inter, is_joiner, &merged);
+    MPI_Comm_free(&inter);
+    if (rc != MPI_SUCCESS) return failed(rc, "MPI_Intercomm_merge of the communicators", slot);
+    comm_free(c);
+    *c = merged;
+    MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN);
+    return MPI_SUCCESS;
+}
+
+int ftrt__join_comm_create(const int32_t *members, int n, int world_size, int me,
+                           const char *port, uint64_t tag, int epoch, MPI_Comm *out)
+{
+    *out = MPI_COMM_NULL;
+    int nworld = 0;
+    for (int l = 0; l < n; l++) nworld += members[l] < world_size;
+    if (nworld == 0) {
+        ftrt_log_error("epoch %d: every member is a joined process; a communicator with joined "
+                       "members needs a member of the job's MPI_COMM_WORLD to reach them", epoch);
+        return MPI_ERR_OTHER;
+    }
+    int mine_joined = members[me] >= world_size, rc = MPI_SUCCESS, k = 0;
+    MPI_Comm c = MPI_COMM_NULL;
+    if (!mine_joined) rc = world_part(members, n, world_size, epoch, &c);
+    for (int l = 0; l < n && rc == MPI_SUCCESS; l++) {
+        if (members[l] < world_size) continue;
+        int itag = 16384 + (epoch % 512) * 32 + k++ % 32; /* (below 32767, MPI_TAG_UB's least) */
+        if (l == me) rc = take_in(&c, 1, port, tag, members[l], itag);
+        else if (c != MPI_COMM_NULL) rc = take_in(&c, 0, port, tag, members[l], itag);
+        /* (a joined member after this one in logical order is not in yet: it waits) */
+    }
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_split(c, 0, me, out);
+    if (rc != MPI_SUCCESS && c != MPI_COMM_NULL && *out == MPI_COMM_NULL)
+        failed(rc, "MPI_Comm_split into logical order", -1);
+    comm_free(&c);
+    if (*out != MPI_COMM_NULL) MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN);
+    return rc;
+}

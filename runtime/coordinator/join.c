@@ -1,0 +1,90 @@
+/*
+ * join.c - a process started after the job (tools/ftrt-run --join: a second `mpirun`) asks the
+ * coordinator to be one of its hot spares (docs/join.md "How a join works"). Its first message on
+ * its own TCP connection is JOIN (base/proto.h ftrt__join); the coordinator checks it here, in
+ * this order: the job's secret, the join protocol's version, that the job takes joins
+ * (FTRT_JOINABLE > 0), that it is running (not starting, recovering or ending), and that a join
+ * slot is left. A refusal is one JOIN_REFUSED line and a closed connection: nothing else of the
+ * job changes. An admitted joiner takes the next slot of the rank table (slots W_world ..
+ * W - 1: its "world rank" in every table, the PLAN's membership included, and in no
+ * MPI_COMM_WORLD of the job), is a hot spare like those of the job's own mpirun (promoted after
+ * them: the spare list is ascending by slot), and gets JOIN_OK. It becomes an MPI member only
+ * when a recovery promotes it (comm/join.c): the job's trainers and the coordinator make no MPI
+ * call for a join itself.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "runtime/coordinator/coord.h"
+
+/* Why JOIN j cannot be admitted now, as an ftrt code and one line in why[n]; 0 when it can.
+ * FTRT_ESTATE: not now (starting or recovering), the joiner may try again. */
+static int refusal(const ftrt__coord *c, const ftrt__join *j, char *why, size_t n)
+{
+    if (j->secret != c->secret) {
+        snprintf(why, n, "wrong job secret");
+        return FTRT_EJOIN;
+    }
+    if (j->version != FTRT__PROTO_JOIN) {
+        snprintf(why, n, "another version of ftrt (join protocol %d, the job's %d)", j->version,
+                 FTRT__PROTO_JOIN);
+        return FTRT_EJOIN;
+    }
+    if (c->W == c->Wworld) {
+        snprintf(why, n, "the job takes no joins (FTRT_JOINABLE=0: start it with ftrt-run "
+                         "--joinable)");
+        return FTRT_EJOIN;
+    }
+    if (c->phase == PH_ABORTING || c->phase == PH_DONE) {
+        snprintf(why, n, "the job has ended");
+        return FTRT_EJOIN;
+    }
+    if (c->Wused == c->W) {
+        snprintf(why, n, "all %d join slots of the job are used (FTRT_JOINABLE)", c->W - c->Wworld);
+        return FTRT_EJOIN;
+    }
+    if (c->phase != PH_RUNNING) {
+        snprintf(why, n, "the job is %s: try again", c->phase == PH_INIT ? "starting" : "recovering");
+        return FTRT_ESTATE;
+    }
+    return 0;
+}
+
+int ftrt__join_admit(ftrt__coord *c, const ftrt__join *j, char *why, size_t n)
+{
+    int rc = refusal(c, j, why, n);
+    if (rc) {
+        c->join_refused++;
+        if (rc != FTRT_ESTATE) c->rejected_connections++;
+        ftrt_log_warn("refused a join from pid %d on %.*s: %s", j->pid, FTRT__HOST_MAX, j->host,
+                      why);
+        c->status_dirty |= 1;
+        return rc;
+    }
+    int w = c->Wused++;
+    c->nhello++;
+    c->njoined++;
+    ftrt__crank *r = &c->r[w];
+    ftrt__hello h = {.secret = j->secret, .world_rank = w, .pid = j->pid};
+    memcpy(h.host, j->host, sizeof h.host);
+    h.host[FTRT__HOST_MAX - 1] = 0;
+    ftrt__rank_identify(c, w, &h);
+    ftrt__rank_set_role(c, w, FTRT__ROLE_SPARE);
+    r->logical = -1;
+    r->t_joined_wall = ftrt__wallclock();
+    ftrt_log_warn("pid %d on %s joined the job as a hot spare (slot %d; %d join slot(s) left)",
+                  r->pid, r->host, w, c->W - c->Wused);
+    c->status_dirty |= 2; /* membership: write now */
+    return w;
+}
+
+void ftrt__join_welcome(ftrt__coord *c, int w)
+{
+    ftrt__join_ok ok = {.welcome = {.role = FTRT__ROLE_SPARE, .logical_rank = -1,
+                                    .ntrainers = c->N, .epoch = c->epoch,
+                                    .heartbeat_ms = c->hb_ms},
+                        .slot = w, .world_size = c->Wworld, .tag = c->a->join_tag};
+    ftrt__coord_send(c, w, FTRT__MSG_JOIN_OK, &ok, sizeof ok);
+    ftrt__standby_tell(c, w); /* (where the standby coordinator listens, if there is one) */
+}
