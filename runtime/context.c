@@ -340,8 +340,11 @@ static int join_job(ftrt_ctx *ctx, const bootstrap *b, ftrt_ctx **out)
 /* A process started to join a running job (runtime/join.c): admitted, it is a hot spare;
  * refused, ftrt_init() returns the refusal (FTRT_EJOIN, logged in one line). MPI stays
  * initialised for the caller's own world either way. */
+static void arm_joiner_exit_record(void);
+
 static int join_running_job(ftrt_ctx *ctx, ftrt_ctx **out)
 {
+    arm_joiner_exit_record(); /* (a refusal's status is recorded too) */
     uint64_t secret = 0;
     int rc = ftrt__joiner_start(ctx, &secret);
     if (rc) {
@@ -405,6 +408,9 @@ static int take_role(ftrt_ctx *ctx, uint64_t secret, ftrt_ctx **out)
  * coordinator sees and handles, and a rank declared failed, cut off or left without its
  * coordinator is no longer the job's; an aborted job is failed whatever its processes do. */
 static atomic_int exit_world_rank = -1; /* world rank of the last ftrt_finalize, -1 = disarmed */
+static atomic_int exit_always = 0;      /* a joiner's (runtime/join.c): every status, 0 too, from
+                                           its ftrt_init() on: ftrt-run --join's mpirun is the
+                                           joiner's alone, and none written means it was killed */
 static pthread_once_t exit_hook_once = PTHREAD_ONCE_INIT;
 
 static void record_exit(int status, void *arg)
@@ -413,7 +419,7 @@ static void record_exit(int status, void *arg)
     int rank = atomic_load(&exit_world_rank);
     const char *dir = getenv("FTRT_RUN_EXIT_DIR");
     status &= 0xff; /* what the parent sees */
-    if (!status || rank < 0 || !dir || !*dir) return;
+    if ((!status && !atomic_load(&exit_always)) || rank < 0 || !dir || !*dir) return;
     char path[4096], line[16];
     if (ftrt__path(path, sizeof path, "%s/rank.%d", dir, rank)) return;
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -436,6 +442,13 @@ static void arm_exit_record(int world_rank)
 {
     pthread_once(&exit_hook_once, exit_hook_register);
     atomic_store(&exit_world_rank, world_rank);
+}
+
+/* A joiner's record: armed from its ftrt_init() on, every status (exit_always). */
+static void arm_joiner_exit_record(void)
+{
+    atomic_store(&exit_always, 1);
+    arm_exit_record(0); /* (its own MPI_COMM_WORLD's rank; ftrt_finalize() re-arms with its slot) */
 }
 
 int ftrt_init(const ftrt_config *cfg, ftrt_ctx **out)

@@ -574,10 +574,12 @@ static int join(ftrt__coord *c, pending *p, const void *payload)
     ftrt__join_refused no = {0};
     int w = ftrt__join_admit(c, &j, no.why, sizeof no.why);
     if (w > 0) {
+        ftrt__hello h = {.secret = j.secret, .world_rank = w, .pid = j.pid};
+        memcpy(h.host, j.host, sizeof h.host);
         hand_over(c, p, FTRT__KEY(FTRT__KEY_RANK, w), &c->r[w].fd, &c->r[w].rx);
+        ftrt__rank_identify(c, w, &h);
         ftrt__silence_touch(c, w);
-        ftrt__join_welcome(c, w);
-        return 1;
+        return 1; /* (its JOIN_OK: the loop's, coordinator.c dispatch) */
     }
     no.code = w;
     (void)ftrt__msg_send(p->fd, FTRT__MSG_JOIN_REFUSED, &no, sizeof no); /* (a fresh socket) */

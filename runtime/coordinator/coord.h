@@ -309,6 +309,8 @@ typedef struct ftrt__coord {
     int rejected_connections;  /* bad hello, wrong secret, duplicate rank, no hello in time */
     int protocol_errors;       /* malformed or oversized messages from identified ranks */
     int njoined;               /* processes admitted by JOIN (join.c) */
+    int join_welcome;          /* the slot admitted by the JOIN just read, whose JOIN_OK the loop
+                                  sends (coordinator.c), else 0 */
     int join_refused;          /* JOINs refused (join.c; those with a bad secret or version
                                   count as rejected connections too) */
     int stall_reports;         /* collective hangs with no rank behind (reported only) */
@@ -657,15 +659,16 @@ void ftrt__standby_tell(ftrt__coord *c, int w);
 /* ---- joins (join.c) ------------------------------------------------------------------------ */
 
 /* JOIN j (its first message on a new connection, whole) asks for a hot spare's place. Admitted:
- * the next join slot w (>= Wworld) is a connected SPARE now, identified by j's pid and host, and
- * w is returned; the caller hands it the connection and then calls ftrt__join_welcome. Else the
+ * the next join slot w (>= Wworld) is a SPARE now, c->join_welcome = w, and w is returned; the
+ * caller hands it the connection, identifies it by j's pid and host (ftrt__rank_identify), and
+ * the loop then calls ftrt__join_welcome. Else the
  * refusal's code, one line in why[n] (NUL-terminated) for JOIN_REFUSED, counted and logged:
  * FTRT_EJOIN (wrong secret, another join protocol, a job that takes no joins, has ended, or has
  * no join slot left) or FTRT_ESTATE (starting or recovering: the joiner may try again).
  * Coordinator loop only. O(log W) (the spare list). */
 int ftrt__join_admit(ftrt__coord *c, const ftrt__join *j, char *why, size_t n);
 /* JOIN_OK to the joiner just admitted in slot w (its connection handed over), and where the
- * standby coordinator listens. */
+ * standby coordinator listens. (service.c) */
 void ftrt__join_welcome(ftrt__coord *c, int w);
 /* 1 when a standby took over from this coordinator (the checkpoint directory's
  * `coordinator.term` names this job's secret and a later term; a file of an earlier launch

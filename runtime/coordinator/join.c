@@ -66,25 +66,12 @@ int ftrt__join_admit(ftrt__coord *c, const ftrt__join *j, char *why, size_t n)
     c->nhello++;
     c->njoined++;
     ftrt__crank *r = &c->r[w];
-    ftrt__hello h = {.secret = j->secret, .world_rank = w, .pid = j->pid};
-    memcpy(h.host, j->host, sizeof h.host);
-    h.host[FTRT__HOST_MAX - 1] = 0;
-    ftrt__rank_identify(c, w, &h);
     ftrt__rank_set_role(c, w, FTRT__ROLE_SPARE);
     r->logical = -1;
     r->t_joined_wall = ftrt__wallclock();
-    ftrt_log_warn("pid %d on %s joined the job as a hot spare (slot %d; %d join slot(s) left)",
-                  r->pid, r->host, w, c->W - c->Wused);
+    ftrt_log_warn("pid %d on %.*s joined the job as a hot spare (slot %d; %d join slot(s) left)",
+                  j->pid, FTRT__HOST_MAX, j->host, w, c->W - c->Wused);
     c->status_dirty |= 2; /* membership: write now */
+    c->join_welcome = w;  /* (JOIN_OK: service.c ftrt__join_welcome, once it is connected) */
     return w;
-}
-
-void ftrt__join_welcome(ftrt__coord *c, int w)
-{
-    ftrt__join_ok ok = {.welcome = {.role = FTRT__ROLE_SPARE, .logical_rank = -1,
-                                    .ntrainers = c->N, .epoch = c->epoch,
-                                    .heartbeat_ms = c->hb_ms},
-                        .slot = w, .world_size = c->Wworld, .tag = c->a->join_tag};
-    ftrt__coord_send(c, w, FTRT__MSG_JOIN_OK, &ok, sizeof ok);
-    ftrt__standby_tell(c, w); /* (where the standby coordinator listens, if there is one) */
 }

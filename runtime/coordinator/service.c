@@ -468,6 +468,16 @@ void ftrt__rank_rejoined(ftrt__coord *c, int w)
     ftrt__rank_catch_up(c, w);
 }
 
+void ftrt__join_welcome(ftrt__coord *c, int w)
+{
+    ftrt__join_ok ok = {.welcome = {.role = FTRT__ROLE_SPARE, .logical_rank = -1,
+                                    .ntrainers = c->N, .epoch = c->epoch,
+                                    .heartbeat_ms = c->hb_ms},
+                        .slot = w, .world_size = c->Wworld, .tag = c->a->join_tag};
+    ftrt__coord_send(c, w, FTRT__MSG_JOIN_OK, &ok, sizeof ok);
+    ftrt__standby_tell(c, w); /* (where the standby coordinator listens, if there is one) */
+}
+
 void ftrt__rank_catch_up(ftrt__coord *c, int w)
 {
     const ftrt__crank *r = &c->r[w];

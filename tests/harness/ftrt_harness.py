@@ -202,11 +202,13 @@ def nccl_hostid_argv(argv, tag="ftrt-test"):
             "_"] + list(argv)
 
 
-def ftrt_run_cmd(cmd, status=None, python=None, summary=None):
+def ftrt_run_cmd(cmd, status=None, python=None, summary=None, opts=None):
     """cmd under tools/ftrt-run (run by `python`, default this interpreter), which turns the
     job's real outcome into the exit status and, with status, names the job's status file;
-    summary: where ftrt-run writes its JSON summary (timings of the job's end)."""
-    return ([python or sys.executable, FTRT_RUN] + (["--status", status] if status else [])
+    summary: where ftrt-run writes its JSON summary (timings of the job's end); opts: more of
+    ftrt-run's options (e.g. ["--joinable"])."""
+    return ([python or sys.executable, FTRT_RUN] + list(opts or [])
+            + (["--status", status] if status else [])
             + (["--summary", summary] if summary else []) + ["--"] + list(cmd))
 
 
@@ -428,13 +430,15 @@ def children(pid):
 
 
 def train_job(directory, binary, np_=6, train_args=MLP_ARGS, spares=None,
-              heartbeat_timeout_ms=None, status=None, fresh=True, mpirun_opts=None):
+              heartbeat_timeout_ms=None, status=None, fresh=True, mpirun_opts=None,
+              run_opts=None):
     """A job of an ftrt example (train_mlp's command line) laid out in `directory`: ckpt/,
     final.params, report.json, faults.jsonl, ftrt-run's summary.json, the status file in
     ckpt/status.json unless given: ftrt-run --status STATUS --summary ... -- mpirun
     [mpirun_opts] --enable-recovery ... -np np_ binary train_args --ckpt-dir ... --params-out
     ... --report .... np_ counts the coordinator and the spares; spares (FTRT_SPARES) defaults
-    to the runtime's own default; mpirun_opts: e.g. Hosts.mpirun_opts() (simulated hosts)."""
+    to the runtime's own default; mpirun_opts: e.g. Hosts.mpirun_opts() (simulated hosts);
+    run_opts: ftrt-run's own (e.g. ["--joinable"])."""
     ckpt = os.path.join(directory, "ckpt")
     params = os.path.join(directory, "final.params")
     report = os.path.join(directory, "report.json")
@@ -443,7 +447,7 @@ def train_job(directory, binary, np_=6, train_args=MLP_ARGS, spares=None,
     fault_log = os.path.join(directory, "faults.jsonl")
     cmd = ftrt_run_cmd(mpirun_cmd(np_, [binary] + list(train_args) + [
         "--ckpt-dir", ckpt, "--params-out", params, "--report", report], extra=mpirun_opts),
-        status=status, summary=summary)
+        status=status, summary=summary, opts=run_opts)
     job = Job(directory, cmd, job_env({"FTRT_FAULT_LOG": fault_log}, spares=spares,
                                       heartbeat_timeout_ms=heartbeat_timeout_ms),
               status=status, fresh=fresh)

@@ -203,7 +203,7 @@ static void settings_table(void **state)
     }
     assert_true(sizeof(ftrt_config) - end < 8);
     assert_string_equal(s[0].field, "spares");
-    assert_string_equal(s[n - 1].field, "ec_group");
+    assert_string_equal(s[n - 1].field, "joinable");
 }
 
 /* The test knobs: set from the environment only when a variable is set and valid. */

@@ -91,6 +91,7 @@ static void world_open(ftrt__coord *c, int W)
 {
     memset(c, 0, sizeof *c);
     c->W = W;
+    c->Wused = c->Wworld = c->W;
     c->N = c->N0 = W / 2;
     c->r = calloc((size_t)W, sizeof *c->r);
     c->members = calloc((size_t)(c->N > 0 ? c->N : 1), sizeof *c->members);

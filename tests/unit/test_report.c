@@ -172,6 +172,7 @@ static void world_open(world *wd, const char *path)
     wd->a.port = 29500;
     c->N = c->N0 = W_TRAINERS;
     c->W = 1 + W_TRAINERS + W_SPARES;
+    c->Wused = c->Wworld = c->W;
     double j0 = 1790000000.0;
     c->t_start = 100.0;
     c->t_end = 110.0;

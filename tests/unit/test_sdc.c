@@ -210,6 +210,7 @@ static void vote_takes_a_repeat_once(void **state)
     memset(&c, 0, sizeof c);
     c.r = r;
     c.W = 3;
+    c.Wused = c.Wworld = 3;
     c.N = c.N0 = 2;
     c.members = members;
     c.epoch = 0;

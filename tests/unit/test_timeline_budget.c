@@ -122,6 +122,7 @@ static void world_open(world *wd, int trainers, int spares, int budget_mb, int r
     wd->a.port = 29500;
     c->N = c->N0 = trainers;
     c->W = 1 + trainers + spares;
+    c->Wused = c->Wworld = c->W;
     c->t_start = 100.0;
     c->t_end = 100.0 + WALL;
     c->t_start_wall = J0;

@@ -2,7 +2,8 @@
 real outcome.
 
 Usage: ftrt-run [--status FILE] [--summary FILE] [--exit-grace S] [--linger S] [--term-grace S]
-                -- mpirun --enable-recovery ... ./train ...
+                [--joinable] -- mpirun --enable-recovery ... ./train ...
+       ftrt-run --join RUNDIR [--exit-grace S] [--term-grace S] -- mpirun -np 1 ./train ...
        ftrt-run -h | --help
 
 Why: with `mpirun --enable-recovery` (needed so that mpirun does not tear the job down when a
@@ -76,8 +77,8 @@ Exit status:
     names the first ftrt ERROR line of the job, if any;
   - 2 for a bad option, value or path (--status, FTRT_STATUS_FILE or --summary under a
     regular file, --summary in a directory that does not exist, a launcher's program that
-    cannot be run, $TMPDIR/ftrt-run.<uid> not this user's own directory), with a one-line
-    message;
+    cannot be run, $TMPDIR/ftrt-run.<uid> not this user's own directory, --joinable without
+    Open MPI 4's ompi-server), with a one-line message;
   - 127 when the command cannot be run.
 SIGINT/SIGTERM to ftrt-run are passed on to mpirun, which then gets --term-grace seconds before
 the clean-up (exit 130/143).
@@ -94,7 +95,37 @@ end of ftrt-run's clean-up that ended them; null when none was seen),
 t_mpirun_exit, t_exit.
 Settings may also come from the environment: FTRT_RUN_EXIT_GRACE_S, FTRT_RUN_LINGER_S,
 FTRT_RUN_TERM_GRACE_S (seconds >= 0), FTRT_RUN_SUMMARY (--summary's file: for a launch that
-another script makes, such as a Slurm batch script).
+another script makes, such as a Slurm batch script), FTRT_RUN_JOINABLE=1 (--joinable).
+
+Joining a running job (Open MPI 4.1 only: Open MPI 5 has no ompi-server, docs/join.md):
+--joinable makes a job that new processes may join as hot spares. It needs an Open MPI 4
+launcher with an `ompi-server` beside it (else exit 2, one line), starts
+`ompi-server --no-daemonize --report-uri RUNDIR/ompi-server.uri` (RUNDIR: the run directory
+below) with the job's environment and waits for its URI (10 s at most), adds
+`--ompi-server file:RUNDIR/ompi-server.uri --mca pmix_base_exchange_timeout 3` after the
+launcher's name, sets FTRT_JOINABLE=8 (unless the environment gives a count >= 1) and
+FTRT_JOB_SECRET=<16 hexadecimal digits> in the job's environment, writes RUNDIR/join.json (mode
+0600: format 1, the secret, the URI file, the status file, the Open MPI major version, and the
+job's FTRT_* variables but FTRT_STATUS_FILE, FTRT_JOB_SECRET, FTRT_JOINABLE and FTRT_RUN_*),
+and prints one line: "ftrt-run: this job can be joined: ftrt-run --join RUNDIR -- mpirun -np 1
+<program and arguments>". The server is stopped (SIGTERM, SIGKILL 2 s later) once the job and
+its leftovers are ended, whatever ends ftrt-run; it gets SIGTERM when ftrt-run dies, even by
+SIGKILL.
+--join RUNDIR runs a joiner: checks, each ending ftrt-run with one line and exit 1, that RUNDIR
+is a run directory of this user's ($TMPDIR/ftrt-run.<uid>/<pid>-<random>), that its job lives
+(its lock is held) and its status file does not say "finished", "failed" or "failing", that
+join.json is a regular file of this user's with mode 0600, that the launcher is of the job's
+Open MPI major version, and that the status file names the coordinator's control plane; then
+runs the command in a run directory of its own with the job's ompi-server options after the
+launcher's name and, in its environment, the job's FTRT_* variables of join.json over this
+one's, FTRT_JOIN_ADDRS (the coordinator's IPv4 addresses, space-separated), FTRT_JOIN_PORT,
+FTRT_JOIN_SECRET, FTRT_STATUS_FILE and FTRT_RUN_EXIT_DIR of its own run directory (the job's
+status file is only read), without FTRT_JOINABLE and FTRT_JOB_SECRET. ftrt-run exits with that
+mpirun's status (a status the joiner recorded after its ftrt_finalize() when mpirun says 0), or
+1 when the job ended and the joiner was still there --exit-grace seconds later (ftrt-run then
+ends it: a joiner may wait in an MPI call that nothing interrupts); SIGINT and SIGTERM are
+passed on as for a job, and the joiner's leftovers are ended. --status and --summary do not go
+with --join (exit 2); FTRT_RUN_SUMMARY and FTRT_RUN_JOINABLE are ignored there.
 
 mpirun's standard error passes through ftrt-run, which leaves out one line: Open MPI 4.1's
 harmless PMIx notice after a rank's abnormal exit, "[host:pid] PMIX ERROR: BAD-PARAM in file

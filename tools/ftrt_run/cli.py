@@ -1,18 +1,20 @@
 """ftrt-run's main: parses the command line, makes the run directory, starts mpirun with its
 standard error filtered, watches the job, ends mpirun and the leftovers, and returns the job's
-true exit status (see ftrt-run --help, the package's docstring)."""
+true exit status (see ftrt-run --help, the package's docstring). A joinable job (--joinable)
+gets an ompi-server for its life (joinable.py); a joiner (--join) runs in join.py."""
 from __future__ import annotations
 
 import os
 import secrets
-import signal
-import subprocess
 import sys
 import time
 
 from . import __doc__ as HELP  # the package's docstring: ftrt-run --help
 from .ending import end_leftovers, end_mpirun
+from .join import Refused, run_join
+from .joinable import OmpiServer, check_joinable, join_hint, make_joinable
 from .launcher import adapt_launcher
+from .mpirun import forward_signals, start
 from .options import Usage, check_file_path, parse_args, status_file
 from .outcome import exit_code, rank_exits, report_end, write_summary
 from .procs import MARKER, set_subreaper
@@ -21,53 +23,38 @@ from .stderr_filter import StderrFilter
 from .watch import Watch, read_status
 
 
-def start(cmd: list[str], env: dict, lock: int) -> tuple[subprocess.Popen, StderrFilter]:
-    """mpirun (cmd) with its standard error filtered, holding the run directory's lock (file
-    descriptor `lock`) too: the directory outlives a SIGKILLed ftrt-run while mpirun runs;
-    (process, StderrFilter). Raises OSError."""
-    mpirun = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, pass_fds=(lock,))
-    return mpirun, StderrFilter(mpirun.stderr)
-
-
-def forward_signals(mpirun: subprocess.Popen) -> list[int]:
-    """SIGINT and SIGTERM to ftrt-run are passed on to mpirun; returns the list they are
-    recorded in."""
-    stop = []
-
-    def on_signal(sig, _frame):
-        stop.append(sig)
-        try:
-            mpirun.send_signal(sig)
-        except OSError:
-            pass
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    return stop
-
-
 def run(opts: dict) -> int:
-    """Runs the job (see ftrt-run --help) in a run directory of its own, removed at the end;
-    ftrt-run's exit status."""
-    rundir = RunDir()
+    """Runs the job (see ftrt-run --help) in a run directory of its own, removed at the end,
+    after the ompi-server of a joinable job is stopped (whatever happened: an error, a
+    KeyboardInterrupt); ftrt-run's exit status."""
+    rundir, server = RunDir(), OmpiServer()
     try:
-        return run_job(opts, rundir)
+        return run_job(opts, rundir, server)
     finally:
+        server.stop()
         rundir.remove()
 
 
-def prepare(opts: dict, rundir: RunDir) -> tuple[list[str], dict, str | None, int | None, dict]:
+def prepare(opts: dict, rundir: RunDir,
+            server: OmpiServer) -> tuple[list[str], dict, list[str], int | None, dict]:
     """The job's command (adapt_launcher()) and environment: FTRT_STATUS_FILE (status_file(),
-    else the run directory's), FTRT_RUN_EXIT_DIR and the marker. Returns (command, environment,
-    note for stderr or None, Open MPI's major version or None, the run's record: status file
-    and where it came from). Raises Usage."""
+    else the run directory's), FTRT_RUN_EXIT_DIR and the marker; for a joinable job, the
+    ompi-server started (`server`), its options and FTRT_JOINABLE, FTRT_JOB_SECRET, join.json
+    (make_joinable()). Returns (command, environment, lines for stderr, Open MPI's major
+    version or None, the run's record: status file and where it came from). Raises Usage."""
     env = dict(os.environ)
     cmd, note, major = adapt_launcher(opts["cmd"], env)
+    binary = check_joinable(cmd, major, env) if opts["joinable"] else None
     status, status_from = status_file(opts, env)
     status = status or rundir.status
     env["FTRT_STATUS_FILE"] = status
     env["FTRT_RUN_EXIT_DIR"] = rundir.exits
     env[MARKER] = secrets.token_hex(8)
-    return cmd, env, note, major, {"status": status, "status_from": status_from}
+    notes = [note] if note else []
+    if binary:
+        make_joinable(cmd, env, rundir.path, status, binary, server)
+        notes.append(join_hint(rundir.path, opts["cmd"]))
+    return cmd, env, notes, major, {"status": status, "status_from": status_from}
 
 
 def end_job(w: Watch, err: StderrFilter, opts: dict, major: int | None, r: dict,
@@ -93,19 +80,21 @@ def end_job(w: Watch, err: StderrFilter, opts: dict, major: int | None, r: dict,
     return leftovers, ended
 
 
-def run_job(opts: dict, rundir: RunDir) -> int:
-    """Runs the job with its temporary files in rundir (a RunDir); ftrt-run's exit status."""
-    cmd, env, note, major, r = prepare(opts, rundir)
+def run_job(opts: dict, rundir: RunDir, server: OmpiServer) -> int:
+    """Runs the job with its temporary files in rundir (a RunDir) and, when it is joinable,
+    its ompi-server (`server`, which the caller stops); ftrt-run's exit status."""
+    cmd, env, notes, major, r = prepare(opts, rundir, server)
     set_subreaper()
     r["t_start"] = time.time()
-    if note:
+    for note in notes:
         print(note, file=sys.stderr, flush=True)
     try:
         mpirun, err = start(cmd, env, rundir.lock)
     except OSError as e:
         print(f"ftrt-run: cannot run {cmd[0]}: {e.strerror}", file=sys.stderr)
         return 127
-    w = Watch(mpirun, r["status"], opts, forward_signals(mpirun), env[MARKER])
+    own = {server.pid} if server.pid else set()
+    w = Watch(mpirun, r["status"], opts, forward_signals(mpirun), env[MARKER], own)
     leftovers, ended = end_job(w, err, opts, major, r, rundir.exits)
     report_end(r, leftovers, ended)
     code = exit_code(r)
@@ -123,7 +112,10 @@ def main(argv: list[str]) -> int:
             return 0
         if opts["summary"]:
             check_file_path(opts["summary_from"], opts["summary"], parent_must_exist=True)
-        return run(opts)
+        return run_join(opts) if opts["join"] else run(opts)
     except Usage as e:
         print(f"ftrt-run: {e}", file=sys.stderr)
         return 2
+    except Refused as e:
+        print(f"ftrt-run: {e}", file=sys.stderr)
+        return 1

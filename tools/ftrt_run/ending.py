@@ -55,10 +55,11 @@ def end_mpirun(mpirun: subprocess.Popen, procs: Procs, term_grace: float,
 def end_leftovers(procs: Procs) -> set[int]:
     """Ends this job's leftovers on this host (processes with the marker, re-parented
     orphans: SIGTERM, 0.5 s later SIGKILL) and removes the Open MPI session paths they left.
-    Returns their pids."""
+    ftrt-run's own helpers (procs.own: a joinable job's ompi-server) are left to their owner,
+    which stops them next. Returns the leftovers' pids."""
     leftovers = set()
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        pids = (procs.scan() | children(None)) - {os.getpid()}
+        pids = (procs.scan() | children(None)) - {os.getpid()} - procs.own
         if not pids:
             break
         leftovers |= pids

@@ -86,6 +86,21 @@ def runnable(prog: str, env: dict) -> str | None:
     return None
 
 
+def program_index(args: list[str]) -> int:
+    """The index in args (a launcher's arguments) of the first one that is neither an option
+    nor an option's value (VALUE_OPTS, TWO_VALUE_OPTS): the program, unless an option that
+    VALUE_OPTS lacks took a value; len(args) when there is none."""
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            return i + 1
+        if not a.startswith("-") or a == "-":
+            return i
+        i += 3 if a in TWO_VALUE_OPTS else 2 if a in VALUE_OPTS and "=" not in a else 1
+    return len(args)
+
+
 def check_program(args: list[str], env: dict) -> None:
     """Refuses (Usage) a launcher command whose program cannot be run: the first argument
     that is neither an option nor an option's value must be an executable file (a path) or a
@@ -95,15 +110,7 @@ def check_program(args: list[str], env: dict) -> None:
     command given an application file (--app) is not checked."""
     if any(a in ("--app", "-app") for a in args):
         return
-    i = 0
-    while i < len(args):
-        a = args[i]
-        if a == "--":
-            i += 1
-            break
-        if not a.startswith("-") or a == "-":
-            break
-        i += 3 if a in TWO_VALUE_OPTS else 2 if a in VALUE_OPTS and "=" not in a else 1
+    i = program_index(args)
     if i >= len(args):
         raise Usage("no program to run after the launcher's options")
     why = runnable(args[i], env)

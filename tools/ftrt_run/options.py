@@ -12,7 +12,8 @@ class Usage(Exception):
 
 SETTINGS = {"--exit-grace": ("FTRT_RUN_EXIT_GRACE_S", 10.0), "--linger": ("FTRT_RUN_LINGER_S", 1.0),
             "--term-grace": ("FTRT_RUN_TERM_GRACE_S", 3.0)}
-PATHS = ("--status", "--summary")
+PATHS = ("--status", "--summary", "--join")
+FLAGS = {"--joinable": "FTRT_RUN_JOINABLE"}  # options without a value, and their variable
 
 
 def seconds(what: str, text: str) -> float:
@@ -26,14 +27,24 @@ def seconds(what: str, text: str) -> float:
     return v
 
 
-def parse_args(argv: list[str]) -> dict | None:
-    """{"status", "summary", "exit_grace", "linger", "term_grace", "cmd"} from the command line
-    (and FTRT_RUN_* for the settings not given); None for --help. Raises Usage."""
-    given = {}
+def flag(var: str, text: str) -> bool:
+    """A flag's variable (FTRT_RUN_JOINABLE): "1" is True, "0" or "" False, else Usage."""
+    if text in ("", "0", "1"):
+        return text == "1"
+    raise Usage(f"{var}: expected 1 or 0, got {text!r}")
+
+
+def split_args(argv: list[str]) -> tuple[dict, list[str]] | None:
+    """({option: its value, or True for a flag}, the command after the options and `--`) from
+    the command line; None for --help. Raises Usage (an unknown option, a missing value)."""
+    given: dict[str, str | bool] = {}
     while argv and argv[0] != "--" and argv[0].startswith("-"):
         opt = argv[0]
         if opt in ("-h", "--help"):
             return None
+        if opt in FLAGS:
+            given[opt], argv = True, argv[1:]
+            continue
         if opt not in SETTINGS and opt not in PATHS:
             raise Usage(f"unknown option {opt!r} (see ftrt-run --help)")
         if len(argv) < 2 or argv[1] == "":
@@ -42,8 +53,33 @@ def parse_args(argv: list[str]) -> dict | None:
         argv = argv[2:]
     if argv and argv[0] == "--":
         argv = argv[1:]
+    return given, argv
+
+
+def check_modes(opts: dict, given: dict) -> None:
+    """--join (run a joiner) goes with neither --joinable nor the job's own files (--status,
+    --summary: a joiner has no status file of its own to watch); else Usage. FTRT_RUN_JOINABLE
+    and FTRT_RUN_SUMMARY, which a batch script may set for every ftrt-run, are ignored with
+    --join."""
+    if opts["join"] is None:
+        return
+    for opt in ("--joinable", "--status", "--summary"):
+        if opt in given:
+            raise Usage(f"--join and {opt} exclude each other (see ftrt-run --help)")
+    opts["joinable"], opts["summary"] = False, None
+
+
+def parse_args(argv: list[str]) -> dict | None:
+    """{"status", "summary", "exit_grace", "linger", "term_grace", "joinable", "join", "cmd"}
+    from the command line (and FTRT_RUN_* for the settings not given); None for --help.
+    "joinable": bool (--joinable, FTRT_RUN_JOINABLE=1); "join": the run directory of the job to
+    join, or None. Raises Usage."""
+    split = split_args(argv)
+    if split is None:
+        return None
+    given, argv = split
     opts = {"status": given.get("--status"), "summary": given.get("--summary"), "cmd": argv,
-            "summary_from": "--summary"}
+            "summary_from": "--summary", "join": given.get("--join")}
     if opts["summary"] is None and os.environ.get("FTRT_RUN_SUMMARY"):
         opts["summary"], opts["summary_from"] = os.environ["FTRT_RUN_SUMMARY"], "FTRT_RUN_SUMMARY"
     for opt, (var, default) in SETTINGS.items():
@@ -52,6 +88,10 @@ def parse_args(argv: list[str]) -> dict | None:
             opts[key] = seconds(opt, given[opt])
         else:
             opts[key] = seconds(var, os.environ[var]) if var in os.environ else default
+    for opt, var in FLAGS.items():  # a joiner ignores the variable (check_modes())
+        from_env = opts["join"] is None and flag(var, os.environ.get(var, ""))
+        opts[opt[2:]] = opt in given or from_env
+    check_modes(opts, given)
     if not argv:
         raise Usage("no command to run: ftrt-run [options] -- mpirun ... (see ftrt-run --help)")
     return opts

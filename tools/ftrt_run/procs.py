@@ -79,8 +79,10 @@ def session_paths(pid: int) -> set[str]:
 class Procs:
     """This job's processes on this host, found through the marker in their environment."""
 
-    def __init__(self, job_id: str) -> None:
+    def __init__(self, job_id: str, own: set[int] | frozenset = frozenset()) -> None:
         self.tag = f"{MARKER}={job_id}".encode()
+        self.own = set(own)    # pids of ftrt-run's own helpers that carry the marker (the
+                               # ompi-server of a joinable job): never taken for the job's
         self.ranks = {}       # world rank -> (pid, starttime): each rank's process, once seen
         self.world_size = None
         self.sessions = set()  # Open MPI session paths this job's processes used
@@ -96,11 +98,11 @@ class Procs:
         (read_sessions()). A process without the marker is not read again while the listings
         of /proc keep showing its pid (a process carries the marker from its fork on; its pid
         could only be another process's after the pid space wrapped between two scans);
-        `now` None reads every process."""
+        `now` None reads every process. ftrt-run's own helpers (self.own) are left out."""
         found = set()
         pids = {int(name) for name in os.listdir("/proc") if name.isdigit()}
         self.foreign &= pids
-        for pid in pids:
+        for pid in pids - self.own:
             if now is not None and pid in self.foreign:
                 continue
             env = environ(pid)

@@ -49,6 +49,32 @@ def make_runs_parent() -> str:
     return parent
 
 
+def take_lock(path: str) -> int | None:
+    """A descriptor holding the flock() of the lock file of the run directory at path (the
+    caller closes it, which drops the lock), or None when another process holds it (or the
+    lock cannot be taken). Raises OSError: FileNotFoundError when there is no lock file."""
+    fd = os.open(os.path.join(path, "lock"), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None  # held: a live run's
+    return fd
+
+
+def alive(path: str) -> bool:
+    """True while a process holds the lock of the run directory at path: its ftrt-run or its
+    mpirun lives. False when it has no lock file (gone, or removed by its ftrt-run)."""
+    try:
+        fd = take_lock(path)
+    except OSError:
+        return False
+    if fd is None:
+        return True
+    os.close(fd)
+    return False
+
+
 def remove_if_unowned(path: str, now: float) -> bool:
     """Removes the run directory at path when no process holds its lock (its ftrt-run and
     mpirun are gone), or when it has no lock file and is older than UNLOCKED_AGE_S. True when
@@ -56,7 +82,7 @@ def remove_if_unowned(path: str, now: float) -> bool:
     try:
         if not stat.S_ISDIR(os.lstat(path).st_mode):
             return False
-        fd = os.open(os.path.join(path, "lock"), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = take_lock(path)
     except FileNotFoundError:
         try:
             if now - os.lstat(path).st_mtime < UNLOCKED_AGE_S:
@@ -67,11 +93,9 @@ def remove_if_unowned(path: str, now: float) -> bool:
         return True
     except OSError:
         return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    if fd is None:
         return False  # held: a live run's
-    else:
+    try:
         shutil.rmtree(path, ignore_errors=True)
         return True
     finally:
@@ -91,10 +115,11 @@ def sweep(parent: str, pid: int | None = None) -> list[str]:
 
 
 class RunDir:
-    """This run's directory (see the module's docstring): `lock`, the flock()ed lock file whose descriptor
-    (self.lock) mpirun inherits; `status.json`, the status file when no --status or
-    FTRT_STATUS_FILE gives one; `exits/`, the job's FTRT_RUN_EXIT_DIR. Creating one sweeps
-    the directories of runs that are gone. Raises Usage (make_runs_parent())."""
+    """This run's directory (see the module's docstring): `lock`, the flock()ed lock file whose
+    descriptor (self.lock) mpirun inherits; `status.json`, the status file when no --status or
+    FTRT_STATUS_FILE gives one; `exits/`, the job's FTRT_RUN_EXIT_DIR; for a joinable job,
+    `ompi-server.uri` and `join.json` (joinable.py). Creating one sweeps the directories of
+    runs that are gone. Raises Usage (make_runs_parent())."""
 
     def __init__(self) -> None:
         parent = make_runs_parent()

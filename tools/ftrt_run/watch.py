@@ -53,10 +53,13 @@ class Watch:
     processes, and when the job is over."""
 
     def __init__(self, mpirun: subprocess.Popen, status: str, opts: dict, stop: list[int],
-                 job_id: str) -> None:
+                 job_id: str, own: set[int] | frozenset = frozenset()) -> None:
+        """mpirun's process; the status file's path; the options; the signals ftrt-run got
+        (forward_signals()); the marker's value; pids of ftrt-run's own helpers that carry the
+        marker (not the job's: Procs.own)."""
         self.mpirun, self.status, self.opts, self.stop = mpirun, status, opts, stop
         self.status_file = StatusReader(status)
-        self.procs = Procs(job_id)
+        self.procs = Procs(job_id, own)
         self.job = self.t_job_end = self.t_last_exit = self.t_over = self.t_stop = None
         self.next_scan, self.scan_every = 0.0, SCAN_S
 
