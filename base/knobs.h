@@ -111,7 +111,10 @@
       "few thousand small messages")                                                          \
     X(join_version, "FTRT_TEST_JOIN_VERSION", 1000,                                            \
       "N > 0: a joining process (runtime/join.c) says join protocol version N instead of its "  \
-      "own, as another version of ftrt would: the coordinator must refuse it")
+      "own, as another version of ftrt would: the coordinator must refuse it")                  \
+    X(join_die_before_accept, "FTRT_TEST_JOIN_DIE_BEFORE_ACCEPT", 1,                           \
+      "1: a joined process promoted by a recovery exits (status 9) just before its "            \
+      "MPI_Comm_accept (comm/join.c), as one lost inside the join's window would")
 
 struct ftrt__knobs {
 #define FTRT__KNOB_FIELD(field, env, max, doc) int32_t field;

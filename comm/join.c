@@ -10,7 +10,9 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
+#include "base/knobs.h"
 #include "base/log.h"
 #include "comm/ulfm.h"
 
@@ -77,6 +79,7 @@ static int root_pair(uint64_t tag, int slot, MPI_Comm *pair)
  * into *pair. */
 static int joiner_pair(const char *port, int slot, MPI_Comm *pair)
 {
+    if (ftrt__knobs.join_die_before_accept) _exit(9); /* (a test: lost inside the window) */
     MPI_Comm inter;
     int rc = MPI_Comm_accept(port, MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter);
     if (rc != MPI_SUCCESS) return failed(rc, "MPI_Comm_accept of the root", slot);
@@ -95,11 +98,23 @@ static int take_in(MPI_Comm *c, int is_joiner, const char *port, uint64_t tag, i
     MPI_Comm pair = MPI_COMM_NULL, inter = MPI_COMM_NULL, merged = MPI_COMM_NULL;
     int r = -1, rc = MPI_SUCCESS;
     if (!is_joiner) MPI_Comm_rank(*c, &r);
-    if (is_joiner) rc = joiner_pair(port, slot, &pair);
-    else if (r == 0) rc = root_pair(tag, slot, &pair);
-    /* (a failed root leaves the others waiting here: the epoch change that follows the error
-     * cannot reach them; the coordinator's silence detection and fencing do, docs/join.md) */
-    if (rc != MPI_SUCCESS) return rc;
+    if (is_joiner) {
+        rc = joiner_pair(port, slot, &pair);
+        if (rc != MPI_SUCCESS) return rc;
+    } else {
+        /* the others enter MPI_Intercomm_create only on the root's word that it reached the
+         * joined member (the spike's e8): a joined member lost before its accept costs the
+         * root an error after pmix_base_exchange_timeout, and nobody is left in a call that
+         * cannot end */
+        int ok = 1;
+        if (r == 0) ok = (rc = root_pair(tag, slot, &pair)) == MPI_SUCCESS;
+        int brc = MPI_Bcast(&ok, 1, MPI_INT, 0, *c);
+        if (brc != MPI_SUCCESS) {
+            comm_free(&pair);
+            return failed(brc, "MPI_Bcast of the root's connect", slot);
+        }
+        if (!ok) return FTRT__JOIN_UNREACHED;
+    }
     if (is_joiner)
         rc = MPI_Intercomm_create(MPI_COMM_SELF, 0, pair, 0, itag, &inter);
     else
@@ -126,6 +141,7 @@ int ftrt__join_comm_create(const int32_t *members, int n, int world_size, int me
                        "members needs a member of the job's MPI_COMM_WORLD to reach them", epoch);
         return MPI_ERR_OTHER;
     }
+    MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN); /* (connect/accept's errors) */
     int mine_joined = members[me] >= world_size, rc = MPI_SUCCESS, k = 0;
     MPI_Comm c = MPI_COMM_NULL;
     if (!mine_joined) rc = world_part(members, n, world_size, epoch, &c);
@@ -136,8 +152,7 @@ int ftrt__join_comm_create(const int32_t *members, int n, int world_size, int me
         else if (c != MPI_COMM_NULL) rc = take_in(&c, 0, port, tag, members[l], itag);
         /* (a joined member after this one in logical order is not in yet: it waits) */
     }
-    if (rc == MPI_SUCCESS) rc = MPI_Comm_split(c, 0, me, out);
-    if (rc != MPI_SUCCESS && c != MPI_COMM_NULL && *out == MPI_COMM_NULL)
+    if (rc == MPI_SUCCESS && (rc = MPI_Comm_split(c, 0, me, out)) != MPI_SUCCESS)
         failed(rc, "MPI_Comm_split into logical order", -1);
     comm_free(&c);
     if (*out != MPI_COMM_NULL) MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN);

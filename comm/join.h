@@ -15,6 +15,11 @@
  * (n >= 40). tag: the job's (JOIN_OK's; ftrt_ctx.local_tag). Thread-safe. */
 void ftrt__join_service(char *out, size_t n, uint64_t tag, int slot);
 
+/* ftrt__join_comm_create's result when the root could not reach a joined member (it was lost
+ * before its accept, or its port is gone): every member returns it, none is left in an MPI
+ * call; the caller waits for the epoch change that the member's loss brings. */
+#define FTRT__JOIN_UNREACHED (-2)
+
 /* Builds the communicator of `epoch`'s members[0..n) (slots in logical order; a slot >=
  * world_size is a joined process) with this process's rank = its logical rank `me`, into *out.
  * Collective over the members: each calls it with the same members, world_size, tag and epoch.
@@ -27,10 +32,11 @@ void ftrt__join_service(char *out, size_t n, uint64_t tag, int slot);
  * final MPI_Comm_split orders the ranks by logical rank. Only the root and one joined member
  * at a time are ever in connect/accept, which no epoch change can interrupt: under `mpirun
  * --mca pmix_base_exchange_timeout S` (ftrt-run --joinable sets it) a joined member lost before
- * its accept returns an error at the root after about S s and blocks nobody else (the spike's
- * e8). Every intermediate communicator is freed. Returns MPI_SUCCESS, or an MPI error code
- * (logged, naming the step); MPI_ERR_OTHER when no member is of MPI_COMM_WORLD (a root is
- * needed). Application thread. */
+ * its accept returns an error at the root after about S s, which the root broadcasts before the
+ * others enter MPI_Intercomm_create (the spike's e8): all return FTRT__JOIN_UNREACHED. Every
+ * intermediate communicator is freed. Returns MPI_SUCCESS, FTRT__JOIN_UNREACHED, or an MPI
+ * error code (logged, naming the step); MPI_ERR_OTHER when no member is of MPI_COMM_WORLD (a
+ * root is needed). Application thread. */
 int ftrt__join_comm_create(const int32_t *members, int n, int world_size, int me,
                            const char *port, uint64_t tag, int epoch, MPI_Comm *out);
 

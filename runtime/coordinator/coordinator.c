@@ -159,14 +159,14 @@ static void dispatch(ftrt__coord *c, uint64_t key, uint32_t events)
     if (kind == FTRT__KEY_LISTEN) ftrt__listener_accept(c);
     else if (kind == FTRT__KEY_PENDING && (w = ftrt__listener_identify(c, (int)idx)) > 0)
         ftrt__rank_rejoined(c, w);
-    else if (kind == FTRT__KEY_PENDING && c->join_welcome > 0) /* (a JOIN admitted, join.c) */
-        ftrt__join_welcome(c, w = c->join_welcome);
-    if (kind == FTRT__KEY_PENDING) c->join_welcome = 0;
     else if (kind == FTRT__KEY_PENDING && w < 0)
         ftrt__service_host(c, -w - 1); /* (its ranks' HELLOs came with it) */
+    else if (kind == FTRT__KEY_PENDING && c->join_welcome > 0) /* (a JOIN admitted, join.c) */
+        ftrt__join_welcome(c, c->join_welcome);
     else if (kind == FTRT__KEY_RANK && in && c->r[idx].fd >= 0) ftrt__service(c, (int)idx);
     else if (kind == FTRT__KEY_HOST && in && c->hl[idx].fd >= 0) ftrt__service_host(c, (int)idx);
     else if (kind == FTRT__KEY_COMMIT) ftrt__commits_take(c);
+    c->join_welcome = 0;
 }
 
 /* One iteration: wait for events (at most until the next timer), handle them, start the job

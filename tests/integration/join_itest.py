@@ -21,6 +21,10 @@ Cases:
                 one that has ended; byte-identical, the refusals counted
   joinidle      a joined hot spare SIGKILLed while idle: it leaves the pool, no epoch change,
                 byte-identical
+  joinwindow    the joiner, promoted, is lost just before its accept (FTRT_TEST_JOIN_DIE_BEFORE_
+                ACCEPT): the root's connect fails after pmix_base_exchange_timeout, every member
+                waits for the next epoch (none is left in an MPI call), the world's spare takes
+                the logical rank; exit 0, byte-identical
 Exit 0 = pass, 1 = fail, 77 = skipped.
 """
 import glob
@@ -243,6 +247,30 @@ def case_joinidle(args):
     rep = finish(job, pause, args)
     f = rep["failures"]
     check(len(f) == 1 and f[0]["world_rank"] == 6, f"the joiner's loss is in the report ({f})")
+
+
+@h.case(CASES, fixture="required")
+def case_joinwindow(args):
+    need_ompi4()
+    need_reference(args)
+    pause = os.path.join(args.work, "joinwindow.pause")
+    job = joinable_job(args, "joinwindow", pause).start()
+    rundir = run_dir(job)
+    hold(job, pause)
+    j = joiner(args, job, "joinwindow.joiner", rundir, {"FTRT_TEST_JOIN_DIE_BEFORE_ACCEPT": "1"})
+    joins(job, 1)
+    os.unlink(pause)
+    job.inject(signal.SIGKILL, job.wait_trainer(1, min_steps=60), "sigkill")
+    rep = finish(job, pause, args)
+    jrc = j.wait(60)
+    check(jrc != 0, f"the lost joiner's ftrt-run says so (exit {jrc})")
+    f = rep["failures"]
+    check(len(f) == 2 and f[0]["recovered"] and f[0]["spare_world_rank"] == 5
+          and any(x["world_rank"] == 6 for x in f),
+          f"the trainer's loss recovered by the world's spare, the joiner's loss in the report "
+          f"({f})")
+    check("MPI_Comm_connect to it failed" in job.out,
+          "the root says it could not reach the joined member")
 
 
 if __name__ == "__main__":
