@@ -38,6 +38,22 @@ int ftrt__random(void *buf, size_t len)
     return 0;
 }
 
+int ftrt__secret_parse(const char *s, uint64_t *out)
+{
+    uint64_t v = 0;
+    int n = 0;
+    for (; s && s[n]; n++) {
+        char ch = s[n];
+        int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+              : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+        if (d < 0 || n >= 16) return -EINVAL;
+        v = v << 4 | (uint64_t)d;
+    }
+    if (n != 16) return -EINVAL;
+    *out = v;
+    return 0;
+}
+
 void ftrt__polite(long i, long yields, long sleep_ns)
 {
     if (i < yields) {

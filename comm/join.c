@@ -1,9 +1,9 @@
 /*
  * join.c - builds an epoch's communicator when joined processes are among its members (see
  * join.h; docs/join.md "How a join works"). The joined members are reached one by one through
- * a connect/accept of two processes (the root, one joined member), never of a whole
- * communicator: that wait cannot be interrupted, and the smaller it is the less a death inside
- * it costs (the spike's e7 and e8, tests/spike/join).
+ * a probe of the root alone (a connect/accept of two processes) before the connect of all the
+ * members: those waits cannot be interrupted, and a joined member lost before its accept then
+ * costs the root alone a bounded error (the spike's e8, tests/spike/join).
  */
 #include "comm/join.h"
 
@@ -58,72 +58,67 @@ static int world_part(const int32_t *members, int n, int world_size, int epoch, 
     return rc == MPI_SUCCESS ? rc : failed(rc, "the communicator of MPI_COMM_WORLD's members", -1);
 }
 
-/* The root's side of joined slot `slot`'s pair: looks its port up, connects over
- * MPI_COMM_SELF, merges (the root low) into *pair. */
-static int root_pair(uint64_t tag, int slot, MPI_Comm *pair)
+/* The root's probe of joined slot `slot`: looks its port up into port[MPI_MAX_PORT_NAME],
+ * connects over MPI_COMM_SELF and lets go: the joined member is alive and accepting. */
+static int root_probe(uint64_t tag, int slot, char *port)
 {
-    char name[64], port[MPI_MAX_PORT_NAME];
+    char name[64];
     ftrt__join_service(name, sizeof name, tag, slot);
     int rc = MPI_Lookup_name(name, MPI_INFO_NULL, port);
     if (rc != MPI_SUCCESS) return failed(rc, "MPI_Lookup_name of its port", slot);
     MPI_Comm inter;
     rc = MPI_Comm_connect(port, MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter);
     if (rc != MPI_SUCCESS) return failed(rc, "MPI_Comm_connect to it", slot);
-    MPI_Comm_set_errhandler(inter, MPI_ERRORS_RETURN);
-    rc = MPI_Intercomm_merge(inter, 0, pair);
     MPI_Comm_free(&inter);
-    return rc == MPI_SUCCESS ? rc : failed(rc, "MPI_Intercomm_merge with it (root)", slot);
+    return MPI_SUCCESS;
 }
 
-/* Joined slot `slot`'s own side: accepts the root on port over MPI_COMM_SELF, merges (high)
- * into *pair. */
-static int joiner_pair(const char *port, int slot, MPI_Comm *pair)
+/* The joined member's side: the root's probe, then the members' connect, both accepted on port
+ * over MPI_COMM_SELF; *inter: the second. */
+static int joiner_accept(const char *port, int slot, MPI_Comm *inter)
 {
     if (ftrt__knobs.join_die_before_accept) _exit(9); /* (a test: lost inside the window) */
-    MPI_Comm inter;
-    int rc = MPI_Comm_accept(port, MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter);
-    if (rc != MPI_SUCCESS) return failed(rc, "MPI_Comm_accept of the root", slot);
-    MPI_Comm_set_errhandler(inter, MPI_ERRORS_RETURN);
-    rc = MPI_Intercomm_merge(inter, 1, pair);
-    MPI_Comm_free(&inter);
-    return rc == MPI_SUCCESS ? rc : failed(rc, "MPI_Intercomm_merge with the root", slot);
+    MPI_Comm probe;
+    int rc = MPI_Comm_accept(port, MPI_INFO_NULL, 0, MPI_COMM_SELF, &probe);
+    if (rc != MPI_SUCCESS) return failed(rc, "MPI_Comm_accept of the root's probe", slot);
+    MPI_Comm_free(&probe);
+    rc = MPI_Comm_accept(port, MPI_INFO_NULL, 0, MPI_COMM_SELF, inter);
+    return rc == MPI_SUCCESS ? rc : failed(rc, "MPI_Comm_accept of the members", slot);
 }
 
-/* One joined member (slot) into *c: the members merged so far (*c, not NULL; root = its rank 0)
- * and the joined one (*c NULL, is_joiner) meet in MPI_Intercomm_create over their pair and
- * merge (the joined one high, last). */
-static int take_in(MPI_Comm *c, int is_joiner, const char *port, uint64_t tag, int slot,
-                   int itag)
+/* The members merged so far (*c; root = its rank 0): the root's probe (gated, below), then a
+ * connect of all of them to the joined member; *inter. */
+static int members_connect(MPI_Comm c, uint64_t tag, int slot, MPI_Comm *inter)
 {
-    MPI_Comm pair = MPI_COMM_NULL, inter = MPI_COMM_NULL, merged = MPI_COMM_NULL;
-    int r = -1, rc = MPI_SUCCESS;
-    if (!is_joiner) MPI_Comm_rank(*c, &r);
-    if (is_joiner) {
-        rc = joiner_pair(port, slot, &pair);
-        if (rc != MPI_SUCCESS) return rc;
-    } else {
-        /* the others enter MPI_Intercomm_create only on the root's word that it reached the
-         * joined member (the spike's e8): a joined member lost before its accept costs the
-         * root an error after pmix_base_exchange_timeout, and nobody is left in a call that
-         * cannot end */
-        int ok = 1;
-        if (r == 0) ok = (rc = root_pair(tag, slot, &pair)) == MPI_SUCCESS;
-        int brc = MPI_Bcast(&ok, 1, MPI_INT, 0, *c);
-        if (brc != MPI_SUCCESS) {
-            comm_free(&pair);
-            return failed(brc, "MPI_Bcast of the root's connect", slot);
-        }
-        if (!ok) return FTRT__JOIN_UNREACHED;
-    }
-    if (is_joiner)
-        rc = MPI_Intercomm_create(MPI_COMM_SELF, 0, pair, 0, itag, &inter);
-    else
-        rc = MPI_Intercomm_create(*c, 0, r == 0 ? pair : *c, 1, itag, &inter);
-    comm_free(&pair);
-    if (rc != MPI_SUCCESS) return failed(rc, "MPI_Intercomm_create", slot);
+    /* the others enter the connect only on the root's word that the joined member is alive and
+     * accepting (the spike's e8): one lost before its accept costs the root an error after
+     * pmix_base_exchange_timeout, and nobody is left in a call that cannot end */
+    char port[MPI_MAX_PORT_NAME] = "";
+    int r, ok = 1, rc = MPI_SUCCESS;
+    MPI_Comm_rank(c, &r);
+    if (r == 0) ok = (rc = root_probe(tag, slot, port)) == MPI_SUCCESS;
+    int brc = MPI_Bcast(&ok, 1, MPI_INT, 0, c);
+    if (brc != MPI_SUCCESS) return failed(brc, "MPI_Bcast of the root's probe", slot);
+    if (!ok) return FTRT__JOIN_UNREACHED;
+    /* all of them, not the root alone and MPI_Intercomm_create: members of other job families
+     * (earlier joiners) must learn the new one's, which Open MPI 4.1 does in a connect only
+     * (MPI_Intercomm_create across three families blocks) */
+    rc = MPI_Comm_connect(port, MPI_INFO_NULL, 0, c, inter);
+    return rc == MPI_SUCCESS ? rc : failed(rc, "MPI_Comm_connect of the members", slot);
+}
+
+/* One joined member (slot) into *c: the members merged so far (*c, not NULL) and the joined
+ * one (*c NULL, is_joiner) connect and merge (the joined one high, last). */
+static int take_in(MPI_Comm *c, int is_joiner, const char *port, uint64_t tag, int slot)
+{
+    MPI_Comm inter = MPI_COMM_NULL, merged = MPI_COMM_NULL;
+    int rc = is_joiner ? joiner_accept(port, slot, &inter)
+                       : members_connect(*c, tag, slot, &inter);
+    if (rc != MPI_SUCCESS) return rc;
+    MPI_Comm_set_errhandler(inter, MPI_ERRORS_RETURN);
     rc = MPI_Intercomm_merge(inter, is_joiner, &merged);
     MPI_Comm_free(&inter);
-    if (rc != MPI_SUCCESS) return failed(rc, "MPI_Intercomm_merge of the communicators", slot);
+    if (rc != MPI_SUCCESS) return failed(rc, "MPI_Intercomm_merge", slot);
     comm_free(c);
     *c = merged;
     MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN);
@@ -142,14 +137,13 @@ int ftrt__join_comm_create(const int32_t *members, int n, int world_size, int me
         return MPI_ERR_OTHER;
     }
     MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN); /* (connect/accept's errors) */
-    int mine_joined = members[me] >= world_size, rc = MPI_SUCCESS, k = 0;
+    int mine_joined = members[me] >= world_size, rc = MPI_SUCCESS;
     MPI_Comm c = MPI_COMM_NULL;
     if (!mine_joined) rc = world_part(members, n, world_size, epoch, &c);
     for (int l = 0; l < n && rc == MPI_SUCCESS; l++) {
         if (members[l] < world_size) continue;
-        int itag = 16384 + (epoch % 512) * 32 + k++ % 32; /* (below 32767, MPI_TAG_UB's least) */
-        if (l == me) rc = take_in(&c, 1, port, tag, members[l], itag);
-        else if (c != MPI_COMM_NULL) rc = take_in(&c, 0, port, tag, members[l], itag);
+        if (l == me) rc = take_in(&c, 1, port, tag, members[l]);
+        else if (c != MPI_COMM_NULL) rc = take_in(&c, 0, port, tag, members[l]);
         /* (a joined member after this one in logical order is not in yet: it waits) */
     }
     if (rc == MPI_SUCCESS && (rc = MPI_Comm_split(c, 0, me, out)) != MPI_SUCCESS)

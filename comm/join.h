@@ -23,17 +23,19 @@ void ftrt__join_service(char *out, size_t n, uint64_t tag, int slot);
 /* Builds the communicator of `epoch`'s members[0..n) (slots in logical order; a slot >=
  * world_size is a joined process) with this process's rank = its logical rank `me`, into *out.
  * Collective over the members: each calls it with the same members, world_size, tag and epoch.
- * How (docs/join.md, the spike's e7 shape): the members of MPI_COMM_WORLD build theirs with
- * ftrt__comm_create (comm/ulfm.h); then each joined member in logical order: the lowest
- * logical member of MPI_COMM_WORLD (the root) looks its port up (MPI_Lookup_name) and connects
- * over MPI_COMM_SELF while the joined member accepts over MPI_COMM_SELF on `port` (its own open
- * port; "" for a member of MPI_COMM_WORLD), the two merge, and the members merged so far meet
- * the joined one in MPI_Intercomm_create (that pair as the peer communicator) and merge; a
- * final MPI_Comm_split orders the ranks by logical rank. Only the root and one joined member
- * at a time are ever in connect/accept, which no epoch change can interrupt: under `mpirun
- * --mca pmix_base_exchange_timeout S` (ftrt-run --joinable sets it) a joined member lost before
- * its accept returns an error at the root after about S s, which the root broadcasts before the
- * others enter MPI_Intercomm_create (the spike's e8): all return FTRT__JOIN_UNREACHED. Every
+ * How (docs/join.md): the members of MPI_COMM_WORLD build theirs with ftrt__comm_create
+ * (comm/ulfm.h); then each joined member in logical order: the lowest logical member of
+ * MPI_COMM_WORLD (the root) looks its port up (MPI_Lookup_name) and probes it, a connect over
+ * MPI_COMM_SELF while the joined member accepts over MPI_COMM_SELF on `port` (its own open port;
+ * "" for a member of MPI_COMM_WORLD); on the root's word (a broadcast) the members merged so
+ * far connect to it together, it accepts again, and they merge (it last); a final
+ * MPI_Comm_split orders the ranks by logical rank. Connect and accept cannot be interrupted by
+ * an epoch change; only the root is in the probe: under `mpirun --mca
+ * pmix_base_exchange_timeout S` (ftrt-run --joinable sets it) a joined member lost before its
+ * accept returns an error at the root after about S s, which the root broadcasts before the
+ * others enter the connect (the spike's e8): all return FTRT__JOIN_UNREACHED. (Not the root
+ * alone and MPI_Intercomm_create, the spike's e7: with members of two joined job families it
+ * blocks in Open MPI 4.1.) Every
  * intermediate communicator is freed. Returns MPI_SUCCESS, FTRT__JOIN_UNREACHED, or an MPI
  * error code (logged, naming the step); MPI_ERR_OTHER when no member is of MPI_COMM_WORLD (a
  * root is needed). Application thread. */

@@ -50,11 +50,11 @@ extern "C" {
  *    results.
  *  - FTRT_DONE: ftrt_init() of a rank that must not train (the coordinator, or a spare that was
  *    never needed).
- *  - FTRT_SKIP_MPI_FINALIZE: ftrt_finalize() when a process of the world died during the job or
- *    the job was aborted, so the caller, which initialized MPI itself, must exit without calling
- *    MPI_Finalize (no process of the world calls it then: Open MPI 4.1's MPI_Finalize can hang
- *    in its PMIx fence after a process died, or when some processes call it and others exit
- *    without it).
+ *  - FTRT_SKIP_MPI_FINALIZE: ftrt_finalize() when a process of the world died during the job,
+ *    a process joined it (docs/join.md) or the job was aborted, so the caller, which initialized
+ *    MPI itself, must exit without calling MPI_Finalize (no process of the world calls it then:
+ *    Open MPI 4.1's MPI_Finalize can hang in its PMIx fence after a process died, when some
+ *    processes call it and others exit without it, or across two connected MPI jobs).
  *  - FTRT_EDRAINED: this process was drained (tools/ftrt-ctl drain, or SIGTERM under
  *    FTRT_SIGTERM=drain): like the job's end codes FTRT_ENOSPARE/FTRT_ECOORD/FTRT_EABORT, every
  *    function that lists those may return it instead, from ftrt_step_done() at the step
@@ -444,7 +444,10 @@ FTRT_API int ftrt_data_ranks(const ftrt_ctx *ctx, int *out, int max);
  * data rank's microbatch by it (times the microbatch size) to average it. Returns it or
  * FTRT_ESTATE (NULL ctx, or not a trainer). */
 FTRT_API int ftrt_data_size(const ftrt_ctx *ctx);
-/* World rank of this process in MPI_COMM_WORLD. */
+/* World rank of this process in MPI_COMM_WORLD; for a process that joined the running job
+ * (tools/ftrt-run --join, docs/join.md), its slot in the job's tables, numbered after the job's
+ * world size (it is in no MPI_COMM_WORLD of the job). Returns it or FTRT_ESTATE (NULL ctx).
+ * Thread-safe. */
 FTRT_API int ftrt_world_rank(const ftrt_ctx *ctx);
 /* Current epoch (0 at start, +1 per membership change). */
 FTRT_API int ftrt_epoch(const ftrt_ctx *ctx);

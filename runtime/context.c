@@ -267,13 +267,10 @@ static int job_secret(uint64_t *secret)
 {
     const char *s = getenv("FTRT_JOB_SECRET");
     if (!s || !*s) return ftrt__random(secret, sizeof *secret);
-    char *end = NULL;
-    unsigned long long v = strtoull(s, &end, 16);
-    if (strlen(s) != 16 || *end) {
+    if (ftrt__secret_parse(s, secret)) {
         ftrt_log_error("FTRT_JOB_SECRET: expected 16 hex digits (the job's secret)");
         return FTRT_ECONFIG;
     }
-    *secret = v;
     return 0;
 }
 

@@ -41,13 +41,11 @@ static int join_env(int *port, uint64_t *secret)
         return FTRT_ECONFIG;
     }
     *port = (int)v;
-    unsigned long long x = s && strlen(s) == 16 ? strtoull(s, &end, 16) : 0;
-    if (!s || strlen(s) != 16 || *end) {
+    if (ftrt__secret_parse(s, secret)) {
         ftrt_log_error("FTRT_JOIN_SECRET: expected the job's secret, 16 hex digits (ftrt-run "
                        "--join sets it)");
         return FTRT_ECONFIG;
     }
-    *secret = x;
     return 0;
 }
 

@@ -25,7 +25,9 @@ typedef struct ftrt__coord_args {
                                 the job, closed at its end (owned; -1: none) */
     uint64_t join_tag;       /* names the ports joined processes publish (JOIN_OK's tag; the
                                 job's local tag, base/net.h) */
-    int ranks_lost;          /* out: processes of the world that died during the job */
+    int ranks_lost;          /* out: processes of the world that died during the job, plus
+                                those that joined it (join.c): > 0, no process calls
+                                MPI_Finalize */
     int aborted;             /* out: 1 when the job was aborted (every member got ABORT, the
                                 spares a SHUTDOWN with the code): no process of the world
                                 calls MPI_Finalize then, the coordinator included */

@@ -31,7 +31,7 @@ def launchers(train_mlp):
         "tools/ftrt-run", "tools/ftrt-chaos", "tools/ftrt-ckpt", "tools/ftrt-ctl",
         "examples/train_torch.py", "examples/train_lm.py",
         "examples/train_cnn.py", "bench/chaos_campaign.py", "bench/coord_scale.py",
-        "bench/mttr_size.py", "bench/recovery.py", "bench/replica_rework.py",
+        "bench/mttr_size.py", "bench/recovery.py", "bench/join.py", "bench/replica_rework.py",
         "bench/slurm_recovery.py",
         "bench/torch_overhead.py", "bench/mpi_versions.py", "bench/profile_rank.py")]
     sh = [(f, ["bash", os.path.join(REPO, f)]) for f in (

@@ -21,6 +21,10 @@ Cases:
                 one that has ended; byte-identical, the refusals counted
   joinidle      a joined hot spare SIGKILLed while idle: it leaves the pool, no epoch change,
                 byte-identical
+  joinlong      1 world spare, FTRT_NO_SPARE=fold, 6 trainer kills in turn (logical ranks 1, 2,
+                3, 1, 2, 3: joined members among the later victims), a new process joining
+                before each: every loss replaced by the joiner, never a fold; exit 0,
+                byte-identical, 6 joins and 6 recovered failures in the report
   joinwindow    the joiner, promoted, is lost just before its accept (FTRT_TEST_JOIN_DIE_BEFORE_
                 ACCEPT): the root's connect fails after pmix_base_exchange_timeout, every member
                 waits for the next epoch (none is left in an MPI call), the world's spare takes
@@ -28,7 +32,6 @@ Cases:
 Exit 0 = pass, 1 = fail, 77 = skipped.
 """
 import glob
-import json
 import os
 import signal
 import subprocess
@@ -60,7 +63,8 @@ def cleanup():
         if j.proc is not None and j.proc.poll() is None:
             try:
                 os.killpg(j.proc.pid, signal.SIGKILL)
-            except OSError:
+                j.wait(10)  # (its output kept in its job.log)
+            except (OSError, h.Fail):
                 pass
 
 
@@ -87,6 +91,18 @@ def hold(job, pause, steps=20):
     """Once trainer 0 did `steps` steps, holds the job at a step's end (creates `pause`)."""
     job.wait_trainer(0, min_steps=steps)
     open(pause, "w").close()
+
+
+def held_job(args, name, env=None):
+    """need_ompi4(), the reference, then joinable_job() started and held (hold()): (job, pause
+    file, its run directory)."""
+    need_ompi4()
+    need_reference(args)
+    pause = os.path.join(args.work, name + ".pause")
+    job = joinable_job(args, name, pause, env).start()
+    rundir = run_dir(job)
+    hold(job, pause)
+    return job, pause, rundir
 
 
 def run_dir(job):
@@ -149,12 +165,7 @@ def finish(job, pause, args, joiners=()):
 
 @h.case(CASES, fixture="required")
 def case_join(args):
-    need_ompi4()
-    need_reference(args)
-    pause = os.path.join(args.work, "join.pause")
-    job = joinable_job(args, "join", pause).start()
-    rundir = run_dir(job)
-    hold(job, pause)
+    job, pause, rundir = held_job(args, "join")
     t0 = time.monotonic()
     j = joiner(args, job, "join.joiner", rundir)
     st = joins(job, 1)
@@ -181,12 +192,7 @@ def case_join(args):
 
 @h.case(CASES, fixture="required")
 def case_joinrefused(args):
-    need_ompi4()
-    need_reference(args)
-    pause = os.path.join(args.work, "joinrefused.pause")
-    job = joinable_job(args, "joinrefused", pause, {"FTRT_JOINABLE": "1"}).start()
-    rundir = run_dir(job)
-    hold(job, pause)
+    job, pause, rundir = held_job(args, "joinrefused", {"FTRT_JOINABLE": "1"})
     refused(joiner(args, job, "jr.version", rundir, {"FTRT_TEST_JOIN_VERSION": "99"}),
             "another version of ftrt")
     # a wrong secret: the joiner started by hand, with the job's place and another secret
@@ -229,12 +235,7 @@ def case_joinrefused(args):
 
 @h.case(CASES, fixture="required")
 def case_joinidle(args):
-    need_ompi4()
-    need_reference(args)
-    pause = os.path.join(args.work, "joinidle.pause")
-    job = joinable_job(args, "joinidle", pause).start()
-    rundir = run_dir(job)
-    hold(job, pause)
+    job, pause, rundir = held_job(args, "joinidle")
     j = joiner(args, job, "joinidle.joiner", rundir)
     st = joins(job, 1)
     me = [r for r in st["ranks"] if r["world_rank"] == 6][0]
@@ -250,13 +251,34 @@ def case_joinidle(args):
 
 
 @h.case(CASES, fixture="required")
+def case_joinlong(args):
+    job, pause, rundir = held_job(args, "joinlong", {"FTRT_NO_SPARE": "fold"})
+    joiners = []
+    for k, victim in enumerate([1, 2, 3, 1, 2, 3]):
+        open(pause, "w").close()  # held while the next process joins
+        joiners.append(joiner(args, job, f"joinlong.joiner{k}", rundir))
+        joins(job, k + 1)
+        steps = trainer(job.status_json(), 0)["steps_done"]
+        os.unlink(pause)
+        job.inject(signal.SIGKILL, job.wait_trainer(victim, min_steps=steps + 5), "sigkill")
+        job.wait_status(lambda s: s["epoch"] == k + 1 and s["job"] == "running"
+                        and trainer(s, victim) is not None
+                        and trainer(s, victim)["world_rank"] == 6 + k, timeout=60)
+    rep = finish(job, pause, args, joiners[3:])  # (the first three were killed in turn)
+    for j in joiners[:3]:
+        jrc = j.wait(60)
+        check(jrc != 0, f"a killed joiner's ftrt-run says so (exit {jrc})")
+    f = rep["failures"]
+    check(len(f) == 6 and all(x["recovered"] for x in f) and rep["folds"] == 0,
+          f"6 failures, each recovered by a joined spare, no fold ({f}, folds {rep['folds']})")
+    check(sorted(x["spare_world_rank"] for x in f) == list(range(6, 12)),
+          f"the joiners in slots 6-11 took the lost ranks ({[x['spare_world_rank'] for x in f]})")
+    check(rep["control_plane"]["joins"] == 6, f"6 joins counted ({rep['control_plane']})")
+
+
+@h.case(CASES, fixture="required")
 def case_joinwindow(args):
-    need_ompi4()
-    need_reference(args)
-    pause = os.path.join(args.work, "joinwindow.pause")
-    job = joinable_job(args, "joinwindow", pause).start()
-    rundir = run_dir(job)
-    hold(job, pause)
+    job, pause, rundir = held_job(args, "joinwindow")
     j = joiner(args, job, "joinwindow.joiner", rundir, {"FTRT_TEST_JOIN_DIE_BEFORE_ACCEPT": "1"})
     joins(job, 1)
     os.unlink(pause)

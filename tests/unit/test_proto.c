@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "ftrt.h"
+#include "base/clock.h"
 #include "base/proto.h"
 
 static void header_checks(void **state)
@@ -640,9 +641,36 @@ static void fanout_parts(void **state)
     assert_int_equal(ftrt__msg_check(&ph), 0);
 }
 
+/* JOIN, JOIN_OK, JOIN_REFUSED have their fixed sizes; a job secret's text (FTRT_JOB_SECRET,
+ * FTRT_JOIN_SECRET) is exactly 16 hex digits. */
+static void join_messages(void **state)
+{
+    (void)state;
+    const struct { uint32_t type, len; } fixed[] = {
+        {FTRT__MSG_JOIN, sizeof(ftrt__join)}, {FTRT__MSG_JOIN_OK, sizeof(ftrt__join_ok)},
+        {FTRT__MSG_JOIN_REFUSED, sizeof(ftrt__join_refused)}};
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
+        ftrt__msghdr h = {FTRT__MAGIC, fixed[i].type, fixed[i].len, 0};
+        assert_int_equal(ftrt__msg_check(&h), 0);
+        h.len--;
+        assert_int_equal(ftrt__msg_check(&h), FTRT_EPROTO);
+    }
+    uint64_t v = 7;
+    assert_int_equal(ftrt__secret_parse("0123456789abcDEF", &v), 0);
+    assert_true(v == 0x0123456789abcdefull);
+    const char *bad[] = {"", "0123456789abcde", "0123456789abcdef0", " 123456789abcdef",
+                         "-123456789abcdef", "0x23456789abcdef", "0123456789abcdeg", NULL};
+    for (int i = 0; i < 8; i++) {
+        v = 7;
+        assert_int_equal(ftrt__secret_parse(bad[i], &v), -EINVAL);
+        assert_true(v == 7);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(join_messages),
         cmocka_unit_test(header_checks), cmocka_unit_test(plan_checks), cmocka_unit_test(heartbeat_period),
         cmocka_unit_test(plan_delta), cmocka_unit_test(plan_delta_behind_refused),
         cmocka_unit_test(plan_delta_nbehind), cmocka_unit_test(plan_delta_ckpt),
