@@ -19,6 +19,8 @@ void ftrt__join_service(char *out, size_t n, uint64_t tag, int slot);
  * before its accept, or its port is gone): every member returns it, none is left in an MPI
  * call; the caller waits for the epoch change that the member's loss brings. */
 #define FTRT__JOIN_UNREACHED (-2)
+/* (The coordinator aborts the job then, as for any member lost while a plan is applied:
+ * docs/join.md "Limits".) */
 
 /* Builds the communicator of `epoch`'s members[0..n) (slots in logical order; a slot >=
  * world_size is a joined process) with this process's rank = its logical rank `me`, into *out.

@@ -84,7 +84,7 @@ int ftrt__apply_plan(ftrt_ctx *ctx)
     MPI_Comm comm = MPI_COMM_NULL;
     int rc = build_comm(ctx, p, &comm);
     if (rc == FTRT_EMPI) return rc;
-    if (rc == FTRT__JOIN_UNREACHED) /* a joined member lost: its loss brings a new epoch */
+    if (rc == FTRT__JOIN_UNREACHED) /* a joined member lost: the abort or epoch its loss brings */
         return ftrt__ulfm_await_epoch(&ctx->watch, p->epoch);
     if (rc != MPI_SUCCESS && ftrt__ulfm_is_failure(rc, MPI_COMM_NULL)) /* a member died */
         return ftrt__ulfm_await_epoch(&ctx->watch, p->epoch);

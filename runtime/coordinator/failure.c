@@ -110,20 +110,18 @@ static void check_host_lost(ftrt__coord *c, int w)
     if (marked) ftrt_log_warn("host %s lost: all %d of its ranks failed", h, n);
 }
 
-/* Whether a trainer's failure (or a promoted spare's: promoting) can be recovered now; if not,
- * the job ends (or is ending). */
-static int recoverable(ftrt__coord *c, int w, int promoting)
+/* Whether a trainer's failure can be recovered now; if not, the job ends (or is ending). */
+static int recoverable(ftrt__coord *c, int w)
 {
     if (c->phase == PH_ABORTING || c->phase == PH_DONE) return 0;
     if (ftrt__job_finishing(c)) {
         ftrt_log_warn("the job is finishing; no recovery for world rank %d", w);
         return 0;
     }
-    /* A joined process promoted in this plan and lost before it resumed: the members reach it
-     * by a connect/accept of the root alone, gated (comm/join.c), so none is left in an MPI
-     * call and all wait for the next epoch; any other member's loss now may have left the
-     * others inside the communicator's build, which nothing interrupts on Open MPI 4.1. */
-    if (c->phase == PH_RESUMING && !(w >= c->Wworld && promoting)) {
+    /* (A promoted joined process lost now, too: its root's probe is gated, comm/join.c, but a
+     * survivor that sees the next epoch before this PLAN skips it while the others wait for it
+     * in the build, which nothing interrupts on Open MPI 4.1; mpi.joinwindow.) */
+    if (c->phase == PH_RESUMING) {
         ftrt__job_abort(c, FTRT_EABORT, "a member failed while the recovery plan was being applied");
         return 0;
     }
@@ -260,7 +258,7 @@ void ftrt__fail(ftrt__coord *c, int w, int kind)
         if (inc) inc->was_spare = 1;
         ftrt_log_warn("hot spare world rank %d failed (%s) and leaves the pool; %d spare(s) left",
                       w, ftrt__failure_kind_name(kind), ftrt__live_spares(c));
-        if (promoting && recoverable(c, w, 1)) promoted_spare_lost(c, w, kind);
+        if (promoting && recoverable(c, w)) promoted_spare_lost(c, w, kind);
         return;
     }
     /* A stalled rank kept sending heartbeats: what is known is when it last made progress. */
@@ -270,7 +268,7 @@ void ftrt__fail(ftrt__coord *c, int w, int kind)
     }
     ftrt_log_warn("trainer logical rank %d (world rank %d, pid %d) failed: %s", r->logical, w,
                   r->pid, ftrt__failure_kind_name(kind));
-    if (recoverable(c, w, 0)) replace(c, w, kind, inc);
+    if (recoverable(c, w)) replace(c, w, kind, inc);
 }
 
 /* ---- host agents ------------------------------------------------------------------------- */
