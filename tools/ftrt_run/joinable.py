@@ -26,9 +26,9 @@ JOIN_FORMAT = 1
 JOIN_MAJOR = 4               # the only Open MPI whose mpiruns can meet (docs/join.md)
 URI_WAIT_S = 10.0            # the longest ompi-server may take to report its URI
 STOP_WAIT_S = 2.0            # SIGTERM to ompi-server, then SIGKILL after this
+DEFAULT_JOINS = 8  # FTRT_JOINABLE that --joinable gives unless the environment gives a count
 # The job's variables a joiner must not take over: its own files, the secret (a joiner gets it
 # as FTRT_JOIN_SECRET) and ftrt-run's settings (FTRT_RUN_*: the marker among them).
-DEFAULT_JOINS = 8  # FTRT_JOINABLE that --joinable gives unless the environment gives a count
 NOT_FOR_JOINERS = ("FTRT_STATUS_FILE", "FTRT_RUN_EXIT_DIR", "FTRT_JOB_SECRET", "FTRT_JOINABLE")
 
 
