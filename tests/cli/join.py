@@ -392,9 +392,14 @@ def check_joinable(e):
     if env.get("FTRT_JOINABLE") != "8" or not re.fullmatch(r"[0-9a-f]{16}", secret):
         problems.append(f"joinable: FTRT_JOINABLE {env.get('FTRT_JOINABLE')!r}, FTRT_JOB_SECRET "
                         f"{secret!r}")
+    # the job's FTRT_*: FTRT_SPARES given here, and any this test inherited (FTRT_STRICT_DEPS
+    # under CI), but neither its files', the secret, FTRT_JOINABLE nor ftrt-run's own
+    skip = ("FTRT_STATUS_FILE", "FTRT_RUN_EXIT_DIR", "FTRT_JOB_SECRET", "FTRT_JOINABLE")
+    want_env = {k: v for k, v in os.environ.items()
+                if k.startswith("FTRT_") and k not in skip and not k.startswith("FTRT_RUN_")}
+    want_env["FTRT_SPARES"] = "2"
     want_info = {"format": 1, "secret": secret, "ompi_server_uri": uri,
-                 "status": env["FTRT_STATUS_FILE"], "ompi_major": 4,
-                 "env": {"FTRT_SPARES": "2"}}
+                 "status": env["FTRT_STATUS_FILE"], "ompi_major": 4, "env": want_env}
     if rec.get("join_mode") != 0o600 or info != want_info:
         problems.append(f"joinable: join.json mode {rec.get('join_mode')} {info}, want 0600 "
                         f"{want_info}")
