@@ -41,20 +41,13 @@ static void comm_free(MPI_Comm *c)
 /* The members of MPI_COMM_WORLD (slots < world_size), in logical order, build theirs into *c. */
 static int world_part(const int32_t *members, int n, int world_size, int epoch, MPI_Comm *c)
 {
-    int *ranks = malloc((size_t)n * sizeof *ranks), k = 0;
+    int32_t *ranks = malloc((size_t)n * sizeof *ranks);
+    int k = 0;
     if (!ranks) return MPI_ERR_NO_MEM;
     for (int l = 0; l < n; l++)
         if (members[l] < world_size) ranks[k++] = members[l];
-    MPI_Group world, grp;
-    int rc = MPI_Comm_group(MPI_COMM_WORLD, &world);
-    if (rc == MPI_SUCCESS) {
-        rc = MPI_Group_incl(world, k, ranks, &grp);
-        MPI_Group_free(&world);
-    }
+    int rc = ftrt__world_comm_create(ranks, k, epoch, c);
     free(ranks);
-    if (rc != MPI_SUCCESS) return failed(rc, "the group of MPI_COMM_WORLD's members", -1);
-    rc = ftrt__comm_create(grp, epoch, c);
-    MPI_Group_free(&grp);
     return rc == MPI_SUCCESS ? rc : failed(rc, "the communicator of MPI_COMM_WORLD's members", -1);
 }
 

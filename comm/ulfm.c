@@ -129,6 +129,20 @@ int ftrt__plane_recheck(ftrt__plane *p, int rc)
     return ftrt__watch_note(p->watch, rc);
 }
 
+int ftrt__world_comm_create(const int32_t *ranks, int n, int epoch, MPI_Comm *out)
+{
+    *out = MPI_COMM_NULL;
+    MPI_Group world, grp;
+    int rc = MPI_Comm_group(MPI_COMM_WORLD, &world);
+    if (rc != MPI_SUCCESS) return rc;
+    rc = MPI_Group_incl(world, n, ranks, &grp);
+    MPI_Group_free(&world);
+    if (rc != MPI_SUCCESS) return rc;
+    rc = ftrt__comm_create(grp, epoch, out);
+    MPI_Group_free(&grp);
+    return rc;
+}
+
 int ftrt__comm_create(MPI_Group grp, int epoch, MPI_Comm *out)
 {
     *out = MPI_COMM_NULL;

@@ -40,6 +40,7 @@
 #define FTRT_COMM_ULFM_H
 
 #include <mpi.h>
+#include <stdint.h>
 
 #include "base/ports.h"
 #include "comm/plane.h"
@@ -92,5 +93,11 @@ int ftrt__plane_recheck(ftrt__plane *p, int rc);
  * with it. Collective over grp's members only. Returns the MPI code (MPI_SUCCESS with *out
  * set, errors returned, not raised). Application thread. */
 int ftrt__comm_create(MPI_Group grp, int epoch, MPI_Comm *out);
+
+/* ftrt__comm_create over the n world ranks ranks[0..n) (in the new communicator's rank order):
+ * their group of MPI_COMM_WORLD's, built and freed here. Collective over those ranks only.
+ * Returns the MPI code of the first call that failed, or MPI_SUCCESS with *out set.
+ * Application thread. (runtime/recovery.c, comm/join.c) */
+int ftrt__world_comm_create(const int32_t *ranks, int n, int epoch, MPI_Comm *out);
 
 #endif

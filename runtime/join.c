@@ -93,6 +93,10 @@ static int ask(ftrt_ctx *ctx, const char *addrs, int port, uint64_t secret, ftrt
                          "ftrt takes no joins: another version?)");
     else if (rc)
         snprintf(why, n, "no answer from the coordinator: %s", strerror(-rc));
+    if (!rc && ftrt__msg_check(&h)) {
+        snprintf(why, n, "a malformed answer from the coordinator");
+        rc = FTRT_EPROTO;
+    }
     ftrt__join_refused no;
     if (!rc && h.type == FTRT__MSG_JOIN_OK && h.len == sizeof *ok) {
         rc = read_exact(s, ok, sizeof *ok, ctx->cfg.init_timeout_ms);

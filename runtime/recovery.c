@@ -46,7 +46,7 @@ static int take_data_ranks(ftrt_ctx *ctx, int logical)
 
 /* The communicator of plan p's members in logical order: over MPI_COMM_WORLD's group, or,
  * with a joined process among them (a slot >= the world's size), through comm/join.c. Returns
- * MPI_SUCCESS, an MPI error code, or FTRT_EMPI (a group call failed). */
+ * MPI_SUCCESS, FTRT__JOIN_UNREACHED or an MPI error code. */
 static int build_comm(ftrt_ctx *ctx, const ftrt__plan *p, MPI_Comm *comm)
 {
     for (int l = 0; l < p->ntrainers; l++)
@@ -54,14 +54,8 @@ static int build_comm(ftrt_ctx *ctx, const ftrt__plan *p, MPI_Comm *comm)
             return ftrt__join_comm_create(p->members, p->ntrainers, ctx->world_size,
                                           p->logical_rank, ctx->join_port, ctx->local_tag,
                                           p->epoch, comm);
-    MPI_Group world, grp;
-    if (MPI_Comm_group(MPI_COMM_WORLD, &world) != MPI_SUCCESS) return FTRT_EMPI;
-    int rc = MPI_Group_incl(world, p->ntrainers, p->members, &grp);
-    MPI_Group_free(&world);
-    if (rc != MPI_SUCCESS) return FTRT_EMPI;
-    rc = ftrt__comm_create(grp, p->epoch, comm); /* comm/ulfm.h: also after a failure */
-    MPI_Group_free(&grp);
-    return rc;
+    /* (comm/ulfm.h: also after a failure) */
+    return ftrt__world_comm_create(p->members, p->ntrainers, p->epoch, comm);
 }
 
 int ftrt__apply_plan(ftrt_ctx *ctx)
@@ -83,7 +77,6 @@ int ftrt__apply_plan(ftrt_ctx *ctx)
     if (ctx->plane.comm != MPI_COMM_NULL && ftrt__plane_abandon(&ctx->plane)) return -ENOMEM;
     MPI_Comm comm = MPI_COMM_NULL;
     int rc = build_comm(ctx, p, &comm);
-    if (rc == FTRT_EMPI) return rc;
     if (rc == FTRT__JOIN_UNREACHED) /* a joined member lost: the abort or epoch its loss brings */
         return ftrt__ulfm_await_epoch(&ctx->watch, p->epoch);
     if (rc != MPI_SUCCESS && ftrt__ulfm_is_failure(rc, MPI_COMM_NULL)) /* a member died */

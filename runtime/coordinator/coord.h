@@ -169,7 +169,6 @@ typedef struct ftrt__crank {
     double flops_per_step, peak_flops;
     int64_t total_steps;
     double t_fail_wall; /* failed ranks: best known failure time */
-    double t_joined_wall;   /* a joined process (slot >= Wworld): when it was admitted */
     double t_released_wall; /* a spare: when its SHUTDOWN went out (the job window's wall
                              * clock; 0: not yet): its teardown in the report starts there */
     ftrt__sdc_fp sdc[FTRT__SDC_KEEP]; /* latest fingerprints (ring, sdc_n written so far) */

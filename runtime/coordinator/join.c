@@ -41,7 +41,8 @@ static int refusal(const ftrt__coord *c, const ftrt__join *j, char *why, size_t 
         return FTRT_EJOIN;
     }
     if (c->Wused == c->W) {
-        snprintf(why, n, "all %d join slots of the job are used (FTRT_JOINABLE)", c->W - c->Wworld);
+        snprintf(why, n, "all %d join slots of the job are used (FTRT_JOINABLE)",
+                 c->W - c->Wworld);
         return FTRT_EJOIN;
     }
     if (c->phase != PH_RUNNING) {
@@ -68,7 +69,6 @@ int ftrt__join_admit(ftrt__coord *c, const ftrt__join *j, char *why, size_t n)
     ftrt__crank *r = &c->r[w];
     ftrt__rank_set_role(c, w, FTRT__ROLE_SPARE);
     r->logical = -1;
-    r->t_joined_wall = ftrt__wallclock();
     ftrt_log_warn("pid %d on %.*s joined the job as a hot spare (slot %d; %d join slot(s) left)",
                   j->pid, FTRT__HOST_MAX, j->host, w, c->W - c->Wused);
     c->status_dirty |= 2; /* membership: write now */

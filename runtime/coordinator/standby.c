@@ -25,7 +25,8 @@
 #include "runtime/coordinator/coord.h"
 
 enum { SYNC_VERSION = 4 }; /* 2: a rank's drain; 3: N may fall (shrink, fold), the holders;
-                              4: W is the slots in use (joined processes', join.c) */
+                              4: W is the slots in use (joined processes', join.c), the
+                              join counters */
 
 /* The fixed part of a SYNC, after ftrt__sync_head. Times are wall seconds. */
 typedef struct sync_state {
@@ -46,7 +47,7 @@ typedef struct sync_rank {
     int32_t role, logical, promoting, reported_epoch, resumed_epoch, said_bye, pid, tl_seen;
     int32_t tl_kind_open, has_sharded, drained, drain_epoch;
     int64_t steps_done, kept_steps, total_steps, report_steps;
-    double kept_s, t_fail_wall, flops_per_step, peak_flops, tl_t_open, t_joined_wall;
+    double kept_s, t_fail_wall, flops_per_step, peak_flops, tl_t_open;
     double tl_totals[FTRT__IV_KINDS];
     ftrt__bye bye;
     char host[FTRT__HOST_MAX];
@@ -55,7 +56,8 @@ typedef struct sync_rank {
 /* ---- appointment ------------------------------------------------------------------------- */
 
 /* The spare to appoint: the highest world rank among the connected spares of MPI_COMM_WORLD
- * (no joined process) on another host than this coordinator's (the recovery promotes the lowest first); on a job of one host, any spare.
+ * (no joined process) on another host than this coordinator's (the recovery promotes the
+ * lowest first); on a job of one host, any spare.
  * 0 when none. O(W). */
 static int pick_standby(const ftrt__coord *c)
 {
@@ -214,8 +216,7 @@ static void put_rank(sync_rank *s, const ftrt__crank *r)
                      .total_steps = r->total_steps, .report_steps = r->report_steps,
                      .kept_s = r->kept_s, .t_fail_wall = r->t_fail_wall,
                      .flops_per_step = r->flops_per_step, .peak_flops = r->peak_flops,
-                     .tl_t_open = r->tl_t_open, .t_joined_wall = r->t_joined_wall,
-                     .bye = r->bye};
+                     .tl_t_open = r->tl_t_open, .bye = r->bye};
     memcpy(s->tl_totals, r->tl_totals, sizeof s->tl_totals);
     memcpy(s->host, r->host, sizeof s->host);
 }
@@ -307,7 +308,6 @@ static void get_rank(ftrt__crank *r, const sync_rank *s)
     r->flops_per_step = s->flops_per_step;
     r->peak_flops = s->peak_flops;
     r->tl_t_open = s->tl_t_open;
-    r->t_joined_wall = s->t_joined_wall;
     r->bye = s->bye;
     memcpy(r->tl_totals, s->tl_totals, sizeof r->tl_totals);
     memcpy(r->host, s->host, sizeof r->host);
@@ -387,8 +387,8 @@ int ftrt__standby_restore(ftrt__coord *c, const void *payload, size_t len)
                   (size_t)s.plan_full_len;
     /* (s.W: the slots in use, the world's and the joined processes', join.c) */
     if (s.head.version != SYNC_VERSION || s.W < c->Wworld || s.W > c->W || s.N < 1 ||
-        s.N > c->N0 || s.ninc < 0 || s.plan_delta_len < 0 || s.plan_full_len < 0 || want != len || s.phase < PH_RUNNING ||
-        s.phase > PH_RESUMING)
+        s.N > c->N0 || s.ninc < 0 || s.plan_delta_len < 0 || s.plan_full_len < 0 ||
+        want != len || s.phase < PH_RUNNING || s.phase > PH_RESUMING)
         return FTRT_EPROTO;
     get_state(c, &s);
     c->Wused = s.W;
