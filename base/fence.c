@@ -9,6 +9,8 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -85,4 +87,16 @@ int ftrt__fence(int w, pid_t pid, int pidfd, const char *by)
         ftrt_log_warn("%s: SIGKILL to world rank %d (pid %d) failed: %s", by, w, (int)pid,
                       ftrt_strerror(rc));
     return rc;
+}
+
+int ftrt__parent_is(const char *name)
+{
+    char path[64], comm[32] = {0};
+    snprintf(path, sizeof path, "/proc/%ld/comm", (long)getppid());
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int got = fgets(comm, sizeof comm, f) != NULL;
+    fclose(f);
+    comm[strcspn(comm, "\n")] = 0;
+    return got && strcmp(comm, name) == 0;
 }

@@ -7,7 +7,8 @@
  * the ranks of its own host (runtime/coordinator/job.c, by pid), and a host agent for the ranks
  * it serves (runtime/hostagent.c), which holds a pidfd of each, taken when the rank connected,
  * so that a pid reused by another process is never hit. docs/detection-and-recovery.md
- * ("Fencing") says who fences which rank, and when.
+ * ("Fencing") says who fences which rank, and when. Also here: which program started this
+ * process (a rank's parent is its mpirun, or an Open MPI daemon on another node than mpirun's).
  */
 #ifndef FTRT_BASE_FENCE_H
 #define FTRT_BASE_FENCE_H
@@ -34,5 +35,11 @@ int ftrt__peer_process(int fd, pid_t *pid, int *pidfd);
  * already), -EDEADLK, -EINVAL (pid <= 0 and no pidfd: the process is unknown) or another
  * -errno of the system call. Does not wait for the process to die. Thread-safe. */
 int ftrt__fence(int w, pid_t pid, int pidfd, const char *by);
+
+/* 1 when the command name of this process's parent (/proc/<getppid()>/comm, at most 15
+ * characters) is `name`, 0 when it is another or cannot be read. Open MPI 4 starts the ranks of
+ * its mpirun's own node as mpirun's children, and those of the other nodes as children of a
+ * daemon, "orted" (docs/join.md "Limits": joins need the former). Thread-safe. */
+int ftrt__parent_is(const char *name);
 
 #endif

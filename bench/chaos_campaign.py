@@ -4,7 +4,9 @@ examples/train_mlp (1 coordinator + 4 trainers + 2 hot spares), one random fault
 random step and target, each run relaunched up to twice when the job fails. Prints the matrix
 of fault kind x outcome and MTTD (crash, hang, silent data corruption) and MTTR: median and
 worst. flip-bit runs fingerprint every 5 steps (FTRT_SDC_EVERY=5, a divisor of the checkpoint
-interval of 25, so a verified checkpoint is always among the 2 kept).
+interval of 25, so a verified checkpoint is always among the 2 kept). join-spare runs have 1 hot
+spare (6 ranks, the same 4 trainers): a new process joins (ftrt-run --join, Open MPI 4.1), then
+two trainers are SIGKILLed at once; the joiner and the spare must replace them in one epoch.
 
 With --hosts N (N >= 3; --slots S >= 2, default 2) the runs go to N simulated hosts (network
 namespaces, tests/hosts/ftrt-hosts; root), made once for the campaign and handed to each
@@ -35,6 +37,12 @@ ftrt-chaos run (--hosts-made), N x S ranks per job, the kinds drawn from the hos
                                 relaunch without the host resumes
   drain-host                    every rank of a host drained (tools/ftrt-ctl drain --host): its
                                 trainers to spares elsewhere in one epoch, no rework, no failure
+  join-refused-host             a new process asks to join (ftrt-run --join beside the hosts'
+                                mpirun): refused by the coordinator in one line (joins need
+                                the job on its mpirun's node alone: docs/join.md "Limits"),
+                                the job undisturbed
+  join-refused-orted            the same from the coordinator's host, where the joiner runs
+                                under an orted: it refuses itself before asking
 Each run is judged by ftrt-chaos's verdict (also: ftrt-run's exit within 5 s of the last rank's
 exit, nothing left in the hosts, byte-identical to a one-host run with as many trainers). It
 prints the verdict counts per kind, MTTD and MTTR per detection kind, how long the partitioned
@@ -108,7 +116,8 @@ import ftrt_harness as h  # noqa: E402
 
 KINDS = ["kill-trainer", "kill-spare", "kill-two-trainers", "hang-trainer", "pause-trainer",
          "kill-during-ckpt", "corrupt-shard", "truncate-shard", "enospc", "kill-coordinator",
-         "hang-coordinator", "kill-beyond-spares", "flip-bit", "drain-rank", "sigterm-rank"]
+         "hang-coordinator", "kill-beyond-spares", "flip-bit", "drain-rank", "sigterm-rank",
+         "join-spare"]
 SHARDED_KINDS = ["kill-partners", "corrupt-replica"]  # with --sharded only
 
 # --hosts: campaign kind -> (spares: "host" = a host's worth (slots) or a number, the plan
@@ -143,7 +152,20 @@ HOST_KINDS = {
     # a planned move: every rank of a host other than the coordinator's drained (ftrt-ctl
     # drain --host): its trainers to the spares elsewhere in one epoch, no rework, no failure
     "drain-host": ("host", {"kind": "drain-host"}, {}),
+    # joins on several hosts are refused (Open MPI 4.1 crashes a daemon that reads another
+    # mpirun's job data when it spans several nodes: docs/join.md "Limits"): a joiner beside
+    # the hosts' mpirun, refused by the coordinator; one on the coordinator's host, under an
+    # orted there, refuses itself; either way the job is undisturbed
+    "join-refused-host": (1, {"kind": "join-spare", "host": "head",
+                              "refused": "the job runs on 3 hosts"}, {}),
+    "join-refused-orted": (1, {"kind": "join-spare", "host": "coordinator",
+                               "refused": "this process runs under an Open MPI daemon",
+                               "refusal_counted": False}, {}),
 }
+# join-spare (one host): the job with 1 world spare (6 ranks, the same 4 trainers); a new
+# process joins (ftrt-run --join), then two trainers are killed at once: the joiner and the
+# spare replace them in one epoch (the joiner must be promoted), where the spare alone could not
+JOIN_THEN = [{"kind": "kill-two-trainers"}]
 
 
 def stat(name, v, unit="ms", width=28):
@@ -254,6 +276,10 @@ def main():
             opts += ["--ckpt-tmpfs", "2m"]
         if kind == "pause-trainer":
             opts += ["--pause-ms", str(rng.randrange(100, 600))]
+        np_, spares = 7, 2
+        if kind == "join-spare":
+            fault.update(promoted=True, then=JOIN_THEN)
+            np_, spares = 6, 1
         d = os.path.join(work, f"run{i}")
         os.makedirs(d)
         targs, extra = [], {}
@@ -267,9 +293,9 @@ def main():
                "--workdir", d, "--ckpt-dir", ckpt, "--report", os.path.join(d, "report.json"),
                "--reference", ref, "--params", params, "--json", os.path.join(d, "v.json"),
                "--timeout", "120", "--seed", str(rng.randrange(1 << 30))] + opts + ["--"] + \
-            chaos_cases.job_cmd(a.bin, 7, ["--ckpt-dir", ckpt, "--params-out", params] + targs +
-                                sharded_args + device_args)
-        env = h.job_env(dict(extra, **device_env), spares=2, heartbeat_timeout_ms=1000)
+            chaos_cases.job_cmd(a.bin, np_, ["--ckpt-dir", ckpt, "--params-out", params] +
+                                targs + sharded_args + device_args)
+        env = h.job_env(dict(extra, **device_env), spares=spares, heartbeat_timeout_ms=1000)
         with open(os.path.join(d, "chaos.out"), "w") as out:
             rc = subprocess.call(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
         v = json.load(open(os.path.join(d, "v.json"))) if os.path.exists(

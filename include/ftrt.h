@@ -100,7 +100,7 @@ extern "C" {
       "exit 0 (the job goes on without it)")                                                       \
     X(FTRT_EJOIN, -1019,                                                                           \
       "this process's join of a running job was refused (the log says why: the secret, another "   \
-      "version, a job not joinable or out of join slots, or one that has ended)")
+      "version, a job not joinable, out of join slots or ended, or not on one node)")
 
 enum ftrt_error {
 #define FTRT__ENUM(name, value, msg) name = value,

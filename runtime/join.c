@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/fence.h"
 #include "base/knobs.h"
 #include "base/log.h"
 #include "base/net.h"
@@ -158,6 +159,13 @@ int ftrt__joiner_start(ftrt_ctx *ctx, uint64_t *secret)
     if (rc) return rc;
     ctx->cfg.host_agents = 0; /* its own connection (the coordinator's tables have no agent for
                                  it), never a host agent of the job's host */
+    if (ftrt__parent_is("orted")) { /* (runtime/coordinator/join.c one_node: the job's side) */
+        ftrt_log_error("cannot join the job: this process runs under an Open MPI daemon "
+                       "(orted); an Open MPI 4.1 join needs the job and the joiner on the "
+                       "job's mpirun's node (docs/join.md \"Limits\"): run the joiner's "
+                       "mpirun there, without a hostfile");
+        return FTRT_EJOIN;
+    }
     if (MPI_Open_port(MPI_INFO_NULL, ctx->join_port) != MPI_SUCCESS) {
         ftrt_log_error("cannot join the job: MPI_Open_port failed");
         return FTRT_EMPI;

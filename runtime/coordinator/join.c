@@ -3,8 +3,9 @@
  * coordinator to be one of its hot spares (docs/join.md "How a join works"). Its first message on
  * its own TCP connection is JOIN (base/proto.h ftrt__join); the coordinator checks it here, in
  * this order: the job's secret, the join protocol's version, that the job takes joins
- * (FTRT_JOINABLE > 0), that it is running (not starting, recovering or ending), and that a join
- * slot is left. A refusal is one JOIN_REFUSED line and a closed connection: nothing else of the
+ * (FTRT_JOINABLE > 0), that it has not ended, that the job and the joiner are on one node under
+ * their mpiruns (Open MPI 4.1's limit, one_node), that a join slot is left, and that
+ * it is running (not starting or recovering). A refusal is one JOIN_REFUSED line and a closed connection: nothing else of the
  * job changes. An admitted joiner takes the next slot of the rank table (slots W_world ..
  * W - 1: its "world rank" in every table, the PLAN's membership included, and in no
  * MPI_COMM_WORLD of the job), is a hot spare like those of the job's own mpirun (promoted after
@@ -15,8 +16,36 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/fence.h"
 #include "base/log.h"
 #include "runtime/coordinator/coord.h"
+
+/* Open MPI 4.1 connects a second mpirun to a job only where every process of both runs on
+ * its own mpirun's node: each mpirun publishes its job's daemons' contact URIs for the other's
+ * connect and leaves those of its other nodes' daemons (orted) NULL, and a daemon that reads such
+ * a NULL one crashes (SIGSEGV in orte_rml_base_parse_uris; docs/join.md "Limits", with the
+ * evidence), ending the job. So a join is refused unless this coordinator runs under its mpirun
+ * (not an orted), every rank said HELLO from its host, and the joiner is on that host too (its
+ * own parent is checked by the joiner, runtime/join.c). 1 (why[n] says which) or 0. */
+static int one_node(const ftrt__coord *c, const ftrt__join *j, char *why, size_t n)
+{
+    const char *me = c->a->host;
+    int nhosts = 0; /* (the index also keeps hosts left empty, and "" for no HELLO yet) */
+    for (int h = 0; h < c->ix.nhosts; h++)
+        nhosts += c->ix.hosts[h].nranks > 0 && c->ix.hosts[h].name[0];
+    const char *rule = "an Open MPI 4.1 join needs the job and the joiner on the job's "
+                       "mpirun's node (docs/join.md \"Limits\")";
+    if (nhosts > 1)
+        snprintf(why, n, "the job runs on %d hosts: %s", nhosts, rule);
+    else if (ftrt__parent_is("orted"))
+        snprintf(why, n, "the job runs under an Open MPI daemon (orted): %s", rule);
+    else if (strncmp(j->host, me, FTRT__HOST_MAX) != 0)
+        snprintf(why, n, "the joiner is on %.*s, the job on %s: %s", FTRT__HOST_MAX, j->host,
+                 me, rule);
+    else
+        return 0;
+    return 1;
+}
 
 /* Why JOIN j cannot be admitted now, as an ftrt code and one line in why[n]; 0 when it can.
  * FTRT_ESTATE: not now (starting or recovering), the joiner may try again. */
@@ -40,6 +69,7 @@ static int refusal(const ftrt__coord *c, const ftrt__join *j, char *why, size_t 
         snprintf(why, n, "the job has ended");
         return FTRT_EJOIN;
     }
+    if (one_node(c, j, why, n)) return FTRT_EJOIN;
     if (c->Wused == c->W) {
         snprintf(why, n, "all %d join slots of the job are used (FTRT_JOINABLE)",
                  c->W - c->Wworld);

@@ -129,6 +129,24 @@ CASES = {
     # of ftrt-h2's host agent: world rank 3 of that host stays and goes on through a new one.
     "drain-agent": (6, 2, [], [{"kind": "drain-rank", "at_step": 60, "target": "trainer:1"}],
                     ["--hosts", "3", "--slots", "2"], {}),
+    # Joins (docs/join.md; Open MPI 4.1 only, skipped on another): the job under ftrt-run
+    # --joinable with 1 spare (the standby coordinator), a new process joins (ftrt-run --join)
+    # as a hot spare, then two trainers are SIGKILLed at once: the joiner and the spare take
+    # their logical ranks in one epoch (the joiner must be promoted), byte-identical, the
+    # joiner's ftrt-run exits 0.
+    "join-spare": (6, 1, [], [{"kind": "join-spare", "at_step": 60, "promoted": True,
+                               "then": [{"kind": "kill-two-trainers"}]}], [], {}),
+    # On 3 simulated hosts a join is refused in one line, the job undisturbed (Open MPI 4.1
+    # crashes a daemon that reads the job data of another mpirun spanning several nodes:
+    # docs/join.md "Limits"): by the coordinator for a joiner beside the hosts' mpirun, and
+    # by the joiner itself on the coordinator's host, where it runs under an orted.
+    "join-refused-hosts": (6, 1, [], [{"kind": "join-spare", "at_step": 60, "host": "head",
+                                       "refused": "the job runs on 3 hosts",
+                                       "then": [{"kind": "join-spare", "host": "coordinator",
+                                                 "refused": "this process runs under an Open "
+                                                            "MPI daemon",
+                                                 "refusal_counted": False}]}],
+                           ["--hosts", "3", "--slots", "2"], {}),
     # A second failure while the first recovery's plan is being applied: the job must end
     # promptly and cleanly (spares left or not), and the relaunch must finish the job.
     # Two failures (a crash, then a hang) with sharded state, so that each recovery reloads the
@@ -528,6 +546,8 @@ def run_case(name, a):
     targs, extra = on_device(a, targs, extra)
     if name.startswith("ledger"):  # before the job: a skip, or under CI a failure, naming it
         h.need_module("prometheus_client.openmetrics.parser", "python3-prometheus-client")
+    if name.startswith("join") and h.open_mpi_major() != 4:
+        raise h.Skip("joins need Open MPI 4.1 (ompi-server); this mpirun is another")
     ref = reference(a, targs, np_ - 1 - spares)
     d = os.path.join(a.work, name)
     shutil.rmtree(d, ignore_errors=True)

@@ -16,11 +16,12 @@ from .common import FTRT_RUN, alive, gone, latest_step, now, read_json
 from .hosts import Arrangement
 from .drain import Drains
 from .inject import Injector
+from .join import Joins, joinable_cmd, plan_joins
 from .slurm import SlurmArrangement
 from .verdict import Verdict
 
 
-class Chaos(Injector, Verdict, Drains):
+class Chaos(Injector, Verdict, Drains, Joins):
     """One ftrt-chaos run: launches (and relaunches) the job, injects the plan's faults while
     watching the status file, and gives the verdict."""
 
@@ -45,6 +46,9 @@ class Chaos(Injector, Verdict, Drains):
         self.lost_hosts = []       # hosts killed or cut: left out of the relaunches
         self.drain_times = []      # time to move of each drain judged moved (drain.py)
         self.write_watch = None    # WriteWatch of the launch (a partition)
+        self.joinable = False      # a plan with join-spare: launches under ftrt-run --joinable
+        self.joiners = []          # {"proc": the joiner's ftrt-run, "inj": its injection}
+        self.launched_cmd = None   # the command of the launch running (the joiner's model)
         self.hb_timeout_s = float(os.environ.get("FTRT_HEARTBEAT_TIMEOUT_MS", "1000")) / 1000.0
 
     def st(self):
@@ -152,6 +156,9 @@ class Chaos(Injector, Verdict, Drains):
             env = self.hosts.env(env, summary)
         else:
             cmd, summary = self.host_cmd(n) if self.hosts else (self.cmd, None)
+            if self.joinable:
+                cmd = joinable_cmd(cmd)
+        self.launched_cmd = cmd
         print(f"ftrt-chaos: launch {n}: {' '.join(cmd)}", flush=True)
         self.job = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
@@ -167,6 +174,7 @@ class Chaos(Injector, Verdict, Drains):
             rc = 124
         log.close()
         self.observe_exits()
+        self.joiners_end(n, rc)
         st = self.st() or {}
         for r in st.get("ranks", []):  # nothing may outlive the launch
             if r.get("pid") and alive(r["pid"]):
@@ -282,6 +290,7 @@ class Chaos(Injector, Verdict, Drains):
     def run(self, plan):
         self.replica_corrupt = self.a.sharded is not None and \
             any(f.get("kind") == "corrupt-replica" for f in plan)
+        self.joinable = plan_joins(plan)
         if self.a.ckpt_tmpfs:
             os.makedirs(self.ckpt, exist_ok=True)
             r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.a.ckpt_tmpfs}", "tmpfs",

@@ -45,6 +45,15 @@ Planned moves (drain.py; only when --kinds or the plan names them): drain-rank (
   --hosts or --hosts-made). With a hot spare for each trainer the verdict wants each in the
   report's "drains", moved with no rework, in one epoch, not a failure; without, the drain
   refused and nothing changed.
+A join (join.py; only when --kinds or the plan names it): join-spare, a new process joining the
+  running job as a hot spare through `ftrt-run --join` (docs/join.md; Open MPI 4.1): every
+  launch of such a plan runs under `ftrt-run --joinable`; the joiner's command is the job's
+  mpirun command with -np 1 (on simulated hosts, on the host the entry's "host" names:
+  "coordinator" (default), "host:NAME" or "host:<i>"); the injection waits up to --join-wait-s
+  for the status file to list it as a hot spare, so its "then" entries strike a job that holds
+  it. Verdict: joined; the report counts the launch's joins; with "promoted": true in the
+  entry, the joiner promoted in a recovery of the same launch; the joiner's ftrt-run exits 0
+  when the job finished and it was not lost (non-zero otherwise), leaving nothing running.
 Random mode: --random --mtbf S --seed N [--kinds k1,k2] [--max-faults N].
 
 Sharded state and partner replicas: --sharded K says that the job registers sharded regions
@@ -142,7 +151,7 @@ import sys
 
 from . import plan
 from .chaos import Chaos
-from .common import DRAIN_KINDS, HOST_KINDS, KINDS
+from .common import DRAIN_KINDS, HOST_KINDS, JOIN_KINDS, KINDS
 
 
 class Usage(Exception):
@@ -186,6 +195,8 @@ def parser():
     ap.add_argument("--flip-min-abs", type=float, default=1e-3,
                     help="flip-bit: only weights at least this large (in magnitude)")
     ap.add_argument("--json")
+    ap.add_argument("--join-wait-s", type=float, default=60.0,
+                    help="join-spare: the longest a joiner may take to show as a hot spare")
     ap.add_argument("--sharded", type=int, metavar="K",
                     help="the job has sharded state (e.g. train_mlp --sharded-momentum): sets "
                          "FTRT_SHARD_REPLICA_EVERY=K (0: at each checkpoint) and checks where "
@@ -252,17 +263,18 @@ def check_values(a):
         raise Usage("--hosts N (N >= 1) or --hosts-made, not both")
     if a.slurm and (a.hosts is not None or a.hosts_made):
         raise Usage("--slurm makes its own hosts: not with --hosts or --hosts-made")
-    unknown = [k for k in (a.kinds or "").split(",") if a.kinds and k not in KINDS + HOST_KINDS + DRAIN_KINDS]
+    known = KINDS + HOST_KINDS + DRAIN_KINDS + JOIN_KINDS
+    unknown = [k for k in (a.kinds or "").split(",") if a.kinds and k not in known]
     if unknown:
-        raise Usage(f"--kinds: unknown fault kind(s) {unknown}; known: "
-                    f"{', '.join(KINDS + HOST_KINDS + DRAIN_KINDS)}")
+        raise Usage(f"--kinds: unknown fault kind(s) {unknown}; known: {', '.join(known)}")
     lo_hi = a.flip_bits.split("-")
     if len(lo_hi) != 2 or not all(x.isdigit() and int(x) < 32 for x in lo_hi) or \
             int(lo_hi[0]) > int(lo_hi[1]):
         raise Usage(f"--flip-bits: expected LO-HI (0 <= LO <= HI <= 31), got {a.flip_bits!r}")
-    for opt in ("mtbf", "timeout"):
+    for opt in ("mtbf", "timeout", "join_wait_s"):
         if not getattr(a, opt) > 0:
-            raise Usage(f"--{opt}: expected a number > 0, got {getattr(a, opt)}")
+            raise Usage(f"--{opt.replace('_', '-')}: expected a number > 0, "
+                        f"got {getattr(a, opt)}")
     if a.max_faults < 0:
         raise Usage(f"--max-faults: expected a number >= 0, got {a.max_faults}")
 

@@ -15,6 +15,9 @@ HOST_KINDS = ["kill-host", "partition-host"]  # need --hosts or --hosts-made
 # planned moves (drain.py), only when --kinds or a plan names them: drain-host needs --hosts or
 # --hosts-made; sigterm-rank runs the job with FTRT_SIGTERM=drain
 DRAIN_KINDS = ["drain-rank", "sigterm-rank", "drain-host"]
+# a new process joining the running job as a hot spare (join.py), only when --kinds or a plan
+# names it: the launches then run under ftrt-run --joinable (Open MPI 4.1)
+JOIN_KINDS = ["join-spare"]
 
 
 REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))

@@ -9,6 +9,7 @@ import threading
 import time
 
 from .drain import Drains
+from .join import Joins
 from .common import HOST_KINDS, alive, committed_steps, fill, gone, latest_step, now
 from .hosts import WriteWatch
 from .plan import WHEN
@@ -537,7 +538,7 @@ Injector.HANDLERS = dict(
     **{k: Injector.inject_damage_shard for k in ("corrupt-shard", "truncate-shard")},
     **{k: Injector.inject_host_fault for k in HOST_KINDS},
     **{"drain-rank": Drains.inject_drain_rank, "sigterm-rank": Drains.inject_drain_rank,
-       "drain-host": Drains.inject_drain_host},
+       "drain-host": Drains.inject_drain_host, "join-spare": Joins.inject_join_spare},
     **{"kill-two-trainers": Injector.inject_kill_two,
        "kill-partners": Injector.inject_kill_partners,
        "kill-spare": Injector.inject_kill_spare,

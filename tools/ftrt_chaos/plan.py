@@ -2,7 +2,7 @@
 an entry's trigger is reached (see the usage in cli.py)."""
 import json
 
-from .common import DRAIN_KINDS, HOST_KINDS, KINDS, SHARDED_KINDS, now, read_json
+from .common import DRAIN_KINDS, HOST_KINDS, JOIN_KINDS, KINDS, SHARDED_KINDS, now, read_json
 
 
 class PlanError(Exception):
@@ -21,12 +21,22 @@ def load(path):
     plan = p.get("faults") if isinstance(p, dict) else p
     if not isinstance(plan, list) or not all(isinstance(f, dict) for f in plan):
         raise PlanError(f"--plan {path}: expected {{\"faults\": [{{\"kind\": ...}}, ...]}}")
-    bad = [f.get("kind") for f in plan if f.get("kind") not in KINDS + HOST_KINDS + DRAIN_KINDS]
+    known = KINDS + HOST_KINDS + DRAIN_KINDS + JOIN_KINDS
+    bad = [f.get("kind") for f in flat(plan) if f.get("kind") not in known]
     if bad:
         raise PlanError(f"--plan {path}: unknown fault kind(s) {bad}; known: "
-                        f"{', '.join(KINDS + HOST_KINDS + DRAIN_KINDS)}")
+                        f"{', '.join(known)}")
     check_when(plan, f"--plan {path}")
     return plan
+
+
+def flat(plan):
+    """The entries of plan and, after each, its "then" entries (recursively)."""
+    out = []
+    for f in plan:
+        out.append(f)
+        out += flat(f.get("then", []))
+    return out
 
 
 # "when" of a "then" entry: the recovery stage (status file) it waits for, as a predicate

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 from .drain import Drains
+from .join import Joins
 from .common import HOST_KINDS, TRAINER_LOSS, committed_steps, latest_step, now, read_json
 
 # kinds whose targets must each be detected as failed (judge_loss)
@@ -750,7 +751,7 @@ class Verdict:
 
 JUDGES = {"pause-trainer": Verdict.judge_pause,
           "drain-rank": Drains.judge_drain, "sigterm-rank": Drains.judge_drain,
-          "drain-host": Drains.judge_drain,
+          "drain-host": Drains.judge_drain, "join-spare": Joins.judge_join,
           "hang-coordinator": Verdict.judge_hang_coordinator,
           "kill-coordinator": Verdict.judge_kill_coordinator,
           "corrupt-shard": Verdict.judge_damaged_shard,

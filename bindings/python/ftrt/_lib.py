@@ -195,8 +195,9 @@ class FtrtDrained(FtrtError):
 
 class FtrtJoinRefused(FtrtError):
     """FTRT_EJOIN: this process asked to join a running job as a hot spare (ftrt-run --join)
-    and the job's coordinator refused it; the log says why (the secret, another version, a job
-    not joinable or out of join slots, one that has ended)."""
+    and the job's coordinator (or the process itself) refused it; the log says why (the secret,
+    another version, a job not joinable, out of join slots or ended, or a job or joiner not on
+    the job's mpirun's node: Open MPI 4.1's limit, docs/join.md "Limits")."""
 
 
 # name in ftrt.h -> (code, exception class)
