@@ -211,6 +211,8 @@ static int take_over(ftrt_ctx *ctx, uint64_t secret)
         close(lfd);
         return FTRT_ECOORD;
     }
+    int cap = ftrt__sync_capacity(t.sync, t.sync_len);
+    if (cap >= ctx->world_size) ctx->cfg.joinable = cap - ctx->world_size; /* (a joiner: 0) */
     ctx->role = FTRT__ROLE_COORD;
     ctx->rank = -1;
     snprintf(ctx->coord_addr, sizeof ctx->coord_addr, "%s", at.addrs);

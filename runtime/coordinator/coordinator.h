@@ -51,6 +51,12 @@ typedef struct ftrt__takeover_args {
     size_t own_tl_len;
 } ftrt__takeover_args;
 
+/* The job's slots (its world and its join slots, FTRT_JOINABLE) as the SYNC payload `sync`
+ * (len bytes, not owned) gives them, or -1 when it is not a SYNC of this version. A joined
+ * process, whose configuration lacks FTRT_JOINABLE, sets its own from it before a takeover.
+ * Thread-safe (reads only). */
+int ftrt__sync_capacity(const void *sync, size_t len);
+
 /* Runs the coordinator on the standby (a hot spare) that lost the coordinator: the state from
  * its newest SYNC, the next term, every rank expected back on listen_fd (the standby's
  * listener, owned and closed) within the heartbeat timeout (else declared failed and, a

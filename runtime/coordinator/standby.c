@@ -24,9 +24,10 @@
 #include "base/log.h"
 #include "runtime/coordinator/coord.h"
 
-enum { SYNC_VERSION = 4 }; /* 2: a rank's drain; 3: N may fall (shrink, fold), the holders;
+enum { SYNC_VERSION = 5 }; /* 2: a rank's drain; 3: N may fall (shrink, fold), the holders;
                               4: W is the slots in use (joined processes', join.c), the
-                              join counters */
+                              join counters; 5: cap, the slots of the job (FTRT_JOINABLE's
+                              included), which a joined standby does not know otherwise */
 
 /* The fixed part of a SYNC, after ftrt__sync_head. Times are wall seconds. */
 typedef struct sync_state {
@@ -34,7 +35,7 @@ typedef struct sync_state {
     int32_t W, N, epoch, phase, ninc, hb_ms;
     int32_t ncommitted, nckpt_failed, nckpt_skipped, nckpt_abandoned, nfailed;
     int32_t rejected, protocol_errors, stall_reports, sdc_checks, coord_pid, coord_w;
-    int32_t renumber_epoch, nshrinks, nfolds, njoined, join_refused;
+    int32_t renumber_epoch, nshrinks, nfolds, njoined, join_refused, cap, pad;
     int64_t last_committed, plan_delta_len, plan_full_len;
     ftrt__ckpt_msg last_commit;
     double t_start_wall, first_commit_wall, last_commit_wall, epoch_t_fail, mono_to_wall;
@@ -55,25 +56,30 @@ typedef struct sync_rank {
 
 /* ---- appointment ------------------------------------------------------------------------- */
 
-/* The spare to appoint: the highest world rank among the connected spares of MPI_COMM_WORLD
- * (no joined process) on another host than this coordinator's (the recovery promotes the
- * lowest first); on a job of one host, any spare.
- * 0 when none. O(W). */
+/* The spare to appoint: the highest world rank among the connected spares on another host
+ * than this coordinator's (the recovery promotes the lowest first); on a job of one host, any
+ * spare. A spare of the job's own mpirun first; a joined process (join.c) only when none is
+ * left: the coordinator makes no MPI call, so one in no MPI_COMM_WORLD of the job can take over
+ * (it learns the job's slots from the SYNC, ftrt__sync_capacity; its ftrt-run gave it the
+ * job's status file). 0 when none. O(W). */
 static int pick_standby(const ftrt__coord *c)
 {
     const char *me = c->a->host;
-    int one_host = 1, any = 0, other = 0;
+    int one_host = 1, any[2] = {0, 0}, other[2] = {0, 0};
     for (int w = 1; w < c->Wused; w++) {
         const ftrt__crank *r = &c->r[w];
         if (r->hello && r->role != FTRT__ROLE_COORD && strcmp(r->host, me) != 0) one_host = 0;
-        /* (a joined process cannot: it is in no MPI_COMM_WORLD of the job) */
-        if (r->role != FTRT__ROLE_SPARE || r->promoting || !ftrt__rank_connected(c, w) ||
-            w >= c->Wworld)
+        if (r->role != FTRT__ROLE_SPARE || r->promoting || !ftrt__rank_connected(c, w))
             continue;
-        any = w;
-        if (strcmp(r->host, me) != 0) other = w;
+        int joined = w >= c->Wworld;
+        any[joined] = w;
+        if (strcmp(r->host, me) != 0) other[joined] = w;
     }
-    return other ? other : one_host ? any : 0;
+    for (int j = 0; j < 2; j++) {
+        int w = other[j] ? other[j] : one_host ? any[j] : 0;
+        if (w) return w;
+    }
+    return 0;
 }
 
 /* Whether a hot spare is left at all (for the message when none can be the standby). */
@@ -104,6 +110,7 @@ void ftrt__standby_dismiss(ftrt__coord *c, const char *why)
     if (c->sb_ready) tell_all(c, &none);
     c->sb_w = c->sb_ready = 0;
     c->sb_logged = 0;
+    c->status_dirty |= 1;
     c->sb_next_try = 0;
 }
 
@@ -170,6 +177,7 @@ void ftrt__standby_ack(ftrt__coord *c, int w, const ftrt__epoch_msg *m)
     if (w != c->sb_w || m->epoch != c->term) return;
     uint64_t seq = (c->sb_seq & ~(uint64_t)0xffffffffu) | (uint32_t)m->value;
     if (seq > c->sb_seq) seq -= (uint64_t)1 << 32;
+    if (c->sb_acked == 0 && seq > 0) c->status_dirty |= 1; /* its "standby" (status.c) */
     if (seq > c->sb_acked) c->sb_acked = seq;
 }
 
@@ -234,7 +242,7 @@ static void put_state(const ftrt__coord *c, sync_state *s)
                       .coord_pid = c->r[c->self].pid, .coord_w = c->self,
                       .renumber_epoch = c->renumber_epoch, .nshrinks = c->nshrinks,
                       .nfolds = c->nfolds, .njoined = c->njoined,
-                      .join_refused = c->join_refused,
+                      .join_refused = c->join_refused, .cap = c->W,
                       .last_committed = c->last_committed,
                       .plan_delta_len = (int64_t)c->plan_delta_len,
                       .plan_full_len = (int64_t)c->plan_full_len, .last_commit = c->last_commit,
@@ -374,6 +382,14 @@ static void get_state(ftrt__coord *c, const sync_state *s)
     c->first_commit_wall = s->first_commit_wall;
     c->last_commit_wall = s->last_commit_wall;
     c->epoch_t_fail = s->epoch_t_fail;
+}
+
+int ftrt__sync_capacity(const void *sync, size_t len)
+{
+    sync_state s;
+    if (!sync || len < sizeof s) return -1;
+    memcpy(&s, sync, sizeof s);
+    return s.head.version == SYNC_VERSION && s.cap >= s.W ? s.cap : -1;
 }
 
 int ftrt__standby_restore(ftrt__coord *c, const void *payload, size_t len)

@@ -11,6 +11,7 @@
  *  FAILURE this coordinator sent, whose survivors' REPORTs it all had (the PLAN goes out then,
  *  unless held for a host whose agent was lost), whose PLAN it sent (0: none; with "epoch",
  *  where a recovery stands),
+ *  "standby": the ready standby coordinator's world rank (-1: none),
  *  "ranks": [{"world_rank", "pid", "host", "role", "logical_rank" (or null), "steps_done",
  *             "last_step", "state": "coordinator|joining|running|left|dead|stuck"}],
  *  "accounted": every non-coordinator rank left, dead or stuck, "final": the last write,
@@ -180,6 +181,8 @@ static void status_head(sbuf *b, const ftrt__coord *c)
     }
     sb_printf(b, "],\n  \"joins\": %d,\n  \"join_slots_left\": %d,\n  \"join_refused\": %d",
               c->njoined, c->W - c->Wused, c->join_refused);
+    sb_printf(b, ",\n  \"standby\": %d", /* (ready, and it has acknowledged a SYNC) */
+              c->sb_ready && c->sb_acked > 0 ? c->sb_w : -1);
     sb_printf(b, ",\n  \"rejected_connections\": %d,\n  \"failure_sent_epoch\": %d,\n"
                  "  \"reports_in_epoch\": %d,\n  \"plan_sent_epoch\": %d,\n"
                  "  \"sdc\": {\"every\": %d, \"checks\": %d, \"last_agreed_step\": %lld, "

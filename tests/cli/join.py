@@ -298,9 +298,10 @@ def check_refusals(e):
 def check_joiner(e):
     """A joiner of a live joinable job (stand-ins): mpirun gets the ompi-server's options
     after its name, the job's FTRT_* over this environment's, FTRT_JOIN_ADDRS, _PORT and
-    _SECRET, no FTRT_JOINABLE or FTRT_JOB_SECRET, a status file and exits directory of its own
-    run directory; ftrt-run exits with mpirun's status; the job's status file is left as it
-    was; the joiner's run directory is removed."""
+    _SECRET, no FTRT_JOINABLE or FTRT_JOB_SECRET, the job's status file (written only by a
+    joiner that takes over as the job's coordinator) and an exits directory of its own run
+    directory; ftrt-run exits with mpirun's status; the job's status file is left as it was;
+    the joiner's run directory is removed."""
     d, fd = job_dir(e, "8-live", status=RUNNING)
     status = os.path.join(d, "status.json")
     before = os.stat(status)
@@ -323,7 +324,9 @@ def check_joiner(e):
             "FTRT_HEARTBEAT_MS": "250"}
     bad = {k: env.get(k) for k, v in want.items() if env.get(k) != v}
     bad.update({k: env[k] for k in ("FTRT_JOINABLE", "FTRT_JOB_SECRET") if k in env})
-    own = os.path.dirname(env.get("FTRT_STATUS_FILE", "/"))
+    own = os.path.dirname(env.get("FTRT_RUN_EXIT_DIR", "/"))
+    if env.get("FTRT_STATUS_FILE") != status:
+        bad["FTRT_STATUS_FILE"] = env.get("FTRT_STATUS_FILE")
     if bad or own == d or os.path.dirname(own) != e.parent or not re.fullmatch(
             r"[0-9a-f]{16}", env.get("FTRT_RUN_ID", "")) or \
             env.get("FTRT_RUN_EXIT_DIR") != os.path.join(own, "exits"):

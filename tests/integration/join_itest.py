@@ -21,6 +21,10 @@ Cases:
                 one that has ended; byte-identical, the refusals counted
   joinidle      a joined hot spare SIGKILLed while idle: it leaves the pool, no epoch change,
                 byte-identical
+  joinstandby   a job with no spare of its own (FTRT_SPARES=0): the joined process becomes the
+                standby coordinator (the status file's "standby"); the coordinator SIGKILLed:
+                the joiner takes over in place, writes the job's status file and report, the
+                job and the joiner exit 0, byte-identical
   joinlong      1 world spare, FTRT_NO_SPARE=fold, 6 trainer kills in turn (logical ranks 1, 2,
                 3, 1, 2, 3: joined members among the later victims), a new process joining
                 before each: every loss replaced by the joiner, never a fold; exit 0,
@@ -75,12 +79,13 @@ def need_ompi4():
     h.need_tool("ompi-server", "openmpi-bin")
 
 
-def joinable_job(args, name, pause, env=None):
-    """The reference's job (4 trainers, 1 spare) under ftrt-run --joinable, logical rank 0
-    holding at each step's end while `pause` exists (hold(): so that joins happen mid-run)."""
+def joinable_job(args, name, pause, env=None, np_=6):
+    """The reference's job (4 trainers, 1 spare; np_ 5 with FTRT_SPARES=0 in env: none) under
+    ftrt-run --joinable, logical rank 0 holding at each step's end while `pause` exists
+    (hold(): so that joins happen mid-run)."""
     if os.path.exists(pause):
         os.unlink(pause)
-    job = h.train_job(os.path.join(args.work, name), args.bin, 6,
+    job = h.train_job(os.path.join(args.work, name), args.bin, np_,
                       h.MLP_ARGS + ["--pause-file", pause], run_opts=["--joinable"])
     job.env["FTRT_PROGRESS_TIMEOUT_MS"] = "120000"  # the pause is not a stall
     job.env.update(env or {})
@@ -93,13 +98,13 @@ def hold(job, pause, steps=20):
     open(pause, "w").close()
 
 
-def held_job(args, name, env=None):
+def held_job(args, name, env=None, np_=6):
     """need_ompi4(), the reference, then joinable_job() started and held (hold()): (job, pause
     file, its run directory)."""
     need_ompi4()
     need_reference(args)
     pause = os.path.join(args.work, name + ".pause")
-    job = joinable_job(args, name, pause, env).start()
+    job = joinable_job(args, name, pause, env, np_).start()
     rundir = run_dir(job)
     hold(job, pause)
     return job, pause, rundir
@@ -248,6 +253,27 @@ def case_joinidle(args):
     rep = finish(job, pause, args)
     f = rep["failures"]
     check(len(f) == 1 and f[0]["world_rank"] == 6, f"the joiner's loss is in the report ({f})")
+
+
+@h.case(CASES, fixture="required")
+def case_joinstandby(args):
+    job, pause, rundir = held_job(args, "joinstandby", {"FTRT_SPARES": "0"}, np_=5)
+    check(job.status_json().get("standby") == -1, "no standby coordinator before the join")
+    j = joiner(args, job, "joinstandby.joiner", rundir)
+    joins(job, 1)
+    st = job.wait_status(lambda s: s.get("standby") == 5, timeout=30)
+    print("  the joined process (slot 5) is the standby coordinator", flush=True)
+    coord = next(r for r in st["ranks"] if r["role"] == "coordinator")
+    os.unlink(pause)
+    job.inject(signal.SIGKILL, coord, "sigkill")
+    st = job.wait_status(lambda s: s["coordinator"]["world_rank"] == 5, timeout=60)
+    check(st["coordinator"]["pid"] != coord["pid"], "the joined standby took over in place")
+    rep = finish(job, pause, args, [j])
+    f = rep["failures"]
+    check(len(f) == 1 and f[0]["role"] == "coordinator" and f[0]["recovered"],
+          f"one failure, the coordinator's, recovered by the takeover ({f})")
+    check("took over as the coordinator" in j.out, "the joiner says it took over")
+    check(not pids_of(rundir), "nothing of the job's run directory is left running")
 
 
 @h.case(CASES, fixture="required")

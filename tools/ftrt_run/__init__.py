@@ -119,8 +119,9 @@ Open MPI major version, and that the status file names the coordinator's control
 runs the command in a run directory of its own with the job's ompi-server options after the
 launcher's name and, in its environment, the job's FTRT_* variables of join.json over this
 one's, FTRT_JOIN_ADDRS (the coordinator's IPv4 addresses, space-separated), FTRT_JOIN_PORT,
-FTRT_JOIN_SECRET, FTRT_STATUS_FILE and FTRT_RUN_EXIT_DIR of its own run directory (the job's
-status file is only read), without FTRT_JOINABLE and FTRT_JOB_SECRET. ftrt-run exits with that
+FTRT_JOIN_SECRET, the job's FTRT_STATUS_FILE (which a joiner writes only when it takes over as
+the job's coordinator, its standby), FTRT_RUN_EXIT_DIR of its own run directory, without
+FTRT_JOINABLE and FTRT_JOB_SECRET. ftrt-run exits with that
 mpirun's status (a status the joiner recorded after its ftrt_finalize() when mpirun says 0), or
 1 when the job ended and the joiner was still there --exit-grace seconds later (ftrt-run then
 ends it: a joiner may wait in an MPI call that nothing interrupts); SIGINT and SIGTERM are

@@ -165,8 +165,10 @@ def prepare_join(opts: dict) -> tuple[str, list[str], dict, str | None]:
     cmd, note = check_major(opts["cmd"], env, info)
     addrs, port = control_plane(info["status"], given)
     cmd[1:1] = rendezvous_opts(info["ompi_server_uri"])
+    # the job's status file: the joiner writes it only as the job's coordinator, after a
+    # takeover as its standby (docs/join.md "Limits")
     env.update(FTRT_JOIN_ADDRS=" ".join(addrs), FTRT_JOIN_PORT=str(port),
-               FTRT_JOIN_SECRET=info["secret"])
+               FTRT_JOIN_SECRET=info["secret"], FTRT_STATUS_FILE=info["status"])
     return job_dir, cmd, env, note
 
 
@@ -241,8 +243,7 @@ def run_join(opts: dict) -> int:
         print(note, file=sys.stderr, flush=True)
     rundir = RunDir()
     try:
-        env.update({"FTRT_STATUS_FILE": rundir.status, "FTRT_RUN_EXIT_DIR": rundir.exits,
-                    MARKER: secrets.token_hex(8)})
+        env.update({"FTRT_RUN_EXIT_DIR": rundir.exits, MARKER: secrets.token_hex(8)})
         return join_job(opts, job_dir, cmd, env, rundir)
     finally:
         rundir.remove()
