@@ -21,7 +21,8 @@ policies:
 
 each with its Young/Daly-optimal checkpoint interval. For ftrt, what a failure that finds no
 spare node costs is projected under three no-spare policies (issue 35; `fold` and `shrink` are
-not built yet: these rows are the model's, to weigh them): `stop` (above: a whole-job restart),
+built for replicated state, joins for a job on one node: these rows are the model's):
+`stop` (above: a whole-job restart),
 `shrink` (the job goes on with the nodes it has: its throughput falls by the nodes missing),
 `fold` (a surviving node takes a missing node's logical ranks as well: the step waits for it,
 half the throughput while any node is missing); --join-h H makes a replacement node join the
@@ -553,7 +554,7 @@ def print_table(rows: List[Dict[str, Any]], out: IO[str], des: bool) -> None:
                  fmt_s(r["job_mtbf_h"] * 3600), fmt_s(p["daly_interval_s"]), p["ettr"],
                  fmt_s(f["daly_interval_s"]), f["ettr"], f["goodput"],
                  100 * r["rollback_share"]), file=out)
-    print("no spare node left (policies of issue 35, projected; fold and shrink are not built): "
+    print("no spare node left (FTRT_NO_SPARE policies, projected): "
           "ETTR under stop (the table's ftrt) / shrink / fold, throughput while nodes are "
           "missing:", file=out)
     for r in rows:
