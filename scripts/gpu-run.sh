@@ -25,7 +25,8 @@
 #   --only: run these steps after configure and build (which always run: a reused build tree
 #   makes them quick), e.g. a second call for the steps the first one had no time left for.
 #   Steps: ctest-gpu memcheck device-gpu memcheck-device chaos-kill-gpu torch-gpu torch-ft-gpu
-#   torch-ft-sync-gpu torch-amp-gpu mpi-kit overlap-1trainer overlap-2trainers-1gpu nccl-rebuild;
+#   torch-ft-sync-gpu torch-ft-join-gpu torch-amp-gpu mpi-kit overlap-1trainer
+#   overlap-2trainers-1gpu nccl-rebuild;
 #   and, run only when --only names them, each set a call of its own with --budget 590:
 #   torch-lm-gpu torch-lm-ratio (examples/train_lm.py on CUDA under bf16 autocast: the kill
 #   test, and the step-time ratio against torch's NCCL DDP), coord-scale
@@ -46,7 +47,8 @@ budget=530
 arch=90
 only=
 all_steps=" ctest-gpu memcheck device-gpu memcheck-device chaos-kill-gpu torch-gpu torch-ft-gpu
-  torch-ft-sync-gpu torch-amp-gpu mpi-kit overlap-1trainer overlap-2trainers-1gpu nccl-rebuild "
+  torch-ft-sync-gpu torch-ft-join-gpu torch-amp-gpu mpi-kit overlap-1trainer overlap-2trainers-1gpu
+  nccl-rebuild "
 all_steps=${all_steps//$'\n'/}
 # Steps run only when --only names them, each set a call of its own after the GPU steps: the
 # real CUDA example (issue 21: the first call's 530 s hold no more), and CPU work that needs the
@@ -369,6 +371,19 @@ if [ $built = 1 ]; then
     step torch-ft-sync-gpu 240 env FTRT_LIB="$build/libftrt_gpu.so" \
       "$py" "$repo/tests/python/gpu_ft_prog.py" --driver --host-sync
   fi
+  # The same kill with a joined spare (issue 35): the job (1 coordinator + 2 trainers, no spare)
+  # under ftrt-run --joinable, a process joins it through ftrt-run --join (a second mpirun on
+  # the one GPU), the victim dies mid-backward and the joiner takes its logical rank: its first
+  # NCCL communicator is the recovery's, the unique id broadcast over the MPI communicator
+  # that connect/accept made; byte-identical, both ftrt-runs exit 0. Open MPI 4.1 only.
+  if [ ! -f "$build/libftrt_gpu.so" ]; then
+    not_run torch-ft-join-gpu not_built "$build/libftrt_gpu.so (needs NCCL)"
+  elif [ -z "$py" ] || ! timeout 120 "$py" -c 'import torch' >/dev/null 2>&1; then
+    not_run torch-ft-join-gpu absent "no python3 with torch"
+  else
+    step torch-ft-join-gpu 240 env FTRT_LIB="$build/libftrt_gpu.so" \
+      "$py" "$repo/tests/python/gpu_ft_prog.py" --driver --join
+  fi
   # Mixed precision on CUDA (issue 21): tests/python/test_mpi_bf16.py's CUDA cases, each an
   # undisturbed job and one with a trainer SIGKILLed (1 coordinator + 2 trainers + 1 spare on
   # the one GPU, NCCL over sockets): a bfloat16-body model (ncclBfloat16, the 16-bit unpack
@@ -519,7 +534,7 @@ if [ "$gpus" -gt 0 ] && grep -qE 'Test +#[0-9]+: .*\*\*\*Skipped' \
   say "a GPU test skipped although nvidia-smi lists a GPU"
   failed=1
 fi
-for s in torch-gpu torch-ft-gpu torch-ft-sync-gpu torch-lm-gpu torch-lm-ratio pack-gpu; do
+for s in torch-gpu torch-ft-gpu torch-ft-sync-gpu torch-ft-join-gpu torch-lm-gpu torch-lm-ratio pack-gpu; do
   if [ "$gpus" -gt 0 ] && awk -F'\t' -v s="$s" '$1 == s && $3 == "skipped" { f = 1 } END { exit !f }' \
       "$steps_tsv"; then
     say "$s skipped although nvidia-smi lists a GPU"

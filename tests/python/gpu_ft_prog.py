@@ -36,6 +36,15 @@ above. The ranks' agents take the coordinator's failure announcement 1 s late in
 (FTRT_TEST_EPOCH_DELAY_MS), so that the survivor has certainly queued its buckets and blocked in
 .item() before its agent learns of the failure.
 
+--join (the GPU step torch-ft-join-gpu): the kill run is a job with no spare of its own (1
+coordinator + 2 trainers) under `tools/ftrt-run --joinable`, held at the start of step KILL_AT
+(--hold-file) until a new process has joined it as a hot spare (`ftrt-run --join`, a second
+mpirun of one process on the same GPU); the victim dies as above and the joiner takes its logical
+rank: its first NCCL communicator is the one the recovery builds, with the unique id broadcast
+over the MPI communicator that connect/accept made (comm/join.c). Besides the checks above: the
+report's failure replaced by the joined slot (world rank 3), one join counted, both ftrt-runs
+exit 0.
+
 FTRT_TEST_GPU_FT_CPU=1 runs the same jobs on the CPU with libftrt (the hooks then
 run on the owning thread, which may kill itself there): a rehearsal of this program on a
 machine without a GPU, which checks nothing about CUDA."""
@@ -103,6 +112,9 @@ def trainer(a):
     synced = 0
     for step in ft.steps(STEPS):
         victim["step"] = step
+        while a.hold_file and step == a.kill_at and ft.epoch == 0 and \
+                os.path.exists(a.hold_file):  # (--join: until the joiner is a hot spare)
+            time.sleep(0.05)
         x, y = batch(torch, step, ft.rank, dev)
         opt.zero_grad(set_to_none=True)
         torch.nn.functional.cross_entropy(model(x), y).backward()
@@ -158,6 +170,70 @@ def job(py, d, kill_at, host_sync):
     return one_gpu_job(argv + (["--host-sync"] if host_sync else []), d, env=env)
 
 
+def read(path):
+    """The JSON file at path, or {} (not there yet, or being replaced)."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def join_job(py, d, kill_at, timeout=150):
+    """--join's kill run: 1 coordinator + 2 trainers under ftrt-run --joinable, held at step
+    kill_at until a process joined through ftrt-run --join (a second mpirun on the same GPU,
+    its own NCCL host id); returns (the job's ftrt-run exit status, its output, the joiner's
+    exit status, its output)."""
+    hold, status = os.path.join(d, "hold"), os.path.join(d, "status.json")
+    open(hold, "w").close()
+    argv = [py, os.path.abspath(__file__), "--report", os.path.join(d, "report.json"),
+            "--params-out", os.path.join(d, "final.params"), "--kill-at", str(kill_at),
+            "--hold-file", hold]
+    env = dict(os.environ, FTRT_SPARES="0", FTRT_CKPT_DIR=os.path.join(d, "ckpt"),
+               **ftrt_harness.NCCL_ONE_GPU_ENV)
+    mpi = ["mpirun", "--enable-recovery", "--oversubscribe", "--bind-to", "none"]
+    run = [py, ftrt_harness.FTRT_RUN]
+    jlog, klog = open(os.path.join(d, "job.log"), "w+"), open(os.path.join(d, "joiner.log"), "w+")
+    job_p = subprocess.Popen(run + ["--joinable", "--status", status, "--"] + mpi + ["-np", "3"]
+                             + ftrt_harness.nccl_hostid_argv(argv, "ftrt-gpu-ft"), env=env,
+                             stdout=jlog, stderr=subprocess.STDOUT)
+    parent = os.path.join(tempfile.gettempdir(), f"ftrt-run.{os.getuid()}")
+    rundir, t_end = None, time.monotonic() + 60
+    while rundir is None and time.monotonic() < t_end and job_p.poll() is None:
+        found = [x for x in os.listdir(parent) if x.startswith(f"{job_p.pid}-")] \
+            if os.path.isdir(parent) else []
+        if found and os.path.exists(os.path.join(parent, found[0], "join.json")):
+            rundir = os.path.join(parent, found[0])
+        time.sleep(0.05)
+    check(rundir is not None, "join: the job's run directory with its join.json never came")
+    while time.monotonic() < t_end and job_p.poll() is None and read(status).get("job") != \
+            "running":  # (ftrt-run --join reads the coordinator's address there)
+        time.sleep(0.05)
+    join_p = subprocess.Popen(run + ["--join", rundir, "--"] + mpi + ["-np", "1"] +
+                              ftrt_harness.nccl_hostid_argv(argv, "ftrt-gpu-ft-joiner"),
+                              env=env, stdout=klog, stderr=subprocess.STDOUT)
+    while time.monotonic() < t_end and job_p.poll() is None and join_p.poll() is None:
+        st = read(status)
+        if st.get("joins", 0) >= 1 and any(r["world_rank"] == 3 and r["role"] == "spare"
+                                           for r in st.get("ranks", [])):
+            break
+        time.sleep(0.05)
+    os.unlink(hold)
+    try:
+        rc, jrc = job_p.wait(timeout=timeout), join_p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        for p in (job_p, join_p):
+            p.kill()
+        rc = jrc = None
+    outs = []
+    for f in (jlog, klog):
+        f.seek(0)
+        outs.append(f.read())
+        f.close()
+    check(rc is not None, "join: the job or the joiner hung", "\n".join(outs))
+    return rc, outs[0], jrc, outs[1]
+
+
 def norms(out):
     """{(epoch, step): {rank: norm}} from the trainers' gnorm lines."""
     got = {}
@@ -172,14 +248,20 @@ def check(cond, what, out=""):
         raise SystemExit(f"FAIL: {what}")
 
 
-def driver(host_sync):
+def driver(host_sync, join=False):
     py = sys.executable
     work = tempfile.mkdtemp(prefix="ftrt-gpu-ft.")
     res = {}
     for name, kill_at in (("ref", -1), ("kill", KILL_AT)):
         d = os.path.join(work, name)
         os.makedirs(d)
-        rc, out = job(py, d, kill_at, host_sync)
+        if join and kill_at >= 0:
+            rc, out, jrc, jout = join_job(py, d, kill_at)
+            check(rc == 0 and jrc == 0, f"join: the job's ftrt-run exited {rc}, the joiner's "
+                  f"{jrc}", out + "\n--- joiner ---\n" + jout)
+            out += jout  # (the joiner's gnorm lines: it is logical rank 1 after the recovery)
+        else:
+            rc, out = job(py, d, kill_at, host_sync)
         if rc == 77 or "skipped:" in out:  # mpirun --enable-recovery may exit 0
             print(out[-2000:])
             return 77
@@ -207,6 +289,12 @@ def driver(host_sync):
     check(len(f) == 1 and f[0].get("recovered") and f[0].get("logical_rank") == 1,
           f"kill: report failures {f}", out_kill)
     check("ftrt: recovered (epoch 1)" in out_kill, "kill: no recovery logged", out_kill)
+    if join:
+        check(f[0].get("spare_world_rank") == 3 and
+              rep.get("control_plane", {}).get("joins") == 1,
+              f"join: the joined process (slot 3) took logical rank 1 "
+              f"(spare {f[0].get('spare_world_rank')}, control plane "
+              f"{rep.get('control_plane')})", out_kill)
     hs = ""
     if host_sync:
         m = re.search(rf"^hsync rank 0 epoch 0 step {KILL_AT} (\S+) ms$", out_kill, re.M)
@@ -217,7 +305,9 @@ def driver(host_sync):
     a = open(os.path.join(d_ref, "final.params"), "rb").read()
     b = open(os.path.join(d_kill, "final.params"), "rb").read()
     check(len(a) > 0 and a == b, "final parameters differ from the undisturbed run", out_kill)
-    print(f"gpu ft kill{' (host sync before step())' if host_sync else ''}: {STEPS} steps, logical rank 1 SIGKILLed mid-backward at step "
+    how = " (host sync before step())" if host_sync else \
+        " (the spare a process that joined the running job)" if join else ""
+    print(f"gpu ft kill{how}: {STEPS} steps, logical rank 1 SIGKILLed mid-backward at step "
           f"{KILL_AT}; resumed at step {f[0].get('resume_step')}, MTTD "
           f"{f[0].get('mttd_s')} s, MTTR {f[0].get('mttr_s')} s; final parameters "
           f"byte-identical ({len(a)} bytes); gradient norms equal across trainers at every "
@@ -235,9 +325,13 @@ def main():
     ap.add_argument("--kill-at", type=int, default=-1)
     ap.add_argument("--host-sync", action="store_true",
                     help="read the gradient norm with .item() between backward() and step()")
+    ap.add_argument("--join", action="store_true",
+                    help="driver: the kill run's spare is a process that joins the running job")
+    ap.add_argument("--hold-file",
+                    help="trainer: wait at the start of step --kill-at while this file exists")
     a = ap.parse_args()
     if a.driver:
-        return driver(a.host_sync)
+        return driver(a.host_sync, a.join)
     return trainer(a)
 
 

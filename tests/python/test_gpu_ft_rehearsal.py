@@ -3,7 +3,9 @@ model, a trainer SIGKILLed mid-backward, byte-identical) rehearsed on the CPU wi
 (FTRT_TEST_GPU_FT_CPU=1): the same driver, jobs (1 coordinator + 2 trainers + 1 spare, the
 kill from an autograd hook) and checks, so that the program itself is known to work before it
 spends device time. It says nothing about CUDA: the hooks run on the owning thread here, and
-with --host-sync (step torch-ft-sync-gpu) the CPU plane's .item() never waits on a collective.
+with --host-sync (step torch-ft-sync-gpu) the CPU plane's .item() never waits on a collective;
+with --join (step torch-ft-join-gpu) the spare is a process that joined the running job
+(`ftrt-run --join`), promoted through the MPI plane here, not NCCL.
 About 10 s a case on a 2-core VM. The same for tests/python/gpu_lm_prog.py (step torch-lm-gpu:
 examples/train_lm.py through FaultTolerant, a trainer SIGKILLed mid-backward) with
 --device cpu: a tiny model under CPU bfloat16 autocast (train_lm.py --amp bf16), the kill from
@@ -19,7 +21,8 @@ import pytest
 pytestmark = [needs_torch, needs_mpirun]
 
 
-@pytest.mark.parametrize("extra", [[], ["--host-sync"]], ids=["plain", "host-sync"])
+@pytest.mark.parametrize("extra", [[], ["--host-sync"], ["--join"]],
+                         ids=["plain", "host-sync", "join"])
 def test_gpu_ft_prog_rehearsed_on_the_cpu(extra):
     if not os.environ.get("FTRT_LIB"):
         pytest.skip("FTRT_LIB (libftrt) not set")
