@@ -104,8 +104,10 @@ size_t ftrt__timeline_share(int w, int W, int spares, int ranks, int budget_mb, 
 /* ---- the job's figures, from per-slot totals (pure arithmetic, unit-tested) ---- */
 
 typedef struct ftrt__goodput_in {
-    int slots;                     /* trainers + spares at start */
+    int slots;                     /* trainers + spares at start, then joined processes */
     double wall_s;                 /* job wall time */
+    const double *slot_s;          /* per slot, seconds in the job (a joined process's from its
+                                    * join, docs/join.md); NULL: wall_s for each */
     const double (*totals)[FTRT__IV_KINDS]; /* per slot, seconds; each slot's sum ~ wall_s */
     double kept_step_s;            /* rank-seconds of steps that were kept */
     double useful_flops;           /* FLOPs of kept steps, all trainers */
@@ -113,7 +115,9 @@ typedef struct ftrt__goodput_in {
 } ftrt__goodput_in;
 
 typedef struct ftrt__goodput {
-    double allocated_s;            /* slots x wall */
+    double allocated_s;            /* the slots' seconds in the job (slots x wall without
+                                    * joined processes) */
+    double wall_s;                 /* the job's wall time (in's) */
     double by_kind[FTRT__IV_KINDS]; /* rank-seconds */
     double accounted_s;            /* sum of by_kind */
     double trainer_s, compute_s, useful_s;

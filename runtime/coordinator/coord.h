@@ -169,6 +169,8 @@ typedef struct ftrt__crank {
     double flops_per_step, peak_flops;
     int64_t total_steps;
     double t_fail_wall; /* failed ranks: best known failure time */
+    double t_joined_wall;   /* a joined process (slot >= Wworld): when JOIN admitted it (wall
+                             * clock; the ledger allocates its slot from there), else 0 */
     double t_released_wall; /* a spare: when its SHUTDOWN went out (the job window's wall
                              * clock; 0: not yet): its teardown in the report starts there */
     ftrt__sdc_fp sdc[FTRT__SDC_KEEP]; /* latest fingerprints (ring, sdc_n written so far) */
@@ -906,8 +908,13 @@ double ftrt__incident_injected_at(const ftrt__coord *c, const ftrt__incident *x)
 /* ---- goodput.c: the ledger on the coordinator ---- */
 /* Per-slot totals over the job window [t_start_wall, t_end_wall] (slots = world ranks 1..W-1)
  * rebuilt from the timelines received (gaps: start-up before, teardown after, rework between a
- * failed rank's last report and its failure, down after it), and the job's figures. totals
- * must hold W-1 rows. Returns 0 or -EINVAL. */
+ * failed rank's last report and its failure, down after it; a joined slot from its join:
+ * ftrt__slot_start), and the job's figures. totals must hold W-1 rows. Returns 0, -EINVAL or
+ * -ENOMEM. */
+/* Where slot w's time in the job starts (wall clock): the job's start j0, or a joined process's
+ * admission when later (docs/join.md): the ledger allocates a joined slot from its join. */
+double ftrt__slot_start(const ftrt__coord *c, int w, double j0);
+
 int ftrt__ledger_figures(const ftrt__coord *c, double t_end_wall, double (*totals)[FTRT__IV_KINDS],
                          ftrt__goodput *g, double *useful_flops, double *peak_flops);
 /* Writes "ledger", "waterfall", "advice" and "timeline" into the JSON report being streamed by w

@@ -99,6 +99,7 @@ int ftrt__join_admit(ftrt__coord *c, const ftrt__join *j, char *why, size_t n)
     ftrt__crank *r = &c->r[w];
     ftrt__rank_set_role(c, w, FTRT__ROLE_SPARE);
     r->logical = -1;
+    r->t_joined_wall = ftrt__wallclock();
     ftrt_log_warn("pid %d on %.*s joined the job as a hot spare (slot %d; %d join slot(s) left)",
                   j->pid, FTRT__HOST_MAX, j->host, w, c->W - c->Wused);
     c->status_dirty |= 2; /* membership: write now */

@@ -6,12 +6,14 @@
  * injector wrote FTRT_FAULT_LOG, its injection time (wall clock, same host); otherwise the
  * bound detection - last message heard. MTTR is detection -> the last member's RESUMED. Goodput
  * is the rank-seconds of kept steps (each trainer times its own steps; a dead rank's figure
- * comes from its last heartbeat) over allocated = (trainers + spares) x wall time.
+ * comes from its last heartbeat) over allocated = (trainers + spares) x wall time, plus each
+ * joined process's time from its join.
  * JSON schema (version 2): see docs/report-schema.md "Report". The JSON is streamed to the file
  * as it is produced (base/jsonw.h), never held whole: at 131,072 ranks its json-c tree and
  * text took 13.2 GiB of the coordinator (issue 22); what it holds now is one rank's part.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -65,6 +67,9 @@ static void totals_of(const ftrt__coord *c, totals *t)
     t->wall = c->t_end - c->t_start;
     t->nspares = c->Wworld - 1 - c->N0; /* (at the start) */
     t->allocated = (double)(c->N0 + t->nspares) * t->wall;
+    for (int w = c->Wworld; w < c->Wused; w++) /* a joined slot: from its join (join.c) */
+        t->allocated += fmax(t->wall - (ftrt__slot_start(c, w, c->t_start_wall) -
+                                        c->t_start_wall), 0);
     for (int w = 1; w < c->Wused; w++) {
         const ftrt__crank *r = &c->r[w];
         t->kept += r->kept_s;

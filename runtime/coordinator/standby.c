@@ -27,7 +27,8 @@
 enum { SYNC_VERSION = 5 }; /* 2: a rank's drain; 3: N may fall (shrink, fold), the holders;
                               4: W is the slots in use (joined processes', join.c), the
                               join counters; 5: cap, the slots of the job (FTRT_JOINABLE's
-                              included), which a joined standby does not know otherwise */
+                              included), which a joined standby does not know otherwise, and
+                              each joined process's join time (the ledger's) */
 
 /* The fixed part of a SYNC, after ftrt__sync_head. Times are wall seconds. */
 typedef struct sync_state {
@@ -48,7 +49,7 @@ typedef struct sync_rank {
     int32_t role, logical, promoting, reported_epoch, resumed_epoch, said_bye, pid, tl_seen;
     int32_t tl_kind_open, has_sharded, drained, drain_epoch;
     int64_t steps_done, kept_steps, total_steps, report_steps;
-    double kept_s, t_fail_wall, flops_per_step, peak_flops, tl_t_open;
+    double kept_s, t_fail_wall, flops_per_step, peak_flops, tl_t_open, t_joined_wall;
     double tl_totals[FTRT__IV_KINDS];
     ftrt__bye bye;
     char host[FTRT__HOST_MAX];
@@ -223,6 +224,7 @@ static void put_rank(sync_rank *s, const ftrt__crank *r)
                      .steps_done = r->steps_done, .kept_steps = r->kept_steps,
                      .total_steps = r->total_steps, .report_steps = r->report_steps,
                      .kept_s = r->kept_s, .t_fail_wall = r->t_fail_wall,
+                     .t_joined_wall = r->t_joined_wall,
                      .flops_per_step = r->flops_per_step, .peak_flops = r->peak_flops,
                      .tl_t_open = r->tl_t_open, .bye = r->bye};
     memcpy(s->tl_totals, r->tl_totals, sizeof s->tl_totals);
@@ -313,6 +315,7 @@ static void get_rank(ftrt__crank *r, const sync_rank *s)
     r->report_steps = s->report_steps;
     r->kept_s = s->kept_s;
     r->t_fail_wall = s->t_fail_wall;
+    r->t_joined_wall = s->t_joined_wall;
     r->flops_per_step = s->flops_per_step;
     r->peak_flops = s->peak_flops;
     r->tl_t_open = s->tl_t_open;

@@ -192,6 +192,10 @@ def case_join(args):
     spares = sorted(f["spare_world_rank"] for f in rep["failures"])
     check(spares == [5, 6], f"the world's spare (5) and the joiner (6) promoted ({spares})")
     check("joined the job as a hot spare (slot 6" in j.out, "the joiner says where it is")
+    wall, alloc, led = rep["wall_s"], rep["allocated_rank_s"], rep["ledger"]["allocated_rank_s"]
+    check(5 * wall < alloc < 6 * wall - 0.2 and abs(led - alloc) < 0.05 * wall,
+          f"the joined slot allocated from its join, not the job's start: {alloc:.2f} rank-s "
+          f"(ledger {led:.2f}) for 5 slots of {wall:.2f} s and the joiner's")
     check(not pids_of(rundir), "nothing of the job's run directory is left running")
 
 

@@ -119,6 +119,33 @@ static void figures_known_answer(void **state)
     assert_int_equal(ftrt__goodput_compute(&in, &g), -22);
 }
 
+/* 2 trainers for 10 s and a process that joined at 6 s (docs/join.md): its slot is allocated
+ * 4 s, not 10; GAU and goodput over 24 rank-seconds. */
+static void figures_joined_slot(void **state)
+{
+    (void)state;
+    double t[3][FTRT__IV_KINDS] = {{0}};
+    t[0][FTRT__IV_STARTUP] = 1, t[0][FTRT__IV_COMPUTE] = 9;
+    t[1][FTRT__IV_STARTUP] = 1, t[1][FTRT__IV_COMPUTE] = 9;
+    t[2][FTRT__IV_STARTUP] = 0.5, t[2][FTRT__IV_SPARE_IDLE] = 3.5;
+    double slot_s[3] = {10, 10, 4};
+    ftrt__goodput_in in = {.slots = 3, .wall_s = 10, .slot_s = slot_s,
+                           .totals = (const double (*)[FTRT__IV_KINDS])t, .kept_step_s = 18};
+    ftrt__goodput g;
+    assert_int_equal(ftrt__goodput_compute(&in, &g), 0);
+    near(g.allocated_s, 24);
+    near(g.accounted_s, 24);
+    near(g.wall_s, 10);
+    near(g.gau, 20.5 / 24); /* (start-up counts as trainer time; spare idle does not) */
+    near(g.goodput, 18.0 / 24);
+    in.slot_s = NULL; /* as if it had been there from the start */
+    assert_int_equal(ftrt__goodput_compute(&in, &g), 0);
+    near(g.allocated_s, 30);
+    double none[3] = {0, 0, 0};
+    in.slot_s = none;
+    assert_int_equal(ftrt__goodput_compute(&in, &g), -22);
+}
+
 /* Young/Daly: sqrt(2CM) with Daly's correction, and the first-order goodput model. */
 static void checkpoint_interval_advice(void **state)
 {
@@ -143,6 +170,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(switch_and_totals), cmocka_unit_test(failure_reclassification),
         cmocka_unit_test(interval_cap_keeps_totals), cmocka_unit_test(figures_known_answer),
+        cmocka_unit_test(figures_joined_slot),
         cmocka_unit_test(checkpoint_interval_advice)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
