@@ -4,12 +4,12 @@
  * its own TCP connection is JOIN (base/proto.h ftrt__join); the coordinator checks it here, in
  * this order: the job's secret, the join protocol's version, that the job takes joins
  * (FTRT_JOINABLE > 0), that it has not ended, that the job and the joiner are on one node under
- * their mpiruns (Open MPI 4.1's limit, one_node), that a join slot is left, and that
- * it is running (not starting or recovering). A refusal is one JOIN_REFUSED line and a closed connection: nothing else of the
- * job changes. An admitted joiner takes the next slot of the rank table (slots W_world ..
- * W - 1: its "world rank" in every table, the PLAN's membership included, and in no
- * MPI_COMM_WORLD of the job), is a hot spare like those of the job's own mpirun (promoted after
- * them: the spare list is ascending by slot), and gets JOIN_OK. It becomes an MPI member only
+ * their mpiruns (Open MPI 4.1's limit, one_node), that a join slot is left, and that it is
+ * running (not starting or recovering). A refusal is one JOIN_REFUSED line and a closed
+ * connection: nothing else of the job changes. An admitted joiner takes the next slot of the
+ * rank table (slots W_world .. W - 1: its "world rank" in every table, the PLAN's membership
+ * included, and in no MPI_COMM_WORLD of the job), is a hot spare like those of the job's own
+ * mpirun (promoted after them: the spare list is ascending by slot), and gets JOIN_OK. It becomes an MPI member only
  * when a recovery promotes it (comm/join.c): the job's trainers and the coordinator make no MPI
  * call for a join itself.
  */
