@@ -25,7 +25,7 @@
 #   --only: run these steps after configure and build (which always run: a reused build tree
 #   makes them quick), e.g. a second call for the steps the first one had no time left for.
 #   Steps: ctest-gpu memcheck device-gpu memcheck-device chaos-kill-gpu torch-gpu torch-ft-gpu
-#   torch-ft-sync-gpu torch-ft-join-gpu torch-amp-gpu mpi-kit overlap-1trainer
+#   torch-ft-sync-gpu torch-ft-join-gpu snapshot-gpu torch-amp-gpu mpi-kit overlap-1trainer
 #   overlap-2trainers-1gpu nccl-rebuild;
 #   and, run only when --only names them, each set a call of its own with --budget 590:
 #   torch-lm-gpu torch-lm-ratio (examples/train_lm.py on CUDA under bf16 autocast: the kill
@@ -47,8 +47,8 @@ budget=530
 arch=90
 only=
 all_steps=" ctest-gpu memcheck device-gpu memcheck-device chaos-kill-gpu torch-gpu torch-ft-gpu
-  torch-ft-sync-gpu torch-ft-join-gpu torch-amp-gpu mpi-kit overlap-1trainer overlap-2trainers-1gpu
-  nccl-rebuild "
+  torch-ft-sync-gpu torch-ft-join-gpu snapshot-gpu torch-amp-gpu mpi-kit overlap-1trainer
+  overlap-2trainers-1gpu nccl-rebuild "
 all_steps=${all_steps//$'\n'/}
 # Steps run only when --only names them, each set a call of its own after the GPU steps: the
 # real CUDA example (issue 21: the first call's 530 s hold no more), and CPU work that needs the
@@ -384,6 +384,18 @@ if [ $built = 1 ]; then
     step torch-ft-join-gpu 240 env FTRT_LIB="$build/libftrt_gpu.so" \
       "$py" "$repo/tests/python/gpu_ft_prog.py" --driver --join
   fi
+  # What a checkpoint of device state blocks the trainer for (issue 38): 1 GiB of CUDA memory
+  # in one REPLICATED | DEVICE region, ftrt_checkpoint()'s stall against cudaMemcpyAsync D2H of
+  # the same bytes into pinned memory, in the same run (target <= 1.1x), then restored and
+  # read back bit-exact (bench/dev_snapshot_bench.c; its RESULT line in the summary).
+  if [ ! -x "$build/bench/dev_snapshot_bench" ]; then
+    not_run snapshot-gpu not_built "$build/bench/dev_snapshot_bench"
+  else
+    sdir=$(mktemp -d "${TMPDIR:-/tmp}/ftrt-gpu-snapshot.XXXXXX")
+    step snapshot-gpu 120 mpirun --oversubscribe --bind-to none -np 2 \
+      "$build/bench/dev_snapshot_bench" --dir "$sdir" --mib 1024 --reps 5
+    rm -rf "$sdir"
+  fi
   # Mixed precision on CUDA (issue 21): tests/python/test_mpi_bf16.py's CUDA cases, each an
   # undisturbed job and one with a trainer SIGKILLed (1 coordinator + 2 trainers + 1 spare on
   # the one GPU, NCCL over sockets): a bfloat16-body model (ncclBfloat16, the 16-bit unpack
@@ -534,7 +546,8 @@ if [ "$gpus" -gt 0 ] && grep -qE 'Test +#[0-9]+: .*\*\*\*Skipped' \
   say "a GPU test skipped although nvidia-smi lists a GPU"
   failed=1
 fi
-for s in torch-gpu torch-ft-gpu torch-ft-sync-gpu torch-ft-join-gpu torch-lm-gpu torch-lm-ratio pack-gpu; do
+for s in torch-gpu torch-ft-gpu torch-ft-sync-gpu torch-ft-join-gpu snapshot-gpu torch-lm-gpu \
+    torch-lm-ratio pack-gpu; do
   if [ "$gpus" -gt 0 ] && awk -F'\t' -v s="$s" '$1 == s && $3 == "skipped" { f = 1 } END { exit !f }' \
       "$steps_tsv"; then
     say "$s skipped although nvidia-smi lists a GPU"
@@ -605,7 +618,8 @@ for root, _, files in sorted(os.walk(os.path.join(logs, "jobs"))):
 bench = []
 for s in steps:
     if s["name"].startswith(("overlap", "torch-lm-")) or s["name"] in ("nccl-rebuild",
-                                                                         "pack-gpu"):
+                                                                         "pack-gpu",
+                                                                         "snapshot-gpu"):
         for line in read(s["log"]).splitlines():
             if line.startswith("RESULT "):
                 r = {}  # key=value pairs; a bare word ("RESULT nccl_rebuild ...") is the bench
@@ -629,7 +643,7 @@ fi
   echo "gpu-run: $( [ $failed = 0 ] && echo OK || echo FAILED ) after ${total}s, $gpus GPU(s), NCCL ${nccl_version:-none}"
   awk -F'\t' '{ printf "  %-24s %-9s exit %-4s %7ss\n", $1, $3, $2, $4 }' "$steps_tsv"
   grep -h '^RESULT' "$logs"/*-overlap-*.log "$logs"/*-torch-lm-*.log "$logs"/*-nccl-rebuild.log \
-    "$logs"/*-pack-gpu.log 2>/dev/null | sed 's/^/  /'
+    "$logs"/*-pack-gpu.log "$logs"/*-snapshot-gpu.log 2>/dev/null | sed 's/^/  /'
 } >"$out/SUMMARY.txt"
 tar -czf "$out/logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$logs")"
 rm -rf "$(dirname "$logs")"
