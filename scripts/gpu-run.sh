@@ -7,7 +7,9 @@
 # (device_cuda.*: checkpoint, relaunch, spare, partner replica), a chaos kill of a trainer
 # holding device state (chaos_cuda.kill-trainer-device: 4 trainers and a spare on the one GPU),
 # ftrt.pytorch's GradAverager on a CUDA model (tests/python/gpu_torch_prog.py: hooks on
-# autograd's device thread, 2 trainers sharing the one GPU), two MPI integration tests through tools/ftrt-run under the kit, and bench/overlap_gpu_bench
+# autograd's device thread, 2 trainers sharing the one GPU), FaultTolerant killed (also with a
+# joined spare), the stall of a device-state checkpoint (bench/dev_snapshot_bench), two MPI
+# integration tests through tools/ftrt-run under the kit, and bench/overlap_gpu_bench
 # under mpirun (one trainer; then two trainers sharing the one GPU, a test arrangement). Every
 # step is bounded by `timeout` and by the run's budget; a failed step does not stop the next
 # ones; the exit status is 1 if any step failed.
@@ -73,7 +75,7 @@ while [ $# -gt 0 ]; do
                 bad "--only: no step '$x' (steps:$all_steps$opt_steps)"
             done
             only=" ${2//,/ } "; shift 2 ;;
-    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
     *) bad "unknown argument $1" ;;
   esac
 done
