@@ -270,6 +270,47 @@ def check_ctl_job_ends(ctl, d):
     return []
 
 
+def check_ctl_moved_then_finished(ctl, d):
+    """ftrt-ctl drain --wait whose drain was made just before the job's end (the status file
+    goes from running straight to finished with the rank drained and gone: no poll saw it
+    running again, as in python.zero once): "moved", exit 0; the same end without the rank
+    drained: exit 1, "withdrawn"."""
+    problems = []
+    for drained in (True, False):
+        status = os.path.join(d, f"ctl-moved-{drained}.json")
+
+        def write(job, role):
+            with open(status + ".tmp", "w") as fh:
+                json.dump({"job": job, "epoch": 1, "ranks": [
+                    {"world_rank": 1, "host": "h", "role": role,
+                     "state": "left" if role == "drained" else "running"}]}, fh)
+            os.replace(status + ".tmp", status)
+        write("running", "trainer")
+        p = subprocess.Popen(ctl + ["drain", "--rank", "1", "--status", status, "--timeout",
+                                    "30", "--wait", "30"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        control = status + ".control"
+        deadline = time.monotonic() + 20
+        req = []
+        while not req and time.monotonic() < deadline:  # the coordinator's part, by hand
+            req = [n for n in os.listdir(control) if n.startswith("drain-")] \
+                if os.path.isdir(control) else []
+            time.sleep(0.05)
+        if req:
+            with open(os.path.join(control, req[0] + ".result"), "w") as fh:
+                fh.write("accepted: world rank 1 (logical rank 0) moves to hot spare world "
+                         "rank 2 in epoch 1\n")
+        time.sleep(0.3)
+        write("finished", "drained" if drained else "trainer")
+        out, err = p.communicate(timeout=30)
+        want = (0, "moved") if drained else (1, "withdrawn")
+        if not req or p.returncode != want[0] or want[1] not in out:
+            problems.append(f"ftrt-ctl, the job finished after the drain (drained {drained}): "
+                            f"exit {p.returncode}, stdout {out.strip()!r}, stderr "
+                            f"{err.strip()!r}")
+    return problems
+
+
 def check_pmix_filter(run_cmd, cwd):
     """ftrt-run leaves out exactly the PMIx notice and forwards every other line, in order,
     and a partial last line."""
@@ -396,6 +437,7 @@ def main():
                 print(f"  ok: {name}")
         problems += check_pmix_filter(cmd["tools/ftrt-run"], d)
         problems += check_ctl_job_ends(cmd["tools/ftrt-ctl"], d)
+        problems += check_ctl_moved_then_finished(cmd["tools/ftrt-ctl"], d)
         problems += check_run_dirs(cmd["tools/ftrt-run"], d)
     for p in problems:
         print("FAIL:", p)
