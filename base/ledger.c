@@ -126,8 +126,7 @@ int ftrt__goodput_compute(const ftrt__goodput_in *in, ftrt__goodput *out)
     memset(out, 0, sizeof *out);
     if (!in || in->slots <= 0 || !(in->wall_s > 0) || !in->totals) return -EINVAL;
     out->wall_s = in->wall_s;
-    for (int s = 0; s < in->slots; s++)
-        out->allocated_s += in->slot_s ? in->slot_s[s] : in->wall_s;
+    out->allocated_s = in->allocated_s != 0 ? in->allocated_s : in->slots * in->wall_s;
     if (!(out->allocated_s > 0)) return -EINVAL;
     for (int s = 0; s < in->slots; s++)
         for (int k = 0; k < FTRT__IV_KINDS; k++) {

@@ -106,8 +106,8 @@ size_t ftrt__timeline_share(int w, int W, int spares, int ranks, int budget_mb, 
 typedef struct ftrt__goodput_in {
     int slots;                     /* trainers + spares at start, then joined processes */
     double wall_s;                 /* job wall time */
-    const double *slot_s;          /* per slot, seconds in the job (a joined process's from its
-                                    * join, docs/join.md); NULL: wall_s for each */
+    double allocated_s;            /* the slots' seconds in the job (a joined process's from
+                                    * its join, docs/join.md); 0: slots x wall_s */
     const double (*totals)[FTRT__IV_KINDS]; /* per slot, seconds; each slot's sum ~ wall_s */
     double kept_step_s;            /* rank-seconds of steps that were kept */
     double useful_flops;           /* FLOPs of kept steps, all trainers */

@@ -908,12 +908,12 @@ double ftrt__incident_injected_at(const ftrt__coord *c, const ftrt__incident *x)
 /* ---- goodput.c: the ledger on the coordinator ---- */
 /* Per-slot totals over the job window [t_start_wall, t_end_wall] (slots = world ranks 1..W-1)
  * rebuilt from the timelines received (gaps: start-up before, teardown after, rework between a
- * failed rank's last report and its failure, down after it; a joined slot from its join:
- * ftrt__slot_start), and the job's figures. totals must hold W-1 rows. Returns 0, -EINVAL or
- * -ENOMEM. */
-/* Where slot w's time in the job starts (wall clock): the job's start j0, or a joined process's
- * admission when later (docs/join.md): the ledger allocates a joined slot from its join. */
-double ftrt__slot_start(const ftrt__coord *c, int w, double j0);
+ * failed rank's last report and its failure, down after it; a joined slot from its join),
+ * and the job's figures. totals must hold W-1 rows. Returns 0 or -EINVAL. */
+/* The slots' (world ranks 1..Wused-1) seconds in a job that started at j0 (wall clock) and
+ * lasted wall seconds: each world slot the whole wall, a joined slot from its admission
+ * (docs/join.md). The report's allocated_rank_s and the ledger's. */
+double ftrt__allocated_s(const ftrt__coord *c, double j0, double wall);
 
 int ftrt__ledger_figures(const ftrt__coord *c, double t_end_wall, double (*totals)[FTRT__IV_KINDS],
                          ftrt__goodput *g, double *useful_flops, double *peak_flops);

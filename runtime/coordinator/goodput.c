@@ -227,10 +227,19 @@ static void add_total(void *arg, int kind, double t0, double t1)
     t[kind] += t1 - t0;
 }
 
-double ftrt__slot_start(const ftrt__coord *c, int w, double j0)
+/* Where slot w's time in the job starts (wall clock): the job's start j0, or a joined
+ * process's admission when later (docs/join.md). */
+static double slot_start(const ftrt__coord *c, int w, double j0)
 {
     double t = w >= c->Wworld ? c->r[w].t_joined_wall : 0;
     return t > j0 ? t : j0;
+}
+
+double ftrt__allocated_s(const ftrt__coord *c, double j0, double wall)
+{
+    double s = 0;
+    for (int w = 1; w < c->Wused; w++) s += fmax(wall - (slot_start(c, w, j0) - j0), 0);
+    return s;
 }
 
 int ftrt__ledger_figures(const ftrt__coord *cc, double j1, double (*totals)[FTRT__IV_KINDS],
@@ -238,25 +247,20 @@ int ftrt__ledger_figures(const ftrt__coord *cc, double j1, double (*totals)[FTRT
 {
     ftrt__coord *c = (ftrt__coord *)cc; /* rebuild_slot sorts the received intervals */
     double j0 = c->t_start_wall, kept = 0, useful = 0, peak = c->a->cfg->peak_flops;
-    double *slot_s = malloc((size_t)c->Wused * sizeof *slot_s);
-    if (!slot_s) return -ENOMEM;
     for (int w = 1; w < c->Wused; w++) {
-        double s0 = fmin(ftrt__slot_start(c, w, j0), j1);
-        slot_s[w - 1] = j1 - s0;
         memset(totals[w - 1], 0, sizeof totals[w - 1]);
-        rebuild_slot(c, w, s0, j1, add_total, totals[w - 1]);
+        rebuild_slot(c, w, fmin(slot_start(c, w, j0), j1), j1, add_total, totals[w - 1]);
         kept += c->r[w].kept_s;
         useful += (double)c->r[w].kept_steps * c->r[w].flops_per_step;
         if (c->r[w].peak_flops > peak) peak = c->r[w].peak_flops;
     }
-    ftrt__goodput_in in = {.slots = c->Wused - 1, .wall_s = j1 - j0, .slot_s = slot_s,
+    ftrt__goodput_in in = {.slots = c->Wused - 1, .wall_s = j1 - j0,
+                           .allocated_s = ftrt__allocated_s(c, j0, j1 - j0),
                            .totals = (const double (*)[FTRT__IV_KINDS])totals,
                            .kept_step_s = kept, .useful_flops = useful, .peak_flops = peak};
     *useful_flops = useful;
     *peak_flops = peak;
-    int rc = ftrt__goodput_compute(&in, g);
-    free(slot_s);
-    return rc;
+    return ftrt__goodput_compute(&in, g);
 }
 
 /* ---- report (streamed: base/jsonw.h) ---- */
@@ -423,7 +427,7 @@ static void timeline_rank(ftrt__coord *c, int w, double j0, double j1, ftrt__jw 
     ftrt__jw_bool(jw, "truncated", r->tl_truncated || r->tl_resend);
     ftrt__jw_array(jw, "intervals");
     tl_arg ta = {jw, j0};
-    rebuild_slot(c, w, fmin(ftrt__slot_start(c, w, j0), j1), j1, add_json, &ta);
+    rebuild_slot(c, w, fmin(slot_start(c, w, j0), j1), j1, add_json, &ta);
     ftrt__jw_end(jw);
     ftrt__jw_end(jw);
 }
@@ -433,7 +437,7 @@ static void timeline_left_out(ftrt__coord *c, int w, double j0, double j1, ftrt_
 {
     const ftrt__crank *r = &c->r[w];
     double t[FTRT__IV_KINDS] = {0};
-    rebuild_slot(c, w, fmin(ftrt__slot_start(c, w, j0), j1), j1, add_total, t);
+    rebuild_slot(c, w, fmin(slot_start(c, w, j0), j1), j1, add_total, t);
     ftrt__jw_object(jw, NULL);
     ftrt__jw_int(jw, "world_rank", w);
     ftrt__jw_string(jw, "role", ftrt__role_name(r->role));

@@ -13,7 +13,6 @@
  * text took 13.2 GiB of the coordinator (issue 22); what it holds now is one rank's part.
  */
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -66,10 +65,7 @@ static void totals_of(const ftrt__coord *c, totals *t)
     memset(t, 0, sizeof *t);
     t->wall = c->t_end - c->t_start;
     t->nspares = c->Wworld - 1 - c->N0; /* (at the start) */
-    t->allocated = (double)(c->N0 + t->nspares) * t->wall;
-    for (int w = c->Wworld; w < c->Wused; w++) /* a joined slot: from its join (join.c) */
-        t->allocated += fmax(t->wall - (ftrt__slot_start(c, w, c->t_start_wall) -
-                                        c->t_start_wall), 0);
+    t->allocated = ftrt__allocated_s(c, c->t_start_wall, t->wall); /* (joined: from its join) */
     for (int w = 1; w < c->Wused; w++) {
         const ftrt__crank *r = &c->r[w];
         t->kept += r->kept_s;

@@ -128,8 +128,7 @@ static void figures_joined_slot(void **state)
     t[0][FTRT__IV_STARTUP] = 1, t[0][FTRT__IV_COMPUTE] = 9;
     t[1][FTRT__IV_STARTUP] = 1, t[1][FTRT__IV_COMPUTE] = 9;
     t[2][FTRT__IV_STARTUP] = 0.5, t[2][FTRT__IV_SPARE_IDLE] = 3.5;
-    double slot_s[3] = {10, 10, 4};
-    ftrt__goodput_in in = {.slots = 3, .wall_s = 10, .slot_s = slot_s,
+    ftrt__goodput_in in = {.slots = 3, .wall_s = 10, .allocated_s = 10 + 10 + 4,
                            .totals = (const double (*)[FTRT__IV_KINDS])t, .kept_step_s = 18};
     ftrt__goodput g;
     assert_int_equal(ftrt__goodput_compute(&in, &g), 0);
@@ -138,11 +137,10 @@ static void figures_joined_slot(void **state)
     near(g.wall_s, 10);
     near(g.gau, 20.5 / 24); /* (start-up counts as trainer time; spare idle does not) */
     near(g.goodput, 18.0 / 24);
-    in.slot_s = NULL; /* as if it had been there from the start */
+    in.allocated_s = 0; /* as if it had been there from the start */
     assert_int_equal(ftrt__goodput_compute(&in, &g), 0);
     near(g.allocated_s, 30);
-    double none[3] = {0, 0, 0};
-    in.slot_s = none;
+    in.allocated_s = -1;
     assert_int_equal(ftrt__goodput_compute(&in, &g), -22);
 }
 
