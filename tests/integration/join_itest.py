@@ -40,14 +40,16 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "harness"))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
 import ftrt_harness as h  # noqa: E402
+from ftrt_run.joinable import joinable_dir  # noqa: E402
+from ftrt_run.rundir import runs_parent  # noqa: E402
 from ftrt_harness import check, trainer  # noqa: E402
 from itest import expect_identical, need_reference  # noqa: E402
 
@@ -112,11 +114,10 @@ def held_job(args, name, env=None, np_=6):
 
 def run_dir(job):
     """The job's ftrt-run run directory ($TMPDIR/ftrt-run.<uid>/<ftrt-run's pid>-*)."""
-    parent = os.path.join(tempfile.gettempdir(), f"ftrt-run.{os.getuid()}")
     for _ in range(500):
-        found = glob.glob(os.path.join(parent, f"{job.proc.pid}-*"))
-        if found and os.path.exists(os.path.join(found[0], "join.json")):
-            return found[0]
+        found = joinable_dir(job.proc.pid)
+        if found:
+            return found
         time.sleep(0.02)
     job.fail("the job's run directory with its join.json did not appear")
 
@@ -234,8 +235,7 @@ def case_joinrefused(args):
     plain.env["FTRT_PROGRESS_TIMEOUT_MS"] = "120000"
     started(plain).start()
     hold(plain, pause)
-    parent = os.path.join(tempfile.gettempdir(), f"ftrt-run.{os.getuid()}")
-    prd = glob.glob(os.path.join(parent, f"{plain.proc.pid}-*"))
+    prd = glob.glob(os.path.join(runs_parent(), f"{plain.proc.pid}-*"))
     check(len(prd) == 1, f"the plain job's run directory ({prd})")
     refused(joiner(args, plain, "jr.plain", prd[0]), "--joinable")
     os.unlink(pause)

@@ -64,7 +64,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bindings", "python"))
 sys.path.insert(1, os.path.join(HERE, "..", "harness"))
+sys.path.insert(2, os.path.join(HERE, "..", "..", "tools"))
 import ftrt_harness  # noqa: E402  (the one-GPU NCCL arrangement)
+from ftrt_run.joinable import joinable_dir  # noqa: E402
 
 STEPS, KILL_AT, WIDTH, LAYERS, BATCH = 24, 10, 256, 4, 32
 
@@ -197,13 +199,9 @@ def join_job(py, d, kill_at, timeout=150):
     job_p = subprocess.Popen(run + ["--joinable", "--status", status, "--"] + mpi + ["-np", "3"]
                              + ftrt_harness.nccl_hostid_argv(argv, "ftrt-gpu-ft"), env=env,
                              stdout=jlog, stderr=subprocess.STDOUT)
-    parent = os.path.join(tempfile.gettempdir(), f"ftrt-run.{os.getuid()}")
     rundir, t_end = None, time.monotonic() + 60
     while rundir is None and time.monotonic() < t_end and job_p.poll() is None:
-        found = [x for x in os.listdir(parent) if x.startswith(f"{job_p.pid}-")] \
-            if os.path.isdir(parent) else []
-        if found and os.path.exists(os.path.join(parent, found[0], "join.json")):
-            rundir = os.path.join(parent, found[0])
+        rundir = joinable_dir(job_p.pid)
         time.sleep(0.05)
     check(rundir is not None, "join: the job's run directory with its join.json never came")
     while time.monotonic() < t_end and job_p.poll() is None and read(status).get("job") != \

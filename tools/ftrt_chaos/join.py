@@ -10,13 +10,14 @@ the same launch. With "refused": TEXT the join must be refused instead (the join
 exits 1 with TEXT in a line, the job undisturbed, the refusal counted by the coordinator unless
 "refusal_counted": false); "host": "head" runs the joiner beside ftrt-chaos, outside the
 simulated hosts, under its own mpirun."""
-import glob
 import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
+
+from ftrt_run.joinable import joinable_dir  # (tools/ beside this package)
+from ftrt_run.launcher import program_index
 
 from .common import FTRT_RUN, alive, now
 
@@ -43,7 +44,6 @@ def joiner_mpirun(cmd, hostfile=None):
     """The joiner's mpirun command from the job's launched command cmd: its mpirun, the same
     options but the process count (-np 1 instead) and, with hostfile, that --hostfile; the same
     program and arguments. None when cmd has no mpirun."""
-    from ftrt_run.launcher import program_index  # (tools/ beside this package)
     m = next((k for k, x in enumerate(cmd) if os.path.basename(x) == "mpirun"), None)
     if m is None:
         return None
@@ -69,13 +69,11 @@ def joiner_mpirun(cmd, hostfile=None):
 
 def run_dir_of(pid, timeout_s=10.0):
     """The run directory of the ftrt-run whose pid is pid, once its join.json exists; None."""
-    parent = os.path.join(tempfile.gettempdir(), f"ftrt-run.{os.getuid()}")
     deadline = now() + timeout_s
     while now() < deadline:
-        found = [d for d in glob.glob(os.path.join(parent, f"{pid}-*"))
-                 if os.path.exists(os.path.join(d, "join.json"))]
+        found = joinable_dir(pid)
         if found:
-            return found[0]
+            return found
         time.sleep(0.02)
     return None
 
@@ -115,9 +113,10 @@ class Joins:
         if mp is None:
             return None, "the job's command has no mpirun", None
         logp = os.path.join(self.work, f"joiner{len(self.joiners)}.log")
-        proc = subprocess.Popen([sys.executable, FTRT_RUN, "--join", rundir, "--"] + mp,
-                                stdout=open(logp, "w"), stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        with open(logp, "w") as log:  # (the joiner's ftrt-run holds its own copy)
+            proc = subprocess.Popen([sys.executable, FTRT_RUN, "--join", rundir, "--"] + mp,
+                                    stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
         return proc, logp, host
 
     def inject_join_spare(self, f, st):

@@ -19,6 +19,7 @@ from typing import Callable
 
 from .launcher import program_index
 from .options import Usage
+from .rundir import runs_parent
 
 JOIN_FILE = "join.json"      # in the job's run directory, mode 0600
 URI_FILE = "ompi-server.uri"  # ompi-server --report-uri, in the job's run directory
@@ -30,6 +31,20 @@ DEFAULT_JOINS = 8  # FTRT_JOINABLE that --joinable gives unless the environment 
 # The job's variables a joiner must not take over: its own files, the secret (a joiner gets it
 # as FTRT_JOIN_SECRET) and ftrt-run's settings (FTRT_RUN_*: the marker among them).
 NOT_FOR_JOINERS = ("FTRT_STATUS_FILE", "FTRT_RUN_EXIT_DIR", "FTRT_JOB_SECRET", "FTRT_JOINABLE")
+
+
+def joinable_dir(pid: int) -> str | None:
+    """The run directory of the ftrt-run whose pid is `pid`, once its join.json is there (the
+    path `ftrt-run --join` takes), or None: one look, no wait (the tests and ftrt-chaos poll)."""
+    parent = runs_parent()
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return None
+    for n in names:
+        if n.startswith(f"{pid}-") and os.path.exists(os.path.join(parent, n, JOIN_FILE)):
+            return os.path.join(parent, n)
+    return None
 
 
 def rendezvous_opts(uri: str) -> list[str]:
