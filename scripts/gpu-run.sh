@@ -153,6 +153,30 @@ not_run() {
   esac
 }
 
+# Whether $py imports torch: asked once (each import takes seconds of device time).
+torch_ok=
+have_torch() {
+  if [ -z "$torch_ok" ]; then
+    torch_ok=no
+    [ -n "$py" ] && timeout 120 "$py" -c 'import torch' >/dev/null 2>&1 && torch_ok=yes
+  fi
+  [ "$torch_ok" = yes ]
+}
+# One run of tests/python/gpu_ft_prog.py's driver (torch-ft-gpu and its variants): step NAME,
+# then the driver's own options.
+ft_prog_step() {
+  local name=$1
+  shift
+  if [ ! -f "$build/libftrt_gpu.so" ]; then
+    not_run "$name" not_built "$build/libftrt_gpu.so (needs NCCL)"
+  elif ! have_torch; then
+    not_run "$name" absent "no python3 with torch"
+  else
+    step "$name" 240 env FTRT_LIB="$build/libftrt_gpu.so" \
+      "$py" "$repo/tests/python/gpu_ft_prog.py" --driver "$@"
+  fi
+}
+
 # --- The kit -----------------------------------------------------------------------------------
 if [ ! -f "$kit/env.sh" ]; then
   say "no kit at $kit: run scripts/gpu-kit.sh on the Debian machine and carry gpukit"
@@ -337,7 +361,7 @@ if [ $built = 1 ]; then
   # over sockets as in overlap-2trainers-1gpu (a test arrangement). Exit 77: no CUDA in torch.
   if [ ! -f "$build/libftrt_gpu.so" ]; then
     not_run torch-gpu not_built "$build/libftrt_gpu.so (needs NCCL)"
-  elif [ -z "$py" ] || ! timeout 120 "$py" -c 'import torch' >/dev/null 2>&1; then
+  elif ! have_torch; then
     not_run torch-gpu absent "no python3 with torch"
   else
     tdir=$(mktemp -d "${TMPDIR:-/tmp}/ftrt-gpu-torch.XXXXXX")
@@ -353,39 +377,18 @@ if [ $built = 1 ]; then
   # rank 1 SIGKILLed from an autograd hook mid-backward; gradient norms read between backward()
   # and step() equal across the trainers at every step (p.grad the mean in stream order),
   # final parameters byte-identical. Exit 77: no CUDA in torch.
-  if [ ! -f "$build/libftrt_gpu.so" ]; then
-    not_run torch-ft-gpu not_built "$build/libftrt_gpu.so (needs NCCL)"
-  elif [ -z "$py" ] || ! timeout 120 "$py" -c 'import torch' >/dev/null 2>&1; then
-    not_run torch-ft-gpu absent "no python3 with torch"
-  else
-    step torch-ft-gpu 240 env FTRT_LIB="$build/libftrt_gpu.so" \
-      "$py" "$repo/tests/python/gpu_ft_prog.py" --driver
-  fi
+  ft_prog_step torch-ft-gpu
   # The same with the host synchronized with the stream between backward() and step() (a
   # user's loss.item()): the survivor blocks in .item() on NCCL collectives that wait for the
   # dead trainer until the agent thread aborts the communicator (comm/nccl_plane.c
   # "Interrupts"); it must return, recover and end byte-identical, without hanging.
-  if [ ! -f "$build/libftrt_gpu.so" ]; then
-    not_run torch-ft-sync-gpu not_built "$build/libftrt_gpu.so (needs NCCL)"
-  elif [ -z "$py" ] || ! timeout 120 "$py" -c 'import torch' >/dev/null 2>&1; then
-    not_run torch-ft-sync-gpu absent "no python3 with torch"
-  else
-    step torch-ft-sync-gpu 240 env FTRT_LIB="$build/libftrt_gpu.so" \
-      "$py" "$repo/tests/python/gpu_ft_prog.py" --driver --host-sync
-  fi
+  ft_prog_step torch-ft-sync-gpu --host-sync
   # The same kill with a joined spare (issue 35): the job (1 coordinator + 2 trainers, no spare)
   # under ftrt-run --joinable, a process joins it through ftrt-run --join (a second mpirun on
   # the one GPU), the victim dies mid-backward and the joiner takes its logical rank: its first
   # NCCL communicator is the recovery's, the unique id broadcast over the MPI communicator
   # that connect/accept made; byte-identical, both ftrt-runs exit 0. Open MPI 4.1 only.
-  if [ ! -f "$build/libftrt_gpu.so" ]; then
-    not_run torch-ft-join-gpu not_built "$build/libftrt_gpu.so (needs NCCL)"
-  elif [ -z "$py" ] || ! timeout 120 "$py" -c 'import torch' >/dev/null 2>&1; then
-    not_run torch-ft-join-gpu absent "no python3 with torch"
-  else
-    step torch-ft-join-gpu 240 env FTRT_LIB="$build/libftrt_gpu.so" \
-      "$py" "$repo/tests/python/gpu_ft_prog.py" --driver --join
-  fi
+  ft_prog_step torch-ft-join-gpu --join
   # What a checkpoint of device state blocks the trainer for (issue 38): 1 GiB of CUDA memory
   # in one REPLICATED | DEVICE region, ftrt_checkpoint()'s stall against cudaMemcpyAsync D2H of
   # the same bytes into pinned memory, in the same run (target <= 1.1x), then restored and
@@ -426,7 +429,7 @@ if [ $built = 1 ]; then
     [[ $only == *" $s "* ]] || continue
     if [ ! -f "$build/libftrt_gpu.so" ]; then
       not_run $s not_built "$build/libftrt_gpu.so (needs NCCL)"
-    elif [ -z "$py" ] || ! timeout 120 "$py" -c 'import torch' >/dev/null 2>&1; then
+    elif ! have_torch; then
       not_run $s absent "no python3 with torch"
     elif [ $s = torch-lm-gpu ]; then
       step torch-lm-gpu 240 env FTRT_LIB="$build/libftrt_gpu.so" \
