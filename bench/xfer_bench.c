@@ -19,7 +19,11 @@
  *   xfer as messages  the same with every chunk an MPI message (the test knob
  *                FTRT_TEST_XFER_NO_CMA, as between hosts: the receiver copies every byte);
  *   mpi          the same bytes as plain MPI messages, no CRC: the stripes of the sources in
- *                chunks of C (MPI's shared-memory path alone); "1 src" from one source only.
+ *                chunks of C (MPI's shared-memory path alone); "1 src" from one source only;
+ *   mapped       the transfer into a receiver's memory from ftrt_alloc(), a memory file of huge
+ *                pages that each source maps and writes with the fused copy + CRC32C (only
+ *                where the host has huge pages free: vm.nr_hugepages), and for reference the
+ *                floor into such memory ("floor into huge pages").
  *
  * Prints one line per row: ms, GB/s, and the ratio to the floor. --quick: the floor, the transfer
  * with the recovery's 4 MiB chunks (--chunk-mib C: C MiB; written by the sources, and as
@@ -39,6 +43,7 @@
 #include "base/knobs.h"
 #include "base/ports.h"
 #include "base/proto.h"
+#include "comm/cma.h"
 #include "comm/plane.h"
 #include "comm/transfer.h"
 
@@ -68,10 +73,12 @@ typedef struct bctx {
     ftrt__plane *p;
     size_t n;
     unsigned char *src, *dst; /* dst faulted in */
+    unsigned char *huge;      /* the receiver's ftrt_alloc() memory of huge pages, or NULL */
     int32_t *role;
 } bctx;
 
-enum kind { FLOOR, COPY, CRC, FAULT, XFER, XFER_FRESH, XFER_MSG, MPI_STRIPES, MPI_ONE };
+enum kind { FLOOR, COPY, CRC, FAULT, XFER, XFER_FRESH, XFER_MSG, MPI_STRIPES, MPI_ONE,
+            XFER_HUGE, FLOOR_HUGE };
 
 /* Plain MPI: the sources' stripes (chunk g from source g mod nsrc; nsrc = np-1 or 1) into dst,
  * no CRC. */
@@ -95,17 +102,18 @@ static void mpi_stripes(const bctx *c, unsigned char *dst, size_t chunk, int nsr
 /* One rep of row k; returns the receiver's seconds (0 elsewhere), *flt its minor faults. */
 static double one(const bctx *c, enum kind k, size_t chunk, long *flt)
 {
-    unsigned char *d = (k == FAULT || k == XFER_FRESH) ? fresh(c->n) : c->dst;
+    unsigned char *d = (k == FAULT || k == XFER_FRESH) ? fresh(c->n)
+                       : (k == XFER_HUGE || k == FLOOR_HUGE) && c->huge ? c->huge : c->dst;
     volatile uint32_t sink = 0;
     MPI_Barrier(MPI_COMM_WORLD);
     long f0 = minflt();
     double t0 = ftrt__now();
     int local = me == np - 1;
-    if (k == FLOOR && local) sink = ftrt__copy_crc32c(d, c->src, c->n, 0);
+    if ((k == FLOOR || k == FLOOR_HUGE) && local) sink = ftrt__copy_crc32c(d, c->src, c->n, 0);
     if (k == FAULT && local) sink = ftrt__copy_crc32c(d, c->src, c->n, 0);
     if (k == COPY && local) memcpy(d, c->src, c->n);
     if (k == CRC && local) sink = ftrt__crc32c(0, c->src, c->n);
-    if (k == XFER || k == XFER_FRESH || k == XFER_MSG) {
+    if (k == XFER || k == XFER_FRESH || k == XFER_MSG || k == XFER_HUGE) {
         ftrt__xfer_region r = {"state", me == np - 1 ? d : c->src, c->n, NULL};
         ftrt__xfer_stat st;
         ftrt__knobs.xfer_no_cma = k == XFER_MSG;
@@ -115,13 +123,15 @@ static double one(const bctx *c, enum kind k, size_t chunk, long *flt)
         if (!rc && st.single_copy != (k != XFER_MSG) && local)
             fprintf(stderr, "xfer_bench: single copy %d in a row of kind %d\n", st.single_copy,
                     (int)k);
+        if (!rc && (st.mapped > 0) != (k == XFER_HUGE) && local)
+            fprintf(stderr, "xfer_bench: %d mapped in a row of kind %d\n", st.mapped, (int)k);
     }
     if (k == MPI_STRIPES) mpi_stripes(c, d, chunk, np - 1);
     if (k == MPI_ONE) mpi_stripes(c, d, chunk, 1);
     double t = ftrt__now() - t0;
     *flt = minflt() - f0;
     (void)sink;
-    if (d != c->dst) munmap(d, c->n);
+    if (d != c->dst && d != c->huge) munmap(d, c->n);
     return local ? t : 0.0;
 }
 
@@ -157,12 +167,13 @@ static double row(const bctx *c, const char *name, enum kind k, size_t chunk, in
  * drifts during the run loads the floor and the rows it is compared with alike. */
 static void quick_rows(const bctx *c, size_t chunk, int reps)
 {
-    enum { NQ = 4 };
-    static const enum kind kinds[NQ] = {FLOOR, XFER, XFER_MSG, MPI_STRIPES};
+    enum { NQ = 6 };
+    static const enum kind kinds[NQ] = {FLOOR, XFER, XFER_MSG, MPI_STRIPES, XFER_HUGE, FLOOR_HUGE};
+    int nq = c->huge ? NQ : NQ - 2; /* the mapped rows where huge pages were had */
     double *t = calloc((size_t)reps * NQ, sizeof *t);
     long flt[NQ] = {0};
     for (int i = 0; i < reps; i++)
-        for (int j = 0; j < NQ; j++)
+        for (int j = 0; j < nq; j++)
             t[(size_t)j * (size_t)reps + (size_t)i] = one(c, kinds[j], chunk, &flt[j]);
     double mib = (double)chunk / 1048576.0;
     char nm[NQ][64];
@@ -170,8 +181,10 @@ static void quick_rows(const bctx *c, size_t chunk, int reps)
     snprintf(nm[1], sizeof nm[1], "xfer, %g MiB chunks", mib);
     snprintf(nm[2], sizeof nm[2], "xfer as messages, %g MiB chunks", mib);
     snprintf(nm[3], sizeof nm[3], "mpi stripes, %g MiB, no CRC", mib);
+    snprintf(nm[4], sizeof nm[4], "mapped: xfer into huge pages, %g MiB", mib);
+    snprintf(nm[5], sizeof nm[5], "floor into huge pages");
     double fl = print_row(c, nm[0], t, reps, flt[0], 0);
-    for (int j = 1; j < NQ; j++)
+    for (int j = 1; j < nq; j++)
         print_row(c, nm[j], t + (size_t)j * (size_t)reps, reps, flt[j], fl);
     free(t);
 }
@@ -211,11 +224,20 @@ int main(int argc, char **argv)
         c.role[l] = l == np - 1 ? FTRT__PLAN_NEEDS_STATE : FTRT__PLAN_UP_TO_DATE;
     for (size_t i = 0; i < c.n; i++) c.src[i] = (unsigned char)(i * 2654435761u >> 13);
     memset(c.dst, 0, c.n);
+    void *hm = NULL; /* the receiver's: huge pages, or none (then no mapped rows anywhere) */
+    int huge = me == np - 1 && ftrt_alloc(c.n, &hm) == 0 &&
+               ftrt__cma_file_of(hm, c.n).fd >= 0;
+    MPI_Allreduce(MPI_IN_PLACE, &huge, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (huge && me == np - 1) memset(hm, 0, c.n);
+    c.huge = huge ? (me == np - 1 ? hm : c.dst) : NULL; /* (sources: not used) */
     if (me == np - 1)
-        printf("xfer_bench: %.0f MiB, %d source(s) -> 1 receiver, medians of %d; crc32c %s\n",
-               mib, np - 1, reps, ftrt__crc32c_hw() ? "hardware" : "software");
+        printf("xfer_bench: %.0f MiB, %d source(s) -> 1 receiver, medians of %d; crc32c %s; "
+               "huge pages for the mapped rows: %s\n", mib, np - 1, reps,
+               ftrt__crc32c_hw() ? "hardware" : "software",
+               huge ? "yes" : "none free (vm.nr_hugepages)");
     if (quick) {
         quick_rows(&c, qchunk, reps);
+        ftrt_free(hm);
         MPI_Comm_free(&comm);
         MPI_Finalize();
         return 0;
@@ -239,6 +261,11 @@ int main(int argc, char **argv)
     }
     row(&c, "mpi, 1 source, 4 MiB, no CRC", MPI_ONE, (size_t)4 << 20, reps, fl);
     row(&c, "mpi, 1 source, 64 MiB, no CRC", MPI_ONE, (size_t)64 << 20, reps, fl);
+    if (c.huge) {
+        row(&c, "floor into huge pages", FLOOR_HUGE, 0, reps, fl);
+        row(&c, "mapped: xfer into huge pages, 4 MiB", XFER_HUGE, (size_t)4 << 20, reps, fl);
+    }
+    ftrt_free(hm);
     MPI_Comm_free(&comm);
     MPI_Finalize();
     return 0;

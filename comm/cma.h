@@ -10,6 +10,15 @@
  * runs on the same kernel, in the same PID namespace (ftrt__cma_ident compares the host name,
  * the boot id and the PID namespace), and the kernel lets this process write into it (same
  * user, ptrace policy): ftrt__cma_write's first call on a peer is the probe.
+ *
+ * Memory from ftrt_alloc() (cma.c; include/ftrt.h has its contract) is a memory file of huge
+ * pages where the host reserves them: a source then maps the receiver's file (through
+ * /proc/PID/fd, ftrt__cma_map) and copies each chunk itself, fused with its CRC32C and with
+ * non-temporal stores: the floor's own copy, where the kernel's copy of process_vm_writev goes
+ * through the cache (1.5 to 2x the floor on the 2-core VM against 1.0 to 1.2x mapped, with the
+ * receiver's check; docs/benchmarks.md). Mapping costs a page-table entry per page: 128 for
+ * 256 MiB of 2 MiB pages, where 4 KiB pages would cost 65,536 (tens of milliseconds), so only
+ * files of huge pages are mapped.
  */
 #ifndef FTRT_COMM_CMA_H
 #define FTRT_COMM_CMA_H
@@ -45,5 +54,29 @@ int ftrt__cma_alive(const ftrt__cma_ident *id);
  * memory there, -ENOSYS: no cross-memory attach); part of the bytes may have been written then.
  * Any thread. */
 int ftrt__cma_write(int64_t pid, uint64_t dst, const void *src, size_t len);
+
+/* Where a range of this process's memory lies in a memory file of huge pages from
+ * ftrt_alloc(): the file's descriptor here and the range's offset in it. fd < 0: the range
+ * is not (entirely) in such a file. */
+typedef struct ftrt__cma_file {
+    int64_t fd;
+    uint64_t off;
+} ftrt__cma_file;
+
+/* The ftrt__cma_file of [p, p + len) (fd -1 when len is 0 or the range is not within one block
+ * of huge pages from ftrt_alloc). Thread-safe. */
+ftrt__cma_file ftrt__cma_file_of(const void *p, size_t len);
+
+/* Maps len bytes at offset off of file descriptor fd of process id (on this host, alive: the
+ * caller checked) for writing, when that file is a memory file of huge pages
+ * (/proc/PID/fd/FD opened; the kernel's check is ptrace's read access). Returns the address of
+ * byte off and sets *base and *maplen to what ftrt__cma_unmap needs; NULL when it cannot be
+ * mapped (no such file, not huge pages, refused, too short): then the caller writes with
+ * ftrt__cma_write. Any thread. */
+unsigned char *ftrt__cma_map(const ftrt__cma_ident *id, const ftrt__cma_file *f, size_t len,
+                             void **base, size_t *maplen);
+
+/* Unmaps what ftrt__cma_map mapped (base NULL: nothing). */
+void ftrt__cma_unmap(void *base, size_t maplen);
 
 #endif

@@ -18,6 +18,9 @@
  * On one host the sources may write the chunks of host regions into the receivers themselves
  * (comm/cma.h; agreed once per transfer, cma_agree): then only each chunk's CRC32C travels as a
  * message, sent once the chunk was written, and the receiver checks the chunk when it arrives.
+ * A receiver's region in a memory file of huge pages (ftrt_alloc) is mapped by each source for
+ * the transfer and written with a fused copy and CRC32C (non-temporal stores); any other with
+ * the kernel's copy (process_vm_writev).
  *
  * A device region (ftrt__xfer_region.loc set) is never read or written on the host: it goes
  * through host staging of at most STAGE_CHUNKS chunks per member (page-locked where the backend
@@ -60,6 +63,10 @@ typedef struct sched {
     int nreg;        /* regions of the transfer */
     ftrt__cma_ident *peer; /* a source's: peer[j], receiver j's process */
     uint64_t *addr;  /* a source's: addr[j * nreg + i], region i in receiver j (0: device) */
+    unsigned char **map; /* a source's: map[j * nreg + i], region i of receiver j mapped here
+                            (its memory file of huge pages, ftrt__cma_map), or NULL */
+    void **mbase;        /* a source's: what ftrt__cma_unmap needs for map[...] */
+    size_t *mlen;
 } sched;
 
 /* One attempt's view of region r: chunks [0, nk) of `chunk` bytes, global index g0 + k; the
@@ -129,9 +136,15 @@ static void cma_put(const sched *s, const win *w, int j, int64_t k, int do_crc, 
 {
     const unsigned char *b = chunk_buf(w, k);
     size_t len = chunk_len(w, k);
-    uint64_t dst = s->addr[(size_t)j * (size_t)s->nreg + (size_t)w->reg] + (uint64_t)k * w->chunk;
+    size_t cell = (size_t)j * (size_t)s->nreg + (size_t)w->reg;
+    uint64_t dst = s->addr[cell] + (uint64_t)k * w->chunk;
     uint32_t c = 0;
     int rc = ftrt__cma_alive(&s->peer[j]) ? 0 : -ESRCH;
+    if (!rc && s->map && s->map[cell]) { /* mapped: the floor's own fused copy */
+        c = ftrt__copy_crc32c(s->map[cell] + (size_t)k * w->chunk, b, len, 0);
+        if (do_crc) *crc = c;
+        return;
+    }
     for (size_t off = 0; off < len; off += CMA_PIECE) {
         size_t m = len - off < CMA_PIECE ? len - off : CMA_PIECE;
         if (!rc) rc = ftrt__cma_write(s->peer[j].pid, dst + off, b + off, m);
@@ -566,66 +579,119 @@ static int transfer_all(ftrt__plane *p, const sched *s, const ftrt__xfer_region 
     return rc;
 }
 
+/* Where one of a receiver's regions is: its address (0 for a device region, never written so)
+ * and, for one in a memory file of huge pages (ftrt_alloc), that file. */
+typedef struct cma_where {
+    uint64_t addr;
+    ftrt__cma_file file;
+} cma_where;
+
 /* What a receiver tells each source for the single-copy path: who it is, and where its host
- * regions are (0 for a device region, never written so). */
+ * regions are. */
 typedef struct cma_hello {
     ftrt__cma_ident id;
-    uint64_t addr[]; /* one per region */
+    cma_where at[]; /* one per region */
 } cma_hello;
 
+/* A source's mappings of receiver j's regions that lie in memory files of huge pages (s->map:
+ * NULL where a region is not, or cannot be mapped). Returns how many it mapped. */
+static int64_t cma_map_receiver(sched *s, const ftrt__xfer_region *regs, int n, int j,
+                                const cma_hello *x)
+{
+    int64_t mapped = 0;
+    for (int i = 0; i < n; i++) {
+        size_t cell = (size_t)j * (size_t)n + (size_t)i;
+        if (regs[i].loc || regs[i].bytes == 0 || !x->at[i].addr || x->at[i].file.fd < 0) continue;
+        s->map[cell] = ftrt__cma_map(&x->id, &x->at[i].file, regs[i].bytes, &s->mbase[cell],
+                                     &s->mlen[cell]);
+        if (s->map[cell]) mapped++;
+        else
+            ftrt_log_debug("state transfer: region \"%s\" of logical rank %d is in huge pages "
+                           "but cannot be mapped here; written by the kernel's copy",
+                           regs[i].name, s->rcv[j]);
+    }
+    return mapped;
+}
+
 /* A source's check that it can write into every receiver (same host, and the kernel lets it):
- * one byte of the first non-empty host region, the byte the transfer writes there anyway.
+ * one byte of the first non-empty host region, the byte the transfer writes there anyway; then
+ * its mappings of the receivers' memory files (cma_map_receiver; counted into *mapped).
  * Returns the number of receivers it cannot reach. */
-static int64_t cma_probe(const sched *s, const ftrt__xfer_region *regs, int n,
-                         const cma_hello *h, size_t hsz)
+static int64_t cma_probe(sched *s, const ftrt__xfer_region *regs, int n, const cma_hello *h,
+                         size_t hsz, int64_t *mapped)
 {
     int64_t fail = 0;
     for (int j = 0; j < s->nr; j++) {
         const cma_hello *x = (const cma_hello *)((const char *)h + (size_t)j * hsz);
         s->peer[j] = x->id;
-        memcpy(s->addr + (size_t)j * (size_t)n, x->addr, (size_t)n * sizeof *s->addr);
+        for (int i = 0; i < n; i++) s->addr[(size_t)j * (size_t)n + (size_t)i] = x->at[i].addr;
         if (!ftrt__cma_same_host(&x->id) || !ftrt__cma_alive(&x->id)) {
             fail++;
             continue;
         }
+        int bad = 0;
         for (int i = 0; i < n; i++) {
-            if (regs[i].loc || regs[i].bytes == 0 || !x->addr[i]) continue;
-            int rc = ftrt__cma_write(x->id.pid, x->addr[i], regs[i].ptr, 1);
+            if (regs[i].loc || regs[i].bytes == 0 || !x->at[i].addr) continue;
+            int rc = ftrt__cma_write(x->id.pid, x->at[i].addr, regs[i].ptr, 1);
             if (rc) {
                 ftrt_log_debug("state transfer: no single-copy write into logical rank %d (%s); "
                                "chunks go as messages", s->rcv[j], strerror(-rc));
-                fail++;
+                bad = 1;
             }
             break;
         }
+        fail += bad;
+        if (!bad) *mapped += cma_map_receiver(s, regs, n, j, x);
     }
     return fail;
 }
 
-/* The single-copy path's agreement (comm/cma.h), once per transfer: each receiver sends every
- * source a cma_hello, each source probes every receiver (cma_probe), and all members agree (an
- * allreduce) to use the path only when every source reaches every receiver and the test knob
- * FTRT_TEST_XFER_NO_CMA is off; s->cma = 1 then. Returns 0, -ENOMEM or the plane's code (the
- * hellos are then buried: MPI may still write into them). Collective over p's communicator. */
-static int cma_agree(ftrt__plane *p, sched *s, const ftrt__xfer_region *regs, int n)
+/* A source's mappings of the receivers' regions released (the end of the transfer). */
+static void cma_unmap_all(sched *s)
 {
-    size_t hsz = sizeof(cma_hello) + (size_t)n * sizeof(uint64_t);
+    for (size_t c = 0; s->mbase && c < (size_t)s->nr * (size_t)s->nreg; c++)
+        ftrt__cma_unmap(s->mbase[c], s->mlen[c]);
+    free(s->map);
+    free(s->mbase);
+    free(s->mlen);
+    s->map = NULL, s->mbase = NULL, s->mlen = NULL;
+}
+
+/* The single-copy path's agreement (comm/cma.h), once per transfer: each receiver sends every
+ * source a cma_hello, each source probes every receiver (cma_probe, which maps the receivers'
+ * memory files of huge pages), and all members agree (an allreduce) to use the path only when
+ * every source reaches every receiver and the test knob FTRT_TEST_XFER_NO_CMA is off; s->cma =
+ * 1 then, and *mapped the number of (receiver, region) mappings of all sources (0 when the path
+ * is not used: the mappings are then released). Returns 0, -ENOMEM or the plane's code (the
+ * hellos are then buried: MPI may still write into them). Collective over p's communicator. */
+static int cma_agree(ftrt__plane *p, sched *s, const ftrt__xfer_region *regs, int n,
+                     int64_t *mapped)
+{
+    size_t hsz = sizeof(cma_hello) + (size_t)n * sizeof(cma_where);
+    size_t cells = (size_t)s->nr * (size_t)(n > 0 ? n : 1);
     int peers = s->ri >= 0 ? s->ns : s->si >= 0 ? s->nr : 0;
     cma_hello *h = calloc(peers > 0 ? (size_t)peers : 1, hsz);
     MPI_Request *req = malloc((size_t)(peers + 1) * sizeof *req);
     s->nreg = n;
     if (s->si >= 0) {
         s->peer = calloc((size_t)s->nr, sizeof *s->peer);
-        s->addr = calloc((size_t)s->nr * (size_t)(n > 0 ? n : 1), sizeof *s->addr);
+        s->addr = calloc(cells, sizeof *s->addr);
+        s->map = calloc(cells, sizeof *s->map);
+        s->mbase = calloc(cells, sizeof *s->mbase);
+        s->mlen = calloc(cells, sizeof *s->mlen);
     }
-    if (!h || !req || (s->si >= 0 && (!s->peer || !s->addr))) {
+    if (!h || !req || (s->si >= 0 && (!s->peer || !s->addr || !s->map || !s->mbase || !s->mlen))) {
         free(h);
         free(req);
         return -ENOMEM;
     }
     if (s->ri >= 0) {
         ftrt__cma_self(&h->id);
-        for (int i = 0; i < n; i++) h->addr[i] = regs[i].loc ? 0 : (uint64_t)(uintptr_t)regs[i].ptr;
+        for (int i = 0; i < n; i++) {
+            h->at[i].addr = regs[i].loc ? 0 : (uint64_t)(uintptr_t)regs[i].ptr;
+            h->at[i].file = regs[i].loc ? (ftrt__cma_file){-1, 0}
+                                        : ftrt__cma_file_of(regs[i].ptr, regs[i].bytes);
+        }
     }
     int rc = 0, q = 0;
     for (int o = 0; s->ri >= 0 && o < s->ns && !rc; o++)
@@ -641,11 +707,14 @@ static int cma_agree(ftrt__plane *p, sched *s, const ftrt__xfer_region *regs, in
         ftrt__plane_bury(p, h);
         return rc;
     }
-    int64_t fail = ftrt__knobs.xfer_no_cma ? 1 : 0;
-    if (!rc && s->si >= 0) fail += cma_probe(s, regs, n, h, hsz);
+    int64_t agree[2] = {ftrt__knobs.xfer_no_cma ? 1 : 0, 0}; /* unreachable, mapped */
+    if (!rc && s->si >= 0 && !ftrt__knobs.xfer_no_cma) agree[0] += cma_probe(s, regs, n, h, hsz,
+                                                                             &agree[1]);
     free(h);
-    if (!rc) rc = ftrt__plane_allreduce(p, &fail, 1, FTRT_INT64, FTRT_SUM);
-    s->cma = !rc && fail == 0;
+    if (!rc) rc = ftrt__plane_allreduce(p, agree, 2, FTRT_INT64, FTRT_SUM);
+    s->cma = !rc && agree[0] == 0;
+    *mapped = s->cma ? agree[1] : 0;
+    if (!s->cma) cma_unmap_all(s);
     return rc;
 }
 
@@ -676,10 +745,13 @@ int ftrt__xfer_replicated(ftrt__plane *p, const ftrt__xfer_region *regs, int n,
     }
     if (st) st->sources = s.ns, st->receivers = s.nr;
     int rc = 0;
+    int64_t mapped = 0;
     if (s.nr > 0 && s.ns == 0) rc = FTRT_EINVAL;
-    if (!rc && s.nr > 0) rc = cma_agree(p, &s, regs, n);
+    if (!rc && s.nr > 0) rc = cma_agree(p, &s, regs, n, &mapped);
+    if (st) st->mapped = (int)(mapped > INT_MAX ? INT_MAX : mapped);
     if (!rc && s.nr > 0) rc = transfer_all(p, &s, regs, n, chunk, corrupt_chunk,
                                            corrupt_attempts, st);
+    cma_unmap_all(&s);
     free(s.src);
     free(s.rcv);
     free(s.peer);

@@ -46,6 +46,9 @@ typedef struct ftrt__xfer_stat {
     int sources, receivers;  /* of the plan */
     int single_copy;         /* 1: the sources wrote host regions' chunks into the receivers
                                 themselves (comm/cma.h, one host), 0: MPI messages */
+    int mapped;              /* of those, the (receiver, region) pairs the sources wrote through a
+                                mapping of the receiver's memory file of huge pages (ftrt_alloc;
+                                summed over the sources, the same on every member), 0: none */
     double seconds;          /* this member's whole transfer */
 } ftrt__xfer_stat;
 

@@ -93,6 +93,10 @@ static void usage(FILE *f)
           "                     and tools/ftrt-run exits S all the same\n"
           "  --sharded-momentum register the momentum buffer SHARDED: recoveries then reload the\n"
           "                     last committed checkpoint (exercises that path; same results)\n"
+          "  --ftrt-alloc       parameters and momentum (host copies) from ftrt_alloc(): huge\n"
+          "                     pages where the host has them free (vm.nr_hugepages), which a\n"
+          "                     recovery's sources on this host map and write at the speed of a\n"
+          "                     local copy; same results\n"
           "  --device D         where parameters and momentum live: host (default); sim, the\n"
           "                     simulated device of ftrt_sim.h (a test arrangement: run the job\n"
           "                     with FTRT_TEST_SIM_DEVICE=1); or cuda, CUDA memory of a GPU (the\n"
@@ -178,7 +182,7 @@ enum {
     OPT_ERROR_STEP, OPT_HOLD_STEP, OPT_HOLD_MS, OPT_PUBLISH, OPT_DEVICE, OPT_CHECK_DEVICE,
     OPT_FLIP_RANK, OPT_FLIP_STEP, OPT_CHECK_EVERY, OPT_DIE_RANK, OPT_DIE_STEP, OPT_LAG_RANK,
     OPT_LAG_STEP, OPT_EXIT_RANK, OPT_EXIT_STATUS, OPT_PAUSE_FILE, OPT_ORDERED,
-    OPT_NO_TOTAL, OPT_HELP = 'h'
+    OPT_NO_TOTAL, OPT_FTRT_ALLOC, OPT_HELP = 'h'
 };
 
 static const struct option longopts[] = {
@@ -200,6 +204,7 @@ static const struct option longopts[] = {
     {"slow-ms", required_argument, NULL, OPT_SLOW_MS},
     {"step-log", required_argument, NULL, OPT_STEP_LOG},
     {"sharded-momentum", no_argument, NULL, OPT_SHARDED_MOMENTUM},
+    {"ftrt-alloc", no_argument, NULL, OPT_FTRT_ALLOC},
     {"error-rank", required_argument, NULL, OPT_ERROR_RANK},
     {"error-at-step", required_argument, NULL, OPT_ERROR_STEP},
     {"hold-at-step", required_argument, NULL, OPT_HOLD_STEP},
@@ -247,6 +252,7 @@ static int train_option(int c, const char *arg, options *o)
     case OPT_STEP_LOG: return parse_path("step-log", arg, 4096, &o->step_log);
     case OPT_CHECK_EVERY: return parse_i64("check-every", arg, 0, HIDDEN_MAX, &o->check_every);
     case OPT_SHARDED_MOMENTUM: o->sharded_momentum = 1; return 0;
+    case OPT_FTRT_ALLOC: o->ftrt_alloc = 1; return 0;
     case OPT_ORDERED: o->ordered = 1; return 0;
     case OPT_NO_TOTAL: o->no_total_steps = 1; return 0;
     case OPT_DEVICE:

@@ -48,6 +48,7 @@ typedef struct options {
     const char *publish;    /* test hook: write "<pid> <params address> <bytes> <steps address>"
                                to <publish>.w<world rank> (tools/ftrt-chaos flip-bit) */
     int sharded_momentum;   /* register the momentum buffer SHARDED (recovery from checkpoint) */
+    int ftrt_alloc;         /* --ftrt-alloc: parameters and momentum from ftrt_alloc() */
     int ordered;            /* --ordered: gradients reduced in data-rank order */
     int no_total_steps;     /* --no-total-steps: ftrt_set_job_info() gets 0 (unknown) */
     enum mlp_device device; /* --device: host, the simulated device's memory, or CUDA memory */

@@ -35,10 +35,15 @@
 #include "mlp_state.h"
 
 /* malloc of n floats, or NULL with a line naming `what`, its size and --hidden. */
-static float *alloc_floats(size_t n, const char *what, size_t hidden)
+static float *alloc_floats(size_t n, const char *what, size_t hidden, int ftrt_mem)
 {
     float *p = NULL;
-    if (n <= SIZE_MAX / sizeof *p) p = malloc(n * sizeof *p);
+    if (n <= SIZE_MAX / sizeof *p && ftrt_mem) {
+        void *q = NULL;
+        p = ftrt_alloc(n * sizeof *p, &q) == 0 ? q : NULL;
+    } else if (n <= SIZE_MAX / sizeof *p) {
+        p = malloc(n * sizeof *p);
+    }
     if (!p)
         fprintf(stderr,
                 "train_mlp: cannot allocate the %s: %zu floats (%.1f MiB, --hidden %zu): %s\n",
@@ -111,8 +116,13 @@ void model_free(model *m)
     free(m->folded);
     free(m->data);
     free(m->contrib);
-    free(m->mom);
-    free(m->params);
+    if (m->ftrt_mem) {
+        ftrt_free(m->mom);
+        ftrt_free(m->params);
+    } else {
+        free(m->mom);
+        free(m->params);
+    }
     if (m->dev) {
         m->dev->free(m->dparams);
         m->dev->free(m->dmom);
@@ -201,9 +211,10 @@ int model_alloc(model *m, const options *o)
 {
     const size_t hidden = o->hidden, n = mlp_param_count(hidden);
     memset(m, 0, sizeof *m);
-    m->params = alloc_floats(n, "parameters", hidden);
-    m->mom = m->params ? alloc_floats(n, "momentum buffer", hidden) : NULL;
-    m->grad = m->mom ? alloc_floats(n + 1, "gradient buffer", hidden) : NULL;
+    m->ftrt_mem = o->ftrt_alloc;
+    m->params = alloc_floats(n, "parameters", hidden, m->ftrt_mem);
+    m->mom = m->params ? alloc_floats(n, "momentum buffer", hidden, m->ftrt_mem) : NULL;
+    m->grad = m->mom ? alloc_floats(n + 1, "gradient buffer", hidden, 0) : NULL;
     if (!m->grad) goto fail;
     m->idx = malloc(o->batch * sizeof *m->idx);
     if (!m->idx || mlp_work_alloc(&m->w, o->batch, hidden) < 0) {

@@ -52,6 +52,7 @@ typedef struct model {
     float *dparams, *dmom; /* device memory (of dev), or NULL (--device host) */
     const mlp_dev_ops *dev; /* the device of dparams and dmom, or NULL (--device host) */
     size_t n;              /* floats in params and mom */
+    int ftrt_mem;          /* params and mom are ftrt_alloc() memory (--ftrt-alloc) */
     mlp_work w;
     uint32_t *idx;
 } model;

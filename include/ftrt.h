@@ -481,6 +481,34 @@ FTRT_API int ftrt_epoch(const ftrt_ctx *ctx);
 #define FTRT_REGION_OPTIONAL 4u
 
 /*
+ * Allocates `bytes` bytes of host memory, zeroed, for state that ftrt_register() will name,
+ * in a form that makes a recovery's state transfer on one host about as fast as a local copy:
+ * where the host has huge pages reserved (vm.nr_hugepages; hugetlbfs, 2 MiB pages on x86-64),
+ * a memory file of them (memfd_create with MFD_HUGETLB) mapped shared, whose pages are
+ * reserved now (so no later access faults for want of one). When this process is a promoted
+ * spare or a survivor behind, the sources of the transfer on its host map that file (through
+ * /proc/PID/fd: the same permission as Linux's cross-memory attach) and write their chunks
+ * with one fused copy and CRC32C and non-temporal stores, instead of the kernel's copy
+ * (process_vm_writev); the receiver checks every chunk's CRC32C as before. Where no huge
+ * pages are free, ordinary anonymous memory (as malloc's for large sizes; the transfer then
+ * works as for any memory). Either way the memory is marked MADV_DONTFORK (as RDMA-registered
+ * memory, ibv_fork_init): a child forked later does not have it at all (a file mapping shared
+ * with a child would otherwise let its writes reach the parent).
+ *   bytes: > 0; rounded up to the page size (the huge page size for a memory file).
+ *   ptr:   receives the address, aligned to a page; owned by the caller until ftrt_free().
+ * Needs no ftrt_init() and no context (allocate before ftrt_init(): a spare waits inside it).
+ * Returns 0, FTRT_EINVAL (ptr NULL or bytes 0) or -ENOMEM. Thread-safe. Linux only.
+ */
+FTRT_API int ftrt_alloc(size_t bytes, void **ptr);
+
+/*
+ * Releases memory from ftrt_alloc() (unregister its regions first). ptr NULL: nothing.
+ * Returns 0, or FTRT_EINVAL when ptr is not an address that ftrt_alloc() returned (or was
+ * already released). Thread-safe.
+ */
+FTRT_API int ftrt_free(void *ptr);
+
+/*
  * Registers `bytes` bytes of memory at `ptr` as checkpointed and recovered state.
  *   name:  1..63 bytes, unique per context; copied.
  *   ptr:   stays owned by the caller, at the same address, while registered. ftrt reads it

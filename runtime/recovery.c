@@ -217,7 +217,8 @@ static int transfer_state(ftrt_ctx *ctx)
         ftrt_log_info("recovery: state transfer to %d member(s) from %d source(s)%s: %.1f MiB "
                       "sent, %.1f MiB received here in %.1f ms, %d chunk(s) retried",
                       xs.receivers, xs.sources,
-                      xs.single_copy ? ", written by the sources" : "",
+                      xs.mapped         ? ", written by the sources into mapped huge pages"
+                      : xs.single_copy ? ", written by the sources" : "",
                       (double)xs.bytes_sent / 1048576.0, (double)xs.bytes_received / 1048576.0,
                       xs.seconds * 1e3, xs.chunks_retried);
     return rc;

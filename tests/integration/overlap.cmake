@@ -26,12 +26,16 @@ if(TARGET ftrt_gpu)
 endif()
 
 # The recovery's state transfer between real processes (comm/transfer.c): striping, a
-# corrupted chunk caught by its CRC32C and resent, FTRT_ECORRUPT when every source is bad.
+# corrupted chunk caught by its CRC32C and resent, FTRT_ECORRUPT when every source is bad;
+# with 32 huge pages reserved for the test (with-huge-pages.sh), also into ftrt_alloc()
+# memory that the sources map.
 add_executable(xfer_job ${CMAKE_CURRENT_LIST_DIR}/xfer_job.c)
 target_link_libraries(xfer_job PRIVATE ftrt_internal)
-add_test(NAME mpi.xfer COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --bind-to none
+add_test(NAME mpi.xfer COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/with-huge-pages.sh 32
+  ${MPIEXEC_EXECUTABLE} --oversubscribe --bind-to none
   --mca mpi_yield_when_idle 1 -np 4 $<TARGET_FILE:xfer_job>)
 set_tests_properties(mpi.xfer PROPERTIES TIMEOUT 300 LABELS mpi RUN_SERIAL TRUE
+  RESOURCE_LOCK hugepages
   ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;FTRT_LOG=error")
 
 # The fixed-order allreduce (ftrt_allreduce_ordered, comm/ordered.c; issue 35): 4 logical ranks

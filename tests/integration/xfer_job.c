@@ -11,6 +11,10 @@
  *  4. nobody needs state: nothing moves.
  * The host cases run twice: the sources writing into the receivers (one host, comm/cma.h:
  * st.single_copy must say so), then as MPI messages (the test knob FTRT_TEST_XFER_NO_CMA).
+ * Then the host cases with the regions in ftrt_alloc() memory of huge pages, which the sources
+ * map and write with the fused copy (st.mapped must count every source's mapping of every
+ * receiver's non-empty region); required under tests/integration/with-huge-pages.sh
+ * (FTRT_TEST_HUGE_PAGES=1), skipped, saying so, where no huge pages are free.
  * Then the same cases with the regions in device memory of the simulated device
  * (kernels/loc_sim.c, a test arrangement: PROT_NONE outside its calls, so a host access to
  * them would kill the process) and 256 KiB chunks, so that the device regions go through the
@@ -26,6 +30,7 @@
 #include "base/knobs.h"
 #include "base/ports.h"
 #include "base/proto.h"
+#include "comm/cma.h"
 #include "comm/plane.h"
 #include "comm/transfer.h"
 #include "kernels/location.h"
@@ -50,9 +55,10 @@ static void fill(unsigned char *p, size_t n, unsigned seed)
     }
 }
 
-/* The regions' memory: host (malloc) or simulated device memory (dev). */
+/* The regions' memory: host (malloc, or ftrt_alloc's huge pages: huge) or simulated device
+ * memory (dev). */
 typedef struct mem {
-    int dev;
+    int dev, huge;
     unsigned char *p[3];
 } mem;
 
@@ -139,6 +145,9 @@ static void case_striped(const xcase *c)
     int single = !c->m->dev && !ftrt__knobs.xfer_no_cma;
     CHECK(st.single_copy == single, "%s: single_copy %d, want %d", c->where, st.single_copy,
           single);
+    /* huge pages: 2 sources x 2 receivers x 2 non-empty regions mapped */
+    int mapped = single && c->m->huge ? 8 : 0;
+    CHECK(st.mapped == mapped, "%s: mapped %d, want %d", c->where, st.mapped, mapped);
     if (receiver)
         CHECK(st.bytes_received == c->total && st.bytes_sent == 0, "received %llu sent %llu",
               (unsigned long long)st.bytes_received, (unsigned long long)st.bytes_sent);
@@ -153,7 +162,9 @@ static void case_striped(const xcase *c)
     if (me == 0)
         printf("%s, case 1: %.1f MiB to 2 receivers from 2 sources in %.1f ms (%s)\n", c->where,
                (double)c->total / 1048576.0, st.seconds * 1e3,
-               st.single_copy ? "written by the sources" : "messages");
+               st.mapped        ? "written by the sources, mapped"
+               : st.single_copy ? "written by the sources"
+                                : "messages");
 }
 
 /* 2. the "momentum" region's only chunk corrupted on the way once */
@@ -195,6 +206,8 @@ static void case_lone_source(const xcase *c)
     CHECK(rc == 0, "%s: lone source: transfer returned %d", c->where, rc);
     check_regions(c);
     CHECK(st.chunks_retried == 3, "%d retries (want 3)", st.chunks_retried);
+    int mapped = c->m->huge && !ftrt__knobs.xfer_no_cma ? 6 : 0; /* 1 x 3 x 2 */
+    CHECK(st.mapped == mapped, "%s: lone source: mapped %d, want %d", c->where, st.mapped, mapped);
 }
 
 /* 4. nobody needs state */
@@ -206,10 +219,35 @@ static void case_idle(const xcase *c)
     CHECK(rc == 0 && st.bytes_sent == 0 && st.bytes_received == 0, "idle transfer moved bytes");
 }
 
+static void run_cases(ftrt__plane *p, const mem *m, size_t chunk);
+
+/* The host cases with every rank's regions in ftrt_alloc() memory of huge pages, when every
+ * rank had them (required under with-huge-pages.sh: FTRT_TEST_HUGE_PAGES=1). */
+static void run_huge_cases(ftrt__plane *p, const size_t sizes[3])
+{
+    mem huge = {.huge = 1};
+    int ok = 1;
+    for (int i = 0; i < 3; i++) {
+        void *q = NULL;
+        ok &= ftrt_alloc(sizes[i] + 1, &q) == 0 && ftrt__cma_file_of(q, sizes[i] + 1).fd >= 0;
+        huge.p[i] = q;
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    const char *req = getenv("FTRT_TEST_HUGE_PAGES");
+    CHECK(ok || !req || strcmp(req, "1") != 0, "huge pages were reserved, yet ftrt_alloc() "
+          "gave a rank none");
+    if (ok)
+        run_cases(p, &huge, (size_t)4 << 20);
+    else if (me == 0)
+        printf("host, huge pages: skipped (no huge pages free on this host: vm.nr_hugepages)\n");
+    for (int i = 0; i < 3; i++) CHECK(ftrt_free(huge.p[i]) == 0, "ftrt_free of region %d", i);
+}
+
 /* Every case over the regions of m, in chunks of `chunk` bytes. */
 static void run_cases(ftrt__plane *p, const mem *m, size_t chunk)
 {
-    xcase c = {.p = p, .m = m, .chunk = chunk, .where = m->dev ? "device (simulated)" : "host",
+    xcase c = {.p = p, .m = m, .chunk = chunk,
+               .where = m->dev ? "device (simulated)" : m->huge ? "host, huge pages" : "host",
                .sizes = {(size_t)9 << 20 | 4321, 0, 77777}}; /* 3 chunks of 4 MiB, ..., 1 */
     for (int i = 0; i < 3; i++) {
         c.want[i] = malloc(c.sizes[i] + 1);
@@ -257,6 +295,7 @@ int main(int argc, char **argv)
     ftrt__knobs.xfer_no_cma = 1;
     run_cases(&p, &host, (size_t)4 << 20); /* MPI messages, as between hosts */
     ftrt__knobs.xfer_no_cma = 0;
+    run_huge_cases(&p, sizes);
     run_cases(&p, &dev, (size_t)256 << 10);
 
     int bad = fails, anybad = 0;
