@@ -23,10 +23,22 @@ receives crosses the link from every survivor, and xfer_bench with one process p
 "mpi" row (plain MPI messages of the same bytes, 3 sources -> 1 receiver) is then the link's own
 throughput with those bytes, and its floor the local copy on the receiver's host.
 
+--kill mid-pass: instead of a SIGKILL from outside once the victim did a few steps (at whatever
+point of its step: when it lands after the step's allreduce, the survivors finish their update
+and the bench's 20 ms step sleep before they can answer, the phase "reach"), the victim
+SIGKILLs itself in the gradient pass of step 6 (train_mlp's --die-rank/--die-at-step test knob,
+a check every 1024 hidden units), when every survivor is mid-pass and answers within a check:
+the MTTR of the recovery itself. --huge: 2 MiB huge pages reserved on the host for the run
+(vm.nr_hugepages raised by what the sizes need, set back at the end; root), so that variants
+given --ftrt-alloc (--new-args / --old-args / --args) hold their state in ftrt_alloc() memory
+files of huge pages, which the recovery's sources map (comm/cma.h), and xfer_bench adds its
+"mapped" row (the transfer into such memory) and the floor into such memory.
+
 Usage: bench/mttr_size.py [--sizes 16,256,1024] [--runs 3] [--batch 1] [--hosts]
                           [--bin build/examples/train_mlp] [--bin-old OTHER/train_mlp]
-                          [--xfer-bench build/bench/xfer_bench]
-                          [--old-args "ARGS"] [--args "ARGS"] [--json FILE]
+                          [--xfer-bench build/bench/xfer_bench] [--kill outside|mid-pass]
+                          [--huge] [--new-args "ARGS"] [--old-args "ARGS"] [--args "ARGS"]
+                          [--json FILE]
 Prints a table (medians): the floor, the bench's transfer and MPI, and per variant the MTTR and
 its transfer phase with their ratios to the floor; then per variant the median of each phase of
 MTTR (the report's phases_ms; the old variant's only when its build reports them). Not a
@@ -55,9 +67,15 @@ def hidden_for(mib):
     return max(1, int(mib * 1048576 / 600))
 
 
+# xfer_bench --quick's rows, by the start of their line: the key each is kept under
+XFER_ROWS = {"floor:": "floor", "xfer as messages": "msg", "xfer,": "xfer", "mpi": "mpi",
+             "mapped:": "mapped", "floor into huge pages": "floor_huge"}
+
+
 def floors(xbench, mib, mpirun_opts=()):
-    """xfer_bench --quick at mib MiB: {floor, xfer, msg, mpi} in seconds (medians of 5);
-    mpirun_opts: those of simulated hosts (one process per host), else one host."""
+    """xfer_bench --quick at mib MiB: {floor, xfer, msg, mpi[, mapped, floor_huge]} in seconds
+    (medians of 5; the last two where huge pages were free); mpirun_opts: those of simulated
+    hosts (one process per host), else one host."""
     cmd = ["mpirun", *mpirun_opts, "--oversubscribe", "--bind-to", "none", "--mca",
            "mpi_yield_when_idle", "1", "-np", "4", xbench, "--mib", f"{mib:g}", "--reps", "5",
            "--quick"]
@@ -65,16 +83,21 @@ def floors(xbench, mib, mpirun_opts=()):
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600).stdout
     got = {}
     for line in out.splitlines():
-        m = re.match(r"\s*(floor|xfer as messages|xfer|mpi)\S*.*?\s([0-9.]+) ms ", line)
-        if m:
-            got[{"xfer as messages": "msg"}.get(m.group(1), m.group(1))] = \
-                float(m.group(2)) / 1e3
-    if set(got) != {"floor", "xfer", "msg", "mpi"}:
+        m = re.match(r"\s*(.*?)\s+([0-9.]+) ms ", line)
+        key = next((k for p, k in XFER_ROWS.items() if m and m.group(1).startswith(p)), None)
+        if key:
+            got[key] = float(m.group(2)) / 1e3
+    if not {"floor", "xfer", "msg", "mpi"} <= set(got):
         raise SystemExit(f"xfer_bench gave no figures:\n{out}")
     return got
 
 
-def one_run(binary, mib, work, batch=1, extra=(), mpirun_opts=None):
+# --kill mid-pass: the victim (logical rank 2) SIGKILLs itself at its 8th check of step 6's
+# gradient pass; every trainer checks every 1024 hidden units (2 ms apart in that step)
+MID_PASS = ["--check-every", "1024", "--die-rank", "2", "--die-at-step", "6"]
+
+
+def one_run(binary, mib, work, batch=1, extra=(), mpirun_opts=None, kill="outside"):
     """One job (mpirun_opts: those of simulated hosts, else one host); returns the failure's
     entry of the report."""
     hid = hidden_for(mib)
@@ -82,6 +105,8 @@ def one_run(binary, mib, work, batch=1, extra=(), mpirun_opts=None):
     # survivor notices the failure at its next ftrt call, so long sleeps would inflate it.
     args = ["--steps", "12", "--batch", str(batch), "--hidden", str(hid), "--seed", "3",
             "--ckpt-every", "0", "--step-sleep-ms", "20"] + list(extra)
+    if kill == "mid-pass":
+        args += MID_PASS
     job = h.train_job(work, binary, 6, args, spares=1, mpirun_opts=mpirun_opts)
     # Steps of several seconds at 1 GiB on a small machine: no progress-stall false positive;
     # and no rank declared silent when a loaded machine starves it for a second (a kill is
@@ -89,14 +114,23 @@ def one_run(binary, mib, work, batch=1, extra=(), mpirun_opts=None):
     job.env["FTRT_PROGRESS_TIMEOUT_MS"] = "120000"
     job.env["FTRT_HEARTBEAT_TIMEOUT_MS"] = "10000"
     job.start()
-    victim = job.wait_trainer(2, 3, timeout=900)
-    job.inject(signal.SIGKILL, victim, "sigkill")
+    if kill == "outside":
+        victim = job.wait_trainer(2, 3, timeout=900)
+        job.inject(signal.SIGKILL, victim, "sigkill")
     rc = job.wait(900)
     rep = job.load_report()
     f = rep["failures"]
     if rc != 0 or len(f) != 1 or not f[0]["recovered"]:
         raise SystemExit(f"{mib} MiB with {binary}: the job did not recover (rc {rc}); see {work}")
     return f[0]
+
+
+def huge_pages_for(sizes):
+    """2 MiB pages that the largest of `sizes` (MiB per trainer) needs: 5 processes of the job
+    holding params and momentum (ftrt_alloc rounds each up) and xfer_bench's receiver, plus 16."""
+    mib = max(float(x) for x in sizes.split(","))
+    per = 2 * -(-int(mib * 1048576 / 2) // 2097152)
+    return 5 * per + -(-int(mib * 1048576) // 2097152) + 16
 
 
 def print_phases(name, extra, fails):
@@ -122,7 +156,11 @@ def main():
     ap.add_argument("--xfer-bench", default=os.path.join(root, "build", "bench", "xfer_bench"))
     ap.add_argument("--bin-old", default=None)
     ap.add_argument("--old-args", default=None)
+    ap.add_argument("--new-args", default="")
     ap.add_argument("--args", default="")
+    ap.add_argument("--kill", choices=("outside", "mid-pass"), default="outside")
+    ap.add_argument("--huge", action="store_true",
+                    help="huge pages reserved for the run (root): see the description")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--json", default=None)
     ap.add_argument("--hosts", action="store_true",
@@ -130,10 +168,20 @@ def main():
     a = ap.parse_args()
     example_args.check_paths(ap, a, outputs=("json",), inputs=("bin", "bin_old", "xfer_bench"))
     common = shlex.split(a.args)
-    bins = [("new", a.bin, common)]
+    bins = [("new", a.bin, common + shlex.split(a.new_args))]
     if a.bin_old or a.old_args is not None:
         bins.append(("old", a.bin_old or a.bin, common + shlex.split(a.old_args or "")))
+    if a.huge and a.hosts:
+        ap.error("--huge is for one host (the simulated hosts' sources never map a receiver)")
     work = tempfile.mkdtemp(prefix="ftrt-mttr-")
+    if a.huge:
+        n = huge_pages_for(a.sizes)
+        try:
+            with h.HugePages(n):
+                print(f"huge pages: {n} more reserved for the run", flush=True)
+                return measure(a, bins, work, (), None)
+        except h.Skip as e:
+            raise SystemExit(f"--huge: {e}")
     if not a.hosts:
         return measure(a, bins, work, (), None)
     with h.Hosts(4, slots=2) as hosts:
@@ -159,10 +207,11 @@ def measure(a, bins, work, bench_opts, job_opts):
         for i in range(a.runs):
             for n, b, extra in bins:
                 got[n].append(one_run(b, mib, os.path.join(work, f"{n}-{mib:g}-{i}"), a.batch,
-                                      extra, job_opts))
+                                      extra, job_opts, a.kill))
         row = {"state_mib": mib, "floor_s": fl["floor"], "bench_xfer_s": fl["xfer"],
                "bench_msgs_s": fl["msg"], "bench_mpi_s": fl["mpi"], "batch": a.batch,
-               "hosts": 4 if job_opts else 1}
+               "hosts": 4 if job_opts else 1, "kill": a.kill,
+               "bench_mapped_s": fl.get("mapped"), "floor_huge_s": fl.get("floor_huge")}
         line = (f"{mib:5g} {fl['floor'] * 1e3:8.1f} {fl['xfer'] * 1e3:10.1f} "
                 f"{fl['msg'] * 1e3:10.1f} {fl['mpi'] * 1e3:9.1f}")
         for n, _, _ in bins:
@@ -176,6 +225,10 @@ def measure(a, bins, work, bench_opts, job_opts):
             line += f" {m * 1e3:9.1f} {m / fl['floor']:6.2f} {x * 1e3:9.1f} {x / fl['floor']:6.2f}"
         rows.append(row)
         print(line, flush=True)
+        if "mapped" in fl:
+            print(f"  bench: the transfer into huge pages, mapped by the sources "
+                  f"{fl['mapped'] * 1e3:.1f} ms ({fl['mapped'] / fl['floor']:.2f}x the floor); "
+                  f"the floor into huge pages {fl['floor_huge'] * 1e3:.1f} ms", flush=True)
         for n, _, extra in bins:
             print_phases(n, extra, got[n])
     if a.json:

@@ -429,6 +429,40 @@ def children(pid):
         return []
 
 
+class HugePages:
+    """vm.nr_hugepages raised by n for a `with` block and set back after it (ftrt_alloc()'s
+    memory files of huge pages, comm/cma.h). Raises Skip when the count cannot be written (not
+    root) or the kernel reserves fewer (memory too fragmented); the count is set back then too.
+    """
+    PATH = "/proc/sys/vm/nr_hugepages"
+
+    def __init__(self, n):
+        self.n, self.old = n, None
+
+    def _read(self):
+        with open(self.PATH) as f:
+            return int(f.read())
+
+    def __enter__(self):
+        self.old = self._read()
+        try:
+            with open(self.PATH, "w") as f:
+                f.write(str(self.old + self.n))
+        except OSError as e:
+            raise Skip(f"{self.n} huge pages cannot be reserved here ({self.PATH}: {e})")
+        got = self._read()
+        if got < self.old + self.n:
+            self.__exit__()
+            raise Skip(f"the kernel reserved {got - self.old} of the {self.n} huge pages asked "
+                       "for (memory too fragmented?)")
+        return self
+
+    def __exit__(self, *exc):
+        if self._read() != self.old:
+            with open(self.PATH, "w") as f:
+                f.write(str(self.old))
+
+
 def train_job(directory, binary, np_=6, train_args=MLP_ARGS, spares=None,
               heartbeat_timeout_ms=None, status=None, fresh=True, mpirun_opts=None,
               run_opts=None):

@@ -194,6 +194,29 @@ def case_kill(args):
 
 
 @h.case(CASES, fixture="required")
+def case_killhuge(args):
+    """The kill of case_kill with train_mlp's state in ftrt_alloc() memory of huge pages (64
+    reserved for the case: 5 trainers' parameters and momentum take 10): the sources map the
+    promoted spare's memory file and write it themselves (the INFO line says so), the result
+    byte-identical."""
+    need_reference(args)
+    with h.HugePages(64):
+        job = h.train_job(os.path.join(args.work, "killhuge"), args.bin, 6,
+                          h.MLP_ARGS + ["--ftrt-alloc"])
+        job.env["FTRT_LOG"] = "info"
+        job.start()
+        victim = job.wait_trainer(2, 60)
+        job.inject(signal.SIGKILL, victim, "sigkill")
+        rc = job.wait(180)
+    check(rc == 0, f"job survives the kill and exits 0 (got {rc})")
+    f = job.load_report()["failures"]
+    check(len(f) == 1 and f[0]["recovered"], "one failure, recovered")
+    check("written by the sources into mapped huge pages" in job.out,
+          "the sources wrote the spare's state through its mapped memory file")
+    expect_identical(job, args)
+
+
+@h.case(CASES, fixture="required")
 def case_latekill(args):
     need_reference(args)
     delay_ms = 300
