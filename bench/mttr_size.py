@@ -127,10 +127,11 @@ def one_run(binary, mib, work, batch=1, extra=(), mpirun_opts=None, kill="outsid
 
 def huge_pages_for(sizes):
     """2 MiB pages that the largest of `sizes` (MiB per trainer) needs: 5 processes of the job
-    holding params and momentum (ftrt_alloc rounds each up) and xfer_bench's receiver, plus 16."""
+    holding params and momentum (ftrt_alloc rounds each up) and, with partner replicas, an
+    image of both (the library's own, from ftrt_alloc too), and xfer_bench's receiver, plus 16."""
     mib = max(float(x) for x in sizes.split(","))
     per = 2 * -(-int(mib * 1048576 / 2) // 2097152)
-    return 5 * per + -(-int(mib * 1048576) // 2097152) + 16
+    return 5 * 2 * per + -(-int(mib * 1048576) // 2097152) + 16
 
 
 def print_phases(name, extra, fails):

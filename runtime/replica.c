@@ -154,17 +154,33 @@ static int copy_regions(ftrt_ctx *ctx, const ftrt__loc_ops *dev, unsigned char *
     return rc;
 }
 
-/* Makes *buf hold at least `want` bytes. With a device backend that can pin (dev->pin), the
- * buffer is page-locked (*pinned: by whom), re-pinned after it moved; without, or when pinning
- * fails, it is ordinary memory (the copies work, slower). Returns 0 or -ENOMEM. */
+/* A buffer of ftrt_alloc() of want bytes (at least 1) holding the first `keep` bytes of old,
+ * which is released; NULL when none can be had (old is then kept). */
+static unsigned char *realloc_shared(unsigned char *old, size_t keep, size_t want)
+{
+    void *p = NULL;
+    if (ftrt_alloc(want ? want : 1, &p) != 0) return NULL;
+    if (old) {
+        memcpy(p, old, keep);
+        ftrt_free(old);
+    }
+    return p;
+}
+
+/* Makes *buf hold at least `want` bytes; shared: from ftrt_alloc() (the image of this rank's
+ * own: a promoted spare receives its sharded image into it, and the partner that sends it maps
+ * it where it is a memory file of huge pages, comm/cma.h), else from realloc. With a device
+ * backend that can pin (dev->pin), the buffer is page-locked (*pinned: by whom), re-pinned after
+ * it moved; without, or when pinning fails, it is ordinary memory (the copies work, slower).
+ * Returns 0 or -ENOMEM. */
 static int grow(unsigned char **buf, size_t *cap, size_t want, const ftrt__loc_ops *dev,
-                const ftrt__loc_ops **pinned)
+                const ftrt__loc_ops **pinned, int shared)
 {
     if (*cap >= want && (*pinned || !dev || !dev->pin)) return 0;
     if (*pinned) (*pinned)->unpin(*buf);
     *pinned = NULL;
     if (*cap < want) {
-        unsigned char *p = realloc(*buf, want ? want : 1);
+        unsigned char *p = shared ? realloc_shared(*buf, *cap, want) : realloc(*buf, want ? want : 1);
         if (!p) return -ENOMEM;
         *buf = p;
         *cap = want;
@@ -221,7 +237,7 @@ static int take_image(ftrt_ctx *ctx, const ftrt__loc_ops *dev, int64_t step, uin
     size_t total, shard;
     layout(ctx, &total, &shard);
     rp->own_step = -1; /* invalid until the copy is complete */
-    if (grow(&rp->own, &rp->own_cap, total, dev, &rp->own_pin)) return -ENOMEM;
+    if (grow(&rp->own, &rp->own_cap, total, dev, &rp->own_pin, 1)) return -ENOMEM;
     int rc = copy_regions(ctx, dev, rp->own, 1, 2, &rp->own_crc_all, crc_shard);
     if (rc) return rc;
     rp->own_bytes = total;
@@ -262,7 +278,7 @@ static int exchange_images(ftrt_ctx *ctx, const ftrt__loc_ops *dev, const img_hd
 {
     ftrt__replica *rp = &ctx->rep;
     MPI_Comm comm = ctx->plane.comm;
-    int rc = grow(&rp->held, &rp->held_cap, (size_t)in->bytes, dev, &rp->held_pin);
+    int rc = grow(&rp->held, &rp->held_cap, (size_t)in->bytes, dev, &rp->held_pin, 0);
     if (rc) return rc; /* (the partner's send is left unmatched: it waits until a detector
                           fences a rank; rare, and logged by the caller) */
     size_t npieces_in = ((size_t)in->bytes + PIECE - 1) / PIECE;
@@ -433,7 +449,7 @@ int ftrt__replica_restore(ftrt_ctx *ctx, ftrt__xfer_stat *st)
          * survivors behind; learned after this, recovery.c) */
         rc = copy_regions(ctx, dev, rp->own, 0, rp->own_shard_only ? 1 : 2, NULL, NULL);
     } else {
-        rc = grow(&rp->own, &rp->own_cap, total, dev, &rp->own_pin);
+        rc = grow(&rp->own, &rp->own_cap, total, dev, &rp->own_pin, 1);
         rp->own_step = -1;
         rp->own_shard = shard; /* (the sharded part arrives into it) */
     }
@@ -529,7 +545,7 @@ void ftrt__replica_free(ftrt_ctx *ctx)
 {
     if (ctx->rep.own_pin) ctx->rep.own_pin->unpin(ctx->rep.own);
     if (ctx->rep.held_pin) ctx->rep.held_pin->unpin(ctx->rep.held);
-    free(ctx->rep.own);
+    ftrt_free(ctx->rep.own);
     free(ctx->rep.held);
     ftrt__ec_free(ctx);
     memset(&ctx->rep, 0, sizeof ctx->rep);
