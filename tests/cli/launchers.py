@@ -36,7 +36,7 @@ def launchers(train_mlp):
         "bench/torch_overhead.py", "bench/mpi_versions.py", "bench/profile_rank.py")]
     sh = [(f, ["bash", os.path.join(REPO, f)]) for f in (
         "examples/demo.sh", "scripts/ensure-deps.sh", "scripts/fresh-chroot-test.sh",
-        "scripts/gpu-kit.sh", "scripts/gpu-run.sh", "scripts/gpu-sim.sh",
+        "scripts/gpu-kit.sh", "scripts/gpu-prep.sh", "scripts/gpu-run.sh", "scripts/gpu-sim.sh",
         "scripts/ensure-ompi5.sh")]
     return py + sh + [("train_mlp", [train_mlp])]
 
@@ -205,6 +205,10 @@ def bad_inputs(cmd, train_mlp, f, d):
             "--kit", os.path.join(d, "none")], {}, ["--kit", "none"]),
         ("scripts/gpu-run.sh: --budget without a value", cmd["scripts/gpu-run.sh"] + [
             "--budget"], {}, ["--budget"]),
+        ("scripts/gpu-run.sh: --rest with --only", cmd["scripts/gpu-run.sh"] + [
+            "--rest", "--only", "ctest-gpu"], {}, ["--only", "--rest"]),
+        ("scripts/gpu-prep.sh: --arch not a number", cmd["scripts/gpu-prep.sh"] + [
+            "--arch", "sm90"], {}, ["--arch", "sm90"]),
         ("scripts/fresh-chroot-test.sh: --dir under a regular file",
          cmd["scripts/fresh-chroot-test.sh"] + ["--dir", under], {}, ["--dir", f]),
         ("scripts/gpu-kit.sh: --out under a regular file",
