@@ -125,13 +125,14 @@ def one_run(binary, mib, work, batch=1, extra=(), mpirun_opts=None, kill="outsid
     return f[0]
 
 
-def huge_pages_for(sizes):
+def huge_pages_for(sizes, replicas):
     """2 MiB pages that the largest of `sizes` (MiB per trainer) needs: 5 processes of the job
-    holding params and momentum (ftrt_alloc rounds each up) and, with partner replicas, an
-    image of both (the library's own, from ftrt_alloc too), and xfer_bench's receiver, plus 16."""
+    holding params and momentum (ftrt_alloc rounds each up) and, with partner replicas
+    (replicas true), an image of both (the library's own, from ftrt_alloc too), and
+    xfer_bench's receiver, plus 16."""
     mib = max(float(x) for x in sizes.split(","))
     per = 2 * -(-int(mib * 1048576 / 2) // 2097152)
-    return 5 * 2 * per + -(-int(mib * 1048576) // 2097152) + 16
+    return 5 * (2 if replicas else 1) * per + -(-int(mib * 1048576) // 2097152) + 16
 
 
 def print_phases(name, extra, fails):
@@ -176,7 +177,8 @@ def main():
         ap.error("--huge is for one host (the simulated hosts' sources never map a receiver)")
     work = tempfile.mkdtemp(prefix="ftrt-mttr-")
     if a.huge:
-        n = huge_pages_for(a.sizes)
+        n = huge_pages_for(a.sizes, "--sharded-momentum" in
+                           " ".join((a.args, a.new_args, a.old_args or "")))
         try:
             with h.HugePages(n):
                 print(f"huge pages: {n} more reserved for the run", flush=True)
