@@ -60,6 +60,7 @@ C_TO_CTYPES = {
     "const size_t *": ctypes.POINTER(ctypes.c_size_t),
     "const int *": ctypes.POINTER(ctypes.c_int),
     "void * const *": ctypes.POINTER(ctypes.c_void_p),
+    "void * *": ctypes.POINTER(ctypes.c_void_p),
     "size_t *": ctypes.POINTER(ctypes.c_size_t), "long long": ctypes.c_longlong,
     "ftrt_config *": ctypes.POINTER(_lib.Config),
     "const ftrt_config *": ctypes.POINTER(_lib.Config),

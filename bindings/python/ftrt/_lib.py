@@ -415,6 +415,8 @@ PROTOTYPES = {
     "ftrt_version": (_c_int, [_pint, _pint, _pint]),
     "ftrt_last_error": (ctypes.c_char_p, []),
     "ftrt_crc32c": (_c_int, [_vp, _c_size, ctypes.POINTER(ctypes.c_uint32)]),
+    "ftrt_alloc": (_c_int, [_c_size, _pvp]),
+    "ftrt_free": (_c_int, [_vp]),
     "ftrt_config_init": (_c_int, [ctypes.POINTER(Config), _c_size]),
     "ftrt_init": (_c_int, [ctypes.POINTER(Config), _pvp]),
     "ftrt_finalize": (_c_int, [_vp]),
