@@ -118,13 +118,19 @@ static size_t huge_page_size(void)
     return (size_t)kib << 10;
 }
 
+/* bytes rounded up to a multiple of unit (> 0); 0 when that overflows. */
+static size_t round_up(size_t bytes, size_t unit)
+{
+    return bytes > SIZE_MAX - unit ? 0 : (bytes + unit - 1) / unit * unit;
+}
+
 /* b->p and b->len from a memory file of huge pages of at least `bytes`, when one can be had
  * (reserved now: MAP_SHARED of hugetlbfs reserves its pages at mmap). */
 static void alloc_huge(block *b, size_t bytes)
 {
     size_t hp = huge_page_size();
-    if (hp == 0 || bytes > SIZE_MAX - hp) return;
-    size_t len = (bytes + hp - 1) / hp * hp;
+    size_t len = hp ? round_up(bytes, hp) : 0;
+    if (len == 0) return;
     int fd = memfd_create("ftrt-state", MFD_CLOEXEC | MFD_HUGETLB);
     if (fd < 0) return;
     void *p = MAP_FAILED;
@@ -146,16 +152,14 @@ int ftrt_alloc(size_t bytes, void **ptr)
     b->fd = -1;
     alloc_huge(b, bytes);
     if (!b->p) {
-        size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-        void *p = bytes <= SIZE_MAX - pg ? mmap(NULL, (bytes + pg - 1) / pg * pg,
-                                                PROT_READ | PROT_WRITE,
-                                                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
-                                         : MAP_FAILED;
+        size_t len = round_up(bytes, (size_t)sysconf(_SC_PAGESIZE));
+        void *p = len ? mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                      : MAP_FAILED;
         if (p == MAP_FAILED) {
             free(b);
             return -ENOMEM;
         }
-        b->p = p, b->len = (bytes + pg - 1) / pg * pg;
+        b->p = p, b->len = len;
     }
     (void)madvise(b->p, b->len, MADV_DONTFORK);
     ftrt_log_debug("ftrt_alloc: %zu bytes at %p: %s", bytes, (void *)b->p,

@@ -42,6 +42,20 @@ static int alloc_block(unsigned char **p)
     return ftrt__cma_file_of(q, 3 * MIB + 5).fd >= 0;
 }
 
+/* A block from alloc_block() that is a memory file of huge pages, for the huge-page cases; the
+ * case is skipped (the block released) where the host has none free, and fails where
+ * with-huge-pages.sh reserved them. */
+static unsigned char *huge_block_or_skip(void)
+{
+    unsigned char *p;
+    if (!alloc_block(&p)) {
+        assert_false(huge_required());
+        assert_int_equal(ftrt_free(p), 0);
+        skip(); /* no huge pages free here: the block is anonymous memory, never mapped */
+    }
+    return p;
+}
+
 static void bad_arguments(void **state)
 {
     (void)state;
@@ -77,12 +91,7 @@ static void zeroed_writable_released_once(void **state)
 static void lookup_ranges(void **state)
 {
     (void)state;
-    unsigned char *p;
-    if (!alloc_block(&p)) {
-        assert_false(huge_required());
-        assert_int_equal(ftrt_free(p), 0);
-        skip(); /* no huge pages free here: the block is anonymous memory, never mapped */
-    }
+    unsigned char *p = huge_block_or_skip();
     ftrt__cma_file f = ftrt__cma_file_of(p, 3 * MIB + 5);
     assert_true(f.fd >= 0);
     assert_int_equal(f.off, 0);
@@ -102,12 +111,7 @@ static void lookup_ranges(void **state)
 static void mapped_writes_reach_the_block(void **state)
 {
     (void)state;
-    unsigned char *p;
-    if (!alloc_block(&p)) {
-        assert_false(huge_required());
-        assert_int_equal(ftrt_free(p), 0);
-        skip();
-    }
+    unsigned char *p = huge_block_or_skip();
     ftrt__cma_ident me;
     ftrt__cma_self(&me);
     ftrt__cma_file f = ftrt__cma_file_of(p + MIB + 3, 2 * MIB);
